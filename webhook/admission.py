@@ -1,0 +1,176 @@
+"""The AdmissionReview (admission.k8s.io/v1) codec: strict decoding, exact encoding.
+
+Decoding turns bytes into a ``Request`` or raises ``ReviewError`` with a reason the
+caller answers as HTTP 400; nothing a client sends can make it raise anything else.
+Encoding produces exactly what the API server accepts: the echoed ``uid``, ``patch``
+only together with ``patchType: JSONPatch``, a ``status`` only on denials, and warnings
+that kubectl will actually print.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+#: kubectl prints warnings on one line each; long ones may be cut by the API server.
+WARNING_MAX_CHARS = 250
+WARNINGS_MAX_TOTAL = 4000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class ReviewError(ValueError):
+    """The body is not an AdmissionReview we can answer; ``str(err)`` is the reason."""
+
+    status = 400
+
+
+@dataclass(frozen=True)
+class GroupVersionKind:
+    group: str
+    version: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Request:
+    uid: str
+    kind: GroupVersionKind
+    operation: str
+    namespace: str | None
+    name: str | None
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    dry_run: bool = False
+    sub_resource: str | None = None
+    user: str | None = None
+
+
+def decode(body: bytes | str) -> Request:
+    try:
+        review = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ReviewError(f"request body is not valid JSON: {err}") from None
+    if not isinstance(review, dict):
+        raise ReviewError("request body must be a JSON object (an AdmissionReview)")
+    api_version = review.get("apiVersion")
+    if api_version != API_VERSION:
+        raise ReviewError(
+            f"apiVersion must be {API_VERSION} (got {api_version!r}); "
+            "configure the webhook with admissionReviewVersions: [v1]"
+        )
+    if review.get("kind") != KIND:
+        raise ReviewError(f"kind must be {KIND} (got {review.get('kind')!r})")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise ReviewError("request must be an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid must be a non-empty string")
+    gvk = request.get("kind")
+    if (
+        not isinstance(gvk, dict)
+        or not all(isinstance(gvk.get(k), str) for k in ("group", "version", "kind"))
+        or not gvk["kind"]
+    ):
+        raise ReviewError("request.kind must be an object with string group, version and kind")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise ReviewError(f"request.operation must be one of {', '.join(OPERATIONS)}")
+    obj = _optional_object(request, "object")
+    old = _optional_object(request, "oldObject")
+    if operation in ("CREATE", "UPDATE") and obj is None:
+        raise ReviewError(f"request.object is required for {operation}")
+    namespace = _optional_str(request, "namespace")
+    name = _optional_str(request, "name")
+    dry_run = request.get("dryRun", False)
+    if not isinstance(dry_run, bool) and dry_run is not None:
+        raise ReviewError("request.dryRun must be a boolean")
+    sub = _optional_str(request, "subResource")
+    user_info = request.get("userInfo")
+    user = user_info.get("username") if isinstance(user_info, dict) else None
+    return Request(
+        uid=uid,
+        kind=GroupVersionKind(gvk["group"], gvk["version"], gvk["kind"]),
+        operation=operation,
+        namespace=namespace or None,
+        name=name or None,
+        object=obj,
+        old_object=old,
+        dry_run=bool(dry_run),
+        sub_resource=sub or None,
+        user=user if isinstance(user, str) else None,
+    )
+
+
+def _optional_object(request: Mapping[str, Any], key: str) -> dict[str, Any] | None:
+    value = request.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ReviewError(f"request.{key} must be an object or null")
+    return value
+
+
+def _optional_str(request: Mapping[str, Any], key: str) -> str | None:
+    value = request.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ReviewError(f"request.{key} must be a string")
+    return value
+
+
+@dataclass
+class Verdict:
+    """The engine's answer, before encoding."""
+
+    allowed: bool = True
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    message: str = ""
+    code: int = 200
+    reason: str = ""
+
+
+def clean_warnings(warnings: list[str]) -> list[str]:
+    """Printable, bounded warnings: kubectl drops ones with control characters."""
+    cleaned: list[str] = []
+    total = 0
+    for text in warnings:
+        text = _CONTROL.sub(" ", text).strip()
+        if len(text) > WARNING_MAX_CHARS:
+            text = text[: WARNING_MAX_CHARS - 3] + "..."
+        if total + len(text) > WARNINGS_MAX_TOTAL:
+            cleaned.append(f"retry-policy: {len(warnings) - len(cleaned)} more warnings not shown")
+            break
+        cleaned.append(text)
+        total += len(text)
+    return cleaned
+
+
+def encode(uid: str, verdict: Verdict) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    if verdict.allowed and verdict.patch:
+        raw = json.dumps(verdict.patch, separators=(",", ":")).encode()
+        response["patch"] = base64.b64encode(raw).decode()
+        response["patchType"] = "JSONPatch"
+    if not verdict.allowed:
+        status: dict[str, Any] = {
+            "code": max(400, verdict.code),
+            "message": verdict.message,
+        }
+        if verdict.reason:
+            status["reason"] = verdict.reason
+        response["status"] = status
+    warnings = clean_warnings(verdict.warnings)
+    if warnings:
+        response["warnings"] = warnings
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

@@ -1,0 +1,360 @@
+"""How many counted failures a Job has had: the attempt number of its next pod.
+
+Pod admission is on the hot path of every Job retry, so the answer comes from a
+watch-backed in-memory cache (one list, then a watch stream), never from a request per
+pod. Only on a cache miss (a Job created a moment ago, before its watch event arrived)
+is there one bounded GET; when the API cannot answer, the caller admits the pod
+unchanged with a warning. A short circuit breaker keeps an unreachable API server from
+adding its timeout to every admission.
+
+Counting follows FACTS.md: ``max(status.failed + len(status.uncountedTerminatedPods.failed),
+the Job's own Failed pods that matched no Ignore rule)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.failurepolicy import PodFailure, evaluate
+
+log = logging.getLogger(__name__)
+
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
+
+
+@dataclass(frozen=True)
+class AttemptLookup:
+    """Counted failures so far (``None``: unknown) and where the number came from."""
+
+    failures: int | None
+    source: str
+    reason: str = ""
+
+
+class AttemptSource(Protocol):
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+class NoCluster:
+    """No API connection (dry-run, local development): every lookup is unknown."""
+
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        return AttemptLookup(None, "none", "no connection to a cluster")
+
+    def stats(self) -> dict[str, Any]:
+        return {"enabled": False}
+
+
+def job_failed_count(job: Mapping[str, Any]) -> int:
+    status = job.get("status") or {}
+    failed = status.get("failed") or 0
+    uncounted = (status.get("uncountedTerminatedPods") or {}).get("failed") or []
+    return int(failed) + len(uncounted)
+
+
+def _ignore_rules(job: Mapping[str, Any]) -> tuple | None:
+    """The Job's rules, kept only when an Ignore rule exists (else no pod can be ignored)."""
+    policy = (job.get("spec") or {}).get("podFailurePolicy") or {}
+    rules = policy.get("rules") or []
+    if any(isinstance(r, Mapping) and r.get("action") == "Ignore" for r in rules):
+        return tuple(rules)
+    return None
+
+
+class _Informer:
+    """List-then-watch one resource, calling ``apply(type, object)`` for each event.
+
+    Objects are decoded as plain JSON (not into the client's model classes, which is
+    an order of magnitude slower and larger): only a few fields are kept.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        reset: Callable[[], None],
+        apply: Callable[[str, Mapping[str, Any]], None],
+        kwargs: Mapping[str, Any],
+        stop: threading.Event,
+    ):
+        self.name = name
+        self.list_fn = list_fn
+        self.reset = reset
+        self.apply = apply
+        self.kwargs = dict(kwargs)
+        self.stop = stop
+        self.synced = threading.Event()
+        self.errors = 0
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                version = self._list()
+                self.synced.set()
+                backoff = 0.5
+                self._watch(version)
+            except Exception as err:  # the loop must survive anything the API does
+                self.errors += 1
+                log.warning("attempt cache %s: %s; relisting in %.1fs", self.name, err, backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _list(self) -> str:
+        token = None
+        items: list[Mapping[str, Any]] = []
+        while True:
+            resp = self.list_fn(
+                limit=500,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=60,
+                **self.kwargs,
+            )
+            page = json.loads(resp.data)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                version = (page.get("metadata") or {}).get("resourceVersion") or ""
+                break
+        self.reset()
+        for item in items:
+            self.apply("ADDED", item)
+        return version
+
+    def _watch(self, version: str) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        while not self.stop.is_set():
+            resp = self.list_fn(
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=240,
+                _preload_content=False,
+                _request_timeout=(10, 300),
+                **self.kwargs,
+            )
+            try:
+                for line in iter_resp_lines(resp):
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self.apply(kind, obj)
+                    if self.stop.is_set():
+                        return
+            finally:
+                resp.release_conn()
+
+
+class JobCache:
+    """Watch-backed counts of failed attempts per Job UID."""
+
+    def __init__(
+        self,
+        batch_api: Any,
+        core_api: Any,
+        lookup_timeout: float = 0.5,
+        breaker_seconds: float = 10.0,
+        watch_pods: bool = True,
+    ):
+        self.batch_api = batch_api
+        self.core_api = core_api
+        self.lookup_timeout = lookup_timeout
+        self.breaker_seconds = breaker_seconds
+        self._lock = threading.Lock()
+        self._jobs: dict[str, int] = {}
+        self._rules: dict[str, tuple] = {}
+        self._pod_job: dict[str, tuple[str, bool]] = {}
+        self._pod_counts: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._open_until = 0.0
+        self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
+        self._informers = [
+            _Informer(
+                "jobs",
+                batch_api.list_job_for_all_namespaces,
+                self._reset_jobs,
+                self._apply_job,
+                {},
+                self._stop,
+            )
+        ]
+        if watch_pods:
+            self._informers.append(
+                _Informer(
+                    "failed-pods",
+                    core_api.list_pod_for_all_namespaces,
+                    self._reset_pods,
+                    self._apply_pod,
+                    {"label_selector": JOB_UID_LABEL, "field_selector": "status.phase=Failed"},
+                    self._stop,
+                )
+            )
+        self._threads: list[threading.Thread] = []
+
+    # --- lifecycle ---------------------------------------------------------------
+    def start(self) -> JobCache:
+        for informer in self._informers:
+            thread = threading.Thread(
+                target=informer.run, name=f"cache-{informer.name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._informers)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self._informers)
+
+    # --- store updates (called from informer threads) ---------------------------
+    def _reset_jobs(self) -> None:
+        with self._lock:
+            self._jobs.clear()
+            self._rules.clear()
+
+    def _apply_job(self, kind: str, job: Mapping[str, Any]) -> None:
+        uid = (job.get("metadata") or {}).get("uid")
+        if not uid:
+            return
+        with self._lock:
+            if kind == "DELETED":
+                self._jobs.pop(uid, None)
+                self._rules.pop(uid, None)
+                return
+            self._jobs[uid] = job_failed_count(job)
+            rules = _ignore_rules(job)
+            if rules is None:
+                self._rules.pop(uid, None)
+            else:
+                self._rules[uid] = rules
+
+    def _reset_pods(self) -> None:
+        with self._lock:
+            self._pod_job.clear()
+            self._pod_counts.clear()
+
+    def _apply_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not uid:
+            return
+        with self._lock:
+            previous = self._pod_job.pop(uid, None)
+            if previous is not None and previous[1]:
+                self._pod_counts[previous[0]] -= 1
+                if not self._pod_counts[previous[0]]:
+                    del self._pod_counts[previous[0]]
+            phase = (pod.get("status") or {}).get("phase")
+            if kind == "DELETED" or phase != "Failed":
+                return
+            job_uid = _controller_uid(meta)
+            if job_uid is None:
+                return
+            rules = self._rules.get(job_uid)
+            match = evaluate(rules, PodFailure.from_pod(pod)) if rules else None
+            counted = match is None or match.action != "Ignore"
+            self._pod_job[uid] = (job_uid, counted)
+            if counted:
+                self._pod_counts[job_uid] = self._pod_counts.get(job_uid, 0) + 1
+
+    # --- lookups (hot path) ------------------------------------------------------
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        with self._lock:
+            failed = self._jobs.get(uid)
+            pods = self._pod_counts.get(uid, 0)
+        if failed is not None:
+            self._counters["hits"] += 1
+            return AttemptLookup(max(failed, pods), "Job status (cache)")
+        self._counters["misses"] += 1
+        return self._fallback(namespace, name, uid, pods)
+
+    def _fallback(self, namespace: str, name: str, uid: str, pods: int) -> AttemptLookup:
+        now = time.monotonic()
+        if now < self._open_until:
+            self._counters["breaker_skips"] += 1
+            return AttemptLookup(None, "none", "Kubernetes API unavailable (recent errors)")
+        half = self.lookup_timeout / 2
+        try:
+            resp = self.batch_api.read_namespaced_job(
+                name, namespace, _preload_content=False, _request_timeout=(half, half)
+            )
+            job = json.loads(resp.data)
+        except Exception as err:
+            self._counters["fallback_errors"] += 1
+            self._open_until = time.monotonic() + self.breaker_seconds
+            return AttemptLookup(None, "none", f"Job {namespace}/{name} unreadable: {_short(err)}")
+        if (job.get("metadata") or {}).get("uid") != uid:
+            return AttemptLookup(None, "none", f"Job {namespace}/{name} was replaced")
+        return AttemptLookup(max(job_failed_count(job), pods), "Job status (API)")
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            size = len(self._jobs)
+            pods = len(self._pod_job)
+        return {
+            "enabled": True,
+            "synced": self.synced,
+            "jobs": size,
+            "failed_pods": pods,
+            "watch_errors": sum(i.errors for i in self._informers),
+            **self._counters,
+        }
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "Job":
+            return ref.get("uid")
+    return (meta.get("labels") or {}).get(JOB_UID_LABEL)
+
+
+def _short(err: Exception) -> str:
+    status = getattr(err, "status", None)
+    if status:
+        return f"HTTP {status}"
+    return type(err).__name__
+
+
+def connect(mode: str = "auto") -> tuple[Any, Any] | None:
+    """API clients for the cache: in-cluster first, then kubeconfig; ``None`` when off."""
+    if mode == "off":
+        return None
+    from kubernetes import client, config
+
+    try:
+        if mode in ("auto", "incluster"):
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                if mode == "incluster":
+                    raise
+                config.load_kube_config()
+        else:
+            config.load_kube_config()
+    except Exception as err:
+        if mode == "auto":
+            log.info("no Kubernetes API configured (%s); attempt lookups disabled", err)
+            return None
+        raise
+    api = client.ApiClient()
+    return client.BatchV1Api(api), client.CoreV1Api(api)

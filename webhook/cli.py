@@ -1,0 +1,248 @@
+"""``retry-webhook``: serve the webhook, dry-run manifests offline, manage certificates.
+
+The dry-run runs the same engine as the server, on the object the server would see:
+API defaults applied first, and the manifest recorded as the user's intent the way
+``kubectl apply`` records it (so a written ``backoffLimit: 6`` is told apart from a
+defaulted one). Exit codes are for pipelines: 0 all allowed, 1 any denied, 2 the input
+or config could not be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import yaml
+
+from webhook import certs, defaults, engine
+from webhook.config import ConfigError, load_config
+from webhook.intent import LAST_APPLIED
+
+EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
+
+
+class InputError(Exception):
+    pass
+
+
+def read_documents(path: str, stdin: TextIO | None = None) -> list[dict[str, Any]]:
+    """Objects from a YAML (multi-document) or JSON file; ``List`` kinds are flattened."""
+    try:
+        if path == "-":
+            text = (stdin or sys.stdin).read()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"cannot read {path}: {err}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as err:
+        raise InputError(f"{path} is not valid YAML or JSON: {err}") from None
+    objects: list[dict[str, Any]] = []
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        for obj in _flatten(doc):
+            if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
+                raise InputError(
+                    f"{path}: document {index + 1} is not a Kubernetes object "
+                    "(needs apiVersion and kind)"
+                )
+            objects.append(obj)
+    return objects
+
+
+def _flatten(doc: Any) -> Iterator[Any]:
+    if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc:
+        for item in doc.get("items") or []:
+            yield from _flatten(item)
+    else:
+        yield doc
+
+
+def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any], bool]:
+    """The object as the API server would hand it to a webhook on ``kubectl apply``.
+
+    Returns it and whether a last-applied record was added (to strip from the output).
+    """
+    manifest = copy.deepcopy(obj)
+    prepared = copy.deepcopy(obj)
+    metadata = prepared.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = prepared["metadata"] = {}
+    metadata["namespace"] = namespace or metadata.get("namespace") or "default"
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = metadata["annotations"] = {}
+    synthetic = LAST_APPLIED not in annotations
+    if synthetic:
+        annotations[LAST_APPLIED] = json.dumps(manifest, separators=(",", ":"))
+    defaults.apply_defaults(prepared)
+    return prepared, synthetic
+
+
+def _strip(obj: dict[str, Any], synthetic: bool) -> dict[str, Any]:
+    if synthetic:
+        annotations = obj.get("metadata", {}).get("annotations", {})
+        annotations.pop(LAST_APPLIED, None)
+        if not annotations:
+            obj["metadata"].pop("annotations", None)
+    return obj
+
+
+def _label(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
+    return f"{obj.get('kind')}/{name}"
+
+
+def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    try:
+        objects = read_documents(args.filename)
+    except InputError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    results: list[dict[str, Any]] = []
+    patches: list[dict[str, Any]] = []
+    denied = 0
+    for obj in objects:
+        prepared, synthetic = prepare(obj, args.namespace)
+        verdict, result = engine.review_object(prepared, config, args.namespace)
+        for warning in verdict.warnings:
+            print(f"Warning: {warning}", file=stderr)
+        if not verdict.allowed:
+            denied += 1
+            print(f"Error: {_label(obj)} denied: {verdict.message}", file=stderr)
+            continue
+        results.append(_strip(result, synthetic))
+        patches.append(
+            {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "namespace": prepared["metadata"]["namespace"],
+                "name": prepared["metadata"].get("name"),
+                "patch": verdict.patch,
+            }
+        )
+    if args.output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": results}, stdout, indent=2)
+        stdout.write("\n")
+    elif args.output == "patch":
+        json.dump(patches, stdout, indent=2)
+        stdout.write("\n")
+    else:
+        yaml.safe_dump_all(results, stdout, sort_keys=False, default_flow_style=False)
+    return EXIT_DENIED if denied else EXIT_OK
+
+
+def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_DENIED
+    print(
+        f"{config.source}: OK ({len(config.defaults)} cluster defaults, "
+        f"{len(config.namespaces)} namespace overrides, "
+        f"{len(config.spot_node_labels)} spot node labels)",
+        file=stdout,
+    )
+    return EXIT_OK
+
+
+def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    paths = certs.generate(args.cert_dir, args.service, args.namespace, days=args.days)
+    print(f"wrote {paths.ca_cert}, {paths.cert}, {paths.key}", file=stdout)
+    return EXIT_OK
+
+
+def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    from webhook.server import ServeOptions, serve
+
+    options = ServeOptions(
+        config_path=args.config,
+        cert_dir=args.cert_dir,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        threads=args.threads,
+        kube=args.kube,
+        service=args.service,
+        namespace=args.namespace,
+        lookup_timeout=args.lookup_timeout,
+        log_level=args.log_level,
+    )
+    try:
+        serve(options)
+    except ConfigError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    except certs.CertError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retry-webhook",
+        description="Kubernetes admission webhook for retry and failure policy.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the HTTPS admission server")
+    serve.add_argument("--config", help="cluster defaults YAML (default: built-in defaults)")
+    serve.add_argument("--cert-dir", default="certs", help="tls.crt/tls.key (generated if absent)")
+    serve.add_argument("--host", default="0.0.0.0")  # noqa: S104
+    serve.add_argument("--port", type=int, default=8443)
+    serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--threads", type=int, default=8)
+    serve.add_argument(
+        "--kube",
+        choices=("auto", "off", "incluster", "kubeconfig"),
+        default="auto",
+        help="API access for attempt counts (auto: in-cluster, then kubeconfig, else off)",
+    )
+    serve.add_argument("--service", default=certs.DEFAULT_SERVICE)
+    serve.add_argument("--namespace", default=certs.DEFAULT_NAMESPACE)
+    serve.add_argument("--lookup-timeout", type=float, default=0.5)
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=run_server)
+
+    dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
+    dry.add_argument("-f", "--filename", required=True, help="YAML or JSON file, - for stdin")
+    dry.add_argument("--config", help="cluster defaults YAML")
+    dry.add_argument("-n", "--namespace", help="namespace for objects that name none")
+    dry.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
+    dry.set_defaults(func=dry_run)
+
+    check = sub.add_parser("check-config", help="validate a cluster defaults file")
+    check.add_argument("config")
+    check.set_defaults(func=check_config)
+
+    cert = sub.add_parser("certs", help="generate a CA and serving certificate")
+    cert.add_argument("--cert-dir", default="certs")
+    cert.add_argument("--service", default=certs.DEFAULT_SERVICE)
+    cert.add_argument("--namespace", default=certs.DEFAULT_NAMESPACE)
+    cert.add_argument("--days", type=int, default=365)
+    cert.set_defaults(func=make_certs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args, sys.stdout, sys.stderr))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

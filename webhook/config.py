@@ -1,0 +1,293 @@
+"""Cluster defaults and guard rails set by admins, loaded from one YAML file.
+
+The file is parsed once (at start, and again on reload), never per request: the
+admission hot path only reads the frozen ``Config``. Every problem in the file is
+collected and reported together, and the loader never constructs arbitrary objects
+(``yaml.safe_load`` only).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.policy import KEYS, BadValue, Layer, Source, did_you_mean, format_value
+from webhook.problems import Problem
+
+#: Spot/preemptible node labels by provider (FACTS.md). A node without the label is
+#: not spot, which is why non-spot placement uses ``NotIn`` rather than ``In``.
+DEFAULT_SPOT_NODE_LABELS: dict[str, tuple[str, ...]] = {
+    "cloud.google.com/gke-spot": ("true",),
+    "cloud.google.com/gke-preemptible": ("true",),
+    "eks.amazonaws.com/capacityType": ("SPOT",),
+    "karpenter.sh/capacity-type": ("spot",),
+    "kubernetes.azure.com/scalesetpriority": ("spot",),
+}
+
+_TOP_KEYS = ("defaults", "guardRails", "spotNodeLabels", "namespaces")
+_NS_KEYS = ("defaults", "guardRails")
+_GUARD_KEYS = ("maxBackoffLimit",)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+class ConfigError(Exception):
+    """An invalid config file; ``problems`` lists every issue found."""
+
+    def __init__(self, source: str, problems: list[Problem]):
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid config {source}: {len(problems)} problem(s)\n{lines}")
+
+
+@dataclass(frozen=True)
+class GuardRails:
+    """Limits admins enforce whatever users annotate. ``None`` means no limit."""
+
+    max_backoff_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceOverride:
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    guard_rails: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    guard_rails: GuardRails = field(default_factory=GuardRails)
+    spot_node_labels: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: dict(DEFAULT_SPOT_NODE_LABELS)
+    )
+    namespaces: Mapping[str, NamespaceOverride] = field(default_factory=dict)
+    source: str = "<built-in defaults>"
+
+    def layers(self, namespace: str | None) -> list[Layer]:
+        """Default layers below the object's own annotations, highest precedence first."""
+        layers = []
+        override = self.namespaces.get(namespace or "")
+        if override is not None and override.defaults:
+            layers.append(Layer(Source.NAMESPACE, override.defaults, f"({namespace})"))
+        if self.defaults:
+            layers.append(Layer(Source.CLUSTER, self.defaults))
+        return layers
+
+    def affects_unannotated(self, namespace: str | None) -> bool:
+        """Whether objects without our annotations can still be changed or denied here."""
+        override = self.namespaces.get(namespace or "")
+        return bool(
+            self.defaults
+            or (override is not None and override.defaults)
+            or self.rails(namespace).max_backoff_limit is not None
+        )
+
+    def rails(self, namespace: str | None) -> GuardRails:
+        override = self.namespaces.get(namespace or "")
+        if override is None or not override.guard_rails:
+            return self.guard_rails
+        merged = {"max_backoff_limit": self.guard_rails.max_backoff_limit}
+        merged.update(override.guard_rails)
+        return GuardRails(**merged)
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Load and validate a config file; ``None`` gives the built-in defaults."""
+    if path is None:
+        return Config()
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(source, [Problem(source, f"cannot read: {err}")]) from err
+    return parse_config(text, source)
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(source, [Problem(source, f"not valid YAML: {err}")]) from err
+    if data is None:
+        data = {}
+    problems: list[Problem] = []
+    if not isinstance(data, dict):
+        raise ConfigError(source, [Problem(source, "the top level must be a mapping")])
+    _unknown_keys(data, _TOP_KEYS, "", problems)
+    defaults = _defaults(data.get("defaults"), "defaults", problems)
+    rails = _guard_rails(data.get("guardRails"), "guardRails", problems)
+    spot = _spot_labels(data.get("spotNodeLabels", None), problems)
+    namespaces: dict[str, NamespaceOverride] = {}
+    raw_ns = data.get("namespaces") or {}
+    if not isinstance(raw_ns, dict):
+        problems.append(Problem("namespaces", "must be a mapping of namespace name to overrides"))
+        raw_ns = {}
+    for name, body in raw_ns.items():
+        where = f"namespaces.{name}"
+        if not isinstance(name, str) or _DNS_LABEL.fullmatch(name) is None:
+            problems.append(Problem(where, "is not a valid namespace name (RFC 1123 label)"))
+            continue
+        if not isinstance(body, dict):
+            problems.append(Problem(where, "must be a mapping with defaults and/or guardRails"))
+            continue
+        _unknown_keys(body, _NS_KEYS, where + ".", problems)
+        ns_defaults = _defaults(body.get("defaults"), where + ".defaults", problems)
+        ns_rails = _guard_rails(body.get("guardRails"), where + ".guardRails", problems)
+        namespaces[name] = NamespaceOverride(ns_defaults, ns_rails)
+    config = Config(
+        defaults=defaults,
+        guard_rails=GuardRails(**rails),
+        spot_node_labels=spot,
+        namespaces=namespaces,
+        source=source,
+    )
+    problems.extend(_consistency(config))
+    if problems:
+        raise ConfigError(source, problems)
+    return config
+
+
+def _unknown_keys(data: dict, allowed: tuple[str, ...], where: str, problems: list[Problem]):
+    for key in data:
+        if key not in allowed:
+            hint = did_you_mean(str(key), list(allowed)) or "allowed: " + ", ".join(allowed)
+            problems.append(Problem(f"{where}{key}", f"unknown key; {hint}"))
+
+
+def _defaults(raw: Any, where: str, problems: list[Problem]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(Problem(where, "must be a mapping of annotation name to value"))
+        return {}
+    allowed = [name for name, spec in KEYS.items() if spec.settable_default]
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        spec = KEYS.get(name) if isinstance(name, str) else None
+        if spec is None or not spec.settable_default:
+            hint = did_you_mean(str(name), allowed) or "allowed: " + ", ".join(allowed)
+            problems.append(Problem(f"{where}.{name}", f"unknown default; {hint}"))
+            continue
+        if value is None:
+            continue
+        text = _as_text(value)
+        if text is None:
+            problems.append(Problem(f"{where}.{name}", f"unsupported value {value!r}"))
+            continue
+        try:
+            values[name] = spec.parse(text)
+        except BadValue as err:
+            problems.append(Problem(f"{where}.{name}", f"{value!r} is not valid; {err}"))
+    return values
+
+
+def _as_text(value: Any) -> str | None:
+    """YAML gives native types; map them onto the annotation grammar so both agree."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return ",".join(str(v) for v in value)
+    return None
+
+
+def _guard_rails(raw: Any, where: str, problems: list[Problem]) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        problems.append(Problem(where, "must be a mapping"))
+        return {}
+    _unknown_keys(raw, _GUARD_KEYS, where + ".", problems)
+    rails: dict[str, Any] = {}
+    if "maxBackoffLimit" in raw:
+        value = raw["maxBackoffLimit"]
+        if value is None:
+            rails["max_backoff_limit"] = None
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            rails["max_backoff_limit"] = value
+        else:
+            problems.append(
+                Problem(f"{where}.maxBackoffLimit", f"{value!r} is not a whole number >= 0")
+            )
+    return rails
+
+
+def _spot_labels(raw: Any, problems: list[Problem]) -> dict[str, tuple[str, ...]]:
+    if raw is None:
+        return dict(DEFAULT_SPOT_NODE_LABELS)
+    if not isinstance(raw, dict):
+        problems.append(Problem("spotNodeLabels", "must be a mapping of label key to values"))
+        return {}
+    labels: dict[str, tuple[str, ...]] = {}
+    for key, values in raw.items():
+        where = f"spotNodeLabels.{key}"
+        if not isinstance(key, str) or not _valid_label_key(key):
+            problems.append(Problem(where, "is not a valid label key"))
+            continue
+        if isinstance(values, str):
+            values = [values]
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) and _LABEL_VALUE.fullmatch(v) for v in values)
+        ):
+            problems.append(Problem(where, "must be a label value or a non-empty list of them"))
+            continue
+        labels[key] = tuple(sorted(set(values)))
+    return labels
+
+
+def _valid_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or _DNS_SUBDOMAIN.fullmatch(prefix) is None):
+        return False
+    return _LABEL_NAME.fullmatch(name) is not None
+
+
+def _consistency(config: Config) -> list[Problem]:
+    """Cross-field checks: a default must itself pass the guard rails it lives under."""
+    problems = []
+    scopes = [("defaults", config.defaults, None)] + [
+        (f"namespaces.{ns}.defaults", o.defaults, ns) for ns, o in config.namespaces.items()
+    ]
+    for where, defaults, ns in scopes:
+        rails = config.rails(ns)
+        limit = defaults.get("backoff-limit")
+        if ns is not None and limit is None:
+            limit = config.defaults.get("backoff-limit")
+            where = "defaults"
+        if (
+            limit is not None
+            and rails.max_backoff_limit is not None
+            and limit > rails.max_backoff_limit
+        ):
+            problems.append(
+                Problem(
+                    f"{where}.backoff-limit",
+                    f"{limit} is above the guard rail maxBackoffLimit={rails.max_backoff_limit}"
+                    + (f" of namespace {ns}" if ns else ""),
+                )
+            )
+        if defaults.get("non-spot-attempts") and not config.spot_node_labels:
+            problems.append(
+                Problem(f"{where}.non-spot-attempts", "needs spotNodeLabels, which is empty")
+            )
+    return problems
+
+
+def render_defaults(values: Mapping[str, Any]) -> dict[str, str]:
+    """Defaults back in annotation grammar, for documentation and ``explain``."""
+    return {name: format_value(name, value) for name, value in values.items()}

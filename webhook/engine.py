@@ -1,0 +1,176 @@
+"""The admission data path, top to bottom: request -> policy -> mutation -> patch -> verdict.
+
+Mutation works on a deep copy and the JSON Patch is the diff between the original and
+the copy (never hand-written pointers), so the patch is correct by construction:
+pointer escaping, parents that must exist, nothing outside what changed. Validation
+runs the very same mutation and denies what it reports, so the two webhooks and the
+dry-run CLI can never disagree.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import jsonpatch
+
+from webhook.admission import Request, Verdict
+from webhook.attempts import AttemptSource, NoCluster
+from webhook.config import Config
+from webhook.mutators import Context, Outcome, has_policy_annotations, lookup
+from webhook.policy import PREFIX, Scope, Source, parse_annotations
+from webhook.problems import Problem, summarize
+
+log = logging.getLogger(__name__)
+
+_NO_CLUSTER = NoCluster()
+
+
+def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUSTER) -> Verdict:
+    """Answer the mutating webhook: a patch and one warning per change, or a denial."""
+    mutator = lookup(request.kind.group, request.kind.kind)
+    original = request.object
+    if mutator is None or request.operation != "CREATE" or original is None:
+        return Verdict()
+    ctx = Context(config, attempts, _namespace(request), request.operation)
+    if not mutator.applies(original, ctx):
+        return Verdict()
+    mutated = copy.deepcopy(original)
+    try:
+        outcome = mutator.mutate(mutated, ctx)
+    except Exception:
+        log.exception("mutation failed for %s %s", request.kind.kind, request.uid)
+        return Verdict(warnings=["retry-policy: internal error; no policy was applied"])
+    if outcome.problems:
+        return _deny(outcome.problems, outcome.warnings)
+    patch = jsonpatch.make_patch(original, mutated).patch
+    return Verdict(patch=patch, warnings=outcome.warnings if patch else outcome.notes)
+
+
+def validate(request: Request, config: Config) -> Verdict:
+    """Answer the validating webhook: deny every problem the mutation reports, and any
+    annotation-requested change that is missing (the mutating webhook did not run, or a
+    later webhook undid it), so a policy a user asked for is never silently lost."""
+    mutator = lookup(request.kind.group, request.kind.kind)
+    obj = request.object
+    if mutator is None or obj is None:
+        return Verdict()
+    if request.operation == "UPDATE":
+        return _validate_update(request, obj)
+    if request.operation != "CREATE":
+        return Verdict()
+    ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
+    if not mutator.applies(obj, ctx):
+        return Verdict()
+    try:
+        outcome = mutator.mutate(copy.deepcopy(obj), ctx)
+    except Exception:
+        log.exception("validation failed for %s %s", request.kind.kind, request.uid)
+        if has_policy_annotations(obj.get("metadata")):
+            return _deny([Problem("retry-policy", "internal error evaluating the policy")], [])
+        return Verdict()
+    problems = list(outcome.problems)
+    if getattr(mutator, "enforce_applied", True):
+        problems.extend(_unapplied(outcome))
+    if problems:
+        return _deny(problems, [])
+    return Verdict()
+
+
+def _unapplied(outcome: Outcome) -> list[Problem]:
+    return [
+        Problem(
+            "retry-policy",
+            f"the policy you annotated was not applied "
+            f"({change.text.removeprefix('retry-policy: ')}); "
+            "is the mutating webhook installed and reachable?",
+            "not-applied",
+        )
+        for change in outcome.changes
+        if change.setting is not None and change.setting.source is Source.ANNOTATION
+    ]
+
+
+def _validate_update(request: Request, obj: Mapping[str, Any]) -> Verdict:
+    """On UPDATE only our annotations can change: check them, and say they come too late."""
+    new = _ours(obj)
+    old = _ours(request.old_object or {})
+    if new == old:
+        return Verdict()
+    scope = Scope.POD if request.kind.kind == "Pod" else Scope.WORKLOAD
+    _, problems = parse_annotations(new, scope)
+    if problems:
+        return _deny(problems, [])
+    return Verdict(
+        warnings=[
+            f"retry-policy: {request.kind.kind} already exists; changed retry-policy annotations "
+            "apply to objects created from now on, not to this one"
+        ]
+    )
+
+
+def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = obj.get("metadata") or {}
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return {}
+    return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)}
+
+
+def _namespace(request: Request) -> str | None:
+    if request.namespace:
+        return request.namespace
+    metadata = (request.object or {}).get("metadata")
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("namespace"), str):
+        return metadata["namespace"]
+    return None
+
+
+def _deny(problems: list[Problem], warnings: list[str]) -> Verdict:
+    guard_rail_only = all(p.reason == "guard-rail" for p in problems)
+    return Verdict(
+        allowed=False,
+        message="retry-policy: " + summarize(problems),
+        code=403 if guard_rail_only else 422,
+        reason="Forbidden" if guard_rail_only else "Invalid",
+        warnings=warnings,
+    )
+
+
+def review_object(
+    obj: dict[str, Any],
+    config: Config,
+    namespace: str | None = None,
+    attempts: AttemptSource = _NO_CLUSTER,
+) -> tuple[Verdict, dict[str, Any]]:
+    """Mutate then validate one object as the API server would; for the dry-run CLI.
+
+    Returns the combined verdict and the resulting object (unchanged when denied).
+    """
+    from webhook.admission import GroupVersionKind
+
+    api_version = str(obj.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    request = Request(
+        uid="dry-run",
+        kind=GroupVersionKind(group, version, str(obj.get("kind") or "")),
+        operation="CREATE",
+        namespace=namespace or metadata.get("namespace"),
+        name=metadata.get("name"),
+        object=obj,
+        old_object=None,
+        dry_run=True,
+    )
+    mutated_verdict = mutate(request, config, attempts)
+    if not mutated_verdict.allowed:
+        return mutated_verdict, obj
+    result = jsonpatch.apply_patch(obj, mutated_verdict.patch) if mutated_verdict.patch else obj
+    second = validate(dataclasses.replace(request, object=result), config)
+    if not second.allowed:
+        second.warnings = mutated_verdict.warnings
+        return second, obj
+    return mutated_verdict, result

@@ -1,0 +1,138 @@
+"""Workload mutators: one module per kind, one registry.
+
+A mutator edits a deep copy of the admitted object in place and reports, as values,
+what it changed (each change becomes a warning) and what is wrong (each problem
+becomes part of a denial). The engine diffs the copy against the original for the
+patch, and derives validation from the same run, so the two webhooks cannot disagree.
+Adding a kind means one new module and one ``register`` call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook.attempts import AttemptSource, NoCluster
+from webhook.config import Config
+from webhook.policy import PREFIX, Layer, Policy, Scope, Setting, Source, parse_annotations, resolve
+from webhook.problems import Problem
+
+
+@dataclass
+class Context:
+    """What a mutator may consult besides the object: config and the attempt cache."""
+
+    config: Config
+    attempts: AttemptSource = field(default_factory=NoCluster)
+    namespace: str | None = None
+    operation: str = "CREATE"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change made to the object, with the setting that caused it."""
+
+    text: str
+    setting: Setting | None = None
+
+
+@dataclass
+class Outcome:
+    problems: list[Problem] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def changed(self, text: str, setting: Setting | None = None) -> None:
+        self.changes.append(Change(text, setting))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    @property
+    def warnings(self) -> list[str]:
+        return [c.text for c in self.changes] + self.notes
+
+    def conflict(self, policy: Policy, name: str, message: str, reason: str) -> None:
+        """A setting that cannot be honoured: deny it when the user asked for it by
+        annotation; skip it with a warning when it came from an admin default (a
+        default must never make an otherwise valid object fail)."""
+        setting = policy.setting(name)
+        if setting.source is Source.ANNOTATION:
+            self.problems.append(Problem(f"annotation {PREFIX}{name}", message, reason))
+        else:
+            self.note(f"retry-policy: {name} ({setting.describe(name)}) skipped: {message}")
+
+
+class Mutator(Protocol):
+    group: str
+    kind: str
+    #: Whether the validating webhook denies annotation-requested changes it finds missing.
+    enforce_applied: bool
+
+    def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
+        """Cheap test run before any copy: can this object be changed or denied at all?"""
+        ...
+
+    def mutate(self, obj: dict[str, Any], ctx: Context) -> Outcome: ...
+
+
+_REGISTRY: dict[tuple[str, str], Mutator] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: one instance of each mutator serves every request (they are stateless)."""
+    mutator = cls()
+    _REGISTRY[(mutator.group, mutator.kind)] = mutator
+    return cls
+
+
+def lookup(group: str, kind: str) -> Mutator | None:
+    return _REGISTRY.get((group, kind))
+
+
+def registered() -> list[tuple[str, str]]:
+    return sorted(_REGISTRY)
+
+
+def has_policy_annotations(metadata: Any) -> bool:
+    """The cheap test that lets the common case (no annotations of ours) skip all work."""
+    if not isinstance(metadata, Mapping):
+        return False
+    annotations = metadata.get("annotations")
+    return isinstance(annotations, Mapping) and any(
+        isinstance(k, str) and k.startswith(PREFIX) for k in annotations
+    )
+
+
+def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]:
+    """Resolve a workload's policy: its annotations over namespace and cluster defaults."""
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    values, problems = parse_annotations(annotations, Scope.WORKLOAD)
+    layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
+    return resolve(layers), problems
+
+
+def applied_record(policy: Policy) -> str:
+    """The compact, deterministic record written to ``retry-policy.dev/applied``."""
+    record: dict[str, Any] = {}
+    if policy.backoff_limit is not None:
+        record["backoffLimit"] = policy.backoff_limit
+    if policy.fail_non_retriable:
+        record["failNonRetriable"] = list(policy.retriable_exit_codes)
+    if policy.ignore_disruptions:
+        record["ignoreDisruptions"] = True
+    if policy.non_spot_attempts:
+        record["nonSpotAttempts"] = policy.non_spot_attempts
+    if policy.error_propagation:
+        record["errorPropagation"] = policy.error_propagation
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def _load_builtin() -> None:
+    # Imported for their ``register`` side effect; kept last to avoid import cycles.
+    from webhook.mutators import job, pod  # noqa: F401
+
+
+_load_builtin()

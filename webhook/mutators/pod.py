@@ -1,0 +1,181 @@
+"""v1 Pod: error-propagation env vars, and non-spot placement of the last attempts.
+
+A pod learns its policy from its own annotations (copied there from its workload's
+template at workload admission), so the only lookup is its attempt number. Pods made
+by a controller are never denied for policy problems: the controller could not fix
+them and the workload was already validated; they are admitted with a warning
+(fail-open). Bare pods, written by a person, are denied like any workload.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from webhook import podspec
+from webhook.attempts import AttemptLookup
+from webhook.mutators import Context, Outcome, has_policy_annotations, register
+from webhook.policy import (
+    APPLIED,
+    PREFIX,
+    BadValue,
+    Layer,
+    Policy,
+    Scope,
+    Source,
+    parse_annotations,
+    parse_count,
+    resolve,
+)
+from webhook.problems import Problem
+
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+
+
+def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for ref in metadata.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+@register
+class PodMutator:
+    group = ""
+    kind = "Pod"
+    #: Placement depends on a live attempt count; validation must not second-guess it.
+    enforce_applied = False
+
+    def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
+        return has_policy_annotations(pod.get("metadata"))
+
+    def mutate(self, pod: dict[str, Any], ctx: Context) -> Outcome:
+        out = Outcome()
+        metadata = pod.get("metadata")
+        if not self.applies(pod, ctx):
+            return out
+        owner = controller_of(metadata)
+        values, problems = parse_annotations(metadata.get("annotations"), Scope.POD)
+        if problems:
+            self._report(out, problems, owner)
+            return out
+        policy = resolve([Layer(Source.ANNOTATION, values)])
+        spec = pod.get("spec")
+        if not isinstance(spec, dict):
+            return out
+        if policy.error_propagation:
+            names = podspec.add_error_propagation(spec, policy.error_propagation)
+            if names:
+                out.changed(
+                    "retry-policy: error-propagation env vars added to containers "
+                    + ", ".join(names),
+                    policy.setting("error-propagation"),
+                )
+        if policy.non_spot_attempts > 0:
+            record = self._place(pod, spec, policy, owner, ctx, out)
+            if record is not None and not out.problems:
+                text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+                podspec.set_annotation(metadata, APPLIED, text)
+        return out
+
+    def _report(self, out: Outcome, problems: list[Problem], owner: Any) -> None:
+        if owner is None:
+            out.problems.extend(problems)
+        else:
+            for problem in problems:
+                out.note(f"retry-policy: not applied to this pod: {problem}")
+
+    def _place(
+        self,
+        pod: dict[str, Any],
+        spec: dict[str, Any],
+        policy: Policy,
+        owner: Mapping[str, Any] | None,
+        ctx: Context,
+        out: Outcome,
+    ) -> dict[str, Any] | None:
+        limit = policy.backoff_limit
+        n = policy.non_spot_attempts
+        if limit is None:
+            self._report(
+                out,
+                [
+                    Problem(
+                        f"annotation {PREFIX}non-spot-attempts",
+                        f"needs {PREFIX}backoff-limit on the Pod to know which attempts are last",
+                        "missing-backoff-limit",
+                    )
+                ],
+                owner,
+            )
+            return None
+        attempts = limit + 1
+        if n > attempts:
+            self._report(
+                out,
+                [
+                    Problem(
+                        f"annotation {PREFIX}non-spot-attempts",
+                        f"{n} is more than the {attempts} attempts (backoff-limit {limit} + 1); "
+                        f"accepted: 0 to {attempts}",
+                        "too-many-non-spot",
+                    )
+                ],
+                owner,
+            )
+            return None
+        lookup = attempt_of(pod, policy, owner, ctx)
+        if lookup.failures is None:
+            out.note(
+                f"retry-policy: attempt number unknown ({lookup.reason}); "
+                "pod admitted without non-spot placement"
+            )
+            return None
+        failures = lookup.failures
+        non_spot = failures >= attempts - n
+        record = {"attempt": failures, "attempts": attempts, "nonSpot": non_spot}
+        if not non_spot:
+            return record
+        spot = ctx.config.spot_node_labels
+        pinned = podspec.requires_spot(spec, spot)
+        if pinned:
+            self._report(
+                out,
+                [
+                    Problem(
+                        f"annotation {PREFIX}non-spot-attempts",
+                        f"the pod requires spot nodes ({pinned}); cannot place it elsewhere",
+                        "contradiction",
+                    )
+                ],
+                owner,
+            )
+            return None
+        if podspec.add_non_spot_affinity(spec, spot):
+            out.changed(
+                f"retry-policy: attempt {failures + 1} of {attempts} ({failures} failures so far, "
+                f"from {lookup.source}) must run on non-spot nodes",
+                policy.setting("non-spot-attempts"),
+            )
+        return record
+
+
+def attempt_of(
+    pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
+) -> AttemptLookup:
+    """A pod's attempt number (failures so far), from the most direct source available."""
+    if policy.attempt is not None:
+        return AttemptLookup(policy.attempt, f"annotation {PREFIX}attempt")
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    raw = annotations.get(INDEX_FAILURE_COUNT)
+    if isinstance(raw, str):
+        try:
+            return AttemptLookup(parse_count(raw), f"annotation {INDEX_FAILURE_COUNT}")
+        except BadValue:
+            pass
+    if owner is not None and owner.get("kind") == "Job" and owner.get("uid"):
+        namespace = metadata.get("namespace") or ctx.namespace or ""
+        return ctx.attempts.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
+    return AttemptLookup(None, "none", f"no {PREFIX}attempt annotation and no owning Job")

@@ -1,0 +1,335 @@
+"""The policy model: the annotation vocabulary, its strict grammars, and resolution.
+
+Annotations are the user interface of this project, so each key has one strict grammar
+(no YAML-ish guessing, no unicode digits, no floats) and every rejection says what
+would have been accepted. Resolution layers the sources in the documented precedence
+(annotation > namespace override > cluster default > Kubernetes default) and keeps the
+source of every setting, so warnings and ``explain`` can say *why* a value was chosen.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from webhook.problems import Problem
+
+PREFIX = "retry-policy.dev/"
+INT32_MAX = 2_147_483_647
+
+#: Exit code Kubernetes reports for a container stopped by SIGTERM (128 + 15): what
+#: preemption, node maintenance and drains deliver. Retrying it is the safe default.
+DEFAULT_RETRIABLE_EXIT_CODES: tuple[int, ...] = (143,)
+
+
+class BadValue(ValueError):
+    """A value that does not match its key's grammar; the text says what is accepted."""
+
+
+class Scope(str, Enum):
+    """Where a key may be written: on a workload (Job, JobSet...), or on a Pod."""
+
+    WORKLOAD = "workload"
+    POD = "pod"
+
+
+class Source(str, Enum):
+    """Where a resolved setting came from, in precedence order (first wins)."""
+
+    ANNOTATION = "annotation"
+    SPEC = "your spec"
+    NAMESPACE = "namespace default"
+    CLUSTER = "cluster default"
+    KUBERNETES = "Kubernetes default"
+    BUILTIN = "built-in default"
+
+
+_UINT = re.compile(r"[0-9]{1,10}")
+_CODE_LIST = re.compile(r"[0-9]{1,3}( *, *[0-9]{1,3})*")
+
+
+def parse_bool(text: str) -> bool:
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    raise BadValue("accepted: true or false")
+
+
+def parse_count(text: str) -> int:
+    if _UINT.fullmatch(text) is None or int(text) > INT32_MAX:
+        raise BadValue(f"accepted: a whole number from 0 to {INT32_MAX}")
+    return int(text)
+
+
+def parse_exit_codes(text: str) -> tuple[int, ...]:
+    """Parse ``143,137`` into the sorted, de-duplicated tuple the Job API requires."""
+    accepted = "accepted: a comma-separated list of exit codes from 1 to 255, e.g. 143,137"
+    if _CODE_LIST.fullmatch(text.strip()) is None:
+        raise BadValue(accepted)
+    codes = sorted({int(part) for part in text.split(",")})
+    if codes[0] < 1 or codes[-1] > 255:
+        raise BadValue(accepted)
+    return tuple(codes)
+
+
+def parse_strategy(text: str) -> str | None:
+    """``earliest`` -> the Flyte strategy name; ``none`` opts out of a default."""
+    if text == "earliest":
+        return "Earliest"
+    if text == "none":
+        return None
+    raise BadValue("accepted: earliest, or none to turn off a default")
+
+
+def parse_any(text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One annotation key: its grammar, where it may appear, and what it means."""
+
+    name: str
+    parse: Callable[[str], Any]
+    scopes: frozenset[Scope]
+    summary: str
+    #: False for keys this webhook writes itself (never taken as a cluster default).
+    settable_default: bool = True
+
+    @property
+    def annotation(self) -> str:
+        return PREFIX + self.name
+
+
+_BOTH = frozenset({Scope.WORKLOAD, Scope.POD})
+
+KEYS: dict[str, KeySpec] = {
+    spec.name: spec
+    for spec in (
+        KeySpec(
+            "fail-non-retriable",
+            parse_bool,
+            frozenset({Scope.WORKLOAD}),
+            "fail the Job at once on an exit code outside the retriable set",
+        ),
+        KeySpec(
+            "retriable-exit-codes",
+            parse_exit_codes,
+            frozenset({Scope.WORKLOAD}),
+            "exit codes that are retried (default 143, SIGTERM)",
+        ),
+        KeySpec("backoff-limit", parse_count, _BOTH, "failed attempts allowed before giving up"),
+        KeySpec(
+            "ignore-disruptions",
+            parse_bool,
+            frozenset({Scope.WORKLOAD}),
+            "preemptions and drains do not consume the retry budget",
+        ),
+        KeySpec(
+            "non-spot-attempts", parse_count, _BOTH, "the last N attempts run on non-spot nodes"
+        ),
+        KeySpec(
+            "error-propagation",
+            parse_strategy,
+            _BOTH,
+            "earliest: report the error of the worker that failed first",
+        ),
+        KeySpec(
+            "attempt",
+            parse_count,
+            frozenset({Scope.POD}),
+            "a Pod's attempt number (failures so far), set by an orchestrator",
+            settable_default=False,
+        ),
+        KeySpec(
+            "applied",
+            parse_any,
+            _BOTH,
+            "written by the webhook: what it applied",
+            settable_default=False,
+        ),
+    )
+}
+
+#: Annotation written by the webhook to record what it applied; users do not set it.
+APPLIED = PREFIX + "applied"
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else ""
+
+
+def parse_annotations(
+    annotations: Mapping[str, Any] | None, scope: Scope, where: str = "annotation"
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Parse every ``retry-policy.dev/`` annotation; unknown keys and bad values are problems.
+
+    Returns the parsed values keyed by short name (``backoff-limit``) and the problems.
+    """
+    values: dict[str, Any] = {}
+    problems: list[Problem] = []
+    if not annotations:
+        return values, problems
+    for key, raw in annotations.items():
+        if not isinstance(key, str) or not key.startswith(PREFIX):
+            continue
+        name = key[len(PREFIX) :]
+        spec = KEYS.get(name)
+        if spec is None:
+            known = [
+                s.annotation for s in KEYS.values() if scope in s.scopes and s.settable_default
+            ]
+            if scope is Scope.POD:
+                known.append(KEYS["attempt"].annotation)
+            hint = did_you_mean(key, known) or "known keys: " + ", ".join(known)
+            problems.append(Problem(f"{where} {key}", f"unknown key; {hint}", "unknown-key"))
+            continue
+        if scope not in spec.scopes:
+            other = "Pods" if Scope.POD in spec.scopes else "workloads (Job, JobSet, ...)"
+            problems.append(Problem(f"{where} {key}", f"applies to {other} only", "wrong-scope"))
+            continue
+        if not isinstance(raw, str):
+            problems.append(Problem(f"{where} {key}", "annotation values must be strings"))
+            continue
+        try:
+            values[name] = spec.parse(raw)
+        except BadValue as err:
+            problems.append(
+                Problem(f"{where} {key}", f"{_quote(raw)} is not valid; {err}", "bad-value")
+            )
+    return values, problems
+
+
+def _quote(raw: str, limit: int = 40) -> str:
+    """Quote a user value for a message: bounded, and with control characters escaped."""
+    shown = raw if len(raw) <= limit else raw[:limit] + "..."
+    return repr(shown).replace("\\\\", "\\")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A resolved value and where it came from (for warnings and ``explain``)."""
+
+    value: Any
+    source: Source
+    detail: str = ""
+
+    def describe(self, name: str = "") -> str:
+        """Where the value came from, for messages: ``annotation retry-policy.dev/x``."""
+        if self.source is Source.ANNOTATION and name:
+            return f"annotation {PREFIX}{name}"
+        return f"{self.source.value} {self.detail}".strip()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of values (annotations, a namespace override, the cluster defaults)."""
+
+    source: Source
+    values: Mapping[str, Any]
+    detail: str = ""
+
+
+_BUILTIN: dict[str, Any] = {
+    "fail-non-retriable": False,
+    "retriable-exit-codes": DEFAULT_RETRIABLE_EXIT_CODES,
+    "backoff-limit": None,
+    "ignore-disruptions": False,
+    "non-spot-attempts": 0,
+    "error-propagation": None,
+    "attempt": None,
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The resolved retry policy of one object, every setting with its provenance."""
+
+    settings: Mapping[str, Setting] = field(default_factory=dict)
+
+    def value(self, name: str) -> Any:
+        return self.settings[name].value
+
+    def setting(self, name: str) -> Setting:
+        return self.settings[name]
+
+    @property
+    def fail_non_retriable(self) -> bool:
+        return bool(self.value("fail-non-retriable"))
+
+    @property
+    def retriable_exit_codes(self) -> tuple[int, ...]:
+        return tuple(self.value("retriable-exit-codes"))
+
+    @property
+    def backoff_limit(self) -> int | None:
+        return self.value("backoff-limit")
+
+    @property
+    def ignore_disruptions(self) -> bool:
+        return bool(self.value("ignore-disruptions"))
+
+    @property
+    def non_spot_attempts(self) -> int:
+        return int(self.value("non-spot-attempts"))
+
+    @property
+    def error_propagation(self) -> str | None:
+        return self.value("error-propagation")
+
+    @property
+    def attempt(self) -> int | None:
+        return self.value("attempt")
+
+    def explicit(self, name: str) -> bool:
+        """True when the setting came from somewhere other than a built-in default."""
+        return self.settings[name].source is not Source.BUILTIN
+
+    @property
+    def active(self) -> bool:
+        """Whether this policy asks for any change at all (the common case is: no)."""
+        return (
+            self.fail_non_retriable
+            or self.ignore_disruptions
+            or self.settings["backoff-limit"].source
+            in (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
+            or self.non_spot_attempts > 0
+            or self.error_propagation is not None
+        )
+
+
+def resolve(layers: list[Layer]) -> Policy:
+    """Pick, for every key, the value of the first layer that sets it."""
+    settings: dict[str, Setting] = {}
+    for name, builtin in _BUILTIN.items():
+        for layer in layers:
+            if name in layer.values:
+                settings[name] = Setting(layer.values[name], layer.source, layer.detail)
+                break
+        else:
+            settings[name] = Setting(builtin, Source.BUILTIN)
+    return Policy(settings)
+
+
+def with_setting(policy: Policy, name: str, setting: Setting) -> Policy:
+    """A copy of ``policy`` with one setting replaced (used once the spec is consulted)."""
+    settings = dict(policy.settings)
+    settings[name] = setting
+    return Policy(settings)
+
+
+def format_value(name: str, value: Any) -> str:
+    """Render a value back in annotation grammar (the inverse of the key's parser)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if name == "retriable-exit-codes":
+        return ",".join(str(code) for code in value)
+    if name == "error-propagation":
+        return "none" if value is None else str(value).lower()
+    return str(value)
