@@ -1,0 +1,37 @@
+# One entry point for people and CI. `make run` and `make test` work on a fresh machine
+# with python3 (venv + pip) and network access to PyPI.
+VENV   ?= .venv
+PYTHON ?= python3
+BIN    := $(VENV)/bin
+
+.PHONY: install tools run dry-run test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+tools: install
+	PYTHON=$(BIN)/python .ci/get-k8s-tools
+
+## Run the webhook locally: HTTPS on :8443 with generated dev certificates (certs/).
+run: install
+	$(BIN)/retry-webhook serve --cert-dir certs --port 8443
+
+## Show what the webhook does to a shipped example, offline.
+dry-run: install
+	$(BIN)/retry-webhook dry-run -f examples/job.yaml
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm).
+test: install tools lint
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache
