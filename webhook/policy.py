@@ -182,12 +182,15 @@ def parse_annotations(
         name = key[len(PREFIX) :]
         spec = KEYS.get(name)
         if spec is None:
-            known = [
-                s.annotation for s in KEYS.values() if scope in s.scopes and s.settable_default
-            ]
+            known = [s.name for s in KEYS.values() if scope in s.scopes and s.settable_default]
             if scope is Scope.POD:
-                known.append(KEYS["attempt"].annotation)
-            hint = did_you_mean(key, known) or "known keys: " + ", ".join(known)
+                known.append("attempt")
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = (
+                f"did you mean {PREFIX}{close[0]}?"
+                if close
+                else "known keys: " + ", ".join(PREFIX + k for k in known)
+            )
             problems.append(Problem(f"{where} {key}", f"unknown key; {hint}", "unknown-key"))
             continue
         if scope not in spec.scopes:

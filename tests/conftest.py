@@ -1,0 +1,174 @@
+"""Shared builders and fixtures.
+
+Fixtures are built here, in code, the way the API server sends them (defaulted objects,
+``uid`` and ``creationTimestamp`` set, ``last-applied-configuration`` when the test
+says the object came from ``kubectl apply``): no recorded documents are copied.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from webhook import defaults
+from webhook.config import Config
+from webhook.intent import LAST_APPLIED
+
+ROOT = Path(__file__).resolve().parent.parent
+P = "retry-policy.dev/"
+
+
+def job(
+    annotations: dict[str, str] | None = None,
+    *,
+    name: str = "train",
+    namespace: str = "ml",
+    restart_policy: str = "Never",
+    containers: list[dict[str, Any]] | None = None,
+    spec: dict[str, Any] | None = None,
+    template_annotations: dict[str, str] | None = None,
+    applied: bool = False,
+    default: bool = True,
+) -> dict[str, Any]:
+    """A batch/v1 Job as admission sees it: defaulted, and with a last-applied record
+    of the manifest when ``applied`` (it came from ``kubectl apply``)."""
+    manifest: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": restart_policy,
+                    "containers": containers or [{"name": "main", "image": "busybox:1.36"}],
+                }
+            }
+        },
+    }
+    if annotations:
+        manifest["metadata"]["annotations"] = dict(annotations)
+    if template_annotations:
+        manifest["spec"]["template"]["metadata"] = {"annotations": dict(template_annotations)}
+    if spec:
+        manifest["spec"].update(copy.deepcopy(spec))
+    obj = copy.deepcopy(manifest)
+    if applied:
+        obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
+    obj["metadata"]["uid"] = str(uuid.uuid4())
+    obj["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
+    if default:
+        defaults.apply_defaults(obj)
+    return obj
+
+
+def pod(
+    annotations: dict[str, str] | None = None,
+    *,
+    name: str = "train-abcde",
+    namespace: str = "ml",
+    owner: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox:1.36"}],
+        },
+    }
+    if annotations:
+        obj["metadata"]["annotations"] = dict(annotations)
+    if owner:
+        obj["metadata"]["ownerReferences"] = [owner]
+    if spec:
+        obj["spec"].update(copy.deepcopy(spec))
+    defaults.apply_defaults(obj)
+    return obj
+
+
+def job_owner(name: str = "train", uid: str = "job-uid-1") -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def review(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    uid: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """An AdmissionReview request for ``obj`` as the API server sends it."""
+    source = obj or old or {}
+    api_version = source.get("apiVersion", "v1")
+    group, _, version = api_version.rpartition("/")
+    kind = source.get("kind", "Pod")
+    plural = kind.lower() + "s"
+    metadata = source.get("metadata", {})
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid or str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": plural},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": plural},
+            "name": metadata.get("name", ""),
+            "namespace": metadata.get("namespace"),
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    body = response["response"]
+    if "patch" not in body:
+        return []
+    assert body["patchType"] == "JSONPatch"
+    return json.loads(base64.b64decode(body["patch"]))
+
+
+def apply(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    return jsonpatch.apply_patch(obj, patch) if patch else copy.deepcopy(obj)
+
+
+@pytest.fixture
+def config() -> Config:
+    return Config()
+
+
+def tool(name: str) -> str:
+    """Path of a real binary (kubectl, helm); skip when absent unless CI requires it."""
+    found = shutil.which(name) or (
+        str(ROOT / ".tools" / "bin" / name) if (ROOT / ".tools" / "bin" / name).exists() else None
+    )
+    if found:
+        return found
+    if os.environ.get("RPW_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"{name} is required (run .ci/get-k8s-tools)")
+    pytest.skip(f"{name} not installed (run .ci/get-k8s-tools)")
+    raise AssertionError("unreachable")

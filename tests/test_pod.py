@@ -1,0 +1,246 @@
+"""v1 Pod: attempt arithmetic at the boundaries, attempt sources, placement, env vars."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import P, apply, job_owner, pod, review
+
+from webhook import admission, engine
+from webhook.attempts import AttemptLookup
+from webhook.config import Config, parse_config
+from webhook.podspec import spot_requirements
+
+
+class FixedAttempts:
+    """An attempt source answering a fixed count: stands in for the cluster cache,
+    which has its own tests against an HTTP Kubernetes API (test_attempts.py)."""
+
+    def __init__(self, failures: int | None, reason: str = "API down"):
+        self.failures = failures
+        self.reason = reason
+        self.calls: list[tuple[str, str, str]] = []
+
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        self.calls.append((namespace, name, uid))
+        if self.failures is None:
+            return AttemptLookup(None, "none", self.reason)
+        return AttemptLookup(self.failures, "Job status (cache)")
+
+    def stats(self):
+        return {}
+
+
+def mutate(obj, attempts=None, config=None):
+    request = admission.decode(json.dumps(review(obj)))
+    verdict = engine.mutate(request, config or Config(), attempts or FixedAttempts(None))
+    return verdict, apply(obj, verdict.patch)
+
+
+def required_terms(obj):
+    return (
+        obj["spec"]
+        .get("affinity", {})
+        .get("nodeAffinity", {})
+        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
+        .get("nodeSelectorTerms")
+    )
+
+
+NON_SPOT = spot_requirements(Config().spot_node_labels)
+
+
+@pytest.mark.parametrize(
+    ("backoff", "n", "attempt", "non_spot"),
+    [
+        (3, 1, 2, False),  # a = B - N: still spot
+        (3, 1, 3, True),  # a = B + 1 - N: the last attempt
+        (3, 2, 1, False),
+        (3, 2, 2, True),
+        (3, 4, 0, True),  # N = B + 1: every attempt
+        (0, 1, 0, True),  # a single attempt, and it is non-spot
+        (5, 0, 5, False),  # N = 0: never
+    ],
+)
+def test_attempt_boundaries(backoff, n, attempt, non_spot):
+    annotations = {
+        P + "backoff-limit": str(backoff),
+        P + "attempt": str(attempt),
+    }
+    if n:
+        annotations[P + "non-spot-attempts"] = str(n)
+    verdict, out = mutate(pod(annotations))
+    assert verdict.allowed, verdict.message
+    assert (required_terms(out) == [{"matchExpressions": NON_SPOT}]) is non_spot
+    if non_spot:
+        assert f"attempt {attempt + 1} of {backoff + 1}" in verdict.warnings[0]
+
+
+def annotated(**extra):
+    base = {P + "backoff-limit": "3", P + "non-spot-attempts": "1"}
+    base.update({P + k: v for k, v in extra.items()})
+    return base
+
+
+def test_attempt_from_index_failure_count():
+    annotations = annotated()
+    annotations["batch.kubernetes.io/job-index-failure-count"] = "3"
+    verdict, out = mutate(pod(annotations, owner=job_owner()))
+    assert required_terms(out)
+    assert "from annotation batch.kubernetes.io/job-index-failure-count" in verdict.warnings[0]
+
+
+def test_attempt_annotation_wins_over_index_count():
+    annotations = annotated(attempt="0")
+    annotations["batch.kubernetes.io/job-index-failure-count"] = "3"
+    _, out = mutate(pod(annotations, owner=job_owner()))
+    assert required_terms(out) is None
+
+
+def test_attempt_from_owning_job_via_cache():
+    source = FixedAttempts(3)
+    verdict, out = mutate(pod(annotated(), owner=job_owner("train", "u-1")), source)
+    assert source.calls == [("ml", "train", "u-1")]
+    assert required_terms(out)
+    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "attempt": 3,
+        "attempts": 4,
+        "nonSpot": True,
+    }
+
+
+def test_unknown_attempt_admits_unchanged_with_warning():
+    obj = pod(annotated(), owner=job_owner())
+    verdict, out = mutate(obj, FixedAttempts(None, "Job ml/train unreadable: HTTP 503"))
+    assert verdict.allowed and verdict.patch == []
+    assert verdict.warnings == [
+        "retry-policy: attempt number unknown (Job ml/train unreadable: HTTP 503); "
+        "pod admitted without non-spot placement"
+    ]
+
+
+def test_bare_pod_without_attempt_source_is_unknown():
+    verdict, _ = mutate(pod(annotated()))
+    assert "no retry-policy.dev/attempt annotation and no owning Job" in verdict.warnings[0]
+
+
+def test_affinity_is_anded_into_every_user_term_and_keeps_them():
+    user_terms = [
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+    ]
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": user_terms},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 1,
+                        "preference": {"matchExpressions": [{"key": "z", "operator": "Exists"}]},
+                    }
+                ],
+            },
+            "podAntiAffinity": {"x": 1},
+        }
+    }
+    obj = pod(annotated(attempt="3"), spec=spec)
+    verdict, out = mutate(obj)
+    terms = required_terms(out)
+    assert terms[0]["matchExpressions"] == [user_terms[0]["matchExpressions"][0], *NON_SPOT]
+    assert terms[1]["matchFields"] == user_terms[1]["matchFields"]
+    assert terms[1]["matchExpressions"] == NON_SPOT
+    node = out["spec"]["affinity"]["nodeAffinity"]
+    assert (
+        node["preferredDuringSchedulingIgnoredDuringExecution"]
+        == spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    )
+    assert out["spec"]["affinity"]["podAntiAffinity"] == {"x": 1}
+    again, twice = mutate(out)
+    assert again.patch == [] and twice == out
+
+
+def test_custom_spot_labels():
+    config = parse_config("spotNodeLabels: {pool.example.com/kind: [spot, preempt]}")
+    _, out = mutate(pod(annotated(attempt="3")), config=config)
+    assert required_terms(out) == [
+        {
+            "matchExpressions": [
+                {"key": "pool.example.com/kind", "operator": "NotIn", "values": ["preempt", "spot"]}
+            ]
+        }
+    ]
+
+
+def test_pod_pinned_to_spot_bare_is_denied_owned_is_warned():
+    spec = {"nodeSelector": {"karpenter.sh/capacity-type": "spot"}}
+    verdict, _ = mutate(pod(annotated(attempt="3"), spec=spec))
+    assert not verdict.allowed
+    assert "requires spot nodes (nodeSelector karpenter.sh/capacity-type=spot)" in verdict.message
+    verdict, out = mutate(
+        pod(annotated(attempt="3"), spec=spec, owner=job_owner()), FixedAttempts(3)
+    )
+    assert verdict.allowed and required_terms(out) is None
+    assert "not applied to this pod" in verdict.warnings[0]
+
+
+def test_spot_pinning_only_when_every_term_requires_spot():
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "karpenter.sh/capacity-type",
+                                    "operator": "In",
+                                    "values": ["spot"],
+                                }
+                            ]
+                        },
+                        {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+                    ]
+                }
+            }
+        }
+    }
+    verdict, out = mutate(pod(annotated(attempt="3"), spec=spec))
+    assert verdict.allowed
+    assert all(NON_SPOT[0] in t["matchExpressions"] for t in required_terms(out))
+
+
+def test_bad_annotations_bare_pod_denied_owned_pod_admitted():
+    verdict, _ = mutate(pod({P + "attempt": "-1"}))
+    assert not verdict.allowed and "accepted: a whole number" in verdict.message
+    verdict, out = mutate(pod({P + "attempt": "-1"}, owner=job_owner()))
+    assert verdict.allowed and verdict.patch == []
+    assert "not applied to this pod" in verdict.warnings[0]
+
+
+def test_pod_non_spot_needs_backoff_limit():
+    verdict, _ = mutate(pod({P + "non-spot-attempts": "1", P + "attempt": "0"}))
+    assert not verdict.allowed
+    assert "needs retry-policy.dev/backoff-limit" in verdict.message
+
+
+def test_pod_error_propagation():
+    verdict, out = mutate(pod({P + "error-propagation": "earliest"}))
+    env = out["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == [
+        "FLYTE_INTERNAL_WORKER_NAME",
+        "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
+    ]
+    assert verdict.warnings == ["retry-policy: error-propagation env vars added to containers main"]
+
+
+def test_pod_without_annotations_skips_the_cache():
+    source = FixedAttempts(3)
+    verdict, _ = mutate(pod(owner=job_owner()), source)
+    assert verdict.patch == [] and source.calls == []
+
+
+def test_validate_does_not_enforce_placement():
+    obj = pod(annotated(), owner=job_owner())
+    request = admission.decode(json.dumps(review(obj)))
+    assert engine.validate(request, Config()).allowed
