@@ -108,7 +108,8 @@ def test_default_above_guard_rail_is_refused():
 def test_namespace_guard_rail_checks_inherited_default():
     with pytest.raises(ConfigError) as err:
         parse_config(
-            "defaults: {backoff-limit: 5}\nnamespaces: {strict: {guardRails: {maxBackoffLimit: 2}}}\n"
+            "defaults: {backoff-limit: 5}\n"
+            "namespaces: {strict: {guardRails: {maxBackoffLimit: 2}}}\n"
         )
     assert "namespace strict" in str(err.value)
 

@@ -53,7 +53,7 @@ def test_retriable_exit_codes_are_sorted_and_deduplicated():
 
 
 def test_fail_non_retriable_false_adds_nothing():
-    verdict, out = mutate(job({P + "fail-non-retriable": "false"}))
+    _verdict, out = mutate(job({P + "fail-non-retriable": "false"}))
     assert "podFailurePolicy" not in out["spec"]
 
 
@@ -189,7 +189,7 @@ def test_non_spot_attempts_at_most_all_attempts():
     assert not verdict.allowed
     assert "5 is more than the 4 attempts" in verdict.message
     assert "accepted: 0 to 4" in verdict.message
-    verdict, out = mutate(job({P + "non-spot-attempts": "4", P + "backoff-limit": "3"}))
+    verdict, _out = mutate(job({P + "non-spot-attempts": "4", P + "backoff-limit": "3"}))
     assert verdict.allowed
 
 

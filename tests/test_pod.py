@@ -100,7 +100,7 @@ def test_attempt_annotation_wins_over_index_count():
 
 def test_attempt_from_owning_job_via_cache():
     source = FixedAttempts(3)
-    verdict, out = mutate(pod(annotated(), owner=job_owner("train", "u-1")), source)
+    _verdict, out = mutate(pod(annotated(), owner=job_owner("train", "u-1")), source)
     assert source.calls == [("ml", "train", "u-1")]
     assert required_terms(out)
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
@@ -112,7 +112,7 @@ def test_attempt_from_owning_job_via_cache():
 
 def test_unknown_attempt_admits_unchanged_with_warning():
     obj = pod(annotated(), owner=job_owner())
-    verdict, out = mutate(obj, FixedAttempts(None, "Job ml/train unreadable: HTTP 503"))
+    verdict, _out = mutate(obj, FixedAttempts(None, "Job ml/train unreadable: HTTP 503"))
     assert verdict.allowed and verdict.patch == []
     assert verdict.warnings == [
         "retry-policy: attempt number unknown (Job ml/train unreadable: HTTP 503); "
@@ -145,7 +145,7 @@ def test_affinity_is_anded_into_every_user_term_and_keeps_them():
         }
     }
     obj = pod(annotated(attempt="3"), spec=spec)
-    verdict, out = mutate(obj)
+    _verdict, out = mutate(obj)
     terms = required_terms(out)
     assert terms[0]["matchExpressions"] == [user_terms[0]["matchExpressions"][0], *NON_SPOT]
     assert terms[1]["matchFields"] == user_terms[1]["matchFields"]
@@ -213,7 +213,7 @@ def test_spot_pinning_only_when_every_term_requires_spot():
 def test_bad_annotations_bare_pod_denied_owned_pod_admitted():
     verdict, _ = mutate(pod({P + "attempt": "-1"}))
     assert not verdict.allowed and "accepted: a whole number" in verdict.message
-    verdict, out = mutate(pod({P + "attempt": "-1"}, owner=job_owner()))
+    verdict, _out = mutate(pod({P + "attempt": "-1"}, owner=job_owner()))
     assert verdict.allowed and verdict.patch == []
     assert "not applied to this pod" in verdict.warnings[0]
 
