@@ -67,7 +67,10 @@ def create_app(state: State | None = None) -> Flask:
         except Exception:
             log.exception("unexpected error", extra={"uid": review.uid, "endpoint": endpoint})
             verdict = Verdict(warnings=["retry-policy: internal error; request admitted unchanged"])
-        _log_decision(endpoint, review, verdict, started)
+        try:
+            _log_decision(endpoint, review, verdict, started)
+        except Exception:  # a logging fault must never fail an admission
+            log.exception("could not log decision")
         return _json(admission.encode(review.uid, verdict))
 
     @app.post("/mutate")
@@ -119,7 +122,7 @@ def _log_decision(
             "kind": review.kind.kind,
             "operation": review.operation,
             "namespace": review.namespace,
-            "name": review.name,
+            "object_name": review.name,
             "outcome": outcome,
             "reason": verdict.reason or None,
             "dry_run": review.dry_run,

@@ -111,9 +111,10 @@ def make_serving_cert(
     dns_names: list[str],
     ip_addresses: list[str] = (),
     days: int = 365,
+    start: dt.datetime | None = None,
 ):
     key = new_key()
-    now = _now()
+    now = start or _now()
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
     cert = (

@@ -1,0 +1,101 @@
+"""The AdmissionReview codec: strict decoding with reasons, exact encoding."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from conftest import job, review
+
+from webhook import admission
+from webhook.admission import ReviewError, Verdict
+
+
+def test_decode_a_real_shaped_review():
+    body = review(job(), uid="abc", dry_run=True)
+    request = admission.decode(json.dumps(body).encode())
+    assert request.uid == "abc"
+    assert (request.kind.group, request.kind.version, request.kind.kind) == ("batch", "v1", "Job")
+    assert request.operation == "CREATE"
+    assert request.namespace == "ml"
+    assert request.dry_run is True
+    assert request.user == "alice"
+
+
+def base():
+    return review(job())
+
+
+def with_request(**changes):
+    body = base()
+    body["request"].update(changes)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'"text"', "must be a JSON object"),
+        ({**base(), "apiVersion": "admission.k8s.io/v1beta1"}, "admissionReviewVersions: [v1]"),
+        ({**base(), "kind": "Review"}, "kind must be AdmissionReview"),
+        ({k: v for k, v in base().items() if k != "request"}, "request must be an object"),
+        (with_request(uid=""), "request.uid must be a non-empty string"),
+        (with_request(uid=5), "request.uid must be a non-empty string"),
+        (with_request(kind={"group": "batch", "version": "v1"}), "request.kind must be an object"),
+        (with_request(kind="Job"), "request.kind must be an object"),
+        (with_request(operation="PATCH"), "request.operation must be one of"),
+        (with_request(object=None), "request.object is required for CREATE"),
+        (with_request(object=[1]), "request.object must be an object or null"),
+        (with_request(namespace=3), "request.namespace must be a string"),
+        (with_request(dryRun="yes"), "request.dryRun must be a boolean"),
+    ],
+)
+def test_decode_rejects_with_reason(body, reason):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with pytest.raises(ReviewError) as err:
+        admission.decode(raw)
+    assert reason in str(err.value)
+
+
+def test_delete_may_have_no_object():
+    request = admission.decode(json.dumps(with_request(operation="DELETE", object=None)))
+    assert request.object is None
+
+
+def test_encode_allowed_with_patch():
+    patch = [{"op": "add", "path": "/metadata/annotations/a~1b", "value": "c"}]
+    out = admission.encode("u1", Verdict(patch=patch, warnings=["changed"]))
+    assert out["apiVersion"] == "admission.k8s.io/v1"
+    assert out["kind"] == "AdmissionReview"
+    response = out["response"]
+    assert response["uid"] == "u1" and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == patch
+    assert response["warnings"] == ["changed"]
+    assert "status" not in response
+
+
+def test_encode_allowed_without_patch_has_no_patch_type():
+    response = admission.encode("u1", Verdict())["response"]
+    assert "patch" not in response and "patchType" not in response
+
+
+def test_encode_denial():
+    verdict = Verdict(allowed=False, message="no", code=200, reason="Invalid", patch=[{"op": "x"}])
+    response = admission.encode("u1", verdict)["response"]
+    assert response["allowed"] is False
+    assert response["status"] == {"code": 400, "message": "no", "reason": "Invalid"}
+    assert "patch" not in response  # a denial never carries a patch
+
+
+def test_warnings_are_cleaned_and_bounded():
+    warnings = ["bad\x00char\x1b[31m", "x" * 1000] + ["y" * 200] * 40
+    cleaned = admission.clean_warnings(warnings)
+    assert cleaned[0] == "bad char [31m"
+    assert len(cleaned[1]) == admission.WARNING_MAX_CHARS and cleaned[1].endswith("...")
+    assert sum(len(w) for w in cleaned) <= admission.WARNINGS_MAX_TOTAL + 100
+    assert cleaned[-1].endswith("more warnings not shown")

@@ -1,0 +1,324 @@
+"""The real server, started as deployed (``retry-webhook serve``: gunicorn, TLS), over HTTPS."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import json
+import os
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import P, apply, decode_patch, job, review
+
+from webhook import certs
+
+BIN = Path(sys.executable).parent / "retry-webhook"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, cert_dir: Path, port: int, proc: subprocess.Popen):
+        self.cert_dir = cert_dir
+        self.port = port
+        self.proc = proc
+        self.context: ssl.SSLContext | None = None
+
+    def request(self, method, path, body=None, headers=None, host="localhost"):
+        conn = http.client.HTTPSConnection(host, self.port, context=self.context, timeout=10)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, response.getheader("Content-Type"), response.read()
+        finally:
+            conn.close()
+
+    def review(self, path, body):
+        status, ctype, raw = self.request(
+            "POST", path, json.dumps(body), {"Content-Type": "application/json"}
+        )
+        assert status == 200, raw
+        assert ctype == "application/json"
+        return json.loads(raw)
+
+
+def start(cert_dir: Path, *extra: str, wait: bool = True) -> Server:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(BIN),
+            "serve",
+            "--cert-dir",
+            str(cert_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--kube",
+            "off",
+            "--workers",
+            "1",
+            "--threads",
+            "4",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = Server(cert_dir, port, proc)
+    if not wait:
+        return server
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read()}")
+        try:
+            server.context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+            if server.request("GET", "/healthz")[0] == 200:
+                return server
+        except (OSError, ssl.SSLError):
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("server did not become healthy")
+
+
+def stop(server: Server) -> None:
+    server.proc.terminate()
+    try:
+        server.proc.wait(15)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start(tmp_path_factory.mktemp("certs"))
+    yield srv
+    stop(srv)
+
+
+FULL = {
+    P + "fail-non-retriable": "true",
+    P + "backoff-limit": "3",
+    P + "ignore-disruptions": "true",
+}
+
+
+def test_dev_certificates_are_generated_with_private_keys_0600(server):
+    for name in ("ca.key", "tls.key"):
+        mode = stat.S_IMODE(os.stat(server.cert_dir / name).st_mode)
+        assert mode == 0o600, name
+    cert = certs.check(server.cert_dir / "tls.crt", server.cert_dir / "tls.key")
+    from cryptography import x509
+
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    names = sans.get_values_for_type(x509.DNSName)
+    assert "localhost" in names
+    assert "retry-policy-webhook.retry-policy-webhook.svc" in names
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "::1"]
+
+
+def test_mutate_over_tls(server):
+    obj = job(FULL)
+    body = review(obj, uid="uid-123")
+    answer = server.review("/mutate", body)
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == "uid-123"
+    assert answer["response"]["allowed"] is True
+    out = apply(obj, decode_patch(answer))
+    assert out["spec"]["backoffLimit"] == 3
+    assert len(out["spec"]["podFailurePolicy"]["rules"]) == 2
+    assert answer["response"]["warnings"] == [
+        "retry-policy: spec.backoffLimit 6 -> 3 (annotation retry-policy.dev/backoff-limit)",
+        "retry-policy: added podFailurePolicy rule Ignore on DisruptionTarget (ignore-disruptions)",
+        "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn [143] "
+        "(fail-non-retriable)",
+        "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)",
+    ]
+
+
+def test_mutate_by_ip_address(server):
+    status, _, _ = server.request("GET", "/healthz", host="127.0.0.1")
+    assert status == 200
+
+
+def test_validate_denies_with_reasons(server):
+    obj = job({P + "backoff-limit": "lots", P + "bakoff": "1"})
+    answer = server.review("/validate", review(obj))["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["code"] == 422
+    assert "2 problems" in answer["status"]["message"]
+    assert "patch" not in answer
+
+
+def test_unknown_kind_passes(server):
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+    answer = server.review("/mutate", review(obj))["response"]
+    assert answer == {"uid": answer["uid"], "allowed": True}
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "reason"),
+    [
+        ("{}", {"Content-Type": "text/plain"}, "Content-Type must be application/json"),
+        ("{nope", {"Content-Type": "application/json"}, "not valid JSON"),
+        ("[]", {"Content-Type": "application/json"}, "must be a JSON object"),
+        (
+            json.dumps(
+                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}
+            ),
+            {"Content-Type": "application/json"},
+            "request.uid",
+        ),
+    ],
+)
+def test_malformed_requests_get_400_with_reason(server, body, headers, reason):
+    status, ctype, raw = server.request("POST", "/mutate", body, headers)
+    assert status == 400
+    assert ctype == "application/json"
+    assert reason in json.loads(raw)["reason"]
+
+
+def test_wrong_method_and_path(server):
+    status, _, raw = server.request("GET", "/mutate")
+    assert status == 405 and json.loads(raw)["error"] == "MethodNotAllowed"
+    status, _, raw = server.request("POST", "/nope", "{}", {"Content-Type": "application/json"})
+    assert status == 404
+
+
+def test_oversized_body_is_refused_before_it_is_read(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(
+                b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 104857600\r\n\r\n{"
+            )
+            started = time.monotonic()
+            reply = tls.recv(4096).decode()
+    assert reply.startswith("HTTP/1.1 413")
+    assert time.monotonic() - started < 5
+
+
+def test_readyz_reports_config_and_cache(server):
+    status, _, raw = server.request("GET", "/readyz")
+    body = json.loads(raw)
+    assert status == 200
+    assert body["status"] == "ready"
+    assert body["attemptCache"] == {"enabled": False}
+
+
+def test_tls_1_1_is_refused(server):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(str(server.cert_dir / "ca.crt"))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            context.minimum_version = ssl.TLSVersion.TLSv1
+            context.maximum_version = ssl.TLSVersion.TLSv1_1
+        context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let the client really offer TLS 1.1
+    except (ValueError, ssl.SSLError):
+        pytest.skip("this OpenSSL cannot even offer TLS 1.1")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with pytest.raises((ssl.SSLError, ConnectionResetError)):
+            with context.wrap_socket(raw, server_hostname="localhost") as tls:
+                tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                tls.recv(10)
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_tls_1_2_and_1_3_with_forward_secret_aead(server, version):
+    context = ssl.create_default_context(cafile=str(server.cert_dir / "ca.crt"))
+    context.minimum_version = context.maximum_version = version
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname="localhost") as tls:
+            name, protocol, _ = tls.cipher()
+    assert protocol == version.name.replace("v", "v").replace("_", ".")
+    if version is ssl.TLSVersion.TLSv1_2:
+        assert name.startswith("ECDHE-") and ("GCM" in name or "CHACHA20" in name)
+
+
+def test_plaintext_http_gets_no_answer(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+    conn.close()
+
+
+def run_serve(cert_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            str(BIN),
+            "serve",
+            "--cert-dir",
+            str(cert_dir),
+            "--port",
+            str(free_port()),
+            "--host",
+            "127.0.0.1",
+            "--kube",
+            "off",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_expired_certificate_refused_at_start(tmp_path):
+    ca_key, ca_cert = certs.make_ca()
+    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)
+    key, cert = certs.make_serving_cert(ca_key, ca_cert, ["localhost"], days=1, start=start)
+    certs.write_private(tmp_path / "tls.key", certs.key_pem(key))
+    certs.write_public(tmp_path / "tls.crt", certs.cert_pem(cert))
+    result = run_serve(tmp_path)
+    assert result.returncode == 2
+    assert "expired on" in result.stderr and "renew it" in result.stderr
+
+
+def test_mismatched_key_refused_at_start(tmp_path):
+    paths = certs.generate(tmp_path)
+    certs.write_private(paths.key, certs.key_pem(certs.new_key()))
+    result = run_serve(tmp_path)
+    assert result.returncode == 2
+    assert "does not belong to certificate" in result.stderr
+
+
+def test_invalid_config_refused_at_start_with_every_problem(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("defaults: {backof-limit: 1, non-spot-attempts: x}\n")
+    result = run_serve(tmp_path / "certs", "--config", str(config))
+    assert result.returncode == 2
+    assert "2 problem(s)" in result.stderr
+    assert "did you mean backoff-limit?" in result.stderr
+
+
+def test_certificate_check_now_parameter():
+    ca_key, ca_cert = certs.make_ca()
+    key, cert = certs.make_serving_cert(ca_key, ca_cert, ["localhost"], days=1)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        certs.write_private(d / "k", certs.key_pem(key))
+        certs.write_public(d / "c", certs.cert_pem(cert))
+        certs.check(d / "c", d / "k")
+        later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)
+        with pytest.raises(certs.CertError):
+            certs.check(d / "c", d / "k", now=later)
