@@ -301,7 +301,8 @@ class JobCache:
             job = json.loads(resp.data)
         except Exception as err:
             self._counters["fallback_errors"] += 1
-            self._open_until = time.monotonic() + self.breaker_seconds
+            if getattr(err, "status", None) != 404:  # a missing Job is an answer, not an outage
+                self._open_until = time.monotonic() + self.breaker_seconds
             return AttemptLookup(None, "none", f"Job {namespace}/{name} unreadable: {_short(err)}")
         if (job.get("metadata") or {}).get("uid") != uid:
             return AttemptLookup(None, "none", f"Job {namespace}/{name} was replaced")

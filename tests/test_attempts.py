@@ -1,0 +1,219 @@
+"""The attempt cache, with the real ``kubernetes`` client against an HTTP Kubernetes API."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from fakeapi import FakeAPI
+from kubernetes import client
+
+from webhook.attempts import JOB_UID_LABEL, JobCache
+
+
+def make_job(name, failed=0, uncounted=(), ignore_rule=False, uid=None):
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid or str(uuid.uuid4())},
+        "spec": {},
+        "status": {"failed": failed, "uncountedTerminatedPods": {"failed": list(uncounted)}},
+    }
+    if ignore_rule:
+        job["spec"]["podFailurePolicy"] = {
+            "rules": [
+                {
+                    "action": "Ignore",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                }
+            ]
+        }
+    return job
+
+
+def failed_pod(job, disrupted=False, exit_code=1):
+    conditions = [{"type": "DisruptionTarget", "status": "True"}] if disrupted else []
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{job['metadata']['name']}-{uuid.uuid4().hex[:5]}",
+            "namespace": "ml",
+            "uid": str(uuid.uuid4()),
+            "labels": {JOB_UID_LABEL: job["metadata"]["uid"]},
+            "ownerReferences": [
+                {
+                    "kind": "Job",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "status": {
+            "phase": "Failed",
+            "conditions": conditions,
+            "containerStatuses": [
+                {"name": "main", "state": {"terminated": {"exitCode": exit_code}}}
+            ],
+        },
+    }
+
+
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
+
+
+def cache_for(api, **kwargs):
+    configuration = client.Configuration(host=api.url)
+    api_client = client.ApiClient(configuration)
+    cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client), **kwargs)
+    cache.start()
+    assert cache.wait_synced(10)
+    return cache
+
+
+def eventually(check, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def lookup(cache, job):
+    meta = job["metadata"]
+    return cache.job_failures(meta["namespace"], meta["name"], meta["uid"])
+
+
+def test_initial_list_is_paginated_and_counts_uncounted(api):
+    jobs = [make_job(f"j{i}", failed=i, uncounted=["p"] * (i % 2)) for i in range(5)]
+    for job in jobs:
+        api.put("jobs", job)
+    cache = cache_for(api)
+    try:
+        pages = [
+            q for path, q in api.requests if path == "/apis/batch/v1/jobs" and "watch" not in q
+        ]
+        assert len(pages) == 3  # 5 jobs, 2 per page
+        for i, job in enumerate(jobs):
+            found = lookup(cache, job)
+            assert (found.failures, found.source) == (i + i % 2, "Job status (cache)")
+        assert cache.stats()["jobs"] == 5 and cache.stats()["misses"] == 0
+    finally:
+        cache.stop()
+
+
+def test_watch_events_update_and_delete(api):
+    job = make_job("a", failed=0)
+    api.put("jobs", job)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("jobs") == 1)
+        job["status"]["failed"] = 2
+        api.put("jobs", job)
+        assert eventually(lambda: lookup(cache, job).failures == 2)
+        api.delete("jobs", job["metadata"]["uid"])
+        assert eventually(lambda: cache.stats()["jobs"] == 0)
+    finally:
+        cache.stop()
+
+
+def test_failed_pods_count_when_status_lags_and_ignored_ones_do_not(api):
+    job = make_job("b", failed=1, ignore_rule=True)
+    api.put("jobs", job)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        for _ in range(3):
+            api.put("pods", failed_pod(job))
+        api.put("pods", failed_pod(job, disrupted=True, exit_code=143))
+        assert eventually(lambda: lookup(cache, job).failures == 3)
+        assert cache.stats()["failed_pods"] == 4
+    finally:
+        cache.stop()
+
+
+def test_miss_falls_back_to_one_get(api):
+    cache = cache_for(api)
+    try:
+        job = make_job("late", failed=4)
+        # Stored without a watch event: as if the event had not arrived yet.
+        api.objects["jobs"][job["metadata"]["uid"]] = job
+        found = lookup(cache, job)
+        assert (found.failures, found.source) == (4, "Job status (API)")
+        assert cache.stats()["misses"] == 1
+    finally:
+        cache.stop()
+
+
+def test_api_errors_open_the_breaker(api):
+    cache = cache_for(api, breaker_seconds=30)
+    try:
+        api.get_status = 503
+        job = make_job("gone")
+        first = lookup(cache, job)
+        assert first.failures is None and "HTTP 503" in first.reason
+        gets = len([p for p, _ in api.requests if "/namespaces/" in p])
+        second = lookup(cache, job)
+        assert second.failures is None and "recent errors" in second.reason
+        assert len([p for p, _ in api.requests if "/namespaces/" in p]) == gets
+        assert cache.stats()["breaker_skips"] == 1
+    finally:
+        cache.stop()
+
+
+def test_slow_api_is_bounded(api):
+    cache = cache_for(api, lookup_timeout=0.4)
+    try:
+        api.get_delay = 3
+        started = time.monotonic()
+        found = lookup(cache, make_job("slow"))
+        assert found.failures is None
+        assert time.monotonic() - started < 1.5
+    finally:
+        cache.stop()
+
+
+def test_replaced_job_with_same_name_is_not_trusted(api):
+    cache = cache_for(api)
+    try:
+        stored = make_job("same", failed=5)
+        api.objects["jobs"][stored["metadata"]["uid"]] = stored
+        found = cache.job_failures("ml", "same", "another-uid")
+        assert found.failures is None and "replaced" in found.reason
+    finally:
+        cache.stop()
+
+
+def test_too_old_watch_relists(api):
+    job = make_job("c", failed=1)
+    api.put("jobs", job)
+    api.too_old_once = True
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("jobs") == 1)
+        lists = [q for p, q in api.requests if p == "/apis/batch/v1/jobs" and "watch" not in q]
+        assert len(lists) >= 2  # listed again after the 410
+        assert lookup(cache, job).failures == 1
+        assert cache.stats()["watch_errors"] >= 1
+    finally:
+        cache.stop()
+
+
+def test_list_errors_are_retried(api):
+    api.fail_lists = 1
+    api.put("jobs", make_job("d", failed=2))
+    configuration = client.Configuration(host=api.url)
+    api_client = client.ApiClient(configuration)
+    cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client)).start()
+    try:
+        assert cache.wait_synced(10)
+        assert cache.stats()["watch_errors"] == 1
+    finally:
+        cache.stop()

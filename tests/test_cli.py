@@ -1,0 +1,171 @@
+"""The dry-run CLI: same engine, API defaults first, exit codes for pipelines."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from conftest import ROOT
+
+from webhook import cli
+
+BIN = Path(sys.executable).parent / "retry-webhook"
+
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  annotations:
+    retry-policy.dev/backoff-limit: "{limit}"
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{{name: main, image: busybox:1.36}}]
+"""
+
+
+def run(argv, stdin=""):
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin
+    sys.stdin = io.StringIO(stdin)
+    try:
+        args = cli.build_parser().parse_args(argv)
+        code = args.func(args, out, err)
+    finally:
+        sys.stdin = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_example_dry_run_end_to_end_as_installed():
+    result = subprocess.run(
+        [str(BIN), "dry-run", "-f", str(ROOT / "examples" / "job.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    (obj,) = list(yaml.safe_load_all(result.stdout))
+    spec = obj["spec"]
+    assert spec["backoffLimit"] == 3
+    assert spec["podReplacementPolicy"] == "Failed"
+    assert [r["action"] for r in spec["podFailurePolicy"]["rules"]] == ["Ignore", "FailJob"]
+    assert spec["podFailurePolicy"]["rules"][1]["onExitCodes"]["values"] == [137, 143]
+    # API defaults are applied as the server would, and no synthetic record leaks out.
+    assert spec["completionMode"] == "NonIndexed"
+    assert "kubectl.kubernetes.io/last-applied-configuration" not in obj["metadata"]["annotations"]
+    lines = result.stderr.strip().splitlines()
+    assert lines and all(line.startswith("Warning: retry-policy: ") for line in lines)
+
+
+def test_stdin_multi_document_with_a_denial():
+    text = JOB.format(name="good", limit=2) + "---\n" + JOB.format(name="bad", limit="x")
+    code, out, err = run(["dry-run", "-f", "-"], stdin=text)
+    assert code == 1
+    docs = list(yaml.safe_load_all(out))
+    assert [d["metadata"]["name"] for d in docs] == ["good"]
+    assert "Error: Job/bad denied: retry-policy: annotation retry-policy.dev/backoff-limit" in err
+
+
+def test_namespace_flag_and_default():
+    code, out, _ = run(
+        ["dry-run", "-f", "-", "-n", "research"], stdin=JOB.format(name="a", limit=1)
+    )
+    assert code == 0 and yaml.safe_load(out)["metadata"]["namespace"] == "research"
+    code, out, _ = run(["dry-run", "-f", "-"], stdin=JOB.format(name="a", limit=1))
+    assert yaml.safe_load(out)["metadata"]["namespace"] == "default"
+
+
+def test_output_json_is_a_v1_list():
+    code, out, _ = run(["dry-run", "-f", "-", "-o", "json"], stdin=JOB.format(name="a", limit=1))
+    assert code == 0
+    data = json.loads(out)
+    assert data["apiVersion"] == "v1" and data["kind"] == "List"
+    assert data["items"][0]["spec"]["backoffLimit"] == 1
+
+
+def test_output_patch():
+    code, out, _ = run(["dry-run", "-f", "-", "-o", "patch"], stdin=JOB.format(name="a", limit=1))
+    assert code == 0
+    (entry,) = json.loads(out)
+    assert entry["kind"] == "Job" and entry["name"] == "a" and entry["namespace"] == "default"
+    assert {"op": "replace", "path": "/spec/backoffLimit", "value": 1} in entry["patch"]
+
+
+def test_json_list_input():
+    doc = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [yaml.safe_load(JOB.format(name="a", limit=4))],
+    }
+    code, out, _ = run(["dry-run", "-f", "-"], stdin=json.dumps(doc))
+    assert code == 0 and yaml.safe_load(out)["spec"]["backoffLimit"] == 4
+
+
+def test_written_six_is_the_users_intent():
+    text = JOB.format(name="a", limit=2).replace(
+        "spec:\n  template:", "spec:\n  backoffLimit: 6\n  template:"
+    )
+    code, _, err = run(["dry-run", "-f", "-"], stdin=text)
+    assert code == 1
+    assert "contradicts spec.backoffLimit: 6" in err
+
+
+def test_unreadable_inputs_exit_2(tmp_path):
+    assert run(["dry-run", "-f", str(tmp_path / "missing.yaml")])[0] == 2
+    assert run(["dry-run", "-f", "-"], stdin="a: [unclosed")[0] == 2
+    code, _, err = run(["dry-run", "-f", "-"], stdin="just text\n")
+    assert code == 2 and "not a Kubernetes object" in err
+
+
+def test_bad_config_exits_2(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("defaults: {backoff-limit: x}\n")
+    code, _, err = run(
+        ["dry-run", "-f", "-", "--config", str(config)], stdin=JOB.format(name="a", limit=1)
+    )
+    assert code == 2 and "defaults.backoff-limit" in err
+
+
+def test_config_defaults_apply_in_dry_run(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("defaults: {fail-non-retriable: true}\n")
+    text = JOB.format(name="a", limit=1)
+    code, out, _ = run(["dry-run", "-f", "-", "--config", str(config)], stdin=text)
+    assert code == 0
+    assert yaml.safe_load(out)["spec"]["podFailurePolicy"]["rules"][0]["action"] == "FailJob"
+
+
+def test_unknown_kinds_pass_through_unchanged():
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: b}\n"
+    code, out, err = run(["dry-run", "-f", "-"], stdin=text)
+    assert code == 0 and err == ""
+    assert yaml.safe_load(out) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "default"},
+        "data": {"a": "b"},
+    }
+
+
+def test_check_config(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("defaults: {backoff-limit: 2}\n")
+    code, out, _ = run(["check-config", str(good)])
+    assert code == 0 and "OK (1 cluster defaults" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults: {backoff-limit: -2}\n")
+    code, _, err = run(["check-config", str(bad)])
+    assert code == 1 and "defaults.backoff-limit" in err
+
+
+def test_certs_command_writes_files(tmp_path):
+    code, out, _ = run(["certs", "--cert-dir", str(tmp_path), "--service", "s", "--namespace", "n"])
+    assert code == 0 and "tls.key" in out
+    assert {p.name for p in tmp_path.iterdir()} == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
