@@ -64,7 +64,7 @@ def _ignore_rules(job: Mapping[str, Any]) -> tuple | None:
     """The Job's rules, kept only when an Ignore rule exists (else no pod can be ignored)."""
     policy = (job.get("spec") or {}).get("podFailurePolicy") or {}
     rules = policy.get("rules") or []
-    if any(isinstance(r, Mapping) and r.get("action") == "Ignore" for r in rules):
+    if any(isinstance(r, dict) and r.get("action") == "Ignore" for r in rules):
         return tuple(rules)
     return None
 
@@ -324,7 +324,7 @@ class JobCache:
 
 def _controller_uid(meta: Mapping[str, Any]) -> str | None:
     for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "Job":
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Job":
             return ref.get("uid")
     return (meta.get("labels") or {}).get(JOB_UID_LABEL)
 

@@ -9,7 +9,6 @@ rules in order, the first match wins, ``NotIn`` never matches a container that e
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,12 +41,12 @@ def ignore_disruptions_rule() -> dict[str, Any]:
 
 def rule_key(rule: Any) -> Any:
     """A hashable normal form: two rules with equal keys mean exactly the same thing."""
-    if not isinstance(rule, Mapping):
+    if not isinstance(rule, dict):
         return ("invalid", repr(rule))
     codes = rule.get("onExitCodes")
     conditions = rule.get("onPodConditions")
     codes_key = None
-    if isinstance(codes, Mapping):
+    if isinstance(codes, dict):
         values = codes.get("values")
         values_key = tuple(sorted(values)) if _int_list(values) else repr(values)
         codes_key = (codes.get("containerName"), codes.get("operator"), values_key)
@@ -57,7 +56,7 @@ def rule_key(rule: Any) -> Any:
             sorted(
                 (str(c.get("type")), str(c.get("status") or "True"))
                 for c in conditions
-                if isinstance(c, Mapping)
+                if isinstance(c, dict)
             )
         )
     return (rule.get("action"), codes_key, conditions_key)
@@ -70,14 +69,17 @@ def _int_list(values: Any) -> bool:
 
 
 def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any], list[dict]]:
-    """The user's rules first (their order is their intent), then ours not already there."""
+    """The user's rules first (their order is their intent), then ours not already there.
+
+    ``ours`` are fresh dicts built for this request; they are placed as they are.
+    """
     merged = list(user_rules)
     present = {rule_key(rule) for rule in user_rules}
     added = []
     for rule in ours:
         key = rule_key(rule)
         if key not in present:
-            merged.append(copy.deepcopy(rule))
+            merged.append(rule)
             present.add(key)
             added.append(rule)
     return merged, added
@@ -87,7 +89,7 @@ def container_names(pod_spec: Mapping[str, Any]) -> set[str]:
     names = set()
     for group in ("initContainers", "containers"):
         for container in pod_spec.get(group) or []:
-            if isinstance(container, Mapping) and isinstance(container.get("name"), str):
+            if isinstance(container, dict) and isinstance(container.get("name"), str):
                 names.add(container["name"])
     return names
 
@@ -102,7 +104,7 @@ def validate(job_spec: Mapping[str, Any], where: str = "spec") -> list[Problem]:
     if policy is None:
         return []
     base = f"{where}.podFailurePolicy"
-    if not isinstance(policy, Mapping) or not isinstance(policy.get("rules"), list):
+    if not isinstance(policy, dict) or not isinstance(policy.get("rules"), list):
         return [Problem(base, "must be an object with a list of rules")]
     problems: list[Problem] = []
     rules = policy["rules"]
@@ -115,11 +117,11 @@ def validate(job_spec: Mapping[str, Any], where: str = "spec") -> list[Problem]:
             )
         )
     template = job_spec.get("template") or {}
-    pod_spec = template.get("spec") or {} if isinstance(template, Mapping) else {}
-    names = container_names(pod_spec) if isinstance(pod_spec, Mapping) else set()
+    pod_spec = template.get("spec") or {} if isinstance(template, dict) else {}
+    names = container_names(pod_spec) if isinstance(pod_spec, dict) else set()
     for index, rule in enumerate(rules):
         problems.extend(_validate_rule(rule, f"{base}.rules[{index}]", names, job_spec))
-    restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, Mapping) else None
+    restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, dict) else None
     if rules and restart != "Never":
         problems.append(
             Problem(
@@ -143,7 +145,7 @@ def validate(job_spec: Mapping[str, Any], where: str = "spec") -> list[Problem]:
 def _validate_rule(
     rule: Any, where: str, names: set[str], job_spec: Mapping[str, Any]
 ) -> list[Problem]:
-    if not isinstance(rule, Mapping):
+    if not isinstance(rule, dict):
         return [Problem(where, "must be an object")]
     problems = []
     action = rule.get("action")
@@ -165,7 +167,7 @@ def _validate_rule(
 
 
 def _validate_codes(codes: Any, where: str, names: set[str]) -> list[Problem]:
-    if not isinstance(codes, Mapping):
+    if not isinstance(codes, dict):
         return [Problem(where, "must be an object")]
     problems = []
     operator = codes.get("operator")
@@ -197,7 +199,7 @@ def _validate_conditions(conditions: Any, where: str) -> list[Problem]:
     if len(conditions) > MAX_POD_CONDITION_PATTERNS:
         problems.append(Problem(where, f"has {len(conditions)} patterns; at most 20"))
     for i, pattern in enumerate(conditions):
-        if not isinstance(pattern, Mapping) or not isinstance(pattern.get("type"), str):
+        if not isinstance(pattern, dict) or not isinstance(pattern.get("type"), str):
             problems.append(Problem(f"{where}[{i}]", "needs a condition type"))
             continue
         status = pattern.get("status", "True")
@@ -232,12 +234,12 @@ class PodFailure:
         for group, init in (("containerStatuses", False), ("initContainerStatuses", True)):
             for cs in status.get(group) or []:
                 terminated = ((cs or {}).get("state") or {}).get("terminated")
-                if isinstance(terminated, Mapping) and isinstance(terminated.get("exitCode"), int):
+                if isinstance(terminated, dict) and isinstance(terminated.get("exitCode"), int):
                     exits.append(ContainerExit(str(cs.get("name")), terminated["exitCode"], init))
         conditions = tuple(
             (str(c.get("type")), str(c.get("status")))
             for c in status.get("conditions") or []
-            if isinstance(c, Mapping)
+            if isinstance(c, dict)
         )
         return cls(tuple(exits), conditions)
 
@@ -254,10 +256,10 @@ class Match:
 def evaluate(rules: Iterable[Any], failure: PodFailure) -> Match | None:
     """The first rule matching ``failure`` (as the Job controller decides), or ``None``."""
     for index, rule in enumerate(rules):
-        if not isinstance(rule, Mapping):
+        if not isinstance(rule, dict):
             continue
         codes = rule.get("onExitCodes")
-        if isinstance(codes, Mapping):
+        if isinstance(codes, dict):
             container = _match_codes(codes, failure)
             if container is not None:
                 return Match(index, str(rule.get("action")), rule, container=container)
@@ -288,7 +290,7 @@ def _match_codes(codes: Mapping[str, Any], failure: PodFailure) -> ContainerExit
 
 def _match_conditions(patterns: list[Any], failure: PodFailure) -> str | None:
     for pattern in patterns:
-        if not isinstance(pattern, Mapping):
+        if not isinstance(pattern, dict):
             continue
         wanted = (str(pattern.get("type")), str(pattern.get("status") or "True"))
         if wanted in failure.conditions:

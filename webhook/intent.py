@@ -17,9 +17,11 @@ When neither exists (``kubectl create``, client libraries), the answer is ``None
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
+
+import orjson
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
@@ -30,10 +32,7 @@ def user_wrote(obj: Mapping[str, Any], path: Sequence[str]) -> bool | None:
     annotations = metadata.get("annotations") or {}
     raw = annotations.get(LAST_APPLIED) if isinstance(annotations, dict) else None
     if isinstance(raw, str):
-        try:
-            applied = json.loads(raw)
-        except ValueError:
-            applied = None
+        applied = _parse_record(raw)
         if isinstance(applied, dict):
             return _has_path(applied, path)
     managed = metadata.get("managedFields")
@@ -47,6 +46,16 @@ def user_wrote(obj: Mapping[str, Any], path: Sequence[str]) -> bool | None:
             fields_path = [f"f:{part}" for part in path]
             return any(_has_path(fields, fields_path) for fields in applies if fields)
     return None
+
+
+@lru_cache(maxsize=256)
+def _parse_record(raw: str) -> Any:
+    """One parse per record, however many fields a request asks about (results are only
+    read, never modified, so sharing them is safe)."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _has_path(data: Any, path: Sequence[str]) -> bool:

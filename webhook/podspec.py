@@ -47,7 +47,7 @@ def add_error_propagation(pod_spec: dict[str, Any], strategy: str) -> list[str]:
             env = []
         if not isinstance(env, list):
             continue
-        present = {e.get("name") for e in env if isinstance(e, Mapping)}
+        present = {e.get("name") for e in env if isinstance(e, dict)}
         added = False
         for name, entry in wanted.items():
             if name in present or ALIASES[name] in present:
@@ -109,7 +109,7 @@ def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _same_requirement(wanted: Mapping[str, Any], existing: Any) -> bool:
     return (
-        isinstance(existing, Mapping)
+        isinstance(existing, dict)
         and existing.get("key") == wanted["key"]
         and existing.get("operator") == wanted["operator"]
         and isinstance(existing.get("values"), list)
@@ -126,21 +126,19 @@ def requires_spot(
     a contradiction to report rather than a change to make.
     """
     selector = pod_spec.get("nodeSelector")
-    if isinstance(selector, Mapping):
+    if isinstance(selector, dict):
         for key, value in selector.items():
             if value in spot_labels.get(key, ()):
                 return f"nodeSelector {key}={value}"
     affinity = pod_spec.get("affinity") or {}
-    node = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
     required = (node or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
     if not isinstance(terms, list) or not terms:
         return None
     pinned = []
     for term in terms:
-        expressions = (
-            (term or {}).get("matchExpressions") or [] if isinstance(term, Mapping) else []
-        )
+        expressions = (term or {}).get("matchExpressions") or [] if isinstance(term, dict) else []
         reason = next((r for e in expressions if (r := _pins_spot(e, spot_labels))), None)
         if reason is None:
             return None  # this term admits non-spot nodes, and terms are ORed
@@ -149,7 +147,7 @@ def requires_spot(
 
 
 def _pins_spot(expression: Any, spot_labels: Mapping[str, tuple[str, ...]]) -> str | None:
-    if not isinstance(expression, Mapping):
+    if not isinstance(expression, dict):
         return None
     key = expression.get("key")
     values = expression.get("values") or []

@@ -98,17 +98,17 @@ def registered() -> list[tuple[str, str]]:
 
 def has_policy_annotations(metadata: Any) -> bool:
     """The cheap test that lets the common case (no annotations of ours) skip all work."""
-    if not isinstance(metadata, Mapping):
+    if not isinstance(metadata, dict):
         return False
     annotations = metadata.get("annotations")
-    return isinstance(annotations, Mapping) and any(
+    return isinstance(annotations, dict) and any(
         isinstance(k, str) and k.startswith(PREFIX) for k in annotations
     )
 
 
 def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]:
     """Resolve a workload's policy: its annotations over namespace and cluster defaults."""
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     values, problems = parse_annotations(annotations, Scope.WORKLOAD)
     layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
     return resolve(layers), problems

@@ -288,7 +288,7 @@ def _check_template(
 
 def _rules(spec: Mapping[str, Any]) -> list[Any]:
     policy = spec.get("podFailurePolicy")
-    if isinstance(policy, Mapping) and isinstance(policy.get("rules"), list):
+    if isinstance(policy, dict) and isinstance(policy.get("rules"), list):
         return list(policy["rules"])
     return []
 

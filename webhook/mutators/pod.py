@@ -35,7 +35,7 @@ INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 
 def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for ref in metadata.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
+        if isinstance(ref, dict) and ref.get("controller") is True:
             return ref
     return None
 

@@ -1,0 +1,191 @@
+"""Benchmark inputs: real-shaped AdmissionReview bodies, built the way the API server sends
+them (defaulted objects, uid, managedFields and a last-applied record like kubectl apply)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from typing import Any
+
+from webhook import defaults
+
+P = "retry-policy.dev/"
+
+ANNOTATED = {
+    P + "fail-non-retriable": "true",
+    P + "retriable-exit-codes": "137,143",
+    P + "backoff-limit": "3",
+    P + "ignore-disruptions": "true",
+    P + "non-spot-attempts": "1",
+    P + "error-propagation": "earliest",
+}
+
+
+def _container(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": f"ghcr.io/example/{name}:1.4.2",
+        "command": ["python", "-m", name],
+        "env": [{"name": f"VAR_{i}", "value": f"value-{i}"} for i in range(8)],
+        "resources": {
+            "requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+            "limits": {"memory": "16Gi", "nvidia.com/gpu": "1"},
+        },
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    }
+
+
+def _pod_spec() -> dict[str, Any]:
+    return {
+        "restartPolicy": "Never",
+        "containers": [_container("trainer"), _container("sidecar")],
+        "volumes": [{"name": "data", "emptyDir": {}}],
+        "tolerations": [
+            {
+                "key": "cloud.google.com/gke-spot",
+                "operator": "Equal",
+                "value": "true",
+                "effect": "NoSchedule",
+            }
+        ],
+    }
+
+
+def job(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    manifest: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "namespace": "ml", "labels": {"team": "ml"}},
+        "spec": {"template": {"metadata": {"labels": {"app": "train"}}, "spec": _pod_spec()}},
+    }
+    if annotations:
+        manifest["metadata"]["annotations"] = dict(annotations)
+    obj = copy.deepcopy(manifest)
+    obj["metadata"].setdefault("annotations", {})[
+        "kubectl.kubernetes.io/last-applied-configuration"
+    ] = json.dumps(manifest)
+    obj["metadata"]["uid"] = str(uuid.uuid4())
+    obj["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
+    obj["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl-client-side-apply",
+            "operation": "Update",
+            "apiVersion": "batch/v1",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:template": {"f:spec": {"f:containers": {}}}}},
+        }
+    ]
+    defaults.apply_defaults(obj)
+    return obj
+
+
+def pod_last_attempt(padding_bytes: int = 0) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-x7k2p",
+            "namespace": "ml",
+            "uid": str(uuid.uuid4()),
+            "labels": {"batch.kubernetes.io/job-name": "train", "app": "train"},
+            "annotations": {
+                P + "backoff-limit": "3",
+                P + "non-spot-attempts": "1",
+                P + "error-propagation": "earliest",
+                P + "attempt": "3",
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": "train",
+                    "uid": "u",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": _pod_spec(),
+    }
+    if padding_bytes:
+        # Large pods in practice: many env vars (configs injected as env), big commands.
+        per = 1000
+        count = padding_bytes // (per + 40)
+        obj["spec"]["containers"][0]["env"] += [
+            {"name": f"CONFIG_{i:05d}", "value": "x" * per} for i in range(count)
+        ]
+    defaults.apply_defaults(obj)
+    return obj
+
+
+def jobset(replicated: int = 4) -> dict[str, Any] | None:
+    """A JobSet, when its mutator is registered (it is added with the workloads issue)."""
+    from webhook.mutators import lookup
+
+    if lookup("jobset.x-k8s.io", "JobSet") is None:
+        return None
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": "pretrain",
+            "namespace": "ml",
+            "uid": str(uuid.uuid4()),
+            "annotations": dict(ANNOTATED),
+        },
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": f"workers-{i}",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 8,
+                            "completions": 8,
+                            "backoffLimit": 0,
+                            "template": {"spec": _pod_spec()},
+                        }
+                    },
+                }
+                for i in range(replicated)
+            ]
+        },
+    }
+
+
+def review(obj: dict[str, Any]) -> bytes:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    kind = obj["kind"]
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+            "requestKind": {"group": group, "version": version, "kind": kind},
+            "requestResource": {"group": group, "version": version, "resource": kind.lower() + "s"},
+            "name": obj["metadata"]["name"],
+            "namespace": obj["metadata"]["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+    return json.dumps(body).encode()
+
+
+def all_cases() -> dict[str, bytes]:
+    cases = {
+        "job-plain": review(job()),
+        "job-annotated": review(job(ANNOTATED)),
+        "pod-last-attempt": review(pod_last_attempt()),
+        "pod-1MiB": review(pod_last_attempt(padding_bytes=1024 * 1024)),
+    }
+    js = jobset()
+    if js is not None:
+        cases["jobset-4"] = review(js)
+    return cases
