@@ -33,5 +33,9 @@ lint: install
 test: install tools lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
 
+## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey).
+bench: install
+	$(BIN)/python -m benchmarks.run
+
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache

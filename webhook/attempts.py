@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
+
 from webhook.failurepolicy import PodFailure, evaluate
 
 log = logging.getLogger(__name__)
@@ -177,6 +179,7 @@ class JobCache:
         self._lock = threading.Lock()
         self._jobs: dict[str, int] = {}
         self._rules: dict[str, tuple] = {}
+        self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
         self._pod_counts: dict[str, int] = {}
         self._stop = threading.Event()
@@ -231,6 +234,18 @@ class JobCache:
         with self._lock:
             self._jobs.clear()
             self._rules.clear()
+            self._rule_sets.clear()
+
+    def _intern(self, rules: tuple) -> tuple:
+        """Share one copy of each distinct rule list: thousands of Jobs made from the same
+        template carry the same rules, and keeping each copy dominated the cache's memory."""
+        key = orjson.dumps(rules, option=orjson.OPT_SORT_KEYS)
+        shared = self._rule_sets.get(key)
+        if shared is not None:
+            return shared
+        if len(self._rule_sets) < 4096:
+            self._rule_sets[key] = rules
+        return rules
 
     def _apply_job(self, kind: str, job: Mapping[str, Any]) -> None:
         uid = (job.get("metadata") or {}).get("uid")
@@ -246,7 +261,7 @@ class JobCache:
             if rules is None:
                 self._rules.pop(uid, None)
             else:
-                self._rules[uid] = rules
+                self._rules[uid] = self._intern(rules)
 
     def _reset_pods(self) -> None:
         with self._lock:

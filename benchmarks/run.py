@@ -1,0 +1,123 @@
+"""One command for all benchmarks: ``python -m benchmarks.run [--quick] [--skip-https]``.
+
+Writes ``benchmarks/results/latest.json`` and ``benchmarks/results/latest.md`` (the table
+the README quotes), with the machine the run happened on and the targets side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from benchmarks import compute, https, scale
+
+RESULTS = Path(__file__).parent / "results"
+
+TARGETS = {
+    "compute_median_us": 150,
+    "compute_p99_us": 1000,
+    "compute_1mib_ms": 20,
+    "https_throughput_ratio": 0.85,
+    "https_p99_ms_at_500rps": 10,
+    "scale_100k_extra_mb": 150,
+}
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(
+                line.split(":", 1)[1].strip() for line in info if line.startswith("model name")
+            )
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average_at_start": os.getloadavg()[0],
+    }
+
+
+def verdict(ok: bool) -> str:
+    return "meets target" if ok else "**misses target**"
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [
+        f"Run {m['date']} on {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
+        f"load average {m['load_average_at_start']:.2f} at start; "
+        "load generator on the same machine.",
+        "",
+        "| measure | case | result | target | |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in results["compute"].items():
+        if name == "pod-1MiB":
+            ms = r["median_us"] / 1000
+            lines.append(
+                f"| compute, median | {name} | {ms:.2f} ms | < 20 ms | {verdict(ms < 20)} |"
+            )
+            continue
+        ok = r["median_us"] <= 150 and r["p99_us"] <= 1000
+        lines.append(
+            f"| compute, median / p99 | {name} | {r['median_us']:.0f} µs / {r['p99_us']:.0f} µs "
+            f"| <= 150 µs / <= 1 ms | {verdict(ok)} |"
+        )
+    if "https" in results:
+        for name, c in results["https"]["cases"].items():
+            sat = c["webhook"]["saturated"]
+            fixed = c["webhook"]["fixed_500rps"]
+            ratio = c["throughput_ratio"]
+            lines.append(
+                f"| HTTPS saturated, ratio to floor | {name} | {ratio:.2f} "
+                f"({sat['rps']:.0f} vs {c['floor']['saturated']['rps']:.0f} req/s) | >= 0.85 "
+                f"| {verdict(ratio >= 0.85)} |"
+            )
+            lines.append(
+                f"| HTTPS at 500 req/s, p50 / p99 | {name} | {fixed['p50_ms']:.1f} / "
+                f"{fixed['p99_ms']:.1f} ms "
+                f"(floor {c['floor']['fixed_500rps']['p99_ms']:.1f} ms p99) "
+                f"| p99 <= 10 ms | {verdict(fixed['p99_ms'] <= 10)} |"
+            )
+        s = results["https"]["scaling"]
+        lines.append(
+            f"| second worker process | job-annotated | x{s['ratio']:.2f} "
+            f"({s['1_worker']:.0f} -> {s['2_worker']:.0f} req/s) | > 1 "
+            f"| {verdict(s['ratio'] > 1)} |"
+        )
+    for size, r in results["scale"].items():
+        lines.append(
+            f"| attempt cache | {int(size):,} Jobs | {r['extra_rss_mb']} MB extra, lookup "
+            f"{r['lookup_median_ns'] / 1000:.1f} µs median | 100k: <= 150 MB, flat lookup | |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="short runs (smoke test)")
+    parser.add_argument("--skip-https", action="store_true")
+    args = parser.parse_args()
+    results: dict = {"machine": machine()}
+    results["compute"] = compute.run(0.5 if args.quick else 3.0)
+    if not args.skip_https:
+        results["https"] = https.run(seconds=3 if args.quick else 15)
+    results["scale"] = scale.run()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (RESULTS / "latest.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

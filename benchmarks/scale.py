@@ -1,0 +1,110 @@
+"""Scale: the attempt cache holding N Jobs — resident memory and lookup latency.
+
+Each size runs in a fresh process (``python -m benchmarks.scale N``) so resident memory
+is measured without leftovers: baseline RSS with an empty cache, then RSS after N Jobs
+went through the cache's own event path (``_apply_job``, what list and watch call).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+import types
+import uuid
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def realistic_job(i: int) -> dict:
+    uid = str(uuid.UUID(int=random.getrandbits(128)))
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"job-{i}",
+            "namespace": f"team-{i % 50}",
+            "uid": uid,
+            "resourceVersion": str(1000 + i),
+            "labels": {"app": "train", "team": f"team-{i % 50}"},
+            "annotations": {"retry-policy.dev/applied": '{"backoffLimit":3}'},
+        },
+        "spec": {
+            "backoffLimit": 3,
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                    {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [143]}},
+                ]
+            },
+            "template": {"spec": {"containers": [{"name": "main", "image": "x:1"}]}},
+        },
+        "status": {"failed": i % 4, "uncountedTerminatedPods": {"failed": []}},
+    }
+
+
+def measure(count: int) -> dict:
+    from webhook.attempts import JobCache
+
+    random.seed(count)
+    # Never started: no API calls; events are fed in directly.
+    unused = types.SimpleNamespace(
+        list_job_for_all_namespaces=None, list_pod_for_all_namespaces=None
+    )
+    cache = JobCache(batch_api=unused, core_api=unused, watch_pods=False)
+    gc.collect()
+    before = rss_bytes()
+    uids = []
+    for i in range(count):
+        job = realistic_job(i)
+        uids.append(job["metadata"]["uid"])
+        cache._apply_job("ADDED", job)
+    del job
+    gc.collect()
+    after = rss_bytes()
+    sample = random.choices(uids, k=20000)
+    timings = []
+    for uid in sample:
+        started = time.perf_counter_ns()
+        found = cache.job_failures("ns", "name", uid)
+        timings.append(time.perf_counter_ns() - started)
+        assert found.failures is not None
+    return {
+        "jobs": count,
+        "extra_rss_mb": round((after - before) / 2**20, 1),
+        "lookup_median_ns": statistics.median(timings),
+        "lookup_p99_ns": sorted(timings)[int(0.99 * len(timings))],
+    }
+
+
+def run(sizes: tuple[int, ...] = (10_000, 100_000)) -> dict:
+    results = {}
+    for size in sizes:
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.scale", str(size)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        results[str(size)] = json.loads(out.stdout)
+    return results
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        print(json.dumps(measure(int(sys.argv[1]))))
+    else:
+        print(json.dumps(run(), indent=2))
