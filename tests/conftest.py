@@ -122,7 +122,7 @@ def review(
     group, _, version = api_version.rpartition("/")
     kind = source.get("kind", "Pod")
     plural = kind.lower() + "s"
-    metadata = source.get("metadata", {})
+    metadata = source.get("metadata") or {}
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
