@@ -4,7 +4,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools run dry-run test lint bench clean
+.PHONY: install tools run dry-run test lint bench fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test: install tools lint
 ## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey).
 bench: install
 	$(BIN)/python -m benchmarks.run
+
+## Coverage-guided fuzzing of the review decoder and data path (bounded; grows fuzz/corpus).
+FUZZ_SECONDS ?= 60
+fuzz: install
+	$(BIN)/python -m pip install -q atheris
+	$(BIN)/python fuzz/fuzz_review.py fuzz/corpus/review -max_total_time=$(FUZZ_SECONDS) -max_len=8192
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache
