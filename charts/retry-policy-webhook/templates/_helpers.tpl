@@ -182,8 +182,8 @@ request.operation != 'CREATE' || (has(object.metadata.annotations) && object.met
 
 {{- define "rpw.clientConfig" -}}
 service:
-  name: {{ include "rpw.serviceName" .ctx }}
-  namespace: {{ .ctx.Release.Namespace }}
+  name: {{ include "rpw.serviceName" .ctx | quote }}
+  namespace: {{ .ctx.Release.Namespace | quote }}
   path: {{ .path }}
   port: {{ .ctx.Values.service.port }}
 {{- end -}}
