@@ -457,6 +457,10 @@ HAS_POLICY_CEL = (
     "object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/'))"
 )
 CREATE_HAS_POLICY_CEL = f"request.operation != 'CREATE' || ({HAS_POLICY_CEL})"
+CREATE_NOT_CONTROLLED_CEL = (
+    "request.operation != 'CREATE' || !has(object.metadata.ownerReferences) || "
+    "!object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)"
+)
 # True when a retry-policy.dev/ annotation was added or changed, or was removed.
 UPDATE_CHANGES_POLICY_CEL = (
     "request.operation != 'UPDATE' || "
@@ -496,6 +500,7 @@ def test_match_conditions_structure(helm):
     assert pod_validate == {
         "not-a-mirror-pod": MIRROR_CEL,
         "create-has-retry-policy-annotation": CREATE_HAS_POLICY_CEL,
+        "create-not-controller-owned": CREATE_NOT_CONTROLLED_CEL,
         "update-changes-retry-policy-annotations": UPDATE_CHANGES_POLICY_CEL,
     }
     for hook in [*mutating.values(), *validating.values()]:
@@ -514,6 +519,8 @@ def _obj(annotations: dict[str, str] | None = None, **meta: Any) -> dict:
 
 OURS = {PREFIX + "backoff-limit": "3"}
 MIRROR = {"kubernetes.io/config.mirror": "abc", **OURS}
+JOB_OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}]
+OTHER_OWNER = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "v"}]
 CEL_SCENARIOS = [
     # (webhook, operation, object, oldObject, sent)
     ("pods.mutate", "CREATE", _obj(OURS), None, True),
@@ -524,6 +531,12 @@ CEL_SCENARIOS = [
     ("pods.validate", "CREATE", _obj(OURS), None, True),
     ("pods.validate", "CREATE", _obj({"a": "b"}), None, False),
     ("pods.validate", "CREATE", _obj(MIRROR), None, False),
+    # A Job's pods are never denied at CREATE (the engine fails open for them): not sent
+    # to the fail-closed validating webhook, but still mutated.
+    ("pods.validate", "CREATE", _obj(OURS, ownerReferences=JOB_OWNER), None, False),
+    ("pods.mutate", "CREATE", _obj(OURS, ownerReferences=JOB_OWNER), None, True),
+    ("pods.validate", "CREATE", _obj(OURS, ownerReferences=OTHER_OWNER), None, True),
+    ("pods.validate", "UPDATE", _obj({"a": "b"}, ownerReferences=JOB_OWNER), _obj(OURS), True),
     # The Job controller removing its finalizer from a pod with our annotations: skipped.
     ("pods.validate", "UPDATE", _obj(OURS, finalizers=[]), _obj(OURS, finalizers=["f"]), False),
     ("pods.validate", "UPDATE", _obj({**OURS, "a": "2"}), _obj({**OURS, "a": "1"}), False),
@@ -562,6 +575,51 @@ def test_match_conditions_semantics(helm, webhook, operation, obj, old, sent):
         assert isinstance(value, celpy.celtypes.BoolType), (condition["name"], value)
         results.append(bool(value))
     assert all(results) is sent
+
+
+def test_skipped_requests_are_ones_the_engine_allows_unchanged():
+    """Mirror pods aside (never touched, on purpose), the matchConditions only skip
+    requests the webhook would allow without a change. If the engine ever starts to deny
+    or patch one of these, this test names the chart condition that must change too."""
+    from webhook import engine
+    from webhook.admission import GroupVersionKind, Request
+    from webhook.config import Config
+
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team-a", "uid": "1"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]},
+    }
+    bad = {PREFIX + "non-spot-attempts": "lots", PREFIX + "backoff-limit": "x"}
+
+    def review(op: str, obj: dict, old: dict | None = None, kind: str = "Pod") -> Request:
+        group = "" if kind == "Pod" else "batch"
+        version = "v1"
+        return Request("u", GroupVersionKind(group, version, kind), op, "team-a", "p", obj, old)
+
+    def with_meta(base: dict, **meta: Any) -> dict:
+        out = copy.deepcopy(base)
+        out["metadata"].update(meta)
+        return out
+
+    # Sanity: a bare pod with bad annotations IS denied (so the checks below mean something).
+    assert not engine.validate(review("CREATE", with_meta(pod, annotations=bad)), Config()).allowed
+    # create-not-controller-owned: a Job's pod is never denied at CREATE.
+    owned = with_meta(pod, annotations=bad, ownerReferences=JOB_OWNER)
+    assert engine.validate(review("CREATE", owned), Config()).allowed
+    # has-retry-policy-annotation: a pod without our annotations is left alone.
+    plain = with_meta(pod, annotations={"other.io/x": "1"})
+    assert engine.mutate(review("CREATE", plain), Config()).patch in (None, [])
+    assert engine.validate(review("CREATE", plain), Config()).allowed
+    # update-changes-retry-policy-annotations: an UPDATE that keeps them is allowed silently.
+    for kind, obj in (("Pod", pod), ("Job", {**pod, "kind": "Job", "apiVersion": "batch/v1"})):
+        old = with_meta(obj, annotations=dict(bad))
+        new = with_meta(obj, annotations=dict(bad), labels={"x": "1"})
+        verdict = engine.validate(review("UPDATE", new, old, kind), Config())
+        assert verdict.allowed and not verdict.warnings, kind
+        # The mutating webhook gets CREATE only: it does nothing on UPDATE.
+        assert engine.mutate(review("UPDATE", new, old, kind), Config()).patch in (None, [])
 
 
 # --- the Deployment ----------------------------------------------------------------

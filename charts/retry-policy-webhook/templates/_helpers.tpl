@@ -175,6 +175,16 @@ between oldObject and object; it is true for every other operation.
 request.operation != 'UPDATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(object.metadata.annotations) || !(k in object.metadata.annotations))))
 {{- end -}}
 
+{{/*
+Pods made by a controller (a Job's pods) are never denied at CREATE: the engine admits
+them with a warning whatever their annotations say, since the controller could not fix
+them and the workload was validated when it was created. Skipping them keeps the
+fail-closed validating webhook out of the path of every Job retry.
+*/}}
+{{- define "rpw.cel.podCreateNotControlled" -}}
+request.operation != 'CREATE' || !has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)
+{{- end -}}
+
 {{/* On CREATE, pods without our annotations are skipped (pods are the hot path). */}}
 {{- define "rpw.cel.podCreateHasPolicy" -}}
 request.operation != 'CREATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/')))
