@@ -9,8 +9,7 @@ ARG PYTHON_VERSION=3.12
 # --- builder: wheels for the package and all its dependencies ----------------------
 FROM python:${PYTHON_VERSION}-slim AS builder
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 # .dockerignore lets in only what the package build needs (pyproject, README, webhook/).
 COPY . .
@@ -18,6 +17,7 @@ RUN python -m pip wheel --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-index --find-links /wheels retry-policy-webhook \
  && /opt/venv/bin/pip uninstall --yes pip \
+ && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
  && /opt/venv/bin/retry-webhook --help >/dev/null
 
 # --- runtime: the same Python, the virtualenv, nothing else -----------------------
@@ -27,10 +27,9 @@ LABEL org.opencontainers.image.title="retry-policy-webhook" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp
 COPY --from=builder /opt/venv /opt/venv
-# Mount points of the chart's volumes (config, TLS); owned by nobody in particular.
-RUN mkdir -p /etc/retry-webhook/tls
 # 65532: the conventional "nonroot" UID/GID; the chart sets the same in runAsUser.
 USER 65532:65532
 EXPOSE 8443
