@@ -1083,6 +1083,9 @@ def test_notes_explain_the_server_side_dry_run(helm):
     assert "kubectl apply --dry-run=server" in notes
     assert f"{RELEASE}-retry-policy-webhook-mutating" in notes
     assert f"{RELEASE}-retry-policy-webhook-validating" in notes
+    assert "WARNING" not in notes
+    result = _run_helm(helm, "install", RELEASE, str(CHART), "-n", "default", "--dry-run=client")
+    assert 'this release is in\n"default"' in result.stdout.split("NOTES:", 1)[1]
 
 
 # --- image and docs ----------------------------------------------------------------
