@@ -1,0 +1,215 @@
+{{/* Names ------------------------------------------------------------------------ */}}
+
+{{- define "rpw.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The Service name too, so it must be a DNS-1035 label (63 characters at most). */}}
+{{- define "rpw.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rpw.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rpw.serviceName" -}}
+{{- include "rpw.fullname" . -}}
+{{- end -}}
+
+{{- define "rpw.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "rpw.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rpw.secretName" -}}
+{{- default (printf "%s-tls" (include "rpw.fullname" .)) .Values.certs.secretName -}}
+{{- end -}}
+
+{{- define "rpw.mutatingName" -}}
+{{- printf "%s-mutating" (include "rpw.fullname" .) -}}
+{{- end -}}
+
+{{- define "rpw.validatingName" -}}
+{{- printf "%s-validating" (include "rpw.fullname" .) -}}
+{{- end -}}
+
+{{- define "rpw.certgenName" -}}
+{{- printf "%s-certgen" (include "rpw.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "rpw.certificateName" -}}
+{{- include "rpw.fullname" . -}}
+{{- end -}}
+
+{{/* Labels ----------------------------------------------------------------------- */}}
+
+{{- define "rpw.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rpw.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The webhook pods only: Service, PodDisruptionBudget and spread select on these. */}}
+{{- define "rpw.webhookSelectorLabels" -}}
+{{ include "rpw.selectorLabels" . }}
+app.kubernetes.io/component: webhook
+{{- end -}}
+
+{{- define "rpw.labels" -}}
+helm.sh/chart: {{ include "rpw.chart" . }}
+{{ include "rpw.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: retry-policy-webhook
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Image: a digest pins it, else the tag, else the chart's appVersion. */}}
+{{- define "rpw.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Webhooks ---------------------------------------------------------------------- */}}
+
+{{/*
+Namespaces sent to the webhook. kube-system and the release namespace are always
+excluded: the webhook must never be able to block the control plane or its own
+recovery (its pods, and the certificate Job, live in the release namespace).
+*/}}
+{{- define "rpw.namespaceSelector" -}}
+{{- $excluded := list "kube-system" .Release.Namespace -}}
+{{- range .Values.webhook.excludedNamespaces -}}
+{{- $excluded = append $excluded . -}}
+{{- end -}}
+matchExpressions:
+  - key: kubernetes.io/metadata.name
+    operator: NotIn
+    values:
+      {{- toYaml ($excluded | uniq) | nindent 6 }}
+{{- if .Values.webhook.optIn.enabled }}
+  - key: {{ .Values.webhook.optIn.label | quote }}
+    operator: In
+    values:
+      - {{ .Values.webhook.optIn.value | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Rules for the workload webhook: every enabled kind except pods. Only the main resource
+is listed, so status and other subresources never reach the webhook.
+Arguments: (dict "ctx" $ "operations" (list ...)).
+*/}}
+{{- define "rpw.workloadRules" -}}
+{{- $kinds := .ctx.Values.webhook.kinds -}}
+{{- $batch := list -}}
+{{- if $kinds.jobs }}{{ $batch = append $batch "jobs" }}{{ end -}}
+{{- if $kinds.cronJobs }}{{ $batch = append $batch "cronjobs" }}{{ end -}}
+{{- $rules := list -}}
+{{- if $batch -}}
+{{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" $batch) -}}
+{{- end -}}
+{{- if $kinds.jobSets -}}
+{{- $rules = append $rules (dict "apiGroups" (list "jobset.x-k8s.io") "apiVersions" (list "v1alpha2") "resources" (list "jobsets")) -}}
+{{- end -}}
+{{- if $kinds.rayJobs -}}
+{{- $rules = append $rules (dict "apiGroups" (list "ray.io") "apiVersions" (list "v1") "resources" (list "rayjobs")) -}}
+{{- end -}}
+{{- if $kinds.pyTorchJobs -}}
+{{- $rules = append $rules (dict "apiGroups" (list "kubeflow.org") "apiVersions" (list "v1") "resources" (list "pytorchjobs")) -}}
+{{- end -}}
+{{- range $rules }}
+- apiGroups: {{ toJson .apiGroups }}
+  apiVersions: {{ toJson .apiVersions }}
+  resources: {{ toJson .resources }}
+  operations: {{ toJson $.operations }}
+  scope: Namespaced
+{{- end }}
+{{- end -}}
+
+{{- define "rpw.hasWorkloads" -}}
+{{- $k := .Values.webhook.kinds -}}
+{{- if or $k.jobs $k.cronJobs $k.jobSets $k.rayJobs $k.pyTorchJobs -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+matchConditions (CEL). The rules only ever contain CREATE and UPDATE, so `object` is
+never null here (it is null only for DELETE) and `oldObject` is set exactly on UPDATE.
+*/}}
+
+{{/* Mirror pods (static pods shown by the kubelet) must never be touched. */}}
+{{- define "rpw.cel.notMirrorPod" -}}
+!has(object.metadata.annotations) || !('kubernetes.io/config.mirror' in object.metadata.annotations)
+{{- end -}}
+
+{{/* A pod is only ours when it carries a retry-policy.dev/ annotation. */}}
+{{- define "rpw.cel.hasPolicyAnnotation" -}}
+has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/'))
+{{- end -}}
+
+{{/*
+On UPDATE only a change to retry-policy.dev/ annotations can be denied (objects are
+checked once, at CREATE), so any other update (controllers setting finalizers, Kueue
+suspending a Job) skips the webhook and cannot be blocked by it. The expression is
+true exactly when the set of retry-policy.dev/ keys or one of their values differs
+between oldObject and object; it is true for every other operation.
+*/}}
+{{- define "rpw.cel.updateChangesPolicy" -}}
+request.operation != 'UPDATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(object.metadata.annotations) || !(k in object.metadata.annotations))))
+{{- end -}}
+
+{{/*
+Pods made by a controller (a Job's pods) are never denied at CREATE: the engine admits
+them with a warning whatever their annotations say, since the controller could not fix
+them and the workload was validated when it was created. Skipping them keeps the
+fail-closed validating webhook out of the path of every Job retry.
+*/}}
+{{- define "rpw.cel.podCreateNotControlled" -}}
+request.operation != 'CREATE' || !has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)
+{{- end -}}
+
+{{/* On CREATE, pods without our annotations are skipped (pods are the hot path). */}}
+{{- define "rpw.cel.podCreateHasPolicy" -}}
+request.operation != 'CREATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/')))
+{{- end -}}
+
+{{- define "rpw.clientConfig" -}}
+service:
+  name: {{ include "rpw.serviceName" .ctx | quote }}
+  namespace: {{ .ctx.Release.Namespace | quote }}
+  path: {{ .path }}
+  port: {{ .ctx.Values.service.port }}
+{{- end -}}
+
+{{- define "rpw.webhookAnnotations" -}}
+{{- if .Values.certManager.enabled }}
+cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "rpw.certificateName" .) }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod security ------------------------------------------------------------------ */}}
+
+{{- define "rpw.podSecurityContext" -}}
+{{- toYaml .Values.podSecurityContext -}}
+{{- end -}}
+
+{{- define "rpw.containerSecurityContext" -}}
+{{- toYaml .Values.securityContext -}}
+{{- end -}}
