@@ -393,7 +393,7 @@ def _source_text(name: str, setting: Setting, long: bool = False) -> str:
     if setting.source is Source.ANNOTATION:
         return f"your annotation {PREFIX}{name}" if long else "your annotation"
     if setting.source is Source.SPEC:
-        return f"your spec ({detail})" if detail else "your spec"
+        return f"your own {detail}" if detail else "your own spec"
     if setting.source is Source.NAMESPACE:
         return f"namespace default for {detail}" if detail else "namespace default"
     if setting.source is Source.CLUSTER and detail:
@@ -506,6 +506,10 @@ def runs_non_spot(failures: int, backoff_limit: int | None, non_spot_attempts: i
 
 def _nodes(non_spot: bool) -> str:
     return "non-spot only" if non_spot else "any node"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _on(nodes: str) -> str:
@@ -629,7 +633,7 @@ def explain_job_spec(
     item.rules = rule_lines(rules, _rules_of(_at(subject.original, path)), policy, scope)
     if on_failure:
         item.no_match = (
-            "restartPolicy is OnFailure: a failed container restarts inside the same pod, "
+            "with restartPolicy OnFailure, a failed container restarts inside the same pod "
             "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
         )
     elif rules:
@@ -936,7 +940,7 @@ class JobSimulator(Simulator):
                     )
             else:
                 restarts += 1
-                result = f"the container restarts in place ({restarts} restarts)"
+                result = f"the container restarts in place ({_count(restarts, 'restart')})"
                 if restarts >= max(limit, 1):
                     ending = Ending(
                         "Failed",
@@ -958,7 +962,9 @@ class JobSimulator(Simulator):
                 )
             )
         if ending is None:
-            ending = Ending("Running", None, f"the pod keeps running ({restarts} restarts)")
+            ending = Ending(
+                "Running", None, f"the pod keeps running ({_count(restarts, 'restart')})"
+            )
         return Simulation([e.token for e in events], steps, ending, unused)
 
 
