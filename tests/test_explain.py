@@ -170,7 +170,7 @@ def test_user_rules_come_first_and_are_yours():
     spec = {
         "podFailurePolicy": {
             "rules": [
-                {"action": "Count", "onExitCodes": {"operator": "In", "values": [3, 4, 5]}},
+                {"action": "Count", "onExitCodes": {"operator": "In", "values": [3, 4, 5, 9]}},
                 {
                     "action": "FailJob",
                     "onExitCodes": {"containerName": "main", "operator": "In", "values": [1]},
@@ -184,7 +184,7 @@ def test_user_rules_come_first_and_are_yours():
     texts = [(r.when, r.then, r.origin) for r in item.rules]
     assert texts == [
         (
-            "exit codes 3, 4 or 5 in any container",
+            "exit codes 3-5 or 9 in any container",
             "retried, counts against backoffLimit",
             "your rule",
         ),
@@ -592,7 +592,7 @@ def test_json_and_text_agree(case):
     assert len(re.findall(r"^  pod \d+ \(attempt", text, re.M)) == len(data["simulation"]["steps"])
     assert len(re.findall(r"^  \d+\. ", text, re.M)) == len(data["rules"])
     for s in data["settings"]:
-        assert re.search(rf"^  {re.escape(s['name'])} +{re.escape(s['value'][:9])}", text, re.M)
+        assert re.search(rf"^  {re.escape(s['name'])} +\S+ +{re.escape(s['text'])}", text, re.M)
 
 
 def test_json_is_plain_data_with_the_simulation():
@@ -753,3 +753,24 @@ def test_readme_output_is_what_the_command_prints(marker, argv):
     if "--simulate" in argv:
         out = out[out.index("Simulation of") :]
     assert shown == out
+
+
+def test_explain_job_spec_finds_a_nested_job_spec():
+    """Kinds that embed JobSpecs (CronJob, JobSet) reuse explain_job_spec with their path."""
+    from webhook.explain import Subject, explain_job_spec
+    from webhook.mutators import Context
+
+    spec = manifest({P + "backoff-limit": "2"})["spec"]
+    prepared, _ = cli.prepare(manifest(), None)
+    prepared["spec"] = {"replicatedJobs": [{"name": "w", "template": {"spec": spec}}]}
+    subject = Subject(prepared, prepared, None, Context(Config()), [])
+    for path in (
+        ("spec", "replicatedJobs", "0", "template", "spec"),
+        ("spec", "replicatedJobs[0]", "template", "spec"),
+    ):
+        item = explain_job_spec(subject, path, part="replicatedJob w")
+        assert item.part == "replicatedJob w"
+        assert item.plan.limit_field == ".".join(path) + ".backoffLimit"
+        assert [r.failures_before for r in rows(item.plan)] == list(range(7))
+    missing = explain_job_spec(subject, ("spec", "replicatedJobs", "5", "template", "spec"))
+    assert missing.plan is None and "is missing" in missing.notes[0]

@@ -25,7 +25,7 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from webhook import engine, failurepolicy
 from webhook.config import Config
@@ -212,13 +212,14 @@ class Simulation:
     unused: list[str] = field(default_factory=list)
 
 
-class Simulator:
-    """Walks failure events through a plan; one per kind of retry semantics."""
+class Simulator(Protocol):
+    """Walks failure events through a plan; one per kind of retry semantics (a Job's pods,
+    a JobSet's restarts, a RayJob's retries)."""
 
-    containers: Sequence[str] = ()
+    #: Container names events may name (the first is the one bare exit codes mean).
+    containers: Sequence[str]
 
-    def run(self, events: Sequence[Event]) -> Simulation:  # pragma: no cover - protocol
-        raise NotImplementedError
+    def run(self, events: Sequence[Event]) -> Simulation: ...
 
 
 @dataclass
@@ -384,7 +385,26 @@ def setting_lines(policy: Policy, names: Iterable[str]) -> list[SettingLine]:
 def _value_text(name: str, value: Any) -> str:
     if value is None and name != "error-propagation":
         return "-"
+    if name == "retriable-exit-codes":
+        return ",".join(_ranges(value))
     return format_value(name, value)
+
+
+def _ranges(values: Iterable[Any]) -> list[str]:
+    """Exit codes with runs of three or more folded: [1, 2, 3, 42] -> ["1-3", "42"]."""
+    codes = sorted({v for v in values if isinstance(v, int)})
+    out: list[str] = []
+    start = previous = None
+    for code in [*codes, None]:
+        if start is not None and code is not None and code == previous + 1:
+            previous = code
+            continue
+        if start is not None and previous - start >= 2:
+            out.append(f"{start}-{previous}")
+        elif start is not None:
+            out.extend(str(c) for c in range(start, previous + 1))
+        start = previous = code
+    return out
 
 
 def _source_text(name: str, setting: Setting, long: bool = False) -> str:
@@ -419,13 +439,13 @@ def describe_when(rule: Mapping[str, Any]) -> str:
     """The condition of one rule, as a phrase: "exit code 42 in container main"."""
     codes = rule.get("onExitCodes")
     if isinstance(codes, Mapping):
-        values = list(codes.get("values") or [])
+        values = _ranges(codes.get("values") or [])
         where = (
             f"in container {codes['containerName']}"
             if codes.get("containerName")
             else "in any container"
         )
-        plural = "s" if len(values) > 1 else ""
+        plural = "s" if len(values) > 1 or "-" in "".join(values) else ""
         if codes.get("operator") == "NotIn":
             return f"a non-zero exit code other than {_join(values)} {where}"
         if codes.get("operator") == "In":
@@ -558,14 +578,18 @@ def build_plan(
 
 
 def _at(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
+    """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
     node: Any = obj
     for part in path:
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, Mapping):
-            node = node.get(part)
-        else:
-            return None
+        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part)
+        steps = [indexed.group(1), indexed.group(2)] if indexed else [part]
+        for step in filter(None, steps):
+            if isinstance(node, list) and step.isdigit() and int(step) < len(node):
+                node = node[int(step)]
+            elif isinstance(node, Mapping):
+                node = node.get(step)
+            else:
+                return None
     return node
 
 
@@ -739,7 +763,7 @@ def _job_notes(
     return notes
 
 
-class JobSimulator(Simulator):
+class JobSimulator:
     """The Job controller's bookkeeping for a sequence of failed pods.
 
     A failure an Ignore rule matches is not counted; any other (Count, FailJob, FailIndex,
