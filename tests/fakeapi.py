@@ -33,7 +33,7 @@ class FakeAPI:
         self.get_status = 200  # status for GET of one Job
         self.get_delay = 0.0
         self.fail_lists = 0  # answer this many list calls with 500 first
-        self.too_old_once = False  # next watch answers an ERROR 410
+        self.too_old_once: set[str] = set()  # resources whose next watch answers ERROR 410
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -130,8 +130,8 @@ class FakeAPI:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                if api.too_old_once:
-                    api.too_old_once = False
+                if resource in api.too_old_once:
+                    api.too_old_once.discard(resource)
                     self._chunk(
                         {
                             "type": "ERROR",

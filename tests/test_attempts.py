@@ -194,7 +194,7 @@ def test_replaced_job_with_same_name_is_not_trusted(api):
 def test_too_old_watch_relists(api):
     job = make_job("c", failed=1)
     api.put("jobs", job)
-    api.too_old_once = True
+    api.too_old_once.add("jobs")
     cache = cache_for(api)
     try:
         assert eventually(lambda: api.watcher_count("jobs") == 1)

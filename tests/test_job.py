@@ -100,7 +100,8 @@ def test_non_spot_attempts_copies_policy_to_pod_template():
     verdict, out = mutate(job({P + "non-spot-attempts": "1", P + "backoff-limit": "3"}))
     annotations = out["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {P + "backoff-limit": "3", P + "non-spot-attempts": "1"}
-    assert "the last 1 of 4 attempts will run on non-spot nodes" in verdict.warnings[-1]
+    assert "the last 1 of 4 attempts will run on non-spot nodes" in verdict.warnings[-2]
+    assert verdict.warnings[-1] == engine.EXPLAIN_HINT
 
 
 def test_non_spot_attempts_uses_kubernetes_default_backoff():
@@ -419,7 +420,8 @@ def test_mutation_keeps_every_user_field():
 
 def test_warnings_are_short():
     verdict, _ = mutate(job(FULL))
-    assert len(verdict.warnings) == 6
+    assert len(verdict.warnings) == 7  # six changes and the pointer to explain
+    assert verdict.warnings.count(engine.EXPLAIN_HINT) == 1
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 
 

@@ -231,7 +231,11 @@ def test_pod_error_propagation():
         "FLYTE_INTERNAL_WORKER_NAME",
         "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
     ]
-    assert verdict.warnings == ["retry-policy: error-propagation env vars added to containers main"]
+    # A bare pod was written by a person: it gets the pointer to explain as well.
+    assert verdict.warnings == [
+        "retry-policy: error-propagation env vars added to containers main",
+        engine.EXPLAIN_HINT,
+    ]
 
 
 def test_pod_without_annotations_skips_the_cache():

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from webhook.failurepolicy import PodFailure, evaluate
+from webhook.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -286,8 +286,7 @@ class JobCache:
             if job_uid is None:
                 return
             rules = self._rules.get(job_uid)
-            match = evaluate(rules, PodFailure.from_pod(pod)) if rules else None
-            counted = match is None or match.action != "Ignore"
+            counted = counts(evaluate(rules, PodFailure.from_pod(pod))) if rules else True
             self._pod_job[uid] = (job_uid, counted)
             if counted:
                 self._pod_counts[job_uid] = self._pod_counts.get(job_uid, 0) + 1

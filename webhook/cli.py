@@ -145,6 +145,46 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return EXIT_DENIED if denied else EXIT_OK
 
 
+def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """Explain each workload's retry plan (and walk ``--simulate`` events through it).
+
+    Exit codes as dry-run: 0 explained, 1 the webhook would deny an object (its reasons
+    are the explanation), 2 the input, the config or an event could not be used.
+    """
+    from webhook import explain
+
+    try:
+        events = explain.parse_events(args.simulate) if args.simulate is not None else None
+        config = load_config(args.config)
+        objects = read_documents(args.filename)
+    except (explain.ExplainError, ConfigError, InputError) as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    items: list[explain.Explanation | explain.Denial] = []
+    code = EXIT_OK
+    for obj in objects:
+        prepared, _ = prepare(obj, args.namespace)
+        try:
+            result = explain.explain(prepared, config, args.namespace, events)
+        except explain.ExplainError as err:
+            print(f"Error: {_label(obj)}: {err}", file=stderr)
+            code = EXIT_INPUT
+            continue
+        if result is None:
+            print(f"Note: {_label(obj)}: explain does not cover this kind; skipped", file=stderr)
+        elif isinstance(result, explain.Denial):
+            items.append(result)
+            code = max(code, EXIT_DENIED)
+        else:
+            items.extend(result)
+    if args.output == "json":
+        json.dump(explain.to_json(items), stdout, indent=2)
+        stdout.write("\n")
+    elif items:
+        stdout.write(explain.render_text(items))
+    return code
+
+
 def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config)
@@ -225,6 +265,23 @@ def build_parser() -> argparse.ArgumentParser:
     dry.add_argument("-n", "--namespace", help="namespace for objects that name none")
     dry.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
     dry.set_defaults(func=dry_run)
+
+    why = sub.add_parser(
+        "explain",
+        help="show each workload's retry plan: settings and their sources, failure rules, "
+        "attempts, and a simulation of failures",
+    )
+    why.add_argument("-f", "--filename", required=True, help="YAML or JSON file, - for stdin")
+    why.add_argument("--config", help="cluster defaults YAML")
+    why.add_argument("-n", "--namespace", help="namespace for objects that name none")
+    why.add_argument(
+        "--simulate",
+        metavar="EVENTS",
+        help="failures to walk through the plan, e.g. 143,disruption,main:1 (exit codes, "
+        "container:code, oom = 137, disruption)",
+    )
+    why.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    why.set_defaults(func=explain_cmd)
 
     check = sub.add_parser("check-config", help="validate a cluster defaults file")
     check.add_argument("config")

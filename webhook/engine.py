@@ -30,25 +30,49 @@ log = logging.getLogger(__name__)
 _NO_CLUSTER = NoCluster()
 
 
+#: The one warning that points a user at ``explain`` when a policy changed their object.
+EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>"
+
+
 def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUSTER) -> Verdict:
     """Answer the mutating webhook: a patch and one warning per change, or a denial."""
+    return _mutate(request, config, attempts)[0]
+
+
+def _mutate(
+    request: Request, config: Config, attempts: AttemptSource
+) -> tuple[Verdict, Outcome | None]:
+    """``mutate``, also returning the mutator's outcome (``None`` when no mutator ran)."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or request.operation != "CREATE" or original is None:
-        return Verdict()
+        return Verdict(), None
     ctx = Context(config, attempts, _namespace(request), request.operation)
     if not mutator.applies(original, ctx):
-        return Verdict()
+        return Verdict(), None
     mutated = json_copy(original)
     try:
         outcome = mutator.mutate(mutated, ctx)
     except Exception:
         log.exception("mutation failed for %s %s", request.kind.kind, request.uid)
-        return Verdict(warnings=["retry-policy: internal error; no policy was applied"])
+        return Verdict(warnings=["retry-policy: internal error; no policy was applied"]), None
     if outcome.problems:
-        return _deny(outcome.problems, outcome.warnings)
+        return _deny(outcome.problems, outcome.warnings), outcome
     patch = diff(original, mutated)
-    return Verdict(patch=patch, warnings=outcome.warnings if patch else outcome.notes)
+    warnings = outcome.warnings if patch else outcome.notes
+    if patch and outcome.changes and not _controlled(original):
+        # Only for objects a person wrote (a controller's pods have no manifest to explain),
+        # and only when something changed: a no-op reinvocation stays silent.
+        warnings = [*warnings, EXPLAIN_HINT]
+    return Verdict(patch=patch, warnings=warnings), outcome
+
+
+def _controlled(obj: Mapping[str, Any]) -> bool:
+    metadata = obj.get("metadata")
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    return isinstance(refs, list) and any(
+        isinstance(ref, dict) and ref.get("controller") is True for ref in refs
+    )
 
 
 def validate(request: Request, config: Config) -> Verdict:
@@ -146,16 +170,25 @@ def _deny(problems: list[Problem], warnings: list[str]) -> Verdict:
     )
 
 
-def review_object(
+@dataclasses.dataclass
+class Review:
+    """One object reviewed as the API server would (mutate, then validate the result)."""
+
+    verdict: Verdict
+    #: The object as it would be stored (the input, unchanged, when denied).
+    result: dict[str, Any]
+    #: What the mutator reported (problems, changes, resolved policies); ``None`` when no
+    #: mutator ran (a kind we do not manage, or nothing for the policy to do).
+    outcome: Outcome | None = None
+
+
+def review(
     obj: dict[str, Any],
     config: Config,
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
-) -> tuple[Verdict, dict[str, Any]]:
-    """Mutate then validate one object as the API server would; for the dry-run CLI.
-
-    Returns the combined verdict and the resulting object (unchanged when denied).
-    """
+) -> Review:
+    """Mutate then validate one object as the API server would; for the CLI (dry-run, explain)."""
     from webhook.admission import GroupVersionKind
 
     api_version = str(obj.get("apiVersion") or "")
@@ -171,12 +204,23 @@ def review_object(
         old_object=None,
         dry_run=True,
     )
-    mutated_verdict = mutate(request, config, attempts)
+    mutated_verdict, outcome = _mutate(request, config, attempts)
     if not mutated_verdict.allowed:
-        return mutated_verdict, obj
+        return Review(mutated_verdict, obj, outcome)
     result = jsonpatch.apply_patch(obj, mutated_verdict.patch) if mutated_verdict.patch else obj
     second = validate(dataclasses.replace(request, object=result), config)
     if not second.allowed:
         second.warnings = mutated_verdict.warnings
-        return second, obj
-    return mutated_verdict, result
+        return Review(second, obj, outcome)
+    return Review(mutated_verdict, result, outcome)
+
+
+def review_object(
+    obj: dict[str, Any],
+    config: Config,
+    namespace: str | None = None,
+    attempts: AttemptSource = _NO_CLUSTER,
+) -> tuple[Verdict, dict[str, Any]]:
+    """``review`` as a pair: the combined verdict and the resulting object."""
+    reviewed = review(obj, config, namespace, attempts)
+    return reviewed.verdict, reviewed.result

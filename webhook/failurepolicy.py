@@ -2,9 +2,13 @@
 
 One module holds everything about the rule language so that mutation, validation,
 the attempt cache (which must know which failures an ``Ignore`` rule hides) and
-``explain`` all agree on what a rule means. Evaluation follows the Job controller:
-rules in order, the first match wins, ``NotIn`` never matches a container that exited
-0, ``containerName`` narrows the match, conditions match on type and status.
+``explain`` all agree on what a rule means. Evaluation follows the Job controller
+(kubernetes/kubernetes pkg/controller/job/pod_failure_policy.go, ``matchPodFailurePolicy``):
+rules in order, the first match wins; a rule with an action the controller does not know
+is skipped; exit-code rules look at terminated containers only, regular containers before
+init containers, never at a container that exited 0 (for ``In`` and ``NotIn`` alike), and
+``containerName`` narrows the match; condition rules match a pod condition on type and
+status, taking the pod's conditions in their order.
 """
 
 from __future__ import annotations
@@ -252,23 +256,41 @@ class Match:
     container: ContainerExit | None = None
     condition: str | None = None
 
+    @property
+    def counts(self) -> bool:
+        """Whether the failure counts against backoffLimit: every action but Ignore does
+        (the controller's ``countFailed``; FailJob and FailIndex count too)."""
+        return self.action != "Ignore"
+
+
+def counts(match: Match | None) -> bool:
+    """Whether a failure with this match counts; no match is the default handling: it counts."""
+    return match is None or match.counts
+
 
 def evaluate(rules: Iterable[Any], failure: PodFailure) -> Match | None:
-    """The first rule matching ``failure`` (as the Job controller decides), or ``None``."""
+    """The first rule matching ``failure`` (as the Job controller decides), or ``None``.
+
+    Like the controller, a rule is only a match when its action is one the controller
+    acts on: a matching rule with an unknown action is passed over, and evaluation goes
+    on with the next rule (the API reference: "Clients should react to an unknown action
+    by skipping the rule"). ``onExitCodes`` is looked at first; ``onPodConditions`` only
+    when a rule has no ``onExitCodes``.
+    """
     for index, rule in enumerate(rules):
-        if not isinstance(rule, dict):
+        if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
             continue
         codes = rule.get("onExitCodes")
-        if isinstance(codes, dict):
-            container = _match_codes(codes, failure)
+        if codes is not None:
+            container = _match_codes(codes, failure) if isinstance(codes, dict) else None
             if container is not None:
-                return Match(index, str(rule.get("action")), rule, container=container)
+                return Match(index, str(rule["action"]), rule, container=container)
             continue
         conditions = rule.get("onPodConditions")
         if isinstance(conditions, list):
             condition = _match_conditions(conditions, failure)
             if condition is not None:
-                return Match(index, str(rule.get("action")), rule, condition=condition)
+                return Match(index, str(rule["action"]), rule, condition=condition)
     return None
 
 
@@ -276,7 +298,8 @@ def _match_codes(codes: Mapping[str, Any], failure: PodFailure) -> ContainerExit
     values = set(codes.get("values") or [])
     name = codes.get("containerName")
     operator = codes.get("operator")
-    # The controller looks at regular containers first, then init containers.
+    # The controller looks at regular containers first, then init containers, each list
+    # in its status order; a container that exited 0 never matches, whatever the operator.
     ordered = [e for e in failure.exits if not e.init] + [e for e in failure.exits if e.init]
     for exit_ in ordered:
         if exit_.exit_code == 0 or (name is not None and exit_.name != name):
@@ -289,10 +312,13 @@ def _match_codes(codes: Mapping[str, Any], failure: PodFailure) -> ContainerExit
 
 
 def _match_conditions(patterns: list[Any], failure: PodFailure) -> str | None:
-    for pattern in patterns:
-        if not isinstance(pattern, dict):
-            continue
-        wanted = (str(pattern.get("type")), str(pattern.get("status") or "True"))
-        if wanted in failure.conditions:
-            return wanted[0]
+    """The first of the pod's conditions (in status order) that some pattern matches."""
+    wanted = {
+        (str(p.get("type")), str(p.get("status") or "True"))
+        for p in patterns
+        if isinstance(p, dict)
+    }
+    for condition in failure.conditions:
+        if condition in wanted:
+            return condition[0]
     return None

@@ -43,6 +43,11 @@ class Outcome:
     problems: list[Problem] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The policy each spec was mutated with, after the spec was consulted (backoff limit
+    #: resolved, settings a conflict skipped turned off), keyed by the spec's field path
+    #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
+    #: that it shows the policy the webhook applied, not a second resolution of its own.
+    policies: dict[str, Policy] = field(default_factory=dict)
 
     def changed(self, text: str, setting: Setting | None = None) -> None:
         self.changes.append(Change(text, setting))

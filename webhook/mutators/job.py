@@ -157,6 +157,7 @@ def apply_job_spec(
     if out.problems:
         return policy
     _apply(spec, template, pod_spec, policy, ctx, out, where)
+    out.policies[where] = policy
     return policy
 
 

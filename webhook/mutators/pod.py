@@ -64,6 +64,7 @@ class PodMutator:
         spec = pod.get("spec")
         if not isinstance(spec, dict):
             return out
+        out.policies["spec"] = policy
         if policy.error_propagation:
             names = podspec.add_error_propagation(spec, policy.error_propagation)
             if names:

@@ -1,0 +1,1231 @@
+"""``retry-webhook explain``: a workload's retry plan, in plain words, before it runs.
+
+Retry behaviour is opaque from the outside: which failures consume the budget, which end
+the workload at once, where each attempt runs. This module answers those questions for
+the object the webhook would store, so the answer cannot drift from what happens:
+
+- the object goes through the same engine as admission (``engine.review``: mutate, then
+  validate), and the mutator's resolved policy (``Outcome.policies``) supplies the
+  provenance of every setting;
+- failures are judged by the one podFailurePolicy evaluation (``failurepolicy.evaluate``)
+  that validation and the attempt cache use;
+- placement follows the pod webhook's rule: attempt ``a`` (counted failures so far) runs
+  on non-spot nodes when ``a >= B + 1 - N``.
+
+Each kind plugs in with one function registered by ``@explainer(group, kind)`` that turns
+a reviewed object into ``Explanation`` values; ``explain_job_spec`` explains any batch/v1
+JobSpec (a Job's, a CronJob's job template, a JobSet's replicated Job), so most kinds
+are a one-line call to it. Rendering (``render_text``, ``to_json``) is shared by all kinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook import engine, failurepolicy
+from webhook.config import Config
+from webhook.failurepolicy import ContainerExit, Match, PodFailure
+from webhook.mutators import Context, Outcome, workload_policy
+from webhook.policy import (
+    PREFIX,
+    BadValue,
+    Layer,
+    Policy,
+    Scope,
+    Setting,
+    Source,
+    format_value,
+    parse_annotations,
+    parse_count,
+    resolve,
+)
+
+WIDTH = 80
+MAX_EVENTS = 1000
+#: Plans longer than this show their first and last rows and the non-spot boundary.
+MAX_PLAN_ROWS = 12
+
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+SIGTERM, SIGKILL = 143, 137
+
+WORKLOAD_KEYS = (
+    "backoff-limit",
+    "fail-non-retriable",
+    "retriable-exit-codes",
+    "ignore-disruptions",
+    "non-spot-attempts",
+    "error-propagation",
+)
+POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
+
+
+class ExplainError(ValueError):
+    """Input explain cannot use (a bad ``--simulate`` event); the text says what is accepted."""
+
+
+# --- --simulate: the event grammar -------------------------------------------------
+
+_CONTAINER = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_EVENT = re.compile(rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption")
+ACCEPTED_EVENTS = (
+    "accepted: an exit code 1-255 (e.g. 143), container:code (e.g. main:1), "
+    "oom (exit code 137), container:oom, or disruption (preemption, eviction, drain), "
+    "separated by commas"
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One pod failure to simulate: a container's exit code, or a disruption.
+
+    A disruption is what preemption, eviction and drains do to a pod: the condition
+    ``DisruptionTarget=True``, and the main container stopped by SIGTERM (exit code 143).
+    """
+
+    token: str
+    exit_code: int
+    container: str | None = None
+    disruption: bool = False
+
+    def failure(self, main: str) -> PodFailure:
+        exits = (ContainerExit(self.container or main, self.exit_code),)
+        conditions = ((failurepolicy.DISRUPTION_TARGET, "True"),) if self.disruption else ()
+        return PodFailure(exits, conditions)
+
+    def describe(self, main: str) -> str:
+        if self.disruption:
+            return f"pod disrupted (preemption, eviction, drain; {main} exits {SIGTERM})"
+        return f"{_code_name(self.exit_code)} in container {self.container or main}"
+
+
+def _code_name(code: int) -> str:
+    known = {1: "application error", SIGKILL: "OOM kill or SIGKILL", SIGTERM: "SIGTERM"}
+    return f"exit code {code}" + (f" ({known[code]})" if code in known else "")
+
+
+def parse_events(text: str) -> list[Event]:
+    """Parse ``143,disruption,main:1``; a bad token is named with its position."""
+    tokens = [token.strip() for token in text.split(",")]
+    if not text.strip():
+        raise ExplainError(f"--simulate: no events given; {ACCEPTED_EVENTS}")
+    if len(tokens) > MAX_EVENTS:
+        raise ExplainError(f"--simulate: {len(tokens)} events; at most {MAX_EVENTS}")
+    events = []
+    for position, token in enumerate(tokens, 1):
+        where = f"--simulate: event {position} {token!r}"
+        match = _EVENT.fullmatch(token)
+        if match is None:
+            raise ExplainError(f"{where} is not an event; {ACCEPTED_EVENTS}")
+        if match.group("what") is None:  # the one keyword: disruption
+            events.append(Event(token, SIGTERM, disruption=True))
+            continue
+        what = match.group("what")
+        code = SIGKILL if what == "oom" else int(what)
+        if code == 0:
+            raise ExplainError(
+                f"{where}: exit code 0 is a success, not a failure; {ACCEPTED_EVENTS}"
+            )
+        if code > 255:
+            raise ExplainError(f"{where}: exit codes go from 1 to 255; {ACCEPTED_EVENTS}")
+        events.append(Event(token, code, match.group("container")))
+    return events
+
+
+# --- the explanation model (plain values: rendered as text or JSON) ----------------
+
+
+@dataclass(frozen=True)
+class SettingLine:
+    name: str
+    value: str
+    source: str
+    detail: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RuleLine:
+    number: int
+    action: str
+    when: str
+    then: str
+    origin: str
+    counts: bool | None
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    attempt: int
+    failures_before: int
+    nodes: str
+    if_fails: str
+    retries_left: int | None
+
+
+@dataclass(frozen=True)
+class PlanGap:
+    """Attempts left out of a long plan; all like the row before them."""
+
+    first: int
+    last: int
+
+
+@dataclass
+class Plan:
+    limit_field: str
+    limit: int
+    non_spot_attempts: int
+    rows: list[PlanRow | PlanGap]
+
+
+@dataclass(frozen=True)
+class Step:
+    pod: int
+    attempt: int
+    nodes: str
+    event: str
+    what: str
+    rule: int | None
+    action: str | None
+    counted: bool
+    counted_failures: int
+    result: str
+
+
+@dataclass(frozen=True)
+class Ending:
+    state: str  # Failed, Running, IndexFailed
+    reason: str | None
+    message: str
+
+
+@dataclass
+class Simulation:
+    events: list[str]
+    steps: list[Step]
+    ending: Ending
+    unused: list[str] = field(default_factory=list)
+
+
+class Simulator(Protocol):
+    """Walks failure events through a plan; one per kind of retry semantics (a Job's pods,
+    a JobSet's restarts, a RayJob's retries)."""
+
+    #: Container names events may name (the first is the one bare exit codes mean).
+    containers: Sequence[str]
+
+    def run(self, events: Sequence[Event]) -> Simulation: ...
+
+
+@dataclass
+class Explanation:
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    #: Which part of the object this explains ("" for the object itself).
+    part: str = ""
+    changes: list[str] = field(default_factory=list)
+    settings: list[SettingLine] = field(default_factory=list)
+    budget: str = ""
+    rules: list[RuleLine] = field(default_factory=list)
+    no_match: str = ""
+    examples: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    notes: list[str] = field(default_factory=list)
+    simulation: Simulation | None = None
+    simulator: Simulator | None = field(default=None, repr=False)
+
+
+@dataclass
+class Denial:
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    problems: list[str]
+    changes: list[str] = field(default_factory=list)
+
+
+# --- the per-kind registry -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an explainer gets: the object before and after the webhook, and its review."""
+
+    original: Mapping[str, Any]
+    final: Mapping[str, Any]
+    outcome: Outcome | None
+    ctx: Context
+    changes: list[str]
+
+    def policy(self, where: str) -> Policy | None:
+        return self.outcome.policies.get(where) if self.outcome is not None else None
+
+    def header(self, part: str = "") -> Explanation:
+        metadata = self.final.get("metadata") or {}
+        return Explanation(
+            kind=str(self.final.get("kind")),
+            api_version=str(self.final.get("apiVersion")),
+            namespace=str(metadata.get("namespace") or ""),
+            name=str(metadata.get("name") or metadata.get("generateName") or "<unnamed>"),
+            part=part,
+            changes=list(self.changes),
+        )
+
+
+Explainer = Callable[[Subject], list[Explanation]]
+_EXPLAINERS: dict[tuple[str, str], Explainer] = {}
+
+
+def explainer(group: str, kind: str) -> Callable[[Explainer], Explainer]:
+    """Register the function that explains one kind (``group`` is "" for the core API)."""
+
+    def register(function: Explainer) -> Explainer:
+        _EXPLAINERS[(group, kind)] = function
+        return function
+
+    return register
+
+
+def explained_kinds() -> list[tuple[str, str]]:
+    return sorted(_EXPLAINERS)
+
+
+# --- entry point -----------------------------------------------------------------------
+
+
+def explain(
+    obj: dict[str, Any],
+    config: Config,
+    namespace: str | None = None,
+    events: Sequence[Event] | None = None,
+) -> list[Explanation] | Denial | None:
+    """Review ``obj`` as admission would and explain the result.
+
+    ``obj`` must be prepared as the API server would see it (defaults applied, intent
+    recorded: ``cli.prepare``). Returns a ``Denial`` when the webhook would deny it,
+    ``None`` for a kind explain does not cover, else one ``Explanation`` per part.
+    Raises ``ExplainError`` when an event names a container the workload does not have.
+    """
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(obj.get("kind") or "")
+    reviewed = engine.review(obj, config, namespace)
+    changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
+    changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
+    metadata = obj.get("metadata") or {}
+    if not reviewed.verdict.allowed:
+        problems = [str(p) for p in (reviewed.outcome.problems if reviewed.outcome else [])]
+        return Denial(
+            kind,
+            str(obj.get("apiVersion")),
+            str(metadata.get("namespace") or ""),
+            str(metadata.get("name") or metadata.get("generateName") or "<unnamed>"),
+            problems or [reviewed.verdict.message.removeprefix("retry-policy: ")],
+            changes,
+        )
+    function = _EXPLAINERS.get((group, kind))
+    if function is None:
+        return None
+    ns = namespace or metadata.get("namespace")
+    subject = Subject(
+        obj, reviewed.result, reviewed.outcome, Context(config, namespace=ns), changes
+    )
+    explanations = function(subject)
+    if events is not None:
+        for item in explanations:
+            if item.simulator is None:
+                item.notes.append(
+                    f"--simulate does not apply to a {item.kind}: Kubernetes does not retry "
+                    "it; simulate the workload that creates it"
+                )
+                continue
+            _check_containers(item, events)
+            item.simulation = item.simulator.run(events)
+    return explanations
+
+
+def _check_containers(item: Explanation, events: Sequence[Event]) -> None:
+    known = list(item.simulator.containers) if item.simulator else []
+    for position, event in enumerate(events, 1):
+        if event.container is not None and event.container not in known:
+            label = f"{item.kind}/{item.name}" + (f" ({item.part})" if item.part else "")
+            raise ExplainError(
+                f"--simulate: event {position} {event.token!r} names container "
+                f"{event.container!r}, which {label} does not have; its containers: "
+                + ", ".join(known)
+            )
+
+
+# --- settings and their provenance -------------------------------------------------------
+
+
+def setting_lines(policy: Policy, names: Iterable[str]) -> list[SettingLine]:
+    lines = []
+    for name in names:
+        setting = policy.setting(name)
+        lines.append(
+            SettingLine(
+                name=name,
+                value=_value_text(name, setting.value),
+                source=setting.source.value,
+                detail=setting.detail,
+                text=_source_text(name, setting),
+            )
+        )
+    return lines
+
+
+def _value_text(name: str, value: Any) -> str:
+    if value is None and name != "error-propagation":
+        return "-"
+    if name == "retriable-exit-codes":
+        return ",".join(_ranges(value))
+    return format_value(name, value)
+
+
+def _ranges(values: Iterable[Any]) -> list[str]:
+    """Exit codes with runs of three or more folded: [1, 2, 3, 42] -> ["1-3", "42"]."""
+    codes = sorted({v for v in values if isinstance(v, int)})
+    out: list[str] = []
+    start = previous = None
+    for code in [*codes, None]:
+        if start is not None and code is not None and code == previous + 1:
+            previous = code
+            continue
+        if start is not None and previous - start >= 2:
+            out.append(f"{start}-{previous}")
+        elif start is not None:
+            out.extend(str(c) for c in range(start, previous + 1))
+        start = previous = code
+    return out
+
+
+def _source_text(name: str, setting: Setting, long: bool = False) -> str:
+    """Where a value came from, in words; ``long`` names the annotation key too."""
+    detail = setting.detail.strip("()")
+    if setting.source is Source.ANNOTATION:
+        return f"your annotation {PREFIX}{name}" if long else "your annotation"
+    if setting.source is Source.SPEC:
+        return f"your own {detail}" if detail else "your own spec"
+    if setting.source is Source.NAMESPACE:
+        return f"namespace default for {detail}" if detail else "namespace default"
+    if setting.source is Source.CLUSTER and detail:
+        return f"cluster guard rail {detail}" if "guardRails" in detail else "cluster default"
+    if setting.source is Source.BUILTIN:
+        return "not set"
+    return setting.source.value
+
+
+# --- podFailurePolicy rules in words -----------------------------------------------------
+
+
+def _join(values: Sequence[Any], word: str = "or", limit: int = 8) -> str:
+    items = [str(v) for v in values]
+    if len(items) > limit:
+        return ", ".join(items[:limit]) + f" {word} {len(items) - limit} more"
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {word} {items[-1]}"
+
+
+def describe_when(rule: Mapping[str, Any]) -> str:
+    """The condition of one rule, as a phrase: "exit code 42 in container main"."""
+    codes = rule.get("onExitCodes")
+    if isinstance(codes, dict):
+        values = _ranges(codes.get("values") or [])
+        where = (
+            f"in container {codes['containerName']}"
+            if codes.get("containerName")
+            else "in any container"
+        )
+        plural = "s" if len(values) > 1 or "-" in "".join(values) else ""
+        if codes.get("operator") == "NotIn":
+            return f"a non-zero exit code other than {_join(values)} {where}"
+        if codes.get("operator") == "In":
+            return f"exit code{plural} {_join(values)} {where}"
+        return f"exit codes with operator {codes.get('operator')!r} (never matches)"
+    conditions = rule.get("onPodConditions")
+    if isinstance(conditions, list):
+        phrases = []
+        for pattern in conditions:
+            if not isinstance(pattern, dict):
+                continue
+            kind, status = str(pattern.get("type")), str(pattern.get("status") or "True")
+            if kind == failurepolicy.DISRUPTION_TARGET and status == "True":
+                phrases.append("the pod was disrupted (preemption, eviction, node drain)")
+            elif status == "True":
+                phrases.append(f"the pod has condition {kind}")
+            else:
+                phrases.append(f"the pod's condition {kind} is {status}")
+        return _join(phrases) if phrases else "no condition (never matches)"
+    return "nothing (the rule has neither onExitCodes nor onPodConditions)"
+
+
+def describe_then(action: str, scope: str = "backoffLimit") -> str:
+    return {
+        "FailJob": "the Job fails at once",
+        "FailIndex": "its index fails at once and is not retried",
+        "Ignore": "retried, does not count",
+        "Count": f"retried, counts against {scope}",
+    }.get(action, f"skipped: Kubernetes does not know the action {action!r}")
+
+
+def rule_lines(
+    rules: Sequence[Any], user_rules: Sequence[Any], policy: Policy, scope: str
+) -> list[RuleLine]:
+    """Every rule of the final spec, with who wrote it: the user, or this webhook."""
+    yours = {failurepolicy.rule_key(rule) for rule in user_rules}
+    ours = {
+        failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule()): "ignore-disruptions",
+    }
+    for action in ("FailJob", "FailIndex"):
+        rule = failurepolicy.non_retriable_rule(policy.retriable_exit_codes, action)
+        ours[failurepolicy.rule_key(rule)] = "fail-non-retriable"
+    lines = []
+    for number, rule in enumerate(rules, 1):
+        if not isinstance(rule, dict):
+            continue
+        key = failurepolicy.rule_key(rule)
+        if key in yours:
+            origin = "your rule"
+        elif key in ours:
+            origin = f"added by retry-policy for {ours[key]}"
+        else:
+            origin = "added by retry-policy"
+        action = str(rule.get("action"))
+        known = action in failurepolicy.ACTIONS
+        lines.append(
+            RuleLine(
+                number=number,
+                action=action,
+                when=describe_when(rule),
+                then=describe_then(action, scope),
+                origin=origin,
+                counts=(action != "Ignore") if known else None,
+            )
+        )
+    return lines
+
+
+# --- placement -------------------------------------------------------------------------
+
+
+def runs_non_spot(failures: int, backoff_limit: int | None, non_spot_attempts: int) -> bool:
+    """The pod webhook's rule: attempt ``a`` goes to non-spot nodes when a >= B + 1 - N."""
+    if backoff_limit is None or non_spot_attempts <= 0:
+        return False
+    return failures >= backoff_limit + 1 - non_spot_attempts
+
+
+def _nodes(non_spot: bool) -> str:
+    return "non-spot only" if non_spot else "any node"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _on(nodes: str) -> str:
+    return "on non-spot nodes only" if nodes == _nodes(True) else "on any node"
+
+
+def _retries(n: int) -> str:
+    return f"{n} retr{'y' if n == 1 else 'ies'} left"
+
+
+def build_plan(
+    limit_field: str,
+    limit: int,
+    placement_limit: int | None,
+    non_spot_attempts: int,
+    final: str,
+) -> Plan:
+    """One row per attempt ``a`` = 0..limit (counted failures before it); long plans keep
+    their first and last rows and the rows around the non-spot boundary."""
+    keep = set(range(min(3, limit + 1))) | set(range(max(0, limit - 2), limit + 1))
+    if non_spot_attempts > 0 and placement_limit is not None:
+        boundary = placement_limit + 1 - non_spot_attempts
+        keep |= {a for a in (boundary - 1, boundary) if 0 <= a <= limit}
+    if limit + 1 <= MAX_PLAN_ROWS:
+        keep = set(range(limit + 1))
+    rows: list[PlanRow | PlanGap] = []
+    previous = -1
+    for a in sorted(keep):
+        if a > previous + 1:
+            rows.append(PlanGap(previous + 2, a))
+        left = limit - a
+        rows.append(
+            PlanRow(
+                attempt=a + 1,
+                failures_before=a,
+                nodes=_nodes(runs_non_spot(a, placement_limit, non_spot_attempts)),
+                if_fails=f"retried, {_retries(left)}" if left else final,
+                retries_left=left or None,
+            )
+        )
+        previous = a
+    return Plan(limit_field, limit, non_spot_attempts, rows)
+
+
+# --- batch/v1 JobSpec ------------------------------------------------------------------
+
+
+def _at(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
+    """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
+    node: Any = obj
+    for part in path:
+        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part)
+        steps = [indexed.group(1), indexed.group(2)] if indexed else [part]
+        for step in filter(None, steps):
+            if isinstance(node, list) and step.isdigit() and int(step) < len(node):
+                node = node[int(step)]
+            elif isinstance(node, dict):
+                node = node.get(step)
+            else:
+                return None
+    return node
+
+
+def _rules_of(spec: Any) -> list[Any]:
+    pfp = spec.get("podFailurePolicy") if isinstance(spec, dict) else None
+    rules = pfp.get("rules") if isinstance(pfp, dict) else None
+    return list(rules) if isinstance(rules, list) else []
+
+
+def _container_names(pod_spec: Mapping[str, Any]) -> list[str]:
+    """Regular containers first (the first is the "main" one events default to)."""
+    names = []
+    for group in ("containers", "initContainers"):
+        for container in pod_spec.get(group) or []:
+            if isinstance(container, dict) and isinstance(container.get("name"), str):
+                names.append(container["name"])
+    return names
+
+
+def _pod_policy(annotations: Any) -> Policy:
+    """What a pod created from a template learns from its annotations (as the pod webhook)."""
+    values, _ = parse_annotations(annotations if isinstance(annotations, dict) else None, Scope.POD)
+    return resolve([Layer(Source.ANNOTATION, values)])
+
+
+def _unmanaged_policy(subject: Subject, path: Sequence[str], spec: Mapping[str, Any]) -> Policy:
+    """The policy of a JobSpec the mutator did not touch (no annotations, no defaults):
+    resolved the same way, so provenance still says where backoffLimit came from."""
+    from webhook.mutators.job import resolve_backoff_limit
+
+    metadata = subject.final.get("metadata")
+    policy, _ = workload_policy(metadata, subject.ctx)
+    return resolve_backoff_limit(subject.final, tuple(path), spec, policy, Outcome())
+
+
+def explain_job_spec(
+    subject: Subject, path: Sequence[str] = ("spec",), part: str = ""
+) -> Explanation:
+    """Explain the batch/v1 JobSpec at ``path`` of the reviewed object."""
+    where = ".".join(path)
+    item = subject.header(part)
+    spec = _at(subject.final, path)
+    if not isinstance(spec, dict):
+        item.notes.append(f"{where} is missing: nothing to explain")
+        return item
+    policy = subject.policy(where) or _unmanaged_policy(subject, path, spec)
+    item.settings = setting_lines(policy, WORKLOAD_KEYS)
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    containers = _container_names(pod_spec)
+    pod_policy = _pod_policy((template.get("metadata") or {}).get("annotations"))
+    limit = spec.get("backoffLimit")
+    limit = limit if isinstance(limit, int) else 6
+    per_index = spec.get("backoffLimitPerIndex")
+    per_index = per_index if isinstance(per_index, int) else None
+    max_failed = spec.get("maxFailedIndexes")
+    max_failed = max_failed if isinstance(max_failed, int) else None
+    rules = _rules_of(spec)
+    on_failure = pod_spec.get("restartPolicy") == "OnFailure"
+    scope = "backoffLimitPerIndex" if per_index is not None else "backoffLimit"
+    origin = "from " + _source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
+    item.budget = _job_budget(limit, origin, per_index, max_failed, on_failure)
+    item.rules = rule_lines(rules, _rules_of(_at(subject.original, path)), policy, scope)
+    if on_failure:
+        item.no_match = (
+            "with restartPolicy OnFailure, a failed container restarts inside the same pod "
+            "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
+        )
+    elif rules:
+        item.no_match = f"anything else (no rule matches): retried, counts against {scope}"
+    else:
+        item.no_match = f"there are no podFailurePolicy rules: every failure counts against {scope}"
+    simulator = JobSimulator(
+        rules=rules,
+        backoff_limit=limit,
+        per_index=per_index,
+        max_failed_indexes=max_failed,
+        placement_limit=pod_policy.backoff_limit,
+        non_spot_attempts=pod_policy.non_spot_attempts,
+        containers=containers,
+        on_failure=on_failure,
+    )
+    item.simulator = simulator
+    item.examples = simulator.examples()
+    if on_failure:
+        item.notes.append(
+            "non-spot placement applies to new pods only; a container restarting in "
+            "place stays on its node"
+        )
+    else:
+        budget = per_index if per_index is not None else limit
+        final = (
+            "the index fails" if per_index is not None else "the Job fails (BackoffLimitExceeded)"
+        )
+        item.plan = build_plan(
+            f"{where}.{scope}",
+            budget,
+            pod_policy.backoff_limit,
+            pod_policy.non_spot_attempts,
+            final,
+        )
+    item.notes.extend(_job_notes(spec, limit, per_index, pod_policy))
+    return item
+
+
+def _job_budget(
+    limit: int, origin: str, per_index: int | None, max_failed: int | None, on_failure: bool
+) -> str:
+    if on_failure:
+        runs = "the first restart fails it" if limit == 0 else f"restart number {limit} fails it"
+        return (
+            f"backoffLimit is {limit} ({origin}). With restartPolicy OnFailure, Kubernetes "
+            f"counts container restarts: {runs} (BackoffLimitExceeded)."
+        )
+    if per_index is not None:
+        text = (
+            f"backoffLimitPerIndex is {per_index}: each index may fail {per_index} "
+            f"time{'s' if per_index != 1 else ''} and is retried; failure number "
+            f"{per_index + 1} of an index fails that index, and the Job ends with reason "
+            "FailedIndexes once the other indexes are done."
+        )
+        if max_failed is not None:
+            text += (
+                f" More than {max_failed} failed index{'es' if max_failed != 1 else ''} "
+                "fail the Job at once (MaxFailedIndexesExceeded)."
+            )
+        return text + f" backoffLimit ({limit}, {origin}) still caps all counted failures."
+    if limit == 0:
+        return (
+            f"backoffLimit is 0 ({origin}): the first counted failure fails the Job "
+            "(BackoffLimitExceeded). Ignored failures do not count."
+        )
+    return (
+        f"backoffLimit is {limit} ({origin}): the Job is retried after up to {limit} "
+        f"counted failure{'s' if limit != 1 else ''}, so it gets up to {limit + 1} attempts; "
+        f"counted failure number {limit + 1} fails it (BackoffLimitExceeded). "
+        "Failures an Ignore rule matches do not count and do not use up an attempt."
+    )
+
+
+def _job_notes(
+    spec: Mapping[str, Any], limit: int, per_index: int | None, pod_policy: Policy
+) -> list[str]:
+    notes = []
+    parallelism, completions = spec.get("parallelism"), spec.get("completions")
+    if per_index is None and (
+        (isinstance(parallelism, int) and parallelism > 1)
+        or (isinstance(completions, int) and completions > 1)
+    ):
+        notes.append(
+            f"this Job runs {completions} completions, {parallelism} pods at a time; "
+            "all its pods share one budget, and the attempt number is the Job's count "
+            "of counted failures so far"
+        )
+    n, placement_limit = pod_policy.non_spot_attempts, pod_policy.backoff_limit
+    if per_index is not None and n > 0 and placement_limit is not None:
+        boundary = placement_limit + 1 - n
+        if boundary > per_index:
+            notes.append(
+                f"non-spot-attempts counts against backoffLimit ({placement_limit}), not "
+                f"backoffLimitPerIndex ({per_index}): an index fails before its attempt "
+                f"reaches {boundary}, so no attempt runs on non-spot nodes"
+            )
+    if placement_limit is not None and n > 0 and placement_limit != limit:
+        notes.append(
+            f"pods place themselves with backoff-limit {placement_limit} (their template "
+            f"annotation), but the Job's backoffLimit is {limit}"
+        )
+    return notes
+
+
+class JobSimulator:
+    """The Job controller's bookkeeping for a sequence of failed pods.
+
+    A failure an Ignore rule matches is not counted; any other (Count, FailJob, FailIndex,
+    no match) is. FailJob fails the Job at once (reason PodFailurePolicy); otherwise the Job
+    fails when counted failures exceed backoffLimit (BackoffLimitExceeded), checked in that
+    order as in ``syncJob``. With backoffLimitPerIndex the events are one index's pods: a
+    FailIndex match, or counted failures of the index exceeding the per-index limit, fail
+    the index. With restartPolicy OnFailure, failed containers restart in place and the Job
+    fails when restarts reach backoffLimit (``pastBackoffLimitOnFailure``).
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Any],
+        backoff_limit: int,
+        per_index: int | None,
+        max_failed_indexes: int | None,
+        placement_limit: int | None,
+        non_spot_attempts: int,
+        containers: Sequence[str],
+        on_failure: bool = False,
+    ):
+        self.rules = list(rules)
+        self.backoff_limit = backoff_limit
+        self.per_index = per_index
+        self.max_failed_indexes = max_failed_indexes
+        self.placement_limit = placement_limit
+        self.non_spot_attempts = non_spot_attempts
+        self.containers = list(containers) or ["main"]
+        self.on_failure = on_failure
+
+    @property
+    def main(self) -> str:
+        return self.containers[0]
+
+    def judge(self, event: Event) -> tuple[Match | None, bool]:
+        """The rule a failure matches and whether it counts (the one shared evaluation)."""
+        if self.on_failure and not event.disruption:
+            return None, True
+        match = failurepolicy.evaluate(self.rules, event.failure(self.main))
+        return match, failurepolicy.counts(match)
+
+    def verdict(self, event: Event) -> str:
+        match, _ = self.judge(event)
+        scope = "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
+        if self.on_failure and not event.disruption:
+            return "the container restarts in place, counts"
+        if match is None:
+            return f"no rule matches; retried, counts against {scope}"
+        return (
+            f"rule {match.index + 1} matches; {describe_then(match.action, scope)} ({match.action})"
+        )
+
+    def examples(self) -> list[str]:
+        """What common failures do, each judged like a real one."""
+        events = [
+            Event("1", 1),
+            Event("oom", SIGKILL),
+            Event(str(SIGTERM), SIGTERM),
+            Event("disruption", SIGTERM, disruption=True),
+        ]
+        seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
+        for rule in self.rules:
+            codes = rule.get("onExitCodes") if isinstance(rule, dict) else None
+            if not isinstance(codes, dict) or codes.get("operator") != "In":
+                continue
+            container = codes.get("containerName")
+            container = container if container in self.containers else None
+            for code in (codes.get("values") or [])[:2]:
+                if isinstance(code, int) and 0 < code < 256:
+                    key = (container if container != self.main else None, code)
+                    if key not in seen and len(events) < 8:
+                        seen.add(key)
+                        events.append(Event(str(code), code, key[0]))
+        return [f"{e.describe(self.main)}: {self.verdict(e)}" for e in events]
+
+    def _placement(self, failures: int) -> str:
+        return _nodes(runs_non_spot(failures, self.placement_limit, self.non_spot_attempts))
+
+    def run(self, events: Sequence[Event]) -> Simulation:
+        if self.on_failure:
+            return self._run_on_failure(events)
+        counted = 0  # the Job's counted failures (status.failed without ignored pods)
+        index_counted = 0  # the same, for the one index (per-index Jobs)
+        steps: list[Step] = []
+        ending: Ending | None = None
+        unused: list[str] = []
+        limit = self.per_index if self.per_index is not None else self.backoff_limit
+        for number, event in enumerate(events, 1):
+            if ending is not None:
+                unused.append(event.token)
+                continue
+            attempt = index_counted if self.per_index is not None else counted
+            nodes = self._placement(attempt)
+            match, counts = self.judge(event)
+            if counts:
+                counted += 1
+                index_counted += 1
+            used = index_counted if self.per_index is not None else counted
+            rule_text = f"rule {match.index + 1} ({match.action})" if match else "no rule matches"
+            if match is not None and match.action == "FailJob":
+                result = f"{rule_text}: the Job fails at once"
+                ending = Ending(
+                    "Failed",
+                    "PodFailurePolicy",
+                    f"pod {number} matched FailJob rule {match.index + 1}",
+                )
+            elif counted > self.backoff_limit:
+                result = f"{rule_text}: counted, more than backoffLimit {self.backoff_limit}"
+                ending = Ending(
+                    "Failed",
+                    "BackoffLimitExceeded",
+                    f"{counted} counted failures, more than backoffLimit {self.backoff_limit}",
+                )
+            elif self.per_index is not None and (
+                (match is not None and match.action == "FailIndex") or index_counted > limit
+            ):
+                why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
+                result = f"{rule_text}: the index fails ({why})"
+                ending = self._index_failed(number, why)
+            else:
+                nxt = self._placement(index_counted if self.per_index is not None else counted)
+                again = " again" if not counts else ""
+                status = "counted (" if counts else "not counted (still "
+                result = (
+                    f"{rule_text}: {status}{used} of {limit} allowed failures used); "
+                    f"next: attempt {used + 1}{again}, {_on(nxt)}"
+                )
+            steps.append(
+                Step(
+                    pod=number,
+                    attempt=attempt + 1,
+                    nodes=nodes,
+                    event=event.token,
+                    what=event.describe(self.main),
+                    rule=match.index + 1 if match else None,
+                    action=match.action if match else None,
+                    counted=counts,
+                    counted_failures=used,
+                    result=result,
+                )
+            )
+        if ending is None:
+            used = index_counted if self.per_index is not None else counted
+            left = limit - used
+            ending = Ending(
+                "Running",
+                None,
+                f"attempt {used + 1} runs next, {_on(self._placement(used))}; "
+                + (
+                    f"{left} more counted failure{'s are' if left != 1 else ' is'} allowed"
+                    if left
+                    else "its failure, if counted, ends it"
+                ),
+            )
+        return Simulation([e.token for e in events], steps, ending, unused)
+
+    def _index_failed(self, pod: int, why: str) -> Ending:
+        if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:
+            return Ending(
+                "Failed",
+                "MaxFailedIndexesExceeded",
+                f"pod {pod} failed its index ({why}); maxFailedIndexes is "
+                f"{self.max_failed_indexes}",
+            )
+        return Ending(
+            "IndexFailed",
+            "FailedIndexes",
+            f"pod {pod} failed its index ({why}); the other indexes go on, and the Job "
+            "fails with reason FailedIndexes when they are done",
+        )
+
+    def _run_on_failure(self, events: Sequence[Event]) -> Simulation:
+        """restartPolicy OnFailure: restarts of the running pod count (>= backoffLimit, or
+        > 0 when it is 0); a disrupted pod fails as a whole and its replacement starts
+        with no restarts, while the failed pod counts in status.failed (> backoffLimit)."""
+        restarts = failed = 0
+        steps: list[Step] = []
+        ending: Ending | None = None
+        unused: list[str] = []
+        limit = self.backoff_limit
+        pod = 1
+        for number, event in enumerate(events, 1):
+            if ending is not None:
+                unused.append(event.token)
+                continue
+            current = pod
+            if event.disruption:
+                failed += 1
+                restarts = 0
+                pod += 1
+                result = f"the pod fails; counted ({failed} failed pods); next: a new pod"
+                if failed > limit:
+                    ending = Ending(
+                        "Failed",
+                        "BackoffLimitExceeded",
+                        f"{failed} failed pods, more than backoffLimit {limit}",
+                    )
+            else:
+                restarts += 1
+                result = f"the container restarts in place ({_count(restarts, 'restart')})"
+                if restarts >= max(limit, 1):
+                    ending = Ending(
+                        "Failed",
+                        "BackoffLimitExceeded",
+                        f"{restarts} restarts reach backoffLimit {limit}",
+                    )
+            steps.append(
+                Step(
+                    pod=current,
+                    attempt=number,
+                    nodes="same pod",
+                    event=event.token,
+                    what=event.describe(self.main),
+                    rule=None,
+                    action=None,
+                    counted=True,
+                    counted_failures=restarts,
+                    result=result,
+                )
+            )
+        if ending is None:
+            ending = Ending(
+                "Running", None, f"the pod keeps running ({_count(restarts, 'restart')})"
+            )
+        return Simulation([e.token for e in events], steps, ending, unused)
+
+
+@explainer("batch", "Job")
+def explain_job(subject: Subject) -> list[Explanation]:
+    return [explain_job_spec(subject, ("spec",))]
+
+
+# --- v1 Pod ------------------------------------------------------------------------------
+
+
+@explainer("", "Pod")
+def explain_pod(subject: Subject) -> list[Explanation]:
+    """A Pod is not retried by Kubernetes: explain its own policy and where it runs."""
+    item = subject.header()
+    metadata = subject.final.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    policy = subject.policy("spec") or _pod_policy(annotations)
+    item.settings = setting_lines(policy, POD_KEYS)
+    limit, n = policy.backoff_limit, policy.non_spot_attempts
+    attempt, source = _pod_attempt(policy, annotations)
+    item.budget = (
+        "Kubernetes does not retry a Pod: whoever creates the next attempt (a Job, an "
+        "orchestrator) decides. This pod places itself by its attempt number"
+        + (f" ({attempt}, from {source})." if attempt is not None else f" ({source}).")
+    )
+    if limit is not None and n > 0:
+        item.plan = build_plan(
+            f"annotation {PREFIX}backoff-limit", limit, limit, n, "no retry left"
+        )
+        if attempt is not None:
+            where = "non-spot nodes only" if runs_non_spot(attempt, limit, n) else "any node"
+            item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
+    return [item]
+
+
+def _pod_attempt(policy: Policy, annotations: Mapping[str, Any]) -> tuple[int | None, str]:
+    if policy.attempt is not None:
+        return policy.attempt, f"annotation {PREFIX}attempt"
+    raw = annotations.get(INDEX_FAILURE_COUNT)
+    if isinstance(raw, str):
+        try:
+            return parse_count(raw), f"annotation {INDEX_FAILURE_COUNT}"
+        except BadValue:
+            pass
+    return None, "unknown offline: at admission it comes from the owning Job's failure count"
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _fill(text: str, first: str = "", rest: str | None = None) -> list[str]:
+    """Wrap to ``WIDTH``: ``first`` starts the first line, ``rest`` (default: as many
+    spaces) the others."""
+    rest = " " * len(first) if rest is None else rest
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False
+    ) or [first.rstrip()]
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _sentence(text: str) -> str:
+    return _cap(text) if text.endswith(".") else _cap(text) + "."
+
+
+def render_text(items: Sequence[Explanation | Denial]) -> str:
+    """Every line fits an 80-column terminal; sections read top to bottom as a story."""
+    out: list[str] = []
+    for item in items:
+        if out:
+            out.append("")
+        if isinstance(item, Denial):
+            out.extend(_render_denial(item))
+        else:
+            out.extend(_render(item))
+    return "\n".join(out) + "\n"
+
+
+def _title(item: Explanation | Denial) -> str:
+    name = f"{item.namespace}/{item.name}" if item.namespace else item.name
+    part = f" ({item.part})" if isinstance(item, Explanation) and item.part else ""
+    return f"{item.kind} {name}{part}"
+
+
+def _render_denial(item: Denial) -> list[str]:
+    lines = _fill(f"{_title(item)}: retry-policy would deny it; fix these and run explain again:")
+    for problem in item.problems:
+        lines.extend(_fill(problem, "  - "))
+    return lines
+
+
+def _render(item: Explanation) -> list[str]:
+    title = _title(item)
+    lines = [*_fill(title), "=" * min(len(title), WIDTH)]
+    if item.changes:
+        lines += ["", "What the webhook changes:"]
+        for change in item.changes:
+            lines.extend(_fill(change, "  - "))
+    if item.settings:
+        lines += ["", "Retry settings and where each came from:"]
+        for s in item.settings:
+            lines.extend(_fill(f"{s.name:<21} {s.value:<9} {s.text}", "  ", " " * 34))
+    if item.budget:
+        lines += ["", *_fill(item.budget)]
+    if item.rules or item.no_match:
+        lines += [""]
+        if item.rules:
+            lines.append(
+                "When a pod fails, Kubernetes checks these rules in order; the first match wins:"
+            )
+        for rule in item.rules:
+            text = f"{_cap(rule.when)}: {rule.then} ({rule.action}); {rule.origin}."
+            lines.extend(_fill(text, f"  {rule.number}. "))
+        if item.no_match:
+            lines.extend(_fill(_sentence(item.no_match), "  -  " if item.rules else ""))
+    if item.examples:
+        lines += ["", "What common failures do:"]
+        for example in item.examples:
+            lines.extend(_fill(example, "  - "))
+    if item.plan is not None:
+        lines += ["", *_render_plan(item.plan)]
+    if item.simulation is not None:
+        lines += ["", *_render_simulation(item)]
+    if item.notes:
+        lines += ["", "Notes:"]
+        for note in item.notes:
+            lines.extend(_fill(note, "  - "))
+    return lines
+
+
+def _render_plan(plan: Plan) -> list[str]:
+    head = f"Attempt plan ({plan.limit_field} {plan.limit}"
+    head += (
+        f", last {plan.non_spot_attempts} on non-spot nodes):" if plan.non_spot_attempts else "):"
+    )
+    lines = _fill(head)
+    lines.append(f"  {'attempt':<9}{'failures so far':<17}{'runs on':<15}if it fails (counted)")
+    for row in plan.rows:
+        if isinstance(row, PlanGap):
+            lines.append(f"  {'...':<9}(attempts {row.first} to {row.last}: like the one above)")
+            continue
+        lines.extend(
+            _fill(
+                f"{row.attempt:<9}{row.failures_before:<17}{row.nodes:<15}{row.if_fails}",
+                "  ",
+                " " * 43,
+            )
+        )
+    return lines
+
+
+def _render_simulation(item: Explanation) -> list[str]:
+    sim = item.simulation
+    assert sim is not None
+    lines = _fill(f"Simulation of {','.join(sim.events)}:")
+    for step in sim.steps:
+        lines.extend(
+            _fill(
+                f"pod {step.pod} (attempt {step.attempt}, {step.nodes}): {step.what}. "
+                f"{_sentence(step.result)}",
+                "  ",
+                "    ",
+            )
+        )
+    if sim.unused:
+        lines.extend(
+            _fill(f"Not used (the {item.kind} had already ended): {','.join(sim.unused)}", "  ")
+        )
+    end = sim.ending
+    if end.state == "Failed":
+        text = (
+            f"Outcome: the {item.kind} fails; condition Failed, reason {end.reason} "
+            f"({end.message})."
+        )
+    elif end.state == "IndexFailed":
+        text = f"Outcome: the index fails; {end.message}."
+    else:
+        text = f"Outcome: the {item.kind} is still running; {end.message}."
+    return [*lines, *_fill(text)]
+
+
+def to_json(items: Sequence[Explanation | Denial]) -> dict[str, Any]:
+    """The same facts as the text, for tools."""
+    return {"items": [_item_json(item) for item in items]}
+
+
+def _item_json(item: Explanation | Denial) -> dict[str, Any]:
+    base = {
+        "kind": item.kind,
+        "apiVersion": item.api_version,
+        "namespace": item.namespace,
+        "name": item.name,
+    }
+    if isinstance(item, Denial):
+        return {**base, "allowed": False, "problems": item.problems, "changes": item.changes}
+    plan = None
+    if item.plan is not None:
+        plan = {
+            "limitField": item.plan.limit_field,
+            "limit": item.plan.limit,
+            "nonSpotAttempts": item.plan.non_spot_attempts,
+            "rows": [
+                _camel(dataclasses.asdict(r)) for r in item.plan.rows if isinstance(r, PlanRow)
+            ],
+            "omitted": [
+                {"first": r.first, "last": r.last} for r in item.plan.rows if isinstance(r, PlanGap)
+            ],
+        }
+    simulation = None
+    if item.simulation is not None:
+        sim = item.simulation
+        simulation = {
+            "events": sim.events,
+            "steps": [_camel(dataclasses.asdict(s)) for s in sim.steps],
+            "outcome": dataclasses.asdict(sim.ending),
+            "unused": sim.unused,
+        }
+    return {
+        **base,
+        "part": item.part,
+        "allowed": True,
+        "changes": item.changes,
+        "settings": [dataclasses.asdict(s) for s in item.settings],
+        "budget": item.budget,
+        "rules": [dataclasses.asdict(r) for r in item.rules],
+        "noMatch": item.no_match,
+        "examples": item.examples,
+        "plan": plan,
+        "simulation": simulation,
+        "notes": item.notes,
+    }
+
+
+def _camel(data: dict[str, Any]) -> dict[str, Any]:
+    def convert(key: str) -> str:
+        head, *rest = key.split("_")
+        return head + "".join(part.title() for part in rest)
+
+    return {convert(k): v for k, v in data.items()}
