@@ -33,7 +33,7 @@ def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUST
     """Answer the mutating webhook: a patch and one warning per change, or a denial."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
-    if mutator is None or request.operation != "CREATE" or original is None:
+    if mutator is None or original is None or not _evaluates(mutator, request):
         return Verdict()
     ctx = Context(config, attempts, _namespace(request), request.operation)
     if not mutator.applies(original, ctx):
@@ -58,9 +58,9 @@ def validate(request: Request, config: Config) -> Verdict:
     obj = request.object
     if mutator is None or obj is None:
         return Verdict()
-    if request.operation == "UPDATE":
-        return _validate_update(request, obj)
-    if request.operation != "CREATE":
+    if not _evaluates(mutator, request):
+        if request.operation == "UPDATE":
+            return _validate_update(request, obj)
         return Verdict()
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
     if not mutator.applies(obj, ctx):
@@ -78,6 +78,28 @@ def validate(request: Request, config: Config) -> Verdict:
     if problems:
         return _deny(problems, [])
     return Verdict()
+
+
+def _evaluates(mutator: Any, request: Request) -> bool:
+    """Whether the full policy runs: on CREATE; on UPDATE only for kinds that are templates
+    of objects created later (a CronJob's jobTemplate, listed in the mutator's
+    ``reevaluate_on_update``), and only when that template or our annotations changed, so
+    an unrelated update (suspend, labels) is never blocked by rules added later."""
+    if request.operation == "CREATE":
+        return True
+    paths = getattr(mutator, "reevaluate_on_update", ())
+    if request.operation != "UPDATE" or not paths or request.object is None:
+        return False
+    old = request.old_object or {}
+    return _ours(request.object) != _ours(old) or any(
+        _at(request.object, path) != _at(old, path) for path in paths
+    )
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, Mapping) else None
+    return obj
 
 
 def _unapplied(outcome: Outcome) -> list[Problem]:
