@@ -168,6 +168,25 @@ def test_written_backoff_limit_in_the_template_contradicts():
     assert "2 contradicts spec.jobTemplate.spec.backoffLimit: 6 in your spec" in verdict.message
 
 
+@pytest.mark.parametrize(
+    ("job_spec", "expected"),
+    [
+        # The API does not default a CronJob's JobSpec: a 6 or a TerminatingOrFailed there
+        # was written, even with no record of the manifest.
+        ({"backoffLimit": 6}, "2 contradicts spec.jobTemplate.spec.backoffLimit: 6"),
+        (
+            {"podReplacementPolicy": "TerminatingOrFailed"},
+            "your spec.jobTemplate.spec.podReplacementPolicy: TerminatingOrFailed is not allowed",
+        ),
+    ],
+)
+def test_values_in_the_template_count_as_written_without_a_record(job_spec, expected):
+    obj = cronjob({P + "backoff-limit": "2", P + "fail-non-retriable": "true"}, job_spec=job_spec)
+    verdict, _ = mutate(obj)
+    assert not verdict.allowed
+    assert expected in verdict.message
+
+
 def test_cronjob_without_job_template_is_denied():
     obj = cronjob(POLICY)
     del obj["spec"]["jobTemplate"]

@@ -212,10 +212,15 @@ def test_merged_rules_are_checked_as_jobset_checks_them():
 def test_rule_name_limits():
     ok = [{"name": "a" * 128, "action": "FailJobSet"}, {"name": "a_b,c:d_", "action": "FailJobSet"}]
     assert validate_rules(ok, []) == []
-    bad = [{"name": "a" * 129, "action": "FailJobSet"}, {"name": "ends:", "action": "FailJobSet"}]
+    bad = [
+        {"name": "a" * 129, "action": "FailJobSet"},
+        {"name": "ends:", "action": "FailJobSet"},
+        {"name": "ok", "action": "FailJob"},
+    ]
     assert [p.where for p in validate_rules(bad, [])] == [
         "spec.failurePolicy.rules[0].name",
         "spec.failurePolicy.rules[1].name",
+        "spec.failurePolicy.rules[2].action",
     ]
 
 
@@ -368,6 +373,21 @@ def test_jobset_without_replicated_jobs_is_denied():
     verdict, _ = mutate(obj)
     assert not verdict.allowed
     assert "spec.replicatedJobs: a JobSet needs at least one replicated Job" in verdict.message
+    obj["spec"]["replicatedJobs"] = [{"name": "w", "template": {}}]
+    verdict, _ = mutate(obj)
+    assert "spec.replicatedJobs[0].template.spec: a replicated Job needs a Job spec" in (
+        verdict.message
+    )
+
+
+def test_written_terminating_or_failed_in_a_template_contradicts():
+    jobs = [replicated("w", podReplacementPolicy="TerminatingOrFailed")]
+    verdict, _ = mutate(jobset({P + "ignore-disruptions": "true"}, jobs=jobs))
+    assert not verdict.allowed
+    assert (
+        "your spec.replicatedJobs[0].template.spec.podReplacementPolicy: TerminatingOrFailed"
+        in verdict.message
+    )
 
 
 def test_child_jobs_are_left_alone_at_their_own_admission():

@@ -84,8 +84,8 @@ def test_retriable_codes_must_fit_kubeflows_rule(codes, failing):
         assert any("also retries" in w for w in verdict.warnings) is (codes != ALL_SIGNALS)
     else:
         assert verdict.message.startswith(
-            f"retry-policy: annotation {P}fail-non-retriable: the training operator's "
-            "restartPolicy ExitCode retries exit codes 128-255 and fails on 1-127"
+            f"retry-policy: annotation {P}fail-non-retriable: on a PyTorchJob, the training "
+            "operator's restartPolicy ExitCode retries exit codes 128-255 and fails on 1-127"
         )
         assert f"({failing} would fail the job)" in verdict.message
 

@@ -170,6 +170,14 @@ def test_guard_rail():
     assert not verdict.allowed and verdict.code == 403
 
 
+def test_rayjob_without_spec_is_denied():
+    obj = rayjob({P + "backoff-limit": "1"})
+    del obj["spec"]
+    verdict, _ = mutate(obj)
+    assert not verdict.allowed
+    assert "spec: a RayJob needs a spec" in verdict.message
+
+
 def test_unannotated_rayjob_is_untouched():
     obj = rayjob()
     verdict, out = mutate(obj)

@@ -66,7 +66,7 @@ class CronJobMutator(WorkloadMutator):
             return policy
         before = copy.deepcopy(job_spec)
         _forget_previous(cronjob, job_spec)
-        policy = apply_job_spec(cronjob, JOB_SPEC, job_spec, policy, ctx, out)
+        policy = apply_job_spec(cronjob, JOB_SPEC, job_spec, policy, ctx, out, defaulted=False)
         if job_spec == before:
             # What was taken out came back as it was: nothing changed, nothing to report
             # (and nothing for validation to find missing).

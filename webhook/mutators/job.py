@@ -151,13 +151,17 @@ class LimitField:
         return intent.dotted(self.path)
 
 
-def job_limit_field(path: Sequence[str | int], spec: Mapping[str, Any]) -> LimitField:
+def job_limit_field(
+    path: Sequence[str | int], spec: Mapping[str, Any], defaulted: bool = True
+) -> LimitField:
     """A JobSpec's budget: ``backoffLimitPerIndex`` when set (each index has its own
     budget, and the Job-wide ``backoffLimit``, defaulted to 2147483647, stays as it is),
-    else ``backoffLimit`` (API default 6)."""
+    else ``backoffLimit`` (6 when unset; the API server fills that in only in a Job's own
+    spec, so in a template (``defaulted=False``) any value present was written)."""
     if spec.get("backoffLimitPerIndex") is not None:
         return LimitField((*path, "backoffLimitPerIndex"), None, None)
-    return LimitField((*path, "backoffLimit"), API_DEFAULT_BACKOFF_LIMIT, API_DEFAULT_BACKOFF_LIMIT)
+    api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
+    return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
 
 
 def get_path(obj: Any, path: Sequence[str | int]) -> Any:
@@ -374,16 +378,19 @@ def apply_job_spec(
     out: Outcome,
     *,
     restarts: int | None = None,
+    defaulted: bool = True,
 ) -> Policy:
     """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
 
     ``obj`` is the admitted object and ``path`` the location of ``spec`` in it (keys and
     list indexes). ``restarts`` is set when a parent recreates the Jobs made from this
     spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``Budget``).
+    ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
+    own spec but not a CronJob's or JobSet's template: there every value was written.
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
     """
     where = intent.dotted(path)
-    field = job_limit_field(path, spec)
+    field = job_limit_field(path, spec, defaulted)
     policy = resolve_limit(obj, field, policy, out)
     policy = enforce_rail(policy, field, ctx, out)
     template = spec.get("template")
@@ -392,7 +399,7 @@ def apply_job_spec(
         return policy
     pod_spec = template["spec"]
     budget = Budget.of(policy, field, restarts)
-    policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget)
+    policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
@@ -409,6 +416,7 @@ def _check_template(
     ctx: Context,
     out: Outcome,
     budget: Budget,
+    defaulted: bool,
 ) -> Policy:
     """Contradictions between the policy and the user's own spec, found before any change."""
     where = intent.dotted(path)
@@ -426,8 +434,9 @@ def _check_template(
     policy = _check_on_non_retriable(spec, policy, where, out)
     if policy.fail_non_retriable or policy.ignore_disruptions:
         replacement = spec.get("podReplacementPolicy")
-        if replacement == "TerminatingOrFailed" and intent.user_wrote(
-            obj, (*path, "podReplacementPolicy")
+        default = "TerminatingOrFailed" if defaulted else None  # without a podFailurePolicy
+        if replacement == "TerminatingOrFailed" and intent.explicit(
+            obj, (*path, "podReplacementPolicy"), replacement, default
         ):
             for name in ("fail-non-retriable", "ignore-disruptions"):
                 if policy.value(name):

@@ -167,7 +167,9 @@ def _apply_replicated_job(
         return None
     child = _child_policy(jobset, path, job_spec, policy)
     reverted = _restart_never(jobset, path, job_spec, child)
-    resolved = apply_job_spec(jobset, path, job_spec, child, ctx, out, restarts=restarts)
+    resolved = apply_job_spec(
+        jobset, path, job_spec, child, ctx, out, restarts=restarts, defaulted=False
+    )
     if reverted is None:
         return resolved
     rp_path = intent.dotted((*path, "template", "spec", "restartPolicy"))
@@ -200,10 +202,9 @@ def _child_policy(
     ``backoff-limit`` was asked for, the child gets 0 so that every counted failure is one
     JobSet restart; otherwise the child keeps the Kubernetes default.
     """
-    field = job_limit_field(path, job_spec)
+    field = job_limit_field(path, job_spec, defaulted=False)
     current = get_path(jobset, field.path)
-    # The JobSet CRD defaults nothing inside a Job template, so any value there was written.
-    if intent.explicit(jobset, field.path, current, None):
+    if intent.explicit(jobset, field.path, current, field.api_default):
         setting = Setting(current, Source.SPEC, field.name)
     elif policy.setting("backoff-limit").source in WRITTEN_SOURCES:
         asked = policy.setting("backoff-limit")

@@ -86,7 +86,7 @@ def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) 
     problems = []
     if failing:
         problems.append(
-            f"the training operator's restartPolicy ExitCode retries exit codes "
+            f"on a PyTorchJob, the training operator's restartPolicy ExitCode retries exit codes "
             f"{RETRIED_FROM}-255 and fails on 1-{RETRIED_FROM - 1}, so retriable-exit-codes "
             f"{format_value('retriable-exit-codes', codes)} cannot be honoured "
             f"({format_value('retriable-exit-codes', failing)} would fail the job)"
