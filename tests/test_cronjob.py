@@ -243,6 +243,17 @@ def test_update_keeps_what_the_user_wrote_in_the_template():
     ]
 
 
+def test_update_keeps_the_job_wide_limit_of_a_per_index_template():
+    per_index = {"completionMode": "Indexed", "completions": 4, "backoffLimitPerIndex": 2}
+    _, old = mutate(cronjob({P + "backoff-limit": "2"}, job_spec={**per_index, "backoffLimit": 2}))
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][P + "error-propagation"] = "earliest"
+    verdict, out = mutate(new, operation="UPDATE", old=old)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 2
+    assert out["spec"]["jobTemplate"]["spec"]["backoffLimitPerIndex"] == 2
+
+
 def test_removing_a_policy_drops_what_it_wrote():
     _, old = mutate(cronjob({P + "backoff-limit": "2", P + "non-spot-attempts": "1"}))
     new = copy.deepcopy(old)

@@ -25,7 +25,13 @@ from typing import Any
 from webhook import failurepolicy as fp
 from webhook import intent
 from webhook.mutators import Context, Outcome, has_policy_annotations, register
-from webhook.mutators.job import POD_KEYS, WorkloadMutator, apply_job_spec, get_path
+from webhook.mutators.job import (
+    POD_KEYS,
+    WorkloadMutator,
+    apply_job_spec,
+    get_path,
+    job_limit_field,
+)
 from webhook.policy import (
     APPLIED,
     PREFIX,
@@ -109,10 +115,12 @@ def _forget_previous(cronjob: Mapping[str, Any], job_spec: dict[str, Any]) -> No
         return
     if not isinstance(record, dict):
         return
+    field = job_limit_field(JOB_SPEC, job_spec, defaulted=False)
     if (
-        "backoffLimit" in record
+        field.path[-1] == "backoffLimit"  # a per-index budget is always the user's own
+        and "backoffLimit" in record
         and job_spec.get("backoffLimit") == record["backoffLimit"]
-        and not intent.user_wrote(cronjob, (*JOB_SPEC, "backoffLimit"))
+        and not intent.user_wrote(cronjob, field.path)
     ):
         del job_spec["backoffLimit"]
     _forget_rules(cronjob, job_spec, record)
