@@ -420,14 +420,18 @@ def test_rules_list_exactly_the_enabled_kinds(helm, name):
     enabled = {k: True for k in ALL_KINDS}
     enabled.update(values.get("webhook", {}).get("kinds", {}))
     expected_workloads = {WORKLOAD_RESOURCES[k] for k in WORKLOAD_RESOURCES if enabled[k]}
+    both = ("CREATE", "UPDATE")
     for kind, side, workload_ops in (
         ("MutatingWebhookConfiguration", "mutate", ("CREATE",)),
-        ("ValidatingWebhookConfiguration", "validate", ("CREATE", "UPDATE")),
+        ("ValidatingWebhookConfiguration", "validate", both),
     ):
         hooks = webhooks(docs, kind)
         workloads = hooks.get(f"workloads.{side}.retry-policy.dev")
         if expected_workloads:
-            assert _rule_set(workloads) == {(*r, workload_ops) for r in expected_workloads}
+            # A CronJob is a template for later Jobs: its UPDATEs are mutated too.
+            assert _rule_set(workloads) == {
+                (*r, both if r[2] == "cronjobs" else workload_ops) for r in expected_workloads
+            }
         else:
             assert workloads is None
         pods = hooks.get(f"pods.{side}.retry-policy.dev")
@@ -474,6 +478,14 @@ UPDATE_CHANGES_POLICY_CEL = (
 )
 
 
+# ... or a CronJob UPDATE that changes its jobTemplate (its future Jobs need the policy).
+UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL = (
+    UPDATE_CHANGES_POLICY_CEL + " || (request.kind.kind == 'CronJob' && "
+    "has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || "
+    "object.spec.jobTemplate != oldObject.spec.jobTemplate))"
+)
+
+
 def test_match_conditions_structure(helm):
     docs = render(helm, {})
     mutating = webhooks(docs, "MutatingWebhookConfiguration")
@@ -481,10 +493,13 @@ def test_match_conditions_structure(helm):
     # The expressions are pinned here; what they mean is checked by
     # test_match_conditions_semantics (with a CEL interpreter).
     # Workloads: cluster defaults may apply without annotations, so every CREATE is sent.
-    assert "matchConditions" not in mutating["workloads.mutate.retry-policy.dev"]
-    assert validating["workloads.validate.retry-policy.dev"]["matchConditions"] == [
-        {"name": "update-changes-retry-policy-annotations", "expression": UPDATE_CHANGES_POLICY_CEL}
-    ]
+    for side, hooks in (("mutate", mutating), ("validate", validating)):
+        assert hooks[f"workloads.{side}.retry-policy.dev"]["matchConditions"] == [
+            {
+                "name": "update-changes-retry-policy-or-job-template",
+                "expression": UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL,
+            }
+        ]
     pod_mutate = {
         c["name"]: c["expression"]
         for c in mutating["pods.mutate.retry-policy.dev"]["matchConditions"]
@@ -515,6 +530,16 @@ def _obj(annotations: dict[str, str] | None = None, **meta: Any) -> dict:
     if annotations is not None:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": {}}
+
+
+def _cron(annotations: dict[str, str] | None, parallelism: int, suspend: bool = False) -> dict:
+    obj = _obj(annotations)
+    obj["kind"] = "CronJob"
+    obj["spec"] = {
+        "suspend": suspend,
+        "jobTemplate": {"spec": {"parallelism": parallelism, "template": {"spec": {}}}},
+    }
+    return obj
 
 
 OURS = {PREFIX + "backoff-limit": "3"}
@@ -551,6 +576,14 @@ CEL_SCENARIOS = [
     ("workloads.validate", "UPDATE", _obj({PREFIX + "backoff-limit": "9"}), _obj(OURS), True),
     ("workloads.validate", "UPDATE", _obj({PREFIX + "new": "1", **OURS}), _obj(OURS), True),
     ("workloads.validate", "UPDATE", _obj(), _obj(OURS), True),
+    ("workloads.mutate", "UPDATE", _obj(OURS, labels={"x": "1"}), _obj(OURS), False),
+    ("workloads.mutate", "UPDATE", _obj({PREFIX + "backoff-limit": "9"}), _obj(OURS), True),
+    # CronJobs: a changed jobTemplate is sent (mutated and checked again); suspend is not.
+    ("workloads.mutate", "UPDATE", _cron(OURS, 2), _cron(OURS, 1), True),
+    ("workloads.validate", "UPDATE", _cron(OURS, 2), _cron(OURS, 1), True),
+    ("workloads.mutate", "UPDATE", _cron(None, 2), _cron(None, 1), True),
+    ("workloads.mutate", "UPDATE", _cron(OURS, 1, suspend=True), _cron(OURS, 1), False),
+    ("workloads.validate", "UPDATE", _cron(OURS, 1, suspend=True), _cron(OURS, 1), False),
 ]
 
 
@@ -565,7 +598,13 @@ def test_match_conditions_semantics(helm, webhook, operation, obj, old, sent):
     hook = webhooks(docs, kind)[webhook + ".retry-policy.dev"]
     env = celpy.Environment()
     activation = {
-        "request": celpy.json_to_cel({"operation": operation, "namespace": "team-a"}),
+        "request": celpy.json_to_cel(
+            {
+                "operation": operation,
+                "namespace": "team-a",
+                "kind": {"kind": obj.get("kind") or ("Pod" if "pods" in webhook else "Job")},
+            }
+        ),
         "object": celpy.json_to_cel(obj),
         "oldObject": celpy.json_to_cel(old),
     }
@@ -618,8 +657,21 @@ def test_skipped_requests_are_ones_the_engine_allows_unchanged():
         new = with_meta(obj, annotations=dict(bad), labels={"x": "1"})
         verdict = engine.validate(review("UPDATE", new, old, kind), Config())
         assert verdict.allowed and not verdict.warnings, kind
-        # The mutating webhook gets CREATE only: it does nothing on UPDATE.
+        # The mutating webhook gets UPDATEs only of CronJobs: it does nothing on others.
         assert engine.mutate(review("UPDATE", new, old, kind), Config()).patch in (None, [])
+    # update-changes-retry-policy-or-job-template: a CronJob UPDATE that keeps both its
+    # annotations and its jobTemplate (suspend) is left alone by both webhooks.
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "c", "namespace": "team-a", "annotations": dict(bad)},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": pod["spec"]}}},
+    }
+    suspended = copy.deepcopy(cron)
+    suspended["spec"]["suspend"] = True
+    update = review("UPDATE", suspended, cron, "CronJob")
+    assert engine.validate(update, Config()).allowed
+    assert engine.mutate(update, Config()).patch in (None, [])
 
 
 # --- the Deployment ----------------------------------------------------------------

@@ -304,11 +304,13 @@ def test_per_index_plan_uses_backoff_limit_per_index():
     assert "backoffLimitPerIndex is 2" in item.budget
 
 
-def test_per_index_non_spot_that_can_never_trigger_is_called_out():
-    spec = {"completions": 4, "completionMode": "Indexed", "backoffLimitPerIndex": 1}
-    item = one(manifest({P + "non-spot-attempts": "1", P + "backoff-limit": "5"}, spec=spec))
-    assert all(r.nodes == "any node" for r in rows(item.plan))
-    assert any("no attempt runs on non-spot nodes" in note for note in item.notes)
+def test_per_index_plan_uses_the_index_budget():
+    # With backoffLimitPerIndex, attempts are counted per index (the pod's
+    # job-index-failure-count), so the plan is the per-index budget of 3 + 1 attempts.
+    spec = {"completions": 4, "completionMode": "Indexed", "backoffLimitPerIndex": 3}
+    item = one(manifest({P + "non-spot-attempts": "1"}, spec=spec))
+    assert [r.nodes == "any node" for r in rows(item.plan)] == [True, True, True, False]
+    assert not any("no attempt runs on non-spot nodes" in note for note in item.notes)
 
 
 def test_parallel_jobs_share_one_budget():

@@ -91,6 +91,10 @@ def default_pod(pod: dict[str, Any]) -> None:
 
 
 def default_cronjob(cronjob: dict[str, Any]) -> None:
+    """``SetObjectDefaults_CronJob``: the CronJob's own fields and the pod template inside
+    its jobTemplate. The JobSpec in between is *not* defaulted (``SetDefaults_Job`` takes a
+    Job): ``backoffLimit`` and friends are filled in when each Job is created, so a
+    CronJob reaches admission with them unset."""
     spec = cronjob.get("spec")
     if not isinstance(spec, dict):
         return
@@ -98,9 +102,9 @@ def default_cronjob(cronjob: dict[str, Any]) -> None:
     spec.setdefault("suspend", False)
     spec.setdefault("successfulJobsHistoryLimit", 3)
     spec.setdefault("failedJobsHistoryLimit", 1)
-    job_spec = (spec.get("jobTemplate") or {}).get("spec")
-    if isinstance(job_spec, dict):
-        default_job_spec(job_spec)
+    template = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template")
+    if isinstance(template, dict):
+        default_pod_template(template)
 
 
 #: Defaulting functions by (group, kind); kinds not listed here are left as written.

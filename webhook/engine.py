@@ -45,7 +45,7 @@ def _mutate(
     """``mutate``, also returning the mutator's outcome (``None`` when no mutator ran)."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
-    if mutator is None or request.operation != "CREATE" or original is None:
+    if mutator is None or original is None or not _evaluates(mutator, request):
         return Verdict(), None
     ctx = Context(config, attempts, _namespace(request), request.operation)
     if not mutator.applies(original, ctx):
@@ -83,9 +83,9 @@ def validate(request: Request, config: Config) -> Verdict:
     obj = request.object
     if mutator is None or obj is None:
         return Verdict()
-    if request.operation == "UPDATE":
-        return _validate_update(request, obj)
-    if request.operation != "CREATE":
+    if not _evaluates(mutator, request):
+        if request.operation == "UPDATE":
+            return _validate_update(request, obj)
         return Verdict()
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
     if not mutator.applies(obj, ctx):
@@ -108,6 +108,28 @@ def validate(request: Request, config: Config) -> Verdict:
 def json_copy(obj: Any) -> Any:
     """A deep copy of a JSON document: a C-speed round trip, 5x faster than deepcopy."""
     return orjson.loads(orjson.dumps(obj))
+
+
+def _evaluates(mutator: Any, request: Request) -> bool:
+    """Whether the full policy runs: on CREATE; on UPDATE only for kinds that are templates
+    of objects created later (a CronJob's jobTemplate, listed in the mutator's
+    ``reevaluate_on_update``), and only when that template or our annotations changed, so
+    an unrelated update (suspend, labels) is never blocked by rules added later."""
+    if request.operation == "CREATE":
+        return True
+    paths = getattr(mutator, "reevaluate_on_update", ())
+    if request.operation != "UPDATE" or not paths or request.object is None:
+        return False
+    old = request.old_object or {}
+    return _ours(request.object) != _ours(old) or any(
+        _at(request.object, path) != _at(old, path) for path in paths
+    )
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
 
 
 def _unapplied(outcome: Outcome) -> list[Problem]:

@@ -13,6 +13,10 @@ keeps, in this order:
 
 When neither exists (``kubectl create``, client libraries), the answer is ``None``
 (unknown) and callers fall back to: a value equal to the API default was not written.
+
+A path is a sequence of keys and list indexes, e.g. ``("spec", "replicatedJobs", 0,
+"template", "spec", "backoffLimit")``: templates nested in lists (a JobSet's replicated
+Jobs) are looked up at their real location, and ``dotted`` names it the way messages do.
 """
 
 from __future__ import annotations
@@ -26,7 +30,18 @@ import orjson
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def user_wrote(obj: Mapping[str, Any], path: Sequence[str]) -> bool | None:
+Path = Sequence[str | int]
+
+
+def dotted(path: Path) -> str:
+    """A field path as users read it: ``spec.replicatedJobs[0].template.spec``."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else ("." if text else "") + part
+    return text
+
+
+def user_wrote(obj: Mapping[str, Any], path: Path) -> bool | None:
     """Whether the user's own manifest set the field at ``path`` (``None``: unknown)."""
     metadata = obj.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
@@ -43,7 +58,9 @@ def user_wrote(obj: Mapping[str, Any], path: Sequence[str]) -> bool | None:
             if isinstance(entry, dict) and entry.get("operation") == "Apply"
         ]
         if applies:
-            fields_path = [f"f:{part}" for part in path]
+            fields_path = _fields_path(obj, path)
+            if fields_path is None:
+                return None
             return any(_has_path(fields, fields_path) for fields in applies if fields)
     return None
 
@@ -58,15 +75,39 @@ def _parse_record(raw: str) -> Any:
         return None
 
 
-def _has_path(data: Any, path: Sequence[str]) -> bool:
+def _has_path(data: Any, path: Path) -> bool:
     for part in path:
-        if not isinstance(data, dict) or part not in data:
+        if isinstance(part, int):
+            if not isinstance(data, list) or not 0 <= part < len(data):
+                return False
+        elif not isinstance(data, dict) or part not in data:
             return False
         data = data[part]
     return True
 
 
-def explicit(obj: Mapping[str, Any], path: Sequence[str], value: Any, api_default: Any) -> bool:
+def _fields_path(obj: Mapping[str, Any], path: Path) -> list[str] | None:
+    """The ``fieldsV1`` keys of ``path``: ``f:<field>``, and ``k:{"name":...}`` for an item of
+    a list keyed by name (``x-kubernetes-list-type: map``, as a JobSet's replicatedJobs).
+    ``None`` when a list item has no name to key it by: server-side apply then owns the
+    list as a whole, which says nothing about the fields inside it."""
+    keys: list[str] = []
+    node: Any = obj
+    for part in path:
+        if isinstance(part, int):
+            item = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            if not isinstance(name, str):
+                return None
+            keys.append("k:" + orjson.dumps({"name": name}).decode())
+            node = item
+        else:
+            keys.append(f"f:{part}")
+            node = node.get(part) if isinstance(node, dict) else None
+    return keys
+
+
+def explicit(obj: Mapping[str, Any], path: Path, value: Any, api_default: Any) -> bool:
     """Whether ``value`` at ``path`` expresses the user's intent, not API defaulting."""
     if value is None:
         return False

@@ -86,6 +86,13 @@ def parse_strategy(text: str) -> str | None:
     raise BadValue("accepted: earliest, or none to turn off a default")
 
 
+def parse_on_non_retriable(text: str) -> str:
+    """What a non-retriable exit fails: the whole Job, or only its index (Indexed Jobs)."""
+    if text in ("fail-job", "fail-index"):
+        return text
+    raise BadValue("accepted: fail-job, or fail-index (Indexed Jobs with backoffLimitPerIndex)")
+
+
 def parse_any(text: str) -> str:
     return text
 
@@ -122,6 +129,12 @@ KEYS: dict[str, KeySpec] = {
             parse_exit_codes,
             frozenset({Scope.WORKLOAD}),
             "exit codes that are retried (default 143, SIGTERM)",
+        ),
+        KeySpec(
+            "on-non-retriable",
+            parse_on_non_retriable,
+            frozenset({Scope.WORKLOAD}),
+            "fail-job (default), or fail-index: a non-retriable exit fails only its index",
         ),
         KeySpec("backoff-limit", parse_count, _BOTH, "failed attempts allowed before giving up"),
         KeySpec(
@@ -242,6 +255,7 @@ class Layer:
 _BUILTIN: dict[str, Any] = {
     "fail-non-retriable": False,
     "retriable-exit-codes": DEFAULT_RETRIABLE_EXIT_CODES,
+    "on-non-retriable": "fail-job",
     "backoff-limit": None,
     "ignore-disruptions": False,
     "non-spot-attempts": 0,
@@ -269,6 +283,11 @@ class Policy:
     @property
     def retriable_exit_codes(self) -> tuple[int, ...]:
         return tuple(self.value("retriable-exit-codes"))
+
+    @property
+    def on_non_retriable(self) -> str:
+        """``fail-job`` or ``fail-index``: what the non-retriable rule fails."""
+        return str(self.value("on-non-retriable"))
 
     @property
     def backoff_limit(self) -> int | None:

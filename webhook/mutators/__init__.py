@@ -126,6 +126,8 @@ def applied_record(policy: Policy) -> str:
         record["backoffLimit"] = policy.backoff_limit
     if policy.fail_non_retriable:
         record["failNonRetriable"] = list(policy.retriable_exit_codes)
+        if policy.on_non_retriable != "fail-job":
+            record["onNonRetriable"] = policy.on_non_retriable
     if policy.ignore_disruptions:
         record["ignoreDisruptions"] = True
     if policy.non_spot_attempts:
@@ -137,7 +139,7 @@ def applied_record(policy: Policy) -> str:
 
 def _load_builtin() -> None:
     # Imported for their ``register`` side effect; kept last to avoid import cycles.
-    from webhook.mutators import job, pod  # noqa: F401
+    from webhook.mutators import cronjob, job, jobset, pod, pytorchjob, rayjob  # noqa: F401
 
 
 _load_builtin()

@@ -1,12 +1,22 @@
-"""batch/v1 Job: backoffLimit, podFailurePolicy, placement and error propagation.
+"""batch/v1 Job (Indexed Jobs included), and the JobSpec logic every batch kind reuses.
 
 ``apply_job_spec`` works on any JobSpec (a Job's, a CronJob's jobTemplate, a JobSet's
-replicated Job template) so the same annotation means the same thing on all of them.
+replicated Job template) so the same annotation means the same thing on all of them;
+its ``path`` names the spec's real location, so messages and the written-or-defaulted
+lookups point at the field the user actually wrote (``spec.jobTemplate.spec.backoffLimit``).
+
+The ``LimitField`` helpers map ``backoff-limit`` onto whichever field holds a kind's
+retry budget (``backoffLimit``, ``backoffLimitPerIndex``, a JobSet's ``maxRestarts``, a
+RayJob's ``backoffLimit``, a PyTorchJob's ``runPolicy.backoffLimit``) with one rule for
+all of them: an annotation wins and contradicting an explicit spec value is denied, a
+value the user wrote beats admin defaults, a value the API server defaulted does not,
+and the guard rail applies to the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from webhook import failurepolicy as fp
@@ -20,9 +30,9 @@ from webhook.mutators import (
     register,
     workload_policy,
 )
+from webhook.mutators.pod import controller_of
 from webhook.policy import (
     APPLIED,
-    INT32_MAX,
     PREFIX,
     Policy,
     Scope,
@@ -37,141 +47,380 @@ from webhook.problems import Problem
 API_DEFAULT_BACKOFF_LIMIT = 6
 #: Pod-level keys copied onto the pod template so pod admission needs no lookup.
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation")
+#: Sources whose values the webhook writes into the spec (the user's own spec is kept).
+WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
+JOBSET_GROUP = "jobset.x-k8s.io"
 
 
-@register
-class JobMutator:
-    group = "batch"
-    kind = "Job"
+class WorkloadMutator:
+    """What every workload mutator does around its kind's own part (``apply``): skip
+    objects the policy cannot touch, resolve the policy (annotations over admin defaults),
+    and record what was applied. Subclasses set ``group`` and ``kind`` and are registered
+    with ``@register``; ``applies`` and ``mutate`` are the interface the engine calls."""
+
+    group = ""
+    kind = ""
     enforce_applied = True
 
-    def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
-        return has_policy_annotations(job.get("metadata")) or ctx.config.affects_unannotated(
+    def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
+        return has_policy_annotations(obj.get("metadata")) or ctx.config.affects_unannotated(
             ctx.namespace
         )
 
-    def mutate(self, job: dict[str, Any], ctx: Context) -> Outcome:
+    def mutate(self, obj: dict[str, Any], ctx: Context) -> Outcome:
         out = Outcome()
-        metadata = job.get("metadata")
-        if not self.applies(job, ctx):
+        if not self.applies(obj, ctx):
             return out
-        policy, problems = workload_policy(metadata, ctx)
+        policy = self.apply(obj, self.policy(obj, ctx, out), ctx, out)
+        finish(obj, policy, out)
+        return out
+
+    def policy(self, obj: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
+        """The object's annotations over namespace and cluster defaults."""
+        policy, problems = workload_policy(obj.get("metadata"), ctx)
         out.problems.extend(problems)
+        return policy
+
+    def apply(self, obj: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
+        """Check and apply ``policy`` to this kind; return it as resolved against the spec."""
+        raise NotImplementedError
+
+
+@register
+class JobMutator(WorkloadMutator):
+    group = "batch"
+    kind = "Job"
+
+    def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
+        return not made_from_template(job.get("metadata")) and super().applies(job, ctx)
+
+    def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         spec = job.get("spec")
         if not isinstance(spec, dict):
             out.problems.append(Problem("spec", "a Job needs a spec"))
-            return out
-        policy = apply_job_spec(job, ("spec",), spec, policy, ctx, out)
-        if out.problems:
-            return out
-        if out.changes or policy.active:
-            # Bookkeeping, not a change worth a warning of its own.
-            podspec.set_annotation(job["metadata"], APPLIED, applied_record(policy))
-        return out
+            return policy
+        return apply_job_spec(job, ("spec",), spec, policy, ctx, out)
 
 
-def resolve_backoff_limit(
-    obj: Mapping[str, Any],
-    path: tuple[str, ...],
-    spec: Mapping[str, Any],
-    policy: Policy,
-    out: Outcome,
-) -> Policy:
-    """Settle ``backoff-limit`` against the spec, telling written values from defaulted ones.
+#: Kinds whose Jobs are made from a template this webhook already applied the policy to.
+TEMPLATE_OWNERS = {("batch", "CronJob"), (JOBSET_GROUP, "JobSet")}
 
-    An annotation wins (and contradicting an explicit spec value is a problem); a value the
-    user wrote in the spec beats admin defaults; a value the API server defaulted does not.
+
+def made_from_template(metadata: Any) -> bool:
+    """Whether a Job was made by a CronJob or a JobSet, whose admission already applied the
+    policy to the template the Job was made from. Its own admission leaves it alone: the
+    policy is already in its spec, applying it again (or an admin default that has changed
+    since) could only disagree with what was validated, and in a JobSet ``backoff-limit``
+    means restarts of the set, not retries of the child Job."""
+    if not isinstance(metadata, dict):
+        return False
+    ref = controller_of(metadata)
+    if ref is None:
+        return False
+    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
+    return (group, str(ref.get("kind"))) in TEMPLATE_OWNERS
+
+
+def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
+    """Record what was applied, unless the object is denied anyway."""
+    if out.problems:
+        return
+    if out.changes or policy.active:
+        # Bookkeeping, not a change worth a warning of its own.
+        podspec.set_annotation(obj["metadata"], APPLIED, applied_record(policy))
+
+
+# --- the retry budget field, for every kind ----------------------------------------
+
+
+@dataclass(frozen=True)
+class LimitField:
+    """Where a kind keeps the budget ``backoff-limit`` maps onto.
+
+    ``api_default`` is what the API server fills in when the field is unset (so a value
+    equal to it may not have been written); ``absent`` is what the controller uses when
+    the field is missing (``None``: no limit).
     """
-    current = spec.get("backoffLimit")
-    default = (
-        INT32_MAX if spec.get("backoffLimitPerIndex") is not None else API_DEFAULT_BACKOFF_LIMIT
-    )
-    wrote = intent.explicit(obj, (*path, "backoffLimit"), current, default)
+
+    path: tuple[str | int, ...]
+    api_default: int | None
+    absent: int | None
+
+    @property
+    def name(self) -> str:
+        return intent.dotted(self.path)
+
+
+def job_limit_field(
+    path: Sequence[str | int], spec: Mapping[str, Any], defaulted: bool = True
+) -> LimitField:
+    """A JobSpec's budget: ``backoffLimitPerIndex`` when set (each index has its own
+    budget, and the Job-wide ``backoffLimit``, defaulted to 2147483647, stays as it is),
+    else ``backoffLimit`` (6 when unset; the API server fills that in only in a Job's own
+    spec, so in a template (``defaulted=False``) any value present was written)."""
+    if spec.get("backoffLimitPerIndex") is not None:
+        return LimitField((*path, "backoffLimitPerIndex"), None, None)
+    api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
+    return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
+
+
+def get_path(obj: Any, path: Sequence[str | int]) -> Any:
+    for part in path:
+        if isinstance(part, int):
+            obj = obj[part] if isinstance(obj, list) and 0 <= part < len(obj) else None
+        else:
+            obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def set_path(obj: dict[str, Any], path: Sequence[str | int], value: Any) -> None:
+    """Set a value, creating missing (or null) parent mappings on the way."""
+    *parents, last = path
+    for part in parents:
+        child = obj[part] if isinstance(part, int) else obj.get(part)
+        if not isinstance(child, (dict, list)):
+            child = obj[part] = {}
+        obj = child
+    obj[last] = value
+
+
+def resolve_limit(
+    obj: Mapping[str, Any], field: LimitField, policy: Policy, out: Outcome
+) -> Policy:
+    """Settle ``backoff-limit`` against ``field``, telling written values from defaulted ones."""
+    current = get_path(obj, field.path)
+    wrote = intent.explicit(obj, field.path, current, field.api_default)
     layered = policy.setting("backoff-limit")
-    field = ".".join((*path, "backoffLimit"))
     if layered.source is Source.ANNOTATION:
         if wrote and current != layered.value:
             out.problems.append(
                 Problem(
                     f"annotation {PREFIX}backoff-limit",
-                    f"{layered.value} contradicts {field}: {current} in your spec; "
+                    f"{layered.value} contradicts {field.name}: {current} in your spec; "
                     "remove one of them or make them equal",
                     "contradiction",
                 )
             )
         return policy
     if wrote and current != layered.value:
-        return with_setting(policy, "backoff-limit", Setting(current, Source.SPEC, field))
+        return with_setting(policy, "backoff-limit", Setting(current, Source.SPEC, field.name))
     if layered.value is not None:
         return policy
-    value = current if isinstance(current, int) else default
+    value = current if isinstance(current, int) else field.absent
     return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
+
+
+def enforce_rail(policy: Policy, field: LimitField, ctx: Context, out: Outcome) -> Policy:
+    """``guardRails.maxBackoffLimit``: deny a budget someone asked for above it; lower one
+    that nobody asked for (an API default) to it."""
+    rails = ctx.config.rails(ctx.namespace)
+    limit = policy.backoff_limit
+    if rails.max_backoff_limit is None or limit is None or limit <= rails.max_backoff_limit:
+        return policy
+    setting = policy.setting("backoff-limit")
+    if setting.source in (Source.KUBERNETES, Source.BUILTIN):
+        return with_setting(
+            policy,
+            "backoff-limit",
+            Setting(rails.max_backoff_limit, Source.CLUSTER, "(guardRails.maxBackoffLimit)"),
+        )
+    subject = (
+        f"annotation {PREFIX}backoff-limit"
+        if setting.source is Source.ANNOTATION
+        else f"{field.name} ({setting.describe()})"
+    )
+    out.problems.append(
+        Problem(
+            subject,
+            f"{limit} is above this cluster's limit; accepted: 0 to "
+            f"{rails.max_backoff_limit} (guardRails.maxBackoffLimit)",
+            "guard-rail",
+        )
+    )
+    return policy
+
+
+def write_limit(obj: Any, field: LimitField, policy: Policy, out: Outcome) -> None:
+    """Write the resolved budget into the spec when the policy (not the user) set it."""
+    setting = policy.setting("backoff-limit")
+    if setting.source not in WRITTEN_SOURCES:
+        return
+    before = get_path(obj, field.path)
+    if before == policy.backoff_limit:
+        return
+    set_path(obj, field.path, policy.backoff_limit)
+    shown = "" if before is None else f" {before}"
+    out.changed(
+        f"retry-policy: {field.name}{shown} -> {policy.backoff_limit} "
+        f"({setting.describe('backoff-limit')})",
+        setting,
+    )
+
+
+#: The value that turns each setting off, for settings a kind cannot honour.
+OFF: dict[str, Any] = {
+    "fail-non-retriable": False,
+    "ignore-disruptions": False,
+    "non-spot-attempts": 0,
+    "on-non-retriable": "fail-job",
+    "error-propagation": None,
+}
+
+
+def not_applicable(policy: Policy, name: str, kind: str, why: str, out: Outcome) -> Policy:
+    """A setting this kind cannot honour: denied when annotated, skipped (with a warning)
+    when an admin default asked for it; never silently ignored."""
+    out.conflict(policy, name, f"cannot apply to a {kind}: {why}", "not-applicable")
+    return with_setting(policy, name, Setting(OFF[name], Source.BUILTIN))
+
+
+def check_not_applicable(
+    policy: Policy, kind: str, reasons: Mapping[str, str], out: Outcome
+) -> Policy:
+    """Every asked-for setting in ``reasons`` (name -> why not), and ``on-non-retriable:
+    fail-index`` (only Indexed Jobs have indexes), through ``not_applicable``."""
+    for name, why in reasons.items():
+        if policy.value(name):
+            policy = not_applicable(policy, name, kind, why, out)
+    if policy.on_non_retriable == "fail-index":
+        policy = not_applicable(
+            policy, "on-non-retriable", kind, f"a {kind} has no completion indexes", out
+        )
+    return policy
+
+
+def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcome) -> None:
+    """The error-propagation env vars in every container of one pod template."""
+    if not policy.error_propagation or not isinstance(pod_spec, dict):
+        return
+    names = podspec.add_error_propagation(pod_spec, policy.error_propagation)
+    if names:
+        out.changed(
+            f"retry-policy: error-propagation env vars added to {label} " + ", ".join(names),
+            policy.setting("error-propagation"),
+        )
+
+
+# --- attempts of a pod, for non-spot placement --------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How the pods of one JobSpec count attempts, for non-spot placement.
+
+    A pod's attempt number counts *steps*. For a Job a step is one pod attempt (``steps``
+    = backoff limit + 1, ``per_step`` = 1). For a JobSet's replicated Job a step is one
+    run of the whole set (``steps`` = maxRestarts + 1, the pod's restart-attempt label),
+    and each run holds ``per_step`` = the child Job's backoffLimit + 1 pod attempts that
+    the pod cannot tell apart: the last ``ceil(N / per_step)`` runs go to non-spot nodes,
+    which covers at least the last N attempts (exactly N when the child backoffLimit is 0).
+    """
+
+    steps: int
+    per_step: int
+    text: str
+    scope: str
+    runs: bool = False
+
+    @classmethod
+    def of(cls, policy: Policy, field: LimitField, restarts: int | None) -> Budget:
+        limit = policy.backoff_limit or 0
+        name = str(field.path[-1])
+        if restarts is None:
+            scope = "each index of this Job has" if name == "backoffLimitPerIndex" else None
+            return cls(limit + 1, 1, f"{name} {limit} + 1", scope or "this Job has")
+        text = f"(maxRestarts {restarts} + 1) x ({name} {limit} + 1)"
+        return cls(restarts + 1, limit + 1, text, "this JobSet has", runs=True)
+
+    @property
+    def total(self) -> int:
+        return self.steps * self.per_step
+
+    def pod_steps(self, n: int) -> int:
+        return -(-n // self.per_step)
+
+    def placement(self, n: int) -> str:
+        if not self.runs:
+            each = " of each index" if self.scope.startswith("each index") else ""
+            return (
+                f"retry-policy: the last {n} of {self.total} attempts{each} "
+                "will run on non-spot nodes"
+            )
+        text = (
+            f"retry-policy: the last {self.pod_steps(n)} of {self.steps} JobSet runs "
+            "will run on non-spot nodes"
+        )
+        if self.per_step > 1:
+            text += f" (at least the last {n} of {self.total} attempts)"
+        return text
+
+
+# --- one JobSpec ---------------------------------------------------------------------
+
+
+def resolve_backoff_limit(
+    obj: Mapping[str, Any],
+    path: tuple[str | int, ...],
+    spec: Mapping[str, Any],
+    policy: Policy,
+    out: Outcome,
+) -> Policy:
+    """Settle ``backoff-limit`` against one JobSpec (``backoffLimitPerIndex`` when set)."""
+    return resolve_limit(obj, job_limit_field(path, spec), policy, out)
 
 
 def apply_job_spec(
     obj: Mapping[str, Any],
-    path: tuple[str, ...],
+    path: tuple[str | int, ...],
     spec: dict[str, Any],
     policy: Policy,
     ctx: Context,
     out: Outcome,
+    *,
+    restarts: int | None = None,
+    defaulted: bool = True,
 ) -> Policy:
-    """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved."""
-    where = ".".join(path)
-    policy = resolve_backoff_limit(obj, path, spec, policy, out)
-    rails = ctx.config.rails(ctx.namespace)
-    limit = policy.backoff_limit
-    if (
-        rails.max_backoff_limit is not None
-        and limit is not None
-        and limit > rails.max_backoff_limit
-    ):
-        setting = policy.setting("backoff-limit")
-        if setting.source in (Source.KUBERNETES, Source.BUILTIN):
-            # Nobody asked for the API default: lower it to the guard rail instead of denying.
-            policy = with_setting(
-                policy,
-                "backoff-limit",
-                Setting(rails.max_backoff_limit, Source.CLUSTER, "(guardRails.maxBackoffLimit)"),
-            )
-        else:
-            subject = (
-                f"annotation {PREFIX}backoff-limit"
-                if setting.source is Source.ANNOTATION
-                else f"{where}.backoffLimit ({setting.describe()})"
-            )
-            out.problems.append(
-                Problem(
-                    subject,
-                    f"{limit} is above this cluster's limit; accepted: 0 to "
-                    f"{rails.max_backoff_limit} (guardRails.maxBackoffLimit)",
-                    "guard-rail",
-                )
-            )
+    """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
+
+    ``obj`` is the admitted object and ``path`` the location of ``spec`` in it (keys and
+    list indexes). ``restarts`` is set when a parent recreates the Jobs made from this
+    spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``Budget``).
+    ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
+    own spec but not a CronJob's or JobSet's template: there every value was written.
+    Problems and changes go to ``out``; the spec is only changed when there is no problem.
+    """
+    where = intent.dotted(path)
+    field = job_limit_field(path, spec, defaulted)
+    policy = resolve_limit(obj, field, policy, out)
+    policy = enforce_rail(policy, field, ctx, out)
     template = spec.get("template")
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         out.problems.append(Problem(f"{where}.template.spec", "a Job needs a pod template"))
         return policy
     pod_spec = template["spec"]
-    policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out)
+    budget = Budget.of(policy, field, restarts)
+    policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     if out.problems:
         return policy
-    _apply(spec, template, pod_spec, policy, ctx, out, where)
+    write_limit(obj, field, policy, out)
+    _apply(spec, template, pod_spec, policy, out, where, budget)
     out.policies[where] = policy
     return policy
 
 
 def _check_template(
     obj: Mapping[str, Any],
-    path: tuple[str, ...],
+    path: tuple[str | int, ...],
     spec: dict[str, Any],
     pod_spec: dict[str, Any],
     policy: Policy,
     ctx: Context,
     out: Outcome,
+    budget: Budget,
+    defaulted: bool,
 ) -> Policy:
     """Contradictions between the policy and the user's own spec, found before any change."""
-    where = ".".join(path)
+    where = intent.dotted(path)
     restart = pod_spec.get("restartPolicy")
     for name in ("fail-non-retriable", "ignore-disruptions"):
         if policy.value(name) and restart != "Never":
@@ -183,10 +432,12 @@ def _check_template(
                 "restart-policy",
             )
             policy = with_setting(policy, name, Setting(False, policy.setting(name).source))
+    policy = _check_on_non_retriable(spec, policy, where, out)
     if policy.fail_non_retriable or policy.ignore_disruptions:
         replacement = spec.get("podReplacementPolicy")
-        if replacement == "TerminatingOrFailed" and intent.user_wrote(
-            obj, (*path, "podReplacementPolicy")
+        default = "TerminatingOrFailed" if defaulted else None  # without a podFailurePolicy
+        if replacement == "TerminatingOrFailed" and intent.explicit(
+            obj, (*path, "podReplacementPolicy"), replacement, default
         ):
             for name in ("fail-non-retriable", "ignore-disruptions"):
                 if policy.value(name):
@@ -228,37 +479,68 @@ def _check_template(
                 "disruptions first, so they would still not be ignored",
                 "contradiction",
             )
+    policy = _check_non_spot(pod_spec, policy, ctx, out, budget)
+    _check_pod_annotations(spec, policy, where, out, budget)
+    return policy
+
+
+def _check_on_non_retriable(
+    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
+) -> Policy:
+    if policy.on_non_retriable != "fail-index":
+        return policy
+    if not policy.fail_non_retriable:
+        if policy.explicit("on-non-retriable"):
+            out.note("retry-policy: on-non-retriable has no effect without fail-non-retriable")
+        return policy
+    if spec.get("backoffLimitPerIndex") is None:
+        out.conflict(
+            policy,
+            "on-non-retriable",
+            f"fail-index needs {where}.backoffLimitPerIndex (an Indexed Job with a budget per "
+            "index); set it, or use fail-job",
+            "needs-per-index",
+        )
+        policy = with_setting(policy, "on-non-retriable", Setting("fail-job", Source.BUILTIN))
+    return policy
+
+
+def _check_non_spot(
+    pod_spec: Mapping[str, Any], policy: Policy, ctx: Context, out: Outcome, budget: Budget
+) -> Policy:
     n = policy.non_spot_attempts
-    if n > 0:
-        attempts = (policy.backoff_limit or 0) + 1
-        spot = ctx.config.spot_node_labels
-        pinned = podspec.requires_spot(pod_spec, spot)
-        if n > attempts:
-            out.conflict(
-                policy,
-                "non-spot-attempts",
-                f"{n} is more than the {attempts} attempts this Job has "
-                f"(backoffLimit {policy.backoff_limit} + 1); accepted: 0 to {attempts}",
-                "too-many-non-spot",
-            )
-            policy = with_setting(policy, "non-spot-attempts", Setting(0, Source.BUILTIN))
-        elif not spot:
-            out.conflict(
-                policy,
-                "non-spot-attempts",
-                "this cluster's config defines no spotNodeLabels, so spot nodes cannot be avoided",
-                "no-spot-labels",
-            )
-            policy = with_setting(policy, "non-spot-attempts", Setting(0, Source.BUILTIN))
-        elif pinned:
-            out.conflict(
-                policy,
-                "non-spot-attempts",
-                f"the pod template requires spot nodes ({pinned}), so non-spot attempts "
-                "could never be scheduled",
-                "contradiction",
-            )
-            policy = with_setting(policy, "non-spot-attempts", Setting(0, Source.BUILTIN))
+    if n <= 0:
+        return policy
+    attempts = budget.total
+    spot = ctx.config.spot_node_labels
+    pinned = podspec.requires_spot(pod_spec, spot)
+    if n > attempts:
+        message, reason = (
+            f"{n} is more than the {attempts} attempts {budget.scope} ({budget.text}); "
+            f"accepted: 0 to {attempts}",
+            "too-many-non-spot",
+        )
+    elif not spot:
+        message, reason = (
+            "this cluster's config defines no spotNodeLabels, so spot nodes cannot be avoided",
+            "no-spot-labels",
+        )
+    elif pinned:
+        message, reason = (
+            f"the pod template requires spot nodes ({pinned}), so non-spot attempts "
+            "could never be scheduled",
+            "contradiction",
+        )
+    else:
+        return policy
+    out.conflict(policy, "non-spot-attempts", message, reason)
+    return with_setting(policy, "non-spot-attempts", Setting(0, Source.BUILTIN))
+
+
+def _check_pod_annotations(
+    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome, budget: Budget
+) -> None:
+    """Annotations on the pod template must agree with what the webhook would copy there."""
     template_meta = (spec.get("template") or {}).get("metadata")
     values, problems = parse_annotations(
         template_meta.get("annotations") if isinstance(template_meta, dict) else None,
@@ -274,7 +556,7 @@ def _check_template(
                 "wrong-scope",
             )
         )
-    for name, value in _pod_annotations(policy).items():
+    for name, value in _pod_annotations(policy, budget).items():
         own = values.get(name)
         if name in values and format_value(name, own) != value:
             out.problems.append(
@@ -284,7 +566,6 @@ def _check_template(
                     "contradiction",
                 )
             )
-    return policy
 
 
 def _rules(spec: Mapping[str, Any]) -> list[Any]:
@@ -294,12 +575,12 @@ def _rules(spec: Mapping[str, Any]) -> list[Any]:
     return []
 
 
-def _pod_annotations(policy: Policy) -> dict[str, str]:
+def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
     """What a pod of this Job needs to know about the policy, in annotation grammar."""
     values: dict[str, str] = {}
     if policy.non_spot_attempts > 0:
-        values["backoff-limit"] = format_value("backoff-limit", policy.backoff_limit)
-        values["non-spot-attempts"] = format_value("non-spot-attempts", policy.non_spot_attempts)
+        values["backoff-limit"] = str(budget.steps - 1)
+        values["non-spot-attempts"] = str(budget.pod_steps(policy.non_spot_attempts))
     if policy.error_propagation:
         values["error-propagation"] = format_value("error-propagation", policy.error_propagation)
     return values
@@ -310,20 +591,10 @@ def _apply(
     template: dict[str, Any],
     pod_spec: dict[str, Any],
     policy: Policy,
-    ctx: Context,
     out: Outcome,
     where: str,
+    budget: Budget,
 ) -> None:
-    setting = policy.setting("backoff-limit")
-    if setting.source in (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER):
-        before = spec.get("backoffLimit")
-        if before != policy.backoff_limit:
-            spec["backoffLimit"] = policy.backoff_limit
-            out.changed(
-                f"retry-policy: {where}.backoffLimit {before} -> {policy.backoff_limit} "
-                f"({setting.describe('backoff-limit')})",
-                setting,
-            )
     ours = []
     if policy.ignore_disruptions:
         # First among ours: a preempted pod may exit 137 after its grace period, and must
@@ -333,11 +604,12 @@ def _apply(
         )
     if policy.fail_non_retriable:
         codes = list(policy.retriable_exit_codes)
+        action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
         ours.append(
             (
-                fp.non_retriable_rule(policy.retriable_exit_codes),
+                fp.non_retriable_rule(policy.retriable_exit_codes, action),
                 "fail-non-retriable",
-                f"FailJob on exit codes NotIn {codes}",
+                f"{action} on exit codes NotIn {codes}",
             )
         )
     if ours:
@@ -361,22 +633,14 @@ def _apply(
                     "(required with a podFailurePolicy)"
                 )
         out.problems.extend(fp.validate(spec, where))
-    if policy.error_propagation:
-        names = podspec.add_error_propagation(pod_spec, policy.error_propagation)
-        if names:
-            out.changed(
-                "retry-policy: error-propagation env vars added to containers " + ", ".join(names),
-                policy.setting("error-propagation"),
-            )
-    pod_values = _pod_annotations(policy)
+    add_error_propagation(pod_spec, "containers", policy, out)
+    pod_values = _pod_annotations(policy, budget)
     if pod_values:
         meta = template.get("metadata")
         if not isinstance(meta, dict):
             meta = template["metadata"] = {}
         copied = [podspec.set_annotation(meta, PREFIX + k, v) for k, v in pod_values.items()]
         if any(copied) and policy.non_spot_attempts:
-            n, attempts = policy.non_spot_attempts, (policy.backoff_limit or 0) + 1
             out.changed(
-                f"retry-policy: the last {n} of {attempts} attempts will run on non-spot nodes",
-                policy.setting("non-spot-attempts"),
+                budget.placement(policy.non_spot_attempts), policy.setting("non-spot-attempts")
             )

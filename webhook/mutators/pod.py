@@ -31,6 +31,8 @@ from webhook.policy import (
 from webhook.problems import Problem
 
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+#: Set by JobSet on its child Jobs and their pods: the JobSet's ``status.restarts``.
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
 def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -165,11 +167,32 @@ class PodMutator:
 def attempt_of(
     pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
 ) -> AttemptLookup:
-    """A pod's attempt number (failures so far), from the most direct source available."""
+    """A pod's attempt number, from the most direct source available, in this order:
+
+    1. ``retry-policy.dev/attempt``: an orchestrator that knows says so.
+    2. ``jobset.sigs.k8s.io/restart-attempt`` (label, else annotation): a JobSet's pod counts
+       whole runs of the set, which is what its copied ``backoff-limit`` (= maxRestarts)
+       counts too. It must win over the two below: the pod is also owned by a child Job
+       and may carry an index failure count, but those count failures inside one run and
+       restart from 0 with every new child Job. The label counts every restart, including
+       those that do not consume maxRestarts, so it can only run ahead of the budget:
+       placement may start early, never late.
+    3. ``batch.kubernetes.io/job-index-failure-count``: Indexed Jobs with a per-index budget.
+    4. The owning Job's counted failures, from the attempt cache.
+    """
     if policy.attempt is not None:
         return AttemptLookup(policy.attempt, f"annotation {PREFIX}attempt")
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
+    labels = metadata.get("labels") or {}
+    for kind, source in (("label", labels), ("annotation", annotations)):
+        raw = source.get(RESTART_ATTEMPT) if isinstance(source, dict) else None
+        if raw is None:
+            continue
+        try:
+            return AttemptLookup(parse_count(str(raw)), f"{kind} {RESTART_ATTEMPT}")
+        except BadValue:
+            return AttemptLookup(None, "none", f"{kind} {RESTART_ATTEMPT} is not a number")
     raw = annotations.get(INDEX_FAILURE_COUNT)
     if isinstance(raw, str):
         try:

@@ -115,16 +115,17 @@ matchExpressions:
 {{/*
 Rules for the workload webhook: every enabled kind except pods. Only the main resource
 is listed, so status and other subresources never reach the webhook.
-Arguments: (dict "ctx" $ "operations" (list ...)).
+Arguments: (dict "ctx" $ "operations" (list ...) ["cronOperations" (list ...)]): a CronJob
+is a template for Jobs created later, so its UPDATEs can need mutating too.
 */}}
 {{- define "rpw.workloadRules" -}}
 {{- $kinds := .ctx.Values.webhook.kinds -}}
-{{- $batch := list -}}
-{{- if $kinds.jobs }}{{ $batch = append $batch "jobs" }}{{ end -}}
-{{- if $kinds.cronJobs }}{{ $batch = append $batch "cronjobs" }}{{ end -}}
 {{- $rules := list -}}
-{{- if $batch -}}
-{{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" $batch) -}}
+{{- if $kinds.jobs -}}
+{{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" (list "jobs")) -}}
+{{- end -}}
+{{- if $kinds.cronJobs -}}
+{{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" (list "cronjobs") "operations" (.cronOperations | default .operations)) -}}
 {{- end -}}
 {{- if $kinds.jobSets -}}
 {{- $rules = append $rules (dict "apiGroups" (list "jobset.x-k8s.io") "apiVersions" (list "v1alpha2") "resources" (list "jobsets")) -}}
@@ -139,7 +140,7 @@ Arguments: (dict "ctx" $ "operations" (list ...)).
 - apiGroups: {{ toJson .apiGroups }}
   apiVersions: {{ toJson .apiVersions }}
   resources: {{ toJson .resources }}
-  operations: {{ toJson $.operations }}
+  operations: {{ toJson (.operations | default $.operations) }}
   scope: Namespaced
 {{- end }}
 {{- end -}}
@@ -173,6 +174,15 @@ between oldObject and object; it is true for every other operation.
 */}}
 {{- define "rpw.cel.updateChangesPolicy" -}}
 request.operation != 'UPDATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(object.metadata.annotations) || !(k in object.metadata.annotations))))
+{{- end -}}
+
+{{/*
+Workloads: the same, and also a CronJob UPDATE that changes its jobTemplate (the Jobs it
+creates from then on must carry the policy, so the template is mutated and checked
+again). The kind test comes first: other kinds have no spec.jobTemplate.
+*/}}
+{{- define "rpw.cel.updateChangesPolicyOrJobTemplate" -}}
+{{ include "rpw.cel.updateChangesPolicy" . }} || (request.kind.kind == 'CronJob' && has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || object.spec.jobTemplate != oldObject.spec.jobTemplate))
 {{- end -}}
 
 {{/*

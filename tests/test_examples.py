@@ -1,0 +1,204 @@
+"""The shipped examples, through the dry-run CLI: one per kind and all in one stream.
+
+Each result is checked field by field, validated (strict Kubernetes schemas, or the CRD
+schema plus the embedded Kubernetes types), its patch applied with Go's json-patch, and
+mutated again to show nothing more changes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT, P
+from workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
+
+from webhook import cli
+from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.intent import LAST_APPLIED
+from webhook.mutators.jobset import our_rule
+
+EXAMPLES = ROOT / "examples"
+NAMES = ["job", "indexed-job", "cronjob", "jobset", "rayjob", "pytorchjob"]
+ENV = [WORKER_NAME, STRATEGY]
+
+
+def dry_run(*argv, stdin=""):
+    out, err = io.StringIO(), io.StringIO()
+    old, sys.stdin = sys.stdin, io.StringIO(stdin)
+    try:
+        args = cli.build_parser().parse_args(["dry-run", *argv])
+        code = args.func(args, out, err)
+    finally:
+        sys.stdin = old
+    return code, out.getvalue(), err.getvalue()
+
+
+def result(name):
+    code, out, err = dry_run("-f", str(EXAMPLES / f"{name}.yaml"), "-o", "json")
+    assert code == 0, err
+    (item,) = json.loads(out)["items"]
+    return item, err
+
+
+def applied(obj):
+    return json.loads(obj["metadata"]["annotations"][P + "applied"])
+
+
+def containers(pod_template_spec):
+    return pod_template_spec["spec"]["containers"]
+
+
+def test_every_example_is_checked():
+    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted(NAMES)
+
+
+def test_job_example():
+    job, _ = result("job")
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 3
+    assert spec["podReplacementPolicy"] == "Failed"
+    assert spec["podFailurePolicy"]["rules"] == [
+        ignore_disruptions_rule(),
+        non_retriable_rule([137, 143]),
+    ]
+    assert containers(spec["template"])[0]["env"] == ENV
+
+
+def test_indexed_job_example():
+    job, err = result("indexed-job")
+    spec = job["spec"]
+    assert spec["backoffLimitPerIndex"] == 2
+    assert spec["backoffLimit"] == 2147483647  # the API default, untouched
+    assert spec["maxFailedIndexes"] == 10
+    assert spec["podFailurePolicy"]["rules"] == [
+        ignore_disruptions_rule(),
+        non_retriable_rule([143], "FailIndex"),
+    ]
+    assert spec["podReplacementPolicy"] == "Failed"
+    assert spec["template"]["metadata"]["annotations"] == {
+        P + "backoff-limit": "2",
+        P + "non-spot-attempts": "1",
+        P + "error-propagation": "earliest",
+    }
+    assert containers(spec["template"])[0]["env"] == ENV
+    assert applied(job)["onNonRetriable"] == "fail-index"
+    assert "the last 1 of 3 attempts of each index will run on non-spot nodes" in err
+
+
+def test_cronjob_example():
+    cronjob, _ = result("cronjob")
+    assert cronjob["spec"]["schedule"] == "0 3 * * *"
+    assert cronjob["spec"]["concurrencyPolicy"] == "Forbid"
+    job_spec = cronjob["spec"]["jobTemplate"]["spec"]
+    assert job_spec["backoffLimit"] == 2
+    assert job_spec["podFailurePolicy"]["rules"] == [
+        ignore_disruptions_rule(),
+        non_retriable_rule([143]),
+    ]
+    assert "podReplacementPolicy" not in job_spec  # each Job's API defaulting sets Failed
+    assert job_spec["template"]["spec"]["restartPolicy"] == "Never"
+    assert applied(cronjob) == {
+        "backoffLimit": 2,
+        "failNonRetriable": [143],
+        "ignoreDisruptions": True,
+    }
+
+
+def test_jobset_example():
+    jobset, err = result("jobset")
+    policy = jobset["spec"]["failurePolicy"]
+    assert policy["maxRestarts"] == 3
+    assert [rule["name"] for rule in policy["rules"]] == ["failOnDeadline", our_rule()["name"]]
+    assert policy["rules"][1] == our_rule()
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        spec = rjob["template"]["spec"]
+        assert spec["backoffLimit"] == 0
+        assert spec["podFailurePolicy"]["rules"] == [
+            ignore_disruptions_rule(),
+            non_retriable_rule([137, 143]),
+        ]
+        assert spec["template"]["spec"]["restartPolicy"] == "Never"
+        assert containers(spec["template"])[0]["env"] == ENV
+        assert spec["template"]["metadata"]["annotations"] == {
+            P + "backoff-limit": "3",
+            P + "non-spot-attempts": "1",
+            P + "error-propagation": "earliest",
+        }
+    assert [rjob["replicas"] for rjob in jobset["spec"]["replicatedJobs"]] == [1, 4]
+    assert "the last 1 of 4 JobSet runs will run on non-spot nodes" in err
+
+
+def test_rayjob_example():
+    rayjob, _ = result("rayjob")
+    spec = rayjob["spec"]
+    assert spec["backoffLimit"] == 2
+    assert spec["shutdownAfterJobFinishes"] is True
+    cluster = spec["rayClusterSpec"]
+    assert containers(cluster["headGroupSpec"]["template"])[0]["env"] == ENV
+    (group,) = cluster["workerGroupSpecs"]
+    assert containers(group["template"])[0]["env"] == ENV
+    assert group["replicas"] == 2
+
+
+def test_pytorchjob_example():
+    job, err = result("pytorchjob")
+    assert job["spec"]["runPolicy"] == {"backoffLimit": 3}
+    for rtype in ("Master", "Worker"):
+        rspec = job["spec"]["pytorchReplicaSpecs"][rtype]
+        assert rspec["restartPolicy"] == "ExitCode"
+        assert containers(rspec["template"])[0]["env"] == ENV
+    assert "ExitCode also retries exit codes 128-255 outside retriable-exit-codes" in err
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_example_result_is_valid_patch_applies_and_mutation_is_done(name, tmp_path):
+    obj, _ = result(name)
+    for version in ("1.33", "1.37") if obj["apiVersion"].startswith("batch/") else ("1.37",):
+        validate_schema(obj, version)
+    # The -o patch output applies with Go's json-patch to the object the server would see.
+    source = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    prepared, _ = cli.prepare(source, None)
+    code, out, err = dry_run("-f", str(EXAMPLES / f"{name}.yaml"), "-o", "patch")
+    assert code == 0, err
+    (entry,) = json.loads(out)
+    patched = kubectl_patch(prepared, entry["patch"], tmp_path)
+    patched["metadata"]["annotations"].pop(LAST_APPLIED)
+    assert patched == obj
+    # Reinvoked on its own result, the webhook changes nothing.
+    verdict, again = mutate(obj)
+    assert verdict.allowed and verdict.patch == [] and again == obj
+
+
+def test_all_examples_in_one_stream():
+    stream = "\n---\n".join((EXAMPLES / f"{name}.yaml").read_text() for name in NAMES)
+    code, out, err = dry_run("-f", "-", "-o", "json", stdin=stream)
+    assert code == 0, err
+    items = json.loads(out)["items"]
+    assert [item["kind"] for item in items] == [
+        "Job",
+        "Job",
+        "CronJob",
+        "JobSet",
+        "RayJob",
+        "PyTorchJob",
+    ]
+    assert items == [result(name)[0] for name in NAMES]
+
+
+def test_a_denied_document_does_not_stop_the_others():
+    denied = (
+        (EXAMPLES / "rayjob.yaml")
+        .read_text()
+        .replace("retry-policy.dev/backoff-limit", "retry-policy.dev/fail-non-retriable")
+    )
+    denied = denied.replace('fail-non-retriable: "2"', 'fail-non-retriable: "true"')
+    stream = denied + "\n---\n" + (EXAMPLES / "pytorchjob.yaml").read_text()
+    code, out, err = dry_run("-f", "-", "-o", "json", stdin=stream)
+    assert code == 1
+    assert "Error: RayJob/tune-xgboost denied: retry-policy: annotation" in err
+    assert "cannot apply to a RayJob" in err
+    assert [item["kind"] for item in json.loads(out)["items"]] == ["PyTorchJob"]

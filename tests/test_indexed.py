@@ -1,0 +1,189 @@
+"""Indexed Jobs with backoffLimitPerIndex: the budget is per index, fail-index, attempts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import P, job, job_owner, pod
+from workloads import (
+    FixedAttempts,
+    assert_idempotent,
+    kubectl_patch,
+    mutate,
+    validate,
+    validate_schema,
+)
+
+from webhook import engine
+from webhook.config import parse_config
+from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.policy import INT32_MAX
+
+INDEXED = {"completionMode": "Indexed", "completions": 8, "parallelism": 4}
+PER_INDEX = {**INDEXED, "backoffLimitPerIndex": 2}
+FAIL_INDEX = {P + "fail-non-retriable": "true", P + "on-non-retriable": "fail-index"}
+
+
+def indexed(annotations=None, spec=PER_INDEX, **kw):
+    return job(annotations, spec=spec, **kw)
+
+
+def test_api_default_of_backoff_limit_with_per_index_is_int32_max():
+    # The defaulting the written-or-defaulted rule must see through (FACTS.md).
+    assert indexed()["spec"]["backoffLimit"] == INT32_MAX
+    assert job(spec=INDEXED)["spec"]["backoffLimit"] == 6
+
+
+def test_fail_index_rule_with_per_index_budget():
+    verdict, out = mutate(indexed({**FAIL_INDEX, P + "ignore-disruptions": "true"}))
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["podFailurePolicy"]["rules"] == [
+        ignore_disruptions_rule(),
+        non_retriable_rule([143], "FailIndex"),
+    ]
+    assert "added podFailurePolicy rule FailIndex on exit codes NotIn [143]" in verdict.warnings[1]
+    assert json.loads(out["metadata"]["annotations"][P + "applied"])["onNonRetriable"] == (
+        "fail-index"
+    )
+
+
+def test_backoff_limit_maps_to_backoff_limit_per_index():
+    obj = indexed({P + "backoff-limit": "2", P + "non-spot-attempts": "1"})
+    verdict, out = mutate(obj)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["backoffLimitPerIndex"] == 2
+    # The Job-wide limit keeps its API default: it is not what backoff-limit means here.
+    assert out["spec"]["backoffLimit"] == INT32_MAX
+    annotations = out["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {P + "backoff-limit": "2", P + "non-spot-attempts": "1"}
+    assert verdict.warnings == [
+        "retry-policy: the last 1 of 3 attempts of each index will run on non-spot nodes",
+        engine.EXPLAIN_HINT,
+    ]
+
+
+def test_backoff_limit_contradicting_per_index_budget_is_denied():
+    verdict, _ = mutate(indexed({P + "backoff-limit": "3"}))
+    assert not verdict.allowed
+    assert (
+        f"annotation {P}backoff-limit: 3 contradicts spec.backoffLimitPerIndex: 2 in your spec"
+        in verdict.message
+    )
+
+
+def test_written_per_index_budget_beats_admin_default():
+    config = parse_config("defaults: {backoff-limit: 5}")
+    verdict, out = mutate(indexed(), config)
+    assert verdict.allowed
+    assert out["spec"]["backoffLimitPerIndex"] == 2
+    assert out["spec"]["backoffLimit"] == INT32_MAX
+    assert not any("backoffLimit" in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize(("per_index", "allowed"), [(3, True), (4, False)])
+def test_guard_rail_applies_to_the_per_index_budget_only(per_index, allowed):
+    config = parse_config("guardRails: {maxBackoffLimit: 3}")
+    obj = indexed(
+        {P + "fail-non-retriable": "true"}, spec={**INDEXED, "backoffLimitPerIndex": per_index}
+    )
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed is allowed, verdict.message
+    if allowed:
+        # The defaulted Job-wide 2147483647 is not "a value nobody wrote" to lower.
+        assert out["spec"]["backoffLimit"] == INT32_MAX
+    else:
+        assert "spec.backoffLimitPerIndex (your spec spec.backoffLimitPerIndex): 4 is above" in (
+            verdict.message
+        )
+        assert verdict.code == 403
+
+
+def test_fail_index_without_per_index_budget_is_denied():
+    verdict, _ = mutate(job(FAIL_INDEX, spec=INDEXED))
+    assert not verdict.allowed
+    assert f"annotation {P}on-non-retriable: fail-index needs spec.backoffLimitPerIndex" in (
+        verdict.message
+    )
+
+
+def test_fail_index_admin_default_falls_back_to_fail_job():
+    config = parse_config("defaults: {fail-non-retriable: true, on-non-retriable: fail-index}")
+    verdict, out = mutate(job(), config)
+    assert verdict.allowed
+    assert out["spec"]["podFailurePolicy"]["rules"] == [non_retriable_rule([143])]
+    assert any("on-non-retriable (cluster default) skipped" in w for w in verdict.warnings)
+
+
+def test_on_non_retriable_grammar():
+    verdict, _ = mutate(indexed({**FAIL_INDEX, P + "on-non-retriable": "fail-pod"}))
+    assert not verdict.allowed
+    assert "'fail-pod' is not valid; accepted: fail-job, or fail-index" in verdict.message
+
+
+def test_on_non_retriable_alone_changes_nothing_and_says_so():
+    verdict, out = mutate(indexed({P + "on-non-retriable": "fail-index"}))
+    assert verdict.allowed
+    assert "podFailurePolicy" not in out["spec"]
+    assert verdict.warnings == [
+        "retry-policy: on-non-retriable has no effect without fail-non-retriable"
+    ]
+
+
+def test_non_spot_attempts_above_the_per_index_budget_is_denied():
+    verdict, _ = mutate(indexed({P + "non-spot-attempts": "4"}))
+    assert not verdict.allowed
+    assert (
+        "4 is more than the 3 attempts each index of this Job has (backoffLimitPerIndex 2 + 1); "
+        "accepted: 0 to 3" in verdict.message
+    )
+
+
+def test_user_fail_index_rule_on_a_retriable_code_contradicts():
+    user = {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [143]}}
+    obj = indexed(FAIL_INDEX, spec={**PER_INDEX, "podFailurePolicy": {"rules": [user]}})
+    verdict, _ = mutate(obj)
+    assert not verdict.allowed
+    assert "rules[0] fails on exit code 143" in verdict.message
+
+
+# --- pods of an Indexed Job: the attempt is the index's failure count -----------------
+
+
+def indexed_pod(failures, attempts=None):
+    template = mutate(indexed({P + "non-spot-attempts": "1"}))[1]["spec"]["template"]
+    obj = pod(template["metadata"]["annotations"], owner=job_owner())
+    obj["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = "5"
+    obj["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"] = str(failures)
+    return mutate(obj, attempts=attempts or FixedAttempts(0))
+
+
+@pytest.mark.parametrize(("failures", "non_spot"), [(0, False), (1, False), (2, True)])
+def test_pod_attempt_boundaries_per_index(failures, non_spot):
+    cache = FixedAttempts(0)
+    verdict, out = indexed_pod(failures, cache)
+    assert verdict.allowed, verdict.message
+    assert ("affinity" in out["spec"]) is non_spot
+    # The index's own count wins: the Job-wide failure count is never looked up.
+    assert cache.calls == []
+    if non_spot:
+        assert verdict.warnings[0].startswith(
+            "retry-policy: attempt 3 of 3 (2 failures so far, from annotation "
+            "batch.kubernetes.io/job-index-failure-count)"
+        )
+
+
+def test_indexed_job_is_idempotent_patch_applies_and_schema_valid(tmp_path):
+    obj = indexed({**FAIL_INDEX, P + "ignore-disruptions": "true", P + "non-spot-attempts": "1"})
+    once = assert_idempotent(obj)
+    verdict, _ = mutate(obj)
+    assert kubectl_patch(obj, verdict.patch, tmp_path) == once
+    validate_schema(once)
+    validate_schema(once, "1.33")
+
+
+def test_validation_denies_a_fail_index_job_the_mutating_webhook_missed():
+    obj = indexed(FAIL_INDEX)
+    verdict = validate(obj)
+    assert not verdict.allowed
+    assert "FailIndex on exit codes NotIn [143]" in verdict.message

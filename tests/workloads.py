@@ -1,0 +1,246 @@
+"""Builders and checks shared by the workload tests (Indexed Jobs, CronJob, JobSet, RayJob,
+PyTorchJob, examples).
+
+Objects are built the way admission sees them: API defaults applied (for custom resources,
+the ``default`` values of their CRD schema, which the API server applies before any
+webhook), ``uid`` set, and a ``last-applied-configuration`` record when the test says the
+object came from ``kubectl apply``. Results are checked with real parts: the Go json-patch
+of ``kubectl patch --local``, ``kubernetes_validate`` (strict) for batch kinds and for the
+Kubernetes types embedded in custom resources, and ``jsonschema`` against the vendored CRD
+schemas (tests/data/crds, made strict about unknown fields as the API server's
+``fieldValidation=Strict`` is).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+from conftest import P, apply, review, tool
+
+from webhook import admission, defaults, engine
+from webhook.attempts import AttemptLookup, NoCluster
+from webhook.config import Config
+from webhook.intent import LAST_APPLIED
+
+CRDS = Path(__file__).resolve().parent / "data" / "crds"
+SCHEMAS = {
+    ("jobset.x-k8s.io", "JobSet"): "jobsets.jobset.x-k8s.io.v1alpha2.yaml",
+    ("ray.io", "RayJob"): "rayjobs.ray.io.v1.yaml",
+    ("kubeflow.org", "PyTorchJob"): "pytorchjobs.kubeflow.org.v1.yaml",
+}
+FULL = {
+    P + "fail-non-retriable": "true",
+    P + "retriable-exit-codes": "137,143",
+    P + "backoff-limit": "3",
+    P + "ignore-disruptions": "true",
+    P + "non-spot-attempts": "1",
+    P + "error-propagation": "earliest",
+}
+WORKER_NAME = {
+    "name": "FLYTE_INTERNAL_WORKER_NAME",
+    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+}
+STRATEGY = {"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": "Earliest"}
+
+
+def admitted(manifest: dict[str, Any], *, applied: bool = False) -> dict[str, Any]:
+    """``manifest`` as the API server hands it to a webhook on CREATE."""
+    obj = copy.deepcopy(manifest)
+    metadata = obj.setdefault("metadata", {})
+    metadata.setdefault("namespace", "ml")
+    if applied:
+        metadata.setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
+    metadata["uid"] = str(uuid.uuid4())
+    metadata["creationTimestamp"] = "2026-11-22T00:00:00Z"
+    defaults.apply_defaults(obj)
+    schema = crd_schema(obj)
+    if schema is not None:
+        crd_defaults(schema, obj)
+    return obj
+
+
+def pod_template(*names: str, restart_policy: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [{"name": n, "image": "ghcr.io/example/train:1.0.0"} for n in names]
+    }
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    return {"spec": spec}
+
+
+# --- the engine round trip -----------------------------------------------------------
+
+
+class FixedAttempts:
+    """An attempt source answering a fixed count for every Job (the cache has its own
+    tests against an HTTP Kubernetes API in test_attempts.py)."""
+
+    def __init__(self, failures: int | None):
+        self.failures = failures
+        self.calls: list[tuple[str, str, str]] = []
+
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        self.calls.append((namespace, name, uid))
+        if self.failures is None:
+            return AttemptLookup(None, "none", "unknown")
+        return AttemptLookup(self.failures, "Job status (cache)")
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+def mutate(obj: dict[str, Any], config: Config | None = None, attempts: Any = None, **kw: Any):
+    request = admission.decode(json.dumps(review(obj, **kw)))
+    verdict = engine.mutate(request, config or Config(), attempts or NoCluster())
+    return verdict, apply(obj, verdict.patch)
+
+
+def validate(obj: dict[str, Any], config: Config | None = None, **kw: Any):
+    request = admission.decode(json.dumps(review(obj, **kw)))
+    return engine.validate(request, config or Config())
+
+
+def assert_idempotent(obj: dict[str, Any], config: Config | None = None) -> dict[str, Any]:
+    """Mutating the mutated object changes nothing, and validation accepts it."""
+    first, once = mutate(obj, config)
+    assert first.allowed, first.message
+    assert first.patch, "the scenario should change something"
+    second, twice = mutate(once, config)
+    assert second.allowed, second.message
+    assert second.patch == []
+    assert twice == once
+    verdict = validate(once, config)
+    assert verdict.allowed, verdict.message
+    return once
+
+
+def kubectl_patch(obj: dict[str, Any], patch: list[dict[str, Any]], tmp: Path) -> dict[str, Any]:
+    """Apply ``patch`` with Go's json-patch (the API server's library), via kubectl --local."""
+    kubectl = tool("kubectl")
+    source = tmp / "obj.json"
+    source.write_text(json.dumps(obj))
+    argv = [kubectl, "patch", "--local", "-f", str(source), "--type", "json"]
+    result = subprocess.run(
+        [*argv, "-p", json.dumps(patch), "-o", "json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp)},
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# --- schemas -------------------------------------------------------------------------
+
+
+def _group_kind(obj: dict[str, Any]) -> tuple[str, str]:
+    return str(obj.get("apiVersion") or "").rpartition("/")[0], str(obj.get("kind"))
+
+
+@functools.cache
+def _load_schema(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CRDS / name).read_text())
+
+
+def crd_schema(obj: dict[str, Any]) -> dict[str, Any] | None:
+    name = SCHEMAS.get(_group_kind(obj))
+    return _load_schema(name) if name else None
+
+
+def crd_defaults(schema: dict[str, Any], value: Any) -> None:
+    """Apply the schema's ``default`` values, as the API server does for custom resources."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in value and isinstance(sub, dict) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                crd_defaults(sub, value[key])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for item in value.values():
+                crd_defaults(extra, item)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            crd_defaults(schema["items"], item)
+
+
+def _strict(schema: Any) -> Any:
+    """Unknown fields are errors (``fieldValidation=Strict``), except where the schema
+    preserves them; ``x-*`` keys are dropped (jsonschema has no use for them)."""
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-")}
+    if "properties" in schema and "additionalProperties" not in schema:
+        if not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    return out
+
+
+_FORMATS = jsonschema.FormatChecker()
+
+
+@_FORMATS.checks("int32")
+def _int32(value: Any) -> bool:
+    return not isinstance(value, int) or -(2**31) <= value < 2**31
+
+
+@_FORMATS.checks("int64")
+def _int64(value: Any) -> bool:
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
+
+
+def _embedded(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The Kubernetes types inside a custom resource, as objects kubernetes_validate knows."""
+    kind = _group_kind(obj)[1]
+    spec = obj.get("spec") or {}
+    templates: list[Any] = []
+    if kind == "JobSet":
+        for rjob in spec.get("replicatedJobs") or []:
+            job_spec = (rjob.get("template") or {}).get("spec")
+            yield {"apiVersion": "batch/v1", "kind": "Job", "spec": job_spec}
+    elif kind == "RayJob":
+        cluster = spec.get("rayClusterSpec") or {}
+        templates.append((cluster.get("headGroupSpec") or {}).get("template"))
+        templates += [g.get("template") for g in cluster.get("workerGroupSpecs") or []]
+        if "submitterPodTemplate" in spec:
+            templates.append(spec["submitterPodTemplate"])
+    elif kind == "PyTorchJob":
+        templates += [r.get("template") for r in (spec.get("pytorchReplicaSpecs") or {}).values()]
+    for template in templates:
+        yield {"apiVersion": "v1", "kind": "PodTemplate", "template": template}
+
+
+def validate_schema(obj: dict[str, Any], version: str = "1.37") -> None:
+    """Validate ``obj`` as the API server would: strict Kubernetes schemas for built-in
+    kinds; the CRD schema (defaults applied first) plus the embedded Kubernetes types for
+    custom resources. Raises with every error found."""
+    schema = crd_schema(obj)
+    if schema is None:
+        kubernetes_validate.validate(obj, version, strict=True)
+        return
+    obj = copy.deepcopy(obj)
+    crd_defaults(schema, obj)
+    validator = jsonschema.Draft7Validator(_strict(schema), format_checker=_FORMATS)
+    errors = [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)
+    ]
+    assert not errors, errors
+    for embedded in _embedded(obj):
+        embedded["metadata"] = {"name": "embedded"}
+        kubernetes_validate.validate(embedded, version, strict=True)

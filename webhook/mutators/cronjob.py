@@ -1,0 +1,163 @@
+"""batch/v1 CronJob: the policy goes into ``spec.jobTemplate``, so every Job it creates
+carries it.
+
+A CronJob is a template, so it is checked when it is created and again whenever its
+jobTemplate or its retry-policy annotations change (``reevaluate_on_update``): a user
+learns about a bad policy when writing it, not at 3 a.m. when the first Job fails. The
+Jobs it creates are still admitted on their own, and the Job mutator leaves them alone
+(``job.made_from_template``): their spec already carries the policy that was validated
+here. Annotations on ``spec.jobTemplate.metadata`` (which the Jobs inherit) count as the
+CronJob's own; the two places may not disagree.
+
+When the policy changes, what the previous admission wrote into the template (recorded
+in ``retry-policy.dev/applied``) is taken out before the new policy is applied, so an
+old ``backoffLimit`` or an old exit-code rule is not mistaken for something the user wrote
+and the new policy does not contradict the old one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from webhook import failurepolicy as fp
+from webhook import intent
+from webhook.mutators import Context, Outcome, has_policy_annotations, register
+from webhook.mutators.job import (
+    POD_KEYS,
+    WorkloadMutator,
+    apply_job_spec,
+    get_path,
+    job_limit_field,
+)
+from webhook.policy import (
+    APPLIED,
+    PREFIX,
+    Layer,
+    Policy,
+    Scope,
+    Source,
+    format_value,
+    parse_annotations,
+    resolve,
+)
+from webhook.problems import Problem
+
+JOB_TEMPLATE = ("spec", "jobTemplate")
+JOB_SPEC = (*JOB_TEMPLATE, "spec")
+
+
+@register
+class CronJobMutator(WorkloadMutator):
+    group = "batch"
+    kind = "CronJob"
+    #: Jobs are created from the template long after the CronJob: re-check it on update.
+    reevaluate_on_update = (JOB_TEMPLATE,)
+
+    def applies(self, cronjob: Mapping[str, Any], ctx: Context) -> bool:
+        return super().applies(cronjob, ctx) or has_policy_annotations(
+            get_path(cronjob, (*JOB_TEMPLATE, "metadata"))
+        )
+
+    def policy(self, cronjob: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
+        values = _annotations(cronjob, out)
+        return resolve([Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)])
+
+    def apply(self, cronjob: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
+        job_spec = get_path(cronjob, JOB_SPEC)
+        if not isinstance(job_spec, dict):
+            out.problems.append(Problem("spec.jobTemplate.spec", "a CronJob needs a Job template"))
+            return policy
+        before = copy.deepcopy(job_spec)
+        _forget_previous(cronjob, job_spec)
+        policy = apply_job_spec(cronjob, JOB_SPEC, job_spec, policy, ctx, out, defaulted=False)
+        if job_spec == before:
+            # What was taken out came back as it was: nothing changed, nothing to report
+            # (and nothing for validation to find missing).
+            out.changes.clear()
+        return policy
+
+
+def _annotations(cronjob: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
+    """The CronJob's policy annotations and its jobTemplate's, which must agree."""
+    metadata = cronjob.get("metadata") or {}
+    own, problems = parse_annotations(metadata.get("annotations"), Scope.WORKLOAD)
+    out.problems.extend(problems)
+    inherited, problems = parse_annotations(
+        get_path(cronjob, (*JOB_TEMPLATE, "metadata", "annotations")),
+        Scope.WORKLOAD,
+        where="spec.jobTemplate.metadata annotation",
+    )
+    out.problems.extend(problems)
+    for name in sorted(own.keys() & inherited.keys() - {"applied"}):
+        mine, theirs = format_value(name, own[name]), format_value(name, inherited[name])
+        if mine != theirs:
+            out.problems.append(
+                Problem(
+                    f"spec.jobTemplate.metadata annotation {PREFIX}{name}",
+                    f"{theirs!r} contradicts the CronJob's annotation {mine!r}; "
+                    "remove one of them or make them equal",
+                    "contradiction",
+                )
+            )
+    return {**inherited, **own}
+
+
+def _forget_previous(cronjob: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
+    """Take out of the jobTemplate what the previous admission wrote (its ``applied``
+    record says what), unless the user's own manifest has it too."""
+    annotations = (cronjob.get("metadata") or {}).get("annotations") or {}
+    try:
+        record = json.loads(annotations.get(APPLIED) or "{}")
+    except ValueError:
+        return
+    if not isinstance(record, dict):
+        return
+    field = job_limit_field(JOB_SPEC, job_spec, defaulted=False)
+    if (
+        field.path[-1] == "backoffLimit"  # a per-index budget is always the user's own
+        and "backoffLimit" in record
+        and job_spec.get("backoffLimit") == record["backoffLimit"]
+        and not intent.user_wrote(cronjob, field.path)
+    ):
+        del job_spec["backoffLimit"]
+    _forget_rules(cronjob, job_spec, record)
+    pod_annotations = get_path(job_spec, ("template", "metadata", "annotations"))
+    if isinstance(pod_annotations, dict):
+        for key in [PREFIX + name for name in POD_KEYS]:
+            path = (*JOB_SPEC, "template", "metadata", "annotations", key)
+            if key in pod_annotations and not intent.user_wrote(cronjob, path):
+                del pod_annotations[key]
+
+
+def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: dict) -> None:
+    rules = get_path(job_spec, ("podFailurePolicy", "rules"))
+    if not isinstance(rules, list):
+        return
+    previous = []
+    if record.get("ignoreDisruptions"):
+        previous.append(fp.ignore_disruptions_rule())
+    codes = record.get("failNonRetriable")
+    if isinstance(codes, list) and codes and all(isinstance(c, int) for c in codes):
+        action = "FailIndex" if record.get("onNonRetriable") == "fail-index" else "FailJob"
+        previous.append(fp.non_retriable_rule(codes, action))
+    written = get_path(_manifest(cronjob), (*JOB_SPEC, "podFailurePolicy", "rules")) or []
+    ours = {fp.rule_key(r) for r in previous} - {fp.rule_key(r) for r in written}
+    kept = [rule for rule in rules if fp.rule_key(rule) not in ours]
+    if len(kept) == len(rules):
+        return
+    if kept:
+        job_spec["podFailurePolicy"]["rules"] = kept
+    else:
+        del job_spec["podFailurePolicy"]
+
+
+def _manifest(cronjob: Mapping[str, Any]) -> Any:
+    """The manifest ``kubectl apply`` recorded, if any."""
+    annotations = (cronjob.get("metadata") or {}).get("annotations") or {}
+    try:
+        return json.loads(annotations.get(intent.LAST_APPLIED) or "{}")
+    except ValueError:
+        return {}

@@ -1,0 +1,138 @@
+"""kubeflow.org/v1 PyTorchJob: the budget is ``spec.runPolicy.backoffLimit``;
+``fail-non-retriable`` becomes the replicas' ``restartPolicy: ExitCode``.
+
+The Kubeflow training operator has no podFailurePolicy. Its own exit-code rule, used with
+``restartPolicy: ExitCode``, reads the exit code of the container named ``pytorch`` and
+retries the pod when the code is >= 128 (a signal: SIGTERM 143, SIGKILL 137...), while
+1-127 fail the whole job at once (``IsRetryableExitCode`` in pkg/util/train/train_util.go,
+used in pkg/controller.v1/common/pod.go). So ``fail-non-retriable`` maps onto it when every
+retriable exit code is >= 128, and is denied otherwise; the codes 128-255 the user did
+not list are retried too, which a warning says. ``restartPolicy`` defaults to OnFailure
+in the operator (not in the API), so an unset one is ours to set.
+
+``ignore-disruptions`` and ``non-spot-attempts`` cannot be honoured (every failed pod counts,
+and pods carry no attempt number): denied when annotated, skipped with a warning when they
+come from an admin default. ``error-propagation`` goes into every replica (Master and
+Worker): the distributed-training case Flyte's error-propagation RFC was written for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.mutators import Context, Outcome, register
+from webhook.mutators.job import (
+    LimitField,
+    WorkloadMutator,
+    add_error_propagation,
+    check_not_applicable,
+    enforce_rail,
+    get_path,
+    resolve_limit,
+    write_limit,
+)
+from webhook.policy import Policy, Setting, format_value, with_setting
+from webhook.problems import Problem
+
+KIND = "PyTorchJob"
+BACKOFF = LimitField(("spec", "runPolicy", "backoffLimit"), None, None)
+#: The container whose exit code the training operator reads.
+DEFAULT_CONTAINER = "pytorch"
+#: The training operator retries exit codes from here up, and fails on those below.
+RETRIED_FROM = 128
+#: Exit codes of the usual fatal signals (128 + signal number), for examples in warnings.
+SIGNALS = {139: "SIGSEGV", 134: "SIGABRT", 137: "SIGKILL", 143: "SIGTERM"}
+NOT_APPLICABLE = {
+    "ignore-disruptions": "the training operator has no podFailurePolicy and counts every "
+    "failed pod against runPolicy.backoffLimit, disruptions included",
+    "non-spot-attempts": "its pods carry no attempt number (the training operator recreates "
+    "a failed pod under the same name)",
+}
+
+
+@register
+class PyTorchJobMutator(WorkloadMutator):
+    group = "kubeflow.org"
+    kind = KIND
+
+    def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
+        replicas = get_path(job, ("spec", "pytorchReplicaSpecs"))
+        if not isinstance(replicas, dict) or not replicas:
+            out.problems.append(
+                Problem("spec.pytorchReplicaSpecs", "a PyTorchJob needs replica specs")
+            )
+            return policy
+        policy = check_not_applicable(policy, KIND, NOT_APPLICABLE, out)
+        policy = resolve_limit(job, BACKOFF, policy, out)
+        policy = enforce_rail(policy, BACKOFF, ctx, out)
+        if policy.fail_non_retriable:
+            policy = _check_exit_code(replicas, policy, out)
+        if out.problems:
+            return policy
+        write_limit(job, BACKOFF, policy, out)
+        if policy.fail_non_retriable:
+            _set_exit_code(replicas, policy, out)
+        for rtype in sorted(replicas):
+            pod_spec = get_path(replicas[rtype], ("template", "spec"))
+            add_error_propagation(pod_spec, f"{rtype} containers", policy, out)
+        return policy
+
+
+def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) -> Policy:
+    """Whether ``restartPolicy: ExitCode`` can express the policy for every replica."""
+    codes = policy.retriable_exit_codes
+    failing = [code for code in codes if code < RETRIED_FROM]
+    problems = []
+    if failing:
+        problems.append(
+            f"on a PyTorchJob, the training operator's restartPolicy ExitCode retries exit codes "
+            f"{RETRIED_FROM}-255 and fails on 1-{RETRIED_FROM - 1}, so retriable-exit-codes "
+            f"{format_value('retriable-exit-codes', codes)} cannot be honoured "
+            f"({format_value('retriable-exit-codes', failing)} would fail the job)"
+        )
+    for rtype in sorted(replicas):
+        where = f"spec.pytorchReplicaSpecs.{rtype}"
+        rspec = replicas[rtype] if isinstance(replicas[rtype], dict) else {}
+        restart = rspec.get("restartPolicy")
+        if restart not in (None, "ExitCode"):
+            problems.append(
+                f"your {where}.restartPolicy: {restart} does not tell exit codes apart; "
+                "use ExitCode or remove it"
+            )
+        containers = get_path(rspec, ("template", "spec", "containers")) or []
+        names = {c.get("name") for c in containers if isinstance(c, dict)}
+        if DEFAULT_CONTAINER not in names:
+            problems.append(
+                f"the training operator reads the exit code of the container named "
+                f"{DEFAULT_CONTAINER}, and {where}.template has none"
+            )
+    for message in problems:
+        out.conflict(policy, "fail-non-retriable", message, "not-applicable")
+    if problems:
+        source = policy.setting("fail-non-retriable").source
+        return with_setting(policy, "fail-non-retriable", Setting(False, source))
+    return policy
+
+
+def _set_exit_code(replicas: dict[str, Any], policy: Policy, out: Outcome) -> None:
+    changed = []
+    for rtype in sorted(replicas):
+        rspec = replicas[rtype]
+        if isinstance(rspec, dict) and rspec.get("restartPolicy") is None:
+            rspec["restartPolicy"] = "ExitCode"
+            changed.append(rtype)
+    if not changed:
+        return
+    out.changed(
+        f"retry-policy: spec.pytorchReplicaSpecs.{{{','.join(changed)}}}.restartPolicy -> "
+        "ExitCode (fail-non-retriable)",
+        policy.setting("fail-non-retriable"),
+    )
+    also = [c for c in SIGNALS if c not in policy.retriable_exit_codes]
+    if len(policy.retriable_exit_codes) < 256 - RETRIED_FROM:
+        example = f", e.g. {also[0]} ({SIGNALS[also[0]]})" if also else ""
+        out.changed(
+            f"retry-policy: ExitCode also retries exit codes {RETRIED_FROM}-255 outside "
+            f"retriable-exit-codes{example}"
+        )

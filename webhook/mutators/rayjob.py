@@ -1,0 +1,109 @@
+"""ray.io/v1 RayJob: the budget is ``spec.backoffLimit``; env vars go to head and workers.
+
+KubeRay retries a RayJob as a whole: each retry creates a new RayCluster, while
+``status.failed < backoffLimit + 1``. The field defaults to 0 in the CRD, must be >= 0,
+and KubeRay's validation rejects values above 0 with ``spec.clusterSelector`` (the job
+runs on an existing cluster, there is none to recreate) and with ``submissionMode:
+InteractiveMode`` (see ray-operator/controllers/ray/utils/validation.go).
+
+A RayJob has no podFailurePolicy and its pods carry no attempt number, so
+``fail-non-retriable``, ``ignore-disruptions`` and ``non-spot-attempts`` cannot be
+honoured: they are denied when annotated, and skipped with a warning when they come
+from an admin default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.mutators import Context, Outcome, register
+from webhook.mutators.job import (
+    WRITTEN_SOURCES,
+    LimitField,
+    WorkloadMutator,
+    add_error_propagation,
+    check_not_applicable,
+    enforce_rail,
+    get_path,
+    not_applicable,
+    resolve_limit,
+    write_limit,
+)
+from webhook.policy import Policy, Setting, Source, with_setting
+from webhook.problems import Problem
+
+KIND = "RayJob"
+BACKOFF = LimitField(("spec", "backoffLimit"), 0, 0)
+#: Why each setting cannot apply to a RayJob, as the denial says it.
+NOT_APPLICABLE = {
+    "fail-non-retriable": "it has no podFailurePolicy; KubeRay retries a failed RayJob on a "
+    "new RayCluster whatever the exit code",
+    "ignore-disruptions": "it has no podFailurePolicy; KubeRay counts every failed RayJob "
+    "attempt against backoffLimit, disruptions included",
+    "non-spot-attempts": "each retry runs on a new RayCluster whose pods carry no attempt "
+    "number, so the last attempts cannot be recognised",
+}
+
+
+@register
+class RayJobMutator(WorkloadMutator):
+    group = "ray.io"
+    kind = KIND
+
+    def apply(self, rayjob: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
+        spec = rayjob.get("spec")
+        if not isinstance(spec, dict):
+            out.problems.append(Problem("spec", "a RayJob needs a spec"))
+            return policy
+        policy = check_not_applicable(policy, KIND, NOT_APPLICABLE, out)
+        policy = resolve_limit(rayjob, BACKOFF, policy, out)
+        policy = _check_kuberay_limits(spec, policy, out)
+        policy = enforce_rail(policy, BACKOFF, ctx, out)
+        cluster = spec.get("rayClusterSpec")
+        if policy.error_propagation and not isinstance(cluster, dict):
+            policy = not_applicable(
+                policy,
+                "error-propagation",
+                KIND,
+                "without spec.rayClusterSpec it runs on an existing RayCluster "
+                "(spec.clusterSelector), whose pods it does not define",
+                out,
+            )
+        if out.problems:
+            return policy
+        write_limit(rayjob, BACKOFF, policy, out)
+        if isinstance(cluster, dict):
+            head = get_path(cluster, ("headGroupSpec", "template", "spec"))
+            add_error_propagation(head, "head containers", policy, out)
+            workers = cluster.get("workerGroupSpecs")
+            for group in workers if isinstance(workers, list) else []:
+                pod_spec = get_path(group, ("template", "spec"))
+                name = group.get("groupName") if isinstance(group, dict) else None
+                add_error_propagation(pod_spec, f"worker group {name} containers", policy, out)
+        return policy
+
+
+def _check_kuberay_limits(spec: Mapping[str, Any], policy: Policy, out: Outcome) -> Policy:
+    """KubeRay rejects ``backoffLimit > 0`` in two modes; say so before it does."""
+    setting = policy.setting("backoff-limit")
+    if not policy.backoff_limit or setting.source not in WRITTEN_SOURCES:
+        return policy
+    if spec.get("clusterSelector"):
+        why = (
+            "KubeRay retries a RayJob on a new RayCluster, which it cannot do with "
+            "spec.clusterSelector (an existing cluster); accepted here: 0"
+        )
+    elif spec.get("submissionMode") == "InteractiveMode":
+        why = "KubeRay does not retry a RayJob in submissionMode InteractiveMode; accepted here: 0"
+    else:
+        return policy
+    out.conflict(
+        policy, "backoff-limit", f"{policy.backoff_limit} is not allowed: {why}", "kuberay"
+    )
+    current = get_path(spec, ("backoffLimit",))
+    return with_setting(
+        policy,
+        "backoff-limit",
+        Setting(current if isinstance(current, int) else 0, Source.KUBERNETES),
+    )
