@@ -25,6 +25,15 @@ from webhook.intent import LAST_APPLIED
 
 ROOT = Path(__file__).resolve().parent.parent
 P = "retry-policy.dev/"
+#: Every annotation at once: the policy most tests start from.
+FULL = {
+    P + "fail-non-retriable": "true",
+    P + "retriable-exit-codes": "137,143",
+    P + "backoff-limit": "3",
+    P + "ignore-disruptions": "true",
+    P + "non-spot-attempts": "1",
+    P + "error-propagation": "earliest",
+}
 
 
 def job(

@@ -6,9 +6,8 @@ import copy
 import json
 
 import pytest
-from conftest import P
+from conftest import FULL, P
 from workloads import (
-    FULL,
     admitted,
     assert_idempotent,
     kubectl_patch,

@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from conftest import P, apply, job, review
+from conftest import FULL, P, apply, job, review
 
 from webhook import admission, engine
 from webhook.config import Config, parse_config
@@ -344,16 +344,6 @@ def test_all_problems_in_one_denial():
     )
     verdict, _ = mutate(obj)
     assert verdict.message.startswith("retry-policy: 3 problems: (1)")
-
-
-FULL = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
-    P + "non-spot-attempts": "1",
-    P + "error-propagation": "earliest",
-}
 
 
 @pytest.mark.parametrize(

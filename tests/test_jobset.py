@@ -6,9 +6,8 @@ import copy
 import json
 
 import pytest
-from conftest import P, job, job_owner, pod
+from conftest import FULL, P, job, job_owner, pod
 from workloads import (
-    FULL,
     STRATEGY,
     WORKER_NAME,
     FixedAttempts,

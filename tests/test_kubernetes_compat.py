@@ -8,19 +8,10 @@ import subprocess
 
 import kubernetes_validate
 import pytest
-from conftest import P, apply, job, job_owner, pod, review, tool
+from conftest import FULL, P, apply, job, job_owner, pod, review, tool
 
 from webhook import admission, engine
 from webhook.config import Config, parse_config
-
-FULL = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
-    P + "non-spot-attempts": "1",
-    P + "error-propagation": "earliest",
-}
 
 
 class Attempts:

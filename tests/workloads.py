@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
-from conftest import P, apply, review, tool
+from conftest import apply, review, tool
 
 from webhook import admission, defaults, engine
 from webhook.attempts import AttemptLookup, NoCluster
@@ -37,14 +37,6 @@ SCHEMAS = {
     ("jobset.x-k8s.io", "JobSet"): "jobsets.jobset.x-k8s.io.v1alpha2.yaml",
     ("ray.io", "RayJob"): "rayjobs.ray.io.v1.yaml",
     ("kubeflow.org", "PyTorchJob"): "pytorchjobs.kubeflow.org.v1.yaml",
-}
-FULL = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
-    P + "non-spot-attempts": "1",
-    P + "error-propagation": "earliest",
 }
 WORKER_NAME = {
     "name": "FLYTE_INTERNAL_WORKER_NAME",
