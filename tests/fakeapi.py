@@ -63,7 +63,10 @@ class FakeAPI:
         self.get_status = 200  # status for GET of one Job
         self.get_delay = 0.0
         self.fail_lists = 0  # answer this many list calls with 500 first
-        self.too_old_once = False  # next watch answers an ERROR 410
+        # The next watch of each resource answers an ERROR 410 (once per resource, so
+        # which informer happens to watch first does not matter).
+        self.too_old_once = False
+        self._too_old_served: set[str] = set()
         # Secrets and webhook configurations: resource -> (namespace or "", name) -> object.
         self.named: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in NAMED}
         self.writes: list[tuple[str, str, str]] = []  # (method, resource, name) that changed
@@ -348,8 +351,11 @@ class FakeAPI:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                if api.too_old_once:
-                    api.too_old_once = False
+                with api.lock:
+                    too_old = api.too_old_once and resource not in api._too_old_served
+                    if too_old:
+                        api._too_old_served.add(resource)
+                if too_old:
                     self._chunk(
                         {
                             "type": "ERROR",

@@ -217,13 +217,13 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         namespace=args.namespace,
         lookup_timeout=args.lookup_timeout,
         log_level=args.log_level,
+        metrics_port=args.metrics_port,
+        cache_sync_timeout=args.cache_sync_timeout,
     )
     try:
         serve(options)
-    except ConfigError as err:
-        print(f"Error: {err}", file=stderr)
-        return EXIT_INPUT
-    except certs.CertError as err:
+    except (ConfigError, certs.CertError, OSError) as err:
+        # OSError: a port that is taken, a certificate directory that cannot be written.
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
     return EXIT_OK
@@ -253,6 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--namespace", default=certs.DEFAULT_NAMESPACE)
     serve.add_argument("--lookup-timeout", type=float, default=0.5)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9090,
+        help="plain-HTTP port for Prometheus metrics (/metrics); 0 turns them off",
+    )
+    serve.add_argument(
+        "--cache-sync-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="readiness waits at most this long for the attempt cache, then fails open",
+    )
     serve.set_defaults(func=run_server)
 
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")

@@ -1,0 +1,112 @@
+"""Live reloading of mounted files: the cluster defaults file (and, through
+``files_stamp``, the serving certificate in ``webhook/server.py``).
+
+Kubernetes updates a mounted ConfigMap or Secret by writing a new timestamped directory
+and atomically swapping the ``..data`` symlink; the visible paths are symlinks into it
+and never change themselves. ``files_stamp`` therefore stats the *resolved* files
+(``os.stat`` follows symlinks): the swap shows as a new inode. A stamp taken before and
+after reading proves that what was read is one consistent version; when they differ,
+the files were changing under us and the next check tries again.
+
+Each gunicorn worker runs its own checks (one ``stat`` a second) rather than the master
+signalling the workers: gunicorn's only master-side reload (HUP) restarts every worker,
+which drops their attempt caches and re-lists every Job and failed pod against the API
+server; a per-worker check needs no cross-process coordination, and a worker that misses
+one check simply catches up on the next. Workers may disagree for at most a check
+interval, which is harmless: each request sees one whole config.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from webhook.config import Config, ConfigError, load_config
+
+log = logging.getLogger(__name__)
+
+Stamp = tuple[tuple[int, ...], ...]
+
+
+def files_stamp(*paths: str | Path) -> Stamp:
+    """Identity and version of each file as resolved through symlinks."""
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size))
+    return tuple(out)
+
+
+def _stamp_or_missing(path: Path) -> Stamp:
+    try:
+        return files_stamp(path)
+    except OSError as err:
+        return ((-1, err.errno or 0),)
+
+
+class ConfigReloader:
+    """Keeps ``apply(config)`` fed with the config file's latest *valid* version.
+
+    An invalid version is refused (logged with every problem, counted through
+    ``on_result(False)``) and the last good config stays in force; it is not retried
+    until the file changes again.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        apply: Callable[[Config], None],
+        on_result: Callable[[bool], None] = lambda ok: None,
+    ):
+        self.path = Path(path)
+        self.apply = apply
+        self.on_result = on_result
+        self.last_error: str | None = None
+        self._stamp: Stamp | None = None
+
+    def load(self) -> Config:
+        """The first load: raises ``ConfigError`` (a server must not start on a bad file)."""
+        for _ in range(5):
+            stamp = _stamp_or_missing(self.path)
+            config = load_config(self.path)
+            if _stamp_or_missing(self.path) == stamp:
+                self._stamp = stamp
+                return config
+        self._stamp = stamp
+        return config
+
+    def check(self) -> bool | None:
+        """Reload if the file changed: True applied, False refused, None nothing to do."""
+        stamp = _stamp_or_missing(self.path)
+        if stamp == self._stamp:
+            return None
+        try:
+            config = load_config(self.path)
+        except ConfigError as err:
+            if _stamp_or_missing(self.path) != stamp:
+                return None  # still being written: judge the final version
+            self._stamp = stamp
+            self.last_error = str(err)
+            log.error(
+                "config reload refused; the previous config stays in force",
+                extra={"config": str(self.path), "problems": [str(p) for p in err.problems]},
+            )
+            self.on_result(False)
+            return False
+        if _stamp_or_missing(self.path) != stamp:
+            return None
+        self._stamp = stamp
+        self.last_error = None
+        self.apply(config)
+        log.info(
+            "config reloaded",
+            extra={
+                "config": str(self.path),
+                "defaults": len(config.defaults),
+                "namespaces": len(config.namespaces),
+            },
+        )
+        self.on_result(True)
+        return True
