@@ -142,11 +142,38 @@ def start(
         try:
             server.context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
             if server.request("GET", "/readyz")[0] == 200:
+                all_workers_serving(server, workers)
                 return server
         except (OSError, ssl.SSLError):
             time.sleep(0.1)
     proc.kill()
     raise AssertionError("server did not become ready")
+
+
+OTHER = {
+    "apiVersion": "admission.k8s.io/v1",
+    "kind": "AdmissionReview",
+    "request": {
+        "uid": "warm-up",
+        "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+        "operation": "CREATE",
+        "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+    },
+}
+
+
+def all_workers_serving(server: Server, workers: int) -> None:
+    """Until every worker has loaded the app and answered (their pids in the decision
+    logs): a test that changes files must not race a worker still starting up."""
+    if workers < 2:
+        return
+    for _ in range(400):
+        server.review("/mutate", OTHER)
+        pids = {line["pid"] for line in server.logs() if line.get("msg") == "admission decision"}
+        if len(pids) >= workers:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"only {len(pids)} of {workers} workers answered")
 
 
 def stop(server: Server) -> None:
@@ -180,6 +207,34 @@ def run_serve(cert_dir: Path, *extra: str) -> subprocess.CompletedProcess:
         timeout=60,
         check=False,
     )
+
+
+class KubeletVolume:
+    """A directory updated like the kubelet's AtomicWriter updates a Secret volume."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.generation = 0
+
+    def publish(self, files: dict[str, bytes]) -> None:
+        self.generation += 1
+        target = self.root / f"..2026_11_22_00_00_{self.generation:02d}.{os.getpid()}"
+        target.mkdir(mode=0o700)
+        for name, data in files.items():
+            (target / name).write_bytes(data)
+        old = os.readlink(self.root / "..data") if (self.root / "..data").is_symlink() else None
+        os.symlink(target.name, self.root / "..data_tmp")
+        os.replace(self.root / "..data_tmp", self.root / "..data")  # the atomic swap
+        for name in files:
+            if not (self.root / name).is_symlink():
+                os.symlink(f"..data/{name}", self.root / name)
+        if old:
+            for entry in (self.root / old).iterdir():
+                entry.unlink()
+            (self.root / old).rmdir()
+
+    def current(self) -> Path:
+        return self.root / os.readlink(self.root / "..data")
 
 
 def eventually(check, timeout: float = 15.0, interval: float = 0.1):

@@ -17,47 +17,18 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import ssl
 import threading
 from pathlib import Path
 
 from conftest import P, job, review
 from cryptography import x509
-from serverproc import eventually, free_port, metric, start, stop
+from serverproc import KubeletVolume, eventually, free_port, metric, start, stop
 
 from webhook import certs
 
 NAMES = ["localhost", *certs.service_dns_names(certs.DEFAULT_SERVICE, certs.DEFAULT_NAMESPACE)]
 BODY = {P + "backoff-limit": "2", P + "fail-non-retriable": "true"}
-
-
-class KubeletVolume:
-    """A directory updated like the kubelet's AtomicWriter updates a Secret volume."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.generation = 0
-
-    def publish(self, files: dict[str, bytes]) -> None:
-        self.generation += 1
-        target = self.root / f"..2026_11_22_00_00_{self.generation:02d}.{os.getpid()}"
-        target.mkdir(mode=0o700)
-        for name, data in files.items():
-            certs.write_private(target / name, data)
-        old = os.readlink(self.root / "..data") if (self.root / "..data").is_symlink() else None
-        os.symlink(target.name, self.root / "..data_tmp")
-        os.replace(self.root / "..data_tmp", self.root / "..data")  # the atomic swap
-        for name in files:
-            if not (self.root / name).is_symlink():
-                os.symlink(f"..data/{name}", self.root / name)
-        if old:
-            for entry in (self.root / old).iterdir():
-                entry.unlink()
-            (self.root / old).rmdir()
-
-    def current(self) -> Path:
-        return self.root / os.readlink(self.root / "..data")
 
 
 def serving_pair(ca_key, ca_cert) -> tuple[bytes, bytes, int]:
@@ -192,6 +163,7 @@ def test_rotation_under_load_drops_nothing(tmp_path):
             mark = load.mark()
             certs.write_public(volume.current() / "tls.crt", cert3)
             eventually(lambda: len(deferred_pids(server)) == 2, timeout=15)
+            eventually(lambda: len(load.serials_since(mark)) >= 6, timeout=15)
             half_written = load.serials_since(mark)
             certs.write_private(volume.current() / "tls.key", key3)
             all_fresh_see(load, serial3)

@@ -23,7 +23,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook.config import Config, ConfigError, load_config
+from webhook.config import Config, ConfigError, parse_config
+from webhook.problems import Problem
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,11 @@ def _stamp_or_missing(path: Path) -> Stamp:
 class ConfigReloader:
     """Keeps ``apply(config)`` fed with the config file's latest *valid* version.
 
-    An invalid version is refused (logged with every problem, counted through
-    ``on_result(False)``) and the last good config stays in force; it is not retried
-    until the file changes again.
+    A change is a new stamp (a swap, a rename, a write) or new content (an in-place
+    rewrite within one tick of the file system clock keeps every stat field; the file
+    is small, so reading it once per check is cheap). An invalid version is refused
+    (logged with every problem, reported through ``on_result(False)``) and the last
+    good config stays in force; the same bad version is judged only once.
     """
 
     def __init__(
@@ -64,30 +67,51 @@ class ConfigReloader:
         self.apply = apply
         self.on_result = on_result
         self.last_error: str | None = None
-        self._stamp: Stamp | None = None
+        self._version: tuple[Stamp, bytes | str] | None = None
+
+    def _read(self) -> tuple[Stamp, bytes | str] | None:
+        """The file's stamp and content, or None when it changed while being read."""
+        stamp = _stamp_or_missing(self.path)
+        try:
+            data: bytes | str = self.path.read_bytes()
+        except OSError as err:
+            data = f"cannot read: {err}"
+        if _stamp_or_missing(self.path) != stamp:
+            return None
+        return stamp, data
+
+    def _parse(self, data: bytes | str) -> Config:
+        source = str(self.path)
+        try:
+            if isinstance(data, str):
+                raise ValueError(data)
+            text = data.decode("utf-8")
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ConfigError(source, [Problem(source, str(err))]) from None
+        return parse_config(text, source)
 
     def load(self) -> Config:
         """The first load: raises ``ConfigError`` (a server must not start on a bad file)."""
+        version = None
         for _ in range(5):
-            stamp = _stamp_or_missing(self.path)
-            config = load_config(self.path)
-            if _stamp_or_missing(self.path) == stamp:
-                self._stamp = stamp
-                return config
-        self._stamp = stamp
+            version = self._read()
+            if version is not None:
+                break
+        if version is None:  # still changing: take what is there now
+            version = (_stamp_or_missing(self.path), self.path.read_bytes())
+        config = self._parse(version[1])
+        self._version = version
         return config
 
     def check(self) -> bool | None:
         """Reload if the file changed: True applied, False refused, None nothing to do."""
-        stamp = _stamp_or_missing(self.path)
-        if stamp == self._stamp:
+        version = self._read()
+        if version is None or version == self._version:
             return None
+        self._version = version
         try:
-            config = load_config(self.path)
+            config = self._parse(version[1])
         except ConfigError as err:
-            if _stamp_or_missing(self.path) != stamp:
-                return None  # still being written: judge the final version
-            self._stamp = stamp
             self.last_error = str(err)
             log.error(
                 "config reload refused; the previous config stays in force",
@@ -95,9 +119,6 @@ class ConfigReloader:
             )
             self.on_result(False)
             return False
-        if _stamp_or_missing(self.path) != stamp:
-            return None
-        self._stamp = stamp
         self.last_error = None
         self.apply(config)
         log.info(

@@ -202,6 +202,7 @@ class WorkerRuntime:
         else:
             self.state.attempts = NoCluster()
         tls.attach(recorder)
+        recorder.sample_cache(self.state.attempts.stats())  # no stale gauges before a tick
         self._thread: threading.Thread | None = None
 
     def _apply(self, config: Config) -> None:
