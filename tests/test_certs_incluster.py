@@ -451,3 +451,24 @@ def test_command_line_errors_exit_2_with_the_reason(api, tmp_path):
     )
     assert result.returncode == 2
     assert "--in-cluster needs --secret" in result.stderr
+
+
+def test_unreachable_api_exits_1_so_the_job_retries(tmp_path):
+    from serverproc import free_port
+
+    class Closed:
+        url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig(tmp_path, Closed))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    result = subprocess.run(
+        [str(BIN), "certs", "--in-cluster", "--secret", SECRET, "--namespace", NS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"cannot read secret {NS}/{SECRET}" in result.stderr
+    assert "Traceback" not in result.stderr

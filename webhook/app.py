@@ -72,9 +72,9 @@ def create_app(state: State | None = None) -> Flask:
             started = getattr(g, "started", None) or time.perf_counter()
             state.metrics.observe_admission(endpoint, kind, outcome, time.perf_counter() - started)
 
-    def bad_request(endpoint: str, reason: str, status: int = 400) -> Response:
+    def bad_request(endpoint: str, reason: str) -> Response:
         record(endpoint, "unknown", "bad_request")
-        return _json({"error": "BadRequest", "reason": reason}, status)
+        return _json({"error": "BadRequest", "reason": reason}, 400)
 
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
         if request.mimetype != "application/json":

@@ -41,6 +41,7 @@ import base64
 import datetime as dt
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -278,22 +279,21 @@ def _serving_problem(
 
 
 def api_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
-    """CoreV1Api and AdmissionregistrationV1Api: in-cluster, else a kubeconfig."""
+    """CoreV1Api and AdmissionregistrationV1Api: the pod's ServiceAccount, else a kubeconfig
+    (``--kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``)."""
     from kubernetes import client, config
 
     configuration = client.Configuration()
     try:
-        if kubeconfig:
-            raise config.ConfigException("kubeconfig given")
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        try:
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        except (config.ConfigException, OSError, TypeError) as err:
-            raise SyncError(
-                "no Kubernetes API: not running in a pod and no usable kubeconfig "
-                f"({err}); set KUBECONFIG or --kubeconfig"
-            ) from None
+    except (config.ConfigException, OSError, TypeError) as err:
+        raise SyncError(
+            "no Kubernetes API: not running in a pod and no usable kubeconfig "
+            f"({err}); set KUBECONFIG or --kubeconfig"
+        ) from None
     api = client.ApiClient(configuration)
     return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
 
