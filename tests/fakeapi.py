@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -425,6 +426,17 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
         if key == "status.phase" and (obj.get("status") or {}).get("phase") != value:
             return False
     return True
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig that points the real client (or a server subprocess) at ``url``."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: fake, user: {token: test}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+    )
+    return path
 
 
 def _named_target(path: str) -> tuple[str, str, str] | None:

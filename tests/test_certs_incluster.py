@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from fakeapi import FakeAPI
+from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client
 
 from webhook import certs, certsync
@@ -383,41 +383,30 @@ def test_renew_before_must_be_below_the_lifetime(run):
         run(days=30, renew_before_days=30)
 
 
-def kubeconfig(tmp_path: Path, api: FakeAPI) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
-        "users: [{name: fake, user: {token: test}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+def certs_cli(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    """``retry-webhook certs --in-cluster ...`` as the chart's Job runs it, against ``url``."""
+    env = {**os.environ, "KUBECONFIG": str(write_kubeconfig(tmp_path / "kubeconfig", url))}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return subprocess.run(
+        [str(BIN), "certs", "--in-cluster", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
-    return path
 
 
 def test_command_line_as_the_chart_runs_it(api, tmp_path):
     install_configs(api)
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig(tmp_path, api))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    argv = [
-        str(BIN),
-        "certs",
-        "--in-cluster",
-        "--secret",
-        SECRET,
-        "--namespace",
-        NS,
-        "--service",
-        SVC,
-        "--webhook-config",
-        MUTATING,
-        "--webhook-config",
-        VALIDATING,
-        "--days",
-        "365",
-        "--renew-before",
-        "30",
-    ]
-    first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+    common = ["--secret", SECRET, "--namespace", NS, "--service", SVC]
+    first = certs_cli(
+        tmp_path,
+        api.url,
+        *common,
+        *("--webhook-config", MUTATING, "--webhook-config", VALIDATING),
+        *("--days", "365", "--renew-before", "30"),
+    )
     assert first.returncode == 0, first.stderr
     assert f"secret {NS}/{SECRET}: created" in first.stdout
     data = secret_data(api)
@@ -425,13 +414,12 @@ def test_command_line_as_the_chart_runs_it(api, tmp_path):
     assert b"PRIVATE KEY" not in (first.stdout + first.stderr).encode()
     # The chart's spelling of the flags; a second run changes nothing.
     api.writes.clear()
-    chart_argv = [
-        *argv[:9],
+    second = certs_cli(
+        tmp_path,
+        api.url,
+        *common,
         *("--mutating-webhook-config", MUTATING, "--validating-webhook-config", VALIDATING),
-        *("--renew-before-days", "30"),
-    ]
-    second = subprocess.run(
-        chart_argv, capture_output=True, text=True, env=env, timeout=60, check=False
+        *("--days", "365", "--renew-before-days", "30"),
     )
     assert second.returncode == 0, second.stderr
     assert "unchanged" in second.stdout
@@ -439,16 +427,7 @@ def test_command_line_as_the_chart_runs_it(api, tmp_path):
 
 
 def test_command_line_errors_exit_2_with_the_reason(api, tmp_path):
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig(tmp_path, api))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    result = subprocess.run(
-        [str(BIN), "certs", "--in-cluster", "--namespace", NS],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    result = certs_cli(tmp_path, api.url, "--namespace", NS)
     assert result.returncode == 2
     assert "--in-cluster needs --secret" in result.stderr
 
@@ -456,19 +435,8 @@ def test_command_line_errors_exit_2_with_the_reason(api, tmp_path):
 def test_unreachable_api_exits_1_so_the_job_retries(tmp_path):
     from serverproc import free_port
 
-    class Closed:
-        url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
-
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig(tmp_path, Closed))}
-    env.pop("KUBERNETES_SERVICE_HOST", None)
-    result = subprocess.run(
-        [str(BIN), "certs", "--in-cluster", "--secret", SECRET, "--namespace", NS],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    result = certs_cli(tmp_path, closed, "--secret", SECRET, "--namespace", NS)
     assert result.returncode == 1
     assert f"cannot read secret {NS}/{SECRET}" in result.stderr
     assert "Traceback" not in result.stderr

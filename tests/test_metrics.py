@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from conftest import P, job, job_owner, pod, review
-from fakeapi import FakeAPI
+from fakeapi import FakeAPI, write_kubeconfig
 from prometheus_client.parser import text_string_to_metric_families
 from serverproc import eventually, free_port, metric, start, stop
 
@@ -45,12 +45,7 @@ def cluster():
 def server(tmp_path_factory, cluster):
     tmp = tmp_path_factory.mktemp("metrics")
     (tmp / "config.yaml").write_text(CONFIG)
-    (tmp / "kubeconfig").write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters: [{{name: fake, cluster: {{server: '{cluster.url}'}}}}]\n"
-        "users: [{name: fake, user: {token: test}}]\n"
-        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
-    )
+    write_kubeconfig(tmp / "kubeconfig", cluster.url)
     cluster.put("jobs", cached_job())
     env = {"KUBECONFIG": str(tmp / "kubeconfig")}
     srv = start(
