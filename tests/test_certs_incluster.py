@@ -326,6 +326,17 @@ def test_ca_rollover_trusts_old_and_new_until_the_old_one_is_unused(api, run):
         )
 
 
+@pytest.mark.parametrize(("age_days", "rolled"), [(2400, False), (2450, True)])
+def test_ca_rolls_over_at_two_thirds_of_its_life_whatever_renew_before(api, run, age_days, rolled):
+    now = certs._now()
+    ca_key, ca_cert = certs.make_ca(days=3650, start=now - dt.timedelta(days=age_days))
+    key, cert = certs.make_serving_cert(ca_key, ca_cert, names(), days=365)
+    store_secret(api, ca_key, ca_cert, key, cert)
+    run(renew_before_days=30, settle_seconds=0)
+    trusted = x509.load_pem_x509_certificates(secret_data(api)["ca.crt"])
+    assert len(trusted) == (2 if rolled else 1)  # 2/3 of 3650 days is day 2433
+
+
 def test_conflicting_writers_are_retried(api, run):
     install_configs(api)
     ca_key, ca_cert = certs.make_ca()

@@ -4,6 +4,8 @@ ConfigMap-style mount (symlinks into a ``..data`` directory swapped atomically).
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 from conftest import apply, decode_patch, job, review
 from serverproc import KubeletVolume, eventually, free_port, metric, start, stop
@@ -66,6 +68,12 @@ def test_config_reload_valid_then_invalid_then_valid(tmp_path):
         body = json.loads(raw)
         assert status == 200 and "2 problem(s)" in body["configReloadError"]
 
+        # A worker that dies now is replaced by one that cannot load the file: it must
+        # boot anyway (on the config the server started with), or gunicorn would stop.
+        os.kill(refused[0]["pid"], signal.SIGKILL)
+        eventually(lambda: len(reload_logs(server, "config reload refused; the config loaded")))
+        assert server.proc.poll() is None
+
         volume.publish({"config.yaml": b"defaults:\n  backoff-limit: 5\n"})
         every_worker_gives(server, 5)
         eventually(
@@ -96,3 +104,14 @@ def test_reloader_sees_in_place_edits_and_keeps_the_last_good(tmp_path):
     path.unlink()
     assert reloader.check() is False  # a missing file is refused too
     assert len(applied) == 1 and results == [True, False, False]
+
+
+def test_a_worker_starting_on_a_bad_file_falls_back(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("defaults: {backoff-limit: many}\n")
+    results: list[bool] = []
+    reloader = ConfigReloader(path, lambda config: None, results.append)
+    started_with = Config(defaults={"backoff-limit": 3})
+    assert reloader.load(started_with) is started_with
+    assert results == [False] and "backoff-limit" in reloader.last_error
+    assert reloader.check() is None  # the same bad version is not judged again

@@ -191,10 +191,13 @@ def plan(
         (c for c in bundle if ca_key is not None and _is_ca(c) and certs.key_matches(c, ca_key)),
         None,
     )
+    # The CA rolls over at 2/3 of its lifetime, or within --renew-before if that is
+    # sooner: years early, so many upgrades get the chance to do it.
     ca_ok = (
         ca_cert is not None
         and ca_cert.not_valid_before_utc <= now
-        and not certs.renewal_due(ca_cert, now, renew_before)
+        and not certs.renewal_due(ca_cert, now)
+        and not (renew_before and ca_cert.not_valid_after_utc - now < renew_before)
     )
     ca_rolled = False
     if ca_ok:

@@ -90,18 +90,34 @@ class ConfigReloader:
             raise ConfigError(source, [Problem(source, str(err))]) from None
         return parse_config(text, source)
 
-    def load(self) -> Config:
-        """The first load: raises ``ConfigError`` (a server must not start on a bad file)."""
+    def load(self, fallback: Config | None = None) -> Config:
+        """The first load. Without ``fallback`` a bad file raises ``ConfigError`` (a server
+        must not start on one). With it (a worker started later, e.g. to replace one that
+        died, while the file is bad) the fallback is used and the failure reported: a
+        worker that cannot boot would make gunicorn stop the whole server."""
         version = None
         for _ in range(5):
             version = self._read()
             if version is not None:
                 break
         if version is None:  # still changing: take what is there now
-            version = (_stamp_or_missing(self.path), self.path.read_bytes())
-        config = self._parse(version[1])
+            version = (_stamp_or_missing(self.path), "changing while read")
         self._version = version
-        return config
+        try:
+            return self._parse(version[1])
+        except ConfigError as err:
+            if fallback is None:
+                raise
+            self._refused(err, "the config loaded at server start is used")
+            return fallback
+
+    def _refused(self, err: ConfigError, consequence: str) -> None:
+        self.last_error = str(err)
+        log.error(
+            f"config reload refused; {consequence}",
+            extra={"config": str(self.path), "problems": [str(p) for p in err.problems]},
+        )
+        self.on_result(False)
 
     def check(self) -> bool | None:
         """Reload if the file changed: True applied, False refused, None nothing to do."""
@@ -112,12 +128,7 @@ class ConfigReloader:
         try:
             config = self._parse(version[1])
         except ConfigError as err:
-            self.last_error = str(err)
-            log.error(
-                "config reload refused; the previous config stays in force",
-                extra={"config": str(self.path), "problems": [str(p) for p in err.problems]},
-            )
-            self.on_result(False)
+            self._refused(err, "the previous config stays in force")
             return False
         self.last_error = None
         self.apply(config)

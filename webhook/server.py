@@ -183,7 +183,13 @@ class WorkerRuntime:
     """What each gunicorn worker runs beside the Flask app: the state handlers read,
     reloads of the config and certificate files, metrics sampling, and readiness."""
 
-    def __init__(self, options: ServeOptions, tls: TlsContexts, recorder: metrics.Metrics):
+    def __init__(
+        self,
+        options: ServeOptions,
+        tls: TlsContexts,
+        recorder: metrics.Metrics,
+        fallback_config: Config | None = None,
+    ):
         self.options = options
         self.tls = tls
         self.metrics = recorder
@@ -194,7 +200,7 @@ class WorkerRuntime:
             self.reloader = ConfigReloader(
                 options.config_path, self._apply, recorder.config_reloaded
             )
-            self.state.config = self.reloader.load()
+            self.state.config = self.reloader.load(fallback_config)
         recorder.config_loaded()
         clients = connect(options.kube)
         if clients is not None:
@@ -259,9 +265,10 @@ class WorkerRuntime:
 
 
 class WebhookApplication(BaseApplication):
-    def __init__(self, options: ServeOptions, tls: TlsContexts):
+    def __init__(self, options: ServeOptions, tls: TlsContexts, config: Config):
         self.options = options
         self.tls = tls
+        self.config = config  # as validated at start: a worker's fallback
         super().__init__()
 
     def load_config(self) -> None:
@@ -293,7 +300,7 @@ class WebhookApplication(BaseApplication):
 
     def load(self):
         """Runs in each worker after fork: threads (cache, maintenance) start here."""
-        runtime = WorkerRuntime(self.options, self.tls, metrics.get())
+        runtime = WorkerRuntime(self.options, self.tls, metrics.get(), self.config)
         app = create_app(runtime.state)
         runtime.start()
         return app
@@ -305,7 +312,7 @@ def _child_exit(_server: Any, worker: Any) -> None:
 
 def serve(options: ServeOptions) -> None:
     logs.setup(options.log_level)
-    load_config(options.config_path)  # refuse to start on a bad config, before forking
+    config = load_config(options.config_path)  # refuse to start on a bad config
     paths, generated = certs.ensure(options.cert_dir, options.service, options.namespace)
     if generated:
         log.info(
@@ -333,7 +340,7 @@ def serve(options: ServeOptions) -> None:
     )
     master = os.getpid()
     try:
-        WebhookApplication(options, tls).run()
+        WebhookApplication(options, tls, config).run()
     finally:
         # Workers leave run() through here too (gunicorn ends them with SystemExit):
         # only the master owns the exposition process and the metrics directory.
