@@ -2,17 +2,48 @@
 and GET of one Job, over real HTTP, so the real ``kubernetes`` client and our attempt
 cache run their real code paths. It reproduces the documented API behaviour we rely
 on: ``resourceVersion`` on lists and events, ``continue`` tokens, watch ``ERROR``
-events with code 410 when a version is too old, and Status bodies on errors."""
+events with code 410 when a version is too old, and Status bodies on errors.
+
+It also stores Secrets and mutating/validating webhook configurations (GET, POST, PUT,
+PATCH) with the API's write semantics: 404 ``NotFound`` for a missing object, 409
+``AlreadyExists`` on create, 409 ``Conflict`` when the ``resourceVersion`` of a PUT
+body or of a patched object is not the stored one (a patch that carries
+``metadata.resourceVersion`` is a precondition), JSON patch (RFC 6902) and JSON merge
+patch (RFC 7386), base64 decoding of ``[]byte`` fields (Secret ``data``, ``caBundle``)
+with 400 on bad input, and the validation of ``kubernetes.io/tls`` Secrets, immutable
+Secrets and the immutable ``type``."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import copy
+import itertools
 import json
 import queue
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+import jsonpatch
+
+#: Named resources with write support: URL prefix -> (resource, namespaced, kind).
+NAMED = {
+    "secrets": ("/api/v1", True, "Secret"),
+    "mutatingwebhookconfigurations": (
+        "/apis/admissionregistration.k8s.io/v1",
+        False,
+        "MutatingWebhookConfiguration",
+    ),
+    "validatingwebhookconfigurations": (
+        "/apis/admissionregistration.k8s.io/v1",
+        False,
+        "ValidatingWebhookConfiguration",
+    ),
+}
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -34,8 +65,19 @@ class FakeAPI:
         self.get_delay = 0.0
         self.fail_lists = 0  # answer this many list calls with 500 first
         self.too_old_once: set[str] = set()  # resources whose next watch answers ERROR 410
+        # Secrets and webhook configurations: resource -> (namespace or "", name) -> object.
+        self.named: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in NAMED}
+        self.writes: list[tuple[str, str, str]] = []  # (method, resource, name) that changed
+        self.failed_writes: list[tuple[str, str, int]] = []  # (method, name, status)
+        # Called with (method, resource, name) before a write is handled: tests use it to
+        # make a concurrent writer change the object first (a real 409 follows).
+        self.before_write = None
+        self.forbidden: set[tuple[str, str]] = set()  # (resource, name): RBAC says no
+        self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -71,9 +113,131 @@ class FakeAPI:
             for q in self.watchers[resource]:
                 q.put({"type": "DELETED", "object": obj})
 
+    def store(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create or overwrite a named object directly (test setup), bumping its version."""
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        with self.lock:
+            self.version += 1
+            meta["resourceVersion"] = str(self.version)
+            meta.setdefault("uid", f"uid-{next(self._uids)}")
+            self.named[resource][(meta.get("namespace", ""), meta["name"])] = obj
+        return copy.deepcopy(obj)
+
+    def touch(self, resource: str, name: str, namespace: str = "") -> None:
+        """A concurrent writer: change the object's resourceVersion (and a label)."""
+        with self.lock:
+            obj = self.named[resource][(namespace, name)]
+            self.version += 1
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            obj["metadata"].setdefault("labels", {})["touched"] = str(self.version)
+
+    def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self.lock:
+            obj = self.named[resource].get((namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
     def watcher_count(self, resource: str) -> int:
         with self.lock:
             return len(self.watchers[resource])
+
+    # --- write semantics (called with the lock held) ----------------------------------
+    def _create(self, resource: str, namespace: str, body: Any) -> tuple[int, dict]:
+        error = _invalid(resource, body, None)
+        if error:
+            return error
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name:
+            return 422, _status_body(422, "Invalid", "metadata.name: Required value")
+        if meta.get("namespace", namespace) != namespace:
+            return 400, _status_body(
+                400, "BadRequest", "the namespace of the object does not match the request"
+            )
+        if (namespace, name) in self.named[resource]:
+            kind = NAMED[resource][2]
+            return 409, _status_body(
+                409, "AlreadyExists", f'{resource} "{name}" already exists', name, kind
+            )
+        self.version += 1
+        meta.pop("resourceVersion", None)
+        meta.update(
+            {
+                "resourceVersion": str(self.version),
+                "uid": f"uid-{next(self._uids)}",
+                "creationTimestamp": "2026-11-22T00:00:00Z",
+            }
+        )
+        if namespace:
+            meta["namespace"] = namespace
+        body.setdefault(
+            "apiVersion", NAMED[resource][0].removeprefix("/apis/").removeprefix("/api/")
+        )
+        body.setdefault("kind", NAMED[resource][2])
+        self.named[resource][(namespace, name)] = body
+        return 201, copy.deepcopy(body)
+
+    def _update(self, resource: str, namespace: str, name: str, body: Any) -> tuple[int, dict]:
+        current = self.named[resource].get((namespace, name))
+        if current is None:
+            return _not_found(resource, name)
+        if not isinstance(body, dict) or (body.get("metadata") or {}).get("name") != name:
+            return 400, _status_body(
+                400, "BadRequest", "the name of the object does not match the name on the URL"
+            )
+        return self._replace(resource, namespace, name, current, body)
+
+    def _patch(
+        self, resource: str, namespace: str, name: str, body: Any, ctype: str
+    ) -> tuple[int, dict]:
+        current = self.named[resource].get((namespace, name))
+        if current is None:
+            return _not_found(resource, name)
+        if ctype == "application/json-patch+json":
+            if not isinstance(body, list):
+                return 400, _status_body(400, "BadRequest", "a JSON patch must be a list")
+            try:
+                patched = jsonpatch.apply_patch(current, body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
+                return 422, _status_body(422, "Invalid", f"the patch cannot be applied: {err}")
+        elif ctype == "application/merge-patch+json":
+            patched = _merge(copy.deepcopy(current), body)
+        else:
+            return 415, _status_body(
+                415, "UnsupportedMediaType", f"the fake API does not implement {ctype!r}"
+            )
+        if (patched.get("metadata") or {}).get("name") != name:
+            return 400, _status_body(400, "BadRequest", "a patch cannot change the name")
+        return self._replace(resource, namespace, name, current, patched)
+
+    def _replace(
+        self, resource: str, namespace: str, name: str, current: dict, new: dict
+    ) -> tuple[int, dict]:
+        meta = new.setdefault("metadata", {})
+        version = meta.get("resourceVersion")
+        if version and version != current["metadata"]["resourceVersion"]:
+            return 409, _status_body(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                name,
+                NAMED[resource][2],
+            )
+        error = _invalid(resource, new, current)
+        if error:
+            return error
+        for key in ("uid", "creationTimestamp"):
+            if key in current["metadata"]:
+                meta[key] = current["metadata"][key]
+        if namespace:
+            meta["namespace"] = namespace
+        if _comparable(new) == _comparable(current):
+            return 200, copy.deepcopy(current)  # a no-op write keeps the resourceVersion
+        self.version += 1
+        meta["resourceVersion"] = str(self.version)
+        self.named[resource][(namespace, name)] = new
+        return 200, copy.deepcopy(new)
 
     def _handler(self):
         api = self
@@ -104,7 +268,62 @@ class FakeAPI:
                 parts = url.path.strip("/").split("/")
                 if parts[:4] == ["apis", "batch", "v1", "namespaces"] and len(parts) == 7:
                     return self._get_job(parts[4], parts[6])
+                target = _named_target(url.path)
+                if target is not None and target[2]:
+                    return self._named_get(*target)
                 return self._send(404, {"kind": "Status", "code": 404, "message": "not found"})
+
+            def do_POST(self):
+                self._write("POST")
+
+            def do_PUT(self):
+                self._write("PUT")
+
+            def do_PATCH(self):
+                self._write("PATCH")
+
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(length) or b"null")
+
+            def _write(self, method: str) -> None:
+                url = urlparse(self.path)
+                api.requests.append((f"{method} {url.path}", url.query))
+                target = _named_target(url.path)
+                try:
+                    body = self._body()
+                except ValueError as err:
+                    return self._status(400, "BadRequest", f"invalid JSON: {err}")
+                if target is None or (method == "POST") == bool(target[2]):
+                    return self._status(405, "MethodNotAllowed", f"{method} {url.path}")
+                resource, namespace, name = target
+                if api.before_write is not None:
+                    api.before_write(method, resource, name or (body or {}).get("metadata", {}))
+                with api.lock:
+                    if method == "POST":
+                        status, answer = api._create(resource, namespace, body)
+                        name = ((body or {}).get("metadata") or {}).get("name", "")
+                    elif method == "PUT":
+                        status, answer = api._update(resource, namespace, name, body)
+                    else:
+                        ctype = (self.headers.get("Content-Type") or "").split(";")[0]
+                        status, answer = api._patch(resource, namespace, name, body, ctype)
+                    if status < 300:
+                        api.writes.append((method, resource, name))
+                    else:
+                        api.failed_writes.append((method, name, status))
+                self._send(status, answer)
+
+            def _status(self, code: int, reason: str, message: str) -> None:
+                self._send(code, _status_body(code, reason, message))
+
+            def _named_get(self, resource: str, namespace: str, name: str) -> None:
+                if (resource, name) in api.forbidden:
+                    return self._status(403, "Forbidden", f'cannot get {resource} "{name}"')
+                obj = api.get(resource, name, namespace)
+                if obj is None:
+                    return self._send(*_not_found(resource, name))
+                self._send(200, obj)
 
             def _list(self, resource: str, query: dict[str, str]) -> None:
                 if api.fail_lists > 0:
@@ -201,3 +420,115 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
         if key == "status.phase" and (obj.get("status") or {}).get("phase") != value:
             return False
     return True
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig that points the real client (or a server subprocess) at ``url``."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: fake, user: {token: test}}]\n"
+        "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+    )
+    return path
+
+
+def _named_target(path: str) -> tuple[str, str, str] | None:
+    """(resource, namespace or "", name or "") for a Secret or webhook configuration URL."""
+    parts = path.strip("/").split("/")
+    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "secrets":
+        return "secrets", parts[3], parts[5] if len(parts) == 6 else ""
+    if parts[:3] == ["apis", "admissionregistration.k8s.io", "v1"] and len(parts) in (4, 5):
+        if parts[3] in NAMED:
+            return parts[3], "", parts[4] if len(parts) == 5 else ""
+    return None
+
+
+def _status_body(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if name:
+        body["details"] = {"name": name, "kind": kind}
+    return body
+
+
+def _not_found(resource: str, name: str) -> tuple[int, dict]:
+    return 404, _status_body(
+        404, "NotFound", f'{resource} "{name}" not found', name, NAMED[resource][2]
+    )
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge(target.get(key), value)
+    return target
+
+
+def _comparable(obj: dict) -> dict:
+    out = copy.deepcopy(obj)
+    out.get("metadata", {}).pop("resourceVersion", None)
+    return out
+
+
+def _b64(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
+
+
+def _invalid(resource: str, obj: Any, current: dict | None) -> tuple[int, dict] | None:
+    """The API's decoding and validation for the fields these objects carry."""
+    if not isinstance(obj, dict):
+        return 400, _status_body(400, "BadRequest", "the body must be a JSON object")
+    if resource == "secrets":
+        data = obj.get("data") or {}
+        for key, value in data.items():
+            if not _b64(value):
+                return 400, _status_body(
+                    400,
+                    "BadRequest",
+                    f"Secret in version v1 cannot be handled: data[{key}]: illegal base64 data",
+                )
+        kind = obj.get("type") or "Opaque"
+        if current is not None:
+            if kind != (current.get("type") or "Opaque"):
+                return 422, _status_body(422, "Invalid", "type: Invalid value: field is immutable")
+            if current.get("immutable") and (
+                obj.get("data") != current.get("data") or not obj.get("immutable")
+            ):
+                return 422, _status_body(
+                    422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set"
+                )
+        if kind == "kubernetes.io/tls":
+            for key in ("tls.crt", "tls.key"):
+                if key not in data:
+                    return 422, _status_body(422, "Invalid", f"data[{key}]: Required value")
+    else:
+        for index, hook in enumerate(obj.get("webhooks") or []):
+            bundle = (hook.get("clientConfig") or {}).get("caBundle")
+            if bundle is not None and not _b64(bundle):
+                return 400, _status_body(
+                    400,
+                    "BadRequest",
+                    f"webhooks[{index}].clientConfig.caBundle: illegal base64 data",
+                )
+    return None

@@ -9,98 +9,15 @@ import os
 import socket
 import ssl
 import stat
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import pytest
 from conftest import P, apply, decode_patch, job, review
+from serverproc import Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
 
 from webhook import certs
-
-BIN = Path(sys.executable).parent / "retry-webhook"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    def __init__(self, cert_dir: Path, port: int, proc: subprocess.Popen):
-        self.cert_dir = cert_dir
-        self.port = port
-        self.proc = proc
-        self.context: ssl.SSLContext | None = None
-
-    def request(self, method, path, body=None, headers=None, host="localhost"):
-        conn = http.client.HTTPSConnection(host, self.port, context=self.context, timeout=10)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            response = conn.getresponse()
-            return response.status, response.getheader("Content-Type"), response.read()
-        finally:
-            conn.close()
-
-    def review(self, path, body):
-        status, ctype, raw = self.request(
-            "POST", path, json.dumps(body), {"Content-Type": "application/json"}
-        )
-        assert status == 200, raw
-        assert ctype == "application/json"
-        return json.loads(raw)
-
-
-def start(cert_dir: Path, *extra: str, wait: bool = True) -> Server:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            str(BIN),
-            "serve",
-            "--cert-dir",
-            str(cert_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--kube",
-            "off",
-            "--workers",
-            "1",
-            "--threads",
-            "4",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    server = Server(cert_dir, port, proc)
-    if not wait:
-        return server
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read()}")
-        try:
-            server.context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
-            if server.request("GET", "/healthz")[0] == 200:
-                return server
-        except (OSError, ssl.SSLError):
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("server did not become healthy")
-
-
-def stop(server: Server) -> None:
-    server.proc.terminate()
-    try:
-        server.proc.wait(15)
-    except subprocess.TimeoutExpired:
-        server.proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -260,37 +177,22 @@ def test_plaintext_http_gets_no_answer(server):
     conn.close()
 
 
-def run_serve(cert_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            str(BIN),
-            "serve",
-            "--cert-dir",
-            str(cert_dir),
-            "--port",
-            str(free_port()),
-            "--host",
-            "127.0.0.1",
-            "--kube",
-            "off",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def test_expired_certificate_refused_at_start(tmp_path):
+@pytest.mark.parametrize(
+    ("start_days", "days", "expected"),
+    [
+        (-30, 1, ["expired on", "renew it"]),
+        (2, 30, ["is not valid before", "check the clock"]),  # clock skew or a bad issuer
+    ],
+)
+def test_certificate_outside_its_validity_refused_at_start(tmp_path, start_days, days, expected):
     ca_key, ca_cert = certs.make_ca()
-    start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=30)
-    key, cert = certs.make_serving_cert(ca_key, ca_cert, ["localhost"], days=1, start=start)
+    start = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=start_days)
+    key, cert = certs.make_serving_cert(ca_key, ca_cert, ["localhost"], days=days, start=start)
     certs.write_private(tmp_path / "tls.key", certs.key_pem(key))
     certs.write_public(tmp_path / "tls.crt", certs.cert_pem(cert))
     result = run_serve(tmp_path)
     assert result.returncode == 2
-    assert "expired on" in result.stderr and "renew it" in result.stderr
+    assert all(text in result.stderr for text in expected), result.stderr
 
 
 def test_mismatched_key_refused_at_start(tmp_path):

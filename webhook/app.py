@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import admission, engine
 from webhook.admission import ReviewError, Verdict
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
+from webhook.metrics import Metrics
+from webhook.mutators import lookup
+from webhook.policy import KEYS, PREFIX
 
 log = logging.getLogger("webhook.admission")
 
@@ -31,14 +34,23 @@ log = logging.getLogger("webhook.admission")
 MAX_BODY_BYTES = 7 * 1024 * 1024
 
 
+#: Admission endpoints, as metric labels.
+ENDPOINTS = {"/mutate": "mutate", "/validate": "validate"}
+
+
 @dataclass
 class State:
     """What handlers read per request. ``config`` is replaced whole on reload (one
-    attribute assignment, atomic under the GIL), never edited in place."""
+    attribute assignment, atomic under the GIL), never edited in place.
+
+    ``readiness`` answers /readyz: ready or not, and details (the server's is
+    ``WorkerRuntime.readiness``). ``metrics`` is None where nothing records (dry runs,
+    tests of the app alone)."""
 
     config: Config = field(default_factory=Config)
     attempts: AttemptSource = field(default_factory=NoCluster)
-    ready: Callable[[], bool] = lambda: True
+    readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})
+    metrics: Metrics | None = None
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -51,27 +63,47 @@ def create_app(state: State | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["retry_policy_state"] = state
 
+    @app.before_request
+    def stamp() -> None:
+        g.started = time.perf_counter()
+
+    def record(endpoint: str, kind: str, outcome: str) -> None:
+        if state.metrics is not None:
+            started = getattr(g, "started", None) or time.perf_counter()
+            state.metrics.observe_admission(endpoint, kind, outcome, time.perf_counter() - started)
+
+    def bad_request(endpoint: str, reason: str) -> Response:
+        record(endpoint, "unknown", "bad_request")
+        return _json({"error": "BadRequest", "reason": reason}, 400)
+
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
-        started = time.perf_counter()
         if request.mimetype != "application/json":
-            return _json(
-                {"error": "BadRequest", "reason": "Content-Type must be application/json"}, 400
-            )
+            return bad_request(endpoint, "Content-Type must be application/json")
         body = request.get_data(cache=False)
         try:
             review = admission.decode(body)
         except ReviewError as err:
-            return _json({"error": "BadRequest", "reason": str(err)}, 400)
+            return bad_request(endpoint, str(err))
+        errored = False
         try:
             verdict = decide(review)
         except Exception:
+            errored = True
             log.exception("unexpected error", extra={"uid": review.uid, "endpoint": endpoint})
             verdict = Verdict(warnings=["retry-policy: internal error; request admitted unchanged"])
+        outcome = "error" if errored else _outcome(verdict)
         try:
-            _log_decision(endpoint, review, verdict, started)
+            _log_decision(endpoint, review, verdict, outcome, g.started)
         except Exception:  # a logging fault must never fail an admission
             log.exception("could not log decision")
-        return _json(admission.encode(review.uid, verdict))
+        answer = _json(admission.encode(review.uid, verdict))
+        if state.metrics is not None:
+            try:
+                _count(state.metrics, endpoint, review, verdict, outcome)
+                record(endpoint, _kind_label(review), outcome)
+            except Exception:  # nor a metrics fault
+                log.exception("could not record metrics")
+        return answer
 
     @app.post("/mutate")
     def mutate() -> Response:
@@ -87,16 +119,20 @@ def create_app(state: State | None = None) -> Flask:
 
     @app.get("/readyz")
     def readyz() -> Response:
-        ready = state.ready()
+        ready, details = state.readiness()
         body = {
             "status": "ready" if ready else "not ready",
             "config": state.config.source,
             "attemptCache": state.attempts.stats(),
+            **details,
         }
         return _json(body, 200 if ready else 503)
 
     @app.errorhandler(HTTPException)
     def http_error(err: HTTPException) -> Response:
+        endpoint = ENDPOINTS.get(request.path)
+        if endpoint is not None and request.method == "POST":
+            record(endpoint, "unknown", "bad_request")  # e.g. 413: too large to read
         return _json(
             {"error": err.name.replace(" ", ""), "reason": err.description}, err.code or 400
         )
@@ -104,16 +140,51 @@ def create_app(state: State | None = None) -> Flask:
     return app
 
 
+def _outcome(verdict: Verdict) -> str:
+    if not verdict.allowed:
+        return "denied"
+    return "patched" if verdict.patch else "allowed"
+
+
+def _kind_label(review: admission.Request) -> str:
+    """A bounded label: kinds we handle by name, every other kind as ``other``."""
+    kind = review.kind
+    return kind.kind if lookup(kind.group, kind.kind) is not None else "other"
+
+
+def policy_annotations(obj: dict[str, Any] | None) -> list[str]:
+    """Our annotation names on an object, known keys only (never a user's string)."""
+    metadata = (obj or {}).get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        return []
+    names = (k[len(PREFIX) :] for k in annotations if isinstance(k, str) and k.startswith(PREFIX))
+    return [n for n in names if n in KEYS and n != "applied"]
+
+
+def denial_reasons(verdict: Verdict) -> Iterable[str]:
+    """``Problem.reason`` slugs when the verdict carries its problems, else the status
+    reason (``Invalid``, ``Forbidden``): the engine does not pass problems on yet."""
+    problems = getattr(verdict, "problems", None)
+    if problems:
+        return [p.reason for p in problems]
+    return [verdict.reason or "denied"]
+
+
+def _count(
+    recorder: Metrics, endpoint: str, review: admission.Request, verdict: Verdict, outcome: str
+) -> None:
+    kind = _kind_label(review)
+    if outcome == "patched" and endpoint == "mutate":
+        recorder.count_mutation(kind, policy_annotations(review.object))
+    elif outcome == "denied":
+        recorder.count_denial(endpoint, kind, denial_reasons(verdict))
+
+
 def _log_decision(
-    endpoint: str, review: admission.Request, verdict: Verdict, started: float
+    endpoint: str, review: admission.Request, verdict: Verdict, outcome: str, started: float
 ) -> None:
     """One line per decision: identifiers and outcome only, never object contents."""
-    if not verdict.allowed:
-        outcome = "denied"
-    elif verdict.patch:
-        outcome = "patched"
-    else:
-        outcome = "allowed"
     log.info(
         "admission decision",
         extra={

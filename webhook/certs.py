@@ -72,10 +72,14 @@ def new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def make_ca(common_name: str = "retry-policy-webhook CA", days: int = 3650):
+def make_ca(
+    common_name: str = "retry-policy-webhook CA",
+    days: int = 3650,
+    start: dt.datetime | None = None,
+):
     key = new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    now = _now()
+    now = start or _now()
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -110,11 +114,16 @@ def make_serving_cert(
     ca_cert: x509.Certificate,
     dns_names: list[str],
     ip_addresses: list[str] = (),
-    days: int = 365,
+    days: float = 365,
     start: dt.datetime | None = None,
+    not_after: dt.datetime | None = None,
 ):
+    """A serving certificate; ``not_after`` caps its end (never beyond its CA's)."""
     key = new_key()
     now = start or _now()
+    end = now + dt.timedelta(days=days)
+    if not_after is not None:
+        end = min(end, not_after)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
     cert = (
@@ -124,7 +133,7 @@ def make_serving_cert(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_after(end)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -169,7 +178,7 @@ def generate(
     service: str = DEFAULT_SERVICE,
     namespace: str = DEFAULT_NAMESPACE,
     extra_dns: list[str] = (),
-    days: int = 365,
+    days: float = 365,
 ) -> CertPaths:
     """Create a CA (kept if one exists) and a fresh serving certificate signed by it."""
     paths = CertPaths(Path(directory))
@@ -199,29 +208,73 @@ def ensure(directory: str | Path, service: str, namespace: str) -> tuple[CertPat
 
 def check(cert_path: Path, key_path: Path, now: dt.datetime | None = None) -> x509.Certificate:
     """Refuse to serve an unreadable, expired, not-yet-valid or mismatched certificate."""
-    now = now or _now()
     try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    except (OSError, ValueError) as err:
+        cert_pem_bytes = cert_path.read_bytes()
+    except OSError as err:
         raise CertError(f"cannot load certificate {cert_path}: {err}") from None
     try:
-        key = serialization.load_pem_private_key(key_path.read_bytes(), None)
-    except (OSError, ValueError, TypeError) as err:
+        key_pem_bytes = key_path.read_bytes()
+    except OSError as err:
         raise CertError(f"cannot load private key {key_path}: {err}") from None
+    return check_pem(cert_pem_bytes, key_pem_bytes, str(cert_path), str(key_path), now)
+
+
+def check_pem(
+    cert_data: bytes,
+    key_data: bytes,
+    cert_name: str = "tls.crt",
+    key_name: str = "tls.key",
+    now: dt.datetime | None = None,
+) -> x509.Certificate:
+    """``check`` on bytes already read, so a caller can validate exactly what it loads."""
+    now = now or _now()
+    try:
+        cert = x509.load_pem_x509_certificate(cert_data)
+    except ValueError as err:
+        raise CertError(f"cannot load certificate {cert_name}: {err}") from None
+    try:
+        key = serialization.load_pem_private_key(key_data, None)
+    except (ValueError, TypeError) as err:
+        raise CertError(f"cannot load private key {key_name}: {err}") from None
     if cert.not_valid_after_utc <= now:
         raise CertError(
-            f"certificate {cert_path} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC; "
+            f"certificate {cert_name} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC; "
             "renew it (retry-webhook certs) before serving"
         )
     if cert.not_valid_before_utc > now:
         raise CertError(
-            f"certificate {cert_path} is not valid before "
+            f"certificate {cert_name} is not valid before "
             f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC (check the clock)"
         )
+    if not key_matches(cert, key):
+        raise CertError(f"private key {key_name} does not belong to certificate {cert_name}")
+    return cert
+
+
+def key_matches(cert: x509.Certificate, key) -> bool:
     public = serialization.PublicFormat.SubjectPublicKeyInfo
     encoding = serialization.Encoding.DER
-    if cert.public_key().public_bytes(encoding, public) != key.public_key().public_bytes(
+    return cert.public_key().public_bytes(encoding, public) == key.public_key().public_bytes(
         encoding, public
-    ):
-        raise CertError(f"private key {key_path} does not belong to certificate {cert_path}")
-    return cert
+    )
+
+
+def renew_threshold(lifetime: dt.timedelta, renew_before: dt.timedelta | None) -> dt.timedelta:
+    """How long before its end a certificate is renewed.
+
+    Default: at 2/3 of its lifetime, and at the latest 30 days before the end; for
+    lifetimes under 60 days, halfway. A freshly issued certificate is therefore never
+    due (the threshold is at most half its lifetime), which keeps renewal idempotent.
+    """
+    if renew_before is not None:
+        return renew_before
+    return max(lifetime / 3, min(dt.timedelta(days=30), lifetime / 2))
+
+
+def renewal_due(
+    cert: x509.Certificate, now: dt.datetime, renew_before: dt.timedelta | None = None
+) -> bool:
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    if cert.not_valid_before_utc > now:
+        return True  # issued in the future: a clock problem, reissue rather than wait
+    return cert.not_valid_after_utc - now < renew_threshold(lifetime, renew_before)

@@ -23,6 +23,7 @@ from webhook.config import ConfigError, load_config
 from webhook.intent import LAST_APPLIED
 
 EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
+EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it again
 
 
 class InputError(Exception):
@@ -201,8 +202,43 @@ def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> in
 
 
 def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    if args.in_cluster:
+        return sync_certs(args, stdout, stderr)
     paths = certs.generate(args.cert_dir, args.service, args.namespace, days=args.days)
     print(f"wrote {paths.ca_cert}, {paths.cert}, {paths.key}", file=stdout)
+    return EXIT_OK
+
+
+def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """The in-cluster lifecycle (webhook/certsync.py). Exit 2: a setup it cannot work
+    with (fix the arguments, RBAC or the Secret); 1: the API failed (the Job retries)."""
+    from webhook import certsync
+
+    if not args.secret:
+        print("Error: --in-cluster needs --secret NAME", file=stderr)
+        return EXIT_INPUT
+    refs = [certsync.WebhookConfigRef(n) for n in args.webhook_config]
+    refs += [certsync.WebhookConfigRef(n, certsync.MUTATING) for n in args.mutating_config]
+    refs += [certsync.WebhookConfigRef(n, certsync.VALIDATING) for n in args.validating_config]
+    options = certsync.Options(
+        secret=args.secret,
+        namespace=args.namespace,
+        service=args.service,
+        webhook_configs=refs,
+        days=args.days,
+        renew_before_days=args.renew_before,
+    )
+    try:
+        core, admission = certsync.api_clients(args.kubeconfig)
+        actions = certsync.CertSync(core, admission, options).run()
+    except certsync.ApiFailure as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_FAILED
+    except certsync.SyncError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    for line in actions:
+        print(line, file=stdout)
     return EXIT_OK
 
 
@@ -221,13 +257,13 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         namespace=args.namespace,
         lookup_timeout=args.lookup_timeout,
         log_level=args.log_level,
+        metrics_port=args.metrics_port,
+        cache_sync_timeout=args.cache_sync_timeout,
     )
     try:
         serve(options)
-    except ConfigError as err:
-        print(f"Error: {err}", file=stderr)
-        return EXIT_INPUT
-    except certs.CertError as err:
+    except (ConfigError, certs.CertError, OSError) as err:
+        # OSError: a port that is taken, a certificate directory that cannot be written.
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
     return EXIT_OK
@@ -257,6 +293,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--namespace", default=certs.DEFAULT_NAMESPACE)
     serve.add_argument("--lookup-timeout", type=float, default=0.5)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=9090,
+        help="plain-HTTP port for Prometheus metrics (/metrics); 0 turns them off",
+    )
+    serve.add_argument(
+        "--cache-sync-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="readiness waits at most this long for the attempt cache, then fails open",
+    )
     serve.set_defaults(func=run_server)
 
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
@@ -287,11 +336,51 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("config")
     check.set_defaults(func=check_config)
 
-    cert = sub.add_parser("certs", help="generate a CA and serving certificate")
-    cert.add_argument("--cert-dir", default="certs")
+    cert = sub.add_parser(
+        "certs",
+        help="generate a CA and serving certificate (files, or a Secret with --in-cluster)",
+    )
+    cert.add_argument("--cert-dir", default="certs", help="output directory (file mode)")
     cert.add_argument("--service", default=certs.DEFAULT_SERVICE)
     cert.add_argument("--namespace", default=certs.DEFAULT_NAMESPACE)
-    cert.add_argument("--days", type=int, default=365)
+    cert.add_argument("--days", type=float, default=365, help="serving certificate lifetime")
+    cert.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="keep the certificates in a Secret and the caBundle of webhook configurations",
+    )
+    cert.add_argument("--secret", help="TLS Secret name (with --in-cluster)")
+    cert.add_argument(
+        "--webhook-config",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="webhook configuration (mutating or validating) whose caBundle to keep; repeatable",
+    )
+    cert.add_argument(
+        "--mutating-webhook-config",
+        dest="mutating_config",
+        action="append",
+        default=[],
+        metavar="NAME",
+    )
+    cert.add_argument(
+        "--validating-webhook-config",
+        dest="validating_config",
+        action="append",
+        default=[],
+        metavar="NAME",
+    )
+    cert.add_argument(
+        "--renew-before",
+        "--renew-before-days",
+        dest="renew_before",
+        type=float,
+        metavar="DAYS",
+        help="renew when the serving certificate expires within DAYS "
+        "(default: at 2/3 of its lifetime, at the latest 30 days before)",
+    )
+    cert.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
     cert.set_defaults(func=make_certs)
     return parser
 

@@ -2,15 +2,28 @@
 
 gunicorn builds an SSLContext per connection by default, re-reading and re-parsing the
 key files on every handshake. ``TlsContexts`` instead keeps one context per worker and
-swaps it when the certificate files change (checked at most once a second), so a
-rotated certificate is served without a restart, and a half-written pair (new
-certificate, old key) is never served: the old context stays until both match.
+swaps it when the certificate files change (checked at most once a second, on new
+connections and by each worker's maintenance thread), so a rotated certificate is
+served without a restart. What is loaded is always one consistent, valid pair:
+
+- the files are stat'ed through their symlinks (a kubelet ``..data`` swap is a change);
+- the stamp is taken before and after reading, so a pair read while it was being
+  replaced is not used (the next check reads it again);
+- the pair must parse, match and be within its validity (``certs.check_pem``), and
+  OpenSSL checks the match again when loading. Until then the previous context stays:
+  a new certificate with the old key (a non-atomic rotation) is never served.
+
+Each worker also runs a small maintenance thread (``WorkerRuntime``): config reloads
+(``webhook/reload.py``), certificate checks, and sampling the attempt cache into the
+metrics. Metrics are served by a separate process (``webhook/metrics.py``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
+import shutil
 import ssl
 import threading
 import time
@@ -20,10 +33,11 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook import certs
+from webhook import certs, logs, metrics
 from webhook.app import State, create_app
 from webhook.attempts import JobCache, NoCluster, connect
 from webhook.config import Config, load_config
+from webhook.reload import ConfigReloader, files_stamp
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +60,15 @@ class ServeOptions:
     log_level: str = "info"
     graceful_timeout: int = 20
     keepalive: int = 75
+    metrics_port: int = 9090
+    #: Readiness waits at most this long for the attempt cache (fail open after).
+    cache_sync_timeout: float = 10.0
+    #: Seconds between a worker's checks of its config and certificate files.
+    check_interval: float = 1.0
+
+
+class _Changing(Exception):
+    """The files changed while they were read."""
 
 
 class TlsContexts:
@@ -56,15 +79,41 @@ class TlsContexts:
         self.key = key
         self.check_interval = check_interval
         self._lock = threading.Lock()
-        self._stamp = self._files_stamp()
-        self._context = self._build()
-        self._checked = time.monotonic()
+        self.metrics: metrics.Metrics | None = None
         self.reloads = 0
         self.reload_failures = 0
+        self.last_error: str | None = None
+        self._failed_stamp: Any = None
+        self._stamp, self._context, self.not_after = self._load_consistent()
+        self._checked = time.monotonic()
 
-    def _files_stamp(self) -> tuple:
-        stats = [os.stat(p) for p in (self.cert, self.key)]
-        return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in stats)
+    def _load_consistent(self) -> tuple[Any, ssl.SSLContext, dt.datetime]:
+        """At start: the files may be mid-rotation; a few tries, then the real error."""
+        for _ in range(5):
+            try:
+                return self._load()
+            except _Changing:
+                time.sleep(0.05)
+        raise certs.CertError(f"{self.cert} and {self.key} keep changing; cannot load them")
+
+    def _load(self) -> tuple[Any, ssl.SSLContext, dt.datetime]:
+        before = files_stamp(self.cert, self.key)
+        try:
+            parsed = certs.check(self.cert, self.key)
+            context = self._build()
+        except (OSError, ssl.SSLError, certs.CertError):
+            if self._stamp_now() != before:
+                raise _Changing from None  # e.g. the old directory removed after a swap
+            raise
+        if self._stamp_now() != before:
+            raise _Changing
+        return before, context, parsed.not_valid_after_utc
+
+    def _stamp_now(self) -> Any:
+        try:
+            return files_stamp(self.cert, self.key)
+        except OSError:
+            return None
 
     def _build(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -74,6 +123,11 @@ class TlsContexts:
         context.load_cert_chain(str(self.cert), str(self.key))
         return context
 
+    def attach(self, recorder: metrics.Metrics) -> None:
+        """Record into this worker's metrics (called after fork: never the master's)."""
+        self.metrics = recorder
+        recorder.certificate_served(self.not_after.timestamp())
+
     def current(self) -> ssl.SSLContext:
         now = time.monotonic()
         if now - self._checked < self.check_interval:
@@ -82,26 +136,139 @@ class TlsContexts:
             if now - self._checked < self.check_interval:
                 return self._context
             self._checked = now
+            stamp = None
             try:
-                stamp = self._files_stamp()
+                stamp = files_stamp(self.cert, self.key)
                 if stamp != self._stamp:
-                    certs.check(self.cert, self.key)
-                    self._context = self._build()
-                    self._stamp = stamp
+                    self._stamp, self._context, self.not_after = self._load()
                     self.reloads += 1
-                    log.info("serving certificate reloaded", extra={"cert": str(self.cert)})
+                    self.last_error = None
+                    if self.metrics is not None:
+                        self.metrics.certificate_reloaded(True)
+                        self.metrics.certificate_served(self.not_after.timestamp())
+                    log.info(
+                        "serving certificate reloaded",
+                        extra={"cert": str(self.cert), "not_after": self.not_after.isoformat()},
+                    )
+            except _Changing:
+                pass  # caught mid-write: the next check reads the final files
             except (OSError, ssl.SSLError, certs.CertError) as err:
                 # Mid-rotation (certificate and key not yet a pair) or a bad file: keep
-                # serving the previous context and try again on the next check.
-                self.reload_failures += 1
-                log.warning("certificate reload deferred: %s", err)
+                # serving the previous context. The stamp is not advanced, so the files
+                # are tried again on every check (a certificate may become valid), but
+                # each version of the files is counted and logged once.
+                self.last_error = str(err)
+                if stamp != self._failed_stamp:
+                    self._failed_stamp = stamp
+                    self.reload_failures += 1
+                    if self.metrics is not None:
+                        self.metrics.certificate_reloaded(False)
+                    log.warning(
+                        "certificate reload deferred; the previous certificate is still served",
+                        extra={"error": str(err)},
+                    )
         return self._context
+
+    def status(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the certificate being served is still valid, and what it is."""
+        expired = self.not_after <= certs._now()
+        return not expired, {
+            "notAfter": self.not_after.isoformat(),
+            "expired": expired,
+            "reloadError": self.last_error,
+        }
+
+
+class WorkerRuntime:
+    """What each gunicorn worker runs beside the Flask app: the state handlers read,
+    reloads of the config and certificate files, metrics sampling, and readiness."""
+
+    def __init__(
+        self,
+        options: ServeOptions,
+        tls: TlsContexts,
+        recorder: metrics.Metrics,
+        fallback_config: Config | None = None,
+    ):
+        self.options = options
+        self.tls = tls
+        self.metrics = recorder
+        self.started = time.monotonic()
+        self.state = State(metrics=recorder, readiness=self.readiness)
+        self.reloader: ConfigReloader | None = None
+        if options.config_path:
+            self.reloader = ConfigReloader(
+                options.config_path, self._apply, recorder.config_reloaded
+            )
+            self.state.config = self.reloader.load(fallback_config)
+        recorder.config_loaded()
+        clients = connect(options.kube)
+        if clients is not None:
+            self.state.attempts = JobCache(*clients, lookup_timeout=options.lookup_timeout).start()
+        else:
+            self.state.attempts = NoCluster()
+        tls.attach(recorder)
+        recorder.sample_cache(self.state.attempts.stats())  # no stale gauges before a tick
+        self._thread: threading.Thread | None = None
+
+    def _apply(self, config: Config) -> None:
+        self.state.config = config  # one assignment: a request sees the old or the new
+
+    def start(self) -> WorkerRuntime:
+        self._thread = threading.Thread(target=self._loop, name="maintenance", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.options.check_interval)
+            try:
+                self.tick()
+            except Exception:  # the loop must outlive any one failure
+                log.exception("maintenance check failed")
+
+    def tick(self) -> None:
+        self.tls.current()
+        if self.reloader is not None:
+            self.reloader.check()
+        self.metrics.sample_cache(self.state.attempts.stats())
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when config and certificate are loaded and the attempt cache synced,
+        but never held back by the cache for longer than ``cache_sync_timeout``: pods
+        are admitted without a cache too (one bounded GET, else unchanged with a
+        warning), while an unready webhook with failurePolicy Fail blocks the cluster."""
+        reasons: list[str] = []
+        cert_ok, certificate = self.tls.status()
+        if not cert_ok:
+            reasons.append(f"serving certificate expired at {certificate['notAfter']}")
+        stats = self.state.attempts.stats()
+        cache = "disabled"
+        if stats.get("enabled"):
+            cache = "synced"
+            if not stats.get("synced"):
+                waited = time.monotonic() - self.started
+                if waited < self.options.cache_sync_timeout:
+                    cache = "syncing"
+                    reasons.append(
+                        "attempt cache not synced yet (ready without it after "
+                        f"{self.options.cache_sync_timeout:g}s)"
+                    )
+                else:
+                    cache = "not synced: serving without it (lookups fall back to one GET)"
+        return not reasons, {
+            "certificate": certificate,
+            "configReloadError": self.reloader.last_error if self.reloader else None,
+            "cache": cache,
+            "reasons": reasons,
+        }
 
 
 class WebhookApplication(BaseApplication):
-    def __init__(self, options: ServeOptions, tls: TlsContexts):
+    def __init__(self, options: ServeOptions, tls: TlsContexts, config: Config):
         self.options = options
         self.tls = tls
+        self.config = config  # as validated at start: a worker's fallback
         super().__init__()
 
     def load_config(self) -> None:
@@ -120,46 +287,67 @@ class WebhookApplication(BaseApplication):
             "accesslog": None,
             "errorlog": "-",
             "loglevel": opts.log_level,
+            "logger_class": logs.GunicornLogger,
             "proc_name": "retry-webhook",
+            "child_exit": _child_exit,
         }
+        # gunicorn >= 25.1 opens a control socket served by a thread in the master; a
+        # threaded master forks unsafely, and nothing here needs it.
+        if "control_socket_disable" in self.cfg.settings:
+            settings["control_socket_disable"] = True
         for key, value in settings.items():
             self.cfg.set(key, value)
 
     def load(self):
-        """Runs in each worker after fork: threads (the attempt cache) start here."""
-        return create_app(build_state(self.options))
+        """Runs in each worker after fork: threads (cache, maintenance) start here."""
+        runtime = WorkerRuntime(self.options, self.tls, metrics.get(), self.config)
+        app = create_app(runtime.state)
+        runtime.start()
+        return app
 
 
-def build_state(options: ServeOptions) -> State:
-    config = load_config(options.config_path)
-    state = State(config=config)
-    clients = connect(options.kube)
-    if clients is not None:
-        cache = JobCache(*clients, lookup_timeout=options.lookup_timeout).start()
-        state.attempts = cache
-    else:
-        state.attempts = NoCluster()
-    return state
+def _child_exit(_server: Any, worker: Any) -> None:
+    metrics.worker_exited(worker.pid)
 
 
 def serve(options: ServeOptions) -> None:
-    from webhook import logs
-
     logs.setup(options.log_level)
-    load_config(options.config_path)  # refuse to start on a bad config, before forking
+    config = load_config(options.config_path)  # refuse to start on a bad config
     paths, generated = certs.ensure(options.cert_dir, options.service, options.namespace)
     if generated:
         log.info(
             "generated development certificates",
             extra={"cert_dir": str(paths.directory), "ca": str(paths.ca_cert)},
         )
-    certs.check(paths.cert, paths.key)
-    tls = TlsContexts(paths.cert, paths.key)
+    tls = TlsContexts(paths.cert, paths.key, options.check_interval)
+    exposition, directory, created = None, None, False
+    if options.metrics_port:
+        directory, created = metrics.prepare_multiprocess_dir()
+        sock = metrics.bind(options.host, options.metrics_port)
+        exposition = metrics.start_exposition(sock)
+        sock.close()  # the exposition process has its own copy
+        log.info(
+            "metrics",
+            extra={"bind": f"{options.host}:{options.metrics_port}", "dir": str(directory)},
+        )
     log.info(
         "serving",
-        extra={"bind": f"{options.host}:{options.port}", "config": options.config_path},
+        extra={
+            "bind": f"{options.host}:{options.port}",
+            "config": options.config_path,
+            "certificate_not_after": tls.not_after.isoformat(),
+        },
     )
-    WebhookApplication(options, tls).run()
+    master = os.getpid()
+    try:
+        WebhookApplication(options, tls, config).run()
+    finally:
+        # Workers leave run() through here too (gunicorn ends them with SystemExit):
+        # only the master owns the exposition process and the metrics directory.
+        if os.getpid() == master:
+            metrics.stop_exposition(exposition)
+            if created and directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["Config", "ServeOptions", "TlsContexts", "serve"]
+__all__ = ["Config", "ServeOptions", "TlsContexts", "WorkerRuntime", "serve"]

@@ -1,0 +1,292 @@
+"""Metrics and logs of the real server (2 gunicorn workers, attempt cache against the
+HTTP Kubernetes API of tests/fakeapi.py), scraped from its metrics port after sending
+real AdmissionReviews; and no secret of a request ever reaches the output."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+from conftest import P, job, job_owner, pod, review
+from fakeapi import FakeAPI, write_kubeconfig
+from prometheus_client.parser import text_string_to_metric_families
+from serverproc import eventually, free_port, metric, start, stop
+
+from webhook.admission import Verdict
+from webhook.app import denial_reasons
+from webhook.problems import Problem
+
+FULL = {
+    P + "backoff-limit": "3",
+    P + "fail-non-retriable": "true",
+    P + "ignore-disruptions": "true",
+}
+CONFIG = """
+guardRails:
+  maxBackoffLimit: 5
+namespaces:
+  defaulted:
+    defaults:
+      ignore-disruptions: true
+"""
+HIST = "retry_webhook_admission_duration_seconds"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    api = FakeAPI().start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, cluster):
+    tmp = tmp_path_factory.mktemp("metrics")
+    (tmp / "config.yaml").write_text(CONFIG)
+    write_kubeconfig(tmp / "kubeconfig", cluster.url)
+    cluster.put("jobs", cached_job())
+    env = {"KUBECONFIG": str(tmp / "kubeconfig")}
+    srv = start(
+        tmp / "certs",
+        "--config",
+        str(tmp / "config.yaml"),
+        "--kube",
+        "kubeconfig",
+        workers=2,
+        metrics_port=free_port(),
+        env=env,
+    )
+    yield srv
+    stop(srv)
+
+
+def cached_job() -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "cached", "namespace": "ml", "uid": "uid-cached"},
+        "spec": {},
+        "status": {"failed": 3},
+    }
+
+
+def decision_pids(server, since: int = 0) -> set[int]:
+    lines = server.logs()[since:]
+    return {line["pid"] for line in lines if line.get("msg") == "admission decision"}
+
+
+def test_counters_and_histograms_move_with_the_right_labels(server):
+    before = server.metrics()
+    patched = 0
+    # Enough Jobs that both workers answer some (their pids are in the decision logs):
+    # the scrape must add up every worker's files.
+    mark = len(server.logs())
+    for _ in range(200):
+        server.review("/mutate", review(job(FULL)))
+        patched += 1
+        if patched >= 6 and len(decision_pids(server, mark)) >= 2:
+            break
+    assert len(decision_pids(server, mark)) == 2
+    server.review("/mutate", review(job(namespace="defaulted")))  # admin default only
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    server.review("/mutate", review(config_map))
+    bad = server.review("/validate", review(job({P + "backoff-limit": "lots"})))
+    assert bad["response"]["status"]["code"] == 422
+    rail = server.review("/validate", review(job({P + "backoff-limit": "9"})))
+    assert rail["response"]["status"]["code"] == 403
+    status, _, _ = server.request("POST", "/mutate", "{nope", {"Content-Type": "application/json"})
+    assert status == 400
+
+    after = server.metrics()
+
+    def moved(name, **labels):
+        return metric(after, name, **labels) - metric(before, name, **labels)
+
+    patched_labels = {"endpoint": "mutate", "kind": "Job", "outcome": "patched"}
+    assert moved(HIST + "_count", **patched_labels) == patched + 1
+    assert moved(HIST + "_bucket", le="+Inf", **patched_labels) == patched + 1
+    assert moved(HIST + "_sum", **patched_labels) > 0
+    buckets = sorted(
+        (float(dict(labels)["le"]), value)
+        for (name, labels), value in after.items()
+        if name == HIST + "_bucket" and dict(labels).items() >= patched_labels.items()
+    )
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)  # cumulative
+    assert moved(HIST + "_count", endpoint="mutate", kind="other", outcome="allowed") == 1
+    assert moved(HIST + "_count", endpoint="validate", kind="Job", outcome="denied") == 2
+    assert moved(HIST + "_count", endpoint="mutate", kind="unknown", outcome="bad_request") == 1
+    for name in ("backoff-limit", "fail-non-retriable", "ignore-disruptions"):
+        assert moved("retry_webhook_mutations_total", kind="Job", annotation=name) == patched
+    assert moved("retry_webhook_mutations_total", kind="Job", annotation="none") == 1
+    denials = "retry_webhook_denials_total"
+    assert moved(denials, endpoint="validate", kind="Job", reason="Invalid") == 1
+    assert moved(denials, endpoint="validate", kind="Job", reason="Forbidden") == 1
+
+
+def test_attempt_cache_size_hits_and_misses(server, cluster):
+    annotations = {P + "backoff-limit": "3", P + "non-spot-attempts": "1"}
+    hit = pod(annotations, owner=job_owner("cached", "uid-cached"))
+    answer = server.review("/mutate", review(hit))["response"]
+    assert answer.get("patchType") == "JSONPatch"  # attempt 3 of 3: goes to non-spot nodes
+    miss = pod(annotations, owner=job_owner("gone", str(uuid.uuid4())))
+    answer = server.review("/mutate", review(miss))["response"]
+    assert any("attempt number unknown" in w for w in answer["warnings"])
+
+    def sampled():  # each worker samples its cache once a second
+        samples = server.metrics()
+        done = (
+            metric(samples, "retry_webhook_attempt_cache_lookups_total", result="hit") >= 1
+            and metric(samples, "retry_webhook_attempt_cache_lookups_total", result="miss") >= 1
+            and metric(samples, "retry_webhook_attempt_cache_errors_total", type="fallback") >= 1
+            and metric(samples, "retry_webhook_attempt_cache_synced") == 1  # every worker
+        )
+        return samples if done else None
+
+    samples = eventually(sampled)
+    assert metric(samples, "retry_webhook_attempt_cache_objects", resource="jobs") == 1
+    body = json.loads(server.request("GET", "/readyz")[2])
+    assert body["cache"] == "synced" and body["reasons"] == []
+
+
+def test_certificate_and_config_gauges_are_set(server):
+    samples = server.metrics()
+    assert metric(samples, "retry_webhook_config_last_reload_successful") == 1
+    expiry = metric(samples, "retry_webhook_certificate_expiry_timestamp_seconds")
+    body = json.loads(server.request("GET", "/readyz")[2])
+    from datetime import datetime
+
+    assert expiry == datetime.fromisoformat(body["certificate"]["notAfter"]).timestamp()
+
+
+MARKER = "s3cr3t-MARKER-7f1c"
+
+
+def test_no_secret_reaches_logs_or_metrics(server):
+    containers = [
+        {
+            "name": "main",
+            "image": "busybox:1.36",
+            "env": [{"name": "API_TOKEN", "value": MARKER}],
+            "args": [f"--password={MARKER}"],
+        }
+    ]
+    annotations = {**FULL, "team.example/token": MARKER}
+    server.review("/mutate", review(job(annotations, containers=containers)))
+    server.review("/validate", review(job(annotations, containers=containers)))
+    # a bad value and an unknown key carrying the marker: denied, with the value in the
+    # answer to the client, but not in the logs or as a label
+    denied = review(job({P + "backoff-limit": MARKER, P + MARKER: "1"}))
+    answer = server.review("/validate", denied)["response"]
+    assert MARKER in answer["status"]["message"]
+    server.review("/mutate", denied)
+    owned = pod({P + "error-propagation": "earliest", "token": MARKER}, owner=job_owner())
+    owned["spec"]["containers"][0]["env"] = [{"name": "PASSWORD", "value": MARKER}]
+    server.review("/mutate", review(owned))
+    server.request("POST", "/mutate", '{"x": "' + MARKER, {"Content-Type": "application/json"})
+    scrape = server.metrics()
+    assert not any(MARKER in str(key) for key in scrape)
+    decisions = [line for line in server.logs() if line.get("msg") == "admission decision"]
+    assert decisions and all("uid" in line and "duration_ms" in line for line in decisions)
+    assert MARKER not in server.output()
+
+
+def test_every_line_of_the_process_is_json(server):
+    lines = server.logs()  # raises on a line that is not JSON
+    loggers = {line["logger"] for line in lines}
+    assert {"gunicorn.error", "webhook.admission", "webhook.server"} <= loggers
+    assert any(line["msg"].startswith("Booting worker") for line in lines)
+
+
+def test_metrics_port_serves_only_metrics(server):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+    conn.request("GET", "/secret-stuff")
+    assert conn.getresponse().status == 404
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert {
+        "retry_webhook_admission_duration_seconds",
+        "retry_webhook_mutations",
+        "retry_webhook_denials",
+        "retry_webhook_certificate_expiry_timestamp_seconds",
+        "retry_webhook_config_last_reload_successful",
+    } <= names
+
+
+def test_denial_reasons_use_problem_reasons_when_the_verdict_carries_them():
+    class WithProblems(Verdict):
+        problems: list[Problem]
+
+    verdict = WithProblems(allowed=False, reason="Invalid")
+    assert list(denial_reasons(verdict)) == ["Invalid"]
+    verdict.problems = [Problem("a", "x", "bad-value"), Problem("b", "y", "guard-rail")]
+    assert list(denial_reasons(verdict)) == ["bad-value", "guard-rail"]
+
+
+def test_metrics_port_taken_fails_the_start_clearly(tmp_path):
+    import socket
+
+    from serverproc import run_serve
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = run_serve(tmp_path / "certs", "--metrics-port", str(port))
+    assert result.returncode == 2
+    assert f"cannot listen for metrics on 127.0.0.1:{port}" in result.stderr
+
+
+def test_metrics_dir_is_cleaned_at_start(tmp_path):
+    stale = tmp_path / "prom"
+    stale.mkdir()
+    (stale / "counter_12345.db").write_bytes(b"stale")
+    srv = start(
+        tmp_path / "certs", metrics_port=free_port(), env={"PROMETHEUS_MULTIPROC_DIR": str(stale)}
+    )
+    try:
+        assert not (stale / "counter_12345.db").exists()
+        srv.review("/mutate", review(job(FULL)))
+        assert (
+            metric(srv.metrics(), HIST + "_count", endpoint="mutate", kind="Job", outcome="patched")
+            == 1
+        )
+    finally:
+        stop(srv)
+    assert os.path.isdir(stale)  # a directory we were given is left in place
+
+
+def test_a_dead_workers_live_gauges_are_dropped(tmp_path):
+    import signal
+
+    directory = tmp_path / "prom"
+    srv = start(
+        tmp_path / "certs",
+        workers=2,
+        metrics_port=free_port(),
+        env={"PROMETHEUS_MULTIPROC_DIR": str(directory)},
+    )
+    try:
+
+        def booted() -> list[int]:
+            return [
+                int(line["msg"].rsplit(" ", 1)[1])
+                for line in srv.logs()
+                if line["msg"].startswith("Booting worker with pid")
+            ]
+
+        victim = booted()[0]
+        eventually(lambda: (directory / f"gauge_livemin_{victim}.db").exists())
+        os.kill(victim, signal.SIGKILL)
+        eventually(lambda: not (directory / f"gauge_livemin_{victim}.db").exists())
+        eventually(lambda: len(booted()) == 3)  # gunicorn replaced it
+        assert srv.review("/mutate", review(job(FULL)))["response"]["allowed"]
+    finally:
+        stop(srv)

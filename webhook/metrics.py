@@ -1,0 +1,330 @@
+"""Prometheus metrics, aggregated over every gunicorn worker, on a plain-HTTP port.
+
+gunicorn runs several worker processes, and a scrape reaches one process only, so the
+workers record into ``prometheus_client``'s multiprocess files (``PROMETHEUS_MULTIPROC_DIR``,
+a fresh directory under ``$TMPDIR`` emptied at start) and a small dedicated exposition
+process (``python -m webhook.metrics``, started by ``serve``) reads all of them on each
+scrape. That process, not a thread in the gunicorn master, because the master forks
+workers for as long as it runs, and forking a process that has threads risks deadlocks
+in the child. The master binds the metrics port itself before anything else starts, so
+a port that is taken fails the start with a clear error, and hands the socket over.
+
+Every label value is bounded: kinds are the registered ones (else ``other``),
+annotations are the known keys, reasons are slugs. No user-controlled string ever
+becomes a label (it could hold a secret, and it would explode the series count).
+
+The multiprocess mode of ``prometheus_client`` is chosen when it is first imported, so
+this module imports it lazily: ``prepare_multiprocess_dir`` must run before ``get``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("webhook.metrics")  # also when run as __main__
+
+ENV = "PROMETHEUS_MULTIPROC_DIR"
+PREFIX = "retry_webhook_"
+#: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
+#: budget is milliseconds.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def prepare_multiprocess_dir() -> tuple[Path, bool]:
+    """The directory for the workers' metric files and whether it was created here:
+    ``$PROMETHEUS_MULTIPROC_DIR`` when set, else a new one under ``$TMPDIR``; emptied
+    either way (files of a previous run would be added to this run's counters)."""
+    given = os.environ.get(ENV)
+    created = not given
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for entry in path.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    else:
+        path = Path(tempfile.mkdtemp(prefix="retry-webhook-metrics-"))
+        os.environ[ENV] = str(path)
+    if "prometheus_client" in sys.modules:  # imported early: switch its value class too
+        from prometheus_client import values
+
+        values.ValueClass = values.get_value_class()
+    return path, created
+
+
+class Metrics:
+    """Every metric of the webhook, recorded by the workers."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        # Our own registry: exposition in multiprocess mode reads the files, not this;
+        # a private one also lets tests build several apps in one process.
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.admission_duration = Histogram(
+            PREFIX + "admission_duration_seconds",
+            "Time to answer one admission request, by endpoint, kind and outcome "
+            "(allowed, patched, denied, error, bad_request).",
+            ["endpoint", "kind", "outcome"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.mutations = Counter(
+            PREFIX + "mutations_total",
+            "Objects patched by the mutating webhook, once per retry-policy.dev annotation "
+            "they carry (annotation=none: changed by admin defaults alone).",
+            ["kind", "annotation"],
+            registry=r,
+        )
+        self.denials = Counter(
+            PREFIX + "denials_total",
+            "Requests denied, once per distinct problem reason.",
+            ["endpoint", "kind", "reason"],
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            PREFIX + "config_reloads_total",
+            "Config file changes seen by a worker, by result (success, failure: the last "
+            "good config stays in force).",
+            ["result"],
+            registry=r,
+        )
+        self.config_reload_ok = Gauge(
+            PREFIX + "config_last_reload_successful",
+            "1 when every worker runs the config file as it is on disk, 0 when the file's "
+            "latest version was refused.",
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        self.cert_reloads = Counter(
+            PREFIX + "certificate_reloads_total",
+            "Serving certificate changes seen by a worker, by result (success, failure: "
+            "the previous certificate is still served; expected briefly mid-rotation).",
+            ["result"],
+            registry=r,
+        )
+        self.cert_expiry = Gauge(
+            PREFIX + "certificate_expiry_timestamp_seconds",
+            "Unix time when the serving certificate expires (the earliest one any worker "
+            "serves). Alert when it is less than a few days away.",
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        self.cache_objects = Gauge(
+            PREFIX + "attempt_cache_objects",
+            "Objects in the attempt cache (jobs, failed_pods).",
+            ["resource"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
+        self.cache_synced = Gauge(
+            PREFIX + "attempt_cache_synced",
+            "0 while a worker's attempt cache has not yet listed Jobs and failed pods "
+            "(1 when synced, or when there is no cache: --kube off).",
+            multiprocess_mode="livemin",
+            registry=r,
+        )
+        self.cache_lookups = Counter(
+            PREFIX + "attempt_cache_lookups_total",
+            "Attempt lookups by result: hit (answered from the cache), miss (one bounded "
+            "GET, or none while the API is failing).",
+            ["result"],
+            registry=r,
+        )
+        self.cache_errors = Counter(
+            PREFIX + "attempt_cache_errors_total",
+            "Attempt cache errors: fallback (a GET on a miss failed), breaker_skip (GET "
+            "skipped after recent errors), watch (list/watch errors).",
+            ["type"],
+            registry=r,
+        )
+        self._cache_seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # --- the request path ---
+    def observe_admission(self, endpoint: str, kind: str, outcome: str, seconds: float) -> None:
+        self.admission_duration.labels(endpoint, kind, outcome).observe(seconds)
+
+    def count_mutation(self, kind: str, annotations: Iterable[str]) -> None:
+        names = sorted(set(annotations)) or ["none"]
+        for name in names:
+            self.mutations.labels(kind, name).inc()
+
+    def count_denial(self, endpoint: str, kind: str, reasons: Iterable[str]) -> None:
+        for reason in sorted(set(reasons)) or ["denied"]:
+            self.denials.labels(endpoint, kind, reason).inc()
+
+    # --- reloads ---
+    def config_reloaded(self, ok: bool) -> None:
+        self.config_reloads.labels("success" if ok else "failure").inc()
+        self.config_reload_ok.set(1 if ok else 0)
+
+    def config_loaded(self) -> None:
+        self.config_reload_ok.set(1)
+
+    def certificate_reloaded(self, ok: bool) -> None:
+        self.cert_reloads.labels("success" if ok else "failure").inc()
+
+    def certificate_served(self, not_after: float) -> None:
+        self.cert_expiry.set(not_after)
+
+    # --- the attempt cache (sampled: its counters live in each worker's memory) ---
+    def sample_cache(self, stats: Mapping[str, Any]) -> None:
+        if not stats.get("enabled"):
+            self.cache_synced.set(1)  # nothing to wait for
+            return
+        self.cache_objects.labels("jobs").set(stats.get("jobs", 0))
+        self.cache_objects.labels("failed_pods").set(stats.get("failed_pods", 0))
+        self.cache_synced.set(1 if stats.get("synced") else 0)
+        counters = {
+            (self.cache_lookups, "hit"): stats.get("hits", 0),
+            (self.cache_lookups, "miss"): stats.get("misses", 0),
+            (self.cache_errors, "fallback"): stats.get("fallback_errors", 0),
+            (self.cache_errors, "breaker_skip"): stats.get("breaker_skips", 0),
+            (self.cache_errors, "watch"): stats.get("watch_errors", 0),
+        }
+        with self._lock:
+            for (counter, label), total in counters.items():
+                key = f"{counter._name}/{label}"
+                delta = total - self._cache_seen.get(key, 0)
+                if delta > 0:
+                    counter.labels(label).inc(delta)
+                self._cache_seen[key] = total
+
+
+_METRICS: Metrics | None = None
+_METRICS_LOCK = threading.Lock()
+
+
+def get() -> Metrics:
+    """This process's metrics (created on first use, after ``prepare_multiprocess_dir``)."""
+    global _METRICS
+    with _METRICS_LOCK:
+        if _METRICS is None:
+            _METRICS = Metrics()
+        return _METRICS
+
+
+def worker_exited(pid: int) -> None:
+    """Drop a dead worker's ``live*`` gauges (its counters stay: totals never go back)."""
+    if os.environ.get(ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
+# --- the exposition process -------------------------------------------------------------
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The metrics listening socket, bound by the master so a taken port fails the start."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise OSError(f"cannot listen for metrics on {host}:{port}: {err.strerror}") from None
+    sock.listen(16)
+    sock.set_inheritable(True)
+    return sock
+
+
+def start_exposition(sock: socket.socket) -> Any:
+    """Run ``python -m webhook.metrics`` on ``sock``; it exits when this process does."""
+    import subprocess
+
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "webhook.metrics",
+            "--fd",
+            str(sock.fileno()),
+            "--parent",
+            str(os.getpid()),
+        ],
+        pass_fds=[sock.fileno()],
+        env=dict(os.environ),
+    )
+
+
+def stop_exposition(proc: Any) -> None:
+    import subprocess
+
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _serve(fd: int, parent: int) -> None:
+    from prometheus_client import CollectorRegistry, multiprocess
+    from prometheus_client.exposition import MetricsHandler
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+
+    class Handler(MetricsHandler.factory(registry)):  # type: ignore[misc]
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] in ("/metrics", "/"):
+                super().do_GET()
+            else:
+                self.send_error(404, "only /metrics is served here")
+
+        def log_message(self, *args: Any) -> None:
+            pass  # scrapes are not worth a log line each
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+    server.socket.close()
+    server.socket = socket.socket(fileno=fd)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("serving metrics", extra={"dir": os.environ.get(ENV)})
+    while not stop.wait(1.0):
+        if os.getppid() != parent:  # the server is gone (even by SIGKILL): go too
+            break
+    server.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m webhook.metrics")
+    parser.add_argument("--fd", type=int, required=True, help="listening socket to serve on")
+    parser.add_argument("--parent", type=int, required=True, help="exit when this pid is gone")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    from webhook import logs
+
+    logs.setup(args.log_level)
+    if not os.environ.get(ENV):
+        log.error("%s is not set: nothing to serve", ENV)
+        return 2
+    _serve(args.fd, args.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
