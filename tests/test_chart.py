@@ -189,6 +189,10 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "excluded-namespaces": {"webhook": {"excludedNamespaces": ["monitoring", "kube-system"]}},
     "config": {"config": RICH_CONFIG},
     "kube-off": {"server": {"kube": "off"}},
+    "metrics-off": {"metrics": {"port": 0}},
+    "service-monitor": {
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}
+    },
     "production": {
         "image": {"digest": "sha256:" + "a" * 64},
         "imagePullSecrets": [{"name": "registry"}],
@@ -241,9 +245,10 @@ def test_every_manifest_is_valid_kubernetes_1_37(helm, value_set):
     docs = render(helm, values)
     skipped = []
     for doc in docs:
-        if doc["apiVersion"].startswith("cert-manager.io/"):
-            # cert-manager's CRDs are not part of the Kubernetes schemas that
-            # kubernetes_validate ships; their fields are asserted in test_cert_manager_*.
+        if doc["apiVersion"].startswith(("cert-manager.io/", "monitoring.coreos.com/")):
+            # cert-manager's and the Prometheus Operator's CRDs are not part of the
+            # Kubernetes schemas that kubernetes_validate ships; their fields are asserted
+            # in test_cert_manager_* and test_metrics_*.
             skipped.append(doc["kind"])
             continue
         try:
@@ -255,8 +260,11 @@ def test_every_manifest_is_valid_kubernetes_1_37(helm, value_set):
             )
     if values.get("certManager", {}).get("enabled"):
         assert "Certificate" in skipped
-    else:
-        assert skipped == []
+    if values.get("metrics", {}).get("serviceMonitor", {}).get("enabled"):
+        assert "ServiceMonitor" in skipped
+    assert set(skipped) <= {"Issuer", "ClusterIssuer", "Certificate", "ServiceMonitor"}
+    if not values.get("certManager", {}).get("enabled"):
+        assert not set(skipped) & {"Issuer", "Certificate"}
 
 
 def test_default_objects(helm):
@@ -719,6 +727,8 @@ def test_container_args_and_image(helm):
         "--threads": "8",
         "--lookup-timeout": "0.5",
         "--log-level": "info",
+        "--metrics-port": "9090",
+        "--cache-sync-timeout": "10",
     }
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert c["image"] == f"ghcr.io/retry-policy/retry-policy-webhook:{chart['appVersion']}"
@@ -829,7 +839,7 @@ def test_service_routes_443_to_the_webhook_pods_only(helm):
     docs = render(helm, {})
     service = one(docs, "Service")
     assert service["spec"]["type"] == "ClusterIP"
-    (port,) = service["spec"]["ports"]
+    port = next(p for p in service["spec"]["ports"] if p["name"] == "https")
     assert (port["port"], port["targetPort"]) == (443, "https")
     selector = service["spec"]["selector"]
     assert selector.items() <= deployment_pod(docs)["metadata"]["labels"].items()
@@ -1197,3 +1207,47 @@ def test_every_value_is_documented():
     docs = (ROOT / "docs" / "INSTALL.md").read_text()
     missing = [key for key in _leaf_keys(values) if f"`{key}`" not in docs]
     assert missing == []
+
+
+# --- metrics --------------------------------------------------------------------------
+
+
+def test_metrics_port_is_exposed_and_annotated(helm):
+    docs = render(helm, {})
+    c = container(docs)
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in c["ports"]
+    service_ports = {p["name"]: p for p in one(docs, "Service")["spec"]["ports"]}
+    assert service_ports["metrics"]["port"] == 9090
+    assert service_ports["metrics"]["targetPort"] == "metrics"
+    annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9090"
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+
+
+def test_metrics_off_removes_port_annotations_and_passes_zero(helm):
+    docs = render(helm, VALUE_SETS["metrics-off"])
+    c = container(docs)
+    assert [p["name"] for p in c["ports"]] == ["https"]
+    assert [p["name"] for p in one(docs, "Service")["spec"]["ports"]] == ["https"]
+    annotations = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert "prometheus.io/scrape" not in annotations
+    flags = dict(zip(c["args"][1::2], c["args"][2::2], strict=False))
+    assert flags["--metrics-port"] == "0"
+
+
+def test_metrics_service_monitor(helm):
+    docs = render(helm, VALUE_SETS["service-monitor"])
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s"}
+    ]
+    service = one(docs, "Service")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_metrics_port_schema(helm):
+    assert "metrics" in render_fails(helm, {"metrics": {"port": 80}})

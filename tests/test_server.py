@@ -225,3 +225,13 @@ def test_certificate_check_now_parameter():
         later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=2)
         with pytest.raises(certs.CertError):
             certs.check(d / "c", d / "k", now=later)
+
+
+def test_missing_certificates_where_none_can_be_written_are_a_clear_error(tmp_path):
+    # Like a read-only Secret mount without the files: generation cannot write there
+    # (a regular file in the path fails even for root).
+    blocker = tmp_path / "mount"
+    blocker.write_text("not a directory")
+    result = run_serve(blocker / "tls")
+    assert result.returncode == 2
+    assert "no tls.crt and tls.key in" in result.stderr and "cannot be generated" in result.stderr

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from webhook.problems import Problem
+
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -139,6 +141,8 @@ class Verdict:
     message: str = ""
     code: int = 200
     reason: str = ""
+    #: The problems behind a denial (for metrics by reason; never encoded as they are).
+    problems: list[Problem] = field(default_factory=list)
 
 
 def clean_warnings(warnings: list[str]) -> list[str]:

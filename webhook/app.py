@@ -163,9 +163,8 @@ def policy_annotations(obj: dict[str, Any] | None) -> list[str]:
 
 
 def denial_reasons(verdict: Verdict) -> Iterable[str]:
-    """``Problem.reason`` slugs when the verdict carries its problems, else the status
-    reason (``Invalid``, ``Forbidden``): the engine does not pass problems on yet."""
-    problems = getattr(verdict, "problems", None)
+    """``Problem.reason`` slugs of a denial's problems, else the status reason."""
+    problems = verdict.problems
     if problems:
         return [p.reason for p in problems]
     return [verdict.reason or "denied"]

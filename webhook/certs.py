@@ -203,7 +203,17 @@ def ensure(directory: str | Path, service: str, namespace: str) -> tuple[CertPat
     paths = CertPaths(Path(directory))
     if paths.cert.exists() and paths.key.exists():
         return paths, False
-    return generate(directory, service, namespace), True
+    try:
+        return generate(directory, service, namespace), True
+    except OSError as err:
+        # In a cluster the directory is a read-only Secret mount: say what is missing
+        # instead of failing on the generation we only attempt for development.
+        raise CertError(
+            f"no {TLS_CERT} and {TLS_KEY} in {directory}, and development certificates "
+            f"cannot be generated there ({err.strerror or err}); mount the serving "
+            "certificate (the chart's Secret) or run: retry-webhook certs --cert-dir "
+            f"{directory}"
+        ) from None
 
 
 def check(cert_path: Path, key_path: Path, now: dt.datetime | None = None) -> x509.Certificate:

@@ -189,6 +189,7 @@ def _deny(problems: list[Problem], warnings: list[str]) -> Verdict:
         code=403 if guard_rail_only else 422,
         reason="Forbidden" if guard_rail_only else "Invalid",
         warnings=warnings,
+        problems=list(problems),
     )
 
 
