@@ -79,7 +79,13 @@ def create_app(state: State | None = None) -> Flask:
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
         if request.mimetype != "application/json":
             return bad_request(endpoint, "Content-Type must be application/json")
-        body = request.get_data(cache=False)
+        try:
+            body = request.get_data(cache=False)
+        except OSError:
+            # The client stopped sending mid-body (dropped by the server's read timeout)
+            # or went away: nobody is left to read an answer, but it is not our error.
+            record(endpoint, "unknown", "bad_request")
+            return _json({"error": "RequestTimeout", "reason": "request body not received"}, 408)
         try:
             review = admission.decode(body)
         except ReviewError as err:

@@ -146,6 +146,25 @@ def make_serving_cert(
     return key, cert
 
 
+def make_client_cert(ca_key, ca_cert: x509.Certificate, common_name: str, days: int = 365):
+    """A client certificate (for the API server's side of ``serve --client-ca``)."""
+    key = new_key()
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
+
+
 def key_pem(key) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,

@@ -259,6 +259,8 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         log_level=args.log_level,
         metrics_port=args.metrics_port,
         cache_sync_timeout=args.cache_sync_timeout,
+        client_ca=args.client_ca,
+        read_timeout=args.read_timeout,
     )
     try:
         serve(options)
@@ -305,6 +307,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help="readiness waits at most this long for the attempt cache, then fails open",
+    )
+    serve.add_argument(
+        "--client-ca",
+        metavar="FILE",
+        help="require client certificates signed by this CA (mutual TLS with the API "
+        "server; off by default)",
+    )
+    serve.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="drop a connection silent this long during the TLS handshake or a request",
     )
     serve.set_defaults(func=run_server)
 

@@ -21,6 +21,7 @@ metrics. Metrics are served by a separate process (``webhook/metrics.py``).
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import os
 import shutil
@@ -65,6 +66,65 @@ class ServeOptions:
     cache_sync_timeout: float = 10.0
     #: Seconds between a worker's checks of its config and certificate files.
     check_interval: float = 1.0
+    #: CA bundle that client certificates must chain to (off when ``None``): lets only
+    #: the API server, configured with a client certificate, call the webhook.
+    client_ca: str | None = None
+    #: Seconds a connection may stay silent mid-handshake or mid-request.
+    read_timeout: float = 10.0
+
+
+def bounded_socket_class(read_timeout: float) -> type[ssl.SSLSocket]:
+    """An SSLSocket whose blocking mode has a timeout.
+
+    gunicorn's threaded worker makes a connection's socket blocking while a thread reads
+    the request, with no timeout: a client that completes the TLS handshake (or starts a
+    request) and then goes silent would hold that thread forever, and a handful of such
+    clients would starve the worker. With this class, a silence of ``read_timeout``
+    seconds during the handshake or the request ends the connection and frees the
+    thread; kept-alive idle connections are not affected (they wait in the poller).
+    """
+
+    class BoundedSSLSocket(ssl.SSLSocket):
+        _stalled = False
+
+        def setblocking(self, flag: bool) -> None:
+            if flag:
+                self.settimeout(read_timeout)
+            else:
+                super().setblocking(False)
+
+        def do_handshake(self, block: bool = False) -> None:
+            if self.gettimeout() is None:
+                self.settimeout(read_timeout)
+            try:
+                super().do_handshake(block)
+            except TimeoutError:
+                raise self._dropped() from None
+
+        def recv(self, buflen: int = 1024, flags: int = 0) -> bytes:
+            try:
+                return super().recv(buflen, flags)
+            except TimeoutError:
+                raise self._dropped() from None
+
+        def _dropped(self) -> ConnectionResetError:
+            # Reported as a reset: gunicorn then closes quietly (a stalled client is not
+            # a server error worth a traceback in the logs, and could flood them).
+            self._stalled = True
+            return ConnectionResetError(
+                errno.ECONNRESET, f"no data for {read_timeout:g}s: connection dropped"
+            )
+
+        def shutdown(self, how: int) -> None:
+            # gunicorn closes connections "gracefully" on its main thread: half-close, then
+            # linger up to 2 s for the peer to close. A peer that has just been dropped for
+            # stalling would make every such close stall the whole worker; refusing the
+            # half-close makes gunicorn close at once instead.
+            if self._stalled:
+                raise OSError("stalled connection: closed without lingering")
+            super().shutdown(how)
+
+    return BoundedSSLSocket
 
 
 class _Changing(Exception):
@@ -74,9 +134,18 @@ class _Changing(Exception):
 class TlsContexts:
     """One server SSLContext, reloaded when the certificate or key file changes."""
 
-    def __init__(self, cert: Path, key: Path, check_interval: float = 1.0):
+    def __init__(
+        self,
+        cert: Path,
+        key: Path,
+        check_interval: float = 1.0,
+        client_ca: Path | None = None,
+        read_timeout: float = ServeOptions.read_timeout,
+    ):
         self.cert = cert
         self.key = key
+        self.client_ca = client_ca
+        self.socket_class = bounded_socket_class(read_timeout)
         self.check_interval = check_interval
         self._lock = threading.Lock()
         self.metrics: metrics.Metrics | None = None
@@ -121,6 +190,11 @@ class TlsContexts:
         context.set_ciphers(CIPHERS)
         context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
         context.load_cert_chain(str(self.cert), str(self.key))
+        context.sslsocket_class = self.socket_class
+        if self.client_ca is not None:
+            # Every handshake must present a certificate signed by this CA (mutual TLS).
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=str(self.client_ca))
         return context
 
     def attach(self, recorder: metrics.Metrics) -> None:
@@ -319,7 +393,15 @@ def serve(options: ServeOptions) -> None:
             "generated development certificates",
             extra={"cert_dir": str(paths.directory), "ca": str(paths.ca_cert)},
         )
-    tls = TlsContexts(paths.cert, paths.key, options.check_interval)
+    client_ca = Path(options.client_ca) if options.client_ca else None
+    if client_ca is not None and not client_ca.is_file():
+        raise certs.CertError(f"client CA bundle {client_ca} does not exist")
+    try:
+        tls = TlsContexts(
+            paths.cert, paths.key, options.check_interval, client_ca, options.read_timeout
+        )
+    except ssl.SSLError as err:
+        raise certs.CertError(f"cannot load TLS files: {err}") from None
     exposition, directory, created = None, None, False
     if options.metrics_port:
         directory, created = metrics.prepare_multiprocess_dir()
