@@ -459,7 +459,7 @@ def source_text(
         # The retriable codes have a value even when nobody set them (143, SIGTERM).
         return "built-in default" if name == "retriable-exit-codes" else "not set"
     if setting.source is Source.KUBERNETES:
-        return default
+        return f"the {default}" if long else default
     return setting.source.value
 
 

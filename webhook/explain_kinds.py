@@ -73,7 +73,7 @@ from webhook.mutators.jobset import (
     MAX_RESTARTS,
     RULE_NAME,
 )
-from webhook.policy import INT32_MAX, Policy, Source
+from webhook.policy import INT32_MAX, Policy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------
 
@@ -110,8 +110,7 @@ def _start(
 def _origin(policy: Policy, default: str) -> str:
     """Where the budget came from, as the parenthesis after its value says it."""
     setting = policy.setting("backoff-limit")
-    text = source_text("backoff-limit", setting, long=True, default=default)
-    return text if setting.source is Source.KUBERNETES else f"from {text}"
+    return "from " + source_text("backoff-limit", setting, long=True, default=default)
 
 
 def _int(value: Any) -> int | None:
@@ -120,7 +119,7 @@ def _int(value: Any) -> int | None:
 
 # --- jobset.x-k8s.io/v1alpha2 JobSet -----------------------------------------------------
 
-JOBSET_DEFAULT = "the JobSet default"
+JOBSET_DEFAULT = "JobSet default"
 #: What a child Job's failure reason means, for rules that name one reason.
 REASON_WORDS = {
     "PodFailurePolicy": "a FailJob rule of its podFailurePolicy matched",
@@ -358,7 +357,7 @@ def _replicated_job(
     item.examples = simulator.examples()
     if failure_policy is None:
         item.plan = build_plan(
-            "spec.failurePolicy (none: no restarts)",
+            "no failurePolicy: maxRestarts",
             0,
             view.pods.backoff_limit,
             view.pods.non_spot_attempts,
@@ -496,8 +495,8 @@ class JobSetSimulator:
                 text, ending = self._job_failed(reason, outcome.message, counters)
                 result = f"{lead(outcome.verdict, self._job_text(outcome.result, reason))}; {text}"
             made = Step(
-                pod=number,
-                attempt=outcome.attempt,
+                pod=outcome.attempt if self.job.on_failure else number,
+                attempt=number if self.job.on_failure else outcome.attempt,
                 nodes="same pod" if self.job.on_failure else placed,
                 event=event.token,
                 what=event.describe(self.job.main),
@@ -595,7 +594,7 @@ class JobSetSimulator:
 
 # --- ray.io/v1 RayJob -------------------------------------------------------------------
 
-RAYJOB_DEFAULT = "the RayJob default"
+RAYJOB_DEFAULT = "RayJob default"
 
 
 @explainer("ray.io", "RayJob")
@@ -661,7 +660,7 @@ def explain_rayjob(subject: Subject) -> list[Explanation]:
 
 # --- kubeflow.org/v1 PyTorchJob -----------------------------------------------------------
 
-PYTORCH_DEFAULT = "the PyTorchJob default"
+PYTORCH_DEFAULT = "PyTorchJob default"
 #: The training operator's default restartPolicy for a replica that sets none.
 OPERATOR_DEFAULT_RESTART_POLICY = "OnFailure"
 PYTORCH_FAILED = "PyTorchJobFailed"
@@ -770,43 +769,43 @@ def _pytorch_when(policy_name: str) -> str:
 
 
 def _pytorch_no_match(policy_name: str, limit: int | None) -> str:
-    scope = "runPolicy.backoffLimit" if limit is not None else "nothing: there is no limit"
+    counts = "counts against runPolicy.backoffLimit" if limit is not None else "counts (no limit)"
     if policy_name == "ExitCode":
         return (
             f"anything else (exit codes {pytorchjob.RETRIED_FROM}-255, or a pod that failed "
             f"before container {pytorchjob.DEFAULT_CONTAINER} exited): the pod is replaced, "
-            f"counts against {scope}"
+            f"{counts}"
         )
     if policy_name == "Never":
         return ""
     return (
         f"with restartPolicy {policy_name}, a failed container restarts inside its pod and "
-        f"every restart counts against {scope}; a pod that fails as a whole (evicted, "
-        "preempted) is replaced and counts too"
+        f"every restart {counts}; a pod that fails as a whole (evicted, preempted) is "
+        "replaced and counts too"
     )
 
 
 def _pytorch_budget(limit: int | None, origin: str, policy_name: str, who: str) -> str:
-    rp = f"restartPolicy {policy_name} ({who})"
+    rp = f"restartPolicy is {policy_name} ({who})"
     if policy_name == "Never":
         return (
-            f"With {rp}, a failed pod is not replaced: the first failure fails the PyTorchJob "
-            f"(reason {PYTORCH_FAILED})."
+            f"The {rp}: a failed pod is not replaced, and the first failure fails the "
+            f"PyTorchJob (reason {PYTORCH_FAILED})."
         )
     if limit is None:
         return (
-            f"runPolicy.backoffLimit is not set ({origin}): the training operator retries "
-            f"failed pods without limit ({rp})."
+            f"The {rp}, and runPolicy.backoffLimit is not set ({origin}): the training "
+            "operator retries failed pods without limit."
         )
     if policy_name in ("OnFailure", "Always"):
         runs = "the first restart fails it" if limit == 0 else f"restart number {limit} fails it"
         return (
-            f"runPolicy.backoffLimit is {limit} ({origin}). With {rp}, a failed container "
-            "restarts inside its pod and the training operator counts the restarts of all "
+            f"runPolicy.backoffLimit is {limit} ({origin}), and the {rp}: a failed container "
+            "restarts inside its pod, and the training operator counts the restarts of all "
             f"pods together: {runs} (reason {PYTORCH_FAILED})."
         )
     return (
-        f"runPolicy.backoffLimit is {limit} ({origin}): with {rp}, the training operator "
+        f"runPolicy.backoffLimit is {limit} ({origin}), and the {rp}: the training operator "
         f"replaces a failed pod up to {count_of(limit, 'time')} (failures of every replica "
         f"count together), so the job gets up to {count_of(limit + 1, 'attempt')}; failure "
         f"number {limit + 1} fails it (reason {PYTORCH_FAILED})."
