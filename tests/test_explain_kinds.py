@@ -16,6 +16,7 @@ import yaml
 from conftest import ROOT, P, job_owner, pod, review
 from test_cli import run
 from test_explain import assert_text_and_json_agree, explained, readme_block, rows, setting
+from workloads import FULL
 
 from webhook import admission, cli, engine, explain
 from webhook.config import Config, parse_config
@@ -24,13 +25,6 @@ from webhook.explain_kinds import describe_job_failure, jobset_rule_matches
 BIN = Path(sys.executable).parent / "retry-webhook"
 EXAMPLES = ROOT / "examples"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-FULL = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
-    P + "non-spot-attempts": "1",
-}
 
 
 def pod_spec(*names, restart_policy="Never"):
