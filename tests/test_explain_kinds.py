@@ -20,6 +20,7 @@ from workloads import FULL
 
 from webhook import admission, cli, engine, explain
 from webhook.config import Config, parse_config
+from webhook.explain import PlanGap
 from webhook.explain_kinds import describe_job_failure, jobset_rule_matches
 
 BIN = Path(sys.executable).parent / "retry-webhook"
@@ -490,6 +491,27 @@ def test_jobset_simulate_restart_job_recreates_one_job():
     assert (sim.ending.state, sim.ending.reason) == ("Failed", "ReachedMaxRestarts")
 
 
+@pytest.mark.parametrize(
+    ("max_failed", "job_reason", "reason"),
+    [
+        (None, "FailedIndexes", "FailJobSetFailurePolicyAction"),
+        (0, "MaxFailedIndexesExceeded", "ReachedMaxRestarts"),
+    ],
+)
+def test_jobset_simulate_indexed_child_jobs(max_failed, job_reason, reason):
+    """An index that fails fails its Job with FailedIndexes once the others are done (or at
+    once with MaxFailedIndexesExceeded), and the JobSet rules see that reason."""
+    child = {"completionMode": "Indexed", "completions": 2, "backoffLimitPerIndex": 0}
+    if max_failed is not None:
+        child["maxFailedIndexes"] = max_failed
+    rules = [{"name": "badShard", "action": "FailJobSet", "onJobFailureReasons": ["FailedIndexes"]}]
+    obj = jobset(jobs=[replicated("leader", **child)], failure_policy={"rules": rules})
+    sim = jobset_sim(obj, "143")
+    (step,) = sim.steps
+    assert f"the Job fails ({job_reason})" in step.result
+    assert (sim.ending.state, sim.ending.reason) == ("Failed", reason)
+
+
 def test_jobset_restart_policy_defaulted_by_jobset_restarts_in_place():
     jobs = [replicated("leader", restart_policy=None)]
     parts = by_part(jobset(jobs=jobs), None, "1,1,1,1,1,1")
@@ -578,6 +600,23 @@ def test_rayjob_has_no_rules_and_a_plan_of_attempts():
         "retried, 1 retry left",
         "the RayJob fails (AppFailed)",
     ]
+
+
+@pytest.mark.parametrize("backoff", [0, 1, 40])
+def test_rayjob_plan_rows_at_the_boundaries(backoff):
+    obj = rayjob({P + "backoff-limit": str(backoff), P + "error-propagation": "earliest"})
+    (item,) = items(obj)
+    plan = rows(item.plan)
+    assert (plan[0].attempt, plan[-1].attempt) == (1, backoff + 1)
+    assert plan[-1].if_fails == "the RayJob fails (AppFailed)"
+    assert [r.retries_left for r in plan[:-1]] == [backoff - r.failures_before for r in plan[:-1]]
+    gaps = [(g.first, g.last) for g in item.plan.rows if isinstance(g, PlanGap)]
+    assert gaps == ([(4, backoff - 2)] if backoff + 1 > 12 else [])
+    # No placement for a RayJob: its pods carry nothing the pod webhook could place them by.
+    final = reviewed(obj).result["spec"]["rayClusterSpec"]
+    for template in [final["headGroupSpec"]["template"], final["workerGroupSpecs"][0]["template"]]:
+        assert {r.nodes for r in plan} == {"any node"}
+        assert not placed_by_pod_webhook(template, labels={RESTART_ATTEMPT: str(backoff)})
 
 
 def test_rayjob_on_an_existing_cluster_is_never_retried():
@@ -830,4 +869,4 @@ def test_readme_jobset_example_is_what_the_command_prints():
     workers = out.index("JobSet ml/llm-pretrain (replicatedJob workers)")
     start = out.index("Attempt plan", workers)
     end = out.index("\nNotes:", start)
-    assert readme_block("<!-- explain-jobset-output -->") == out[start : end + 1]
+    assert readme_block("<!-- explain-jobset-output -->") == out[start:end]

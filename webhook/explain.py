@@ -1074,10 +1074,9 @@ class JobSimulator:
         else:
             again = " again" if not counts else ""
             status = "counted (" if counts else "not counted (still "
-            result = (
-                f"{status}{self._tally(used)}); "
-                f"next: attempt {used + 1}{again}, {where or self._where(used)}"
-            )
+            # With nothing allowed, only an ignored failure gets here: no tally to show.
+            tally = f"{status}{self._tally(used)})" if self.limit else "not counted"
+            result = f"{tally}; next: attempt {used + 1}{again}, {where or self._where(used)}"
         return PodOutcome(match, counts, attempt + 1, used, verdict, result, ending, message)
 
     def _fail_on_failure(self, state: JobState, event: Event) -> PodOutcome:
