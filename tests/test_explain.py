@@ -586,6 +586,7 @@ def assert_text_and_json_agree(item):
     for sentence in [data["budget"], *data["examples"], *data["notes"], *data["changes"]]:
         assert flat(sentence) in words
     assert len(re.findall(r"^  \d+\. ", text, re.M)) == len(data["rules"])
+    assert flat(data["rulesIntro"]) in words and bool(data["rulesIntro"]) is bool(data["rules"])
     for rule in data["rules"]:
         assert f"({rule['action']}); {rule['origin']}." in words
     if data["plan"] is None:

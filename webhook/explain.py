@@ -1442,6 +1442,7 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
         "changes": item.changes,
         "settings": [dataclasses.asdict(s) for s in item.settings],
         "budget": item.budget,
+        "rulesIntro": item.rules_intro if item.rules else "",
         "rules": [dataclasses.asdict(r) for r in item.rules],
         "noMatch": item.no_match,
         "examples": item.examples,

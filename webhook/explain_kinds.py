@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.engine import json_copy
 from webhook.explain import (
     WORKLOAD_KEYS,
     Ending,
@@ -170,7 +171,7 @@ def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
     """JobSet's own webhook sets an unset restartPolicy in a replicated Job's pod template
     to OnFailure: explain the templates with it, as their Jobs will run. Also returns the
     indexes of the replicated Jobs whose restartPolicy this defaulted."""
-    final = _copy(subject.final)
+    final = json_copy(subject.final)
     defaulted = set()
     for index, rjob in enumerate(get_path(final, ("spec", "replicatedJobs")) or []):
         pod_spec = get_path(rjob, ("template", "spec", "template", "spec"))
@@ -180,14 +181,6 @@ def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
     return Subject(
         subject.original, final, subject.outcome, subject.ctx, subject.changes
     ), defaulted
-
-
-def _copy(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _copy(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_copy(v) for v in obj]
-    return obj
 
 
 def _jobset_overview(
@@ -342,7 +335,7 @@ def _replicated_job(
     name = _name(rjob, index)
     item = subject.header(f"replicatedJob {name}")
     item.changes = []  # listed once, with the JobSet
-    item.budget = _child_budget(view, set_policy, name)
+    item.budget = _child_budget(view, set_policy, failure_policy is not None)
     item.rules = view.rule_lines()
     item.no_match = view.no_match()
     max_restarts = _int((failure_policy or {}).get("maxRestarts")) or 0
@@ -377,7 +370,8 @@ def _replicated_job(
     return item
 
 
-def _child_budget(view: JobSpecView, set_policy: Policy, name: str) -> str:
+def _child_budget(view: JobSpecView, set_policy: Policy, restarts: bool) -> str:
+    """The child Job's own budget, and what its failure does to the set."""
     setting = view.policy.setting("backoff-limit")
     asked = set_policy.setting("backoff-limit")
     if (
@@ -393,6 +387,8 @@ def _child_budget(view: JobSpecView, set_policy: Policy, name: str) -> str:
     else:
         origin = "from " + source_text("backoff-limit", setting, long=True)
     text = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
+    if not restarts:
+        return f"{text} A Job that fails fails the whole JobSet: it has no failurePolicy."
     return (
         f"{text} A Job that fails does not end the JobSet by itself: the JobSet's failure "
         "policy (above) decides."
@@ -517,7 +513,7 @@ class JobSetSimulator:
 
     @staticmethod
     def _job_text(result: str, reason: str) -> str:
-        if reason in ("FailedIndexes",) and "index fails" in result:
+        if reason == "FailedIndexes":
             return f"{result}; once its other indexes are done the Job fails (FailedIndexes)"
         if result.startswith("the Job fails"):
             return f"{result} ({reason})"
