@@ -557,9 +557,10 @@ def test_denial_text_fits_80_columns_and_lists_every_problem():
 
 
 def plan_lines(text):
+    """The rows (and gap lines) of the plan table in ``text``."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Attempt plan"))
-    header = next(i for i in range(start, len(lines)) if lines[i].lstrip().startswith("attempt"))
+    header = next(i for i in range(start, len(lines)) if re.match(r"  (attempt|run) ", lines[i]))
     body = []
     for line in lines[header + 1 :]:
         if not line.strip():
@@ -569,32 +570,59 @@ def plan_lines(text):
     return body
 
 
+def flat(text):
+    return " ".join(text.split())
+
+
+def assert_text_and_json_agree(item):
+    """One explanation says the same in its text and in its JSON: settings, budget, rules,
+    examples, plan rows and gaps, simulated steps and outcome, notes."""
+    text = explain.render_text([item])
+    (data,) = explain.to_json([item])["items"]
+    assert json.loads(json.dumps(data)) == data  # plain data
+    words = flat(text)
+    for s in data["settings"]:
+        assert re.search(rf"^  {re.escape(s['name'])} +\S+ +{re.escape(s['text'])}", text, re.M)
+    for sentence in [data["budget"], *data["examples"], *data["notes"], *data["changes"]]:
+        assert flat(sentence) in words
+    assert len(re.findall(r"^  \d+\. ", text, re.M)) == len(data["rules"])
+    assert flat(data["rulesIntro"]) in words and bool(data["rulesIntro"]) is bool(data["rules"])
+    for rule in data["rules"]:
+        assert f"({rule['action']}); {rule['origin']}." in words
+    if data["plan"] is None:
+        assert "Attempt plan" not in text
+    else:
+        body = plan_lines(text)
+        plan = data["plan"]
+        assert len(body) == len(plan["rows"]) + len(plan["omitted"])
+        shown = [line.split()[:2] for line in body if not line.lstrip().startswith("...")]
+        assert shown == [[str(r["attempt"]), str(r["failuresBefore"])] for r in plan["rows"]]
+        assert sum("non-spot only" in line for line in body) == sum(
+            r["nodes"] == "non-spot only" for r in plan["rows"]
+        )
+    sim = data["simulation"]
+    if sim is None:
+        assert "Simulation of" not in text
+        return
+    outcome = sim["outcome"]
+    if outcome["reason"]:
+        assert f"reason {outcome['reason']}" in words or outcome["state"] == "IndexFailed"
+    owner = data["owner"]
+    assert (f"Outcome: the {owner} is still running" in words) is (outcome["state"] == "Running")
+    assert (f"Outcome: the {owner} fails; {sim['failedAs']}" in words) is (
+        outcome["state"] == "Failed"
+    )
+    steps = re.findall(r"^  (?:pod \d+ \(|attempt \d+: )", text, re.M)
+    assert len(steps) == len(sim["steps"])
+    for step in sim["steps"]:
+        assert flat(step["what"]) in words
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_json_and_text_agree(case):
     obj, events = CASES[case]
-    items = explained(obj, events=events)
-    text = explain.render_text(items)
-    (data,) = explain.to_json(items)["items"]
-    # The same plan rows (and gaps), the same attempt numbers and placements.
-    body = plan_lines(text)
-    assert len(body) == len(data["plan"]["rows"]) + len(data["plan"]["omitted"])
-    shown = [line.split()[:2] for line in body if not line.lstrip().startswith("...")]
-    assert shown == [[str(r["attempt"]), str(r["failuresBefore"])] for r in data["plan"]["rows"]]
-    assert sum("non-spot only" in line for line in body) == sum(
-        r["nodes"] == "non-spot only" for r in data["plan"]["rows"]
-    )
-    # The same outcome, the same simulated pods, the same rules and settings.
-    outcome = data["simulation"]["outcome"]
-    flat = " ".join(text.split())
-    if outcome["reason"]:
-        assert f"reason {outcome['reason']}" in flat or outcome["state"] == "IndexFailed"
-    assert (f"Outcome: the {data['kind']} is still running" in flat) is (
-        outcome["state"] == "Running"
-    )
-    assert len(re.findall(r"^  pod \d+ \(attempt", text, re.M)) == len(data["simulation"]["steps"])
-    assert len(re.findall(r"^  \d+\. ", text, re.M)) == len(data["rules"])
-    for s in data["settings"]:
-        assert re.search(rf"^  {re.escape(s['name'])} +\S+ +{re.escape(s['text'])}", text, re.M)
+    (item,) = explained(obj, events=events)
+    assert_text_and_json_agree(item)
 
 
 def test_json_is_plain_data_with_the_simulation():

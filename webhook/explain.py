@@ -31,7 +31,14 @@ from webhook import engine, failurepolicy
 from webhook.config import Config
 from webhook.failurepolicy import ContainerExit, Match, PodFailure
 from webhook.mutators import Context, Outcome, workload_policy
+from webhook.mutators.job import (
+    API_DEFAULT_BACKOFF_LIMIT,
+    LimitField,
+    job_limit_field,
+    resolve_limit,
+)
 from webhook.policy import (
+    INT32_MAX,
     PREFIX,
     BadValue,
     Layer,
@@ -181,6 +188,8 @@ class Plan:
     limit: int
     non_spot_attempts: int
     rows: list[PlanRow | PlanGap]
+    #: What one row is: an "attempt" (a pod), or a "run" of a JobSet (every Job recreated).
+    unit: str = "attempt"
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,10 @@ class Step:
     counted: bool
     counted_failures: int
     result: str
+    #: JobSets: the run the pod belonged to (1-based), and the JobSet's status.restarts
+    #: after this failure (its pods' restart-attempt label from then on).
+    run: int | None = None
+    restarts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +223,10 @@ class Simulation:
     steps: list[Step]
     ending: Ending
     unused: list[str] = field(default_factory=list)
+    #: What one event fails: a "pod", or a whole "attempt" (a RayJob's RayCluster run).
+    unit: str = "pod"
+    #: Where the failure shows: "condition Failed", or a RayJob's "jobDeploymentStatus Failed".
+    failed_as: str = "condition Failed"
 
 
 class Simulator(Protocol):
@@ -240,6 +257,14 @@ class Explanation:
     notes: list[str] = field(default_factory=list)
     simulation: Simulation | None = None
     simulator: Simulator | None = field(default=None, repr=False)
+    #: The kind a simulated failure ends (a CronJob's Jobs fail, not the CronJob).
+    owner: str = ""
+    #: The sentence that introduces ``rules``.
+    rules_intro: str = (
+        "When a pod fails, Kubernetes checks these rules in order; the first match wins:"
+    )
+    #: Said instead of the generic note when ``--simulate`` is given and there is no simulator.
+    simulate_note: str = ""
 
 
 @dataclass
@@ -267,6 +292,11 @@ class Subject:
 
     def policy(self, where: str) -> Policy | None:
         return self.outcome.policies.get(where) if self.outcome is not None else None
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        spec = self.final.get("spec")
+        return spec if isinstance(spec, dict) else {}
 
     def header(self, part: str = "") -> Explanation:
         metadata = self.final.get("metadata") or {}
@@ -342,8 +372,9 @@ def explain(
         for item in explanations:
             if item.simulator is None:
                 item.notes.append(
-                    f"--simulate does not apply to a {item.kind}: Kubernetes does not retry "
-                    "it; simulate the workload that creates it"
+                    item.simulate_note
+                    or f"--simulate does not apply to a {item.kind}: Kubernetes does not "
+                    "retry it; simulate the workload that creates it"
                 )
                 continue
             _check_containers(item, events)
@@ -366,7 +397,11 @@ def _check_containers(item: Explanation, events: Sequence[Event]) -> None:
 # --- settings and their provenance -------------------------------------------------------
 
 
-def setting_lines(policy: Policy, names: Iterable[str]) -> list[SettingLine]:
+def setting_lines(
+    policy: Policy, names: Iterable[str], default: str = Source.KUBERNETES.value
+) -> list[SettingLine]:
+    """One line per setting; ``default`` names the API whose default a value is when it
+    came from no one (a RayJob's ``backoffLimit`` is its CRD's default, not Kubernetes')."""
     lines = []
     for name in names:
         setting = policy.setting(name)
@@ -376,7 +411,7 @@ def setting_lines(policy: Policy, names: Iterable[str]) -> list[SettingLine]:
                 value=_value_text(name, setting.value),
                 source=setting.source.value,
                 detail=setting.detail,
-                text=_source_text(name, setting),
+                text=source_text(name, setting, default=default),
             )
         )
     return lines
@@ -407,7 +442,9 @@ def _ranges(values: Iterable[Any]) -> list[str]:
     return out
 
 
-def _source_text(name: str, setting: Setting, long: bool = False) -> str:
+def source_text(
+    name: str, setting: Setting, long: bool = False, default: str = Source.KUBERNETES.value
+) -> str:
     """Where a value came from, in words; ``long`` names the annotation key too."""
     detail = setting.detail.strip("()")
     if setting.source is Source.ANNOTATION:
@@ -419,14 +456,17 @@ def _source_text(name: str, setting: Setting, long: bool = False) -> str:
     if setting.source is Source.CLUSTER and detail:
         return f"cluster guard rail {detail}" if "guardRails" in detail else "cluster default"
     if setting.source is Source.BUILTIN:
-        return "not set"
+        # The retriable codes have a value even when nobody set them (143, SIGTERM).
+        return "built-in default" if name == "retriable-exit-codes" else "not set"
+    if setting.source is Source.KUBERNETES:
+        return f"the {default}" if long else default
     return setting.source.value
 
 
 # --- podFailurePolicy rules in words -----------------------------------------------------
 
 
-def _join(values: Sequence[Any], word: str = "or", limit: int = 8) -> str:
+def join_words(values: Sequence[Any], word: str = "or", limit: int = 8) -> str:
     items = [str(v) for v in values]
     if len(items) > limit:
         return ", ".join(items[:limit]) + f" {word} {len(items) - limit} more"
@@ -447,9 +487,9 @@ def describe_when(rule: Mapping[str, Any]) -> str:
         )
         plural = "s" if len(values) > 1 or "-" in "".join(values) else ""
         if codes.get("operator") == "NotIn":
-            return f"a non-zero exit code other than {_join(values)} {where}"
+            return f"a non-zero exit code other than {join_words(values)} {where}"
         if codes.get("operator") == "In":
-            return f"exit code{plural} {_join(values)} {where}"
+            return f"exit code{plural} {join_words(values)} {where}"
         return f"exit codes with operator {codes.get('operator')!r} (never matches)"
     conditions = rule.get("onPodConditions")
     if isinstance(conditions, list):
@@ -464,7 +504,7 @@ def describe_when(rule: Mapping[str, Any]) -> str:
                 phrases.append(f"the pod has condition {kind}")
             else:
                 phrases.append(f"the pod's condition {kind} is {status}")
-        return _join(phrases) if phrases else "no condition (never matches)"
+        return join_words(phrases) if phrases else "no condition (never matches)"
     return "nothing (the rule has neither onExitCodes nor onPodConditions)"
 
 
@@ -524,16 +564,16 @@ def runs_non_spot(failures: int, backoff_limit: int | None, non_spot_attempts: i
     return failures >= backoff_limit + 1 - non_spot_attempts
 
 
-def _nodes(non_spot: bool) -> str:
+def nodes_text(non_spot: bool) -> str:
     return "non-spot only" if non_spot else "any node"
 
 
-def _count(n: int, noun: str) -> str:
+def count_of(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _on(nodes: str) -> str:
-    return "on non-spot nodes only" if nodes == _nodes(True) else "on any node"
+def on_nodes(nodes: str) -> str:
+    return "on non-spot nodes only" if nodes == nodes_text(True) else "on any node"
 
 
 def _retries(n: int) -> str:
@@ -546,9 +586,11 @@ def build_plan(
     placement_limit: int | None,
     non_spot_attempts: int,
     final: str,
+    unit: str = "attempt",
 ) -> Plan:
     """One row per attempt ``a`` = 0..limit (counted failures before it); long plans keep
-    their first and last rows and the rows around the non-spot boundary."""
+    their first and last rows and the rows around the non-spot boundary. With ``unit``
+    "run" a row is one run of a JobSet and ``a`` the restarts before it."""
     keep = set(range(min(3, limit + 1))) | set(range(max(0, limit - 2), limit + 1))
     if non_spot_attempts > 0 and placement_limit is not None:
         boundary = placement_limit + 1 - non_spot_attempts
@@ -565,19 +607,25 @@ def build_plan(
             PlanRow(
                 attempt=a + 1,
                 failures_before=a,
-                nodes=_nodes(runs_non_spot(a, placement_limit, non_spot_attempts)),
-                if_fails=f"retried, {_retries(left)}" if left else final,
+                nodes=nodes_text(runs_non_spot(a, placement_limit, non_spot_attempts)),
+                if_fails=_again(unit, left) if left else final,
                 retries_left=left or None,
             )
         )
         previous = a
-    return Plan(limit_field, limit, non_spot_attempts, rows)
+    return Plan(limit_field, limit, non_spot_attempts, rows, unit)
+
+
+def _again(unit: str, left: int) -> str:
+    if unit == "run":
+        return f"the set restarts, {left} restart{'' if left == 1 else 's'} left"
+    return f"retried, {_retries(left)}"
 
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
 
 
-def _at(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
+def at_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
     """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
     node: Any = obj
     for part in path:
@@ -593,13 +641,13 @@ def _at(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
     return node
 
 
-def _rules_of(spec: Any) -> list[Any]:
+def rules_of(spec: Any) -> list[Any]:
     pfp = spec.get("podFailurePolicy") if isinstance(spec, dict) else None
     rules = pfp.get("rules") if isinstance(pfp, dict) else None
     return list(rules) if isinstance(rules, list) else []
 
 
-def _container_names(pod_spec: Mapping[str, Any]) -> list[str]:
+def container_names(pod_spec: Mapping[str, Any]) -> list[str]:
     """Regular containers first (the first is the "main" one events default to)."""
     names = []
     for group in ("containers", "initContainers"):
@@ -609,93 +657,152 @@ def _container_names(pod_spec: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def _pod_policy(annotations: Any) -> Policy:
+def template_pod_policy(annotations: Any) -> Policy:
     """What a pod created from a template learns from its annotations (as the pod webhook)."""
     values, _ = parse_annotations(annotations if isinstance(annotations, dict) else None, Scope.POD)
     return resolve([Layer(Source.ANNOTATION, values)])
 
 
-def _unmanaged_policy(subject: Subject, path: Sequence[str], spec: Mapping[str, Any]) -> Policy:
+def _unmanaged_policy(
+    subject: Subject, path: Sequence[str], spec: Mapping[str, Any], defaulted: bool = True
+) -> Policy:
     """The policy of a JobSpec the mutator did not touch (no annotations, no defaults):
     resolved the same way, so provenance still says where backoffLimit came from."""
-    from webhook.mutators.job import resolve_backoff_limit
+    return unmanaged_policy(subject, job_limit_field(tuple(path), spec, defaulted))
 
-    metadata = subject.final.get("metadata")
-    policy, _ = workload_policy(metadata, subject.ctx)
-    return resolve_backoff_limit(subject.final, tuple(path), spec, policy, Outcome())
+
+def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
+    """The policy of an object the mutator did not touch, resolved against ``field`` (the
+    kind's budget) the way the mutator would have."""
+    policy, _ = workload_policy(subject.final.get("metadata"), subject.ctx)
+    return resolve_limit(subject.final, field, policy, Outcome())
+
+
+@dataclass
+class JobSpecView:
+    """The retry facts of one batch/v1 JobSpec, as the Job controller will read them."""
+
+    where: str
+    policy: Policy
+    #: The template's pod policy (what its pods learn from their annotations).
+    pods: Policy
+    containers: list[str]
+    limit: int
+    per_index: int | None
+    max_failed: int | None
+    rules: list[Any]
+    user_rules: list[Any]
+    on_failure: bool
+    parallelism: Any = None
+    completions: Any = None
+
+    @property
+    def scope(self) -> str:
+        return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
+
+    @property
+    def budget(self) -> int:
+        return self.per_index if self.per_index is not None else self.limit
+
+    def rule_lines(self) -> list[RuleLine]:
+        return rule_lines(self.rules, self.user_rules, self.policy, self.scope)
+
+    def no_match(self) -> str:
+        if self.on_failure:
+            return (
+                "with restartPolicy OnFailure, a failed container restarts inside the same pod "
+                "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
+            )
+        if self.rules:
+            return f"anything else (no rule matches): retried, counts against {self.scope}"
+        return f"there are no podFailurePolicy rules: every failure counts against {self.scope}"
+
+    def simulator(self) -> JobSimulator:
+        return JobSimulator(
+            rules=self.rules,
+            backoff_limit=self.limit,
+            per_index=self.per_index,
+            max_failed_indexes=self.max_failed,
+            placement_limit=self.pods.backoff_limit,
+            non_spot_attempts=self.pods.non_spot_attempts,
+            containers=self.containers,
+            on_failure=self.on_failure,
+        )
+
+
+def job_spec_view(
+    subject: Subject, path: Sequence[str], defaulted: bool = True
+) -> JobSpecView | None:
+    """The JobSpec at ``path`` of the reviewed object (``None`` when there is none), with
+    the policy the mutator recorded for it. ``defaulted`` says whether the API server
+    defaults this spec (a Job's own) or not (a template in a CronJob or JobSet)."""
+    where = ".".join(path)
+    spec = at_path(subject.final, path)
+    if not isinstance(spec, dict):
+        return None
+    policy = subject.policy(where) or _unmanaged_policy(subject, path, spec, defaulted)
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    limit = spec.get("backoffLimit")
+    per_index = spec.get("backoffLimitPerIndex")
+    max_failed = spec.get("maxFailedIndexes")
+    return JobSpecView(
+        where=where,
+        policy=policy,
+        pods=template_pod_policy((template.get("metadata") or {}).get("annotations")),
+        containers=container_names(pod_spec),
+        limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
+        per_index=per_index if isinstance(per_index, int) else None,
+        max_failed=max_failed if isinstance(max_failed, int) else None,
+        rules=rules_of(spec),
+        user_rules=rules_of(at_path(subject.original, path)),
+        on_failure=pod_spec.get("restartPolicy") == "OnFailure",
+        parallelism=spec.get("parallelism"),
+        completions=spec.get("completions"),
+    )
 
 
 def explain_job_spec(
-    subject: Subject, path: Sequence[str] = ("spec",), part: str = ""
+    subject: Subject, path: Sequence[str] = ("spec",), part: str = "", defaulted: bool = True
 ) -> Explanation:
     """Explain the batch/v1 JobSpec at ``path`` of the reviewed object."""
-    where = ".".join(path)
     item = subject.header(part)
-    spec = _at(subject.final, path)
-    if not isinstance(spec, dict):
-        item.notes.append(f"{where} is missing: nothing to explain")
+    view = job_spec_view(subject, path, defaulted)
+    if view is None:
+        item.notes.append(f"{'.'.join(path)} is missing: nothing to explain")
         return item
-    policy = subject.policy(where) or _unmanaged_policy(subject, path, spec)
+    policy = view.policy
     item.settings = setting_lines(policy, WORKLOAD_KEYS)
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
-    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-    containers = _container_names(pod_spec)
-    pod_policy = _pod_policy((template.get("metadata") or {}).get("annotations"))
-    limit = spec.get("backoffLimit")
-    limit = limit if isinstance(limit, int) else 6
-    per_index = spec.get("backoffLimitPerIndex")
-    per_index = per_index if isinstance(per_index, int) else None
-    max_failed = spec.get("maxFailedIndexes")
-    max_failed = max_failed if isinstance(max_failed, int) else None
-    rules = _rules_of(spec)
-    on_failure = pod_spec.get("restartPolicy") == "OnFailure"
-    scope = "backoffLimitPerIndex" if per_index is not None else "backoffLimit"
-    origin = "from " + _source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
-    item.budget = _job_budget(limit, origin, per_index, max_failed, on_failure)
-    item.rules = rule_lines(rules, _rules_of(_at(subject.original, path)), policy, scope)
-    if on_failure:
-        item.no_match = (
-            "with restartPolicy OnFailure, a failed container restarts inside the same pod "
-            "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
-        )
-    elif rules:
-        item.no_match = f"anything else (no rule matches): retried, counts against {scope}"
-    else:
-        item.no_match = f"there are no podFailurePolicy rules: every failure counts against {scope}"
-    simulator = JobSimulator(
-        rules=rules,
-        backoff_limit=limit,
-        per_index=per_index,
-        max_failed_indexes=max_failed,
-        placement_limit=pod_policy.backoff_limit,
-        non_spot_attempts=pod_policy.non_spot_attempts,
-        containers=containers,
-        on_failure=on_failure,
-    )
+    origin = "from " + source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
+    item.budget = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
+    item.rules = view.rule_lines()
+    item.no_match = view.no_match()
+    simulator = view.simulator()
     item.simulator = simulator
     item.examples = simulator.examples()
-    if on_failure:
+    if view.on_failure:
         item.notes.append(
             "non-spot placement applies to new pods only; a container restarting in "
             "place stays on its node"
         )
     else:
-        budget = per_index if per_index is not None else limit
         final = (
-            "the index fails" if per_index is not None else "the Job fails (BackoffLimitExceeded)"
+            "the index fails"
+            if view.per_index is not None
+            else "the Job fails (BackoffLimitExceeded)"
         )
         item.plan = build_plan(
-            f"{where}.{scope}",
-            budget,
-            pod_policy.backoff_limit,
-            pod_policy.non_spot_attempts,
+            f"{view.where}.{view.scope}",
+            view.budget,
+            view.pods.backoff_limit,
+            view.pods.non_spot_attempts,
             final,
         )
-    item.notes.extend(_job_notes(spec, limit, per_index, pod_policy))
+    item.notes.extend(_job_notes(view))
     return item
 
 
-def _job_budget(
+def job_budget(
     limit: int, origin: str, per_index: int | None, max_failed: int | None, on_failure: bool
 ) -> str:
     if on_failure:
@@ -730,11 +837,10 @@ def _job_budget(
     )
 
 
-def _job_notes(
-    spec: Mapping[str, Any], limit: int, per_index: int | None, pod_policy: Policy
-) -> list[str]:
+def _job_notes(view: JobSpecView) -> list[str]:
     notes = []
-    parallelism, completions = spec.get("parallelism"), spec.get("completions")
+    limit, per_index, pod_policy = view.limit, view.per_index, view.pods
+    parallelism, completions = view.parallelism, view.completions
     if per_index is None and (
         (isinstance(parallelism, int) and parallelism > 1)
         or (isinstance(completions, int) and completions > 1)
@@ -761,6 +867,39 @@ def _job_notes(
     return notes
 
 
+@dataclass
+class JobState:
+    """The Job controller's counters for one Job; a JobSet restart starts a fresh one."""
+
+    #: Counted failures (``status.failed`` without the pods an Ignore rule matched).
+    counted: int = 0
+    #: The same, for the one simulated index (Jobs with ``backoffLimitPerIndex``).
+    index_counted: int = 0
+    #: restartPolicy OnFailure: container restarts of the running pod.
+    restarts: int = 0
+    #: restartPolicy OnFailure: the pod running now (a disrupted pod is replaced).
+    pod: int = 1
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """What one failed pod does to its Job."""
+
+    match: Match | None
+    counted: bool
+    #: The attempt the failed pod was (1-based), and allowed failures used after it.
+    attempt: int
+    used: int
+    #: "rule 2 (FailJob)", "no rule matches", or "" when the kind has no rules at all.
+    verdict: str
+    #: The sentence after the verdict: what the Job does now.
+    result: str
+    #: Set when the Job (or, with a per-index budget, its index) has failed.
+    ending: Ending | None = None
+    #: The condition message the Job controller writes (JobSet rules may match it).
+    message: str = ""
+
+
 class JobSimulator:
     """The Job controller's bookkeeping for a sequence of failed pods.
 
@@ -771,6 +910,13 @@ class JobSimulator:
     FailIndex match, or counted failures of the index exceeding the per-index limit, fail
     the index. With restartPolicy OnFailure, failed containers restart in place and the Job
     fails when restarts reach backoffLimit (``pastBackoffLimitOnFailure``).
+
+    Controllers that count the same way under other names reuse it: ``owner`` is the kind
+    that fails, ``fail_reason`` and ``limit_reason`` the reasons it then reports (a
+    PyTorchJob reports PyTorchJobFailed for both), ``action_names`` renames rule actions
+    for kinds whose rules are not a podFailurePolicy, ``unit`` is what one event fails
+    ("pod", or "attempt" for a RayJob) and ``retry_where`` where the next attempt runs when
+    placement does not apply ("on a new RayCluster").
     """
 
     def __init__(
@@ -783,6 +929,15 @@ class JobSimulator:
         non_spot_attempts: int,
         containers: Sequence[str],
         on_failure: bool = False,
+        *,
+        owner: str = "Job",
+        fail_reason: str = "PodFailurePolicy",
+        limit_reason: str = "BackoffLimitExceeded",
+        action_names: Mapping[str, str] | None = None,
+        unit: str = "pod",
+        retry_where: str | None = None,
+        failed_as: str = "condition Failed",
+        limit_field: str | None = None,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -792,10 +947,31 @@ class JobSimulator:
         self.non_spot_attempts = non_spot_attempts
         self.containers = list(containers) or ["main"]
         self.on_failure = on_failure
+        self.owner = owner
+        self.fail_reason = fail_reason
+        self.limit_reason = limit_reason
+        self.action_names = dict(action_names or {})
+        self.unit = unit
+        self.retry_where = retry_where
+        self.failed_as = failed_as
+        self.limit_field = limit_field
 
     @property
     def main(self) -> str:
         return self.containers[0]
+
+    @property
+    def scope(self) -> str:
+        if self.limit_field:
+            return self.limit_field
+        return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
+
+    @property
+    def limit(self) -> int:
+        return self.per_index if self.per_index is not None else self.backoff_limit
+
+    def action(self, match: Match) -> str:
+        return self.action_names.get(match.action, match.action)
 
     def judge(self, event: Event) -> tuple[Match | None, bool]:
         """The rule a failure matches and whether it counts (the one shared evaluation)."""
@@ -806,17 +982,16 @@ class JobSimulator:
 
     def verdict(self, event: Event) -> str:
         match, _ = self.judge(event)
-        scope = "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
         if self.on_failure and not event.disruption:
             return "the container restarts in place, counts"
         if match is None:
-            return f"no rule matches; retried, counts against {scope}"
-        return (
-            f"rule {match.index + 1} matches; {describe_then(match.action, scope)} ({match.action})"
-        )
+            rule = "no rule matches; " if self.rules else ""
+            return f"{rule}retried, counts against {self.scope}"
+        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        return f"rule {match.index + 1} matches; {then} ({self.action(match)})"
 
-    def examples(self) -> list[str]:
-        """What common failures do, each judged like a real one."""
+    def example_events(self) -> list[Event]:
+        """Common failures, and the first codes of the rules' ``In`` lists."""
         events = [
             Event("1", 1),
             Event("oom", SIGKILL),
@@ -836,88 +1011,154 @@ class JobSimulator:
                     if key not in seen and len(events) < 8:
                         seen.add(key)
                         events.append(Event(str(code), code, key[0]))
-        return [f"{e.describe(self.main)}: {self.verdict(e)}" for e in events]
+        return events
 
-    def _placement(self, failures: int) -> str:
-        return _nodes(runs_non_spot(failures, self.placement_limit, self.non_spot_attempts))
+    def examples(self) -> list[str]:
+        """What common failures do, each judged like a real one."""
+        return [f"{e.describe(self.main)}: {self.verdict(e)}" for e in self.example_events()]
+
+    def placement(self, failures: int) -> str:
+        return nodes_text(runs_non_spot(failures, self.placement_limit, self.non_spot_attempts))
+
+    def _where(self, failures: int) -> str:
+        return self.retry_where or on_nodes(self.placement(failures))
+
+    def fail(
+        self, state: JobState, event: Event, number: int, where: str | None = None
+    ) -> PodOutcome:
+        """One failed pod (event ``number``, 1-based): update ``state`` and say what the
+        Job does; ``where`` says where the next attempt runs, when the Job's own placement
+        does not decide it (a JobSet's pods are placed by run)."""
+        if self.on_failure:
+            return self._fail_on_failure(state, event)
+        attempt = state.index_counted if self.per_index is not None else state.counted
+        match, counts = self.judge(event)
+        if counts:
+            state.counted += 1
+            state.index_counted += 1
+        used = state.index_counted if self.per_index is not None else state.counted
+        verdict = (
+            f"rule {match.index + 1} ({self.action(match)})"
+            if match
+            else ("no rule matches" if self.rules else "")
+        )
+        ending, message, result = None, "", ""
+        if match is not None and match.action == "FailJob":
+            result = f"the {self.owner} fails at once"
+            message = failjob_message(match)
+            ending = Ending(
+                "Failed",
+                self.fail_reason,
+                f"{self.unit} {number} matched {self.action(match)} rule {match.index + 1}",
+            )
+        elif state.counted > self.backoff_limit:
+            result = f"counted, more than backoffLimit {self.backoff_limit}"
+            message = "Job has reached the specified backoff limit"
+            noun = "failed attempt" if self.unit == "attempt" else "counted failure"
+            ending = Ending(
+                "Failed",
+                self.limit_reason,
+                f"{count_of(state.counted, noun)}, more than backoffLimit {self.backoff_limit}",
+            )
+        elif self.per_index is not None and (
+            (match is not None and match.action == "FailIndex") or state.index_counted > self.limit
+        ):
+            why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
+            result = f"the index fails ({why})"
+            ending = self._index_failed(number, why)
+            message = (
+                "Job has exceeded the specified maximal number of failed indexes"
+                if ending.state == "Failed"
+                else "Job has failed indexes"
+            )
+        else:
+            again = " again" if not counts else ""
+            status = "counted (" if counts else "not counted (still "
+            # With nothing allowed, only an ignored failure gets here: no tally to show.
+            tally = f"{status}{self._tally(used)})" if self.limit else "not counted"
+            result = f"{tally}; next: attempt {used + 1}{again}, {where or self._where(used)}"
+        return PodOutcome(match, counts, attempt + 1, used, verdict, result, ending, message)
+
+    def _fail_on_failure(self, state: JobState, event: Event) -> PodOutcome:
+        """restartPolicy OnFailure: restarts of the running pod count (>= backoffLimit, or
+        > 0 when it is 0); a disrupted pod fails as a whole and its replacement starts
+        with no restarts, while the failed pod counts in status.failed (> backoffLimit)."""
+        limit = self.backoff_limit
+        ending = None
+        if event.disruption:
+            state.counted += 1
+            state.restarts = 0
+            state.pod += 1
+            failed = count_of(state.counted, "failed pod")
+            result = f"the pod fails; counted ({failed}); next: a new pod"
+            if state.counted > limit:
+                ending = Ending(
+                    "Failed", self.limit_reason, f"{failed}, more than backoffLimit {limit}"
+                )
+        else:
+            state.restarts += 1
+            result = f"the container restarts in place ({count_of(state.restarts, 'restart')})"
+            if state.restarts >= max(limit, 1):
+                ending = Ending(
+                    "Failed",
+                    self.limit_reason,
+                    f"{state.restarts} restarts reach backoffLimit {limit}",
+                )
+        message = "Job has reached the specified backoff limit" if ending else ""
+        return PodOutcome(None, True, state.pod, state.restarts, "", result, ending, message)
 
     def run(self, events: Sequence[Event]) -> Simulation:
+        state = JobState()
+
+        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
+            before = state.index_counted if self.per_index is not None else state.counted
+            pod = state.pod
+            outcome = self.fail(state, event, number)
+            made = Step(
+                pod=pod if self.on_failure else number,
+                attempt=number if self.on_failure else outcome.attempt,
+                nodes="same pod" if self.on_failure else self.placement(before),
+                event=event.token,
+                what=event.describe(self.main),
+                rule=outcome.match.index + 1 if outcome.match else None,
+                action=outcome.match.action if outcome.match else None,
+                counted=outcome.counted,
+                counted_failures=outcome.used,
+                result=lead(outcome.verdict, outcome.result),
+            )
+            return made, outcome.ending
+
+        steps, ending, unused = walk(events, step)
+        return Simulation(
+            [e.token for e in events],
+            steps,
+            ending or self._running(state),
+            unused,
+            self.unit,
+            self.failed_as,
+        )
+
+    def _tally(self, used: int) -> str:
+        if self.limit >= INT32_MAX:  # no limit (a PyTorchJob without runPolicy.backoffLimit)
+            return f"{count_of(used, 'failure')} so far, no limit"
+        return f"{used} of {self.limit} allowed failures used"
+
+    def _running(self, state: JobState) -> Ending:
         if self.on_failure:
-            return self._run_on_failure(events)
-        counted = 0  # the Job's counted failures (status.failed without ignored pods)
-        index_counted = 0  # the same, for the one index (per-index Jobs)
-        steps: list[Step] = []
-        ending: Ending | None = None
-        unused: list[str] = []
-        limit = self.per_index if self.per_index is not None else self.backoff_limit
-        for number, event in enumerate(events, 1):
-            if ending is not None:
-                unused.append(event.token)
-                continue
-            attempt = index_counted if self.per_index is not None else counted
-            nodes = self._placement(attempt)
-            match, counts = self.judge(event)
-            if counts:
-                counted += 1
-                index_counted += 1
-            used = index_counted if self.per_index is not None else counted
-            rule_text = f"rule {match.index + 1} ({match.action})" if match else "no rule matches"
-            if match is not None and match.action == "FailJob":
-                result = f"{rule_text}: the Job fails at once"
-                ending = Ending(
-                    "Failed",
-                    "PodFailurePolicy",
-                    f"pod {number} matched FailJob rule {match.index + 1}",
-                )
-            elif counted > self.backoff_limit:
-                result = f"{rule_text}: counted, more than backoffLimit {self.backoff_limit}"
-                ending = Ending(
-                    "Failed",
-                    "BackoffLimitExceeded",
-                    f"{counted} counted failures, more than backoffLimit {self.backoff_limit}",
-                )
-            elif self.per_index is not None and (
-                (match is not None and match.action == "FailIndex") or index_counted > limit
-            ):
-                why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
-                result = f"{rule_text}: the index fails ({why})"
-                ending = self._index_failed(number, why)
-            else:
-                nxt = self._placement(index_counted if self.per_index is not None else counted)
-                again = " again" if not counts else ""
-                status = "counted (" if counts else "not counted (still "
-                result = (
-                    f"{rule_text}: {status}{used} of {limit} allowed failures used); "
-                    f"next: attempt {used + 1}{again}, {_on(nxt)}"
-                )
-            steps.append(
-                Step(
-                    pod=number,
-                    attempt=attempt + 1,
-                    nodes=nodes,
-                    event=event.token,
-                    what=event.describe(self.main),
-                    rule=match.index + 1 if match else None,
-                    action=match.action if match else None,
-                    counted=counts,
-                    counted_failures=used,
-                    result=result,
-                )
+            return Ending(
+                "Running", None, f"the pod keeps running ({count_of(state.restarts, 'restart')})"
             )
-        if ending is None:
-            used = index_counted if self.per_index is not None else counted
-            left = limit - used
-            ending = Ending(
-                "Running",
-                None,
-                f"attempt {used + 1} runs next, {_on(self._placement(used))}; "
-                + (
-                    f"{left} more counted failure{'s are' if left != 1 else ' is'} allowed"
-                    if left
-                    else "its failure, if counted, ends it"
-                ),
-            )
-        return Simulation([e.token for e in events], steps, ending, unused)
+        used = state.index_counted if self.per_index is not None else state.counted
+        left = self.limit - used
+        if self.limit >= INT32_MAX:
+            allowed = "there is no limit"
+        elif left:
+            allowed = f"{left} more counted failure{'s are' if left != 1 else ' is'} allowed"
+        else:
+            allowed = "its failure, if counted, ends it"
+        return Ending(
+            "Running", None, f"attempt {used + 1} runs next, {self._where(used)}; {allowed}"
+        )
 
     def _index_failed(self, pod: int, why: str) -> Ending:
         if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:
@@ -934,60 +1175,41 @@ class JobSimulator:
             "fails with reason FailedIndexes when they are done",
         )
 
-    def _run_on_failure(self, events: Sequence[Event]) -> Simulation:
-        """restartPolicy OnFailure: restarts of the running pod count (>= backoffLimit, or
-        > 0 when it is 0); a disrupted pod fails as a whole and its replacement starts
-        with no restarts, while the failed pod counts in status.failed (> backoffLimit)."""
-        restarts = failed = 0
-        steps: list[Step] = []
-        ending: Ending | None = None
-        unused: list[str] = []
-        limit = self.backoff_limit
-        pod = 1
-        for number, event in enumerate(events, 1):
-            if ending is not None:
-                unused.append(event.token)
-                continue
-            current = pod
-            if event.disruption:
-                failed += 1
-                restarts = 0
-                pod += 1
-                result = f"the pod fails; counted ({failed} failed pods); next: a new pod"
-                if failed > limit:
-                    ending = Ending(
-                        "Failed",
-                        "BackoffLimitExceeded",
-                        f"{failed} failed pods, more than backoffLimit {limit}",
-                    )
-            else:
-                restarts += 1
-                result = f"the container restarts in place ({_count(restarts, 'restart')})"
-                if restarts >= max(limit, 1):
-                    ending = Ending(
-                        "Failed",
-                        "BackoffLimitExceeded",
-                        f"{restarts} restarts reach backoffLimit {limit}",
-                    )
-            steps.append(
-                Step(
-                    pod=current,
-                    attempt=number,
-                    nodes="same pod",
-                    event=event.token,
-                    what=event.describe(self.main),
-                    rule=None,
-                    action=None,
-                    counted=True,
-                    counted_failures=restarts,
-                    result=result,
-                )
-            )
-        if ending is None:
-            ending = Ending(
-                "Running", None, f"the pod keeps running ({_count(restarts, 'restart')})"
-            )
-        return Simulation([e.token for e in events], steps, ending, unused)
+
+def walk(
+    events: Sequence[Event], step: Callable[[int, Event], tuple[Step, Ending | None]]
+) -> tuple[list[Step], Ending | None, list[str]]:
+    """Each event in turn (numbered from 1) until one ends the workload; the events after
+    that are returned as unused."""
+    steps: list[Step] = []
+    unused: list[str] = []
+    ending: Ending | None = None
+    for number, event in enumerate(events, 1):
+        if ending is not None:
+            unused.append(event.token)
+            continue
+        made, ending = step(number, event)
+        steps.append(made)
+    return steps, ending, unused
+
+
+def lead(verdict: str, result: str) -> str:
+    return f"{verdict}: {result}" if verdict else result
+
+
+def failjob_message(match: Match) -> str:
+    """The Job condition message the controller writes for a FailJob match (the text a
+    JobSet's ``onJobFailureMessagePatterns`` are matched against); the pod's name is not
+    known offline and is shown as ``<pod>``."""
+    where = "<namespace>/<pod>"
+    if match.container is not None:
+        return (
+            f"Container {match.container.name} for pod {where} failed with exit code "
+            f"{match.container.exit_code} matching FailJob rule at index {match.index}"
+        )
+    return (
+        f"Pod {where} has condition {match.condition} matching FailJob rule at index {match.index}"
+    )
 
 
 @explainer("batch", "Job")
@@ -1004,7 +1226,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
     item = subject.header()
     metadata = subject.final.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
-    policy = subject.policy("spec") or _pod_policy(annotations)
+    policy = subject.policy("spec") or template_pod_policy(annotations)
     item.settings = setting_lines(policy, POD_KEYS)
     limit, n = policy.backoff_limit, policy.non_spot_attempts
     attempt, source = _pod_attempt(policy, annotations)
@@ -1097,9 +1319,7 @@ def _render(item: Explanation) -> list[str]:
     if item.rules or item.no_match:
         lines += [""]
         if item.rules:
-            lines.append(
-                "When a pod fails, Kubernetes checks these rules in order; the first match wins:"
-            )
+            lines.extend(_fill(item.rules_intro))
         for rule in item.rules:
             text = f"{_cap(rule.when)}: {rule.then} ({rule.action}); {rule.origin}."
             lines.extend(_fill(text, f"  {rule.number}. "))
@@ -1126,10 +1346,13 @@ def _render_plan(plan: Plan) -> list[str]:
         f", last {plan.non_spot_attempts} on non-spot nodes):" if plan.non_spot_attempts else "):"
     )
     lines = _fill(head)
-    lines.append(f"  {'attempt':<9}{'failures so far':<17}{'runs on':<15}if it fails (counted)")
+    before = "restarts so far" if plan.unit == "run" else "failures so far"
+    lines.append(f"  {plan.unit:<9}{before:<17}{'runs on':<15}if it fails (counted)")
     for row in plan.rows:
         if isinstance(row, PlanGap):
-            lines.append(f"  {'...':<9}(attempts {row.first} to {row.last}: like the one above)")
+            lines.append(
+                f"  {'...':<9}({plan.unit}s {row.first} to {row.last}: like the one above)"
+            )
             continue
         lines.extend(
             _fill(
@@ -1144,31 +1367,32 @@ def _render_plan(plan: Plan) -> list[str]:
 def _render_simulation(item: Explanation) -> list[str]:
     sim = item.simulation
     assert sim is not None
+    owner = item.owner or item.kind
     lines = _fill(f"Simulation of {','.join(sim.events)}:")
     for step in sim.steps:
         lines.extend(
-            _fill(
-                f"pod {step.pod} (attempt {step.attempt}, {step.nodes}): {step.what}. "
-                f"{_sentence(step.result)}",
-                "  ",
-                "    ",
-            )
+            _fill(f"{_step_label(sim, step)}: {step.what}. {_sentence(step.result)}", "  ", "    ")
         )
     if sim.unused:
         lines.extend(
-            _fill(f"Not used (the {item.kind} had already ended): {','.join(sim.unused)}", "  ")
+            _fill(f"Not used (the {owner} had already ended): {','.join(sim.unused)}", "  ")
         )
     end = sim.ending
     if end.state == "Failed":
-        text = (
-            f"Outcome: the {item.kind} fails; condition Failed, reason {end.reason} "
-            f"({end.message})."
-        )
+        text = f"Outcome: the {owner} fails; {sim.failed_as}, reason {end.reason} ({end.message})."
     elif end.state == "IndexFailed":
         text = f"Outcome: the index fails; {end.message}."
     else:
-        text = f"Outcome: the {item.kind} is still running; {end.message}."
+        text = f"Outcome: the {owner} is still running; {end.message}."
     return [*lines, *_fill(text)]
+
+
+def _step_label(sim: Simulation, step: Step) -> str:
+    if sim.unit == "attempt":
+        return f"attempt {step.attempt}"
+    if step.run is not None:
+        return f"pod {step.pod} (run {step.run}, {step.nodes})"
+    return f"pod {step.pod} (attempt {step.attempt}, {step.nodes})"
 
 
 def to_json(items: Sequence[Explanation | Denial]) -> dict[str, Any]:
@@ -1197,6 +1421,7 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
             "omitted": [
                 {"first": r.first, "last": r.last} for r in item.plan.rows if isinstance(r, PlanGap)
             ],
+            "unit": item.plan.unit,
         }
     simulation = None
     if item.simulation is not None:
@@ -1206,14 +1431,18 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
             "steps": [_camel(dataclasses.asdict(s)) for s in sim.steps],
             "outcome": dataclasses.asdict(sim.ending),
             "unused": sim.unused,
+            "unit": sim.unit,
+            "failedAs": sim.failed_as,
         }
     return {
         **base,
         "part": item.part,
+        "owner": item.owner or item.kind,
         "allowed": True,
         "changes": item.changes,
         "settings": [dataclasses.asdict(s) for s in item.settings],
         "budget": item.budget,
+        "rulesIntro": item.rules_intro if item.rules else "",
         "rules": [dataclasses.asdict(r) for r in item.rules],
         "noMatch": item.no_match,
         "examples": item.examples,
@@ -1229,3 +1458,11 @@ def _camel(data: dict[str, Any]) -> dict[str, Any]:
         return head + "".join(part.title() for part in rest)
 
     return {convert(k): v for k, v in data.items()}
+
+
+def _load_kinds() -> None:
+    # Imported for their ``explainer`` side effect; kept last to avoid an import cycle.
+    from webhook import explain_kinds  # noqa: F401
+
+
+_load_kinds()

@@ -120,6 +120,7 @@ class JobSetMutator(WorkloadMutator):
             names = [r.get("name") for r in replicated if isinstance(r, dict)]
             _add_rule(jobset, policy, names, out)
         _say_once(out)
+        out.policies["spec"] = policy
         return policy
 
 

@@ -76,6 +76,7 @@ class PyTorchJobMutator(WorkloadMutator):
         for rtype in sorted(replicas):
             pod_spec = get_path(replicas[rtype], ("template", "spec"))
             add_error_propagation(pod_spec, f"{rtype} containers", policy, out)
+        out.policies["spec"] = policy
         return policy
 
 

@@ -81,6 +81,7 @@ class RayJobMutator(WorkloadMutator):
                 pod_spec = get_path(group, ("template", "spec"))
                 name = group.get("groupName") if isinstance(group, dict) else None
                 add_error_propagation(pod_spec, f"worker group {name} containers", policy, out)
+        out.policies["spec"] = policy
         return policy
 
 
