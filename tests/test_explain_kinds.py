@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, P, job_owner, pod, review
+from conftest import FULL, ROOT, P, job_owner, pod, review
 from test_cli import run
 from test_explain import assert_text_and_json_agree, explained, readme_block, rows, setting
-from workloads import FULL
 
 from webhook import admission, cli, engine, explain
 from webhook.config import Config, parse_config
