@@ -146,6 +146,28 @@ def test_user_rule_restarting_on_other_reasons_is_fine():
     assert out["spec"]["failurePolicy"]["rules"] == [rule, our_rule()]
 
 
+@pytest.mark.parametrize("action", ["RestartJob", "RestartJobAndIgnoreMaxRestarts"])
+def test_single_job_restarts_contradict_non_spot_attempts(action):
+    # A RestartJob keeps the restart-attempt label, so pods could not tell their last
+    # attempts: asked for by annotation it is denied, as an admin default it is skipped.
+    rule = {"name": "again", "action": action, "onJobFailureReasons": ["BackoffLimitExceeded"]}
+    policy = {P + "non-spot-attempts": "1", P + "backoff-limit": "2"}
+    verdict, _ = mutate(jobset(policy, failure_policy={"rules": [rule]}))
+    assert not verdict.allowed
+    assert f"annotation {P}non-spot-attempts: your spec.failurePolicy.rules[0] ({action})" in (
+        verdict.message
+    )
+    config = parse_config("defaults: {non-spot-attempts: 1}")
+    verdict, out = mutate(
+        jobset({P + "backoff-limit": "2"}, failure_policy={"rules": [rule]}), config
+    )
+    assert verdict.allowed, verdict.message
+    assert P + "non-spot-attempts" not in child(out, 0)["template"].get("metadata", {}).get(
+        "annotations", {}
+    )
+    assert any("non-spot-attempts (cluster default) skipped" in w for w in verdict.warnings)
+
+
 def test_admin_default_that_cannot_apply_is_skipped_everywhere():
     rule = {"name": "restart", "action": "RestartJobSet"}
     config = parse_config("defaults: {fail-non-retriable: true}")

@@ -107,6 +107,10 @@ class JobSetMutator(WorkloadMutator):
         rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
         if policy.fail_non_retriable:
             policy = _check_rules(rules if isinstance(rules, list) else [], policy, out)
+        if policy.non_spot_attempts:
+            policy = _check_single_job_restarts(
+                rules if isinstance(rules, list) else [], policy, out
+            )
         policy = resolve_limit(jobset, MAX_RESTARTS, policy, out)
         policy = enforce_rail(policy, MAX_RESTARTS, ctx, out)
         if not out.problems:
@@ -286,6 +290,30 @@ def _check_rules(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
                 policy,
                 "fail-non-retriable",
                 Setting(False, policy.setting("fail-non-retriable").source),
+            )
+    return policy
+
+
+#: Actions that recreate one Job without a new ``restart-attempt`` number on its pods.
+SINGLE_JOB_RESTARTS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+
+
+def _check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
+    """Pods know their attempt from the JobSet's ``restart-attempt`` label, which a
+    RestartJob action leaves unchanged: after one, the last attempts would look like
+    earlier ones and run on spot nodes, the opposite of what was asked."""
+    for index, rule in enumerate(rules):
+        if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS:
+            out.conflict(
+                policy,
+                "non-spot-attempts",
+                f"your spec.failurePolicy.rules[{index}] ({rule['action']}) recreates a Job "
+                "without a new jobset.sigs.k8s.io/restart-attempt, so its last attempts could "
+                "not be told apart and would run on spot nodes; drop the rule or this setting",
+                "contradiction",
+            )
+            return with_setting(
+                policy, "non-spot-attempts", Setting(0, policy.setting("non-spot-attempts").source)
             )
     return policy
 
