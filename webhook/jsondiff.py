@@ -52,7 +52,10 @@ def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
             patch.append({"op": "remove", "path": f"{path}/{escape(key)}"})
             continue
         new = b[key]
-        if old is new or _same(old, new):
+        kind = type(old)
+        if old is new or (
+            kind is type(new) and old == new and (kind not in _CONTAINERS or _same(old, new))
+        ):
             continue
         _diff(old, new, f"{path}/{escape(key)}", patch)
     for key, new in b.items():
@@ -64,7 +67,10 @@ def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
     common = min(len(a), len(b))
     for index in range(common):
         old, new = a[index], b[index]
-        if old is new or _same(old, new):
+        kind = type(old)
+        if old is new or (
+            kind is type(new) and old == new and (kind not in _CONTAINERS or _same(old, new))
+        ):
             continue
         _diff(old, new, f"{path}/{index}", patch)
     for index in range(common, len(b)):
@@ -74,12 +80,12 @@ def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
         patch.append({"op": "remove", "path": f"{path}/{index}"})
 
 
+_CONTAINERS = (dict, list)
+
+
 def _same(a: Any, b: Any) -> bool:
-    """JSON equality: Python's ``==`` plus types (``0``, ``0.0`` and ``False`` differ)."""
-    if type(a) is not type(b) or a != b:
-        return False
-    if type(a) not in (dict, list):
-        return True
+    """For two containers Python found equal: are they equal as JSON too? (``[0]``,
+    ``[0.0]`` and ``[False]`` are equal to Python, not in JSON.)"""
     try:
         return orjson.dumps(a) == orjson.dumps(b)
     except (TypeError, orjson.JSONEncodeError):  # values orjson cannot encode (huge ints)

@@ -9,10 +9,11 @@ Adding a kind means one new module and one ``register`` call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import orjson
 
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
@@ -111,12 +112,44 @@ def has_policy_annotations(metadata: Any) -> bool:
     )
 
 
+#: Resolved policies by (config, namespace, our annotations). Jobs made from one template
+#: (a CronJob, a pipeline) carry the same annotations, so resolution is done once; the
+#: results are immutable (frozen Policy, Problems only read), hence safe to share.
+_POLICIES: dict[tuple[int, str | None, tuple], tuple[Config, Policy, list[Problem]]] = {}
+_POLICIES_MAX = 1024
+
+
 def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]:
     """Resolve a workload's policy: its annotations over namespace and cluster defaults."""
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    ours = _policy_items(annotations)
+    key = (id(ctx.config), ctx.namespace, ours) if ours is not None else None
+    hit = _POLICIES.get(key) if key is not None else None
+    if hit is not None and hit[0] is ctx.config:
+        return hit[1], list(hit[2])
     values, problems = parse_annotations(annotations, Scope.WORKLOAD)
     layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
-    return resolve(layers), problems
+    policy = resolve(layers)
+    if key is not None:
+        if len(_POLICIES) >= _POLICIES_MAX:
+            _POLICIES.clear()
+        # The config is kept in the entry so its id cannot be reused while cached.
+        _POLICIES[key] = (ctx.config, policy, list(problems))
+    return policy, problems
+
+
+def _policy_items(annotations: Any) -> tuple | None:
+    """Our annotations as a hashable key (``None``: not cacheable, e.g. odd value types)."""
+    if not isinstance(annotations, dict):
+        return ()
+    items = tuple(
+        sorted(
+            (k, v) for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)
+        )
+    )
+    if all(isinstance(v, str) for _, v in items):
+        return items
+    return None
 
 
 def applied_record(policy: Policy) -> str:
@@ -134,7 +167,7 @@ def applied_record(policy: Policy) -> str:
         record["nonSpotAttempts"] = policy.non_spot_attempts
     if policy.error_propagation:
         record["errorPropagation"] = policy.error_propagation
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _load_builtin() -> None:

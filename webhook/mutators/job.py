@@ -619,9 +619,9 @@ def _apply(
             if not isinstance(pfp, dict):
                 pfp = spec["podFailurePolicy"] = {}
             pfp["rules"] = merged
-            added_keys = {fp.rule_key(r) for r in added}
+            added_ids = {id(r) for r in added}  # merge places our rule objects as they are
             for rule, name, text in ours:
-                if fp.rule_key(rule) in added_keys:
+                if id(rule) in added_ids:
                     out.changed(
                         f"retry-policy: added podFailurePolicy rule {text} ({name})",
                         policy.setting(name),
