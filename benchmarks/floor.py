@@ -13,6 +13,7 @@ from flask import Flask, Response, request
 
 from webhook import admission, certs
 from webhook.admission import Verdict
+from webhook.config import Config
 from webhook.server import ServeOptions, TlsContexts, WebhookApplication
 
 
@@ -53,7 +54,7 @@ def main() -> None:
         log_level="warning",
     )
     paths, _ = certs.ensure(args.cert_dir, options.service, options.namespace)
-    FloorApplication(options, TlsContexts(paths.cert, paths.key)).run()
+    FloorApplication(options, TlsContexts(paths.cert, paths.key), Config()).run()
 
 
 if __name__ == "__main__":

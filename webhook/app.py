@@ -9,17 +9,17 @@ warning), because a webhook that errors blocks or silently skips the whole clust
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 
-from webhook import admission, engine
+from webhook import admission, engine, logs
 from webhook.admission import ReviewError, Verdict
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
@@ -28,6 +28,7 @@ from webhook.mutators import lookup
 from webhook.policy import KEYS, PREFIX
 
 log = logging.getLogger("webhook.admission")
+_DECISIONS = logs.DecisionLog("webhook.admission")
 
 #: The API server caps stored objects at about 3 MiB; a review carries object and
 #: oldObject plus envelope, so anything over this is not a real review.
@@ -54,7 +55,7 @@ class State:
 
 
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(json.dumps(body, separators=(",", ":")), status, mimetype="application/json")
+    return Response(orjson.dumps(body), status, mimetype="application/json")
 
 
 def create_app(state: State | None = None) -> Flask:
@@ -190,9 +191,8 @@ def _log_decision(
     endpoint: str, review: admission.Request, verdict: Verdict, outcome: str, started: float
 ) -> None:
     """One line per decision: identifiers and outcome only, never object contents."""
-    log.info(
-        "admission decision",
-        extra={
+    _DECISIONS.write(
+        {
             "endpoint": endpoint,
             "uid": review.uid,
             "kind": review.kind.kind,
@@ -204,5 +204,5 @@ def _log_decision(
             "dry_run": review.dry_run,
             "warnings": len(verdict.warnings),
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        },
+        }
     )

@@ -64,6 +64,13 @@ def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
 
 
 def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
+    if len(b) > len(a):
+        prefix = b[: len(a)]
+        if a == prefix and _same(a, prefix):
+            # The usual mutation: items appended (env vars, rules, requirements).
+            for index in range(len(a), len(b)):
+                patch.append({"op": "add", "path": f"{path}/{index}", "value": b[index]})
+            return
     common = min(len(a), len(b))
     for index in range(common):
         old, new = a[index], b[index]

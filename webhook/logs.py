@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
 import time
 from types import TracebackType
 
+import orjson
 from gunicorn import glogging
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -37,7 +39,66 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, separators=(",", ":"))
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except TypeError:  # keys orjson refuses (non-str): the slower, laxer encoder
+            return json.dumps(entry, default=str, separators=(",", ":"))
+
+
+class DecisionLog:
+    """The per-admission line, written straight to the log handler's stream.
+
+    It is the one line written for every request, so it skips the ``logging`` machinery
+    (a LogRecord, a caller lookup through the stack, the generic formatter): that cost
+    two thirds of the server's own overhead on a request it leaves unchanged. The line
+    has the same fields and shape as every other, goes through the same stream under
+    the handler's lock (no interleaving), and honours the logger's level.
+    """
+
+    def __init__(self, name: str = "webhook.admission"):
+        self.logger = logging.getLogger(name)
+        self._second = -1
+        self._stamp = ""
+
+    def write(self, fields: dict) -> None:
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
+        handler = _json_handler(self.logger)
+        if handler is None:  # not set up for JSON (tests of the app alone): plain logging
+            self.logger.info("admission decision", extra=fields)
+            return
+        now = time.time()
+        second = int(now)
+        if second != self._second:  # one strftime a second, not one per request
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        entry = {
+            "ts": f"{self._stamp}.{int((now - second) * 1000):03d}Z",
+            "level": "info",
+            "logger": self.logger.name,
+            "pid": os.getpid(),
+            "msg": "admission decision",
+            **fields,
+        }
+        line = orjson.dumps(entry, default=str).decode() + handler.terminator
+        handler.acquire()
+        try:
+            handler.stream.write(line)
+            handler.flush()
+        finally:
+            handler.release()
+
+
+def _json_handler(logger: logging.Logger) -> logging.StreamHandler | None:
+    while logger is not None:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and isinstance(
+                handler.formatter, JsonFormatter
+            ):
+                return handler
+        if not logger.propagate:
+            return None
+        logger = logger.parent
+    return None
 
 
 def setup(level: str = "info", json_format: bool = True) -> None:

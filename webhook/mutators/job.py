@@ -450,7 +450,7 @@ def _check_template(
                     )
                     policy = with_setting(policy, name, Setting(False, policy.setting(name).source))
     user_rules = _rules(spec)
-    if policy.fail_non_retriable:
+    if policy.fail_non_retriable and user_rules:
         failure = PodFailure(
             tuple(
                 ContainerExit(str(c.get("name")), code)
@@ -469,7 +469,7 @@ def _check_template(
                 f"which retriable-exit-codes ({codes}) says to retry",
                 "contradiction",
             )
-    if policy.ignore_disruptions:
+    if policy.ignore_disruptions and user_rules:
         match = fp.evaluate(user_rules, PodFailure(conditions=((fp.DISRUPTION_TARGET, "True"),)))
         if match is not None and match.action != "Ignore":
             out.conflict(
@@ -548,6 +548,8 @@ def _check_pod_annotations(
         where=f"{where}.template annotation",
     )
     out.problems.extend(problems)
+    if not values:
+        return
     if "attempt" in values:
         out.problems.append(
             Problem(
