@@ -500,14 +500,30 @@ def test_match_conditions_structure(helm):
     validating = webhooks(docs, "ValidatingWebhookConfiguration")
     # The expressions are pinned here; what they mean is checked by
     # test_match_conditions_semantics (with a CEL interpreter).
-    # Workloads: cluster defaults may apply without annotations, so every CREATE is sent.
+    # Workloads: with the built-in config nothing can change an unannotated object, so
+    # only annotated CREATEs are sent; with defaults or guard rails, every CREATE is.
     for side, hooks in (("mutate", mutating), ("validate", validating)):
         assert hooks[f"workloads.{side}.retry-policy.dev"]["matchConditions"] == [
             {
                 "name": "update-changes-retry-policy-or-job-template",
                 "expression": UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL,
-            }
+            },
+            {"name": "create-has-retry-policy-annotation", "expression": CREATE_HAS_POLICY_CEL},
         ]
+    for values in (
+        {"config": RICH_CONFIG},
+        {"config": {"guardRails": {"maxBackoffLimit": 3}}},
+        {"config": {"namespaces": {"ml": {"defaults": {"backoff-limit": 1}}}}},
+    ):
+        docs_with_config = render(helm, values)
+        for kind, side in (
+            ("MutatingWebhookConfiguration", "mutate"),
+            ("ValidatingWebhookConfiguration", "validate"),
+        ):
+            hook = webhooks(docs_with_config, kind)[f"workloads.{side}.retry-policy.dev"]
+            assert [c["name"] for c in hook["matchConditions"]] == [
+                "update-changes-retry-policy-or-job-template"
+            ], values
     pod_mutate = {
         c["name"]: c["expression"]
         for c in mutating["pods.mutate.retry-policy.dev"]["matchConditions"]
@@ -577,8 +593,11 @@ CEL_SCENARIOS = [
     ("pods.validate", "UPDATE", _obj({PREFIX + "backoff-limit": "4"}), _obj(OURS), True),
     ("pods.validate", "UPDATE", _obj(OURS), _obj(), True),
     ("pods.validate", "UPDATE", _obj({"a": "b"}), _obj(OURS), True),
-    ("workloads.mutate", "CREATE", _obj(), None, True),
-    ("workloads.validate", "CREATE", _obj(), None, True),
+    # Built-in config: unannotated workloads cannot be changed, so they are not sent.
+    ("workloads.mutate", "CREATE", _obj(), None, False),
+    ("workloads.validate", "CREATE", _obj(), None, False),
+    ("workloads.mutate", "CREATE", _obj(OURS), None, True),
+    ("workloads.validate", "CREATE", _obj(OURS), None, True),
     ("workloads.validate", "UPDATE", _obj(OURS, labels={"x": "1"}), _obj(OURS), False),
     ("workloads.validate", "UPDATE", _obj(), _obj(), False),
     ("workloads.validate", "UPDATE", _obj({PREFIX + "backoff-limit": "9"}), _obj(OURS), True),
@@ -667,6 +686,12 @@ def test_skipped_requests_are_ones_the_engine_allows_unchanged():
         assert verdict.allowed and not verdict.warnings, kind
         # The mutating webhook gets UPDATEs only of CronJobs: it does nothing on others.
         assert engine.mutate(review("UPDATE", new, old, kind), Config()).patch in (None, [])
+    # create-has-retry-policy-annotation on workloads (built-in config only): an
+    # unannotated Job is left alone by both webhooks.
+    plain_job = {**pod, "kind": "Job", "apiVersion": "batch/v1"}
+    plain_job = {**plain_job, "spec": {"template": {"spec": pod["spec"]}}}
+    assert engine.mutate(review("CREATE", plain_job, kind="Job"), Config()).patch in (None, [])
+    assert engine.validate(review("CREATE", plain_job, kind="Job"), Config()).allowed
     # update-changes-retry-policy-or-job-template: a CronJob UPDATE that keeps both its
     # annotations and its jobTemplate (suspend) is left alone by both webhooks.
     cron = {

@@ -195,9 +195,19 @@ fail-closed validating webhook out of the path of every Job retry.
 request.operation != 'CREATE' || !has(object.metadata.ownerReferences) || !object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)
 {{- end -}}
 
-{{/* On CREATE, pods without our annotations are skipped (pods are the hot path). */}}
+{{/*
+On CREATE, objects without our annotations are skipped: always for pods (the hot path),
+and for workloads when the config has no cluster or namespace defaults and no guard
+rails (then nothing can change or deny an unannotated Job, so it need not be sent).
+*/}}
 {{- define "rpw.cel.podCreateHasPolicy" -}}
 request.operation != 'CREATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/')))
+{{- end -}}
+
+{{/* "true" when the config can change or deny workloads that carry no annotations. */}}
+{{- define "rpw.configAffectsUnannotated" -}}
+{{- $c := .Values.config | default dict -}}
+{{- if or $c.defaults $c.guardRails $c.namespaces -}}true{{- end -}}
 {{- end -}}
 
 {{- define "rpw.clientConfig" -}}
