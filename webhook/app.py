@@ -64,10 +64,6 @@ def create_app(state: State | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["retry_policy_state"] = state
 
-    @app.before_request
-    def stamp() -> None:
-        g.started = time.perf_counter()
-
     def record(endpoint: str, kind: str, outcome: str) -> None:
         if state.metrics is not None:
             started = getattr(g, "started", None) or time.perf_counter()
@@ -78,7 +74,9 @@ def create_app(state: State | None = None) -> Flask:
         return _json({"error": "BadRequest", "reason": reason}, 400)
 
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
-        if request.mimetype != "application/json":
+        g.started = time.perf_counter()  # before the body is read: it counts too
+        content_type = request.headers.get("Content-Type", "")
+        if content_type.partition(";")[0].strip().lower() != "application/json":
             return bad_request(endpoint, "Content-Type must be application/json")
         try:
             body = request.get_data(cache=False)
