@@ -42,6 +42,10 @@ FUZZ_SECONDS ?= 60
 fuzz: install
 	$(BIN)/python -m pip install -q atheris
 	$(BIN)/python fuzz/fuzz_review.py fuzz/corpus/review -max_total_time=$(FUZZ_SECONDS) -max_len=8192
+	# Keep the committed corpus minimal: merge what was found into a fresh directory.
+	rm -rf .fuzz-merge && mkdir .fuzz-merge
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python fuzz/fuzz_review.py -merge=1 .fuzz-merge fuzz/corpus/review
+	rm -rf fuzz/corpus/review && mv .fuzz-merge fuzz/corpus/review
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache

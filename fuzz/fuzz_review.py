@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Coverage-guided fuzzing of the review decoder and the whole admission data path.
 
 Any input must end in a ReviewError (answered as HTTP 400) or a well-formed verdict;
