@@ -61,16 +61,20 @@ def markdown(results: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for name, r in results["compute"].items():
+        floor = f"floor {r['floor_median_us']:.0f} µs, x{r['vs_floor']:.1f}"
         if name == "pod-1MiB":
             ms = r["median_us"] / 1000
             lines.append(
-                f"| compute, median | {name} | {ms:.2f} ms | < 20 ms | {verdict(ms < 20)} |"
+                f"| compute, median | {name} | {ms:.2f} ms ({floor}) | < 20 ms "
+                f"| {verdict(ms < 20)} |"
             )
             continue
+        targeted = name.startswith(("job-", "pod-"))  # the targets: Job and Pod cases
         ok = r["median_us"] <= 150 and r["p99_us"] <= 1000
+        target = f"<= 150 µs / <= 1 ms | {verdict(ok)}" if targeted else "(none) |"
         lines.append(
             f"| compute, median / p99 | {name} | {r['median_us']:.0f} µs / {r['p99_us']:.0f} µs "
-            f"| <= 150 µs / <= 1 ms | {verdict(ok)} |"
+            f"({floor}) | {target} |"
         )
     if "https" in results:
         h = results["https"]
@@ -115,7 +119,7 @@ def main() -> None:
     parser.add_argument("--skip-https", action="store_true")
     args = parser.parse_args()
     results: dict = {"machine": machine()}
-    results["compute"] = compute.run(0.5 if args.quick else 3.0)
+    results["compute"] = compute.run(0.6 if args.quick else 6.0)
     if not args.skip_https:
         results["https"] = https.run(**({"seconds": 3, "rounds": 2} if args.quick else {}))
     results["scale"] = scale.run()
