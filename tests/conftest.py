@@ -153,6 +153,19 @@ def review(
     }
 
 
+def leaves(value: Any, path: tuple = ()):
+    """Every (path, scalar) of a document; nulls are skipped (null means unset in
+    Kubernetes: filling one in loses nothing)."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from leaves(child, (*path, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from leaves(child, (*path, index))
+    elif value is not None:
+        yield path, value
+
+
 def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
     body = response["response"]
     if "patch" not in body:

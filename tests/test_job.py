@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P, apply, job, review
+from conftest import FULL, P, apply, job, leaves, review
 
 from webhook import admission, engine
 from webhook.config import Config, parse_config
@@ -387,16 +387,6 @@ def test_mutation_keeps_every_user_field():
     obj["spec"]["activeDeadlineSeconds"] = 600
     obj["metadata"]["labels"] = {"team": "ml"}
     _, out = mutate(obj)
-
-    def leaves(value, path=()):
-        if isinstance(value, dict):
-            for key, child in value.items():
-                yield from leaves(child, (*path, key))
-        elif isinstance(value, list):
-            for index, child in enumerate(value):
-                yield from leaves(child, (*path, index))
-        else:
-            yield path, value
 
     owned = {("spec", "backoffLimit"), ("spec", "podReplacementPolicy")}
     for path, value in leaves(obj):

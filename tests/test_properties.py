@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 import jsonpatch
-from conftest import P, job, job_owner, pod, review
+from conftest import P, job, job_owner, leaves, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -223,17 +223,6 @@ def _pick(draw, obj):
 
 
 OWNED = {("spec", "backoffLimit"), ("spec", "podReplacementPolicy")}
-
-
-def leaves(value, path=()):
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from leaves(child, (*path, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from leaves(child, (*path, index))
-    elif value is not None:  # null means unset in Kubernetes: filling it in loses nothing
-        yield path, value
 
 
 def lookup(doc, path):
