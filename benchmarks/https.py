@@ -11,6 +11,7 @@ Request bodies are real AdmissionReviews (benchmarks/cases.py).
 
 from __future__ import annotations
 
+import atexit
 import csv
 import io
 import os
@@ -105,23 +106,6 @@ class Served:
         )
         _wait_healthy(self.port, cert_dir / "ca.crt", self.proc)
 
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) of the server and its worker processes so far.
-
-        On a shared virtual machine, wall-clock throughput swings with what the neighbours
-        do; the CPU a request costs the server does not, so it is reported beside it.
-        """
-        pids = [self.proc.pid, *_children(self.proc.pid)]
-        ticks = 0
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        return ticks / os.sysconf("SC_CLK_TCK")
-
     @property
     def url(self) -> str:
         return f"https://localhost:{self.port}/mutate"
@@ -146,31 +130,35 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
+_SCRIPT: list[str] = []
+
+
+def _script() -> str:
+    """The Lua script that makes wrk post the body: written once, removed at exit."""
+    if not _SCRIPT:
+        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+            script.write(LUA)
+        _SCRIPT.append(script.name)
+        atexit.register(os.unlink, script.name)
+    return _SCRIPT[0]
+
+
+def _start_wrk(url: str, body_file: Path, seconds: int, connections: int) -> subprocess.Popen:
+    """``wrk`` posting ``body_file`` over ``connections`` kept-alive connections."""
+    command = ["wrk", "-t", "1", "-c", str(connections), "-d", f"{seconds}s", "--latency"]
+    return subprocess.Popen(
+        [*command, "-s", _script(), url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "BODY_FILE": str(body_file)},
+    )
+
+
 def wrk(url: str, body_file: Path, seconds: int, connections: int) -> dict:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(LUA)
-    try:
-        out = subprocess.run(
-            [
-                "wrk",
-                "-t",
-                "1",
-                "-c",
-                str(connections),
-                "-d",
-                f"{seconds}s",
-                "--latency",
-                "-s",
-                script.name,
-                url,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "BODY_FILE": str(body_file)},
-        ).stdout
-    finally:
-        os.unlink(script.name)
+    run = _start_wrk(url, body_file, seconds, connections)
+    out = run.communicate()[0]
+    if run.returncode:
+        raise RuntimeError(f"wrk failed: {out}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
     latency = {p: _ms(v) for p, v in re.findall(r"^\s+(50|90|99)%\s+(\S+)", out, re.M)}
@@ -238,33 +226,8 @@ def head_to_head(a: Served, b: Served, body: Path, seconds: int, connections: in
     not distort: both are saturated, and the one that needs less CPU per request
     completes more.
     """
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(LUA)
-    try:
-        env = {**os.environ, "BODY_FILE": str(body)}
-        runs = [
-            subprocess.Popen(
-                [
-                    "wrk",
-                    "-t",
-                    "1",
-                    "-c",
-                    str(connections),
-                    "-d",
-                    f"{seconds}s",
-                    "-s",
-                    script.name,
-                    server.url,
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-            for server in (a, b)
-        ]
-        outs = [run.communicate()[0] for run in runs]
-    finally:
-        os.unlink(script.name)
+    runs = [_start_wrk(server.url, body, seconds, connections) for server in (a, b)]
+    outs = [run.communicate()[0] for run in runs]
     done = [int(re.search(r"(\d+) requests in", out).group(1)) for out in outs]
     return done[1] / max(done[0], 1)
 

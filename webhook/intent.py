@@ -65,10 +65,11 @@ def user_wrote(obj: Mapping[str, Any], path: Path) -> bool | None:
     return None
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=16)
 def _parse_record(raw: str) -> Any:
     """One parse per record, however many fields a request asks about (results are only
-    read, never modified, so sharing them is safe)."""
+    read, never modified, so sharing them is safe). Small: records may be large, and only
+    the few requests in flight need theirs."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
