@@ -194,3 +194,13 @@ def tool(name: str) -> str:
         pytest.fail(f"{name} is required (run .ci/get-k8s-tools)")
     pytest.skip(f"{name} not installed (run .ci/get-k8s-tools)")
     raise AssertionError("unreachable")
+
+
+@pytest.fixture(autouse=True)
+def _forget_remembered_verdicts():
+    """Each test starts with an empty verdict memo (``webhook.memo``), so a test that
+    patches a mutator never sees an answer remembered by another test."""
+    from webhook import engine
+
+    engine.MEMO.clear()
+    yield

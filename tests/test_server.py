@@ -235,3 +235,35 @@ def test_missing_certificates_where_none_can_be_written_are_a_clear_error(tmp_pa
     result = run_serve(blocker / "tls")
     assert result.returncode == 2
     assert "no tls.crt and tls.key in" in result.stderr and "cannot be generated" in result.stderr
+
+
+def _siblings(count: int) -> list[dict]:
+    """Jobs of one CronJob: one template, each with its own name, uid and schedule time."""
+    jobs = []
+    for i in range(count):
+        obj = job(FULL, name=f"nightly-{i}")
+        obj["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"] = (
+            f"2026-11-22T0{i}:00:00Z"
+        )
+        jobs.append(obj)
+    return jobs
+
+
+@pytest.mark.parametrize(
+    ("flags", "memo"),
+    [
+        ((), {"entries": 1, "hits": 2, "misses": 1}),
+        (("--memo-entries", "0"), {"entries": 0, "hits": 0, "misses": 3}),
+    ],
+)
+def test_jobs_of_one_template_are_answered_from_memory(tmp_path, flags, memo):
+    srv = start(tmp_path / "certs", *flags)
+    try:
+        answers = [srv.review("/mutate", review(obj))["response"] for obj in _siblings(3)]
+        stats = json.loads(srv.request("GET", "/readyz")[2])["memo"]
+    finally:
+        stop(srv)
+    assert stats == memo
+    assert answers[0]["patch"] == answers[1]["patch"] == answers[2]["patch"]
+    for obj, answer in zip(_siblings(3), answers, strict=True):
+        assert apply(obj, decode_patch({"response": answer}))["spec"]["backoffLimit"] == 3

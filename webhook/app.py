@@ -129,6 +129,7 @@ def create_app(state: State | None = None) -> Flask:
             "status": "ready" if ready else "not ready",
             "config": state.config.source,
             "attemptCache": state.attempts.stats(),
+            "memo": engine.MEMO.stats(),
             **details,
         }
         return _json(body, 200 if ready else 503)

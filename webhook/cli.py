@@ -261,6 +261,7 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         cache_sync_timeout=args.cache_sync_timeout,
         client_ca=args.client_ca,
         read_timeout=args.read_timeout,
+        memo_entries=args.memo_entries,
     )
     try:
         serve(options)
@@ -320,6 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help="drop a connection silent this long during the TLS handshake or a request",
+    )
+    serve.add_argument(
+        "--memo-entries",
+        type=int,
+        default=256,
+        metavar="N",
+        help="verdicts each worker remembers per object template, so the pods of one Job "
+        "are computed once (0 turns it off)",
     )
     serve.set_defaults(func=run_server)
 

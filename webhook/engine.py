@@ -21,6 +21,7 @@ from webhook.admission import Request, Verdict
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.jsondiff import diff
+from webhook.memo import Memo, RecordingAttempts, fingerprint
 from webhook.mutators import Context, Outcome, has_policy_annotations, lookup
 from webhook.policy import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
@@ -36,20 +37,48 @@ EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your
 
 def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUSTER) -> Verdict:
     """Answer the mutating webhook: a patch and one warning per change, or a denial."""
-    return _mutate(request, config, attempts)[0]
+    found = _mutator_for(request, config, attempts)
+    if found is None:
+        return Verdict()
+    mutator, ctx = found
+    key, remembered = _recall("mutate", request, ctx)
+    if remembered is not None:
+        return remembered
+    recording = RecordingAttempts(attempts)
+    ctx.attempts = recording
+    verdict, outcome = _apply(mutator, ctx, request.object, request)
+    if key is not None and outcome is not None:
+        MEMO.put(key, _fresh(verdict), recording.calls, (config, attempts))
+    return verdict
 
 
 def _mutate(
     request: Request, config: Config, attempts: AttemptSource
 ) -> tuple[Verdict, Outcome | None]:
-    """``mutate``, also returning the mutator's outcome (``None`` when no mutator ran)."""
+    """``mutate`` without the memo, also returning the mutator's outcome (``None`` when
+    no mutator ran): ``explain`` and the dry run read what the mutator reported."""
+    found = _mutator_for(request, config, attempts)
+    if found is None:
+        return Verdict(), None
+    return _apply(*found, request.object, request)
+
+
+def _mutator_for(
+    request: Request, config: Config, attempts: AttemptSource
+) -> tuple[Any, Context] | None:
+    """The mutator that must run on this request and its context, if any does."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
-        return Verdict(), None
+        return None
     ctx = Context(config, attempts, _namespace(request), request.operation)
-    if not mutator.applies(original, ctx):
-        return Verdict(), None
+    return (mutator, ctx) if mutator.applies(original, ctx) else None
+
+
+def _apply(
+    mutator: Any, ctx: Context, original: dict[str, Any], request: Request
+) -> tuple[Verdict, Outcome | None]:
+    """Copy, mutate, diff: the policy's work for one object."""
     mutated = json_copy(original)
     try:
         outcome = mutator.mutate(mutated, ctx)
@@ -65,6 +94,38 @@ def _mutate(
         # and only when something changed: a no-op reinvocation stays silent.
         warnings = [*warnings, EXPLAIN_HINT]
     return Verdict(patch=patch, warnings=warnings), outcome
+
+
+#: Verdicts remembered per object template (``webhook.memo``): one per worker process.
+MEMO = Memo()
+
+
+def _recall(endpoint: str, request: Request, ctx: Context) -> tuple[tuple | None, Verdict | None]:
+    """The memo key for this request (``None``: not rememberable) and the remembered
+    verdict, when there is one that still holds."""
+    shape = fingerprint(request.object or {}, request.kind.kind)
+    if shape is None:
+        return None, None
+    key = (
+        endpoint,
+        request.kind.group,
+        request.kind.kind,
+        ctx.operation,
+        ctx.namespace,
+        id(ctx.config),
+        id(ctx.attempts),
+        shape,
+    )
+    remembered = MEMO.get(key, ctx.attempts)
+    return key, (_fresh(remembered) if remembered is not None else None)
+
+
+def _fresh(verdict: Verdict) -> Verdict:
+    """A copy whose lists a caller may change without touching the remembered one (the
+    patch is shared: it is only ever read)."""
+    return dataclasses.replace(
+        verdict, warnings=list(verdict.warnings), problems=list(verdict.problems)
+    )
 
 
 def _controlled(obj: Mapping[str, Any]) -> bool:
@@ -90,19 +151,34 @@ def validate(request: Request, config: Config) -> Verdict:
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
     if not mutator.applies(obj, ctx):
         return Verdict()
+    key, remembered = _recall("validate", request, ctx)
+    if remembered is not None:
+        return remembered
+    verdict, complete = _validate(mutator, obj, ctx, request)
+    if key is not None and complete:
+        MEMO.put(key, _fresh(verdict), [], (config,))
+    return verdict
+
+
+def _validate(
+    mutator: Any, obj: dict[str, Any], ctx: Context, request: Request
+) -> tuple[Verdict, bool]:
+    """The validating verdict, and whether the policy ran to completion (the answer to
+    an internal error is not remembered)."""
     try:
         outcome = mutator.mutate(json_copy(obj), ctx)
     except Exception:
         log.exception("validation failed for %s %s", request.kind.kind, request.uid)
         if has_policy_annotations(obj.get("metadata")):
-            return _deny([Problem("retry-policy", "internal error evaluating the policy")], [])
-        return Verdict()
+            problem = Problem("retry-policy", "internal error evaluating the policy")
+            return _deny([problem], []), False
+        return Verdict(), False
     problems = list(outcome.problems)
     if getattr(mutator, "enforce_applied", True):
         problems.extend(_unapplied(outcome))
     if problems:
-        return _deny(problems, [])
-    return Verdict()
+        return _deny(problems, []), True
+    return Verdict(), True
 
 
 def json_copy(obj: Any) -> Any:

@@ -34,7 +34,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook import certs, logs, metrics
+from webhook import certs, engine, logs, metrics
 from webhook.app import State, create_app
 from webhook.attempts import JobCache, NoCluster, connect
 from webhook.config import Config, load_config
@@ -71,6 +71,8 @@ class ServeOptions:
     client_ca: str | None = None
     #: Seconds a connection may stay silent mid-handshake or mid-request.
     read_timeout: float = 10.0
+    #: Verdicts each worker remembers per object template (``webhook.memo``); 0: none.
+    memo_entries: int = 256
 
 
 def bounded_socket_class(read_timeout: float) -> type[ssl.SSLSocket]:
@@ -269,6 +271,7 @@ class WorkerRuntime:
         self.metrics = recorder
         self.started = time.monotonic()
         self.state = State(metrics=recorder, readiness=self.readiness)
+        engine.MEMO.max_entries = options.memo_entries
         self.reloader: ConfigReloader | None = None
         if options.config_path:
             self.reloader = ConfigReloader(
