@@ -99,7 +99,30 @@ def test_counters_and_histograms_move_with_the_right_labels(server):
     status, _, _ = server.request("POST", "/mutate", "{nope", {"Content-Type": "application/json"})
     assert status == 400
 
-    after = server.metrics()
+    counted = [
+        ("retry_webhook_mutations_total", {"kind": "Job", "annotation": name}, patched)
+        for name in ("backoff-limit", "fail-non-retriable", "ignore-disruptions")
+    ] + [
+        ("retry_webhook_mutations_total", {"kind": "Job", "annotation": "none"}, 1),
+        (
+            "retry_webhook_denials_total",
+            {"endpoint": "validate", "kind": "Job", "reason": "bad-value"},
+            1,
+        ),
+        (
+            "retry_webhook_denials_total",
+            {"endpoint": "validate", "kind": "Job", "reason": "guard-rail"},
+            1,
+        ),
+    ]
+
+    def flushed():
+        # Counters reach the shared files on each worker's next maintenance tick.
+        samples = server.metrics()
+        moves = [metric(samples, n, **kw) - metric(before, n, **kw) for n, kw, _ in counted]
+        return samples if moves == [want for _, _, want in counted] else None
+
+    after = eventually(flushed)
 
     def moved(name, **labels):
         return metric(after, name, **labels) - metric(before, name, **labels)
@@ -287,3 +310,31 @@ def test_a_dead_workers_live_gauges_are_dropped(tmp_path):
         assert srv.review("/mutate", review(job(FULL)))["response"]["allowed"]
     finally:
         stop(srv)
+
+
+def test_counts_of_the_last_interval_are_written_at_graceful_exit(tmp_path):
+    """Counters are added up in memory between flushes: a worker that is stopped
+    (SIGTERM) writes what it has not flushed yet before it exits."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    directory = tmp_path / "prom"
+    srv = start(
+        tmp_path / "certs",
+        metrics_port=free_port(),
+        env={"PROMETHEUS_MULTIPROC_DIR": str(directory)},
+    )
+    try:
+        for _ in range(3):
+            srv.review("/mutate", review(job(FULL)))
+    finally:
+        stop(srv)  # at once: well within the one-second flush interval
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))
+    counted = {
+        sample.labels["annotation"]: sample.value
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == "retry_webhook_mutations_total"
+    }
+    assert counted == {"backoff-limit": 3, "fail-non-retriable": 3, "ignore-disruptions": 3}

@@ -155,19 +155,41 @@ class Metrics:
         )
         self._cache_seen: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._durations: dict[tuple[str, str, str], Any] = {}
+        #: Counts not yet written to the shared files: (counter, labels, names) -> n.
+        self._pending: dict[tuple[Any, tuple[str, ...], tuple[str, ...]], int] = {}
+        self._pending_lock = threading.Lock()
 
     # --- the request path ---
+    # Counters are added up in memory and written to the shared files by ``flush`` (the
+    # worker's maintenance loop, every second, and at exit): a request
+    # annotated with six keys would otherwise pay six locked file writes. A scrape sees
+    # them at most one interval late; a worker killed by SIGKILL loses that interval's.
     def observe_admission(self, endpoint: str, kind: str, outcome: str, seconds: float) -> None:
-        self.admission_duration.labels(endpoint, kind, outcome).observe(seconds)
+        labels = (endpoint, kind, outcome)
+        child = self._durations.get(labels)
+        if child is None:
+            child = self._durations[labels] = self.admission_duration.labels(*labels)
+        child.observe(seconds)
 
     def count_mutation(self, kind: str, annotations: Iterable[str]) -> None:
-        names = sorted(set(annotations)) or ["none"]
-        for name in names:
-            self.mutations.labels(kind, name).inc()
+        self._pend(self.mutations, (kind,), tuple(annotations) or ("none",))
 
     def count_denial(self, endpoint: str, kind: str, reasons: Iterable[str]) -> None:
-        for reason in sorted(set(reasons)) or ["denied"]:
-            self.denials.labels(endpoint, kind, reason).inc()
+        self._pend(self.denials, (endpoint, kind), tuple(reasons) or ("denied",))
+
+    def _pend(self, counter: Any, labels: tuple[str, ...], names: tuple[str, ...]) -> None:
+        key = (counter, labels, names)
+        with self._pending_lock:
+            self._pending[key] = self._pending.get(key, 0) + 1
+
+    def flush(self) -> None:
+        """Write the counts added up since the last flush to the shared files."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for (counter, labels, names), count in pending.items():
+            for name in sorted(set(names)):  # once per distinct annotation or reason
+                counter.labels(*labels, name).inc(count)
 
     # --- reloads ---
     def config_reloaded(self, ok: bool) -> None:
@@ -209,6 +231,12 @@ class Metrics:
 
 _METRICS: Metrics | None = None
 _METRICS_LOCK = threading.Lock()
+
+
+def flush() -> None:
+    """Flush this process's pending counts, if it records any (a worker at exit)."""
+    if _METRICS is not None:
+        _METRICS.flush()
 
 
 def get() -> Metrics:

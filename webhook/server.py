@@ -309,6 +309,7 @@ class WorkerRuntime:
         if self.reloader is not None:
             self.reloader.check()
         self.metrics.sample_cache(self.state.attempts.stats())
+        self.metrics.flush()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when config and certificate are loaded and the attempt cache synced,
@@ -433,6 +434,8 @@ def serve(options: ServeOptions) -> None:
             metrics.stop_exposition(exposition)
             if created and directory is not None:
                 shutil.rmtree(directory, ignore_errors=True)
+        else:
+            metrics.flush()  # a worker's counts of its last interval
 
 
 __all__ = ["Config", "ServeOptions", "TlsContexts", "WorkerRuntime", "serve"]
