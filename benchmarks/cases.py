@@ -52,11 +52,11 @@ def _pod_spec() -> dict[str, Any]:
     }
 
 
-def job(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def job(annotations: dict[str, str] | None = None, name: str = "train") -> dict[str, Any]:
     manifest: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "train", "namespace": "ml", "labels": {"team": "ml"}},
+        "metadata": {"name": name, "namespace": "ml", "labels": {"team": "ml"}},
         "spec": {"template": {"metadata": {"labels": {"app": "train"}}, "spec": _pod_spec()}},
     }
     if annotations:
@@ -179,13 +179,56 @@ def review(obj: dict[str, Any]) -> bytes:
 
 
 def all_cases() -> dict[str, bytes]:
-    cases = {
-        "job-plain": review(job()),
-        "job-annotated": review(job(ANNOTATED)),
-        "pod-last-attempt": review(pod_last_attempt()),
-        "pod-1MiB": review(pod_last_attempt(padding_bytes=1024 * 1024)),
+    """One body per case (the first of its stream)."""
+    return {name: bodies[0] for name, bodies in streams(1).items()}
+
+
+def streams(count: int = 1000) -> dict[str, list[bytes]]:
+    """Each case as a stream of ``count`` reviews, the way they reach a cluster's webhook.
+
+    - ``job-plain``: Jobs without annotations (the common case).
+    - ``job-annotated``: every Job new: ``kubectl apply`` of Jobs with their own names
+      (their last-applied records differ), so no answer can be remembered: the full
+      policy runs for each (``webhook.memo`` misses).
+    - ``pod-last-attempt``: the pods of one Job on its last attempt (a parallel Job
+      creates N of them, differing in name and uid): one policy run, then remembered.
+    - ``pod-last-attempt-new``: every pod from a different Job: the full run for each.
+    - ``pod-1MiB``: over the memo's size limit, never remembered.
+    - ``jobset-4``: every JobSet new (each with its own run label).
+    """
+
+    def distinct(make, vary) -> list[bytes]:
+        return [review(vary(make(), i)) for i in range(count)]
+
+    def rename(obj: dict[str, Any], i: int) -> dict[str, Any]:
+        obj["metadata"]["name"] = f"{obj['metadata']['name']}-{i:05d}"
+        obj["metadata"]["uid"] = str(uuid.uuid4())
+        return obj
+
+    def applied_job(annotations: dict[str, str] | None, i: int) -> dict[str, Any]:
+        obj = job(annotations, name=f"train-{i:05d}")
+        return obj
+
+    def pod_of(job_uid: str):
+        def vary(obj: dict[str, Any], i: int) -> dict[str, Any]:
+            obj = rename(obj, i)
+            obj["metadata"]["ownerReferences"][0]["uid"] = job_uid or str(uuid.uuid4())
+            return obj
+
+        return vary
+
+    def run_label(obj: dict[str, Any], i: int) -> dict[str, Any]:
+        obj = rename(obj, i)
+        obj["metadata"].setdefault("labels", {})["pipeline.example/run"] = f"run-{i:05d}"
+        return obj
+
+    result = {
+        "job-plain": [review(applied_job(None, i)) for i in range(count)],
+        "job-annotated": [review(applied_job(ANNOTATED, i)) for i in range(count)],
+        "pod-last-attempt": distinct(pod_last_attempt, pod_of(str(uuid.uuid4()))),
+        "pod-last-attempt-new": distinct(pod_last_attempt, pod_of("")),
+        "pod-1MiB": [review(pod_last_attempt(padding_bytes=1024 * 1024))],
     }
-    js = jobset()
-    if js is not None:
-        cases["jobset-4"] = review(js)
-    return cases
+    if jobset() is not None:
+        result["jobset-4"] = distinct(jobset, run_label)
+    return result

@@ -143,6 +143,9 @@ class Verdict:
     reason: str = ""
     #: The problems behind a denial (for metrics by reason; never encoded as they are).
     problems: list[Problem] = field(default_factory=list)
+    #: The answer already serialised (all but its uid), with the values it was made from:
+    #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
+    frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)
 
 
 def clean_warnings(warnings: list[str]) -> list[str]:
@@ -163,11 +166,42 @@ def clean_warnings(warnings: list[str]) -> list[str]:
 
 def encode_bytes(uid: str, verdict: Verdict) -> bytes:
     """The response body, serialised (the server's hot path)."""
+    frozen = verdict.frozen
+    if frozen is not None and frozen[0] == _made_from(verdict):
+        return _HEAD + orjson.dumps(uid) + b"," + frozen[1] + b"}}"
     return orjson.dumps(encode(uid, verdict))
 
 
+_HEAD = orjson.dumps({"apiVersion": API_VERSION, "kind": KIND})[:-1] + b',"response":{"uid":'
+
+
+def freeze(verdict: Verdict) -> Verdict:
+    """Serialise ``verdict`` once for every later ``encode_bytes`` (while unchanged)."""
+    serialised = orjson.dumps(_answer(verdict))
+    verdict.frozen = (_made_from(verdict), serialised[1:-1])
+    return verdict
+
+
+def _made_from(verdict: Verdict) -> tuple:
+    # The patch is compared by identity: patches are built once and only ever read.
+    return (
+        verdict.allowed,
+        verdict.code,
+        verdict.message,
+        verdict.reason,
+        tuple(verdict.warnings),
+        id(verdict.patch),
+    )
+
+
 def encode(uid: str, verdict: Verdict) -> dict[str, Any]:
-    response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+    response: dict[str, Any] = {"uid": uid, **_answer(verdict)}
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def _answer(verdict: Verdict) -> dict[str, Any]:
+    """The response's fields after ``uid``."""
+    response: dict[str, Any] = {"allowed": verdict.allowed}
     if verdict.allowed and verdict.patch:
         response["patch"] = base64.b64encode(orjson.dumps(verdict.patch)).decode()
         response["patchType"] = "JSONPatch"
@@ -182,4 +216,4 @@ def encode(uid: str, verdict: Verdict) -> dict[str, Any]:
     warnings = clean_warnings(verdict.warnings)
     if warnings:
         response["warnings"] = warnings
-    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+    return response

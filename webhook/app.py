@@ -54,8 +54,11 @@ class State:
     metrics: Metrics | None = None
 
 
+_JSON = "application/json"
+
+
 def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status, mimetype="application/json")
+    return Response(orjson.dumps(body), status, mimetype=_JSON)
 
 
 def create_app(state: State | None = None) -> Flask:
@@ -64,31 +67,33 @@ def create_app(state: State | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["retry_policy_state"] = state
 
-    def record(endpoint: str, kind: str, outcome: str) -> None:
+    def record(endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
         if state.metrics is not None:
-            started = getattr(g, "started", None) or time.perf_counter()
+            started = started or getattr(g, "started", None) or time.perf_counter()
             state.metrics.observe_admission(endpoint, kind, outcome, time.perf_counter() - started)
 
-    def bad_request(endpoint: str, reason: str) -> Response:
-        record(endpoint, "unknown", "bad_request")
+    def bad_request(endpoint: str, reason: str, started: float) -> Response:
+        record(endpoint, "unknown", "bad_request", started)
         return _json({"error": "BadRequest", "reason": reason}, 400)
 
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
-        g.started = time.perf_counter()  # before the body is read: it counts too
-        content_type = request.headers.get("Content-Type", "")
+        started = time.perf_counter()  # before the body is read: it counts too
+        g.started = started  # for the error handler (a body over the limit)
+        http = request._get_current_object()  # type: ignore[attr-defined]  # one proxy lookup
+        content_type = http.headers.get("Content-Type", "")
         if content_type.partition(";")[0].strip().lower() != "application/json":
-            return bad_request(endpoint, "Content-Type must be application/json")
+            return bad_request(endpoint, "Content-Type must be application/json", started)
         try:
-            body = request.get_data(cache=False)
+            body = http.get_data(cache=False)
         except OSError:
             # The client stopped sending mid-body (dropped by the server's read timeout)
             # or went away: nobody is left to read an answer, but it is not our error.
-            record(endpoint, "unknown", "bad_request")
+            record(endpoint, "unknown", "bad_request", started)
             return _json({"error": "RequestTimeout", "reason": "request body not received"}, 408)
         try:
             review = admission.decode(body)
         except ReviewError as err:
-            return bad_request(endpoint, str(err))
+            return bad_request(endpoint, str(err), started)
         errored = False
         try:
             verdict = decide(review)
@@ -98,14 +103,15 @@ def create_app(state: State | None = None) -> Flask:
             verdict = Verdict(warnings=["retry-policy: internal error; request admitted unchanged"])
         outcome = "error" if errored else _outcome(verdict)
         try:
-            _log_decision(endpoint, review, verdict, outcome, g.started)
+            _log_decision(endpoint, review, verdict, outcome, started)
         except Exception:  # a logging fault must never fail an admission
             log.exception("could not log decision")
-        answer = _json(admission.encode(review.uid, verdict))
+        answer = Response(admission.encode_bytes(review.uid, verdict), mimetype=_JSON)
         if state.metrics is not None:
             try:
-                _count(state.metrics, endpoint, review, verdict, outcome)
-                record(endpoint, _kind_label(review), outcome)
+                kind = _kind_label(review)
+                _count(state.metrics, endpoint, kind, review, verdict, outcome)
+                record(endpoint, kind, outcome, started)
             except Exception:  # nor a metrics fault
                 log.exception("could not record metrics")
         return answer
@@ -177,9 +183,13 @@ def denial_reasons(verdict: Verdict) -> Iterable[str]:
 
 
 def _count(
-    recorder: Metrics, endpoint: str, review: admission.Request, verdict: Verdict, outcome: str
+    recorder: Metrics,
+    endpoint: str,
+    kind: str,
+    review: admission.Request,
+    verdict: Verdict,
+    outcome: str,
 ) -> None:
-    kind = _kind_label(review)
     if outcome == "patched" and endpoint == "mutate":
         recorder.count_mutation(kind, policy_annotations(review.object))
     elif outcome == "denied":

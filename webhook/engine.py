@@ -17,7 +17,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
-from webhook.admission import Request, Verdict
+from webhook.admission import Request, Verdict, freeze
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.jsondiff import diff
@@ -48,7 +48,9 @@ def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUST
     ctx.attempts = recording
     verdict, outcome = _apply(mutator, ctx, request.object, request)
     if key is not None and outcome is not None:
-        MEMO.put(key, _fresh(verdict), recording.calls, (config, attempts))
+        kept = freeze(_fresh(verdict))
+        MEMO.put(key, kept, recording.calls, (config, attempts))
+        return _fresh(kept)  # serialised once, for this answer too
     return verdict
 
 
@@ -122,9 +124,17 @@ def _recall(endpoint: str, request: Request, ctx: Context) -> tuple[tuple | None
 
 def _fresh(verdict: Verdict) -> Verdict:
     """A copy whose lists a caller may change without touching the remembered one (the
-    patch is shared: it is only ever read)."""
-    return dataclasses.replace(
-        verdict, warnings=list(verdict.warnings), problems=list(verdict.problems)
+    patch is shared: it is only ever read; the serialised answer is reused while the
+    copy still says the same)."""
+    return Verdict(
+        verdict.allowed,
+        verdict.patch,
+        list(verdict.warnings),
+        verdict.message,
+        verdict.code,
+        verdict.reason,
+        list(verdict.problems),
+        verdict.frozen,
     )
 
 
@@ -156,7 +166,9 @@ def validate(request: Request, config: Config) -> Verdict:
         return remembered
     verdict, complete = _validate(mutator, obj, ctx, request)
     if key is not None and complete:
-        MEMO.put(key, _fresh(verdict), [], (config,))
+        kept = freeze(_fresh(verdict))
+        MEMO.put(key, kept, [], (config,))
+        return _fresh(kept)
     return verdict
 
 
@@ -309,7 +321,7 @@ def review(
     result = jsonpatch.apply_patch(obj, mutated_verdict.patch) if mutated_verdict.patch else obj
     second = validate(dataclasses.replace(request, object=result), config)
     if not second.allowed:
-        second.warnings = mutated_verdict.warnings
+        second = dataclasses.replace(second, warnings=mutated_verdict.warnings)
         return Review(second, obj, outcome)
     return Review(mutated_verdict, result, outcome)
 

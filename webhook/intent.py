@@ -47,6 +47,8 @@ def user_wrote(obj: Mapping[str, Any], path: Path) -> bool | None:
     annotations = metadata.get("annotations") or {}
     raw = annotations.get(LAST_APPLIED) if isinstance(annotations, dict) else None
     if isinstance(raw, str):
+        if _never_named(raw, path):
+            return False
         applied = _parse_record(raw)
         if isinstance(applied, dict):
             return _has_path(applied, path)
@@ -63,6 +65,20 @@ def user_wrote(obj: Mapping[str, Any], path: Path) -> bool | None:
                 return None
             return any(_has_path(fields, fields_path) for fields in applies if fields)
     return None
+
+
+def _never_named(raw: str, path: Path) -> bool:
+    """A cheap certain "not written": the record never names the field (as a JSON key,
+    quoted; with no escape sequences that could spell it otherwise). Each new Job's
+    record is new, and most do not set the fields a policy asks about, so the parse is
+    mostly skipped."""
+    last = path[-1] if path else None
+    return (
+        isinstance(last, str)
+        and raw.startswith("{")
+        and f'"{last}"' not in raw
+        and "\\" not in raw
+    )
 
 
 @lru_cache(maxsize=16)

@@ -25,6 +25,7 @@ cost more than it saves), and the oldest entries go first past ``MAX_ENTRIES``.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +108,9 @@ class _Entry:
 class Memo:
     def __init__(self, max_entries: int = MAX_ENTRIES):
         self.max_entries = max_entries
-        self._entries: dict[tuple, _Entry] = {}
+        # Ordered for O(1) eviction of the oldest (a plain dict's first key is found by
+        # skipping the holes that deletions leave at its front).
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -135,7 +138,7 @@ class Memo:
             return
         with self._lock:
             while len(self._entries) >= self.max_entries:
-                self._entries.pop(next(iter(self._entries)))
+                self._entries.popitem(last=False)
             self._entries[key] = _Entry(verdict, tuple(lookups), pinned)
 
     def clear(self) -> None:
