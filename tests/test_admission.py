@@ -99,3 +99,31 @@ def test_warnings_are_cleaned_and_bounded():
     assert len(cleaned[1]) == admission.WARNING_MAX_CHARS and cleaned[1].endswith("...")
     assert sum(len(w) for w in cleaned) <= admission.WARNINGS_MAX_TOTAL + 100
     assert cleaned[-1].endswith("more warnings not shown")
+
+
+VERDICTS = [
+    Verdict(),
+    Verdict(patch=[{"op": "add", "path": "/spec/backoffLimit", "value": 3}], warnings=["a", "b"]),
+    Verdict(warnings=["retry-policy: \x1b[31m red \x00"]),
+    Verdict(allowed=False, message="retry-policy: no", code=422, reason="Invalid"),
+    Verdict(allowed=False, message="m", code=200),  # a denial's code is at least 400
+]
+
+
+@pytest.mark.parametrize("verdict", VERDICTS)
+def test_a_frozen_verdict_encodes_to_the_same_bytes(verdict):
+    plain = admission.encode_bytes("uid-1", verdict)
+    admission.freeze(verdict)
+    assert admission.encode_bytes("uid-2", verdict) == plain.replace(b'"uid-1"', b'"uid-2"')
+    assert json.loads(admission.encode_bytes('uid-"3"', verdict))["response"]["uid"] == 'uid-"3"'
+
+
+def test_a_frozen_verdict_changed_afterwards_is_encoded_afresh():
+    verdict = admission.freeze(Verdict(warnings=["first"]))
+    verdict.warnings.append("second")
+    assert json.loads(admission.encode_bytes("u", verdict))["response"]["warnings"] == [
+        "first",
+        "second",
+    ]
+    verdict.patch = [{"op": "add", "path": "/x", "value": 1}]
+    assert "patch" in json.loads(admission.encode_bytes("u", verdict))["response"]

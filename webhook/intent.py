@@ -74,10 +74,7 @@ def _never_named(raw: str, path: Path) -> bool:
     mostly skipped."""
     last = path[-1] if path else None
     return (
-        isinstance(last, str)
-        and raw.startswith("{")
-        and f'"{last}"' not in raw
-        and "\\" not in raw
+        isinstance(last, str) and raw.startswith("{") and f'"{last}"' not in raw and "\\" not in raw
     )
 
 
