@@ -10,6 +10,7 @@ and env var values never reach a log record: they may hold secrets.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -46,19 +47,33 @@ class JsonFormatter(logging.Formatter):
 
 
 class DecisionLog:
-    """The per-admission line, written straight to the log handler's stream.
+    """The per-admission line, written straight to the log handler's stream, in batches.
 
     It is the one line written for every request, so it skips the ``logging`` machinery
-    (a LogRecord, a caller lookup through the stack, the generic formatter): that cost
-    two thirds of the server's own overhead on a request it leaves unchanged. The line
-    has the same fields and shape as every other, goes through the same stream under
-    the handler's lock (no interleaving), and honours the logger's level.
+    (a LogRecord, a caller lookup through the stack, the generic formatter), and it does
+    not take the handler's lock per line: under load, the threads serving requests
+    queued on that lock and on one write system call each (a fifth of the server's
+    thread time in a profile). Lines are queued (a deque: appends are atomic) and
+    written together, one write under the handler's lock (never interleaved with other
+    records), by the request that finds the oldest queued line ``max_delay`` seconds old
+    or ``max_lines`` queued, by the worker's maintenance loop every second, and at exit.
+    A quiet server writes each line at once; a busy one, ten times a second. The lines
+    have the same fields and shape as every other, and honour the logger's level; their
+    ``ts`` is when the decision was made.
     """
 
-    def __init__(self, name: str = "webhook.admission"):
+    def __init__(
+        self, name: str = "webhook.admission", max_delay: float = 0.1, max_lines: int = 512
+    ):
         self.logger = logging.getLogger(name)
+        self.max_delay = max_delay
+        self.max_lines = max_lines
         self._second = -1
         self._stamp = ""
+        self._queue: collections.deque[str] = collections.deque()
+        self._flushing = threading.Lock()
+        self._flushed_at = 0.0
+        _QUEUED.append(self)
 
     def write(self, fields: dict) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
@@ -79,13 +94,40 @@ class DecisionLog:
             "msg": "admission decision",
             **fields,
         }
-        line = orjson.dumps(entry, default=str).decode() + handler.terminator
-        handler.acquire()
+        self._queue.append(orjson.dumps(entry, default=str).decode() + handler.terminator)
+        if now - self._flushed_at >= self.max_delay or len(self._queue) >= self.max_lines:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every queued line; a no-op while another thread is writing them."""
+        if not self._queue or not self._flushing.acquire(blocking=False):
+            return
         try:
-            handler.stream.write(line)
-            handler.flush()
+            self._flushed_at = time.time()
+            lines = []
+            while self._queue:
+                lines.append(self._queue.popleft())
+            handler = _json_handler(self.logger)
+            if handler is None:
+                return
+            handler.acquire()
+            try:
+                handler.stream.write("".join(lines))
+                handler.flush()
+            finally:
+                handler.release()
         finally:
-            handler.release()
+            self._flushing.release()
+
+
+#: Every DecisionLog, for ``flush_decisions``.
+_QUEUED: list[DecisionLog] = []
+
+
+def flush_decisions() -> None:
+    """Write queued decision lines now (the maintenance loop, and a worker at exit)."""
+    for log in _QUEUED:
+        log.flush()
 
 
 def _json_handler(logger: logging.Logger) -> logging.StreamHandler | None:

@@ -310,6 +310,7 @@ class WorkerRuntime:
             self.reloader.check()
         self.metrics.sample_cache(self.state.attempts.stats())
         self.metrics.flush()
+        logs.flush_decisions()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when config and certificate are loaded and the attempt cache synced,
@@ -434,8 +435,9 @@ def serve(options: ServeOptions) -> None:
             metrics.stop_exposition(exposition)
             if created and directory is not None:
                 shutil.rmtree(directory, ignore_errors=True)
-        else:
-            metrics.flush()  # a worker's counts of its last interval
+        else:  # a worker: what it has not written yet
+            metrics.flush()
+            logs.flush_decisions()
 
 
 __all__ = ["Config", "ServeOptions", "TlsContexts", "WorkerRuntime", "serve"]
