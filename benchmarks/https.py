@@ -1,12 +1,14 @@
 """Over HTTPS: the real server (``retry-webhook serve``: gunicorn, TLS, production
 settings) under load from real load generators, against the floor served the same way.
 
-- saturated: ``wrk`` with keep-alive connections, throughput and latency percentiles;
+- saturated: ``wrk`` with keep-alive connections, the webhook and the floor alternately,
+  best round of each (``solo_rounds`` says why);
 - fixed rate: ``hey`` at 500 requests/s offered, p50 and p99 from every request's time;
 - scaling: the same saturated run with one worker process and with two (the closest this
   2-core machine gets to "a second replica").
 
-Request bodies are real AdmissionReviews (benchmarks/cases.py).
+Request bodies are real AdmissionReviews (benchmarks/cases.py), posted as streams of
+distinct objects (every Job new; the pods of one Job; every pod from a different Job).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 import shutil
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,15 +29,22 @@ import time
 import urllib.request
 from pathlib import Path
 
-from benchmarks.cases import all_cases
+from benchmarks.cases import streams
 from webhook import certs
 
+#: wrk posts the stream's bodies in turn (one per line of BODY_FILE), so distinct objects
+#: reach the server as they would from a cluster.
 LUA = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = io.open(os.getenv("BODY_FILE"), "rb")
-wrk.body = f:read("*a")
-f:close()
+local bodies = {}
+for line in io.lines(os.getenv("BODY_FILE")) do
+  bodies[#bodies + 1] = line
+end
+local headers = {["Content-Type"] = "application/json"}
+local next_body = 0
+request = function()
+  next_body = next_body % #bodies + 1
+  return wrk.format("POST", nil, headers, bodies[next_body])
+end
 """
 
 
@@ -63,7 +73,9 @@ def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
 class Served:
     """A server process (the webhook or the floor) on a free port."""
 
-    def __init__(self, which: str, cert_dir: Path, workers: int, threads: int):
+    def __init__(
+        self, which: str, cert_dir: Path, workers: int, threads: int, extra: tuple[str, ...] = ()
+    ):
         self.port = _free_port()
         if which == "webhook":
             cmd = [
@@ -86,6 +98,7 @@ class Served:
                 str(workers),
                 "--threads",
                 str(threads),
+                *extra,
             ]
         else:
             cmd = [
@@ -105,6 +118,18 @@ class Served:
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}
         )
         _wait_healthy(self.port, cert_dir / "ca.crt", self.proc)
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of the server and its worker processes so far."""
+        ticks = 0
+        for pid in [self.proc.pid, *_children(self.proc.pid)]:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     @property
     def url(self) -> str:
@@ -213,96 +238,142 @@ def hey(url: str, body_file: Path, seconds: int, rate: int, workers: int = 10) -
 
 
 def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+    return round(statistics.median(values), 3)
 
 
-def head_to_head(a: Served, b: Served, body: Path, seconds: int, connections: int) -> float:
-    """Load two servers at the same time; return b's completed requests over a's.
+def solo_rounds(
+    servers: dict[str, Served], body: Path, seconds: int, connections: int, rounds: int
+) -> dict[str, dict]:
+    """Saturate each server alone (it and ``wrk`` share the 2 cores, as the targets say),
+    in turn, ``rounds`` times; per server, each round's throughput and CPU time a request
+    (user + system, of the server's own processes), and the best of each.
 
-    On a shared virtual machine the capacity of the cores drifts by 2-4x over tens of
-    seconds (solo runs of one build differ that much). Two servers loaded at once live
-    through the same drift, so the ratio of what each completes is what the drift does
-    not distort: both are saturated, and the one that needs less CPU per request
-    completes more.
+    This machine's speed drifts by 2-4x over tens of seconds, in phases (a slow phase
+    shows as 5-10x the system time and context switches per request): a single run
+    of each server would compare phases, not servers. Noise only ever slows a round
+    down, so the best round of each, over rounds that alternate between the servers,
+    is each server's own speed; the calibration pair (the floor against a second floor)
+    shows how far apart two identical servers still come out. Running both servers at
+    once was tried and dropped: two servers and two load generators on 2 cores
+    oversubscribe them, which inflates context switches unevenly.
     """
-    runs = [_start_wrk(server.url, body, seconds, connections) for server in (a, b)]
-    outs = [run.communicate()[0] for run in runs]
-    done = [int(re.search(r"(\d+) requests in", out).group(1)) for out in outs]
-    return done[1] / max(done[0], 1)
+    seen: dict[str, dict[str, list[float]]] = {name: {"rps": [], "cpu_us": []} for name in servers}
+    for _ in range(rounds):
+        for name, server in servers.items():
+            before = server.cpu_seconds()
+            result = wrk(server.url, body, seconds, connections)
+            used = server.cpu_seconds() - before
+            seen[name]["rps"].append(result["rps"])
+            seen[name]["cpu_us"].append(round(used / max(result["requests"], 1) * 1e6, 1))
+    return {
+        name: {
+            "rps_rounds": values["rps"],
+            "cpu_us_rounds": values["cpu_us"],
+            "best_rps": max(values["rps"]),
+            "best_cpu_us": min(values["cpu_us"]),
+        }
+        for name, values in seen.items()
+    }
+
+
+def ratios(rounds: dict[str, dict], base: str, other: str) -> dict:
+    """``other`` relative to ``base``: best throughput, and CPU a request (inverted, so
+    that for both, 1.0 is "as fast as the floor")."""
+    return {
+        "throughput": round(rounds[other]["best_rps"] / rounds[base]["best_rps"], 3),
+        "per_cpu": round(rounds[base]["best_cpu_us"] / rounds[other]["best_cpu_us"], 3),
+    }
+
+
+#: Cases over HTTPS; the ``-new`` and ``job-annotated`` streams are distinct objects, whose
+#: answers cannot be remembered (``webhook.memo``).
+HTTPS_CASES = ("job-plain", "job-annotated", "pod-last-attempt", "pod-last-attempt-new")
+#: Streams of distinct objects: their fixed-rate run (``hey`` posts one body) is against a
+#: webhook with ``--memo-entries 0``, so that each repeat of the body is computed in full.
+MISSES = ("job-annotated", "pod-last-attempt-new")
 
 
 def run(
-    seconds: int = 10,
+    seconds: int = 3,
     workers: int = 2,
     threads: int = 8,
     connections: int = 16,
-    rounds: int = 5,
+    rounds: int = 8,
 ) -> dict:
     for tool in ("wrk", "hey"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} not found: apt-get install {tool}")
-    cases = all_cases()
+    cases = streams()
     settings = {
         "seconds": seconds,
         "workers": workers,
         "threads": threads,
         "connections": connections,
         "rounds": rounds,
+        "bodies_per_stream": len(cases["job-annotated"]),
     }
     results: dict = {"settings": settings, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = Path(tmp) / "certs"
         certs.generate(cert_dir, extra_dns=["localhost"])
+
+        def stream_file(name: str, bodies: list[bytes]) -> Path:
+            path = Path(tmp) / f"{name}.jsonl"
+            path.write_bytes(b"\n".join(bodies) + b"\n")
+            return path
+
+        def one_body(name: str, body: bytes) -> Path:
+            path = Path(tmp) / f"{name}.json"
+            path.write_bytes(body)
+            return path
+
         floor = Served("floor", cert_dir, workers, threads)
         webhook = Served("webhook", cert_dir, workers, threads)
         twin = Served("floor", cert_dir, workers, threads)
+        no_memo = Served("webhook", cert_dir, workers, threads, ("--memo-entries", "0"))
+        servers = {"floor": floor, "webhook": webhook}
         try:
-            calibration_body = Path(tmp) / "calibration.json"
-            calibration_body.write_bytes(cases["job-plain"])
-            calibration = [
-                round(head_to_head(floor, twin, calibration_body, seconds, connections), 3)
-                for _ in range(rounds)
-            ]
+            calibration = stream_file("calibration", cases["job-plain"])
+            for server in (floor, twin):
+                wrk(server.url, calibration, 2, connections)  # warm-up
+            measured = solo_rounds(
+                {"floor": floor, "twin": twin}, calibration, seconds, connections, rounds
+            )
             results["calibration_floor_vs_floor"] = {
-                "rounds": calibration,
-                "median": _median(calibration),
+                "rounds": measured,
+                **ratios(measured, "floor", "twin"),
             }
-            for name in ("job-plain", "job-annotated", "pod-last-attempt"):
-                body = Path(tmp) / f"{name}.json"
-                body.write_bytes(cases[name])
-                entry: dict = {}
-                for which, server in (("floor", floor), ("webhook", webhook)):
-                    wrk(server.url, body, 2, connections)  # warm-up
-                    entry[which] = {
-                        "saturated": wrk(server.url, body, max(seconds // 2, 2), connections),
-                        "fixed_500rps": hey(server.url, body, 10, 500),
-                    }
-                ratios = [
-                    round(head_to_head(floor, webhook, body, seconds, connections), 3)
-                    for _ in range(rounds)
-                ]
-                entry["head_to_head_rounds"] = ratios
-                entry["throughput_ratio"] = _median(ratios)
+            for name in HTTPS_CASES:
+                bodies = stream_file(name, cases[name])
+                single = one_body(name, cases[name][0])
+                for server in servers.values():
+                    wrk(server.url, bodies, 2, connections)  # warm-up
+                measured = solo_rounds(servers, bodies, seconds, connections, rounds)
+                entry: dict = {"saturated": measured, **ratios(measured, "floor", "webhook")}
+                fixed_rate_webhook = no_memo if name in MISSES else webhook
+                entry["fixed_500rps"] = {
+                    "floor": hey(floor.url, single, 10, 500),
+                    "webhook": hey(fixed_rate_webhook.url, single, 10, 500),
+                }
                 results["cases"][name] = entry
         finally:
-            for server in (floor, webhook, twin):
+            for server in (floor, webhook, twin, no_memo):
                 server.stop()
-        body = Path(tmp) / "scale.json"
-        body.write_bytes(cases["job-annotated"])
+        body = stream_file("scale", cases["job-annotated"])
         one, two = Served("webhook", cert_dir, 1, threads), Served("webhook", cert_dir, 2, threads)
         try:
-            scaling_runs: dict[str, list[float]] = {"1_worker": [], "2_worker": []}
-            for _ in range(rounds):
-                for label, server in (("1_worker", one), ("2_worker", two)):
-                    scaling_runs[label].append(wrk(server.url, body, 3, connections)["rps"])
+            measured = solo_rounds(
+                {"1_worker": one, "2_workers": two}, body, 3, connections, rounds
+            )
         finally:
             one.stop()
             two.stop()
-        scaling = {label: _median(values) for label, values in scaling_runs.items()}
-        scaling["ratio"] = round(sum(scaling_runs["2_worker"]) / sum(scaling_runs["1_worker"]), 3)
-        scaling["rounds"] = scaling_runs
-        results["scaling"] = scaling
+        results["scaling"] = {
+            "rounds": measured,
+            "1_worker": measured["1_worker"]["best_rps"],
+            "2_worker": measured["2_workers"]["best_rps"],
+            "ratio": round(measured["2_workers"]["best_rps"] / measured["1_worker"]["best_rps"], 3),
+        }
     return results
 
 
