@@ -267,3 +267,25 @@ def test_jobs_of_one_template_are_answered_from_memory(tmp_path, flags, memo):
     assert answers[0]["patch"] == answers[1]["patch"] == answers[2]["patch"]
     for obj, answer in zip(_siblings(3), answers, strict=True):
         assert apply(obj, decode_patch({"response": answer}))["spec"]["backoffLimit"] == 3
+
+
+def test_workers_move_their_startup_heap_out_of_the_collectors_reach():
+    import gc
+
+    from webhook import server as srv
+    from webhook.config import Config
+
+    app = srv.WebhookApplication(srv.ServeOptions(cert_dir="unused"), _Tls(), Config())
+    assert app.cfg.post_worker_init is srv._settle_heap
+    try:
+        srv._settle_heap(None)
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
+
+
+class _Tls:
+    cert = key = Path("unused")
+
+    def current(self):
+        return None

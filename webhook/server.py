@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import gc
 import logging
 import os
 import shutil
@@ -369,6 +370,7 @@ class WebhookApplication(BaseApplication):
             "logger_class": logs.GunicornLogger,
             "proc_name": "retry-webhook",
             "child_exit": _child_exit,
+            "post_worker_init": _settle_heap,
         }
         # gunicorn >= 25.1 opens a control socket served by a thread in the master; a
         # threaded master forks unsafely, and nothing here needs it.
@@ -383,6 +385,15 @@ class WebhookApplication(BaseApplication):
         app = create_app(runtime.state)
         runtime.start()
         return app
+
+
+def _settle_heap(_worker: Any) -> None:
+    """Once a worker has loaded everything, move what it holds (modules, the kubernetes
+    client, config) out of the garbage collector's reach: a full collection walked all
+    of it (14 ms here), stalling every request of the worker; now it walks only what
+    requests left behind."""
+    gc.collect()
+    gc.freeze()
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
