@@ -226,3 +226,12 @@ def test_a_different_object_never_gets_a_remembered_answer(pair, config_index):
         second, config, attempts
     )
     assert engine.validate(request_for(second), config) == _validate_uncached(second, config)
+
+
+def test_objects_written_with_kubectl_apply_are_not_remembered():
+    """Their last-applied record names them: no other object can repeat one."""
+    applied = job(FULL, applied=True)
+    assert engine.mutate(request_for(applied), Config()).patch
+    assert len(engine.MEMO) == 0
+    assert memo.fingerprint(applied, "Job") is None
+    assert memo.fingerprint(job(FULL), "Job") is not None

@@ -34,6 +34,7 @@ import orjson
 
 from webhook.admission import Verdict
 from webhook.attempts import AttemptLookup, AttemptSource
+from webhook.intent import LAST_APPLIED
 
 #: Per-object identity the API server or a controller gives each object of one template.
 IGNORED_METADATA = frozenset(
@@ -61,10 +62,16 @@ MAX_ENTRIES = 256
 
 
 def fingerprint(obj: Mapping[str, Any], kind: str) -> bytes | None:
-    """The object as the policy sees it, serialised; ``None`` when it cannot be a key."""
+    """The object as the policy sees it, serialised; ``None`` when it cannot be a key:
+    too large, not serialisable, or written by a person with ``kubectl apply`` (its
+    last-applied record names it, so no other object can repeat it: computing a key
+    would only cost time)."""
     view = dict(obj)
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
+        annotations = metadata.get("annotations")
+        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+            return None
         meta = {k: v for k, v in metadata.items() if k not in IGNORED_METADATA}
         for name, ignored in (("labels", IGNORED_LABELS), ("annotations", IGNORED_ANNOTATIONS)):
             values = meta.get(name)
