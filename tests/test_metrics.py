@@ -77,8 +77,23 @@ def decision_pids(server, since: int = 0) -> set[int]:
     return {line["pid"] for line in lines if line.get("msg") == "admission decision"}
 
 
+def settled(server) -> dict:
+    """The metrics once every worker has written what it added up (they do once a
+    second): two scrapes a flush interval apart that agree."""
+    import time
+
+    previous = server.metrics()
+    for _ in range(10):
+        time.sleep(1.2)
+        current = server.metrics()
+        if current == previous:
+            return current
+        previous = current
+    raise AssertionError("metrics still moving on an idle server")
+
+
 def test_counters_and_histograms_move_with_the_right_labels(server):
-    before = server.metrics()
+    before = settled(server)  # the start-up requests that reached every worker included
     patched = 0
     # Enough Jobs that both workers answer some (their pids are in the decision logs):
     # the scrape must add up every worker's files.
@@ -116,8 +131,16 @@ def test_counters_and_histograms_move_with_the_right_labels(server):
         ),
     ]
 
+    patched_labels = {"endpoint": "mutate", "kind": "Job", "outcome": "patched"}
+    counted += [
+        (HIST + "_count", patched_labels, patched + 1),
+        (HIST + "_count", {"endpoint": "mutate", "kind": "other", "outcome": "allowed"}, 1),
+        (HIST + "_count", {"endpoint": "validate", "kind": "Job", "outcome": "denied"}, 2),
+        (HIST + "_count", {"endpoint": "mutate", "kind": "unknown", "outcome": "bad_request"}, 1),
+    ]
+
     def flushed():
-        # Counters reach the shared files on each worker's next maintenance tick.
+        # Observations reach the shared files on each worker's next maintenance tick.
         samples = server.metrics()
         moves = [metric(samples, n, **kw) - metric(before, n, **kw) for n, kw, _ in counted]
         return samples if moves == [want for _, _, want in counted] else None
@@ -274,10 +297,8 @@ def test_metrics_dir_is_cleaned_at_start(tmp_path):
     try:
         assert not (stale / "counter_12345.db").exists()
         srv.review("/mutate", review(job(FULL)))
-        assert (
-            metric(srv.metrics(), HIST + "_count", endpoint="mutate", kind="Job", outcome="patched")
-            == 1
-        )
+        patched = {"endpoint": "mutate", "kind": "Job", "outcome": "patched"}
+        assert eventually(lambda: metric(srv.metrics(), HIST + "_count", **patched) == 1)
     finally:
         stop(srv)
     assert os.path.isdir(stale)  # a directory we were given is left in place
@@ -338,3 +359,43 @@ def test_counts_of_the_last_interval_are_written_at_graceful_exit(tmp_path):
         if sample.name == "retry_webhook_mutations_total"
     }
     assert counted == {"backoff-limit": 3, "fail-non-retriable": 3, "ignore-disruptions": 3}
+
+
+def test_batched_latencies_expose_exactly_what_one_observe_each_would():
+    """Latencies are added up per worker and written in one go; the histogram a scrape
+    sees must be the one prometheus_client's own ``observe`` would have built."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from webhook.metrics import LATENCY_BUCKETS, Metrics
+
+    values = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.07, 3.0, 10.0, 11.0, 0.001]
+    ours = Metrics()
+    for value in values:
+        ours.observe_admission("mutate", "Pod", "patched", value)
+    ours.observe_admission("validate", "Job", "denied", 0.2)
+    registry = CollectorRegistry()
+    reference = Histogram(
+        "retry_webhook_admission_duration_seconds",
+        "reference",
+        ["endpoint", "kind", "outcome"],
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    for value in values:
+        reference.labels("mutate", "Pod", "patched").observe(value)
+    reference.labels("validate", "Job", "denied").observe(0.2)
+
+    def samples(reg):
+        return sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for family in reg.collect()
+            if family.name == "retry_webhook_admission_duration_seconds"
+            for s in family.samples
+            if not s.name.endswith("_created")
+        )
+
+    assert all(value == 0 for _, _, value in samples(ours.registry))  # not yet written
+    ours.flush()
+    assert samples(ours.registry) == samples(registry)
+    ours.flush()  # nothing new: nothing added twice
+    assert samples(ours.registry) == samples(registry)
