@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
 from webhook import admission, engine, logs
@@ -69,7 +69,8 @@ def create_app(state: State | None = None) -> Flask:
 
     def record(endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
         if state.metrics is not None:
-            started = started or getattr(g, "started", None) or time.perf_counter()
+            # No start time: refused before the handler ran (a body over the limit).
+            started = started or time.perf_counter()
             state.metrics.observe_admission(endpoint, kind, outcome, time.perf_counter() - started)
 
     def bad_request(endpoint: str, reason: str, started: float) -> Response:
@@ -78,7 +79,6 @@ def create_app(state: State | None = None) -> Flask:
 
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
         started = time.perf_counter()  # before the body is read: it counts too
-        g.started = started  # for the error handler (a body over the limit)
         http = request._get_current_object()  # type: ignore[attr-defined]  # one proxy lookup
         content_type = http.headers.get("Content-Type", "")
         if content_type.partition(";")[0].strip().lower() != "application/json":

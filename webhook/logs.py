@@ -70,6 +70,7 @@ class DecisionLog:
         self.max_lines = max_lines
         self._second = -1
         self._stamp = ""
+        self._handler: logging.StreamHandler | None = None
         self._queue: collections.deque[str] = collections.deque()
         self._flushing = threading.Lock()
         self._flushed_at = 0.0
@@ -78,14 +79,15 @@ class DecisionLog:
     def write(self, fields: dict) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        handler = _json_handler(self.logger)
+        now = time.time()
+        second = int(now)
+        if second != self._second:  # once a second, not once per request:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+            self._handler = _json_handler(self.logger)  # (logging may be set up anew)
+        handler = self._handler
         if handler is None:  # not set up for JSON (tests of the app alone): plain logging
             self.logger.info("admission decision", extra=fields)
             return
-        now = time.time()
-        second = int(now)
-        if second != self._second:  # one strftime a second, not one per request
-            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
         entry = {
             "ts": f"{self._stamp}.{int((now - second) * 1000):03d}Z",
             "level": "info",
