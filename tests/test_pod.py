@@ -248,3 +248,18 @@ def test_validate_does_not_enforce_placement():
     obj = pod(annotated(), owner=job_owner())
     request = admission.decode(json.dumps(review(obj)))
     assert engine.validate(request, Config()).allowed
+
+
+def test_a_pods_policy_is_resolved_once_per_distinct_annotation_set():
+    from webhook.mutators import pod_policy
+
+    ours = {P + "backoff-limit": "3", P + "non-spot-attempts": "1", "other": "x"}
+    first, _ = pod_policy(dict(ours))
+    again, _ = pod_policy({**ours, "other": "y"})  # only ours are the key
+    assert again is first and first.backoff_limit == 3
+    changed, _ = pod_policy({**ours, P + "backoff-limit": "4"})
+    assert changed.backoff_limit == 4
+    bad = {P + "backoff-limit": "lots"}
+    _, problems = pod_policy(bad)
+    problems.clear()  # a caller's list: the next caller still gets the problem
+    assert pod_policy(bad)[1] and "lots" in str(pod_policy(bad)[1][0])

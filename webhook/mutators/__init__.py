@@ -138,6 +138,25 @@ def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]
     return policy, problems
 
 
+_POD_POLICIES: dict[tuple, tuple[Policy, list[Problem]]] = {}
+
+
+def pod_policy(annotations: Any) -> tuple[Policy, list[Problem]]:
+    """A pod's policy: its own annotations only (copied there from its workload's
+    template), resolved once per distinct set, as ``workload_policy`` does."""
+    key = _policy_items(annotations)
+    hit = _POD_POLICIES.get(key) if key is not None else None
+    if hit is not None:
+        return hit[0], list(hit[1])
+    values, problems = parse_annotations(annotations, Scope.POD)
+    policy = resolve([Layer(Source.ANNOTATION, values)])
+    if key is not None:
+        if len(_POD_POLICIES) >= _POLICIES_MAX:
+            _POD_POLICIES.clear()
+        _POD_POLICIES[key] = (policy, list(problems))
+    return policy, problems
+
+
 def _policy_items(annotations: Any) -> tuple | None:
     """Our annotations as a hashable key (``None``: not cacheable, e.g. odd value types)."""
     if not isinstance(annotations, dict):

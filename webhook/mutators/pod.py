@@ -15,18 +15,13 @@ from typing import Any
 
 from webhook import podspec
 from webhook.attempts import AttemptLookup
-from webhook.mutators import Context, Outcome, has_policy_annotations, register
+from webhook.mutators import Context, Outcome, has_policy_annotations, pod_policy, register
 from webhook.policy import (
     APPLIED,
     PREFIX,
     BadValue,
-    Layer,
     Policy,
-    Scope,
-    Source,
-    parse_annotations,
     parse_count,
-    resolve,
 )
 from webhook.problems import Problem
 
@@ -58,11 +53,10 @@ class PodMutator:
         if not self.applies(pod, ctx):
             return out
         owner = controller_of(metadata)
-        values, problems = parse_annotations(metadata.get("annotations"), Scope.POD)
+        policy, problems = pod_policy(metadata.get("annotations"))
         if problems:
             self._report(out, problems, owner)
             return out
-        policy = resolve([Layer(Source.ANNOTATION, values)])
         spec = pod.get("spec")
         if not isinstance(spec, dict):
             return out
