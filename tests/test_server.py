@@ -137,6 +137,10 @@ def test_readyz_reports_config_and_cache(server):
     assert status == 200
     assert body["status"] == "ready"
     assert body["attemptCache"] == {"enabled": False}
+    if os.environ.get("RPW_PURE_PYTHON"):
+        assert body["native"] is False
+    elif os.environ.get("RPW_REQUIRE_NATIVE"):  # make test: the server runs them too
+        assert body["native"] is True
 
 
 def test_tls_1_1_is_refused(server):

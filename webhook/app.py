@@ -19,6 +19,7 @@ import orjson
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
+import webhook
 from webhook import admission, engine, logs
 from webhook.admission import ReviewError, Verdict
 from webhook.attempts import AttemptSource, NoCluster
@@ -136,6 +137,7 @@ def create_app(state: State | None = None) -> Flask:
             "config": state.config.source,
             "attemptCache": state.attempts.stats(),
             "memo": engine.MEMO.stats(),
+            "native": webhook.NATIVE is not None,  # the compiled hot modules are in use
             **details,
         }
         return _json(body, 200 if ready else 503)

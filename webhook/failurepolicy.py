@@ -52,7 +52,11 @@ def rule_key(rule: Any) -> Any:
     codes_key = None
     if isinstance(codes, dict):
         values = codes.get("values")
-        values_key = tuple(sorted(values)) if _int_list(values) else repr(values)
+        values_key = (
+            tuple(sorted(values))
+            if isinstance(values, list) and _int_list(values)
+            else repr(values)
+        )
         codes_key = (codes.get("containerName"), codes.get("operator"), values_key)
     conditions_key = None
     if isinstance(conditions, list):

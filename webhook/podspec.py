@@ -33,7 +33,7 @@ def add_error_propagation(pod_spec: dict[str, Any], strategy: str) -> list[str]:
     own value: users who set it know something we do not.
     """
     changed = []
-    wanted = {
+    wanted: dict[str, dict[str, Any]] = {
         WORKER_NAME: {
             "name": WORKER_NAME,
             # apiVersion is what the API server defaults; writing it keeps reinvocation a no-op.
