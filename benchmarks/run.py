@@ -13,6 +13,7 @@ import platform
 import time
 from pathlib import Path
 
+import webhook
 from benchmarks import compute, https, scale
 
 RESULTS = Path(__file__).parent / "results"
@@ -43,6 +44,8 @@ def machine() -> dict:
         "platform": platform.platform(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_average_at_start": os.getloadavg()[0],
+        # The compiled hot modules (make compile), in this process and in the servers.
+        "native": webhook.NATIVE is not None,
     }
 
 
@@ -55,7 +58,8 @@ def markdown(results: dict) -> str:
     lines = [
         f"Run {m['date']} on {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
         f"load average {m['load_average_at_start']:.2f} at start; "
-        "load generator on the same machine.",
+        "load generator on the same machine; "
+        + ("compiled hot modules (mypyc)." if m.get("native") else "pure Python."),
         "",
         "| measure | case | result | target | |",
         "|---|---|---|---|---|",
