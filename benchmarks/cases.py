@@ -205,10 +205,6 @@ def streams(count: int = 1000) -> dict[str, list[bytes]]:
         obj["metadata"]["uid"] = str(uuid.uuid4())
         return obj
 
-    def applied_job(annotations: dict[str, str] | None, i: int) -> dict[str, Any]:
-        obj = job(annotations, name=f"train-{i:05d}")
-        return obj
-
     def pod_of(job_uid: str):
         def vary(obj: dict[str, Any], i: int) -> dict[str, Any]:
             obj = rename(obj, i)
@@ -223,8 +219,8 @@ def streams(count: int = 1000) -> dict[str, list[bytes]]:
         return obj
 
     result = {
-        "job-plain": [review(applied_job(None, i)) for i in range(count)],
-        "job-annotated": [review(applied_job(ANNOTATED, i)) for i in range(count)],
+        "job-plain": [review(job(None, name=f"train-{i:05d}")) for i in range(count)],
+        "job-annotated": [review(job(ANNOTATED, name=f"train-{i:05d}")) for i in range(count)],
         "pod-last-attempt": distinct(pod_last_attempt, pod_of(str(uuid.uuid4()))),
         "pod-last-attempt-new": distinct(pod_last_attempt, pod_of("")),
         "pod-1MiB": [review(pod_last_attempt(padding_bytes=1024 * 1024))],

@@ -11,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -247,3 +248,22 @@ def eventually(check, timeout: float = 15.0, interval: float = 0.1):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+class Threads:
+    """Load generator threads as a context manager: ``self.threads`` start on enter; on
+    exit ``self.stop`` is set and each thread gets ``join_timeout`` seconds to finish."""
+
+    threads: list[threading.Thread]
+    stop: threading.Event
+    join_timeout = 10.0
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(self.join_timeout)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FULL, job, review
-from serverproc import start, stop
+from serverproc import Threads, start, stop
 
 from webhook import certs
 
@@ -200,7 +200,7 @@ def worker_pids(master: int) -> set[int]:
     return {int(pid) for pid in out.split()}
 
 
-class Load:
+class Load(Threads):
     """Client threads sending reviews in a loop; each result is recorded with the time
     its request was fully sent."""
 
@@ -230,16 +230,6 @@ class Load:
                 time.sleep(0.01)
         if sock is not None:
             sock.close()
-
-    def __enter__(self) -> Load:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(10)
 
 
 def test_a_killed_worker_loses_only_its_in_flight_requests(tmp_path):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from conftest import P, job, review
 from cryptography import x509
-from serverproc import KubeletVolume, eventually, free_port, metric, start, stop
+from serverproc import KubeletVolume, Threads, eventually, free_port, metric, start, stop
 
 from webhook import certs
 
@@ -36,8 +36,10 @@ def serving_pair(ca_key, ca_cert) -> tuple[bytes, bytes, int]:
     return certs.cert_pem(cert), certs.key_pem(key), cert.serial_number
 
 
-class Load:
+class Load(Threads):
     """Clients sending reviews until stopped; every failure is recorded, never raised."""
+
+    join_timeout = 30.0
 
     def __init__(self, port: int, ca_file: Path):
         self.port = port
@@ -49,16 +51,6 @@ class Load:
         self.fresh_serials: list[int] = []
         self.threads = [threading.Thread(target=self._keepalive) for _ in range(2)]
         self.threads += [threading.Thread(target=self._fresh) for _ in range(2)]
-
-    def __enter__(self) -> Load:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
 
     def _connection(self) -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection("localhost", self.port, context=self.context, timeout=10)

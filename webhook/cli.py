@@ -272,6 +272,17 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return EXIT_OK
 
 
+def _count(text: str) -> int:
+    """A whole number >= 0, for argparse (which turns the error into a usage message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retry-webhook",
@@ -324,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--memo-entries",
-        type=int,
+        type=_count,
         default=256,
         metavar="N",
         help="verdicts each worker remembers per object template, so the pods of one Job "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from webhook.problems import Problem
 
@@ -52,11 +52,7 @@ def rule_key(rule: Any) -> Any:
     codes_key = None
     if isinstance(codes, dict):
         values = codes.get("values")
-        values_key = (
-            tuple(sorted(values))
-            if isinstance(values, list) and _int_list(values)
-            else repr(values)
-        )
+        values_key = tuple(sorted(values)) if _int_list(values) else repr(values)
         codes_key = (codes.get("containerName"), codes.get("operator"), values_key)
     conditions_key = None
     if isinstance(conditions, list):
@@ -70,7 +66,7 @@ def rule_key(rule: Any) -> Any:
     return (rule.get("action"), codes_key, conditions_key)
 
 
-def _int_list(values: Any) -> bool:
+def _int_list(values: Any) -> TypeGuard[list[int]]:
     return isinstance(values, list) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in values
     )

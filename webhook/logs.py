@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from types import TracebackType
 
 import orjson
@@ -74,7 +75,7 @@ class DecisionLog:
         self._queue: collections.deque[str] = collections.deque()
         self._flushing = threading.Lock()
         self._flushed_at = 0.0
-        _QUEUED.append(self)
+        _QUEUED.add(self)
 
     def write(self, fields: dict) -> None:
         if not self.logger.isEnabledFor(logging.INFO):
@@ -122,8 +123,8 @@ class DecisionLog:
             self._flushing.release()
 
 
-#: Every DecisionLog, for ``flush_decisions``.
-_QUEUED: list[DecisionLog] = []
+#: Every DecisionLog alive, for ``flush_decisions``.
+_QUEUED: weakref.WeakSet[DecisionLog] = weakref.WeakSet()
 
 
 def flush_decisions() -> None:

@@ -9,7 +9,7 @@ Adding a kind means one new module and one ``register`` call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -112,10 +112,11 @@ def has_policy_annotations(metadata: Any) -> bool:
     )
 
 
-#: Resolved policies by (config, namespace, our annotations). Jobs made from one template
+#: Resolved policies: a workload's by (config, namespace, our annotations), a pod's by its
+#: annotations. Jobs made from one template
 #: (a CronJob, a pipeline) carry the same annotations, so resolution is done once; the
 #: results are immutable (frozen Policy, Problems only read), hence safe to share.
-_POLICIES: dict[tuple[int, str | None, tuple], tuple[Config, Policy, list[Problem]]] = {}
+_POLICIES: dict[tuple, tuple[Any, Policy, list[Problem]]] = {}
 _POLICIES_MAX = 1024
 
 
@@ -123,37 +124,41 @@ def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]
     """Resolve a workload's policy: its annotations over namespace and cluster defaults."""
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     ours = _policy_items(annotations)
-    key = (id(ctx.config), ctx.namespace, ours) if ours is not None else None
-    hit = _POLICIES.get(key) if key is not None else None
-    if hit is not None and hit[0] is ctx.config:
-        return hit[1], list(hit[2])
-    values, problems = parse_annotations(annotations, Scope.WORKLOAD)
-    layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
-    policy = resolve(layers)
-    if key is not None:
-        if len(_POLICIES) >= _POLICIES_MAX:
-            _POLICIES.clear()
-        # The config is kept in the entry so its id cannot be reused while cached.
-        _POLICIES[key] = (ctx.config, policy, list(problems))
-    return policy, problems
 
+    def compute() -> tuple[Policy, list[Problem]]:
+        values, problems = parse_annotations(annotations, Scope.WORKLOAD)
+        layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
+        return resolve(layers), problems
 
-_POD_POLICIES: dict[tuple, tuple[Policy, list[Problem]]] = {}
+    key = ("workload", id(ctx.config), ctx.namespace, ours) if ours is not None else None
+    return _cached(key, ctx.config, compute)
 
 
 def pod_policy(annotations: Any) -> tuple[Policy, list[Problem]]:
     """A pod's policy: its own annotations only (copied there from its workload's
     template), resolved once per distinct set, as ``workload_policy`` does."""
-    key = _policy_items(annotations)
-    hit = _POD_POLICIES.get(key) if key is not None else None
-    if hit is not None:
-        return hit[0], list(hit[1])
-    values, problems = parse_annotations(annotations, Scope.POD)
-    policy = resolve([Layer(Source.ANNOTATION, values)])
+    ours = _policy_items(annotations)
+
+    def compute() -> tuple[Policy, list[Problem]]:
+        values, problems = parse_annotations(annotations, Scope.POD)
+        return resolve([Layer(Source.ANNOTATION, values)]), problems
+
+    return _cached(("pod", ours) if ours is not None else None, None, compute)
+
+
+def _cached(
+    key: tuple | None, pin: Any, compute: Callable[[], tuple[Policy, list[Problem]]]
+) -> tuple[Policy, list[Problem]]:
+    """``compute()``, once per key. ``pin`` is kept in the entry (the config whose id is in
+    the key, so the id cannot be reused while cached) and must be the same on a hit."""
+    hit = _POLICIES.get(key) if key is not None else None
+    if hit is not None and hit[0] is pin:
+        return hit[1], list(hit[2])
+    policy, problems = compute()
     if key is not None:
-        if len(_POD_POLICIES) >= _POLICIES_MAX:
-            _POD_POLICIES.clear()
-        _POD_POLICIES[key] = (policy, list(problems))
+        if len(_POLICIES) >= _POLICIES_MAX:
+            _POLICIES.clear()
+        _POLICIES[key] = (pin, policy, list(problems))
     return policy, problems
 
 
