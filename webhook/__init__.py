@@ -18,7 +18,16 @@ import sysconfig
 from pathlib import Path
 
 #: Compiled when a C compiler is available: the modules a policy run spends its time in.
-NATIVE_MODULES = ("jsondiff", "memo", "intent", "podspec", "failurepolicy", "policy", "problems")
+NATIVE_MODULES = (
+    "jsondiff",
+    "owned",
+    "memo",
+    "intent",
+    "podspec",
+    "failurepolicy",
+    "policy",
+    "problems",
+)
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "build" / "compiled" / "webhook"
 MANIFEST = "manifest.json"
 

@@ -23,6 +23,7 @@ from webhook.config import Config
 from webhook.jsondiff import diff
 from webhook.memo import Memo, RecordingAttempts, fingerprint
 from webhook.mutators import Context, Outcome, has_policy_annotations, lookup
+from webhook.owned import ALL, copy_owned
 from webhook.policy import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
 
@@ -81,7 +82,7 @@ def _apply(
     mutator: Any, ctx: Context, original: dict[str, Any], request: Request
 ) -> tuple[Verdict, Outcome | None]:
     """Copy, mutate, diff: the policy's work for one object."""
-    mutated = json_copy(original)
+    mutated = editable(mutator, original)
     try:
         outcome = mutator.mutate(mutated, ctx)
     except Exception:
@@ -178,7 +179,7 @@ def _validate(
     """The validating verdict, and whether the policy ran to completion (the answer to
     an internal error is not remembered)."""
     try:
-        outcome = mutator.mutate(json_copy(obj), ctx)
+        outcome = mutator.mutate(editable(mutator, obj), ctx)
     except Exception:
         log.exception("validation failed for %s %s", request.kind.kind, request.uid)
         if has_policy_annotations(obj.get("metadata")):
@@ -191,6 +192,13 @@ def _validate(
     if problems:
         return _deny(problems, []), True
     return Verdict(), True
+
+
+def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    """The copy a mutator edits: new where it declared it may write (``owns``, see
+    ``webhook.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
+    owns = getattr(mutator, "owns", ALL)
+    return json_copy(obj) if owns is ALL else copy_owned(obj, owns)
 
 
 def json_copy(obj: Any) -> Any:

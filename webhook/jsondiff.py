@@ -66,8 +66,10 @@ def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
 def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
     if len(b) > len(a):
         prefix = b[: len(a)]
-        if a == prefix and _same(a, prefix):
-            # The usual mutation: items appended (env vars, rules, requirements).
+        # The usual mutation: items appended (env vars, rules, requirements); the items
+        # before them are often the very same objects (``webhook.owned`` shares them).
+        kept = all(x is y for x, y in zip(a, prefix, strict=True))
+        if kept or (a == prefix and _same(a, prefix)):
             for index in range(len(a), len(b)):
                 patch.append({"op": "add", "path": f"{path}/{index}", "value": b[index]})
             return

@@ -10,10 +10,24 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook.owned import ALL, SHALLOW, Each, Owned
+
 WORKER_NAME = "FLYTE_INTERNAL_WORKER_NAME"
 ERROR_STRATEGY = "FLYTE_INTERNAL_DIST_ERROR_STRATEGY"
 #: flytekit also accepts these short names; a user's own value under either is kept.
 ALIASES = {WORKER_NAME: "_F_WN", ERROR_STRATEGY: "_F_DES"}
+
+
+#: What the functions below may write in a pod spec (``webhook.owned``): each container's
+#: env list, appended to but its entries never edited (``add_error_propagation``), and the
+#: affinity (``add_non_spot_affinity``).
+POD_SPEC_OWNED: dict[str, Owned] = {
+    "initContainers": Each({"env": SHALLOW}),
+    "containers": Each({"env": SHALLOW}),
+    "affinity": ALL,
+}
+#: ``set_annotation``'s part of an object's metadata: the annotations' own keys.
+METADATA_OWNED: dict[str, Owned] = {"annotations": SHALLOW}
 
 
 def containers(pod_spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:

@@ -31,6 +31,7 @@ from webhook.mutators import (
     workload_policy,
 )
 from webhook.mutators.pod import controller_of
+from webhook.owned import ALL, Owned
 from webhook.policy import (
     APPLIED,
     PREFIX,
@@ -51,6 +52,14 @@ POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation")
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
 JOBSET_GROUP = "jobset.x-k8s.io"
 
+#: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.owned``): the copy it
+#: edits shares the rest (the containers' other fields, volumes, managedFields...).
+JOB_SPEC_OWNED: dict[str, Owned] = {
+    "podFailurePolicy": ALL,
+    "template": {"metadata": podspec.METADATA_OWNED, "spec": podspec.POD_SPEC_OWNED},
+}
+JOB_OWNED: Owned = {"metadata": podspec.METADATA_OWNED, "spec": JOB_SPEC_OWNED}
+
 
 class WorkloadMutator:
     """What every workload mutator does around its kind's own part (``apply``): skip
@@ -61,6 +70,8 @@ class WorkloadMutator:
     group = ""
     kind = ""
     enforce_applied = True
+    #: What ``mutate`` may write (``webhook.owned``); ``ALL``: anything, a full copy.
+    owns: Owned = ALL
 
     def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
         return has_policy_annotations(obj.get("metadata")) or ctx.config.affects_unannotated(
@@ -90,6 +101,7 @@ class WorkloadMutator:
 class JobMutator(WorkloadMutator):
     group = "batch"
     kind = "Job"
+    owns = JOB_OWNED
 
     def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
         return not made_from_template(job.get("metadata")) and super().applies(job, ctx)

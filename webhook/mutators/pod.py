@@ -16,6 +16,7 @@ from typing import Any
 from webhook import podspec
 from webhook.attempts import AttemptLookup
 from webhook.mutators import Context, Outcome, has_policy_annotations, pod_policy, register
+from webhook.owned import Owned
 from webhook.policy import (
     APPLIED,
     PREFIX,
@@ -43,6 +44,8 @@ class PodMutator:
     kind = "Pod"
     #: Placement depends on a live attempt count; validation must not second-guess it.
     enforce_applied = False
+    #: All this mutator writes (``webhook.owned``): the copy it edits shares the rest.
+    owns: Owned = {"metadata": podspec.METADATA_OWNED, "spec": podspec.POD_SPEC_OWNED}
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
         return has_policy_annotations(pod.get("metadata"))
