@@ -116,15 +116,23 @@ def test_callers_cannot_change_a_remembered_verdict():
 
 
 def test_an_internal_error_is_not_remembered(monkeypatch):
-    from webhook.mutators import lookup
+    from webhook import mutators
 
-    mutator = lookup("batch", "Job")
+    real = mutators.lookup("batch", "Job")
     obj, config = job(FULL), Config()
 
-    def broken(*_args, **_kw):
-        raise RuntimeError("boom")
+    class Broken:
+        """The Job mutator, failing inside ``mutate`` (a bug)."""
 
-    monkeypatch.setattr(mutator, "mutate", broken)
+        group, kind, enforce_applied = real.group, real.kind, real.enforce_applied
+
+        def applies(self, obj, ctx):
+            return real.applies(obj, ctx)
+
+        def mutate(self, obj, ctx):
+            raise RuntimeError("boom")
+
+    monkeypatch.setitem(mutators._REGISTRY, ("batch", "Job"), Broken())
     failed = engine.mutate(request_for(obj), config)
     assert failed.patch == [] and "internal error" in failed.warnings[0]
     denied = engine.validate(request_for(obj), config)

@@ -27,6 +27,9 @@ NATIVE_MODULES = (
     "failurepolicy",
     "policy",
     "problems",
+    "engine",
+    "mutators/job",
+    "mutators/pod",
 )
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "build" / "compiled" / "webhook"
 MANIFEST = "manifest.json"

@@ -41,13 +41,13 @@ def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUST
     found = _mutator_for(request, config, attempts)
     if found is None:
         return Verdict()
-    mutator, ctx = found
+    mutator, ctx, original = found
     key, remembered = _recall("mutate", request, ctx)
     if remembered is not None:
         return remembered
     recording = RecordingAttempts(attempts)
     ctx.attempts = recording
-    verdict, outcome = _apply(mutator, ctx, request.object, request)
+    verdict, outcome = _apply(mutator, ctx, original, request)
     if key is not None and outcome is not None:
         kept = freeze(_fresh(verdict))
         MEMO.put(key, kept, recording.calls, (config, attempts))
@@ -63,19 +63,19 @@ def _mutate(
     found = _mutator_for(request, config, attempts)
     if found is None:
         return Verdict(), None
-    return _apply(*found, request.object, request)
+    return _apply(*found, request)
 
 
 def _mutator_for(
     request: Request, config: Config, attempts: AttemptSource
-) -> tuple[Any, Context] | None:
-    """The mutator that must run on this request and its context, if any does."""
+) -> tuple[Any, Context, dict[str, Any]] | None:
+    """The mutator that must run on this request, its context and the object, if any does."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
     ctx = Context(config, attempts, _namespace(request), request.operation)
-    return (mutator, ctx) if mutator.applies(original, ctx) else None
+    return (mutator, ctx, original) if mutator.applies(original, ctx) else None
 
 
 def _apply(
@@ -312,7 +312,7 @@ def review(
 
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    metadata: Any = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     request = Request(
         uid="dry-run",
         kind=GroupVersionKind(group, version, str(obj.get("kind") or "")),

@@ -15,10 +15,15 @@ from typing import Any, Protocol
 
 import orjson
 
+import webhook
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.policy import PREFIX, Layer, Policy, Scope, Setting, Source, parse_annotations, resolve
 from webhook.problems import Problem
+
+if webhook.NATIVE is not None:
+    # The compiled mutators (``webhook.NATIVE_MODULES``) are found before the sources.
+    __path__.insert(0, str(webhook.NATIVE / "mutators"))
 
 
 @dataclass

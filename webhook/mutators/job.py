@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from webhook import failurepolicy as fp
 from webhook import intent, podspec
 from webhook.failurepolicy import ContainerExit, PodFailure
@@ -61,6 +63,7 @@ JOB_SPEC_OWNED: dict[str, Owned] = {
 JOB_OWNED: Owned = {"metadata": podspec.METADATA_OWNED, "spec": JOB_SPEC_OWNED}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the other workload kinds' mutators
 class WorkloadMutator:
     """What every workload mutator does around its kind's own part (``apply``): skip
     objects the policy cannot touch, resolve the policy (annotations over admin defaults),
@@ -97,7 +100,6 @@ class WorkloadMutator:
         raise NotImplementedError
 
 
-@register
 class JobMutator(WorkloadMutator):
     group = "batch"
     kind = "Job"
@@ -112,6 +114,9 @@ class JobMutator(WorkloadMutator):
             out.problems.append(Problem("spec", "a Job needs a spec"))
             return policy
         return apply_job_spec(job, ("spec",), spec, policy, ctx, out)
+
+
+register(JobMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
 
 
 #: Kinds whose Jobs are made from a template this webhook already applied the policy to.
@@ -188,12 +193,13 @@ def get_path(obj: Any, path: Sequence[str | int]) -> Any:
 def set_path(obj: dict[str, Any], path: Sequence[str | int], value: Any) -> None:
     """Set a value, creating missing (or null) parent mappings on the way."""
     *parents, last = path
+    node: Any = obj
     for part in parents:
-        child = obj[part] if isinstance(part, int) else obj.get(part)
+        child = node[part] if isinstance(part, int) else node.get(part)
         if not isinstance(child, (dict, list)):
-            child = obj[part] = {}
-        obj = child
-    obj[last] = value
+            child = node[part] = {}
+        node = child
+    node[last] = value
 
 
 def resolve_limit(

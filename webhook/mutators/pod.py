@@ -38,7 +38,6 @@ def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-@register
 class PodMutator:
     group = ""
     kind = "Pod"
@@ -52,7 +51,7 @@ class PodMutator:
 
     def mutate(self, pod: dict[str, Any], ctx: Context) -> Outcome:
         out = Outcome()
-        metadata = pod.get("metadata")
+        metadata: Any = pod.get("metadata")  # a mapping with our annotations: ``applies``
         if not self.applies(pod, ctx):
             return out
         owner = controller_of(metadata)
@@ -159,6 +158,9 @@ class PodMutator:
                 policy.setting("non-spot-attempts"),
             )
         return record
+
+
+register(PodMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
 
 
 def attempt_of(
