@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import yaml
 from conftest import P, job, job_owner, leaves, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from webhook import defaults, engine
+from webhook.admission import decode
 from webhook.app import State, create_app
+from webhook.attempts import AttemptLookup
 from webhook.config import parse_config
 
 KEYS = [
@@ -275,3 +280,52 @@ def test_any_object_gets_a_sound_answer(obj, config_index):
     checked = post(client, "/validate", review(mutated))
     if obj.get("kind") == "Job":
         assert checked["allowed"], checked
+
+
+@st.composite
+def mistyped_objects(draw) -> dict[str, Any]:
+    """Jobs and Pods with a field of the wrong JSON type somewhere (a number where the
+    containers are, a string for an affinity). The API server refuses these before any
+    webhook sees them, but ``dry-run`` and ``explain`` read files people write."""
+    obj = draw(objects() | st.sampled_from(EXAMPLES).map(copy.deepcopy))
+    for _ in range(draw(st.integers(1, 3))):
+        node, key = _pick(draw, obj)
+        if key is not None:
+            node[key] = draw(st.sampled_from([3, "x", True, [3], ["x"], [[]], {"a": 1}]))
+    return obj
+
+
+#: Every kind we mutate, as the shipped examples write them, defaulted as admitted.
+EXAMPLES = [
+    doc
+    for path in sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+    for doc in yaml.safe_load_all(path.read_text())
+    if isinstance(doc, dict)
+]
+for _doc in EXAMPLES:
+    defaults.apply_defaults(_doc)
+
+
+class TwoFailures:
+    """Every Job has failed twice (so the pods' placement runs)."""
+
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        return AttemptLookup(2, "test")
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mistyped_objects(), st.sampled_from(range(len(CONFIGS))))
+def test_a_mistyped_object_never_meets_an_internal_error(obj, config_index):
+    config = CONFIGS[config_index]
+    body = review({"kind": obj["kind"], "apiVersion": obj["apiVersion"]})
+    body["request"]["object"] = obj
+    for decide in (
+        lambda request: engine.mutate(request, config, TwoFailures()),
+        lambda request: engine.validate(request, config),
+    ):
+        verdict = decide(decode(json.dumps(body).encode()))
+        said = [*verdict.warnings, verdict.message]
+        assert not any("internal error" in text for text in said), said

@@ -53,7 +53,11 @@ def rule_key(rule: Any) -> Any:
     if isinstance(codes, dict):
         values = codes.get("values")
         values_key = tuple(sorted(values)) if _int_list(values) else repr(values)
-        codes_key = (codes.get("containerName"), codes.get("operator"), values_key)
+        codes_key = (
+            _scalar(codes.get("containerName")),
+            _scalar(codes.get("operator")),
+            values_key,
+        )
     conditions_key = None
     if isinstance(conditions, list):
         conditions_key = tuple(
@@ -63,7 +67,12 @@ def rule_key(rule: Any) -> Any:
                 if isinstance(c, dict)
             )
         )
-    return (rule.get("action"), codes_key, conditions_key)
+    return (_scalar(rule.get("action")), codes_key, conditions_key)
+
+
+def _scalar(value: Any) -> Any:
+    """``value`` if hashable as it is, else its repr (a malformed rule's list or mapping)."""
+    return value if value is None or isinstance(value, (str, int, float)) else repr(value)
 
 
 def _int_list(values: Any) -> TypeGuard[list[int]]:
@@ -92,7 +101,8 @@ def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any],
 def container_names(pod_spec: Mapping[str, Any]) -> set[str]:
     names = set()
     for group in ("initContainers", "containers"):
-        for container in pod_spec.get(group) or []:
+        items = pod_spec.get(group)
+        for container in items if isinstance(items, list) else ():
             if isinstance(container, dict) and isinstance(container.get("name"), str):
                 names.add(container["name"])
     return names

@@ -43,8 +43,10 @@ def dotted(path: Path) -> str:
 
 def user_wrote(obj: Mapping[str, Any], path: Path) -> bool | None:
     """Whether the user's own manifest set the field at ``path`` (``None``: unknown)."""
-    metadata = obj.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    annotations = metadata.get("annotations")
     raw = annotations.get(LAST_APPLIED) if isinstance(annotations, dict) else None
     if isinstance(raw, str):
         if _never_named(raw, path):

@@ -144,9 +144,13 @@ def requires_spot(
         for key, value in selector.items():
             if value in spot_labels.get(key, ()):
                 return f"nodeSelector {key}={value}"
-    affinity = pod_spec.get("affinity") or {}
+    affinity = pod_spec.get("affinity")
     node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = (node or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    required = (
+        node.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node, dict)
+        else None
+    )
     terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
     if not isinstance(terms, list) or not terms:
         return None
@@ -173,7 +177,11 @@ def _pins_spot(expression: Any, spot_labels: Mapping[str, tuple[str, ...]]) -> s
     return None
 
 
-def set_annotation(metadata: dict[str, Any], key: str, value: str) -> bool:
+def set_annotation(metadata: Any, key: str, value: str) -> bool:
+    """Set one annotation; ``False`` when it was already so, or there is no metadata
+    mapping to hold it (a malformed object, refused by the API server anyway)."""
+    if not isinstance(metadata, dict):
+        return False
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = {}

@@ -187,7 +187,7 @@ def parse_annotations(
     """
     values: dict[str, Any] = {}
     problems: list[Problem] = []
-    if not annotations:
+    if not annotations or not isinstance(annotations, Mapping):  # none, or not a mapping
         return values, problems
     for key, raw in annotations.items():
         if not isinstance(key, str) or not key.startswith(PREFIX):

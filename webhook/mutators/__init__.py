@@ -107,6 +107,12 @@ def registered() -> list[tuple[str, str]]:
     return sorted(_REGISTRY)
 
 
+def mapping(value: Any) -> dict[str, Any]:
+    """``value`` when it is a mapping, else an empty one: a field of the wrong JSON type
+    reads as absent (only a file can hold one: the API server refuses them)."""
+    return value if isinstance(value, dict) else {}
+
+
 def has_policy_annotations(metadata: Any) -> bool:
     """The cheap test that lets the common case (no annotations of ours) skip all work."""
     if not isinstance(metadata, dict):

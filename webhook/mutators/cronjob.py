@@ -24,7 +24,7 @@ from typing import Any
 
 from webhook import failurepolicy as fp
 from webhook import intent
-from webhook.mutators import Context, Outcome, has_policy_annotations, register
+from webhook.mutators import Context, Outcome, has_policy_annotations, mapping, register
 from webhook.mutators.job import (
     POD_KEYS,
     WorkloadMutator,
@@ -82,7 +82,7 @@ class CronJobMutator(WorkloadMutator):
 
 def _annotations(cronjob: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
     """The CronJob's policy annotations and its jobTemplate's, which must agree."""
-    metadata = cronjob.get("metadata") or {}
+    metadata = mapping(cronjob.get("metadata"))
     own, problems = parse_annotations(metadata.get("annotations"), Scope.WORKLOAD)
     out.problems.extend(problems)
     inherited, problems = parse_annotations(
@@ -108,7 +108,7 @@ def _annotations(cronjob: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
 def _forget_previous(cronjob: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
     """Take out of the jobTemplate what the previous admission wrote (its ``applied``
     record says what), unless the user's own manifest has it too."""
-    annotations = (cronjob.get("metadata") or {}).get("annotations") or {}
+    annotations = mapping(mapping(cronjob.get("metadata")).get("annotations"))
     try:
         record = json.loads(annotations.get(APPLIED) or "{}")
     except ValueError:
@@ -156,7 +156,7 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
 
 def _manifest(cronjob: Mapping[str, Any]) -> Any:
     """The manifest ``kubectl apply`` recorded, if any."""
-    annotations = (cronjob.get("metadata") or {}).get("annotations") or {}
+    annotations = mapping(mapping(cronjob.get("metadata")).get("annotations"))
     try:
         return json.loads(annotations.get(intent.LAST_APPLIED) or "{}")
     except ValueError:

@@ -144,7 +144,7 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
         return
     if out.changes or policy.active:
         # Bookkeeping, not a change worth a warning of its own.
-        podspec.set_annotation(obj["metadata"], APPLIED, applied_record(policy))
+        podspec.set_annotation(obj.get("metadata"), APPLIED, applied_record(policy))
 
 
 # --- the retry budget field, for every kind ----------------------------------------
@@ -190,16 +190,28 @@ def get_path(obj: Any, path: Sequence[str | int]) -> Any:
     return obj
 
 
-def set_path(obj: dict[str, Any], path: Sequence[str | int], value: Any) -> None:
-    """Set a value, creating missing (or null) parent mappings on the way."""
+def set_path(obj: dict[str, Any], path: Sequence[str | int], value: Any) -> bool:
+    """Set a value, creating missing (or null) parent mappings on the way; ``False`` when
+    a parent is of another type (a value there is the user's, never replaced)."""
     *parents, last = path
     node: Any = obj
     for part in parents:
+        if not _holds(node, part):
+            return False
         child = node[part] if isinstance(part, int) else node.get(part)
-        if not isinstance(child, (dict, list)):
+        if child is None:
             child = node[part] = {}
         node = child
+    if not _holds(node, last):
+        return False
     node[last] = value
+    return True
+
+
+def _holds(node: Any, part: str | int) -> bool:
+    if isinstance(part, int):
+        return isinstance(node, list) and 0 <= part < len(node)
+    return isinstance(node, dict)
 
 
 def resolve_limit(
@@ -207,6 +219,16 @@ def resolve_limit(
 ) -> Policy:
     """Settle ``backoff-limit`` against ``field``, telling written values from defaulted ones."""
     current = get_path(obj, field.path)
+    if current is not None and type(current) is not int:  # (a bool is not a count either)
+        # Only a file can say this (the API server refuses it before admission): dry-run.
+        out.problems.append(
+            Problem(
+                intent.dotted(field.path),
+                f"{current!r} is not a whole number; accepted: a count such as 3",
+                "invalid-spec",
+            )
+        )
+        return policy
     wrote = intent.explicit(obj, field.path, current, field.api_default)
     layered = policy.setting("backoff-limit")
     if layered.source is Source.ANNOTATION:
@@ -266,7 +288,10 @@ def write_limit(obj: Any, field: LimitField, policy: Policy, out: Outcome) -> No
     before = get_path(obj, field.path)
     if before == policy.backoff_limit:
         return
-    set_path(obj, field.path, policy.backoff_limit)
+    if not set_path(obj, field.path, policy.backoff_limit):
+        where = intent.dotted(field.path[:-1])
+        out.problems.append(Problem(where, "is not a mapping; cannot hold the retry budget"))
+        return
     shown = "" if before is None else f" {before}"
     out.changed(
         f"retry-policy: {field.name}{shown} -> {policy.backoff_limit} "

@@ -245,6 +245,8 @@ def _restart_never(
 def _matches_pod_failure_policy(rule: Mapping[str, Any]) -> bool:
     """Whether a JobSet rule matches every Job that failed through its podFailurePolicy."""
     reasons = rule.get("onJobFailureReasons") or []
+    if not isinstance(reasons, list):
+        return False
     return (not reasons or POD_FAILURE_POLICY in reasons) and not rule.get(
         "onJobFailureMessagePatterns"
     )
@@ -370,16 +372,20 @@ def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
             )
         else:
             seen[name] = index
-        for reason in rule.get("onJobFailureReasons") or []:
-            if reason not in REASONS:
+        for field in ("onJobFailureReasons", "targetReplicatedJobs"):
+            if not isinstance(rule.get(field) or [], list):
+                problems.append(Problem(f"{where}.{field}", "must be a list of names"))
+        reasons, targets = rule.get("onJobFailureReasons"), rule.get("targetReplicatedJobs")
+        for reason in reasons if isinstance(reasons, list) else []:
+            if not isinstance(reason, str) or reason not in REASONS:
                 problems.append(
                     Problem(
                         f"{where}.onJobFailureReasons",
                         f"{reason!r} is not a Job failure reason; accepted: {', '.join(REASONS)}",
                     )
                 )
-        for target in rule.get("targetReplicatedJobs") or []:
-            if target not in replicated:
+        for target in targets if isinstance(targets, list) else []:
+            if not isinstance(target, str) or target not in replicated:
                 problems.append(
                     Problem(
                         f"{where}.targetReplicatedJobs",

@@ -32,7 +32,8 @@ RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
 def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in metadata.get("ownerReferences") or []:
+    refs = metadata.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
         if isinstance(ref, dict) and ref.get("controller") is True:
             return ref
     return None

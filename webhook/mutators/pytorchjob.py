@@ -101,7 +101,8 @@ def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) 
                 f"your {where}.restartPolicy: {restart} does not tell exit codes apart; "
                 "use ExitCode or remove it"
             )
-        containers = get_path(rspec, ("template", "spec", "containers")) or []
+        containers = get_path(rspec, ("template", "spec", "containers"))
+        containers = containers if isinstance(containers, list) else []
         names = {c.get("name") for c in containers if isinstance(c, dict)}
         if DEFAULT_CONTAINER not in names:
             problems.append(
