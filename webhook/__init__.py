@@ -1,7 +1,7 @@
 """retry-policy-webhook: retry and failure policy for batch and ML workloads, from annotations.
 
 The modules on every admission's path may also exist compiled with mypyc
-(``make compile``: ``build/compiled/webhook``), about a quarter faster on a policy run. They
+(``make compile``: ``build/compiled/webhook``), about a third faster on a policy run. They
 are used only when they were built from exactly the sources beside this file (the build
 records each source's SHA-256), for this Python, and never with ``RPW_PURE_PYTHON=1``; in
 every other case, and wherever nothing was compiled (no C compiler, an image without the
