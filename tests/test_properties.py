@@ -21,7 +21,7 @@ from conftest import P, job, job_owner, leaves, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from webhook import defaults, engine
+from webhook import defaults, engine, explain
 from webhook.admission import decode
 from webhook.app import State, create_app
 from webhook.attempts import AttemptLookup
@@ -329,3 +329,9 @@ def test_a_mistyped_object_never_meets_an_internal_error(obj, config_index):
         verdict = decide(decode(json.dumps(body).encode()))
         said = [*verdict.warnings, verdict.message]
         assert not any("internal error" in text for text in said), said
+    # The dry run's and explain's own steps: the API server's defaults, then the plan.
+    defaults.apply_defaults(obj)
+    try:
+        explain.explain(obj, config, "ml")
+    except explain.ExplainError as err:  # a refusal with a reason is an answer
+        assert str(err)

@@ -4,13 +4,17 @@ Webhooks see objects after defaulting, so the dry-run applies the same defaults 
 otherwise it would show a different result than ``kubectl apply``. This mirrors
 ``SetDefaults_Job`` and the pod-spec defaults of the Kubernetes API (batch/v1 and
 core/v1 ``defaults.go``) for the fields that affect retry policy and the common ones
-users see in ``kubectl get -o yaml``; defaults are only ever added, never changed.
+users see in ``kubectl get -o yaml``; defaults are only ever added, never changed. A
+field of the wrong JSON type is left alone (the API server would refuse the object: the
+engine then says what is wrong, the defaults do not guess).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from webhook.mutators import items, mapping
 
 INT32_MAX = 2_147_483_647
 
@@ -30,8 +34,8 @@ def default_job_spec(spec: dict[str, Any]) -> None:
     spec.setdefault("manualSelector", False)
     policy = spec.get("podFailurePolicy")
     if isinstance(policy, dict):
-        for rule in policy.get("rules") or []:
-            for pattern in (rule or {}).get("onPodConditions") or []:
+        for rule in items(policy.get("rules")):
+            for pattern in items(rule.get("onPodConditions") if isinstance(rule, dict) else None):
                 if isinstance(pattern, dict) and not pattern.get("status"):
                     pattern["status"] = "True"
     template = spec.get("template")
@@ -45,8 +49,13 @@ def default_job(job: dict[str, Any]) -> None:
         return
     default_job_spec(spec)
     metadata = job.setdefault("metadata", {})
-    template_labels = (spec.get("template") or {}).get("metadata", {}).get("labels")
-    if template_labels and not metadata.get("labels"):
+    template_labels = mapping(mapping(spec.get("template")).get("metadata")).get("labels")
+    if (
+        isinstance(metadata, dict)
+        and isinstance(template_labels, dict)
+        and template_labels
+        and not metadata.get("labels")
+    ):
         metadata["labels"] = dict(template_labels)
 
 
@@ -63,7 +72,7 @@ def default_pod_spec(spec: dict[str, Any]) -> None:
     spec.setdefault("securityContext", {})
     spec.setdefault("schedulerName", "default-scheduler")
     for group in ("initContainers", "containers"):
-        for container in spec.get(group) or []:
+        for container in items(spec.get(group)):
             if isinstance(container, dict):
                 _default_container(container)
 
@@ -78,8 +87,8 @@ def _default_container(container: dict[str, Any]) -> None:
         pinned = "@" in name or (tag and tag != "latest")
         container["imagePullPolicy"] = "IfNotPresent" if pinned else "Always"
     container.setdefault("resources", {})
-    for env in container.get("env") or []:
-        field_ref = ((env or {}).get("valueFrom") or {}).get("fieldRef")
+    for env in items(container.get("env")):
+        field_ref = mapping(mapping(env).get("valueFrom")).get("fieldRef")
         if isinstance(field_ref, dict):
             field_ref.setdefault("apiVersion", "v1")
 
@@ -102,7 +111,7 @@ def default_cronjob(cronjob: dict[str, Any]) -> None:
     spec.setdefault("suspend", False)
     spec.setdefault("successfulJobsHistoryLimit", 3)
     spec.setdefault("failedJobsHistoryLimit", 1)
-    template = ((spec.get("jobTemplate") or {}).get("spec") or {}).get("template")
+    template = mapping(mapping(spec.get("jobTemplate")).get("spec")).get("template")
     if isinstance(template, dict):
         default_pod_template(template)
 

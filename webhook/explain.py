@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from webhook import engine, failurepolicy
 from webhook.config import Config
 from webhook.failurepolicy import ContainerExit, Match, PodFailure
-from webhook.mutators import Context, Outcome, workload_policy
+from webhook.mutators import Context, Outcome, items, mapping, workload_policy
 from webhook.mutators.job import (
     API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
@@ -72,7 +72,8 @@ POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt"
 
 
 class ExplainError(ValueError):
-    """Input explain cannot use (a bad ``--simulate`` event); the text says what is accepted."""
+    """Input explain cannot use (a bad ``--simulate`` event, a manifest whose metadata or
+    spec is not a mapping); the text says what is accepted."""
 
 
 # --- --simulate: the event grammar -------------------------------------------------
@@ -299,7 +300,7 @@ class Subject:
         return spec if isinstance(spec, dict) else {}
 
     def header(self, part: str = "") -> Explanation:
-        metadata = self.final.get("metadata") or {}
+        metadata = mapping(self.final.get("metadata"))
         return Explanation(
             kind=str(self.final.get("kind")),
             api_version=str(self.final.get("apiVersion")),
@@ -346,10 +347,13 @@ def explain(
     """
     group = str(obj.get("apiVersion") or "").rpartition("/")[0]
     kind = str(obj.get("kind") or "")
+    for part in ("metadata", "spec"):
+        if not isinstance(obj.get(part) or {}, dict):
+            raise ExplainError(f"{kind or 'object'}: {part} must be a mapping of fields")
     reviewed = engine.review(obj, config, namespace)
     changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
     changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
-    metadata = obj.get("metadata") or {}
+    metadata = mapping(obj.get("metadata"))
     if not reviewed.verdict.allowed:
         problems = [str(p) for p in (reviewed.outcome.problems if reviewed.outcome else [])]
         return Denial(
@@ -479,7 +483,7 @@ def describe_when(rule: Mapping[str, Any]) -> str:
     """The condition of one rule, as a phrase: "exit code 42 in container main"."""
     codes = rule.get("onExitCodes")
     if isinstance(codes, dict):
-        values = _ranges(codes.get("values") or [])
+        values = _ranges(items(codes.get("values")))
         where = (
             f"in container {codes['containerName']}"
             if codes.get("containerName")
@@ -651,7 +655,7 @@ def container_names(pod_spec: Mapping[str, Any]) -> list[str]:
     """Regular containers first (the first is the "main" one events default to)."""
     names = []
     for group in ("containers", "initContainers"):
-        for container in pod_spec.get(group) or []:
+        for container in items(pod_spec.get(group)):
             if isinstance(container, dict) and isinstance(container.get("name"), str):
                 names.append(container["name"])
     return names
@@ -749,7 +753,7 @@ def job_spec_view(
     return JobSpecView(
         where=where,
         policy=policy,
-        pods=template_pod_policy((template.get("metadata") or {}).get("annotations")),
+        pods=template_pod_policy(mapping(template.get("metadata")).get("annotations")),
         containers=container_names(pod_spec),
         limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
         per_index=per_index if isinstance(per_index, int) else None,
@@ -1005,7 +1009,7 @@ class JobSimulator:
                 continue
             container = codes.get("containerName")
             container = container if container in self.containers else None
-            for code in (codes.get("values") or [])[:2]:
+            for code in items(codes.get("values"))[:2]:
                 if isinstance(code, int) and 0 < code < 256:
                     key = (container if container != self.main else None, code)
                     if key not in seen and len(events) < 8:
@@ -1224,8 +1228,8 @@ def explain_job(subject: Subject) -> list[Explanation]:
 def explain_pod(subject: Subject) -> list[Explanation]:
     """A Pod is not retried by Kubernetes: explain its own policy and where it runs."""
     item = subject.header()
-    metadata = subject.final.get("metadata") or {}
-    annotations = metadata.get("annotations") or {}
+    metadata = mapping(subject.final.get("metadata"))
+    annotations = mapping(metadata.get("annotations"))
     policy = subject.policy("spec") or template_pod_policy(annotations)
     item.settings = setting_lines(policy, POD_KEYS)
     limit, n = policy.backoff_limit, policy.non_spot_attempts

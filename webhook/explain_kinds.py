@@ -64,7 +64,7 @@ from webhook.explain import (
     unmanaged_policy,
     walk,
 )
-from webhook.mutators import pytorchjob, rayjob
+from webhook.mutators import items, mapping, pytorchjob, rayjob
 from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
     ACTIONS as JOBSET_ACTIONS,
@@ -173,7 +173,7 @@ def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
     indexes of the replicated Jobs whose restartPolicy this defaulted."""
     final = json_copy(subject.final)
     defaulted = set()
-    for index, rjob in enumerate(get_path(final, ("spec", "replicatedJobs")) or []):
+    for index, rjob in enumerate(items(get_path(final, ("spec", "replicatedJobs")))):
         pod_spec = get_path(rjob, ("template", "spec", "template", "spec"))
         if isinstance(pod_spec, dict) and not pod_spec.get("restartPolicy"):
             pod_spec["restartPolicy"] = JOBSET_DEFAULT_RESTART_POLICY
@@ -247,9 +247,9 @@ def _name(rjob: Mapping[str, Any], index: int) -> str:
 
 def describe_job_failure(rule: Mapping[str, Any]) -> str:
     """The condition of one JobSet rule, as a phrase: "a Job of workers fails with ..."."""
-    targets = [str(t) for t in rule.get("targetReplicatedJobs") or []]
-    reasons = [str(r) for r in rule.get("onJobFailureReasons") or []]
-    patterns = [str(p) for p in rule.get("onJobFailureMessagePatterns") or []]
+    targets = [str(t) for t in items(rule.get("targetReplicatedJobs"))]
+    reasons = [str(r) for r in items(rule.get("onJobFailureReasons"))]
+    patterns = [str(p) for p in items(rule.get("onJobFailureMessagePatterns"))]
     text = f"a Job of {join_words(targets)} fails" if targets else "a Job fails"
     if len(reasons) == 1 and reasons[0] in REASON_WORDS:
         text += f" with reason {reasons[0]} ({REASON_WORDS[reasons[0]]})"
@@ -306,9 +306,9 @@ def jobset_rule_matches(
     """JobSet's ``ruleIsApplicable``: every list the rule has must match (an empty list
     matches anything); message patterns are searched for (RE2, which Python's ``re``
     agrees with on the patterns people write), and one that does not compile never matches."""
-    reasons = rule.get("onJobFailureReasons") or []
-    targets = rule.get("targetReplicatedJobs") or []
-    patterns = rule.get("onJobFailureMessagePatterns") or []
+    reasons = items(rule.get("onJobFailureReasons"))
+    targets = items(rule.get("targetReplicatedJobs"))
+    patterns = items(rule.get("onJobFailureMessagePatterns"))
     if reasons and reason not in reasons:
         return False
     if targets and replicated not in targets:
@@ -338,8 +338,8 @@ def _replicated_job(
     item.budget = _child_budget(view, set_policy, failure_policy is not None)
     item.rules = view.rule_lines()
     item.no_match = view.no_match()
-    max_restarts = _int((failure_policy or {}).get("maxRestarts")) or 0
-    rules = (failure_policy or {}).get("rules")
+    max_restarts = _int(mapping(failure_policy).get("maxRestarts")) or 0
+    rules = mapping(failure_policy).get("rules")
     simulator = JobSetSimulator(
         view.simulator(),
         rules=(rules if isinstance(rules, list) else []) if failure_policy is not None else None,
@@ -628,9 +628,9 @@ def explain_rayjob(subject: Subject) -> list[Explanation]:
     runs = 0 if spec.get("clusterSelector") else limit
     item.plan = build_plan("spec.backoffLimit", runs, None, 0, "the RayJob fails (AppFailed)")
     cluster = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
-    containers = container_names(get_path(cluster, ("headGroupSpec", "template", "spec")) or {})
-    for group in cluster.get("workerGroupSpecs") or []:
-        containers += container_names(get_path(group, ("template", "spec")) or {})
+    containers = container_names(mapping(get_path(cluster, ("headGroupSpec", "template", "spec"))))
+    for group in items(cluster.get("workerGroupSpecs")):
+        containers += container_names(mapping(get_path(group, ("template", "spec"))))
     item.simulator = JobSimulator(
         [],
         runs,
@@ -669,7 +669,7 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     item, policy = _start(subject, pytorchjob.BACKOFF, keys, PYTORCH_DEFAULT)
     replicas = spec.get("pytorchReplicaSpecs")
     replicas = replicas if isinstance(replicas, dict) else {}
-    original = get_path(subject.original, ("spec", "pytorchReplicaSpecs")) or {}
+    original = mapping(get_path(subject.original, ("spec", "pytorchReplicaSpecs")))
     restart = {
         rtype: str(get_path(rspec, ("restartPolicy",)) or OPERATOR_DEFAULT_RESTART_POLICY)
         for rtype, rspec in sorted(replicas.items())
@@ -680,7 +680,7 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     origin = _origin(policy, PYTORCH_DEFAULT)
     who = _restart_origin(replicas, original, restart, primary)
     item.budget = _pytorch_budget(limit, origin, policy_name, who)
-    pod_spec = get_path(replicas.get(primary), ("template", "spec")) or {}
+    pod_spec = mapping(get_path(replicas.get(primary), ("template", "spec")))
     names = container_names(pod_spec)
     containers = sorted(names, key=lambda n: n != pytorchjob.DEFAULT_CONTAINER)
     budget = limit if limit is not None else INT32_MAX

@@ -113,6 +113,11 @@ def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def items(value: Any) -> list[Any]:
+    """``value`` when it is a list, else an empty one (as ``mapping``, for list fields)."""
+    return value if isinstance(value, list) else []
+
+
 def has_policy_annotations(metadata: Any) -> bool:
     """The cheap test that lets the common case (no annotations of ours) skip all work."""
     if not isinstance(metadata, dict):
