@@ -101,6 +101,20 @@ def test_warnings_are_cleaned_and_bounded():
     assert cleaned[-1].endswith("more warnings not shown")
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("plain", "plain"),
+        ("short\x07bell", "short bell"),  # a control character in a short, small list
+        ("next\x85line", "next line"),  # C1 controls too
+        ("caf\u00e9 \u00a0nbsp", "caf\u00e9 \u00a0nbsp"),  # not printable to Python, kept
+        ("line\u2028sep", "line\u2028sep"),
+    ],
+)
+def test_short_warnings_lose_only_control_characters(text, shown):
+    assert admission.clean_warnings(["retry-policy: ok", text]) == ["retry-policy: ok", shown]
+
+
 VERDICTS = [
     Verdict(),
     Verdict(patch=[{"op": "add", "path": "/spec/backoffLimit", "value": 3}], warnings=["a", "b"]),
