@@ -52,13 +52,24 @@ def _pod_spec() -> dict[str, Any]:
     }
 
 
-def job(annotations: dict[str, str] | None = None, name: str = "train") -> dict[str, Any]:
+def job(
+    annotations: dict[str, str] | None = None, name: str = "train", run: int | None = None
+) -> dict[str, Any]:
+    """A Job as ``kubectl apply`` sends it; ``run`` makes it one run of a pipeline: its
+    own image tag, arguments, run id (label and env var) and memory request."""
     manifest: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": "ml", "labels": {"team": "ml"}},
         "spec": {"template": {"metadata": {"labels": {"app": "train"}}, "spec": _pod_spec()}},
     }
+    if run is not None:
+        manifest["metadata"]["labels"]["pipeline.example/run"] = f"run-{run:05d}"
+        trainer = manifest["spec"]["template"]["spec"]["containers"][0]
+        trainer["image"] = f"ghcr.io/example/trainer:2026.11.{run}"
+        trainer["args"] = ["--run", f"run-{run:05d}", "--epochs", str(10 + run % 7)]
+        trainer["env"][0]["value"] = f"run-{run:05d}"
+        trainer["resources"]["requests"]["memory"] = f"{16 + run % 16}Gi"
     if annotations:
         manifest["metadata"]["annotations"] = dict(annotations)
     obj = copy.deepcopy(manifest)
@@ -80,7 +91,10 @@ def job(annotations: dict[str, str] | None = None, name: str = "train") -> dict[
     return obj
 
 
-def pod_last_attempt(padding_bytes: int = 0) -> dict[str, Any]:
+def pod_last_attempt(padding_bytes: int = 0, index_failures: int | None = None) -> dict[str, Any]:
+    """A pod on the last of its Job's 4 attempts: from our ``attempt`` annotation (an
+    orchestrator that knows), or with ``index_failures`` from an Indexed Job's per-index
+    failure count (then the view keeps the owning Job's identity)."""
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -107,6 +121,11 @@ def pod_last_attempt(padding_bytes: int = 0) -> dict[str, Any]:
         },
         "spec": _pod_spec(),
     }
+    if index_failures is not None:
+        annotations = obj["metadata"]["annotations"]
+        del annotations[P + "attempt"]
+        annotations["batch.kubernetes.io/job-completion-index"] = "0"
+        annotations["batch.kubernetes.io/job-index-failure-count"] = str(index_failures)
     if padding_bytes:
         # Large pods in practice: many env vars (configs injected as env), big commands.
         per = 1000
@@ -187,14 +206,23 @@ def streams(count: int = 1000) -> dict[str, list[bytes]]:
     """Each case as a stream of ``count`` reviews, the way they reach a cluster's webhook.
 
     - ``job-plain``: Jobs without annotations (the common case).
-    - ``job-annotated``: every Job new: ``kubectl apply`` of Jobs with their own names
-      (their last-applied records differ), so no answer can be remembered: the full
-      policy runs for each (``webhook.memo`` misses).
+    - ``job-annotated``: every Job new: ``kubectl apply`` of one manifest, each run under
+      its own name, image tag, arguments, run id and memory request (a pipeline's runs):
+      every body differs, but not in what the policy reads (``webhook.view``), so the
+      memo answers all but the first.
+    - ``job-annotated-distinct``: every Job with a policy of its own (its own
+      ``backoff-limit``, 1 to 1000): no two views agree, the full policy runs for each.
+      The worst case: real clusters repeat a handful of policies.
     - ``pod-last-attempt``: the pods of one Job on its last attempt (a parallel Job
       creates N of them, differing in name and uid): one policy run, then remembered.
-    - ``pod-last-attempt-new``: every pod from a different Job: the full run for each.
-    - ``pod-1MiB``: over the memo's size limit, never remembered.
-    - ``jobset-4``: every JobSet new (each with its own run label).
+    - ``pod-last-attempt-new``: every pod from a different Job, its attempt annotated (an
+      orchestrator's pods): the owner is not in the view, so the memo answers.
+    - ``pod-last-attempt-distinct``: every pod from a different Indexed Job, its attempt
+      from the per-index failure count: the owning Job is in the view (the webhook must
+      know whose pod it is), the full run for each.
+    - ``pod-1MiB``: a pod with 1 MiB of config in env var values, measured with the memo
+      off (``benchmarks.compute``): decoding, the view and the full policy run each time.
+    - ``jobset-4``: every JobSet new (each with its own run label; JobSets have no view).
     """
 
     def distinct(make, vary) -> list[bytes]:
@@ -209,6 +237,7 @@ def streams(count: int = 1000) -> dict[str, list[bytes]]:
         def vary(obj: dict[str, Any], i: int) -> dict[str, Any]:
             obj = rename(obj, i)
             obj["metadata"]["ownerReferences"][0]["uid"] = job_uid or str(uuid.uuid4())
+            obj["metadata"]["ownerReferences"][0]["name"] = f"train-{i:05d}"
             return obj
 
         return vary
@@ -218,12 +247,23 @@ def streams(count: int = 1000) -> dict[str, list[bytes]]:
         obj["metadata"].setdefault("labels", {})["pipeline.example/run"] = f"run-{i:05d}"
         return obj
 
+    def own_policy(i: int) -> dict[str, str]:
+        return {**ANNOTATED, P + "backoff-limit": str(1 + i % 1000)}
+
     result = {
         "job-plain": [review(job(None, name=f"train-{i:05d}")) for i in range(count)],
-        "job-annotated": [review(job(ANNOTATED, name=f"train-{i:05d}")) for i in range(count)],
+        "job-annotated": [
+            review(job(ANNOTATED, name=f"train-{i:05d}", run=i)) for i in range(count)
+        ],
+        "job-annotated-distinct": [
+            review(job(own_policy(i), name=f"train-{i:05d}", run=i)) for i in range(count)
+        ],
         "pod-last-attempt": distinct(pod_last_attempt, pod_of(str(uuid.uuid4()))),
         "pod-last-attempt-new": distinct(pod_last_attempt, pod_of("")),
-        "pod-1MiB": [review(pod_last_attempt(padding_bytes=1024 * 1024))],
+        "pod-last-attempt-distinct": distinct(
+            lambda: pod_last_attempt(index_failures=3), pod_of("")
+        ),
+        "pod-1MiB": [review(pod_last_attempt(padding_bytes=1024 * 1024))],  # memo off
     }
     if jobset() is not None:
         result["jobset-4"] = distinct(jobset, run_label)

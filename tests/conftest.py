@@ -19,6 +19,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
+# Every test, and every server a test starts, runs the mutators that read a view of the
+# object (``webhook.view``) on the whole object too, and fails on any difference.
+os.environ.setdefault("RPW_CHECK_VIEWS", "1")
+
 from webhook import defaults
 from webhook.config import Config
 from webhook.intent import LAST_APPLIED

@@ -34,7 +34,10 @@ def request_for(obj):
 
 
 def uncached(obj, config, attempts=engine._NO_CLUSTER):
-    return engine._mutate(request_for(obj), config, attempts)[0]
+    """The answer computed afresh on the whole object (no memo, no view)."""
+    request = request_for(obj)
+    found = engine._mutator_for(request, config, attempts)
+    return engine._apply(*found, request)[0] if found is not None else admission.Verdict()
 
 
 def sibling(obj, index: int = 7):
@@ -153,16 +156,32 @@ def test_denials_are_remembered_per_endpoint():
     assert engine.MEMO.stats() == {"entries": 2, "hits": 2, "misses": 2}
 
 
-def test_large_objects_and_a_zero_size_memo_remember_nothing():
+def test_large_views_and_a_zero_size_memo_remember_nothing():
     big = job(FULL)
     big["spec"]["template"]["spec"]["containers"][0]["env"] = [
-        {"name": f"V{i}", "value": "x" * 100} for i in range(memo.MAX_KEY_BYTES // 100)
+        {"name": f"VARIABLE_{i:06d}_" + "x" * 80, "value": "v"}
+        for i in range(memo.MAX_KEY_BYTES // 80)
     ]
     assert engine.mutate(request_for(big), Config()).patch
     assert len(engine.MEMO) == 0
     engine.MEMO.max_entries = 0
     engine.mutate(request_for(job(FULL)), Config())
     assert len(engine.MEMO) == 0
+
+
+def test_a_large_object_with_a_small_view_is_remembered():
+    """Env var values are not in the view: a 1 MiB pod of config values is one key."""
+    config, attempts = Config(), FixedAttempts(3)
+    first, second = pods_of_one_job(2)
+    for obj, filler in ((first, "x"), (second, "y")):
+        obj["spec"]["containers"][0]["env"] = [
+            {"name": f"CONFIG_{i}", "value": filler * 1000} for i in range(1000)
+        ]
+    engine.mutate(request_for(first), config, attempts)
+    answer = engine.mutate(request_for(second), config, attempts)
+    assert engine.MEMO.hits == 1
+    assert answer == uncached(second, config, attempts)
+    assert any(op["path"] == "/spec/containers/0/env/1000" for op in answer.patch)
 
 
 def test_the_oldest_entries_go_first():
@@ -236,10 +255,117 @@ def test_a_different_object_never_gets_a_remembered_answer(pair, config_index):
     assert engine.validate(request_for(second), config) == _validate_uncached(second, config)
 
 
-def test_objects_written_with_kubectl_apply_are_not_remembered():
-    """Their last-applied record names them: no other object can repeat one."""
-    applied = job(FULL, applied=True)
-    assert engine.mutate(request_for(applied), Config()).patch
-    assert len(engine.MEMO) == 0
-    assert memo.fingerprint(applied, "Job") is None
-    assert memo.fingerprint(job(FULL), "Job") is not None
+def test_jobs_applied_from_one_manifest_under_new_names_share_one_run():
+    """kubectl apply of one manifest with a new name, image and arguments each time: the
+    records differ, but not in what they say was written under spec."""
+    config = Config()
+    containers = [{"name": "main", "image": "trainer:1", "args": ["--lr", "0.1"]}]
+    first = job(FULL, name="run-1", applied=True, containers=containers)
+    containers = [{"name": "main", "image": "trainer:2", "args": ["--lr", "0.2", "--x"]}]
+    second = job(FULL, name="run-2", applied=True, containers=containers)
+    engine.mutate(request_for(first), config)
+    answer = engine.mutate(request_for(second), config)
+    assert engine.MEMO.stats() == {"entries": 1, "hits": 1, "misses": 1}
+    assert answer == uncached(second, config)
+    # A manifest that writes backoffLimit says something else: its own run (a denial).
+    written = job(FULL, name="run-3", applied=True, spec={"backoffLimit": 5})
+    denied = engine.mutate(request_for(written), config)
+    assert engine.MEMO.hits == 1
+    assert not denied.allowed and "contradicts spec.backoffLimit" in denied.message
+    assert denied == uncached(written, config)
+
+
+#: Per-object values outside the view (``webhook.view``): names, uids, labels, images,
+#: arguments, env var values, resources, volumes, others' annotations and records.
+OUTSIDE = st.sampled_from(
+    [
+        ("metadata", "name"),
+        ("metadata", "uid"),
+        ("metadata", "labels"),
+        ("metadata", "annotations", "example.com/run"),
+        ("metadata", "managedFields"),
+        ("metadata", "annotations", "kubectl.kubernetes.io/last-applied-configuration"),
+        ("container", "image"),
+        ("container", "args"),
+        ("container", "resources"),
+        ("container", "env-values"),
+        ("pod", "volumes"),
+        ("pod", "serviceAccountName"),
+        ("template", "labels"),
+    ]
+)
+
+
+def _vary_outside(obj, where, n: int):
+    """``obj`` with one field outside its view changed (or added), as another object of
+    its template would have it."""
+    other = copy.deepcopy(obj)
+    meta = other.get("metadata")
+    spec = other.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return other
+    template, pod_spec = None, spec
+    if other["kind"] == "Job":
+        template = spec.get("template")
+        pod_spec = template.get("spec") if isinstance(template, dict) else None
+    if where[0] == "metadata":
+        if where[1] == "annotations":
+            annotations = meta.get("annotations")
+            if where[2] == memo.LAST_APPLIED and isinstance(annotations, dict):
+                record = annotations.get(where[2])
+                if isinstance(record, str) and record.startswith("{"):
+                    data = json.loads(record)
+                    if isinstance(data, dict):
+                        data.setdefault("metadata", {})["name"] = f"other-{n}"
+                        annotations[where[2]] = json.dumps(data)
+            elif isinstance(annotations, dict):  # (adding the mapping is a change in view)
+                annotations[where[2]] = f"run-{n}"
+        elif where[1] == "labels" and other["kind"] == "Job":
+            meta["labels"] = {"pipeline.example/run": f"run-{n}"}
+        elif where[1] == "managedFields" and other["kind"] == "Job":
+            managed = meta.get("managedFields")
+            entry = {"manager": "x", "operation": "Update", "fieldsV1": {"f:spec": {}}}
+            meta["managedFields"] = [*(managed if isinstance(managed, list) else []), entry]
+        elif where[1] in ("name", "uid"):
+            meta[where[1]] = f"other-{n}"
+    elif where[0] == "template" and isinstance(template, dict):
+        tmeta = template.get("metadata")
+        if isinstance(tmeta, dict):
+            tmeta["labels"] = {"run": f"r{n}"}
+    elif isinstance(pod_spec, dict):
+        if where[0] == "pod":
+            pod_spec[where[1]] = [{"name": f"v{n}", "emptyDir": {}}] if n % 2 else f"sa-{n}"
+        else:
+            containers = pod_spec.get("containers")
+            for c in containers if isinstance(containers, list) else []:
+                if not isinstance(c, dict):
+                    continue
+                if where[1] == "env-values":
+                    for e in c.get("env") if isinstance(c.get("env"), list) else []:
+                        if isinstance(e, dict) and "name" in e:
+                            e["value"] = f"value-{n}"
+                else:
+                    c[where[1]] = {"image": f"img:{n}", "args": ["--n", str(n)]}.get(
+                        where[1], {"limits": {"cpu": str(n)}}
+                    )
+    return other
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects(), OUTSIDE, st.sampled_from(range(len(CONFIGS))), st.sampled_from([None, 3]))
+def test_an_object_changed_outside_its_view_shares_the_answer(obj, where, config_index, failures):
+    """What the view drops is never read: another object that differs only there gets the
+    remembered answer, and it is the answer computed afresh on that whole object."""
+    engine.MEMO.clear()
+    config, attempts = CONFIGS[config_index], FixedAttempts(failures)
+    other = _vary_outside(obj, where, 7)
+    first = engine.mutate(request_for(obj), config, attempts)
+    hits = engine.MEMO.hits
+    assert engine.mutate(request_for(other), config, attempts) == uncached(other, config, attempts)
+    if len(engine.MEMO):  # a first answer was remembered: the other object shares it
+        assert engine.MEMO.hits == hits + 1
+        event("answered from memory")
+    assert first == uncached(obj, config, attempts)
+    engine.validate(request_for(obj), config)
+    assert engine.validate(request_for(other), config) == _validate_uncached(other, config)
+    event(f"changed {'.'.join(where)}")

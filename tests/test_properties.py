@@ -151,6 +151,28 @@ env = st.lists(
 )
 
 
+#: Server-side apply records (``webhook.intent`` reads the ``Apply`` ones) and others.
+managed_entry = st.builds(
+    lambda operation, fields: {
+        "manager": "kubectl" if operation == "Apply" else "job-controller",
+        "operation": operation,
+        "apiVersion": "batch/v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    },
+    st.sampled_from(["Apply", "Apply", "Update"]),
+    st.sampled_from(
+        [
+            {"f:spec": {"f:backoffLimit": {}}},
+            {"f:spec": {"f:podReplacementPolicy": {}, "f:template": {"f:spec": {}}}},
+            {"f:spec": {"f:template": {"f:spec": {"f:restartPolicy": {}}}}},
+            {"f:metadata": {"f:name": {}}},
+            {},
+        ]
+    ),
+)
+
+
 @st.composite
 def objects(draw) -> dict[str, Any]:
     containers = [
@@ -181,6 +203,9 @@ def objects(draw) -> dict[str, Any]:
             },
         )
         pod_spec = obj["spec"]["template"]["spec"]
+        managed = draw(st.lists(managed_entry, max_size=2))
+        if managed:
+            obj["metadata"]["managedFields"] = managed
     else:
         obj = pod(
             draw(annotations(POD_KEYS)),
@@ -188,6 +213,15 @@ def objects(draw) -> dict[str, Any]:
             spec={"containers": containers},
         )
         pod_spec = obj["spec"]
+        # Attempt sources besides our annotation (JobSet runs, per-index failure counts).
+        for field, key in (
+            ("labels", "jobset.sigs.k8s.io/restart-attempt"),
+            ("annotations", "jobset.sigs.k8s.io/restart-attempt"),
+            ("annotations", "batch.kubernetes.io/job-index-failure-count"),
+        ):
+            value = draw(st.none() | st.sampled_from(["0", "2", "3", "x"]))
+            if value is not None:
+                obj["metadata"].setdefault(field, {})[key] = value
     aff = draw(affinity)
     if aff is not None:
         pod_spec["affinity"] = aff

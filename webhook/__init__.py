@@ -22,6 +22,7 @@ NATIVE_MODULES = (
     "jsondiff",
     "owned",
     "memo",
+    "view",
     "intent",
     "podspec",
     "failurepolicy",

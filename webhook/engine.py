@@ -4,32 +4,47 @@ Mutation works on a deep copy and the JSON Patch is the diff between the origina
 the copy (``webhook.jsondiff``; never hand-written pointers), so the patch is correct by
 construction: pointer escaping, parents that must exist, nothing outside what changed. Validation
 runs the very same mutation and denies what it reports, so the two webhooks and the
-dry-run CLI can never disagree.
+dry-run CLI can never disagree. For Jobs and Pods the mutation runs on the object's view,
+what the policy reads of it (``webhook.view``); the patch is the same, and the answer can
+be remembered for every object with that view (``webhook.memo``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
 import orjson
+from mypy_extensions import mypyc_attr
 
 from webhook.admission import Request, Verdict, freeze
-from webhook.attempts import AttemptSource, NoCluster
+from webhook.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.jsondiff import diff
-from webhook.memo import Memo, RecordingAttempts, fingerprint
+from webhook.memo import Memo, RecordingAttempts, fingerprint, view_key
 from webhook.mutators import Context, Outcome, has_policy_annotations, lookup
 from webhook.owned import ALL, copy_owned
 from webhook.policy import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
+from webhook.view import view_of
 
 log = logging.getLogger(__name__)
 
 _NO_CLUSTER = NoCluster()
+
+#: Run every mutator that got a view (``webhook.view``) on the whole object too, and fail
+#: the request when the answers differ: the tests' check that the views hold all a
+#: mutator reads (set by the test suite; costs a second policy run, never set in service).
+CHECK_VIEWS = os.environ.get("RPW_CHECK_VIEWS") == "1"
+
+
+@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a built-in exception
+class ViewMismatch(AssertionError):
+    """The mutator answered differently on the view than on the whole object."""
 
 
 #: The one warning that points a user at ``explain`` when a policy changed their object.
@@ -42,12 +57,13 @@ def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUST
     if found is None:
         return Verdict()
     mutator, ctx, original = found
-    key, remembered = _recall("mutate", request, ctx)
+    subject = _subject(request, original)
+    key, remembered = _recall("mutate", request, ctx, subject)
     if remembered is not None:
         return remembered
     recording = RecordingAttempts(attempts)
     ctx.attempts = recording
-    verdict, outcome = _apply(mutator, ctx, original, request)
+    verdict, outcome = _apply(mutator, ctx, original, request, subject)
     if key is not None and outcome is not None:
         kept = freeze(_fresh(verdict))
         MEMO.put(key, kept, recording.calls, (config, attempts))
@@ -63,7 +79,8 @@ def _mutate(
     found = _mutator_for(request, config, attempts)
     if found is None:
         return Verdict(), None
-    return _apply(*found, request)
+    mutator, ctx, original = found
+    return _apply(mutator, ctx, original, request, _subject(request, original))
 
 
 def _mutator_for(
@@ -78,10 +95,67 @@ def _mutator_for(
     return (mutator, ctx, original) if mutator.applies(original, ctx) else None
 
 
+def _subject(request: Request, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the mutator runs on: the view of the object it reads (``webhook.view``), or
+    the whole object for kinds without one."""
+    view = view_of(request.kind.group, request.kind.kind, obj)
+    return view if view is not None else obj
+
+
 def _apply(
+    mutator: Any,
+    ctx: Context,
+    original: dict[str, Any],
+    request: Request,
+    subject: dict[str, Any] | None = None,
+) -> tuple[Verdict, Outcome | None]:
+    """Copy, mutate, diff: the policy's work for one object (run on ``subject``, the
+    object's view, when given: the patch is the same, see ``webhook.view``)."""
+    subject = original if subject is None else subject
+    if not CHECK_VIEWS or subject is original:
+        return _run(mutator, ctx, subject, request)
+    recording = ctx.attempts
+    if not isinstance(recording, RecordingAttempts):
+        recording = ctx.attempts = RecordingAttempts(recording)
+    verdict, outcome = _run(mutator, ctx, subject, request)
+    replay = dataclasses.replace(ctx, attempts=_Replay(recording, request))
+    _same_answer(request, verdict, _run(mutator, replay, original, request)[0])
+    return verdict, outcome
+
+
+class _Replay:
+    """For the whole-object run of ``CHECK_VIEWS``: the view's run's lookups, answered
+    again (the source is not asked twice); a lookup the view's run did not make fails."""
+
+    def __init__(self, recording: RecordingAttempts, request: Request):
+        self.answers = dict(recording.calls)
+        self.source = recording.source
+        self.request = request
+
+    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        answer = self.answers.get((namespace, name, uid))
+        if answer is None:
+            raise ViewMismatch(
+                f"{self.request.kind.kind} {self.request.uid}: the whole object looks up "
+                f"Job {namespace}/{name} ({uid}), the view did not"
+            )
+        return answer
+
+    def stats(self) -> dict[str, Any]:
+        return self.source.stats()
+
+
+def _same_answer(request: Request, on_view: Verdict, on_object: Verdict) -> None:
+    if on_view != on_object:
+        raise ViewMismatch(
+            f"{request.kind.kind} {request.uid}: the view's answer {on_view!r} differs "
+            f"from the whole object's {on_object!r}"
+        )
+
+
+def _run(
     mutator: Any, ctx: Context, original: dict[str, Any], request: Request
 ) -> tuple[Verdict, Outcome | None]:
-    """Copy, mutate, diff: the policy's work for one object."""
     mutated = editable(mutator, original)
     try:
         outcome = mutator.mutate(mutated, ctx)
@@ -103,10 +177,14 @@ def _apply(
 MEMO = Memo()
 
 
-def _recall(endpoint: str, request: Request, ctx: Context) -> tuple[tuple | None, Verdict | None]:
+def _recall(
+    endpoint: str, request: Request, ctx: Context, subject: dict[str, Any]
+) -> tuple[tuple | None, Verdict | None]:
     """The memo key for this request (``None``: not rememberable) and the remembered
-    verdict, when there is one that still holds."""
-    shape = fingerprint(request.object or {}, request.kind.kind)
+    verdict, when there is one that still holds. The key holds the object's view when
+    the mutator runs on one (its answer depends on nothing else), else the object."""
+    obj = request.object or {}
+    shape = view_key(subject) if subject is not obj else fingerprint(obj, request.kind.kind)
     if shape is None:
         return None, None
     key = (
@@ -162,10 +240,13 @@ def validate(request: Request, config: Config) -> Verdict:
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
     if not mutator.applies(obj, ctx):
         return Verdict()
-    key, remembered = _recall("validate", request, ctx)
+    subject = _subject(request, obj)
+    key, remembered = _recall("validate", request, ctx, subject)
     if remembered is not None:
         return remembered
-    verdict, complete = _validate(mutator, obj, ctx, request)
+    verdict, complete = _validate(mutator, subject, ctx, request)
+    if CHECK_VIEWS and subject is not obj:
+        _same_answer(request, verdict, _validate(mutator, obj, ctx, request)[0])
     if key is not None and complete:
         kept = freeze(_fresh(verdict))
         MEMO.put(key, kept, [], (config,))

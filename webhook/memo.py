@@ -8,17 +8,21 @@ of copy, mutate and diff (about 10x less work; ``make bench`` measures both path
 
 What makes a remembered verdict correct for a new object:
 
-- The key holds everything the mutation reads: the whole object (serialised) minus
-  ``IGNORED_*`` below, which no mutator reads and no patch touches (a property test varies
-  them and checks the verdict never changes), plus endpoint, operation, namespace and the
-  identity of the config and attempt source (a reloaded config is a new object, so
-  nothing computed under the old one is served).
+- The key holds everything the mutation reads. For a Job or a Pod that is its view
+  (``webhook.view``): the mutator runs on the view alone, so every object with the same
+  view gets the same answer by construction, and Jobs that differ in names, images,
+  arguments or env values (a pipeline's runs, one manifest applied under new names) share
+  one entry. For other kinds it is the whole object (serialised) minus ``IGNORED_*``
+  below, which no mutator reads and no patch touches (a property test varies them and
+  checks the verdict never changes). Either way the key adds endpoint, operation,
+  namespace and the identity of the config and attempt source (a reloaded config is a
+  new object, so nothing computed under the old one is served).
 - Lookups made during the mutation (the attempt cache: how many times has this Job
   failed?) are recorded with their answers; a hit replays them and is used only when
   every answer is the same, so a pod admitted after one more failure is computed afresh.
 - Only allowed-or-denied verdicts of a completed run are kept; an internal error is not.
 
-Bounded: objects over ``MAX_KEY_BYTES`` are never remembered (their serialisation would
+Bounded: objects (or views) over ``MAX_KEY_BYTES`` are never remembered (their serialisation would
 cost more than it saves), and the oldest entries go first past ``MAX_ENTRIES``.
 """
 
@@ -81,6 +85,15 @@ def fingerprint(obj: Mapping[str, Any], kind: str) -> bytes | None:
     spec = obj.get("spec")
     if kind == "Pod" and isinstance(spec, dict) and not IGNORED_POD_SPEC.isdisjoint(spec):
         view["spec"] = {k: v for k, v in spec.items() if k not in IGNORED_POD_SPEC}
+    try:
+        key = orjson.dumps(view)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return key if len(key) <= MAX_KEY_BYTES else None
+
+
+def view_key(view: Mapping[str, Any]) -> bytes | None:
+    """A view (``webhook.view``), serialised, as a key; ``None`` when it cannot be one."""
     try:
         key = orjson.dumps(view)
     except (TypeError, orjson.JSONEncodeError):

@@ -53,6 +53,10 @@ POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation")
 #: Sources whose values the webhook writes into the spec (the user's own spec is kept).
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
 JOBSET_GROUP = "jobset.x-k8s.io"
+#: The fields of a Job's spec whose intent (written, or defaulted?) ``apply_job_spec`` asks
+#: ``webhook.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
+#: view (``webhook.view``) keeps only these of its records of intent.
+INTENT_FIELDS = ("backoffLimit", "backoffLimitPerIndex", "podReplacementPolicy")
 
 #: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.owned``): the copy it
 #: edits shares the rest (the containers' other fields, volumes, managedFields...).

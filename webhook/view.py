@@ -1,0 +1,245 @@
+"""What the policy reads of a Job or a Pod: the view its mutator runs on, and the memo's key.
+
+Most of an admitted object is never read by the policy: names and uids, labels, images,
+commands and arguments, resources, volumes, env var *values*, the managedFields of
+controllers, most of a ``kubectl apply`` record. Two Jobs a pipeline submits from one
+template differ only there, and so do two Jobs a person applies from one manifest with a
+new name. The view keeps what the Job and Pod mutators read, and drops the rest:
+
+- metadata: the namespace, our annotations (``retry-policy.dev/...``; a pod also keeps
+  the JobSet restart-attempt and index failure-count it takes attempts from), the
+  controller of each owner reference (a pod keeps its owners whole unless its attempt is
+  annotated: they name the Job whose failures it looks up), and the *records of intent*
+  reduced to what ``webhook.intent`` is asked of a Job: which of the spec fields in
+  ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
+  entries name;
+- the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
+  restartPolicy, nodeSelector, affinity, and each container's name and env var names.
+
+The mutator runs on the view, not on the object, and the patch is the diff between the
+view and the mutated view. That is a patch for the object too: the view keeps every
+list's length and every mapping the mutators write into, so paths mean the same in
+both, and a mutator never writes where the view dropped something. Because the answer
+is computed from the view alone, it is the same for every object with the same view by
+construction, which is what lets the memo (``webhook.memo``) key on the view and answer
+a Job it has never seen.
+
+The contract is that a mutator reads nothing the view drops. It is checked, not assumed:
+with ``RPW_CHECK_VIEWS=1`` (every test run sets it) the engine also runs the mutator on
+the whole object and fails the request when the two answers differ in anything (patch,
+warnings, denial), and property tests do the same for generated objects and for objects
+changed outside the view. Objects of a shape the view does not expect (a spec that is not
+a mapping) get no view: the mutator then runs on the whole object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from webhook.intent import LAST_APPLIED
+from webhook.mutators.job import INTENT_FIELDS
+from webhook.mutators.pod import INDEX_FAILURE_COUNT, RESTART_ATTEMPT
+from webhook.policy import PREFIX
+
+#: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
+ATTEMPT = PREFIX + "attempt"
+
+#: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
+#: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
+POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity")
+CONTAINER_GROUPS = ("initContainers", "containers")
+#: Of an owner reference: what tells the controller and its kind.
+OWNER_READ = ("apiVersion", "kind", "controller")
+#: The fields a Job's records of intent are asked about, as a last-applied record and
+#: as server-side-apply fields name them.
+_QUOTED = tuple(f'"{name}"' for name in INTENT_FIELDS)
+_APPLY_KEYS = tuple(f"f:{name}" for name in INTENT_FIELDS)
+
+
+def job_view(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    metadata = job.get("metadata")
+    spec = job.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return None
+    return _top(
+        job,
+        _metadata(metadata, (), reduce_owners=True, intent=True),
+        {
+            k: _template(v) if k == "template" and isinstance(v, dict) else v
+            for k, v in spec.items()
+        },
+    )
+
+
+def pod_view(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    metadata = pod.get("metadata")
+    spec = pod.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return None
+    annotations = metadata.get("annotations")
+    attempt_annotated = isinstance(annotations, dict) and ATTEMPT in annotations
+    meta = _metadata(
+        metadata,
+        (RESTART_ATTEMPT, INDEX_FAILURE_COUNT),
+        reduce_owners=attempt_annotated,
+        labels=(RESTART_ATTEMPT,),
+    )
+    return _top(pod, meta, _pod_spec(spec))
+
+
+#: The kinds with a view, by (group, kind).
+VIEWS: dict[tuple[str, str], Callable[[Mapping[str, Any]], dict[str, Any] | None]] = {
+    ("batch", "Job"): job_view,
+    ("", "Pod"): pod_view,
+}
+
+
+def view_of(group: str, kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The view of ``obj`` for its kind's mutator; ``None``: run on the whole object."""
+    make = VIEWS.get((group, kind))
+    return make(obj) if make is not None else None
+
+
+# Every part keeps the order of the object's keys: the patch lists its operations in
+# that order, and the view's patch must be the object's, operation for operation.
+
+
+def _top(obj: Mapping[str, Any], metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """The object with its metadata's and spec's views, without status (never read)."""
+    view: dict[str, Any] = {}
+    for key, value in obj.items():
+        if key == "metadata":
+            view[key] = metadata
+        elif key == "spec":
+            view[key] = spec
+        elif key != "status":
+            view[key] = value
+    return view
+
+
+def _metadata(
+    metadata: Mapping[str, Any],
+    also_annotations: tuple[str, ...],
+    reduce_owners: bool,
+    labels: tuple[str, ...] = (),
+    intent: bool = False,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if key == "namespace":
+            meta[key] = value
+        elif key == "annotations":
+            meta[key] = _annotations(value, also_annotations, intent)
+        elif key == "ownerReferences":
+            meta[key] = _owners(value) if reduce_owners else value
+        elif key == "labels":
+            if not isinstance(value, dict):
+                meta[key] = value
+            elif labels and not set(labels).isdisjoint(value):
+                meta[key] = {k: v for k, v in value.items() if k in labels}
+        elif key == "managedFields" and intent:
+            applied = _applied_fields(value)
+            if applied != []:  # none at all says what an empty list says: unknown
+                meta[key] = applied
+    return meta
+
+
+def _annotations(annotations: Any, also: tuple[str, ...], intent: bool) -> Any:
+    if not isinstance(annotations, dict):
+        return annotations
+    kept: dict[str, Any] = {}
+    for key, value in annotations.items():
+        if (isinstance(key, str) and key.startswith(PREFIX)) or key in also:
+            kept[key] = value
+        elif key == LAST_APPLIED and intent:
+            kept[key] = _spec_record(value)
+    return kept
+
+
+def _owners(owners: Any) -> Any:
+    if not isinstance(owners, list):
+        return owners
+    return [
+        {k: v for k, v in ref.items() if k in OWNER_READ} if isinstance(ref, dict) else ref
+        for ref in owners
+    ]
+
+
+def _template(template: Mapping[str, Any]) -> dict[str, Any]:
+    view: dict[str, Any] = {}
+    for key, value in template.items():
+        if key == "metadata":
+            view[key] = _metadata(value, (), True) if isinstance(value, dict) else value
+        elif key == "spec":
+            view[key] = _pod_spec(value) if isinstance(value, dict) else value
+    return view
+
+
+def _pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    view: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key in POD_SPEC_READ:
+            view[key] = value
+        elif key in CONTAINER_GROUPS:
+            view[key] = [_container(c) for c in value] if isinstance(value, list) else value
+    return view
+
+
+def _container(container: Any) -> Any:
+    """A container's name and its env vars' names (their values are never read)."""
+    if not isinstance(container, dict):
+        return container
+    view: dict[str, Any] = {}
+    for key, value in container.items():
+        if key == "name":
+            view[key] = value
+        elif key == "env":
+            view[key] = [_env_name(e) for e in value] if isinstance(value, list) else value
+    return view
+
+
+def _env_name(entry: Any) -> Any:
+    return {"name": entry["name"]} if isinstance(entry, dict) and "name" in entry else entry
+
+
+def _spec_record(raw: Any) -> Any:
+    """A last-applied record reduced to which of ``INTENT_FIELDS`` it writes under spec.
+    A record that never names them (as ``webhook.intent`` tells, without parsing it: the
+    usual case) writes none; one that is not a JSON object is kept as it is (intent then
+    reads managedFields)."""
+    if not isinstance(raw, str):
+        return raw
+    if raw.startswith("{") and "\\" not in raw and not any(q in raw for q in _QUOTED):
+        return "{}"
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+    if not isinstance(record, dict):
+        return raw
+    spec = record.get("spec")
+    if not isinstance(spec, dict):
+        return "{}"
+    return orjson.dumps({"spec": {k: None for k in INTENT_FIELDS if k in spec}}).decode()
+
+
+def _applied_fields(managed: Any) -> Any:
+    """Server-side-apply entries (``operation: Apply``; intent reads no others), each
+    reduced as ``_spec_record`` reduces a last-applied record."""
+    if not isinstance(managed, list):
+        return managed
+    kept = []
+    for entry in managed:
+        if not isinstance(entry, dict) or entry.get("operation") != "Apply":
+            continue
+        fields = entry.get("fieldsV1")
+        spec = fields.get("f:spec") if isinstance(fields, dict) else None
+        if isinstance(spec, dict):
+            fields = {"f:spec": {k: None for k in _APPLY_KEYS if k in spec}}
+        elif isinstance(fields, dict) and fields:
+            fields = {"f:spec": spec} if "f:spec" in fields else {"": None}
+        kept.append({"operation": "Apply", "fieldsV1": fields})
+    return kept
