@@ -143,6 +143,9 @@ class Verdict:
     reason: str = ""
     #: The problems behind a denial (for metrics by reason; never encoded as they are).
     problems: list[Problem] = field(default_factory=list)
+    #: Our annotations (known keys, short names) on the object a patch was made for, for
+    #: metrics by annotation; never encoded. Derived from the object, like the patch.
+    annotations: tuple[str, ...] = field(default=(), compare=False)
     #: The answer already serialised (all but its uid), with the values it was made from:
     #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
     frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)

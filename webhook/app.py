@@ -26,7 +26,6 @@ from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.metrics import Metrics
 from webhook.mutators import lookup
-from webhook.policy import KEYS, PREFIX
 
 log = logging.getLogger("webhook.admission")
 _DECISIONS = logs.DecisionLog("webhook.admission")
@@ -166,16 +165,6 @@ def _kind_label(review: admission.Request) -> str:
     return kind.kind if lookup(kind.group, kind.kind) is not None else "other"
 
 
-def policy_annotations(obj: dict[str, Any] | None) -> list[str]:
-    """Our annotation names on an object, known keys only (never a user's string)."""
-    metadata = (obj or {}).get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if not isinstance(annotations, dict):
-        return []
-    names = (k[len(PREFIX) :] for k in annotations if isinstance(k, str) and k.startswith(PREFIX))
-    return [n for n in names if n in KEYS and n != "applied"]
-
-
 def denial_reasons(verdict: Verdict) -> Iterable[str]:
     """``Problem.reason`` slugs of a denial's problems, else the status reason."""
     problems = verdict.problems
@@ -193,7 +182,7 @@ def _count(
     outcome: str,
 ) -> None:
     if outcome == "patched" and endpoint == "mutate":
-        recorder.count_mutation(kind, policy_annotations(review.object))
+        recorder.count_mutation(kind, verdict.annotations)
     elif outcome == "denied":
         recorder.count_denial(endpoint, kind, denial_reasons(verdict))
 

@@ -26,7 +26,7 @@ from webhook.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.jsondiff import diff
 from webhook.memo import Memo, RecordingAttempts, fingerprint, view_key
-from webhook.mutators import Context, Outcome, has_policy_annotations, lookup
+from webhook.mutators import Context, Outcome, has_policy_annotations, lookup, policy_keys
 from webhook.owned import ALL, copy_owned
 from webhook.policy import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
@@ -170,7 +170,8 @@ def _run(
         # Only for objects a person wrote (a controller's pods have no manifest to explain),
         # and only when something changed: a no-op reinvocation stays silent.
         warnings = [*warnings, EXPLAIN_HINT]
-    return Verdict(patch=patch, warnings=warnings), outcome
+    names = policy_keys(original.get("metadata")) if patch else ()
+    return Verdict(patch=patch, warnings=warnings, annotations=names), outcome
 
 
 #: Verdicts remembered per object template (``webhook.memo``): one per worker process.
@@ -206,14 +207,15 @@ def _fresh(verdict: Verdict) -> Verdict:
     patch is shared: it is only ever read; the serialised answer is reused while the
     copy still says the same)."""
     return Verdict(
-        verdict.allowed,
-        verdict.patch,
-        list(verdict.warnings),
-        verdict.message,
-        verdict.code,
-        verdict.reason,
-        list(verdict.problems),
-        verdict.frozen,
+        allowed=verdict.allowed,
+        patch=verdict.patch,
+        warnings=list(verdict.warnings),
+        message=verdict.message,
+        code=verdict.code,
+        reason=verdict.reason,
+        problems=list(verdict.problems),
+        annotations=verdict.annotations,
+        frozen=verdict.frozen,
     )
 
 

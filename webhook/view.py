@@ -55,7 +55,11 @@ CONTAINER_GROUPS = ("initContainers", "containers")
 OWNER_READ = ("apiVersion", "kind", "controller")
 #: The fields a Job's records of intent are asked about, as a last-applied record and
 #: as server-side-apply fields name them.
-_QUOTED = tuple(f'"{name}"' for name in INTENT_FIELDS)
+_QUOTED = tuple(  # '"backoffLimit' also finds '"backoffLimitPerIndex"': one search less
+    f'"{name}'
+    for name in INTENT_FIELDS
+    if not any(name.startswith(m) for m in INTENT_FIELDS if m != name)
+)
 _APPLY_KEYS = tuple(f"f:{name}" for name in INTENT_FIELDS)
 
 
@@ -192,13 +196,16 @@ def _container(container: Any) -> Any:
     """A container's name and its env vars' names (their values are never read)."""
     if not isinstance(container, dict):
         return container
-    view: dict[str, Any] = {}
-    for key, value in container.items():
-        if key == "name":
-            view[key] = value
-        elif key == "env":
-            view[key] = [_env_name(e) for e in value] if isinstance(value, list) else value
+    # (The mutators write at most the env of a container: the order of these two keys
+    # cannot change the order of a patch's operations.)
+    view: dict[str, Any] = {"name": container["name"]} if "name" in container else {}
+    env = container.get("env", _ABSENT)
+    if env is not _ABSENT:
+        view["env"] = [_env_name(e) for e in env] if isinstance(env, list) else env
     return view
+
+
+_ABSENT = object()
 
 
 def _env_name(entry: Any) -> Any:

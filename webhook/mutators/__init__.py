@@ -18,7 +18,18 @@ import orjson
 import webhook
 from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
-from webhook.policy import PREFIX, Layer, Policy, Scope, Setting, Source, parse_annotations, resolve
+from webhook.policy import (
+    APPLIED,
+    KEYS,
+    PREFIX,
+    Layer,
+    Policy,
+    Scope,
+    Setting,
+    Source,
+    parse_annotations,
+    resolve,
+)
 from webhook.problems import Problem
 
 if webhook.NATIVE is not None:
@@ -116,6 +127,20 @@ def mapping(value: Any) -> dict[str, Any]:
 def items(value: Any) -> list[Any]:
     """``value`` when it is a list, else an empty one (as ``mapping``, for list fields)."""
     return value if isinstance(value, list) else []
+
+
+def policy_keys(metadata: Any) -> tuple[str, ...]:
+    """The known keys of our annotations on an object, by short name, but ``applied``
+    (what metrics count mutations by: never a user's string)."""
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        return ()
+    cut = len(PREFIX)
+    return tuple(
+        k[cut:]
+        for k in annotations
+        if isinstance(k, str) and k.startswith(PREFIX) and k[cut:] in KEYS and k != APPLIED
+    )
 
 
 def has_policy_annotations(metadata: Any) -> bool:
