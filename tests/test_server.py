@@ -10,13 +10,14 @@ import shutil
 import socket
 import ssl
 import stat
+import subprocess
 import time
 import warnings
 from pathlib import Path
 
 import pytest
 from conftest import P, apply, decode_patch, job, review
-from serverproc import Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
+from serverproc import BIN, Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
 
 from webhook import certs
 
@@ -302,3 +303,69 @@ def test_a_bad_memo_size_is_refused_with_a_usage_error(tmp_path, value):
     assert result.returncode == 2
     assert f"--memo-entries: {value!r} is not a whole number >= 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_connections_are_spread_over_the_workers(tmp_path):
+    """Each worker listens on its own socket (SO_REUSEPORT): kept-alive connections
+    opened together are spread over the workers by the kernel, not raced for (where a
+    batch mostly went to one worker, and the other's core stayed idle)."""
+    srv = start(tmp_path / "certs", workers=2)
+    try:
+        assert _listening_sockets(srv.port) == 2  # one per worker, none shared
+        # As a load generator (or an API server under a burst) opens them: all at once.
+        sockets = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]
+        uids = [f"spread-{index}" for index in range(40)]
+        for index, sock in enumerate(sockets):
+            conn = http.client.HTTPSConnection("localhost", srv.port, context=srv.context)
+            conn.sock = srv.context.wrap_socket(sock, server_hostname="localhost")
+            body = review(job(FULL, name=uids[index]), uid=uids[index])
+            conn.request("POST", "/mutate", json.dumps(body), {"Content-Type": "application/json"})
+            assert conn.getresponse().read()
+            sockets[index] = conn
+        for conn in sockets:
+            conn.close()
+    finally:
+        stop(srv)  # (decision lines are written in batches, all of them by the exit)
+    served: dict[int, int] = {}
+    for line in srv.logs():
+        if line.get("msg") == "admission decision" and line.get("uid") in uids:
+            served[line["pid"]] = served.get(line["pid"], 0) + 1
+    assert sum(served.values()) == 40
+    # Spread by a hash of their addresses: fewer than 6 of 40 on one worker has a
+    # probability of about 1e-6; a race for accept put all of a batch on one worker.
+    assert len(served) == 2 and min(served.values()) >= 6, served
+
+
+def test_a_second_server_on_the_same_port_refuses_to_start(server, tmp_path):
+    """Sockets bound with SO_REUSEPORT would share the port with another such server:
+    the start checks the port is free first."""
+    result = subprocess.run(
+        [
+            str(BIN),
+            "serve",
+            "--cert-dir",
+            str(tmp_path / "certs"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(server.port),
+            "--kube",
+            "off",
+            "--metrics-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2  # the input (here, the port) is unusable
+    assert f"cannot listen on 127.0.0.1:{server.port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _listening_sockets(port: int) -> int:
+    """Sockets listening on ``port`` (IPv4), from the kernel's own table."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "0A")

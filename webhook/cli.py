@@ -262,6 +262,7 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         client_ca=args.client_ca,
         read_timeout=args.read_timeout,
         memo_entries=args.memo_entries,
+        reuse_port=args.reuse_port,
     )
     try:
         serve(options)
@@ -340,6 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="verdicts each worker remembers per object template, so the pods of one Job "
         "are computed once (0 turns it off)",
+    )
+    serve.add_argument(
+        "--no-reuse-port",
+        dest="reuse_port",
+        action="store_false",
+        help="one listening socket shared by the workers (default: one per worker, "
+        "SO_REUSEPORT, so the kernel spreads connections evenly over them)",
     )
     serve.set_defaults(func=run_server)
 
