@@ -186,7 +186,8 @@ def stop(server: Server) -> None:
         server.proc.wait(5)
 
 
-def run_serve(cert_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+def run_serve(cert_dir: Path, *extra: str, port: int = 0) -> subprocess.CompletedProcess:
+    """``serve`` run to its end (for starts that must fail), on ``port`` or a free one."""
     return subprocess.run(
         [
             str(BIN),
@@ -194,7 +195,7 @@ def run_serve(cert_dir: Path, *extra: str) -> subprocess.CompletedProcess:
             "--cert-dir",
             str(cert_dir),
             "--port",
-            str(free_port()),
+            str(port or free_port()),
             "--host",
             "127.0.0.1",
             "--kube",

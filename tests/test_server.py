@@ -10,14 +10,13 @@ import shutil
 import socket
 import ssl
 import stat
-import subprocess
 import time
 import warnings
 from pathlib import Path
 
 import pytest
 from conftest import P, apply, decode_patch, job, review
-from serverproc import BIN, Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
+from serverproc import Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
 
 from webhook import certs
 
@@ -339,26 +338,7 @@ def test_connections_are_spread_over_the_workers(tmp_path):
 def test_a_second_server_on_the_same_port_refuses_to_start(server, tmp_path):
     """Sockets bound with SO_REUSEPORT would share the port with another such server:
     the start checks the port is free first."""
-    result = subprocess.run(
-        [
-            str(BIN),
-            "serve",
-            "--cert-dir",
-            str(tmp_path / "certs"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(server.port),
-            "--kube",
-            "off",
-            "--metrics-port",
-            "0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_serve(tmp_path / "certs", port=server.port)
     assert result.returncode == 2  # the input (here, the port) is unusable
     assert f"cannot listen on 127.0.0.1:{server.port}" in result.stderr
     assert "Traceback" not in result.stderr
