@@ -409,7 +409,57 @@ def run(
             "2_worker": measured["2_workers"]["best_rps"],
             "ratio": ratios(measured, "1_worker", "2_workers")["throughput"],
         }
+        results["reuse_port"] = reuse_port_gain(cert_dir, workers, threads, connections, body)
     return results
+
+
+def reuse_port_gain(
+    cert_dir: Path, workers: int, threads: int, connections: int, body: Path, rounds: int = 8
+) -> dict:
+    """The one gunicorn default that was a bottleneck, before and after: one listening
+    socket shared by the workers (``--no-reuse-port``) against one per worker (the
+    default). Each round, which workers got the connections is recorded too."""
+    shared = Served("webhook", cert_dir, workers, threads, ("--no-reuse-port",))
+    own = Served("webhook", cert_dir, workers, threads)
+    servers = {"shared": shared, "own": own}
+    seen: dict[str, dict[str, list]] = {n: {"rps": [], "split": []} for n in servers}
+    try:
+        for _ in range(rounds):
+            for name, server in servers.items():
+                run = _start_wrk(server.url, body, 2, connections)
+                time.sleep(1)
+                split = _connections_per_worker(server)
+                seen[name]["split"].append(split + [0] * (workers - len(split)))
+                out = run.communicate()[0]
+                seen[name]["rps"].append(float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1]))
+    finally:
+        shared.stop()
+        own.stop()
+    median = {name: statistics.median(values["rps"]) for name, values in seen.items()}
+    return {
+        "rounds": seen,
+        "median_rps": median,
+        "ratio": round(median["own"] / median["shared"], 3),
+    }
+
+
+def _connections_per_worker(server: Served) -> list[int]:
+    """How many established connections each worker process holds (from /proc)."""
+    inodes = set()
+    with open("/proc/net/tcp") as table:
+        for row in (line.split() for line in table.readlines()[1:]):
+            if row[1].endswith(f":{server.port:04X}") and row[3] == "01":
+                inodes.add(row[9])
+    counts = []
+    for pid in _children(server.proc.pid):
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        held = sum(1 for link in links if link.startswith("socket:[") and link[8:-1] in inodes)
+        if held:
+            counts.append(held)
+    return sorted(counts, reverse=True)
 
 
 if __name__ == "__main__":

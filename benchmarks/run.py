@@ -53,6 +53,10 @@ def verdict(ok: bool) -> str:
     return "meets target" if ok else "**misses target**"
 
 
+def _splits(splits: list[list[int]]) -> str:
+    return " ".join("/".join(map(str, split)) or "?" for split in splits)
+
+
 def markdown(results: dict) -> str:
     m = results["machine"]
     lines = [
@@ -111,6 +115,15 @@ def markdown(results: dict) -> str:
             f"| second worker process | job-annotated-distinct | x{s['ratio']:.2f} "
             f"({s['1_worker']:.0f} -> {s['2_worker']:.0f} req/s) | > 1 "
             f"| {verdict(s['ratio'] > 1)} |"
+        )
+    if "https" in results and "reuse_port" in results["https"]:
+        g = results["https"]["reuse_port"]
+        shared, own = g["median_rps"]["shared"], g["median_rps"]["own"]
+        lines.append(
+            f"| gunicorn tuning: a listening socket per worker | job-annotated-distinct | "
+            f"x{g['ratio']:.2f} ({shared:.0f} -> {own:.0f} req/s, medians; connections per "
+            f"worker shared: {_splits(g['rounds']['shared']['split'])}, own: "
+            f"{_splits(g['rounds']['own']['split'])}) | > 1 | {verdict(g['ratio'] > 1)} |"
         )
     for size, r in results["scale"].items():
         lines.append(

@@ -136,6 +136,19 @@ def test_not_in_matches_other_codes():
     assert (match.index, match.action, match.container.exit_code) == (2, "FailJob", 1)
 
 
+@pytest.mark.parametrize("values", [3, True, None, "1,2", [1, "2"], [True], [{}]])
+def test_a_rule_whose_exit_codes_are_not_a_list_of_numbers_matches_nothing(values):
+    """Only a file can hold one (the API server refuses it, ``validate`` says why); the
+    rules after it are still evaluated."""
+    rules = [
+        {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": values}},
+        {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [143]}},
+    ]
+    match = fp.evaluate(rules, PodFailure((ContainerExit("main", 1),)))
+    assert (match.index, match.action) == (1, "Count")
+    assert fp.validate({"podFailurePolicy": {"rules": rules[:1]}})  # and it is reported
+
+
 def test_container_name_narrows():
     assert (
         fp.evaluate(

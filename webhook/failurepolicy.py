@@ -305,7 +305,12 @@ def evaluate(rules: Iterable[Any], failure: PodFailure) -> Match | None:
 
 
 def _match_codes(codes: Mapping[str, Any], failure: PodFailure) -> ContainerExit | None:
-    values = set(codes.get("values") or [])
+    listed = codes.get("values")
+    if not _int_list(listed):
+        # Not a list of exit codes (only a file can say so: the API server refuses it,
+        # and ``validate`` reports it): a rule that cannot be stored matches nothing.
+        return None
+    values = set(listed)
     name = codes.get("containerName")
     operator = codes.get("operator")
     # The controller looks at regular containers first, then init containers, each list
