@@ -4,7 +4,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools compile run dry-run test lint bench fuzz clean
+.PHONY: install tools compile run dry-run test lint bench bench-instructions fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ test: install tools compile lint
 ## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey).
 bench: install compile
 	$(BIN)/python -m benchmarks.run
+
+## Instructions a request, webhook against floor, counted by callgrind (deterministic; about
+## 10 minutes): needs valgrind (apt-get install valgrind).
+bench-instructions: install compile
+	$(BIN)/python -m benchmarks.instructions
 
 ## Coverage-guided fuzzing of the review decoder and data path (bounded; grows fuzz/corpus).
 FUZZ_SECONDS ?= 60

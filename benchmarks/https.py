@@ -71,6 +71,32 @@ def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
     raise RuntimeError("server not healthy")
 
 
+def server_command(
+    which: str, cert_dir: Path, port: int, workers: int, threads: int, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """How a benchmark starts the webhook (production settings: a log line per decision,
+    metrics on) or the floor, on ``port``."""
+    sizing = ["--workers", str(workers), "--threads", str(threads), "--cert-dir", str(cert_dir)]
+    if which == "floor":
+        return [sys.executable, "-m", "benchmarks.floor", "--port", str(port), *sizing]
+    return [
+        str(Path(sys.executable).parent / "retry-webhook"),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--kube",
+        "off",
+        "--log-level",
+        "info",
+        "--metrics-port",
+        str(_free_port()),
+        *sizing,
+        *extra,
+    ]
+
+
 class Served:
     """A server process (the webhook or the floor) on a free port."""
 
@@ -78,43 +104,7 @@ class Served:
         self, which: str, cert_dir: Path, workers: int, threads: int, extra: tuple[str, ...] = ()
     ):
         self.port = _free_port()
-        if which == "webhook":
-            cmd = [
-                str(Path(sys.executable).parent / "retry-webhook"),
-                "serve",
-                "--cert-dir",
-                str(cert_dir),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--kube",
-                "off",
-                # Production settings: a log line per decision, metrics on.
-                "--log-level",
-                "info",
-                "--metrics-port",
-                str(_free_port()),
-                "--workers",
-                str(workers),
-                "--threads",
-                str(threads),
-                *extra,
-            ]
-        else:
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.floor",
-                "--cert-dir",
-                str(cert_dir),
-                "--port",
-                str(self.port),
-                "--workers",
-                str(workers),
-                "--threads",
-                str(threads),
-            ]
+        cmd = server_command(which, cert_dir, self.port, workers, threads, extra)
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}
         )

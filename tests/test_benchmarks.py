@@ -1,0 +1,76 @@
+"""The benchmarks measure what their report says they measure.
+
+Each stream is named for the path it exercises (the verdict memo answering, or the full
+policy run for every object): if a change to the view or the memo moved a stream to the
+other path, the report would compare the wrong things. No timing here: the figures live in
+the benchmark output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.cases import streams
+from benchmarks.https import ratios
+from benchmarks.instructions import _totals
+from webhook import admission, engine
+from webhook.config import Config
+
+COUNT = 40
+
+#: stream -> (full policy runs expected over COUNT requests, whether its answers patch)
+EXPECTED = {
+    "job-plain": (0, False),  # nothing to do: no mutator applies, nothing remembered
+    "job-annotated": (1, True),  # a pipeline's runs: one policy run, then remembered
+    "job-annotated-distinct": (COUNT, True),  # a policy of its own each: the worst case
+    "pod-last-attempt": (1, True),  # the pods of one Job
+    "pod-last-attempt-new": (1, True),  # pods of different Jobs, attempt annotated
+    "pod-last-attempt-distinct": (COUNT, True),  # the owning Job is in the view
+}
+
+
+@pytest.fixture(scope="module")
+def bodies() -> dict[str, list[bytes]]:
+    return streams(COUNT)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_stream_takes_the_path_it_is_named_for(
+    name: str, bodies: dict[str, list[bytes]]
+) -> None:
+    runs, patches = EXPECTED[name]
+    stream = bodies[name]
+    assert len(set(stream)) == COUNT  # every body differs, as a cluster's objects do
+    config = Config()
+    engine.MEMO.clear()
+    verdicts = [engine.mutate(admission.decode(body), config) for body in stream]
+    assert engine.MEMO.misses == runs
+    assert all(v.allowed for v in verdicts)
+    assert all(bool(v.patch) is patches for v in verdicts)
+    engine.MEMO.clear()
+
+
+def test_ratio_of_two_servers_survives_a_machine_speed_both_meet() -> None:
+    """Rounds alternate between the servers, and the machine's speed factor of a round is
+    the same whichever server runs in it: the ratio is that of the servers' own speeds."""
+    factors = [1.0, 0.35, 0.9, 0.8, 1.0, 0.35, 0.95, 0.85]  # one per round, in turn
+    floor = {"rps_rounds": [4000 * f for f in factors], "cpu_us_rounds": [300 / f for f in factors]}
+    ours = {"rps_rounds": [3000 * f for f in factors], "cpu_us_rounds": [400 / f for f in factors]}
+    for side in (floor, ours):
+        side["best_rps"] = max(side["rps_rounds"])
+    r = ratios({"floor": floor, "webhook": ours}, "floor", "webhook")
+    assert r["throughput"] == pytest.approx(0.75, abs=0.01)
+    assert r["per_cpu"] == pytest.approx(0.75, abs=0.01)
+    assert r["best_throughput"] == pytest.approx(0.75, abs=0.01)
+
+
+def test_callgrind_totals_are_read_from_a_complete_dump_only(tmp_path: Path) -> None:
+    dump = tmp_path / "cg.123.1"
+    dump.write_text("version: 1\ncmd: python\nevents: Ir\nfn=(1) main\n0 5\nsummary: 1234567\n")
+    assert _totals(dump) == 1234567
+    partial = tmp_path / "cg.123.2"
+    partial.write_text("version: 1\ncmd: python\nevents: Ir\nfn=(1) main\n")
+    assert _totals(partial) is None
+    assert _totals(tmp_path / "missing") is None
