@@ -239,9 +239,9 @@ def solo_rounds(
     in turn, ``rounds`` times; per server, each round's throughput and CPU time a request
     (user + system, of the server's own processes), and the best of each.
 
-    This machine's speed drifts by 2-4x over tens of seconds, in phases (a slow phase
-    shows as 5-10x the system time and context switches per request): a single run
-    of each server would compare phases, not servers. Short rounds that alternate
+    This machine's speed moves by up to 2x between 2-second rounds (larger swings seen
+    earlier were mostly gunicorn's accept lottery, which ``reuse_port_gain`` measures): a
+    single run of each server would compare moments, not servers. Short rounds that alternate
     between the servers let ``ratios`` compare each round with its neighbours, which
     mostly share its phase; the calibration pair (the floor against a second floor)
     shows how far apart two identical servers still come out. Running both servers at
@@ -273,9 +273,9 @@ def solo_rounds(
 def ratios(rounds: dict[str, dict], base: str, other: str) -> dict:
     """``other`` relative to ``base``, so that 1.0 is "as fast as the floor".
 
-    This VM's speed changes in phases, by up to 3x, sometimes from one 2-second round to
-    the next: a round's throughput is the server's own speed times a factor the server
-    does not choose (seen: about 0.35 or 0.8-1.0, at random). Over many alternating
+    This VM's speed changes by up to 2x, sometimes from one 2-second round to the next: a
+    round's throughput is the server's own speed times a factor the server does not
+    choose. Over many alternating
     rounds both servers meet the same factors, so the ratio of the same upper quantile
     of each (``throughput``: the 75th percentile, mostly fast-phase rounds) estimates
     the ratio of their own speeds; the calibration pair shows what is left of the noise.
