@@ -31,6 +31,7 @@ NATIVE_MODULES = (
     "engine",
     "mutators/job",
     "mutators/pod",
+    "mutators/base",
 )
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "build" / "compiled" / "webhook"
 MANIFEST = "manifest.json"

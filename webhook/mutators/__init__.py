@@ -9,82 +9,45 @@ Adding a kind means one new module and one ``register`` call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-import orjson
-
 import webhook
-from webhook.attempts import AttemptSource, NoCluster
-from webhook.config import Config
-from webhook.policy import (
-    APPLIED,
-    KEYS,
-    PREFIX,
-    Layer,
-    Policy,
-    Scope,
-    Setting,
-    Source,
-    parse_annotations,
-    resolve,
-)
-from webhook.problems import Problem
 
 if webhook.NATIVE is not None:
     # The compiled mutators (``webhook.NATIVE_MODULES``) are found before the sources.
     __path__.insert(0, str(webhook.NATIVE / "mutators"))
 
+# What mutators share (compiled with them); imported from here by every kind.
+from webhook.mutators.base import (
+    Change,
+    Context,
+    Outcome,
+    applied_record,
+    has_policy_annotations,
+    items,
+    mapping,
+    pod_policy,
+    policy_keys,
+    workload_policy,
+)
 
-@dataclass
-class Context:
-    """What a mutator may consult besides the object: config and the attempt cache."""
-
-    config: Config
-    attempts: AttemptSource = field(default_factory=NoCluster)
-    namespace: str | None = None
-    operation: str = "CREATE"
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change made to the object, with the setting that caused it."""
-
-    text: str
-    setting: Setting | None = None
-
-
-@dataclass
-class Outcome:
-    problems: list[Problem] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    #: The policy each spec was mutated with, after the spec was consulted (backoff limit
-    #: resolved, settings a conflict skipped turned off), keyed by the spec's field path
-    #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
-    #: that it shows the policy the webhook applied, not a second resolution of its own.
-    policies: dict[str, Policy] = field(default_factory=dict)
-
-    def changed(self, text: str, setting: Setting | None = None) -> None:
-        self.changes.append(Change(text, setting))
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-
-    @property
-    def warnings(self) -> list[str]:
-        return [c.text for c in self.changes] + self.notes
-
-    def conflict(self, policy: Policy, name: str, message: str, reason: str) -> None:
-        """A setting that cannot be honoured: deny it when the user asked for it by
-        annotation; skip it with a warning when it came from an admin default (a
-        default must never make an otherwise valid object fail)."""
-        setting = policy.setting(name)
-        if setting.source is Source.ANNOTATION:
-            self.problems.append(Problem(f"annotation {PREFIX}{name}", message, reason))
-        else:
-            self.note(f"retry-policy: {name} ({setting.describe(name)}) skipped: {message}")
+__all__ = [
+    "Change",
+    "Context",
+    "Mutator",
+    "Outcome",
+    "applied_record",
+    "has_policy_annotations",
+    "items",
+    "lookup",
+    "mapping",
+    "pod_policy",
+    "policy_keys",
+    "register",
+    "registered",
+    "workload_policy",
+]
 
 
 class Mutator(Protocol):
@@ -116,123 +79,6 @@ def lookup(group: str, kind: str) -> Mutator | None:
 
 def registered() -> list[tuple[str, str]]:
     return sorted(_REGISTRY)
-
-
-def mapping(value: Any) -> dict[str, Any]:
-    """``value`` when it is a mapping, else an empty one: a field of the wrong JSON type
-    reads as absent (only a file can hold one: the API server refuses them)."""
-    return value if isinstance(value, dict) else {}
-
-
-def items(value: Any) -> list[Any]:
-    """``value`` when it is a list, else an empty one (as ``mapping``, for list fields)."""
-    return value if isinstance(value, list) else []
-
-
-def policy_keys(metadata: Any) -> tuple[str, ...]:
-    """The known keys of our annotations on an object, by short name, but ``applied``
-    (what metrics count mutations by: never a user's string)."""
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    if not isinstance(annotations, dict):
-        return ()
-    cut = len(PREFIX)
-    return tuple(
-        k[cut:]
-        for k in annotations
-        if isinstance(k, str) and k.startswith(PREFIX) and k[cut:] in KEYS and k != APPLIED
-    )
-
-
-def has_policy_annotations(metadata: Any) -> bool:
-    """The cheap test that lets the common case (no annotations of ours) skip all work."""
-    if not isinstance(metadata, dict):
-        return False
-    annotations = metadata.get("annotations")
-    return isinstance(annotations, dict) and any(
-        isinstance(k, str) and k.startswith(PREFIX) for k in annotations
-    )
-
-
-#: Resolved policies: a workload's by (config, namespace, our annotations), a pod's by its
-#: annotations. Jobs made from one template
-#: (a CronJob, a pipeline) carry the same annotations, so resolution is done once; the
-#: results are immutable (frozen Policy, Problems only read), hence safe to share.
-_POLICIES: dict[tuple, tuple[Any, Policy, list[Problem]]] = {}
-_POLICIES_MAX = 1024
-
-
-def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]:
-    """Resolve a workload's policy: its annotations over namespace and cluster defaults."""
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    ours = _policy_items(annotations)
-
-    def compute() -> tuple[Policy, list[Problem]]:
-        values, problems = parse_annotations(annotations, Scope.WORKLOAD)
-        layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
-        return resolve(layers), problems
-
-    key = ("workload", id(ctx.config), ctx.namespace, ours) if ours is not None else None
-    return _cached(key, ctx.config, compute)
-
-
-def pod_policy(annotations: Any) -> tuple[Policy, list[Problem]]:
-    """A pod's policy: its own annotations only (copied there from its workload's
-    template), resolved once per distinct set, as ``workload_policy`` does."""
-    ours = _policy_items(annotations)
-
-    def compute() -> tuple[Policy, list[Problem]]:
-        values, problems = parse_annotations(annotations, Scope.POD)
-        return resolve([Layer(Source.ANNOTATION, values)]), problems
-
-    return _cached(("pod", ours) if ours is not None else None, None, compute)
-
-
-def _cached(
-    key: tuple | None, pin: Any, compute: Callable[[], tuple[Policy, list[Problem]]]
-) -> tuple[Policy, list[Problem]]:
-    """``compute()``, once per key. ``pin`` is kept in the entry (the config whose id is in
-    the key, so the id cannot be reused while cached) and must be the same on a hit."""
-    hit = _POLICIES.get(key) if key is not None else None
-    if hit is not None and hit[0] is pin:
-        return hit[1], list(hit[2])
-    policy, problems = compute()
-    if key is not None:
-        if len(_POLICIES) >= _POLICIES_MAX:
-            _POLICIES.clear()
-        _POLICIES[key] = (pin, policy, list(problems))
-    return policy, problems
-
-
-def _policy_items(annotations: Any) -> tuple | None:
-    """Our annotations as a hashable key (``None``: not cacheable, e.g. odd value types)."""
-    if not isinstance(annotations, dict):
-        return ()
-    items = tuple(
-        sorted(
-            (k, v) for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)
-        )
-    )
-    if all(isinstance(v, str) for _, v in items):
-        return items
-    return None
-
-
-def applied_record(policy: Policy) -> str:
-    """The compact, deterministic record written to ``retry-policy.dev/applied``."""
-    record: dict[str, Any] = {}
-    if policy.backoff_limit is not None:
-        record["backoffLimit"] = policy.backoff_limit
-    if policy.fail_non_retriable:
-        record["failNonRetriable"] = list(policy.retriable_exit_codes)
-        if policy.on_non_retriable != "fail-job":
-            record["onNonRetriable"] = policy.on_non_retriable
-    if policy.ignore_disruptions:
-        record["ignoreDisruptions"] = True
-    if policy.non_spot_attempts:
-        record["nonSpotAttempts"] = policy.non_spot_attempts
-    if policy.error_propagation:
-        record["errorPropagation"] = policy.error_propagation
-    return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _load_builtin() -> None:
