@@ -132,6 +132,95 @@ def test_oversized_body_is_refused_before_it_is_read(server):
     assert time.monotonic() - started < 5
 
 
+def _exchange(server, head: bytes, body_parts: list[bytes]) -> tuple[int, dict]:
+    """One raw HTTP/1.1 exchange over TLS (for what http.client does not send: chunked
+    bodies, bodies shorter than their Content-Length); the status and the JSON answer."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+        with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(head)
+            for part in body_parts:
+                tls.sendall(part)
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+    header, _, body = reply.partition(b"\r\n\r\n")
+    return int(header.split()[1]), json.loads(body)
+
+
+def _chunked(data: bytes, size: int = 1 << 20) -> list[bytes]:
+    parts = [
+        f"{len(data[i : i + size]):x}\r\n".encode() + data[i : i + size] + b"\r\n"
+        for i in range(0, len(data), size)
+    ]
+    return [*parts, b"0\r\n\r\n"]
+
+
+CHUNKED_HEAD = (
+    b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def test_a_chunked_review_is_read_to_its_end_and_answered(server):
+    """A body without a Content-Length is read from the server's stream (it ends the
+    stream at the last chunk): the patch is the one a Content-Length body gets."""
+    obj = job(FULL)
+    body = json.dumps(review(obj, uid="uid-chunked")).encode()
+    status, answer = _exchange(server, CHUNKED_HEAD, _chunked(body, size=700))
+    assert status == 200, answer
+    assert answer["response"]["uid"] == "uid-chunked"
+    assert apply(obj, decode_patch(answer)) == apply(
+        obj, decode_patch(server.review("/mutate", review(obj)))
+    )
+
+
+def test_a_chunked_body_over_the_limit_is_refused(server):
+    from webhook.app import MAX_BODY_BYTES
+
+    body = b'{"padding":"' + b"x" * MAX_BODY_BYTES + b'"}'
+    status, answer = _exchange(server, CHUNKED_HEAD, _chunked(body))
+    assert status == 413
+    assert answer["error"] == "RequestEntityTooLarge"
+    assert str(MAX_BODY_BYTES) in answer["reason"]
+
+
+def test_a_body_shorter_than_its_content_length_is_a_bad_request():
+    """A stream that ends before the announced length (a WSGI server that does not end it
+    for us): a 400 naming why, not a decoding error about truncated JSON."""
+    import io
+
+    from webhook.app import create_app
+
+    body = json.dumps(review(job(FULL))).encode()
+    environ = {
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(body) + 100),
+        "wsgi.input": io.BytesIO(body),
+    }
+    reply = create_app().test_client().post("/mutate", environ_overrides=environ)
+    assert reply.status_code == 400
+    assert reply.get_json()["reason"] == "request body shorter than its Content-Length"
+
+
+def test_a_body_without_a_length_from_a_server_that_does_not_end_it_is_not_read():
+    """No Content-Length and no ``wsgi.input_terminated``: reading could block on the
+    socket forever, so the body reads as empty (a 400), as werkzeug answers too."""
+    import io
+
+    from webhook.app import read_body
+
+    stream = io.BytesIO(b'{"never": "read"}')
+    assert read_body({"wsgi.input": stream}, None) == b""
+    assert stream.tell() == 0
+    assert read_body({"wsgi.input": stream, "wsgi.input_terminated": True}, None) == (
+        b'{"never": "read"}'
+    )
+    assert read_body({"wsgi.input": io.BytesIO(b"abcdef")}, 4) == b"abcd"
+
+
 def test_readyz_reports_config_and_cache(server):
     status, _, raw = server.request("GET", "/readyz")
     body = json.loads(raw)

@@ -77,19 +77,31 @@ def create_app(state: State | None = None) -> Flask:
         record(endpoint, "unknown", "bad_request", started)
         return _json({"error": "BadRequest", "reason": reason}, 400)
 
+    def too_large(endpoint: str, started: float) -> Response:
+        record(endpoint, "unknown", "bad_request", started)
+        reason = f"request body over {MAX_BODY_BYTES} bytes: not an AdmissionReview"
+        return _json({"error": "RequestEntityTooLarge", "reason": reason}, 413)
+
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
         started = time.perf_counter()  # before the body is read: it counts too
         http = request._get_current_object()  # type: ignore[attr-defined]  # one proxy lookup
         content_type = http.headers.get("Content-Type", "")
         if content_type.partition(";")[0].strip().lower() != "application/json":
             return bad_request(endpoint, "Content-Type must be application/json", started)
+        length = http.content_length
+        if length is not None and length > MAX_BODY_BYTES:
+            return too_large(endpoint, started)
         try:
-            body = http.get_data(cache=False)
-        except OSError:
+            body = read_body(http.environ, length)
+        except (OSError, ValueError):
             # The client stopped sending mid-body (dropped by the server's read timeout)
             # or went away: nobody is left to read an answer, but it is not our error.
             record(endpoint, "unknown", "bad_request", started)
             return _json({"error": "RequestTimeout", "reason": "request body not received"}, 408)
+        if len(body) > MAX_BODY_BYTES:  # a body without a Content-Length (chunked)
+            return too_large(endpoint, started)
+        if length is not None and len(body) < length:
+            return bad_request(endpoint, "request body shorter than its Content-Length", started)
         try:
             review = admission.decode(body)
         except ReviewError as err:
@@ -151,6 +163,26 @@ def create_app(state: State | None = None) -> Flask:
         )
 
     return app
+
+
+def read_body(environ: dict[str, Any], length: int | None) -> bytes:
+    """The request body, read straight from the WSGI server's input stream.
+
+    Not through werkzeug's guarded stream (``request.get_data`` with a
+    ``MAX_CONTENT_LENGTH``): that reads in Python-level 64 KiB steps until it sees the
+    end, one more read than the body needs, which cost 48,000 instructions a request
+    (callgrind, the floor with and without the limit: 3.6% of its whole request).
+    Reading exactly ``Content-Length`` bytes never reads past the body. A body without
+    one (chunked) is read only from a server that ends the stream at the body's end
+    (``wsgi.input_terminated``, as gunicorn does), and one byte past the limit at most,
+    so the caller can tell it is too large; from any other server it reads as empty,
+    which is what werkzeug answers there too."""
+    stream = environ["wsgi.input"]
+    if length is not None:
+        return stream.read(length) if length > 0 else b""
+    if environ.get("wsgi.input_terminated"):
+        return stream.read(MAX_BODY_BYTES + 1)
+    return b""
 
 
 def _outcome(verdict: Verdict) -> str:
