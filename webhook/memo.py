@@ -117,12 +117,22 @@ class RecordingAttempts:
         return self.source.stats()
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class _Entry:
     verdict: Verdict
     lookups: tuple[tuple[tuple[str, str, str], AttemptLookup], ...]
     #: Held so that the ids in the key cannot be reused by new objects while cached.
     pinned: tuple[Any, ...]
+
+    def __init__(
+        self,
+        verdict: Verdict,
+        lookups: tuple[tuple[tuple[str, str, str], AttemptLookup], ...],
+        pinned: tuple[Any, ...],
+    ) -> None:
+        self.verdict = verdict
+        self.lookups = lookups
+        self.pinned = pinned
 
 
 class Memo:

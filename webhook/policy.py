@@ -228,13 +228,18 @@ def _quote(raw: str, limit: int = 40) -> str:
     return repr(shown).replace("\\\\", "\\")
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class Setting:
     """A resolved value and where it came from (for warnings and ``explain``)."""
 
     value: Any
     source: Source
     detail: str = ""
+
+    def __init__(self, value: Any, source: Source, detail: str = "") -> None:
+        self.value = value
+        self.source = source
+        self.detail = detail
 
     def describe(self, name: str = "") -> str:
         """Where the value came from, for messages: ``annotation retry-policy.dev/x``."""

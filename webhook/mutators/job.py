@@ -154,7 +154,7 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
 # --- the retry budget field, for every kind ----------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class LimitField:
     """Where a kind keeps the budget ``backoff-limit`` maps onto.
 
@@ -166,6 +166,13 @@ class LimitField:
     path: tuple[str | int, ...]
     api_default: int | None
     absent: int | None
+
+    def __init__(
+        self, path: tuple[str | int, ...], api_default: int | None, absent: int | None
+    ) -> None:
+        self.path = path
+        self.api_default = api_default
+        self.absent = absent
 
     @property
     def name(self) -> str:
