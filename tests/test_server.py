@@ -205,6 +205,32 @@ def test_a_body_shorter_than_its_content_length_is_a_bad_request():
     assert reply.get_json()["reason"] == "request body shorter than its Content-Length"
 
 
+class _Dropped:
+    """An input stream whose client went away mid-body (gunicorn raises an OSError)."""
+
+    def read(self, size: int = -1) -> bytes:
+        raise ConnectionResetError("client went away")
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["closed-stream", "dropped-client"])
+def test_a_body_that_cannot_be_read_is_a_408_not_a_500(closed):
+    import io
+
+    from webhook.app import create_app
+
+    stream = io.BytesIO(b"{}")
+    if closed:
+        stream.close()  # reading raises ValueError
+    environ = {
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": "2",
+        "wsgi.input": stream if closed else _Dropped(),
+    }
+    reply = create_app().test_client().post("/mutate", environ_overrides=environ)
+    assert reply.status_code == 408
+    assert reply.get_json() == {"error": "RequestTimeout", "reason": "request body not received"}
+
+
 def test_a_body_without_a_length_from_a_server_that_does_not_end_it_is_not_read():
     """No Content-Length and no ``wsgi.input_terminated``: reading could block on the
     socket forever, so the body reads as empty (a 400), as werkzeug answers too."""

@@ -33,6 +33,7 @@ _DECISIONS = logs.DecisionLog("webhook.admission")
 #: The API server caps stored objects at about 3 MiB; a review carries object and
 #: oldObject plus envelope, so anything over this is not a real review.
 MAX_BODY_BYTES = 7 * 1024 * 1024
+TOO_LARGE = f"request body over {MAX_BODY_BYTES} bytes: not an AdmissionReview"
 
 
 #: Admission endpoints, as metric labels.
@@ -64,48 +65,48 @@ def _json(body: Any, status: int = 200) -> Response:
 def create_app(state: State | None = None) -> Flask:
     state = state or State()
     app = Flask("retry-policy-webhook")
+    # The admission handlers enforce the limit themselves (``read_body``); this is the
+    # backstop for anything that reads ``request.data`` through werkzeug.
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["retry_policy_state"] = state
 
     def record(endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
         if state.metrics is not None:
-            # No start time: refused before the handler ran (a body over the limit).
+            # No start time: refused by werkzeug before the handler ran.
             started = started or time.perf_counter()
             state.metrics.observe_admission(endpoint, kind, outcome, time.perf_counter() - started)
 
-    def bad_request(endpoint: str, reason: str, started: float) -> Response:
+    def refuse(
+        endpoint: str, reason: str, started: float, status: int = 400, error: str = "BadRequest"
+    ) -> Response:
+        """A request that is not a review we can read: counted, and answered with why."""
         record(endpoint, "unknown", "bad_request", started)
-        return _json({"error": "BadRequest", "reason": reason}, 400)
-
-    def too_large(endpoint: str, started: float) -> Response:
-        record(endpoint, "unknown", "bad_request", started)
-        reason = f"request body over {MAX_BODY_BYTES} bytes: not an AdmissionReview"
-        return _json({"error": "RequestEntityTooLarge", "reason": reason}, 413)
+        return _json({"error": error, "reason": reason}, status)
 
     def handle(endpoint: str, decide: Callable[[admission.Request], Verdict]) -> Response:
         started = time.perf_counter()  # before the body is read: it counts too
         http = request._get_current_object()  # type: ignore[attr-defined]  # one proxy lookup
         content_type = http.headers.get("Content-Type", "")
         if content_type.partition(";")[0].strip().lower() != "application/json":
-            return bad_request(endpoint, "Content-Type must be application/json", started)
+            return refuse(endpoint, "Content-Type must be application/json", started)
         length = http.content_length
-        if length is not None and length > MAX_BODY_BYTES:
-            return too_large(endpoint, started)
+        # A Content-Length over the limit is refused before anything is read.
+        if (length or 0) > MAX_BODY_BYTES:
+            return refuse(endpoint, TOO_LARGE, started, 413, "RequestEntityTooLarge")
         try:
             body = read_body(http.environ, length)
         except (OSError, ValueError):
             # The client stopped sending mid-body (dropped by the server's read timeout)
             # or went away: nobody is left to read an answer, but it is not our error.
-            record(endpoint, "unknown", "bad_request", started)
-            return _json({"error": "RequestTimeout", "reason": "request body not received"}, 408)
-        if len(body) > MAX_BODY_BYTES:  # a body without a Content-Length (chunked)
-            return too_large(endpoint, started)
+            return refuse(endpoint, "request body not received", started, 408, "RequestTimeout")
+        if len(body) > MAX_BODY_BYTES:  # chunked: read_body stops one byte past the limit
+            return refuse(endpoint, TOO_LARGE, started, 413, "RequestEntityTooLarge")
         if length is not None and len(body) < length:
-            return bad_request(endpoint, "request body shorter than its Content-Length", started)
+            return refuse(endpoint, "request body shorter than its Content-Length", started)
         try:
             review = admission.decode(body)
         except ReviewError as err:
-            return bad_request(endpoint, str(err), started)
+            return refuse(endpoint, str(err), started)
         errored = False
         try:
             verdict = decide(review)
@@ -157,7 +158,7 @@ def create_app(state: State | None = None) -> Flask:
     def http_error(err: HTTPException) -> Response:
         endpoint = ENDPOINTS.get(request.path)
         if endpoint is not None and request.method == "POST":
-            record(endpoint, "unknown", "bad_request")  # e.g. 413: too large to read
+            record(endpoint, "unknown", "bad_request")
         return _json(
             {"error": err.name.replace(" ", ""), "reason": err.description}, err.code or 400
         )
@@ -179,7 +180,7 @@ def read_body(environ: dict[str, Any], length: int | None) -> bytes:
     which is what werkzeug answers there too."""
     stream = environ["wsgi.input"]
     if length is not None:
-        return stream.read(length) if length > 0 else b""
+        return stream.read(length)
     if environ.get("wsgi.input_terminated"):
         return stream.read(MAX_BODY_BYTES + 1)
     return b""
