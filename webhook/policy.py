@@ -248,13 +248,18 @@ class Setting:
         return f"{self.source.value} {self.detail}".strip()
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True, init=False)
 class Layer:
     """One source of values (annotations, a namespace override, the cluster defaults)."""
 
     source: Source
     values: Mapping[str, Any]
     detail: str = ""
+
+    def __init__(self, source: Source, values: Mapping[str, Any], detail: str = "") -> None:
+        self.source = source
+        self.values = values
+        self.detail = detail
 
 
 _BUILTIN: dict[str, Any] = {
@@ -269,11 +274,14 @@ _BUILTIN: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True, init=False)
 class Policy:
     """The resolved retry policy of one object, every setting with its provenance."""
 
     settings: Mapping[str, Setting] = field(default_factory=dict)
+
+    def __init__(self, settings: Mapping[str, Setting] | None = None) -> None:
+        self.settings = {} if settings is None else settings
 
     def value(self, name: str) -> Any:
         return self.settings[name].value

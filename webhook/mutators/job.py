@@ -358,7 +358,7 @@ def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcom
 # --- attempts of a pod, for non-spot placement --------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True, init=False)
 class Budget:
     """How the pods of one JobSpec count attempts, for non-spot placement.
 
@@ -375,6 +375,15 @@ class Budget:
     text: str
     scope: str
     runs: bool = False
+
+    def __init__(
+        self, steps: int, per_step: int, text: str, scope: str, runs: bool = False
+    ) -> None:
+        self.steps = steps
+        self.per_step = per_step
+        self.text = text
+        self.scope = scope
+        self.runs = runs
 
     @classmethod
     def of(cls, policy: Policy, field: LimitField, restarts: int | None) -> Budget:
