@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cases import streams
-from benchmarks.https import ratios
+from benchmarks.https import fixed_rate_report, ratios
 from benchmarks.instructions import _totals
 from webhook import admission, engine
 from webhook.config import Config
@@ -74,3 +74,26 @@ def test_callgrind_totals_are_read_from_a_complete_dump_only(tmp_path: Path) -> 
     partial.write_text("version: 1\ncmd: python\nevents: Ir\nfn=(1) main\n")
     assert _totals(partial) is None
     assert _totals(tmp_path / "missing") is None
+
+
+def test_fixed_rate_percentiles_leave_out_each_connections_handshake() -> None:
+    """Every sender's first request (by when it was sent, whatever order hey writes its
+    rows in) pays its TLS handshake: reported apart, never in p50/p99."""
+    header = (
+        "response-time,DNS+dialup,DNS,Request-write,Response-delay,Response-read,"
+        "status-code,offset\n"
+    )
+
+    def sender(first_at: float, handshake_s: float, steady_s: float, n: int) -> str:
+        rows = [f"{steady_s},0,0,0,0,0,200,{first_at + 0.01 * (i + 1)}\n" for i in range(n)]
+        return header + "".join(rows) + f"{handshake_s},0.005,0,0,0,0,200,{first_at}\n"
+
+    outputs = [sender(0.001 * i, 0.030, 0.001, 99) for i in range(10)]
+    report = fixed_rate_report(outputs, seconds=2, rate=500)
+    assert report["p99_ms"] == pytest.approx(1.0)  # 10 handshakes of 30 ms are 1% of 1,000
+    assert report["handshake_ms"] == pytest.approx(30.0)
+    assert report["achieved_rps"] == 500
+    assert report["senders"] == 10
+    assert report["errors"] == 0
+    slow = fixed_rate_report([*outputs[:9], sender(0.0, 0.030, 0.050, 99)], seconds=2, rate=500)
+    assert slow["p99_ms"] == pytest.approx(50.0)  # a slow sender's steady requests do count
