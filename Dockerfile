@@ -6,18 +6,33 @@
 
 ARG PYTHON_VERSION=3.12
 
-# --- builder: wheels for the package and all its dependencies ----------------------
+# --- builder: wheels for the package and all its dependencies, and the compiled modules
 FROM python:${PYTHON_VERSION}-slim AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for mypyc, which compiles the modules on every admission's path (about a
+# third less time a policy run; README, Performance). The runtime stage gets none of it.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# .dockerignore lets in only what the package build needs (pyproject, README, webhook/).
+# .dockerignore lets in only what the package build needs (pyproject, README, webhook/)
+# and the compile script.
 COPY . .
+# mypy (mypyc) is installed only for the compile step and removed with everything it
+# brought; the compiled modules need nothing of it at run time. The build fails if the
+# installed package does not then run its compiled modules.
 RUN python -m pip wheel --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-index --find-links /wheels retry-policy-webhook \
+ && /opt/venv/bin/pip freeze > /tmp/runtime.txt \
+ && /opt/venv/bin/pip install "mypy>=2.4,<3" \
+ && /opt/venv/bin/python .ci/compile-native --installed \
+ && /opt/venv/bin/pip freeze | grep -vxFf /tmp/runtime.txt | cut -d= -f1 \
+    | xargs -r /opt/venv/bin/pip uninstall --yes \
  && /opt/venv/bin/pip uninstall --yes pip \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
+ && /opt/venv/bin/python -c "import sys, webhook; sys.exit(webhook.NATIVE is None)" \
  && /opt/venv/bin/retry-webhook --help >/dev/null
 
 # --- runtime: the same Python, the virtualenv, nothing else -----------------------

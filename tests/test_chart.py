@@ -1199,6 +1199,22 @@ def test_dockerfile_is_multi_stage_non_root_with_the_cli_entrypoint():
         assert entry in ignored, entry
 
 
+def test_the_image_build_compiles_the_hot_modules_with_the_projects_mypy():
+    """The image runs the compiled modules (tests/test_native.py runs the same steps on an
+    installed package): compiled where the package is installed, with the mypy the
+    project's ``native`` extra names, checked in use, and no compiler left behind."""
+    text = (ROOT / "Dockerfile").read_text()
+    builder, final = text.split("FROM ")[1], text.split("FROM ")[-1]
+    # (tomllib is not in Python 3.10, which the project supports)
+    native = re.search(r'^native = \["([^"]+)"\]$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert native and f'pip install "{native.group(1)}"' in builder
+    assert ".ci/compile-native --installed" in builder
+    assert "webhook.NATIVE is None" in builder  # the build fails without them in use
+    assert "gcc" not in final and "mypy" not in final
+    allowed = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "!.ci/compile-native" in allowed and "webhook/_compiled" in allowed
+
+
 def _leaf_keys(values: dict, prefix: str = "") -> list[str]:
     """Dotted value names; free-form maps (config, labels, ...) count as one value."""
     free_form = {
