@@ -19,17 +19,19 @@ WORKDIR /src
 # .dockerignore lets in only what the package build needs (pyproject, README, webhook/)
 # and the compile script.
 COPY . .
-# mypy (mypyc) is installed only for the compile step and removed with everything it
-# brought; the compiled modules need nothing of it at run time. The build fails if the
-# installed package does not then run its compiled modules.
+# The compiled modules are built in a second virtualenv holding the same package plus
+# mypy (mypyc, which builds with setuptools: not in a Python 3.12 virtualenv), and copied
+# into the runtime one, which never holds either. The build fails if the runtime
+# virtualenv does not then run them.
 RUN python -m pip wheel --wheel-dir /wheels . \
  && python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-index --find-links /wheels retry-policy-webhook \
- && /opt/venv/bin/pip freeze > /tmp/runtime.txt \
- && /opt/venv/bin/pip install "mypy>=2.4,<3" \
- && /opt/venv/bin/python .ci/compile-native --installed \
- && /opt/venv/bin/pip freeze | grep -vxFf /tmp/runtime.txt | cut -d= -f1 \
-    | xargs -r /opt/venv/bin/pip uninstall --yes \
+ && python -m venv /opt/build \
+ && /opt/build/bin/pip install --no-index --find-links /wheels retry-policy-webhook \
+ && /opt/build/bin/pip install "mypy>=2.4,<3" setuptools \
+ && /opt/build/bin/python .ci/compile-native --installed \
+ && cp -r /opt/build/lib/python*/site-packages/webhook/_compiled \
+          /opt/venv/lib/python*/site-packages/webhook/ \
  && /opt/venv/bin/pip uninstall --yes pip \
  && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
  && /opt/venv/bin/python -c "import sys, webhook; sys.exit(webhook.NATIVE is None)" \
