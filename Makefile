@@ -60,4 +60,4 @@ fuzz: install
 	rm -rf fuzz/corpus/review && mv .fuzz-merge fuzz/corpus/review
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .ruff_cache build
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache build webhook/_compiled
