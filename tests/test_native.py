@@ -101,10 +101,11 @@ print(json.dumps({
     bool(os.environ.get("RPW_PURE_PYTHON")), reason="covered by the run with compiled modules"
 )
 def test_an_installed_package_runs_the_modules_compiled_beside_it(tmp_path: Path) -> None:
-    """What the image build does (Dockerfile): install the package from what the build
-    context holds (.dockerignore), compile it where it was installed (``--installed``), and
-    run it with no source checkout around. Two modules are compiled, to keep this quick;
-    the others run as Python beside them."""
+    """The mechanism the image build relies on (Dockerfile, which compiles in a second
+    virtualenv and copies the result): install the package from what the build context
+    holds (.dockerignore), compile it where it was installed (``--installed``), and run it
+    with no source checkout around. Two modules are compiled, to keep this quick; the
+    others run as Python beside them."""
     context = tmp_path / "context"
     shutil.copytree(
         ROOT / "webhook", context / "webhook", ignore=shutil.ignore_patterns("__pycache__")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -248,7 +248,7 @@ class Setting:
         return f"{self.source.value} {self.detail}".strip()
 
 
-@dataclass(unsafe_hash=True, init=False)
+@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class Layer:
     """One source of values (annotations, a namespace override, the cluster defaults)."""
 
@@ -274,11 +274,11 @@ _BUILTIN: dict[str, Any] = {
 }
 
 
-@dataclass(unsafe_hash=True, init=False)
+@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class Policy:
     """The resolved retry policy of one object, every setting with its provenance."""
 
-    settings: Mapping[str, Setting] = field(default_factory=dict)
+    settings: Mapping[str, Setting]
 
     def __init__(self, settings: Mapping[str, Setting] | None = None) -> None:
         self.settings = {} if settings is None else settings

@@ -10,7 +10,7 @@ package's ``__init__``, stays Python.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,7 +37,7 @@ class Context:
     """What a mutator may consult besides the object: config and the attempt cache."""
 
     config: Config
-    attempts: AttemptSource = field(default_factory=NoCluster)
+    attempts: AttemptSource
     namespace: str | None = None
     operation: str = "CREATE"
 
@@ -62,7 +62,7 @@ class Context:
 #: ``object.__setattr__``, 3,300 instructions against about 300 natively. The value
 #: classes among them are hashable and never changed, like a frozen dataclass, but not
 #: declared ``frozen=True``. Equality, hash and repr are still the dataclass's. Together:
-#: 12% of a Job's full policy run.
+#: a Job's full policy run went from 521k to 476k instructions (-9%).
 @dataclass(unsafe_hash=True, init=False)
 class Change:
     """One change made to the object, with the setting that caused it."""
@@ -77,14 +77,14 @@ class Change:
 
 @dataclass(init=False)
 class Outcome:
-    problems: list[Problem] = field(default_factory=list)
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    problems: list[Problem]
+    changes: list[Change]
+    notes: list[str]
     #: The policy each spec was mutated with, after the spec was consulted (backoff limit
     #: resolved, settings a conflict skipped turned off), keyed by the spec's field path
     #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
     #: that it shows the policy the webhook applied, not a second resolution of its own.
-    policies: dict[str, Policy] = field(default_factory=dict)
+    policies: dict[str, Policy]
 
     def __init__(self) -> None:
         self.problems = []

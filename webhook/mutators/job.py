@@ -358,7 +358,7 @@ def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcom
 # --- attempts of a pod, for non-spot placement --------------------------------------
 
 
-@dataclass(unsafe_hash=True, init=False)
+@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class Budget:
     """How the pods of one JobSpec count attempts, for non-spot placement.
 
