@@ -142,6 +142,8 @@ def test_an_installed_package_runs_the_modules_compiled_beside_it(tmp_path: Path
         str(compiled / "mutators" / f"base{suffix}"),
     ]
     assert seen["python"] == str(site / "webhook" / "engine.py")
+    # Compiled as one group: the modules' code is in one shared extension in the package.
+    assert (compiled / f"native__mypyc{suffix}").is_file()
     expected = engine.mutate(admission.decode(body), Config()).patch
     assert expected and seen["patch"] == expected
 
