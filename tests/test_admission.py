@@ -132,6 +132,32 @@ def test_a_frozen_verdict_encodes_to_the_same_bytes(verdict):
     assert json.loads(admission.encode_bytes('uid-"3"', verdict))["response"]["uid"] == 'uid-"3"'
 
 
+def test_a_fresh_copy_says_the_same_and_shares_no_list_a_caller_may_change():
+    from webhook.problems import Problem
+
+    kept = admission.freeze(
+        Verdict(
+            allowed=False,
+            warnings=["first"],
+            message="denied",
+            code=403,
+            reason="Invalid",
+            problems=[Problem("retry-policy.dev/backoff-limit", "must be a number")],
+            annotations=("backoff-limit",),
+        )
+    )
+    answer = admission.encode_bytes("u", kept)
+    copy = kept.fresh()
+    # Every field, the ones equality skips too (a field added later is carried as well).
+    assert vars(copy) == vars(kept) and copy is not kept
+    assert admission.encode_bytes("u", copy) == answer
+    copy.warnings.append("second")
+    copy.problems.clear()
+    assert kept.warnings == ["first"] and len(kept.problems) == 1
+    assert admission.encode_bytes("u", kept) == answer
+    assert "second" in json.loads(admission.encode_bytes("u", copy))["response"]["warnings"]
+
+
 def test_a_frozen_verdict_changed_afterwards_is_encoded_afresh():
     verdict = admission.freeze(Verdict(warnings=["first"]))
     verdict.warnings.append("second")

@@ -150,6 +150,18 @@ class Verdict:
     #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
     frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)
 
+    def fresh(self) -> Verdict:
+        """A copy whose lists a caller may change without touching this one (the patch
+        is shared: it is only ever read; the serialised answer is reused while the copy
+        still says the same). Copies the fields as they are, without the generated
+        ``__init__``: a remembered verdict is copied on every answer it gives."""
+        copy = object.__new__(Verdict)
+        fields = copy.__dict__
+        fields.update(self.__dict__)
+        fields["warnings"] = list(self.warnings)
+        fields["problems"] = list(self.problems)
+        return copy
+
 
 def clean_warnings(warnings: list[str]) -> list[str]:
     """Printable, bounded warnings: kubectl drops ones with control characters."""

@@ -65,9 +65,11 @@ def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUST
     ctx.attempts = recording
     verdict, outcome = _apply(mutator, ctx, original, request, subject)
     if key is not None and outcome is not None:
-        kept = freeze(_fresh(verdict))
+        # Nothing else holds this verdict (its lists are the finished outcome's): kept as
+        # it is, and answered with a copy, like every later request it answers.
+        kept = freeze(verdict)
         MEMO.put(key, kept, recording.calls, (config, attempts))
-        return _fresh(kept)  # serialised once, for this answer too
+        return kept.fresh()  # serialised once, for this answer too
     return verdict
 
 
@@ -199,24 +201,7 @@ def _recall(
         shape,
     )
     remembered = MEMO.get(key, ctx.attempts)
-    return key, (_fresh(remembered) if remembered is not None else None)
-
-
-def _fresh(verdict: Verdict) -> Verdict:
-    """A copy whose lists a caller may change without touching the remembered one (the
-    patch is shared: it is only ever read; the serialised answer is reused while the
-    copy still says the same)."""
-    return Verdict(
-        allowed=verdict.allowed,
-        patch=verdict.patch,
-        warnings=list(verdict.warnings),
-        message=verdict.message,
-        code=verdict.code,
-        reason=verdict.reason,
-        problems=list(verdict.problems),
-        annotations=verdict.annotations,
-        frozen=verdict.frozen,
-    )
+    return key, (remembered.fresh() if remembered is not None else None)
 
 
 def _controlled(obj: Mapping[str, Any]) -> bool:
@@ -250,9 +235,9 @@ def validate(request: Request, config: Config) -> Verdict:
     if CHECK_VIEWS and subject is not obj:
         _same_answer(request, verdict, _validate(mutator, obj, ctx, request)[0])
     if key is not None and complete:
-        kept = freeze(_fresh(verdict))
+        kept = freeze(verdict)
         MEMO.put(key, kept, [], (config,))
-        return _fresh(kept)
+        return kept.fresh()
     return verdict
 
 
