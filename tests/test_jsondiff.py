@@ -86,6 +86,20 @@ def test_type_changes_are_replaced():
     assert diff({"a": [1]}, {"a": {"0": 1}}) == [{"op": "replace", "path": "/a", "value": {"0": 1}}]
 
 
+def test_number_to_boolean_edits_inside_containers_python_calls_equal():
+    """``{"b": [0]} == {"b": [False]}`` in Python: the edit must still be found, where
+    containers are walked and where the items before an append are compared whole."""
+    nested = ({"a": {"b": [0, 1.0]}}, {"a": {"b": [False, 1]}})
+    assert diff(*nested) == [
+        {"op": "replace", "path": "/a/b/0", "value": False},
+        {"op": "replace", "path": "/a/b/1", "value": 1},
+    ]
+    before, after = {"l": [[0]]}, {"l": [[False], 2]}
+    patch = diff(before, after)
+    assert {"op": "replace", "path": "/l/0/0", "value": False} in patch
+    assert exact(jsonpatch.apply_patch(copy.deepcopy(before), patch)) == exact(after)
+
+
 def test_appends_are_adds_at_the_end_and_removals_from_the_end():
     assert diff({"l": [1]}, {"l": [1, 2, 3]}) == [
         {"op": "add", "path": "/l/1", "value": 2},
