@@ -9,13 +9,13 @@ that kubectl will actually print.
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pybase64
 
 from webhook.problems import Problem
 
@@ -227,7 +227,7 @@ def _answer(verdict: Verdict) -> dict[str, Any]:
     """The response's fields after ``uid``."""
     response: dict[str, Any] = {"allowed": verdict.allowed}
     if verdict.allowed and verdict.patch:
-        response["patch"] = base64.b64encode(orjson.dumps(verdict.patch)).decode()
+        response["patch"] = pybase64.b64encode(orjson.dumps(verdict.patch)).decode()
         response["patchType"] = "JSONPatch"
     if not verdict.allowed:
         status: dict[str, Any] = {
