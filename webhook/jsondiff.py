@@ -93,8 +93,6 @@ def _differs(old: Any, new: Any) -> bool:
     return kind is dict or kind is list or old != new
 
 
-
-
 def _same(a: Any, b: Any) -> bool:
     """For two containers Python found equal: are they equal as JSON too? (``[0]``,
     ``[0.0]`` and ``[False]`` are equal to Python, not in JSON.)"""
