@@ -155,7 +155,7 @@ class Verdict:
         is shared: it is only ever read; the serialised answer is reused while the copy
         still says the same). Copies the fields as they are, without the generated
         ``__init__``: a remembered verdict is copied on every answer it gives."""
-        copy = object.__new__(Verdict)
+        copy = object.__new__(type(self))
         fields = copy.__dict__
         fields.update(self.__dict__)
         fields["warnings"] = list(self.warnings)

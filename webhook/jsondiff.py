@@ -43,8 +43,7 @@ def _diff(a: Any, b: Any, path: str, patch: Patch) -> None:
         _diff_dict(a, b, path, patch)
     elif type(a) is list and type(b) is list:
         _diff_list(a, b, path, patch)
-    elif type(a) is not type(b) or a != b:
-        # type() check first: in JSON, 1 and 1.0 and True are different values.
+    elif _differs(a, b):
         patch.append({"op": "replace", "path": path, "value": b})
 
 
@@ -86,7 +85,8 @@ def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
 def _differs(old: Any, new: Any) -> bool:
     """Whether ``_diff`` must look at this pair: two containers of one type always (it
     walks them once; comparing them whole first, at every level on the way down to the
-    change, cost more than the walk), two scalars when they differ as JSON values."""
+    change, cost more than the walk), two scalars when they differ as JSON values (type
+    first: in JSON, 1 and 1.0 and True are different values)."""
     kind = type(old)
     if kind is not type(new):
         return True
