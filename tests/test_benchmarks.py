@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import scale
 from benchmarks.cases import streams
 from benchmarks.https import fixed_rate_report, ratios
 from benchmarks.instructions import _totals
+from benchmarks.run import markdown
 from webhook import admission, engine
 from webhook.config import Config
 
@@ -97,3 +99,27 @@ def test_fixed_rate_percentiles_leave_out_each_connections_handshake() -> None:
     assert report["errors"] == 0
     slow = fixed_rate_report([*outputs[:9], sender(0.0, 0.030, 0.050, 99)], seconds=2, rate=500)
     assert slow["p99_ms"] == pytest.approx(50.0)  # a slow sender's steady requests do count
+
+
+def _scale_row(lookup: float, plain: float) -> dict:
+    return {
+        "extra_rss_mb": 1.0,
+        "lookup_median_ns": lookup,
+        "dict_median_ns": plain,
+        "own_cost_ns": lookup - plain,
+        "warm_median_ns": lookup,
+    }
+
+
+def test_attempt_cache_flatness_leaves_out_what_a_plain_dict_pays_too() -> None:
+    """Slower lookups at 100k that a plain dict of the same keys shows too are the CPU's
+    caches, not the attempt cache: flat. Its own cost growing is not."""
+    memory_bound = {"10000": _scale_row(1000, 100), "100000": _scale_row(1300, 400)}
+    assert scale.flat(memory_bound) == pytest.approx(1.0)
+    growing = {"10000": _scale_row(1000, 100), "100000": _scale_row(2000, 100)}
+    assert scale.flat(growing) == pytest.approx(1900 / 900)
+    machine = {"date": "d", "cores": 2, "cpu": "c", "python": "3", "load_average_at_start": 0}
+    for results, expected in ((memory_bound, "meets target"), (growing, "**misses target**")):
+        table = markdown({"machine": machine, "compute": {}, "scale": results})
+        row = next(line for line in table.splitlines() if "own cost | x" in line)
+        assert row.endswith(f"| {expected} |")
