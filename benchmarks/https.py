@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import csv
 import io
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import webhook
 from benchmarks.cases import streams
 from webhook import certs
 
@@ -72,6 +74,18 @@ def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
     raise RuntimeError("server not healthy")
 
 
+def _check_native(port: int, ca: Path) -> None:
+    """The report says whether the compiled modules ran (this process's ``webhook.NATIVE``):
+    the served webhook must say the same, or the label would be wrong."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(
+        f"https://localhost:{port}/readyz", context=context, timeout=5
+    ) as answer:
+        served = json.loads(answer.read())["native"]
+    if served != (webhook.NATIVE is not None):
+        raise RuntimeError(f"served webhook native={served}, this process {webhook.NATIVE}")
+
+
 def server_command(
     which: str, cert_dir: Path, port: int, workers: int, threads: int, extra: tuple[str, ...] = ()
 ) -> list[str]:
@@ -109,7 +123,13 @@ class Served:
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ}
         )
-        _wait_healthy(self.port, cert_dir / "ca.crt", self.proc)
+        try:
+            _wait_healthy(self.port, cert_dir / "ca.crt", self.proc)
+            if which != "floor":
+                _check_native(self.port, cert_dir / "ca.crt")
+        except BaseException:
+            self.stop()
+            raise
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) of the server and its worker processes so far."""
