@@ -58,17 +58,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
+def _get(port: int, ca: Path, path: str, timeout: float) -> bytes:
     context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(
+        f"https://localhost:{port}{path}", context=context, timeout=timeout
+    ) as answer:
+        return answer.read()
+
+
+def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")
         try:
-            with urllib.request.urlopen(
-                f"https://localhost:{port}/healthz", context=context, timeout=2
-            ):
-                return
+            _get(port, ca, "/healthz", 2)
+            return
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("server not healthy")
@@ -77,11 +82,7 @@ def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
 def _check_native(port: int, ca: Path) -> None:
     """The report says whether the compiled modules ran (this process's ``webhook.NATIVE``):
     the served webhook must say the same, or the label would be wrong."""
-    context = ssl.create_default_context(cafile=str(ca))
-    with urllib.request.urlopen(
-        f"https://localhost:{port}/readyz", context=context, timeout=5
-    ) as answer:
-        served = json.loads(answer.read())["native"]
+    served = json.loads(_get(port, ca, "/readyz", 5))["native"]
     if served != (webhook.NATIVE is not None):
         raise RuntimeError(f"served webhook native={served}, this process {webhook.NATIVE}")
 

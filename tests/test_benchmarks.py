@@ -8,16 +8,18 @@ the benchmark output.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from benchmarks import scale
+import webhook
+from benchmarks import https, scale
 from benchmarks.cases import streams
 from benchmarks.https import fixed_rate_report, ratios
 from benchmarks.instructions import _totals
 from benchmarks.run import markdown
-from webhook import admission, engine
+from webhook import admission, certs, engine
 from webhook.config import Config
 
 COUNT = 40
@@ -123,3 +125,26 @@ def test_attempt_cache_flatness_leaves_out_what_a_plain_dict_pays_too() -> None:
         table = markdown({"machine": machine, "compute": {}, "scale": results})
         row = next(line for line in table.splitlines() if "own cost | x" in line)
         assert row.endswith(f"| {expected} |")
+
+
+def test_a_served_webhook_not_running_what_the_report_says_is_refused_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report labels the HTTPS figures compiled or pure Python from this process: a
+    server that runs the other is refused (and not left running), one that matches is not."""
+    certs.generate(tmp_path, extra_dns=["localhost"])
+    started: list[subprocess.Popen] = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(https.subprocess, "Popen", Recorded)
+    served = https.Served("webhook", tmp_path, workers=1, threads=1)
+    served.stop()
+    monkeypatch.setattr(webhook, "NATIVE", None if webhook.NATIVE else tmp_path)
+    with pytest.raises(RuntimeError, match="native"):
+        https.Served("webhook", tmp_path, workers=1, threads=1)
+    assert len(started) == 2
+    assert started[1].poll() is not None  # stopped, not left serving
