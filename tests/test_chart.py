@@ -175,6 +175,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "replicaCount": 3,
         "podDisruptionBudget": {"maxUnavailable": None, "minAvailable": 2},
     },
+    "autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
     "failure-policies": {
         "webhook": {
             "mutating": {"failurePolicy": "Fail", "timeoutSeconds": 10},
@@ -835,6 +836,40 @@ def test_replicas_spread_and_disruption_budget(helm):
     )
 
 
+def test_autoscaling_owns_the_replica_count(helm):
+    """Off by default; when on, the HPA scales the webhook's Deployment on absolute CPU and
+    the Deployment has no replica count of its own (a `helm upgrade` would reset the
+    HPA's choice to it)."""
+    assert objects(render(helm, {}), "HorizontalPodAutoscaler") == []
+    docs = render(helm, VALUE_SETS["autoscaling"])
+    deployment = one(docs, "Deployment")
+    assert "replicas" not in deployment["spec"]
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    assert hpa["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 10)
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["resource"] == {
+        "name": "cpu",
+        "target": {"type": "AverageValue", "averageValue": "600m"},
+    }
+    down = hpa["spec"]["behavior"]["scaleDown"]
+    assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 60}]
+    assert one(docs, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+    custom = render(helm, merged(VALUE_SETS["autoscaling"], {"autoscaling": {"targetCPU": "1.5"}}))
+    target = one(custom, "HorizontalPodAutoscaler")["spec"]["metrics"][0]["resource"]["target"]
+    assert target["averageValue"] == "1.5"
+    error = render_fails(
+        helm, {"autoscaling": {"enabled": True, "minReplicas": 4, "maxReplicas": 3}}
+    )
+    assert "minReplicas (4) must not be more than maxReplicas (3)" in error
+
+
 def test_scheduling_values_pass_through(helm):
     values = VALUE_SETS["production"]
     docs = render(helm, values)
@@ -1133,6 +1168,11 @@ BAD_VALUES = [
     ({"config": {"defaults": {"backoff-limit": -1}}}, "/config/defaults/backoff-limit"),
     ({"config": {"guardRails": {"maxBackoffLimit": "ten"}}}, "/config/guardRails/maxBackoffLimit"),
     ({"replicas": 2}, ""),
+    ({"autoscaling": {"minReplicas": 0}}, "/autoscaling/minReplicas"),
+    ({"autoscaling": {"targetCPU": "0"}}, "/autoscaling/targetCPU"),
+    ({"autoscaling": {"targetCPU": "70%"}}, "/autoscaling/targetCPU"),
+    ({"autoscaling": {"targetCPU": 1}}, "/autoscaling/targetCPU"),
+    ({"autoscaling": {"min": 1}}, "/autoscaling"),
 ]
 
 
