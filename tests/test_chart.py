@@ -728,6 +728,9 @@ def test_deployment_is_hardened(helm):
     resources = container(docs)["resources"]
     assert set(resources["requests"]) == {"cpu", "memory"}
     assert set(resources["limits"]) >= {"memory", "cpu"}
+    # A core per worker: a smaller CPU limit throttles the default workers under load.
+    workers = yaml.safe_load((CHART / "values.yaml").read_text())["server"]["workers"]
+    assert float(resources["limits"]["cpu"]) >= workers
     assert (
         pod["serviceAccountName"]
         == one(docs, "ServiceAccount", f"{RELEASE}-retry-policy-webhook")["metadata"]["name"]
@@ -856,7 +859,7 @@ def test_autoscaling_owns_the_replica_count(helm):
     [metric] = hpa["spec"]["metrics"]
     assert metric["resource"] == {
         "name": "cpu",
-        "target": {"type": "AverageValue", "averageValue": "600m"},
+        "target": {"type": "AverageValue", "averageValue": "1"},
     }
     down = hpa["spec"]["behavior"]["scaleDown"]
     assert down["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": 60}]
