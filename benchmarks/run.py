@@ -30,6 +30,20 @@ TARGETS = {
 }
 
 
+def reference_loop_ms(repeats: int = 5) -> float:
+    """How fast this machine runs Python, for comparing absolute timings between runs
+    (shared VMs of the same CPU model differed by 3x here): the best of a few runs of a
+    fixed loop, one million additions in the interpreter."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -46,6 +60,7 @@ def machine() -> dict:
         "platform": platform.platform(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_average_at_start": os.getloadavg()[0],
+        "reference_loop_ms": reference_loop_ms(),
         # The compiled hot modules (make compile), in this process and in the servers.
         "native": webhook.NATIVE is not None,
     }
@@ -64,7 +79,12 @@ def markdown(results: dict) -> str:
     lines = [
         f"Run {m['date']} on {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
         f"load average {m['load_average_at_start']:.2f} at start; "
-        "load generator on the same machine; "
+        + (
+            f"a reference loop (a million Python additions) took {m['reference_loop_ms']} ms; "
+            if "reference_loop_ms" in m
+            else ""
+        )
+        + "load generator on the same machine; "
         + ("compiled hot modules (mypyc)." if m.get("native") else "pure Python."),
         "",
         "| measure | case | result | target | |",

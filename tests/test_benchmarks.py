@@ -127,6 +127,17 @@ def test_attempt_cache_flatness_leaves_out_what_a_plain_dict_pays_too() -> None:
         assert row.endswith(f"| {expected} |")
 
 
+def test_the_report_names_the_machines_speed_when_it_was_measured() -> None:
+    """Absolute timings only compare between runs with the machine's speed beside them;
+    reports archived before it was measured still render."""
+    machine = {"date": "d", "cores": 2, "cpu": "c", "python": "3", "load_average_at_start": 0}
+    assert "reference loop" not in markdown({"machine": machine, "compute": {}, "scale": {}})
+    measured = machine | {"reference_loop_ms": 68.4}
+    header = markdown({"machine": measured, "compute": {}, "scale": {}}).splitlines()[0]
+    assert "a reference loop (a million Python additions) took 68.4 ms;" in header
+    assert header.endswith("pure Python.")
+
+
 def test_a_served_webhook_not_running_what_the_report_says_is_refused_and_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
