@@ -8,13 +8,16 @@ the benchmark output.
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 
 import webhook
-from benchmarks import https, scale
+from benchmarks import https, lower_bound, scale
 from benchmarks.cases import streams
 from benchmarks.https import fixed_rate_report, ratios
 from benchmarks.instructions import _totals
@@ -159,3 +162,34 @@ def test_a_served_webhook_not_running_what_the_report_says_is_refused_and_stoppe
         https.Served("webhook", tmp_path, workers=1, threads=1)
     assert len(started) == 2
     assert started[1].poll() is not None  # stopped, not left serving
+
+
+def _decoded(answer: bytes) -> dict:
+    """An answer with its patch decoded, to compare two answers as the API server reads them."""
+    response = json.loads(answer)["response"]
+    response["patch"] = json.loads(base64.b64decode(response["patch"]))
+    return response
+
+
+def test_the_lower_bound_gives_the_engines_answer_to_the_worst_case_jobs(
+    bodies: dict[str, list[bytes]],
+) -> None:
+    """The bound counts the least code that gives our answer: if it answered anything else
+    (fewer patch operations, a warning short), its count would bound less work than ours."""
+    engine.MEMO.clear()
+    config = Config()
+    for body in bodies["job-annotated-distinct"]:
+        request = admission.decode(body)
+        ours = _decoded(admission.encode_bytes(request.uid, engine.mutate(request, config)))
+        bound = _decoded(lower_bound.answer(orjson.loads(body)))
+        assert bound == ours
+        assert len(ours["patch"]) >= 8 and len(ours["warnings"]) >= 6
+    engine.MEMO.clear()
+
+
+@pytest.mark.parametrize("name", ["job-plain", "pod-last-attempt"])
+def test_the_lower_bound_refuses_objects_it_does_not_cover(
+    name: str, bodies: dict[str, list[bytes]]
+) -> None:
+    with pytest.raises(lower_bound.OtherShape):
+        lower_bound.answer(orjson.loads(bodies[name][0]))

@@ -1,0 +1,235 @@
+"""A lower bound for the worst case: Python that gives the webhook's answer to a Job with
+a policy of its own (the ``job-annotated-distinct`` stream) and does nothing else, counted
+by callgrind.
+
+``python -m benchmarks.lower_bound [--requests 1000]`` (needs ``valgrind``); writes
+``benchmarks/results/lower_bound.json``.
+
+Not the webhook, and not a way to run it: ``answer`` is straight-line code for exactly
+the stream's shape (all six annotations, the default config, no podFailurePolicy or
+error-propagation env vars already there), with no view, no memo, no copy and diff, no
+collected problems, no decision log or metrics. It refuses any other shape, so it never
+stands for work it does not do; ``tests/test_benchmarks.py`` holds it to the engine's
+answer, after decoding. Its instructions a request are about what any Python
+implementation pays for this answer on top of the floor's decode, and so about the best
+ratio to the floor's server-side instructions (``benchmarks/results/instructions.json``)
+that such an implementation could reach. The README's "What closing it would take"
+quotes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pybase64
+
+P = "retry-policy.dev/"
+_HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
+_WORKER = {
+    "name": "FLYTE_INTERNAL_WORKER_NAME",
+    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+}
+_IGNORE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+_STRATEGIES = {"earliest": "Earliest", "latest": "Latest"}
+RESULTS = Path(__file__).parent / "results"
+_FLOOR = RESULTS / "instructions.json"
+
+
+class OtherShape(ValueError):
+    """The object is not one this bound covers."""
+
+
+def _exit_codes(text: str) -> list[int]:
+    codes = set()
+    for part in text.split(","):
+        code = int(part)
+        if not 1 <= code <= 255:
+            raise OtherShape(f"exit code {part}")
+        codes.add(code)
+    return sorted(codes)
+
+
+def answer(review: dict[str, Any]) -> bytes:
+    """The webhook's answer to one decoded review of the worst-case Job stream."""
+    request = review["request"]
+    obj = request["object"]
+    if obj.get("kind") != "Job":
+        raise OtherShape("not a Job")
+    annotations = obj["metadata"].get("annotations", {})
+    spec = obj["spec"]
+    template = spec["template"]
+    if (
+        annotations.get(P + "fail-non-retriable") != "true"
+        or annotations.get(P + "ignore-disruptions") != "true"
+        or "podFailurePolicy" in spec
+        or "annotations" in template.get("metadata", {})
+    ):
+        raise OtherShape("not the worst-case Job stream's shape")
+    limit = int(annotations[P + "backoff-limit"])
+    non_spot = int(annotations[P + "non-spot-attempts"])
+    if not 0 <= limit <= 1000 or not 0 <= non_spot <= limit + 1:
+        raise OtherShape("a policy the engine denies")
+    propagation = annotations[P + "error-propagation"]
+    strategy = _STRATEGIES[propagation]
+    retriable = _exit_codes(annotations[P + "retriable-exit-codes"])
+    applied = {
+        "backoffLimit": limit,
+        "errorPropagation": strategy,
+        "failNonRetriable": retriable,
+        "ignoreDisruptions": True,
+        "nonSpotAttempts": non_spot,
+    }
+    patch: list[dict[str, Any]] = [
+        {
+            "op": "add",
+            "path": "/metadata/annotations/retry-policy.dev~1applied",
+            "value": orjson.dumps(applied).decode(),
+        },
+        {
+            "op": "add",
+            "path": "/spec/template/metadata/annotations",
+            "value": {
+                P + "backoff-limit": str(limit),
+                P + "non-spot-attempts": str(non_spot),
+                P + "error-propagation": propagation,
+            },
+        },
+    ]
+    names = []
+    for index, container in enumerate(template["spec"]["containers"]):
+        env = container.get("env") or []
+        for item in env:
+            if item["name"].startswith("FLYTE_INTERNAL_"):
+                raise OtherShape("error-propagation env vars already set")
+        at = f"/spec/template/spec/containers/{index}/env"
+        strategy_var = {"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": strategy}
+        if env:
+            patch.append({"op": "add", "path": f"{at}/{len(env)}", "value": _WORKER})
+            patch.append({"op": "add", "path": f"{at}/{len(env) + 1}", "value": strategy_var})
+        else:
+            patch.append({"op": "add", "path": at, "value": [_WORKER, strategy_var]})
+        names.append(container["name"])
+    old = spec.get("backoffLimit")
+    warnings = []
+    if old != limit:
+        patch.append({"op": "replace", "path": "/spec/backoffLimit", "value": limit})
+        warnings.append(
+            f"retry-policy: spec.backoffLimit {old} -> {limit} (annotation {P}backoff-limit)"
+        )
+    warnings.append(
+        "retry-policy: added podFailurePolicy rule Ignore on DisruptionTarget (ignore-disruptions)"
+    )
+    warnings.append(
+        "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn "
+        f"{retriable} (fail-non-retriable)"
+    )
+    if spec.get("podReplacementPolicy") != "Failed":
+        patch.append({"op": "replace", "path": "/spec/podReplacementPolicy", "value": "Failed"})
+        warnings.append(
+            "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)"
+        )
+    warnings.append(
+        "retry-policy: error-propagation env vars added to containers " + ", ".join(names)
+    )
+    warnings.append(
+        f"retry-policy: the last {non_spot} of {limit + 1} attempts will run on non-spot nodes"
+    )
+    warnings.append("retry-policy: see the retry plan: retry-webhook explain -f <your manifest>")
+    rule = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": retriable}}
+    patch.append(
+        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [_IGNORE, rule]}}
+    )
+    if not all(w.isprintable() for w in warnings):
+        raise OtherShape("a warning the API server would refuse")
+    response = {
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": pybase64.b64encode(orjson.dumps(patch)).decode(),
+        "warnings": warnings,
+    }
+    return _HEAD + orjson.dumps(request["uid"]) + b"," + orjson.dumps(response)[1:] + b"}"
+
+
+def _work(requests: int, bodies_file: str) -> None:
+    """The counted process: decode every body (the floor's work, counted in both runs),
+    then answer ``requests`` of them."""
+    bodies = Path(bodies_file).read_bytes().splitlines()
+    reviews = [orjson.loads(body) for body in bodies]
+    for review in reviews[:requests]:
+        answer(review)
+
+
+def _count(requests: int, bodies_file: Path) -> int:
+    with tempfile.TemporaryDirectory(prefix="rpw-bound-") as tmp:
+        out = Path(tmp) / "cg.out"
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                "-m",
+                "benchmarks.lower_bound",
+                "--work",
+                str(requests),
+                str(bodies_file),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        for line in out.read_text().splitlines():
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError("callgrind wrote no total")
+
+
+def measure(requests: int) -> dict[str, Any]:
+    """Instructions a request of ``answer``: a run with every body decoded and none
+    answered, taken from one that answers ``requests`` of them."""
+    from benchmarks.cases import streams
+
+    with tempfile.TemporaryDirectory(prefix="rpw-bound-") as tmp:
+        bodies_file = Path(tmp) / "bodies"
+        bodies_file.write_bytes(b"\n".join(streams(requests)["job-annotated-distinct"]))
+        idle = _count(0, bodies_file)
+        busy = _count(requests, bodies_file)
+    bound = round((busy - idle) / requests)
+    result: dict[str, Any] = {"requests": requests, "instructions_per_request": bound}
+    if _FLOOR.exists():
+        counted = json.loads(_FLOOR.read_text())["cases"]["job-annotated-distinct"]
+        floor = counted["floor"]["instructions_per_request"]
+        ours = counted["webhook"]["instructions_per_request"]
+        result.update(
+            floor=floor,
+            webhook_over_floor=ours - floor,
+            best_ratio=round(floor / (floor + bound), 3),
+            budget_for_085=round(floor / 0.85 - floor),
+        )
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--work", nargs=2, metavar=("REQUESTS", "BODIES"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.work:
+        _work(int(args.work[0]), args.work[1])
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("benchmarks.lower_bound needs valgrind: apt-get install valgrind")
+    result = json.dumps(measure(args.requests), indent=2) + "\n"
+    (RESULTS / "lower_bound.json").write_text(result)
+    print(result, end="")
+
+
+if __name__ == "__main__":
+    main()
