@@ -39,7 +39,8 @@ _WORKER = {
 }
 _IGNORE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 _STRATEGIES = {"earliest": "Earliest", "latest": "Latest"}
-RESULTS = Path(__file__).parent / "results"
+_ROOT = Path(__file__).resolve().parent.parent
+RESULTS = _ROOT / "benchmarks" / "results"
 _FLOOR = RESULTS / "instructions.json"
 
 
@@ -168,9 +169,12 @@ def _work(requests: int, bodies_file: str) -> None:
 
 
 def _count(requests: int, bodies_file: Path) -> int:
+    """Every instruction of one ``_work`` process under callgrind."""
+    from benchmarks.instructions import _totals
+
     with tempfile.TemporaryDirectory(prefix="rpw-bound-") as tmp:
         out = Path(tmp) / "cg.out"
-        subprocess.run(
+        run = subprocess.run(
             [
                 "valgrind",
                 "--tool=callgrind",
@@ -182,19 +186,21 @@ def _count(requests: int, bodies_file: Path) -> int:
                 str(requests),
                 str(bodies_file),
             ],
-            check=True,
+            cwd=_ROOT,
             capture_output=True,
+            text=True,
         )
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no total")
+        total = _totals(out) if run.returncode == 0 else None
+    if total is None:
+        sys.exit(f"callgrind run failed (exit {run.returncode}): {run.stderr[-2000:]}")
+    return total
 
 
 def measure(requests: int) -> dict[str, Any]:
     """Instructions a request of ``answer``: a run with every body decoded and none
     answered, taken from one that answers ``requests`` of them."""
     from benchmarks.cases import streams
+    from benchmarks.run import TARGETS
 
     with tempfile.TemporaryDirectory(prefix="rpw-bound-") as tmp:
         bodies_file = Path(tmp) / "bodies"
@@ -211,7 +217,8 @@ def measure(requests: int) -> dict[str, Any]:
             floor=floor,
             webhook_over_floor=ours - floor,
             best_ratio=round(floor / (floor + bound), 3),
-            budget_for_085=round(floor / 0.85 - floor),
+            # What our work over the floor may cost for the throughput target.
+            budget_for_target=round(floor / TARGETS["https_throughput_ratio"] - floor),
         )
     return result
 
@@ -221,6 +228,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--work", nargs=2, metavar=("REQUESTS", "BODIES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.requests < 1:
+        parser.error("--requests must be at least 1")
     if args.work:
         _work(int(args.work[0]), args.work[1])
         return

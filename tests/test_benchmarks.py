@@ -174,8 +174,9 @@ def _decoded(answer: bytes) -> dict:
 def test_the_lower_bound_gives_the_engines_answer_to_the_worst_case_jobs(
     bodies: dict[str, list[bytes]],
 ) -> None:
-    """The bound counts the least code that gives our answer: if it answered anything else
-    (fewer patch operations, a warning short), its count would bound less work than ours."""
+    """The bound counts code that gives our answer and does nothing else: if it answered
+    anything else (fewer patch operations, a warning short), its count would bound less
+    work than ours."""
     engine.MEMO.clear()
     config = Config()
     for body in bodies["job-annotated-distinct"]:
