@@ -87,7 +87,10 @@ def add_non_spot_affinity(
     """AND a ``NotIn`` requirement per spot label into every required node selector term.
 
     Terms stay ORed, so each one must exclude spot nodes; a user's own terms and
-    expressions are kept as they are. With no required terms, one new term is made.
+    expressions are kept as they are. With no required terms, one new term is made. A
+    term with no requirements at all matches no node (``isEmptyNodeSelectorTerm`` in
+    k8s.io/component-helpers' nodeaffinity): it is left as it is, since adding
+    requirements would widen it to every non-spot node.
     """
     requirements = spot_requirements(spot_labels)
     if not requirements:
@@ -97,11 +100,11 @@ def add_non_spot_affinity(
     required = _child(node, "requiredDuringSchedulingIgnoredDuringExecution")
     terms = required.get("nodeSelectorTerms")
     if not isinstance(terms, list) or not terms:
-        terms = [{}]
-        required["nodeSelectorTerms"] = terms
+        required["nodeSelectorTerms"] = [{"matchExpressions": [dict(r) for r in requirements]}]
+        return True
     changed = False
     for term in terms:
-        if not isinstance(term, dict):
+        if not isinstance(term, dict) or is_empty_term(term):
             continue
         expressions = term.get("matchExpressions")
         if not isinstance(expressions, list):
@@ -111,6 +114,12 @@ def add_non_spot_affinity(
                 expressions.append(dict(requirement, values=list(requirement["values"])))
                 changed = True
     return changed
+
+
+def is_empty_term(term: Mapping[str, Any]) -> bool:
+    """A node selector term without matchExpressions and without matchFields: it selects
+    no node at all (the scheduler skips it)."""
+    return not term.get("matchExpressions") and not term.get("matchFields")
 
 
 def _child(parent: dict[str, Any], key: str) -> dict[str, Any]:
@@ -156,12 +165,14 @@ def requires_spot(
         return None
     pinned = []
     for term in terms:
+        if isinstance(term, dict) and is_empty_term(term):
+            continue  # it matches no node, spot or not
         expressions = (term or {}).get("matchExpressions") or [] if isinstance(term, dict) else []
         reason = next((r for e in expressions if (r := _pins_spot(e, spot_labels))), None)
         if reason is None:
             return None  # this term admits non-spot nodes, and terms are ORed
         pinned.append(reason)
-    return "required node affinity " + pinned[0]
+    return "required node affinity " + pinned[0] if pinned else None
 
 
 def _pins_spot(expression: Any, spot_labels: Mapping[str, tuple[str, ...]]) -> str | None:
