@@ -72,6 +72,7 @@ def answer(review: dict[str, Any]) -> bytes:
         or annotations.get(P + "ignore-disruptions") != "true"
         or "podFailurePolicy" in spec
         or "annotations" in template.get("metadata", {})
+        or template["spec"].get("initContainers")
     ):
         raise OtherShape("not the worst-case Job stream's shape")
     limit = int(annotations[P + "backoff-limit"])
@@ -128,9 +129,11 @@ def answer(review: dict[str, Any]) -> bytes:
     warnings.append(
         "retry-policy: added podFailurePolicy rule Ignore on DisruptionTarget (ignore-disruptions)"
     )
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    plural = "s" if len(names) > 1 else ""
     warnings.append(
-        "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn "
-        f"{retriable} (fail-non-retriable)"
+        f"retry-policy: added podFailurePolicy rule{plural} FailJob on exit codes NotIn "
+        f"{retriable} in {shown} (fail-non-retriable)"
     )
     if spec.get("podReplacementPolicy") != "Failed":
         patch.append({"op": "replace", "path": "/spec/podReplacementPolicy", "value": "Failed"})
@@ -144,9 +147,15 @@ def answer(review: dict[str, Any]) -> bytes:
         f"retry-policy: the last {non_spot} of {limit + 1} attempts will run on non-spot nodes"
     )
     warnings.append("retry-policy: see the retry plan: retry-webhook explain -f <your manifest>")
-    rule = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": retriable}}
+    rules = [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": name, "operator": "NotIn", "values": retriable},
+        }
+        for name in names
+    ]
     patch.append(
-        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [_IGNORE, rule]}}
+        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [_IGNORE, *rules]}}
     )
     if not all(w.isprintable() for w in warnings):
         raise OtherShape("a warning the API server would refuse")

@@ -91,7 +91,7 @@ def test_policy_is_written_into_the_job_template():
     assert job_spec["backoffLimit"] == 2
     assert job_spec["podFailurePolicy"]["rules"] == [
         ignore_disruptions_rule(),
-        non_retriable_rule([137, 143]),
+        non_retriable_rule([137, 143], "FailJob", "eval"),
     ]
     # Unset stays unset: the Job API defaults it to Failed once there is a podFailurePolicy.
     assert "podReplacementPolicy" not in job_spec
@@ -220,7 +220,7 @@ def test_update_changing_the_policy_replaces_what_the_old_one_wrote(applied):
     assert job_spec["backoffLimit"] == 1
     assert job_spec["podFailurePolicy"]["rules"] == [
         ignore_disruptions_rule(),
-        non_retriable_rule([143]),
+        non_retriable_rule([143], "FailJob", "eval"),
     ]
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["failNonRetriable"] == [143]
     assert validate(out, operation="UPDATE", old=old).allowed

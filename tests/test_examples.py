@@ -63,7 +63,7 @@ def test_job_example():
     assert spec["podReplacementPolicy"] == "Failed"
     assert spec["podFailurePolicy"]["rules"] == [
         ignore_disruptions_rule(),
-        non_retriable_rule([137, 143]),
+        non_retriable_rule([137, 143], "FailJob", "trainer"),
     ]
     assert containers(spec["template"])[0]["env"] == ENV
 
@@ -76,7 +76,7 @@ def test_indexed_job_example():
     assert spec["maxFailedIndexes"] == 10
     assert spec["podFailurePolicy"]["rules"] == [
         ignore_disruptions_rule(),
-        non_retriable_rule([143], "FailIndex"),
+        non_retriable_rule([143], "FailIndex", "embed"),
     ]
     assert spec["podReplacementPolicy"] == "Failed"
     assert spec["template"]["metadata"]["annotations"] == {
@@ -97,7 +97,7 @@ def test_cronjob_example():
     assert job_spec["backoffLimit"] == 2
     assert job_spec["podFailurePolicy"]["rules"] == [
         ignore_disruptions_rule(),
-        non_retriable_rule([143]),
+        non_retriable_rule([143], "FailJob", "eval"),
     ]
     assert "podReplacementPolicy" not in job_spec  # each Job's API defaulting sets Failed
     assert job_spec["template"]["spec"]["restartPolicy"] == "Never"
@@ -119,7 +119,7 @@ def test_jobset_example():
         assert spec["backoffLimit"] == 0
         assert spec["podFailurePolicy"]["rules"] == [
             ignore_disruptions_rule(),
-            non_retriable_rule([137, 143]),
+            non_retriable_rule([137, 143], "FailJob", "trainer"),
         ]
         assert spec["template"]["spec"]["restartPolicy"] == "Never"
         assert containers(spec["template"])[0]["env"] == ENV

@@ -155,10 +155,13 @@ def test_our_rules_in_order_with_their_origin():
     item = one(manifest(FULL | {P + "retriable-exit-codes": "143,137"}))
     first, second = item.rules
     assert (first.number, first.action, first.counts) == (1, "Ignore", False)
-    assert first.when == "the pod was disrupted (preemption, eviction, node drain)"
+    assert first.when == (
+        "the pod was disrupted (preemption, eviction, node drain, or the kubelet's "
+        "node-pressure eviction)"
+    )
     assert first.then == "retried, does not count"
     assert first.origin == "added by retry-policy for ignore-disruptions"
-    assert second.when == "a non-zero exit code other than 137 or 143 in any container"
+    assert second.when == "a non-zero exit code other than 137 or 143 in container main"
     assert (second.then, second.origin) == (
         "the Job fails at once",
         "added by retry-policy for fail-non-retriable",
@@ -192,7 +195,10 @@ def test_user_rules_come_first_and_are_yours():
         ("the pod has condition ConfigIssue", "the Job fails at once", "your rule"),
         ("the pod's condition Ready is False", "retried, does not count", "your rule"),
         (
-            "the pod was disrupted (preemption, eviction, node drain)",
+            (
+                "the pod was disrupted (preemption, eviction, node drain, or the kubelet's "
+                "node-pressure eviction)"
+            ),
             "retried, does not count",
             "added by retry-policy for ignore-disruptions",
         ),

@@ -246,7 +246,10 @@ def test_example_rules_read_as_the_documentation_says():
     item = run(EXAMPLE, "1")
     first, second = item.rules
     assert (first.when, first.then) == ("exit code 42 in container main", "the Job fails at once")
-    assert second.when == "the pod was disrupted (preemption, eviction, node drain)"
+    assert second.when == (
+        "the pod was disrupted (preemption, eviction, node drain, or the kubelet's "
+        "node-pressure eviction)"
+    )
     assert second.then == "retried, does not count"
     assert {first.origin, second.origin} == {"your rule"}
 

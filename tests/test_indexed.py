@@ -40,7 +40,7 @@ def test_fail_index_rule_with_per_index_budget():
     assert verdict.allowed, verdict.message
     assert out["spec"]["podFailurePolicy"]["rules"] == [
         ignore_disruptions_rule(),
-        non_retriable_rule([143], "FailIndex"),
+        non_retriable_rule([143], "FailIndex", "main"),
     ]
     assert "added podFailurePolicy rule FailIndex on exit codes NotIn [143]" in verdict.warnings[1]
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["onNonRetriable"] == (
@@ -111,7 +111,9 @@ def test_fail_index_admin_default_falls_back_to_fail_job():
     config = parse_config("defaults: {fail-non-retriable: true, on-non-retriable: fail-index}")
     verdict, out = mutate(job(), config)
     assert verdict.allowed
-    assert out["spec"]["podFailurePolicy"]["rules"] == [non_retriable_rule([143])]
+    assert out["spec"]["podFailurePolicy"]["rules"] == [
+        non_retriable_rule([143], "FailJob", "main")
+    ]
     assert any("on-non-retriable (cluster default) skipped" in w for w in verdict.warnings)
 
 
@@ -144,7 +146,7 @@ def test_user_fail_index_rule_on_a_retriable_code_contradicts():
     obj = indexed(FAIL_INDEX, spec={**PER_INDEX, "podFailurePolicy": {"rules": [user]}})
     verdict, _ = mutate(obj)
     assert not verdict.allowed
-    assert "rules[0] fails on exit code 143" in verdict.message
+    assert "rules[0] (FailIndex) matches a pod whose container main exited 143" in verdict.message
 
 
 # --- pods of an Indexed Job: the attempt is the index's failure count -----------------

@@ -39,10 +39,13 @@ def test_fail_non_retriable_adds_failjob_rule_with_default_codes():
     verdict, out = mutate(job({P + "fail-non-retriable": "true"}))
     assert verdict.allowed
     assert rules(out) == [
-        {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [143]}}
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [143]},
+        }
     ]
     assert out["spec"]["podReplacementPolicy"] == "Failed"
-    assert any("FailJob on exit codes NotIn [143]" in w for w in verdict.warnings)
+    assert any("FailJob on exit codes NotIn [143] in main" in w for w in verdict.warnings)
 
 
 def test_retriable_exit_codes_are_sorted_and_deduplicated():
@@ -67,7 +70,7 @@ def test_backoff_limit_sets_spec():
 
 def test_ignore_disruptions_rule_comes_before_exit_code_rule():
     _, out = mutate(job({P + "fail-non-retriable": "true", P + "ignore-disruptions": "true"}))
-    assert rules(out) == [ignore_disruptions_rule(), non_retriable_rule([143])]
+    assert rules(out) == [ignore_disruptions_rule(), non_retriable_rule([143], "FailJob", "main")]
 
 
 def test_error_propagation_env_in_every_container_keeps_user_values():
@@ -148,7 +151,7 @@ def test_user_rules_first_ours_after_without_duplicates():
     assert rules(out) == [
         *user_rules[:1],
         {**user_rules[1], "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-        non_retriable_rule([143]),
+        non_retriable_rule([143], "FailJob", "main"),
     ]
 
 
@@ -162,7 +165,13 @@ def test_merged_policy_over_twenty_rules_is_denied():
     )
     verdict, _ = mutate(obj)
     assert not verdict.allowed
-    assert "has 21 rules; Kubernetes allows at most 20" in verdict.message
+    assert (
+        "annotation retry-policy.dev/ignore-disruptions and annotation "
+        "retry-policy.dev/fail-non-retriable: spec.podFailurePolicy would have 21 rules "
+        "(19 yours, 2 added)"
+    ) in verdict.message
+    assert "Kubernetes allows at most 20" in verdict.message
+    assert verdict.problems[0].reason == "too-many-rules"
     assert verdict.code == 422
 
 
@@ -294,7 +303,7 @@ def test_defaults_precedence(annotations, namespace, spec, applied, expected):
     verdict, out = mutate(obj, config)
     assert verdict.allowed, verdict.message
     assert out["spec"]["backoffLimit"] == expected
-    assert rules(out) == [non_retriable_rule([143])]
+    assert rules(out) == [non_retriable_rule([143], "FailJob", "main")]
 
 
 def test_default_conflict_is_skipped_with_warning_not_denied():
@@ -310,7 +319,10 @@ def test_user_rule_failing_a_retriable_code_contradicts():
     obj = job({P + "fail-non-retriable": "true"}, spec={"podFailurePolicy": {"rules": [user]}})
     verdict, _ = mutate(obj)
     assert not verdict.allowed
-    assert "rules[0] fails on exit code 143" in verdict.message
+    assert (
+        "your spec.podFailurePolicy.rules[0] (FailJob) matches a pod whose container main "
+        "exited 143, which retriable-exit-codes (143) says to retry"
+    ) in verdict.message
 
 
 def test_user_rule_counting_disruptions_contradicts():
@@ -318,7 +330,10 @@ def test_user_rule_counting_disruptions_contradicts():
     obj = job({P + "ignore-disruptions": "true"}, spec={"podFailurePolicy": {"rules": [user]}})
     verdict, _ = mutate(obj)
     assert not verdict.allowed
-    assert "rules[0] (Count) matches disruptions first" in verdict.message
+    assert (
+        "rules[0] (Count) matches a disrupted pod first (condition DisruptionTarget): "
+        "disruptions would not be ignored"
+    ) in verdict.message
 
 
 def test_template_attempt_annotation_is_denied():

@@ -71,7 +71,7 @@ def test_full_policy():
         assert spec["backoffLimit"] == 0
         assert spec["podFailurePolicy"]["rules"] == [
             ignore_disruptions_rule(),
-            non_retriable_rule([137, 143]),
+            non_retriable_rule([137, 143], "FailJob", "trainer"),
         ]
         pod_spec = spec["template"]["spec"]
         assert pod_spec["restartPolicy"] == "Never"
@@ -187,7 +187,9 @@ def test_user_rule_failing_the_jobset_already_covers_ours():
     )
     assert verdict.allowed
     assert out["spec"]["failurePolicy"]["rules"] == [rule]
-    assert child(out, 0)["podFailurePolicy"]["rules"] == [non_retriable_rule([143])]
+    assert child(out, 0)["podFailurePolicy"]["rules"] == [
+        non_retriable_rule([143], "FailJob", "trainer")
+    ]
 
 
 def test_a_user_rule_with_our_name_is_denied():

@@ -63,7 +63,7 @@ def test_mutate_over_tls(server):
     assert answer["response"]["warnings"] == [
         "retry-policy: spec.backoffLimit 6 -> 3 (annotation retry-policy.dev/backoff-limit)",
         "retry-policy: added podFailurePolicy rule Ignore on DisruptionTarget (ignore-disruptions)",
-        "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn [143] "
+        "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn [143] in main "
         "(fail-non-retriable)",
         "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)",
         "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>",

@@ -26,7 +26,14 @@ from webhook.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.jsondiff import diff
 from webhook.memo import Memo, RecordingAttempts, fingerprint, view_key
-from webhook.mutators import Context, Outcome, has_policy_annotations, lookup, policy_keys
+from webhook.mutators import (
+    Context,
+    Outcome,
+    controller_of,
+    has_policy_annotations,
+    lookup,
+    policy_keys,
+)
 from webhook.owned import ALL, copy_owned
 from webhook.policy import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
@@ -168,7 +175,7 @@ def _run(
         return _deny(outcome.problems, outcome.warnings), outcome
     patch = diff(original, mutated)
     warnings = outcome.warnings if patch else outcome.notes
-    if patch and outcome.changes and not _controlled(original):
+    if patch and outcome.changes and controller_of(original.get("metadata")) is None:
         # Only for objects a person wrote (a controller's pods have no manifest to explain),
         # and only when something changed: a no-op reinvocation stays silent.
         warnings = [*warnings, EXPLAIN_HINT]
@@ -202,14 +209,6 @@ def _recall(
     )
     remembered = MEMO.get(key, ctx.attempts)
     return key, (remembered.fresh() if remembered is not None else None)
-
-
-def _controlled(obj: Mapping[str, Any]) -> bool:
-    metadata = obj.get("metadata")
-    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
-    return isinstance(refs, list) and any(
-        isinstance(ref, dict) and ref.get("controller") is True for ref in refs
-    )
 
 
 def validate(request: Request, config: Config) -> Verdict:

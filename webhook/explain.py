@@ -29,8 +29,8 @@ from typing import Any, Protocol
 
 from webhook import engine, failurepolicy
 from webhook.config import Config
-from webhook.failurepolicy import ContainerExit, Match, PodFailure
-from webhook.mutators import Context, Outcome, items, mapping, workload_policy
+from webhook.failurepolicy import ContainerExit, Match, PodFailure, named_containers
+from webhook.mutators import Context, Outcome, controller_of, items, mapping, workload_policy
 from webhook.mutators.job import (
     API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
@@ -79,36 +79,59 @@ class ExplainError(ValueError):
 # --- --simulate: the event grammar -------------------------------------------------
 
 _CONTAINER = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
-_EVENT = re.compile(rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption")
+_PART = re.compile(rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption")
 ACCEPTED_EVENTS = (
     "accepted: an exit code 1-255 (e.g. 143), container:code (e.g. main:1), "
     "oom (exit code 137), container:oom, or disruption (preemption, eviction, drain), "
-    "separated by commas"
+    "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137), "
+    "events separated by commas"
 )
 
 
 @dataclass(frozen=True)
 class Event:
-    """One pod failure to simulate: a container's exit code, or a disruption.
+    """One pod failure to simulate: a container's exit code, or a disruption, and the
+    exit codes of other containers of the same pod (``143+proxy:137``).
 
     A disruption is what preemption, eviction and drains do to a pod: the condition
-    ``DisruptionTarget=True``, and the main container stopped by SIGTERM (exit code 143).
+    ``DisruptionTarget=True``, and the main container stopped by SIGTERM (exit code 143)
+    unless the event says how it stopped (``disruption+main:137``: SIGKILL after the
+    grace period).
     """
 
     token: str
     exit_code: int
     container: str | None = None
     disruption: bool = False
+    #: The other containers of the pod that exited non-zero: (name, code).
+    others: tuple[tuple[str, int], ...] = ()
+    #: The first exit is only implied by a disruption (the main container's SIGTERM).
+    implied: bool = False
 
-    def failure(self, main: str) -> PodFailure:
-        exits = (ContainerExit(self.container or main, self.exit_code),)
+    def named(self) -> list[str]:
+        """The containers the event names (unnamed, an exit is the main container's)."""
+        first = [self.container] if self.container is not None else []
+        return first + [name for name, _ in self.others]
+
+    def exits(self, main: str) -> list[tuple[str, int]]:
+        """(container, exit code) of every container the event stops."""
+        if self.implied and any(name == main for name, _ in self.others):
+            return list(self.others)
+        return [(self.container or main, self.exit_code), *self.others]
+
+    def failure(self, main: str, init: Iterable[str] = ()) -> PodFailure:
+        """The failed pod as the Job controller sees it; ``init`` names the pod's init
+        containers (their statuses are read after the regular containers')."""
+        init = set(init)
+        exits = tuple(ContainerExit(n, code, n in init) for n, code in self.exits(main))
         conditions = ((failurepolicy.DISRUPTION_TARGET, "True"),) if self.disruption else ()
         return PodFailure(exits, conditions)
 
     def describe(self, main: str) -> str:
         if self.disruption:
-            return f"pod disrupted (preemption, eviction, drain; {main} exits {SIGTERM})"
-        return f"{_code_name(self.exit_code)} in container {self.container or main}"
+            stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
+            return f"pod disrupted (preemption, eviction, drain; {stopped})"
+        return ", ".join(f"{_code_name(code)} in container {n}" for n, code in self.exits(main))
 
 
 def _code_name(code: int) -> str:
@@ -117,20 +140,28 @@ def _code_name(code: int) -> str:
 
 
 def parse_events(text: str) -> list[Event]:
-    """Parse ``143,disruption,main:1``; a bad token is named with its position."""
+    """Parse ``143,disruption,main:1,143+proxy:137``; a bad token is named with its position."""
     tokens = [token.strip() for token in text.split(",")]
     if not text.strip():
         raise ExplainError(f"--simulate: no events given; {ACCEPTED_EVENTS}")
     if len(tokens) > MAX_EVENTS:
         raise ExplainError(f"--simulate: {len(tokens)} events; at most {MAX_EVENTS}")
-    events = []
-    for position, token in enumerate(tokens, 1):
-        where = f"--simulate: event {position} {token!r}"
-        match = _EVENT.fullmatch(token)
+    return [
+        _parse_event(token, f"--simulate: event {n} {token!r}") for n, token in enumerate(tokens, 1)
+    ]
+
+
+def _parse_event(token: str, where: str) -> Event:
+    disruption = False
+    exits: list[tuple[str | None, int]] = []
+    for part in token.split("+"):
+        match = _PART.fullmatch(part)
         if match is None:
             raise ExplainError(f"{where} is not an event; {ACCEPTED_EVENTS}")
         if match.group("what") is None:  # the one keyword: disruption
-            events.append(Event(token, SIGTERM, disruption=True))
+            if disruption:
+                raise ExplainError(f"{where} names disruption twice; {ACCEPTED_EVENTS}")
+            disruption = True
             continue
         what = match.group("what")
         code = SIGKILL if what == "oom" else int(what)
@@ -140,8 +171,19 @@ def parse_events(text: str) -> list[Event]:
             )
         if code > 255:
             raise ExplainError(f"{where}: exit codes go from 1 to 255; {ACCEPTED_EVENTS}")
-        events.append(Event(token, code, match.group("container")))
-    return events
+        container = match.group("container")
+        if any(name == container for name, _ in exits):
+            who = f"container {container}" if container else "the main container"
+            raise ExplainError(f"{where} gives {who} two exit codes; {ACCEPTED_EVENTS}")
+        exits.append((container, code))
+    unnamed = [code for name, code in exits if name is None]
+    named = tuple((name, code) for name, code in exits if name is not None)
+    if unnamed:
+        return Event(token, unnamed[0], None, disruption, named)
+    if disruption:
+        return Event(token, SIGTERM, None, True, named, implied=True)
+    (first, code), rest = named[0], named[1:]
+    return Event(token, code, first, False, rest)
 
 
 # --- the explanation model (plain values: rendered as text or JSON) ----------------
@@ -372,6 +414,13 @@ def explain(
         obj, reviewed.result, reviewed.outcome, Context(config, namespace=ns), changes
     )
     explanations = function(subject)
+    owner = controller_of(metadata)
+    if owner is not None and explanations and config.affects_unannotated(ns):
+        explanations[0].notes.append(
+            f"this {kind} is managed by {owner.get('kind')} {owner.get('name')}: the "
+            "cluster's defaults and guard rails do not apply to it (its controller chose "
+            "its retry behaviour); only annotations on the object itself do"
+        )
     if events is not None:
         for item in explanations:
             if item.simulator is None:
@@ -388,13 +437,20 @@ def explain(
 
 def _check_containers(item: Explanation, events: Sequence[Event]) -> None:
     known = list(item.simulator.containers) if item.simulator else []
+    label = f"{item.kind}/{item.name}" + (f" ({item.part})" if item.part else "")
     for position, event in enumerate(events, 1):
-        if event.container is not None and event.container not in known:
-            label = f"{item.kind}/{item.name}" + (f" ({item.part})" if item.part else "")
+        where = f"--simulate: event {position} {event.token!r}"
+        for name in event.named():
+            if name not in known:
+                raise ExplainError(
+                    f"{where} names container {name!r}, which {label} does not have; "
+                    "its containers: " + ", ".join(known)
+                )
+        main = known[0] if known else "main"
+        if not event.implied and event.container is None and main in event.named():
             raise ExplainError(
-                f"--simulate: event {position} {event.token!r} names container "
-                f"{event.container!r}, which {label} does not have; its containers: "
-                + ", ".join(known)
+                f"{where} gives container {main} (the main one, which a bare exit code "
+                f"means) two exit codes; {ACCEPTED_EVENTS}"
             )
 
 
@@ -503,7 +559,10 @@ def describe_when(rule: Mapping[str, Any]) -> str:
                 continue
             kind, status = str(pattern.get("type")), str(pattern.get("status") or "True")
             if kind == failurepolicy.DISRUPTION_TARGET and status == "True":
-                phrases.append("the pod was disrupted (preemption, eviction, node drain)")
+                phrases.append(
+                    "the pod was disrupted (preemption, eviction, node drain, or the kubelet's "
+                    "node-pressure eviction)"
+                )
             elif status == "True":
                 phrases.append(f"the pod has condition {kind}")
             else:
@@ -526,12 +585,7 @@ def rule_lines(
 ) -> list[RuleLine]:
     """Every rule of the final spec, with who wrote it: the user, or this webhook."""
     yours = {failurepolicy.rule_key(rule) for rule in user_rules}
-    ours = {
-        failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule()): "ignore-disruptions",
-    }
-    for action in ("FailJob", "FailIndex"):
-        rule = failurepolicy.non_retriable_rule(policy.retriable_exit_codes, action)
-        ours[failurepolicy.rule_key(rule)] = "fail-non-retriable"
+    ignore = failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule())
     lines = []
     for number, rule in enumerate(rules, 1):
         if not isinstance(rule, dict):
@@ -539,8 +593,10 @@ def rule_lines(
         key = failurepolicy.rule_key(rule)
         if key in yours:
             origin = "your rule"
-        elif key in ours:
-            origin = f"added by retry-policy for {ours[key]}"
+        elif key == ignore:
+            origin = "added by retry-policy for ignore-disruptions"
+        elif failurepolicy.is_non_retriable_rule(rule, policy.retriable_exit_codes):
+            origin = "added by retry-policy for fail-non-retriable"
         else:
             origin = "added by retry-policy"
         action = str(rule.get("action"))
@@ -653,12 +709,11 @@ def rules_of(spec: Any) -> list[Any]:
 
 def container_names(pod_spec: Mapping[str, Any]) -> list[str]:
     """Regular containers first (the first is the "main" one events default to)."""
-    names = []
-    for group in ("containers", "initContainers"):
-        for container in items(pod_spec.get(group)):
-            if isinstance(container, dict) and isinstance(container.get("name"), str):
-                names.append(container["name"])
-    return names
+    return [
+        c["name"]
+        for group in ("containers", "initContainers")
+        for c in named_containers(pod_spec, group)
+    ]
 
 
 def template_pod_policy(annotations: Any) -> Policy:
@@ -699,6 +754,22 @@ class JobSpecView:
     on_failure: bool
     parallelism: Any = None
     completions: Any = None
+    init: list[str] = field(default_factory=list)
+    sidecars: list[str] = field(default_factory=list)
+    #: Whether its pods take their attempt number from the Job's count of failures (a
+    #: Job's, a CronJob's Jobs'), and then the budget from the Job's backoffLimit too.
+    placed_by_job: bool = True
+
+    @property
+    def placement_limit(self) -> int | None:
+        """The budget pods place themselves by (``mutators.pod``): a Job's pods read the
+        Job's backoffLimit when they are created; an index's pods (per-index budget) and
+        a JobSet's (runs) go by their template's backoff-limit."""
+        if self.pods.backoff_limit is None:
+            return None
+        if self.placed_by_job and self.per_index is None:
+            return self.limit
+        return self.pods.backoff_limit
 
     @property
     def scope(self) -> str:
@@ -727,10 +798,12 @@ class JobSpecView:
             backoff_limit=self.limit,
             per_index=self.per_index,
             max_failed_indexes=self.max_failed,
-            placement_limit=self.pods.backoff_limit,
+            placement_limit=self.placement_limit,
             non_spot_attempts=self.pods.non_spot_attempts,
             containers=self.containers,
             on_failure=self.on_failure,
+            init=self.init,
+            sidecars=self.sidecars,
         )
 
 
@@ -763,6 +836,9 @@ def job_spec_view(
         on_failure=pod_spec.get("restartPolicy") == "OnFailure",
         parallelism=spec.get("parallelism"),
         completions=spec.get("completions"),
+        init=[c["name"] for c in named_containers(pod_spec, "initContainers")],
+        sidecars=failurepolicy.sidecar_containers(pod_spec),
+        placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
     )
 
 
@@ -798,7 +874,7 @@ def explain_job_spec(
         item.plan = build_plan(
             f"{view.where}.{view.scope}",
             view.budget,
-            view.pods.backoff_limit,
+            view.placement_limit,
             view.pods.non_spot_attempts,
             final,
         )
@@ -837,7 +913,8 @@ def job_budget(
         f"backoffLimit is {limit} ({origin}): the Job is retried after up to {limit} "
         f"counted failure{'s' if limit != 1 else ''}, so it gets up to {limit + 1} attempts; "
         f"counted failure number {limit + 1} fails it (BackoffLimitExceeded). "
-        "Failures an Ignore rule matches do not count and do not use up an attempt."
+        "Failures an Ignore rule matches do not count and do not use up an attempt, "
+        "however many there are."
     )
 
 
@@ -863,10 +940,15 @@ def _job_notes(view: JobSpecView) -> list[str]:
                 f"backoffLimitPerIndex ({per_index}): an index fails before its attempt "
                 f"reaches {boundary}, so no attempt runs on non-spot nodes"
             )
-    if placement_limit is not None and n > 0 and placement_limit != limit:
+    if placement_limit is not None and n > 0 and per_index is None and placement_limit != limit:
         notes.append(
-            f"pods place themselves with backoff-limit {placement_limit} (their template "
-            f"annotation), but the Job's backoffLimit is {limit}"
+            f"the pod template's backoff-limit annotation is {placement_limit}, but pods "
+            f"place themselves by the Job's backoffLimit ({limit}), read when each is created"
+        )
+    if n > 0 and per_index is None and view.placed_by_job and not view.on_failure:
+        notes.append(
+            "spec.backoffLimit may be changed while the Job runs: pods created after the "
+            "change place the last attempts by the new value"
         )
     return notes
 
@@ -942,6 +1024,8 @@ class JobSimulator:
         retry_where: str | None = None,
         failed_as: str = "condition Failed",
         limit_field: str | None = None,
+        init: Sequence[str] = (),
+        sidecars: Sequence[str] = (),
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -959,6 +1043,10 @@ class JobSimulator:
         self.retry_where = retry_where
         self.failed_as = failed_as
         self.limit_field = limit_field
+        #: The pod's init containers (the controller reads their statuses last), and those
+        #: of them that are native sidecars (stopped at pod shutdown).
+        self.init = list(init)
+        self.sidecars = list(sidecars)
 
     @property
     def main(self) -> str:
@@ -981,7 +1069,7 @@ class JobSimulator:
         """The rule a failure matches and whether it counts (the one shared evaluation)."""
         if self.on_failure and not event.disruption:
             return None, True
-        match = failurepolicy.evaluate(self.rules, event.failure(self.main))
+        match = failurepolicy.evaluate(self.rules, event.failure(self.main, self.init))
         return match, failurepolicy.counts(match)
 
     def verdict(self, event: Event) -> str:
@@ -1001,7 +1089,14 @@ class JobSimulator:
             Event("oom", SIGKILL),
             Event(str(SIGTERM), SIGTERM),
             Event("disruption", SIGTERM, disruption=True),
+            # SIGKILL once the grace period is over: exit-code rules see 137.
+            Event(f"disruption+{self.main}:{SIGKILL}", SIGKILL, self.main, disruption=True),
         ]
+        for sidecar in self.sidecars[:1]:
+            # A native sidecar stopped at shutdown: SIGKILL if it ignores SIGTERM.
+            events.append(
+                Event(f"{SIGTERM}+{sidecar}:{SIGKILL}", SIGTERM, None, False, ((sidecar, SIGKILL),))
+            )
         seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
         for rule in self.rules:
             codes = rule.get("onExitCodes") if isinstance(rule, dict) else None
@@ -1012,7 +1107,7 @@ class JobSimulator:
             for code in items(codes.get("values"))[:2]:
                 if isinstance(code, int) and 0 < code < 256:
                     key = (container if container != self.main else None, code)
-                    if key not in seen and len(events) < 8:
+                    if key not in seen and len(events) < 9:
                         seen.add(key)
                         events.append(Event(str(code), code, key[0]))
         return events

@@ -13,7 +13,7 @@ status, taking the pod's conditions in their order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -27,12 +27,56 @@ CONDITION_STATUSES = ("True", "False", "Unknown")
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
-def non_retriable_rule(retriable: Iterable[int], action: str = "FailJob") -> dict[str, Any]:
-    """Fail (the Job, or the index) on any exit code outside the retriable set."""
-    return {
-        "action": action,
-        "onExitCodes": {"operator": "NotIn", "values": sorted(set(retriable))},
-    }
+def non_retriable_rule(
+    retriable: Iterable[int], action: str = "FailJob", container: str | None = None
+) -> dict[str, Any]:
+    """Fail (the Job, or the index) on any exit code outside the retriable set; with
+    ``container``, only on that container's exit code."""
+    codes: dict[str, Any] = {"operator": "NotIn", "values": sorted(set(retriable))}
+    if container is not None:
+        codes = {"containerName": container, **codes}
+    return {"action": action, "onExitCodes": codes}
+
+
+def non_retriable_rules(
+    pod_spec: Mapping[str, Any], retriable: Iterable[int], action: str = "FailJob"
+) -> list[dict[str, Any]]:
+    """One ``non_retriable_rule`` per application container of the pod template
+    (``app_containers``), each naming its container.
+
+    A rule without ``containerName`` would also read the exit codes of native sidecars
+    and of containers injected after admission (a service mesh's proxy): the controller
+    matches every terminated container, init containers included
+    (``matchOnExitCodes``), and a sidecar SIGKILLed at pod shutdown reports 137, which
+    would turn a retriable failure of the main container into FailJob. Naming the
+    template's own containers makes only the application's codes count. A template with
+    no named container (refused by the API server) gets the one rule without a name.
+    """
+    codes = sorted(set(retriable))
+    names = app_containers(pod_spec)
+    if not names:
+        return [non_retriable_rule(codes, action)]
+    return [non_retriable_rule(codes, action, name) for name in names]
+
+
+def is_non_retriable_rule(rule: Any, retriable: Iterable[int] | None = None) -> bool:
+    """Whether ``rule`` has the shape ``non_retriable_rule`` builds (any container, or
+    none), for ``retriable`` codes when given: how this webhook's own rules are recognised
+    in a stored object (by ``explain``, and by a CronJob's re-admission)."""
+    if not isinstance(rule, dict) or rule.get("action") not in ("FailJob", "FailIndex"):
+        return False
+    codes = rule.get("onExitCodes")
+    if not isinstance(codes, dict) or codes.get("operator") != "NotIn":
+        return False
+    if set(codes) - {"operator", "values", "containerName"} or set(rule) - {
+        "action",
+        "onExitCodes",
+    }:
+        return False
+    values = codes.get("values")
+    if not _int_list(values):
+        return False
+    return retriable is None or values == sorted(set(retriable))
 
 
 def ignore_disruptions_rule() -> dict[str, Any]:
@@ -98,14 +142,41 @@ def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any],
     return merged, added
 
 
+def named_containers(pod_spec: Mapping[str, Any], group: str) -> list[dict[str, Any]]:
+    items = pod_spec.get(group)
+    return [
+        c
+        for c in (items if isinstance(items, list) else ())
+        if isinstance(c, dict) and isinstance(c.get("name"), str)
+    ]
+
+
+def is_sidecar(container: Mapping[str, Any]) -> bool:
+    """A native sidecar: an init container with ``restartPolicy: Always``. It runs beside
+    the regular containers and is stopped at pod shutdown (SIGTERM, then SIGKILL after
+    the grace period), so its exit code says nothing about the application."""
+    return container.get("restartPolicy") == "Always"
+
+
+def app_containers(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The containers whose exit codes are the application's, in the order the Job
+    controller reads them: the regular containers, then the init containers that are not
+    sidecars (an init container that fails stops the pod, like a regular one)."""
+    regular = [c["name"] for c in named_containers(pod_spec, "containers")]
+    init = [c["name"] for c in named_containers(pod_spec, "initContainers") if not is_sidecar(c)]
+    return regular + init
+
+
+def sidecar_containers(pod_spec: Mapping[str, Any]) -> list[str]:
+    return [c["name"] for c in named_containers(pod_spec, "initContainers") if is_sidecar(c)]
+
+
 def container_names(pod_spec: Mapping[str, Any]) -> set[str]:
-    names = set()
-    for group in ("initContainers", "containers"):
-        items = pod_spec.get(group)
-        for container in items if isinstance(items, list) else ():
-            if isinstance(container, dict) and isinstance(container.get("name"), str):
-                names.add(container["name"])
-    return names
+    return {
+        c["name"]
+        for group in ("initContainers", "containers")
+        for c in named_containers(pod_spec, group)
+    }
 
 
 def validate(job_spec: Mapping[str, Any], where: str = "spec") -> list[Problem]:
@@ -337,3 +408,75 @@ def _match_conditions(patterns: list[Any], failure: PodFailure) -> str | None:
         if condition in wanted:
             return condition[0]
     return None
+
+
+# --- the failed pods a policy must be judged against -------------------------------
+
+
+def _failed_conditions(init_failed: bool, disrupted: bool) -> tuple[tuple[str, str], ...]:
+    """The conditions the kubelet leaves on a failed pod (Initialized is False when an
+    init container failed): a rule may match them as well as an exit code."""
+    conditions = (
+        ("PodScheduled", "True"),
+        ("Initialized", "False" if init_failed else "True"),
+        ("Ready", "False"),
+        ("ContainersReady", "False"),
+    )
+    return ((DISRUPTION_TARGET, "True"), *conditions) if disrupted else conditions
+
+
+def app_failures(
+    pod_spec: Mapping[str, Any], codes: Iterable[int]
+) -> Iterator[tuple[ContainerExit, PodFailure]]:
+    """For each application container and each code: the failed pod in which that
+    container exited with that code and every other container with 0 (which no rule
+    matches). The controller judges each pod on its own (``matchPodFailurePolicy``), so
+    a policy must hold for each of these, one at a time."""
+    init = set(app_containers(pod_spec)) - {
+        c["name"] for c in named_containers(pod_spec, "containers")
+    }
+    for name in app_containers(pod_spec):
+        for code in codes:
+            exit_ = ContainerExit(name, code, name in init)
+            yield exit_, PodFailure((exit_,), _failed_conditions(exit_.init, False))
+
+
+#: Exit codes of a container stopped by a disruption: SIGTERM, or SIGKILL once the
+#: grace period is over.
+DISRUPTION_EXIT_CODES = (143, 137)
+#: Up to this many running containers, every combination of their codes is tried.
+_ALL_COMBINATIONS_UP_TO = 6
+
+
+def disrupted_pods(pod_spec: Mapping[str, Any]) -> Iterator[PodFailure]:
+    """Pods as preemption, eviction, drains and kubelet node-pressure evictions leave
+    them: ``DisruptionTarget=True``, and every running container (the regular ones and
+    the native sidecars) stopped with 143 or 137, in every combination (with more than
+    six, each container's 137 against the others' 143 and the reverse); a pod disrupted
+    during its init containers has only that init container stopped."""
+    running = [c["name"] for c in named_containers(pod_spec, "containers")]
+    running += sidecar_containers(pod_spec)
+    if len(running) <= _ALL_COMBINATIONS_UP_TO:
+        assignments: list[tuple[int, ...]] = [()]
+        for _ in running:
+            assignments = [(*a, code) for a in assignments for code in DISRUPTION_EXIT_CODES]
+    else:
+        term, kill = DISRUPTION_EXIT_CODES
+        assignments = [(term,) * len(running), (kill,) * len(running)]
+        for i in range(len(running)):
+            for one, rest in ((kill, term), (term, kill)):
+                assignments.append(tuple(one if j == i else rest for j in range(len(running))))
+    sidecars = set(sidecar_containers(pod_spec))
+    conditions = _failed_conditions(False, True)
+    for codes in assignments:
+        exits = tuple(
+            ContainerExit(name, code, name in sidecars)
+            for name, code in zip(running, codes, strict=True)
+        )
+        yield PodFailure(exits, conditions)
+    regular_init = set(app_containers(pod_spec)) - set(running)
+    for name in app_containers(pod_spec):
+        if name in regular_init:
+            for code in DISRUPTION_EXIT_CODES:
+                exits = (ContainerExit(name, code, True),)
+                yield PodFailure(exits, _failed_conditions(True, True))

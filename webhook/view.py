@@ -14,7 +14,8 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
-  restartPolicy, nodeSelector, affinity, and each container's name and env var names.
+  restartPolicy, nodeSelector, affinity, and each container's name, restartPolicy and env
+  var names.
 
 The mutator runs on the view, not on the object, and the patch is the diff between the
 view and the mutated view. That is a patch for the object too: the view keeps every
@@ -51,6 +52,8 @@ ATTEMPT = PREFIX + "attempt"
 #: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
 POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity")
 CONTAINER_GROUPS = ("initContainers", "containers")
+#: Of a container, what a mutator reads besides its env vars' names.
+CONTAINER_READ = ("name", "restartPolicy")
 #: Of an owner reference: what tells the controller and its kind.
 OWNER_READ = ("apiVersion", "kind", "controller")
 #: The fields a Job's records of intent are asked about, as a last-applied record and
@@ -193,12 +196,14 @@ def _pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _container(container: Any) -> Any:
-    """A container's name and its env vars' names (their values are never read)."""
+    """A container's name, its restartPolicy (an init container with ``Always`` is a
+    native sidecar, whose exit codes the policy leaves out) and its env vars' names (their
+    values are never read)."""
     if not isinstance(container, dict):
         return container
-    # (The mutators write at most the env of a container: the order of these two keys
+    # (The mutators write at most the env of a container: the order of these keys
     # cannot change the order of a patch's operations.)
-    view: dict[str, Any] = {"name": container["name"]} if "name" in container else {}
+    view: dict[str, Any] = {k: container[k] for k in CONTAINER_READ if k in container}
     env = container.get("env", _ABSENT)
     if env is not _ABSENT:
         view["env"] = [_env_name(e) for e in env] if isinstance(env, list) else env

@@ -138,6 +138,34 @@ def policy_keys(metadata: Any) -> tuple[str, ...]:
     )
 
 
+def controller_of(metadata: Any) -> dict[str, Any] | None:
+    """The owner reference with ``controller: true``, if any: the controller that made
+    the object and manages it."""
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return ref
+    return None
+
+
+def default_layers(metadata: Any, ctx: Context) -> list[Layer]:
+    """The admin's layers (namespace override, cluster defaults) under an object's own
+    annotations: none for an object a controller made (KubeRay's submitter Job, an MPI
+    launcher, a Trainer JobSet, a Flyte task's workload). Such a controller chose that
+    object's retry semantics (KubeRay tries ``ray job submit`` three times, a Flyte
+    task's retries are Flyte's), and a default written for what people submit would
+    silently change them; the workload the person submitted got the defaults at its own
+    admission. Annotations on the object itself still count."""
+    return [] if controller_of(metadata) is not None else ctx.config.layers(ctx.namespace)
+
+
+def affected_unannotated(metadata: Any, ctx: Context) -> bool:
+    """Whether the admin's config changes or denies this object without annotations of
+    its own: only when it has defaults or guard rails, and only for objects no
+    controller made (``default_layers``)."""
+    return ctx.config.affects_unannotated(ctx.namespace) and controller_of(metadata) is None
+
+
 def has_policy_annotations(metadata: Any) -> bool:
     """The cheap test that lets the common case (no annotations of ours) skip all work."""
     if not isinstance(metadata, dict):
@@ -161,12 +189,16 @@ def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     ours = _policy_items(annotations)
 
+    controlled = controller_of(metadata) is not None
+
     def compute() -> tuple[Policy, list[Problem]]:
         values, problems = parse_annotations(annotations, Scope.WORKLOAD)
-        layers = [Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)]
+        layers = [Layer(Source.ANNOTATION, values), *default_layers(metadata, ctx)]
         return resolve(layers), problems
 
-    key = ("workload", id(ctx.config), ctx.namespace, ours) if ours is not None else None
+    key = (
+        ("workload", id(ctx.config), ctx.namespace, controlled, ours) if ours is not None else None
+    )
     return _cached(key, ctx.config, compute)
 
 

@@ -24,7 +24,14 @@ from typing import Any
 
 from webhook import failurepolicy as fp
 from webhook import intent
-from webhook.mutators import Context, Outcome, has_policy_annotations, mapping, register
+from webhook.mutators import (
+    Context,
+    Outcome,
+    default_layers,
+    has_policy_annotations,
+    mapping,
+    register,
+)
 from webhook.mutators.job import (
     POD_KEYS,
     WorkloadMutator,
@@ -63,7 +70,8 @@ class CronJobMutator(WorkloadMutator):
 
     def policy(self, cronjob: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
         values = _annotations(cronjob, out)
-        return resolve([Layer(Source.ANNOTATION, values), *ctx.config.layers(ctx.namespace)])
+        layers = default_layers(cronjob.get("metadata"), ctx)
+        return resolve([Layer(Source.ANNOTATION, values), *layers])
 
     def apply(self, cronjob: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         job_spec = get_path(cronjob, JOB_SPEC)
@@ -136,16 +144,28 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
     rules = get_path(job_spec, ("podFailurePolicy", "rules"))
     if not isinstance(rules, list):
         return
-    previous = []
-    if record.get("ignoreDisruptions"):
-        previous.append(fp.ignore_disruptions_rule())
     codes = record.get("failNonRetriable")
-    if isinstance(codes, list) and codes and all(isinstance(c, int) for c in codes):
-        action = "FailIndex" if record.get("onNonRetriable") == "fail-index" else "FailJob"
-        previous.append(fp.non_retriable_rule(codes, action))
+    if not (isinstance(codes, list) and codes and all(isinstance(c, int) for c in codes)):
+        codes = None
+    action = "FailIndex" if record.get("onNonRetriable") == "fail-index" else "FailJob"
+    ignore = fp.rule_key(fp.ignore_disruptions_rule())
     written = get_path(_manifest(cronjob), (*JOB_SPEC, "podFailurePolicy", "rules")) or []
-    ours = {fp.rule_key(r) for r in previous} - {fp.rule_key(r) for r in written}
-    kept = [rule for rule in rules if fp.rule_key(rule) not in ours]
+    yours = {fp.rule_key(r) for r in written} if isinstance(written, list) else set()
+
+    def ours(rule: Any) -> bool:
+        """One of the previous policy's rules: its Ignore rule, or an exit-code rule for
+        its codes (one per container, whatever their names were then)."""
+        if fp.rule_key(rule) in yours:
+            return False
+        if record.get("ignoreDisruptions") and fp.rule_key(rule) == ignore:
+            return True
+        return (
+            codes is not None
+            and fp.is_non_retriable_rule(rule, codes)
+            and rule.get("action") == action
+        )
+
+    kept = [rule for rule in rules if not ours(rule)]
     if len(kept) == len(rules):
         return
     if kept:

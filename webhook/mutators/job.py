@@ -23,16 +23,17 @@ from mypy_extensions import mypyc_attr
 
 from webhook import failurepolicy as fp
 from webhook import intent, podspec
-from webhook.failurepolicy import ContainerExit, PodFailure
 from webhook.mutators import (
     Context,
     Outcome,
+    affected_unannotated,
     applied_record,
+    controller_of,
     has_policy_annotations,
+    mapping,
     register,
     workload_policy,
 )
-from webhook.mutators.pod import controller_of
 from webhook.owned import ALL, Owned
 from webhook.policy import (
     APPLIED,
@@ -81,9 +82,8 @@ class WorkloadMutator:
     owns: Owned = ALL
 
     def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
-        return has_policy_annotations(obj.get("metadata")) or ctx.config.affects_unannotated(
-            ctx.namespace
-        )
+        metadata = obj.get("metadata")
+        return has_policy_annotations(metadata) or affected_unannotated(metadata, ctx)
 
     def mutate(self, obj: dict[str, Any], ctx: Context) -> Outcome:
         out = Outcome()
@@ -514,37 +514,109 @@ def _check_template(
                     policy = with_setting(policy, name, Setting(False, policy.setting(name).source))
     user_rules = _rules(spec)
     if policy.fail_non_retriable and user_rules:
-        failure = PodFailure(
-            tuple(
-                ContainerExit(str(c.get("name")), code)
-                for code in policy.retriable_exit_codes
-                for c in podspec.containers(pod_spec)
-            )
-        )
+        policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
+    if policy.ignore_disruptions and user_rules:
+        policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
+    policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
+    policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
+    _check_pod_annotations(spec, policy, where, out, budget)
+    return policy
+
+
+def _check_retriable_codes(
+    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
+) -> Policy:
+    """A rule of yours must not fail the Job (or index) on a pod whose application
+    container exited with a retriable code. Each such pod is judged on its own, as the
+    controller judges each failed pod (``matchPodFailurePolicy``: rules in order, the
+    first match wins), so an earlier rule that counts one code cannot hide a later one
+    that fails on another."""
+    for exit_, failure in fp.app_failures(pod_spec, policy.retriable_exit_codes):
         match = fp.evaluate(user_rules, failure)
         if match is not None and match.action in ("FailJob", "FailIndex"):
-            code = match.container.exit_code if match.container else "?"
             codes = format_value("retriable-exit-codes", policy.retriable_exit_codes)
             out.conflict(
                 policy,
                 "fail-non-retriable",
-                f"your {where}.podFailurePolicy.rules[{match.index}] fails on exit code {code}, "
-                f"which retriable-exit-codes ({codes}) says to retry",
+                f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches "
+                f"a pod whose container {exit_.name} exited {exit_.exit_code}, which "
+                f"retriable-exit-codes ({codes}) says to retry",
                 "contradiction",
             )
-    if policy.ignore_disruptions and user_rules:
-        match = fp.evaluate(user_rules, PodFailure(conditions=((fp.DISRUPTION_TARGET, "True"),)))
+            return _off(policy, "fail-non-retriable")
+    return policy
+
+
+def _check_disruptions(
+    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
+) -> Policy:
+    """Your rules come before our Ignore rule, so none of them may match a disrupted pod
+    first: such a pod has the DisruptionTarget condition and its containers stopped with
+    143 or 137 (``fp.disrupted_pods``), which an exit-code rule of yours may match."""
+    for failure in fp.disrupted_pods(pod_spec):
+        match = fp.evaluate(user_rules, failure)
         if match is not None and match.action != "Ignore":
+            what = (
+                f"container {match.container.name} stopped with {match.container.exit_code}"
+                if match.container is not None
+                else f"condition {match.condition}"
+            )
             out.conflict(
                 policy,
                 "ignore-disruptions",
-                f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches "
-                "disruptions first, so they would still not be ignored",
+                f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches a "
+                f"disrupted pod first ({what}): disruptions would not be ignored",
                 "contradiction",
             )
-    policy = _check_non_spot(pod_spec, policy, ctx, out, budget)
-    _check_pod_annotations(spec, policy, where, out, budget)
+            return _off(policy, "ignore-disruptions")
     return policy
+
+
+def _off(policy: Policy, name: str) -> Policy:
+    """``policy`` with one boolean setting turned off, keeping where it came from."""
+    return with_setting(policy, name, Setting(False, policy.setting(name).source))
+
+
+def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """The podFailurePolicy rules ``policy`` adds to a JobSpec with this pod template, each
+    with the setting that adds it, in their order: Ignore first (a preempted pod may exit
+    137 after its grace period, and must be ignored before an exit-code rule could fail
+    the Job for it), then one exit-code rule per application container."""
+    ours: list[tuple[dict[str, Any], str]] = []
+    if policy.ignore_disruptions:
+        ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
+    if policy.fail_non_retriable:
+        action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
+        for rule in fp.non_retriable_rules(pod_spec, policy.retriable_exit_codes, action):
+            ours.append((rule, "fail-non-retriable"))
+    return ours
+
+
+def _check_rule_count(
+    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
+) -> Policy:
+    """Kubernetes allows at most 20 podFailurePolicy rules (``validatePodFailurePolicy``).
+    When yours and ours together have more, settings from admin defaults are skipped
+    first, the last-added first, until the rest fit (a default never breaks a valid
+    object); if the rules of settings you annotated still do not fit, they are denied."""
+    while True:
+        ours = our_rules(policy, pod_spec)
+        merged, added = fp.merge(user_rules, [rule for rule, _ in ours])
+        if len(merged) <= fp.MAX_RULES or not added:
+            return policy
+        added_ids = {id(rule) for rule in added}
+        names = list(dict.fromkeys(name for rule, name in ours if id(rule) in added_ids))
+        message = (
+            f"{where}.podFailurePolicy would have {len(merged)} rules ({len(user_rules)} "
+            f"yours, {len(added)} added); Kubernetes allows at most {fp.MAX_RULES}"
+        )
+        defaults = [n for n in names if policy.setting(n).source is not Source.ANNOTATION]
+        if not defaults:
+            subject = " and ".join(f"annotation {PREFIX}{n}" for n in names)
+            out.problems.append(Problem(subject, message, "too-many-rules"))
+            return policy
+        out.conflict(policy, defaults[-1], message, "too-many-rules")
+        policy = _off(policy, defaults[-1])
 
 
 def _check_on_non_retriable(
@@ -569,7 +641,12 @@ def _check_on_non_retriable(
 
 
 def _check_non_spot(
-    pod_spec: Mapping[str, Any], policy: Policy, ctx: Context, out: Outcome, budget: Budget
+    pod_spec: Mapping[str, Any],
+    policy: Policy,
+    ctx: Context,
+    out: Outcome,
+    budget: Budget,
+    where: str,
 ) -> Policy:
     n = policy.non_spot_attempts
     if n <= 0:
@@ -577,7 +654,14 @@ def _check_non_spot(
     attempts = budget.total
     spot = ctx.config.spot_node_labels
     pinned = podspec.requires_spot(pod_spec, spot)
-    if n > attempts:
+    if pod_spec.get("restartPolicy") == "OnFailure" and not budget.runs:
+        # (A JobSet's pods are placed by run, and every run makes new pods: fine there.)
+        message, reason = (
+            f"{where}.template.spec.restartPolicy is OnFailure: a failed container restarts "
+            "in the same pod, so no later attempt gets a new pod to place",
+            "restart-policy",
+        )
+    elif n > attempts:
         message, reason = (
             f"{n} is more than the {attempts} attempts {budget.scope} ({budget.text}); "
             f"accepted: 0 to {attempts}",
@@ -651,6 +735,22 @@ def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
     return values
 
 
+def describe_ours(rules: list[dict[str, Any]]) -> str:
+    """Our added rules, for a warning: "rule Ignore on DisruptionTarget", "rule FailJob
+    on exit codes NotIn [143] in main", "rules ... in a, b" (the containers whose codes
+    they read)."""
+    codes = rules[0].get("onExitCodes")
+    if not isinstance(codes, dict):
+        return "rule Ignore on DisruptionTarget"
+    plural = "s" if len(rules) > 1 else ""
+    text = f"rule{plural} {rules[0]['action']} on exit codes NotIn {codes['values']}"
+    names = [str(mapping(r.get("onExitCodes")).get("containerName")) for r in rules]
+    if "containerName" in codes:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        text += f" in {shown}"
+    return text
+
+
 def _apply(
     spec: dict[str, Any],
     template: dict[str, Any],
@@ -660,35 +760,20 @@ def _apply(
     where: str,
     budget: Budget,
 ) -> None:
-    ours = []
-    if policy.ignore_disruptions:
-        # First among ours: a preempted pod may exit 137 after its grace period, and must
-        # be ignored before the exit-code rule could fail the Job for it.
-        ours.append(
-            (fp.ignore_disruptions_rule(), "ignore-disruptions", "Ignore on DisruptionTarget")
-        )
-    if policy.fail_non_retriable:
-        codes = list(policy.retriable_exit_codes)
-        action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
-        ours.append(
-            (
-                fp.non_retriable_rule(policy.retriable_exit_codes, action),
-                "fail-non-retriable",
-                f"{action} on exit codes NotIn {codes}",
-            )
-        )
+    ours = our_rules(policy, pod_spec)
     if ours:
-        merged, added = fp.merge(_rules(spec), [rule for rule, _, _ in ours])
+        merged, added = fp.merge(_rules(spec), [rule for rule, _ in ours])
         if added:
             pfp = spec.get("podFailurePolicy")
             if not isinstance(pfp, dict):
                 pfp = spec["podFailurePolicy"] = {}
             pfp["rules"] = merged
             added_ids = {id(r) for r in added}  # merge places our rule objects as they are
-            for rule, name, text in ours:
-                if id(rule) in added_ids:
+            for name in ("ignore-disruptions", "fail-non-retriable"):
+                rules = [rule for rule, by in ours if by == name and id(rule) in added_ids]
+                if rules:
                     out.changed(
-                        f"retry-policy: added podFailurePolicy rule {text} ({name})",
+                        f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
                         policy.setting(name),
                     )
             if spec.get("podReplacementPolicy") == "TerminatingOrFailed":

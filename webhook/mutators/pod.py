@@ -15,7 +15,14 @@ from typing import Any
 
 from webhook import podspec
 from webhook.attempts import AttemptLookup
-from webhook.mutators import Context, Outcome, has_policy_annotations, pod_policy, register
+from webhook.mutators import (
+    Context,
+    Outcome,
+    controller_of,
+    has_policy_annotations,
+    pod_policy,
+    register,
+)
 from webhook.owned import Owned
 from webhook.policy import (
     APPLIED,
@@ -29,14 +36,6 @@ from webhook.problems import Problem
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 #: Set by JobSet on its child Jobs and their pods: the JobSet's ``status.restarts``.
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-
-
-def controller_of(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = metadata.get("ownerReferences")
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, dict) and ref.get("controller") is True:
-            return ref
-    return None
 
 
 class PodMutator:
