@@ -487,11 +487,20 @@ UPDATE_CHANGES_POLICY_CEL = (
 )
 
 
-# ... or a CronJob UPDATE that changes its jobTemplate (its future Jobs need the policy).
+# ... or a CronJob UPDATE that changes its jobTemplate (its future Jobs need the policy),
+# or an annotated Job, RayJob or PyTorchJob whose retry budget changes.
 UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL = (
     UPDATE_CHANGES_POLICY_CEL + " || (request.kind.kind == 'CronJob' && "
     "has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || "
-    "object.spec.jobTemplate != oldObject.spec.jobTemplate))"
+    "object.spec.jobTemplate != oldObject.spec.jobTemplate)) || "
+    f"({HAS_POLICY_CEL} && ((request.kind.kind in ['Job', 'RayJob'] && "
+    "(has(object.spec.backoffLimit) ? object.spec.backoffLimit : -1) != "
+    "(has(oldObject.spec.backoffLimit) ? oldObject.spec.backoffLimit : -1)) || "
+    "(request.kind.kind == 'PyTorchJob' && "
+    "((has(object.spec.runPolicy) && has(object.spec.runPolicy.backoffLimit)) ? "
+    "object.spec.runPolicy.backoffLimit : -1) != "
+    "((has(oldObject.spec.runPolicy) && has(oldObject.spec.runPolicy.backoffLimit)) ? "
+    "oldObject.spec.runPolicy.backoffLimit : -1))))"
 )
 
 
@@ -567,6 +576,18 @@ def _cron(annotations: dict[str, str] | None, parallelism: int, suspend: bool = 
     return obj
 
 
+def _budget(kind: str, annotations: dict[str, str] | None, limit: int | None) -> dict:
+    """A Job, RayJob or PyTorchJob with its retry budget (``None``: unset)."""
+    obj = _obj(annotations)
+    obj["kind"] = kind
+    if limit is not None:
+        if kind == "PyTorchJob":
+            obj["spec"] = {"runPolicy": {"backoffLimit": limit}}
+        else:
+            obj["spec"] = {"backoffLimit": limit}
+    return obj
+
+
 OURS = {PREFIX + "backoff-limit": "3"}
 MIRROR = {"kubernetes.io/config.mirror": "abc", **OURS}
 JOB_OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}]
@@ -612,6 +633,42 @@ CEL_SCENARIOS = [
     ("workloads.mutate", "UPDATE", _cron(None, 2), _cron(None, 1), True),
     ("workloads.mutate", "UPDATE", _cron(OURS, 1, suspend=True), _cron(OURS, 1), False),
     ("workloads.validate", "UPDATE", _cron(OURS, 1, suspend=True), _cron(OURS, 1), False),
+    # An annotated workload's retry budget changed: checked against its annotations.
+    ("workloads.validate", "UPDATE", _budget("Job", OURS, 1), _budget("Job", OURS, 3), True),
+    ("workloads.validate", "UPDATE", _budget("RayJob", OURS, 1), _budget("RayJob", OURS, 3), True),
+    (
+        "workloads.validate",
+        "UPDATE",
+        _budget("RayJob", OURS, 1),
+        _budget("RayJob", OURS, None),
+        True,
+    ),
+    (
+        "workloads.validate",
+        "UPDATE",
+        _budget("PyTorchJob", OURS, 1),
+        _budget("PyTorchJob", OURS, 3),
+        True,
+    ),
+    (
+        "workloads.validate",
+        "UPDATE",
+        _budget("PyTorchJob", OURS, None),
+        _budget("PyTorchJob", OURS, 3),
+        True,
+    ),
+    # ... but not when it is unchanged, nor on an object without our annotations.
+    ("workloads.validate", "UPDATE", _budget("Job", OURS, 3), _budget("Job", OURS, 3), False),
+    ("workloads.validate", "UPDATE", _budget("Job", None, 1), _budget("Job", None, 3), False),
+    (
+        "workloads.validate",
+        "UPDATE",
+        _budget("PyTorchJob", OURS, 3),
+        _budget("PyTorchJob", OURS, 3),
+        False,
+    ),
+    # A JobSet's budget (maxRestarts, in its immutable failurePolicy) is not looked at.
+    ("workloads.validate", "UPDATE", _budget("JobSet", OURS, 1), _budget("JobSet", OURS, 3), False),
 ]
 
 

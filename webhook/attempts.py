@@ -32,11 +32,14 @@ JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 @dataclass(frozen=True)
 class AttemptLookup:
-    """Counted failures so far (``None``: unknown) and where the number came from."""
+    """Counted failures so far (``None``: unknown) and where the number came from; for a
+    Job's pods, also the Job's current ``spec.backoffLimit`` (``budget``), which may have
+    been changed since the pod template was written (the field is mutable)."""
 
     failures: int | None
     source: str
     reason: str = ""
+    budget: int | None = None
 
 
 class AttemptSource(Protocol):
@@ -60,6 +63,23 @@ def job_failed_count(job: Mapping[str, Any]) -> int:
     failed = status.get("failed") or 0
     uncounted = (status.get("uncountedTerminatedPods") or {}).get("failed") or []
     return int(failed) + len(uncounted)
+
+
+NON_SPOT_ANNOTATION = "retry-policy.dev/non-spot-attempts"
+
+
+def placement_budget(job: Mapping[str, Any]) -> int | None:
+    """The Job's ``backoffLimit``, kept for Jobs whose pods are placed by it: a template
+    with ``non-spot-attempts`` and no per-index budget (pods of those count their index's
+    failures, against ``backoffLimitPerIndex``, which is immutable)."""
+    spec = job.get("spec") or {}
+    if not isinstance(spec, dict) or spec.get("backoffLimitPerIndex") is not None:
+        return None
+    annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations")
+    if not isinstance(annotations, dict) or NON_SPOT_ANNOTATION not in annotations:
+        return None
+    limit = spec.get("backoffLimit")
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
 def _ignore_rules(job: Mapping[str, Any]) -> tuple | None:
@@ -178,6 +198,8 @@ class JobCache:
         self.breaker_seconds = breaker_seconds
         self._lock = threading.Lock()
         self._jobs: dict[str, int] = {}
+        #: ``placement_budget`` of the Jobs that have one.
+        self._budgets: dict[str, int] = {}
         self._rules: dict[str, tuple] = {}
         self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
@@ -233,6 +255,7 @@ class JobCache:
     def _reset_jobs(self) -> None:
         with self._lock:
             self._jobs.clear()
+            self._budgets.clear()
             self._rules.clear()
             self._rule_sets.clear()
 
@@ -254,9 +277,15 @@ class JobCache:
         with self._lock:
             if kind == "DELETED":
                 self._jobs.pop(uid, None)
+                self._budgets.pop(uid, None)
                 self._rules.pop(uid, None)
                 return
             self._jobs[uid] = job_failed_count(job)
+            budget = placement_budget(job)
+            if budget is None:
+                self._budgets.pop(uid, None)
+            else:
+                self._budgets[uid] = budget
             rules = _ignore_rules(job)
             if rules is None:
                 self._rules.pop(uid, None)
@@ -296,9 +325,10 @@ class JobCache:
         with self._lock:
             failed = self._jobs.get(uid)
             pods = self._pod_counts.get(uid, 0)
+            budget = self._budgets.get(uid)
         if failed is not None:
             self._counters["hits"] += 1
-            return AttemptLookup(max(failed, pods), "Job status (cache)")
+            return AttemptLookup(max(failed, pods), "Job status (cache)", budget=budget)
         self._counters["misses"] += 1
         return self._fallback(namespace, name, uid, pods)
 
@@ -320,7 +350,9 @@ class JobCache:
             return AttemptLookup(None, "none", f"Job {namespace}/{name} unreadable: {_short(err)}")
         if (job.get("metadata") or {}).get("uid") != uid:
             return AttemptLookup(None, "none", f"Job {namespace}/{name} was replaced")
-        return AttemptLookup(max(job_failed_count(job), pods), "Job status (API)")
+        return AttemptLookup(
+            max(job_failed_count(job), pods), "Job status (API)", budget=placement_budget(job)
+        )
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

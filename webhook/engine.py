@@ -221,7 +221,7 @@ def validate(request: Request, config: Config) -> Verdict:
         return Verdict()
     if not _evaluates(mutator, request):
         if request.operation == "UPDATE":
-            return _validate_update(request, obj)
+            return _validate_update(request, obj, mutator)
         return Verdict()
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
     if not mutator.applies(obj, ctx):
@@ -309,22 +309,29 @@ def _unapplied(outcome: Outcome) -> list[Problem]:
     ]
 
 
-def _validate_update(request: Request, obj: Mapping[str, Any]) -> Verdict:
-    """On UPDATE only our annotations can change: check them, and say they come too late."""
-    new = _ours(obj)
-    old = _ours(request.old_object or {})
-    if new == old:
-        return Verdict()
-    scope = Scope.POD if request.kind.kind == "Pod" else Scope.WORKLOAD
-    _, problems = parse_annotations(new, scope)
+def _validate_update(request: Request, obj: Mapping[str, Any], mutator: Any) -> Verdict:
+    """On UPDATE the policy is not applied again (``podFailurePolicy`` and a Job's pod
+    template are immutable). Changed annotations are checked, and said to come too late
+    for this object; a changed retry budget (mutable: a Job's ``backoffLimit``, a RayJob's,
+    a PyTorchJob's) must still agree with the object's annotations
+    (``mutator.check_update``)."""
+    old_obj = request.old_object or {}
+    check = getattr(mutator, "check_update", None)
+    problems, warnings, current = check(obj, old_obj) if check is not None else ([], [], set())
+    new, old = _ours(obj), _ours(old_obj)
+    if new != old:
+        scope = Scope.POD if request.kind.kind == "Pod" else Scope.WORKLOAD
+        _, parsed = parse_annotations(new, scope)
+        problems = [*parsed, *problems]
+        changed = {k for k in new.keys() | old.keys() if new.get(k) != old.get(k)}
+        if changed - {PREFIX + name for name in current}:
+            warnings.append(
+                f"retry-policy: {request.kind.kind} already exists; changed retry-policy "
+                "annotations apply to objects created from now on, not to this one"
+            )
     if problems:
         return _deny(problems, [])
-    return Verdict(
-        warnings=[
-            f"retry-policy: {request.kind.kind} already exists; changed retry-policy annotations "
-            "apply to objects created from now on, not to this one"
-        ]
-    )
+    return Verdict(warnings=warnings)
 
 
 def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:

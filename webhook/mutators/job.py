@@ -103,6 +103,19 @@ class WorkloadMutator:
         """Check and apply ``policy`` to this kind; return it as resolved against the spec."""
         raise NotImplementedError
 
+    def budget_field(self, obj: Mapping[str, Any]) -> LimitField | None:
+        """Where this kind keeps a retry budget that may be changed after creation (its
+        UPDATE is checked: ``check_update``); ``None`` when there is none."""
+        return None
+
+    def check_update(self, obj: Mapping[str, Any], old: Mapping[str, Any]) -> UpdateCheck:
+        """On UPDATE: a changed retry budget must still agree with the object's own
+        ``backoff-limit`` annotation, as it must at creation."""
+        field = self.budget_field(obj)
+        if field is None:
+            return [], [], set()
+        return check_budget_update(obj, old, field)
+
 
 class JobMutator(WorkloadMutator):
     group = "batch"
@@ -118,6 +131,25 @@ class JobMutator(WorkloadMutator):
             out.problems.append(Problem("spec", "a Job needs a spec"))
             return policy
         return apply_job_spec(job, ("spec",), spec, policy, ctx, out)
+
+    def budget_field(self, job: Mapping[str, Any]) -> LimitField | None:
+        """``spec.backoffLimit``, the one budget field the API lets change
+        (``ValidateJobSpecUpdate``: backoffLimitPerIndex and podFailurePolicy are
+        immutable); a per-index Job's annotation is its immutable per-index budget, and the
+        Jobs of a CronJob or JobSet follow their parent's policy."""
+        spec = job.get("spec")
+        if made_from_template(job.get("metadata")) or not isinstance(spec, dict):
+            return None
+        if spec.get("backoffLimitPerIndex") is not None:
+            return None
+        return job_limit_field(("spec",), spec)
+
+    def check_update(self, job: Mapping[str, Any], old: Mapping[str, Any]) -> UpdateCheck:
+        problems, warnings, current = super().check_update(job, old)
+        field = self.budget_field(job)
+        if field is not None and get_path(job, field.path) != get_path(old, field.path):
+            problems.extend(_non_spot_update(job, old, field, warnings))
+        return problems, warnings, current
 
 
 register(JobMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
@@ -190,6 +222,71 @@ def job_limit_field(
         return LimitField((*path, "backoffLimitPerIndex"), None, None)
     api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
     return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
+
+
+#: What an UPDATE check finds: problems (the update is denied), warnings, and the names
+#: of changed annotations that now describe this object (not only objects made later).
+UpdateCheck = tuple[list[Problem], list[str], set[str]]
+
+
+def check_budget_update(
+    obj: Mapping[str, Any], old: Mapping[str, Any], field: LimitField
+) -> UpdateCheck:
+    """A budget field changed by an UPDATE against the object's ``backoff-limit``
+    annotation: they must agree (change both, or remove the annotation), or the
+    annotation and ``retry-policy.dev/applied`` would promise a budget the controller no
+    longer enforces."""
+    new, before = get_path(obj, field.path), get_path(old, field.path)
+    if new == before:
+        return [], [], set()
+    values, _ = parse_annotations(mapping(obj.get("metadata")).get("annotations"), Scope.WORKLOAD)
+    if "backoff-limit" not in values:
+        return [], [], set()
+    effective = new if isinstance(new, int) else field.absent
+    if values["backoff-limit"] == effective:
+        return [], [], {"backoff-limit"}
+    problem = Problem(
+        f"annotation {PREFIX}backoff-limit",
+        f"{values['backoff-limit']} contradicts {field.name}: {new} (changed from {before}); "
+        "change the annotation with it, or remove the annotation",
+        "contradiction",
+    )
+    return [problem], [], set()
+
+
+def _non_spot_update(
+    job: Mapping[str, Any], old: Mapping[str, Any], field: LimitField, warnings: list[str]
+) -> list[Problem]:
+    """A Job whose pods are placed by ``non-spot-attempts``: its pods read the Job's
+    backoffLimit when they are created (``mutators.pod``), so placement follows the
+    change; only more non-spot attempts than the new budget has is refused, as at
+    creation (when annotated; with a value from a default every attempt goes to
+    non-spot nodes, with a warning)."""
+    template = get_path(job, ("spec", "template", "metadata", "annotations"))
+    pod_values, _ = parse_annotations(template if isinstance(template, dict) else None, Scope.POD)
+    n = pod_values.get("non-spot-attempts")
+    new = get_path(job, field.path)
+    if not n or not isinstance(new, int):
+        return []
+    change = f"{field.name} {get_path(old, field.path)} -> {new}"
+    attempts = new + 1
+    if n <= attempts:
+        warnings.append(
+            f"retry-policy: {change}: the Job's next pods place the last {n} of "
+            f"{attempts} attempts on non-spot nodes"
+        )
+        return []
+    annotated, _ = parse_annotations(
+        mapping(job.get("metadata")).get("annotations"), Scope.WORKLOAD
+    )
+    message = (
+        f"{n} is more than the {attempts} attempts {field.name} {new} + 1 allows "
+        f"(changed from {get_path(old, field.path)}); accepted: 0 to {attempts}"
+    )
+    if "non-spot-attempts" in annotated:
+        return [Problem(f"annotation {PREFIX}non-spot-attempts", message, "too-many-non-spot")]
+    warnings.append(f"retry-policy: {change}: every attempt will run on non-spot nodes")
+    return []
 
 
 def get_path(obj: Any, path: Sequence[str | int]) -> Any:

@@ -132,6 +132,11 @@ class PodMutator:
             )
             return None
         failures = lookup.failures
+        if lookup.budget is not None:
+            # The Job's backoffLimit now: it may have been changed since the template's
+            # backoff-limit was written, and the last attempts are the last of the budget
+            # the Job controller enforces (``exceedsBackoffLimit`` reads the live spec).
+            attempts = lookup.budget + 1
         non_spot = failures >= attempts - n
         record = {"attempt": failures, "attempts": attempts, "nonSpot": non_spot}
         if not non_spot:

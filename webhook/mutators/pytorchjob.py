@@ -56,6 +56,9 @@ class PyTorchJobMutator(WorkloadMutator):
     group = "kubeflow.org"
     kind = KIND
 
+    def budget_field(self, obj: Mapping[str, Any]) -> LimitField | None:
+        return BACKOFF
+
     def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         replicas = get_path(job, ("spec", "pytorchReplicaSpecs"))
         if not isinstance(replicas, dict) or not replicas:

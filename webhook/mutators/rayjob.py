@@ -51,6 +51,9 @@ class RayJobMutator(WorkloadMutator):
     group = "ray.io"
     kind = KIND
 
+    def budget_field(self, obj: Mapping[str, Any]) -> LimitField | None:
+        return BACKOFF
+
     def apply(self, rayjob: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         spec = rayjob.get("spec")
         if not isinstance(spec, dict):

@@ -179,10 +179,13 @@ request.operation != 'UPDATE' || (has(object.metadata.annotations) && object.met
 {{/*
 Workloads: the same, and also a CronJob UPDATE that changes its jobTemplate (the Jobs it
 creates from then on must carry the policy, so the template is mutated and checked
-again). The kind test comes first: other kinds have no spec.jobTemplate.
+again), and an UPDATE of an annotated Job, RayJob or PyTorchJob that changes its retry
+budget (mutable: it must still agree with the retry-policy.dev/backoff-limit annotation,
+and a Job's non-spot-attempts must still fit it). The kind tests come first: other kinds
+have no such fields (a false && stops CEL before a missing field is read).
 */}}
 {{- define "rpw.cel.updateChangesPolicyOrJobTemplate" -}}
-{{ include "rpw.cel.updateChangesPolicy" . }} || (request.kind.kind == 'CronJob' && has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || object.spec.jobTemplate != oldObject.spec.jobTemplate))
+{{ include "rpw.cel.updateChangesPolicy" . }} || (request.kind.kind == 'CronJob' && has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || object.spec.jobTemplate != oldObject.spec.jobTemplate)) || ({{ include "rpw.cel.hasPolicyAnnotation" . }} && ((request.kind.kind in ['Job', 'RayJob'] && (has(object.spec.backoffLimit) ? object.spec.backoffLimit : -1) != (has(oldObject.spec.backoffLimit) ? oldObject.spec.backoffLimit : -1)) || (request.kind.kind == 'PyTorchJob' && ((has(object.spec.runPolicy) && has(object.spec.runPolicy.backoffLimit)) ? object.spec.runPolicy.backoffLimit : -1) != ((has(oldObject.spec.runPolicy) && has(oldObject.spec.runPolicy.backoffLimit)) ? oldObject.spec.runPolicy.backoffLimit : -1))))
 {{- end -}}
 
 {{/*
