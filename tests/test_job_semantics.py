@@ -458,8 +458,9 @@ RAYJOB_OWNER = {
 
 
 def submitter_job():
-    """KubeRay's submitter Job: owned by its RayJob, backoffLimit 2 so that ``ray job
-    submit`` is tried three times (ray-operator's getSubmitterTemplate)."""
+    """KubeRay's submitter Job: backoffLimit 2 so that ``ray job submit`` is tried three
+    times, and a controller reference to its RayJob (ray-operator's rayjob_controller.go,
+    ``ctrl.SetControllerReference`` when it creates the Job)."""
     obj = job(spec={"backoffLimit": 2})
     obj["metadata"]["name"] = "tune"
     obj["metadata"]["labels"] = {"ray.io/originated-from-crd": "RayJob"}
@@ -496,9 +497,10 @@ def test_annotations_on_a_controllers_job_still_count():
 @pytest.mark.parametrize(
     "owner",
     [
-        # Kubeflow Trainer v2: a TrainJob's JobSet.
+        # Kubeflow Trainer v2: a TrainJob's JobSet (its jobset plugin's
+        # SetControllerReference).
         {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"},
-        # The MPI operator's launcher Job.
+        # The MPI operator's launcher Job (newLauncherJob: NewControllerRef).
         {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob"},
     ],
 )

@@ -151,11 +151,10 @@ def controller_of(metadata: Any) -> dict[str, Any] | None:
 def default_layers(metadata: Any, ctx: Context) -> list[Layer]:
     """The admin's layers (namespace override, cluster defaults) under an object's own
     annotations: none for an object a controller made (KubeRay's submitter Job, an MPI
-    launcher, a Trainer JobSet, a Flyte task's workload). Such a controller chose that
-    object's retry semantics (KubeRay tries ``ray job submit`` three times, a Flyte
-    task's retries are Flyte's), and a default written for what people submit would
-    silently change them; the workload the person submitted got the defaults at its own
-    admission. Annotations on the object itself still count."""
+    launcher Job, a Trainer TrainJob's JobSet). Such a controller chose that object's
+    retry behaviour (KubeRay tries ``ray job submit`` three times), and a default written
+    for what people submit would silently change it; the workload the person submitted
+    got the defaults at its own admission. Annotations on the object itself still count."""
     return [] if controller_of(metadata) is not None else ctx.config.layers(ctx.namespace)
 
 
