@@ -696,6 +696,11 @@ def _check_rule_count(
     When yours and ours together have more, settings from admin defaults are skipped
     first, the last-added first, until the rest fit (a default never breaks a valid
     object); if the rules of settings you annotated still do not fit, they are denied."""
+    most = int(policy.ignore_disruptions)
+    if policy.fail_non_retriable:
+        most += len(fp.app_containers(pod_spec)) or 1
+    if len(user_rules) + most <= fp.MAX_RULES:
+        return policy  # (the common case: no merge needed to know)
     while True:
         ours = our_rules(policy, pod_spec)
         merged, added = fp.merge(user_rules, [rule for rule, _ in ours])
