@@ -957,3 +957,52 @@ def test_server_leaves_an_empty_term_empty(server):
     ]["nodeSelectorTerms"]
     assert terms[0] == {"matchExpressions": []}
     assert terms[1]["matchExpressions"][1:] == NON_SPOT
+
+
+# --- what the README says of the API server and the CronJob controller --------------------
+
+
+def test_the_dry_run_defaults_are_set_defaults_job():
+    # upstream: SetDefaults_Job and SetDefaults_PodFailurePolicyOnPodConditionsPattern
+    # (pkg/apis/batch/v1/defaults.go): what a Job has when a webhook first sees it.
+    from webhook import defaults
+
+    plain = {"spec": {"template": {"spec": {"containers": []}}}}
+    defaults.default_job(plain)
+    assert {k: plain["spec"][k] for k in ("backoffLimit", "podReplacementPolicy")} == {
+        "backoffLimit": 6,
+        "podReplacementPolicy": "TerminatingOrFailed",
+    }
+    assert (plain["spec"]["completions"], plain["spec"]["parallelism"]) == (1, 1)
+    assert plain["spec"]["manualSelector"] is False and plain["spec"]["suspend"] is False
+    condition = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    indexed = {
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 2,
+            "backoffLimitPerIndex": 1,
+            "podFailurePolicy": {"rules": [condition]},
+            "template": {"spec": {"containers": []}},
+        }
+    }
+    defaults.default_job(indexed)
+    assert indexed["spec"]["backoffLimit"] == 2_147_483_647
+    assert indexed["spec"]["podReplacementPolicy"] == "Failed"
+    assert condition["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+
+
+def test_a_cronjobs_job_is_left_to_the_policy_of_its_template():
+    # upstream: getJobFromTemplate2 (pkg/controller/cronjob/utils.go) copies the
+    # jobTemplate's annotations and spec into the Job and sets a controller reference to
+    # the CronJob; the policy was applied to that template, and defaults do not apply
+    # again to what a controller made.
+    from test_cronjob import job_from
+
+    _, template = mutate(cronjob({P + "fail-non-retriable": "true"}), DEFAULTS)
+    made = job_from(template)
+    verdict, out = mutate(made, DEFAULTS)
+    assert verdict.allowed and verdict.patch == [] and out == made
+    assert rules_of(made) == [
+        fp.ignore_disruptions_rule(),
+        fp.non_retriable_rule([143], "FailJob", "eval"),
+    ]
