@@ -8,8 +8,6 @@ import json
 import pytest
 from conftest import FULL, P, job, job_owner, pod
 from workloads import (
-    STRATEGY,
-    WORKER_NAME,
     FixedAttempts,
     admitted,
     assert_idempotent,
@@ -75,11 +73,10 @@ def test_full_policy():
         ]
         pod_spec = spec["template"]["spec"]
         assert pod_spec["restartPolicy"] == "Never"
-        assert pod_spec["containers"][0]["env"] == [WORKER_NAME, STRATEGY]
+        assert "env" not in pod_spec["containers"][0]
         assert spec["template"]["metadata"]["annotations"] == {
             P + "backoff-limit": "3",
             P + "non-spot-attempts": "1",
-            P + "error-propagation": "earliest",
         }
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["backoffLimit"] == 3
     assert verdict.warnings[:2] == [
@@ -504,7 +501,6 @@ def test_pods_from_a_mutated_jobset_get_placed_on_the_last_run():
     template = child(mutated, 1)["template"]
     obj = pod(template["metadata"]["annotations"], owner=job_owner())
     obj["metadata"]["labels"] = {RESTART_ATTEMPT: "3"}
-    obj["spec"]["containers"][0]["env"] = copy.deepcopy(template["spec"]["containers"][0]["env"])
     verdict, out = mutate(obj, attempts=FixedAttempts(0))
     assert terms(out) == NON_SPOT
     assert verdict.warnings[0].startswith("retry-policy: attempt 4 of 4")

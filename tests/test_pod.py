@@ -224,18 +224,39 @@ def test_pod_non_spot_needs_backoff_limit():
     assert "needs retry-policy.dev/backoff-limit" in verdict.message
 
 
-def test_pod_error_propagation():
-    verdict, out = mutate(pod({P + "error-propagation": "earliest"}))
+PYTORCHJOB_OWNER = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "name": "finetune",
+    "uid": "pt-uid-1",
+    "controller": True,
+}
+
+
+def test_pod_error_propagation_only_in_a_pytorchjobs_pods():
+    # upstream: with FLYTE_INTERNAL_DIST_ERROR_STRATEGY set, flytekit writes error-<uuid>.pb
+    # (_build_error_file_name in flytekit/bin/entrypoint.py); Flyte reads those for PyTorch
+    # tasks only (pytorchOperatorResourceHandler.GetProperties, flyteplugins kfoperators).
+    verdict, out = mutate(pod({P + "error-propagation": "earliest"}, owner=PYTORCHJOB_OWNER))
     env = out["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env] == [
         "FLYTE_INTERNAL_WORKER_NAME",
         "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
     ]
-    # A bare pod was written by a person: it gets the pointer to explain as well.
     assert verdict.warnings == [
         "retry-policy: error-propagation env vars added to containers main",
-        engine.EXPLAIN_HINT,
     ]
+    # A Flyte container task's pod (or any pod no PyTorchJob owns) would lose its error.
+    verdict, out = mutate(pod({P + "error-propagation": "earliest"}, owner=job_owner()))
+    assert verdict.allowed and "env" not in out["spec"]["containers"][0]
+    assert verdict.warnings[0].startswith(
+        "retry-policy: not applied to this pod: annotation retry-policy.dev/error-propagation: "
+        "cannot apply to a Pod that no PyTorchJob owns"
+    )
+    # A bare pod was written by a person: denied, as a workload is.
+    verdict, _ = mutate(pod({P + "error-propagation": "earliest"}))
+    assert not verdict.allowed
+    assert "error-<uuid>.pb instead of error.pb" in verdict.message
 
 
 def test_pod_without_annotations_skips_the_cache():

@@ -23,10 +23,13 @@ counting of the controller that owns the kind:
 - RayJob (KubeRay ``checkBackoffLimitAndUpdateStatusIfNeeded``): a failed attempt is
   retried on a new RayCluster while ``status.failed < backoffLimit + 1``, whatever failed;
   the RayJob's own ``status.reason`` (AppFailed when the Ray job itself failed) stays.
-- PyTorchJob (Kubeflow training operator): ``restartPolicy: ExitCode`` fails the job on
-  exit codes 1-127 of the container named ``pytorch`` and replaces the pod otherwise;
-  OnFailure and Always restart containers in place and count the restarts; Never fails
-  the job at the first failed pod. Every way to fail reports PyTorchJobFailed.
+- PyTorchJob (Kubeflow training operator, release-1.9 ``ReconcileJobs`` and
+  ``PastBackoffLimit``): ``restartPolicy: ExitCode`` fails the job on exit codes 1-127 of
+  the container named ``pytorch`` and replaces the pod otherwise, with no limit unless
+  ``runPolicy.backoffLimit`` is 0 (kubeflow/trainer#2045); OnFailure and Always restart
+  containers in place and count the restarts of running pods, while a pod that fails as a
+  whole is replaced uncounted (unless the limit is 0); Never fails the job at the first
+  failed pod. Every way to fail reports PyTorchJobFailed.
 """
 
 from __future__ import annotations
@@ -683,7 +686,9 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     pod_spec = mapping(get_path(replicas.get(primary), ("template", "spec")))
     names = container_names(pod_spec)
     containers = sorted(names, key=lambda n: n != pytorchjob.DEFAULT_CONTAINER)
-    budget = limit if limit is not None else INT32_MAX
+    # Under ExitCode only a limit of 0 is enforced (kubeflow/trainer#2045).
+    enforced = limit if policy_name != "ExitCode" or limit == 0 else None
+    budget = enforced if enforced is not None else INT32_MAX
     rules, label = _pytorch_rules(policy_name)
     if rules:
         line = RuleLine(
@@ -694,7 +699,7 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
         "When a pod fails, the training operator checks its replica's restartPolicy "
         f"({primary}: {policy_name}):"
     )
-    item.no_match = _pytorch_no_match(policy_name, limit)
+    item.no_match = _pytorch_no_match(policy_name, enforced)
     item.simulator = JobSimulator(
         rules,
         budget,
@@ -709,9 +714,10 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
         limit_reason=PYTORCH_FAILED,
         action_names={"FailJob": label},
         limit_field="runPolicy.backoffLimit",
+        replaced_pods_count=False,
     )
     item.examples = item.simulator.examples()[:4]  # the common ones, not the rule's own codes
-    if limit is not None and policy_name in ("ExitCode", "Never"):
+    if enforced is not None and policy_name in ("ExitCode", "Never"):
         item.plan = build_plan(
             "spec.runPolicy.backoffLimit",
             0 if policy_name == "Never" else limit,
@@ -774,10 +780,14 @@ def _pytorch_no_match(policy_name: str, limit: int | None) -> str:
         )
     if policy_name == "Never":
         return ""
+    whole = (
+        "fails the PyTorchJob"
+        if limit == 0
+        else "is replaced without counting, and its restarts are forgotten"
+    )
     return (
         f"with restartPolicy {policy_name}, a failed container restarts inside its pod and "
-        f"every restart {counts}; a pod that fails as a whole (evicted, preempted) is "
-        "replaced and counts too"
+        f"every restart {counts}; a pod that fails as a whole (evicted, preempted) {whole}"
     )
 
 
@@ -793,12 +803,31 @@ def _pytorch_budget(limit: int | None, origin: str, policy_name: str, who: str) 
             f"The {rp}, and runPolicy.backoffLimit is not set ({origin}): the training "
             "operator retries failed pods without limit."
         )
+    if policy_name == "ExitCode" and limit == 0:
+        return (
+            f"runPolicy.backoffLimit is 0 ({origin}), and the {rp}: the first failed pod "
+            f"fails the PyTorchJob (reason {PYTORCH_FAILED}), whatever its exit code."
+        )
+    if policy_name == "ExitCode":
+        return (
+            f"runPolicy.backoffLimit is {limit} ({origin}), but the {rp}, under which the "
+            "training operator never enforces it (kubeflow/trainer#2045: it counts only "
+            "container restarts, and ExitCode replaces failed pods instead): failed pods "
+            "are retried without limit; only runPolicy.activeDeadlineSeconds stops them."
+        )
     if policy_name in ("OnFailure", "Always"):
-        runs = "the first restart fails it" if limit == 0 else f"restart number {limit} fails it"
+        if limit == 0:
+            return (
+                f"runPolicy.backoffLimit is 0 ({origin}), and the {rp}: the first restart of "
+                f"a container, or the first pod to fail, fails the PyTorchJob (reason "
+                f"{PYTORCH_FAILED})."
+            )
         return (
             f"runPolicy.backoffLimit is {limit} ({origin}), and the {rp}: a failed container "
             "restarts inside its pod, and the training operator counts the restarts of all "
-            f"pods together: {runs} (reason {PYTORCH_FAILED})."
+            f"running pods together: restart number {limit} fails it (reason "
+            f"{PYTORCH_FAILED}). A pod that fails as a whole is replaced, uncounted, and "
+            "its restarts are no longer counted."
         )
     return (
         f"runPolicy.backoffLimit is {limit} ({origin}), and the {rp}: the training operator "
@@ -820,6 +849,11 @@ def _pytorch_notes(restart: Mapping[str, str], primary: str, policy: Policy) -> 
         notes.append(
             f"ExitCode also retries exit codes {pytorchjob.RETRIED_FROM}-255 that "
             "retriable-exit-codes does not list"
+        )
+    if policy.error_propagation:
+        notes.append(
+            "error-propagation needs Flyte's PyTorch plugin with "
+            "enable-distributed-error-aggregation: true; without it the task's error is lost"
         )
     notes.append(
         "ignore-disruptions and non-spot-attempts cannot apply to a PyTorchJob: the training "

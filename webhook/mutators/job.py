@@ -117,6 +117,7 @@ class JobMutator(WorkloadMutator):
         if not isinstance(spec, dict):
             out.problems.append(Problem("spec", "a Job needs a spec"))
             return policy
+        policy = check_error_propagation(policy, self.kind, out)
         return apply_job_spec(job, ("spec",), spec, policy, ctx, out)
 
 
@@ -340,6 +341,14 @@ def check_not_applicable(
         policy = not_applicable(
             policy, "on-non-retriable", kind, f"a {kind} has no completion indexes", out
         )
+    return policy
+
+
+def check_error_propagation(policy: Policy, kind: str, out: Outcome) -> Policy:
+    """``error-propagation`` outside a PyTorchJob would hide the task's errors
+    (``podspec.NOT_A_PYTORCHJOB``): denied when annotated, skipped when a default."""
+    if policy.error_propagation:
+        policy = not_applicable(policy, "error-propagation", kind, podspec.NOT_A_PYTORCHJOB, out)
     return policy
 
 

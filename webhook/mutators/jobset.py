@@ -36,6 +36,7 @@ from webhook.mutators.job import (
     LimitField,
     WorkloadMutator,
     apply_job_spec,
+    check_error_propagation,
     enforce_rail,
     get_path,
     job_limit_field,
@@ -94,6 +95,7 @@ class JobSetMutator(WorkloadMutator):
             )
             return policy
         _check_child_annotations(replicated, out)
+        policy = check_error_propagation(policy, self.kind, out)
         if policy.fail_non_retriable and policy.on_non_retriable == "fail-index":
             policy = not_applicable(
                 policy,
