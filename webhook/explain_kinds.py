@@ -34,7 +34,6 @@ counting of the controller that owns the kind:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +66,7 @@ from webhook.explain import (
     unmanaged_policy,
     walk,
 )
+from webhook.goregexp import Piece, Wild
 from webhook.mutators import items, mapping, pytorchjob, rayjob
 from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
@@ -76,6 +76,8 @@ from webhook.mutators.jobset import (
     JOBSET_DEFAULT_RESTART_POLICY,
     MAX_RESTARTS,
     RULE_NAME,
+    in_place_restart,
+    pattern_applies,
 )
 from webhook.policy import INT32_MAX, Policy
 
@@ -222,7 +224,16 @@ def _jobset_overview(
         f"Job that fails in the last run fails the JobSet (reason {MAX_REACHED}). Restarts "
         "by a rule with an ...AndIgnoreMaxRestarts action do not count." + inside
     )
+    if in_place_restart(subject.final):
+        item.budget += (
+            " restartStrategy InPlaceRestart: a pod that fails does not fail its Job "
+            "(backoffLimit 2147483647); JobSet restarts the whole set in place instead, and "
+            "each such restart counts against maxRestarts, as does any container's restart "
+            "count above it. Only a Job that fails (its podFailurePolicy) goes through the "
+            "rules below, and the set is then recreated."
+        )
     rules = failure_policy.get("rules") if isinstance(failure_policy.get("rules"), list) else []
+    item.notes.extend(unread_patterns(rules))
     user_fp = get_path(subject.original, ("spec", "failurePolicy", "rules"))
     item.rules = jobset_rule_lines(rules, user_fp if isinstance(user_fp, list) else [])
     item.rules_intro = (
@@ -304,11 +315,17 @@ def jobset_rule_lines(rules: Sequence[Any], user_rules: Sequence[Any]) -> list[R
 
 
 def jobset_rule_matches(
-    rule: Mapping[str, Any], reason: str, message: str, replicated: str
+    rule: Mapping[str, Any],
+    reason: str,
+    message: str,
+    replicated: str,
+    pod: Sequence[Piece] = (Wild(),),
 ) -> bool:
     """JobSet's ``ruleIsApplicable``: every list the rule has must match (an empty list
-    matches anything); message patterns are searched for (RE2, which Python's ``re``
-    agrees with on the patterns people write), and one that does not compile never matches."""
+    matches anything); message patterns are Go regexps searched for (``webhook.goregexp``),
+    with the pod's name in ``message`` (``<namespace>/<pod>``) standing for ``pod``: a
+    pattern matches when it does for some such pod. A pattern that cannot be read as Go
+    reads it is taken to match, as admission takes it (``unread_patterns`` says which)."""
     reasons = items(rule.get("onJobFailureReasons"))
     targets = items(rule.get("targetReplicatedJobs"))
     patterns = items(rule.get("onJobFailureMessagePatterns"))
@@ -316,14 +333,35 @@ def jobset_rule_matches(
         return False
     if targets and replicated not in targets:
         return False
-    return not patterns or any(_search(str(p), message) for p in patterns)
+    pieces = message_pieces(message, pod)
+    return not patterns or any(pattern_applies(p, pieces)[0] for p in patterns)
 
 
-def _search(pattern: str, text: str) -> bool:
-    try:
-        return re.search(pattern, text) is not None
-    except re.error:
-        return False
+#: How ``failjob_message`` shows the failed pod, which is known only at run time.
+POD_PLACEHOLDER = "<namespace>/<pod>"
+
+
+def message_pieces(message: str, pod: Sequence[Piece]) -> list[Piece]:
+    if POD_PLACEHOLDER not in message:
+        return [message]
+    before, after = message.split(POD_PLACEHOLDER, 1)
+    return [before, *pod, after]
+
+
+def unread_patterns(rules: Sequence[Any]) -> list[str]:
+    """One note per message pattern explain cannot read as JobSet's Go regexp does."""
+    notes = []
+    for number, rule in enumerate(rules, 1):
+        for pattern in (
+            items(rule.get("onJobFailureMessagePatterns")) if isinstance(rule, dict) else []
+        ):
+            _, why = pattern_applies(pattern, [""])
+            if why:
+                notes.append(
+                    f"rule {number}'s message pattern /{pattern}/ cannot be read as JobSet's Go "
+                    f"regexp reads it ({why}): taken to match, as admission takes it"
+                )
+    return notes
 
 
 def _replicated_job(
@@ -338,16 +376,27 @@ def _replicated_job(
     name = _name(rjob, index)
     item = subject.header(f"replicatedJob {name}")
     item.changes = []  # listed once, with the JobSet
-    item.budget = _child_budget(view, set_policy, failure_policy is not None)
+    in_place = in_place_restart(subject.final)
+    item.budget = _child_budget(view, set_policy, failure_policy is not None, in_place)
     item.rules = view.rule_lines()
     item.no_match = view.no_match()
     max_restarts = _int(mapping(failure_policy).get("maxRestarts")) or 0
     rules = mapping(failure_policy).get("rules")
+    metadata = mapping(subject.final.get("metadata"))
+    namespace = metadata.get("namespace") or subject.ctx.namespace
+    jobset_name = metadata.get("name")
+    # Pods of this replicated Job: <namespace>/<jobset>-<replicatedJob>-<job>-<index>-<random>.
+    pod: list[Piece] = [namespace if isinstance(namespace, str) and namespace else Wild(), "/"]
+    if isinstance(jobset_name, str) and jobset_name:
+        pod.append(f"{jobset_name}-{name}-")
+    pod.append(Wild())
     simulator = JobSetSimulator(
         view.simulator(),
         rules=(rules if isinstance(rules, list) else []) if failure_policy is not None else None,
         max_restarts=max_restarts,
         replicated=name,
+        pod=pod,
+        in_place=in_place,
     )
     item.simulator = simulator
     item.examples = simulator.examples()
@@ -369,14 +418,24 @@ def _replicated_job(
             f"the JobSet fails ({MAX_REACHED})",
             unit="run",
         )
-    item.notes.extend(_child_notes(rjob, view, defaulted_restart))
+    item.notes.extend(_child_notes(rjob, view, defaulted_restart, in_place))
     return item
 
 
-def _child_budget(view: JobSpecView, set_policy: Policy, restarts: bool) -> str:
+def _child_budget(
+    view: JobSpecView, set_policy: Policy, restarts: bool, in_place: bool = False
+) -> str:
     """The child Job's own budget, and what its failure does to the set."""
     setting = view.policy.setting("backoff-limit")
     asked = set_policy.setting("backoff-limit")
+    if in_place and restarts:
+        return (
+            f"backoffLimit is {view.limit}, as JobSet's restartStrategy InPlaceRestart "
+            "requires: when a pod fails, the Job recreates it and JobSet restarts every other "
+            "pod of the set in place, on the same nodes; each such restart counts against "
+            "maxRestarts. The Job itself fails only through its podFailurePolicy (or its "
+            "deadline), and then the JobSet's failure policy (above) decides."
+        )
     if (
         view.per_index is None
         and view.limit == 0
@@ -398,7 +457,9 @@ def _child_budget(view: JobSpecView, set_policy: Policy, restarts: bool) -> str:
     )
 
 
-def _child_notes(rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: bool) -> list[str]:
+def _child_notes(
+    rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: bool, in_place: bool = False
+) -> list[str]:
     notes = []
     replicas = _int(rjob.get("replicas"))
     if replicas is not None and replicas > 1:
@@ -419,7 +480,7 @@ def _child_notes(rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: 
             f"{view.pods.non_spot_attempts}; restarts that do not count against maxRestarts "
             "raise that label too, so placement can start early, never late"
         )
-    if not view.on_failure and view.limit > 0 and view.per_index is None:
+    if not view.on_failure and view.limit > 0 and view.per_index is None and not in_place:
         notes.append(
             f"inside each run this Job's pods may fail {count_of(view.limit, 'time')} "
             "(counted) before the Job fails"
@@ -453,12 +514,19 @@ class JobSetSimulator:
         rules: Sequence[Any] | None,
         max_restarts: int,
         replicated: str,
+        pod: Sequence[Piece] = (Wild(),),
+        in_place: bool = False,
     ):
         self.job = job
         self.rules = list(rules) if rules is not None else None
         self.max_restarts = max_restarts
         self.replicated = replicated
         self.containers = job.containers
+        #: The failed pod's namespace/name as JobSet's message patterns see it.
+        self.pod = list(pod)
+        #: restartStrategy InPlaceRestart: a pod failure the Job survives restarts the set
+        #: in place, counted (``exceededMaxRestarts`` in pkg/controllers/in_place_restart.go).
+        self.in_place = in_place
 
     def decide(self, reason: str, message: str) -> tuple[int | None, str]:
         """The first JobSet rule (0-based) that applies to the failed Job, and its action."""
@@ -466,7 +534,7 @@ class JobSetSimulator:
             if (
                 isinstance(rule, dict)
                 and rule.get("action") in JOBSET_ACTIONS
-                and jobset_rule_matches(rule, reason, message, self.replicated)
+                and jobset_rule_matches(rule, reason, message, self.replicated, self.pod)
             ):
                 return index, str(rule["action"])
         return None, "RestartJobSet"
@@ -483,13 +551,15 @@ class JobSetSimulator:
         counters = JobSetState()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            run = counters.restarts + 1
+            run = (counters.toward if self.in_place else counters.restarts) + 1
             placed = self.job.placement(counters.restarts)
             where = f"in run {run}, {on_nodes(placed)}"
             outcome = self.job.fail(counters.job, event, number, where)
             result = lead(outcome.verdict, outcome.result)
             ending = None
-            if outcome.ending is not None:
+            if outcome.ending is None and self.in_place and self.rules is not None:
+                result, ending = self._in_place(outcome.verdict, counters)
+            elif outcome.ending is not None:
                 reason = str(outcome.ending.reason)
                 text, ending = self._job_failed(reason, outcome.message, counters)
                 result = f"{lead(outcome.verdict, self._job_text(outcome.result, reason))}; {text}"
@@ -573,8 +643,32 @@ class JobSetSimulator:
             None,
         )
 
+    def _in_place(self, verdict: str, counters: JobSetState) -> tuple[str, Ending | None]:
+        """InPlaceRestart: the failed pod is recreated and every other pod restarts in
+        place; JobSet fails once the restarts counted exceed maxRestarts. The pods keep
+        their restart-attempt label (status.restarts does not change)."""
+        limit = self.max_restarts
+        head = lead(verdict, "the Job goes on (its backoffLimit is 2147483647)")
+        if counters.toward >= limit:
+            return (
+                f"{head}; the set would restart in place, but {counters.toward} of {limit} "
+                "restarts are used: the JobSet fails",
+                Ending(
+                    "Failed",
+                    MAX_REACHED,
+                    f"a pod of {self.replicated} failed after {counters.toward} of maxRestarts "
+                    f"{limit} in-place restarts",
+                ),
+            )
+        counters.toward += 1
+        return (
+            f"{head}; the whole set restarts in place ({counters.toward} of {limit} restarts "
+            f"used); next: run {counters.toward + 1}, on the same nodes",
+            None,
+        )
+
     def _running(self, counters: JobSetState) -> Ending:
-        run = f"run {counters.restarts + 1}"
+        run = f"run {(counters.toward if self.in_place else counters.restarts) + 1}"
         if self.rules is None:
             return Ending("Running", None, f"{run} goes on; the first Job to fail ends it")
         left = self.max_restarts - counters.toward

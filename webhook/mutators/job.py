@@ -262,6 +262,14 @@ def resolve_limit(
     return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
 
 
+def keep_spec_limit(obj: Mapping[str, Any], field: LimitField, policy: Policy) -> Policy:
+    """``policy`` with ``backoff-limit`` back to what the spec holds: a budget the webhook
+    must not write after all (a default skipped by a conflict)."""
+    current = get_path(obj, field.path)
+    value = current if isinstance(current, int) else None
+    return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
+
+
 def enforce_rail(policy: Policy, field: LimitField, ctx: Context, out: Outcome) -> Policy:
     """``guardRails.maxBackoffLimit``: deny a budget someone asked for above it; lower one
     that nobody asked for (an API default) to it."""

@@ -42,10 +42,11 @@ from webhook.mutators.job import (
     check_not_applicable,
     enforce_rail,
     get_path,
+    keep_spec_limit,
     resolve_limit,
     write_limit,
 )
-from webhook.policy import Policy, Setting, Source, format_value, with_setting
+from webhook.policy import Policy, Setting, format_value, with_setting
 from webhook.problems import Problem
 
 KIND = "PyTorchJob"
@@ -156,9 +157,7 @@ def _check_cap(
             "or remove restartPolicy ExitCode",
             "unenforced-limit",
         )
-        current = get_path(job, BACKOFF.path)
-        value = current if isinstance(current, int) else None
-        policy = with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
+        policy = keep_spec_limit(job, BACKOFF, policy)
     return policy
 
 
