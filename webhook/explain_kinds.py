@@ -21,7 +21,8 @@ counting of the controller that owns the kind:
   ``jobset.sigs.k8s.io/restart-attempt`` = ``status.restarts``, which the pod webhook
   places them by.
 - RayJob (KubeRay ``checkBackoffLimitAndUpdateStatusIfNeeded``): a failed attempt is
-  retried on a new RayCluster while ``status.failed < backoffLimit + 1``, whatever failed;
+  retried on a new RayCluster while ``status.failed < backoffLimit + 1``, whatever failed,
+  but never one that failed with reason DeadlineExceeded or JobStatusCheckTimeoutExceeded;
   the RayJob's own ``status.reason`` (AppFailed when the Ray job itself failed) stays.
 - PyTorchJob (Kubeflow training operator, release-1.9 ``ReconcileJobs`` and
   ``PastBackoffLimit``): ``restartPolicy: ExitCode`` fails the job on exit codes 1-127 of
@@ -714,8 +715,9 @@ def explain_rayjob(subject: Subject) -> list[Explanation]:
             f"backoffLimit is {limit} ({origin}): when the Ray job fails, KubeRay deletes its "
             "RayCluster and retries the whole RayJob on a new one while status.failed is "
             f"below backoffLimit + 1, so it gets up to {count_of(limit + 1, 'attempt')}; "
-            f"failed attempt number {limit + 1} ends it ({end}). A run past "
-            "activeDeadlineSeconds is never retried (DeadlineExceeded)."
+            f"failed attempt number {limit + 1} ends it ({end}). An attempt that fails with "
+            "reason DeadlineExceeded (it ran past activeDeadlineSeconds, counted from its own "
+            "start) or JobStatusCheckTimeoutExceeded ends it too: KubeRay never retries those."
         )
     item.no_match = (
         "a RayJob has no failure rules: KubeRay retries every failed attempt alike, "
