@@ -24,6 +24,8 @@ from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
 from webhook.mutators.jobset import RULE_NAME, our_rule, validate_rules
 from webhook.podspec import spot_requirements
 
+# upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) sets it to the
+# JobSet's status.restarts on each child Job and its pod template.
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
@@ -450,7 +452,8 @@ def test_written_on_failure_restart_policy_contradicts():
 
 
 def test_on_failure_from_jobsets_own_webhook_is_changed_to_never():
-    # JobSet's webhook defaults an unset restartPolicy to OnFailure; with no record of the
+    # upstream: jobSetWebhook.Default (pkg/webhooks/jobset_webhook.go) defaults an unset
+    # restartPolicy to OnFailure (and completionMode to Indexed); with no record of the
     # manifest, a value equal to that default counts as unset.
     jobs = [replicated("workers", restart_policy="OnFailure")]
     verdict, out = mutate(jobset({P + "ignore-disruptions": "true"}, jobs=jobs))

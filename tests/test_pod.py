@@ -64,6 +64,10 @@ NON_SPOT = spot_requirements(Config().spot_node_labels)
     ],
 )
 def test_attempt_boundaries(backoff, n, attempt, non_spot):
+    # upstream: isAboveInterruptibleFailureThreshold (flytepropeller
+    # pkg/controller/nodes/node_exec_context.go): with threshold -N, failures >= maxAttempts - N
+    # run non-interruptible; maxAttempts = B + 1 here. (Flyte also keeps a first attempt
+    # interruptible when N = maxAttempts; non-spot-attempts B + 1 places every attempt.)
     annotations = {
         P + "backoff-limit": str(backoff),
         P + "attempt": str(attempt),
@@ -126,6 +130,8 @@ def test_bare_pod_without_attempt_source_is_unknown():
 
 
 def test_affinity_is_anded_into_every_user_term_and_keeps_them():
+    # upstream: AddRequiredNodeSelectorRequirements (flyteplugins flytek8s) appends the
+    # requirement to every nodeSelectorTerm, or makes one term when there is none.
     user_terms = [
         {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},

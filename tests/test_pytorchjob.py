@@ -179,6 +179,7 @@ def test_error_propagation_env_in_every_container_keeps_user_values():
     [("128", None), ("127,143", "127"), ("1,2", "1,2"), (ALL_SIGNALS, None)],
 )
 def test_retriable_codes_must_fit_kubeflows_rule(codes, failing):
+    # upstream: IsRetryableExitCode (pkg/util/train/train_util.go): exit code >= 128.
     verdict, out = mutate(
         pytorchjob({P + "fail-non-retriable": "true", P + "retriable-exit-codes": codes})
     )
@@ -212,6 +213,8 @@ def test_written_exit_code_policy_is_kept():
 
 
 def test_fail_non_retriable_needs_the_pytorch_container():
+    # upstream: ReconcilePods (pkg/controller.v1/common/pod.go) reads the exit code of the
+    # container GetDefaultContainerName names, PyTorchJobDefaultContainerName "pytorch".
     verdict, _ = mutate(pytorchjob(POLICY, container="trainer"))
     assert not verdict.allowed
     assert (

@@ -56,6 +56,7 @@ def selector_mode(annotations):
 
 
 def test_crd_defaults_are_what_admission_sees():
+    # upstream: ray-operator/config/crd/bases/ray.io_rayjobs.yaml (backoffLimit default 0)
     spec = rayjob()["spec"]
     assert spec["backoffLimit"] == 0
     assert spec["submissionMode"] == "K8sJobMode"
@@ -92,6 +93,8 @@ def test_written_backoff_limit_beats_admin_default():
 
 @pytest.mark.parametrize(("limit", "allowed"), [("0", True), ("1", False)])
 def test_backoff_limit_with_cluster_selector(limit, allowed):
+    # upstream: ValidateRayJobSpec (ray-operator/controllers/ray/utils/validation.go) refuses
+    # BackoffLimit > 0 with ClusterSelector and with InteractiveMode.
     verdict, _ = mutate(selector_mode({P + "backoff-limit": limit}))
     assert verdict.allowed is allowed
     if not allowed:

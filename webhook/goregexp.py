@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 try:
     from re import _constants as C  # type: ignore[attr-defined]
@@ -135,13 +136,15 @@ class Program:
             current = last
         return start, current
 
-    def _item(self, op: object, av: object, icase: bool, dotall: bool) -> tuple[int, int]:
+    def _item(self, op: Any, av: Any, icase: bool, dotall: bool) -> tuple[int, int]:
         if op in (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN):
             a, b = self._state(), self._state()
             self.chars[a].append((_char_test(op, av, icase, dotall), b))
             return a, b
         if op is C.SUBPATTERN:
-            _group, add, delete, sub = av  # type: ignore[misc]
+            add: int = av[1]
+            delete: int = av[2]
+            sub: Any = av[3]
             if (add | delete) & ~(re.IGNORECASE | re.MULTILINE | re.DOTALL):
                 raise Unsupported("uses a flag Go's regexp does not have")
             icase = (icase or bool(add & re.IGNORECASE)) and not delete & re.IGNORECASE
@@ -149,17 +152,19 @@ class Program:
             return self.build(list(sub), icase, dotall)
         if op is C.BRANCH:
             a, b = self._state(), self._state()
-            for alternative in av[1]:  # type: ignore[index]
+            for alternative in av[1]:
                 first, last = self.build(list(alternative), icase, dotall)
                 self.eps[a].append(first)
                 self.eps[last].append(b)
             return a, b
         if op in (C.MAX_REPEAT, C.MIN_REPEAT):
-            low, high, sub = av  # type: ignore[misc]
+            low: int = av[0]
+            high: Any = av[1]
+            repeated: Any = av[2]
             unbounded = high is C.MAXREPEAT
             if low > MAX_REPEAT_COUNT or (not unbounded and high > MAX_REPEAT_COUNT):
                 raise Unsupported(f"Go refuses repeat counts above {MAX_REPEAT_COUNT}")
-            return self._repeat(list(sub), low, None if unbounded else high, icase, dotall)
+            return self._repeat(list(repeated), low, None if unbounded else high, icase, dotall)
         if op is C.AT and av in _ASSERTIONS:
             a, b = self._state(), self._state()
             self.asserts[a].append((av, b))
