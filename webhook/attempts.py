@@ -106,7 +106,9 @@ class _Informer:
         apply: Callable[[str, Mapping[str, Any]], None],
         kwargs: Mapping[str, Any],
         stop: threading.Event,
+        label: str = "attempt cache",
     ):
+        self.label = label
         self.name = name
         self.list_fn = list_fn
         self.reset = reset
@@ -126,7 +128,7 @@ class _Informer:
                 self._watch(version)
             except Exception as err:  # the loop must survive anything the API does
                 self.errors += 1
-                log.warning("attempt cache %s: %s; relisting in %.1fs", self.name, err, backoff)
+                log.warning("%s %s: %s; relisting in %.1fs", self.label, self.name, err, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
-from webhook import certs, engine, logs, metrics
+from webhook import certs, engine, logs, metrics, runtimes
 from webhook.app import State, create_app
 from webhook.attempts import JobCache, NoCluster, connect
 from webhook.config import Config, load_config
@@ -288,6 +288,8 @@ class WorkerRuntime:
             self.state.attempts = JobCache(*clients, lookup_timeout=options.lookup_timeout).start()
         else:
             self.state.attempts = NoCluster()
+        # Started by the first TrainJob it is asked about (webhook/runtimes.py).
+        self.state.runtimes = runtimes.source_for(clients, options.lookup_timeout)
         tls.attach(recorder)
         recorder.sample_cache(self.state.attempts.stats())  # no stale gauges before a tick
         self._thread: threading.Thread | None = None
