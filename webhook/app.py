@@ -216,6 +216,8 @@ def _count(
 ) -> None:
     if outcome == "patched" and endpoint == "mutate":
         recorder.count_mutation(kind, verdict.annotations)
+        if verdict.actions:
+            recorder.count_retry_actions(verdict.actions)
     elif outcome == "denied":
         recorder.count_denial(endpoint, kind, denial_reasons(verdict))
 
@@ -223,19 +225,22 @@ def _count(
 def _log_decision(
     endpoint: str, review: admission.Request, verdict: Verdict, outcome: str, started: float
 ) -> None:
-    """One line per decision: identifiers and outcome only, never object contents."""
-    _DECISIONS.write(
-        {
-            "endpoint": endpoint,
-            "uid": review.uid,
-            "kind": review.kind.kind,
-            "operation": review.operation,
-            "namespace": review.namespace,
-            "object_name": review.name,
-            "outcome": outcome,
-            "reason": verdict.reason or None,
-            "dry_run": review.dry_run,
-            "warnings": len(verdict.warnings),
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-        }
-    )
+    """One line per decision: identifiers and outcome only, never object contents.
+    Failure-aware retries add what they did (``retry_actions``: containers whose memory
+    was raised, nodes avoided), as counts."""
+    fields = {
+        "endpoint": endpoint,
+        "uid": review.uid,
+        "kind": review.kind.kind,
+        "operation": review.operation,
+        "namespace": review.namespace,
+        "object_name": review.name,
+        "outcome": outcome,
+        "reason": verdict.reason or None,
+        "dry_run": review.dry_run,
+        "warnings": len(verdict.warnings),
+        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+    }
+    if verdict.actions:
+        fields["retry_actions"] = dict(verdict.actions)
+    _DECISIONS.write(fields)

@@ -40,6 +40,8 @@ ENV = "PROMETHEUS_MULTIPROC_DIR"
 PREFIX = "retry_webhook_"
 #: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
 #: budget is milliseconds.
+#: The actions of failure-aware retries (``Outcome.actions``): the label's only values.
+RETRY_ACTIONS = ("memory_raised", "nodes_avoided")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -154,6 +156,14 @@ class Metrics:
             ["type"],
             registry=r,
         )
+        self.retry_actions = Counter(
+            PREFIX + "retry_actions_total",
+            "What failure-aware retries did to new pods: action=memory_raised counts "
+            "containers given more memory after OOM kills, action=nodes_avoided the nodes "
+            "a pod was kept off because earlier attempts failed there.",
+            ["action"],
+            registry=r,
+        )
         self._cache_seen: dict[str, float] = {}
         self._lock = threading.Lock()
         #: Latency observations not yet written: labels -> [sum, count per bucket...].
@@ -183,6 +193,14 @@ class Metrics:
 
     def count_denial(self, endpoint: str, kind: str, reasons: Iterable[str]) -> None:
         self._pend(self.denials, (endpoint, kind), tuple(reasons) or ("denied",))
+
+    def count_retry_actions(self, actions: Iterable[tuple[str, int]]) -> None:
+        """Failure-aware retries' actions, by count (only the known names: bounded)."""
+        with self._pending_lock:
+            for action, count in actions:
+                if action in RETRY_ACTIONS:
+                    key = (self.retry_actions, (), (action,))
+                    self._pending[key] = self._pending.get(key, 0) + count
 
     def _pend(self, counter: Any, labels: tuple[str, ...], names: tuple[str, ...]) -> None:
         key = (counter, labels, names)

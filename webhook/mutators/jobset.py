@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import intent
+from webhook import failureaware, intent
 from webhook.mutators import Context, Outcome, has_policy_annotations, register
 from webhook.mutators.job import (
     JOBSET_GROUP,
@@ -111,6 +111,10 @@ class JobSetMutator(WorkloadMutator):
             policy = _check_single_job_restarts(
                 rules if isinstance(rules, list) else [], policy, out
             )
+        if policy.oom_memory_factor is not None:
+            policy = _check_oom_restarts(
+                rules if isinstance(rules, list) else [], replicated, policy, out
+            )
         policy = resolve_limit(jobset, MAX_RESTARTS, policy, out)
         policy = enforce_rail(policy, MAX_RESTARTS, ctx, out)
         if not out.problems:
@@ -172,8 +176,17 @@ def _apply_replicated_job(
         return None
     child = _child_policy(jobset, path, job_spec, policy)
     reverted = _restart_never(jobset, path, job_spec, child)
+    uid = get_path(jobset, ("metadata", "uid"))
     resolved = apply_job_spec(
-        jobset, path, job_spec, child, ctx, out, restarts=restarts, defaulted=False
+        jobset,
+        path,
+        job_spec,
+        child,
+        ctx,
+        out,
+        restarts=restarts,
+        defaulted=False,
+        lineage=uid if isinstance(uid, str) and uid else None,
     )
     if reverted is None:
         return resolved
@@ -318,6 +331,65 @@ def _check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -
                 policy, "non-spot-attempts", Setting(0, policy.setting("non-spot-attempts").source)
             )
     return policy
+
+
+#: The reason and condition message of a child Job that used up its budget (per index:
+#: ``FailedIndexes``), as JobSet's rules see them (``ruleIsApplicable``).
+BUDGET_FAILURES = {
+    False: ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
+    True: ("FailedIndexes", "Job has failed indexes"),
+}
+
+
+def _check_oom_restarts(
+    rules: list[Any], replicated: list[Any], policy: Policy, out: Outcome
+) -> Policy:
+    """After an OOM kill the child Job fails once its budget is used (by default 0 here:
+    at once), and the JobSet must restart it for the next run to get more memory: the
+    first of your rules that applies to that failure (reason, target, message patterns,
+    as ``ruleIsApplicable`` checks them) must not be FailJobSet."""
+    for rjob in replicated:
+        name = rjob.get("name") if isinstance(rjob, dict) else None
+        spec = get_path(rjob, ("template", "spec"))
+        per_index = isinstance(spec, dict) and spec.get("backoffLimitPerIndex") is not None
+        reason, message = BUDGET_FAILURES[per_index]
+        for index, rule in enumerate(rules):
+            if not isinstance(rule, dict) or not _applies(rule, name, reason, message):
+                continue
+            if rule.get("action") == "FailJobSet":
+                out.conflict(
+                    policy,
+                    "oom-memory-factor",
+                    f"your spec.failurePolicy.rules[{index}] (FailJobSet) applies when "
+                    f"replicated Job {name} fails with {reason}, which is how an OOM kill "
+                    "ends it: the JobSet would fail instead of restarting with more memory",
+                    "contradiction",
+                )
+                return failureaware.off(policy, "oom-memory-factor")
+            break
+    return policy
+
+
+def _applies(rule: Mapping[str, Any], rjob: Any, reason: str, message: str) -> bool:
+    reasons = rule.get("onJobFailureReasons") or []
+    targets = rule.get("targetReplicatedJobs") or []
+    if not isinstance(reasons, list) or not isinstance(targets, list):
+        return False
+    if (reasons and reason not in reasons) or (targets and rjob not in targets):
+        return False
+    patterns = rule.get("onJobFailureMessagePatterns") or []
+    if not isinstance(patterns, list) or not patterns:
+        return True
+    return any(_search(p, message) for p in patterns)
+
+
+def _search(pattern: Any, text: str) -> bool:
+    """Go's ``regexp.MatchString`` (a match anywhere), with Python's engine: the same on
+    the patterns JobSet's examples use; a pattern Python cannot compile matches nothing."""
+    try:
+        return isinstance(pattern, str) and re.search(pattern, text) is not None
+    except re.error:
+        return False
 
 
 def _add_rule(jobset: dict[str, Any], policy: Policy, names: list[Any], out: Outcome) -> None:
