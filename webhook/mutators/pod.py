@@ -78,7 +78,7 @@ class PodMutator:
             record = self._place(pod, spec, policy, owner, ctx, out)
         if policy.failure_aware:
             learned = self._learn(pod, spec, policy, owner, ctx, out)
-            if learned is not None:
+            if learned:
                 record = {**(record or {}), **learned}
         if record is not None and not out.problems:
             text = json.dumps(record, sort_keys=True, separators=(",", ":"))
