@@ -8,6 +8,7 @@ collected and reported together, and the loader never constructs arbitrary objec
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,13 +120,7 @@ class Config:
         override = self.namespaces.get(namespace or "")
         if override is None or not override.guard_rails:
             return self.guard_rails
-        merged = {
-            "max_backoff_limit": self.guard_rails.max_backoff_limit,
-            "max_oom_memory_limit": self.guard_rails.max_oom_memory_limit,
-            "max_avoided_nodes": self.guard_rails.max_avoided_nodes,
-        }
-        merged.update(override.guard_rails)
-        return GuardRails(**merged)
+        return dataclasses.replace(self.guard_rails, **override.guard_rails)
 
 
 def load_config(path: str | Path | None) -> Config:
