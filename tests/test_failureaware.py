@@ -684,3 +684,125 @@ def test_the_store_is_bounded_oldest_lineage_first():
     assert h.stats()["lineages"] == 3 and h.stats()["evicted"] == 2
     assert h.lookup(key(0, uid="job-0")).nodes == ()
     assert h.lookup(key(0, uid="job-4")).nodes == ("node-a",)
+
+
+# --- explain -----------------------------------------------------------------------------
+
+
+def explained(obj, events=None):
+    from webhook import cli, explain
+    from webhook.config import Config
+
+    prepared, _ = cli.prepare(obj, None)
+    parsed = explain.parse_events(events) if events is not None else None
+    return explain.explain(prepared, Config(), None, parsed)
+
+
+def manifest(annotations, containers=None, **spec):
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "annotations": annotations},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": containers or [trainer(), sidecar()],
+                }
+            },
+            **spec,
+        },
+    }
+
+
+def test_oom_events_name_their_container_either_way_round():
+    from webhook import explain
+
+    a, b, c = explain.parse_events("oom:trainer,trainer:oom,143+oom:logger")
+    assert (a.container, a.exit_code, a.ooms) == ("trainer", 137, ("trainer",))
+    assert (b.container, b.exit_code, b.ooms) == ("trainer", 137, ("trainer",))
+    assert c.exit_code == 143 and c.others == (("logger", 137),) and c.ooms == ("logger",)
+    assert explain.parse_events("oom")[0].oom_killed("main") == ["main"]
+    with pytest.raises(explain.ExplainError, match="container:oom or oom:container"):
+        explain.parse_events("oom:")
+
+
+def test_explain_shows_the_memory_each_attempt_gets_as_the_pod_webhook_gives_it():
+    (item,) = explained(manifest({**FACTOR, P + "backoff-limit": "5"}))
+    rows = [(r.container, r.kills, r.request, r.limit, r.last) for r in item.memory.rows]
+    assert rows == [
+        ("trainer", 0, "2Gi", "2Gi", False),
+        ("trainer", 1, "3Gi", "3Gi", False),
+        ("trainer", 2, "4608Mi", "4608Mi", False),
+        ("trainer", 3, "6912Mi", "6912Mi", False),
+        ("trainer", 4, "8Gi", "8Gi", True),
+        ("logger", 0, "64Mi", "-", False),
+        ("logger", 1, "96Mi", "-", False),
+        ("logger", 2, "144Mi", "-", False),
+        ("logger", 3, "216Mi", "-", False),
+        ("logger", 4, "324Mi", "-", False),
+        ("logger", 5, "486Mi", "-", False),
+        ("logger", 6, "729Mi", "-", False),
+        ("logger", 7, "1094Mi", "-", False),
+        ("logger", 8, "1641Mi", "-", False),
+    ]
+    # The same figures as the pod webhook's, after that many OOM kills.
+    source = Source()
+    first = job_pod()
+    for kills in (1, 2, 3):
+        source.fail(first, oom=("trainer", "logger"))
+        _, out = mutate(job_pod(), attempts=source)
+        assert memory(out) == (rows[kills][2], rows[kills][3])
+        assert memory(out, "logger")[0] == rows[5 + kills][2]
+    from webhook import explain
+
+    text = explain.render_text([item])
+    assert "Memory after OOM kills (oom-memory-factor 1.5, at most 8Gi)" in text
+    assert "                      4 or more   8Gi         8Gi" in text
+    data = explain.to_json([item])["items"][0]["memory"]
+    assert data["factor"] == "1.5" and data["rows"][1] == {
+        "container": "trainer",
+        "kills": 1,
+        "request": "3Gi",
+        "limit": "3Gi",
+        "last": False,
+    }
+    assert [s.name for s in item.settings][-3:] == list(
+        ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
+    )
+
+
+def test_simulate_gives_the_next_attempt_the_memory_of_its_oom_kills():
+    (item,) = explained(manifest({**FACTOR, P + "backoff-limit": "5"}), "oom:trainer,1,oom")
+    results = [step.result for step in item.simulation.steps]
+    assert results[0].endswith("next: attempt 2, on any node, with trainer's memory 3Gi/3Gi")
+    assert "memory" not in results[1]  # exit code 1: no OOM kill
+    assert results[2].endswith("with trainer's memory 4608Mi/4608Mi")
+
+
+def test_a_jobsets_runs_keep_their_oom_kills_in_the_simulation():
+    obj = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "annotations": {**FACTOR, P + "backoff-limit": "3"}},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {"restartPolicy": "Never", "containers": [trainer()]}
+                            }
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    _, child = explained(obj, "oom,oom")
+    results = [step.result for step in child.simulation.steps]
+    assert "trainer's memory 3Gi/3Gi" in results[0] and "run 2" in results[0]
+    assert "trainer's memory 4608Mi/4608Mi" in results[1] and "run 3" in results[1]
+    assert child.memory.rows[1].request == "3Gi"
