@@ -682,8 +682,9 @@ def test_the_store_is_bounded_oldest_lineage_first():
     for i in range(5):
         h.record(failed_pod(f"p{i}"), f"job-{i}", True)
     assert h.stats()["lineages"] == 3 and h.stats()["evicted"] == 2
-    assert h.lookup(key(0, uid="job-0")).nodes == ()
-    assert h.lookup(key(0, uid="job-4")).nodes == ("node-a",)
+    assert h.lookup(key(1, uid="job-4")).nodes == ("node-a",)
+    # An evicted Job's failures are unseen again: listed, never taken for none.
+    assert h.lookup(key(1, uid="job-0")) is None
 
 
 # --- explain -----------------------------------------------------------------------------

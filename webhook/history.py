@@ -52,7 +52,7 @@ OOM_KILLED = "OOMKilled"
 #: counts keep adding up past it), failed nodes per lineage, and lineages in all.
 MAX_ATTEMPTS = 32
 MAX_NODES = 16
-MAX_LINEAGES = 200_000
+MAX_LINEAGES = 100_000
 MAX_LISTED = 10_000
 
 
@@ -136,15 +136,29 @@ def oom_killed(pod: Mapping[str, Any]) -> list[str]:
     return sorted(set(names))
 
 
-def _mark(pod_uid: str) -> int:
+_MARK = 6
+
+
+def _mark(pod_uid: str) -> bytes:
     """A short stand-in for a pod's UID (48 bits): enough to tell apart the few dozen
     pods of one lineage, at a fraction of the UID's memory."""
-    return int.from_bytes(hashlib.blake2b(pod_uid.encode(), digest_size=6).digest(), "big")
+    return hashlib.blake2b(pod_uid.encode(), digest_size=_MARK).digest()
 
 
-#: One lineage's record: (pod marks, (container, OOM kills)..., failed nodes).
-_Record = tuple[tuple[int, ...], tuple[tuple[str, int], ...], tuple[str, ...]]
-_EMPTY: _Record = ((), (), ())
+def _seen(marks: bytes, mark: bytes) -> bool:
+    return any(marks[i : i + _MARK] == mark for i in range(0, len(marks), _MARK))
+
+
+#: One lineage's record: (pod marks, 6 bytes each; (container, OOM kills)...; failed
+#: nodes). Kept small: a record per failed Job (see benchmarks/scale.py).
+_Record = tuple[bytes, tuple[tuple[str, int], ...], tuple[str, ...]]
+_EMPTY: _Record = (b"", (), ())
+#: A lineage's key: the lineage, or (lineage, completion index) for an Indexed Job.
+_Key = str | tuple[str, int]
+
+
+def _key(lineage: str, index: int | None) -> _Key:
+    return lineage if index is None else (lineage, index)
 
 
 class FailureHistory:
@@ -166,10 +180,12 @@ class FailureHistory:
         self.breaker_seconds = breaker_seconds
         self.max_lineages = max_lineages
         self._lock = threading.Lock()
-        #: (lineage, index) -> record; oldest first (a record moves last when it changes).
-        self._lineages: dict[tuple[str, int | None], _Record] = {}
-        #: Job UID -> [counted failures seen, {index: counted failures seen} or None].
-        self._jobs: dict[str, list[Any]] = {}
+        #: lineage key -> record; oldest first (a record moves last when it changes).
+        self._lineages: dict[_Key, _Record] = {}
+        #: Job UID -> counted failures seen; for an Indexed Job, [those, {index: those}].
+        self._jobs: dict[str, int | list[Any]] = {}
+        #: One copy of each distinct OOM tally: most Jobs share a few.
+        self._tallies: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
         #: Job UID -> the failures it had on record when its failed pods were last listed.
         self._listed: dict[str, int] = {}
         self._open_until = 0.0
@@ -188,7 +204,7 @@ class FailureHistory:
         if not isinstance(uid, str) or not uid:
             return False
         lineage, index = pod_lineage(meta, job_uid)
-        key = (lineage, index)
+        key = _key(lineage, index)
         mark = _mark(uid)
         spec = pod.get("spec")
         node = spec.get("nodeName") if isinstance(spec, dict) else None
@@ -197,32 +213,57 @@ class FailureHistory:
         killed = oom_killed(pod)
         with self._lock:
             marks, ooms, nodes = self._lineages.pop(key, _EMPTY)
-            if mark in marks:
+            if _seen(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes)
                 return False
-            marks = (*marks, mark)[-MAX_ATTEMPTS:]
+            marks = (marks + mark)[-MAX_ATTEMPTS * _MARK :]
             if killed:
                 counts = dict(ooms)
                 for name in killed:
                     name = self._intern(name)
                     counts[name] = counts.get(name, 0) + 1
-                ooms = tuple(sorted(counts.items()))
+                tally = tuple(sorted(counts.items()))
+                if len(self._tallies) >= 10_000:
+                    self._tallies.clear()
+                ooms = self._tallies.setdefault(tally, tally)
             if node is not None:
                 node = self._intern(node)
                 nodes = (*(n for n in nodes if n != node), node)[-MAX_NODES:]
             self._lineages[key] = (marks, ooms, nodes)
             while len(self._lineages) > self.max_lineages:
-                del self._lineages[next(iter(self._lineages))]
-                self.counters["evicted"] += 1
-            job = self._jobs.get(job_uid)
-            if job is None:
-                job = self._jobs[job_uid] = [0, None]
-            if index is not None:
-                if job[1] is None:
-                    job[1] = {}
-                job[1][index] = job[1].get(index, 0) + int(counted)
-            job[0] += int(counted)
+                self._evict_oldest()
+            job = self._jobs.get(job_uid, 0)
+            if index is None and isinstance(job, int):
+                self._jobs[job_uid] = job + int(counted)
+            else:
+                if isinstance(job, int):
+                    job = self._jobs[job_uid] = [job, {}]
+                job[0] += int(counted)
+                if index is not None:
+                    job[1][index] = job[1].get(index, 0) + int(counted)
         return True
+
+    def _evict_oldest(self) -> None:
+        """Drop the oldest lineage, and what its Job counted as seen: a later lookup then
+        finds the Job's failures unseen and lists them again (a JobSet's earlier runs,
+        whose pods are gone, are lost)."""
+        key = next(iter(self._lineages))
+        del self._lineages[key]
+        self.counters["evicted"] += 1
+        uid, index = (key, None) if isinstance(key, str) else key
+        job = self._jobs.get(uid)
+        self._listed.pop(uid, None)
+        if isinstance(job, list) and index is not None:
+            job[0] -= job[1].pop(index, 0)
+        elif job is not None:
+            del self._jobs[uid]
+
+    def _counted(self, uid: str, index: int | None, per_index: bool) -> int:
+        """Counted failures of a Job (of one of its indexes) recorded here."""
+        job = self._jobs.get(uid, 0)
+        if isinstance(job, int):
+            return 0 if per_index else job
+        return int(job[1].get(index, 0)) if per_index else int(job[0])
 
     def _intern(self, text: str) -> str:
         """One copy of each node and container name (thousands of records share them)."""
@@ -238,8 +279,8 @@ class FailureHistory:
         with self._lock:
             job = self._jobs.pop(uid, None)
             self._listed.pop(uid, None)
-            self._lineages.pop((uid, None), None)
-            for index in (job[1] or {}) if job is not None else ():
+            self._lineages.pop(uid, None)
+            for index in job[1] if isinstance(job, list) else ():
                 self._lineages.pop((uid, index), None)
 
     # --- lookups (hot path) -------------------------------------------------------
@@ -250,12 +291,9 @@ class FailureHistory:
         if key.expected is None:
             return unknown("the Job's failure count is unknown")
         with self._lock:
-            record = self._lineages.get((key.lineage, key.index), _EMPTY)
-            job = self._jobs.get(key.uid)
+            record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
+            seen = self._counted(key.uid, key.index, key.per_index)
             listed = self._listed.get(key.uid, -1)
-        seen = 0
-        if job is not None:
-            seen = (job[1] or {}).get(key.index, 0) if key.per_index else job[0]
         if seen < key.expected and listed < key.expected:
             return None
         return self._answer(record, key, seen, "failed pods (cache)")
@@ -263,7 +301,7 @@ class FailureHistory:
     def _answer(self, record: _Record, key: HistoryKey, seen: int, source: str) -> HistoryLookup:
         marks, ooms, nodes = record
         missing = max(0, (key.expected or 0) - seen)
-        return HistoryLookup(True, ooms, nodes, len(marks), missing, source)
+        return HistoryLookup(True, ooms, nodes, len(marks) // _MARK, missing, source)
 
     def fetch(self, key: HistoryKey) -> HistoryLookup:
         """``lookup``, listing the Job's failed pods first when it needs them (one bounded
@@ -301,11 +339,8 @@ class FailureHistory:
             if len(self._listed) >= MAX_LISTED:
                 self._listed.clear()
             self._listed[key.uid] = key.expected or 0
-            record = self._lineages.get((key.lineage, key.index), _EMPTY)
-            job = self._jobs.get(key.uid)
-        seen = 0
-        if job is not None:
-            seen = (job[1] or {}).get(key.index, 0) if key.per_index else job[0]
+            record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
+            seen = self._counted(key.uid, key.index, key.per_index)
         return self._answer(record, key, seen, "failed pods (API)")
 
     def at_once(self, key: HistoryKey) -> HistoryLookup | None:
