@@ -216,6 +216,14 @@ def test_a_list_the_api_refuses_leaves_the_pod_unchanged_with_a_warning(server, 
     finally:
         cluster.pod_list_status = 200
     assert "patch" not in response
+
+    def counted():
+        samples = server.metrics()
+        errors = metric(samples, "retry_webhook_attempt_cache_errors_total", type="history_list")
+        kept = metric(samples, "retry_webhook_attempt_cache_objects", resource="failure_histories")
+        return errors >= 1 and kept >= 1
+
+    eventually(counted)
     assert any(
         w.startswith("retry-policy: failure history unknown (")
         and "pod admitted without memory raise and node avoidance" in w

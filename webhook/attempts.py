@@ -379,6 +379,11 @@ class JobCache:
         counted failures the watch has not delivered yet."""
         return self.history.fetch(key)
 
+    def history_at_once(self, key: HistoryKey) -> HistoryLookup | None:
+        """``job_history`` when it needs no request to the API; ``None`` when it needs the
+        one bounded list (as ``answer_at_once`` for ``job_failures``)."""
+        return self.history.at_once(key)
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             size = len(self._jobs)

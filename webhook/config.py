@@ -113,7 +113,6 @@ class Config:
             self.defaults
             or (override is not None and override.defaults)
             or self.rails(namespace).max_backoff_limit is not None
-            or self.rails(namespace).max_oom_memory_limit is not None
         )
 
     def rails(self, namespace: str | None) -> GuardRails:

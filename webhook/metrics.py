@@ -130,7 +130,8 @@ class Metrics:
         )
         self.cache_objects = Gauge(
             PREFIX + "attempt_cache_objects",
-            "Objects in the attempt cache (jobs, failed_pods).",
+            "Objects in the attempt cache (jobs, failed_pods; failure_histories: Jobs or "
+            "indexes whose failed pods' OOM kills and nodes are kept).",
             ["resource"],
             multiprocess_mode="livemax",
             registry=r,
@@ -152,7 +153,8 @@ class Metrics:
         self.cache_errors = Counter(
             PREFIX + "attempt_cache_errors_total",
             "Attempt cache errors: fallback (a GET on a miss failed), breaker_skip (GET "
-            "skipped after recent errors), watch (list/watch errors).",
+            "skipped after recent errors), watch (list/watch errors), history_list (a list "
+            "of a Job's failed pods failed).",
             ["type"],
             registry=r,
         )
@@ -246,6 +248,8 @@ class Metrics:
             return
         self.cache_objects.labels("jobs").set(stats.get("jobs", 0))
         self.cache_objects.labels("failed_pods").set(stats.get("failed_pods", 0))
+        history = stats.get("history") or {}
+        self.cache_objects.labels("failure_histories").set(history.get("lineages", 0))
         self.cache_synced.set(1 if stats.get("synced") else 0)
         counters = {
             (self.cache_lookups, "hit"): stats.get("hits", 0),
@@ -253,6 +257,7 @@ class Metrics:
             (self.cache_errors, "fallback"): stats.get("fallback_errors", 0),
             (self.cache_errors, "breaker_skip"): stats.get("breaker_skips", 0),
             (self.cache_errors, "watch"): stats.get("watch_errors", 0),
+            (self.cache_errors, "history_list"): history.get("list_errors", 0),
         }
         with self._lock:
             for (counter, label), total in counters.items():
