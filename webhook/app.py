@@ -225,22 +225,21 @@ def _count(
 def _log_decision(
     endpoint: str, review: admission.Request, verdict: Verdict, outcome: str, started: float
 ) -> None:
-    """One line per decision: identifiers and outcome only, never object contents.
-    Failure-aware retries add what they did (``retry_actions``: containers whose memory
-    was raised, nodes avoided), as counts."""
-    fields = {
-        "endpoint": endpoint,
-        "uid": review.uid,
-        "kind": review.kind.kind,
-        "operation": review.operation,
-        "namespace": review.namespace,
-        "object_name": review.name,
-        "outcome": outcome,
-        "reason": verdict.reason or None,
-        "dry_run": review.dry_run,
-        "warnings": len(verdict.warnings),
-        "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-    }
-    if verdict.actions:
-        fields["retry_actions"] = dict(verdict.actions)
-    _DECISIONS.write(fields)
+    """One line per decision: identifiers and outcome only, never object contents (of a
+    pod changed by failure-aware retries, what they did, as counts: ``retry_actions``)."""
+    _DECISIONS.write(
+        {
+            "endpoint": endpoint,
+            "uid": review.uid,
+            "kind": review.kind.kind,
+            "operation": review.operation,
+            "namespace": review.namespace,
+            "object_name": review.name,
+            "outcome": outcome,
+            "reason": verdict.reason or None,
+            "dry_run": review.dry_run,
+            "warnings": len(verdict.warnings),
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            **({"retry_actions": dict(verdict.actions)} if verdict.actions else {}),
+        }
+    )

@@ -40,9 +40,9 @@ ENV = "PROMETHEUS_MULTIPROC_DIR"
 PREFIX = "retry_webhook_"
 #: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
 #: budget is milliseconds.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: The actions of failure-aware retries (``Outcome.actions``): the label's only values.
 RETRY_ACTIONS = ("memory_raised", "nodes_avoided")
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def prepare_multiprocess_dir() -> tuple[Path, bool]:
