@@ -573,6 +573,11 @@ def test_many_long_node_names_fit_a_warning():
     verdict, _ = mutate(job_pod(AVOID), attempts=source)
     assert all(len(w) <= 250 for w in verdict.warnings)
     assert any("and 2 more" in w or "and 1 more" in w for w in verdict.warnings)
+    one = Source()
+    one.fail(job_pod(AVOID), node="n" * 253)  # as long as a node name may be
+    verdict, _ = mutate(job_pod(AVOID), attempts=one)
+    (warning,) = [w for w in verdict.warnings if "keeping off" in w]
+    assert len(warning) <= 250 and warning.endswith("n...")
 
 
 def test_a_remembered_answer_is_not_reused_after_another_failure():

@@ -304,12 +304,14 @@ def _times(n: int) -> str:
 
 
 def _nodes(nodes: list[str], budget: int = 120) -> str:
-    """Node names for a warning (a warning is cut past 250 characters): as many as fit."""
+    """Node names for a warning (a warning is cut past 250 characters): as many as fit,
+    the first always (shortened when it alone is too long)."""
     shown: list[str] = []
     for index, name in enumerate(nodes):
-        rest = len(nodes) - index
-        if sum(len(n) + 2 for n in shown) + len(name) > budget:
-            return ", ".join(shown) + f" and {rest} more"
+        if len(name) > budget // 2:
+            name = name[: budget // 2 - 3] + "..."
+        if shown and sum(len(n) + 2 for n in shown) + len(name) > budget:
+            return ", ".join(shown) + f" and {len(nodes) - index} more"
         shown.append(name)
     return ", ".join(shown)
 
