@@ -9,6 +9,7 @@ collected and reported together, and the loader never constructs arbitrary objec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -102,9 +103,15 @@ class Config:
 
     def has_default(self, name: str) -> bool:
         """Whether any default, the cluster's or a namespace's, sets ``name``."""
-        return name in self.defaults or any(
-            name in override.defaults for override in self.namespaces.values()
-        )
+        return name in self._default_names
+
+    @functools.cached_property
+    def _default_names(self) -> frozenset[str]:
+        """(Once per config: asked for every Job's view.)"""
+        names = set(self.defaults)
+        for override in self.namespaces.values():
+            names.update(override.defaults)
+        return frozenset(names)
 
     def affects_unannotated(self, namespace: str | None) -> bool:
         """Whether objects without our annotations can still be changed or denied here."""

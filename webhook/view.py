@@ -51,8 +51,9 @@ from webhook.policy import PREFIX
 
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
-#: Containers' memory is read only for this setting (``webhook.failureaware``).
-OOM_FACTOR = PREFIX + "oom-memory-factor"
+#: The keys that make a pod learn from earlier attempts (``history.wants_history``);
+#: containers' memory is read only for the first (``webhook.failureaware``).
+OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 
 #: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
 #: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
@@ -60,10 +61,13 @@ POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName")
 CONTAINER_GROUPS = ("initContainers", "containers")
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy")
-#: A pod that learns from earlier attempts (``webhook.history``) also reads where it
-#: belongs: its completion index and, in a JobSet, its replicated Job and job index.
-HISTORY_ANNOTATIONS = (history.COMPLETION_INDEX,)
-HISTORY_LABELS = (history.REPLICATED_JOB, history.JOBSET_JOB_INDEX)
+#: Of a pod's annotations and labels besides ours, those it takes its attempt from; one
+#: that learns from earlier attempts (``webhook.history``) also reads where it belongs:
+#: its completion index and, in a JobSet, its replicated Job and job index.
+POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
+POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
+POD_LABELS = (RESTART_ATTEMPT,)
+POD_HISTORY_LABELS = (*POD_LABELS, history.REPLICATED_JOB, history.JOBSET_JOB_INDEX)
 #: Of an owner reference: what tells the controller and its kind.
 OWNER_READ = ("apiVersion", "kind", "controller")
 #: The fields a Job's records of intent are asked about, as a last-applied record and
@@ -103,15 +107,16 @@ def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, 
     if not isinstance(metadata, dict) or not isinstance(spec, dict):
         return None
     annotations = metadata.get("annotations")
-    attempt_annotated = isinstance(annotations, dict) and ATTEMPT in annotations
-    learns = history.wants_history(metadata)
+    if not isinstance(annotations, dict):
+        annotations = {}
+    learns = OOM_FACTOR in annotations or AVOID_NODES in annotations
     meta = _metadata(
         metadata,
-        (RESTART_ATTEMPT, INDEX_FAILURE_COUNT, *(HISTORY_ANNOTATIONS if learns else ())),
-        reduce_owners=attempt_annotated and not learns,
-        labels=(RESTART_ATTEMPT, *(HISTORY_LABELS if learns else ())),
+        POD_HISTORY_ANNOTATIONS if learns else POD_ANNOTATIONS,
+        reduce_owners=ATTEMPT in annotations and not learns,
+        labels=POD_HISTORY_LABELS if learns else POD_LABELS,
     )
-    return _top(pod, meta, _pod_spec(spec, _asks_memory(metadata)))
+    return _top(pod, meta, _pod_spec(spec, OOM_FACTOR in annotations))
 
 
 def _asks_memory(metadata: Mapping[str, Any]) -> bool:
@@ -227,19 +232,34 @@ def _pod_spec(spec: Mapping[str, Any], memory: bool) -> dict[str, Any]:
 def _container(container: Any, memory: bool) -> Any:
     """A container's name, its restartPolicy (an init container with ``Always`` is a
     native sidecar, whose exit codes the policy leaves out), its env vars' names (their
-    values are never read) and its memory request and limit, in the container's order of
-    keys (the mutators write env and memory: the patch lists them in that order)."""
+    values are never read) and, when ``memory``, its memory request and limit."""
     if not isinstance(container, dict):
         return container
-    view: dict[str, Any] = {}
-    for key, value in container.items():
-        if key in CONTAINER_READ:
-            view[key] = value
-        elif key == "env":
-            view[key] = [_env_name(e) for e in value] if isinstance(value, list) else value
-        elif key == "resources" and memory:
-            view[key] = _memory(value)
+    if memory:
+        # Env and memory may both be written: in the container's order of keys, which the
+        # patch lists them in.
+        view: dict[str, Any] = {}
+        for key, value in container.items():
+            if key in CONTAINER_READ:
+                view[key] = value
+            elif key == "env":
+                view[key] = _env_names(value)
+            elif key == "resources":
+                view[key] = _memory(value)
+        return view
+    # (Only env may be written: the order of these keys cannot change the patch's.)
+    view = {k: container[k] for k in CONTAINER_READ if k in container}
+    env = container.get("env", _ABSENT)
+    if env is not _ABSENT:
+        view["env"] = _env_names(env)
     return view
+
+
+_ABSENT = object()
+
+
+def _env_names(env: Any) -> Any:
+    return [_env_name(e) for e in env] if isinstance(env, list) else env
 
 
 def _memory(resources: Any) -> Any:
