@@ -18,7 +18,6 @@ ANNOTATED = {
     P + "backoff-limit": "3",
     P + "ignore-disruptions": "true",
     P + "non-spot-attempts": "1",
-    P + "error-propagation": "earliest",
 }
 
 
@@ -106,7 +105,6 @@ def pod_last_attempt(padding_bytes: int = 0, index_failures: int | None = None) 
             "annotations": {
                 P + "backoff-limit": "3",
                 P + "non-spot-attempts": "1",
-                P + "error-propagation": "earliest",
                 P + "attempt": "3",
             },
             "ownerReferences": [

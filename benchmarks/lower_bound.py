@@ -6,8 +6,8 @@ by callgrind.
 ``benchmarks/results/lower_bound.json``.
 
 Not the webhook, and not a way to run it: ``answer`` is straight-line code for exactly
-the stream's shape (all six annotations, the default config, no podFailurePolicy or
-error-propagation env vars already there), with no view, no memo, no copy and diff, no
+the stream's shape (all five annotations a Job takes, the default config, no
+podFailurePolicy already there), with no view, no memo, no copy and diff, no
 collected problems, no decision log or metrics. It refuses any other shape, so it never
 stands for work it does not do; ``tests/test_benchmarks.py`` holds it to the engine's
 answer, after decoding. Its instructions a request are about what any Python
@@ -33,12 +33,7 @@ import pybase64
 
 P = "retry-policy.dev/"
 _HEAD = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":'
-_WORKER = {
-    "name": "FLYTE_INTERNAL_WORKER_NAME",
-    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
-}
 _IGNORE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-_STRATEGIES = {"earliest": "Earliest", "latest": "Latest"}
 _ROOT = Path(__file__).resolve().parent.parent
 RESULTS = _ROOT / "benchmarks" / "results"
 _FLOOR = RESULTS / "instructions.json"
@@ -71,6 +66,7 @@ def answer(review: dict[str, Any]) -> bytes:
         annotations.get(P + "fail-non-retriable") != "true"
         or annotations.get(P + "ignore-disruptions") != "true"
         or "podFailurePolicy" in spec
+        or P + "error-propagation" in annotations  # denied on a Job
         or "annotations" in template.get("metadata", {})
         or template["spec"].get("initContainers")
     ):
@@ -79,12 +75,9 @@ def answer(review: dict[str, Any]) -> bytes:
     non_spot = int(annotations[P + "non-spot-attempts"])
     if not 0 <= limit <= 1000 or not 0 <= non_spot <= limit + 1:
         raise OtherShape("a policy the engine denies")
-    propagation = annotations[P + "error-propagation"]
-    strategy = _STRATEGIES[propagation]
     retriable = _exit_codes(annotations[P + "retriable-exit-codes"])
     applied = {
         "backoffLimit": limit,
-        "errorPropagation": strategy,
         "failNonRetriable": retriable,
         "ignoreDisruptions": True,
         "nonSpotAttempts": non_spot,
@@ -101,24 +94,11 @@ def answer(review: dict[str, Any]) -> bytes:
             "value": {
                 P + "backoff-limit": str(limit),
                 P + "non-spot-attempts": str(non_spot),
-                P + "error-propagation": propagation,
             },
         },
     ]
-    names = []
-    for index, container in enumerate(template["spec"]["containers"]):
-        env = container.get("env") or []
-        for item in env:
-            if item["name"].startswith("FLYTE_INTERNAL_"):
-                raise OtherShape("error-propagation env vars already set")
-        at = f"/spec/template/spec/containers/{index}/env"
-        strategy_var = {"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": strategy}
-        if env:
-            patch.append({"op": "add", "path": f"{at}/{len(env)}", "value": _WORKER})
-            patch.append({"op": "add", "path": f"{at}/{len(env) + 1}", "value": strategy_var})
-        else:
-            patch.append({"op": "add", "path": at, "value": [_WORKER, strategy_var]})
-        names.append(container["name"])
+    # One FailJob rule per application container (no init containers in this shape).
+    names = [container["name"] for container in template["spec"]["containers"]]
     old = spec.get("backoffLimit")
     warnings = []
     if old != limit:
@@ -140,9 +120,6 @@ def answer(review: dict[str, Any]) -> bytes:
         warnings.append(
             "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)"
         )
-    warnings.append(
-        "retry-policy: error-propagation env vars added to containers " + ", ".join(names)
-    )
     warnings.append(
         f"retry-policy: the last {non_spot} of {limit + 1} attempts will run on non-spot nodes"
     )

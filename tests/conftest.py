@@ -29,14 +29,14 @@ from webhook.intent import LAST_APPLIED
 
 ROOT = Path(__file__).resolve().parent.parent
 P = "retry-policy.dev/"
-#: Every annotation at once: the policy most tests start from.
+#: Every annotation a Job takes at once: the policy most tests start from
+#: (error-propagation belongs to PyTorchJobs only: ``podspec.NOT_A_PYTORCHJOB``).
 FULL = {
     P + "fail-non-retriable": "true",
     P + "retriable-exit-codes": "137,143",
     P + "backoff-limit": "3",
     P + "ignore-disruptions": "true",
     P + "non-spot-attempts": "1",
-    P + "error-propagation": "earliest",
 }
 
 

@@ -27,7 +27,6 @@ POLICY = {
     P + "retriable-exit-codes": "137,143",
     P + "backoff-limit": "2",
     P + "ignore-disruptions": "true",
-    P + "error-propagation": "earliest",
 }
 
 
@@ -95,11 +94,6 @@ def test_policy_is_written_into_the_job_template():
     ]
     # Unset stays unset: the Job API defaults it to Failed once there is a podFailurePolicy.
     assert "podReplacementPolicy" not in job_spec
-    env = job_spec["template"]["spec"]["containers"][0]["env"]
-    assert [e["name"] for e in env] == [
-        "FLYTE_INTERNAL_WORKER_NAME",
-        "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
-    ]
     assert "metadata" not in out["spec"]["jobTemplate"]
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["backoffLimit"] == 2
     assert verdict.warnings[0] == (
@@ -246,11 +240,21 @@ def test_update_keeps_the_job_wide_limit_of_a_per_index_template():
     per_index = {"completionMode": "Indexed", "completions": 4, "backoffLimitPerIndex": 2}
     _, old = mutate(cronjob({P + "backoff-limit": "2"}, job_spec={**per_index, "backoffLimit": 2}))
     new = copy.deepcopy(old)
-    new["metadata"]["annotations"][P + "error-propagation"] = "earliest"
+    new["metadata"]["annotations"][P + "non-spot-attempts"] = "1"
     verdict, out = mutate(new, operation="UPDATE", old=old)
     assert verdict.allowed, verdict.message
     assert out["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 2
     assert out["spec"]["jobTemplate"]["spec"]["backoffLimitPerIndex"] == 2
+
+
+def test_error_propagation_is_denied_on_a_cronjob():
+    # upstream: _build_error_file_name in flytekit/bin/entrypoint.py (error-<uuid>.pb),
+    # read only by the PyTorch plugin's earliest-file reader (flyteplugins
+    # ioutils/remote_file_output_reader.go): no Flyte plugin runs a CronJob's Jobs.
+    verdict, _ = mutate(cronjob({P + "error-propagation": "earliest"}))
+    assert not verdict.allowed
+    assert "error-propagation: cannot apply to a CronJob" in verdict.message
+    assert "error-<uuid>.pb" in verdict.message
 
 
 def test_removing_a_policy_drops_what_it_wrote():

@@ -750,8 +750,8 @@ def test_pointer_warning_once_when_something_changed_and_never_on_reinvocation()
 
 def test_no_pointer_warning_without_a_change_or_for_a_controllers_pod():
     assert mutate(job()).warnings == []
-    annotations = {P + "error-propagation": "earliest"}
-    owned = mutate(pod(annotations, owner=job_owner()))
+    owner = {**job_owner(), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+    owned = mutate(pod({P + "error-propagation": "earliest"}, owner=owner))
     assert owned.patch and engine.EXPLAIN_HINT not in owned.warnings
 
 

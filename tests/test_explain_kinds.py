@@ -603,7 +603,7 @@ def test_rayjob_has_no_rules_and_a_plan_of_attempts():
 
 @pytest.mark.parametrize("backoff", [0, 1, 40])
 def test_rayjob_plan_rows_at_the_boundaries(backoff):
-    obj = rayjob({P + "backoff-limit": str(backoff), P + "error-propagation": "earliest"})
+    obj = rayjob({P + "backoff-limit": str(backoff)})
     (item,) = items(obj)
     plan = rows(item.plan)
     assert (plan[0].attempt, plan[-1].attempt) == (1, backoff + 1)
@@ -666,7 +666,6 @@ def pytorchjob(annotations=None, *, restart_policy=None, containers=("pytorch",)
 POLICY = {
     P + "fail-non-retriable": "true",
     P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
 }
 
 
@@ -679,7 +678,7 @@ def test_pytorchjob_provenance_and_rules():
         "error-propagation",
     ]
     assert setting(item, "fail-non-retriable").text == "your annotation"
-    assert reviewed(pytorchjob(POLICY)).outcome.policies["spec"].backoff_limit == 3
+    assert reviewed(pytorchjob(POLICY)).outcome.policies["spec"].backoff_limit is None
     (rule,) = item.rules
     assert (rule.action, rule.when, rule.then, rule.origin) == (
         "ExitCode",
@@ -688,9 +687,8 @@ def test_pytorchjob_provenance_and_rules():
         "set by retry-policy for fail-non-retriable",
     )
     assert item.no_match.startswith("anything else (exit codes 128-255, or a pod that failed")
-    assert "so the job gets up to 4 attempts; failure number 4 fails it" in item.budget
-    assert [r.failures_before for r in rows(item.plan)] == [0, 1, 2, 3]
-    assert rows(item.plan)[-1].if_fails == "the PyTorchJob fails (PyTorchJobFailed)"
+    assert "retries failed pods without limit" in item.budget
+    assert item.plan is None
     (yours,) = items(pytorchjob(restart_policy="ExitCode", runPolicy={"backoffLimit": 1}))
     assert yours.rules[0].origin == "your restartPolicy"
     assert setting(yours, "backoff-limit").text == "your own spec.runPolicy.backoffLimit"
@@ -709,12 +707,27 @@ def test_pytorchjob_provenance_and_rules():
     [
         (pytorchjob(POLICY), "1", "Failed", "pod 1 matched ExitCode rule 1"),
         (
-            pytorchjob(POLICY),
-            "143,oom,139,143",
+            pytorchjob(POLICY | {P + "backoff-limit": "0"}),
+            "143",
             "Failed",
-            "4 counted failures, more than backoffLimit 3",
+            "1 counted failure, more than backoffLimit 0",
         ),
         (pytorchjob(POLICY), "143,oom,disruption", "Running", None),
+        # upstream: PastBackoffLimit sums restartCount of running pods only; a pod that fails
+        # as a whole is recreated (ReconcilePods) and counted only by the NumRequeues check,
+        # which holds for a limit of 0 alone.
+        (
+            pytorchjob(restart_policy="OnFailure", runPolicy={"backoffLimit": 2}),
+            "1,disruption,1,disruption,1",
+            "Running",
+            None,
+        ),
+        (
+            pytorchjob(restart_policy="OnFailure", runPolicy={"backoffLimit": 0}),
+            "disruption",
+            "Failed",
+            "1 failed pod, more than backoffLimit 0",
+        ),
         (
             pytorchjob(restart_policy="Never", runPolicy={"backoffLimit": 3}),
             "143",

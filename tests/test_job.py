@@ -73,30 +73,27 @@ def test_ignore_disruptions_rule_comes_before_exit_code_rule():
     assert rules(out) == [ignore_disruptions_rule(), non_retriable_rule([143], "FailJob", "main")]
 
 
-def test_error_propagation_env_in_every_container_keeps_user_values():
-    containers = [
-        {"name": "a", "image": "x:1"},
-        {
-            "name": "b",
-            "image": "x:1",
-            "env": [{"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": "Mine"}],
-        },
-        {"name": "c", "image": "x:1", "env": [{"name": "_F_WN", "value": "custom"}]},
-    ]
-    obj = job({P + "error-propagation": "earliest"}, containers=containers)
-    obj["spec"]["template"]["spec"]["initContainers"] = [{"name": "init", "image": "x:1"}]
-    _, out = mutate(obj)
-    pod_spec = out["spec"]["template"]["spec"]
-    env = {c["name"]: c.get("env", []) for c in pod_spec["containers"] + pod_spec["initContainers"]}
-    worker = {
-        "name": "FLYTE_INTERNAL_WORKER_NAME",
-        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
-    }
-    strategy = {"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": "Earliest"}
-    assert env["a"] == [worker, strategy]
-    assert env["init"] == [worker, strategy]
-    assert env["b"] == [{"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": "Mine"}, worker]
-    assert env["c"] == [{"name": "_F_WN", "value": "custom"}, strategy]
+def test_error_propagation_is_denied_on_a_job_and_a_default_of_it_skipped():
+    # upstream: _build_error_file_name in flytekit/bin/entrypoint.py names the error file
+    # error-<uuid>.pb once FLYTE_INTERNAL_DIST_ERROR_STRATEGY (or _F_DES) is set, and only
+    # the PyTorch plugin's earliest-file reader (newEarliestFileErrorReader in flyteplugins
+    # ioutils/remote_file_output_reader.go) lists those; no Flyte plugin runs a Job.
+    verdict, _ = mutate(job({P + "error-propagation": "earliest"}))
+    assert not verdict.allowed
+    assert "annotation retry-policy.dev/error-propagation: cannot apply to a Job" in (
+        verdict.message
+    )
+    assert "error-<uuid>.pb instead of error.pb" in verdict.message
+    config = parse_config("defaults: {error-propagation: earliest}\n")
+    obj = job({P + "backoff-limit": "2"})
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed
+    assert "env" not in out["spec"]["template"]["spec"]["containers"][0]
+    assert any(
+        w.startswith("retry-policy: error-propagation (cluster default) skipped: cannot apply")
+        for w in verdict.warnings
+    ), verdict.warnings
+    assert "errorPropagation" not in json.loads(out["metadata"]["annotations"][P + "applied"])
 
 
 def test_non_spot_attempts_copies_policy_to_pod_template():
@@ -122,13 +119,11 @@ def test_applied_record():
                 P + "backoff-limit": "3",
                 P + "ignore-disruptions": "true",
                 P + "non-spot-attempts": "1",
-                P + "error-propagation": "earliest",
             }
         )
     )
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
         "backoffLimit": 3,
-        "errorPropagation": "Earliest",
         "failNonRetriable": [143],
         "ignoreDisruptions": True,
         "nonSpotAttempts": 1,
@@ -415,7 +410,7 @@ def test_mutation_keeps_every_user_field():
 
 def test_warnings_are_short():
     verdict, _ = mutate(job(FULL))
-    assert len(verdict.warnings) == 7  # six changes and the pointer to explain
+    assert len(verdict.warnings) == 6  # five changes and the pointer to explain
     assert verdict.warnings.count(engine.EXPLAIN_HINT) == 1
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 

@@ -8,8 +8,6 @@ import json
 import pytest
 from conftest import FULL, P, job, job_owner, pod
 from workloads import (
-    STRATEGY,
-    WORKER_NAME,
     FixedAttempts,
     admitted,
     assert_idempotent,
@@ -26,6 +24,8 @@ from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
 from webhook.mutators.jobset import RULE_NAME, our_rule, validate_rules
 from webhook.podspec import spot_requirements
 
+# upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) sets it to the
+# JobSet's status.restarts on each child Job and its pod template.
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
@@ -75,11 +75,10 @@ def test_full_policy():
         ]
         pod_spec = spec["template"]["spec"]
         assert pod_spec["restartPolicy"] == "Never"
-        assert pod_spec["containers"][0]["env"] == [WORKER_NAME, STRATEGY]
+        assert "env" not in pod_spec["containers"][0]
         assert spec["template"]["metadata"]["annotations"] == {
             P + "backoff-limit": "3",
             P + "non-spot-attempts": "1",
-            P + "error-propagation": "earliest",
         }
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["backoffLimit"] == 3
     assert verdict.warnings[:2] == [
@@ -150,7 +149,9 @@ def test_user_rule_restarting_on_other_reasons_is_fine():
 def test_single_job_restarts_contradict_non_spot_attempts(action):
     # A RestartJob keeps the restart-attempt label, so pods could not tell their last
     # attempts: asked for by annotation it is denied, as an admin default it is skipped.
-    rule = {"name": "again", "action": action, "onJobFailureReasons": ["BackoffLimitExceeded"]}
+    # (on DeadlineExceeded: on BackoffLimitExceeded, the uncounted one would also leave
+    # backoff-limit nothing to bound: test_uncounted_restarts_on_exhausted_pods_are_denied)
+    rule = {"name": "again", "action": action, "onJobFailureReasons": ["DeadlineExceeded"]}
     policy = {P + "non-spot-attempts": "1", P + "backoff-limit": "2"}
     verdict, _ = mutate(jobset(policy, failure_policy={"rules": [rule]}))
     assert not verdict.allowed
@@ -178,6 +179,143 @@ def test_admin_default_that_cannot_apply_is_skipped_everywhere():
     # ...and the pod templates keep their restart policy: nothing needs Never now.
     assert "restartPolicy" not in child(out, 0)["template"]["spec"]
     assert any("fail-non-retriable (cluster default) skipped" in w for w in verdict.warnings)
+
+
+# upstream: ruleIsApplicable / anyMatchFound in kubernetes-sigs/jobset
+# pkg/controllers/failure_policy.go match a rule's onJobFailureMessagePatterns (Go regexps)
+# against the failed Job's message, which matchPodFailurePolicy (kubernetes
+# pkg/controller/job/pod_failure_policy.go) writes as "Container <name> for pod
+# <namespace>/<pod> failed with exit code <code> matching FailJob rule at index <i>".
+@pytest.mark.parametrize(
+    ("pattern", "denied"),
+    [
+        (".*", True),
+        ("exit code 1 ", True),  # 1 is not retriable: our rule fails the Job with it
+        ("Container trainer ", True),
+        ("matching FailJob rule at index 0$", True),  # our rule is the first one there
+        ("for pod ml/pretrain-workers-1-", True),  # some pod of the set is named so
+        ("exit code 143 ", False),  # retriable: our rule never fails a Job with it
+        ("at index 5$", False),
+        ("Container sidecar ", False),  # no such container
+        ("(?=lookahead)", True),  # not Go's syntax: cannot tell, taken to match
+    ],
+)
+def test_user_rule_restarting_on_our_message_contradicts(pattern, denied):
+    rule = {
+        "name": "restartOnMessage",
+        "action": "RestartJobSet",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": [pattern],
+    }
+    verdict, out = mutate(
+        jobset({P + "fail-non-retriable": "true"}, failure_policy={"rules": [rule]})
+    )
+    assert verdict.allowed is not denied, verdict.message
+    if denied:
+        assert verdict.message.startswith(
+            f"retry-policy: annotation {P}fail-non-retriable: your spec.failurePolicy.rules[0] "
+            f"(RestartJobSet) matches Jobs failed by their podFailurePolicy first (its pattern "
+            f"/{pattern}/"
+        )
+        config = parse_config("defaults: {fail-non-retriable: true}")
+        verdict, out = mutate(jobset(failure_policy={"rules": [rule]}), config)
+        assert verdict.allowed
+        assert "podFailurePolicy" not in child(out, 0)
+    else:
+        assert out["spec"]["failurePolicy"]["rules"] == [rule, our_rule()]
+
+
+def test_a_user_failjobset_rule_with_a_pattern_covers_only_when_it_matches_everything():
+    every = {
+        "name": "stop",
+        "action": "FailJobSet",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": [".*"],
+    }
+    some = every | {"onJobFailureMessagePatterns": ["exit code 1 "]}
+    restart = {"name": "restart", "action": "RestartJobSet"}
+    annotated = jobset({P + "fail-non-retriable": "true"}, failure_policy={"rules": [every]})
+    verdict, out = mutate(annotated)
+    assert verdict.allowed and out["spec"]["failurePolicy"]["rules"] == [every]
+    verdict, _ = mutate(
+        jobset({P + "fail-non-retriable": "true"}, failure_policy={"rules": [every, restart]})
+    )
+    assert verdict.allowed, verdict.message
+    # Exit code 2 gets past the narrower rule to the restart: a contradiction.
+    verdict, _ = mutate(
+        jobset({P + "fail-non-retriable": "true"}, failure_policy={"rules": [some, restart]})
+    )
+    assert not verdict.allowed
+    assert "rules[1] (RestartJobSet)" in verdict.message
+
+
+# upstream: exceededMaxRestarts and the InPlaceRestart checks of validateCreate
+# (kubernetes-sigs/jobset pkg/controllers/in_place_restart.go, pkg/webhooks/jobset_webhook.go):
+# every child backoffLimit must be 2147483647, and each pod failure restarts the whole set
+# in place, counted against maxRestarts.
+def test_in_place_restart_children_get_the_limit_jobset_requires():
+    policy = {"restartStrategy": "InPlaceRestart"}
+    annotations = {P + "backoff-limit": "3", P + "fail-non-retriable": "true"}
+    config = parse_config("guardRails: {maxBackoffLimit: 5}")
+    verdict, out = mutate(jobset(annotations, failure_policy=policy), config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["failurePolicy"]["maxRestarts"] == 3
+    assert [child(out, i)["backoffLimit"] for i in (0, 1)] == [2147483647, 2147483647]
+    assert (
+        "retry-policy: spec.replicatedJobs[0].template.spec.backoffLimit -> 2147483647 "
+        "(annotation retry-policy.dev/backoff-limit)" in verdict.warnings
+    )
+    # The guard rail still bounds maxRestarts, the budget.
+    verdict, _ = mutate(jobset({P + "backoff-limit": "6"}, failure_policy=policy), config)
+    assert not verdict.allowed and "6 is above this cluster's limit" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("ignore-disruptions", "true", "a disrupted one too, restarts the whole set in place"),
+        ("non-spot-attempts", "1", "restart in place on their nodes"),
+    ],
+)
+def test_in_place_restart_cannot_honour_disruptions_or_placement(name, value, why):
+    policy = {"restartStrategy": "InPlaceRestart"}
+    verdict, _ = mutate(jobset({P + name: value, P + "backoff-limit": "3"}, failure_policy=policy))
+    assert not verdict.allowed
+    assert f"annotation {P}{name}: cannot apply to a JobSet: with restartStrategy" in (
+        verdict.message
+    )
+    assert why in verdict.message
+    verdict, _ = mutate(
+        jobset(failure_policy=policy), parse_config(f"defaults: {{{name}: {value}}}")
+    )
+    assert verdict.allowed
+    assert any(f"{name} (cluster default) skipped" in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize(
+    "action", ["RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts"]
+)
+def test_uncounted_restarts_on_exhausted_pods_are_denied(action):
+    # With such a rule every Job that runs out of pod retries restarts the set uncounted:
+    # no maxRestarts we write can bound it.
+    rule = {"name": "forever", "action": action, "onJobFailureReasons": ["BackoffLimitExceeded"]}
+    verdict, _ = mutate(jobset({P + "backoff-limit": "3"}, failure_policy={"rules": [rule]}))
+    assert not verdict.allowed
+    assert verdict.message.startswith(
+        f"retry-policy: annotation {P}backoff-limit: 3 (maxRestarts) would bound nothing: your "
+        f"spec.failurePolicy.rules[0] ({action}) restarts without counting"
+    )
+    config = parse_config("defaults: {backoff-limit: 3}")
+    verdict, out = mutate(jobset(failure_policy={"rules": [rule]}), config)
+    assert verdict.allowed
+    assert "maxRestarts" not in out["spec"]["failurePolicy"]
+    assert "backoffLimit" not in child(out, 0)  # no 0 forced on the children either
+    # A rule that only some messages reach, or that a counted rule shadows, is fine.
+    narrow = rule | {"onJobFailureMessagePatterns": ["^never$"]}
+    counted = {"name": "counted", "action": "RestartJobSet"}
+    for rules in ([narrow], [counted, rule]):
+        verdict, _ = mutate(jobset({P + "backoff-limit": "3"}, failure_policy={"rules": rules}))
+        assert verdict.allowed, verdict.message
 
 
 def test_user_rule_failing_the_jobset_already_covers_ours():
@@ -316,7 +454,8 @@ def test_written_on_failure_restart_policy_contradicts():
 
 
 def test_on_failure_from_jobsets_own_webhook_is_changed_to_never():
-    # JobSet's webhook defaults an unset restartPolicy to OnFailure; with no record of the
+    # upstream: jobSetWebhook.Default (pkg/webhooks/jobset_webhook.go) defaults an unset
+    # restartPolicy to OnFailure (and completionMode to Indexed); with no record of the
     # manifest, a value equal to that default counts as unset.
     jobs = [replicated("workers", restart_policy="OnFailure")]
     verdict, out = mutate(jobset({P + "ignore-disruptions": "true"}, jobs=jobs))
@@ -506,7 +645,6 @@ def test_pods_from_a_mutated_jobset_get_placed_on_the_last_run():
     template = child(mutated, 1)["template"]
     obj = pod(template["metadata"]["annotations"], owner=job_owner())
     obj["metadata"]["labels"] = {RESTART_ATTEMPT: "3"}
-    obj["spec"]["containers"][0]["env"] = copy.deepcopy(template["spec"]["containers"][0]["env"])
     verdict, out = mutate(obj, attempts=FixedAttempts(0))
     assert terms(out) == NON_SPOT
     assert verdict.warnings[0].startswith("retry-policy: attempt 4 of 4")

@@ -64,6 +64,10 @@ NON_SPOT = spot_requirements(Config().spot_node_labels)
     ],
 )
 def test_attempt_boundaries(backoff, n, attempt, non_spot):
+    # upstream: isAboveInterruptibleFailureThreshold (flytepropeller
+    # pkg/controller/nodes/node_exec_context.go): with threshold -N, failures >= maxAttempts - N
+    # run non-interruptible; maxAttempts = B + 1 here. (Flyte also keeps a first attempt
+    # interruptible when N = maxAttempts; non-spot-attempts B + 1 places every attempt.)
     annotations = {
         P + "backoff-limit": str(backoff),
         P + "attempt": str(attempt),
@@ -126,6 +130,8 @@ def test_bare_pod_without_attempt_source_is_unknown():
 
 
 def test_affinity_is_anded_into_every_user_term_and_keeps_them():
+    # upstream: AddRequiredNodeSelectorRequirements (flyteplugins flytek8s) appends the
+    # requirement to every nodeSelectorTerm, or makes one term when there is none.
     user_terms = [
         {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]},
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
@@ -224,18 +230,39 @@ def test_pod_non_spot_needs_backoff_limit():
     assert "needs retry-policy.dev/backoff-limit" in verdict.message
 
 
-def test_pod_error_propagation():
-    verdict, out = mutate(pod({P + "error-propagation": "earliest"}))
+PYTORCHJOB_OWNER = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "name": "finetune",
+    "uid": "pt-uid-1",
+    "controller": True,
+}
+
+
+def test_pod_error_propagation_only_in_a_pytorchjobs_pods():
+    # upstream: with FLYTE_INTERNAL_DIST_ERROR_STRATEGY set, flytekit writes error-<uuid>.pb
+    # (_build_error_file_name in flytekit/bin/entrypoint.py); Flyte reads those for PyTorch
+    # tasks only (pytorchOperatorResourceHandler.GetProperties, flyteplugins kfoperators).
+    verdict, out = mutate(pod({P + "error-propagation": "earliest"}, owner=PYTORCHJOB_OWNER))
     env = out["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env] == [
         "FLYTE_INTERNAL_WORKER_NAME",
         "FLYTE_INTERNAL_DIST_ERROR_STRATEGY",
     ]
-    # A bare pod was written by a person: it gets the pointer to explain as well.
     assert verdict.warnings == [
         "retry-policy: error-propagation env vars added to containers main",
-        engine.EXPLAIN_HINT,
     ]
+    # A Flyte container task's pod (or any pod no PyTorchJob owns) would lose its error.
+    verdict, out = mutate(pod({P + "error-propagation": "earliest"}, owner=job_owner()))
+    assert verdict.allowed and "env" not in out["spec"]["containers"][0]
+    assert verdict.warnings[0].startswith(
+        "retry-policy: not applied to this pod: annotation retry-policy.dev/error-propagation: "
+        "cannot apply to a Pod that no PyTorchJob owns"
+    )
+    # A bare pod was written by a person: denied, as a workload is.
+    verdict, _ = mutate(pod({P + "error-propagation": "earliest"}))
+    assert not verdict.allowed
+    assert "error-<uuid>.pb instead of error.pb" in verdict.message
 
 
 def test_pod_without_annotations_skips_the_cache():

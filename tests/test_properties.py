@@ -199,7 +199,7 @@ resources = st.sampled_from(
         {"resources": {"limits": {"memory": "3Gi", "cpu": "2"}}},
         {"resources": {"requests": {"memory": "6Gi"}, "limits": {"memory": "12Gi"}}},
     ]
-)
+).map(copy.deepcopy)  # (a fresh copy each time: the objects made are damaged later)
 
 
 @st.composite

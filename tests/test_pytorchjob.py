@@ -1,5 +1,6 @@
 """PyTorchJob: runPolicy.backoffLimit, fail-non-retriable as restartPolicy ExitCode (the
-training operator retries exit codes >= 128), env vars in Master and Worker, denials."""
+training operator retries exit codes >= 128, and never enforces a backoffLimit >= 1 then),
+env vars in Master and Worker, denials."""
 
 from __future__ import annotations
 
@@ -25,7 +26,6 @@ from webhook.config import parse_config
 POLICY = {
     P + "fail-non-retriable": "true",
     P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
     P + "error-propagation": "earliest",
 }
 ALL_SIGNALS = ",".join(str(code) for code in range(128, 256))
@@ -53,22 +53,125 @@ def pytorchjob(
 def test_full_policy():
     verdict, out = mutate(pytorchjob(POLICY))
     assert verdict.allowed, verdict.message
-    assert out["spec"]["runPolicy"]["backoffLimit"] == 3
+    assert "backoffLimit" not in out["spec"].get("runPolicy", {})
     for rtype in ("Master", "Worker"):
         rspec = out["spec"]["pytorchReplicaSpecs"][rtype]
         assert rspec["restartPolicy"] == "ExitCode"
         assert rspec["template"]["spec"]["containers"][0]["env"] == [WORKER_NAME, STRATEGY]
     assert verdict.warnings == [
-        "retry-policy: spec.runPolicy.backoffLimit -> 3 "
-        "(annotation retry-policy.dev/backoff-limit)",
         "retry-policy: spec.pytorchReplicaSpecs.{Master,Worker}.restartPolicy -> ExitCode "
         "(fail-non-retriable)",
         "retry-policy: ExitCode also retries exit codes 128-255 outside retriable-exit-codes, "
         "e.g. 139 (SIGSEGV)",
         "retry-policy: error-propagation env vars added to Master containers pytorch",
         "retry-policy: error-propagation env vars added to Worker containers pytorch",
+        "retry-policy: runPolicy.backoffLimit is not set: failed pods are retried without "
+        "limit; bound the run with runPolicy.activeDeadlineSeconds",
+        "retry-policy: error-propagation needs Flyte's PyTorch plugin with "
+        "enable-distributed-error-aggregation: true (propeller's k8s plugin config); without "
+        "it the task's error is lost",
         engine.EXPLAIN_HINT,
     ]
+
+
+# upstream (training-operator release-1.9): ReconcileJobs in pkg/controller.v1/common/job.go
+# enforces runPolicy.backoffLimit B only as NumRequeues + 1 > B, and the PyTorchJob
+# controller's work queue is a FakeWorkQueue whose NumRequeues is 0 (so only B = 0 holds),
+# or through PastBackoffLimit (pkg/core/job.go), which sums restartCount of running pods:
+# always 0 under ExitCode, whose pods run with restartPolicy Never (SetRestartPolicy) and
+# are deleted and recreated on a retryable exit (IsRetryableExitCode, exit code >= 128).
+@pytest.mark.parametrize(
+    ("annotations", "run_policy", "config_text"),
+    [
+        ({P + "backoff-limit": "3"}, None, ""),
+        ({}, {"backoffLimit": 3}, ""),
+        ({}, None, "defaults: {backoff-limit: 3}"),
+        ({P + "backoff-limit": "1"}, {"activeDeadlineSeconds": 600}, ""),
+    ],
+)
+def test_fail_non_retriable_with_a_backoff_limit_is_denied(annotations, run_policy, config_text):
+    obj = pytorchjob({P + "fail-non-retriable": "true", **annotations})
+    if run_policy:
+        obj["spec"].setdefault("runPolicy", {}).update(run_policy)
+    verdict, _ = mutate(obj, parse_config(config_text))
+    assert not verdict.allowed
+    assert verdict.message.startswith(
+        f"retry-policy: annotation {P}fail-non-retriable: it needs restartPolicy ExitCode, "
+        "under which the training operator never enforces runPolicy.backoffLimit"
+    )
+    assert "retriable failures would be retried forever (kubeflow/trainer#2045)" in (
+        verdict.message
+    )
+    assert "accepted: backoff-limit 0" in verdict.message
+
+
+def test_a_default_fail_non_retriable_never_removes_a_cap():
+    config = parse_config("defaults: {fail-non-retriable: true}")
+    verdict, out = mutate(pytorchjob({P + "backoff-limit": "3"}), config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["runPolicy"]["backoffLimit"] == 3
+    for rspec in out["spec"]["pytorchReplicaSpecs"].values():
+        assert "restartPolicy" not in rspec  # the operator's OnFailure, which enforces 3
+    assert any(
+        w.startswith("retry-policy: fail-non-retriable (cluster default) skipped: it needs")
+        for w in verdict.warnings
+    ), verdict.warnings
+
+
+def test_fail_non_retriable_with_backoff_limit_0_fails_at_the_first_failure():
+    # upstream: ReconcileJobs: NumRequeues (0) + 1 > 0 fails the job at its first failed pod.
+    verdict, out = mutate(pytorchjob({P + "fail-non-retriable": "true", P + "backoff-limit": "0"}))
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert out["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "ExitCode"
+    # Nothing is retried, so no warning says signals are.
+    assert not any("also retries" in w or "without limit" in w for w in verdict.warnings)
+
+
+def test_a_backoff_limit_beside_a_written_exit_code_is_denied_or_skipped():
+    verdict, _ = mutate(pytorchjob({P + "backoff-limit": "2"}, restart_policy="ExitCode"))
+    assert not verdict.allowed
+    assert verdict.message.startswith(
+        f"retry-policy: annotation {P}backoff-limit: 2 would not be enforced: your "
+        "spec.pytorchReplicaSpecs.Master.restartPolicy, spec.pytorchReplicaSpecs.Worker."
+        "restartPolicy: ExitCode replaces failed pods"
+    )
+    config = parse_config("defaults: {backoff-limit: 2}")
+    verdict, out = mutate(pytorchjob(restart_policy="ExitCode"), config)
+    assert verdict.allowed
+    assert "backoffLimit" not in out["spec"].get("runPolicy", {})
+    assert any(
+        "backoff-limit (cluster default) skipped: 2 would not" in w for w in verdict.warnings
+    )
+    # 0 is enforced under ExitCode: accepted.
+    verdict, out = mutate(pytorchjob({P + "backoff-limit": "0"}, restart_policy="ExitCode"))
+    assert verdict.allowed and out["spec"]["runPolicy"]["backoffLimit"] == 0
+
+
+def test_error_propagation_env_in_every_container_keeps_user_values():
+    obj = pytorchjob({P + "error-propagation": "earliest"})
+    pod_spec = obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    pod_spec["containers"] += [
+        {
+            "name": "b",
+            "image": "x:1",
+            "env": [{"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": "Mine"}],
+        },
+        # What Flyte's PyTorch plugin writes itself (the short names).
+        {"name": "c", "image": "x:1", "env": [{"name": "_F_WN", "value": "custom"}]},
+    ]
+    pod_spec["initContainers"] = [{"name": "init", "image": "x:1"}]
+    verdict, out = mutate(obj)
+    assert verdict.allowed, verdict.message
+    pod_spec = out["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    env = {c["name"]: c.get("env", []) for c in pod_spec["containers"] + pod_spec["initContainers"]}
+    assert env["pytorch"] == [WORKER_NAME, STRATEGY]
+    assert env["init"] == [WORKER_NAME, STRATEGY]
+    assert env["b"] == [
+        {"name": "FLYTE_INTERNAL_DIST_ERROR_STRATEGY", "value": "Mine"},
+        WORKER_NAME,
+    ]
+    assert env["c"] == [{"name": "_F_WN", "value": "custom"}, STRATEGY]
 
 
 @pytest.mark.parametrize(
@@ -76,6 +179,7 @@ def test_full_policy():
     [("128", None), ("127,143", "127"), ("1,2", "1,2"), (ALL_SIGNALS, None)],
 )
 def test_retriable_codes_must_fit_kubeflows_rule(codes, failing):
+    # upstream: IsRetryableExitCode (pkg/util/train/train_util.go): exit code >= 128.
     verdict, out = mutate(
         pytorchjob({P + "fail-non-retriable": "true", P + "retriable-exit-codes": codes})
     )
@@ -109,6 +213,8 @@ def test_written_exit_code_policy_is_kept():
 
 
 def test_fail_non_retriable_needs_the_pytorch_container():
+    # upstream: ReconcilePods (pkg/controller.v1/common/pod.go) reads the exit code of the
+    # container GetDefaultContainerName names, PyTorchJobDefaultContainerName "pytorch".
     verdict, _ = mutate(pytorchjob(POLICY, container="trainer"))
     assert not verdict.allowed
     assert (
@@ -143,7 +249,7 @@ def test_what_a_pytorchjob_cannot_do_is_denied_with_the_reason(name, value, why)
 
 
 def test_written_backoff_limit_contradicting_annotation_is_denied():
-    verdict, _ = mutate(pytorchjob(POLICY, runPolicy={"backoffLimit": 5}))
+    verdict, _ = mutate(pytorchjob({P + "backoff-limit": "3"}, runPolicy={"backoffLimit": 5}))
     assert not verdict.allowed
     assert "3 contradicts spec.runPolicy.backoffLimit: 5 in your spec" in verdict.message
 

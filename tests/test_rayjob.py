@@ -1,5 +1,5 @@
-"""RayJob: spec.backoffLimit within KubeRay's rules, env vars for head and workers, and a
-denial that says why for everything a RayJob cannot do."""
+"""RayJob: spec.backoffLimit within KubeRay's rules, and a denial that says why for
+everything a RayJob cannot do (error-propagation included)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import copy
 import pytest
 from conftest import P
 from workloads import (
-    STRATEGY,
-    WORKER_NAME,
     admitted,
     assert_idempotent,
     kubectl_patch,
@@ -58,29 +56,18 @@ def selector_mode(annotations):
 
 
 def test_crd_defaults_are_what_admission_sees():
+    # upstream: ray-operator/config/crd/bases/ray.io_rayjobs.yaml (backoffLimit default 0)
     spec = rayjob()["spec"]
     assert spec["backoffLimit"] == 0
     assert spec["submissionMode"] == "K8sJobMode"
 
 
-def test_backoff_limit_and_error_propagation():
-    annotations = {P + "backoff-limit": "2", P + "error-propagation": "earliest"}
-    verdict, out = mutate(rayjob(annotations))
+def test_backoff_limit():
+    verdict, out = mutate(rayjob({P + "backoff-limit": "2"}))
     assert verdict.allowed, verdict.message
     assert out["spec"]["backoffLimit"] == 2
-    cluster = out["spec"]["rayClusterSpec"]
-    head = cluster["headGroupSpec"]["template"]["spec"]["containers"]
-    assert head[0]["env"] == [WORKER_NAME, STRATEGY]
-    for group in cluster["workerGroupSpecs"]:
-        for container in group["template"]["spec"]["containers"]:
-            assert container["env"] == [WORKER_NAME, STRATEGY]
     assert verdict.warnings == [
         "retry-policy: spec.backoffLimit 0 -> 2 (annotation retry-policy.dev/backoff-limit)",
-        "retry-policy: error-propagation env vars added to head containers ray-head",
-        "retry-policy: error-propagation env vars added to worker group cpu containers "
-        "ray-worker, sidecar",
-        "retry-policy: error-propagation env vars added to worker group gpu containers "
-        "ray-worker, sidecar",
         engine.EXPLAIN_HINT,
     ]
 
@@ -106,6 +93,8 @@ def test_written_backoff_limit_beats_admin_default():
 
 @pytest.mark.parametrize(("limit", "allowed"), [("0", True), ("1", False)])
 def test_backoff_limit_with_cluster_selector(limit, allowed):
+    # upstream: ValidateRayJobSpec (ray-operator/controllers/ray/utils/validation.go) refuses
+    # BackoffLimit > 0 with ClusterSelector and with InteractiveMode.
     verdict, _ = mutate(selector_mode({P + "backoff-limit": limit}))
     assert verdict.allowed is allowed
     if not allowed:
@@ -138,6 +127,10 @@ def test_admin_default_backoff_limit_is_skipped_where_kuberay_forbids_it():
         ("ignore-disruptions", "true", "KubeRay counts every failed RayJob attempt"),
         ("non-spot-attempts", "1", "each retry runs on a new RayCluster"),
         ("on-non-retriable", "fail-index", "a RayJob has no completion indexes"),
+        # upstream: Flyte's Ray plugin has no ErrorAggregationStrategy, so propeller reads
+        # error.pb alone (NewRemoteFileOutputReaderWithErrorAggregationStrategy in
+        # flytepropeller plugin_manager.go), and flytekit would write error-<uuid>.pb.
+        ("error-propagation", "earliest", "error-<uuid>.pb instead of error.pb"),
     ],
 )
 def test_what_a_rayjob_cannot_do_is_denied_with_the_reason(name, value, why):
@@ -151,19 +144,17 @@ def test_what_a_rayjob_cannot_do_is_denied_with_the_reason(name, value, why):
 def test_admin_defaults_a_rayjob_cannot_honour_are_skipped_with_warnings():
     config = parse_config(
         "defaults: {fail-non-retriable: true, ignore-disruptions: true, non-spot-attempts: 1,"
-        " backoff-limit: 2}"
+        " backoff-limit: 2, error-propagation: earliest}"
     )
     verdict, out = mutate(rayjob(), config)
     assert verdict.allowed
     assert out["spec"]["backoffLimit"] == 2
     skipped = [w for w in verdict.warnings if "(cluster default) skipped" in w]
-    assert len(skipped) == 3
-
-
-def test_error_propagation_without_a_cluster_spec_is_denied():
-    verdict, _ = mutate(selector_mode({P + "error-propagation": "earliest"}))
-    assert not verdict.allowed
-    assert "without spec.rayClusterSpec it runs on an existing RayCluster" in verdict.message
+    assert len(skipped) == 4
+    # The default error-propagation would have hidden the Ray task's errors: never applied.
+    cluster = out["spec"]["rayClusterSpec"]
+    assert "env" not in cluster["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert any("error-propagation (cluster default) skipped" in w for w in skipped)
 
 
 def test_guard_rail():
@@ -187,7 +178,7 @@ def test_unannotated_rayjob_is_untouched():
 
 
 def test_rayjob_is_idempotent_patch_applies_and_schema_valid(tmp_path):
-    obj = rayjob({P + "backoff-limit": "2", P + "error-propagation": "earliest"}, applied=True)
+    obj = rayjob({P + "backoff-limit": "2"}, applied=True)
     once = assert_idempotent(obj)
     verdict, _ = mutate(obj)
     assert kubectl_patch(obj, verdict.patch, tmp_path) == once

@@ -464,3 +464,103 @@ def _listening_sockets(port: int) -> int:
     with open("/proc/net/tcp") as table:
         rows = [line.split() for line in table.readlines()[1:]]
     return sum(1 for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "0A")
+
+
+# --- issue 22 part B through the server as deployed: the operators and Flyte ---------------
+
+
+def _admitted(manifest):
+    from workloads import admitted
+
+    return admitted(manifest)
+
+
+def _pytorchjob(annotations, **spec):
+    replica = {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch"}]}}}
+    return _admitted(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "finetune", "annotations": annotations},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica, "Worker": replica}, **spec},
+        }
+    )
+
+
+def _jobset(annotations, failure_policy):
+    job_spec = {
+        "completions": 1,
+        "parallelism": 1,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main"}]}},
+    }
+    return _admitted(
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "pretrain", "annotations": annotations},
+            "spec": {
+                "failurePolicy": failure_policy,
+                "replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": job_spec}}],
+            },
+        }
+    )
+
+
+def _both(server, obj):
+    """The mutating and the validating answer to one object."""
+    return [server.review(path, review(obj))["response"] for path in ("/mutate", "/validate")]
+
+
+def test_a_pytorchjob_never_loses_its_cap_over_tls(server):
+    # upstream: ReconcileJobs (FakeWorkQueue.NumRequeues is 0) and PastBackoffLimit in
+    # training-operator release-1.9 never enforce runPolicy.backoffLimit >= 1 under ExitCode.
+    obj = _pytorchjob({P + "fail-non-retriable": "true", P + "backoff-limit": "3"})
+    for answer in _both(server, obj):
+        assert answer["allowed"] is False
+        assert "(kubeflow/trainer#2045)" in answer["status"]["message"]
+    answer = server.review(
+        "/mutate", review(_pytorchjob({P + "fail-non-retriable": "true", P + "backoff-limit": "0"}))
+    )["response"]
+    assert answer["allowed"] is True
+
+
+def test_error_propagation_only_where_flyte_reads_the_files_over_tls(server):
+    # upstream: flytekit's _build_error_file_name writes error-<uuid>.pb; only the PyTorch
+    # plugin's earliest-file reader (flyteplugins ioutils) lists those.
+    for answer in _both(server, job({P + "error-propagation": "earliest"})):
+        assert answer["allowed"] is False
+        assert "error-<uuid>.pb instead of error.pb" in answer["status"]["message"]
+    answer = server.review("/mutate", review(_pytorchjob({P + "error-propagation": "earliest"})))[
+        "response"
+    ]
+    assert answer["allowed"] is True
+    assert any("enable-distributed-error-aggregation" in w for w in answer["warnings"])
+
+
+def test_jobset_patterns_in_place_restarts_and_uncounted_restarts_over_tls(server):
+    # upstream: ruleIsApplicable (jobset pkg/controllers/failure_policy.go) with the message
+    # of matchPodFailurePolicy (kubernetes pkg/controller/job/pod_failure_policy.go).
+    restart = {
+        "name": "restartAll",
+        "action": "RestartJobSet",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": [".*"],
+    }
+    obj = _jobset({P + "fail-non-retriable": "true"}, {"rules": [restart]})
+    for answer in _both(server, obj):
+        assert answer["allowed"] is False
+        assert "(its pattern /.*/ matches the Job's message" in answer["status"]["message"]
+    # upstream: validateCreate in jobset pkg/webhooks/jobset_webhook.go requires 2147483647.
+    obj = _jobset({P + "backoff-limit": "2"}, {"restartStrategy": "InPlaceRestart"})
+    answer = server.review("/mutate", review(obj))
+    assert answer["response"]["allowed"] is True
+    child = apply(obj, decode_patch(answer))["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert child["backoffLimit"] == 2147483647
+    forever = {
+        "name": "forever",
+        "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "onJobFailureReasons": ["BackoffLimitExceeded"],
+    }
+    for answer in _both(server, _jobset({P + "backoff-limit": "2"}, {"rules": [forever]})):
+        assert answer["allowed"] is False
+        assert "would bound nothing" in answer["status"]["message"]

@@ -1131,7 +1131,9 @@ class JobSimulator:
     PyTorchJob reports PyTorchJobFailed for both), ``action_names`` renames rule actions
     for kinds whose rules are not a podFailurePolicy, ``unit`` is what one event fails
     ("pod", or "attempt" for a RayJob) and ``retry_where`` where the next attempt runs when
-    placement does not apply ("on a new RayCluster").
+    placement does not apply ("on a new RayCluster"). ``replaced_pods_count`` False: with
+    restartPolicy OnFailure, a pod that fails as a whole is replaced without counting (the
+    training operator counts only restarts of running pods, unless the limit is 0).
     """
 
     def __init__(
@@ -1156,6 +1158,7 @@ class JobSimulator:
         init: Sequence[str] = (),
         sidecars: Sequence[str] = (),
         memory: MemoryPlan | None = None,
+        replaced_pods_count: bool = True,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -1177,6 +1180,7 @@ class JobSimulator:
         #: of them that are native sidecars (stopped at pod shutdown).
         self.init = list(init)
         self.sidecars = list(sidecars)
+        self.replaced_pods_count = replaced_pods_count
         #: What OOM-killed containers get in later attempts (``oom-memory-factor``).
         self.memory = memory
 
@@ -1332,7 +1336,11 @@ class JobSimulator:
         with no restarts, while the failed pod counts in status.failed (> backoffLimit)."""
         limit = self.backoff_limit
         ending = None
-        if event.disruption:
+        if event.disruption and not self.replaced_pods_count and limit > 0:
+            state.restarts = 0
+            state.pod += 1
+            result = "the pod fails; not counted, its restarts are forgotten; next: a new pod"
+        elif event.disruption:
             state.counted += 1
             state.restarts = 0
             state.pod += 1

@@ -21,17 +21,20 @@ counting of the controller that owns the kind:
   ``jobset.sigs.k8s.io/restart-attempt`` = ``status.restarts``, which the pod webhook
   places them by.
 - RayJob (KubeRay ``checkBackoffLimitAndUpdateStatusIfNeeded``): a failed attempt is
-  retried on a new RayCluster while ``status.failed < backoffLimit + 1``, whatever failed;
+  retried on a new RayCluster while ``status.failed < backoffLimit + 1``, whatever failed,
+  but never one that failed with reason DeadlineExceeded or JobStatusCheckTimeoutExceeded;
   the RayJob's own ``status.reason`` (AppFailed when the Ray job itself failed) stays.
-- PyTorchJob (Kubeflow training operator): ``restartPolicy: ExitCode`` fails the job on
-  exit codes 1-127 of the container named ``pytorch`` and replaces the pod otherwise;
-  OnFailure and Always restart containers in place and count the restarts; Never fails
-  the job at the first failed pod. Every way to fail reports PyTorchJobFailed.
+- PyTorchJob (Kubeflow training operator, release-1.9 ``ReconcileJobs`` and
+  ``PastBackoffLimit``): ``restartPolicy: ExitCode`` fails the job on exit codes 1-127 of
+  the container named ``pytorch`` and replaces the pod otherwise, with no limit unless
+  ``runPolicy.backoffLimit`` is 0 (kubeflow/trainer#2045); OnFailure and Always restart
+  containers in place and count the restarts of running pods, while a pod that fails as a
+  whole is replaced uncounted (unless the limit is 0); Never fails the job at the first
+  failed pod. Every way to fail reports PyTorchJobFailed.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +69,7 @@ from webhook.explain import (
     walk,
     workload_keys,
 )
+from webhook.goregexp import Piece, Wild
 from webhook.mutators import items, mapping, pytorchjob, rayjob
 from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
@@ -75,6 +79,8 @@ from webhook.mutators.jobset import (
     JOBSET_DEFAULT_RESTART_POLICY,
     MAX_RESTARTS,
     RULE_NAME,
+    in_place_restart,
+    pattern_applies,
 )
 from webhook.policy import INT32_MAX, Policy
 
@@ -222,7 +228,16 @@ def _jobset_overview(
         f"Job that fails in the last run fails the JobSet (reason {MAX_REACHED}). Restarts "
         "by a rule with an ...AndIgnoreMaxRestarts action do not count." + inside
     )
+    if in_place_restart(subject.final):
+        item.budget += (
+            " restartStrategy InPlaceRestart: a pod that fails does not fail its Job "
+            "(backoffLimit 2147483647); JobSet restarts the whole set in place instead, and "
+            "each such restart counts against maxRestarts, as does any container's restart "
+            "count above it. Only a Job that fails (its podFailurePolicy) goes through the "
+            "rules below, and the set is then recreated."
+        )
     rules = failure_policy.get("rules") if isinstance(failure_policy.get("rules"), list) else []
+    item.notes.extend(unread_patterns(rules))
     user_fp = get_path(subject.original, ("spec", "failurePolicy", "rules"))
     item.rules = jobset_rule_lines(rules, user_fp if isinstance(user_fp, list) else [])
     item.rules_intro = (
@@ -304,11 +319,17 @@ def jobset_rule_lines(rules: Sequence[Any], user_rules: Sequence[Any]) -> list[R
 
 
 def jobset_rule_matches(
-    rule: Mapping[str, Any], reason: str, message: str, replicated: str
+    rule: Mapping[str, Any],
+    reason: str,
+    message: str,
+    replicated: str,
+    pod: Sequence[Piece] = (Wild(),),
 ) -> bool:
     """JobSet's ``ruleIsApplicable``: every list the rule has must match (an empty list
-    matches anything); message patterns are searched for (RE2, which Python's ``re``
-    agrees with on the patterns people write), and one that does not compile never matches."""
+    matches anything); message patterns are Go regexps searched for (``webhook.goregexp``),
+    with the pod's name in ``message`` (``<namespace>/<pod>``) standing for ``pod``: a
+    pattern matches when it does for some such pod. A pattern that cannot be read as Go
+    reads it is taken to match, as admission takes it (``unread_patterns`` says which)."""
     reasons = items(rule.get("onJobFailureReasons"))
     targets = items(rule.get("targetReplicatedJobs"))
     patterns = items(rule.get("onJobFailureMessagePatterns"))
@@ -316,14 +337,35 @@ def jobset_rule_matches(
         return False
     if targets and replicated not in targets:
         return False
-    return not patterns or any(_search(str(p), message) for p in patterns)
+    pieces = message_pieces(message, pod)
+    return not patterns or any(pattern_applies(p, pieces)[0] for p in patterns)
 
 
-def _search(pattern: str, text: str) -> bool:
-    try:
-        return re.search(pattern, text) is not None
-    except re.error:
-        return False
+#: How ``failjob_message`` shows the failed pod, which is known only at run time.
+POD_PLACEHOLDER = "<namespace>/<pod>"
+
+
+def message_pieces(message: str, pod: Sequence[Piece]) -> list[Piece]:
+    if POD_PLACEHOLDER not in message:
+        return [message]
+    before, after = message.split(POD_PLACEHOLDER, 1)
+    return [before, *pod, after]
+
+
+def unread_patterns(rules: Sequence[Any]) -> list[str]:
+    """One note per message pattern explain cannot read as JobSet's Go regexp does."""
+    notes = []
+    for number, rule in enumerate(rules, 1):
+        for pattern in (
+            items(rule.get("onJobFailureMessagePatterns")) if isinstance(rule, dict) else []
+        ):
+            _, why = pattern_applies(pattern, [""])
+            if why:
+                notes.append(
+                    f"rule {number}'s message pattern /{pattern}/ cannot be read as JobSet's Go "
+                    f"regexp reads it ({why}): taken to match, as admission takes it"
+                )
+    return notes
 
 
 def _replicated_job(
@@ -338,16 +380,27 @@ def _replicated_job(
     name = _name(rjob, index)
     item = subject.header(f"replicatedJob {name}")
     item.changes = []  # listed once, with the JobSet
-    item.budget = _child_budget(view, set_policy, failure_policy is not None)
+    in_place = in_place_restart(subject.final)
+    item.budget = _child_budget(view, set_policy, failure_policy is not None, in_place)
     item.rules = view.rule_lines()
     item.no_match = view.no_match()
     max_restarts = _int(mapping(failure_policy).get("maxRestarts")) or 0
     rules = mapping(failure_policy).get("rules")
+    metadata = mapping(subject.final.get("metadata"))
+    namespace = metadata.get("namespace") or subject.ctx.namespace
+    jobset_name = metadata.get("name")
+    # Pods of this replicated Job: <namespace>/<jobset>-<replicatedJob>-<job>-<index>-<random>.
+    pod: list[Piece] = [namespace if isinstance(namespace, str) and namespace else Wild(), "/"]
+    if isinstance(jobset_name, str) and jobset_name:
+        pod.append(f"{jobset_name}-{name}-")
+    pod.append(Wild())
     simulator = JobSetSimulator(
         view.simulator(),
         rules=(rules if isinstance(rules, list) else []) if failure_policy is not None else None,
         max_restarts=max_restarts,
         replicated=name,
+        pod=pod,
+        in_place=in_place,
     )
     item.simulator = simulator
     item.examples = simulator.examples()
@@ -369,15 +422,25 @@ def _replicated_job(
             f"the JobSet fails ({MAX_REACHED})",
             unit="run",
         )
-    item.notes.extend(_child_notes(rjob, view, defaulted_restart))
+    item.notes.extend(_child_notes(rjob, view, defaulted_restart, in_place))
     failure_aware(item, view, subject)
     return item
 
 
-def _child_budget(view: JobSpecView, set_policy: Policy, restarts: bool) -> str:
+def _child_budget(
+    view: JobSpecView, set_policy: Policy, restarts: bool, in_place: bool = False
+) -> str:
     """The child Job's own budget, and what its failure does to the set."""
     setting = view.policy.setting("backoff-limit")
     asked = set_policy.setting("backoff-limit")
+    if in_place and restarts:
+        return (
+            f"backoffLimit is {view.limit}, as JobSet's restartStrategy InPlaceRestart "
+            "requires: when a pod fails, the Job recreates it and JobSet restarts every other "
+            "pod of the set in place, on the same nodes; each such restart counts against "
+            "maxRestarts. The Job itself fails only through its podFailurePolicy (or its "
+            "deadline), and then the JobSet's failure policy (above) decides."
+        )
     if (
         view.per_index is None
         and view.limit == 0
@@ -399,7 +462,9 @@ def _child_budget(view: JobSpecView, set_policy: Policy, restarts: bool) -> str:
     )
 
 
-def _child_notes(rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: bool) -> list[str]:
+def _child_notes(
+    rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: bool, in_place: bool = False
+) -> list[str]:
     notes = []
     replicas = _int(rjob.get("replicas"))
     if replicas is not None and replicas > 1:
@@ -420,7 +485,7 @@ def _child_notes(rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: 
             f"{view.pods.non_spot_attempts}; restarts that do not count against maxRestarts "
             "raise that label too, so placement can start early, never late"
         )
-    if not view.on_failure and view.limit > 0 and view.per_index is None:
+    if not view.on_failure and view.limit > 0 and view.per_index is None and not in_place:
         notes.append(
             f"inside each run this Job's pods may fail {count_of(view.limit, 'time')} "
             "(counted) before the Job fails"
@@ -454,12 +519,19 @@ class JobSetSimulator:
         rules: Sequence[Any] | None,
         max_restarts: int,
         replicated: str,
+        pod: Sequence[Piece] = (Wild(),),
+        in_place: bool = False,
     ):
         self.job = job
         self.rules = list(rules) if rules is not None else None
         self.max_restarts = max_restarts
         self.replicated = replicated
         self.containers = job.containers
+        #: The failed pod's namespace/name as JobSet's message patterns see it.
+        self.pod = list(pod)
+        #: restartStrategy InPlaceRestart: a pod failure the Job survives restarts the set
+        #: in place, counted (``exceededMaxRestarts`` in pkg/controllers/in_place_restart.go).
+        self.in_place = in_place
 
     def decide(self, reason: str, message: str) -> tuple[int | None, str]:
         """The first JobSet rule (0-based) that applies to the failed Job, and its action."""
@@ -467,7 +539,7 @@ class JobSetSimulator:
             if (
                 isinstance(rule, dict)
                 and rule.get("action") in JOBSET_ACTIONS
-                and jobset_rule_matches(rule, reason, message, self.replicated)
+                and jobset_rule_matches(rule, reason, message, self.replicated, self.pod)
             ):
                 return index, str(rule["action"])
         return None, "RestartJobSet"
@@ -484,13 +556,15 @@ class JobSetSimulator:
         counters = JobSetState()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            run = counters.restarts + 1
+            run = (counters.toward if self.in_place else counters.restarts) + 1
             placed = self.job.placement(counters.restarts)
             where = f"in run {run}, {on_nodes(placed)}"
             outcome = self.job.fail(counters.job, event, number, where)
             result = lead(outcome.verdict, outcome.result)
             ending = None
-            if outcome.ending is not None:
+            if outcome.ending is None and self.in_place and self.rules is not None:
+                result, ending = self._in_place(outcome.verdict, counters)
+            elif outcome.ending is not None:
                 reason = str(outcome.ending.reason)
                 text, ending = self._job_failed(reason, outcome.message, counters)
                 if ending is None and outcome.memory:
@@ -576,8 +650,32 @@ class JobSetSimulator:
             None,
         )
 
+    def _in_place(self, verdict: str, counters: JobSetState) -> tuple[str, Ending | None]:
+        """InPlaceRestart: the failed pod is recreated and every other pod restarts in
+        place; JobSet fails once the restarts counted exceed maxRestarts. The pods keep
+        their restart-attempt label (status.restarts does not change)."""
+        limit = self.max_restarts
+        head = lead(verdict, "the Job goes on (its backoffLimit is 2147483647)")
+        if counters.toward >= limit:
+            return (
+                f"{head}; the set would restart in place, but {counters.toward} of {limit} "
+                "restarts are used: the JobSet fails",
+                Ending(
+                    "Failed",
+                    MAX_REACHED,
+                    f"a pod of {self.replicated} failed after {counters.toward} of maxRestarts "
+                    f"{limit} in-place restarts",
+                ),
+            )
+        counters.toward += 1
+        return (
+            f"{head}; the whole set restarts in place ({counters.toward} of {limit} restarts "
+            f"used); next: run {counters.toward + 1}, on the same nodes",
+            None,
+        )
+
     def _running(self, counters: JobSetState) -> Ending:
-        run = f"run {counters.restarts + 1}"
+        run = f"run {(counters.toward if self.in_place else counters.restarts) + 1}"
         if self.rules is None:
             return Ending("Running", None, f"{run} goes on; the first Job to fail ends it")
         left = self.max_restarts - counters.toward
@@ -623,8 +721,9 @@ def explain_rayjob(subject: Subject) -> list[Explanation]:
             f"backoffLimit is {limit} ({origin}): when the Ray job fails, KubeRay deletes its "
             "RayCluster and retries the whole RayJob on a new one while status.failed is "
             f"below backoffLimit + 1, so it gets up to {count_of(limit + 1, 'attempt')}; "
-            f"failed attempt number {limit + 1} ends it ({end}). A run past "
-            "activeDeadlineSeconds is never retried (DeadlineExceeded)."
+            f"failed attempt number {limit + 1} ends it ({end}). An attempt that fails with "
+            "reason DeadlineExceeded (it ran past activeDeadlineSeconds, counted from its own "
+            "start) or JobStatusCheckTimeoutExceeded ends it too: KubeRay never retries those."
         )
     item.no_match = (
         "a RayJob has no failure rules: KubeRay retries every failed attempt alike, "
@@ -689,7 +788,9 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     pod_spec = mapping(get_path(replicas.get(primary), ("template", "spec")))
     names = container_names(pod_spec)
     containers = sorted(names, key=lambda n: n != pytorchjob.DEFAULT_CONTAINER)
-    budget = limit if limit is not None else INT32_MAX
+    # Under ExitCode only a limit of 0 is enforced (kubeflow/trainer#2045).
+    enforced = limit if policy_name != "ExitCode" or limit == 0 else None
+    budget = enforced if enforced is not None else INT32_MAX
     rules, label = _pytorch_rules(policy_name)
     if rules:
         line = RuleLine(
@@ -700,7 +801,7 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
         "When a pod fails, the training operator checks its replica's restartPolicy "
         f"({primary}: {policy_name}):"
     )
-    item.no_match = _pytorch_no_match(policy_name, limit)
+    item.no_match = _pytorch_no_match(policy_name, enforced)
     item.simulator = JobSimulator(
         rules,
         budget,
@@ -715,9 +816,10 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
         limit_reason=PYTORCH_FAILED,
         action_names={"FailJob": label},
         limit_field="runPolicy.backoffLimit",
+        replaced_pods_count=False,
     )
     item.examples = item.simulator.examples()[:4]  # the common ones, not the rule's own codes
-    if limit is not None and policy_name in ("ExitCode", "Never"):
+    if enforced is not None and policy_name in ("ExitCode", "Never"):
         item.plan = build_plan(
             "spec.runPolicy.backoffLimit",
             0 if policy_name == "Never" else limit,
@@ -780,10 +882,14 @@ def _pytorch_no_match(policy_name: str, limit: int | None) -> str:
         )
     if policy_name == "Never":
         return ""
+    whole = (
+        "fails the PyTorchJob"
+        if limit == 0
+        else "is replaced without counting, and its restarts are forgotten"
+    )
     return (
         f"with restartPolicy {policy_name}, a failed container restarts inside its pod and "
-        f"every restart {counts}; a pod that fails as a whole (evicted, preempted) is "
-        "replaced and counts too"
+        f"every restart {counts}; a pod that fails as a whole (evicted, preempted) {whole}"
     )
 
 
@@ -799,12 +905,31 @@ def _pytorch_budget(limit: int | None, origin: str, policy_name: str, who: str) 
             f"The {rp}, and runPolicy.backoffLimit is not set ({origin}): the training "
             "operator retries failed pods without limit."
         )
+    if policy_name == "ExitCode" and limit == 0:
+        return (
+            f"runPolicy.backoffLimit is 0 ({origin}), and the {rp}: the first failed pod "
+            f"fails the PyTorchJob (reason {PYTORCH_FAILED}), whatever its exit code."
+        )
+    if policy_name == "ExitCode":
+        return (
+            f"runPolicy.backoffLimit is {limit} ({origin}), but the {rp}, under which the "
+            "training operator never enforces it (kubeflow/trainer#2045: it counts only "
+            "container restarts, and ExitCode replaces failed pods instead): failed pods "
+            "are retried without limit; only runPolicy.activeDeadlineSeconds stops them."
+        )
     if policy_name in ("OnFailure", "Always"):
-        runs = "the first restart fails it" if limit == 0 else f"restart number {limit} fails it"
+        if limit == 0:
+            return (
+                f"runPolicy.backoffLimit is 0 ({origin}), and the {rp}: the first restart of "
+                f"a container, or the first pod to fail, fails the PyTorchJob (reason "
+                f"{PYTORCH_FAILED})."
+            )
         return (
             f"runPolicy.backoffLimit is {limit} ({origin}), and the {rp}: a failed container "
             "restarts inside its pod, and the training operator counts the restarts of all "
-            f"pods together: {runs} (reason {PYTORCH_FAILED})."
+            f"running pods together: restart number {limit} fails it (reason "
+            f"{PYTORCH_FAILED}). A pod that fails as a whole is replaced, uncounted, and "
+            "its restarts are no longer counted."
         )
     return (
         f"runPolicy.backoffLimit is {limit} ({origin}), and the {rp}: the training operator "
@@ -826,6 +951,11 @@ def _pytorch_notes(restart: Mapping[str, str], primary: str, policy: Policy) -> 
         notes.append(
             f"ExitCode also retries exit codes {pytorchjob.RETRIED_FROM}-255 that "
             "retriable-exit-codes does not list"
+        )
+    if policy.error_propagation:
+        notes.append(
+            "error-propagation needs Flyte's PyTorch plugin with "
+            "enable-distributed-error-aggregation: true; without it the task's error is lost"
         )
     notes.append(
         "ignore-disruptions and non-spot-attempts cannot apply to a PyTorchJob: the training "

@@ -18,6 +18,17 @@ WORKER_NAME = "FLYTE_INTERNAL_WORKER_NAME"
 ERROR_STRATEGY = "FLYTE_INTERNAL_DIST_ERROR_STRATEGY"
 #: flytekit also accepts these short names; a user's own value under either is kept.
 ALIASES = {WORKER_NAME: "_F_WN", ERROR_STRATEGY: "_F_DES"}
+#: Why the error-propagation env vars belong only in a PyTorchJob's pods: with the strategy
+#: set (any value), flytekit names its error file error-<uuid>.pb instead of error.pb
+#: (``_build_error_file_name`` in flytekit/bin/entrypoint.py) and exits 0; Flyte looks for
+#: those only with the PyTorch plugin's enable-distributed-error-aggregation (the
+#: earliest-file reader in flyteplugins ioutils/remote_file_output_reader.go), every other
+#: plugin for error.pb alone, so the task would pass for succeeded or lack its outputs.
+NOT_A_PYTORCHJOB = (
+    "flytekit would write its error to error-<uuid>.pb instead of error.pb, which Flyte reads "
+    "only for PyTorch tasks (a PyTorchJob) with enable-distributed-error-aggregation: the "
+    "task's error would be lost"
+)
 
 
 #: What the functions below may write in a pod spec (``webhook.owned``): each container's

@@ -36,6 +36,7 @@ from webhook.mutators.job import (
     POD_KEYS,
     WorkloadMutator,
     apply_job_spec,
+    check_error_propagation,
     get_path,
     job_limit_field,
 )
@@ -80,6 +81,7 @@ class CronJobMutator(WorkloadMutator):
             return policy
         before = copy.deepcopy(job_spec)
         _forget_previous(cronjob, job_spec)
+        policy = check_error_propagation(policy, self.kind, out)
         policy = apply_job_spec(cronjob, JOB_SPEC, job_spec, policy, ctx, out, defaulted=False)
         if job_spec == before:
             # What was taken out came back as it was: nothing changed, nothing to report

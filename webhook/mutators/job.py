@@ -137,6 +137,7 @@ class JobMutator(WorkloadMutator):
         if not isinstance(spec, dict):
             out.problems.append(Problem("spec", "a Job needs a spec"))
             return policy
+        policy = check_error_propagation(policy, self.kind, out)
         return apply_job_spec(job, ("spec",), spec, policy, ctx, out)
 
     def budget_field(self, job: Mapping[str, Any]) -> LimitField | None:
@@ -365,6 +366,14 @@ def resolve_limit(
     return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
 
 
+def keep_spec_limit(obj: Mapping[str, Any], field: LimitField, policy: Policy) -> Policy:
+    """``policy`` with ``backoff-limit`` back to what the spec holds: a budget the webhook
+    must not write after all (a default skipped by a conflict)."""
+    current = get_path(obj, field.path)
+    value = current if isinstance(current, int) else None
+    return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
+
+
 def enforce_rail(policy: Policy, field: LimitField, ctx: Context, out: Outcome) -> Policy:
     """``guardRails.maxBackoffLimit``: deny a budget someone asked for above it; lower one
     that nobody asked for (an API default) to it."""
@@ -447,6 +456,14 @@ def check_not_applicable(
         policy = not_applicable(
             policy, "on-non-retriable", kind, f"a {kind} has no completion indexes", out
         )
+    return policy
+
+
+def check_error_propagation(policy: Policy, kind: str, out: Outcome) -> Policy:
+    """``error-propagation`` outside a PyTorchJob would hide the task's errors
+    (``podspec.NOT_A_PYTORCHJOB``): denied when annotated, skipped when a default."""
+    if policy.error_propagation:
+        policy = not_applicable(policy, "error-propagation", kind, podspec.NOT_A_PYTORCHJOB, out)
     return policy
 
 

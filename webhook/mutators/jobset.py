@@ -20,15 +20,44 @@ A JobSet runs its replicated Jobs together and, when one fails, recreates all of
 The child Jobs are admitted on their own, but the Job mutator leaves them alone (their
 policy was applied here, where ``backoff-limit`` means restarts), which is why
 retry-policy annotations on a replicated Job's template are denied: they would be ignored.
+
+A user's rule applies, as JobSet decides (``ruleIsApplicable`` in
+pkg/controllers/failure_policy.go), when the failed Job's reason is one of its reasons, its
+message matches one of its ``onJobFailureMessagePatterns`` (Go regexps), and its
+replicated Job is a target; empty lists match anything. Our FailJob rule fails a Job with
+reason PodFailurePolicy and the Job controller's message ``Container <name> for pod
+<namespace>/<pod> failed with exit code <code> matching FailJob rule at index <i>``
+(``matchPodFailurePolicy``): ``_check_rules`` asks ``webhook.goregexp`` whether a pattern
+can match that message for some pod name, and takes a pattern it cannot read as Go does
+to match.
+
+``restartStrategy: InPlaceRestart`` (alpha gate, JobSet >= 0.11): JobSet's webhook requires
+every child ``backoffLimit`` to be 2147483647, and every failure of a pod restarts the whole
+set in place (the failed pod is recreated), counted against maxRestarts through the pods'
+in-place-restart-attempt (``exceededMaxRestarts`` in pkg/controllers/in_place_restart.go).
+So ``backoff-limit: B`` is still maxRestarts B (B + 1 runs), the children get 2147483647
+instead of 0 (not a retry budget there: guard rails do not apply to it), and
+``ignore-disruptions`` (a disrupted pod still restarts the set, counted) and
+``non-spot-attempts`` (pods restart on their nodes and keep their restart-attempt) cannot
+be honoured.
+
+A user's rule with an ...AndIgnoreMaxRestarts action on the reasons a child Job fails with
+when its pods run out of retries (BackoffLimitExceeded, FailedIndexes,
+MaxFailedIndexesExceeded) restarts the set without counting: then no ``backoff-limit``
+bounds it, and one we would write is denied (skipped when a default).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook import failureaware, intent
+from webhook import failurepolicy as fp
+from webhook.config import GuardRails
+from webhook.goregexp import Piece, Unsupported, Wild, compile_go
 from webhook.mutators import Context, Outcome, has_policy_annotations, register
 from webhook.mutators.job import (
     JOBSET_GROUP,
@@ -36,14 +65,16 @@ from webhook.mutators.job import (
     LimitField,
     WorkloadMutator,
     apply_job_spec,
+    check_error_propagation,
     enforce_rail,
     get_path,
     job_limit_field,
+    keep_spec_limit,
     not_applicable,
     resolve_limit,
     write_limit,
 )
-from webhook.policy import PREFIX, Policy, Setting, Source, with_setting
+from webhook.policy import INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
@@ -67,6 +98,22 @@ RULE_NAME_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 MAX_RULE_NAME = 128
 #: What JobSet's own webhook writes into a replicated Job's pod template when it is unset.
 JOBSET_DEFAULT_RESTART_POLICY = "OnFailure"
+IN_PLACE_RESTART = "InPlaceRestart"
+#: The Job controller's condition messages for the reasons a child Job fails with when its
+#: pods run out of retries (pkg/controller/job/job_controller.go).
+BUDGET_MESSAGES = {
+    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+    "FailedIndexes": "Job has failed indexes",
+    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
+}
+IGNORING_ACTIONS = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
+NOT_IN_PLACE = {
+    "ignore-disruptions": "with restartStrategy InPlaceRestart any pod that fails, a disrupted "
+    "one too, restarts the whole set in place, and JobSet counts that against maxRestarts",
+    "non-spot-attempts": "with restartStrategy InPlaceRestart its pods restart in place on their "
+    "nodes and keep their jobset.sigs.k8s.io/restart-attempt, so the last attempts cannot be "
+    "placed elsewhere",
+}
 
 
 def our_rule() -> dict[str, Any]:
@@ -94,6 +141,11 @@ class JobSetMutator(WorkloadMutator):
             )
             return policy
         _check_child_annotations(replicated, out)
+        policy = check_error_propagation(policy, self.kind, out)
+        in_place = in_place_restart(jobset)
+        for name, why in NOT_IN_PLACE.items():
+            if in_place and policy.value(name):
+                policy = not_applicable(policy, name, "JobSet", why, out)
         if policy.fail_non_retriable and policy.on_non_retriable == "fail-index":
             policy = not_applicable(
                 policy,
@@ -106,22 +158,27 @@ class JobSetMutator(WorkloadMutator):
             )
         rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
         if policy.fail_non_retriable:
-            policy = _check_rules(rules if isinstance(rules, list) else [], policy, out)
+            messages = failjob_messages(jobset, replicated, policy, ctx)
+            policy = _check_rules(rules if isinstance(rules, list) else [], policy, out, messages)
         if policy.non_spot_attempts:
             policy = _check_single_job_restarts(
                 rules if isinstance(rules, list) else [], policy, out
             )
-        if policy.oom_memory_factor is not None:
+        if policy.oom_memory_factor is not None and not in_place:
             policy = _check_oom_restarts(
                 rules if isinstance(rules, list) else [], replicated, policy, out
             )
         policy = resolve_limit(jobset, MAX_RESTARTS, policy, out)
         policy = enforce_rail(policy, MAX_RESTARTS, ctx, out)
+        policy = _check_uncounted_restarts(
+            jobset, rules if isinstance(rules, list) else [], policy, out
+        )
         if not out.problems:
             write_limit(jobset, MAX_RESTARTS, policy, out)
         restarts = policy.backoff_limit or 0
+        child_ctx = _without_rails(ctx) if in_place else ctx
         children = [
-            _apply_replicated_job(jobset, index, policy, restarts, ctx, out)
+            _apply_replicated_job(jobset, index, policy, restarts, child_ctx, out, in_place)
             for index in range(len(replicated))
         ]
         if not out.problems and any(c is not None and c.fail_non_retriable for c in children):
@@ -160,6 +217,20 @@ def _check_child_annotations(replicated: list[Any], out: Outcome) -> None:
                 )
 
 
+def in_place_restart(jobset: Mapping[str, Any]) -> bool:
+    return get_path(jobset, ("spec", "failurePolicy", "restartStrategy")) == IN_PLACE_RESTART
+
+
+def _without_rails(ctx: Context) -> Context:
+    """``ctx`` without guard rails: under InPlaceRestart a child's backoffLimit must be
+    2147483647 and is no retry budget (maxRestarts is, and was checked against them)."""
+    namespaces = {
+        ns: dataclasses.replace(o, guard_rails={}) for ns, o in ctx.config.namespaces.items()
+    }
+    config = dataclasses.replace(ctx.config, guard_rails=GuardRails(), namespaces=namespaces)
+    return Context(config, ctx.attempts, ctx.namespace, ctx.operation)
+
+
 def _apply_replicated_job(
     jobset: dict[str, Any],
     index: int,
@@ -167,6 +238,7 @@ def _apply_replicated_job(
     restarts: int,
     ctx: Context,
     out: Outcome,
+    in_place: bool = False,
 ) -> Policy | None:
     """Apply the policy to one replicated Job template; return its resolved policy."""
     path = ("spec", "replicatedJobs", index, "template", "spec")
@@ -174,7 +246,7 @@ def _apply_replicated_job(
     if not isinstance(job_spec, dict):
         out.problems.append(Problem(intent.dotted(path), "a replicated Job needs a Job spec"))
         return None
-    child = _child_policy(jobset, path, job_spec, policy)
+    child = _child_policy(jobset, path, job_spec, policy, INT32_MAX if in_place else 0)
     reverted = _restart_never(jobset, path, job_spec, child)
     uid = get_path(jobset, ("metadata", "uid"))
     resolved = apply_job_spec(
@@ -213,12 +285,15 @@ def _child_policy(
     path: tuple[str | int, ...],
     job_spec: Mapping[str, Any],
     policy: Policy,
+    ours: int = 0,
 ) -> Policy:
     """The policy of one replicated Job: the JobSet's, with the child's own budget.
 
     A budget the user wrote in the template is kept; otherwise, when the JobSet's
-    ``backoff-limit`` was asked for, the child gets 0 so that every counted failure is one
-    JobSet restart; otherwise the child keeps the Kubernetes default.
+    ``backoff-limit`` was asked for, the child gets ``ours``: 0 so that every counted
+    failure is one JobSet restart (2147483647 under InPlaceRestart, where JobSet requires
+    it and every pod failure restarts the set anyway); otherwise the child keeps the
+    Kubernetes default.
     """
     field = job_limit_field(path, job_spec, defaulted=False)
     current = get_path(jobset, field.path)
@@ -226,7 +301,7 @@ def _child_policy(
         setting = Setting(current, Source.SPEC, field.name)
     elif policy.setting("backoff-limit").source in WRITTEN_SOURCES:
         asked = policy.setting("backoff-limit")
-        setting = Setting(0, asked.source, asked.detail)
+        setting = Setting(ours, asked.source, asked.detail)
     else:
         setting = Setting(None, Source.BUILTIN)
     return with_setting(policy, "backoff-limit", setting)
@@ -255,29 +330,111 @@ def _restart_never(
     return current or ""
 
 
-def _matches_pod_failure_policy(rule: Mapping[str, Any]) -> bool:
-    """Whether a JobSet rule matches every Job that failed through its podFailurePolicy."""
+def failjob_message(
+    containers: Piece, namespace: Piece, pod: Sequence[Piece], codes: Piece, index: int
+) -> list[Piece]:
+    """The Job controller's condition message for a FailJob match on an exit code
+    (``matchPodFailurePolicy`` in pkg/controller/job/pod_failure_policy.go), as pieces."""
+    return [
+        "Container ",
+        containers,
+        " for pod ",
+        namespace,
+        "/",
+        *pod,
+        " failed with exit code ",
+        codes,
+        f" matching FailJob rule at index {index}",
+    ]
+
+
+def failjob_messages(
+    jobset: Mapping[str, Any], replicated: list[Any], policy: Policy, ctx: Context
+) -> dict[str, list[Piece]]:
+    """By replicated Job, every message our FailJob rule can fail one of its Jobs with: any
+    container (a rule without containerName sees each, sidecars included), any exit code
+    outside the retriable ones, any pod name, the index our rule gets after the user's."""
+    namespace = get_path(jobset, ("metadata", "namespace")) or ctx.namespace
+    ns: Piece = namespace if isinstance(namespace, str) and namespace else Wild()
+    codes = tuple(str(c) for c in range(1, 256) if c not in policy.retriable_exit_codes)
+    ours = [fp.ignore_disruptions_rule()] if policy.ignore_disruptions else []
+    ours.append(fp.non_retriable_rule(policy.retriable_exit_codes))
+    key = fp.rule_key(ours[-1])
+    messages = {}
+    for rjob in replicated:
+        if not isinstance(rjob, dict):
+            continue
+        spec = get_path(rjob, ("template", "spec"))
+        user_rules = get_path(spec, ("podFailurePolicy", "rules"))
+        merged, _ = fp.merge(user_rules if isinstance(user_rules, list) else [], ours)
+        index = next(i for i, rule in enumerate(merged) if fp.rule_key(rule) == key)
+        pod_spec = get_path(spec, ("template", "spec"))
+        names = tuple(sorted(fp.container_names(pod_spec if isinstance(pod_spec, dict) else {})))
+        messages[str(rjob.get("name"))] = failjob_message(
+            names or Wild(), ns, [Wild()], codes, index
+        )
+    return messages
+
+
+def pattern_applies(pattern: Any, message: Sequence[Piece]) -> tuple[bool, str]:
+    """Whether a message pattern can match ``message`` (``anyMatchFound``), and, when it
+    cannot be read as Go's regexp reads it, why (it is then taken to match)."""
+    try:
+        return compile_go(str(pattern)).search(message), ""
+    except Unsupported as err:
+        return True, str(err)
+
+
+def _applies(
+    rule: Mapping[str, Any], reason: str, messages: Mapping[str, Sequence[Piece]]
+) -> tuple[bool, str, str]:
+    """Whether ``rule`` applies to some Job failed with ``reason`` and one of ``messages``
+    (by replicated Job), as ``ruleIsApplicable`` decides; with the pattern that matched,
+    and why it was taken to match when it could not be read."""
     reasons = rule.get("onJobFailureReasons") or []
-    if not isinstance(reasons, list):
+    if not isinstance(reasons, list) or (reasons and reason not in reasons):
+        return False, "", ""
+    targets = rule.get("targetReplicatedJobs") or []
+    patterns = rule.get("onJobFailureMessagePatterns") or []
+    for name, message in messages.items():
+        if isinstance(targets, list) and targets and name not in targets:
+            continue
+        if not isinstance(patterns, list) or not patterns:
+            return True, "", ""
+        for pattern in patterns:
+            hit, why = pattern_applies(pattern, message)
+            if hit:
+                return True, str(pattern), why
+    return False, "", ""
+
+
+def _matches_everything(pattern: Any) -> bool:
+    try:
+        return compile_go(str(pattern)).matches_everything()
+    except Unsupported:
         return False
-    return (not reasons or POD_FAILURE_POLICY in reasons) and not rule.get(
-        "onJobFailureMessagePatterns"
-    )
 
 
 def _covers(rule: Any) -> bool:
-    """A rule that already fails the whole JobSet on any podFailurePolicy failure."""
+    """A rule that already fails the whole JobSet on any podFailurePolicy failure: no
+    targets, and no patterns or one that matches any message (``.*``)."""
+    if not isinstance(rule, dict) or rule.get("action") != "FailJobSet":
+        return False
+    reasons = rule.get("onJobFailureReasons") or []
+    patterns = rule.get("onJobFailureMessagePatterns") or []
     return (
-        isinstance(rule, dict)
-        and rule.get("action") == "FailJobSet"
-        and _matches_pod_failure_policy(rule)
+        isinstance(reasons, list)
+        and (not reasons or POD_FAILURE_POLICY in reasons)
+        and (not patterns or any(_matches_everything(p) for p in patterns))
         and not rule.get("targetReplicatedJobs")
     )
 
 
-def _check_rules(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
+def _check_rules(
+    rules: list[Any], policy: Policy, out: Outcome, messages: Mapping[str, Sequence[Piece]]
+) -> Policy:
     """The user's rules come first (first match wins): one that restarts on a
-    podFailurePolicy failure would keep ours from ever firing."""
+    podFailurePolicy failure with our FailJob rule's message would keep ours from firing."""
     for index, rule in enumerate(rules):
         if not isinstance(rule, dict):
             continue
@@ -292,13 +449,25 @@ def _check_rules(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
             return policy
         if _covers(rule):
             return policy
-        if _matches_pod_failure_policy(rule) and rule.get("action") != "FailJobSet":
+        if rule.get("action") == "FailJobSet":
+            continue
+        applies, pattern, why = _applies(rule, POD_FAILURE_POLICY, messages)
+        if applies:
+            how = ""
+            if pattern and why:
+                how = f" (its pattern /{pattern}/ is taken to match: {why})"
+            elif pattern:
+                how = (
+                    f" (its pattern /{pattern}/ matches the Job's message: Container <name> "
+                    "for pod <namespace>/<pod> failed with exit code <code> matching FailJob "
+                    "rule at index <i>)"
+                )
             out.conflict(
                 policy,
                 "fail-non-retriable",
                 f"your spec.failurePolicy.rules[{index}] ({rule.get('action')}) matches Jobs "
-                "failed by their podFailurePolicy first, so a non-retriable exit would not "
-                "fail the JobSet",
+                f"failed by their podFailurePolicy first{how}, so a non-retriable exit would "
+                "not fail the JobSet",
                 "contradiction",
             )
             return with_setting(
@@ -306,6 +475,42 @@ def _check_rules(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
                 "fail-non-retriable",
                 Setting(False, policy.setting("fail-non-retriable").source),
             )
+    return policy
+
+
+def _check_uncounted_restarts(
+    jobset: Mapping[str, Any], rules: list[Any], policy: Policy, out: Outcome
+) -> Policy:
+    """A rule of the user's that restarts, uncounted, a Job whose pods ran out of retries
+    would leave the ``backoff-limit`` we write (maxRestarts) nothing to bound."""
+    if policy.setting("backoff-limit").source not in WRITTEN_SOURCES:
+        return policy
+    replicated = get_path(jobset, ("spec", "replicatedJobs"))
+    names = {str(r.get("name")) for r in replicated or [] if isinstance(r, dict)}
+    for reason, message in BUDGET_MESSAGES.items():
+        left = set(names)  # replicated Jobs whose such failures no earlier rule has taken
+        for index, rule in enumerate(rules):
+            if not left:
+                break
+            if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
+                continue
+            applies, _, why = _applies(rule, reason, {name: [message] for name in left})
+            if not applies:
+                continue
+            if rule["action"] in IGNORING_ACTIONS:
+                out.conflict(
+                    policy,
+                    "backoff-limit",
+                    f"{policy.backoff_limit} (maxRestarts) would bound nothing: your "
+                    f"spec.failurePolicy.rules[{index}] ({rule['action']}) restarts without "
+                    f"counting when a Job's pods run out of retries ({reason}), so the set "
+                    "would restart forever; drop the rule or backoff-limit",
+                    "contradiction",
+                )
+                return keep_spec_limit(jobset, MAX_RESTARTS, policy)
+            targets = rule.get("targetReplicatedJobs") or list(names)
+            if not why and isinstance(targets, list):
+                left -= {str(t) for t in targets}
     return policy
 
 
@@ -333,28 +538,21 @@ def _check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -
     return policy
 
 
-#: The reason and condition message of a child Job that used up its budget (per index:
-#: ``FailedIndexes``), as JobSet's rules see them (``ruleIsApplicable``).
-BUDGET_FAILURES = {
-    False: ("BackoffLimitExceeded", "Job has reached the specified backoff limit"),
-    True: ("FailedIndexes", "Job has failed indexes"),
-}
-
-
 def _check_oom_restarts(
     rules: list[Any], replicated: list[Any], policy: Policy, out: Outcome
 ) -> Policy:
     """After an OOM kill the child Job fails once its budget is used (by default 0 here:
-    at once), and the JobSet must restart it for the next run to get more memory: the
-    first of your rules that applies to that failure (reason, target, message patterns,
-    as ``ruleIsApplicable`` checks them) must not be FailJobSet."""
+    at once; reason FailedIndexes with a per-index budget), and the JobSet must restart
+    it for the next run to get more memory: the first of your rules that applies to that
+    failure (``_applies``, as ``ruleIsApplicable`` decides) must not be FailJobSet."""
     for rjob in replicated:
         name = rjob.get("name") if isinstance(rjob, dict) else None
         spec = get_path(rjob, ("template", "spec"))
         per_index = isinstance(spec, dict) and spec.get("backoffLimitPerIndex") is not None
-        reason, message = BUDGET_FAILURES[per_index]
+        reason = "FailedIndexes" if per_index else "BackoffLimitExceeded"
+        messages: dict[str, list[Piece]] = {str(name): [BUDGET_MESSAGES[reason]]}
         for index, rule in enumerate(rules):
-            if not isinstance(rule, dict) or not _applies(rule, name, reason, message):
+            if not isinstance(rule, dict) or not _applies(rule, reason, messages)[0]:
                 continue
             if rule.get("action") == "FailJobSet":
                 out.conflict(
@@ -368,28 +566,6 @@ def _check_oom_restarts(
                 return failureaware.off(policy, "oom-memory-factor")
             break
     return policy
-
-
-def _applies(rule: Mapping[str, Any], rjob: Any, reason: str, message: str) -> bool:
-    reasons = rule.get("onJobFailureReasons") or []
-    targets = rule.get("targetReplicatedJobs") or []
-    if not isinstance(reasons, list) or not isinstance(targets, list):
-        return False
-    if (reasons and reason not in reasons) or (targets and rjob not in targets):
-        return False
-    patterns = rule.get("onJobFailureMessagePatterns") or []
-    if not isinstance(patterns, list) or not patterns:
-        return True
-    return any(_search(p, message) for p in patterns)
-
-
-def _search(pattern: Any, text: str) -> bool:
-    """Go's ``regexp.MatchString`` (a match anywhere), with Python's engine: the same on
-    the patterns JobSet's examples use; a pattern Python cannot compile matches nothing."""
-    try:
-        return isinstance(pattern, str) and re.search(pattern, text) is not None
-    except re.error:
-        return False
 
 
 def _add_rule(jobset: dict[str, Any], policy: Policy, names: list[Any], out: Outcome) -> None:

@@ -1,4 +1,5 @@
-"""v1 Pod: error-propagation env vars, and non-spot placement of the last attempts.
+"""v1 Pod: error-propagation env vars (in a PyTorchJob's pods only), and non-spot placement
+of the last attempts.
 
 A pod learns its policy from its own annotations (copied there from its workload's
 template at workload admission), so the only lookup is its attempt number. Pods made
@@ -65,7 +66,20 @@ class PodMutator:
         if not isinstance(spec, dict):
             return out
         out.policies["spec"] = policy
-        if policy.error_propagation:
+        if policy.error_propagation and not _pytorchjob_pod(owner):
+            self._report(
+                out,
+                [
+                    Problem(
+                        f"annotation {PREFIX}error-propagation",
+                        "cannot apply to a Pod that no PyTorchJob owns: "
+                        + podspec.NOT_A_PYTORCHJOB,
+                        "not-applicable",
+                    )
+                ],
+                owner,
+            )
+        elif policy.error_propagation:
             names = podspec.add_error_propagation(spec, policy.error_propagation)
             if names:
                 out.changed(
@@ -356,6 +370,14 @@ def failure_history(
         expected = counted.failures
     key = HistoryKey(namespace, name, uid, lineage, index, expected, per_index)
     return history.ask(ctx.attempts, key)
+
+
+def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:
+    """Whether the training operator made this pod for a PyTorchJob (``error-propagation``
+    applies there only: ``podspec.NOT_A_PYTORCHJOB``)."""
+    if owner is None or owner.get("kind") != "PyTorchJob":
+        return False
+    return str(owner.get("apiVersion") or "").startswith("kubeflow.org/")
 
 
 def attempt_of(

@@ -10,10 +10,22 @@ retriable exit code is >= 128, and is denied otherwise; the codes 128-255 the us
 not list are retried too, which a warning says. ``restartPolicy`` defaults to OnFailure
 in the operator (not in the API), so an unset one is ours to set.
 
+But under ExitCode the operator (release-1.9) never enforces ``runPolicy.backoffLimit``
+>= 1: ``ReconcileJobs`` compares it with its work queue's ``NumRequeues``, always 0 (the
+PyTorchJob controller passes a ``FakeWorkQueue``), and ``PastBackoffLimit`` sums the
+container restart counts of running pods, which stay 0 because ExitCode pods run with
+``restartPolicy: Never`` and are replaced instead (kubeflow/trainer#2045). Only 0 is
+enforced (``1 > 0``: the first failed pod fails the job). With the operator's default
+OnFailure the limit does hold, through those restart counts. So ``fail-non-retriable``
+with a limit >= 1 would trade a cap for retries without end: it is denied (skipped, with
+a warning, when it comes from an admin default), and so is a ``backoff-limit`` >= 1 we
+would write beside an ExitCode the user wrote (``_check_cap``).
+
 ``ignore-disruptions`` and ``non-spot-attempts`` cannot be honoured (every failed pod counts,
 and pods carry no attempt number): denied when annotated, skipped with a warning when they
 come from an admin default. ``error-propagation`` goes into every replica (Master and
-Worker): the distributed-training case Flyte's error-propagation RFC was written for.
+Worker): the one kind whose Flyte plugin can read the per-worker error files it makes
+flytekit write (``error_propagation_note``).
 """
 
 from __future__ import annotations
@@ -23,12 +35,14 @@ from typing import Any
 
 from webhook.mutators import Context, Outcome, register
 from webhook.mutators.job import (
+    WRITTEN_SOURCES,
     LimitField,
     WorkloadMutator,
     add_error_propagation,
     check_not_applicable,
     enforce_rail,
     get_path,
+    keep_spec_limit,
     resolve_limit,
     write_limit,
 )
@@ -53,6 +67,8 @@ NOT_APPLICABLE = {
     "avoid-failed-nodes": "its pods belong to no Job (the training operator recreates a "
     "failed pod under the same name), so the nodes of earlier attempts cannot be found",
 }
+#: Where kubeflow/trainer#2045 (runPolicy.backoffLimit not enforced under ExitCode) is told.
+UNENFORCED = "kubeflow/trainer#2045"
 
 
 @register
@@ -75,16 +91,81 @@ class PyTorchJobMutator(WorkloadMutator):
         policy = enforce_rail(policy, BACKOFF, ctx, out)
         if policy.fail_non_retriable:
             policy = _check_exit_code(replicas, policy, out)
+        policy = _check_cap(job, replicas, policy, out)
         if out.problems:
             return policy
         write_limit(job, BACKOFF, policy, out)
         if policy.fail_non_retriable:
-            _set_exit_code(replicas, policy, out)
+            _set_exit_code(job, replicas, policy, out)
         for rtype in sorted(replicas):
             pod_spec = get_path(replicas[rtype], ("template", "spec"))
             add_error_propagation(pod_spec, f"{rtype} containers", policy, out)
+        if policy.error_propagation:
+            out.note(error_propagation_note())
         out.policies["spec"] = policy
         return policy
+
+
+def error_propagation_note() -> str:
+    """What error-propagation needs from Flyte, said whenever it is applied."""
+    return (
+        "retry-policy: error-propagation needs Flyte's PyTorch plugin with "
+        "enable-distributed-error-aggregation: true (propeller's k8s plugin config); without "
+        "it the task's error is lost"
+    )
+
+
+def exit_code_replicas(replicas: Mapping[str, Any]) -> list[str]:
+    """The replicas whose written restartPolicy is ExitCode."""
+    return [
+        rtype
+        for rtype in sorted(replicas)
+        if isinstance(replicas[rtype], dict) and replicas[rtype].get("restartPolicy") == "ExitCode"
+    ]
+
+
+def _check_cap(
+    job: Mapping[str, Any], replicas: Mapping[str, Any], policy: Policy, out: Outcome
+) -> Policy:
+    """A runPolicy.backoffLimit >= 1 means nothing under ExitCode (see the module doc):
+    never trade a cap for ExitCode, never write a cap ExitCode would ignore."""
+    limit = policy.backoff_limit
+    if limit is None or limit < 1:
+        return policy
+    setting = policy.setting("backoff-limit")
+    shown = f"runPolicy.backoffLimit {limit} ({setting.describe('backoff-limit')})"
+    if policy.fail_non_retriable:
+        deadline = get_path(job, ("spec", "runPolicy", "activeDeadlineSeconds"))
+        bound = (
+            "runPolicy.activeDeadlineSeconds then bounds the run"
+            if deadline is not None
+            else "bound the run with runPolicy.activeDeadlineSeconds"
+        )
+        out.conflict(
+            policy,
+            "fail-non-retriable",
+            "it needs restartPolicy ExitCode, under which the training operator never "
+            f"enforces {shown}: it replaces failed pods and counts only container restarts, "
+            f"so retriable failures would be retried forever ({UNENFORCED}); accepted: "
+            f"backoff-limit 0 (the first failure ends the job), or no backoff limit at all "
+            f"({bound}), or no fail-non-retriable",
+            "unenforced-limit",
+        )
+        source = policy.setting("fail-non-retriable").source
+        policy = with_setting(policy, "fail-non-retriable", Setting(False, source))
+    written = exit_code_replicas(replicas)
+    if written and setting.source in WRITTEN_SOURCES:
+        where = ", ".join(f"spec.pytorchReplicaSpecs.{r}.restartPolicy" for r in written)
+        out.conflict(
+            policy,
+            "backoff-limit",
+            f"{limit} would not be enforced: your {where}: ExitCode replaces failed pods, "
+            f"whose failures the training operator never counts ({UNENFORCED}); accepted: 0, "
+            "or remove restartPolicy ExitCode",
+            "unenforced-limit",
+        )
+        policy = keep_spec_limit(job, BACKOFF, policy)
+    return policy
 
 
 def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) -> Policy:
@@ -124,7 +205,9 @@ def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) 
     return policy
 
 
-def _set_exit_code(replicas: dict[str, Any], policy: Policy, out: Outcome) -> None:
+def _set_exit_code(
+    job: Mapping[str, Any], replicas: dict[str, Any], policy: Policy, out: Outcome
+) -> None:
     changed = []
     for rtype in sorted(replicas):
         rspec = replicas[rtype]
@@ -138,10 +221,17 @@ def _set_exit_code(replicas: dict[str, Any], policy: Policy, out: Outcome) -> No
         "ExitCode (fail-non-retriable)",
         policy.setting("fail-non-retriable"),
     )
+    if policy.backoff_limit == 0:
+        return  # the first failed pod fails the job: nothing is retried
     also = [c for c in SIGNALS if c not in policy.retriable_exit_codes]
     if len(policy.retriable_exit_codes) < 256 - RETRIED_FROM:
         example = f", e.g. {also[0]} ({SIGNALS[also[0]]})" if also else ""
         out.changed(
             f"retry-policy: ExitCode also retries exit codes {RETRIED_FROM}-255 outside "
             f"retriable-exit-codes{example}"
+        )
+    if get_path(job, ("spec", "runPolicy", "activeDeadlineSeconds")) is None:
+        out.note(
+            "retry-policy: runPolicy.backoffLimit is not set: failed pods are retried "
+            "without limit; bound the run with runPolicy.activeDeadlineSeconds"
         )

@@ -1,4 +1,4 @@
-"""ray.io/v1 RayJob: the budget is ``spec.backoffLimit``; env vars go to head and workers.
+"""ray.io/v1 RayJob: the budget is ``spec.backoffLimit``.
 
 KubeRay retries a RayJob as a whole: each retry creates a new RayCluster, while
 ``status.failed < backoffLimit + 1``. The field defaults to 0 in the CRD, must be >= 0,
@@ -6,10 +6,16 @@ and KubeRay's validation rejects values above 0 with ``spec.clusterSelector`` (t
 runs on an existing cluster, there is none to recreate) and with ``submissionMode:
 InteractiveMode`` (see ray-operator/controllers/ray/utils/validation.go).
 
+KubeRay does not retry a RayJob that failed with reason DeadlineExceeded (its
+``activeDeadlineSeconds``, counted from each attempt's start) or
+JobStatusCheckTimeoutExceeded, whatever the budget (``checkBackoffLimitAndUpdateStatusIfNeeded``
+in ray-operator/controllers/ray/rayjob_controller.go).
+
 A RayJob has no podFailurePolicy and its pods carry no attempt number, so
 ``fail-non-retriable``, ``ignore-disruptions`` and ``non-spot-attempts`` cannot be
 honoured: they are denied when annotated, and skipped with a warning when they come
-from an admin default.
+from an admin default. Nor can ``error-propagation``: Flyte's Ray plugin reads only
+``error.pb`` (``job.check_error_propagation``).
 """
 
 from __future__ import annotations
@@ -22,11 +28,10 @@ from webhook.mutators.job import (
     WRITTEN_SOURCES,
     LimitField,
     WorkloadMutator,
-    add_error_propagation,
+    check_error_propagation,
     check_not_applicable,
     enforce_rail,
     get_path,
-    not_applicable,
     resolve_limit,
     write_limit,
 )
@@ -64,30 +69,13 @@ class RayJobMutator(WorkloadMutator):
             out.problems.append(Problem("spec", "a RayJob needs a spec"))
             return policy
         policy = check_not_applicable(policy, KIND, NOT_APPLICABLE, out)
+        policy = check_error_propagation(policy, KIND, out)
         policy = resolve_limit(rayjob, BACKOFF, policy, out)
         policy = _check_kuberay_limits(spec, policy, out)
         policy = enforce_rail(policy, BACKOFF, ctx, out)
-        cluster = spec.get("rayClusterSpec")
-        if policy.error_propagation and not isinstance(cluster, dict):
-            policy = not_applicable(
-                policy,
-                "error-propagation",
-                KIND,
-                "without spec.rayClusterSpec it runs on an existing RayCluster "
-                "(spec.clusterSelector), whose pods it does not define",
-                out,
-            )
         if out.problems:
             return policy
         write_limit(rayjob, BACKOFF, policy, out)
-        if isinstance(cluster, dict):
-            head = get_path(cluster, ("headGroupSpec", "template", "spec"))
-            add_error_propagation(head, "head containers", policy, out)
-            workers = cluster.get("workerGroupSpecs")
-            for group in workers if isinstance(workers, list) else []:
-                pod_spec = get_path(group, ("template", "spec"))
-                name = group.get("groupName") if isinstance(group, dict) else None
-                add_error_propagation(pod_spec, f"worker group {name} containers", policy, out)
         out.policies["spec"] = policy
         return policy
 
