@@ -97,6 +97,8 @@ def answer(review: dict[str, Any]) -> bytes:
             },
         },
     ]
+    # One FailJob rule per application container (no init containers in this shape).
+    names = [container["name"] for container in template["spec"]["containers"]]
     old = spec.get("backoffLimit")
     warnings = []
     if old != limit:

@@ -27,6 +27,8 @@ TARGETS = {
     "scale_100k_extra_mb": 150,
     #: The attempt cache's own lookup cost (beyond a plain dict's), 100k Jobs over 10k.
     "scale_lookup_growth": 1.25,
+    #: The failure history of 100k Jobs whose pods failed, at the most it keeps per Job.
+    "history_100k_mb": 100,
 }
 
 
@@ -159,6 +161,7 @@ def markdown(results: dict) -> str:
             f"{r['warm_median_ns'] / 1000:.2f} µs | 100k: <= {memory} MB | "
             f"{verdict(r['extra_rss_mb'] <= memory) if int(size) >= 100_000 else ''} |"
         )
+    lines.extend(history_rows(results.get("history") or []))
     if len(sizes) > 1:
         growth = scale.flat(sizes)
         lines.append(
@@ -167,6 +170,22 @@ def markdown(results: dict) -> str:
             f"x{growth_limit}) | {verdict(growth <= growth_limit)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def history_rows(history: list[dict]) -> list[str]:
+    """The failure history's memory (``benchmarks.scale.measure_history``), per 100k Jobs."""
+    limit = TARGETS["history_100k_mb"]
+    rows = []
+    for r in history:
+        per_100k = r["bytes_per_job"] * 100_000 / 2**20
+        rows.append(
+            f"| failure history | {r['jobs']:,} Jobs, {r['failures_per_job']} failed pods "
+            f"each, {r['containers_oom_killed']} container(s) OOM-killed | {r['held_mb']} MB "
+            f"held ({r['bytes_per_job']} bytes a Job: {per_100k:.0f} MB per 100k Jobs); "
+            f"resident {r['extra_rss_mb']} MB more | 100k: <= {limit} MB | "
+            f"{verdict(per_100k <= limit)} |"
+        )
+    return rows
 
 
 def main() -> None:
@@ -179,6 +198,7 @@ def main() -> None:
     if not args.skip_https:
         results["https"] = https.run(**({"seconds": 2, "rounds": 2} if args.quick else {}))
     results["scale"] = scale.run()
+    results["history"] = scale.run_history()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)

@@ -1,4 +1,5 @@
-"""Scale: the attempt cache holding N Jobs — resident memory and lookup latency.
+"""Scale: the attempt cache holding N Jobs — resident memory and lookup latency — and the
+failure history (``webhook.history``) of N Jobs whose pods failed — resident memory.
 
 Each size runs in a fresh process (``python -m benchmarks.scale N``) so resident memory
 is measured without leftovers: baseline RSS with an empty cache, then RSS after N Jobs
@@ -109,6 +110,82 @@ def measure(count: int) -> dict:
     }
 
 
+def failed_pods(job: int, failures: int, containers: int = 1) -> list[dict]:
+    """The failed pods of one Job of a failure-aware workload, as the pod watch delivers
+    them: each on its own node (of a pool of 2,000), every container OOM-killed."""
+    uid = str(uuid.UUID(int=random.getrandbits(128)))
+    pods = []
+    for attempt in range(failures):
+        n = random.randrange(2000)
+        node = f"gke-ml-pool-{n:04d}-{n * 7919 % 65536:04x}"
+        pods.append(
+            {
+                "metadata": {
+                    "name": f"train-{job}-{attempt}",
+                    "namespace": f"team-{job % 50}",
+                    "uid": str(uuid.UUID(int=random.getrandbits(128))),
+                    "annotations": {
+                        "retry-policy.dev/oom-memory-factor": "1.5",
+                        "retry-policy.dev/oom-memory-limit": "64Gi",
+                        "retry-policy.dev/avoid-failed-nodes": "true",
+                    },
+                },
+                "spec": {"nodeName": node},
+                "status": {
+                    "phase": "Failed",
+                    "containerStatuses": [
+                        {
+                            "name": f"c{c}",
+                            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                        }
+                        for c in range(containers)
+                    ],
+                },
+                "job_uid": uid,
+            }
+        )
+    return pods
+
+
+def measure_history(count: int, failures: int, containers: int = 1) -> dict:
+    """Memory of the failure history holding ``count`` Jobs with ``failures`` failed pods
+    each (fed as the pod watch feeds it): what Python allocated for it and still holds
+    (``tracemalloc``: the pods it was fed are freed, unlike in a resident-memory figure,
+    where the allocator keeps their pages), and the process's resident memory growth."""
+    import tracemalloc
+
+    from webhook.history import FailureHistory
+
+    random.seed(count * 100 + failures)
+    gc.collect()
+    before = rss_bytes()
+    tracemalloc.start()
+    history = FailureHistory(max_lineages=max(count, 1))
+    for job in range(count):
+        for pod in failed_pods(job, failures, containers):
+            history.record(pod, pod["job_uid"], True)
+    del pod
+    gc.collect()
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    after = rss_bytes()
+    return {
+        "jobs": count,
+        "failures_per_job": failures,
+        "containers_oom_killed": containers,
+        "held_mb": round(held / 2**20, 1),
+        "bytes_per_job": round(held / count),
+        "extra_rss_mb": round((after - before) / 2**20, 1),
+        "lineages": history.stats()["lineages"],
+    }
+
+
+#: (Jobs, failed pods per Job, OOM-killed containers each): a typical retry history, and
+#: the most a lineage keeps (32 failed pods, on 16 nodes and more, 4 containers), which
+#: grows linearly with the Jobs (so 10,000 of them stand for 100,000 at a tenth the time).
+HISTORY_CASES = ((100_000, 2, 1), (10_000, 32, 4))
+
+
 def run(sizes: tuple[int, ...] = (10_000, 100_000)) -> dict:
     results = {}
     for size in sizes:
@@ -122,6 +199,28 @@ def run(sizes: tuple[int, ...] = (10_000, 100_000)) -> dict:
     return results
 
 
+def run_history() -> list[dict]:
+    """``measure_history`` for each of ``HISTORY_CASES``, each in a fresh process."""
+    results = []
+    for count, failures, containers in HISTORY_CASES:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.scale",
+                "--history",
+                str(count),
+                str(failures),
+                str(containers),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        results.append(json.loads(out.stdout))
+    return results
+
+
 def flat(results: dict) -> float:
     """The cache's own lookup cost at the largest size over the smallest (1.0 = flat)."""
     sizes = sorted(results, key=int)
@@ -129,7 +228,12 @@ def flat(results: dict) -> float:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
+    if sys.argv[1:2] == ["--history"]:
+        if len(sys.argv) == 5:
+            print(json.dumps(measure_history(*map(int, sys.argv[2:5]))))
+        else:
+            print(json.dumps(run_history(), indent=2))
+    elif len(sys.argv) > 1:
         print(json.dumps(measure(int(sys.argv[1]))))
     else:
         print(json.dumps(run(), indent=2))

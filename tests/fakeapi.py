@@ -1,8 +1,9 @@
 """A small Kubernetes API server for tests: list (paginated), watch (chunked JSON lines),
-and GET of one Job, over real HTTP, so the real ``kubernetes`` client and our attempt
-cache run their real code paths. It reproduces the documented API behaviour we rely
-on: ``resourceVersion`` on lists and events, ``continue`` tokens, watch ``ERROR``
-events with code 410 when a version is too old, and Status bodies on errors.
+GET of one Job, and list of one namespace's pods, over real HTTP, so the real
+``kubernetes`` client and our attempt cache run their real code paths. It reproduces the
+documented API behaviour we rely on: ``resourceVersion`` on lists and events,
+``continue`` tokens, watch ``ERROR`` events with code 410 when a version is too old, and
+Status bodies on errors.
 
 It also stores Secrets and mutating/validating webhook configurations (GET, POST, PUT,
 PATCH) with the API's write semantics: 404 ``NotFound`` for a missing object, 409
@@ -64,6 +65,7 @@ class FakeAPI:
         self.get_status = 200  # status for GET of one Job
         self.get_delay = 0.0
         self.fail_lists = 0  # answer this many list calls with 500 first
+        self.pod_list_status = 200  # status for a list of one namespace's pods
         self.too_old_once: set[str] = set()  # resources whose next watch answers ERROR 410
         # Secrets and webhook configurations: resource -> (namespace or "", name) -> object.
         self.named: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in NAMED}
@@ -268,6 +270,8 @@ class FakeAPI:
                 parts = url.path.strip("/").split("/")
                 if parts[:4] == ["apis", "batch", "v1", "namespaces"] and len(parts) == 7:
                     return self._get_job(parts[4], parts[6])
+                if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
+                    return self._list_namespaced("pods", parts[3], query)
                 target = _named_target(url.path)
                 if target is not None and target[2]:
                     return self._named_get(*target)
@@ -344,6 +348,20 @@ class FakeAPI:
                     meta["continue"] = str(start + limit)
                 self._send(200, {"kind": "List", "metadata": meta, "items": page})
 
+            def _list_namespaced(self, resource: str, namespace: str, query: dict) -> None:
+                if api.pod_list_status != 200:
+                    code = api.pod_list_status
+                    return self._send(code, _status_body(code, "InternalError", "boom"))
+                with api.lock:
+                    items = [
+                        o
+                        for o in api.objects[resource].values()
+                        if o["metadata"].get("namespace") == namespace and _selected(o, query)
+                    ]
+                    version = str(api.version)
+                meta = {"resourceVersion": version}
+                self._send(200, {"kind": "List", "metadata": meta, "items": items})
+
             def _watch(self, resource: str, query: dict[str, str]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -409,11 +427,14 @@ class FakeAPI:
 
 
 def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
-    """The two selectors the cache uses: a label exists, and status.phase equals."""
+    """The selectors the cache uses: a label exists, or has a value (``key=value``), and
+    status.phase equals."""
     labels = obj.get("metadata", {}).get("labels") or {}
     selector = query.get("labelSelector")
-    if selector and selector not in labels:
-        return False
+    if selector:
+        key, equals, value = selector.partition("=")
+        if key not in labels or (equals and labels[key] != value):
+            return False
     field = query.get("fieldSelector")
     if field:
         key, _, value = field.partition("=")

@@ -217,3 +217,32 @@ def test_list_errors_are_retried(api):
         assert cache.stats()["watch_errors"] == 1
     finally:
         cache.stop()
+
+
+def test_the_failure_history_counts_each_failed_pod_once_across_relists(api):
+    # A failed pod is modified again (the Job controller removes its finalizer) and listed
+    # again after a watch expires: one OOM kill, however often it is seen.
+    from webhook.history import HistoryKey
+
+    job = make_job("h", failed=1)
+    api.put("jobs", job)
+    oom = failed_pod(job, exit_code=137)
+    oom["metadata"]["annotations"] = {"retry-policy.dev/oom-memory-factor": "1.5"}
+    oom["spec"] = {"nodeName": "node-a"}
+    oom["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+    api.put("pods", oom)
+    api.too_old_once.add("pods")  # the first watch ends with 410: listed again
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        lists = [q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q]
+        assert len(lists) >= 2
+        api.put("pods", oom)  # MODIFIED
+        key = HistoryKey("ml", "h", job["metadata"]["uid"], job["metadata"]["uid"], None, 1)
+        assert eventually(lambda: cache.stats()["failed_pods"] == 1)
+        time.sleep(0.2)
+        answer = cache.job_history(key)
+        assert answer.oom_kills == (("main", 1),) and answer.nodes == ("node-a",)
+        assert cache.stats()["history"]["lists"] == 0  # the watch had it: no list
+    finally:
+        cache.stop()

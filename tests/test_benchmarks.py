@@ -194,3 +194,16 @@ def test_the_lower_bound_refuses_objects_it_does_not_cover(
 ) -> None:
     with pytest.raises(lower_bound.OtherShape):
         lower_bound.answer(orjson.loads(bodies[name][0]))
+
+
+def test_the_failure_history_benchmark_measures_what_its_report_says() -> None:
+    """One lineage per Job, fed as the pod watch feeds it; the report's figure per 100k
+    Jobs is the bytes a Job times 100,000, against the target."""
+    from benchmarks.run import history_rows
+
+    result = scale.measure_history(50, 3, 2)
+    assert result["lineages"] == 50 and result["held_mb"] >= 0
+    row = {**result, "bytes_per_job": 1100, "held_mb": 0.1}
+    (line,) = history_rows([row])
+    assert "1100 bytes a Job: 105 MB per 100k Jobs" in line
+    assert line.endswith("| **misses target** |")

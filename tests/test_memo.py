@@ -343,6 +343,15 @@ def _vary_outside(obj, where, n: int):
                     for e in c.get("env") if isinstance(c.get("env"), list) else []:
                         if isinstance(e, dict) and "name" in e:
                             e["value"] = f"value-{n}"
+                elif where[1] == "resources":
+                    # Memory is read when a policy raises it, and the requests and limits
+                    # mappings are kept (written into): only a CPU value changes here.
+                    kept = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+                    varied = {**kept, "claims": [{"name": f"claim-{n}"}]}
+                    for kind in ("limits", "requests"):
+                        if isinstance(kept.get(kind), dict):
+                            varied = {**kept, kind: {**kept[kind], "cpu": str(n)}}
+                    c["resources"] = varied
                 else:
                     c[where[1]] = {"image": f"img:{n}", "args": ["--n", str(n)]}.get(
                         where[1], {"limits": {"cpu": str(n)}}

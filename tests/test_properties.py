@@ -34,6 +34,9 @@ KEYS = [
     "ignore-disruptions",
     "non-spot-attempts",
     "error-propagation",
+    "oom-memory-factor",
+    "oom-memory-limit",
+    "avoid-failed-nodes",
     "attempt",
     "applied",
     "backof-limit",  # unknown keys: a typo, and the bare prefix
@@ -78,12 +81,23 @@ VALID = {
     "non-spot-attempts": ["0", "1", "2"],
     "error-propagation": ["earliest", "none"],
     "attempt": ["0", "2", "5"],
+    "oom-memory-factor": ["1.5", "2", "1.001"],
+    "oom-memory-limit": ["8Gi", "3Gi", "1G", "20000M"],
+    "avoid-failed-nodes": ["true", "false"],
 }
 tricky = st.sampled_from(TRICKY) | st.text(max_size=12)
 
 
-WORKLOAD_KEYS = [k for k in KEYS[:6]]
-POD_KEYS = ["backoff-limit", "non-spot-attempts", "error-propagation", "attempt"]
+WORKLOAD_KEYS = [k for k in KEYS[:9]]
+POD_KEYS = [
+    "backoff-limit",
+    "non-spot-attempts",
+    "error-propagation",
+    "oom-memory-factor",
+    "oom-memory-limit",
+    "avoid-failed-nodes",
+    "attempt",
+]
 
 
 @st.composite
@@ -107,6 +121,10 @@ CONFIGS = [
         "guardRails: {maxBackoffLimit: 4}\n"
     ),
     parse_config("defaults: {non-spot-attempts: 1, error-propagation: earliest}\n"),
+    parse_config(
+        "defaults: {oom-memory-factor: 1.5, oom-memory-limit: 4Gi, avoid-failed-nodes: true}\n"
+        "guardRails: {maxAvoidedNodes: 2}\n"
+    ),
 ]
 
 exit_rule = st.builds(
@@ -173,10 +191,21 @@ managed_entry = st.builds(
 )
 
 
+resources = st.sampled_from(
+    [
+        {},
+        {"resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}}},
+        {"resources": {"requests": {"memory": "1500M"}}},
+        {"resources": {"limits": {"memory": "3Gi", "cpu": "2"}}},
+        {"resources": {"requests": {"memory": "6Gi"}, "limits": {"memory": "12Gi"}}},
+    ]
+).map(copy.deepcopy)  # (a fresh copy each time: the objects made are damaged later)
+
+
 @st.composite
 def objects(draw) -> dict[str, Any]:
     containers = [
-        {"name": name, "image": "busybox:1.36", "env": draw(env)}
+        {"name": name, "image": "busybox:1.36", "env": draw(env), **draw(resources)}
         for name in draw(st.sampled_from([["main"], ["main", "side"]]))
     ]
     if draw(st.booleans()):

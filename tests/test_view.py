@@ -126,8 +126,8 @@ def test_the_check_catches_a_view_that_drops_what_a_mutator_reads(monkeypatch):
     would let fail-non-retriable through on a Job that restarts in place."""
     assert engine.CHECK_VIEWS  # set for every test by conftest
 
-    def careless(obj):
-        seen = view.job_view(obj)
+    def careless(obj, config=None):
+        seen = view.job_view(obj, config)
         del seen["spec"]["template"]["spec"]["restartPolicy"]
         return seen
 
@@ -140,8 +140,8 @@ def test_the_check_catches_a_view_that_drops_what_a_mutator_reads(monkeypatch):
 
 
 def test_the_check_catches_a_view_that_loses_an_attempt_lookup(monkeypatch):
-    def anonymous(obj):
-        seen = view.pod_view(obj)
+    def anonymous(obj, config=None):
+        seen = view.pod_view(obj, config)
         seen["metadata"]["ownerReferences"] = view._owners(seen["metadata"]["ownerReferences"])
         return seen
 

@@ -30,6 +30,7 @@ from conftest import apply, review, tool
 from webhook import admission, defaults, engine
 from webhook.attempts import AttemptLookup, NoCluster
 from webhook.config import Config
+from webhook.history import HistoryKey, HistoryLookup, unknown
 from webhook.intent import LAST_APPLIED
 
 CRDS = Path(__file__).resolve().parent / "data" / "crds"
@@ -75,7 +76,8 @@ def pod_template(*names: str, restart_policy: str | None = None) -> dict[str, An
 
 class FixedAttempts:
     """An attempt source answering a fixed count for every Job (the cache has its own
-    tests against an HTTP Kubernetes API in test_attempts.py)."""
+    tests against an HTTP Kubernetes API in test_attempts.py), and a history in which
+    each of those failures was an OOM kill of container ``main`` on its own node."""
 
     def __init__(self, failures: int | None):
         self.failures = failures
@@ -86,6 +88,13 @@ class FixedAttempts:
         if self.failures is None:
             return AttemptLookup(None, "none", "unknown")
         return AttemptLookup(self.failures, "Job status (cache)")
+
+    def job_history(self, key: HistoryKey) -> HistoryLookup:
+        if self.failures is None:
+            return unknown("unknown")
+        nodes = tuple(f"node-{n}" for n in range(self.failures))
+        kills = (("main", self.failures),) if self.failures else ()
+        return HistoryLookup(True, kills, nodes, self.failures, 0, "test")
 
     def stats(self) -> dict[str, Any]:
         return {}

@@ -146,6 +146,9 @@ class Verdict:
     #: Our annotations (known keys, short names) on the object a patch was made for, for
     #: metrics by annotation; never encoded. Derived from the object, like the patch.
     annotations: tuple[str, ...] = field(default=(), compare=False)
+    #: What failure-aware retries did to a pod, (action, count) sorted: containers whose
+    #: memory was raised, nodes avoided (for metrics and the decision log; never encoded).
+    actions: tuple[tuple[str, int], ...] = ()
     #: The answer already serialised (all but its uid), with the values it was made from:
     #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
     frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)

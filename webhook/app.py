@@ -221,6 +221,8 @@ def _count(
 ) -> None:
     if outcome == "patched" and endpoint == "mutate":
         recorder.count_mutation(kind, verdict.annotations)
+        if verdict.actions:
+            recorder.count_retry_actions(verdict.actions)
     elif outcome == "denied":
         recorder.count_denial(endpoint, kind, denial_reasons(verdict))
 
@@ -228,7 +230,8 @@ def _count(
 def _log_decision(
     endpoint: str, review: admission.Request, verdict: Verdict, outcome: str, started: float
 ) -> None:
-    """One line per decision: identifiers and outcome only, never object contents."""
+    """One line per decision: identifiers and outcome only, never object contents (of a
+    pod changed by failure-aware retries, what they did, as counts: ``retry_actions``)."""
     _DECISIONS.write(
         {
             "endpoint": endpoint,
@@ -242,5 +245,6 @@ def _log_decision(
             "dry_run": review.dry_run,
             "warnings": len(verdict.warnings),
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            **({"retry_actions": dict(verdict.actions)} if verdict.actions else {}),
         }
     )

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.failurepolicy import PodFailure, counts, evaluate
+from webhook.history import FailureHistory, HistoryKey, HistoryLookup, unknown
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class AttemptLookup:
 class AttemptSource(Protocol):
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup: ...
 
+    def job_history(self, key: HistoryKey) -> HistoryLookup: ...
+
     def stats(self) -> dict[str, Any]: ...
 
 
@@ -53,6 +56,9 @@ class NoCluster:
 
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
         return AttemptLookup(None, "none", "no connection to a cluster")
+
+    def job_history(self, key: HistoryKey) -> HistoryLookup:
+        return unknown("no connection to a cluster")
 
     def stats(self) -> dict[str, Any]:
         return {"enabled": False}
@@ -231,6 +237,11 @@ class JobCache:
                 )
             )
         self._threads: list[threading.Thread] = []
+        #: What the failed pods of Jobs went through (``webhook.history``), fed by the pod
+        #: watch below.
+        self.history = FailureHistory(
+            core_api, JOB_UID_LABEL, self._counted, lookup_timeout, breaker_seconds
+        )
 
     # --- lifecycle ---------------------------------------------------------------
     def start(self) -> JobCache:
@@ -281,6 +292,7 @@ class JobCache:
                 self._jobs.pop(uid, None)
                 self._budgets.pop(uid, None)
                 self._rules.pop(uid, None)
+                self.history.forget_job(uid)
                 return
             self._jobs[uid] = job_failed_count(job)
             budget = placement_budget(job)
@@ -321,6 +333,13 @@ class JobCache:
             self._pod_job[uid] = (job_uid, counted)
             if counted:
                 self._pod_counts[job_uid] = self._pod_counts.get(job_uid, 0) + 1
+            self.history.record(pod, job_uid, counted)
+
+    def _counted(self, job_uid: str, pod: Mapping[str, Any]) -> bool:
+        """Whether the Job controller counts this failed pod of the Job (as above)."""
+        with self._lock:
+            rules = self._rules.get(job_uid)
+        return counts(evaluate(rules, PodFailure.from_pod(pod))) if rules else True
 
     # --- lookups (hot path) ------------------------------------------------------
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
@@ -356,6 +375,17 @@ class JobCache:
             max(job_failed_count(job), pods), "Job status (API)", budget=placement_budget(job)
         )
 
+    def job_history(self, key: HistoryKey) -> HistoryLookup:
+        """What earlier attempts of a pod's Job (or index) went through: from the records
+        of the pod watch, or after one bounded list of the Job's failed pods when the Job
+        counted failures the watch has not delivered yet."""
+        return self.history.fetch(key)
+
+    def history_at_once(self, key: HistoryKey) -> HistoryLookup | None:
+        """``job_history`` when it needs no request to the API; ``None`` when it needs the
+        one bounded list (as ``answer_at_once`` for ``job_failures``)."""
+        return self.history.at_once(key)
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             size = len(self._jobs)
@@ -367,6 +397,7 @@ class JobCache:
             "failed_pods": pods,
             "watch_errors": sum(i.errors for i in self._informers),
             **self._counters,
+            "history": self.history.stats(),
         }
 
 

@@ -8,6 +8,8 @@ collected and reported together, and the loader never constructs arbitrary objec
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +18,16 @@ from typing import Any
 
 import yaml
 
-from webhook.policy import KEYS, BadValue, Layer, Source, did_you_mean, format_value
+from webhook import quantity
+from webhook.policy import (
+    KEYS,
+    BadValue,
+    Layer,
+    Source,
+    did_you_mean,
+    format_value,
+    parse_memory,
+)
 from webhook.problems import Problem
 
 #: Spot/preemptible node labels by provider (FACTS.md). A node without the label is
@@ -31,7 +42,12 @@ DEFAULT_SPOT_NODE_LABELS: dict[str, tuple[str, ...]] = {
 
 _TOP_KEYS = ("defaults", "guardRails", "spotNodeLabels", "namespaces")
 _NS_KEYS = ("defaults", "guardRails")
-_GUARD_KEYS = ("maxBackoffLimit",)
+_GUARD_KEYS = ("maxBackoffLimit", "maxOomMemoryLimit", "maxAvoidedNodes")
+#: How many of the nodes where a Job's attempts failed its next pod avoids, unless the
+#: config says otherwise (``guardRails.maxAvoidedNodes``); the failure history keeps at
+#: most ``MAX_AVOIDED_NODES`` per Job (or index).
+DEFAULT_AVOIDED_NODES = 3
+MAX_AVOIDED_NODES = 16
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -53,6 +69,10 @@ class GuardRails:
     """Limits admins enforce whatever users annotate. ``None`` means no limit."""
 
     max_backoff_limit: int | None = None
+    #: The most memory ``oom-memory-limit`` may allow, whoever set it.
+    max_oom_memory_limit: quantity.Quantity | None = None
+    #: ``avoid-failed-nodes``: how many nodes (the most recent failures) a pod avoids.
+    max_avoided_nodes: int = DEFAULT_AVOIDED_NODES
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,18 @@ class Config:
             layers.append(Layer(Source.CLUSTER, self.defaults))
         return layers
 
+    def has_default(self, name: str) -> bool:
+        """Whether any default, the cluster's or a namespace's, sets ``name``."""
+        return name in self._default_names
+
+    @functools.cached_property
+    def _default_names(self) -> frozenset[str]:
+        """(Once per config: asked for every Job's view.)"""
+        names = set(self.defaults)
+        for override in self.namespaces.values():
+            names.update(override.defaults)
+        return frozenset(names)
+
     def affects_unannotated(self, namespace: str | None) -> bool:
         """Whether objects without our annotations can still be changed or denied here."""
         override = self.namespaces.get(namespace or "")
@@ -94,9 +126,7 @@ class Config:
         override = self.namespaces.get(namespace or "")
         if override is None or not override.guard_rails:
             return self.guard_rails
-        merged = {"max_backoff_limit": self.guard_rails.max_backoff_limit}
-        merged.update(override.guard_rails)
-        return GuardRails(**merged)
+        return dataclasses.replace(self.guard_rails, **override.guard_rails)
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -195,6 +225,8 @@ def _as_text(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float):
+        return repr(value)  # (1.5 for oom-memory-factor; the key's grammar decides)
     if isinstance(value, str):
         return value
     if isinstance(value, list) and all(
@@ -221,6 +253,34 @@ def _guard_rails(raw: Any, where: str, problems: list[Problem]) -> dict[str, Any
         else:
             problems.append(
                 Problem(f"{where}.maxBackoffLimit", f"{value!r} is not a whole number >= 0")
+            )
+    if "maxOomMemoryLimit" in raw:
+        value = raw["maxOomMemoryLimit"]
+        if value is None:
+            rails["max_oom_memory_limit"] = None
+        else:
+            text = _as_text(value) if not isinstance(value, bool) else None
+            try:
+                rails["max_oom_memory_limit"] = parse_memory(text or "")
+            except BadValue as err:
+                problems.append(
+                    Problem(f"{where}.maxOomMemoryLimit", f"{value!r} is not valid; {err}")
+                )
+    if "maxAvoidedNodes" in raw:
+        value = raw["maxAvoidedNodes"]
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 1 <= value <= MAX_AVOIDED_NODES
+        ):
+            rails["max_avoided_nodes"] = value
+        elif value is not None:
+            problems.append(
+                Problem(
+                    f"{where}.maxAvoidedNodes",
+                    f"{value!r} is not valid; accepted: a whole number from 1 to "
+                    f"{MAX_AVOIDED_NODES}",
+                )
             )
     return rails
 
@@ -265,10 +325,9 @@ def _consistency(config: Config) -> list[Problem]:
     ]
     for where, defaults, ns in scopes:
         rails = config.rails(ns)
-        limit = defaults.get("backoff-limit")
+        limit, limit_where = defaults.get("backoff-limit"), where
         if ns is not None and limit is None:
-            limit = config.defaults.get("backoff-limit")
-            where = "defaults"
+            limit, limit_where = config.defaults.get("backoff-limit"), "defaults"
         if (
             limit is not None
             and rails.max_backoff_limit is not None
@@ -276,8 +335,24 @@ def _consistency(config: Config) -> list[Problem]:
         ):
             problems.append(
                 Problem(
-                    f"{where}.backoff-limit",
+                    f"{limit_where}.backoff-limit",
                     f"{limit} is above the guard rail maxBackoffLimit={rails.max_backoff_limit}"
+                    + (f" of namespace {ns}" if ns else ""),
+                )
+            )
+        memory, memory_where = defaults.get("oom-memory-limit"), where
+        if ns is not None and memory is None:
+            memory, memory_where = config.defaults.get("oom-memory-limit"), "defaults"
+        if (
+            memory is not None
+            and rails.max_oom_memory_limit is not None
+            and memory.value > rails.max_oom_memory_limit.value
+        ):
+            problems.append(
+                Problem(
+                    f"{memory_where}.oom-memory-limit",
+                    f"{memory} is above the guard rail "
+                    f"maxOomMemoryLimit={rails.max_oom_memory_limit}"
                     + (f" of namespace {ns}" if ns else ""),
                 )
             )

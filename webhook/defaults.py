@@ -97,6 +97,17 @@ def default_pod(pod: dict[str, Any]) -> None:
     spec = pod.get("spec")
     if isinstance(spec, dict):
         default_pod_spec(spec)
+        # ``SetDefaults_Pod``: a container with a limit and no request for a resource gets
+        # the limit as request; a Pod only, not a pod template.
+        for group in ("initContainers", "containers"):
+            for container in items(spec.get(group)):
+                resources = mapping(mapping(container).get("resources"))
+                limits = resources.get("limits")
+                if isinstance(limits, dict) and limits:
+                    requests = resources.setdefault("requests", {})
+                    if isinstance(requests, dict):
+                        for name, value in limits.items():
+                            requests.setdefault(name, value)
 
 
 def default_cronjob(cronjob: dict[str, Any]) -> None:

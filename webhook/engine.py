@@ -24,6 +24,7 @@ from mypy_extensions import mypyc_attr
 from webhook.admission import Request, Verdict, freeze
 from webhook.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.config import Config
+from webhook.history import HistoryKey, HistoryLookup
 from webhook.jsondiff import diff
 from webhook.memo import Memo, RecordingAttempts, fingerprint, view_key
 from webhook.mutators import (
@@ -71,7 +72,7 @@ def mutate(
     if found is None:
         return _restore(request, config) if request.operation == "UPDATE" else Verdict()
     mutator, ctx, original = found
-    subject = _subject(request, original)
+    subject = _subject(request, original, config)
     key, remembered = _recall("mutate", request, ctx, subject, mutator)
     if remembered is not None:
         return remembered
@@ -99,7 +100,7 @@ def _mutate(
     if found is None:
         return Verdict(), None
     mutator, ctx, original = found
-    return _apply(mutator, ctx, original, request, _subject(request, original))
+    return _apply(mutator, ctx, original, request, _subject(request, original, config))
 
 
 def _mutator_for(
@@ -139,10 +140,10 @@ def _restore(request: Request, config: Config) -> Verdict:
     return Verdict(patch=patch, warnings=list(notes))
 
 
-def _subject(request: Request, obj: dict[str, Any]) -> dict[str, Any]:
+def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
     """What the mutator runs on: the view of the object it reads (``webhook.view``), or
     the whole object for kinds without one."""
-    view = view_of(request.kind.group, request.kind.kind, obj)
+    view = view_of(request.kind.group, request.kind.kind, obj, config)
     return view if view is not None else obj
 
 
@@ -185,6 +186,15 @@ class _Replay:
             )
         return answer
 
+    def job_history(self, key: HistoryKey) -> HistoryLookup:
+        answer = self.answers.get(key)
+        if answer is None:
+            raise ViewMismatch(
+                f"{self.request.kind.kind} {self.request.uid}: the whole object looks up "
+                f"the failure history {key}, the view did not"
+            )
+        return answer
+
     def stats(self) -> dict[str, Any]:
         return self.source.stats()
 
@@ -215,7 +225,8 @@ def _run(
         # and only when something changed: a no-op reinvocation stays silent.
         warnings = [*warnings, EXPLAIN_HINT]
     names = policy_keys(original.get("metadata")) if patch else ()
-    return Verdict(patch=patch, warnings=warnings, annotations=names), outcome
+    actions = tuple(sorted(outcome.actions.items())) if patch else ()
+    return Verdict(patch=patch, warnings=warnings, annotations=names, actions=actions), outcome
 
 
 #: Verdicts remembered per object template (``webhook.memo``): one per worker process.
@@ -265,7 +276,7 @@ def validate(request: Request, config: Config, runtimes: RuntimeSource = _NO_RUN
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation, runtimes)
     if not mutator.applies(obj, ctx):
         return Verdict()
-    subject = _subject(request, obj)
+    subject = _subject(request, obj, config)
     key, remembered = _recall("validate", request, ctx, subject, mutator)
     if remembered is not None:
         return remembered

@@ -25,9 +25,10 @@ import re
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Protocol
 
-from webhook import engine, failurepolicy
+from webhook import engine, failurepolicy, podspec
 from webhook.config import Config
 from webhook.failurepolicy import ContainerExit, Match, PodFailure, named_containers
 from webhook.mutators import Context, Outcome, controller_of, items, mapping, workload_policy
@@ -51,6 +52,7 @@ from webhook.policy import (
     parse_count,
     resolve,
 )
+from webhook.quantity import Quantity
 from webhook.runtimes import NoRuntimes, RuntimeSource
 
 WIDTH = 80
@@ -70,6 +72,8 @@ WORKLOAD_KEYS = (
     "error-propagation",
 )
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
+#: Shown when any of them is set (failure-aware retries, ``webhook.failureaware``).
+FAILURE_AWARE_KEYS = ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
 
 
 class ExplainError(ValueError):
@@ -80,10 +84,14 @@ class ExplainError(ValueError):
 # --- --simulate: the event grammar -------------------------------------------------
 
 _CONTAINER = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
-_PART = re.compile(rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption")
+_PART = re.compile(
+    rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption"
+    rf"|oom:(?P<oomed>{_CONTAINER})"
+)
 ACCEPTED_EVENTS = (
     "accepted: an exit code 1-255 (e.g. 143), container:code (e.g. main:1), "
-    "oom (exit code 137), container:oom, or disruption (preemption, eviction, drain), "
+    "oom (an OOM kill, exit code 137), container:oom or oom:container, "
+    "or disruption (preemption, eviction, drain), "
     "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137), "
     "events separated by commas"
 )
@@ -108,6 +116,11 @@ class Event:
     others: tuple[tuple[str, int], ...] = ()
     #: The first exit is only implied by a disruption (the main container's SIGTERM).
     implied: bool = False
+    #: The containers the OOM killer stopped ("" for the main one): ``oom`` events.
+    ooms: tuple[str, ...] = ()
+
+    def oom_killed(self, main: str) -> list[str]:
+        return [name or main for name in self.ooms]
 
     def named(self) -> list[str]:
         """The containers the event names (unnamed, an exit is the main container's)."""
@@ -155,16 +168,21 @@ def parse_events(text: str) -> list[Event]:
 def _parse_event(token: str, where: str) -> Event:
     disruption = False
     exits: list[tuple[str | None, int]] = []
+    ooms: list[str] = []
     for part in token.split("+"):
         match = _PART.fullmatch(part)
         if match is None:
             raise ExplainError(f"{where} is not an event; {ACCEPTED_EVENTS}")
-        if match.group("what") is None:  # the one keyword: disruption
+        if match.group("what") is None and match.group("oomed") is None:  # disruption
             if disruption:
                 raise ExplainError(f"{where} names disruption twice; {ACCEPTED_EVENTS}")
             disruption = True
             continue
         what = match.group("what")
+        if match.group("oomed") is not None:  # oom:container, as container:oom
+            what, container = "oom", match.group("oomed")
+        else:
+            container = match.group("container")
         code = SIGKILL if what == "oom" else int(what)
         if code == 0:
             raise ExplainError(
@@ -172,19 +190,21 @@ def _parse_event(token: str, where: str) -> Event:
             )
         if code > 255:
             raise ExplainError(f"{where}: exit codes go from 1 to 255; {ACCEPTED_EVENTS}")
-        container = match.group("container")
+        if what == "oom":
+            ooms.append(container or "")
         if any(name == container for name, _ in exits):
             who = f"container {container}" if container else "the main container"
             raise ExplainError(f"{where} gives {who} two exit codes; {ACCEPTED_EVENTS}")
         exits.append((container, code))
     unnamed = [code for name, code in exits if name is None]
     named = tuple((name, code) for name, code in exits if name is not None)
+    oomed = tuple(ooms)
     if unnamed:
-        return Event(token, unnamed[0], None, disruption, named)
+        return Event(token, unnamed[0], None, disruption, named, ooms=oomed)
     if disruption:
-        return Event(token, SIGTERM, None, True, named, implied=True)
+        return Event(token, SIGTERM, None, True, named, implied=True, ooms=oomed)
     (first, code), rest = named[0], named[1:]
-    return Event(token, code, first, False, rest)
+    return Event(token, code, first, False, rest, ooms=oomed)
 
 
 # --- the explanation model (plain values: rendered as text or JSON) ----------------
@@ -234,6 +254,78 @@ class Plan:
     rows: list[PlanRow | PlanGap]
     #: What one row is: an "attempt" (a pod), or a "run" of a JobSet (every Job recreated).
     unit: str = "attempt"
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """A container's memory in an attempt after ``kills`` OOM kills of it (``last``: and
+    in every attempt after more, the value being at the limit)."""
+
+    container: str
+    kills: int
+    request: str
+    limit: str
+    last: bool = False
+
+
+@dataclass
+class MemoryTable:
+    factor: str
+    limit: str
+    rows: list[MemoryRow]
+
+
+class MemoryPlan:
+    """What ``oom-memory-factor`` gives each container of a pod template after its OOM
+    kills: the pod webhook's own arithmetic (``podspec.raise_memory``) on a copy."""
+
+    #: Rows per container at most (a small factor takes many steps to reach the limit).
+    MOST = 8
+
+    def __init__(self, pod_spec: Mapping[str, Any], factor: Fraction, cap: Quantity):
+        self.factor = factor
+        self.cap = cap
+        self.containers = {
+            name: engine.json_copy(c)
+            for c in podspec.containers(pod_spec)
+            if isinstance(name := c.get("name"), str)
+            and (podspec.memory_of(c, "requests") or podspec.memory_of(c, "limits"))
+        }
+
+    def at(self, name: str, kills: int) -> tuple[str, str]:
+        """(request, limit) of container ``name`` after ``kills`` OOM kills ("-": unset)."""
+        container = self.containers.get(name)
+        if container is None:
+            return "-", "-"
+        container = engine.json_copy(container)
+        if kills:
+            podspec.raise_memory(container, self.factor, kills, self.cap)
+        request, limit = (podspec.memory_of(container, k) for k in ("requests", "limits"))
+        return (str(request) if request else "-", str(limit) if limit else "-")
+
+    def table(self) -> MemoryTable:
+        rows = []
+        for name in self.containers:
+            for kills in range(self.MOST + 1):
+                request, limit = self.at(name, kills)
+                final = kills > 0 and (request, limit) == self.at(name, kills + 1)
+                rows.append(MemoryRow(name, kills, request, limit, final))
+                if final:
+                    break
+        factor = format_value("oom-memory-factor", self.factor)
+        return MemoryTable(factor, str(self.cap), rows)
+
+    def text(self, name: str, kills: int) -> str:
+        request, limit = self.at(name, kills)
+        return f"{name}'s memory {request}" + (f"/{limit}" if limit != "-" else "")
+
+
+def memory_plan(pod_spec: Mapping[str, Any], pods: Policy) -> MemoryPlan | None:
+    """The plan of a template whose pods raise memory (its annotations say so)."""
+    factor, cap = pods.oom_memory_factor, pods.oom_memory_limit
+    if factor is None or cap is None:
+        return None
+    return MemoryPlan(pod_spec, factor, cap)
 
 
 @dataclass(frozen=True)
@@ -300,6 +392,8 @@ class Explanation:
     plan: Plan | None = None
     notes: list[str] = field(default_factory=list)
     simulation: Simulation | None = None
+    #: The memory of each container by its OOM kills before (``oom-memory-factor``).
+    memory: MemoryTable | None = None
     simulator: Simulator | None = field(default=None, repr=False)
     #: The kind a simulated failure ends (a CronJob's Jobs fail, not the CronJob).
     owner: str = ""
@@ -763,6 +857,8 @@ class JobSpecView:
     #: Whether its pods take their attempt number from the Job's count of failures (a
     #: Job's, a CronJob's Jobs'), and then the budget from the Job's backoffLimit too.
     placed_by_job: bool = True
+    #: What its pods' memory becomes after OOM kills (``oom-memory-factor``).
+    memory: MemoryPlan | None = None
 
     @property
     def placement_limit(self) -> int | None:
@@ -808,6 +904,7 @@ class JobSpecView:
             on_failure=self.on_failure,
             init=self.init,
             sidecars=self.sidecars,
+            memory=self.memory,
         )
 
 
@@ -827,10 +924,11 @@ def job_spec_view(
     limit = spec.get("backoffLimit")
     per_index = spec.get("backoffLimitPerIndex")
     max_failed = spec.get("maxFailedIndexes")
+    pods = template_pod_policy(mapping(template.get("metadata")).get("annotations"))
     return JobSpecView(
         where=where,
         policy=policy,
-        pods=template_pod_policy(mapping(template.get("metadata")).get("annotations")),
+        pods=pods,
         containers=container_names(pod_spec),
         limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
         per_index=per_index if isinstance(per_index, int) else None,
@@ -843,6 +941,7 @@ def job_spec_view(
         init=[c["name"] for c in named_containers(pod_spec, "initContainers")],
         sidecars=failurepolicy.sidecar_containers(pod_spec),
         placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
+        memory=memory_plan(pod_spec, pods),
     )
 
 
@@ -856,7 +955,7 @@ def explain_job_spec(
         item.notes.append(f"{'.'.join(path)} is missing: nothing to explain")
         return item
     policy = view.policy
-    item.settings = setting_lines(policy, WORKLOAD_KEYS)
+    item.settings = setting_lines(policy, workload_keys(policy))
     origin = "from " + source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
     item.budget = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
     item.rules = view.rule_lines()
@@ -883,7 +982,33 @@ def explain_job_spec(
             final,
         )
     item.notes.extend(_job_notes(view))
+    failure_aware(item, view, subject)
     return item
+
+
+def workload_keys(policy: Policy) -> tuple[str, ...]:
+    """The settings to list: failure-aware ones only when one of them is set."""
+    if any(policy.explicit(name) for name in FAILURE_AWARE_KEYS):
+        return WORKLOAD_KEYS + FAILURE_AWARE_KEYS
+    return WORKLOAD_KEYS
+
+
+def failure_aware(item: Explanation, view: JobSpecView, subject: Subject) -> None:
+    """The memory each attempt gets after OOM kills, and where failed nodes go."""
+    if view.memory is not None:
+        item.memory = view.memory.table()
+        if not view.memory.containers:
+            item.notes.append(
+                "oom-memory-factor: no container sets a memory request or limit, so none "
+                "can be raised"
+            )
+    if view.pods.avoid_failed_nodes:
+        scope = "of its index" if view.per_index is not None else "of this Job"
+        most = subject.ctx.config.rails(subject.ctx.namespace).max_avoided_nodes
+        item.notes.append(
+            f"avoid-failed-nodes: each new attempt keeps off the nodes where the last "
+            f"{count_of(most, 'failed attempt')} {scope} ran (guardRails.maxAvoidedNodes)"
+        )
 
 
 def job_budget(
@@ -969,6 +1094,8 @@ class JobState:
     restarts: int = 0
     #: restartPolicy OnFailure: the pod running now (a disrupted pod is replaced).
     pod: int = 1
+    #: OOM kills so far per container (for oom-memory-factor; a JobSet's run keeps them).
+    ooms: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -988,6 +1115,8 @@ class PodOutcome:
     ending: Ending | None = None
     #: The condition message the Job controller writes (JobSet rules may match it).
     message: str = ""
+    #: The memory the next attempt's OOM-killed containers get ("" when none was).
+    memory: str = ""
 
 
 class JobSimulator:
@@ -1032,6 +1161,7 @@ class JobSimulator:
         limit_field: str | None = None,
         init: Sequence[str] = (),
         sidecars: Sequence[str] = (),
+        memory: MemoryPlan | None = None,
         replaced_pods_count: bool = True,
     ):
         self.rules = list(rules)
@@ -1055,6 +1185,19 @@ class JobSimulator:
         self.init = list(init)
         self.sidecars = list(sidecars)
         self.replaced_pods_count = replaced_pods_count
+        #: What OOM-killed containers get in later attempts (``oom-memory-factor``).
+        self.memory = memory
+
+    def oom(self, state: JobState, event: Event) -> str:
+        """Count the event's OOM kills; say the memory the next attempt's containers get."""
+        if self.memory is None:
+            return ""
+        raised = []
+        for name in event.oom_killed(self.main):
+            state.ooms[name] = state.ooms.get(name, 0) + 1
+            if name in self.memory.containers:
+                raised.append(self.memory.text(name, state.ooms[name]))
+        return ", ".join(raised)
 
     @property
     def main(self) -> str:
@@ -1140,6 +1283,7 @@ class JobSimulator:
             return self._fail_on_failure(state, event)
         attempt = state.index_counted if self.per_index is not None else state.counted
         match, counts = self.judge(event)
+        memory = self.oom(state, event)
         if counts:
             state.counted += 1
             state.index_counted += 1
@@ -1184,7 +1328,11 @@ class JobSimulator:
             # With nothing allowed, only an ignored failure gets here: no tally to show.
             tally = f"{status}{self._tally(used)})" if self.limit else "not counted"
             result = f"{tally}; next: attempt {used + 1}{again}, {where or self._where(used)}"
-        return PodOutcome(match, counts, attempt + 1, used, verdict, result, ending, message)
+            if memory:
+                result += f", with {memory}"
+        return PodOutcome(
+            match, counts, attempt + 1, used, verdict, result, ending, message, memory
+        )
 
     def _fail_on_failure(self, state: JobState, event: Event) -> PodOutcome:
         """restartPolicy OnFailure: restarts of the running pod count (>= backoffLimit, or
@@ -1442,6 +1590,8 @@ def _render(item: Explanation) -> list[str]:
             lines.extend(_fill(example, "  - "))
     if item.plan is not None:
         lines += ["", *_render_plan(item.plan)]
+    if item.memory is not None:
+        lines += ["", *_render_memory(item.memory)]
     if item.simulation is not None:
         lines += ["", *_render_simulation(item)]
     if item.notes:
@@ -1472,6 +1622,21 @@ def _render_plan(plan: Plan) -> list[str]:
                 " " * 43,
             )
         )
+    return lines
+
+
+def _render_memory(table: MemoryTable) -> list[str]:
+    lines = _fill(
+        f"Memory after OOM kills (oom-memory-factor {table.factor}, at most {table.limit}): "
+        "the attempts after a container was OOM-killed N times get"
+    )
+    lines.append(f"  {'container':<20}{'N':<12}{'request':<12}limit")
+    previous = None
+    for row in table.rows:
+        name = row.container if row.container != previous else ""
+        previous = row.container
+        kills = f"{row.kills} or more" if row.last else str(row.kills)
+        lines.append(f"  {name:<20}{kills:<12}{row.request:<12}{row.limit}".rstrip())
     return lines
 
 
@@ -1545,10 +1710,18 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
             "unit": sim.unit,
             "failedAs": sim.failed_as,
         }
+    memory = None
+    if item.memory is not None:
+        memory = {
+            "factor": item.memory.factor,
+            "limit": item.memory.limit,
+            "rows": [_camel(dataclasses.asdict(r)) for r in item.memory.rows],
+        }
     return {
         **base,
         "part": item.part,
         "owner": item.owner or item.kind,
+        "memory": memory,
         "allowed": True,
         "changes": item.changes,
         "settings": [dataclasses.asdict(s) for s in item.settings],

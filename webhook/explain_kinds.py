@@ -58,6 +58,7 @@ from webhook.explain import (
     count_of,
     explain_job_spec,
     explainer,
+    failure_aware,
     job_budget,
     job_spec_view,
     join_words,
@@ -67,6 +68,7 @@ from webhook.explain import (
     source_text,
     unmanaged_policy,
     walk,
+    workload_keys,
 )
 from webhook.goregexp import Piece, Wild
 from webhook.mutators import items, mapping, pytorchjob, rayjob, trainjob, workload_policy
@@ -156,6 +158,7 @@ def explain_jobset(subject: Subject) -> list[Explanation]:
     failure_policy = failure_policy if isinstance(failure_policy, dict) else None
     replicated = spec.get("replicatedJobs") if isinstance(spec.get("replicatedJobs"), list) else []
     overview, policy = _start(subject, MAX_RESTARTS, WORKLOAD_KEYS, JOBSET_DEFAULT)
+    overview.settings = setting_lines(policy, workload_keys(policy), default=JOBSET_DEFAULT)
     views = [
         (index, rjob, job_spec_view(subject, _child_path(index), defaulted=False))
         for index, rjob in enumerate(replicated)
@@ -421,6 +424,7 @@ def _replicated_job(
             unit="run",
         )
     item.notes.extend(_child_notes(rjob, view, defaulted_restart, in_place))
+    failure_aware(item, view, subject)
     return item
 
 
@@ -564,6 +568,8 @@ class JobSetSimulator:
             elif outcome.ending is not None:
                 reason = str(outcome.ending.reason)
                 text, ending = self._job_failed(reason, outcome.message, counters)
+                if ending is None and outcome.memory:
+                    text += f", with {outcome.memory}"
                 result = f"{lead(outcome.verdict, self._job_text(outcome.result, reason))}; {text}"
             made = Step(
                 pod=outcome.attempt if self.job.on_failure else number,
@@ -639,7 +645,7 @@ class JobSetSimulator:
         what = "the JobSet restarts" if whole else "only this Job is recreated"
         nodes = on_nodes(self.job.placement(counters.restarts))
         again = "" if whole else " again"
-        counters.job = JobState()
+        counters.job = JobState(ooms=counters.job.ooms)  # a new Job, the set's history
         return (
             f"{label}: {what} ({tally}); next: run {counters.restarts + 1}{again}, {nodes}",
             None,

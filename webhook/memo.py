@@ -36,8 +36,10 @@ from typing import Any
 
 import orjson
 
+from webhook import history
 from webhook.admission import Verdict
 from webhook.attempts import AttemptLookup, AttemptSource
+from webhook.history import HistoryKey, HistoryLookup
 from webhook.intent import LAST_APPLIED
 
 #: Per-object identity the API server or a controller gives each object of one template.
@@ -101,16 +103,34 @@ def view_key(view: Mapping[str, Any]) -> bytes | None:
     return key if len(key) <= MAX_KEY_BYTES else None
 
 
+#: A lookup made during a policy run and its answer: a Job's failures (the question is
+#: (namespace, name, uid)), or a lineage's failure history (the question is its key).
+Call = tuple[Any, Any]
+
+
+def ask(source: AttemptSource, question: Any) -> Any:
+    """Ask ``source`` a recorded question again."""
+    if isinstance(question, HistoryKey):
+        return history.ask(source, question)
+    namespace, name, uid = question
+    return source.job_failures(namespace, name, uid)
+
+
 class RecordingAttempts:
     """An attempt source that remembers what it was asked and answered."""
 
     def __init__(self, source: AttemptSource):
         self.source = source
-        self.calls: list[tuple[tuple[str, str, str], AttemptLookup]] = []
+        self.calls: list[Call] = []
 
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
         answer = self.source.job_failures(namespace, name, uid)
         self.calls.append(((namespace, name, uid), answer))
+        return answer
+
+    def job_history(self, key: HistoryKey) -> HistoryLookup:
+        answer = history.ask(self.source, key)
+        self.calls.append((key, answer))
         return answer
 
     def stats(self) -> dict[str, Any]:
@@ -120,14 +140,14 @@ class RecordingAttempts:
 @dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
 class _Entry:
     verdict: Verdict
-    lookups: tuple[tuple[tuple[str, str, str], AttemptLookup], ...]
+    lookups: tuple[Call, ...]
     #: Held so that the ids in the key cannot be reused by new objects while cached.
     pinned: tuple[Any, ...]
 
     def __init__(
         self,
         verdict: Verdict,
-        lookups: tuple[tuple[tuple[str, str, str], AttemptLookup], ...],
+        lookups: tuple[Call, ...],
         pinned: tuple[Any, ...],
     ) -> None:
         self.verdict = verdict
@@ -150,8 +170,8 @@ class Memo:
         if entry is None:
             self.misses += 1
             return None
-        for args, answer in entry.lookups:
-            if attempts.job_failures(*args) != answer:
+        for question, answer in entry.lookups:
+            if ask(attempts, question) != answer:
                 self.misses += 1
                 return None
         self.hits += 1
@@ -161,7 +181,7 @@ class Memo:
         self,
         key: tuple,
         verdict: Verdict,
-        lookups: list[tuple[tuple[str, str, str], AttemptLookup]],
+        lookups: list[Call],
         pinned: tuple[Any, ...],
     ) -> None:
         if self.max_entries <= 0:  # turned off (``serve --memo-entries 0``)

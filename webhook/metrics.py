@@ -41,6 +41,8 @@ PREFIX = "retry_webhook_"
 #: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
 #: budget is milliseconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: The actions of failure-aware retries (``Outcome.actions``): the label's only values.
+RETRY_ACTIONS = ("memory_raised", "nodes_avoided")
 
 
 def prepare_multiprocess_dir() -> tuple[Path, bool]:
@@ -128,7 +130,8 @@ class Metrics:
         )
         self.cache_objects = Gauge(
             PREFIX + "attempt_cache_objects",
-            "Objects in the attempt cache (jobs, failed_pods).",
+            "Objects in the attempt cache (jobs, failed_pods; failure_histories: Jobs or "
+            "indexes whose failed pods' OOM kills and nodes are kept).",
             ["resource"],
             multiprocess_mode="livemax",
             registry=r,
@@ -150,8 +153,17 @@ class Metrics:
         self.cache_errors = Counter(
             PREFIX + "attempt_cache_errors_total",
             "Attempt cache errors: fallback (a GET on a miss failed), breaker_skip (GET "
-            "skipped after recent errors), watch (list/watch errors).",
+            "skipped after recent errors), watch (list/watch errors), history_list (a list "
+            "of a Job's failed pods failed).",
             ["type"],
+            registry=r,
+        )
+        self.retry_actions = Counter(
+            PREFIX + "retry_actions_total",
+            "What failure-aware retries did to new pods: action=memory_raised counts "
+            "containers given more memory after OOM kills, action=nodes_avoided the nodes "
+            "a pod was kept off because earlier attempts failed there.",
+            ["action"],
             registry=r,
         )
         self._cache_seen: dict[str, float] = {}
@@ -183,6 +195,14 @@ class Metrics:
 
     def count_denial(self, endpoint: str, kind: str, reasons: Iterable[str]) -> None:
         self._pend(self.denials, (endpoint, kind), tuple(reasons) or ("denied",))
+
+    def count_retry_actions(self, actions: Iterable[tuple[str, int]]) -> None:
+        """Failure-aware retries' actions, by count (only the known names: bounded)."""
+        with self._pending_lock:
+            for action, count in actions:
+                if action in RETRY_ACTIONS:
+                    key = (self.retry_actions, (), (action,))
+                    self._pending[key] = self._pending.get(key, 0) + count
 
     def _pend(self, counter: Any, labels: tuple[str, ...], names: tuple[str, ...]) -> None:
         key = (counter, labels, names)
@@ -228,6 +248,8 @@ class Metrics:
             return
         self.cache_objects.labels("jobs").set(stats.get("jobs", 0))
         self.cache_objects.labels("failed_pods").set(stats.get("failed_pods", 0))
+        history = stats.get("history") or {}
+        self.cache_objects.labels("failure_histories").set(history.get("lineages", 0))
         self.cache_synced.set(1 if stats.get("synced") else 0)
         counters = {
             (self.cache_lookups, "hit"): stats.get("hits", 0),
@@ -235,6 +257,7 @@ class Metrics:
             (self.cache_errors, "fallback"): stats.get("fallback_errors", 0),
             (self.cache_errors, "breaker_skip"): stats.get("breaker_skips", 0),
             (self.cache_errors, "watch"): stats.get("watch_errors", 0),
+            (self.cache_errors, "history_list"): history.get("list_errors", 0),
         }
         with self._lock:
             for (counter, label), total in counters.items():

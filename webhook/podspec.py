@@ -8,8 +8,10 @@ change in a warning, and each is idempotent: run twice, the second run changes n
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from fractions import Fraction
 from typing import Any
 
+from webhook import quantity
 from webhook.owned import ALL, SHALLOW, Each, Owned
 
 WORKER_NAME = "FLYTE_INTERNAL_WORKER_NAME"
@@ -30,11 +32,13 @@ NOT_A_PYTORCHJOB = (
 
 
 #: What the functions below may write in a pod spec (``webhook.owned``): each container's
-#: env list, appended to but its entries never edited (``add_error_propagation``), and the
-#: affinity (``add_non_spot_affinity``).
+#: env list, appended to but its entries never edited (``add_error_propagation``), its
+#: memory request and limit (``raise_memory``), and the affinity (``add_non_spot_affinity``,
+#: ``avoid_nodes``).
+_CONTAINER_OWNED: Owned = {"env": SHALLOW, "resources": {"requests": SHALLOW, "limits": SHALLOW}}
 POD_SPEC_OWNED: dict[str, Owned] = {
-    "initContainers": Each({"env": SHALLOW}),
-    "containers": Each({"env": SHALLOW}),
+    "initContainers": Each(_CONTAINER_OWNED),
+    "containers": Each(_CONTAINER_OWNED),
     "affinity": ALL,
 }
 #: ``set_annotation``'s part of an object's metadata: the annotations' own keys.
@@ -106,25 +110,37 @@ def add_non_spot_affinity(
     requirements = spot_requirements(spot_labels)
     if not requirements:
         return False
+    return and_into_terms(pod_spec, "matchExpressions", requirements)
+
+
+def and_into_terms(pod_spec: dict[str, Any], part: str, requirements: list[dict[str, Any]]) -> bool:
+    """AND ``requirements`` into ``part`` (matchExpressions or matchFields) of every
+    required node selector term that has any requirement (terms stay ORed; an empty term
+    matches no node and is left so); one new term when there is none. ``True`` when
+    anything was added (a requirement already there is not added twice)."""
     affinity = _child(pod_spec, "affinity")
     node = _child(affinity, "nodeAffinity")
     required = _child(node, "requiredDuringSchedulingIgnoredDuringExecution")
     terms = required.get("nodeSelectorTerms")
     if not isinstance(terms, list) or not terms:
-        required["nodeSelectorTerms"] = [{"matchExpressions": [dict(r) for r in requirements]}]
+        required["nodeSelectorTerms"] = [{part: [_copy(r) for r in requirements]}]
         return True
     changed = False
     for term in terms:
         if not isinstance(term, dict) or is_empty_term(term):
             continue
-        expressions = term.get("matchExpressions")
-        if not isinstance(expressions, list):
-            expressions = term["matchExpressions"] = []
+        listed = term.get(part)
+        if not isinstance(listed, list):
+            listed = term[part] = []
         for requirement in requirements:
-            if not any(_same_requirement(requirement, e) for e in expressions):
-                expressions.append(dict(requirement, values=list(requirement["values"])))
+            if not any(_same_requirement(requirement, e) for e in listed):
+                listed.append(_copy(requirement))
                 changed = True
     return changed
+
+
+def _copy(requirement: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(requirement, values=list(requirement["values"]))
 
 
 def is_empty_term(term: Mapping[str, Any]) -> bool:
@@ -164,14 +180,7 @@ def requires_spot(
         for key, value in selector.items():
             if value in spot_labels.get(key, ()):
                 return f"nodeSelector {key}={value}"
-    affinity = pod_spec.get("affinity")
-    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = (
-        node.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(node, dict)
-        else None
-    )
-    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    terms = required_terms(pod_spec)
     if not isinstance(terms, list) or not terms:
         return None
     pinned = []
@@ -184,6 +193,19 @@ def requires_spot(
             return None  # this term admits non-spot nodes, and terms are ORed
         pinned.append(reason)
     return "required node affinity " + pinned[0] if pinned else None
+
+
+def required_terms(pod_spec: Mapping[str, Any]) -> Any:
+    """``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    .nodeSelectorTerms`` (``None`` when a part of the way is missing or not a mapping)."""
+    affinity = pod_spec.get("affinity")
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = (
+        node.get("requiredDuringSchedulingIgnoredDuringExecution")
+        if isinstance(node, dict)
+        else None
+    )
+    return required.get("nodeSelectorTerms") if isinstance(required, dict) else None
 
 
 def _pins_spot(expression: Any, spot_labels: Mapping[str, tuple[str, ...]]) -> str | None:
@@ -212,3 +234,97 @@ def set_annotation(metadata: Any, key: str, value: str) -> bool:
     annotations[key] = value
     metadata["annotations"] = annotations
     return True
+
+
+# --- failure-aware retries: another node, more memory ----------------------------------
+
+NODE_NAME_FIELD = "metadata.name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def node_requirements(nodes: list[str]) -> list[dict[str, Any]]:
+    """Keep off ``nodes``: one ``matchFields`` requirement per node, since a node field
+    requirement takes exactly one value (``ValidateNodeFieldSelectorRequirement``). A
+    node's name is what ``spec.nodeName`` of the failed pod names; the
+    ``kubernetes.io/hostname`` label usually equals it but need not."""
+    return [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [n]} for n in nodes]
+
+
+def avoid_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> bool:
+    """AND ``node_requirements`` into every required node selector term."""
+    return bool(nodes) and and_into_terms(pod_spec, "matchFields", node_requirements(nodes))
+
+
+def pinned_to(pod_spec: Mapping[str, Any], nodes: list[str]) -> str | None:
+    """How the pod spec allows only nodes among ``nodes``, if it does: then keeping it off
+    them would leave it nowhere to run. Looks at ``spec.nodeName``, a hostname
+    ``nodeSelector``, and required terms that each name only such nodes (by
+    ``metadata.name`` or hostname, which is taken for the node's name here: when in
+    doubt, the pod is left schedulable)."""
+    avoided = set(nodes)
+    name = pod_spec.get("nodeName")
+    if isinstance(name, str) and name:
+        return f"spec.nodeName {name}"
+    selector = pod_spec.get("nodeSelector")
+    if isinstance(selector, dict) and selector.get(HOSTNAME_LABEL) in avoided:
+        return f"nodeSelector {HOSTNAME_LABEL}={selector[HOSTNAME_LABEL]}"
+    terms = required_terms(pod_spec)
+    live = [t for t in terms if isinstance(t, dict) and not is_empty_term(t)] if terms else []
+    if not live or not all(_names_only(t, avoided) for t in live):
+        return None
+    return "required node affinity terms that name only those nodes"
+
+
+def _names_only(term: Mapping[str, Any], avoided: set[str]) -> bool:
+    """Whether a term admits no node outside ``avoided`` (an ``In`` on the node name)."""
+    for part, key in (("matchFields", NODE_NAME_FIELD), ("matchExpressions", HOSTNAME_LABEL)):
+        listed = term.get(part)
+        for requirement in listed if isinstance(listed, list) else ():
+            values = requirement.get("values") if isinstance(requirement, dict) else None
+            if (
+                isinstance(values, list)
+                and values
+                and requirement.get("key") == key
+                and requirement.get("operator") == "In"
+                and set(values) <= avoided
+            ):
+                return True
+    return False
+
+
+def memory_of(container: Mapping[str, Any], kind: str) -> quantity.Quantity | None:
+    """A container's memory request or limit (``kind``: requests, limits), if it has a
+    valid one."""
+    resources = container.get("resources")
+    values = resources.get(kind) if isinstance(resources, dict) else None
+    raw = values.get("memory") if isinstance(values, dict) else None
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        return None
+    try:
+        return quantity.parse(str(raw))
+    except quantity.QuantityError:
+        return None
+
+
+def raise_memory(
+    container: dict[str, Any], factor: Fraction, kills: int, cap: quantity.Quantity
+) -> list[tuple[str, str, str]]:
+    """Multiply a container's memory request and limit by ``factor ** kills``, each rounded
+    up (``quantity.scaled``), at most ``cap`` and never below what it was; return
+    (kind, before, after) for each value changed. A value that is absent stays absent
+    (a container without a limit keeps none)."""
+    changed = []
+    resources = container.get("resources")
+    for kind in ("requests", "limits"):
+        before = memory_of(container, kind)
+        if before is None or not isinstance(resources, dict):
+            continue
+        wanted = quantity.scaled(before, factor**kills)
+        after = before if wanted <= before.value else before.with_value(wanted)
+        if after.value > cap.value:
+            after = cap if cap.value > before.value else before
+        if after.value != before.value:
+            shown = str(resources[kind]["memory"])
+            resources[kind]["memory"] = str(after)
+            changed.append((kind, shown, str(after)))
+    return changed

@@ -15,8 +15,10 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from fractions import Fraction
 from typing import Any
 
+from webhook import quantity
 from webhook.problems import Problem
 
 PREFIX = "retry-policy.dev/"
@@ -135,6 +137,33 @@ def parse_carried_defaults(text: str) -> dict[str, dict[str, Any]]:
     return carried
 
 
+_FACTOR = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3})?")
+
+
+def parse_factor(text: str) -> Fraction | None:
+    """A decimal above 1 (exact: ``1.5`` is 3/2); ``none`` turns off a default."""
+    if text == "none":
+        return None
+    if _FACTOR.fullmatch(text) is None or Fraction(text) <= 1:
+        raise BadValue(
+            "accepted: a decimal number above 1 with at most 3 decimal places, e.g. 1.5, "
+            "or none to turn off a default"
+        )
+    return Fraction(text)
+
+
+def parse_memory(text: str) -> quantity.Quantity:
+    """A Kubernetes quantity above 0 (``8Gi``, ``16G``, ``12e9``)."""
+    accepted = "accepted: a memory quantity above 0, e.g. 8Gi or 16G"
+    try:
+        value = quantity.parse(text)
+    except quantity.QuantityError:
+        raise BadValue(accepted) from None
+    if value.value <= 0:
+        raise BadValue(accepted)
+    return value
+
+
 @dataclass(frozen=True)
 class KeySpec:
     """One annotation key: its grammar, where it may appear, and what it means."""
@@ -189,6 +218,31 @@ KEYS: dict[str, KeySpec] = {
             parse_strategy,
             _BOTH,
             "earliest: report the error of the worker that failed first",
+        ),
+        KeySpec(
+            "oom-memory-factor",
+            parse_factor,
+            _BOTH,
+            "after OOM kills, a container's memory is multiplied by factor^(its OOM kills)",
+        ),
+        KeySpec(
+            "oom-memory-limit",
+            parse_memory,
+            _BOTH,
+            "the most memory oom-memory-factor may give a container",
+        ),
+        KeySpec(
+            "avoid-failed-nodes",
+            parse_bool,
+            _BOTH,
+            "each new attempt avoids the nodes where earlier attempts failed",
+        ),
+        KeySpec(
+            "jobset-uid",
+            parse_any,
+            frozenset({Scope.POD}),
+            "written by the webhook on a JobSet's pod templates: whose failures they share",
+            settable_default=False,
         ),
         KeySpec(
             "attempt",
@@ -317,6 +371,9 @@ _BUILTIN: dict[str, Any] = {
     "ignore-disruptions": False,
     "non-spot-attempts": 0,
     "error-propagation": None,
+    "oom-memory-factor": None,
+    "oom-memory-limit": None,
+    "avoid-failed-nodes": False,
     "attempt": None,
 }
 
@@ -369,6 +426,23 @@ class Policy:
     def attempt(self) -> int | None:
         return self.value("attempt")
 
+    @property
+    def oom_memory_factor(self) -> Fraction | None:
+        return self.value("oom-memory-factor")
+
+    @property
+    def oom_memory_limit(self) -> quantity.Quantity | None:
+        return self.value("oom-memory-limit")
+
+    @property
+    def avoid_failed_nodes(self) -> bool:
+        return bool(self.value("avoid-failed-nodes"))
+
+    @property
+    def failure_aware(self) -> bool:
+        """Whether pods learn from earlier attempts (more memory, other nodes)."""
+        return self.oom_memory_factor is not None or self.avoid_failed_nodes
+
     def explicit(self, name: str) -> bool:
         """True when the setting came from somewhere other than a built-in default."""
         return self.settings[name].source is not Source.BUILTIN
@@ -383,6 +457,7 @@ class Policy:
             in (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
             or self.non_spot_attempts > 0
             or self.error_propagation is not None
+            or self.failure_aware
         )
 
 
@@ -414,4 +489,12 @@ def format_value(name: str, value: Any) -> str:
         return ",".join(str(code) for code in value)
     if name == "error-propagation":
         return "none" if value is None else str(value).lower()
+    if name == "oom-memory-factor":
+        return "none" if value is None else format_factor(value)
     return str(value)
+
+
+def format_factor(value: Fraction) -> str:
+    """``3/2`` as ``1.5`` (factors are decimals of at most 3 places)."""
+    whole, rest = divmod(value.numerator * 1000 // value.denominator, 1000)
+    return f"{whole}.{rest:03d}".rstrip("0").rstrip(".") if rest else str(whole)

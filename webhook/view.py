@@ -7,15 +7,17 @@ template differ only there, and so do two Jobs a person applies from one manifes
 new name. The view keeps what the Job and Pod mutators read, and drops the rest:
 
 - metadata: the namespace, our annotations (``retry-policy.dev/...``; a pod also keeps
-  the JobSet restart-attempt and index failure-count it takes attempts from), the
+  the JobSet restart-attempt and index failure-count it takes attempts from, and a pod
+  that learns from earlier attempts its completion index and JobSet labels), the
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
-  annotated: they name the Job whose failures it looks up), and the *records of intent*
+  annotated and it does not learn from earlier attempts: they name the Job whose
+  failures it looks up), and the *records of intent*
   reduced to what ``webhook.intent`` is asked of a Job: which of the spec fields in
   ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
-  restartPolicy, nodeSelector, affinity, and each container's name, restartPolicy and env
-  var names.
+  restartPolicy, nodeSelector, affinity, nodeName, the memory of pod-level resources, and
+  each container's name, restartPolicy, env var names and memory request and limit.
 
 The mutator runs on the view, not on the object, and the patch is the diff between the
 view and the mutated view. That is a patch for the object too: the view keeps every
@@ -40,6 +42,8 @@ from typing import Any
 
 import orjson
 
+from webhook import history
+from webhook.config import Config
 from webhook.intent import LAST_APPLIED
 from webhook.mutators.job import INTENT_FIELDS
 from webhook.mutators.pod import INDEX_FAILURE_COUNT, RESTART_ATTEMPT
@@ -47,13 +51,23 @@ from webhook.policy import PREFIX
 
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
+#: The keys that make a pod learn from earlier attempts (``history.wants_history``);
+#: containers' memory is read only for the first (``webhook.failureaware``).
+OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 
 #: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
 #: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
-POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity")
+POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName")
 CONTAINER_GROUPS = ("initContainers", "containers")
-#: Of a container, what a mutator reads besides its env vars' names.
+#: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy")
+#: Of a pod's annotations and labels besides ours, those it takes its attempt from; one
+#: that learns from earlier attempts (``webhook.history``) also reads where it belongs:
+#: its completion index and, in a JobSet, its replicated Job and job index.
+POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
+POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
+POD_LABELS = (RESTART_ATTEMPT,)
+POD_HISTORY_LABELS = (*POD_LABELS, history.REPLICATED_JOB, history.JOBSET_JOB_INDEX)
 #: Of an owner reference: what tells the controller and its kind.
 OWNER_READ = ("apiVersion", "kind", "controller")
 #: The fields a Job's records of intent are asked about, as a last-applied record and
@@ -66,48 +80,66 @@ _QUOTED = tuple(  # '"backoffLimit' also finds '"backoffLimitPerIndex"': one sea
 _APPLY_KEYS = tuple(f"f:{name}" for name in INTENT_FIELDS)
 
 
-def job_view(job: Mapping[str, Any]) -> dict[str, Any] | None:
+def job_view(job: Mapping[str, Any], config: Config | None = None) -> dict[str, Any] | None:
+    """The containers' memory is kept when the Job asks for ``oom-memory-factor`` or an
+    admin default of ``config`` may (its check reads it); otherwise not, so Jobs of one
+    template that differ in memory share a view."""
     metadata = job.get("metadata")
     spec = job.get("spec")
     if not isinstance(metadata, dict) or not isinstance(spec, dict):
         return None
+    memory = _asks_memory(metadata) or (
+        config is not None and config.has_default("oom-memory-factor")
+    )
     return _top(
         job,
         _metadata(metadata, (), reduce_owners=True, intent=True),
         {
-            k: _template(v) if k == "template" and isinstance(v, dict) else v
+            k: _template(v, memory) if k == "template" and isinstance(v, dict) else v
             for k, v in spec.items()
         },
     )
 
 
-def pod_view(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, Any] | None:
     metadata = pod.get("metadata")
     spec = pod.get("spec")
     if not isinstance(metadata, dict) or not isinstance(spec, dict):
         return None
     annotations = metadata.get("annotations")
-    attempt_annotated = isinstance(annotations, dict) and ATTEMPT in annotations
+    if not isinstance(annotations, dict):
+        annotations = {}
+    learns = OOM_FACTOR in annotations or AVOID_NODES in annotations
     meta = _metadata(
         metadata,
-        (RESTART_ATTEMPT, INDEX_FAILURE_COUNT),
-        reduce_owners=attempt_annotated,
-        labels=(RESTART_ATTEMPT,),
+        POD_HISTORY_ANNOTATIONS if learns else POD_ANNOTATIONS,
+        reduce_owners=ATTEMPT in annotations and not learns,
+        labels=POD_HISTORY_LABELS if learns else POD_LABELS,
     )
-    return _top(pod, meta, _pod_spec(spec))
+    return _top(pod, meta, _pod_spec(spec, OOM_FACTOR in annotations))
 
 
-#: The kinds with a view, by (group, kind).
-VIEWS: dict[tuple[str, str], Callable[[Mapping[str, Any]], dict[str, Any] | None]] = {
+def _asks_memory(metadata: Mapping[str, Any]) -> bool:
+    annotations = metadata.get("annotations")
+    return isinstance(annotations, dict) and OOM_FACTOR in annotations
+
+
+#: The kinds with a view, by (group, kind): each made from the object and the config.
+VIEWS: dict[
+    tuple[str, str], Callable[[Mapping[str, Any], Config | None], dict[str, Any] | None]
+] = {
     ("batch", "Job"): job_view,
     ("", "Pod"): pod_view,
 }
 
 
-def view_of(group: str, kind: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The view of ``obj`` for its kind's mutator; ``None``: run on the whole object."""
+def view_of(
+    group: str, kind: str, obj: Mapping[str, Any], config: Config | None = None
+) -> dict[str, Any] | None:
+    """The view of ``obj`` for its kind's mutator under ``config``; ``None``: run on the
+    whole object."""
     make = VIEWS.get((group, kind))
-    return make(obj) if make is not None else None
+    return make(obj, config) if make is not None else None
 
 
 # Every part keeps the order of the object's keys: the patch lists its operations in
@@ -175,42 +207,74 @@ def _owners(owners: Any) -> Any:
     ]
 
 
-def _template(template: Mapping[str, Any]) -> dict[str, Any]:
+def _template(template: Mapping[str, Any], memory: bool) -> dict[str, Any]:
     view: dict[str, Any] = {}
     for key, value in template.items():
         if key == "metadata":
             view[key] = _metadata(value, (), True) if isinstance(value, dict) else value
         elif key == "spec":
-            view[key] = _pod_spec(value) if isinstance(value, dict) else value
+            view[key] = _pod_spec(value, memory) if isinstance(value, dict) else value
     return view
 
 
-def _pod_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+def _pod_spec(spec: Mapping[str, Any], memory: bool) -> dict[str, Any]:
     view: dict[str, Any] = {}
     for key, value in spec.items():
         if key in POD_SPEC_READ:
             view[key] = value
         elif key in CONTAINER_GROUPS:
-            view[key] = [_container(c) for c in value] if isinstance(value, list) else value
+            view[key] = [_container(c, memory) for c in value] if isinstance(value, list) else value
+        elif key == "resources" and memory:  # pod-level: memory raises leave such pods be
+            view[key] = _memory(value)
     return view
 
 
-def _container(container: Any) -> Any:
+def _container(container: Any, memory: bool) -> Any:
     """A container's name, its restartPolicy (an init container with ``Always`` is a
-    native sidecar, whose exit codes the policy leaves out) and its env vars' names (their
-    values are never read)."""
+    native sidecar, whose exit codes the policy leaves out), its env vars' names (their
+    values are never read) and, when ``memory``, its memory request and limit."""
     if not isinstance(container, dict):
         return container
-    # (The mutators write at most the env of a container: the order of these keys
-    # cannot change the order of a patch's operations.)
-    view: dict[str, Any] = {k: container[k] for k in CONTAINER_READ if k in container}
+    if memory:
+        # Env and memory may both be written: in the container's order of keys, which the
+        # patch lists them in.
+        view: dict[str, Any] = {}
+        for key, value in container.items():
+            if key in CONTAINER_READ:
+                view[key] = value
+            elif key == "env":
+                view[key] = _env_names(value)
+            elif key == "resources":
+                view[key] = _memory(value)
+        return view
+    # (Only env may be written: the order of these keys cannot change the patch's.)
+    view = {k: container[k] for k in CONTAINER_READ if k in container}
     env = container.get("env", _ABSENT)
     if env is not _ABSENT:
-        view["env"] = [_env_name(e) for e in env] if isinstance(env, list) else env
+        view["env"] = _env_names(env)
     return view
 
 
 _ABSENT = object()
+
+
+def _env_names(env: Any) -> Any:
+    return [_env_name(e) for e in env] if isinstance(env, list) else env
+
+
+def _memory(resources: Any) -> Any:
+    """Of a container's resources, the memory of its requests and limits (each mapping
+    kept, even without memory: a mutator writes into it)."""
+    if not isinstance(resources, dict):
+        return resources
+    view: dict[str, Any] = {}
+    for kind, values in resources.items():
+        if kind in ("requests", "limits"):
+            if isinstance(values, dict):
+                view[kind] = {"memory": values["memory"]} if "memory" in values else {}
+            else:
+                view[kind] = values
+    return view
 
 
 def _env_name(entry: Any) -> Any:

@@ -27,6 +27,7 @@ from webhook.policy import (
     Scope,
     Setting,
     Source,
+    format_value,
     parse_annotations,
     resolve,
 )
@@ -91,12 +92,16 @@ class Outcome:
     #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
     #: that it shows the policy the webhook applied, not a second resolution of its own.
     policies: dict[str, Policy]
+    #: What failure-aware retries did, for metrics and the decision log: containers whose
+    #: memory was raised (``memory_raised``), nodes avoided (``nodes_avoided``).
+    actions: dict[str, int]
 
     def __init__(self) -> None:
         self.problems = []
         self.changes = []
         self.notes = []
         self.policies = {}
+        self.actions = {}
 
     def changed(self, text: str, setting: Setting | None = None) -> None:
         self.changes.append(Change(text, setting))
@@ -287,4 +292,10 @@ def applied_record(policy: Policy) -> str:
         record["nonSpotAttempts"] = policy.non_spot_attempts
     if policy.error_propagation:
         record["errorPropagation"] = policy.error_propagation
+    factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
+    if factor is not None and limit is not None:
+        record["oomMemoryFactor"] = format_value("oom-memory-factor", factor)
+        record["oomMemoryLimit"] = str(limit)
+    if policy.avoid_failed_nodes:
+        record["avoidFailedNodes"] = True
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()

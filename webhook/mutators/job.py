@@ -21,8 +21,8 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
+from webhook import failureaware, intent, podspec
 from webhook import failurepolicy as fp
-from webhook import intent, podspec
 from webhook.mutators import (
     Context,
     Outcome,
@@ -50,7 +50,14 @@ from webhook.problems import Problem
 
 API_DEFAULT_BACKOFF_LIMIT = 6
 #: Pod-level keys copied onto the pod template so pod admission needs no lookup.
-POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation")
+POD_KEYS = (
+    "backoff-limit",
+    "non-spot-attempts",
+    "error-propagation",
+    "oom-memory-factor",
+    "oom-memory-limit",
+    "avoid-failed-nodes",
+)
 #: Sources whose values the webhook writes into the spec (the user's own spec is kept).
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
 JOBSET_GROUP = "jobset.x-k8s.io"
@@ -424,6 +431,9 @@ OFF: dict[str, Any] = {
     "non-spot-attempts": 0,
     "on-non-retriable": "fail-job",
     "error-propagation": None,
+    "oom-memory-factor": None,
+    "oom-memory-limit": None,
+    "avoid-failed-nodes": False,
 }
 
 
@@ -489,25 +499,37 @@ class Budget:
     text: str
     scope: str
     runs: bool = False
+    #: A JobSet's UID: its pods share their failure history across the set's restarts
+    #: (``webhook.history``).
+    lineage: str | None = None
 
     def __init__(
-        self, steps: int, per_step: int, text: str, scope: str, runs: bool = False
+        self,
+        steps: int,
+        per_step: int,
+        text: str,
+        scope: str,
+        runs: bool = False,
+        lineage: str | None = None,
     ) -> None:
         self.steps = steps
         self.per_step = per_step
         self.text = text
         self.scope = scope
         self.runs = runs
+        self.lineage = lineage
 
     @classmethod
-    def of(cls, policy: Policy, field: LimitField, restarts: int | None) -> Budget:
+    def of(
+        cls, policy: Policy, field: LimitField, restarts: int | None, lineage: str | None = None
+    ) -> Budget:
         limit = policy.backoff_limit or 0
         name = str(field.path[-1])
         if restarts is None:
             scope = "each index of this Job has" if name == "backoffLimitPerIndex" else None
             return cls(limit + 1, 1, f"{name} {limit} + 1", scope or "this Job has")
         text = f"(maxRestarts {restarts} + 1) x ({name} {limit} + 1)"
-        return cls(restarts + 1, limit + 1, text, "this JobSet has", runs=True)
+        return cls(restarts + 1, limit + 1, text, "this JobSet has", True, lineage)
 
     @property
     def total(self) -> int:
@@ -556,6 +578,7 @@ def apply_job_spec(
     *,
     restarts: int | None = None,
     defaulted: bool = True,
+    lineage: str | None = None,
 ) -> Policy:
     """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
 
@@ -564,6 +587,8 @@ def apply_job_spec(
     spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``Budget``).
     ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
     own spec but not a CronJob's or JobSet's template: there every value was written.
+    ``lineage`` (a JobSet's UID) is written on the pod template when its pods learn from
+    earlier attempts, which are the set's, across restarts.
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
     """
     where = intent.dotted(path)
@@ -575,12 +600,12 @@ def apply_job_spec(
         out.problems.append(Problem(f"{where}.template.spec", "a Job needs a pod template"))
         return policy
     pod_spec = template["spec"]
-    budget = Budget.of(policy, field, restarts)
+    budget = Budget.of(policy, field, restarts, lineage)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
-    _apply(spec, template, pod_spec, policy, out, where, budget)
+    _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
     out.policies[where] = policy
     return policy
 
@@ -627,6 +652,7 @@ def _check_template(
                     )
                     policy = with_setting(policy, name, Setting(False, policy.setting(name).source))
     user_rules = _rules(spec)
+    policy = _check_failure_aware(user_rules, pod_spec, policy, ctx, out, budget, where)
     if policy.fail_non_retriable and user_rules:
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
@@ -635,6 +661,26 @@ def _check_template(
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
     _check_pod_annotations(spec, policy, where, out, budget)
     return policy
+
+
+def _check_failure_aware(
+    user_rules: list[Any],
+    pod_spec: Mapping[str, Any],
+    policy: Policy,
+    ctx: Context,
+    out: Outcome,
+    budget: Budget,
+    where: str,
+) -> Policy:
+    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.failureaware``): pods
+    made anew for later attempts (a JobSet's runs always are), a memory limit that can be
+    met, and OOM kills that are retried."""
+    if not policy.failure_aware:
+        return policy
+    if not budget.runs:
+        policy = failureaware.check_restart_policy(pod_spec, policy, out, where)
+    policy = failureaware.check_memory(pod_spec, policy, ctx, out, f"{where}.template")
+    return failureaware.check_oom_retried(user_rules, pod_spec, policy, out, where)
 
 
 def _check_retriable_codes(
@@ -851,6 +897,9 @@ def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
         values["non-spot-attempts"] = str(budget.pod_steps(policy.non_spot_attempts))
     if policy.error_propagation:
         values["error-propagation"] = format_value("error-propagation", policy.error_propagation)
+    values.update(failureaware.pod_values(policy))
+    if budget.lineage and policy.failure_aware:
+        values["jobset-uid"] = budget.lineage
     return values
 
 
@@ -878,8 +927,10 @@ def _apply(
     out: Outcome,
     where: str,
     budget: Budget,
+    ctx: Context,
 ) -> None:
     ours = our_rules(policy, pod_spec)
+    most_avoided = ctx.config.rails(ctx.namespace).max_avoided_nodes
     if ours:
         merged, added = fp.merge(_rules(spec), [rule for rule, _ in ours])
         if added:
@@ -908,8 +959,23 @@ def _apply(
         meta = template.get("metadata")
         if not isinstance(meta, dict):
             meta = template["metadata"] = {}
-        copied = [podspec.set_annotation(meta, PREFIX + k, v) for k, v in pod_values.items()]
-        if any(copied) and policy.non_spot_attempts:
+        copied = {k: podspec.set_annotation(meta, PREFIX + k, v) for k, v in pod_values.items()}
+        if any(copied.values()) and policy.non_spot_attempts:
             out.changed(
                 budget.placement(policy.non_spot_attempts), policy.setting("non-spot-attempts")
+            )
+        factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
+        if copied.get("oom-memory-factor") and factor is not None:
+            out.changed(
+                f"retry-policy: a container OOM-killed gets its memory x"
+                f"{format_value('oom-memory-factor', factor)} per OOM kill in later attempts"
+                f"{' of its index' if budget.scope.startswith('each index') else ''}, "
+                f"at most {limit}",
+                policy.setting("oom-memory-factor"),
+            )
+        if copied.get("avoid-failed-nodes"):
+            out.changed(
+                "retry-policy: each new attempt keeps off the nodes where earlier attempts "
+                f"failed (the last {most_avoided} of them)",
+                policy.setting("avoid-failed-nodes"),
             )

@@ -54,8 +54,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook import failureaware, intent
 from webhook import failurepolicy as fp
-from webhook import intent
 from webhook.config import GuardRails
 from webhook.goregexp import Piece, Unsupported, Wild, compile_go
 from webhook.mutators import Context, Outcome, has_policy_annotations, items, mapping, register
@@ -154,6 +154,10 @@ class JobSetMutator(WorkloadMutator):
         if policy.non_spot_attempts:
             policy = _check_single_job_restarts(
                 rules if isinstance(rules, list) else [], policy, out
+            )
+        if policy.oom_memory_factor is not None and not in_place:
+            policy = _check_oom_restarts(
+                rules if isinstance(rules, list) else [], replicated, policy, out
             )
         policy = resolve_limit(jobset, MAX_RESTARTS, policy, out)
         policy = enforce_rail(policy, MAX_RESTARTS, ctx, out)
@@ -320,8 +324,17 @@ def _apply_replicated_job(
         return None
     child = _child_policy(jobset, path, job_spec, policy, INT32_MAX if in_place else 0)
     reverted = _restart_never(jobset, path, job_spec, child)
+    uid = get_path(jobset, ("metadata", "uid"))
     resolved = apply_job_spec(
-        jobset, path, job_spec, child, ctx, out, restarts=restarts, defaulted=False
+        jobset,
+        path,
+        job_spec,
+        child,
+        ctx,
+        out,
+        restarts=restarts,
+        defaulted=False,
+        lineage=uid if isinstance(uid, str) and uid else None,
     )
     if reverted is None:
         return resolved
@@ -598,6 +611,36 @@ def _check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -
             return with_setting(
                 policy, "non-spot-attempts", Setting(0, policy.setting("non-spot-attempts").source)
             )
+    return policy
+
+
+def _check_oom_restarts(
+    rules: list[Any], replicated: list[Any], policy: Policy, out: Outcome
+) -> Policy:
+    """After an OOM kill the child Job fails once its budget is used (by default 0 here:
+    at once; reason FailedIndexes with a per-index budget), and the JobSet must restart
+    it for the next run to get more memory: the first of your rules that applies to that
+    failure (``_applies``, as ``ruleIsApplicable`` decides) must not be FailJobSet."""
+    for rjob in replicated:
+        name = rjob.get("name") if isinstance(rjob, dict) else None
+        spec = get_path(rjob, ("template", "spec"))
+        per_index = isinstance(spec, dict) and spec.get("backoffLimitPerIndex") is not None
+        reason = "FailedIndexes" if per_index else "BackoffLimitExceeded"
+        messages: dict[str, list[Piece]] = {str(name): [BUDGET_MESSAGES[reason]]}
+        for index, rule in enumerate(rules):
+            if not isinstance(rule, dict) or not _applies(rule, reason, messages)[0]:
+                continue
+            if rule.get("action") == "FailJobSet":
+                out.conflict(
+                    policy,
+                    "oom-memory-factor",
+                    f"your spec.failurePolicy.rules[{index}] (FailJobSet) applies when "
+                    f"replicated Job {name} fails with {reason}, which is how an OOM kill "
+                    "ends it: the JobSet would fail instead of restarting with more memory",
+                    "contradiction",
+                )
+                return failureaware.off(policy, "oom-memory-factor")
+            break
     return policy
 
 

@@ -14,8 +14,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import podspec
+from webhook import failureaware, history, podspec
 from webhook.attempts import AttemptLookup
+from webhook.history import HistoryKey, HistoryLookup
 from webhook.mutators import (
     Context,
     Outcome,
@@ -30,6 +31,7 @@ from webhook.policy import (
     PREFIX,
     BadValue,
     Policy,
+    format_value,
     parse_count,
 )
 from webhook.problems import Problem
@@ -85,11 +87,16 @@ class PodMutator:
                     + ", ".join(names),
                     policy.setting("error-propagation"),
                 )
+        record: dict[str, Any] | None = None
         if policy.non_spot_attempts > 0:
             record = self._place(pod, spec, policy, owner, ctx, out)
-            if record is not None and not out.problems:
-                text = json.dumps(record, sort_keys=True, separators=(",", ":"))
-                podspec.set_annotation(metadata, APPLIED, text)
+        if policy.failure_aware:
+            learned = self._learn(pod, spec, policy, owner, ctx, out)
+            if learned:
+                record = {**(record or {}), **learned}
+        if record is not None and not out.problems:
+            text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+            podspec.set_annotation(metadata, APPLIED, text)
         return out
 
     def _report(self, out: Outcome, problems: list[Problem], owner: Any) -> None:
@@ -178,8 +185,191 @@ class PodMutator:
             )
         return record
 
+    # --- failure-aware retries (``webhook.failureaware``) -------------------------------
+    def _learn(
+        self,
+        pod: dict[str, Any],
+        spec: dict[str, Any],
+        policy: Policy,
+        owner: Mapping[str, Any] | None,
+        ctx: Context,
+        out: Outcome,
+    ) -> dict[str, Any] | None:
+        """Give this attempt more memory where earlier attempts were OOM-killed, and keep it
+        off the nodes where they failed; return what was done, for the applied record."""
+        checks = Outcome()
+        checked = failureaware.check_memory(spec, policy, ctx, checks, "this pod")
+        out.notes.extend(checks.notes)
+        if checks.problems:
+            self._report(out, checks.problems, owner)  # a controller's pod: warnings
+            if owner is None:
+                return None
+        if not checked.failure_aware:
+            return None
+        lookup = failure_history(pod, owner, ctx)
+        wanted = " and ".join(
+            what
+            for what, on in (
+                ("memory raise", checked.oom_memory_factor is not None),
+                ("node avoidance", checked.avoid_failed_nodes),
+            )
+            if on
+        )
+        if not lookup.known:
+            out.note(
+                f"retry-policy: failure history unknown ({lookup.reason}); "
+                f"pod admitted without {wanted}"
+            )
+            return None
+        record: dict[str, Any] = {}
+        previous = _applied(pod.get("metadata"))
+        if checked.oom_memory_factor is not None:
+            record.update(self._raise(spec, checked, lookup, previous, out))
+        if checked.avoid_failed_nodes:
+            record.update(self._avoid(spec, checked, lookup, ctx, out))
+        if lookup.missing:
+            out.note(
+                f"retry-policy: {lookup.missing} earlier failure(s) of this Job could not be "
+                "examined (their pods are gone)"
+            )
+        return record
+
+    def _raise(
+        self,
+        spec: dict[str, Any],
+        policy: Policy,
+        lookup: HistoryLookup,
+        previous: Mapping[str, Any],
+        out: Outcome,
+    ) -> dict[str, Any]:
+        factor, cap = policy.oom_memory_factor, policy.oom_memory_limit
+        if factor is None or cap is None or not lookup.oom_kills:
+            return {}
+        raised = previous.get("memoryRaised")
+        if isinstance(raised, dict):
+            return {"memoryRaised": raised}  # done at this pod's first admission
+        pod_level = podspec.memory_of(spec, "limits") or podspec.memory_of(spec, "requests")
+        if pod_level is not None:
+            out.note(
+                "retry-policy: memory not raised after OOM kills: the pod sets pod-level "
+                "memory resources (spec.resources), which are left as they are"
+            )
+            return {}
+        done: dict[str, int] = {}
+        setting = policy.setting("oom-memory-factor")
+        shown = format_value("oom-memory-factor", factor)
+        for name, container in failureaware.named(spec):
+            kills = lookup.kills(name)
+            if not kills:
+                continue
+            changes = podspec.raise_memory(container, factor, kills, cap)
+            if not changes:
+                out.note(
+                    f"retry-policy: container {name} was OOM-killed {_times(kills)}; its "
+                    f"memory is not raised (none set, or already at oom-memory-limit {cap})"
+                )
+                continue
+            done[name] = kills
+            what = ", ".join(f"{kind[:-1]} {a} -> {b}" for kind, a, b in changes)
+            capped = any(b == str(cap) for _, _, b in changes)
+            out.changed(
+                f"retry-policy: container {name} was OOM-killed {_times(kills)} before: "
+                f"memory {what} (x{shown} per OOM kill"
+                + (f", at most oom-memory-limit {cap})" if capped else ")"),
+                setting,
+            )
+            out.actions["memory_raised"] = out.actions.get("memory_raised", 0) + 1
+        return {"memoryRaised": done} if done else {}
+
+    def _avoid(
+        self,
+        spec: dict[str, Any],
+        policy: Policy,
+        lookup: HistoryLookup,
+        ctx: Context,
+        out: Outcome,
+    ) -> dict[str, Any]:
+        most = ctx.config.rails(ctx.namespace).max_avoided_nodes
+        nodes = list(lookup.nodes[-most:])
+        if not nodes:
+            return {}
+        pinned = podspec.pinned_to(spec, nodes)
+        if pinned is not None:
+            out.note(
+                f"retry-policy: earlier attempts failed on {_nodes(nodes)}, but the pod may "
+                f"only run there ({pinned}); not avoided"
+            )
+            return {}
+        if podspec.avoid_nodes(spec, nodes):
+            out.changed(
+                f"retry-policy: keeping off {len(nodes)} node(s) where earlier attempts "
+                f"failed: {_nodes(nodes)}",
+                policy.setting("avoid-failed-nodes"),
+            )
+            out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
+        return {"avoidedNodes": len(nodes)}
+
 
 register(PodMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else f"{n} times"
+
+
+def _nodes(nodes: list[str], budget: int = 120) -> str:
+    """Node names for a warning (a warning is cut past 250 characters): as many as fit,
+    the first always (shortened when it alone is too long)."""
+    shown: list[str] = []
+    for index, name in enumerate(nodes):
+        if len(name) > budget // 2:
+            name = name[: budget // 2 - 3] + "..."
+        if shown and sum(len(n) + 2 for n in shown) + len(name) > budget:
+            return ", ".join(shown) + f" and {len(nodes) - index} more"
+        shown.append(name)
+    return ", ".join(shown)
+
+
+def _applied(metadata: Any) -> dict[str, Any]:
+    """What this webhook recorded on the pod before (a reinvocation sees it)."""
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    raw = annotations.get(APPLIED) if isinstance(annotations, dict) else None
+    try:
+        record = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def failure_history(
+    pod: Mapping[str, Any], owner: Mapping[str, Any] | None, ctx: Context
+) -> HistoryLookup:
+    """What earlier attempts of this pod's Job (its index, for an Indexed Job; its
+    replicated Job and job index across restarts, for a JobSet) went through. The
+    history must be complete up to the failures the Job controller counted: those of the
+    index (``job-index-failure-count``, with a per-index budget), else the Job's."""
+    if owner is None or owner.get("kind") != "Job" or not owner.get("uid"):
+        return history.unknown("the pod has no owning Job")
+    metadata = pod.get("metadata") or {}
+    namespace = str(metadata.get("namespace") or ctx.namespace or "")
+    name, uid = str(owner.get("name")), str(owner["uid"])
+    lineage, index = history.pod_lineage(metadata, uid)
+    annotations = metadata.get("annotations") or {}
+    raw = annotations.get(INDEX_FAILURE_COUNT) if isinstance(annotations, dict) else None
+    per_index = False
+    expected: int | None = None
+    if isinstance(raw, str) and index is not None:
+        try:
+            expected, per_index = parse_count(raw), True
+        except BadValue:
+            pass
+    if not per_index:
+        counted = ctx.attempts.job_failures(namespace, name, uid)
+        if counted.failures is None:
+            return history.unknown(counted.reason)
+        expected = counted.failures
+    key = HistoryKey(namespace, name, uid, lineage, index, expected, per_index)
+    return history.ask(ctx.attempts, key)
 
 
 def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:

@@ -62,6 +62,10 @@ NOT_APPLICABLE = {
     "failed pod against runPolicy.backoffLimit, disruptions included",
     "non-spot-attempts": "its pods carry no attempt number (the training operator recreates "
     "a failed pod under the same name)",
+    "oom-memory-factor": "its pods belong to no Job (the training operator recreates a "
+    "failed pod under the same name), so the OOM kills of earlier attempts cannot be found",
+    "avoid-failed-nodes": "its pods belong to no Job (the training operator recreates a "
+    "failed pod under the same name), so the nodes of earlier attempts cannot be found",
 }
 #: Where kubeflow/trainer#2045 (runPolicy.backoffLimit not enforced under ExitCode) is told.
 UNENFORCED = "kubeflow/trainer#2045"

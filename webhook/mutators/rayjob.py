@@ -48,6 +48,10 @@ NOT_APPLICABLE = {
     "attempt against backoffLimit, disruptions included",
     "non-spot-attempts": "each retry runs on a new RayCluster whose pods carry no attempt "
     "number, so the last attempts cannot be recognised",
+    "oom-memory-factor": "each retry runs on a new RayCluster whose pods belong to no Job, "
+    "so the OOM kills of earlier attempts cannot be found",
+    "avoid-failed-nodes": "each retry runs on a new RayCluster whose pods belong to no Job, "
+    "so the nodes of earlier attempts cannot be found",
 }
 
 

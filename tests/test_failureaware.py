@@ -1,0 +1,814 @@
+"""Failure-aware retries (issue 23): oom-memory-factor, oom-memory-limit, avoid-failed-nodes.
+
+Workload admission (grammar, checks, what is copied onto pod templates), pod admission
+from a failure history (memory raised after OOM kills, failed nodes avoided), and the
+history itself. The history here is the real ``FailureHistory`` fed failed pods
+directly; test_failureaware_server.py feeds it through the attempt cache's watch of an
+HTTP Kubernetes API and the real server.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+
+import pytest
+from conftest import P, job, job_owner, pod
+from workloads import admitted, assert_idempotent, kubectl_patch, mutate, validate, validate_schema
+
+from webhook import history
+from webhook.attempts import AttemptLookup
+from webhook.config import ConfigError, parse_config
+from webhook.history import FailureHistory, HistoryKey
+from webhook.podspec import spot_requirements
+
+FACTOR = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "8Gi"}
+AVOID = {P + "avoid-failed-nodes": "true"}
+
+
+def trainer(memory: str = "2Gi", limit: str | None = "2Gi", name: str = "trainer") -> dict:
+    resources: dict = {"requests": {"cpu": "1", "memory": memory}}
+    if limit is not None:
+        resources["limits"] = {"memory": limit}
+    return {"name": name, "image": "ghcr.io/example/train:1.0.0", "resources": resources}
+
+
+def sidecar() -> dict:
+    return {
+        "name": "logger",
+        "image": "busybox:1.36",
+        "resources": {"requests": {"memory": "64Mi"}},
+    }
+
+
+def denied(verdict) -> str:
+    assert not verdict.allowed, verdict.warnings
+    return verdict.message
+
+
+# --- the annotations' grammar and the config -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "accepted"),
+    [
+        ("oom-memory-factor", "1", "a decimal number above 1"),
+        ("oom-memory-factor", "0.5", "a decimal number above 1"),
+        ("oom-memory-factor", "lots", "a decimal number above 1"),
+        ("oom-memory-factor", "1.2345", "at most 3 decimal places"),
+        ("oom-memory-limit", "8GB", "a memory quantity above 0"),
+        ("oom-memory-limit", "0", "a memory quantity above 0"),
+        ("oom-memory-limit", "-1Gi", "a memory quantity above 0"),
+        ("avoid-failed-nodes", "yes", "true or false"),
+    ],
+)
+def test_bad_values_are_denied_with_the_key_the_value_and_what_is_accepted(key, value, accepted):
+    annotations = {**FACTOR, **AVOID, P + key: value}
+    message = denied(mutate(job(annotations, containers=[trainer()]))[0])
+    assert f"annotation {P}{key}: '{value}' is not valid" in message
+    assert accepted in message
+
+
+def test_a_factor_needs_a_limit_unless_an_admin_default_sets_one():
+    obj = job({P + "oom-memory-factor": "1.5"}, containers=[trainer()])
+    message = denied(mutate(obj)[0])
+    assert f"annotation {P}oom-memory-factor: needs {P}oom-memory-limit" in message
+    config = parse_config("defaults:\n  oom-memory-limit: 16Gi\n")
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed, verdict.message
+    annotations = out["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[P + "oom-memory-limit"] == "16Gi"
+
+
+def test_a_limit_below_a_containers_memory_request_is_denied():
+    obj = job({**FACTOR, P + "oom-memory-limit": "1Gi"}, containers=[trainer("2Gi")])
+    message = denied(mutate(obj)[0])
+    assert (
+        f"annotation {P}oom-memory-limit: 1Gi is below the memory request of container "
+        "trainer (2Gi) in spec.template; accepted: a quantity of at least 2Gi"
+    ) in message
+
+
+def test_a_limit_only_container_has_that_limit_as_request():
+    # upstream: SetDefaults_Pod (pkg/apis/core/v1/defaults.go) gives a pod's container
+    # without a request its limit as request; a pod template keeps neither.
+    container = {"name": "main", "image": "x:1", "resources": {"limits": {"memory": "4Gi"}}}
+    obj = job({**FACTOR, P + "oom-memory-limit": "2Gi"}, containers=[container])
+    assert "container main (4Gi)" in denied(mutate(obj)[0])
+    made = pod({}, spec={"containers": [copy.deepcopy(container)]})
+    assert made["spec"]["containers"][0]["resources"]["requests"] == {"memory": "4Gi"}
+
+
+def test_the_guard_rail_caps_the_limit_cluster_wide():
+    config = parse_config("guardRails:\n  maxOomMemoryLimit: 4Gi\n")
+    verdict, _ = mutate(job(FACTOR, containers=[trainer()]), config)
+    assert verdict.code == 403
+    assert "8Gi is above this cluster's limit; accepted: a quantity up to 4Gi" in verdict.message
+    with pytest.raises(ConfigError, match="oom-memory-limit: 8Gi is above the guard rail"):
+        parse_config("defaults:\n  oom-memory-limit: 8Gi\nguardRails:\n  maxOomMemoryLimit: 4Gi\n")
+
+
+def test_config_accepts_the_keys_as_yaml_writes_them():
+    config = parse_config(
+        "defaults:\n  oom-memory-factor: 1.5\n  oom-memory-limit: 16Gi\n"
+        "  avoid-failed-nodes: true\nguardRails:\n  maxAvoidedNodes: 5\n"
+    )
+    assert str(config.defaults["oom-memory-limit"]) == "16Gi"
+    assert config.rails(None).max_avoided_nodes == 5
+    for bad, where in [
+        ("defaults:\n  oom-memory-factor: 0.9\n", "defaults.oom-memory-factor"),
+        ("guardRails:\n  maxAvoidedNodes: 0\n", "guardRails.maxAvoidedNodes"),
+        ("guardRails:\n  maxOomMemoryLimit: lots\n", "guardRails.maxOomMemoryLimit"),
+    ]:
+        with pytest.raises(ConfigError, match=where):
+            parse_config(bad)
+
+
+# --- workload admission -------------------------------------------------------------------
+
+
+def test_a_job_passes_the_settings_to_its_pods_and_says_what_they_do():
+    obj = job({**FACTOR, **AVOID}, containers=[trainer()], applied=True)
+    once = assert_idempotent(obj)
+    verdict, _ = mutate(obj)
+    assert once["spec"]["template"]["metadata"]["annotations"] == {
+        P + "oom-memory-factor": "1.5",
+        P + "oom-memory-limit": "8Gi",
+        P + "avoid-failed-nodes": "true",
+    }
+    assert (
+        "retry-policy: a container OOM-killed gets its memory x1.5 per OOM kill in later "
+        "attempts, at most 8Gi"
+    ) in verdict.warnings
+    assert (
+        "retry-policy: each new attempt keeps off the nodes where earlier attempts failed "
+        "(the last 3 of them)"
+    ) in verdict.warnings
+    record = json.loads(once["metadata"]["annotations"][P + "applied"])
+    assert record == {
+        "avoidFailedNodes": True,
+        "backoffLimit": 6,
+        "oomMemoryFactor": "1.5",
+        "oomMemoryLimit": "8Gi",
+    }
+    validate_schema(once)
+    # A Job annotated but not mutated (the mutating webhook did not run) is denied.
+    assert "the policy you annotated was not applied" in validate(obj).message
+
+
+def test_in_place_restarts_leave_nothing_to_change():
+    obj = job({**FACTOR, **AVOID}, restart_policy="OnFailure", containers=[trainer()])
+    message = denied(mutate(obj)[0])
+    for key in ("oom-memory-factor", "avoid-failed-nodes"):
+        assert f"annotation {P}{key}: spec.template.spec.restartPolicy is OnFailure" in message
+
+
+OOM = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [137]}}
+
+
+def test_a_rule_of_yours_that_fails_the_job_on_137_is_a_contradiction():
+    # upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go): the
+    # first rule that matches the OOM-killed pod decides; FailJob ends the Job.
+    count = {"action": "Count", "onExitCodes": {"operator": "In", "values": [1]}}
+    obj = job(FACTOR, containers=[trainer()], spec={"podFailurePolicy": {"rules": [count, OOM]}})
+    message = denied(mutate(obj)[0])
+    assert (
+        "your spec.podFailurePolicy.rules[1] (FailJob) matches a pod whose container trainer "
+        "was OOM-killed (exit code 137)"
+    ) in message
+    # Counted first, the OOM kill is retried: fine.
+    retried = {"action": "Count", "onExitCodes": {"operator": "In", "values": [137]}}
+    obj = job(FACTOR, containers=[trainer()], spec={"podFailurePolicy": {"rules": [retried, OOM]}})
+    assert mutate(obj)[0].allowed
+
+
+def test_fail_non_retriable_retries_137_when_its_codes_are_not_yours():
+    obj = job({**FACTOR, P + "fail-non-retriable": "true"}, containers=[trainer()])
+    verdict, out = mutate(obj)
+    rule = out["spec"]["podFailurePolicy"]["rules"][0]
+    assert rule["onExitCodes"]["values"] == [137, 143]
+    assert any("exit code 137 added to retriable-exit-codes" in w for w in verdict.warnings)
+    assert json.loads(out["metadata"]["annotations"][P + "applied"])["failNonRetriable"] == [
+        137,
+        143,
+    ]
+    assert_idempotent(obj)
+
+
+def test_retriable_codes_you_wrote_without_137_are_a_contradiction():
+    annotations = {**FACTOR, P + "fail-non-retriable": "true", P + "retriable-exit-codes": "143"}
+    message = denied(mutate(job(annotations, containers=[trainer()]))[0])
+    assert (
+        f"annotation {P}oom-memory-factor: an OOM kill exits 137, which retriable-exit-codes "
+        "(143) does not retry"
+    ) in message
+
+
+def test_a_default_factor_that_cannot_apply_is_skipped_with_a_warning():
+    config = parse_config("defaults:\n  oom-memory-factor: 1.5\n  oom-memory-limit: 8Gi\n")
+    obj = job(containers=[trainer()], spec={"podFailurePolicy": {"rules": [OOM]}})
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed
+    assert any("oom-memory-factor (cluster default) skipped" in w for w in verdict.warnings)
+    annotations = out["spec"]["template"].get("metadata", {}).get("annotations", {})
+    assert P + "oom-memory-factor" not in annotations
+
+
+def test_an_indexed_job_says_per_index():
+    spec = {"completionMode": "Indexed", "completions": 4, "backoffLimitPerIndex": 2}
+    verdict, _ = mutate(job(FACTOR, containers=[trainer()], spec=spec))
+    assert any("in later attempts of its index" in w for w in verdict.warnings)
+
+
+def cronjob(annotations):
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": annotations},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "jobTemplate": {
+                "spec": {
+                    "template": {"spec": {"restartPolicy": "Never", "containers": [trainer()]}}
+                }
+            },
+        },
+    }
+    return admitted(manifest)
+
+
+def test_a_cronjobs_jobs_get_the_settings_and_a_changed_policy_replaces_them():
+    verdict, once = mutate(cronjob({**FACTOR, **AVOID}))
+    assert verdict.allowed, verdict.message
+    template = once["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"]
+    assert template[P + "oom-memory-factor"] == "1.5"
+    validate_schema(once)
+    # The user drops avoid-failed-nodes: the copy on the template goes too.
+    changed = copy.deepcopy(once)
+    del changed["metadata"]["annotations"][P + "avoid-failed-nodes"]
+    verdict, twice = mutate(changed, operation="UPDATE", old=once)
+    template = twice["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"]
+    assert P + "avoid-failed-nodes" not in template and P + "oom-memory-factor" in template
+
+
+def jobset(annotations, rules=None, per_index=False):
+    job_spec = {"template": {"spec": {"restartPolicy": "Never", "containers": [trainer()]}}}
+    if per_index:
+        job_spec.update(completionMode="Indexed", completions=2, backoffLimitPerIndex=1)
+    manifest = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "annotations": annotations},
+        "spec": {
+            "replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": job_spec}}]
+        },
+    }
+    if rules is not None:
+        manifest["spec"]["failurePolicy"] = {"maxRestarts": 3, "rules": rules}
+    return admitted(manifest)
+
+
+def test_a_jobsets_pods_carry_its_uid_to_share_their_history_across_restarts():
+    obj = jobset({**FACTOR, P + "backoff-limit": "3"})
+    verdict, out = mutate(obj)
+    assert verdict.allowed, verdict.message
+    template = out["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    assert template["metadata"]["annotations"][P + "jobset-uid"] == obj["metadata"]["uid"]
+    validate_schema(out)
+    second, again = mutate(out)
+    assert second.patch == [] and again == out
+
+
+@pytest.mark.parametrize(
+    ("rule", "per_index", "fails"),
+    [
+        ({"action": "FailJobSet", "onJobFailureReasons": ["BackoffLimitExceeded"]}, False, True),
+        ({"action": "FailJobSet"}, False, True),  # no reasons: every failure
+        ({"action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}, False, False),
+        ({"action": "FailJobSet", "onJobFailureReasons": ["FailedIndexes"]}, True, True),
+        ({"action": "FailJobSet", "targetReplicatedJobs": ["other"]}, False, False),
+        (
+            {"action": "FailJobSet", "onJobFailureMessagePatterns": ["backoff limit"]},
+            False,
+            True,
+        ),
+        ({"action": "FailJobSet", "onJobFailureMessagePatterns": ["^Pod .*"]}, False, False),
+        ({"action": "RestartJobSet"}, False, False),  # first match wins: restarted
+    ],
+)
+def test_a_jobset_rule_that_fails_the_set_when_an_oom_ends_a_child_is_a_contradiction(
+    rule, per_index, fails
+):
+    # upstream: ruleIsApplicable (jobset pkg/controllers/failure_policy.go): reasons,
+    # target replicated Jobs and message patterns; the first applicable rule wins.
+    rules = [dict(rule, name="mine")]
+    if rule["action"] == "RestartJobSet":
+        rules.append({"name": "then", "action": "FailJobSet"})
+    verdict, _ = mutate(jobset(FACTOR, rules, per_index))
+    assert (not verdict.allowed) is fails, verdict.message
+    if fails:
+        assert "the JobSet would fail instead of restarting with more memory" in verdict.message
+
+
+@pytest.mark.parametrize("kind", ["RayJob", "PyTorchJob"])
+def test_kinds_whose_pods_belong_to_no_job_deny_it(kind):
+    from test_pytorchjob import pytorchjob
+    from test_rayjob import rayjob
+
+    obj = rayjob(FACTOR) if kind == "RayJob" else pytorchjob(FACTOR)
+    assert f"annotation {P}oom-memory-factor: cannot apply to a {kind}" in denied(mutate(obj)[0])
+
+
+# --- pod admission ------------------------------------------------------------------------
+
+
+class Source:
+    """The attempt cache's two answers: a Job's counted failures (fixed here) and the
+    failure history (the real ``FailureHistory``, fed failed pods by ``fail``)."""
+
+    def __init__(self, failures: int | None = 0):
+        self.failures = failures
+        self.history = FailureHistory()
+
+    def job_failures(self, namespace, name, uid):
+        if self.failures is None:
+            return AttemptLookup(None, "none", "Job unreadable")
+        return AttemptLookup(self.failures, "Job status (cache)")
+
+    def job_history(self, key):
+        return self.history.fetch(key)
+
+    def stats(self):
+        return {}
+
+    def fail(self, template_pod, node="node-a", oom=("trainer",), job_uid="job-1", deleting=False):
+        failed = copy.deepcopy(template_pod)
+        failed["metadata"]["uid"] = str(uuid.uuid4())
+        failed["spec"]["nodeName"] = node
+        if deleting:
+            failed["metadata"]["deletionTimestamp"] = "2026-11-22T00:00:00Z"
+        failed["status"] = {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "state": {
+                        "terminated": {
+                            "exitCode": 137 if c["name"] in oom else 0,
+                            "reason": "OOMKilled" if c["name"] in oom else "Completed",
+                        }
+                    },
+                }
+                for c in failed["spec"]["containers"]
+            ],
+        }
+        assert self.history.record(failed, job_uid, True)
+        self.failures = (self.failures or 0) + 1
+        return failed
+
+
+def job_pod(annotations=None, containers=None, job_uid="job-1", spec=None, meta=None):
+    made = pod(
+        {**FACTOR, **AVOID} if annotations is None else annotations,
+        owner=job_owner("train", job_uid),
+        spec={"containers": containers or [trainer(), sidecar()], **(spec or {})},
+    )
+    for key, value in (meta or {}).items():
+        made["metadata"].setdefault(key, {}).update(value)
+    return made
+
+
+def memory(obj, name="trainer"):
+    container = next(c for c in obj["spec"]["containers"] if c["name"] == name)
+    return container["resources"]["requests"].get("memory"), container["resources"].get(
+        "limits", {}
+    ).get("memory")
+
+
+def fields(obj):
+    terms = obj["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    return terms["nodeSelectorTerms"]
+
+
+def test_the_first_attempt_is_left_as_it_is():
+    source = Source()
+    verdict, out = mutate(job_pod(), attempts=source)
+    assert verdict.allowed and memory(out) == ("2Gi", "2Gi") and "affinity" not in out["spec"]
+
+
+def test_an_oom_killed_container_gets_more_memory_each_time_up_to_the_limit(tmp_path):
+    source = Source()
+    first = job_pod()
+    expected = [("3Gi", "3Gi"), ("4608Mi", "4608Mi"), ("6912Mi", "6912Mi"), ("8Gi", "8Gi")]
+    for kills, wanted in enumerate(expected, 1):
+        source.fail(first, node=f"node-{kills}")
+        new = job_pod()
+        verdict, out = mutate(new, attempts=source)
+        assert verdict.allowed, verdict.message
+        assert memory(out) == wanted, kills
+        assert memory(out, "logger") == ("64Mi", None)  # never OOM-killed: untouched
+        assert out["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+        validate_schema(out)
+        assert kubectl_patch(new, verdict.patch, tmp_path) == out
+    assert any(
+        w.startswith(
+            "retry-policy: container trainer was OOM-killed 4 times before: memory "
+            "request 2Gi -> 8Gi, limit 2Gi -> 8Gi (x1.5 per OOM kill, at most "
+            "oom-memory-limit 8Gi)"
+        )
+        for w in verdict.warnings
+    )
+    assert dict(verdict.actions) == {"memory_raised": 1, "nodes_avoided": 3}
+    applied = json.loads(out["metadata"]["annotations"][P + "applied"])
+    assert applied == {"avoidedNodes": 3, "memoryRaised": {"trainer": 4}}
+
+
+def test_memory_is_never_lowered_and_a_missing_limit_stays_missing():
+    source = Source()
+    big = job_pod(containers=[trainer("2Gi", limit="16Gi")])
+    source.fail(big)
+    _, out = mutate(big, attempts=source)
+    assert memory(out) == ("3Gi", "16Gi")  # the limit is above oom-memory-limit: kept
+    no_limit = job_pod(containers=[trainer("2Gi", limit=None)])
+    _, out = mutate(no_limit, attempts=source)
+    assert memory(out) == ("3Gi", None)
+
+
+def test_an_oom_killed_init_container_gets_more_memory_too():
+    source = Source()
+    spec = {"initContainers": [trainer("1Gi", "1Gi", name="fetch")]}
+    first = job_pod(spec=spec)
+    failed = copy.deepcopy(first)
+    failed["metadata"]["uid"] = "init-oom"
+    failed["status"] = {
+        "phase": "Failed",
+        "initContainerStatuses": [
+            {"name": "fetch", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+        ],
+    }
+    source.history.record(failed, "job-1", True)
+    source.failures = 1
+    _, out = mutate(job_pod(spec=spec), attempts=source)
+    fetch = out["spec"]["initContainers"][0]["resources"]
+    assert fetch == {"requests": {"cpu": "1", "memory": "1536Mi"}, "limits": {"memory": "1536Mi"}}
+    assert memory(out) == ("2Gi", "2Gi")
+
+
+def test_reinvocation_raises_nothing_again():
+    source = Source()
+    source.fail(job_pod())
+    verdict, once = mutate(job_pod(), attempts=source)
+    again, twice = mutate(once, attempts=source)
+    assert verdict.patch and again.patch == [] and twice == once
+
+
+def test_an_indexed_job_learns_per_index():
+    source = Source()
+    index = "batch.kubernetes.io/job-completion-index"
+    count = "batch.kubernetes.io/job-index-failure-count"
+
+    def indexed(i, failures):
+        return job_pod(annotations={**FACTOR, **AVOID, index: str(i), count: str(failures)})
+
+    source.fail(indexed(0, 0), node="node-a")
+    _, zero = mutate(indexed(0, 1), attempts=source)
+    _, one = mutate(indexed(1, 0), attempts=source)
+    assert memory(zero) == ("3Gi", "3Gi") and memory(one) == ("2Gi", "2Gi")
+    assert "affinity" not in one["spec"] and fields(zero)[0]["matchFields"][0]["values"] == [
+        "node-a"
+    ]
+
+
+def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
+    source = Source()
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": []},  # matches no node: left as it is
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]},
+                ]
+            }
+        }
+    }
+    annotations = {**AVOID, P + "backoff-limit": "3", P + "non-spot-attempts": "4"}
+    first = job_pod(annotations, spec={"affinity": affinity})
+    for node in ("n1", "n2", "n3", "n4"):
+        source.fail(first, node=node)
+    _, out = mutate(job_pod(annotations, spec={"affinity": affinity}), attempts=source)
+    terms = fields(out)
+    avoid = [
+        {"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in ("n2", "n3", "n4")
+    ]
+    assert terms[0] == {"matchExpressions": []}
+    assert terms[1]["matchExpressions"][1:] == spot_requirements(parse_config("").spot_node_labels)
+    assert terms[1]["matchFields"] == avoid  # the last 3: guardRails.maxAvoidedNodes
+    assert terms[2]["matchFields"][1:] == avoid
+    validate_schema(out)
+
+
+def test_the_number_of_nodes_avoided_is_the_admins_to_choose():
+    source = Source()
+    first = job_pod(AVOID)
+    for node in ("n1", "n2"):
+        source.fail(first, node=node)
+    config = parse_config("guardRails:\n  maxAvoidedNodes: 1\n")
+    _, out = mutate(job_pod(AVOID), attempts=source, config=config)
+    assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["n2"]]
+
+
+def test_a_pod_that_may_only_run_where_it_failed_is_not_kept_off_it():
+    source = Source()
+    pinned = {"nodeSelector": {"kubernetes.io/hostname": "node-a"}}
+    source.fail(job_pod(AVOID, spec=pinned))
+    verdict, out = mutate(job_pod(AVOID, spec=pinned), attempts=source)
+    assert "affinity" not in out["spec"]
+    assert any(
+        "may only run there (nodeSelector kubernetes.io/hostname=node-a)" in w
+        for w in verdict.warnings
+    )
+
+
+def test_a_pod_stopped_while_being_deleted_did_not_fail_its_node():
+    source = Source()
+    source.fail(job_pod(), node="node-a", deleting=True)
+    _, out = mutate(job_pod(), attempts=source)
+    assert "affinity" not in out["spec"] and memory(out) == ("3Gi", "3Gi")
+
+
+def test_without_a_history_the_pod_is_admitted_unchanged_with_a_warning():
+    for source in (None, Source(failures=None)):
+        verdict, _ = mutate(job_pod(), attempts=source)
+        assert verdict.allowed and verdict.patch == []
+        assert any(
+            w.startswith("retry-policy: failure history unknown (") for w in verdict.warnings
+        )
+        assert any(
+            "pod admitted without memory raise and node avoidance" in w for w in verdict.warnings
+        )
+
+
+def test_a_controllers_pod_with_a_bad_limit_is_admitted_with_a_warning_a_bare_one_denied():
+    bad = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "1Gi"}
+    verdict, _ = mutate(job_pod(bad), attempts=Source())
+    assert verdict.allowed
+    assert any(
+        "not applied to this pod" in w and "below the memory request" in w for w in verdict.warnings
+    )
+    verdict, _ = mutate(pod(bad, spec={"containers": [trainer()]}), attempts=Source())
+    assert (
+        not verdict.allowed and "below the memory request of container trainer" in verdict.message
+    )
+
+
+def test_many_long_node_names_fit_a_warning():
+    source = Source()
+    first = job_pod(AVOID)
+    for i in range(3):
+        source.fail(first, node=f"ip-10-0-{i}-1.{'very-long-zone-name.' * 4}compute.internal")
+    verdict, _ = mutate(job_pod(AVOID), attempts=source)
+    assert all(len(w) <= 250 for w in verdict.warnings)
+    assert any("and 2 more" in w or "and 1 more" in w for w in verdict.warnings)
+    one = Source()
+    one.fail(job_pod(AVOID), node="n" * 253)  # as long as a node name may be
+    verdict, _ = mutate(job_pod(AVOID), attempts=one)
+    (warning,) = [w for w in verdict.warnings if "keeping off" in w]
+    assert len(warning) <= 250 and warning.endswith("n...")
+
+
+def test_a_remembered_answer_is_not_reused_after_another_failure():
+    source = Source()
+    first = job_pod()
+    source.fail(first)
+    _, a = mutate(job_pod(), attempts=source)
+    _, b = mutate(job_pod(), attempts=source)  # the same view, the same history: remembered
+    source.fail(first, node="node-b")
+    _, c = mutate(job_pod(), attempts=source)
+    assert memory(a) == memory(b) == ("3Gi", "3Gi") and memory(c) == ("4608Mi", "4608Mi")
+
+
+def test_a_jobset_pod_learns_from_the_runs_before_its_child_job_was_recreated():
+    jobset_uid = "set-1"
+    meta = {
+        "annotations": {P + "jobset-uid": jobset_uid},
+        "labels": {
+            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "jobset.sigs.k8s.io/job-index": "1",
+            "jobset.sigs.k8s.io/restart-attempt": "0",
+        },
+    }
+    source = Source()
+    run0 = job_pod(job_uid="child-run-0", meta=meta)
+    source.fail(run0, job_uid="child-run-0")
+    source.failures = 0  # the new child Job of the next run has failed 0 times
+    verdict, out = mutate(job_pod(job_uid="child-run-1", meta=meta), attempts=source)
+    assert memory(out) == ("3Gi", "3Gi"), verdict.warnings
+    other = copy.deepcopy(meta)
+    other["labels"]["jobset.sigs.k8s.io/job-index"] = "0"  # another replica: its own history
+    _, out = mutate(job_pod(job_uid="child-run-1", meta=other), attempts=source)
+    assert memory(out) == ("2Gi", "2Gi")
+
+
+# --- the history ----------------------------------------------------------------------------
+
+
+def key(expected, uid="job-1", lineage=None, index=None, per_index=False):
+    return HistoryKey("ml", "train", uid, lineage or uid, index, expected, per_index)
+
+
+def failed_pod(uid="p1", node="node-a", oom=True, job_uid="job-1", annotations=None):
+    return {
+        "metadata": {"uid": uid, "annotations": annotations or dict(AVOID)},
+        "spec": {"nodeName": node},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "state": {
+                        "terminated": {"exitCode": 137, "reason": "OOMKilled" if oom else "Error"}
+                    },
+                }
+            ],
+        },
+    }
+
+
+def test_a_pod_is_recorded_once_and_only_when_its_workload_asked():
+    h = FailureHistory()
+    assert h.record(failed_pod(), "job-1", True)
+    assert not h.record(failed_pod(), "job-1", True)  # modified again: the same failure
+    assert not h.record(failed_pod("p2", annotations={"x": "y"}), "job-1", True)
+    answer = h.lookup(key(1))
+    assert answer.oom_kills == (("main", 1),) and answer.nodes == ("node-a",)
+    assert answer.failures == 1 and answer.missing == 0
+
+
+def test_nodes_are_distinct_most_recent_last_and_bounded():
+    h = FailureHistory()
+    for i, node in enumerate(["a", "b", "a", *[f"n{j}" for j in range(20)]]):
+        h.record(failed_pod(f"p{i}", node), "job-1", True)
+    nodes = h.lookup(key(0)).nodes
+    assert len(nodes) == history.MAX_NODES and nodes[-1] == "n19" and len(set(nodes)) == len(nodes)
+
+
+def test_a_job_counted_more_failures_than_were_seen_needs_a_list():
+    h = FailureHistory()
+    assert h.lookup(key(1)) is None
+    assert h.fetch(key(1)).reason == "no connection to a cluster"
+    h.record(failed_pod(), "job-1", True)
+    assert h.lookup(key(1)).known
+    # An ignored failure (not counted) does not stand in for a counted one.
+    h.record(failed_pod("p2"), "job-1", False)
+    assert h.lookup(key(2)) is None
+
+
+def test_a_deleted_job_takes_its_history_a_jobsets_lineage_stays():
+    h = FailureHistory()
+    h.record(failed_pod(), "job-1", True)
+    set_pod = failed_pod("p9", annotations={**AVOID, P + "jobset-uid": "set"})
+    set_pod["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/replicatedjob-name": "w",
+        "jobset.sigs.k8s.io/job-index": "0",
+    }
+    h.record(set_pod, "child", True)
+    h.forget_job("job-1")
+    h.forget_job("child")
+    assert h.lookup(key(0)).nodes == ()
+    assert h.lookup(key(0, uid="child2", lineage="set/w/0")).nodes == ("node-a",)
+
+
+def test_the_store_is_bounded_oldest_lineage_first():
+    h = FailureHistory(max_lineages=3)
+    for i in range(5):
+        h.record(failed_pod(f"p{i}"), f"job-{i}", True)
+    assert h.stats()["lineages"] == 3 and h.stats()["evicted"] == 2
+    assert h.lookup(key(1, uid="job-4")).nodes == ("node-a",)
+    # An evicted Job's failures are unseen again: listed, never taken for none.
+    assert h.lookup(key(1, uid="job-0")) is None
+
+
+# --- explain -----------------------------------------------------------------------------
+
+
+def explained(obj, events=None):
+    from webhook import cli, explain
+    from webhook.config import Config
+
+    prepared, _ = cli.prepare(obj, None)
+    parsed = explain.parse_events(events) if events is not None else None
+    return explain.explain(prepared, Config(), None, parsed)
+
+
+def manifest(annotations, containers=None, **spec):
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "annotations": annotations},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": containers or [trainer(), sidecar()],
+                }
+            },
+            **spec,
+        },
+    }
+
+
+def test_oom_events_name_their_container_either_way_round():
+    from webhook import explain
+
+    a, b, c = explain.parse_events("oom:trainer,trainer:oom,143+oom:logger")
+    assert (a.container, a.exit_code, a.ooms) == ("trainer", 137, ("trainer",))
+    assert (b.container, b.exit_code, b.ooms) == ("trainer", 137, ("trainer",))
+    assert c.exit_code == 143 and c.others == (("logger", 137),) and c.ooms == ("logger",)
+    assert explain.parse_events("oom")[0].oom_killed("main") == ["main"]
+    with pytest.raises(explain.ExplainError, match="container:oom or oom:container"):
+        explain.parse_events("oom:")
+
+
+def test_explain_shows_the_memory_each_attempt_gets_as_the_pod_webhook_gives_it():
+    (item,) = explained(manifest({**FACTOR, P + "backoff-limit": "5"}))
+    rows = [(r.container, r.kills, r.request, r.limit, r.last) for r in item.memory.rows]
+    assert rows == [
+        ("trainer", 0, "2Gi", "2Gi", False),
+        ("trainer", 1, "3Gi", "3Gi", False),
+        ("trainer", 2, "4608Mi", "4608Mi", False),
+        ("trainer", 3, "6912Mi", "6912Mi", False),
+        ("trainer", 4, "8Gi", "8Gi", True),
+        ("logger", 0, "64Mi", "-", False),
+        ("logger", 1, "96Mi", "-", False),
+        ("logger", 2, "144Mi", "-", False),
+        ("logger", 3, "216Mi", "-", False),
+        ("logger", 4, "324Mi", "-", False),
+        ("logger", 5, "486Mi", "-", False),
+        ("logger", 6, "729Mi", "-", False),
+        ("logger", 7, "1094Mi", "-", False),
+        ("logger", 8, "1641Mi", "-", False),
+    ]
+    # The same figures as the pod webhook's, after that many OOM kills.
+    source = Source()
+    first = job_pod()
+    for kills in (1, 2, 3):
+        source.fail(first, oom=("trainer", "logger"))
+        _, out = mutate(job_pod(), attempts=source)
+        assert memory(out) == (rows[kills][2], rows[kills][3])
+        assert memory(out, "logger")[0] == rows[5 + kills][2]
+    from webhook import explain
+
+    text = explain.render_text([item])
+    assert "Memory after OOM kills (oom-memory-factor 1.5, at most 8Gi)" in text
+    assert "                      4 or more   8Gi         8Gi" in text
+    data = explain.to_json([item])["items"][0]["memory"]
+    assert data["factor"] == "1.5" and data["rows"][1] == {
+        "container": "trainer",
+        "kills": 1,
+        "request": "3Gi",
+        "limit": "3Gi",
+        "last": False,
+    }
+    assert [s.name for s in item.settings][-3:] == list(
+        ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
+    )
+
+
+def test_simulate_gives_the_next_attempt_the_memory_of_its_oom_kills():
+    (item,) = explained(manifest({**FACTOR, P + "backoff-limit": "5"}), "oom:trainer,1,oom")
+    results = [step.result for step in item.simulation.steps]
+    assert results[0].endswith("next: attempt 2, on any node, with trainer's memory 3Gi/3Gi")
+    assert "memory" not in results[1]  # exit code 1: no OOM kill
+    assert results[2].endswith("with trainer's memory 4608Mi/4608Mi")
+
+
+def test_a_jobsets_runs_keep_their_oom_kills_in_the_simulation():
+    obj = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "llm", "annotations": {**FACTOR, P + "backoff-limit": "3"}},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {"restartPolicy": "Never", "containers": [trainer()]}
+                            }
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    _, child = explained(obj, "oom,oom")
+    results = [step.result for step in child.simulation.steps]
+    assert "trainer's memory 3Gi/3Gi" in results[0] and "run 2" in results[0]
+    assert "trainer's memory 4608Mi/4608Mi" in results[1] and "run 3" in results[1]
+    assert child.memory.rows[1].request == "3Gi"

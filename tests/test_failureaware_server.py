@@ -1,0 +1,259 @@
+"""Failure-aware retries through the real server (``retry-webhook serve`` as deployed),
+whose attempt cache lists and watches Jobs and failed pods of the test suite's HTTP
+Kubernetes API (tests/fakeapi.py) with the real ``kubernetes`` client: a Job OOM-killed
+once gets its next pod with more memory, an Indexed Job per index, failed nodes are
+avoided; a failed pod that reaches the watch after the Job's status counted it is
+listed; an API that goes away leaves pods admitted unchanged, with a warning."""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from urllib.parse import parse_qs
+
+import pytest
+from conftest import P, apply, decode_patch, job_owner, pod, review
+from fakeapi import FakeAPI, write_kubeconfig
+from serverproc import eventually, free_port, metric, start, stop
+from workloads import validate_schema
+
+from webhook.attempts import JOB_UID_LABEL
+
+POLICY = {
+    P + "oom-memory-factor": "1.5",
+    P + "oom-memory-limit": "8Gi",
+    P + "avoid-failed-nodes": "true",
+}
+INDEX = "batch.kubernetes.io/job-completion-index"
+INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
+
+
+def trainer() -> dict:
+    return {
+        "name": "trainer",
+        "image": "ghcr.io/example/train:1.0.0",
+        "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+    }
+
+
+def a_job(name: str, failed: int = 0, **spec) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}-{uuid.uuid4().hex[:6]}"},
+        "spec": {"template": {"metadata": {"annotations": dict(POLICY)}}, **spec},
+        "status": {"failed": failed},
+    }
+
+
+def new_pod(job: dict, annotations: dict | None = None) -> dict:
+    meta = job["metadata"]
+    made = pod(
+        {**POLICY, **(annotations or {})},
+        owner=job_owner(meta["name"], meta["uid"]),
+        spec={"containers": [trainer()]},
+    )
+    made["metadata"]["labels"] = {JOB_UID_LABEL: meta["uid"]}
+    return made
+
+
+def failed(made: dict, node: str, oom: bool = True) -> dict:
+    out = copy.deepcopy(made)
+    out["metadata"]["uid"] = str(uuid.uuid4())
+    out["spec"]["nodeName"] = node
+    reason = "OOMKilled" if oom else "Error"
+    out["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": "trainer", "state": {"terminated": {"exitCode": 137, "reason": reason}}}
+        ],
+    }
+    return out
+
+
+def memory(obj: dict) -> tuple[str, str]:
+    resources = obj["spec"]["containers"][0]["resources"]
+    return resources["requests"]["memory"], resources["limits"]["memory"]
+
+
+def avoided(obj: dict) -> list[str]:
+    affinity = obj["spec"].get("affinity")
+    if not affinity:
+        return []
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return [r["values"][0] for r in terms["nodeSelectorTerms"][0]["matchFields"]]
+
+
+def admit(server, obj: dict) -> tuple[dict, dict]:
+    response = server.review("/mutate", review(obj))["response"]
+    assert response["allowed"] is True, response
+    out = apply(obj, decode_patch({"response": response})) if "patch" in response else obj
+    return response, out
+
+
+def admitted_until(server, obj: dict, check, timeout: float = 15.0) -> tuple[dict, dict]:
+    """Admit ``obj`` until the answer passes ``check`` (the watch delivers events a
+    moment after they happen)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response, out = admit(server, obj)
+        if check(out) or time.monotonic() > deadline:
+            return response, out
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    api = FakeAPI().start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, cluster):
+    tmp = tmp_path_factory.mktemp("failure-aware")
+    write_kubeconfig(tmp / "kubeconfig", cluster.url)
+    srv = start(
+        tmp / "certs",
+        "--kube",
+        "kubeconfig",
+        metrics_port=free_port(),
+        env={"KUBECONFIG": str(tmp / "kubeconfig")},
+    )
+    yield srv
+    stop(srv)
+
+
+def test_a_job_oom_killed_once_gets_its_next_pod_with_more_memory_elsewhere(server, cluster):
+    job = a_job("oom-once")
+    cluster.put("jobs", job)
+    first = new_pod(job)
+    response, out = admit(server, first)
+    assert "patch" not in response  # the first attempt: nothing to learn from
+    cluster.put("pods", failed(first, "node-a"))
+    job["status"]["failed"] = 1
+    cluster.put("jobs", job)
+    second = new_pod(job)
+    response, out = admitted_until(server, second, lambda o: memory(o) != ("2Gi", "2Gi"))
+    assert memory(out) == ("3Gi", "3Gi"), response
+    assert avoided(out) == ["node-a"]
+    validate_schema(out)
+    warnings = response["warnings"]
+    assert (
+        "retry-policy: container trainer was OOM-killed once before: memory request 2Gi -> "
+        "3Gi, limit 2Gi -> 3Gi (x1.5 per OOM kill)"
+    ) in warnings
+    assert "retry-policy: keeping off 1 node(s) where earlier attempts failed: node-a" in warnings
+
+    # The decision log (written within a second) and the counter record it.
+    def logged():
+        lines = [line.get("retry_actions") for line in server.logs()]
+        return {"memory_raised": 1, "nodes_avoided": 1} in lines
+
+    eventually(logged)
+
+    def counted():
+        samples = server.metrics()
+        raised = metric(samples, "retry_webhook_retry_actions_total", action="memory_raised")
+        nodes = metric(samples, "retry_webhook_retry_actions_total", action="nodes_avoided")
+        return raised >= 1 and nodes >= 1
+
+    eventually(counted)
+
+
+def test_an_indexed_job_learns_per_index(server, cluster):
+    job = a_job("indexed", completionMode="Indexed", completions=2, backoffLimitPerIndex=2)
+    cluster.put("jobs", job)
+    zero = new_pod(job, {INDEX: "0", INDEX_FAILURES: "0"})
+    cluster.put("pods", failed(zero, "node-z"))
+    job["status"]["failed"] = 1
+    cluster.put("jobs", job)
+    again = new_pod(job, {INDEX: "0", INDEX_FAILURES: "1"})
+    _, out = admitted_until(server, again, lambda o: memory(o) != ("2Gi", "2Gi"))
+    assert memory(out) == ("3Gi", "3Gi") and avoided(out) == ["node-z"]
+    response, other = admit(server, new_pod(job, {INDEX: "1", INDEX_FAILURES: "0"}))
+    assert memory(other) == ("2Gi", "2Gi") and avoided(other) == [], response
+
+
+def test_a_failed_pod_the_watch_delivers_after_the_jobs_status_is_listed(server, cluster):
+    job = a_job("late-pod")
+    cluster.put("jobs", job)
+    lost = failed(new_pod(job), "node-l")
+    # Stored without a watch event: the Job controller counted it, our watch has not
+    # delivered it yet.
+    cluster.objects["pods"][lost["metadata"]["uid"]] = lost
+    job["status"]["failed"] = 1
+    cluster.put("jobs", job)
+    before = len(cluster.requests)
+    response, out = admitted_until(server, new_pod(job), lambda o: memory(o) != ("2Gi", "2Gi"))
+    assert memory(out) == ("3Gi", "3Gi") and avoided(out) == ["node-l"], response
+    lists = [
+        (path, query)
+        for path, query in cluster.requests[before:]
+        if path == "/api/v1/namespaces/ml/pods"
+    ]
+    assert len(lists) == 1  # once: the next pods are answered from the records
+    query = parse_qs(lists[0][1])
+    assert query["labelSelector"] == [f"{JOB_UID_LABEL}={job['metadata']['uid']}"]
+    assert query["fieldSelector"] == ["status.phase=Failed"]
+    # The watch delivers it now: still one OOM kill, not two.
+    cluster.put("pods", lost)
+    time.sleep(0.5)
+    _, out = admit(server, new_pod(job))
+    assert memory(out) == ("3Gi", "3Gi")
+
+
+def test_a_list_the_api_refuses_leaves_the_pod_unchanged_with_a_warning(server, cluster):
+    job = a_job("unlistable")
+    cluster.put("jobs", job)
+    cluster.objects["pods"][str(uuid.uuid4())] = failed(new_pod(job), "node-u")
+    job["status"]["failed"] = 1
+    cluster.put("jobs", job)
+    cluster.pod_list_status = 503
+    try:
+        response, _ = admit(server, new_pod(job))
+    finally:
+        cluster.pod_list_status = 200
+    assert "patch" not in response
+
+    def counted():
+        samples = server.metrics()
+        errors = metric(samples, "retry_webhook_attempt_cache_errors_total", type="history_list")
+        kept = metric(samples, "retry_webhook_attempt_cache_objects", resource="failure_histories")
+        return errors >= 1 and kept >= 1
+
+    eventually(counted)
+    assert any(
+        w.startswith("retry-policy: failure history unknown (")
+        and "pod admitted without memory raise and node avoidance" in w
+        for w in response["warnings"]
+    ), response["warnings"]
+
+
+def test_an_api_that_goes_away(tmp_path):
+    """Jobs the cache knows are still answered from it; a pod whose history cannot be
+    known is admitted unchanged with a warning, at once (the breaker)."""
+    api = FakeAPI().start()
+    write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    env = {"KUBECONFIG": str(tmp_path / "kubeconfig")}
+    srv = start(tmp_path / "certs", "--kube", "kubeconfig", env=env)
+    try:
+        job = a_job("known", failed=1)
+        first = new_pod(job)
+        api.put("pods", failed(first, "node-k"))
+        api.put("jobs", job)
+        _, out = admitted_until(srv, new_pod(job), lambda o: memory(o) != ("2Gi", "2Gi"))
+        assert memory(out) == ("3Gi", "3Gi")
+        api.stop()
+        _, out = admit(srv, new_pod(job))
+        assert memory(out) == ("3Gi", "3Gi") and avoided(out) == ["node-k"]
+        stranger = a_job("never-seen", failed=2)
+        for _ in range(2):
+            started = time.monotonic()
+            response, out = admit(srv, new_pod(stranger))
+            assert time.monotonic() - started < 3
+            assert "patch" not in response
+            assert any("failure history unknown" in w for w in response["warnings"])
+    finally:
+        stop(srv)

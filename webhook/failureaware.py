@@ -1,0 +1,170 @@
+"""Failure-aware retries: more memory after an OOM kill, another node after a failure.
+
+Two settings make a pod depend on how the earlier attempts of its Job ended
+(``webhook.history`` keeps that): ``oom-memory-factor`` (with ``oom-memory-limit``)
+multiplies the memory request and limit of each container the OOM killer stopped, by
+factor^(its OOM kills so far), at most the limit; ``avoid-failed-nodes`` keeps the pod off
+the nodes where earlier attempts failed (the most recent few). Both act on the new pod
+at its admission (``mutators.pod``); a workload's admission checks that they can work
+(``check_template``) and copies them onto its pod template.
+
+An OOM kill is exit code 137 (the kernel's SIGKILL), and a podFailurePolicy cannot tell it
+from another SIGKILL: a rule that fails the Job on 137 would end it before a retry could
+get more memory. A rule of yours that does so is a contradiction (denied when the factor
+was annotated); ``fail-non-retriable`` gets 137 added to its retriable codes when they
+came from a default, and is a contradiction when you wrote them without 137.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from webhook import failurepolicy as fp
+from webhook import podspec, quantity
+from webhook.mutators.base import Context, Outcome
+from webhook.policy import PREFIX, Policy, Setting, Source, format_value, with_setting
+from webhook.problems import Problem
+
+SIGKILL = 137
+#: Settings that read the failure history, and the value that turns each off.
+SETTINGS = {"oom-memory-factor": None, "avoid-failed-nodes": False}
+
+
+def off(policy: Policy, name: str) -> Policy:
+    """``policy`` without one failure-aware setting (it keeps its source for messages)."""
+    return with_setting(policy, name, Setting(SETTINGS[name], policy.setting(name).source))
+
+
+def request_of(container: Mapping[str, Any]) -> quantity.Quantity | None:
+    """A container's memory request as its pods get it: a pod whose container sets a
+    limit and no request gets the limit as request (``SetDefaults_Pod``), a pod template
+    does not."""
+    return podspec.memory_of(container, "requests") or podspec.memory_of(container, "limits")
+
+
+def named(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for container in podspec.containers(pod_spec):
+        name = container.get("name")
+        if isinstance(name, str):
+            yield name, container
+
+
+def check_memory(
+    pod_spec: Mapping[str, Any], policy: Policy, ctx: Context, out: Outcome, where: str
+) -> Policy:
+    """``oom-memory-factor`` needs ``oom-memory-limit``, which must not exceed the guard
+    rail nor be below a container's memory request (it could never be met)."""
+    factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
+    if factor is None:
+        if limit is not None and policy.setting("oom-memory-limit").source is Source.ANNOTATION:
+            out.note("retry-policy: oom-memory-limit has no effect without oom-memory-factor")
+        return policy
+    if limit is None:
+        out.conflict(
+            policy,
+            "oom-memory-factor",
+            f"needs {PREFIX}oom-memory-limit, the most memory a container may get (e.g. 16Gi)",
+            "missing-memory-limit",
+        )
+        return off(policy, "oom-memory-factor")
+    rail = ctx.config.rails(ctx.namespace).max_oom_memory_limit
+    if rail is not None and limit.value > rail.value:
+        out.problems.append(
+            Problem(
+                f"annotation {PREFIX}oom-memory-limit",
+                f"{limit} is above this cluster's limit; accepted: a quantity up to {rail} "
+                "(guardRails.maxOomMemoryLimit)",
+                "guard-rail",
+            )
+        )
+        return off(policy, "oom-memory-factor")
+    for name, container in named(pod_spec):
+        request = request_of(container)
+        if request is not None and request.value > limit.value:
+            out.conflict(
+                policy,
+                "oom-memory-limit",
+                f"{limit} is below the memory request of container {name} ({request}) in "
+                f"{where}; accepted: a quantity of at least {request}",
+                "memory-limit-too-low",
+            )
+            return off(policy, "oom-memory-factor")
+    return policy
+
+
+def check_restart_policy(
+    pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str
+) -> Policy:
+    """With ``restartPolicy: OnFailure`` a failed container restarts in its pod: no new
+    pod is made for a later attempt, so nothing could be given to it."""
+    if pod_spec.get("restartPolicy") != "OnFailure":
+        return policy
+    for name in SETTINGS:
+        if policy.value(name):
+            out.conflict(
+                policy,
+                name,
+                f"{where}.template.spec.restartPolicy is OnFailure: a failed container "
+                "restarts in the same pod, so no later attempt gets a new pod to change",
+                "restart-policy",
+            )
+            policy = off(policy, name)
+    return policy
+
+
+def check_oom_retried(
+    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str
+) -> Policy:
+    """An OOM kill must be retried for more memory to help. Your rules are judged on the
+    pods an OOM kill leaves (one per application container, exit code 137) as the Job
+    controller judges them (``matchPodFailurePolicy``: in order, the first match wins);
+    ``fail-non-retriable`` must count 137 as retriable."""
+    if policy.oom_memory_factor is None:
+        return policy
+    for exit_, failure in fp.app_failures(pod_spec, (SIGKILL,)):
+        match = fp.evaluate(user_rules, failure)
+        if match is not None and match.action in ("FailJob", "FailIndex"):
+            out.conflict(
+                policy,
+                "oom-memory-factor",
+                f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches "
+                f"a pod whose container {exit_.name} was OOM-killed (exit code 137), so "
+                "the OOM kill would not be retried with more memory",
+                "contradiction",
+            )
+            return off(policy, "oom-memory-factor")
+    codes = policy.retriable_exit_codes
+    if not policy.fail_non_retriable or SIGKILL in codes:
+        return policy
+    setting = policy.setting("retriable-exit-codes")
+    if setting.source in (Source.ANNOTATION, Source.SPEC):
+        out.conflict(
+            policy,
+            "oom-memory-factor",
+            f"an OOM kill exits 137, which retriable-exit-codes "
+            f"({format_value('retriable-exit-codes', codes)}) does not retry: "
+            "fail-non-retriable would fail the Job instead; add 137 to retriable-exit-codes",
+            "contradiction",
+        )
+        return off(policy, "oom-memory-factor")
+    wider = tuple(sorted({*codes, SIGKILL}))
+    out.note(
+        f"retry-policy: exit code 137 added to retriable-exit-codes "
+        f"({format_value('retriable-exit-codes', wider)}) so that OOM kills are retried "
+        "with more memory (oom-memory-factor)"
+    )
+    return with_setting(
+        policy, "retriable-exit-codes", Setting(wider, setting.source, setting.detail)
+    )
+
+
+def pod_values(policy: Policy) -> dict[str, str]:
+    """The failure-aware settings a pod of this workload needs, in annotation grammar."""
+    values: dict[str, str] = {}
+    if policy.oom_memory_factor is not None and policy.oom_memory_limit is not None:
+        values["oom-memory-factor"] = format_value("oom-memory-factor", policy.oom_memory_factor)
+        values["oom-memory-limit"] = str(policy.oom_memory_limit)
+    if policy.avoid_failed_nodes:
+        values["avoid-failed-nodes"] = "true"
+    return values

@@ -1,0 +1,367 @@
+"""What earlier attempts of a Job went through: OOM kills per container, and failed nodes.
+
+``retry-policy.dev/oom-memory-factor`` and ``avoid-failed-nodes`` make a pod depend on how
+the earlier attempts of its Job ended, which only their failed pods tell
+(``status.containerStatuses[].state.terminated.reason: OOMKilled``, ``spec.nodeName``).
+The attempt cache (``webhook.attempts.JobCache``) already watches the failed pods of Jobs;
+it hands each one to ``FailureHistory.record``, which keeps, per *lineage*, what a later
+pod needs and nothing else, so a pod's admission is a dictionary lookup:
+
+- a lineage is one Job (its UID), or for an Indexed Job one index of it; for a JobSet, one
+  replicated Job and job index of the set, across the set's restarts: a restart recreates
+  the child Jobs under new UIDs, so their pods are found by the JobSet's UID (written on
+  the pod templates as ``retry-policy.dev/jobset-uid`` at the JobSet's admission) with
+  ``jobset.sigs.k8s.io/replicatedjob-name`` and ``jobset.sigs.k8s.io/job-index``;
+- only the pods of workloads that asked (they carry ``oom-memory-factor`` or
+  ``avoid-failed-nodes``) are recorded, and each once (a failed pod is modified again when
+  the Job controller removes its finalizer);
+- a record stays when its pod is deleted (a JobSet restart deletes the failed pods), until
+  its Job is deleted; a JobSet's lineages, whose child Jobs are deleted at every restart,
+  go when the store is full, oldest first.
+
+A failed pod may reach the watch after the Job controller counted it. So a lookup is given
+the failures the Job (or index) has on record, and when fewer of them were seen here, the
+Job's failed pods are listed once (one bounded request, behind the same kind of breaker as
+the attempt cache's GET). When the API cannot answer, the history is unknown and the pod
+is admitted unchanged, with a warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX = "retry-policy.dev/"
+#: On a pod: the keys that make its failures worth recording.
+WANTS_HISTORY = (PREFIX + "oom-memory-factor", PREFIX + "avoid-failed-nodes")
+JOBSET_UID = PREFIX + "jobset-uid"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+OOM_KILLED = "OOMKilled"
+
+#: Bounds: failed attempts remembered per lineage (to recognise a pod seen before; OOM
+#: counts keep adding up past it), failed nodes per lineage, and lineages in all.
+MAX_ATTEMPTS = 32
+MAX_NODES = 16
+MAX_LINEAGES = 100_000
+MAX_LISTED = 10_000
+
+
+@dataclass(frozen=True)
+class HistoryKey:
+    """What a pod asks: the history of its lineage, complete up to ``expected`` counted
+    failures (of its index when ``per_index``, else of its Job); ``None``: unknown."""
+
+    namespace: str
+    job: str
+    uid: str
+    lineage: str
+    index: int | None
+    expected: int | None
+    per_index: bool = False
+
+
+@dataclass(frozen=True)
+class HistoryLookup:
+    """The answer: ``known`` false when the history cannot be told (``reason`` says why).
+    ``oom_kills`` are (container, OOM kills) sorted by name; ``nodes`` the nodes where
+    attempts failed, the most recent last; ``missing`` counted failures whose pods were
+    not found (deleted before they were seen)."""
+
+    known: bool
+    oom_kills: tuple[tuple[str, int], ...] = ()
+    nodes: tuple[str, ...] = ()
+    failures: int = 0
+    missing: int = 0
+    source: str = ""
+    reason: str = ""
+
+    def kills(self, container: str) -> int:
+        for name, count in self.oom_kills:
+            if name == container:
+                return count
+        return 0
+
+
+def unknown(reason: str) -> HistoryLookup:
+    return HistoryLookup(False, source="none", reason=reason)
+
+
+def wants_history(metadata: Mapping[str, Any]) -> bool:
+    annotations = metadata.get("annotations")
+    return isinstance(annotations, dict) and any(k in annotations for k in WANTS_HISTORY)
+
+
+def pod_lineage(metadata: Mapping[str, Any], job_uid: str) -> tuple[str, int | None]:
+    """The lineage of a pod of the Job ``job_uid`` and its completion index (``None``: not
+    an Indexed Job): a JobSet's pods share theirs across the set's restarts."""
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    labels = metadata.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    raw = annotations.get(COMPLETION_INDEX)
+    index = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else None
+    jobset = annotations.get(JOBSET_UID)
+    rjob, position = labels.get(REPLICATED_JOB), labels.get(JOBSET_JOB_INDEX)
+    if isinstance(jobset, str) and jobset and isinstance(rjob, str) and isinstance(position, str):
+        return f"{jobset}/{rjob}/{position}", index
+    return job_uid, index
+
+
+def oom_killed(pod: Mapping[str, Any]) -> list[str]:
+    """The containers (init containers included) the OOM killer stopped in this pod."""
+    status = pod.get("status")
+    if not isinstance(status, dict):
+        return []
+    names = []
+    for group in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(group)
+        for cs in statuses if isinstance(statuses, list) else ():
+            if not isinstance(cs, dict) or not isinstance(cs.get("name"), str):
+                continue
+            for state in ("state", "lastState"):
+                terminated = (cs.get(state) or {}).get("terminated")
+                if isinstance(terminated, dict) and terminated.get("reason") == OOM_KILLED:
+                    names.append(cs["name"])
+                    break
+    return sorted(set(names))
+
+
+_MARK = 6
+
+
+def _mark(pod_uid: str) -> bytes:
+    """A short stand-in for a pod's UID (48 bits): enough to tell apart the few dozen
+    pods of one lineage, at a fraction of the UID's memory."""
+    return hashlib.blake2b(pod_uid.encode(), digest_size=_MARK).digest()
+
+
+def _seen(marks: bytes, mark: bytes) -> bool:
+    return any(marks[i : i + _MARK] == mark for i in range(0, len(marks), _MARK))
+
+
+#: One lineage's record: (pod marks, 6 bytes each; (container, OOM kills)...; failed
+#: nodes). Kept small: a record per failed Job (see benchmarks/scale.py).
+_Record = tuple[bytes, tuple[tuple[str, int], ...], tuple[str, ...]]
+_EMPTY: _Record = (b"", (), ())
+#: A lineage's key: the lineage, or (lineage, completion index) for an Indexed Job.
+_Key = str | tuple[str, int]
+
+
+def _key(lineage: str, index: int | None) -> _Key:
+    return lineage if index is None else (lineage, index)
+
+
+class FailureHistory:
+    """The failure history of the Jobs whose pods asked for it (see the module's doc)."""
+
+    def __init__(
+        self,
+        core_api: Any = None,
+        job_label: str = "batch.kubernetes.io/controller-uid",
+        counts: Callable[[str, Mapping[str, Any]], bool] | None = None,
+        lookup_timeout: float = 0.5,
+        breaker_seconds: float = 10.0,
+        max_lineages: int = MAX_LINEAGES,
+    ):
+        self.core_api = core_api
+        self.job_label = job_label
+        self.counts = counts or (lambda job_uid, pod: True)
+        self.lookup_timeout = lookup_timeout
+        self.breaker_seconds = breaker_seconds
+        self.max_lineages = max_lineages
+        self._lock = threading.Lock()
+        #: lineage key -> record; oldest first (a record moves last when it changes).
+        self._lineages: dict[_Key, _Record] = {}
+        #: Job UID -> counted failures seen; for an Indexed Job, [those, {index: those}].
+        self._jobs: dict[str, int | list[Any]] = {}
+        #: One copy of each distinct OOM tally: most Jobs share a few.
+        self._tallies: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
+        #: Job UID -> the failures it had on record when its failed pods were last listed.
+        self._listed: dict[str, int] = {}
+        self._open_until = 0.0
+        self._interned: dict[str, str] = {}
+        self.counters = {"lists": 0, "list_errors": 0, "breaker_skips": 0, "evicted": 0}
+
+    # --- recording (the attempt cache's pod watch) --------------------------------
+    def record(self, pod: Mapping[str, Any], job_uid: str, counted: bool) -> bool:
+        """Record one failed pod of the Job ``job_uid`` (once); ``True`` when it was new.
+        A pod that was being deleted when it failed (preempted, or stopped by its JobSet's
+        restart) adds no failed node: the node did not fail it."""
+        meta = pod.get("metadata")
+        if not isinstance(meta, dict) or not wants_history(meta):
+            return False
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid:
+            return False
+        lineage, index = pod_lineage(meta, job_uid)
+        key = _key(lineage, index)
+        mark = _mark(uid)
+        spec = pod.get("spec")
+        node = spec.get("nodeName") if isinstance(spec, dict) else None
+        if meta.get("deletionTimestamp") or not isinstance(node, str) or not node:
+            node = None
+        killed = oom_killed(pod)
+        with self._lock:
+            marks, ooms, nodes = self._lineages.pop(key, _EMPTY)
+            if _seen(marks, mark):
+                self._lineages[key] = (marks, ooms, nodes)
+                return False
+            marks = (marks + mark)[-MAX_ATTEMPTS * _MARK :]
+            if killed:
+                counts = dict(ooms)
+                for name in killed:
+                    name = self._intern(name)
+                    counts[name] = counts.get(name, 0) + 1
+                tally = tuple(sorted(counts.items()))
+                if len(self._tallies) >= 10_000:
+                    self._tallies.clear()
+                ooms = self._tallies.setdefault(tally, tally)
+            if node is not None:
+                node = self._intern(node)
+                nodes = (*(n for n in nodes if n != node), node)[-MAX_NODES:]
+            self._lineages[key] = (marks, ooms, nodes)
+            while len(self._lineages) > self.max_lineages:
+                self._evict_oldest()
+            job = self._jobs.get(job_uid, 0)
+            if index is None and isinstance(job, int):
+                self._jobs[job_uid] = job + int(counted)
+            else:
+                if isinstance(job, int):
+                    job = self._jobs[job_uid] = [job, {}]
+                job[0] += int(counted)
+                if index is not None:
+                    job[1][index] = job[1].get(index, 0) + int(counted)
+        return True
+
+    def _evict_oldest(self) -> None:
+        """Drop the oldest lineage, and what its Job counted as seen: a later lookup then
+        finds the Job's failures unseen and lists them again (a JobSet's earlier runs,
+        whose pods are gone, are lost)."""
+        key = next(iter(self._lineages))
+        del self._lineages[key]
+        self.counters["evicted"] += 1
+        uid, index = (key, None) if isinstance(key, str) else key
+        job = self._jobs.get(uid)
+        self._listed.pop(uid, None)
+        if isinstance(job, list) and index is not None:
+            job[0] -= job[1].pop(index, 0)
+        elif job is not None:
+            del self._jobs[uid]
+
+    def _counted(self, uid: str, index: int | None, per_index: bool) -> int:
+        """Counted failures of a Job (of one of its indexes) recorded here."""
+        job = self._jobs.get(uid, 0)
+        if isinstance(job, int):
+            return 0 if per_index else job
+        return int(job[1].get(index, 0)) if per_index else int(job[0])
+
+    def _intern(self, text: str) -> str:
+        """One copy of each node and container name (thousands of records share them)."""
+        shared = self._interned.get(text)
+        if shared is None:
+            if len(self._interned) >= 100_000:
+                self._interned.clear()
+            shared = self._interned[text] = text
+        return shared
+
+    def forget_job(self, uid: str) -> None:
+        """The Job was deleted: its history goes (a JobSet's lineages stay, see above)."""
+        with self._lock:
+            job = self._jobs.pop(uid, None)
+            self._listed.pop(uid, None)
+            self._lineages.pop(uid, None)
+            for index in job[1] if isinstance(job, list) else ():
+                self._lineages.pop((uid, index), None)
+
+    # --- lookups (hot path) -------------------------------------------------------
+    def lookup(self, key: HistoryKey) -> HistoryLookup | None:
+        """The answer when the records here can give it; ``None`` when the Job has more
+        failures on record than were seen here and its failed pods were not listed since
+        (``fetch`` lists them)."""
+        if key.expected is None:
+            return unknown("the Job's failure count is unknown")
+        with self._lock:
+            record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
+            seen = self._counted(key.uid, key.index, key.per_index)
+            listed = self._listed.get(key.uid, -1)
+        if seen < key.expected and listed < key.expected:
+            return None
+        return self._answer(record, key, seen, "failed pods (cache)")
+
+    def _answer(self, record: _Record, key: HistoryKey, seen: int, source: str) -> HistoryLookup:
+        marks, ooms, nodes = record
+        missing = max(0, (key.expected or 0) - seen)
+        return HistoryLookup(True, ooms, nodes, len(marks) // _MARK, missing, source)
+
+    def fetch(self, key: HistoryKey) -> HistoryLookup:
+        """``lookup``, listing the Job's failed pods first when it needs them (one bounded
+        request; after an error, none for ``breaker_seconds``)."""
+        answer = self.lookup(key)
+        if answer is not None:
+            return answer
+        if self.core_api is None:
+            return unknown("no connection to a cluster")
+        if time.monotonic() < self._open_until:
+            self.counters["breaker_skips"] += 1
+            return unknown("Kubernetes API unavailable (recent errors)")
+        half = self.lookup_timeout / 2
+        self.counters["lists"] += 1
+        try:
+            resp = self.core_api.list_namespaced_pod(
+                key.namespace,
+                label_selector=f"{self.job_label}={key.uid}",
+                field_selector="status.phase=Failed",
+                limit=500,
+                _preload_content=False,
+                _request_timeout=(half, half),
+            )
+            pods = json.loads(resp.data).get("items") or []
+        except Exception as err:
+            self.counters["list_errors"] += 1
+            self._open_until = time.monotonic() + self.breaker_seconds
+            status = getattr(err, "status", None)
+            why = f"HTTP {status}" if status else type(err).__name__
+            return unknown(f"failed pods of Job {key.namespace}/{key.job} unreadable: {why}")
+        for pod in pods:
+            if isinstance(pod, dict):
+                self.record(pod, key.uid, self.counts(key.uid, pod))
+        with self._lock:
+            if len(self._listed) >= MAX_LISTED:
+                self._listed.clear()
+            self._listed[key.uid] = key.expected or 0
+            record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
+            seen = self._counted(key.uid, key.index, key.per_index)
+        return self._answer(record, key, seen, "failed pods (API)")
+
+    def at_once(self, key: HistoryKey) -> HistoryLookup | None:
+        """The answer when it needs no request to the API (a lookup the records answer,
+        or the breaker open); ``None`` when it needs ``fetch``'s list."""
+        answer = self.lookup(key)
+        if answer is None and time.monotonic() < self._open_until:
+            self.counters["breaker_skips"] += 1
+            return unknown("Kubernetes API unavailable (recent errors)")
+        return answer
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            lineages, jobs = len(self._lineages), len(self._jobs)
+        return {"lineages": lineages, "jobs": jobs, **self.counters}
+
+
+def ask(source: Any, key: HistoryKey) -> HistoryLookup:
+    """``source.job_history(key)``, or unknown from a source that keeps no history."""
+    method = getattr(source, "job_history", None)
+    if method is None:
+        return unknown("no failure history is kept here")
+    answer: HistoryLookup = method(key)
+    return answer
