@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from webhook.attempts import Informers, _Informer
+
 log = logging.getLogger(__name__)
 
 GROUP = "trainer.kubeflow.org"
@@ -122,19 +124,16 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class RuntimeCache:
+class RuntimeCache(Informers):
     """Watch-backed (Cluster)TrainingRuntimes, started by the first lookup."""
 
     def __init__(self, custom_api: Any, lookup_timeout: float = 0.5, breaker_seconds: float = 10.0):
-        from webhook.attempts import _Informer  # the attempt cache's list-then-watch loop
-
+        super().__init__()
         self.custom_api = custom_api
         self.lookup_timeout = lookup_timeout
         self.breaker_seconds = breaker_seconds
         self._lock = threading.Lock()
-        self._start_lock = threading.Lock()
         self._runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self._stop = threading.Event()
         self._open_until = 0.0
         self._errors: dict[str, str] = {}
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
@@ -150,8 +149,6 @@ class RuntimeCache:
             )
             for kind, plural in PLURALS.items()
         ]
-        self._threads: list[threading.Thread] = []
-        self._started_at = 0.0
 
     def _list(self, plural: str, **kwargs: Any) -> Any:
         return self.custom_api.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)
@@ -169,35 +166,6 @@ class RuntimeCache:
             return answer
 
         return call
-
-    # --- lifecycle ---------------------------------------------------------------
-    @property
-    def started(self) -> bool:
-        return bool(self._threads)
-
-    def start(self) -> RuntimeCache:
-        with self._start_lock:
-            if self._threads:
-                return self
-            self._started_at = time.monotonic()
-            for informer in self._informers:
-                thread = threading.Thread(
-                    target=informer.run, name=f"cache-{informer.name}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def wait_synced(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._informers)
-
-    @property
-    def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self._informers)
 
     # --- store updates (informer threads) --------------------------------------------
     def _reset(self, kind: str) -> None:
