@@ -868,6 +868,22 @@ def test_skipped_requests_are_ones_the_engine_allows_unchanged():
     update = review("UPDATE", suspended, cron, "CronJob")
     assert engine.validate(update, Config()).allowed
     assert engine.mutate(update, Config()).patch in (None, [])
+    # update-changes-retry-policy-or-leaves-it-out: a JobSet UPDATE that keeps its spec
+    # (labels), or of a JobSet the policy was not applied to, and a TrainJob UPDATE that
+    # keeps its runtimePatches: the mutating webhook would change nothing.
+    jobset_group = GroupVersionKind("jobset.x-k8s.io", "v1alpha2", "JobSet")
+    trainer_group = GroupVersionKind("trainer.kubeflow.org", "v1alpha1", "TrainJob")
+    js = _jobset(APPLIED, [RUNTIME_RULE], False)
+    js["spec"]["replicatedJobs"][0]["template"] = {"spec": {"template": pod["spec"]}}
+    for new, old in (
+        (_labelled(copy.deepcopy(js), {"x": "1"}), js),
+        (_jobset(OURS, [RUNTIME_RULE], False), _jobset(OURS, [RUNTIME_RULE, OUR_RULE], True)),
+    ):
+        request = Request("u", jobset_group, "UPDATE", "team-a", "x", new, old)
+        assert engine.mutate(request, Config()).patch in (None, [])
+    kept = _trainjob([OUR_PATCH], OURS)
+    request = Request("u", trainer_group, "UPDATE", "team-a", "x", kept, copy.deepcopy(kept))
+    assert engine.mutate(request, Config()).patch in (None, [])
 
 
 # --- the Deployment ----------------------------------------------------------------

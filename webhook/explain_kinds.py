@@ -983,7 +983,7 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
     """The TrainJob's settings, then the JobSet the trainer makes from its runtime (when
     the runtime is given) explained as any JobSet: its admission applies the policy."""
     item = subject.header()
-    item.changes = [c for c in item.changes if not c.startswith("JobSet ")]
+    item.changes = [c for c in item.changes if not c.startswith("JobSet: ")]  # shown below
     policy = subject.policy("spec")
     if policy is None:  # nothing to carry (no annotations, no defaults)
         policy = workload_policy(subject.final.get("metadata"), subject.ctx)[0]

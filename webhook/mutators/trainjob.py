@@ -56,12 +56,14 @@ MAX_RUNTIME_PATCHES = 16
 #: pkg/controller/trainjob_controller.go).
 TRAINER_FIELD_MANAGER = "trainer"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/v1alpha2"
-#: Lists merged item by item, by these keys: the ``patchMergeKey`` of the Kubernetes types
-#: a JobTemplateSpec holds (strategic merge patch), which are also their
-#: ``x-kubernetes-list-map-keys`` in the JobSet CRD (server-side apply). Every other list
-#: is atomic: replaced whole.
+#: Lists merged item by item, by these keys: their ``x-kubernetes-list-map-keys`` in the
+#: JobSet CRD v0.11.1 and the TrainJob CRD v2.2.0 (server-side apply), which are also the
+#: ``patchMergeKey`` of the Kubernetes types a JobTemplateSpec holds (strategic merge
+#: patch; but topologySpreadConstraints, merged by topologyKey alone there: nothing the
+#: policy reads). Every other list is atomic: replaced whole.
 LIST_KEYS: dict[str, tuple[str, ...]] = {
     "replicatedJobs": ("name",),
+    "dependsOn": ("name",),
     "containers": ("name",),
     "initContainers": ("name",),
     "ephemeralContainers": ("name",),
@@ -72,6 +74,11 @@ LIST_KEYS: dict[str, tuple[str, ...]] = {
     "imagePullSecrets": ("name",),
     "schedulingGates": ("name",),
     "resourceClaims": ("name",),
+    "claims": ("name",),
+    "volumeDevices": ("devicePath",),
+    "hostAliases": ("ip",),
+    "topologySpreadConstraints": ("topologyKey", "whenUnsatisfiable"),
+    "conditions": ("type",),
     "ownerReferences": ("uid",),
     "runtimePatches": ("manager",),
 }
@@ -284,7 +291,7 @@ def _on_runtime(problem: Problem, label: str) -> Problem:
     where = problem.where
     if where.startswith("spec."):
         where = f"{label}: spec.template.{where}"
-    return Problem(where, problem.message, problem.reason)
+    return Problem(where, f"{problem.message} (the JobSet made from {label})", problem.reason)
 
 
 def _annotated(policy: Policy) -> Setting | None:
@@ -361,10 +368,8 @@ class TrainJobMutator(WorkloadMutator):
         jobset_ctx = Context(ctx.config, ctx.attempts, ctx.namespace, "CREATE", ctx.runtimes)
         judged = JobSetMutator().mutate(jobset, jobset_ctx)
         out.problems.extend(_on_runtime(p, label) for p in judged.problems)
-        name = mapping(trainjob.get("metadata")).get("name") or "<name>"
         for change in judged.changes:
-            text = change.text.removeprefix("retry-policy: ")
-            out.changed(f"retry-policy: JobSet {name} will get: {text}")
+            out.changed(f"retry-policy: JobSet: {change.text.removeprefix('retry-policy: ')}")
         out.notes.extend(judged.notes)
         out.policies.update({f"jobset.{k}": v for k, v in judged.policies.items()})
 
