@@ -121,9 +121,9 @@ def _mutator_for(
 def _restore(request: Request, config: Config) -> Verdict:
     """On UPDATE of an object the policy was applied to at creation: put back what the
     update left out of it, as the kind's mutator says (``restore``: a JobSet's immutable
-    failure policy, which its controller's server-side apply or a ``kubectl apply`` of a
-    list-replacing manifest resets). Never a new policy and never a denial: nothing the
-    mutator cannot restore exactly is changed."""
+    failure policy, which its controller's server-side apply resets; a TrainJob's runtime
+    patch, which a ``kubectl apply`` replacing the list drops). Never a new policy and
+    never a denial: nothing the mutator cannot restore exactly is changed."""
     mutator = lookup(request.kind.group, request.kind.kind)
     restore = getattr(mutator, "restore", None)
     obj, old = request.object, request.old_object

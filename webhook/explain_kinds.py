@@ -972,9 +972,10 @@ def _pytorch_notes(restart: Mapping[str, str], primary: str, policy: Policy) -> 
 RECREATED_JOBSET = (
     "Kubeflow Trainer up to v2.3.0 makes a new JobSet for a failed TrainJob whose JobSet "
     "was deleted (by its runtime's ttlSecondsAfterFinished, or by hand): the new one "
-    "starts again at 0 restarts, so the budget above starts over, again and again "
-    "(kubeflow/trainer#3779, #3737; fixed on master by #3891, in no release yet). Do not "
-    "set ttlSecondsAfterFinished on runtimes of retried TrainJobs until it is"
+    "starts again at 0 restarts, so the budget starts over, and a TrainJob failed by "
+    "fail-non-retriable runs again (kubeflow/trainer#3779, #3737; fixed on master by "
+    "#3891, after v2.3.0): until a release has it, give the runtimes of such TrainJobs no "
+    "ttlSecondsAfterFinished"
 )
 
 

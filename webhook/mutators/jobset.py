@@ -186,9 +186,8 @@ class JobSetMutator(WorkloadMutator):
         again (on resume from suspension); what a mutating webhook adds on CREATE belongs
         to no field manager (managedFields are computed before admission), so it stays,
         except inside a list the applier owns whole: ``failurePolicy.rules`` and a
-        ``podFailurePolicy``'s rules (atomic lists) come back as the runtime has them.
-        A ``kubectl apply`` of a manifest with such rules does the same (a merge patch
-        replaces lists). JobSet refuses any change there ("Value is immutable").
+        ``podFailurePolicy``'s rules (atomic lists) come back as the runtime has them,
+        and JobSet refuses any change there ("Value is immutable").
 
         The policy is applied again, to the update, as at creation (same annotations);
         the result is kept only when those fields then equal the old object's: never a
