@@ -4,6 +4,7 @@ one GET on a miss, failing open when the API cannot answer."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -124,3 +125,34 @@ def test_a_trainjob_is_judged_against_the_runtime_in_the_cluster(api):
 
 def test_no_cluster_no_cache():
     assert source_for(None).stats() == {"enabled": False}
+
+
+def test_through_the_real_server(tmp_path, api):
+    """``retry-webhook serve`` as deployed, its API access the test's HTTP Kubernetes API:
+    a TrainJob that contradicts its runtime is denied by /validate and by /mutate, one
+    that fits gets the runtime patch; the runtime cache started with the first one."""
+    from conftest import apply, decode_patch, review
+    from fakeapi import write_kubeconfig
+    from serverproc import start, stop
+
+    api.put("clustertrainingruntimes", stored(runtime(failure_policy={"maxRestarts": 5})))
+    api.put("clustertrainingruntimes", stored(runtime(name="plain")))
+    write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    server = start(
+        tmp_path / "certs", "--kube", "kubeconfig", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}
+    )
+    try:
+        assert server.request("GET", "/readyz")[0] == 200  # not held back by runtimes
+        denied = server.review("/validate", review(trainjob(FULL)))["response"]
+        assert denied["allowed"] is False
+        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in denied["status"]["message"]
+        fits = trainjob(FULL, ref={"name": "plain"})
+        response = server.review("/mutate", review(fits))["response"]
+        assert response["allowed"] is True
+        out = apply(fits, decode_patch({"response": response}))
+        assert out["spec"]["runtimePatches"][0]["manager"] == "retry-policy.dev/webhook"
+        assert server.review("/validate", review(out))["response"]["allowed"] is True
+        stats = json.loads(server.request("GET", "/readyz")[2])["runtimeCache"]
+        assert stats["started"] and stats["synced"] and stats["runtimes"] == 2
+    finally:
+        stop(server)

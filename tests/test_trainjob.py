@@ -953,3 +953,23 @@ def test_list_keys_are_the_crds():
             elif name in LIST_KEYS:
                 raise AssertionError(f"{name} is not a map list in the {kind} CRD")
     assert {"replicatedJobs", "runtimePatches"} <= seen
+
+
+def test_explain_without_the_runtime_says_what_it_needs(tmp_path):
+    """``explain`` of a TrainJob alone: its settings and where they go; the budget and
+    rules need the runtime, which the note asks for; the upstream trap is stated."""
+    import io
+
+    from webhook import cli
+
+    path = tmp_path / "trainjob.yaml"
+    manifest = json.loads(trainjob(FULL)["metadata"]["annotations"][LAST_APPLIED])
+    path.write_text(json.dumps(manifest))
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["explain", "-f", str(path)])
+    assert args.func(args, out, err) == 0, err.getvalue()
+    text = " ".join(out.getvalue().split())
+    assert "backoff-limit 3 your annotation" in text
+    assert "The trainer makes a JobSet from ClusterTrainingRuntime torch-distributed" in text
+    assert "is not in the input (give it in the same file" in text
+    assert "kubeflow/trainer#3779" in text
