@@ -93,7 +93,7 @@ class GivenRuntimes:
         self._runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = {}
         for obj in objects:
             if is_runtime(obj):
-                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                meta = _dict(obj.get("metadata"))
                 ns = meta.get("namespace") or namespace or "default"
                 key = runtime_key(str(obj["kind"]), ns, str(meta.get("name") or ""))
                 self._runtimes[key] = obj
@@ -115,8 +115,8 @@ class GivenRuntimes:
 def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the policy reads of a runtime: its identity and ``spec.template`` (kept
     small: the cache holds every runtime of the cluster)."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
     kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
     out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
     out["metadata"] = kept
@@ -174,7 +174,7 @@ class RuntimeCache(Informers):
                 del self._runtimes[key]
 
     def _apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = _dict(obj.get("metadata"))
         key = runtime_key(kind, meta.get("namespace"), str(meta.get("name") or ""))
         with self._lock:
             if event == "DELETED":
@@ -239,6 +239,11 @@ class RuntimeCache(Informers):
             "lastErrors": dict(self._errors),
             **self._counters,
         }
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a mapping, else an empty one (a malformed field reads as absent)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _short(err: Exception) -> str:

@@ -42,9 +42,9 @@ class Context:
 
     config: Config
     attempts: AttemptSource
+    runtimes: RuntimeSource
     namespace: str | None = None
     operation: str = "CREATE"
-    runtimes: RuntimeSource
 
     def __init__(
         self,
