@@ -175,9 +175,9 @@ def read_body(environ: dict[str, Any], length: int | None) -> bytes:
     (callgrind, the floor with and without the limit: 3.6% of its whole request).
     Reading exactly ``Content-Length`` bytes never reads past the body. A body without
     one (chunked) is read only from a server that ends the stream at the body's end
-    (``wsgi.input_terminated``, as gunicorn does), and one byte past the limit at most,
-    so the caller can tell it is too large; from any other server it reads as empty,
-    which is what werkzeug answers there too."""
+    (``wsgi.input_terminated``, as ours does: ``webhook/rsgi.py``), and one byte past
+    the limit at most, so the caller can tell it is too large; from any other server it
+    reads as empty, which is what werkzeug answers there too."""
     stream = environ["wsgi.input"]
     if length is not None:
         return stream.read(length)
