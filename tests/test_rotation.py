@@ -181,3 +181,35 @@ def test_rotation_under_load_drops_nothing(tmp_path):
         stop(server)
     assert server.proc.returncode == 0
     server.logs()  # every line JSON
+
+
+def test_sighup_replaces_every_worker_without_failing_a_request(tmp_path):
+    """SIGHUP starts a new generation of workers, as a new certificate does (e.g. after
+    a change the workers do not watch themselves): under load, none of the requests on
+    kept-alive or new connections fails, and every old worker is gone after its drain."""
+    import os
+    import signal
+
+    from test_resilience import worker_pids
+
+    server = start(tmp_path / "certs", workers=2)
+    try:
+        old = worker_pids(server.proc.pid)
+        with Load(server.port, tmp_path / "certs" / "ca.crt") as load:
+            eventually(lambda: load.requests > 20)
+            os.kill(server.proc.pid, signal.SIGHUP)
+
+            def replaced() -> bool:
+                now = worker_pids(server.proc.pid)
+                return len(now) == 2 and not now & old
+
+            eventually(replaced, timeout=20)
+            mark = load.requests
+            eventually(lambda: load.requests > mark + 20)
+        assert load.failures == [], load.failures[:5]
+        lines = server.logs()
+        assert sum(line["msg"] == "worker stopped" for line in lines) == 2
+        assert not [line for line in lines if line["level"] == "error"]
+    finally:
+        stop(server)
+    assert server.proc.returncode == 0

@@ -1,4 +1,5 @@
-"""The real server, started as deployed (``retry-webhook serve``: gunicorn, TLS), over HTTPS."""
+"""The real server, started as deployed (``retry-webhook serve``: granian workers, TLS), over
+HTTPS."""
 
 from __future__ import annotations
 
@@ -206,7 +207,7 @@ def test_a_body_shorter_than_its_content_length_is_a_bad_request():
 
 
 class _Dropped:
-    """An input stream whose client went away mid-body (gunicorn raises an OSError)."""
+    """An input stream whose client went away mid-body (a socket read raises OSError)."""
 
     def read(self, size: int = -1) -> bytes:
         raise ConnectionResetError("client went away")
@@ -321,6 +322,35 @@ def test_mismatched_key_refused_at_start(tmp_path):
     result = run_serve(tmp_path)
     assert result.returncode == 2
     assert "does not belong to certificate" in result.stderr
+
+
+def test_a_key_the_tls_layer_cannot_sign_with_is_refused_at_start(tmp_path):
+    """rustls (granian's TLS layer) signs with RSA >= 2048, ECDSA P-256/P-384 and Ed25519
+    only: a P-521 key is refused at start with the reason, not served to failing
+    handshakes."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_key, ca_cert = certs.make_ca()
+    key = ec.generate_private_key(ec.SECP521R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    certs.write_private(tmp_path / "tls.key", certs.key_pem(key))
+    certs.write_public(tmp_path / "tls.crt", certs.cert_pem(cert))
+    result = run_serve(tmp_path)
+    assert result.returncode == 2
+    assert "is not one the TLS layer can use" in result.stderr, result.stderr
 
 
 def test_invalid_config_refused_at_start_with_every_problem(tmp_path):
