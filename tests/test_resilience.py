@@ -17,6 +17,7 @@ import pytest
 from conftest import FULL, job, review
 from serverproc import Threads, start, stop
 
+from benchmarks.slowclients import read_response
 from webhook import certs
 
 BODY = json.dumps(review(job(FULL))).encode()
@@ -33,28 +34,6 @@ def raw_request(body: bytes = BODY) -> bytes:
 def tls(server, context=None, timeout: float = 10) -> ssl.SSLSocket:
     raw = socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
     return (context or server.context).wrap_socket(raw, server_hostname="localhost")
-
-
-def read_response(sock: ssl.SSLSocket) -> tuple[int, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed before the response headers")
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length = next(
-        int(line.split(b":", 1)[1])
-        for line in head.split(b"\r\n")
-        if line.lower().startswith(b"content-length:")
-    )
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed mid-body")
-        rest += chunk
-    return status, rest[:length]
 
 
 def one_review(server) -> bool:
