@@ -1065,7 +1065,9 @@ def serve(options: ServeOptions, app_factory: Any = None) -> None:
         raise certs.CertError(f"cannot load TLS files: {err}") from None
     if hasattr(socket, "SO_REUSEPORT"):
         check_port_free(options.host, options.port)
-    limit = raise_file_limit(options.workers * (options.max_connections + 256) + 256)
+    # Connections in their TLS handshake hold no slot but a descriptor each: room for
+    # far more than the slots.
+    limit = raise_file_limit(max(65536, 4 * options.workers * options.max_connections))
     exposition, directory, created = None, None, False
     if options.metrics_port:
         directory, created = metrics.prepare_multiprocess_dir()
