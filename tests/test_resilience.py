@@ -293,3 +293,29 @@ def test_no_eval_or_unsafe_yaml_in_the_code():
             "Loader=yaml.Loader",
         ):
             assert banned not in text, f"{banned} in {path}"
+
+
+def test_a_worker_that_cannot_start_fails_the_start_clearly(tmp_path):
+    """--kube incluster outside a cluster: each worker fails while loading (the attempt
+    cache has no in-cluster config); the server does not keep restarting them, it exits
+    1 saying so, and the worker's own error is in the log."""
+    from serverproc import run_serve
+
+    result = run_serve(tmp_path / "certs", "--kube", "incluster")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "failed to start" in result.stderr and "see the log above" in result.stderr
+    assert "worker failed" in result.stderr  # the worker's own line, with its traceback
+
+
+def test_workers_do_not_outlive_their_supervisor(tmp_path):
+    """SIGKILL of the supervisor (an OOM kill, say): its workers notice within seconds
+    and stop, so no orphan keeps the port."""
+    srv = start(tmp_path / "certs", workers=2)
+    workers = worker_pids(srv.proc.pid)
+    assert len(workers) == 2
+    srv.proc.kill()
+    srv.proc.wait(10)
+    deadline = time.monotonic() + 15
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers):
+        assert time.monotonic() < deadline, "workers still running without their supervisor"
+        time.sleep(0.2)

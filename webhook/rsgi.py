@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from typing import Any
@@ -42,6 +43,8 @@ from urllib.parse import unquote_to_bytes
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 CLOSE = ("connection", "close")
+#: Seconds between checks of the bodies being read against their timeout.
+SWEEP = 0.25
 
 
 class NeedsThread(BaseException):
@@ -93,6 +96,10 @@ class WsgiOverRsgi:
             "wsgi.input_terminated": True,
         }
         self._keys: dict[str, str] = {}
+        #: Bodies being read: the request's task, and when its time is up.
+        self._reading: dict[asyncio.Task, float] = {}
+        self._expired: set[asyncio.Task] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
 
     # --- RSGI ---------------------------------------------------------------------
     async def __rsgi__(self, scope: Any, proto: Any) -> None:
@@ -148,29 +155,43 @@ class WsgiOverRsgi:
     # --- the body -------------------------------------------------------------------
     async def _read(self, proto: Any, reading: Any) -> tuple[bytes | None, bool]:
         """``(body, close)``: the body read within the timeout, ``None`` when it was not
-        received; ``close`` when the connection must close after the answer."""
+        received; ``close`` when the connection must close after the answer.
+
+        The timeout is kept by one sweep of the bodies being read (``_sweep``, a few times
+        a second while there are any), not by a timer per request: most bodies are in
+        before the first sweep, and a timer made and cancelled for each cost more than
+        the rest of the read."""
         task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        expired: list[bool] = []
-
-        def expire() -> None:
-            expired.append(True)
-            if task is not None:
-                task.cancel()
-
-        timer = loop.call_later(self.body_timeout, expire)
+        if task is None:  # not run as a task (nothing to cancel): read without a limit
+            return await reading
+        self._reading[task] = time.monotonic() + self.body_timeout
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self._sweep)
         try:
             return await reading
         except asyncio.CancelledError:
-            if not expired:
+            if task not in self._expired:
                 raise  # not our timeout: the worker is stopping
-            if task is not None and hasattr(task, "uncancel"):
+            self._expired.discard(task)
+            if hasattr(task, "uncancel"):
                 task.uncancel()  # handled here: the request goes on to its 408
             return None, True
         except Exception:  # the client went away mid-body
             return None, True
         finally:
-            timer.cancel()
+            self._reading.pop(task, None)
+
+    def _sweep(self) -> None:
+        """Cancel the reads that are past their time; again later while any are left."""
+        self._sweeper = None
+        now = time.monotonic()
+        for task, deadline in list(self._reading.items()):
+            if deadline <= now:
+                del self._reading[task]
+                self._expired.add(task)
+                task.cancel()
+        if self._reading:
+            self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self._sweep)
 
     async def _read_all(self, proto: Any) -> tuple[bytes, bool]:
         return await proto(), False
