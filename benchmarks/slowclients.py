@@ -137,11 +137,6 @@ class Attack:
 
     def __enter__(self) -> Attack:
         self._open_by = time.monotonic() + self.open_budget
-        for _ in range(self.counts["idle"]):
-            try:
-                self.idle.append(socket.create_connection(self.address, timeout=self.open_timeout))
-            except OSError:
-                self.failed_to_open += 1
         with ThreadPoolExecutor(8) as pool:
             headers = pool.map(lambda _: self._header_trickler(), range(self.counts["headers"]))
             self.headers = [sock for sock in headers if sock is not None]
@@ -149,6 +144,13 @@ class Attack:
             self.bodies = [sock for sock in bodies if sock is not None]
         self._thread = threading.Thread(target=self._trickle, name="trickle", daemon=True)
         self._thread.start()
+        # Last: the server closes a connection that has not finished its TLS handshake
+        # after 10 s, and the measurement must fall within that.
+        for _ in range(self.counts["idle"]):
+            try:
+                self.idle.append(socket.create_connection(self.address, timeout=self.open_timeout))
+            except OSError:
+                self.failed_to_open += 1
         return self
 
     def _trickle(self) -> None:
