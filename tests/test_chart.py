@@ -969,6 +969,32 @@ def test_a_network_policy_that_would_shut_out_its_callers_is_refused(helm, polic
     assert error in render_fails(helm, {"networkPolicy": policy})
 
 
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_the_cpu_defaults_are_the_benchmarks(helm):
+    """The CPU request covers what a pod used for 500 reviews a second in the committed
+    benchmark run (any stream), and the autoscaler's target is half of what the default
+    workers can use (one core each), so a pod is added well before they saturate."""
+    latest = json.loads((ROOT / "benchmarks" / "results" / "latest.json").read_text())
+    used = [
+        case["fixed_500rps"]["webhook"]["cpu_cores"]
+        for case in latest["https"]["cases"].values()
+        if "cpu_cores" in case["fixed_500rps"]["webhook"]
+    ]
+    assert used, "the committed benchmark run records no cores at 500 req/s"
+    webhook = container(render(helm, {}))
+    resources = webhook["resources"]
+    assert _cores(resources["requests"]["cpu"]) >= max(used)
+    flags = dict(zip(webhook["args"][1::2], webhook["args"][2::2], strict=False))
+    workers = int(flags["--workers"])
+    hpa = one(render(helm, VALUE_SETS["autoscaling"]), "HorizontalPodAutoscaler")
+    target = hpa["spec"]["metrics"][0]["resource"]["target"]["averageValue"]
+    assert _cores(target) == workers / 2
+    assert _cores(resources["limits"]["cpu"]) == workers
+
+
 def test_scheduling_values_pass_through(helm):
     values = VALUE_SETS["production"]
     docs = render(helm, values)
