@@ -21,9 +21,11 @@ without failing requests:
   next response, ``webhook/rsgi.py``) and then stop gracefully. Requests on kept-alive
   connections never fail, and new connections get the new certificate within seconds.
 - **Listening sockets.** One per worker slot (SO_REUSEPORT: the kernel spreads
-  connections over the workers), created here and kept here, so a replacement worker
-  (a new generation, or after a crash) accepts from the very socket, and its queue of
-  waiting connections, of the worker it replaces: none is reset.
+  connections over the workers), created here and kept here, so a worker replacing one
+  that crashed accepts from the very socket, and its queue of waiting connections: none
+  is reset. Two such sets (``Listeners``): a new generation takes the other set, and a
+  socket filter steers new connections to it alone, so the old workers have none left
+  half-way through a handshake when they stop.
 - **Crashed workers** are replaced (with a back-off when one keeps crashing), and their
   live metrics dropped. **SIGTERM** stops every worker gracefully: they stop accepting,
   finish the requests they have, and exit; after ``graceful_timeout`` they are killed.
