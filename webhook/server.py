@@ -121,6 +121,8 @@ HANDSHAKE_TIMEOUT = 10.0
 HTTP1_BUFFER = 64 * 1024
 #: Waiting connections each listening socket queues while its worker is busy or full.
 BACKLOG = 1024
+#: Seconds a worker may take to start serving (loading, the attempt cache's client).
+STARTUP_TIMEOUT = 120.0
 
 
 # --- the certificate ---------------------------------------------------------------------
@@ -686,7 +688,7 @@ class Supervisor:
         self.restart_requested = True
 
     def _await_first_generation(self) -> None:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + STARTUP_TIMEOUT
         while not all(w.ready for w in self.workers.values()):
             self._read_ready()
             for pid, status in self._reap():
@@ -698,7 +700,7 @@ class Supervisor:
                 return  # stopped while starting: stopped gracefully like any other time
             if time.monotonic() > deadline:
                 self._stop_all(signal.SIGKILL)
-                raise RuntimeError("workers did not start within 120 s")
+                raise RuntimeError(f"workers did not start within {STARTUP_TIMEOUT:g} s")
             time.sleep(0.02)
         log.info(
             "serving",
@@ -774,6 +776,8 @@ class Supervisor:
         generation, pair = self.pending
         mine = [w for w in self.workers.values() if w.generation == generation]
         if len(mine) < len(self.slots) or not all(w.ready for w in mine):
+            if mine and now - min(w.started for w in mine) > STARTUP_TIMEOUT:
+                self._abandon_pending(f"new workers not serving after {STARTUP_TIMEOUT:g} s")
             return
         self.pending = None
         self.current = generation
