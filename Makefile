@@ -40,8 +40,10 @@ test: install tools compile lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 RPW_REQUIRE_NATIVE=1 $(BIN)/pytest -q
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 RPW_PURE_PYTHON=1 $(BIN)/pytest -q
 
-## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey).
+## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey); the
+## gunicorn floor is installed from the `bench` extra.
 bench: install compile
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks.run
 
 ## Instructions a request, webhook against floor, counted by callgrind (deterministic; about

@@ -1,8 +1,16 @@
-"""The floor: a server that only parses the review and answers allowed, served exactly
-like the webhook (same gunicorn application class, worker type, TLS context and
-settings). Our HTTPS figures are reported as ratios to it, measured in the same run.
+"""The floors: a Flask app that only parses the review and answers allowed, served three
+ways. Our HTTPS figures are reported as ratios to them, measured in the same run.
 
-``python -m benchmarks.floor --cert-dir D --port N [--workers W --threads T]``
+- ``new``: served exactly like the webhook (``retry-webhook serve``'s supervisor, granian
+  workers, TLS and settings; only the app differs): what the policy costs on our server;
+- ``gunicorn``: under gunicorn gthread with its own TLS, the way a user would hand-write a
+  Flask webhook (``gunicorn --workers 2 --threads 8 --certfile ... --keyfile ...``);
+- ``granian-wsgi``: under granian's own WSGI interface (``granian --interface wsgi``),
+  hand-written the same way: what our serving layer costs against granian's.
+
+``python -m benchmarks.floor --server new --cert-dir D --port N [--workers W --threads T]``
+(``gunicorn`` and ``granian-wsgi`` are started by ``benchmarks.https`` with their own
+command lines, on ``benchmarks.floor:app``).
 """
 
 from __future__ import annotations
@@ -11,10 +19,8 @@ import argparse
 
 from flask import Flask, Response, request
 
-from webhook import admission, certs
+from webhook import admission
 from webhook.admission import Verdict
-from webhook.config import Config
-from webhook.server import ServeOptions, TlsContexts, WebhookApplication
 
 
 def create_floor_app() -> Flask:
@@ -32,13 +38,15 @@ def create_floor_app() -> Flask:
     return app
 
 
-class FloorApplication(WebhookApplication):
-    def load(self):
-        return create_floor_app()
+#: For servers started on a module path (gunicorn, granian).
+app = create_floor_app()
 
 
 def main() -> None:
+    from webhook.server import ServeOptions, serve
+
     parser = argparse.ArgumentParser()
+    parser.add_argument("--server", choices=["new"], default="new")
     parser.add_argument("--cert-dir", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--workers", type=int, default=ServeOptions.workers)
@@ -52,9 +60,9 @@ def main() -> None:
         threads=args.threads,
         kube="off",
         log_level="warning",
+        metrics_port=0,
     )
-    paths, _ = certs.ensure(args.cert_dir, options.service, options.namespace)
-    FloorApplication(options, TlsContexts(paths.cert, paths.key), Config()).run()
+    serve(options, app_factory=lambda _runtime: create_floor_app())
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 The HTTPS throughput ratios (``benchmarks.https``) are timings on a shared 2-core VM whose
 speed drifts between rounds; their calibration pair (the floor against itself) still lands
 a few percent off 1.0. This is the noise-free cross-check: the webhook and the floor, each
-served as in production (gunicorn, TLS, one worker with one thread here, so one process
+served as in production (our supervisor and one granian worker here, TLS, so one process
 serves every request), run under callgrind, and a serial keep-alive client posts each
 case's stream. Per case: a warm-up (the first requests fill caches and the verdict memo,
 as in a running server), five idle seconds counted, then ``--requests`` requests
@@ -100,7 +100,7 @@ class Counted:
 
     def _control(self, flag: str) -> None:
         # Without a pid, callgrind_control acts on every process running under callgrind
-        # (this server's master, worker and metrics process: nothing else runs here).
+        # (this server's supervisor, worker and metrics process: nothing else runs here).
         subprocess.run(["callgrind_control", flag], capture_output=True, check=False, timeout=120)
 
     def count(self, work) -> tuple[dict[str, int], float]:

@@ -1,4 +1,4 @@
-"""The real server as deployed (``retry-webhook serve``: gunicorn, TLS) in a subprocess,
+"""The real server as deployed (``retry-webhook serve``: granian workers, TLS) in a subprocess,
 and HTTPS/metrics clients for it. Logs go to a file (a pipe nobody reads would fill up
 and block the server under load); ``logs()`` reads them back as JSON lines."""
 
@@ -104,6 +104,7 @@ def start(
     metrics_port: int = 0,
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
+    preexec_fn=None,
 ) -> Server:
     port = free_port()
     log_path = log_path or cert_dir.parent / f"server-{port}.log"
@@ -131,6 +132,7 @@ def start(
         stdout=handle,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        preexec_fn=preexec_fn,
     )
     handle.close()
     server = Server(cert_dir, port, proc, log_path, metrics_port)

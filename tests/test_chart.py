@@ -192,6 +192,30 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "excluded-namespaces": {"webhook": {"excludedNamespaces": ["monitoring", "kube-system"]}},
     "config": {"config": RICH_CONFIG},
     "kube-off": {"server": {"kube": "off"}},
+    "network-policy": {
+        "networkPolicy": {
+            "enabled": True,
+            "apiServer": {
+                "cidrs": ["10.0.0.0/28", "fd00::/64"],
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
+                "podSelector": {"matchLabels": {"component": "kube-apiserver"}},
+            },
+            "prometheus": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                "podSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "app.kubernetes.io/name",
+                            "operator": "In",
+                            "values": ["prometheus"],
+                        }
+                    ]
+                },
+            },
+        }
+    },
     "metrics-off": {"metrics": {"port": 0}},
     "service-monitor": {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}
@@ -236,7 +260,7 @@ def value_set(request) -> tuple[str, dict[str, Any]]:
 # --- lint and schema validity of every rendered object -----------------------------
 
 
-@pytest.mark.parametrize("name", ["defaults", "cert-manager", "opt-in", "config"])
+@pytest.mark.parametrize("name", ["defaults", "cert-manager", "opt-in", "config", "network-policy"])
 def test_helm_lint_strict(helm, name):
     result = _run_helm(helm, "lint", "--strict", str(CHART), values=VALUE_SETS[name])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -932,11 +956,19 @@ def test_container_args_and_image(helm):
         "--namespace": NAMESPACE,
         "--workers": "2",
         "--threads": "8",
+        "--header-timeout": "10",
+        "--body-timeout": "10",
+        "--max-connections": "1024",
         "--lookup-timeout": "0.5",
         "--log-level": "info",
         "--metrics-port": "9090",
         "--cache-sync-timeout": "10",
     }
+    # Every flag is one the server knows, with a value it accepts.
+    from webhook.cli import build_parser
+
+    parsed = build_parser().parse_args(args)
+    assert (parsed.header_timeout, parsed.body_timeout, parsed.max_connections) == (10, 10, 1024)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert c["image"] == f"ghcr.io/retry-policy/retry-policy-webhook:{chart['appVersion']}"
     assert "command" not in c  # the image's ENTRYPOINT is retry-webhook
@@ -1049,6 +1081,96 @@ def test_autoscaling_owns_the_replica_count(helm):
         helm, {"autoscaling": {"enabled": True, "minReplicas": 4, "maxReplicas": 3}}
     )
     assert "minReplicas (4) must not be more than maxReplicas (3)" in error
+
+
+def test_network_policy_admits_only_the_api_server_and_prometheus(helm):
+    """Off by default. On: the webhook pods (exactly the Deployment's) take ingress only
+    from the API server's addresses and selectors, on the HTTPS port, and from
+    Prometheus on the metrics port; egress is left alone (the attempt cache calls the
+    API server)."""
+    assert objects(render(helm, {}), "NetworkPolicy") == []
+    docs = render(helm, VALUE_SETS["network-policy"])
+    policy = one(docs, "NetworkPolicy")
+    pod_labels = deployment_pod(docs)["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert selector == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    api = VALUE_SETS["network-policy"]["networkPolicy"]["apiServer"]
+    prometheus = VALUE_SETS["network-policy"]["networkPolicy"]["prometheus"]
+    webhook_rule, metrics_rule = policy["spec"]["ingress"]
+    assert webhook_rule["ports"] == [{"protocol": "TCP", "port": 8443}]
+    assert webhook_rule["from"] == [
+        {"ipBlock": {"cidr": "10.0.0.0/28"}},
+        {"ipBlock": {"cidr": "fd00::/64"}},
+        {"namespaceSelector": api["namespaceSelector"], "podSelector": api["podSelector"]},
+    ]
+    assert metrics_rule["ports"] == [{"protocol": "TCP", "port": 9090}]
+    assert metrics_rule["from"] == [
+        {
+            "namespaceSelector": prometheus["namespaceSelector"],
+            "podSelector": prometheus["podSelector"],
+        }
+    ]
+    # The Service sends the API server to the port the policy opens.
+    service = one(docs, "Service")
+    https = next(p for p in service["spec"]["ports"] if p["port"] == 443)
+    assert https["targetPort"] in ("https", 8443)
+    # Only CIDRs, no Prometheus: one rule; the metrics port admits no one.
+    only_cidrs = {"networkPolicy": {"enabled": True, "apiServer": {"cidrs": ["192.0.2.0/24"]}}}
+    [rule] = one(render(helm, only_cidrs), "NetworkPolicy")["spec"]["ingress"]
+    assert rule["from"] == [{"ipBlock": {"cidr": "192.0.2.0/24"}}]
+    moved = merged(VALUE_SETS["network-policy"], {"server": {"port": 9443}, "metrics": {"port": 0}})
+    [rule] = one(render(helm, moved), "NetworkPolicy")["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9443}]
+
+
+@pytest.mark.parametrize(
+    ("policy", "error"),
+    [
+        ({"enabled": True}, "needs networkPolicy.apiServer.cidrs"),
+        (
+            {"enabled": True, "apiServer": {"podSelector": {"matchLabels": {"a": "b"}}}},
+            "networkPolicy.apiServer.podSelector needs a namespaceSelector",
+        ),
+        (
+            {
+                "enabled": True,
+                "apiServer": {"cidrs": ["10.0.0.1/32"]},
+                "prometheus": {"podSelector": {"matchLabels": {"app": "prometheus"}}},
+            },
+            "networkPolicy.prometheus.podSelector needs a namespaceSelector",
+        ),
+    ],
+)
+def test_a_network_policy_that_would_shut_out_its_callers_is_refused(helm, policy, error):
+    assert error in render_fails(helm, {"networkPolicy": policy})
+
+
+def _cores(quantity: str) -> float:
+    return float(quantity[:-1]) / 1000 if quantity.endswith("m") else float(quantity)
+
+
+def test_the_cpu_defaults_are_the_benchmarks(helm):
+    """The CPU request covers what a pod used for 500 reviews a second in the committed
+    benchmark run (any stream), and the autoscaler's target is half of what the default
+    workers can use (one core each), so a pod is added well before they saturate."""
+    latest = json.loads((ROOT / "benchmarks" / "results" / "latest.json").read_text())
+    used = [
+        case["fixed_500rps"]["webhook"]["cpu_cores"]
+        for case in latest["https"]["cases"].values()
+        if "cpu_cores" in case["fixed_500rps"]["webhook"]
+    ]
+    assert used, "the committed benchmark run records no cores at 500 req/s"
+    webhook = container(render(helm, {}))
+    resources = webhook["resources"]
+    assert _cores(resources["requests"]["cpu"]) >= max(used)
+    flags = dict(zip(webhook["args"][1::2], webhook["args"][2::2], strict=False))
+    workers = int(flags["--workers"])
+    hpa = one(render(helm, VALUE_SETS["autoscaling"]), "HorizontalPodAutoscaler")
+    target = hpa["spec"]["metrics"][0]["resource"]["target"]["averageValue"]
+    assert _cores(target) == workers / 2
+    assert _cores(resources["limits"]["cpu"]) == workers
 
 
 def test_scheduling_values_pass_through(helm):
@@ -1363,6 +1485,17 @@ BAD_VALUES = [
     ({"autoscaling": {"targetCPU": "70%"}}, "/autoscaling/targetCPU"),
     ({"autoscaling": {"targetCPU": 1}}, "/autoscaling/targetCPU"),
     ({"autoscaling": {"min": 1}}, "/autoscaling"),
+    ({"server": {"maxConnections": 0}}, "/server/maxConnections"),
+    ({"server": {"headerTimeoutSeconds": 0}}, "/server/headerTimeoutSeconds"),
+    ({"server": {"headerTimeoutSeconds": 120}}, "/server/headerTimeoutSeconds"),
+    ({"server": {"bodyTimeoutSeconds": 0}}, "/server/bodyTimeoutSeconds"),
+    ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+    ({"networkPolicy": {"apiServer": {"cidrs": ["10.0.0.1"]}}}, "/networkPolicy/apiServer/cidrs/0"),
+    (
+        {"networkPolicy": {"apiServer": {"podSelector": "app=x"}}},
+        "/networkPolicy/apiServer/podSelector",
+    ),
+    ({"networkPolicy": {"prometheus": {"namespace": "x"}}}, "/networkPolicy/prometheus"),
 ]
 
 

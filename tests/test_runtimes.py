@@ -14,7 +14,7 @@ from fakeapi import TRAINER, FakeAPI
 from kubernetes import client
 from test_trainjob import mutate, runtime, trainjob
 
-from webhook.runtimes import RuntimeCache, source_for
+from webhook.runtimes import RuntimeCache
 
 
 @pytest.fixture
@@ -123,8 +123,36 @@ def test_a_trainjob_is_judged_against_the_runtime_in_the_cluster(api):
         cache.stop()
 
 
-def test_no_cluster_no_cache():
-    assert source_for(None).stats() == {"enabled": False}
+def test_the_event_loop_never_waits_for_the_api(api):
+    """On the server's event loop (``LoopRuntimes``, as ``LoopAttempts``), a runtime the
+    cache holds comes at once; one that needs the first list or a GET is handed to a
+    thread (``NeedsThread``), where the cache answers it."""
+    import threading
+
+    from webhook.rsgi import NeedsThread
+    from webhook.server import LoopRuntimes
+
+    api.put("clustertrainingruntimes", stored(runtime()))
+    loop = LoopRuntimes(cache_for(api, lookup_timeout=5))
+    loop.loop_thread = threading.get_ident()
+    try:
+        with pytest.raises(NeedsThread):  # not listed yet: it would wait
+            loop.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert loop.cache.started
+        assert loop.cache.wait_synced(10)
+        found = loop.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert found.runtime is not None
+        with pytest.raises(NeedsThread):  # a miss needs the GET
+            loop.runtime("ClusterTrainingRuntime", None, "other")
+        answers = []
+        worker = threading.Thread(
+            target=lambda: answers.append(loop.runtime("ClusterTrainingRuntime", None, "other"))
+        )
+        worker.start()
+        worker.join(10)
+        assert answers and answers[0].missing
+    finally:
+        loop.cache.stop()
 
 
 def test_through_the_real_server(tmp_path, api):

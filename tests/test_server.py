@@ -1,4 +1,5 @@
-"""The real server, started as deployed (``retry-webhook serve``: gunicorn, TLS), over HTTPS."""
+"""The real server, started as deployed (``retry-webhook serve``: granian workers, TLS), over
+HTTPS."""
 
 from __future__ import annotations
 
@@ -206,7 +207,7 @@ def test_a_body_shorter_than_its_content_length_is_a_bad_request():
 
 
 class _Dropped:
-    """An input stream whose client went away mid-body (gunicorn raises an OSError)."""
+    """An input stream whose client went away mid-body (a socket read raises OSError)."""
 
     def read(self, size: int = -1) -> bytes:
         raise ConnectionResetError("client went away")
@@ -323,6 +324,35 @@ def test_mismatched_key_refused_at_start(tmp_path):
     assert "does not belong to certificate" in result.stderr
 
 
+def test_a_key_the_tls_layer_cannot_sign_with_is_refused_at_start(tmp_path):
+    """rustls (granian's TLS layer) signs with RSA >= 2048, ECDSA P-256/P-384 and Ed25519
+    only: a P-521 key is refused at start with the reason, not served to failing
+    handshakes."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_key, ca_cert = certs.make_ca()
+    key = ec.generate_private_key(ec.SECP521R1())
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    certs.write_private(tmp_path / "tls.key", certs.key_pem(key))
+    certs.write_public(tmp_path / "tls.crt", certs.cert_pem(cert))
+    result = run_serve(tmp_path)
+    assert result.returncode == 2
+    assert "is not one the TLS layer can use" in result.stderr, result.stderr
+
+
 def test_invalid_config_refused_at_start_with_every_problem(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text("defaults: {backof-limit: 1, non-spot-attempts: x}\n")
@@ -393,22 +423,12 @@ def test_workers_move_their_startup_heap_out_of_the_collectors_reach():
     import gc
 
     from webhook import server as srv
-    from webhook.config import Config
 
-    app = srv.WebhookApplication(srv.ServeOptions(cert_dir="unused"), _Tls(), Config())
-    assert app.cfg.post_worker_init is srv._settle_heap
     try:
-        srv._settle_heap(None)
+        srv.settle_heap()
         assert gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()
-
-
-class _Tls:
-    cert = key = Path("unused")
-
-    def current(self):
-        return None
 
 
 @pytest.mark.parametrize("value", ["-1", "many", "2.5"])
@@ -425,7 +445,9 @@ def test_connections_are_spread_over_the_workers(tmp_path):
     batch mostly went to one worker, and the other's core stayed idle)."""
     srv = start(tmp_path / "certs", workers=2)
     try:
-        assert _listening_sockets(srv.port) == 2  # one per worker, none shared
+        # One per worker, none shared; twice: the serving generation's, and the next's
+        # (webhook.server.Listeners).
+        assert _listening_sockets(srv.port) == 4
         # As a load generator (or an API server under a burst) opens them: all at once.
         sockets = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]
         uids = [f"spread-{index}" for index in range(40)]
@@ -564,3 +586,19 @@ def test_jobset_patterns_in_place_restarts_and_uncounted_restarts_over_tls(serve
     for answer in _both(server, _jobset({P + "backoff-limit": "2"}, {"rules": [forever]})):
         assert answer["allowed"] is False
         assert "would bound nothing" in answer["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("42", 42), ("0", 0), (" 7 ", 7), (None, None), ("", 0), ("-1", 0), ("4x", 0), ("٣", 0)],
+)
+def test_a_content_length_is_read_as_werkzeug_reads_it(value, expected):
+    """The envelope reads the length from the environ (cheaper than werkzeug's accessor),
+    with werkzeug's reading: what is not a whole number is a length of 0."""
+    from werkzeug.wrappers import Request
+
+    from webhook.app import _content_length
+
+    environ = {} if value is None else {"CONTENT_LENGTH": value}
+    assert _content_length(environ) == expected
+    assert Request(environ).content_length == expected

@@ -362,6 +362,16 @@ class JobCache(Informers):
 
     # --- lookups (hot path) ------------------------------------------------------
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        answer = self.answer_at_once(uid)
+        if answer is not None:
+            return answer
+        return self._fallback(namespace, name, uid)
+
+    def answer_at_once(self, uid: str) -> AttemptLookup | None:
+        """The answer when it needs no request to the API (a cache hit, or the breaker
+        open after recent errors); ``None`` when it needs the one bounded GET, which
+        ``job_failures`` makes. The server answers on its event loop only what this
+        answers, and hands the rest to a thread (``webhook/server.py``)."""
         with self._lock:
             failed = self._jobs.get(uid)
             pods = self._pod_counts.get(uid, 0)
@@ -369,14 +379,16 @@ class JobCache(Informers):
         if failed is not None:
             self._counters["hits"] += 1
             return AttemptLookup(max(failed, pods), "Job status (cache)", budget=budget)
-        self._counters["misses"] += 1
-        return self._fallback(namespace, name, uid, pods)
-
-    def _fallback(self, namespace: str, name: str, uid: str, pods: int) -> AttemptLookup:
-        now = time.monotonic()
-        if now < self._open_until:
+        if time.monotonic() < self._open_until:
+            self._counters["misses"] += 1
             self._counters["breaker_skips"] += 1
             return AttemptLookup(None, "none", "Kubernetes API unavailable (recent errors)")
+        return None
+
+    def _fallback(self, namespace: str, name: str, uid: str) -> AttemptLookup:
+        self._counters["misses"] += 1
+        with self._lock:
+            pods = self._pod_counts.get(uid, 0)
         half = self.lookup_timeout / 2
         try:
             resp = self.batch_api.read_namespaced_job(

@@ -265,7 +265,9 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         metrics_port=args.metrics_port,
         cache_sync_timeout=args.cache_sync_timeout,
         client_ca=args.client_ca,
-        read_timeout=args.read_timeout,
+        header_timeout=args.header_timeout or args.read_timeout,
+        body_timeout=args.body_timeout or args.read_timeout,
+        max_connections=args.max_connections,
         memo_entries=args.memo_entries,
         reuse_port=args.reuse_port,
     )
@@ -275,7 +277,29 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         # OSError: a port that is taken, a certificate directory that cannot be written.
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
+    except RuntimeError as err:  # the workers could not start (their log says why)
+        print(f"Error: {err}", file=stderr)
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def _seconds(text: str) -> float:
+    """A time limit in seconds, > 0, for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
+def _positive(text: str) -> int:
+    """A whole number >= 1, for argparse."""
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
 
 
 def _count(text: str) -> int:
@@ -301,8 +325,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cert-dir", default="certs", help="tls.crt/tls.key (generated if absent)")
     serve.add_argument("--host", default="0.0.0.0")  # noqa: S104
     serve.add_argument("--port", type=int, default=8443)
-    serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, default=8)
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        default=2,
+        help="worker processes (one core each at most; each keeps its own attempt cache)",
+    )
+    serve.add_argument(
+        "--threads",
+        type=_positive,
+        default=8,
+        help="threads per worker for requests that wait on the Kubernetes API (an "
+        "attempt-cache miss); every other request is answered on the worker's event loop",
+    )
     serve.add_argument(
         "--kube",
         choices=("auto", "off", "incluster", "kubeconfig"),
@@ -333,11 +368,34 @@ def build_parser() -> argparse.ArgumentParser:
         "server; off by default)",
     )
     serve.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="a request's headers must arrive within this (from the end of the TLS "
+        "handshake or of the previous response; an idle kept-alive connection is closed "
+        "after it too), else the connection is closed (default 10)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="a request's body must arrive within this after its headers, else 408 and "
+        "the connection is closed (default 10)",
+    )
+    serve.add_argument(
         "--read-timeout",
-        type=float,
+        type=_seconds,
         default=10.0,
         metavar="SECONDS",
-        help="drop a connection silent this long during the TLS handshake or a request",
+        help="both --header-timeout and --body-timeout (where those are not given)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=1024,
+        metavar="N",
+        help="connections each worker holds at once; more wait in the kernel's queue "
+        "until one closes (default 1024)",
     )
     serve.add_argument(
         "--memo-entries",

@@ -1,8 +1,9 @@
 """Structured JSON logs: one object per line, safe to ship to any log pipeline.
 
-Every line the server process writes is JSON: our own records, gunicorn's (through
-``GunicornLogger``), Python warnings and uncaught exceptions in any thread. Each line
-carries ``pid``, so lines of different gunicorn workers can be told apart.
+Every line the server's processes write is JSON: our own records, granian's (its Rust
+side logs through Python's ``logging``, as logger ``_granian``), Python warnings and
+uncaught exceptions in any thread. Each line carries ``pid``, so lines of different
+workers (and the supervisor's) can be told apart.
 
 Admission logs carry identifiers and outcomes only. Object bodies, annotation values
 and env var values never reach a log record: they may hold secrets.
@@ -21,7 +22,6 @@ import weakref
 from types import TracebackType
 
 import orjson
-from gunicorn import glogging
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -178,13 +178,3 @@ def _log_thread_uncaught(args: threading.ExceptHookArgs) -> None:
         exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
         extra={"thread": getattr(args.thread, "name", None)},
     )
-
-
-class GunicornLogger(glogging.Logger):
-    """gunicorn's own lines (start, workers booting and exiting, errors) as JSON too."""
-
-    def setup(self, cfg) -> None:
-        super().setup(cfg)
-        for logger in (self.error_log, self.access_log):
-            for handler in logger.handlers:
-                handler.setFormatter(JsonFormatter())

@@ -1,13 +1,14 @@
-"""Prometheus metrics, aggregated over every gunicorn worker, on a plain-HTTP port.
+"""Prometheus metrics, aggregated over every worker, on a plain-HTTP port.
 
-gunicorn runs several worker processes, and a scrape reaches one process only, so the
-workers record into ``prometheus_client``'s multiprocess files (``PROMETHEUS_MULTIPROC_DIR``,
-a fresh directory under ``$TMPDIR`` emptied at start) and a small dedicated exposition
-process (``python -m webhook.metrics``, started by ``serve``) reads all of them on each
-scrape. That process, not a thread in the gunicorn master, because the master forks
-workers for as long as it runs, and forking a process that has threads risks deadlocks
-in the child. The master binds the metrics port itself before anything else starts, so
-a port that is taken fails the start with a clear error, and hands the socket over.
+The server runs several worker processes (and a supervisor), and a scrape reaches one
+process only, so they record into ``prometheus_client``'s multiprocess files
+(``PROMETHEUS_MULTIPROC_DIR``, a fresh directory under ``$TMPDIR`` emptied at start) and a
+small dedicated exposition process (``python -m webhook.metrics``, started by ``serve``)
+reads all of them on each scrape. That process, not a thread in the supervisor, because
+the supervisor forks workers for as long as it runs, and forking a process that has
+threads risks deadlocks in the child. The supervisor binds the metrics port itself before
+anything else starts, so a port that is taken fails the start with a clear error, and
+hands the socket over.
 
 Every label value is bounded: kinds are the registered ones (else ``other``),
 annotations are the known keys, reasons are slugs. No user-controlled string ever
@@ -112,13 +113,6 @@ class Metrics:
             "1 when every worker runs the config file as it is on disk, 0 when the file's "
             "latest version was refused.",
             multiprocess_mode="livemin",
-            registry=r,
-        )
-        self.cert_reloads = Counter(
-            PREFIX + "certificate_reloads_total",
-            "Serving certificate changes seen by a worker, by result (success, failure: "
-            "the previous certificate is still served; expected briefly mid-rotation).",
-            ["result"],
             registry=r,
         )
         self.cert_expiry = Gauge(
@@ -235,9 +229,6 @@ class Metrics:
     def config_loaded(self) -> None:
         self.config_reload_ok.set(1)
 
-    def certificate_reloaded(self, ok: bool) -> None:
-        self.cert_reloads.labels("success" if ok else "failure").inc()
-
     def certificate_served(self, not_after: float) -> None:
         self.cert_expiry.set(not_after)
 
@@ -268,6 +259,32 @@ class Metrics:
                 self._cache_seen[key] = total
 
 
+def _certificate_reloads(registry: Any) -> Any:
+    from prometheus_client import Counter
+
+    return Counter(
+        PREFIX + "certificate_reloads_total",
+        "New versions of the serving certificate files, by result (success: served by "
+        "every worker; failure: refused, the previous certificate is still served).",
+        ["result"],
+        registry=registry,
+    )
+
+
+class SupervisorMetrics:
+    """What the supervisor records: certificate reloads (it alone watches the files).
+    Nothing else, and no gauge: a ``live*`` gauge of the supervisor would hold the value
+    it was created with next to the workers' own."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.cert_reloads = _certificate_reloads(CollectorRegistry())
+
+    def certificate_reloaded(self, ok: bool) -> None:
+        self.cert_reloads.labels("success" if ok else "failure").inc()
+
+
 _METRICS: Metrics | None = None
 _METRICS_LOCK = threading.Lock()
 
@@ -276,6 +293,13 @@ def flush() -> None:
     """Flush this process's pending counts, if it records any (a worker at exit)."""
     if _METRICS is not None:
         _METRICS.flush()
+
+
+def reset_after_fork() -> None:
+    """In a process just forked from the supervisor: record into metrics of its own (the
+    supervisor's object, its pending counts and its files stay the supervisor's)."""
+    global _METRICS
+    _METRICS = None
 
 
 def get() -> Metrics:

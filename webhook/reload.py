@@ -8,9 +8,9 @@ and never change themselves. ``files_stamp`` therefore stats the *resolved* file
 after reading proves that what was read is one consistent version; when they differ,
 the files were changing under us and the next check tries again.
 
-Each gunicorn worker runs its own checks (one ``stat`` a second) rather than the master
-signalling the workers: gunicorn's only master-side reload (HUP) restarts every worker,
-which drops their attempt caches and re-lists every Job and failed pod against the API
+Each worker runs its own checks (one ``stat`` a second) rather than the supervisor
+signalling the workers or starting new ones (as it must for a new certificate): new
+workers drop their attempt caches and re-list every Job and failed pod against the API
 server; a per-worker check needs no cross-process coordination, and a worker that misses
 one check simply catches up on the next. Workers may disagree for at most a check
 interval, which is harmless: each request sees one whole config.
@@ -94,7 +94,7 @@ class ConfigReloader:
         """The first load. Without ``fallback`` a bad file raises ``ConfigError`` (a server
         must not start on one). With it (a worker started later, e.g. to replace one that
         died, while the file is bad) the fallback is used and the failure reported: a
-        worker that cannot boot would make gunicorn stop the whole server."""
+        worker that cannot boot would leave its slot empty."""
         version = None
         for _ in range(5):
             version = self._read()

@@ -150,6 +150,13 @@ class RuntimeCache(Informers):
             for kind, plural in PLURALS.items()
         ]
 
+    @classmethod
+    def of(cls, clients: tuple[Any, ...], lookup_timeout: float = 0.5) -> RuntimeCache:
+        """A runtime cache on the attempt cache's API access (``attempts.connect``)."""
+        from kubernetes import client
+
+        return cls(client.CustomObjectsApi(clients[0].api_client), lookup_timeout)
+
     def _list(self, plural: str, **kwargs: Any) -> Any:
         return self.custom_api.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)
 
@@ -184,29 +191,44 @@ class RuntimeCache(Informers):
 
     # --- lookups -----------------------------------------------------------------------
     def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
-        if kind not in PLURALS:
-            return RuntimeLookup(None, f"{kind} is not a Kubeflow Trainer runtime kind")
-        if not self.started:
-            self.start()
+        answer = self.answer_at_once(kind, namespace, name)
+        if answer is not None:
+            return answer
         informer = self._informers[list(PLURALS).index(kind)]
         # Only the first lookups wait for the first list (a lookup_timeout from the start):
         # an informer that cannot list must not slow every admission down.
         informer.synced.wait(max(0.0, self._started_at + self.lookup_timeout - time.monotonic()))
-        key = runtime_key(kind, namespace, name)
         with self._lock:
-            found = self._runtimes.get(key)
+            found = self._runtimes.get(runtime_key(kind, namespace, name))
         if found is not None:
             self._counters["hits"] += 1
             return RuntimeLookup(found)
         self._counters["misses"] += 1
         return self._fallback(kind, namespace, name)
 
+    def answer_at_once(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup | None:
+        """The answer when it needs no request to the API nor a wait (the runtime in the
+        cache, the breaker open, a kind that is no runtime's); ``None`` when it needs the
+        cache's first list or the bounded GET, which ``runtime`` does. Starts the cache."""
+        if kind not in PLURALS:
+            return RuntimeLookup(None, f"{kind} is not a Kubeflow Trainer runtime kind")
+        if not self.started:
+            self.start()
+        with self._lock:
+            found = self._runtimes.get(runtime_key(kind, namespace, name))
+        if found is not None:
+            self._counters["hits"] += 1
+            return RuntimeLookup(found)
+        if time.monotonic() < self._open_until:
+            self._counters["misses"] += 1
+            self._counters["breaker_skips"] += 1
+            what = describe(kind, namespace, name)
+            return RuntimeLookup(None, f"{what} unreadable: Kubernetes API unavailable")
+        return None
+
     def _fallback(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
         """One bounded GET for a runtime the cache does not have (yet)."""
         what = describe(kind, namespace, name)
-        if time.monotonic() < self._open_until:
-            self._counters["breaker_skips"] += 1
-            return RuntimeLookup(None, f"{what} unreadable: Kubernetes API unavailable")
         half = self.lookup_timeout / 2
         options = {"_preload_content": False, "_request_timeout": (half, half)}
         try:
@@ -249,12 +271,3 @@ def _dict(value: Any) -> dict[str, Any]:
 def _short(err: Exception) -> str:
     status = getattr(err, "status", None)
     return f"HTTP {status}" if status else type(err).__name__
-
-
-def source_for(clients: tuple[Any, ...] | None, lookup_timeout: float = 0.5) -> RuntimeSource:
-    """A runtime cache on the attempt cache's API access (``attempts.connect``), else none."""
-    if clients is None:
-        return NoRuntimes()
-    from kubernetes import client
-
-    return RuntimeCache(client.CustomObjectsApi(clients[0].api_client), lookup_timeout)

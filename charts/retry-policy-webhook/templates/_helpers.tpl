@@ -252,3 +252,21 @@ cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "r
 {{- define "rpw.containerSecurityContext" -}}
 {{- toYaml .Values.securityContext -}}
 {{- end -}}
+
+{{/*
+NetworkPolicy peers from {cidrs, namespaceSelector, podSelector}: an ipBlock per CIDR, and
+one peer with the selectors given (both: pods matching podSelector in those namespaces).
+*/}}
+{{- define "rpw.networkPeers" -}}
+{{- $peers := list -}}
+{{- range .cidrs -}}
+{{- $peers = append $peers (dict "ipBlock" (dict "cidr" .)) -}}
+{{- end -}}
+{{- if or .namespaceSelector .podSelector -}}
+{{- $peer := dict -}}
+{{- with .namespaceSelector -}}{{- $_ := set $peer "namespaceSelector" . -}}{{- end -}}
+{{- with .podSelector -}}{{- $_ := set $peer "podSelector" . -}}{{- end -}}
+{{- $peers = append $peers $peer -}}
+{{- end -}}
+{{- toYaml $peers -}}
+{{- end -}}
