@@ -1,6 +1,6 @@
 """A small Kubernetes API server for tests: list (paginated), watch (chunked JSON lines),
-GET of one Job, and list of one namespace's pods, over real HTTP, so the real
-``kubernetes`` client and our attempt cache run their real code paths. It reproduces the
+GET of one Job or Kubeflow Trainer runtime, and list of one namespace's pods, over real
+HTTP, so the real ``kubernetes`` client and our caches run their real code paths. It reproduces the
 documented API behaviour we rely on: ``resourceVersion`` on lists and events,
 ``continue`` tokens, watch ``ERROR`` events with code 410 when a version is too old, and
 Status bodies on errors.
@@ -31,6 +31,28 @@ from urllib.parse import parse_qs, urlparse
 
 import jsonpatch
 
+TRAINER = "/apis/trainer.kubeflow.org/v1alpha1"
+#: Resources with list and watch (all namespaces): URL path -> resource.
+LISTED = {
+    "/apis/batch/v1/jobs": "jobs",
+    "/api/v1/pods": "pods",
+    f"{TRAINER}/trainingruntimes": "trainingruntimes",
+    f"{TRAINER}/clustertrainingruntimes": "clustertrainingruntimes",
+}
+
+
+def _runtime_target(parts: list[str]) -> tuple[str, str, str] | None:
+    """(resource, namespace, name) of a GET of one Kubeflow Trainer runtime."""
+    if parts[:3] != ["apis", "trainer.kubeflow.org", "v1alpha1"]:
+        return None
+    rest = parts[3:]
+    if len(rest) == 2 and rest[0] == "clustertrainingruntimes":
+        return rest[0], "", rest[1]
+    if len(rest) == 4 and rest[0] == "namespaces" and rest[2] == "trainingruntimes":
+        return rest[2], rest[1], rest[3]
+    return None
+
+
 #: Named resources with write support: URL prefix -> (resource, namespaced, kind).
 NAMED = {
     "secrets": ("/api/v1", True, "Secret"),
@@ -59,8 +81,8 @@ class FakeAPI:
         self.page_size = page_size
         self.lock = threading.Lock()
         self.version = 100
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {"jobs": {}, "pods": {}}
-        self.watchers: dict[str, list[queue.Queue]] = {"jobs": [], "pods": []}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in LISTED.values()}
+        self.watchers: dict[str, list[queue.Queue]] = {r: [] for r in LISTED.values()}
         self.requests: list[tuple[str, str]] = []
         self.get_status = 200  # status for GET of one Job
         self.get_delay = 0.0
@@ -262,8 +284,8 @@ class FakeAPI:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 api.requests.append((url.path, url.query))
-                if url.path in ("/apis/batch/v1/jobs", "/api/v1/pods"):
-                    resource = "jobs" if "jobs" in url.path else "pods"
+                if url.path in LISTED:
+                    resource = LISTED[url.path]
                     if query.get("watch") in ("true", "True", "1"):
                         return self._watch(resource, query)
                     return self._list(resource, query)
@@ -272,6 +294,9 @@ class FakeAPI:
                     return self._get_job(parts[4], parts[6])
                 if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
                     return self._list_namespaced("pods", parts[3], query)
+                runtime = _runtime_target(parts)
+                if runtime is not None:
+                    return self._get_runtime(*runtime)
                 target = _named_target(url.path)
                 if target is not None and target[2]:
                     return self._named_get(*target)
@@ -410,6 +435,17 @@ class FakeAPI:
             def _end(self) -> None:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+
+            def _get_runtime(self, resource: str, namespace: str, name: str) -> None:
+                if api.get_status != 200:
+                    return self._send(api.get_status, {"kind": "Status", "code": api.get_status})
+                with api.lock:
+                    for obj in api.objects[resource].values():
+                        meta = obj["metadata"]
+                        if meta.get("namespace", "") == namespace and meta.get("name") == name:
+                            return self._send(200, obj)
+                message = f'{resource} "{name}" not found'
+                self._send(404, _status_body(404, "NotFound", message, name))
 
             def _get_job(self, namespace: str, name: str) -> None:
                 if api.get_delay:

@@ -143,7 +143,7 @@ def _merge(into: dict, layer: dict) -> None:
             into[key] = value
 
 
-ALL_KINDS = ("jobs", "cronJobs", "pods", "jobSets", "rayJobs", "pyTorchJobs")
+ALL_KINDS = ("jobs", "cronJobs", "pods", "jobSets", "rayJobs", "pyTorchJobs", "trainJobs")
 RICH_CONFIG = {
     "defaults": {
         "fail-non-retriable": True,
@@ -183,7 +183,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         }
     },
     "some-kinds": {
-        "webhook": {"kinds": {"cronJobs": False, "jobSets": False, "pyTorchJobs": False}}
+        "webhook": {
+            "kinds": {"cronJobs": False, "jobSets": False, "pyTorchJobs": False, "trainJobs": False}
+        }
     },
     "pods-only": {"webhook": {"kinds": {k: k == "pods" for k in ALL_KINDS}}},
     "no-pods": {"webhook": {"kinds": {"pods": False}}},
@@ -430,7 +432,11 @@ WORKLOAD_RESOURCES = {
     "jobSets": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
     "rayJobs": ("ray.io", "v1", "rayjobs"),
     "pyTorchJobs": ("kubeflow.org", "v1", "pytorchjobs"),
+    "trainJobs": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
 }
+#: Kinds whose UPDATEs the mutating webhook gets too: a CronJob is a template for later
+#: Jobs; what a re-apply of a JobSet or a TrainJob leaves out is put back.
+MUTATED_UPDATES = ("cronjobs", "jobsets", "trainjobs")
 
 
 def _rule_set(hook: dict) -> set[tuple[str, str, str, tuple[str, ...]]]:
@@ -461,9 +467,8 @@ def test_rules_list_exactly_the_enabled_kinds(helm, name):
         hooks = webhooks(docs, kind)
         workloads = hooks.get(f"workloads.{side}.retry-policy.dev")
         if expected_workloads:
-            # A CronJob is a template for later Jobs: its UPDATEs are mutated too.
             assert _rule_set(workloads) == {
-                (*r, both if r[2] == "cronjobs" else workload_ops) for r in expected_workloads
+                (*r, both if r[2] in MUTATED_UPDATES else workload_ops) for r in expected_workloads
             }
         else:
             assert workloads is None
@@ -528,6 +533,29 @@ UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL = (
 )
 
 
+# The mutating webhook also gets the UPDATEs that leave out what it added at creation: of
+# a JobSet it applied the policy to, whose spec changes (a re-apply), and of a TrainJob
+# whose runtimePatches lose or change its entry.
+MUTATE_UPDATE_CEL = (
+    UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL + " || (request.kind.kind == 'JobSet' && "
+    "has(oldObject.metadata.annotations) && "
+    "'retry-policy.dev/applied' in oldObject.metadata.annotations && has(object.spec) && "
+    "has(oldObject.spec) && object.spec != oldObject.spec) || "
+    "(request.kind.kind == 'TrainJob' && has(oldObject.spec) && "
+    "has(oldObject.spec.runtimePatches) && oldObject.spec.runtimePatches.exists(p, "
+    "has(p.manager) && p.manager == 'retry-policy.dev/webhook') && (!has(object.spec) || "
+    "!has(object.spec.runtimePatches) || "
+    "object.spec.runtimePatches != oldObject.spec.runtimePatches))"
+)
+UPDATE_CONDITION = {
+    "mutate": ("update-changes-retry-policy-or-leaves-it-out", MUTATE_UPDATE_CEL),
+    "validate": (
+        "update-changes-retry-policy-or-job-template",
+        UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL,
+    ),
+}
+
+
 def test_match_conditions_structure(helm):
     docs = render(helm, {})
     mutating = webhooks(docs, "MutatingWebhookConfiguration")
@@ -537,11 +565,9 @@ def test_match_conditions_structure(helm):
     # Workloads: with the built-in config nothing can change an unannotated object, so
     # only annotated CREATEs are sent; with defaults or guard rails, every CREATE is.
     for side, hooks in (("mutate", mutating), ("validate", validating)):
+        name, expression = UPDATE_CONDITION[side]
         assert hooks[f"workloads.{side}.retry-policy.dev"]["matchConditions"] == [
-            {
-                "name": "update-changes-retry-policy-or-job-template",
-                "expression": UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL,
-            },
+            {"name": name, "expression": expression},
             {"name": "create-has-retry-policy-annotation", "expression": CREATE_HAS_POLICY_CEL},
         ]
     for values in (
@@ -555,9 +581,9 @@ def test_match_conditions_structure(helm):
             ("ValidatingWebhookConfiguration", "validate"),
         ):
             hook = webhooks(docs_with_config, kind)[f"workloads.{side}.retry-policy.dev"]
-            assert [c["name"] for c in hook["matchConditions"]] == [
-                "update-changes-retry-policy-or-job-template"
-            ], values
+            assert [c["name"] for c in hook["matchConditions"]] == [UPDATE_CONDITION[side][0]], (
+                values
+            )
     pod_mutate = {
         c["name"]: c["expression"]
         for c in mutating["pods.mutate.retry-policy.dev"]["matchConditions"]
@@ -612,7 +638,36 @@ def _budget(kind: str, annotations: dict[str, str] | None, limit: int | None) ->
     return obj
 
 
+def _jobset(annotations: dict[str, str] | None, rules: list | None, suspend: bool) -> dict:
+    """A JobSet as a re-apply sends it: ``rules`` is its failurePolicy's rules."""
+    obj = _obj(annotations)
+    obj["kind"] = "JobSet"
+    obj["spec"] = {"suspend": suspend, "replicatedJobs": [{"name": "node", "template": {}}]}
+    if rules is not None:
+        obj["spec"]["failurePolicy"] = {"maxRestarts": 3, "rules": rules}
+    return obj
+
+
+def _trainjob(patches: list | None, annotations: dict[str, str] | None = None) -> dict:
+    obj = _obj(annotations)
+    obj["kind"] = "TrainJob"
+    obj["spec"] = {"runtimeRef": {"name": "torch"}}
+    if patches is not None:
+        obj["spec"]["runtimePatches"] = patches
+    return obj
+
+
+def _labelled(obj: dict, labels: dict[str, str]) -> dict:
+    obj["metadata"]["labels"] = labels
+    return obj
+
+
 OURS = {PREFIX + "backoff-limit": "3"}
+APPLIED = {**OURS, PREFIX + "applied": '{"backoffLimit":3}'}
+OUR_RULE = {"name": "retryPolicyFailNonRetriable", "action": "FailJobSet"}
+RUNTIME_RULE = {"name": "failOnDeadline", "action": "FailJobSet"}
+OUR_PATCH = {"manager": "retry-policy.dev/webhook", "trainingRuntimeSpec": {}}
+KUEUE_PATCH = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}
 MIRROR = {"kubernetes.io/config.mirror": "abc", **OURS}
 JOB_OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}]
 OTHER_OWNER = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "v"}]
@@ -693,6 +748,56 @@ CEL_SCENARIOS = [
     ),
     # A JobSet's budget (maxRestarts, in its immutable failurePolicy) is not looked at.
     ("workloads.validate", "UPDATE", _budget("JobSet", OURS, 1), _budget("JobSet", OURS, 3), False),
+    # The trainer's re-apply of a JobSet the policy was applied to: its atomic rules list
+    # lost the webhook's rule; the mutating webhook puts it back (any spec change is sent).
+    (
+        "workloads.mutate",
+        "UPDATE",
+        _jobset(APPLIED, [RUNTIME_RULE], False),
+        _jobset(APPLIED, [RUNTIME_RULE, OUR_RULE], True),
+        True,
+    ),
+    (
+        "workloads.mutate",
+        "UPDATE",
+        _jobset(APPLIED, [RUNTIME_RULE, OUR_RULE], False),
+        _jobset(APPLIED, [RUNTIME_RULE, OUR_RULE], True),
+        True,
+    ),
+    # ... but not a JobSet the policy was not applied to, nor a metadata-only update, and
+    # the fail-closed validating webhook never gets them.
+    ("workloads.mutate", "UPDATE", _jobset(OURS, [], False), _jobset(OURS, [], True), False),
+    ("workloads.mutate", "UPDATE", _jobset(None, [], False), _jobset(None, [], True), False),
+    (
+        "workloads.mutate",
+        "UPDATE",
+        _labelled(_jobset(APPLIED, [OUR_RULE], True), {"a": "b"}),
+        _jobset(APPLIED, [OUR_RULE], True),
+        False,
+    ),
+    (
+        "workloads.validate",
+        "UPDATE",
+        _jobset(APPLIED, [RUNTIME_RULE], False),
+        _jobset(APPLIED, [RUNTIME_RULE, OUR_RULE], True),
+        False,
+    ),
+    # A TrainJob UPDATE whose runtimePatches lose the webhook's entry (kubectl apply of a
+    # manifest with patches of its own), or change the list: sent to be put back.
+    ("workloads.mutate", "UPDATE", _trainjob([]), _trainjob([OUR_PATCH]), True),
+    ("workloads.mutate", "UPDATE", _trainjob(None), _trainjob([OUR_PATCH]), True),
+    (
+        "workloads.mutate",
+        "UPDATE",
+        _trainjob([KUEUE_PATCH]),
+        _trainjob([KUEUE_PATCH, OUR_PATCH]),
+        True,
+    ),
+    # ... not when it keeps them, nor for a TrainJob the webhook left alone.
+    ("workloads.mutate", "UPDATE", _trainjob([OUR_PATCH]), _trainjob([OUR_PATCH]), False),
+    ("workloads.mutate", "UPDATE", _trainjob([]), _trainjob([KUEUE_PATCH]), False),
+    ("workloads.mutate", "UPDATE", _trainjob(None), _trainjob(None), False),
+    ("workloads.validate", "UPDATE", _trainjob([]), _trainjob([OUR_PATCH]), False),
 ]
 
 
@@ -787,6 +892,22 @@ def test_skipped_requests_are_ones_the_engine_allows_unchanged():
     update = review("UPDATE", suspended, cron, "CronJob")
     assert engine.validate(update, Config()).allowed
     assert engine.mutate(update, Config()).patch in (None, [])
+    # update-changes-retry-policy-or-leaves-it-out: a JobSet UPDATE that keeps its spec
+    # (labels), or of a JobSet the policy was not applied to, and a TrainJob UPDATE that
+    # keeps its runtimePatches: the mutating webhook would change nothing.
+    jobset_group = GroupVersionKind("jobset.x-k8s.io", "v1alpha2", "JobSet")
+    trainer_group = GroupVersionKind("trainer.kubeflow.org", "v1alpha1", "TrainJob")
+    js = _jobset(APPLIED, [RUNTIME_RULE], False)
+    js["spec"]["replicatedJobs"][0]["template"] = {"spec": {"template": pod["spec"]}}
+    for new, old in (
+        (_labelled(copy.deepcopy(js), {"x": "1"}), js),
+        (_jobset(OURS, [RUNTIME_RULE], False), _jobset(OURS, [RUNTIME_RULE, OUR_RULE], True)),
+    ):
+        request = Request("u", jobset_group, "UPDATE", "team-a", "x", new, old)
+        assert engine.mutate(request, Config()).patch in (None, [])
+    kept = _trainjob([OUR_PATCH], OURS)
+    request = Request("u", trainer_group, "UPDATE", "team-a", "x", kept, copy.deepcopy(kept))
+    assert engine.mutate(request, Config()).patch in (None, [])
 
 
 # --- the Deployment ----------------------------------------------------------------
@@ -1125,10 +1246,19 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     docs = render(helm, {})
     full = f"{RELEASE}-retry-policy-webhook"
     role = one(docs, "ClusterRole", full)
-    assert role["rules"] == [
+    attempts = [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     ]
+    # The runtime cache (webhook/runtimes.py): list+watch, and GET on a miss.
+    runtimes = {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "resources": ["trainingruntimes", "clustertrainingruntimes"],
+        "verbs": ["get", "list", "watch"],
+    }
+    assert role["rules"] == [*attempts, runtimes]
+    no_trainjobs = render(helm, {"webhook": {"kinds": {"trainJobs": False}}})
+    assert one(no_trainjobs, "ClusterRole", full)["rules"] == attempts
     binding = one(docs, "ClusterRoleBinding", full)
     assert binding["subjects"] == [
         {

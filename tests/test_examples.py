@@ -20,6 +20,7 @@ from webhook import cli
 from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
 from webhook.intent import LAST_APPLIED
 from webhook.mutators.jobset import our_rule
+from webhook.mutators.trainjob import MANAGER, jobset_for
 
 EXAMPLES = ROOT / "examples"
 NAMES = ["job", "indexed-job", "cronjob", "jobset", "rayjob", "pytorchjob"]
@@ -53,7 +54,8 @@ def containers(pod_template_spec):
 
 
 def test_every_example_is_checked():
-    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted(NAMES)
+    # trainjob.yaml holds two documents (the runtime and the TrainJob): its own test below.
+    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted([*NAMES, "trainjob"])
 
 
 def test_job_example():
@@ -200,3 +202,54 @@ def test_a_denied_document_does_not_stop_the_others():
     assert "Error: RayJob/tune-xgboost denied: retry-policy: annotation" in err
     assert "cannot apply to a RayJob" in err
     assert [item["kind"] for item in json.loads(out)["items"]] == ["PyTorchJob"]
+
+
+def test_trainjob_example(tmp_path):
+    """The TrainJob gets the webhook's runtime patch with the Job example's annotations;
+    the runtime beside it passes through; the JobSet the trainer makes from both gets the
+    policy at its admission; explain shows that JobSet."""
+    path = str(EXAMPLES / "trainjob.yaml")
+    code, out, err = dry_run("-f", path, "-o", "json")
+    assert code == 0, err
+    runtime, trainjob = json.loads(out)["items"]
+    source = list(yaml.safe_load_all((EXAMPLES / "trainjob.yaml").read_text()))
+    assert runtime == source[0]
+    annotations = {k: v for k, v in trainjob["metadata"]["annotations"].items()}
+    (entry,) = trainjob["spec"]["runtimePatches"]
+    assert entry == {
+        "manager": MANAGER,
+        "trainingRuntimeSpec": {"template": {"metadata": {"annotations": annotations}}},
+    }
+    for obj in (runtime, trainjob):
+        validate_schema(obj)
+    prepared, _ = cli.prepare(source[1], None)
+    code, out, err = dry_run("-f", path, "-o", "patch")
+    assert code == 0, err
+    patches = {item["kind"]: item["patch"] for item in json.loads(out)}
+    assert patches["TrainingRuntime"] == []
+    patched = kubectl_patch(prepared, patches["TrainJob"], tmp_path)
+    patched["metadata"]["annotations"].pop(LAST_APPLIED)
+    assert patched == trainjob
+    # The JobSet the trainer makes from the two.
+    jobset = jobset_for({**trainjob, "metadata": {**trainjob["metadata"], "uid": "u"}}, runtime)
+    verdict, stored = mutate(jobset)
+    assert verdict.allowed, verdict.message
+    validate_schema(stored)
+    assert stored["spec"]["failurePolicy"] == {"maxRestarts": 3, "rules": [our_rule()]}
+    (rjob,) = stored["spec"]["replicatedJobs"]
+    assert rjob["template"]["spec"]["podFailurePolicy"]["rules"] == [
+        ignore_disruptions_rule(),
+        non_retriable_rule([137, 143], "FailJob", "node"),
+    ]
+    assert "the last 1 of 4 JobSet runs will run on non-spot nodes" in " ".join(verdict.warnings)
+    # explain: the TrainJob, then its JobSet, from the same file.
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["explain", "-f", path, "--simulate", "1"])
+    assert args.func(args, out, err) == 0, err.getvalue()
+    text = out.getvalue()
+    assert "TrainJob ml/llm-finetune\n" in text
+    assert "JobSet ml/llm-finetune (made by the trainer from TrainingRuntime ml/torch-spot)" in text
+    assert "maxRestarts is 3 (from your annotation retry-policy.dev/backoff-limit)" in text
+    assert "retryPolicyFailNonRetriable (FailJobSet): the JobSet fails at once" in text
+    assert "kubeflow/trainer#3779" in text
+    assert "TrainingRuntime" not in err.getvalue()  # the runtime is read, not explained

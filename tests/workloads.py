@@ -38,6 +38,15 @@ SCHEMAS = {
     ("jobset.x-k8s.io", "JobSet"): "jobsets.jobset.x-k8s.io.v1alpha2.yaml",
     ("ray.io", "RayJob"): "rayjobs.ray.io.v1.yaml",
     ("kubeflow.org", "PyTorchJob"): "pytorchjobs.kubeflow.org.v1.yaml",
+    ("trainer.kubeflow.org", "TrainJob"): "trainjobs.trainer.kubeflow.org.v1alpha1.yaml",
+    (
+        "trainer.kubeflow.org",
+        "TrainingRuntime",
+    ): "trainingruntimes.trainer.kubeflow.org.v1alpha1.yaml",
+    (
+        "trainer.kubeflow.org",
+        "ClusterTrainingRuntime",
+    ): "trainingruntimes.trainer.kubeflow.org.v1alpha1.yaml",
 }
 WORKER_NAME = {
     "name": "FLYTE_INTERNAL_WORKER_NAME",
@@ -245,3 +254,8 @@ def validate_schema(obj: dict[str, Any], version: str = "1.37") -> None:
     for embedded in _embedded(obj):
         embedded["metadata"] = {"name": "embedded"}
         kubernetes_validate.validate(embedded, version, strict=True)
+    template = (obj.get("spec") or {}).get("template")
+    if _group_kind(obj)[1].endswith("TrainingRuntime") and isinstance(template, dict):
+        # A runtime's template holds a JobSetSpec: checked with the JobSet CRD's schema.
+        jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {}}
+        validate_schema({**jobset, "spec": template.get("spec")}, version)

@@ -26,6 +26,7 @@ from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.metrics import Metrics
 from webhook.mutators import lookup
+from webhook.runtimes import NoRuntimes, RuntimeSource
 
 log = logging.getLogger("webhook.admission")
 _DECISIONS = logs.DecisionLog("webhook.admission")
@@ -51,6 +52,7 @@ class State:
 
     config: Config = field(default_factory=Config)
     attempts: AttemptSource = field(default_factory=NoCluster)
+    runtimes: RuntimeSource = field(default_factory=NoRuntimes)
     readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})
     metrics: Metrics | None = None
 
@@ -132,11 +134,13 @@ def create_app(state: State | None = None) -> Flask:
 
     @app.post("/mutate")
     def mutate() -> Response:
-        return handle("mutate", lambda r: engine.mutate(r, state.config, state.attempts))
+        return handle(
+            "mutate", lambda r: engine.mutate(r, state.config, state.attempts, state.runtimes)
+        )
 
     @app.post("/validate")
     def validate() -> Response:
-        return handle("validate", lambda r: engine.validate(r, state.config))
+        return handle("validate", lambda r: engine.validate(r, state.config, state.runtimes))
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -149,6 +153,7 @@ def create_app(state: State | None = None) -> Flask:
             "status": "ready" if ready else "not ready",
             "config": state.config.source,
             "attemptCache": state.attempts.stats(),
+            "runtimeCache": state.runtimes.stats(),
             "memo": engine.MEMO.stats(),
             "native": webhook.NATIVE is not None,  # the compiled hot modules are in use
             **details,

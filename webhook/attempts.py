@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import orjson
 
@@ -112,7 +112,9 @@ class _Informer:
         apply: Callable[[str, Mapping[str, Any]], None],
         kwargs: Mapping[str, Any],
         stop: threading.Event,
+        label: str = "attempt cache",
     ):
+        self.label = label
         self.name = name
         self.list_fn = list_fn
         self.reset = reset
@@ -132,7 +134,7 @@ class _Informer:
                 self._watch(version)
             except Exception as err:  # the loop must survive anything the API does
                 self.errors += 1
-                log.warning("attempt cache %s: %s; relisting in %.1fs", self.name, err, backoff)
+                log.warning("%s %s: %s; relisting in %.1fs", self.label, self.name, err, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 
@@ -187,7 +189,48 @@ class _Informer:
                 resp.release_conn()
 
 
-class JobCache:
+class Informers:
+    """The threads of a cache's informers (``_informers``, set by the subclass): started
+    once, stopped together; synced when every informer has listed once."""
+
+    _informers: list[_Informer]
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+        self._started_at = 0.0
+
+    @property
+    def started(self) -> bool:
+        return bool(self._threads)
+
+    def start(self) -> Self:
+        with self._start_lock:
+            if self._threads:
+                return self
+            self._started_at = time.monotonic()
+            for informer in self._informers:
+                thread = threading.Thread(
+                    target=informer.run, name=f"cache-{informer.name}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._informers)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self._informers)
+
+
+class JobCache(Informers):
     """Watch-backed counts of failed attempts per Job UID."""
 
     def __init__(
@@ -198,6 +241,7 @@ class JobCache:
         breaker_seconds: float = 10.0,
         watch_pods: bool = True,
     ):
+        super().__init__()
         self.batch_api = batch_api
         self.core_api = core_api
         self.lookup_timeout = lookup_timeout
@@ -210,7 +254,6 @@ class JobCache:
         self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
         self._pod_counts: dict[str, int] = {}
-        self._stop = threading.Event()
         self._open_until = 0.0
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
         self._informers = [
@@ -234,33 +277,11 @@ class JobCache:
                     self._stop,
                 )
             )
-        self._threads: list[threading.Thread] = []
         #: What the failed pods of Jobs went through (``webhook.history``), fed by the pod
         #: watch below.
         self.history = FailureHistory(
             core_api, JOB_UID_LABEL, self._counted, lookup_timeout, breaker_seconds
         )
-
-    # --- lifecycle ---------------------------------------------------------------
-    def start(self) -> JobCache:
-        for informer in self._informers:
-            thread = threading.Thread(
-                target=informer.run, name=f"cache-{informer.name}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def wait_synced(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._informers)
-
-    @property
-    def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self._informers)
 
     # --- store updates (called from informer threads) ---------------------------
     def _reset_jobs(self) -> None:

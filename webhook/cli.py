@@ -21,6 +21,7 @@ import yaml
 from webhook import certs, defaults, engine
 from webhook.config import ConfigError, load_config
 from webhook.intent import LAST_APPLIED
+from webhook.runtimes import GivenRuntimes, is_runtime
 
 EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
 EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it again
@@ -116,9 +117,10 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     results: list[dict[str, Any]] = []
     patches: list[dict[str, Any]] = []
     denied = 0
+    runtimes = GivenRuntimes(objects, args.namespace)
     for obj in objects:
         prepared, synthetic = prepare(obj, args.namespace)
-        verdict, result = engine.review_object(prepared, config, args.namespace)
+        verdict, result = engine.review_object(prepared, config, args.namespace, runtimes=runtimes)
         for warning in verdict.warnings:
             print(f"Warning: {warning}", file=stderr)
         if not verdict.allowed:
@@ -163,10 +165,13 @@ def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int
         return EXIT_INPUT
     items: list[explain.Explanation | explain.Denial] = []
     code = EXIT_OK
+    runtimes = GivenRuntimes(objects, args.namespace)
     for obj in objects:
+        if is_runtime(obj):
+            continue  # read by the TrainJobs that name it
         prepared, _ = prepare(obj, args.namespace)
         try:
-            result = explain.explain(prepared, config, args.namespace, events)
+            result = explain.explain(prepared, config, args.namespace, events, runtimes)
         except explain.ExplainError as err:
             print(f"Error: {_label(obj)}: {err}", file=stderr)
             code = EXIT_INPUT

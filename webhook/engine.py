@@ -38,11 +38,13 @@ from webhook.mutators import (
 from webhook.owned import ALL, copy_owned
 from webhook.policy import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
+from webhook.runtimes import NoRuntimes, RuntimeSource
 from webhook.view import view_of
 
 log = logging.getLogger(__name__)
 
 _NO_CLUSTER = NoCluster()
+_NO_RUNTIMES = NoRuntimes()
 
 #: Run every mutator that got a view (``webhook.view``) on the whole object too, and fail
 #: the request when the answers differ: the tests' check that the views hold all a
@@ -59,14 +61,19 @@ class ViewMismatch(AssertionError):
 EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>"
 
 
-def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUSTER) -> Verdict:
+def mutate(
+    request: Request,
+    config: Config,
+    attempts: AttemptSource = _NO_CLUSTER,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
+) -> Verdict:
     """Answer the mutating webhook: a patch and one warning per change, or a denial."""
-    found = _mutator_for(request, config, attempts)
+    found = _mutator_for(request, config, attempts, runtimes)
     if found is None:
-        return Verdict()
+        return _restore(request, config) if request.operation == "UPDATE" else Verdict()
     mutator, ctx, original = found
     subject = _subject(request, original, config)
-    key, remembered = _recall("mutate", request, ctx, subject)
+    key, remembered = _recall("mutate", request, ctx, subject, mutator)
     if remembered is not None:
         return remembered
     recording = RecordingAttempts(attempts)
@@ -82,11 +89,14 @@ def mutate(request: Request, config: Config, attempts: AttemptSource = _NO_CLUST
 
 
 def _mutate(
-    request: Request, config: Config, attempts: AttemptSource
+    request: Request,
+    config: Config,
+    attempts: AttemptSource,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
 ) -> tuple[Verdict, Outcome | None]:
     """``mutate`` without the memo, also returning the mutator's outcome (``None`` when
     no mutator ran): ``explain`` and the dry run read what the mutator reported."""
-    found = _mutator_for(request, config, attempts)
+    found = _mutator_for(request, config, attempts, runtimes)
     if found is None:
         return Verdict(), None
     mutator, ctx, original = found
@@ -94,15 +104,40 @@ def _mutate(
 
 
 def _mutator_for(
-    request: Request, config: Config, attempts: AttemptSource
+    request: Request,
+    config: Config,
+    attempts: AttemptSource,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
 ) -> tuple[Any, Context, dict[str, Any]] | None:
     """The mutator that must run on this request, its context and the object, if any does."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
-    ctx = Context(config, attempts, _namespace(request), request.operation)
+    ctx = Context(config, attempts, _namespace(request), request.operation, runtimes)
     return (mutator, ctx, original) if mutator.applies(original, ctx) else None
+
+
+def _restore(request: Request, config: Config) -> Verdict:
+    """On UPDATE of an object the policy was applied to at creation: put back what the
+    update left out of it, as the kind's mutator says (``restore``: a JobSet's immutable
+    failure policy, which its controller's server-side apply resets; a TrainJob's runtime
+    patch, which a ``kubectl apply`` replacing the list drops). Never a new policy and
+    never a denial: nothing the mutator cannot restore exactly is changed."""
+    mutator = lookup(request.kind.group, request.kind.kind)
+    restore = getattr(mutator, "restore", None)
+    obj, old = request.object, request.old_object
+    if restore is None or obj is None or old is None:
+        return Verdict()
+    restored = json_copy(obj)
+    ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
+    try:
+        notes = restore(restored, old, ctx)
+    except Exception:
+        log.exception("restore failed for %s %s", request.kind.kind, request.uid)
+        return Verdict(warnings=["retry-policy: internal error; the update was not changed"])
+    patch = diff(obj, restored)
+    return Verdict(patch=patch, warnings=list(notes))
 
 
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
@@ -199,11 +234,15 @@ MEMO = Memo()
 
 
 def _recall(
-    endpoint: str, request: Request, ctx: Context, subject: dict[str, Any]
+    endpoint: str, request: Request, ctx: Context, subject: dict[str, Any], mutator: Any
 ) -> tuple[tuple | None, Verdict | None]:
     """The memo key for this request (``None``: not rememberable) and the remembered
     verdict, when there is one that still holds. The key holds the object's view when
-    the mutator runs on one (its answer depends on nothing else), else the object."""
+    the mutator runs on one (its answer depends on nothing else), else the object; a
+    mutator whose answer depends on other objects (a TrainJob's on its runtime) is never
+    remembered (``remember = False``)."""
+    if not getattr(mutator, "remember", True):
+        return None, None
     obj = request.object or {}
     shape = view_key(subject) if subject is not obj else fingerprint(obj, request.kind.kind)
     if shape is None:
@@ -222,7 +261,7 @@ def _recall(
     return key, (remembered.fresh() if remembered is not None else None)
 
 
-def validate(request: Request, config: Config) -> Verdict:
+def validate(request: Request, config: Config, runtimes: RuntimeSource = _NO_RUNTIMES) -> Verdict:
     """Answer the validating webhook: deny every problem the mutation reports, and any
     annotation-requested change that is missing (the mutating webhook did not run, or a
     later webhook undid it), so a policy a user asked for is never silently lost."""
@@ -234,11 +273,11 @@ def validate(request: Request, config: Config) -> Verdict:
         if request.operation == "UPDATE":
             return _validate_update(request, obj, mutator)
         return Verdict()
-    ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
+    ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation, runtimes)
     if not mutator.applies(obj, ctx):
         return Verdict()
     subject = _subject(request, obj, config)
-    key, remembered = _recall("validate", request, ctx, subject)
+    key, remembered = _recall("validate", request, ctx, subject, mutator)
     if remembered is not None:
         return remembered
     verdict, complete = _validate(mutator, subject, ctx, request)
@@ -391,6 +430,7 @@ def review(
     config: Config,
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
 ) -> Review:
     """Mutate then validate one object as the API server would; for the CLI (dry-run, explain)."""
     from webhook.admission import GroupVersionKind
@@ -408,11 +448,11 @@ def review(
         old_object=None,
         dry_run=True,
     )
-    mutated_verdict, outcome = _mutate(request, config, attempts)
+    mutated_verdict, outcome = _mutate(request, config, attempts, runtimes)
     if not mutated_verdict.allowed:
         return Review(mutated_verdict, obj, outcome)
     result = jsonpatch.apply_patch(obj, mutated_verdict.patch) if mutated_verdict.patch else obj
-    second = validate(dataclasses.replace(request, object=result), config)
+    second = validate(dataclasses.replace(request, object=result), config, runtimes)
     if not second.allowed:
         second = dataclasses.replace(second, warnings=mutated_verdict.warnings)
         return Review(second, obj, outcome)
@@ -424,7 +464,8 @@ def review_object(
     config: Config,
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
 ) -> tuple[Verdict, dict[str, Any]]:
     """``review`` as a pair: the combined verdict and the resulting object."""
-    reviewed = review(obj, config, namespace, attempts)
+    reviewed = review(obj, config, namespace, attempts, runtimes)
     return reviewed.verdict, reviewed.result

@@ -53,6 +53,7 @@ from webhook.policy import (
     resolve,
 )
 from webhook.quantity import Quantity
+from webhook.runtimes import NoRuntimes, RuntimeSource
 
 WIDTH = 80
 MAX_EVENTS = 1000
@@ -473,20 +474,24 @@ def explain(
     config: Config,
     namespace: str | None = None,
     events: Sequence[Event] | None = None,
+    runtimes: RuntimeSource | None = None,
 ) -> list[Explanation] | Denial | None:
     """Review ``obj`` as admission would and explain the result.
 
     ``obj`` must be prepared as the API server would see it (defaults applied, intent
     recorded: ``cli.prepare``). Returns a ``Denial`` when the webhook would deny it,
     ``None`` for a kind explain does not cover, else one ``Explanation`` per part.
-    Raises ``ExplainError`` when an event names a container the workload does not have.
+    ``runtimes`` are the Kubeflow Trainer runtimes a TrainJob may name (given in the same
+    input). Raises ``ExplainError`` when an event names a container the workload does not
+    have.
     """
     group = str(obj.get("apiVersion") or "").rpartition("/")[0]
     kind = str(obj.get("kind") or "")
     for part in ("metadata", "spec"):
         if not isinstance(obj.get(part) or {}, dict):
             raise ExplainError(f"{kind or 'object'}: {part} must be a mapping of fields")
-    reviewed = engine.review(obj, config, namespace)
+    runtimes = runtimes if runtimes is not None else NoRuntimes()
+    reviewed = engine.review(obj, config, namespace, runtimes=runtimes)
     changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
     changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
     metadata = mapping(obj.get("metadata"))
@@ -504,9 +509,8 @@ def explain(
     if function is None:
         return None
     ns = namespace or metadata.get("namespace")
-    subject = Subject(
-        obj, reviewed.result, reviewed.outcome, Context(config, namespace=ns), changes
-    )
+    ctx = Context(config, namespace=ns, runtimes=runtimes)
+    subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
     explanations = function(subject)
     owner = controller_of(metadata)
     if owner is not None and explanations and config.affects_unannotated(ns):

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook import engine
 from webhook.engine import json_copy
 from webhook.explain import (
     WORKLOAD_KEYS,
@@ -70,7 +71,7 @@ from webhook.explain import (
     workload_keys,
 )
 from webhook.goregexp import Piece, Wild
-from webhook.mutators import items, mapping, pytorchjob, rayjob
+from webhook.mutators import items, mapping, pytorchjob, rayjob, trainjob, workload_policy
 from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
     ACTIONS as JOBSET_ACTIONS,
@@ -962,3 +963,60 @@ def _pytorch_notes(restart: Mapping[str, str], primary: str, policy: Policy) -> 
         "operator has no podFailurePolicy, and its pods carry no attempt number"
     )
     return notes
+
+
+# --- trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2) ------------------------
+
+#: The upstream trap every TrainJob plan must state (verified in Trainer v2.2.0 to v2.3.0:
+#: ``Reconcile`` clears the Failed condition before ``IsTrainJobFinished``).
+RECREATED_JOBSET = (
+    "Kubeflow Trainer up to v2.3.0 makes a new JobSet for a failed TrainJob whose JobSet "
+    "was deleted (by its runtime's ttlSecondsAfterFinished, or by hand): the new one "
+    "starts again at 0 restarts, so the budget starts over, and a TrainJob failed by "
+    "fail-non-retriable runs again (kubeflow/trainer#3779, #3737; fixed on master by "
+    "#3891, after v2.3.0): until a release has it, give the runtimes of such TrainJobs no "
+    "ttlSecondsAfterFinished"
+)
+
+
+@explainer(trainjob.GROUP, trainjob.KIND)
+def explain_trainjob(subject: Subject) -> list[Explanation]:
+    """The TrainJob's settings, then the JobSet the trainer makes from its runtime (when
+    the runtime is given) explained as any JobSet: its admission applies the policy."""
+    item = subject.header()
+    item.changes = [c for c in item.changes if not c.startswith("JobSet: ")]  # shown below
+    policy = subject.policy("spec")
+    if policy is None:  # nothing to carry (no annotations, no defaults)
+        policy = workload_policy(subject.final.get("metadata"), subject.ctx)[0]
+    item.settings = setting_lines(policy, WORKLOAD_KEYS, default=JOBSET_DEFAULT)
+    label, found = trainjob.find_runtime(subject.final, subject.ctx)
+    runtime = found.runtime
+    ttl = get_path(runtime, ("spec", "template", "spec", "ttlSecondsAfterFinished"))
+    trap = RECREATED_JOBSET + (
+        f" ({label} sets ttlSecondsAfterFinished: {ttl})" if ttl is not None else ""
+    )
+    if runtime is None:
+        item.budget = (
+            f"The trainer makes a JobSet from {label}, which carries these settings "
+            "(spec.runtimePatches) and gets the policy at its own admission; its budget, "
+            f"rules and placement depend on the runtime's template, not known here "
+            f"({found.reason})."
+        )
+        item.simulate_note = "--simulate needs the runtime: give it in the same input"
+        item.notes.append(trap)
+        return [item]
+    jobset = trainjob.jobset_for(subject.final, runtime)
+    namespace = subject.ctx.namespace
+    reviewed = engine.review(jobset, subject.ctx.config, namespace, runtimes=subject.ctx.runtimes)
+    changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
+    made = Subject(jobset, reviewed.result, reviewed.outcome, subject.ctx, changes)
+    parts = explain_jobset(made)
+    parts[0].part = f"made by the trainer from {label}"
+    item.budget = (
+        f"The trainer makes the JobSet below from {label}; these settings reach it in "
+        f"spec.runtimePatches ({trainjob.MANAGER}), and its admission applies the policy: "
+        "the budget, rules and placement are the JobSet's."
+    )
+    item.simulate_note = "--simulate walks failures of the JobSet's pods: see its replicated Jobs"
+    item.notes.append(trap)
+    return [item, *parts]

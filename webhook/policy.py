@@ -10,6 +10,7 @@ source of every setting, so warnings and ``explain`` can say *why* a value was c
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -97,6 +98,43 @@ def parse_on_non_retriable(text: str) -> str:
 
 def parse_any(text: str) -> str:
     return text
+
+
+#: Where carried defaults came from (``defaults`` annotation), in precedence order.
+CARRIED_SOURCES = ("namespace", "cluster")
+
+
+def parse_carried_defaults(text: str) -> dict[str, dict[str, Any]]:
+    """``{"namespace": {"backoff-limit": "2"}, "cluster": {...}}``: the admin defaults of a
+    workload whose controller makes the object carrying this annotation (a TrainJob's
+    JobSet), in annotation grammar, so the object is judged with the defaults its creator
+    was admitted with, and a default still counts as one (skipped, not denied, when it
+    cannot apply)."""
+    accepted = (
+        'accepted: a JSON object such as {"cluster": {"backoff-limit": "3"}} (namespace and '
+        "cluster, each mapping keys that admins may default to their annotation values)"
+    )
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise BadValue(accepted) from None
+    if not isinstance(data, dict) or not set(data) <= set(CARRIED_SOURCES):
+        raise BadValue(accepted)
+    carried: dict[str, dict[str, Any]] = {}
+    for source, values in data.items():
+        if not isinstance(values, dict):
+            raise BadValue(accepted)
+        parsed: dict[str, Any] = {}
+        for name, raw in values.items():
+            spec = KEYS.get(name)
+            if spec is None or not spec.settable_default or not isinstance(raw, str):
+                raise BadValue(f"{name!r} is not a default; {accepted}")
+            try:
+                parsed[name] = spec.parse(raw)
+            except BadValue as err:
+                raise BadValue(f"{name}: {_quote(raw)} is not valid; {err}") from None
+        carried[source] = parsed
+    return carried
 
 
 _FACTOR = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3})?")
@@ -220,8 +258,17 @@ KEYS: dict[str, KeySpec] = {
             "written by the webhook: what it applied",
             settable_default=False,
         ),
+        KeySpec(
+            "defaults",
+            parse_carried_defaults,
+            frozenset({Scope.WORKLOAD}),
+            "written by the webhook: the admin defaults a TrainJob was admitted with, "
+            "carried to the JobSet its controller makes",
+            settable_default=False,
+        ),
     )
 }
+
 
 #: Annotation written by the webhook to record what it applied; users do not set it.
 APPLIED = PREFIX + "applied"

@@ -69,6 +69,7 @@ from webhook.config import Config, load_config
 from webhook.history import HistoryKey, HistoryLookup
 from webhook.reload import ConfigReloader, files_stamp
 from webhook.rsgi import NeedsThread, WsgiOverRsgi
+from webhook.runtimes import RuntimeCache, RuntimeLookup
 
 log = logging.getLogger(__name__)
 
@@ -378,6 +379,27 @@ class LoopAttempts:
         return self.cache.stats()
 
 
+class LoopRuntimes:
+    """The runtime cache as the event loop's thread may use it (as ``LoopAttempts``): a
+    runtime the cache holds comes at once; one that needs the cache's first list or the
+    bounded GET raises ``NeedsThread`` there."""
+
+    def __init__(self, cache: RuntimeCache):
+        self.cache = cache
+        self.loop_thread: int | None = None
+
+    def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
+        if threading.get_ident() == self.loop_thread:
+            answer = self.cache.answer_at_once(kind, namespace, name)
+            if answer is None:
+                raise NeedsThread
+            return answer
+        return self.cache.runtime(kind, namespace, name)
+
+    def stats(self) -> dict[str, Any]:
+        return self.cache.stats()
+
+
 @dataclass
 class CertificateStatus:
     """What a worker knows of the certificate it serves, for readiness."""
@@ -428,6 +450,11 @@ class WorkerRuntime:
             self.state.attempts = self.loop_attempts
         else:
             self.state.attempts = NoCluster()
+        # Started by the first TrainJob it is asked about (webhook/runtimes.py).
+        self.loop_runtimes: LoopRuntimes | None = None
+        if clients is not None:
+            self.loop_runtimes = LoopRuntimes(RuntimeCache.of(clients, options.lookup_timeout))
+            self.state.runtimes = self.loop_runtimes
         recorder.certificate_served(certificate.not_after.timestamp())
         recorder.sample_cache(self.state.attempts.stats())  # no stale gauges before a tick
         self._thread: threading.Thread | None = None
@@ -543,6 +570,8 @@ def run_worker(
     loop = _new_loop()
     if runtime.loop_attempts is not None:
         runtime.loop_attempts.loop_thread = threading.get_ident()
+    if runtime.loop_runtimes is not None:
+        runtime.loop_runtimes.loop_thread = threading.get_ident()
     stop = WorkerSignal()
     stopped = asyncio.Event()
     stop.add_cb(lambda: loop.call_soon_threadsafe(stopped.set))

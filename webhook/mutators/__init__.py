@@ -89,7 +89,15 @@ def registered() -> list[tuple[str, str]]:
 
 def _load_builtin() -> None:
     # Imported for their ``register`` side effect; kept last to avoid import cycles.
-    from webhook.mutators import cronjob, job, jobset, pod, pytorchjob, rayjob  # noqa: F401
+    from webhook.mutators import (  # noqa: F401
+        cronjob,
+        job,
+        jobset,
+        pod,
+        pytorchjob,
+        rayjob,
+        trainjob,
+    )
 
 
 _load_builtin()

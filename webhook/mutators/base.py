@@ -19,6 +19,7 @@ from webhook.attempts import AttemptSource, NoCluster
 from webhook.config import Config
 from webhook.policy import (
     APPLIED,
+    CARRIED_SOURCES,
     KEYS,
     PREFIX,
     Layer,
@@ -31,14 +32,17 @@ from webhook.policy import (
     resolve,
 )
 from webhook.problems import Problem
+from webhook.runtimes import NoRuntimes, RuntimeSource
 
 
 @dataclass(init=False)
 class Context:
-    """What a mutator may consult besides the object: config and the attempt cache."""
+    """What a mutator may consult besides the object: config, the attempt cache and the
+    Kubeflow Trainer runtimes (a TrainJob's JobSet is made from one)."""
 
     config: Config
     attempts: AttemptSource
+    runtimes: RuntimeSource
     namespace: str | None = None
     operation: str = "CREATE"
 
@@ -48,11 +52,13 @@ class Context:
         attempts: AttemptSource | None = None,
         namespace: str | None = None,
         operation: str = "CREATE",
+        runtimes: RuntimeSource | None = None,
     ) -> None:
         self.config = config
         self.attempts = NoCluster() if attempts is None else attempts
         self.namespace = namespace
         self.operation = operation
+        self.runtimes = NoRuntimes() if runtimes is None else runtimes
 
 
 #: Dataclasses built on every policy run (this one, ``Context``, ``Outcome``,
@@ -159,7 +165,9 @@ def default_layers(metadata: Any, ctx: Context) -> list[Layer]:
     launcher Job, a Trainer TrainJob's JobSet). Such a controller chose that object's
     retry behaviour (KubeRay tries ``ray job submit`` three times), and a default written
     for what people submit would silently change it; the workload the person submitted
-    got the defaults at its own admission. Annotations on the object itself still count."""
+    got the defaults at its own admission (a TrainJob's JobSet takes those its TrainJob
+    was admitted with, carried by annotation: ``carried_layers``). Annotations on the
+    object itself still count."""
     return [] if controller_of(metadata) is not None else ctx.config.layers(ctx.namespace)
 
 
@@ -197,13 +205,34 @@ def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]
 
     def compute() -> tuple[Policy, list[Problem]]:
         values, problems = parse_annotations(annotations, Scope.WORKLOAD)
-        layers = [Layer(Source.ANNOTATION, values), *default_layers(metadata, ctx)]
-        return resolve(layers), problems
+        if controlled:
+            below = carried_layers(values, ctx.namespace)
+        else:
+            below = default_layers(metadata, ctx)
+        return resolve([Layer(Source.ANNOTATION, values), *below]), problems
 
     key = (
         ("workload", id(ctx.config), ctx.namespace, controlled, ours) if ours is not None else None
     )
     return _cached(key, ctx.config, compute)
+
+
+def carried_layers(values: dict[str, Any], namespace: str | None) -> list[Layer]:
+    """The admin defaults an object's creator was admitted with (``retry-policy.dev/
+    defaults``, written by the webhook: a TrainJob's, on the JobSet the trainer makes),
+    as layers like the config's own (``Config.layers``). Only a controller-made object
+    takes them, in place of the live config's, which do not apply to it
+    (``default_layers``)."""
+    carried = values.get("defaults")
+    if not isinstance(carried, dict):
+        return []
+    sources = {"namespace": Source.NAMESPACE, "cluster": Source.CLUSTER}
+    details = {"namespace": f"({namespace})", "cluster": ""}
+    return [
+        Layer(sources[name], carried[name], details[name])
+        for name in CARRIED_SOURCES
+        if carried.get(name)
+    ]
 
 
 def pod_policy(annotations: Any) -> tuple[Policy, list[Problem]]:

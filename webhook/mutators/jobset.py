@@ -58,7 +58,7 @@ from webhook import failureaware, intent
 from webhook import failurepolicy as fp
 from webhook.config import GuardRails
 from webhook.goregexp import Piece, Unsupported, Wild, compile_go
-from webhook.mutators import Context, Outcome, has_policy_annotations, register
+from webhook.mutators import Context, Outcome, has_policy_annotations, items, mapping, register
 from webhook.mutators.job import (
     JOBSET_GROUP,
     WRITTEN_SOURCES,
@@ -74,7 +74,8 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.policy import INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
+from webhook.owned import deep_copy
+from webhook.policy import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
@@ -141,21 +142,11 @@ class JobSetMutator(WorkloadMutator):
             )
             return policy
         _check_child_annotations(replicated, out)
-        policy = check_error_propagation(policy, self.kind, out)
+        policy = check_unsupported(policy, out)
         in_place = in_place_restart(jobset)
         for name, why in NOT_IN_PLACE.items():
             if in_place and policy.value(name):
                 policy = not_applicable(policy, name, "JobSet", why, out)
-        if policy.fail_non_retriable and policy.on_non_retriable == "fail-index":
-            policy = not_applicable(
-                policy,
-                "on-non-retriable",
-                "JobSet",
-                "fail-index would fail only the index, but its Job then fails as a whole "
-                "(reason FailedIndexes, shared with retriable failures) and the JobSet "
-                "restarts it; use fail-job",
-                out,
-            )
         rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
         if policy.fail_non_retriable:
             messages = failjob_messages(jobset, replicated, policy, ctx)
@@ -187,6 +178,90 @@ class JobSetMutator(WorkloadMutator):
         _say_once(out)
         out.policies["spec"] = policy
         return policy
+
+    def restore(self, jobset: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]:
+        """On UPDATE: what the webhook wrote at creation into the immutable failure policy
+        (``failurePolicy``, and each replicated Job's budget, rules and restartPolicy),
+        when the update left it out. The trainer server-side applies a TrainJob's JobSet
+        again (on resume from suspension); what a mutating webhook adds on CREATE belongs
+        to no field manager (managedFields are computed before admission), so it stays,
+        except inside a list the applier owns whole: ``failurePolicy.rules`` and a
+        ``podFailurePolicy``'s rules (atomic lists) come back as the runtime has them,
+        and JobSet refuses any change there ("Value is immutable").
+
+        The policy is applied again, to the update, as at creation (same annotations);
+        the result is kept only when those fields then equal the old object's: never a
+        new value, and never a denial."""
+        if APPLIED not in mapping(mapping(old.get("metadata")).get("annotations")):
+            return []
+        if _ours(jobset) != _ours(old) or _frozen(jobset) == _frozen(old):
+            return []  # a changed policy applies to new objects only; or nothing was reset
+        candidate = deep_copy(jobset)
+        outcome = self.mutate(candidate, ctx)
+        changed = ", ".join(_frozen_paths(jobset, old)) or "spec"
+        if outcome.problems or _frozen(candidate) != _frozen(old):
+            return [
+                f"retry-policy: this update changes {changed} (immutable); the policy the "
+                "JobSet was created with does not restore it, nothing was changed"
+            ]
+        jobset.clear()
+        jobset.update(candidate)
+        return [
+            f"retry-policy: restored {changed} as the JobSet was created (immutable; this "
+            "update left out what the webhook had added)"
+        ]
+
+
+#: In each replicated Job, the fields the policy writes that JobSet keeps immutable.
+FROZEN_JOB_FIELDS = (
+    "backoffLimit",
+    "backoffLimitPerIndex",
+    "podFailurePolicy",
+    "podReplacementPolicy",
+)
+
+
+def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
+    annotations = mapping(mapping(obj.get("metadata")).get("annotations"))
+    return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)}
+
+
+def _frozen(jobset: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy's part of what JobSet keeps immutable (``failurePolicy`` by CEL, the
+    replicated Jobs by its webhook's ``ValidateUpdate``), by field path."""
+    fields: dict[str, Any] = {"spec.failurePolicy": get_path(jobset, ("spec", "failurePolicy"))}
+    for index, rjob in enumerate(items(get_path(jobset, ("spec", "replicatedJobs")))):
+        name = mapping(rjob).get("name", index)
+        spec = mapping(get_path(rjob, ("template", "spec")))
+        where = f"spec.replicatedJobs[{name}].template.spec"
+        for field in FROZEN_JOB_FIELDS:
+            fields[f"{where}.{field}"] = spec.get(field)
+        restart = get_path(spec, ("template", "spec", "restartPolicy"))
+        fields[f"{where}.template.spec.restartPolicy"] = restart
+    return fields
+
+
+def _frozen_paths(jobset: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
+    new, before = _frozen(jobset), _frozen(old)
+    paths = [*new, *(path for path in before if path not in new)]
+    return [path for path in paths if new.get(path) != before.get(path)]
+
+
+def check_unsupported(policy: Policy, out: Outcome) -> Policy:
+    """What no JobSet can honour, whatever its spec (also checked on a TrainJob whose
+    runtime is not known: its JobSet could not either)."""
+    policy = check_error_propagation(policy, "JobSet", out)
+    if policy.fail_non_retriable and policy.on_non_retriable == "fail-index":
+        policy = not_applicable(
+            policy,
+            "on-non-retriable",
+            "JobSet",
+            "fail-index would fail only the index, but its Job then fails as a whole "
+            "(reason FailedIndexes, shared with retriable failures) and the JobSet "
+            "restarts it; use fail-job",
+            out,
+        )
+    return policy
 
 
 def _say_once(out: Outcome) -> None:
@@ -228,7 +303,7 @@ def _without_rails(ctx: Context) -> Context:
         ns: dataclasses.replace(o, guard_rails={}) for ns, o in ctx.config.namespaces.items()
     }
     config = dataclasses.replace(ctx.config, guard_rails=GuardRails(), namespaces=namespaces)
-    return Context(config, ctx.attempts, ctx.namespace, ctx.operation)
+    return Context(config, ctx.attempts, ctx.namespace, ctx.operation, ctx.runtimes)
 
 
 def _apply_replicated_job(

@@ -115,8 +115,10 @@ matchExpressions:
 {{/*
 Rules for the workload webhook: every enabled kind except pods. Only the main resource
 is listed, so status and other subresources never reach the webhook.
-Arguments: (dict "ctx" $ "operations" (list ...) ["cronOperations" (list ...)]): a CronJob
-is a template for Jobs created later, so its UPDATEs can need mutating too.
+Arguments: (dict "ctx" $ "operations" (list ...) ["updateOperations" (list ...)]): the
+operations of the kinds whose UPDATEs the mutating webhook needs too: a CronJob is a
+template for Jobs created later; a JobSet's or a TrainJob's re-apply (server-side apply by
+the trainer, kubectl apply) can leave out what the webhook added at creation.
 */}}
 {{- define "rpw.workloadRules" -}}
 {{- $kinds := .ctx.Values.webhook.kinds -}}
@@ -125,16 +127,19 @@ is a template for Jobs created later, so its UPDATEs can need mutating too.
 {{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" (list "jobs")) -}}
 {{- end -}}
 {{- if $kinds.cronJobs -}}
-{{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" (list "cronjobs") "operations" (.cronOperations | default .operations)) -}}
+{{- $rules = append $rules (dict "apiGroups" (list "batch") "apiVersions" (list "v1") "resources" (list "cronjobs") "operations" (.updateOperations | default .operations)) -}}
 {{- end -}}
 {{- if $kinds.jobSets -}}
-{{- $rules = append $rules (dict "apiGroups" (list "jobset.x-k8s.io") "apiVersions" (list "v1alpha2") "resources" (list "jobsets")) -}}
+{{- $rules = append $rules (dict "apiGroups" (list "jobset.x-k8s.io") "apiVersions" (list "v1alpha2") "resources" (list "jobsets") "operations" (.updateOperations | default .operations)) -}}
 {{- end -}}
 {{- if $kinds.rayJobs -}}
 {{- $rules = append $rules (dict "apiGroups" (list "ray.io") "apiVersions" (list "v1") "resources" (list "rayjobs")) -}}
 {{- end -}}
 {{- if $kinds.pyTorchJobs -}}
 {{- $rules = append $rules (dict "apiGroups" (list "kubeflow.org") "apiVersions" (list "v1") "resources" (list "pytorchjobs")) -}}
+{{- end -}}
+{{- if $kinds.trainJobs -}}
+{{- $rules = append $rules (dict "apiGroups" (list "trainer.kubeflow.org") "apiVersions" (list "v1alpha1") "resources" (list "trainjobs") "operations" (.updateOperations | default .operations)) -}}
 {{- end -}}
 {{- range $rules }}
 - apiGroups: {{ toJson .apiGroups }}
@@ -147,7 +152,7 @@ is a template for Jobs created later, so its UPDATEs can need mutating too.
 
 {{- define "rpw.hasWorkloads" -}}
 {{- $k := .Values.webhook.kinds -}}
-{{- if or $k.jobs $k.cronJobs $k.jobSets $k.rayJobs $k.pyTorchJobs -}}true{{- end -}}
+{{- if or $k.jobs $k.cronJobs $k.jobSets $k.rayJobs $k.pyTorchJobs $k.trainJobs -}}true{{- end -}}
 {{- end -}}
 
 {{/*
@@ -186,6 +191,17 @@ have no such fields (a false && stops CEL before a missing field is read).
 */}}
 {{- define "rpw.cel.updateChangesPolicyOrJobTemplate" -}}
 {{ include "rpw.cel.updateChangesPolicy" . }} || (request.kind.kind == 'CronJob' && has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || object.spec.jobTemplate != oldObject.spec.jobTemplate)) || ({{ include "rpw.cel.hasPolicyAnnotation" . }} && ((request.kind.kind in ['Job', 'RayJob'] && (has(object.spec.backoffLimit) ? object.spec.backoffLimit : -1) != (has(oldObject.spec.backoffLimit) ? oldObject.spec.backoffLimit : -1)) || (request.kind.kind == 'PyTorchJob' && ((has(object.spec.runPolicy) && has(object.spec.runPolicy.backoffLimit)) ? object.spec.runPolicy.backoffLimit : -1) != ((has(oldObject.spec.runPolicy) && has(oldObject.spec.runPolicy.backoffLimit)) ? oldObject.spec.runPolicy.backoffLimit : -1))))
+{{- end -}}
+
+{{/*
+The mutating webhook also gets the UPDATEs that can leave out what it added at creation,
+to put it back (engine._restore): of a JobSet it applied the policy to
+(retry-policy.dev/applied) whose spec changes (the trainer's server-side apply resets the
+lists it owns whole, failurePolicy.rules among them), and of a TrainJob whose
+runtimePatches lose or change the webhook's entry (a kubectl apply replaces the list).
+*/}}
+{{- define "rpw.cel.mutateUpdate" -}}
+{{ include "rpw.cel.updateChangesPolicyOrJobTemplate" . }} || (request.kind.kind == 'JobSet' && has(oldObject.metadata.annotations) && 'retry-policy.dev/applied' in oldObject.metadata.annotations && has(object.spec) && has(oldObject.spec) && object.spec != oldObject.spec) || (request.kind.kind == 'TrainJob' && has(oldObject.spec) && has(oldObject.spec.runtimePatches) && oldObject.spec.runtimePatches.exists(p, has(p.manager) && p.manager == 'retry-policy.dev/webhook') && (!has(object.spec) || !has(object.spec.runtimePatches) || object.spec.runtimePatches != oldObject.spec.runtimePatches))
 {{- end -}}
 
 {{/*

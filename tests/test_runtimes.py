@@ -1,0 +1,186 @@
+"""The runtime cache (webhook/runtimes.py) with the real ``kubernetes`` client against an
+HTTP Kubernetes API (tests/fakeapi.py): lists and watches of (Cluster)TrainingRuntimes,
+one GET on a miss, failing open when the API cannot answer."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from conftest import FULL
+from fakeapi import TRAINER, FakeAPI
+from kubernetes import client
+from test_trainjob import mutate, runtime, trainjob
+
+from webhook.runtimes import RuntimeCache
+
+
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
+
+
+def cache_for(api: FakeAPI, **kwargs) -> RuntimeCache:
+    api_client = client.ApiClient(client.Configuration(host=api.url))
+    return RuntimeCache(client.CustomObjectsApi(api_client), **kwargs)
+
+
+def gets(api: FakeAPI) -> list[str]:
+    """GETs of one runtime (the cache's fallback), not its lists and watches."""
+    return [path for path, _ in api.requests if path.count("/") > 4 and "runtimes/" in path]
+
+
+def stored(rt: dict) -> dict:
+    """A runtime as the API server stores it (metadata.uid set)."""
+    rt["metadata"].setdefault("uid", str(uuid.uuid4()))
+    return rt
+
+
+def test_starts_with_the_first_lookup_then_answers_from_its_watch(api):
+    cluster = stored(runtime())
+    spot = stored(runtime(kind="TrainingRuntime", name="torch-spot"))
+    api.put("clustertrainingruntimes", cluster)
+    api.put("trainingruntimes", spot)
+    cache = cache_for(api, lookup_timeout=5)
+    try:
+        assert not cache.started and api.requests == []  # nothing listed until asked
+        found = cache.runtime("ClusterTrainingRuntime", "ml", "torch-distributed")
+        assert found.runtime is not None
+        assert found.runtime["spec"]["template"] == cluster["spec"]["template"]
+        assert "mlPolicy" not in found.runtime["spec"]  # only what the policy reads is kept
+        assert cache.runtime("TrainingRuntime", "ml", "torch-spot").runtime is not None
+        assert cache.runtime("TrainingRuntime", "other", "torch-spot").missing
+        # A runtime created later arrives through the watch: no GET.
+        late = stored(runtime(name="late"))
+        api.put("clustertrainingruntimes", late)
+        deadline = time.monotonic() + 10
+        while cache.stats()["runtimes"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        before = len(gets(api))
+        assert cache.runtime("ClusterTrainingRuntime", None, "late").runtime is not None
+        assert len(gets(api)) == before
+        api.delete("clustertrainingruntimes", late["metadata"]["uid"])
+        deadline = time.monotonic() + 10
+        while cache.stats()["runtimes"] > 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert cache.runtime("ClusterTrainingRuntime", None, "late").missing
+        stats = cache.stats()
+        assert stats["synced"] and stats["started"] and stats["hits"] >= 3
+    finally:
+        cache.stop()
+
+
+def test_a_runtime_the_watch_has_not_delivered_is_read_once(api):
+    """Created a moment before the TrainJob (a file with both, applied at once): the
+    cache misses and GETs it."""
+    cache = cache_for(api, lookup_timeout=5)
+    try:
+        assert cache.runtime("ClusterTrainingRuntime", None, "nothing").missing
+        rt = stored(runtime())
+        with api.lock:  # stored, but no watch event yet
+            api.objects["clustertrainingruntimes"][rt["metadata"]["uid"]] = rt
+        found = cache.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert found.runtime is not None
+        assert f"{TRAINER}/clustertrainingruntimes/torch-distributed" in gets(api)
+        assert cache.stats()["misses"] == 2
+    finally:
+        cache.stop()
+
+
+def test_an_api_that_cannot_answer_fails_open_fast(api):
+    api.fail_lists = 1000
+    api.get_status = 500
+    cache = cache_for(api, lookup_timeout=0.2, breaker_seconds=30)
+    try:
+        started = time.monotonic()
+        first = cache.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert first.runtime is None and not first.missing
+        assert "unreadable: HTTP 500" in first.reason
+        second = cache.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert "Kubernetes API unavailable" in second.reason
+        assert time.monotonic() - started < 2  # a first wait, then the breaker: no timeouts
+        assert len(gets(api)) == 1
+        stats = cache.stats()
+        assert not stats["synced"] and stats["breaker_skips"] == 1
+        assert stats["lastErrors"]
+    finally:
+        cache.stop()
+
+
+def test_a_trainjob_is_judged_against_the_runtime_in_the_cluster(api):
+    """The TrainJob's admission reads its runtime through the cache."""
+    api.put("clustertrainingruntimes", stored(runtime(failure_policy={"maxRestarts": 5})))
+    cache = cache_for(api, lookup_timeout=5)
+    try:
+        verdict, _ = mutate(trainjob(FULL), cache)
+        assert not verdict.allowed
+        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in verdict.message
+    finally:
+        cache.stop()
+
+
+def test_the_event_loop_never_waits_for_the_api(api):
+    """On the server's event loop (``LoopRuntimes``, as ``LoopAttempts``), a runtime the
+    cache holds comes at once; one that needs the first list or a GET is handed to a
+    thread (``NeedsThread``), where the cache answers it."""
+    import threading
+
+    from webhook.rsgi import NeedsThread
+    from webhook.server import LoopRuntimes
+
+    api.put("clustertrainingruntimes", stored(runtime()))
+    loop = LoopRuntimes(cache_for(api, lookup_timeout=5))
+    loop.loop_thread = threading.get_ident()
+    try:
+        with pytest.raises(NeedsThread):  # not listed yet: it would wait
+            loop.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert loop.cache.started
+        assert loop.cache.wait_synced(10)
+        found = loop.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert found.runtime is not None
+        with pytest.raises(NeedsThread):  # a miss needs the GET
+            loop.runtime("ClusterTrainingRuntime", None, "other")
+        answers = []
+        worker = threading.Thread(
+            target=lambda: answers.append(loop.runtime("ClusterTrainingRuntime", None, "other"))
+        )
+        worker.start()
+        worker.join(10)
+        assert answers and answers[0].missing
+    finally:
+        loop.cache.stop()
+
+
+def test_through_the_real_server(tmp_path, api):
+    """``retry-webhook serve`` as deployed, its API access the test's HTTP Kubernetes API:
+    a TrainJob that contradicts its runtime is denied by /validate and by /mutate, one
+    that fits gets the runtime patch; the runtime cache started with the first one."""
+    from conftest import apply, decode_patch, review
+    from fakeapi import write_kubeconfig
+    from serverproc import start, stop
+
+    api.put("clustertrainingruntimes", stored(runtime(failure_policy={"maxRestarts": 5})))
+    api.put("clustertrainingruntimes", stored(runtime(name="plain")))
+    write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    server = start(
+        tmp_path / "certs", "--kube", "kubeconfig", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}
+    )
+    try:
+        assert server.request("GET", "/readyz")[0] == 200  # not held back by runtimes
+        denied = server.review("/validate", review(trainjob(FULL)))["response"]
+        assert denied["allowed"] is False
+        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in denied["status"]["message"]
+        fits = trainjob(FULL, ref={"name": "plain"})
+        response = server.review("/mutate", review(fits))["response"]
+        assert response["allowed"] is True
+        out = apply(fits, decode_patch({"response": response}))
+        assert out["spec"]["runtimePatches"][0]["manager"] == "retry-policy.dev/webhook"
+        assert server.review("/validate", review(out))["response"]["allowed"] is True
+        stats = json.loads(server.request("GET", "/readyz")[2])["runtimeCache"]
+        assert stats["started"] and stats["synced"] and stats["runtimes"] == 2
+    finally:
+        stop(server)

@@ -1,0 +1,975 @@
+"""Kubeflow Trainer v2 TrainJob: the policy reaches the JobSet the trainer makes, is
+judged at the TrainJob's admission against its runtime, and survives the trainer's
+re-apply of that JobSet.
+
+Upstream behaviour these tests pin (kubeflow/trainer v2.2.0, JobSet v0.11.1):
+
+- ``newRuntimeInfo`` (pkg/runtime/core/trainingruntime.go): the JobSet's annotations are
+  the runtime template's, then each ``spec.runtimePatches[]`` entry's
+  ``trainingRuntimeSpec.template.metadata.annotations`` in order; a patch's replicated Job
+  template is merged with ``strategicpatch.StrategicMergePatch`` (``mergeRuntimePatches``).
+- ``JobSet.Build`` (pkg/runtime/framework/plugins/jobset/jobset.go): the JobSet is named
+  after the TrainJob, owned by it (controller), applied with server-side apply by field
+  manager ``trainer`` with force (``reconcileObjects`` in pkg/controller/
+  trainjob_controller.go), again whenever the TrainJob or its JobSet is suspended.
+- ``checkRuntimePatchesImmutability``: runtimePatches may change only while suspended.
+- JobSet's ``jobSetWebhook.Default`` (CREATE only) and ``ValidateUpdate`` (replicatedJobs
+  immutable but for pod template labels, annotations, nodeSelector, tolerations and
+  schedulingGates while suspended); ``failurePolicy`` immutable by CEL.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from typing import Any
+
+import pytest
+import ssa
+from conftest import FULL, P, apply, review
+from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
+
+from webhook import admission, engine
+from webhook.config import Config, parse_config
+from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.intent import LAST_APPLIED
+from webhook.mutators.jobset import our_rule
+from webhook.mutators.trainjob import LIST_KEYS, MANAGER, jobset_for
+from webhook.runtimes import GivenRuntimes, NoRuntimes
+
+TRAINER = "trainer.kubeflow.org/v1alpha1"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+ANCESTOR = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+#: The rule a runtime's JobSet template may have, and a child Job rule of the runtime's.
+RUNTIME_RULE = {
+    "name": "failOnDeadline",
+    "action": "FailJobSet",
+    "onJobFailureReasons": ["DeadlineExceeded"],
+}
+TEMPFAIL_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [75]}}
+
+
+def runtime(
+    *,
+    kind: str = "ClusterTrainingRuntime",
+    name: str = "torch-distributed",
+    failure_policy: dict[str, Any] | None = None,
+    job_spec: dict[str, Any] | None = None,
+    pod_spec: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A (Cluster)TrainingRuntime whose template has one replicated Job ``node`` (the
+    shape of Trainer's own torch-distributed runtime), with the given extras."""
+    pod = {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}], **(pod_spec or {})}
+    template_spec: dict[str, Any] = {
+        "replicatedJobs": [
+            {
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": dict(ANCESTOR)},
+                    "spec": {**(job_spec or {}), "template": {"spec": pod}},
+                },
+            }
+        ],
+        **spec,
+    }
+    if failure_policy is not None:
+        template_spec["failurePolicy"] = failure_policy
+    template: dict[str, Any] = {"spec": template_spec}
+    if annotations:
+        template["metadata"] = {"annotations": dict(annotations)}
+    meta: dict[str, Any] = {"name": name, "uid": str(uuid.uuid4())}
+    if kind == "TrainingRuntime":
+        meta["namespace"] = "ml"
+    return {
+        "apiVersion": TRAINER,
+        "kind": kind,
+        "metadata": meta,
+        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": template},
+    }
+
+
+def trainjob(
+    annotations: dict[str, str] | None = None,
+    *,
+    ref: dict[str, str] | None = None,
+    patches: list[dict[str, Any]] | None = None,
+    applied: bool = True,
+    suspend: bool | None = None,
+) -> dict[str, Any]:
+    """A TrainJob as admission sees it on ``kubectl apply``: the CRD's defaults
+    (runtimeRef kind and apiGroup, suspend, managedBy) applied, a last-applied record."""
+    manifest: dict[str, Any] = {
+        "apiVersion": TRAINER,
+        "kind": "TrainJob",
+        "metadata": {"name": "llm-finetune", "namespace": "ml"},
+        "spec": {
+            "runtimeRef": ref or {"name": "torch-distributed"},
+            "trainer": {"numNodes": 4, "image": "ghcr.io/example/finetune:2.0.1"},
+        },
+    }
+    if annotations:
+        manifest["metadata"]["annotations"] = dict(annotations)
+    if patches is not None:
+        manifest["spec"]["runtimePatches"] = copy.deepcopy(patches)
+    if suspend is not None:
+        manifest["spec"]["suspend"] = suspend
+    obj = copy.deepcopy(manifest)
+    if applied:
+        obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
+    obj["metadata"]["uid"] = str(uuid.uuid4())
+    obj["metadata"]["creationTimestamp"] = "2026-11-25T00:00:00Z"
+    crd_defaults(crd_schema(obj), obj)
+    return obj
+
+
+def request(obj, operation="CREATE", old=None):
+    return admission.decode(json.dumps(review(obj, operation=operation, old=old)))
+
+
+def mutate(obj, runtimes=None, config=None, operation="CREATE", old=None):
+    verdict = engine.mutate(
+        request(obj, operation, old), config or Config(), runtimes=runtimes or NoRuntimes()
+    )
+    return verdict, apply(obj, verdict.patch)
+
+
+def validate(obj, runtimes=None, config=None, operation="CREATE", old=None):
+    return engine.validate(
+        request(obj, operation, old), config or Config(), runtimes or NoRuntimes()
+    )
+
+
+def ours(obj: dict[str, Any]) -> dict[str, Any]:
+    (entry,) = [p for p in obj["spec"]["runtimePatches"] if p["manager"] == MANAGER]
+    return entry
+
+
+def carried(obj: dict[str, Any]) -> dict[str, str]:
+    return ours(obj)["trainingRuntimeSpec"]["template"]["metadata"]["annotations"]
+
+
+# --- the TrainJob's own admission --------------------------------------------------------
+
+
+def test_the_job_examples_annotations_reach_the_runtime_patch(tmp_path):
+    """Annotated like examples/job.yaml: the mutating webhook adds one runtime patch of its
+    own carrying exactly the retry-policy annotations; applied with Go's json-patch, the
+    TrainJob matches Trainer's CRD schema; a second run changes nothing; validation
+    accepts it."""
+    runtimes = GivenRuntimes([runtime()])
+    obj = trainjob(FULL)
+    verdict, out = mutate(obj, runtimes)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["runtimePatches"] == [
+        {
+            "manager": MANAGER,
+            "trainingRuntimeSpec": {"template": {"metadata": {"annotations": FULL}}},
+        }
+    ]
+    assert kubectl_patch(obj, verdict.patch, tmp_path) == out
+    validate_schema(out)
+    again, twice = mutate(out, runtimes)
+    assert again.allowed and again.patch == [] and twice == out
+    assert validate(out, runtimes).allowed
+    # What the JobSet will get is said on apply.
+    assert any(
+        "retry-policy: JobSet: spec.failurePolicy.maxRestarts -> 3" in w for w in verdict.warnings
+    )
+
+
+def test_patches_of_others_are_kept_and_ours_goes_last():
+    """``newRuntimeInfo`` applies patches in list order (a later one wins a key): the
+    webhook appends its own after the user's and Kueue's, leaving theirs untouched."""
+    theirs = [
+        {
+            "manager": "example.com/team",
+            "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"team": "a"}}}},
+        },
+        {"manager": "kueue.x-k8s.io/manager", "time": "2026-11-25T00:00:01Z"},
+    ]
+    _, out = mutate(trainjob(FULL, patches=theirs), GivenRuntimes([runtime()]))
+    assert out["spec"]["runtimePatches"][:2] == theirs
+    assert out["spec"]["runtimePatches"][2]["manager"] == MANAGER
+
+
+def test_runtime_patches_has_room_for_sixteen_only():
+    full = [{"manager": f"example.com/p{i}"} for i in range(16)]
+    verdict, _ = mutate(trainjob(FULL, patches=full), GivenRuntimes([runtime()]))
+    assert not verdict.allowed
+    assert (
+        "spec.runtimePatches: has 16 entries, the most Kubeflow Trainer allows" in verdict.message
+    )
+    verdict, out = mutate(trainjob(FULL, patches=full[:15]), GivenRuntimes([runtime()]))
+    assert verdict.allowed and len(out["spec"]["runtimePatches"]) == 16
+
+
+def test_trainer_v2_2_has_no_spec_annotations():
+    """v2.0 and v2.1 had ``spec.annotations`` for the derivative JobSet; v2.2 removed it
+    (the CRD schema, strict as ``fieldValidation=Strict``, refuses it)."""
+    obj = trainjob(FULL)
+    obj["spec"]["annotations"] = dict(FULL)
+    with pytest.raises(AssertionError, match="annotations"):
+        validate_schema(obj)
+
+
+@pytest.mark.parametrize(
+    "runtimes", [GivenRuntimes([runtime()]), NoRuntimes()], ids=["runtime", "none"]
+)
+def test_a_bad_value_is_denied_on_apply(runtimes):
+    """Denied at the TrainJob's admission, runtime known or not (not later, on the
+    trainer's JobSet create, where only an Event would say it)."""
+    obj = trainjob({**FULL, P + "backoff-limit": "three"})
+    verdict = validate(obj, runtimes)
+    assert not verdict.allowed
+    assert "annotation retry-policy.dev/backoff-limit" in verdict.message
+    assert "'three' is not valid; accepted: a whole number" in verdict.message
+    assert not mutate(obj, runtimes)[0].allowed
+
+
+def test_what_no_jobset_can_honour_is_denied_without_the_runtime():
+    """error-propagation (PyTorchJob only) and fail-index: the JobSet could not either."""
+    obj = trainjob(
+        {**FULL, P + "error-propagation": "earliest", P + "on-non-retriable": "fail-index"}
+    )
+    verdict = validate(obj)
+    assert not verdict.allowed
+    assert "retry-policy.dev/error-propagation: cannot apply to a JobSet" in verdict.message
+    assert "retry-policy.dev/on-non-retriable: cannot apply to a JobSet" in verdict.message
+
+
+def test_without_the_runtime_the_patch_is_added_and_the_check_deferred():
+    verdict, out = mutate(trainjob(FULL))
+    assert verdict.allowed
+    assert carried(out) == FULL
+    assert any(
+        "ClusterTrainingRuntime torch-distributed not read (no connection to a cluster)" in w
+        for w in verdict.warnings
+    )
+
+
+@pytest.mark.parametrize(
+    ("rt", "where", "message"),
+    [
+        (
+            runtime(failure_policy={"maxRestarts": 5}),
+            "annotation retry-policy.dev/backoff-limit",
+            "3 contradicts spec.failurePolicy.maxRestarts: 5",
+        ),
+        (
+            runtime(pod_spec={"restartPolicy": "OnFailure"}),
+            "annotation retry-policy.dev/fail-non-retriable",
+            "restartPolicy: Never (it is 'OnFailure')",
+        ),
+        (
+            runtime(
+                failure_policy={
+                    "rules": [
+                        {
+                            "name": "again",
+                            "action": "RestartJobSet",
+                            "onJobFailureReasons": ["PodFailurePolicy"],
+                        }
+                    ]
+                }
+            ),
+            "annotation retry-policy.dev/fail-non-retriable",
+            "your spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by their "
+            "podFailurePolicy first",
+        ),
+        (
+            runtime(failure_policy={"restartStrategy": "InPlaceRestart"}),
+            "annotation retry-policy.dev/ignore-disruptions",
+            "cannot apply to a JobSet",
+        ),
+    ],
+    ids=["maxRestarts", "OnFailure", "restarting-rule", "in-place"],
+)
+def test_the_runtimes_template_is_judged_at_the_trainjobs_admission(rt, where, message):
+    """What the JobSet's admission would deny is denied on the TrainJob's apply, naming
+    the runtime: the JobSet mutator runs on the JobSet the trainer will make from it."""
+    verdict = validate(trainjob(FULL), GivenRuntimes([rt]))
+    assert not verdict.allowed
+    assert f"{where}: " in verdict.message and message in verdict.message
+    assert "(the JobSet made from ClusterTrainingRuntime torch-distributed)" in verdict.message
+    # The same JobSet, made by the trainer, would be denied at its own admission.
+    _, mutated = mutate(trainjob(FULL))
+    denied, _ = mutate(jobset_for(mutated, rt))
+    assert not denied.allowed and message in denied.message
+
+
+def test_a_namespaced_runtime_is_found_in_the_trainjobs_namespace():
+    rt = runtime(kind="TrainingRuntime", name="torch-spot", failure_policy={"maxRestarts": 5})
+    ref = {"name": "torch-spot", "kind": "TrainingRuntime"}
+    verdict, _ = mutate(trainjob(FULL, ref=ref), GivenRuntimes([rt]))
+    assert not verdict.allowed and "TrainingRuntime ml/torch-spot" in verdict.message
+    other = copy.deepcopy(rt)
+    other["metadata"]["namespace"] = "other"
+    verdict, _ = mutate(trainjob(FULL, ref=ref), GivenRuntimes([other]))
+    assert verdict.allowed
+    assert any("TrainingRuntime ml/torch-spot not read" in w for w in verdict.warnings)
+
+
+def test_the_validating_webhook_denies_a_trainjob_the_mutating_one_missed():
+    """Mutating webhook not installed or not reached: the policy would be silently lost."""
+    verdict = validate(trainjob(FULL), GivenRuntimes([runtime()]))
+    assert not verdict.allowed
+    assert "the policy you annotated was not applied (spec.runtimePatches: added" in verdict.message
+    _, out = mutate(trainjob(FULL), GivenRuntimes([runtime()]))
+    assert validate(out, GivenRuntimes([runtime()])).allowed
+
+
+def test_unannotated_trainjobs_are_left_alone():
+    obj = trainjob()
+    assert mutate(obj, GivenRuntimes([runtime()]))[0].patch in (None, [])
+    assert validate(obj, GivenRuntimes([runtime()])).allowed
+
+
+# --- the JobSet the trainer makes ----------------------------------------------------------
+
+
+def test_the_jobset_carries_runtime_then_patch_annotations_in_order():
+    """``newRuntimeInfo``: the runtime template's annotations, then each patch's; a later
+    one wins a key. The webhook's patch comes last, so its annotations win."""
+    rt = runtime(annotations={P + "backoff-limit": "9", "example.com/a": "1"})
+    patches = [
+        {
+            "manager": "example.com/x",
+            "trainingRuntimeSpec": {
+                "template": {"metadata": {"annotations": {"example.com/a": "2"}}}
+            },
+        }
+    ]
+    _, out = mutate(trainjob(FULL, patches=patches), GivenRuntimes([rt]))
+    jobset = jobset_for(out, rt)
+    assert jobset["metadata"]["annotations"] == {**FULL, "example.com/a": "2"}
+    owner = jobset["metadata"]["ownerReferences"]
+    assert owner == [
+        {
+            "apiVersion": TRAINER,
+            "kind": "TrainJob",
+            "name": "llm-finetune",
+            "uid": out["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def test_a_patchs_pod_template_is_merged_strategically():
+    """``mergeRuntimePatches``: ``StrategicMergePatch`` on the JobTemplateSpec: containers
+    merged by name, nodeSelector key by key, tolerations (no merge key) replaced."""
+    rt = runtime(
+        pod_spec={"nodeSelector": {"a": "1"}, "tolerations": [{"key": "x", "operator": "Exists"}]}
+    )
+    patch = {
+        "manager": "kueue.x-k8s.io/manager",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "nodeSelector": {"b": "2"},
+                                            "tolerations": [{"key": "y", "operator": "Exists"}],
+                                            "containers": [
+                                                {
+                                                    "name": "node",
+                                                    "env": [{"name": "E", "value": "1"}],
+                                                }
+                                            ],
+                                        }
+                                    }
+                                }
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    jobset = jobset_for(trainjob(patches=[patch]), rt)
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"a": "1", "b": "2"}
+    assert pod["tolerations"] == [{"key": "y", "operator": "Exists"}]
+    assert pod["containers"] == [
+        {"name": "node", "image": "pytorch/pytorch:2.10.0", "env": [{"name": "E", "value": "1"}]}
+    ]
+
+
+def test_a_non_spot_pin_in_a_patch_is_judged_with_the_jobset():
+    """A runtime patch that pins the pods to spot nodes contradicts non-spot-attempts."""
+    spot = {"nodeSelector": {"karpenter.sh/capacity-type": "spot"}}
+    patch = {
+        "manager": "example.com/spot",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": "node", "template": {"spec": {"template": {"spec": spot}}}}
+                    ]
+                }
+            }
+        },
+    }
+    verdict = validate(trainjob(FULL, patches=[patch]), GivenRuntimes([runtime()]))
+    assert not verdict.allowed
+    assert (
+        "retry-policy.dev/non-spot-attempts" in verdict.message
+        and "requires spot nodes" in verdict.message
+    )
+
+
+# --- admin defaults: resolved at the TrainJob's admission, carried to the JobSet ----------
+
+DEFAULTS = parse_config(
+    """
+defaults:
+  fail-non-retriable: true
+  retriable-exit-codes: [143, 137]
+namespaces:
+  ml:
+    defaults:
+      backoff-limit: 2
+"""
+)
+
+
+def test_defaults_travel_in_the_runtime_patch_and_count_as_defaults():
+    """A controller-made JobSet takes no defaults of its own admission (``default_layers``);
+    the TrainJob's are carried in ``retry-policy.dev/defaults`` and resolved there with
+    their sources (explain says "cluster default", not "annotation")."""
+    obj = trainjob({P + "ignore-disruptions": "true"})
+    verdict, out = mutate(obj, GivenRuntimes([runtime()]), DEFAULTS)
+    assert verdict.allowed, verdict.message
+    assert carried(out) == {
+        P + "ignore-disruptions": "true",
+        P + "defaults": '{"namespace":{"backoff-limit":"2"},"cluster":{"fail-non-retriable":'
+        '"true","retriable-exit-codes":"137,143"}}',
+    }
+    # At the JobSet's admission, with no config of its own (or another one since).
+    jobset = jobset_for(out, runtime())
+    reviewed = engine.review(jobset, Config(), "ml")
+    assert reviewed.verdict.allowed, reviewed.verdict.message
+    policy = reviewed.outcome.policies["spec"]
+    assert policy.setting("backoff-limit").source.value == "namespace default"
+    assert policy.setting("backoff-limit").detail == "(ml)"
+    assert policy.setting("fail-non-retriable").source.value == "cluster default"
+    assert policy.setting("ignore-disruptions").source.value == "annotation"
+    spec = reviewed.result["spec"]
+    assert spec["failurePolicy"] == {"maxRestarts": 2, "rules": [our_rule()]}
+    rules = spec["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"]
+    assert rules == [ignore_disruptions_rule(), non_retriable_rule([137, 143], "FailJob", "node")]
+
+
+def test_a_carried_default_that_cannot_apply_is_skipped_not_denied():
+    """The runtime's pods restart in place (OnFailure): the default fail-non-retriable is
+    skipped with a warning, on the TrainJob and on the JobSet; annotated, it is denied."""
+    rt = runtime(pod_spec={"restartPolicy": "OnFailure"})
+    verdict, out = mutate(trainjob({P + "backoff-limit": "3"}), GivenRuntimes([rt]), DEFAULTS)
+    assert verdict.allowed, verdict.message
+    assert any("fail-non-retriable (cluster default) skipped" in w for w in verdict.warnings)
+    jobset_verdict, stored = mutate(jobset_for(out, rt), config=Config())
+    assert jobset_verdict.allowed
+    assert "podFailurePolicy" not in stored["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert any("skipped" in w for w in jobset_verdict.warnings)
+    annotated = trainjob({P + "fail-non-retriable": "true"})
+    assert not mutate(annotated, GivenRuntimes([rt]), DEFAULTS)[0].allowed
+
+
+def test_guard_rails_reach_the_jobset_of_an_unannotated_trainjob():
+    """With guard rails (and no defaults) every TrainJob is sent: its JobSet is judged
+    against them, so a runtime's maxRestarts above the limit is denied on apply."""
+    rails = parse_config("guardRails: {maxBackoffLimit: 3}\n")
+    rt = runtime(failure_policy={"maxRestarts": 10})
+    verdict, _ = mutate(trainjob(), GivenRuntimes([rt]), rails)
+    assert not verdict.allowed
+    assert "10 is above this cluster's limit; accepted: 0 to 3" in verdict.message
+    verdict, out = mutate(trainjob(), GivenRuntimes([runtime()]), rails)
+    assert verdict.allowed and carried(out) == {P + "defaults": "{}"}
+
+
+def test_a_controller_made_jobset_ignores_the_live_config():
+    """Without carried defaults, a JobSet owned by a TrainJob gets no cluster default."""
+    _, out = mutate(trainjob({P + "backoff-limit": "3"}), GivenRuntimes([runtime()]))
+    reviewed = engine.review(jobset_for(out, runtime()), DEFAULTS, "ml")
+    policy = reviewed.outcome.policies["spec"]
+    assert policy.setting("fail-non-retriable").source.value == "built-in default"
+    assert reviewed.result["spec"]["failurePolicy"] == {"maxRestarts": 3}
+
+
+# --- the trainer's re-apply of the JobSet ---------------------------------------------------
+
+#: A runtime that owns lists the webhook adds to: JobSet rules and a child Job's
+#: podFailurePolicy rules (its pods need restartPolicy Never for those).
+RULES_RUNTIME = runtime(
+    name="torch-rules",
+    failure_policy={"rules": [RUNTIME_RULE]},
+    job_spec={"podFailurePolicy": {"rules": [TEMPFAIL_RULE]}},
+    pod_spec={"restartPolicy": "Never"},
+)
+KUEUE_SELECTOR = {"cloud.google.com/gke-nodepool": "a100-spot"}
+
+
+def trainer_jobset(tj: dict[str, Any], rt: dict[str, Any], *, node_selector=None) -> dict:
+    """The apply configuration ``JobSet.Build`` sends for ``tj`` (written out for the two
+    runtimes here): the runtime's template with the TrainJob's image and node count
+    (``Trainer``: parallelism and completions = numNodes), the patches' annotations and
+    pod template patches (Kueue's nodeSelector on admission), the TrainJob's suspend, a
+    controller reference; no status, no defaults."""
+    template = copy.deepcopy(rt["spec"]["template"]["spec"])
+    (rjob,) = template["replicatedJobs"]
+    job_spec = rjob["template"]["spec"]
+    job_spec["parallelism"] = job_spec["completions"] = 4
+    pod = job_spec["template"]["spec"]
+    pod["containers"][0]["image"] = "ghcr.io/example/finetune:2.0.1"
+    if node_selector:
+        pod["nodeSelector"] = dict(node_selector)
+    annotations: dict[str, str] = {}
+    for patch in tj["spec"].get("runtimePatches") or []:
+        meta = patch.get("trainingRuntimeSpec", {}).get("template", {}).get("metadata", {})
+        annotations.update(meta.get("annotations") or {})
+    owner = {
+        "apiVersion": TRAINER,
+        "kind": "TrainJob",
+        "name": tj["metadata"]["name"],
+        "uid": tj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": JOBSET,
+        "kind": "JobSet",
+        "metadata": {
+            "name": tj["metadata"]["name"],
+            "namespace": "ml",
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": {**template, "suspend": tj["spec"]["suspend"]},
+    }
+
+
+def jobset_defaults(obj: dict[str, Any]) -> None:
+    """JobSet's own mutating webhook, on CREATE only (``jobSetWebhook.Default``, v0.11.1)."""
+    spec = obj["spec"]
+    spec.setdefault("successPolicy", {"operator": "All"})
+    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
+    for rjob in spec["replicatedJobs"]:
+        job_spec = rjob["template"]["spec"]
+        job_spec.setdefault("completionMode", "Indexed")
+        if not job_spec["template"]["spec"].get("restartPolicy"):
+            job_spec["template"]["spec"]["restartPolicy"] = "OnFailure"
+    network = spec.setdefault("network", {})
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    for index, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
+        rule.setdefault("name", f"failurePolicyRule{index}")
+
+
+MUTABLE_WHILE_SUSPENDED = ("annotations", "labels")
+MUTABLE_POD_FIELDS = ("nodeSelector", "tolerations", "schedulingGates")
+
+
+def jobset_update_errors(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """What JobSet refuses in an UPDATE: ``self == oldSelf`` (CEL) on failurePolicy,
+    successPolicy, startupPolicy and network; ``ValidateUpdate`` on replicatedJobs, but
+    for the pod templates' labels, annotations, nodeSelector, tolerations and
+    schedulingGates when the old or the new JobSet is suspended (Kueue)."""
+    errors = [
+        f"spec.{field}: Value is immutable"
+        for field in ("failurePolicy", "successPolicy", "startupPolicy", "network")
+        if new["spec"].get(field) != old["spec"].get(field)
+    ]
+    munged = copy.deepcopy(new["spec"]["replicatedJobs"])
+    if old["spec"].get("suspend") or new["spec"].get("suspend"):
+        for rjob, before in zip(munged, old["spec"]["replicatedJobs"], strict=False):
+            template, previous = (
+                rjob["template"]["spec"]["template"],
+                before["template"]["spec"]["template"],
+            )
+            for parent, fields in (
+                (("metadata",), MUTABLE_WHILE_SUSPENDED),
+                (("spec",), MUTABLE_POD_FIELDS),
+            ):
+                target, source = template.setdefault(parent[0], {}), previous.get(parent[0]) or {}
+                for field in fields:
+                    target.pop(field, None)
+                    if field in source:
+                        target[field] = copy.deepcopy(source[field])
+            if not template["metadata"]:
+                template.pop("metadata")
+    if munged != old["spec"]["replicatedJobs"]:
+        errors.append("spec.replicatedJobs: field is immutable")
+    return errors
+
+
+def admitted_trainjob(rt: dict[str, Any], config: Config | None = None) -> dict[str, Any]:
+    """The TrainJob as stored: created suspended (Kueue holds it), mutated and validated."""
+    obj = trainjob(FULL, suspend=True, ref={"name": rt["metadata"]["name"]})
+    verdict, out = mutate(obj, GivenRuntimes([rt]), config)
+    assert verdict.allowed, verdict.message
+    assert validate(out, GivenRuntimes([rt]), config).allowed
+    return out
+
+
+def admit(obj, operation="CREATE", old=None) -> tuple[Any, dict[str, Any]]:
+    """This mutating webhook, then the CRD's defaults again: the API server defaults a
+    custom resource after each mutating webhook whose patch is not empty (and when it
+    reads one from etcd), so a ``failurePolicy`` the webhook adds gets its
+    ``restartStrategy: Recreate`` before it is stored."""
+    verdict, out = mutate(obj, operation=operation, old=old)
+    if verdict.patch:
+        crd_defaults(crd_schema(out), out)
+    return verdict, out
+
+
+def create_jobset(tj, rt, order: str) -> tuple[dict[str, Any], dict[str, set]]:
+    """The trainer's first apply: the API server computes managedFields from the applied
+    configuration (manager ``trainer``), then runs mutating admission (JobSet's webhook
+    and this one, in either order; ours is reinvoked, IfNeeded), then stores it."""
+    config = trainer_jobset(tj, rt)
+    managed = {"trainer": ssa.field_set(config)}
+    obj = ssa.with_managed_fields(config, managed, JOBSET)
+    obj["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-11-25T00:00:01Z")
+    crd_defaults(crd_schema(obj), obj)
+    if order == "jobset-first":
+        jobset_defaults(obj)
+    verdict, obj = admit(obj)
+    assert verdict.allowed, verdict.message
+    if order == "ours-first":
+        jobset_defaults(obj)
+        again, obj = admit(obj)  # reinvoked: JobSet's webhook changed the object
+        assert again.allowed and again.patch == []
+    assert validate(obj).allowed
+    validate_schema(obj)
+    return obj, managed
+
+
+def reapply(stored, managed, config) -> tuple[dict[str, Any], dict[str, set]]:
+    """What the API server hands admission on the trainer's next apply: the stored
+    JobSet with the configuration applied (``ssa.apply``), then defaulted."""
+    merged, owners = ssa.apply(stored, managed, config, "trainer")
+    merged = ssa.with_managed_fields(merged, owners, JOBSET)
+    crd_defaults(crd_schema(merged), merged)
+    return merged, owners
+
+
+def update_admission(obj, old) -> tuple[Any, dict[str, Any]]:
+    """The UPDATE through the mutating webhook, then the validating webhooks: ours and
+    JobSet's (which must not refuse it)."""
+    verdict, final = admit(obj, operation="UPDATE", old=old)
+    assert verdict.allowed, verdict.message
+    assert validate(final, operation="UPDATE", old=old).allowed
+    return verdict, final
+
+
+@pytest.mark.parametrize("order", ["jobset-first", "ours-first"])
+def test_the_jobset_gets_the_policy_at_its_creation(order):
+    tj = admitted_trainjob(RULES_RUNTIME)
+    stored, _ = create_jobset(tj, RULES_RUNTIME, order)
+    spec = stored["spec"]
+    assert spec["failurePolicy"] == {
+        "restartStrategy": "Recreate",
+        "maxRestarts": 3,
+        "rules": [RUNTIME_RULE, our_rule()],
+    }
+    job_spec = spec["replicatedJobs"][0]["template"]["spec"]
+    assert job_spec["backoffLimit"] == 0
+    assert job_spec["podFailurePolicy"]["rules"] == [
+        TEMPFAIL_RULE,
+        ignore_disruptions_rule(),
+        non_retriable_rule([137, 143], "FailJob", "node"),
+    ]
+    assert job_spec["template"]["metadata"]["annotations"] == {
+        P + "backoff-limit": "3",
+        P + "non-spot-attempts": "1",
+    }
+    # What the webhook added belongs to no field manager: the trainer's Apply entry owns
+    # the rule lists (atomic) but not maxRestarts, the child budget or the annotations.
+    fields = stored["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]
+    assert fields["f:failurePolicy"] == {"f:rules": {}}
+    node = fields["f:replicatedJobs"]['k:{"name":"node"}']["f:template"]["f:spec"]
+    assert "f:backoffLimit" not in node and node["f:podFailurePolicy"] == {"f:rules": {}}
+
+
+@pytest.mark.parametrize("order", ["jobset-first", "ours-first"])
+def test_a_reapply_that_resets_the_rules_is_restored_exactly(order):
+    """Kueue admits the suspended TrainJob: the trainer applies the JobSet again, with
+    suspend false and Kueue's nodeSelector. The lists it owns whole come back as the
+    runtime has them, without the webhook's rules; JobSet would refuse that (immutable).
+    The mutating webhook puts them back exactly, and again on every later re-apply."""
+    tj = admitted_trainjob(RULES_RUNTIME)
+    stored, managed = create_jobset(tj, RULES_RUNTIME, order)
+    resumed = copy.deepcopy(tj)
+    resumed["spec"]["suspend"] = False
+    config = trainer_jobset(resumed, RULES_RUNTIME, node_selector=KUEUE_SELECTOR)
+    update, owners = reapply(stored, managed, config)
+    # The UPDATE as sent: the webhook's rules are gone from both lists ...
+    assert update["spec"]["failurePolicy"]["rules"] == [RUNTIME_RULE]
+    child = update["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert child["podFailurePolicy"]["rules"] == [TEMPFAIL_RULE]
+    # ... what belongs to no manager is still there ...
+    assert update["spec"]["failurePolicy"]["maxRestarts"] == 3 and child["backoffLimit"] == 0
+    # ... and JobSet would refuse the update as it stands.
+    assert jobset_update_errors(update, stored)
+    verdict, final = update_admission(update, stored)
+    assert verdict.patch
+    assert any("restored spec.failurePolicy" in w for w in verdict.warnings)
+    assert jobset_update_errors(final, stored) == []
+    assert final["spec"]["failurePolicy"] == stored["spec"]["failurePolicy"]
+    assert final["spec"]["suspend"] is False
+    pod = final["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == KUEUE_SELECTOR
+    validate_schema(final)
+    # The next re-apply (a reconcile of the same TrainJob) changes nothing.
+    again, _ = reapply(final, owners, config)
+    verdict, final_again = update_admission(again, final)
+    assert final_again == final
+
+
+def test_a_reapply_that_keeps_the_policy_is_left_alone():
+    """A runtime without rules of its own: the trainer owns no list the webhook added to,
+    so its re-apply keeps everything and the webhook changes nothing."""
+    rt = runtime()
+    tj = admitted_trainjob(rt)
+    stored, managed = create_jobset(tj, rt, "jobset-first")
+    resumed = copy.deepcopy(tj)
+    resumed["spec"]["suspend"] = False
+    update, _ = reapply(stored, managed, trainer_jobset(resumed, rt, node_selector=KUEUE_SELECTOR))
+    assert update["spec"]["failurePolicy"] == stored["spec"]["failurePolicy"]
+    verdict, final = update_admission(update, stored)
+    assert verdict.patch == [] and not verdict.warnings
+    assert jobset_update_errors(final, stored) == []
+
+
+def test_a_restore_never_writes_a_value_creation_did_not():
+    """A guard rail lowered since the JobSet's creation: applying the policy again would
+    be denied, so the update is left as it came (JobSet then refuses it, as it would
+    without this webhook), with a warning; never a denial of ours."""
+    tj = admitted_trainjob(RULES_RUNTIME)
+    stored, managed = create_jobset(tj, RULES_RUNTIME, "jobset-first")
+    resumed = copy.deepcopy(tj)
+    resumed["spec"]["suspend"] = False
+    update, _ = reapply(stored, managed, trainer_jobset(resumed, RULES_RUNTIME))
+    rails = parse_config("guardRails: {maxBackoffLimit: 2}\n")
+    verdict, final = mutate(update, config=rails, operation="UPDATE", old=stored)
+    assert verdict.allowed and verdict.patch == []
+    assert any("nothing was changed" in w for w in verdict.warnings)
+    assert final == update
+
+
+def test_a_changed_policy_is_not_restored():
+    """Annotations changed by the update: what they ask applies to new objects only, and
+    a restore of the old policy would hide the change; validation says so."""
+    tj = admitted_trainjob(RULES_RUNTIME)
+    stored, managed = create_jobset(tj, RULES_RUNTIME, "jobset-first")
+    changed = copy.deepcopy(tj)
+    carried(changed)[P + "backoff-limit"] = "5"
+    update, _ = reapply(stored, managed, trainer_jobset(changed, RULES_RUNTIME))
+    verdict, _ = mutate(update, operation="UPDATE", old=stored)
+    assert verdict.patch == []
+    warned = validate(update, operation="UPDATE", old=stored)
+    assert warned.allowed
+    assert any("apply to objects created from now on" in w for w in warned.warnings)
+
+
+def test_jobset_for_builds_what_the_trainer_applies():
+    """``jobset_for`` (the TrainJob's admission judges it) against the configuration
+    ``JobSet.Build`` applies, in all the policy reads; the trainer's managedFields say
+    the same fields were written."""
+    for rt in (runtime(), RULES_RUNTIME):
+        tj = admitted_trainjob(rt)
+        built, applied = jobset_for(tj, rt), trainer_jobset(tj, rt)
+        fields = built["metadata"].pop("managedFields")[0]["fieldsV1"]
+        for part in ("name", "namespace", "annotations", "ownerReferences"):
+            assert built["metadata"][part] == applied["metadata"][part]
+        assert built["spec"][
+            "failurePolicy" if "failurePolicy" in applied["spec"] else "suspend"
+        ] == applied["spec"].get("failurePolicy", applied["spec"]["suspend"])
+        for got, want in zip(
+            built["spec"]["replicatedJobs"], applied["spec"]["replicatedJobs"], strict=True
+        ):
+            for field in ("backoffLimit", "podFailurePolicy", "podReplacementPolicy"):
+                assert got["template"]["spec"].get(field) == want["template"]["spec"].get(field)
+            assert got["template"]["spec"]["template"]["spec"].get("restartPolicy") == want[
+                "template"
+            ]["spec"]["template"]["spec"].get("restartPolicy")
+        expected = ssa.fields_v1(ssa.field_set(applied))
+        assert set(fields["f:spec"]) <= set(expected["f:spec"])
+        assert fields["f:metadata"]["f:annotations"] == expected["f:metadata"]["f:annotations"]
+
+
+# --- the TrainJob's own updates ---------------------------------------------------------
+
+
+def trainer_defaults(obj: dict[str, Any], old: dict[str, Any] | None, now: str) -> None:
+    """Trainer's TrainJob webhook (``TrainJobDefaulter.Default``): a patch without ``time``
+    gets one; on UPDATE an entry equal to the old one but for ``time`` keeps the old time."""
+    previous = {p["manager"]: p for p in (old or {}).get("spec", {}).get("runtimePatches") or []}
+    for patch in obj["spec"].get("runtimePatches") or []:
+        before = previous.get(patch["manager"])
+        strip = lambda p: {k: v for k, v in p.items() if k != "time"}  # noqa: E731
+        if before is not None and strip(before) == strip(patch):
+            patch["time"] = before["time"]
+        elif before is not None or "time" not in patch:
+            patch["time"] = now
+
+
+def merge_diff(before: Any, after: Any) -> Any:
+    """RFC 7386 merge patch from ``before`` to ``after`` (lists whole, deletions null)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return copy.deepcopy(after)
+    patch = {k: None for k in before if k not in after}
+    for key, value in after.items():
+        if key not in before:
+            patch[key] = copy.deepcopy(value)
+        elif before[key] != value:
+            patch[key] = merge_diff(before[key], value)
+    return patch
+
+
+def _only(patch: Any, nulls: bool) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    out = {}
+    for key, value in patch.items():
+        if value is None:
+            if nulls:
+                out[key] = None
+        elif isinstance(value, dict):
+            kept = _only(value, nulls)
+            if kept:
+                out[key] = kept
+        elif not nulls:
+            out[key] = value
+    return out
+
+
+def merge_apply(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_apply(out.get(key), value)
+    return out
+
+
+def kubectl_apply(current: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """``kubectl apply`` (client side) of ``manifest`` over ``current``, for a custom
+    resource: ``jsonmergepatch.CreateThreeWayJSONMergePatch(original, modified, current)``
+    (deletions from last-applied to the manifest, additions and changes from the live
+    object to the manifest), applied as a JSON merge patch: a list is replaced whole."""
+    original = json.loads(current["metadata"]["annotations"][LAST_APPLIED])
+    modified = copy.deepcopy(manifest)
+    modified.setdefault("metadata", {}).setdefault("annotations", {})[LAST_APPLIED] = json.dumps(
+        manifest
+    )
+    deletions = _only(merge_diff(original, modified), nulls=True)
+    changes = _only(merge_diff(current, modified), nulls=False)
+    return merge_apply(current, merge_apply(deletions, changes))
+
+
+def test_a_kubectl_reapply_of_a_trainjob_keeps_the_webhooks_patch():
+    """The user's manifest has runtime patches of its own: ``kubectl apply`` of the same
+    manifest again replaces the whole list, dropping the webhook's entry (and Trainer's
+    ``time``s). Trainer refuses a changed runtimePatches while the TrainJob runs; the
+    webhook puts its entry back as it was, at its place, so the update goes through."""
+    team = {
+        "manager": "example.com/team",
+        "trainingRuntimeSpec": {"template": {"metadata": {"labels": {"team": "a"}}}},
+    }
+    tj = trainjob(FULL, patches=[team], suspend=False)
+    manifest = json.loads(tj["metadata"]["annotations"][LAST_APPLIED])
+    _, stored = mutate(tj, GivenRuntimes([runtime()]))
+    trainer_defaults(stored, None, "2026-11-25T00:00:00Z")
+    assert [p["manager"] for p in stored["spec"]["runtimePatches"]] == ["example.com/team", MANAGER]
+    update = kubectl_apply(stored, manifest)
+    assert update["spec"]["runtimePatches"] == [team]  # the API server's merge, as sent
+    trainer_defaults(update, stored, "2026-11-25T01:00:00Z")
+    verdict, final = mutate(update, GivenRuntimes([runtime()]), operation="UPDATE", old=stored)
+    assert verdict.allowed and verdict.patch
+    assert any("kept retry-policy.dev/webhook as it was" in w for w in verdict.warnings)
+    # ``checkRuntimePatchesImmutability``: not suspended, so the list must be unchanged.
+    assert final["spec"]["runtimePatches"] == stored["spec"]["runtimePatches"]
+    assert validate(final, GivenRuntimes([runtime()]), operation="UPDATE", old=stored).allowed
+    validate_schema(final)
+    # The same update once the entry is back (reinvocation): nothing more to do.
+    again, twice = mutate(final, GivenRuntimes([runtime()]), operation="UPDATE", old=stored)
+    assert again.patch == [] and twice == final
+
+
+def test_a_server_side_reapply_of_a_trainjob_keeps_the_patch():
+    """``kubectl apply --server-side``: runtimePatches is a map list keyed by manager, and
+    the webhook's entry belongs to no manager: the user's apply leaves it alone."""
+    tj = trainjob(FULL, applied=False, suspend=False)
+    manifest = {k: copy.deepcopy(tj[k]) for k in ("apiVersion", "kind")}
+    manifest["metadata"] = {
+        "name": tj["metadata"]["name"],
+        "namespace": "ml",
+        "annotations": dict(FULL),
+    }
+    manifest["spec"] = {"runtimeRef": {"name": "torch-distributed"}}
+    managed = {"kubectl": ssa.field_set(manifest)}
+    _, stored = mutate(tj, GivenRuntimes([runtime()]))
+    update, _ = ssa.apply(stored, managed, manifest, "kubectl")
+    assert update["spec"]["runtimePatches"] == stored["spec"]["runtimePatches"]
+    verdict, _ = mutate(update, GivenRuntimes([runtime()]), operation="UPDATE", old=stored)
+    assert verdict.patch == []
+
+
+def _lists(schema: Any, name: str = ""):
+    """(field name, list schema) of every list in a CRD schema."""
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "array":
+        yield name, schema
+        yield from _lists(schema.get("items"), "")
+    for key, sub in (schema.get("properties") or {}).items():
+        yield from _lists(sub, key)
+
+
+def test_list_keys_are_the_crds():
+    """The map lists ``jobset_for`` and the server-side apply model key by item: every
+    ``x-kubernetes-list-type: map`` list of the vendored CRDs is one, with its keys, and
+    none of them is atomic there."""
+    seen = set()
+    for kind in ("JobSet", "TrainJob", "TrainingRuntime"):
+        group = "trainer.kubeflow.org" if kind != "JobSet" else "jobset.x-k8s.io"
+        schema = crd_schema({"apiVersion": f"{group}/v1", "kind": kind})
+        for name, sub in _lists(schema):
+            if sub.get("x-kubernetes-list-type") == "map":
+                assert LIST_KEYS.get(name) == tuple(sub["x-kubernetes-list-map-keys"]), name
+                seen.add(name)
+            elif name in LIST_KEYS:
+                raise AssertionError(f"{name} is not a map list in the {kind} CRD")
+    assert {"replicatedJobs", "runtimePatches"} <= seen
+
+
+def test_explain_without_the_runtime_says_what_it_needs(tmp_path):
+    """``explain`` of a TrainJob alone: its settings and where they go; the budget and
+    rules need the runtime, which the note asks for; the upstream trap is stated."""
+    import io
+
+    from webhook import cli
+
+    path = tmp_path / "trainjob.yaml"
+    manifest = json.loads(trainjob(FULL)["metadata"]["annotations"][LAST_APPLIED])
+    path.write_text(json.dumps(manifest))
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["explain", "-f", str(path)])
+    assert args.func(args, out, err) == 0, err.getvalue()
+    text = " ".join(out.getvalue().split())
+    assert "backoff-limit 3 your annotation" in text
+    assert "The trainer makes a JobSet from ClusterTrainingRuntime torch-distributed" in text
+    assert "is not in the input (give it in the same file" in text
+    assert "kubeflow/trainer#3779" in text

@@ -1,0 +1,396 @@
+"""trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2): the policy goes to the
+JobSet the trainer controller makes from the TrainJob's runtime.
+
+A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from the runtime's
+``spec.template`` and server-side applies it (field manager ``trainer``). So:
+
+- **Carrying the annotations.** Trainer v2.2 gives the JobSet the annotations of the
+  runtime's template and of the TrainJob's ``spec.runtimePatches[].trainingRuntimeSpec.
+  template.metadata``, in that order (``newRuntimeInfo`` in pkg/runtime/core/
+  trainingruntime.go); not the TrainJob's own metadata (v2.0 and v2.1 had
+  ``spec.annotations`` for this; v2.2 replaced it with runtimePatches). The webhook adds
+  one runtime patch, keyed by its manager ``retry-policy.dev/webhook``, carrying the
+  TrainJob's ``retry-policy.dev/`` annotations; the JobSet mutator applies the policy at
+  the JobSet's admission (child Job rules, ``maxRestarts``, placement).
+- **Admin defaults.** A JobSet with a controller owner gets no defaults at its own
+  admission (``default_layers``): the TrainJob's admission resolves them, and they travel
+  in the same patch as ``retry-policy.dev/defaults`` (``carried_layers``), so the JobSet is
+  judged with the defaults the TrainJob was admitted with, and a default still counts as
+  one (skipped with a warning, never denied, when it cannot apply).
+- **Validation on apply.** With the runtime known (``webhook.runtimes``: a watch-backed
+  cache in the server, the same input for the CLI), the JobSet is built as the trainer
+  builds it (``jobset_for``) and the JobSet mutator runs on it: what it would deny at the
+  JobSet's admission (seen only as an Event on the TrainJob, and retried by the trainer
+  forever) is denied on the TrainJob's ``kubectl apply``, and what it would change is
+  said as warnings. Without the runtime, the annotations' grammar and what no JobSet can
+  honour are checked, and the JobSet's own admission checks the rest.
+- **Updates.** Trainer accepts a change of ``runtimePatches`` only while the TrainJob is
+  suspended (``checkRuntimePatchesImmutability``), and a ``kubectl apply`` of a manifest
+  with runtime patches of its own replaces the whole list (a JSON merge patch): ``restore``
+  puts the webhook's entry back exactly as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook import runtimes as rt
+from webhook.mutators import Change, Context, Outcome, items, mapping, register
+from webhook.mutators.job import JOBSET_GROUP, WorkloadMutator, get_path
+from webhook.mutators.jobset import JobSetMutator, check_unsupported
+from webhook.policy import APPLIED, CARRIED_SOURCES, PREFIX, Policy, Setting, Source, format_value
+from webhook.problems import Problem
+
+KIND = "TrainJob"
+GROUP = rt.GROUP
+#: The runtime patch the webhook owns (a domain-prefixed path, as Trainer requires of a
+#: manager: ``IsDomainPrefixedPath`` in its JobSet plugin's ``Validate``).
+MANAGER = "retry-policy.dev/webhook"
+CARRIED = PREFIX + "defaults"
+#: ``+kubebuilder:validation:MaxItems=16`` on ``spec.runtimePatches``.
+MAX_RUNTIME_PATCHES = 16
+#: The field manager of the trainer's server-side apply (``reconcileObjects`` in
+#: pkg/controller/trainjob_controller.go).
+TRAINER_FIELD_MANAGER = "trainer"
+JOBSET_API_VERSION = f"{JOBSET_GROUP}/v1alpha2"
+#: Lists merged item by item, by these keys: their ``x-kubernetes-list-map-keys`` in the
+#: JobSet CRD v0.11.1 and the TrainJob CRD v2.2.0 (server-side apply), which are also the
+#: ``patchMergeKey`` of the Kubernetes types a JobTemplateSpec holds (strategic merge
+#: patch; but topologySpreadConstraints, merged by topologyKey alone there: nothing the
+#: policy reads). Every other list is atomic: replaced whole.
+LIST_KEYS: dict[str, tuple[str, ...]] = {
+    "replicatedJobs": ("name",),
+    "dependsOn": ("name",),
+    "containers": ("name",),
+    "initContainers": ("name",),
+    "ephemeralContainers": ("name",),
+    "env": ("name",),
+    "volumes": ("name",),
+    "volumeMounts": ("mountPath",),
+    "ports": ("containerPort", "protocol"),
+    "imagePullSecrets": ("name",),
+    "schedulingGates": ("name",),
+    "resourceClaims": ("name",),
+    "claims": ("name",),
+    "volumeDevices": ("devicePath",),
+    "hostAliases": ("ip",),
+    "topologySpreadConstraints": ("topologyKey", "whenUnsatisfiable"),
+    "conditions": ("type",),
+    "ownerReferences": ("uid",),
+    "runtimePatches": ("manager",),
+}
+
+
+# --- the TrainJob's runtime and the JobSet the trainer makes from it --------------------
+
+
+def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, group, name) of ``spec.runtimeRef``, with the CRD's defaults (kind
+    ClusterTrainingRuntime, apiGroup trainer.kubeflow.org); ``None`` without a name."""
+    ref = mapping(get_path(trainjob, ("spec", "runtimeRef")))
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    kind = ref.get("kind") if isinstance(ref.get("kind"), str) else rt.CLUSTER_KIND
+    group = ref.get("apiGroup") if isinstance(ref.get("apiGroup"), str) else GROUP
+    return str(kind), str(group), name
+
+
+def find_runtime(trainjob: Mapping[str, Any], ctx: Context) -> tuple[str, rt.RuntimeLookup]:
+    """The TrainJob's runtime as ``ctx.runtimes`` knows it, and how to name it."""
+    ref = runtime_ref(trainjob)
+    if ref is None:
+        return "its runtime", rt.RuntimeLookup(None, "spec.runtimeRef names no runtime")
+    kind, group, name = ref
+    namespace = mapping(trainjob.get("metadata")).get("namespace") or ctx.namespace
+    label = rt.describe(kind, namespace, name)
+    if group != GROUP or kind not in rt.PLURALS:
+        return label, rt.RuntimeLookup(None, f"{group} {kind} is not a Kubeflow Trainer runtime")
+    return label, ctx.runtimes.runtime(kind, namespace, name)
+
+
+def strategic_merge(target: Any, patch: Any) -> Any:
+    """``patch`` merged into ``target`` as a strategic merge patch of Kubernetes types
+    does it (``strategicpatch.StrategicMergePatch``, which the trainer uses for a runtime
+    patch's replicated Job template): mappings merged key by key, lists in ``LIST_KEYS``
+    merged item by item, every other list and value replaced."""
+    if not isinstance(target, dict) or not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif key in LIST_KEYS and isinstance(value, list) and isinstance(target.get(key), list):
+            merged[key] = _merge_list(target[key], value, LIST_KEYS[key])
+        else:
+            merged[key] = strategic_merge(target.get(key), value)
+    return merged
+
+
+def _merge_list(target: list[Any], patch: list[Any], keys: tuple[str, ...]) -> list[Any]:
+    def key(item: Any) -> tuple | None:
+        return tuple(item.get(k) for k in keys) if isinstance(item, dict) else None
+
+    out = list(target)
+    for item in patch:
+        found = next((i for i, old in enumerate(out) if key(old) == key(item)), None)
+        if found is None:
+            out.append(copy.deepcopy(item))
+        else:
+            out[found] = strategic_merge(out[found], item)
+    return out
+
+
+def fields_v1(value: Any, name: str = "") -> dict[str, Any]:
+    """The ``fieldsV1`` set of an applied configuration: the fields an applier owns
+    (``f:<field>``, ``k:{...}`` for an item of a list with map keys, atomic lists whole)."""
+    if isinstance(value, dict):
+        return {f"f:{k}": fields_v1(v, k) for k, v in value.items()}
+    if isinstance(value, list) and name in LIST_KEYS:
+        owned: dict[str, Any] = {}
+        for item in value:
+            if isinstance(item, dict):
+                item_key = {k: item.get(k) for k in LIST_KEYS[name] if k in item}
+                entry = {".": {}, **fields_v1(item, "")}
+                owned["k:" + json.dumps(item_key, separators=(",", ":"))] = entry
+        return owned
+    return {}
+
+
+def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """The JobSet the trainer applies for ``trainjob`` from ``runtime``, as its admission
+    sees it on CREATE (before any webhook): named after the TrainJob, with the runtime
+    template's labels and annotations then each runtime patch's (``newRuntimeInfo``), the
+    runtime's spec with each patch's replicated Job templates merged in
+    (``mergeRuntimePatches``), the TrainJob's ``suspend``, a controller reference to the
+    TrainJob, and the trainer's managedFields (operation Apply), which tell the fields it
+    wrote from those the API defaulted (``JobSet.Build`` in pkg/runtime/framework/plugins/
+    jobset/jobset.go). What the policy never reads (images, commands, env, node counts,
+    ports) is not reproduced."""
+    template = mapping(get_path(runtime, ("spec", "template")))
+    meta = mapping(trainjob.get("metadata"))
+    labels = dict(mapping(get_path(template, ("metadata", "labels"))))
+    annotations = dict(mapping(get_path(template, ("metadata", "annotations"))))
+    spec = copy.deepcopy(mapping(template.get("spec")))
+    for patch in items(get_path(trainjob, ("spec", "runtimePatches"))):
+        patched = mapping(get_path(patch, ("trainingRuntimeSpec", "template")))
+        labels.update(mapping(get_path(patched, ("metadata", "labels"))))
+        annotations.update(mapping(get_path(patched, ("metadata", "annotations"))))
+        for rjob_patch in items(get_path(patched, ("spec", "replicatedJobs"))):
+            job_patch = mapping(rjob_patch).get("template")
+            if not isinstance(job_patch, dict):
+                continue
+            for rjob in items(spec.get("replicatedJobs")):
+                if isinstance(rjob, dict) and rjob.get("name") == mapping(rjob_patch).get("name"):
+                    rjob["template"] = strategic_merge(mapping(rjob.get("template")), job_patch)
+    suspend = get_path(trainjob, ("spec", "suspend"))
+    if isinstance(suspend, bool):
+        spec["suspend"] = suspend
+    applied: dict[str, Any] = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if labels:
+        applied["labels"] = labels
+    if annotations:
+        applied["annotations"] = annotations
+    applied["ownerReferences"] = [
+        {
+            "apiVersion": f"{GROUP}/{rt.VERSION}",
+            "kind": KIND,
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    fields = fields_v1({"metadata": applied, "spec": spec})
+    managed = {
+        "manager": TRAINER_FIELD_MANAGER,
+        "operation": "Apply",
+        "apiVersion": JOBSET_API_VERSION,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields,
+    }
+    metadata = {**applied, "managedFields": [managed]}
+    return {"apiVersion": JOBSET_API_VERSION, "kind": "JobSet", "metadata": metadata, "spec": spec}
+
+
+# --- the runtime patch the webhook owns -------------------------------------------------
+
+
+def carried_defaults(ctx: Context) -> str | None:
+    """The admin defaults in force for the TrainJob's namespace, in annotation grammar
+    (``policy.parse_carried_defaults``); ``None`` when the config has neither defaults nor
+    guard rails for it (``{}`` with guard rails only: the JobSet must still be judged)."""
+    if not ctx.config.affects_unannotated(ctx.namespace):
+        return None
+    carried: dict[str, dict[str, str]] = {}
+    for layer in ctx.config.layers(ctx.namespace):
+        source = "namespace" if layer.source is Source.NAMESPACE else "cluster"
+        carried[source] = {k: format_value(k, v) for k, v in sorted(layer.values.items())}
+    ordered = {s: carried[s] for s in CARRIED_SOURCES if s in carried}
+    return json.dumps(ordered, separators=(",", ":"))
+
+
+def our_patch(trainjob: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    """The runtime patch that carries the policy: the TrainJob's own ``retry-policy.dev/``
+    annotations (not ``applied`` nor ``defaults``, which the webhook writes) and the
+    carried defaults."""
+    annotations = mapping(mapping(trainjob.get("metadata")).get("annotations"))
+    carried = {
+        k: v
+        for k, v in sorted(annotations.items())
+        if isinstance(k, str) and k.startswith(PREFIX) and k not in (APPLIED, CARRIED)
+    }
+    defaults = carried_defaults(ctx)
+    if defaults is not None:
+        carried[CARRIED] = defaults
+    return {
+        "manager": MANAGER,
+        "trainingRuntimeSpec": {"template": {"metadata": {"annotations": carried}}},
+    }
+
+
+def find_ours(patches: Sequence[Any]) -> int | None:
+    return next(
+        (i for i, p in enumerate(patches) if isinstance(p, dict) and p.get("manager") == MANAGER),
+        None,
+    )
+
+
+def _same_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Equal but for ``time``, which Trainer's own defaulter writes (observability only)."""
+    return {k: v for k, v in current.items() if k != "time"} == wanted
+
+
+def _place(spec: dict[str, Any], entry: dict[str, Any]) -> str | None:
+    """Put ``entry`` into ``spec.runtimePatches``; what changed (``None``: nothing), or
+    raise ``ValueError`` when the list has no room."""
+    patches = spec.get("runtimePatches")
+    patches = list(patches) if isinstance(patches, list) else []
+    index = find_ours(patches)
+    if index is not None:
+        if _same_patch(patches[index], entry):
+            return None
+        patches[index] = entry
+        spec["runtimePatches"] = patches
+        return "replaced"
+    if len(patches) >= MAX_RUNTIME_PATCHES:
+        raise ValueError(len(patches))
+    spec["runtimePatches"] = [*patches, entry]
+    return "added"
+
+
+# --- the mutator ------------------------------------------------------------------------
+
+
+def _on_runtime(problem: Problem, label: str) -> Problem:
+    """A problem found on the JobSet, named for the TrainJob's user: a field of the JobSet
+    is one of the runtime's template (``spec.x`` is ``spec.template.spec.x``)."""
+    where = problem.where
+    if where.startswith("spec."):
+        where = f"{label}: spec.template.{where}"
+    return Problem(where, f"{problem.message} (the JobSet made from {label})", problem.reason)
+
+
+def _annotated(policy: Policy) -> Setting | None:
+    """A setting the user annotated: the runtime patch carries it, so the validating
+    webhook denies a TrainJob whose patch is missing (``engine._unapplied``)."""
+    return next((s for s in policy.settings.values() if s.source is Source.ANNOTATION), None)
+
+
+@register
+class TrainJobMutator(WorkloadMutator):
+    group = GROUP
+    kind = KIND
+    #: The answer depends on the runtime, not on the TrainJob alone: never remembered.
+    remember = False
+
+    def mutate(self, trainjob: dict[str, Any], ctx: Context) -> Outcome:
+        out = Outcome()
+        if not self.applies(trainjob, ctx):
+            return out
+        spec = trainjob.get("spec")
+        if not isinstance(spec, dict):
+            out.problems.append(Problem("spec", "a TrainJob needs a spec"))
+            return out
+        policy = self.policy(trainjob, ctx, out)
+        out.policies["spec"] = policy
+        if out.problems:
+            return out
+        entry = our_patch(trainjob, ctx)
+        changed_spec = copy.deepcopy(spec)
+        try:
+            placed = _place(changed_spec, entry)
+        except ValueError:
+            out.problems.append(
+                Problem(
+                    "spec.runtimePatches",
+                    f"has {MAX_RUNTIME_PATCHES} entries, the most Kubeflow Trainer allows; "
+                    f"the policy needs one of its own ({MANAGER}): remove one",
+                    "too-many-runtime-patches",
+                )
+            )
+            return out
+        label, found = find_runtime(trainjob, ctx)
+        if found.runtime is not None:
+            self._judge_jobset({**trainjob, "spec": changed_spec}, found.runtime, label, ctx, out)
+        else:
+            out.policies["spec"] = check_unsupported(policy, out)
+            out.note(
+                f"retry-policy: {label} not read ({found.reason}): the policy is checked "
+                "against it when the trainer creates the JobSet (a denial then shows in "
+                "kubectl describe trainjob)"
+            )
+        if out.problems or placed is None:
+            return out
+        trainjob["spec"] = changed_spec
+        # First: the change the validating webhook requires (``engine._unapplied``).
+        text = (
+            f"retry-policy: spec.runtimePatches: {placed} {MANAGER}, carrying the "
+            "retry-policy annotations to the JobSet"
+        )
+        out.changes.insert(0, Change(text, _annotated(policy)))
+        return out
+
+    def _judge_jobset(
+        self,
+        trainjob: Mapping[str, Any],
+        runtime: Mapping[str, Any],
+        label: str,
+        ctx: Context,
+        out: Outcome,
+    ) -> None:
+        """Run the JobSet mutator on the JobSet the trainer will make: its problems are
+        the TrainJob's, its changes said as what the JobSet will get."""
+        jobset = jobset_for(trainjob, runtime)
+        jobset_ctx = Context(ctx.config, ctx.attempts, ctx.namespace, "CREATE", ctx.runtimes)
+        judged = JobSetMutator().mutate(jobset, jobset_ctx)
+        out.problems.extend(_on_runtime(p, label) for p in judged.problems)
+        for change in judged.changes:
+            out.changed(f"retry-policy: JobSet: {change.text.removeprefix('retry-policy: ')}")
+        out.notes.extend(judged.notes)
+        out.policies.update({f"jobset.{k}": v for k, v in judged.policies.items()})
+
+    def restore(self, trainjob: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]:
+        """On UPDATE: the webhook's runtime patch as it was, at its place, when the update
+        left it out or changed it (Trainer refuses a changed runtimePatches while the
+        TrainJob runs; the JobSet it made carries the old one anyway)."""
+        old_patches = items(get_path(old, ("spec", "runtimePatches")))
+        index = find_ours(old_patches)
+        spec = trainjob.get("spec")
+        if index is None or not isinstance(spec, dict):
+            return []
+        entry = old_patches[index]
+        patches = list(items(spec.get("runtimePatches")))
+        mine = find_ours(patches)
+        if mine is not None and patches[mine] == entry:
+            return []
+        patches = [p for p in patches if not (isinstance(p, dict) and p.get("manager") == MANAGER)]
+        patches.insert(min(index, len(patches)), copy.deepcopy(entry))
+        spec["runtimePatches"] = patches
+        return [
+            f"retry-policy: spec.runtimePatches: kept {MANAGER} as it was (it carries the "
+            "policy the TrainJob's JobSet was made with)"
+        ]

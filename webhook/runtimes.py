@@ -1,0 +1,273 @@
+"""Kubeflow Trainer runtimes: the templates TrainJobs' JobSets are made from.
+
+A TrainJob (trainer.kubeflow.org/v1alpha1) names a TrainingRuntime (in its namespace) or a
+ClusterTrainingRuntime in ``spec.runtimeRef``, and the trainer controller builds its
+JobSet from that runtime's ``spec.template``. Whether the policy annotated on a TrainJob
+can work (a ``backoff-limit`` against the runtime's ``maxRestarts``, ``fail-non-retriable``
+against a template's ``restartPolicy``, a runtime's own failurePolicy rules) depends on the
+runtime, and the user should learn it on ``kubectl apply`` of the TrainJob: a denial of the
+JobSet the controller creates later shows only as an Event on the TrainJob, and the
+controller retries it forever.
+
+So the server reads runtimes from a watch-backed cache (``RuntimeCache``: one list, then a
+watch, per kind), never with a request per admission, except one bounded GET when a
+runtime is missing from the cache (created a moment before the TrainJob, its watch event
+not yet arrived). The cache starts with the first TrainJob it is asked about, so a cluster
+without the Trainer never lists runtimes. When the API cannot answer, a lookup says why
+and the TrainJob is admitted on what it says alone, with a warning: the JobSet's own
+admission checks the rest (failing open, like the attempt cache). The CLI reads runtimes
+given in the same input (``GivenRuntimes``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.attempts import Informers, _Informer
+
+log = logging.getLogger(__name__)
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+#: Runtime kinds and their resources; a TrainJob's ``runtimeRef.kind`` defaults to the
+#: cluster-scoped one (``RuntimeRef`` in pkg/apis/trainer/v1alpha1/trainjob_types.go).
+PLURALS = {
+    "TrainingRuntime": "trainingruntimes",
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+}
+CLUSTER_KIND = "ClusterTrainingRuntime"
+
+
+@dataclass(frozen=True)
+class RuntimeLookup:
+    """The runtime (``None``: not known) and, when there is none, why."""
+
+    runtime: Mapping[str, Any] | None
+    reason: str = ""
+    #: True when the runtime certainly does not exist (the Trainer's own webhook then
+    #: denies the TrainJob); False when it could not be read.
+    missing: bool = False
+
+
+class RuntimeSource(Protocol):
+    def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+def describe(kind: str, namespace: str | None, name: str) -> str:
+    """``ClusterTrainingRuntime torch-distributed``, ``TrainingRuntime ml/torch-spot``."""
+    return f"{kind} {name}" if kind == CLUSTER_KIND else f"{kind} {namespace}/{name}"
+
+
+def runtime_key(kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:
+    return (kind, "" if kind == CLUSTER_KIND else namespace or "", name)
+
+
+class NoRuntimes:
+    """No API connection: every runtime is unknown."""
+
+    def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
+        return RuntimeLookup(None, "no connection to a cluster")
+
+    def stats(self) -> dict[str, Any]:
+        return {"enabled": False}
+
+
+def is_runtime(obj: Mapping[str, Any]) -> bool:
+    api_version = str(obj.get("apiVersion") or "")
+    return api_version.rpartition("/")[0] == GROUP and obj.get("kind") in PLURALS
+
+
+class GivenRuntimes:
+    """The runtimes among a set of objects (the documents of one CLI input)."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]], namespace: str | None = None):
+        self._runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        for obj in objects:
+            if is_runtime(obj):
+                meta = _dict(obj.get("metadata"))
+                ns = meta.get("namespace") or namespace or "default"
+                key = runtime_key(str(obj["kind"]), ns, str(meta.get("name") or ""))
+                self._runtimes[key] = obj
+
+    def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
+        found = self._runtimes.get(runtime_key(kind, namespace, name))
+        if found is not None:
+            return RuntimeLookup(found)
+        return RuntimeLookup(
+            None,
+            f"{describe(kind, namespace, name)} is not in the input (give it in the same "
+            "file to check the TrainJob against it)",
+        )
+
+    def stats(self) -> dict[str, Any]:
+        return {"enabled": True, "runtimes": len(self._runtimes)}
+
+
+def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the policy reads of a runtime: its identity and ``spec.template`` (kept
+    small: the cache holds every runtime of the cluster)."""
+    meta = _dict(obj.get("metadata"))
+    spec = _dict(obj.get("spec"))
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
+    out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
+    out["metadata"] = kept
+    out["spec"] = {"template": spec.get("template")} if "template" in spec else {}
+    return out
+
+
+class RuntimeCache(Informers):
+    """Watch-backed (Cluster)TrainingRuntimes, started by the first lookup."""
+
+    def __init__(self, custom_api: Any, lookup_timeout: float = 0.5, breaker_seconds: float = 10.0):
+        super().__init__()
+        self.custom_api = custom_api
+        self.lookup_timeout = lookup_timeout
+        self.breaker_seconds = breaker_seconds
+        self._lock = threading.Lock()
+        self._runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._open_until = 0.0
+        self._errors: dict[str, str] = {}
+        self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
+        self._informers = [
+            _Informer(
+                plural,
+                self._recording(plural, functools.partial(self._list, plural)),
+                functools.partial(self._reset, kind),
+                functools.partial(self._apply, kind),
+                {},
+                self._stop,
+                label="runtime cache",
+            )
+            for kind, plural in PLURALS.items()
+        ]
+
+    @classmethod
+    def of(cls, clients: tuple[Any, ...], lookup_timeout: float = 0.5) -> RuntimeCache:
+        """A runtime cache on the attempt cache's API access (``attempts.connect``)."""
+        from kubernetes import client
+
+        return cls(client.CustomObjectsApi(clients[0].api_client), lookup_timeout)
+
+    def _list(self, plural: str, **kwargs: Any) -> Any:
+        return self.custom_api.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)
+
+    def _recording(self, plural: str, list_fn: Any) -> Any:
+        """``list_fn``, remembering its last failure (a lookup says why it knows nothing)."""
+
+        def call(**kwargs: Any) -> Any:
+            try:
+                answer = list_fn(**kwargs)
+            except Exception as err:
+                self._errors[plural] = _short(err)
+                raise
+            self._errors.pop(plural, None)
+            return answer
+
+        return call
+
+    # --- store updates (informer threads) --------------------------------------------
+    def _reset(self, kind: str) -> None:
+        with self._lock:
+            for key in [k for k in self._runtimes if k[0] == kind]:
+                del self._runtimes[key]
+
+    def _apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        meta = _dict(obj.get("metadata"))
+        key = runtime_key(kind, meta.get("namespace"), str(meta.get("name") or ""))
+        with self._lock:
+            if event == "DELETED":
+                self._runtimes.pop(key, None)
+            else:
+                self._runtimes[key] = slim({**obj, "kind": kind})
+
+    # --- lookups -----------------------------------------------------------------------
+    def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
+        answer = self.answer_at_once(kind, namespace, name)
+        if answer is not None:
+            return answer
+        informer = self._informers[list(PLURALS).index(kind)]
+        # Only the first lookups wait for the first list (a lookup_timeout from the start):
+        # an informer that cannot list must not slow every admission down.
+        informer.synced.wait(max(0.0, self._started_at + self.lookup_timeout - time.monotonic()))
+        with self._lock:
+            found = self._runtimes.get(runtime_key(kind, namespace, name))
+        if found is not None:
+            self._counters["hits"] += 1
+            return RuntimeLookup(found)
+        self._counters["misses"] += 1
+        return self._fallback(kind, namespace, name)
+
+    def answer_at_once(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup | None:
+        """The answer when it needs no request to the API nor a wait (the runtime in the
+        cache, the breaker open, a kind that is no runtime's); ``None`` when it needs the
+        cache's first list or the bounded GET, which ``runtime`` does. Starts the cache."""
+        if kind not in PLURALS:
+            return RuntimeLookup(None, f"{kind} is not a Kubeflow Trainer runtime kind")
+        if not self.started:
+            self.start()
+        with self._lock:
+            found = self._runtimes.get(runtime_key(kind, namespace, name))
+        if found is not None:
+            self._counters["hits"] += 1
+            return RuntimeLookup(found)
+        if time.monotonic() < self._open_until:
+            self._counters["misses"] += 1
+            self._counters["breaker_skips"] += 1
+            what = describe(kind, namespace, name)
+            return RuntimeLookup(None, f"{what} unreadable: Kubernetes API unavailable")
+        return None
+
+    def _fallback(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
+        """One bounded GET for a runtime the cache does not have (yet)."""
+        what = describe(kind, namespace, name)
+        half = self.lookup_timeout / 2
+        options = {"_preload_content": False, "_request_timeout": (half, half)}
+        try:
+            if kind == CLUSTER_KIND:
+                resp = self.custom_api.get_cluster_custom_object(
+                    GROUP, VERSION, PLURALS[kind], name, **options
+                )
+            else:
+                resp = self.custom_api.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace or "default", PLURALS[kind], name, **options
+                )
+            obj = json.loads(resp.data)
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return RuntimeLookup(None, f"{what} does not exist", missing=True)
+            self._counters["fallback_errors"] += 1
+            self._open_until = time.monotonic() + self.breaker_seconds
+            return RuntimeLookup(None, f"{what} unreadable: {_short(err)}")
+        return RuntimeLookup(slim({**obj, "kind": kind}))
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            size = len(self._runtimes)
+        return {
+            "enabled": True,
+            "started": self.started,
+            "synced": self.synced,
+            "runtimes": size,
+            "watch_errors": sum(i.errors for i in self._informers),
+            "lastErrors": dict(self._errors),
+            **self._counters,
+        }
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a mapping, else an empty one (a malformed field reads as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _short(err: Exception) -> str:
+    status = getattr(err, "status", None)
+    return f"HTTP {status}" if status else type(err).__name__
