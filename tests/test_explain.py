@@ -761,11 +761,12 @@ def test_explain_lists_the_changes_without_the_pointer():
     assert item.changes[0] == "spec.backoffLimit 6 -> 3 (annotation retry-policy.dev/backoff-limit)"
 
 
-# --- the README shows real output -----------------------------------------------------------
+# --- the docs show real output -------------------------------------------------------------
 
 
-def readme_block(after):
-    text = (ROOT / "README.md").read_text()
+def doc_block(after, page="docs/EXPLAIN.md"):
+    """The fenced block after the marker ``after`` in ``page``."""
+    text = (ROOT / page).read_text()
     start = text.index(after)
     block = text.index("```\n", text.index("```", start) + 3)
     opening = text.index("\n", text.index("```", start)) + 1
@@ -782,10 +783,10 @@ def readme_block(after):
         ),
     ],
 )
-def test_readme_output_is_what_the_command_prints(marker, argv):
+def test_explain_page_output_is_what_the_command_prints(marker, argv):
     code, out, _ = run(argv)
     assert code == 0
-    shown = readme_block(marker)
+    shown = doc_block(marker)
     if "--simulate" in argv:
         out = out[out.index("Simulation of") :]
     assert shown == out

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import FULL, ROOT, P, job_owner, pod, review
 from test_cli import run
-from test_explain import assert_text_and_json_agree, explained, readme_block, rows, setting
+from test_explain import assert_text_and_json_agree, doc_block, explained, rows, setting
 
 from webhook import admission, cli, engine, explain
 from webhook.config import Config, parse_config
@@ -875,7 +875,7 @@ def test_all_examples_in_one_stream():
     assert sorted(set(kinds)) == ["CronJob", "Job", "JobSet", "PyTorchJob", "RayJob", "TrainJob"]
 
 
-def test_readme_jobset_example_is_what_the_command_prints():
+def test_explain_page_jobset_example_is_what_the_command_prints():
     code, out, _ = run(
         ["explain", "-f", str(EXAMPLES / "jobset.yaml"), "--simulate", "143,disruption,137,1"]
     )
@@ -883,4 +883,4 @@ def test_readme_jobset_example_is_what_the_command_prints():
     workers = out.index("JobSet ml/llm-pretrain (replicatedJob workers)")
     start = out.index("Attempt plan", workers)
     end = out.index("\nNotes:", start)
-    assert readme_block("<!-- explain-jobset-output -->") == out[start:end]
+    assert doc_block("<!-- explain-jobset-output -->") == out[start:end]
