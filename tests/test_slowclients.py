@@ -147,7 +147,7 @@ def test_at_the_connection_bound_new_connections_wait_and_existing_ones_are_serv
 
 
 def test_http2_is_not_offered_and_not_spoken(tmp_path):
-    """HTTP/1.1 only (README, "HTTP/2"): ALPN never selects h2, and a client that
+    """HTTP/1.1 only (docs/OPERATIONS.md, "HTTP/2"): ALPN never selects h2, and a client that
     starts HTTP/2 anyway (the connection preface) gets no HTTP/2 frame back."""
     srv = start(tmp_path / "certs", workers=1)
     try:
