@@ -792,6 +792,20 @@ def test_explain_page_output_is_what_the_command_prints(marker, argv):
     assert shown == out
 
 
+def test_readme_worked_example_is_what_dry_run_prints():
+    """The README's one worked example is examples/job.yaml (without its comment lines)
+    and, unedited, what ``retry-webhook dry-run`` prints for it: the warnings kubectl
+    would show on stderr, the admitted Job on stdout."""
+    manifest_lines = EXAMPLE.read_text().splitlines(keepends=True)
+    assert doc_block("<!-- worked-example-input -->", "README.md") == "".join(
+        line for line in manifest_lines if not line.startswith("#")
+    )
+    code, out, err = run(["dry-run", "-f", str(EXAMPLE)])
+    assert code == 0
+    assert doc_block("<!-- worked-example-warnings -->", "README.md") == err
+    assert doc_block("<!-- worked-example-output -->", "README.md") == out
+
+
 def test_explain_job_spec_finds_a_nested_job_spec():
     """Kinds that embed JobSpecs (CronJob, JobSet) reuse explain_job_spec with their path."""
     from webhook.explain import Subject, explain_job_spec
