@@ -1,0 +1,187 @@
+"""The README and docs/ as a user meets them: a short README that opens with the two
+commands, every docs page reachable from it, and no link or anchor that leads nowhere.
+
+Anchors follow GitHub's rule for headings (its ``github-slugger``): lowercase, drop every
+character that is not a letter, digit, space, hyphen or underscore, turn each space into a
+hyphen, and number repeats (``-1``, ``-2``). Each check is a function that returns what is
+wrong, so the tests at the end can show it finds a break when there is one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+#: The issue's bound: a README a newcomer reads, not a manual.
+README_LIMIT = 20_000
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+INLINE_CODE = re.compile(r"(`+).*?\1")
+#: Inline links and images: [text](target "title"); reference links are not used here.
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks, where Markdown reads links and headings."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+            continue
+        if not fenced:
+            lines.append(line)
+    return lines
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading's text."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text only
+    text = re.sub(r"[^\w\- ]", "", text.lower())
+    return text.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for line in prose(text):
+        match = HEADING.match(line)
+        if not match:
+            continue
+        base = slug(match.group(2))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def links(text: str) -> list[str]:
+    found = []
+    for line in prose(text):
+        found += LINK.findall(INLINE_CODE.sub("", line))
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """Each relative link of ``page`` whose file is missing, or whose ``#anchor`` is not a
+    heading of the page it points to."""
+    broken = []
+    for target in links(page.read_text()):
+        if SCHEME.match(target):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target}: no file {dest}")
+        elif anchor and anchor not in anchors(dest.read_text()):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {dest.name}")
+    return broken
+
+
+def linked_pages(page: Path) -> set[Path]:
+    """The files ``page`` links to."""
+    targets = (t.partition("#")[0] for t in links(page.read_text()) if not SCHEME.match(t))
+    return {(page.parent / t).resolve() for t in targets if t}
+
+
+def opening_commands(text: str) -> list[str]:
+    """The lines of the ``sh`` block that must come first after the title (empty when the
+    README opens with anything else)."""
+    lines = text.splitlines()
+    rest = [line for line in lines[1:] if line.strip()] if lines[0].startswith("# ") else []
+    if not rest or rest[0].strip() != "```sh":
+        return []
+    block = []
+    for line in rest[1:]:
+        if line.strip() == "```":
+            return block
+        block.append(line)
+    return []
+
+
+def has_the_two_commands(block: list[str]) -> bool:
+    return all(any(line.startswith(cmd) for line in block) for cmd in ("make run", "make test"))
+
+
+# --- the repository's README and docs ------------------------------------------------------
+
+
+def test_readme_is_short():
+    size = len(README.read_text())
+    assert size < README_LIMIT, f"README.md has {size} characters; move detail to docs/"
+
+
+def test_readme_opens_with_make_run_and_make_test():
+    assert has_the_two_commands(opening_commands(README.read_text()))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_and_anchors_resolve(page):
+    assert broken_links(page) == []
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    assert DOCS, "docs/ has no pages"
+    assert [p.name for p in DOCS if p.resolve() not in linked_pages(README)] == []
+
+
+# --- the checks find what is broken ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heading", "anchor"),
+    [
+        (
+            "Written or defaulted? The `backoffLimit` rule",
+            "written-or-defaulted-the-backofflimit-rule",
+        ),
+        ("HTTP/2: not offered", "http2-not-offered"),
+        ("Cluster defaults (admins)", "cluster-defaults-admins"),
+        ("Simulating failures: `--simulate`", "simulating-failures---simulate"),
+        ("retry_webhook metrics", "retry_webhook-metrics"),
+    ],
+)
+def test_slug_is_githubs(heading, anchor):
+    assert slug(heading) == anchor
+
+
+def test_broken_links_finds_a_missing_file_and_a_missing_anchor(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n\n## A section\n\n## A section\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n## Here\n\n"
+        "[ok](other.md) [ok](other.md#a-section) [repeat](other.md#a-section-1) [self](#here)\n"
+        "[web](https://example.com/x.md) `[code](nowhere.md)`\n"
+        "```\n[fenced](nowhere.md)\n```\n"
+        "[gone](missing.md) [bad](other.md#no-such) [badself](#there)\n"
+    )
+    broken = broken_links(page)
+    assert [b.split(":")[0] for b in broken] == ["missing.md", "other.md#no-such", "#there"]
+
+
+def test_linked_pages_misses_an_unlinked_page(tmp_path):
+    (tmp_path / "docs").mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text("# R\n\n[a](docs/a.md#x) `[b](docs/b.md)`\n")
+    assert linked_pages(readme) == {(tmp_path / "docs" / "a.md").resolve()}
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("# T\n\n```sh\nmake run    # serve\nmake test   # test\n```\n", True),
+        ("# T\n\nIntro first.\n\n```sh\nmake run\nmake test\n```\n", False),
+        ("# T\n\n```sh\nmake run\n```\n\n```sh\nmake test\n```\n", False),
+        ("# T\n\n```bash\nmake run\nmake test\n```\n", False),
+        ("Intro\n\n```sh\nmake run\nmake test\n```\n", False),
+    ],
+)
+def test_opening_check_needs_both_commands_first(text, ok):
+    assert has_the_two_commands(opening_commands(text)) is ok
