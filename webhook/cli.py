@@ -18,10 +18,12 @@ from typing import Any, TextIO
 
 import yaml
 
-from webhook import certs, defaults, engine
-from webhook.config import ConfigError, load_config
-from webhook.intent import LAST_APPLIED
-from webhook.runtimes import GivenRuntimes, is_runtime
+from webhook.admission import engine
+from webhook.cluster.runtimes import GivenRuntimes, is_runtime
+from webhook.kube import defaulting
+from webhook.kube.intent import LAST_APPLIED
+from webhook.policy.config import ConfigError, load_config
+from webhook.tls import certs
 
 EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
 EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it again
@@ -84,7 +86,7 @@ def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any],
     synthetic = LAST_APPLIED not in annotations
     if synthetic:
         annotations[LAST_APPLIED] = json.dumps(manifest, separators=(",", ":"))
-    defaults.apply_defaults(prepared)
+    defaulting.apply_defaults(prepared)
     return prepared, synthetic
 
 
@@ -215,17 +217,17 @@ def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    """The in-cluster lifecycle (webhook/certsync.py). Exit 2: a setup it cannot work
+    """The in-cluster lifecycle (webhook/incluster.py). Exit 2: a setup it cannot work
     with (fix the arguments, RBAC or the Secret); 1: the API failed (the Job retries)."""
-    from webhook import certsync
+    from webhook.tls import incluster
 
     if not args.secret:
         print("Error: --in-cluster needs --secret NAME", file=stderr)
         return EXIT_INPUT
-    refs = [certsync.WebhookConfigRef(n) for n in args.webhook_config]
-    refs += [certsync.WebhookConfigRef(n, certsync.MUTATING) for n in args.mutating_config]
-    refs += [certsync.WebhookConfigRef(n, certsync.VALIDATING) for n in args.validating_config]
-    options = certsync.Options(
+    refs = [incluster.WebhookConfigRef(n) for n in args.webhook_config]
+    refs += [incluster.WebhookConfigRef(n, incluster.MUTATING) for n in args.mutating_config]
+    refs += [incluster.WebhookConfigRef(n, incluster.VALIDATING) for n in args.validating_config]
+    options = incluster.Options(
         secret=args.secret,
         namespace=args.namespace,
         service=args.service,
@@ -234,12 +236,12 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         renew_before_days=args.renew_before,
     )
     try:
-        core, admission = certsync.api_clients(args.kubeconfig)
-        actions = certsync.CertSync(core, admission, options).run()
-    except certsync.ApiFailure as err:
+        core, admission = incluster.api_clients(args.kubeconfig)
+        actions = incluster.CertSync(core, admission, options).run()
+    except incluster.ApiFailure as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_FAILED
-    except certsync.SyncError as err:
+    except incluster.SyncError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
     for line in actions:
@@ -248,7 +250,7 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from webhook.server import ServeOptions, serve
+    from webhook.serving.server import ServeOptions, serve
 
     options = ServeOptions(
         config_path=args.config,

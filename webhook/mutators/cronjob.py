@@ -22,8 +22,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import failurepolicy as fp
-from webhook import intent
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent
 from webhook.mutators import (
     Context,
     Outcome,
@@ -40,7 +40,7 @@ from webhook.mutators.job import (
     get_path,
     job_limit_field,
 )
-from webhook.policy import (
+from webhook.policy.model import (
     APPLIED,
     PREFIX,
     Layer,

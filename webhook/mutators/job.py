@@ -19,23 +19,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
-from webhook import failureaware, intent, podspec
-from webhook import failurepolicy as fp
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent, podspec
+from webhook.kube.owned import ALL, Owned
 from webhook.mutators import (
     Context,
     Outcome,
     affected_unannotated,
     applied_record,
     controller_of,
+    failureaware,
     has_policy_annotations,
     mapping,
     register,
     workload_policy,
 )
-from webhook.owned import ALL, Owned
-from webhook.policy import (
+from webhook.policy.model import (
     APPLIED,
     PREFIX,
     Policy,
@@ -62,11 +61,11 @@ POD_KEYS = (
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
 JOBSET_GROUP = "jobset.x-k8s.io"
 #: The fields of a Job's spec whose intent (written, or defaulted?) ``apply_job_spec`` asks
-#: ``webhook.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
-#: view (``webhook.view``) keeps only these of its records of intent.
+#: ``webhook.kube.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
+#: view (``webhook.admission.view``) keeps only these of its records of intent.
 INTENT_FIELDS = ("backoffLimit", "backoffLimitPerIndex", "podReplacementPolicy")
 
-#: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.owned``): the copy it
+#: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.kube.owned``): the copy it
 #: edits shares the rest (the containers' other fields, volumes, managedFields...).
 JOB_SPEC_OWNED: dict[str, Owned] = {
     "podFailurePolicy": ALL,
@@ -75,7 +74,6 @@ JOB_SPEC_OWNED: dict[str, Owned] = {
 JOB_OWNED: Owned = {"metadata": podspec.METADATA_OWNED, "spec": JOB_SPEC_OWNED}
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the other workload kinds' mutators
 class WorkloadMutator:
     """What every workload mutator does around its kind's own part (``apply``): skip
     objects the policy cannot touch, resolve the policy (annotations over admin defaults),
@@ -85,7 +83,7 @@ class WorkloadMutator:
     group = ""
     kind = ""
     enforce_applied = True
-    #: What ``mutate`` may write (``webhook.owned``); ``ALL``: anything, a full copy.
+    #: What ``mutate`` may write (``webhook.kube.owned``); ``ALL``: anything, a full copy.
     owns: Owned = ALL
 
     def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
@@ -124,6 +122,7 @@ class WorkloadMutator:
         return check_budget_update(obj, old, field)
 
 
+@register
 class JobMutator(WorkloadMutator):
     group = "batch"
     kind = "Job"
@@ -160,9 +159,6 @@ class JobMutator(WorkloadMutator):
         return problems, warnings, current
 
 
-register(JobMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
-
-
 #: Kinds whose Jobs are made from a template this webhook already applied the policy to.
 TEMPLATE_OWNERS = {("batch", "CronJob"), (JOBSET_GROUP, "JobSet")}
 
@@ -194,7 +190,7 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
 # --- the retry budget field, for every kind ----------------------------------------
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class LimitField:
     """Where a kind keeps the budget ``backoff-limit`` maps onto.
 
@@ -206,13 +202,6 @@ class LimitField:
     path: tuple[str | int, ...]
     api_default: int | None
     absent: int | None
-
-    def __init__(
-        self, path: tuple[str | int, ...], api_default: int | None, absent: int | None
-    ) -> None:
-        self.path = path
-        self.api_default = api_default
-        self.absent = absent
 
     @property
     def name(self) -> str:
@@ -482,7 +471,7 @@ def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcom
 # --- attempts of a pod, for non-spot placement --------------------------------------
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Budget:
     """How the pods of one JobSpec count attempts, for non-spot placement.
 
@@ -500,24 +489,8 @@ class Budget:
     scope: str
     runs: bool = False
     #: A JobSet's UID: its pods share their failure history across the set's restarts
-    #: (``webhook.history``).
+    #: (``webhook.cluster.history``).
     lineage: str | None = None
-
-    def __init__(
-        self,
-        steps: int,
-        per_step: int,
-        text: str,
-        scope: str,
-        runs: bool = False,
-        lineage: str | None = None,
-    ) -> None:
-        self.steps = steps
-        self.per_step = per_step
-        self.text = text
-        self.scope = scope
-        self.runs = runs
-        self.lineage = lineage
 
     @classmethod
     def of(
@@ -672,7 +645,7 @@ def _check_failure_aware(
     budget: Budget,
     where: str,
 ) -> Policy:
-    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.failureaware``): pods
+    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.mutators.failureaware``): pods
     made anew for later attempts (a JobSet's runs always are), a memory limit that can be
     met, and OOM kills that are retried."""
     if not policy.failure_aware:

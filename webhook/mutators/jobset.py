@@ -27,7 +27,7 @@ message matches one of its ``onJobFailureMessagePatterns`` (Go regexps), and its
 replicated Job is a target; empty lists match anything. Our FailJob rule fails a Job with
 reason PodFailurePolicy and the Job controller's message ``Container <name> for pod
 <namespace>/<pod> failed with exit code <code> matching FailJob rule at index <i>``
-(``matchPodFailurePolicy``): ``_check_rules`` asks ``webhook.goregexp`` whether a pattern
+(``matchPodFailurePolicy``): ``_check_rules`` asks ``webhook.kube.goregexp`` whether a pattern
 can match that message for some pod name, and takes a pattern it cannot read as Go does
 to match.
 
@@ -54,11 +54,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook import failureaware, intent
-from webhook import failurepolicy as fp
-from webhook.config import GuardRails
-from webhook.goregexp import Piece, Unsupported, Wild, compile_go
-from webhook.mutators import Context, Outcome, has_policy_annotations, items, mapping, register
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent
+from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
+from webhook.kube.owned import deep_copy
+from webhook.mutators import (
+    Context,
+    Outcome,
+    failureaware,
+    has_policy_annotations,
+    items,
+    mapping,
+    register,
+)
 from webhook.mutators.job import (
     JOBSET_GROUP,
     WRITTEN_SOURCES,
@@ -74,8 +82,8 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.owned import deep_copy
-from webhook.policy import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
+from webhook.policy.config import GuardRails
+from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)

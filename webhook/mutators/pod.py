@@ -14,19 +14,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import failureaware, history, podspec
-from webhook.attempts import AttemptLookup
-from webhook.history import HistoryKey, HistoryLookup
+from webhook.cluster import history
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.kube import podspec
+from webhook.kube.owned import Owned
 from webhook.mutators import (
     Context,
     Outcome,
     controller_of,
+    failureaware,
     has_policy_annotations,
     pod_policy,
     register,
 )
-from webhook.owned import Owned
-from webhook.policy import (
+from webhook.policy.model import (
     APPLIED,
     PREFIX,
     BadValue,
@@ -41,12 +43,13 @@ INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
+@register
 class PodMutator:
     group = ""
     kind = "Pod"
     #: Placement depends on a live attempt count; validation must not second-guess it.
     enforce_applied = False
-    #: All this mutator writes (``webhook.owned``): the copy it edits shares the rest.
+    #: All this mutator writes (``webhook.kube.owned``): the copy it edits shares the rest.
     owns: Owned = {"metadata": podspec.METADATA_OWNED, "spec": podspec.POD_SPEC_OWNED}
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
@@ -185,7 +188,7 @@ class PodMutator:
             )
         return record
 
-    # --- failure-aware retries (``webhook.failureaware``) -------------------------------
+    # --- failure-aware retries (``webhook.mutators.failureaware``) -------------------------------
     def _learn(
         self,
         pod: dict[str, Any],
@@ -308,9 +311,6 @@ class PodMutator:
             )
             out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
         return {"avoidedNodes": len(nodes)}
-
-
-register(PodMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
 
 
 def _times(n: int) -> str:

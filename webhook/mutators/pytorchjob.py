@@ -46,7 +46,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.policy import Policy, Setting, format_value, with_setting
+from webhook.policy.model import Policy, Setting, format_value, with_setting
 from webhook.problems import Problem
 
 KIND = "PyTorchJob"

@@ -35,7 +35,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.policy import Policy, Setting, Source, with_setting
+from webhook.policy.model import Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 KIND = "RayJob"

@@ -17,7 +17,7 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
   in the same patch as ``retry-policy.dev/defaults`` (``carried_layers``), so the JobSet is
   judged with the defaults the TrainJob was admitted with, and a default still counts as
   one (skipped with a warning, never denied, when it cannot apply).
-- **Validation on apply.** With the runtime known (``webhook.runtimes``: a watch-backed
+- **Validation on apply.** With the runtime known (``webhook.cluster.runtimes``: a watch-backed
   cache in the server, the same input for the CLI), the JobSet is built as the trainer
   builds it (``jobset_for``) and the JobSet mutator runs on it: what it would deny at the
   JobSet's admission (seen only as an Event on the TrainJob, and retried by the trainer
@@ -37,11 +37,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook import runtimes as rt
+from webhook.cluster import runtimes as rt
 from webhook.mutators import Change, Context, Outcome, items, mapping, register
 from webhook.mutators.job import JOBSET_GROUP, WorkloadMutator, get_path
 from webhook.mutators.jobset import JobSetMutator, check_unsupported
-from webhook.policy import APPLIED, CARRIED_SOURCES, PREFIX, Policy, Setting, Source, format_value
+from webhook.policy.model import (
+    APPLIED,
+    CARRIED_SOURCES,
+    PREFIX,
+    Policy,
+    Setting,
+    Source,
+    format_value,
+)
 from webhook.problems import Problem
 
 KIND = "TrainJob"

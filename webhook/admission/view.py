@@ -12,7 +12,7 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
-  reduced to what ``webhook.intent`` is asked of a Job: which of the spec fields in
+  reduced to what ``webhook.kube.intent`` is asked of a Job: which of the spec fields in
   ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
@@ -24,7 +24,7 @@ view and the mutated view. That is a patch for the object too: the view keeps ev
 list's length and every mapping the mutators write into, so paths mean the same in
 both, and a mutator never writes where the view dropped something. Because the answer
 is computed from the view alone, it is the same for every object with the same view by
-construction, which is what lets the memo (``webhook.memo``) key on the view and answer
+construction, which is what lets the memo (``webhook.admission.memo``) key on the view and answer
 a Job it has never seen.
 
 The contract is that a mutator reads nothing the view drops. It is checked, not assumed:
@@ -42,17 +42,17 @@ from typing import Any
 
 import orjson
 
-from webhook import history
-from webhook.config import Config
-from webhook.intent import LAST_APPLIED
+from webhook.cluster import history
+from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.job import INTENT_FIELDS
 from webhook.mutators.pod import INDEX_FAILURE_COUNT, RESTART_ATTEMPT
-from webhook.policy import PREFIX
+from webhook.policy.config import Config
+from webhook.policy.model import PREFIX
 
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
 #: The keys that make a pod learn from earlier attempts (``history.wants_history``);
-#: containers' memory is read only for the first (``webhook.failureaware``).
+#: containers' memory is read only for the first (``webhook.mutators.failureaware``).
 OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 
 #: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
@@ -62,7 +62,7 @@ CONTAINER_GROUPS = ("initContainers", "containers")
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy")
 #: Of a pod's annotations and labels besides ours, those it takes its attempt from; one
-#: that learns from earlier attempts (``webhook.history``) also reads where it belongs:
+#: that learns from earlier attempts (``webhook.cluster.history``) also reads where it belongs:
 #: its completion index and, in a JobSet, its replicated Job and job index.
 POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
 POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
@@ -283,7 +283,7 @@ def _env_name(entry: Any) -> Any:
 
 def _spec_record(raw: Any) -> Any:
     """A last-applied record reduced to which of ``INTENT_FIELDS`` it writes under spec.
-    A record that never names them (as ``webhook.intent`` tells, without parsing it: the
+    A record that never names them (as ``webhook.kube.intent`` tells, without parsing it: the
     usual case) writes none; one that is not a JSON object is kept as it is (intent then
     reads managedFields)."""
     if not isinstance(raw, str):

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from webhook import quantity
-from webhook.policy import (
+from webhook.kube import quantity
+from webhook.policy.model import (
     KEYS,
     BadValue,
     Layer,

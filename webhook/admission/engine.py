@@ -1,12 +1,12 @@
 """The admission data path, top to bottom: request -> policy -> mutation -> patch -> verdict.
 
 Mutation works on a deep copy and the JSON Patch is the diff between the original and
-the copy (``webhook.jsondiff``; never hand-written pointers), so the patch is correct by
+the copy (``webhook.admission.jsondiff``; never hand-written pointers), so the patch is correct by
 construction: pointer escaping, parents that must exist, nothing outside what changed. Validation
 runs the very same mutation and denies what it reports, so the two webhooks and the
 dry-run CLI can never disagree. For Jobs and Pods the mutation runs on the object's view,
-what the policy reads of it (``webhook.view``); the patch is the same, and the answer can
-be remembered for every object with that view (``webhook.memo``).
+what the policy reads of it (``webhook.admission.view``); the patch is the same, and the answer can
+be remembered for every object with that view (``webhook.admission.memo``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from typing import Any
 
 import jsonpatch
 import orjson
-from mypy_extensions import mypyc_attr
 
-from webhook.admission import Request, Verdict, freeze
-from webhook.attempts import AttemptLookup, AttemptSource, NoCluster
-from webhook.config import Config
-from webhook.history import HistoryKey, HistoryLookup
-from webhook.jsondiff import diff
-from webhook.memo import Memo, RecordingAttempts, fingerprint, view_key
+from webhook.admission.jsondiff import diff
+from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_key
+from webhook.admission.review import Request, Verdict, freeze
+from webhook.admission.view import view_of
+from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
+from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.kube.owned import ALL, copy_owned
 from webhook.mutators import (
     Context,
     Outcome,
@@ -35,24 +36,21 @@ from webhook.mutators import (
     lookup,
     policy_keys,
 )
-from webhook.owned import ALL, copy_owned
-from webhook.policy import PREFIX, Scope, Source, parse_annotations
+from webhook.policy.config import Config
+from webhook.policy.model import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
-from webhook.runtimes import NoRuntimes, RuntimeSource
-from webhook.view import view_of
 
 log = logging.getLogger(__name__)
 
 _NO_CLUSTER = NoCluster()
 _NO_RUNTIMES = NoRuntimes()
 
-#: Run every mutator that got a view (``webhook.view``) on the whole object too, and fail
+#: Run every mutator that got a view (``webhook.admission.view``) on the whole object too, and fail
 #: the request when the answers differ: the tests' check that the views hold all a
 #: mutator reads (set by the test suite; costs a second policy run, never set in service).
 CHECK_VIEWS = os.environ.get("RPW_CHECK_VIEWS") == "1"
 
 
-@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a built-in exception
 class ViewMismatch(AssertionError):
     """The mutator answered differently on the view than on the whole object."""
 
@@ -141,7 +139,7 @@ def _restore(request: Request, config: Config) -> Verdict:
 
 
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
-    """What the mutator runs on: the view of the object it reads (``webhook.view``), or
+    """What the mutator runs on: the view of the object it reads (``webhook.admission.view``), or
     the whole object for kinds without one."""
     view = view_of(request.kind.group, request.kind.kind, obj, config)
     return view if view is not None else obj
@@ -155,7 +153,7 @@ def _apply(
     subject: dict[str, Any] | None = None,
 ) -> tuple[Verdict, Outcome | None]:
     """Copy, mutate, diff: the policy's work for one object (run on ``subject``, the
-    object's view, when given: the patch is the same, see ``webhook.view``)."""
+    object's view, when given: the patch is the same, see ``webhook.admission.view``)."""
     subject = original if subject is None else subject
     if not CHECK_VIEWS or subject is original:
         return _run(mutator, ctx, subject, request)
@@ -229,7 +227,7 @@ def _run(
     return Verdict(patch=patch, warnings=warnings, annotations=names, actions=actions), outcome
 
 
-#: Verdicts remembered per object template (``webhook.memo``): one per worker process.
+#: Verdicts remembered per object template (``webhook.admission.memo``): one per worker process.
 MEMO = Memo()
 
 
@@ -313,7 +311,7 @@ def _validate(
 
 def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
     """The copy a mutator edits: new where it declared it may write (``owns``, see
-    ``webhook.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
+    ``webhook.kube.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
     owns = getattr(mutator, "owns", ALL)
     return json_copy(obj) if owns is ALL else copy_owned(obj, owns)
 
@@ -433,7 +431,7 @@ def review(
     runtimes: RuntimeSource = _NO_RUNTIMES,
 ) -> Review:
     """Mutate then validate one object as the API server would; for the CLI (dry-run, explain)."""
-    from webhook.admission import GroupVersionKind
+    from webhook.admission.review import GroupVersionKind
 
     api_version = str(obj.get("apiVersion") or "")
     group, _, version = api_version.rpartition("/")

@@ -13,12 +13,12 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 from typing import Any
 
-from webhook import quantity
+from webhook.kube import quantity
 from webhook.problems import Problem
 
 PREFIX = "retry-policy.dev/"
@@ -329,18 +329,13 @@ def _quote(raw: str, limit: int = 40) -> str:
     return repr(shown).replace("\\\\", "\\")
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Setting:
     """A resolved value and where it came from (for warnings and ``explain``)."""
 
     value: Any
     source: Source
     detail: str = ""
-
-    def __init__(self, value: Any, source: Source, detail: str = "") -> None:
-        self.value = value
-        self.source = source
-        self.detail = detail
 
     def describe(self, name: str = "") -> str:
         """Where the value came from, for messages: ``annotation retry-policy.dev/x``."""
@@ -349,18 +344,13 @@ class Setting:
         return f"{self.source.value} {self.detail}".strip()
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Layer:
     """One source of values (annotations, a namespace override, the cluster defaults)."""
 
     source: Source
     values: Mapping[str, Any]
     detail: str = ""
-
-    def __init__(self, source: Source, values: Mapping[str, Any], detail: str = "") -> None:
-        self.source = source
-        self.values = values
-        self.detail = detail
 
 
 _BUILTIN: dict[str, Any] = {
@@ -378,14 +368,11 @@ _BUILTIN: dict[str, Any] = {
 }
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Policy:
     """The resolved retry policy of one object, every setting with its provenance."""
 
-    settings: Mapping[str, Setting]
-
-    def __init__(self, settings: Mapping[str, Setting] | None = None) -> None:
-        self.settings = {} if settings is None else settings
+    settings: Mapping[str, Setting] = field(default_factory=dict)
 
     def value(self, name: str) -> Any:
         return self.settings[name].value
