@@ -89,7 +89,7 @@ def test_no_import_circles_between_modules() -> None:
             if nxt.startswith(node + ".") or node.startswith(nxt + "."):
                 continue
             if state.get(nxt) == 1:
-                circles.append(stack[stack.index(nxt) :] + [nxt])
+                circles.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2

@@ -27,6 +27,7 @@ from webhook.admission.view import view_of
 from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.kube.owned import ALL, copy_owned
 from webhook.mutators import (
     Context,
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _NO_CLUSTER = NoCluster()
 _NO_RUNTIMES = NoRuntimes()
+_NO_VERSION = UnknownVersion()
 
 #: Run every mutator that got a view (``webhook.admission.view``) on the whole object too, and fail
 #: the request when the answers differ: the tests' check that the views hold all a
@@ -64,9 +66,10 @@ def mutate(
     config: Config,
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> Verdict:
     """Answer the mutating webhook: a patch and one warning per change, or a denial."""
-    found = _mutator_for(request, config, attempts, runtimes)
+    found = _mutator_for(request, config, attempts, runtimes, version)
     if found is None:
         return _restore(request, config) if request.operation == "UPDATE" else Verdict()
     mutator, ctx, original = found
@@ -91,10 +94,11 @@ def _mutate(
     config: Config,
     attempts: AttemptSource,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> tuple[Verdict, Outcome | None]:
     """``mutate`` without the memo, also returning the mutator's outcome (``None`` when
     no mutator ran): ``explain`` and the dry run read what the mutator reported."""
-    found = _mutator_for(request, config, attempts, runtimes)
+    found = _mutator_for(request, config, attempts, runtimes, version)
     if found is None:
         return Verdict(), None
     mutator, ctx, original = found
@@ -106,13 +110,14 @@ def _mutator_for(
     config: Config,
     attempts: AttemptSource,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> tuple[Any, Context, dict[str, Any]] | None:
     """The mutator that must run on this request, its context and the object, if any does."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
-    ctx = Context(config, attempts, _namespace(request), request.operation, runtimes)
+    ctx = _context(config, attempts, request, runtimes, version)
     return (mutator, ctx, original) if mutator.applies(original, ctx) else None
 
 
@@ -253,13 +258,38 @@ def _recall(
         ctx.namespace,
         id(ctx.config),
         id(ctx.attempts),
+        ctx.kubernetes_version,
         shape,
     )
     remembered = MEMO.get(key, ctx.attempts)
     return key, (remembered.fresh() if remembered is not None else None)
 
 
-def validate(request: Request, config: Config, runtimes: RuntimeSource = _NO_RUNTIMES) -> Verdict:
+def _context(
+    config: Config,
+    attempts: AttemptSource,
+    request: Request,
+    runtimes: RuntimeSource,
+    version: VersionSource,
+) -> Context:
+    """The mutator's context; the cluster's version is the config's pin, else the API
+    server's (``webhook.cluster.version``)."""
+    return Context(
+        config,
+        attempts,
+        _namespace(request),
+        request.operation,
+        runtimes,
+        config.kubernetes_version or version.kubernetes_version(),
+    )
+
+
+def validate(
+    request: Request,
+    config: Config,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
+) -> Verdict:
     """Answer the validating webhook: deny every problem the mutation reports, and any
     annotation-requested change that is missing (the mutating webhook did not run, or a
     later webhook undid it), so a policy a user asked for is never silently lost."""
@@ -271,7 +301,7 @@ def validate(request: Request, config: Config, runtimes: RuntimeSource = _NO_RUN
         if request.operation == "UPDATE":
             return _validate_update(request, obj, mutator)
         return Verdict()
-    ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation, runtimes)
+    ctx = _context(config, _NO_CLUSTER, request, runtimes, version)
     if not mutator.applies(obj, ctx):
         return Verdict()
     subject = _subject(request, obj, config)
@@ -429,16 +459,17 @@ def review(
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> Review:
     """Mutate then validate one object as the API server would; for the CLI (dry-run, explain)."""
     from webhook.admission.review import GroupVersionKind
 
     api_version = str(obj.get("apiVersion") or "")
-    group, _, version = api_version.rpartition("/")
+    group, _, served = api_version.rpartition("/")
     metadata: Any = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     request = Request(
         uid="dry-run",
-        kind=GroupVersionKind(group, version, str(obj.get("kind") or "")),
+        kind=GroupVersionKind(group, served, str(obj.get("kind") or "")),
         operation="CREATE",
         namespace=namespace or metadata.get("namespace"),
         name=metadata.get("name"),
@@ -446,11 +477,11 @@ def review(
         old_object=None,
         dry_run=True,
     )
-    mutated_verdict, outcome = _mutate(request, config, attempts, runtimes)
+    mutated_verdict, outcome = _mutate(request, config, attempts, runtimes, version)
     if not mutated_verdict.allowed:
         return Review(mutated_verdict, obj, outcome)
     result = jsonpatch.apply_patch(obj, mutated_verdict.patch) if mutated_verdict.patch else obj
-    second = validate(dataclasses.replace(request, object=result), config, runtimes)
+    second = validate(dataclasses.replace(request, object=result), config, runtimes, version)
     if not second.allowed:
         second = dataclasses.replace(second, warnings=mutated_verdict.warnings)
         return Review(second, obj, outcome)
@@ -463,7 +494,8 @@ def review_object(
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> tuple[Verdict, dict[str, Any]]:
     """``review`` as a pair: the combined verdict and the resulting object."""
-    reviewed = review(obj, config, namespace, attempts, runtimes)
+    reviewed = review(obj, config, namespace, attempts, runtimes, version)
     return reviewed.verdict, reviewed.result

@@ -25,6 +25,7 @@ from typing import Any
 
 from webhook.admission import engine
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.explain import jobs, kinds  # noqa: F401  (their explainers register)
 from webhook.explain.jobs import failjob_message
 from webhook.explain.model import (
@@ -64,6 +65,7 @@ def explain(
     namespace: str | None = None,
     events: Sequence[Event] | None = None,
     runtimes: RuntimeSource | None = None,
+    version: VersionSource | None = None,
 ) -> list[Explanation] | Denial | None:
     """Review ``obj`` as admission would and explain the result.
 
@@ -80,7 +82,8 @@ def explain(
         if not isinstance(obj.get(part) or {}, dict):
             raise ExplainError(f"{kind or 'object'}: {part} must be a mapping of fields")
     runtimes = runtimes if runtimes is not None else NoRuntimes()
-    reviewed = engine.review(obj, config, namespace, runtimes=runtimes)
+    version = version if version is not None else UnknownVersion()
+    reviewed = engine.review(obj, config, namespace, runtimes=runtimes, version=version)
     changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
     changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
     metadata = mapping(obj.get("metadata"))
@@ -98,7 +101,12 @@ def explain(
     if function is None:
         return None
     ns = namespace or metadata.get("namespace")
-    ctx = Context(config, namespace=ns, runtimes=runtimes)
+    ctx = Context(
+        config,
+        namespace=ns,
+        runtimes=runtimes,
+        kubernetes_version=config.kubernetes_version or version.kubernetes_version(),
+    )
     subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
     explanations = function(subject)
     owner = controller_of(metadata)

@@ -12,6 +12,7 @@ import orjson
 from webhook.cluster.attempts import AttemptSource, NoCluster
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.kube.objects import controller_of
+from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
 from webhook.policy.model import (
     APPLIED,
@@ -40,6 +41,12 @@ class Context:
     namespace: str | None = None
     operation: str = "CREATE"
     runtimes: RuntimeSource = field(default_factory=NoRuntimes)
+    #: The cluster's version (the config's pin, else the API server's): what decides
+    #: whether feature-gated fields may be written (``mutators.inplace``).
+    kubernetes_version: KubeVersion | None = None
+    #: A deadline outside the object that ends its in-place restarts, named: a TrainJob's,
+    #: for the JobSet its controller makes (``mutators.trainjob`` checks it there).
+    outer_bound: str | None = None
 
     def __post_init__(self) -> None:
         # Callers without a cluster may pass None for either source.
@@ -245,4 +252,7 @@ def applied_record(policy: Policy) -> str:
         record["oomMemoryLimit"] = str(limit)
     if policy.avoid_failed_nodes:
         record["avoidFailedNodes"] = True
+    if policy.in_place_exit_codes:
+        record["inPlaceExitCodes"] = list(policy.in_place_exit_codes)
+        record["inPlaceScope"] = policy.in_place_scope
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()

@@ -30,6 +30,7 @@ from webhook.mutators import (
     controller_of,
     failureaware,
     has_policy_annotations,
+    inplace,
     mapping,
     register,
     workload_policy,
@@ -423,6 +424,8 @@ OFF: dict[str, Any] = {
     "oom-memory-factor": None,
     "oom-memory-limit": None,
     "avoid-failed-nodes": False,
+    "in-place-exit-codes": None,
+    "in-place-scope": "container",
 }
 
 
@@ -552,6 +555,7 @@ def apply_job_spec(
     restarts: int | None = None,
     defaulted: bool = True,
     lineage: str | None = None,
+    outer_bound: str | None = None,
 ) -> Policy:
     """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
 
@@ -561,7 +565,9 @@ def apply_job_spec(
     ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
     own spec but not a CronJob's or JobSet's template: there every value was written.
     ``lineage`` (a JobSet's UID) is written on the pod template when its pods learn from
-    earlier attempts, which are the set's, across restarts.
+    earlier attempts, which are the set's, across restarts. ``outer_bound`` names a
+    deadline outside this JobSpec that ends in-place restarts too ("" when there is none
+    to name, but they are bounded).
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
     """
     where = intent.dotted(path)
@@ -575,9 +581,22 @@ def apply_job_spec(
     pod_spec = template["spec"]
     budget = Budget.of(policy, field, restarts, lineage)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
+    bound = inplace.Bound(
+        outer_bound is not None
+        or inplace.deadline_set(spec.get("activeDeadlineSeconds"))
+        or inplace.deadline_set(pod_spec.get("activeDeadlineSeconds")),
+        f"{where}.activeDeadlineSeconds (or the pod template's)",
+    )
+    policy, deadline = inplace.check(
+        policy, pod_spec, ctx, out, f"{where}.template", bound, _rules(spec)
+    )
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
+    if deadline is not None:
+        inplace.write_deadline(
+            spec, "activeDeadlineSeconds", deadline, f"{where}.activeDeadlineSeconds", out
+        )
     _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
     out.policies[where] = policy
     return policy
@@ -720,7 +739,7 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
     if policy.fail_non_retriable:
         action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
-        for rule in fp.non_retriable_rules(pod_spec, policy.retriable_exit_codes, action):
+        for rule in fp.non_retriable_rules(pod_spec, inplace.retriable(policy), action):
             ours.append((rule, "fail-non-retriable"))
     return ours
 
@@ -843,6 +862,16 @@ def _check_pod_annotations(
                 "wrong-scope",
             )
         )
+    for name in ("in-place-exit-codes", "in-place-scope"):
+        if name in values:
+            out.problems.append(
+                Problem(
+                    f"{where}.template annotation {PREFIX}{name}",
+                    "the Job's pods get their restart rules from its template, checked "
+                    "against its whole policy; annotate the Job itself",
+                    "wrong-scope",
+                )
+            )
     for name, value in _pod_annotations(policy, budget).items():
         own = values.get(name)
         if name in values and format_value(name, own) != value:
@@ -927,6 +956,7 @@ def _apply(
                 )
         out.problems.extend(fp.validate(spec, where))
     add_error_propagation(pod_spec, "containers", policy, out)
+    inplace.apply(pod_spec, policy, out, f"{where}.template")
     pod_values = _pod_annotations(policy, budget)
     if pod_values:
         meta = template.get("metadata")

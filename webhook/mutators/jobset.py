@@ -61,6 +61,7 @@ from webhook.kube.owned import deep_copy
 from webhook.mutators import (
     Context,
     Outcome,
+    controller_of,
     failureaware,
     has_policy_annotations,
     items,
@@ -117,6 +118,9 @@ BUDGET_MESSAGES = {
 }
 IGNORING_ACTIONS = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
 NOT_IN_PLACE = {
+    "in-place-exit-codes": "with restartStrategy InPlaceRestart JobSet's own agent restarts "
+    "its pods in place, and a container rule of ours would restart a container before the "
+    "agent sees it fail",
     "ignore-disruptions": "with restartStrategy InPlaceRestart any pod that fails, a disrupted "
     "one too, restarts the whole set in place, and JobSet counts that against maxRestarts",
     "non-spot-attempts": "with restartStrategy InPlaceRestart its pods restart in place on their "
@@ -300,6 +304,17 @@ def _check_child_annotations(replicated: list[Any], out: Outcome) -> None:
                 )
 
 
+def _outer_bound(jobset: Mapping[str, Any], ctx: Context) -> str | None:
+    """What ends in-place restarts besides each replicated Job's deadline: a TrainJob's
+    JobSet was checked at the TrainJob's admission, where its own deadline counts."""
+    if ctx.outer_bound is not None:
+        return ctx.outer_bound
+    owner = controller_of(jobset.get("metadata"))
+    if owner is not None and owner.get("kind") == "TrainJob":
+        return "its TrainJob"
+    return None
+
+
 def in_place_restart(jobset: Mapping[str, Any]) -> bool:
     return get_path(jobset, ("spec", "failurePolicy", "restartStrategy")) == IN_PLACE_RESTART
 
@@ -311,7 +326,7 @@ def _without_rails(ctx: Context) -> Context:
         ns: dataclasses.replace(o, guard_rails={}) for ns, o in ctx.config.namespaces.items()
     }
     config = dataclasses.replace(ctx.config, guard_rails=GuardRails(), namespaces=namespaces)
-    return Context(config, ctx.attempts, ctx.namespace, ctx.operation, ctx.runtimes)
+    return dataclasses.replace(ctx, config=config)
 
 
 def _apply_replicated_job(
@@ -342,6 +357,7 @@ def _apply_replicated_job(
         restarts=restarts,
         defaulted=False,
         lineage=uid if isinstance(uid, str) and uid else None,
+        outer_bound=_outer_bound(jobset, ctx),
     )
     if reverted is None:
         return resolved

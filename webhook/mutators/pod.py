@@ -25,6 +25,7 @@ from webhook.mutators import (
     controller_of,
     failureaware,
     has_policy_annotations,
+    inplace,
     pod_policy,
     register,
 )
@@ -91,8 +92,12 @@ class PodMutator:
                     policy.setting("error-propagation"),
                 )
         record: dict[str, Any] | None = None
+        if policy.in_place_exit_codes:
+            record = self._in_place(spec, policy, owner, ctx, out)
         if policy.non_spot_attempts > 0:
-            record = self._place(pod, spec, policy, owner, ctx, out)
+            placed = self._place(pod, spec, policy, owner, ctx, out)
+            if placed is not None:
+                record = {**(record or {}), **placed}
         if policy.failure_aware:
             learned = self._learn(pod, spec, policy, owner, ctx, out)
             if learned:
@@ -101,6 +106,35 @@ class PodMutator:
             text = json.dumps(record, sort_keys=True, separators=(",", ":"))
             podspec.set_annotation(metadata, APPLIED, text)
         return out
+
+    def _in_place(
+        self, spec: dict[str, Any], policy: Policy, owner: Any, ctx: Context, out: Outcome
+    ) -> dict[str, Any] | None:
+        """A bare Pod's own in-place restarts (``webhook.mutators.inplace``). A controller's
+        pods get them from the workload's template, where the whole policy is checked."""
+        if owner is not None:
+            problem = Problem(
+                f"annotation {PREFIX}in-place-exit-codes",
+                f"set it on the {owner.get('kind')} that makes this pod",
+                "wrong-scope",
+            )
+            self._report(out, [problem], owner)
+            return None
+        bound = inplace.Bound(
+            inplace.deadline_set(spec.get("activeDeadlineSeconds")), "spec.activeDeadlineSeconds"
+        )
+        policy, deadline = inplace.check(policy, spec, ctx, out, "spec", bound)
+        if out.problems or not policy.in_place_exit_codes:
+            return None
+        if deadline is not None:
+            inplace.write_deadline(
+                spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
+            )
+        inplace.apply(spec, policy, out, "spec")
+        return {
+            "inPlaceExitCodes": list(policy.in_place_exit_codes),
+            "inPlaceScope": policy.in_place_scope,
+        }
 
     def _report(self, out: Outcome, problems: list[Problem], owner: Any) -> None:
         if owner is None:

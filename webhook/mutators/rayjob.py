@@ -52,6 +52,8 @@ NOT_APPLICABLE = {
     "so the OOM kills of earlier attempts cannot be found",
     "avoid-failed-nodes": "each retry runs on a new RayCluster whose pods belong to no Job, "
     "so the nodes of earlier attempts cannot be found",
+    "in-place-exit-codes": "KubeRay makes its pods from the RayCluster's templates and "
+    "manages their restarts itself; set restart rules in those templates",
 }
 
 

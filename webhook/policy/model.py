@@ -80,6 +80,31 @@ def parse_exit_codes(text: str) -> tuple[int, ...]:
     return tuple(codes)
 
 
+def parse_in_place_codes(text: str) -> tuple[int, ...] | None:
+    """Exit codes a container restarts in place on; ``none`` turns off a default."""
+    if text == "none":
+        return None
+    if any(part.strip().isdigit() and int(part) == 0 for part in text.split(",")):
+        raise BadValue(
+            "0 is success: a rule on it would restart a container that finished; accepted: "
+            "a comma-separated list of exit codes from 1 to 255, e.g. 42,75, or none"
+        )
+    try:
+        return parse_exit_codes(text)
+    except BadValue:
+        raise BadValue(
+            "accepted: a comma-separated list of exit codes from 1 to 255, e.g. 42,75, or "
+            "none to turn off a default"
+        ) from None
+
+
+def parse_in_place_scope(text: str) -> str:
+    """What restarts in place: the container that exited, or every container of the pod."""
+    if text in ("container", "pod"):
+        return text
+    raise BadValue("accepted: container (the container that exited) or pod (all its containers)")
+
+
 def parse_strategy(text: str) -> str | None:
     """``earliest`` -> the Flyte strategy name; ``none`` opts out of a default."""
     if text == "earliest":
@@ -238,6 +263,18 @@ KEYS: dict[str, KeySpec] = {
             "each new attempt avoids the nodes where earlier attempts failed",
         ),
         KeySpec(
+            "in-place-exit-codes",
+            parse_in_place_codes,
+            _BOTH,
+            "exit codes on which a container restarts where it runs, without a new pod",
+        ),
+        KeySpec(
+            "in-place-scope",
+            parse_in_place_scope,
+            _BOTH,
+            "container (default), or pod: an in-place exit code restarts the whole pod",
+        ),
+        KeySpec(
             "jobset-uid",
             parse_any,
             frozenset({Scope.POD}),
@@ -364,6 +401,8 @@ _BUILTIN: dict[str, Any] = {
     "oom-memory-factor": None,
     "oom-memory-limit": None,
     "avoid-failed-nodes": False,
+    "in-place-exit-codes": None,
+    "in-place-scope": "container",
     "attempt": None,
 }
 
@@ -426,6 +465,15 @@ class Policy:
         return bool(self.value("avoid-failed-nodes"))
 
     @property
+    def in_place_exit_codes(self) -> tuple[int, ...]:
+        """Exit codes that restart in place (empty: none)."""
+        return tuple(self.value("in-place-exit-codes") or ())
+
+    @property
+    def in_place_scope(self) -> str:
+        return str(self.value("in-place-scope"))
+
+    @property
     def failure_aware(self) -> bool:
         """Whether pods learn from earlier attempts (more memory, other nodes)."""
         return self.oom_memory_factor is not None or self.avoid_failed_nodes
@@ -445,6 +493,7 @@ class Policy:
             or self.non_spot_attempts > 0
             or self.error_propagation is not None
             or self.failure_aware
+            or bool(self.in_place_exit_codes)
         )
 
 
@@ -474,6 +523,8 @@ def format_value(name: str, value: Any) -> str:
         return "true" if value else "false"
     if name == "retriable-exit-codes":
         return ",".join(str(code) for code in value)
+    if name == "in-place-exit-codes":
+        return "none" if not value else ",".join(str(code) for code in value)
     if name == "error-propagation":
         return "none" if value is None else str(value).lower()
     if name == "oom-memory-factor":

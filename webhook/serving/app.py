@@ -24,6 +24,7 @@ from webhook.admission import review as codec
 from webhook.admission.review import ReviewError, Verdict
 from webhook.cluster.attempts import AttemptSource, NoCluster
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.mutators import lookup
 from webhook.policy.config import Config
 from webhook.serving import logs
@@ -54,6 +55,7 @@ class State:
     config: Config = field(default_factory=Config)
     attempts: AttemptSource = field(default_factory=NoCluster)
     runtimes: RuntimeSource = field(default_factory=NoRuntimes)
+    version: VersionSource = field(default_factory=UnknownVersion)
     readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})
     metrics: Metrics | None = None
 
@@ -136,12 +138,15 @@ def create_app(state: State | None = None) -> Flask:
     @app.post("/mutate")
     def mutate() -> Response:
         return handle(
-            "mutate", lambda r: engine.mutate(r, state.config, state.attempts, state.runtimes)
+            "mutate",
+            lambda r: engine.mutate(r, state.config, state.attempts, state.runtimes, state.version),
         )
 
     @app.post("/validate")
     def validate() -> Response:
-        return handle("validate", lambda r: engine.validate(r, state.config, state.runtimes))
+        return handle(
+            "validate", lambda r: engine.validate(r, state.config, state.runtimes, state.version)
+        )
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -156,6 +161,7 @@ def create_app(state: State | None = None) -> Flask:
             "attemptCache": state.attempts.stats(),
             "runtimeCache": state.runtimes.stats(),
             "memo": engine.MEMO.stats(),
+            "kubernetesVersion": _version_stats(state),
             **details,
         }
         return _json(body, 200 if ready else 503)
@@ -212,6 +218,13 @@ def _outcome(verdict: Verdict) -> str:
     if not verdict.allowed:
         return "denied"
     return "patched" if verdict.patch else "allowed"
+
+
+def _version_stats(state: State) -> dict[str, Any]:
+    """The version the policy uses, and where it came from (a config pin wins)."""
+    if state.config.kubernetes_version is not None:
+        return {"source": "config", "version": str(state.config.kubernetes_version)}
+    return state.version.stats()
 
 
 def _kind_label(review: codec.Request) -> str:

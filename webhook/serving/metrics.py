@@ -42,8 +42,8 @@ PREFIX = "retry_webhook_"
 #: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
 #: budget is milliseconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: The actions of failure-aware retries (``Outcome.actions``): the label's only values.
-RETRY_ACTIONS = ("memory_raised", "nodes_avoided")
+#: What retry policy did to objects (``Outcome.actions``): the label's only values.
+RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules")
 
 
 def prepare_multiprocess_dir() -> tuple[Path, bool]:
@@ -154,9 +154,10 @@ class Metrics:
         )
         self.retry_actions = Counter(
             PREFIX + "retry_actions_total",
-            "What failure-aware retries did to new pods: action=memory_raised counts "
-            "containers given more memory after OOM kills, action=nodes_avoided the nodes "
-            "a pod was kept off because earlier attempts failed there.",
+            "What retry policy did: action=memory_raised counts containers given more "
+            "memory after OOM kills, action=nodes_avoided the nodes a pod was kept off "
+            "because earlier attempts failed there, action=in_place_rules the containers "
+            "given a restart rule for in-place retries.",
             ["action"],
             registry=r,
         )

@@ -67,6 +67,7 @@ from webhook.admission import engine
 from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
+from webhook.cluster.version import ServerVersion
 from webhook.policy.config import Config, load_config
 from webhook.serving import logs, metrics
 from webhook.serving.app import MAX_BODY_BYTES, State, create_app
@@ -458,6 +459,12 @@ class WorkerRuntime:
         if clients is not None:
             self.loop_runtimes = LoopRuntimes(RuntimeCache.of(clients, options.lookup_timeout))
             self.state.runtimes = self.loop_runtimes
+        # Asked now, before the worker serves, then every few minutes (``tick``).
+        self.version: ServerVersion | None = None
+        if clients is not None:
+            self.version = ServerVersion(clients[0].api_client, timeout=2.0)
+            self.version.poll()
+            self.state.version = self.version
         recorder.certificate_served(certificate.not_after.timestamp())
         recorder.sample_cache(self.state.attempts.stats())  # no stale gauges before a tick
         self._thread: threading.Thread | None = None
@@ -485,6 +492,8 @@ class WorkerRuntime:
     def tick(self) -> None:
         if self.reloader is not None:
             self.reloader.check()
+        if self.version is not None:
+            self.version.poll()
         self.metrics.sample_cache(self.state.attempts.stats())
         self.metrics.flush()
         logs.flush_decisions()
