@@ -130,7 +130,11 @@ class JobMutator(WorkloadMutator):
     owns = JOB_OWNED
 
     def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
-        return not made_from_template(job.get("metadata")) and super().applies(job, ctx)
+        if made_from_template(job.get("metadata")):
+            return False
+        # Our keys on the pod template alone are checked too: some belong on the Job.
+        template = get_path(job, ("spec", "template", "metadata"))
+        return super().applies(job, ctx) or has_policy_annotations(template)
 
     def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         spec = job.get("spec")

@@ -369,6 +369,12 @@ def _apply_replicated_job(
             f"retry-policy: {rp_path}{shown} -> Never (for the podFailurePolicy)",
             resolved.setting(name),
         )
+    elif resolved.in_place_exit_codes:
+        shown = f" {reverted}" if reverted else ""
+        out.changed(
+            f"retry-policy: {rp_path}{shown} -> Never (for in-place restarts)",
+            resolved.setting("in-place-exit-codes"),
+        )
     else:
         # Nothing needs it after all (an admin default was skipped): leave it as it was.
         pod_spec = job_spec["template"]["spec"]
@@ -409,12 +415,13 @@ def _child_policy(
 def _restart_never(
     jobset: Mapping[str, Any], path: tuple[str | int, ...], job_spec: dict[str, Any], policy: Policy
 ) -> str | None:
-    """Set the pod template's ``restartPolicy: Never`` (required by a podFailurePolicy) when
-    the user did not write one; JobSet's own webhook would default it to OnFailure.
+    """Set the pod template's ``restartPolicy: Never`` (required by a podFailurePolicy and
+    by in-place restart rules) when the user did not write one; JobSet's own webhook would
+    default it to OnFailure.
 
     Returns the previous value ("" when unset), or ``None`` when nothing was changed.
     """
-    if not (policy.fail_non_retriable or policy.ignore_disruptions):
+    if not (policy.fail_non_retriable or policy.ignore_disruptions or policy.in_place_exit_codes):
         return None
     pod_spec = get_path(job_spec, ("template", "spec"))
     if not isinstance(pod_spec, dict):
