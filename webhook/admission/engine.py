@@ -347,7 +347,8 @@ def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def json_copy(obj: Any) -> Any:
-    """A deep copy of a JSON document: a C-speed round trip, 5x faster than deepcopy."""
+    """A deep copy of a JSON document: a round trip through orjson (C), far cheaper than
+    ``copy.deepcopy``."""
     return orjson.loads(orjson.dumps(obj))
 
 

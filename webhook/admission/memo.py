@@ -4,7 +4,7 @@ A Job with parallelism 1000 sends 1000 pod admissions that differ only in per-ob
 identity (name, uid, completion index); the Jobs of one CronJob differ the same way. The
 policy's answer depends on none of those fields, so the engine keys its verdicts on the
 object *without* them and answers a repeat from memory: a key and a dict lookup instead
-of copy, mutate and diff (about 10x less work; ``make bench`` measures both paths).
+of copy, mutate and diff (``make bench`` measures both paths).
 
 What makes a remembered verdict correct for a new object:
 
