@@ -4,23 +4,18 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools compile run dry-run test lint bench bench-instructions fuzz clean
+.PHONY: install tools run dry-run test lint bench bench-instructions fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,native]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
 install: $(BIN)/.installed
 
 tools: install
 	PYTHON=$(BIN)/python .ci/get-k8s-tools
-
-## Compile the hot modules with mypyc into build/compiled (used only while they match the
-## sources; skipped without a C compiler). RPW_PURE_PYTHON=1 runs without them.
-compile: install
-	$(BIN)/python .ci/compile-native
 
 ## Run the webhook locally: HTTPS on :8443 with generated dev certificates (certs/).
 run: install
@@ -34,21 +29,19 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm), once with
-## the compiled modules and once in pure Python.
-test: install tools compile lint
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 RPW_REQUIRE_NATIVE=1 $(BIN)/pytest -q
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 RPW_PURE_PYTHON=1 $(BIN)/pytest -q
+## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm).
+test: install tools lint
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
 
 ## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey); the
 ## gunicorn floor is installed from the `bench` extra.
-bench: install compile
+bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks.run
 
 ## Instructions a request, webhook against floor, counted by callgrind (deterministic; about
 ## 10 minutes): needs valgrind (apt-get install valgrind).
-bench-instructions: install compile
+bench-instructions: install
 	$(BIN)/python -m benchmarks.instructions
 
 ## Coverage-guided fuzzing of the review decoder and data path (bounded; grows fuzz/corpus).
@@ -62,4 +55,4 @@ fuzz: install
 	rm -rf fuzz/corpus/review && mv .fuzz-merge fuzz/corpus/review
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .ruff_cache build webhook/_compiled
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache build

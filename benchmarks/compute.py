@@ -18,9 +18,10 @@ import time
 from collections.abc import Callable
 
 from benchmarks.cases import streams
-from webhook import admission, engine, memo
-from webhook.admission import Verdict
-from webhook.config import Config
+from webhook.admission import engine, memo
+from webhook.admission import review as admission
+from webhook.admission.review import Verdict
+from webhook.policy.config import Config
 
 
 def handler(config: Config) -> Callable[[bytes], bytes]:

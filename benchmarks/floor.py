@@ -19,8 +19,8 @@ import argparse
 
 from flask import Flask, Response, request
 
-from webhook import admission
-from webhook.admission import Verdict
+from webhook.admission import review as admission
+from webhook.admission.review import Verdict
 
 
 def create_floor_app() -> Flask:
@@ -43,7 +43,7 @@ app = create_floor_app()
 
 
 def main() -> None:
-    from webhook.server import ServeOptions, serve
+    from webhook.serving.server import ServeOptions, serve
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", choices=["new"], default="new")

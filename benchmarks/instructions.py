@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchmarks.cases import streams
 from benchmarks.https import HTTPS_CASES, _free_port, server_command
-from webhook import certs
+from webhook.tls import certs
 
 RESULTS = Path(__file__).parent / "results"
 WARM_UP = 20

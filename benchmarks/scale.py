@@ -1,5 +1,5 @@
 """Scale: the attempt cache holding N Jobs — resident memory and lookup latency — and the
-failure history (``webhook.history``) of N Jobs whose pods failed — resident memory.
+failure history (``webhook.cluster.history``) of N Jobs whose pods failed — resident memory.
 
 Each size runs in a fresh process (``python -m benchmarks.scale N``) so resident memory
 is measured without leftovers: baseline RSS with an empty cache, then RSS after N Jobs
@@ -64,7 +64,7 @@ def realistic_job(i: int) -> dict:
 
 
 def measure(count: int) -> dict:
-    from webhook.attempts import JobCache
+    from webhook.cluster.attempts import JobCache
 
     random.seed(count)
     # Never started: no API calls; events are fed in directly.
@@ -154,7 +154,7 @@ def measure_history(count: int, failures: int, containers: int = 1) -> dict:
     where the allocator keeps their pages), and the process's resident memory growth."""
     import tracemalloc
 
-    from webhook.history import FailureHistory
+    from webhook.cluster.history import FailureHistory
 
     random.seed(count * 100 + failures)
     gc.collect()

@@ -330,7 +330,7 @@ def run() -> dict[str, Any]:
     import tempfile
 
     from benchmarks.https import Served
-    from webhook import certs
+    from webhook.tls import certs
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from benchmarks.cases import ANNOTATED, all_cases, job, review
 from benchmarks.https import Served, _children
-from webhook import certs
+from webhook.tls import certs
 
 RESULTS = Path(__file__).parent / "results"
 

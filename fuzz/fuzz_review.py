@@ -14,9 +14,10 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from webhook import admission, engine
-    from webhook.admission import ReviewError
-    from webhook.config import Config
+    from webhook.admission import engine
+    from webhook.admission import review as admission
+    from webhook.admission.review import ReviewError
+    from webhook.policy.config import Config
 
 CONFIG = Config()
 

@@ -20,12 +20,12 @@ import jsonpatch
 import pytest
 
 # Every test, and every server a test starts, runs the mutators that read a view of the
-# object (``webhook.view``) on the whole object too, and fails on any difference.
+# object (``webhook.admission.view``) on the whole object too, and fails on any difference.
 os.environ.setdefault("RPW_CHECK_VIEWS", "1")
 
-from webhook import defaults
-from webhook.config import Config
-from webhook.intent import LAST_APPLIED
+from webhook.kube import defaulting as defaults
+from webhook.kube.intent import LAST_APPLIED
+from webhook.policy.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 P = "retry-policy.dev/"
@@ -202,9 +202,9 @@ def tool(name: str) -> str:
 
 @pytest.fixture(autouse=True)
 def _forget_remembered_verdicts():
-    """Each test starts with an empty verdict memo (``webhook.memo``), so a test that
+    """Each test starts with an empty verdict memo (``webhook.admission.memo``), so a test that
     patches a mutator never sees an answer remembered by another test."""
-    from webhook import engine
+    from webhook.admission import engine
 
     engine.MEMO.clear()
     yield

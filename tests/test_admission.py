@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import job, review
 
-from webhook import admission
-from webhook.admission import ReviewError, Verdict
+from webhook.admission import review as admission
+from webhook.admission.review import ReviewError, Verdict
 
 
 def test_decode_a_real_shaped_review():

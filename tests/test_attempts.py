@@ -9,7 +9,7 @@ import pytest
 from fakeapi import FakeAPI
 from kubernetes import client
 
-from webhook.attempts import JOB_UID_LABEL, JobCache
+from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
 
 
 def make_job(name, failed=0, uncounted=(), ignore_rule=False, uid=None):
@@ -222,7 +222,7 @@ def test_list_errors_are_retried(api):
 def test_the_failure_history_counts_each_failed_pod_once_across_relists(api):
     # A failed pod is modified again (the Job controller removes its finalizer) and listed
     # again after a watch expires: one OOM kill, however often it is seen.
-    from webhook.history import HistoryKey
+    from webhook.cluster.history import HistoryKey
 
     job = make_job("h", failed=1)
     api.put("jobs", job)

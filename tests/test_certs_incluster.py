@@ -20,7 +20,8 @@ from cryptography import x509
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client
 
-from webhook import certs, certsync
+from webhook.tls import certs
+from webhook.tls import incluster as certsync
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 NS, SVC, SECRET = "rpw-system", "rpw", "rpw-tls"

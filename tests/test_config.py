@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.config import DEFAULT_SPOT_NODE_LABELS, ConfigError, load_config, parse_config
+from webhook.policy.config import DEFAULT_SPOT_NODE_LABELS, ConfigError, load_config, parse_config
 
 GOOD = """
 defaults:

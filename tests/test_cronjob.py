@@ -17,10 +17,10 @@ from workloads import (
     validate_schema,
 )
 
-from webhook import defaults
-from webhook.config import parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
-from webhook.intent import LAST_APPLIED
+from webhook.kube import defaulting as defaults
+from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.intent import LAST_APPLIED
+from webhook.policy.config import parse_config
 
 POLICY = {
     P + "fail-non-retriable": "true",

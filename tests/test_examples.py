@@ -17,8 +17,8 @@ from conftest import ROOT, P
 from workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
 
 from webhook import cli
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
-from webhook.intent import LAST_APPLIED
+from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.jobset import our_rule
 from webhook.mutators.trainjob import MANAGER, jobset_for
 

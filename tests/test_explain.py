@@ -15,9 +15,11 @@ import yaml
 from conftest import ROOT, P, job, job_owner, pod, review
 from test_cli import run
 
-from webhook import admission, cli, engine, explain
-from webhook.config import Config, parse_config
-from webhook.explain import PlanGap, PlanRow
+from webhook import cli, explain
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.explain.model import PlanGap, PlanRow
+from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 EXAMPLE = ROOT / "examples" / "job.yaml"
@@ -808,7 +810,8 @@ def test_readme_worked_example_is_what_dry_run_prints():
 
 def test_explain_job_spec_finds_a_nested_job_spec():
     """Kinds that embed JobSpecs (CronJob, JobSet) reuse explain_job_spec with their path."""
-    from webhook.explain import Subject, explain_job_spec
+    from webhook.explain.jobs import explain_job_spec
+    from webhook.explain.model import Subject
     from webhook.mutators import Context
 
     spec = manifest({P + "backoff-limit": "2"})["spec"]

@@ -17,10 +17,12 @@ from conftest import FULL, ROOT, P, job_owner, pod, review
 from test_cli import run
 from test_explain import assert_text_and_json_agree, doc_block, explained, rows, setting
 
-from webhook import admission, cli, engine, explain
-from webhook.config import Config, parse_config
-from webhook.explain import PlanGap
-from webhook.explain_kinds import describe_job_failure, jobset_rule_matches
+from webhook import cli, explain
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.explain.kinds import describe_job_failure, jobset_rule_matches
+from webhook.explain.model import PlanGap
+from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 EXAMPLES = ROOT / "examples"
@@ -433,7 +435,7 @@ def test_jobset_simulate_message_patterns_tell_exit_codes_apart():
 def test_failjob_messages_are_the_job_controllers():
     """The Job condition messages JobSet patterns are matched against, in the format of
     the Job controller's matchPodFailurePolicy (the pod is not known offline)."""
-    from webhook.failurepolicy import ContainerExit, Match
+    from webhook.kube.failurepolicy import ContainerExit, Match
 
     exit_match = Match(1, "FailJob", {}, container=ContainerExit("main", 42))
     assert explain.failjob_message(exit_match) == (

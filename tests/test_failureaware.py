@@ -17,11 +17,11 @@ import pytest
 from conftest import P, job, job_owner, pod
 from workloads import admitted, assert_idempotent, kubectl_patch, mutate, validate, validate_schema
 
-from webhook import history
-from webhook.attempts import AttemptLookup
-from webhook.config import ConfigError, parse_config
-from webhook.history import FailureHistory, HistoryKey
-from webhook.podspec import spot_requirements
+from webhook.cluster import history
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.history import FailureHistory, HistoryKey
+from webhook.kube.podspec import spot_requirements
+from webhook.policy.config import ConfigError, parse_config
 
 FACTOR = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "8Gi"}
 AVOID = {P + "avoid-failed-nodes": "true"}
@@ -697,7 +697,7 @@ def test_the_store_is_bounded_oldest_lineage_first():
 
 def explained(obj, events=None):
     from webhook import cli, explain
-    from webhook.config import Config
+    from webhook.policy.config import Config
 
     prepared, _ = cli.prepare(obj, None)
     parsed = explain.parse_events(events) if events is not None else None

@@ -18,7 +18,7 @@ from fakeapi import FakeAPI, write_kubeconfig
 from serverproc import eventually, free_port, metric, start, stop
 from workloads import validate_schema
 
-from webhook.attempts import JOB_UID_LABEL
+from webhook.cluster.attempts import JOB_UID_LABEL
 
 POLICY = {
     P + "oom-memory-factor": "1.5",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook import failurepolicy as fp
-from webhook.failurepolicy import ContainerExit, PodFailure
+from webhook.kube import failurepolicy as fp
+from webhook.kube.failurepolicy import ContainerExit, PodFailure
 
 
 def spec(rules, **extra):

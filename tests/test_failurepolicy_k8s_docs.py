@@ -23,9 +23,9 @@ import pytest
 from test_explain import manifest
 
 from webhook import cli, explain
-from webhook import failurepolicy as fp
-from webhook.config import Config
-from webhook.failurepolicy import ContainerExit, PodFailure
+from webhook.kube import failurepolicy as fp
+from webhook.kube.failurepolicy import ContainerExit, PodFailure
+from webhook.policy.config import Config
 
 
 def rule(action, **match):

@@ -1,4 +1,4 @@
-"""Go regexp (RE2) patterns searched in messages with unknown parts (``webhook.goregexp``),
+"""Go regexp (RE2) patterns searched in messages with unknown parts (``webhook.kube.goregexp``),
 as JobSet searches ``onJobFailureMessagePatterns`` in a failed Job's message.
 
 # upstream: anyMatchFound (regexp.MatchString; a pattern that does not compile is logged
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from webhook.goregexp import DNS_CHARS, Unsupported, Wild, compile_go
+from webhook.kube.goregexp import DNS_CHARS, Unsupported, Wild, compile_go
 
 MESSAGE = (
     "Container main for pod ml/js-w-0-0-x7k2p failed with exit code 1 matching FailJob rule "

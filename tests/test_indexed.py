@@ -15,10 +15,10 @@ from workloads import (
     validate_schema,
 )
 
-from webhook import engine
-from webhook.config import parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
-from webhook.policy import INT32_MAX
+from webhook.admission import engine
+from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.policy.config import parse_config
+from webhook.policy.model import INT32_MAX
 
 INDEXED = {"completionMode": "Indexed", "completions": 8, "parallelism": 4}
 PER_INDEX = {**INDEXED, "backoffLimitPerIndex": 2}

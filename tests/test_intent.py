@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import job
 
-from webhook.intent import LAST_APPLIED, user_wrote
+from webhook.kube.intent import LAST_APPLIED, user_wrote
 
 
 def with_record(text: str) -> dict:

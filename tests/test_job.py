@@ -8,9 +8,10 @@ import json
 import pytest
 from conftest import FULL, P, apply, job, leaves, review
 
-from webhook import admission, engine
-from webhook.config import Config, parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.policy.config import Config, parse_config
 
 
 def mutate(obj, config=None, operation="CREATE", old=None):

@@ -27,11 +27,11 @@ from test_pytorchjob import pytorchjob
 from test_rayjob import rayjob
 from workloads import mutate, validate
 
-from webhook import failurepolicy as fp
-from webhook.attempts import AttemptLookup, placement_budget
-from webhook.config import parse_config
-from webhook.failurepolicy import ContainerExit, PodFailure
-from webhook.podspec import add_non_spot_affinity, requires_spot, spot_requirements
+from webhook.cluster.attempts import AttemptLookup, placement_budget
+from webhook.kube import failurepolicy as fp
+from webhook.kube.failurepolicy import ContainerExit, PodFailure
+from webhook.kube.podspec import add_non_spot_affinity, requires_spot, spot_requirements
+from webhook.policy.config import parse_config
 
 DEFAULTS = parse_config(
     "defaults: {fail-non-retriable: true, ignore-disruptions: true, non-spot-attempts: 1}"
@@ -670,8 +670,9 @@ def test_pods_are_placed_by_the_jobs_current_backoff_limit(failures, budget, non
     # nodes (upstream: exceedsBackoffLimit := jobCtx.failed > *job.Spec.BackoffLimit).
     obj = pod({P + "backoff-limit": "3", P + "non-spot-attempts": "1"}, owner=job_owner())
     request = json.loads(json.dumps(review(obj)))
-    from webhook import admission, engine
-    from webhook.config import Config
+    from webhook.admission import engine
+    from webhook.admission import review as admission
+    from webhook.policy.config import Config
 
     verdict = engine.mutate(
         admission.decode(json.dumps(request)), Config(), LiveBudget(failures, budget)
@@ -965,7 +966,7 @@ def test_server_leaves_an_empty_term_empty(server):
 def test_the_dry_run_defaults_are_set_defaults_job():
     # upstream: SetDefaults_Job and SetDefaults_PodFailurePolicyOnPodConditionsPattern
     # (pkg/apis/batch/v1/defaults.go): what a Job has when a webhook first sees it.
-    from webhook import defaults
+    from webhook.kube import defaulting as defaults
 
     plain = {"spec": {"template": {"spec": {"containers": []}}}}
     defaults.default_job(plain)

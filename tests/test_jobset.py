@@ -18,11 +18,11 @@ from workloads import (
     validate_schema,
 )
 
-from webhook import intent
-from webhook.config import Config, parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube import intent
+from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.podspec import spot_requirements
 from webhook.mutators.jobset import RULE_NAME, our_rule, validate_rules
-from webhook.podspec import spot_requirements
+from webhook.policy.config import Config, parse_config
 
 # upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) sets it to the
 # JobSet's status.restarts on each child Job and its pod template.

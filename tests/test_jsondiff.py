@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.jsondiff import diff, escape
+from webhook.admission.jsondiff import diff, escape
 
 scalars = st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8)
 keys = st.text(alphabet="ab/~0 .-", min_size=0, max_size=4)

@@ -10,13 +10,14 @@ import kubernetes_validate
 import pytest
 from conftest import FULL, P, apply, job, job_owner, pod, review, tool
 
-from webhook import admission, engine
-from webhook.config import Config, parse_config
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.policy.config import Config, parse_config
 
 
 class Attempts:
     def job_failures(self, namespace, name, uid):
-        from webhook.attempts import AttemptLookup
+        from webhook.cluster.attempts import AttemptLookup
 
         return AttemptLookup(3, "test")
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from webhook import logs
+from webhook.serving import logs
 
 
 @pytest.fixture

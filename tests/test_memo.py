@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from test_properties import CONFIGS, _pick, objects
 from workloads import FixedAttempts
 
-from webhook import admission, engine, memo
-from webhook.config import Config, parse_config
+from webhook.admission import engine, memo
+from webhook.admission import review as admission
+from webhook.policy.config import Config, parse_config
 
 
 @pytest.fixture(autouse=True)
@@ -274,7 +275,7 @@ def test_jobs_applied_from_one_manifest_under_new_names_share_one_run():
     assert denied == uncached(written, config)
 
 
-#: Per-object values outside the view (``webhook.view``): names, uids, labels, images,
+#: Per-object values outside the view (``webhook.admission.view``): names, uids, labels, images,
 #: arguments, env var values, resources, volumes, others' annotations and records.
 OUTSIDE = st.sampled_from(
     [

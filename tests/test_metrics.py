@@ -14,9 +14,9 @@ from fakeapi import FakeAPI, write_kubeconfig
 from prometheus_client.parser import text_string_to_metric_families
 from serverproc import eventually, free_port, metric, start, stop
 
-from webhook.admission import Verdict
-from webhook.app import denial_reasons
+from webhook.admission.review import Verdict
 from webhook.problems import Problem
+from webhook.serving.app import denial_reasons
 
 FULL = {
     P + "backoff-limit": "3",
@@ -241,7 +241,7 @@ def test_no_secret_reaches_logs_or_metrics(server):
 def test_every_line_of_the_process_is_json(server):
     lines = server.logs()  # raises on a line that is not JSON
     loggers = {line["logger"] for line in lines}
-    assert {"webhook.admission", "webhook.server"} <= loggers
+    assert {"webhook.admission", "webhook.serving.server"} <= loggers
     assert any(name.startswith("_granian") for name in loggers)  # granian's own (Rust) lines
     started = [line for line in lines if line["msg"] == "worker started"]
     assert len({line["pid"] for line in started}) == 2  # each worker says so, as itself
@@ -364,7 +364,7 @@ def test_batched_latencies_expose_exactly_what_one_observe_each_would():
     sees must be the one prometheus_client's own ``observe`` would have built."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from webhook.metrics import LATENCY_BUCKETS, Metrics
+    from webhook.serving.metrics import LATENCY_BUCKETS, Metrics
 
     values = [0.0, 0.0004, 0.001, 0.0010001, 0.0025, 0.07, 3.0, 10.0, 11.0, 0.001]
     ours = Metrics()

@@ -1,4 +1,4 @@
-"""The copy a mutator edits shares what it never writes (``webhook.owned``): the copy
+"""The copy a mutator edits shares what it never writes (``webhook.kube.owned``): the copy
 must be new wherever the mutator writes, or the request's object would be changed and the
 change lost from the patch. Checked on the unit, and as a contract on every Job and Pod
 mutator: with the shared copy and with a full copy, the same patch and the same outcome,
@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_properties import CONFIGS, objects
 
-from webhook import defaults, engine
-from webhook.attempts import AttemptLookup
-from webhook.jsondiff import diff
+from webhook.admission import engine
+from webhook.admission.jsondiff import diff
+from webhook.cluster.attempts import AttemptLookup
+from webhook.kube import defaulting as defaults
+from webhook.kube.owned import ALL, SHALLOW, Each, copy_owned, deep_copy
 from webhook.mutators import Context, lookup
-from webhook.owned import ALL, SHALLOW, Each, copy_owned, deep_copy
 
 ROOT = Path(__file__).resolve().parent.parent
 

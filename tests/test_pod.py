@@ -7,10 +7,11 @@ import json
 import pytest
 from conftest import P, apply, job_owner, pod, review
 
-from webhook import admission, engine
-from webhook.attempts import AttemptLookup
-from webhook.config import Config, parse_config
-from webhook.podspec import spot_requirements
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.cluster.attempts import AttemptLookup
+from webhook.kube.podspec import spot_requirements
+from webhook.policy.config import Config, parse_config
 
 
 class FixedAttempts:

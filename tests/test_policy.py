@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.policy import (
+from webhook.policy.model import (
     Layer,
     Scope,
     Source,

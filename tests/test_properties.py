@@ -21,11 +21,13 @@ from conftest import P, job, job_owner, leaves, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from webhook import defaults, engine, explain
-from webhook.admission import decode
-from webhook.app import State, create_app
-from webhook.attempts import AttemptLookup
-from webhook.config import parse_config
+from webhook import explain
+from webhook.admission import engine
+from webhook.admission.review import decode
+from webhook.cluster.attempts import AttemptLookup
+from webhook.kube import defaulting as defaults
+from webhook.policy.config import parse_config
+from webhook.serving.app import State, create_app
 
 KEYS = [
     "fail-non-retriable",
@@ -169,7 +171,7 @@ env = st.lists(
 )
 
 
-#: Server-side apply records (``webhook.intent`` reads the ``Apply`` ones) and others.
+#: Server-side apply records (``webhook.kube.intent`` reads the ``Apply`` ones) and others.
 managed_entry = st.builds(
     lambda operation, fields: {
         "manager": "kubectl" if operation == "Apply" else "job-controller",

@@ -20,8 +20,8 @@ from workloads import (
     validate_schema,
 )
 
-from webhook import engine
-from webhook.config import parse_config
+from webhook.admission import engine
+from webhook.policy.config import parse_config
 
 POLICY = {
     P + "fail-non-retriable": "true",

@@ -1,4 +1,4 @@
-"""Kubernetes quantities (webhook/quantity.py) against the real parser.
+"""Kubernetes quantities (webhook/kube/quantity.py) against the real parser.
 
 The oracle is ``ParseQuantity`` of k8s.io/apimachinery, run by the real kubectl:
 ``kubectl set resources --local`` parses every ``--requests`` value with it and prints
@@ -20,8 +20,16 @@ from conftest import tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook import quantity
-from webhook.quantity import BINARY, DECIMAL, EXPONENT, Quantity, QuantityError, canonical, parse
+from webhook.kube import quantity
+from webhook.kube.quantity import (
+    BINARY,
+    DECIMAL,
+    EXPONENT,
+    Quantity,
+    QuantityError,
+    canonical,
+    parse,
+)
 
 BINARY_SUFFIXES = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
 DECIMAL_SUFFIXES = ["n", "u", "m", "", "k", "M", "G", "T", "P", "E"]

@@ -10,8 +10,8 @@ import signal
 from conftest import apply, decode_patch, job, review
 from serverproc import KubeletVolume, eventually, free_port, metric, start, stop
 
-from webhook.config import Config
-from webhook.reload import ConfigReloader
+from webhook.policy.config import Config
+from webhook.serving.reload import ConfigReloader
 
 RELOADS = "retry_webhook_config_reloads_total"
 

@@ -18,7 +18,7 @@ from conftest import FULL, job, review
 from serverproc import Threads, start, stop
 
 from benchmarks.slowclients import read_response
-from webhook import certs
+from webhook.tls import certs
 
 BODY = json.dumps(review(job(FULL))).encode()
 

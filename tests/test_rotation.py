@@ -25,7 +25,7 @@ from conftest import P, job, review
 from cryptography import x509
 from serverproc import KubeletVolume, Threads, eventually, free_port, metric, start, stop
 
-from webhook import certs
+from webhook.tls import certs
 
 NAMES = ["localhost", *certs.service_dns_names(certs.DEFAULT_SERVICE, certs.DEFAULT_NAMESPACE)]
 BODY = {P + "backoff-limit": "2", P + "fail-non-retriable": "true"}

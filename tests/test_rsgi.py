@@ -1,4 +1,4 @@
-"""The WSGI app behind granian's RSGI interface (``webhook/rsgi.py``), driven in-process
+"""The WSGI app behind granian's RSGI interface (``webhook/serving/rsgi.py``), driven in-process
 with the RSGI calls granian makes, so that each way a body can go wrong is exercised
 exactly: not read when over the limit, read only up to one byte past it without a
 length, cut off by the body timeout, or lost with its client. (The real server, with
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 from conftest import FULL, job, review
 
-from webhook.app import MAX_BODY_BYTES, TOO_LARGE, State, create_app
-from webhook.attempts import AttemptLookup
-from webhook.rsgi import NeedsThread, WsgiOverRsgi
+from webhook.cluster.attempts import AttemptLookup
+from webhook.serving.app import MAX_BODY_BYTES, TOO_LARGE, State, create_app
+from webhook.serving.rsgi import NeedsThread, WsgiOverRsgi
 
 BODY = json.dumps(review(job(FULL))).encode()
 
@@ -206,7 +206,7 @@ def test_the_wsgi_environ_carries_the_request():
 
 
 class BlockingAttempts:
-    """An attempt source that, like the server's (``webhook.server.LoopAttempts``), may
+    """An attempt source that, like the server's (``webhook.serving.server.LoopAttempts``), may
     not block the event loop's thread: there it raises ``NeedsThread``."""
 
     def __init__(self):
@@ -228,7 +228,7 @@ def test_a_request_that_must_wait_on_the_api_is_answered_on_a_thread():
     answer is the one a blocking lookup gives, and nothing was recorded twice."""
     from conftest import job_owner, pod
 
-    from webhook import metrics as metrics_module
+    from webhook.serving import metrics as metrics_module
 
     attempts = BlockingAttempts()
     recorder = metrics_module.Metrics()

@@ -1,4 +1,4 @@
-"""The runtime cache (webhook/runtimes.py) with the real ``kubernetes`` client against an
+"""The runtime cache (webhook/cluster/runtimes.py) with the real ``kubernetes`` client against an
 HTTP Kubernetes API (tests/fakeapi.py): lists and watches of (Cluster)TrainingRuntimes,
 one GET on a miss, failing open when the API cannot answer."""
 
@@ -14,7 +14,7 @@ from fakeapi import TRAINER, FakeAPI
 from kubernetes import client
 from test_trainjob import mutate, runtime, trainjob
 
-from webhook.runtimes import RuntimeCache
+from webhook.cluster.runtimes import RuntimeCache
 
 
 @pytest.fixture
@@ -129,8 +129,8 @@ def test_the_event_loop_never_waits_for_the_api(api):
     thread (``NeedsThread``), where the cache answers it."""
     import threading
 
-    from webhook.rsgi import NeedsThread
-    from webhook.server import LoopRuntimes
+    from webhook.serving.rsgi import NeedsThread
+    from webhook.serving.server import LoopRuntimes
 
     api.put("clustertrainingruntimes", stored(runtime()))
     loop = LoopRuntimes(cache_for(api, lookup_timeout=5))

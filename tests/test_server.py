@@ -7,7 +7,6 @@ import datetime as dt
 import http.client
 import json
 import os
-import shutil
 import socket
 import ssl
 import stat
@@ -19,7 +18,7 @@ import pytest
 from conftest import P, apply, decode_patch, job, review
 from serverproc import Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
 
-from webhook import certs
+from webhook.tls import certs
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +178,7 @@ def test_a_chunked_review_is_read_to_its_end_and_answered(server):
 
 
 def test_a_chunked_body_over_the_limit_is_refused(server):
-    from webhook.app import MAX_BODY_BYTES
+    from webhook.serving.app import MAX_BODY_BYTES
 
     body = b'{"padding":"' + b"x" * MAX_BODY_BYTES + b'"}'
     status, answer = _exchange(server, CHUNKED_HEAD, _chunked(body))
@@ -193,7 +192,7 @@ def test_a_body_shorter_than_its_content_length_is_a_bad_request():
     for us): a 400 naming why, not a decoding error about truncated JSON."""
     import io
 
-    from webhook.app import create_app
+    from webhook.serving.app import create_app
 
     body = json.dumps(review(job(FULL))).encode()
     environ = {
@@ -217,7 +216,7 @@ class _Dropped:
 def test_a_body_that_cannot_be_read_is_a_408_not_a_500(closed):
     import io
 
-    from webhook.app import create_app
+    from webhook.serving.app import create_app
 
     stream = io.BytesIO(b"{}")
     if closed:
@@ -237,7 +236,7 @@ def test_a_body_without_a_length_from_a_server_that_does_not_end_it_is_not_read(
     socket forever, so the body reads as empty (a 400), as werkzeug answers too."""
     import io
 
-    from webhook.app import read_body
+    from webhook.serving.app import read_body
 
     stream = io.BytesIO(b'{"never": "read"}')
     assert read_body({"wsgi.input": stream}, None) == b""
@@ -254,10 +253,6 @@ def test_readyz_reports_config_and_cache(server):
     assert status == 200
     assert body["status"] == "ready"
     assert body["attemptCache"] == {"enabled": False}
-    if os.environ.get("RPW_PURE_PYTHON"):
-        assert body["native"] is False
-    elif os.environ.get("RPW_REQUIRE_NATIVE") and (shutil.which("cc") or shutil.which("gcc")):
-        assert body["native"] is True
 
 
 def test_tls_1_1_is_refused(server):
@@ -422,7 +417,7 @@ def test_jobs_of_one_template_are_answered_from_memory(tmp_path, flags, memo):
 def test_workers_move_their_startup_heap_out_of_the_collectors_reach():
     import gc
 
-    from webhook import server as srv
+    from webhook.serving import server as srv
 
     try:
         srv.settle_heap()
@@ -446,7 +441,7 @@ def test_connections_are_spread_over_the_workers(tmp_path):
     srv = start(tmp_path / "certs", workers=2)
     try:
         # One per worker, none shared; twice: the serving generation's, and the next's
-        # (webhook.server.Listeners).
+        # (webhook.serving.server.Listeners).
         assert _listening_sockets(srv.port) == 4
         # As a load generator (or an API server under a burst) opens them: all at once.
         sockets = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]
@@ -597,7 +592,7 @@ def test_a_content_length_is_read_as_werkzeug_reads_it(value, expected):
     with werkzeug's reading: what is not a whole number is a length of 0."""
     from werkzeug.wrappers import Request
 
-    from webhook.app import _content_length
+    from webhook.serving.app import _content_length
 
     environ = {} if value is None else {"CONTENT_LENGTH": value}
     assert _content_length(environ) == expected

@@ -30,13 +30,14 @@ import ssa
 from conftest import FULL, P, apply, review
 from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 
-from webhook import admission, engine
-from webhook.config import Config, parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
-from webhook.intent import LAST_APPLIED
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes
+from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.jobset import our_rule
 from webhook.mutators.trainjob import LIST_KEYS, MANAGER, jobset_for
-from webhook.runtimes import GivenRuntimes, NoRuntimes
+from webhook.policy.config import Config, parse_config
 
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 JOBSET = "jobset.x-k8s.io/v1alpha2"

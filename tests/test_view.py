@@ -1,4 +1,4 @@
-"""The view a mutator runs on (``webhook.view``): what it keeps, what it drops, and the
+"""The view a mutator runs on (``webhook.admission.view``): what it keeps, what it drops, and the
 check that a mutator reads nothing it drops."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 from conftest import FULL, P, job, job_owner, pod, review
 from workloads import FixedAttempts
 
-from webhook import admission, engine, view
-from webhook.config import Config
-from webhook.intent import LAST_APPLIED, user_wrote
+from webhook.admission import engine, view
+from webhook.admission import review as admission
+from webhook.kube.intent import LAST_APPLIED, user_wrote
+from webhook.policy.config import Config
 
 
 def request_for(obj):

@@ -27,11 +27,13 @@ import kubernetes_validate
 import yaml
 from conftest import apply, review, tool
 
-from webhook import admission, defaults, engine
-from webhook.attempts import AttemptLookup, NoCluster
-from webhook.config import Config
-from webhook.history import HistoryKey, HistoryLookup, unknown
-from webhook.intent import LAST_APPLIED
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.cluster.attempts import AttemptLookup, NoCluster
+from webhook.cluster.history import HistoryKey, HistoryLookup, unknown
+from webhook.kube import defaulting as defaults
+from webhook.kube.intent import LAST_APPLIED
+from webhook.policy.config import Config
 
 CRDS = Path(__file__).resolve().parent / "data" / "crds"
 SCHEMAS = {

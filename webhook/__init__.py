@@ -1,77 +1,18 @@
 """retry-policy-webhook: retry and failure policy for batch and ML workloads, from annotations.
 
-The modules on every admission's path may also exist compiled with mypyc, about a third
-faster on a policy run: in a source checkout, ``make compile`` puts them in
-``build/compiled/webhook``; the image build compiles them inside the installed package
-(``_compiled``). They are used only when they were built from exactly the sources beside
-this file (the build records each source's SHA-256), for this Python, and never with
-``RPW_PURE_PYTHON=1``; in every other case, and wherever nothing was compiled (no C
-compiler), the pure Python modules run, with the same behaviour (CI runs the whole test
-suite both ways).
+The packages, from the request inward:
+
+- ``serving``: the HTTPS server (granian workers under our supervisor), the Flask app,
+  metrics, logs, and live reload of mounted files.
+- ``admission``: the AdmissionReview codec and the data path from a request to a verdict
+  (the engine), with its memo, the views it keys on, and the patch by diffing.
+- ``explain``: the same engine offline, as a retry plan in words (``retry-webhook explain``).
+- ``mutators``: one module per workload kind, each editing a copy of the object.
+- ``policy``: the annotation vocabulary and grammars, and the admins' cluster defaults.
+- ``cluster``: what the server learns from the API server (attempts and failure history
+  of Jobs, training runtimes) through watch caches, never on the request path.
+- ``kube``: Kubernetes semantics the policy relies on, reproduced (podFailurePolicy,
+  API defaulting, quantities, pod-spec helpers, Go regexps).
+- ``tls``: certificates, made locally or kept in step in the cluster.
+- ``problems``: errors as values, shared by all of the above.
 """
-
-from __future__ import annotations
-
-import hashlib
-import json
-import os
-import sysconfig
-from pathlib import Path
-
-#: Compiled when a C compiler is available: the modules a policy run spends its time in.
-NATIVE_MODULES = (
-    "jsondiff",
-    "owned",
-    "memo",
-    "view",
-    "intent",
-    "podspec",
-    "failurepolicy",
-    "policy",
-    "problems",
-    "engine",
-    "mutators/job",
-    "mutators/pod",
-    "mutators/base",
-)
-#: Where ``make compile`` puts them in a source checkout: apart from the sources.
-NATIVE_DIR = Path(__file__).resolve().parent.parent / "build" / "compiled" / "webhook"
-#: Where the image build puts them (``.ci/compile-native --installed``, see Dockerfile):
-#: inside the installed package. Looked at first.
-INSTALLED_NATIVE_DIR = Path(__file__).resolve().parent / "_compiled"
-MANIFEST = "manifest.json"
-
-
-def source_digests() -> dict[str, str]:
-    here = Path(__file__).resolve().parent
-    return {
-        name: hashlib.sha256((here / f"{name}.py").read_bytes()).hexdigest()
-        for name in NATIVE_MODULES
-    }
-
-
-def _native_dir() -> Path | None:
-    """The compiled modules' directory, if they match these sources exactly."""
-    if os.environ.get("RPW_PURE_PYTHON"):
-        return None
-    for directory in (INSTALLED_NATIVE_DIR, NATIVE_DIR):
-        if _built_from_these_sources(directory):
-            return directory
-    return None
-
-
-def _built_from_these_sources(directory: Path) -> bool:
-    if not (directory / MANIFEST).is_file():
-        return False
-    try:
-        manifest = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
-    current = manifest.get("ext_suffix") == sysconfig.get_config_var("EXT_SUFFIX")
-    return current and manifest.get("sources") == source_digests()
-
-
-NATIVE = _native_dir()
-if NATIVE is not None:
-    # Searched first: ``import webhook.policy`` finds the extension module there.
-    __path__.insert(0, str(NATIVE))

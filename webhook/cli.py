@@ -12,19 +12,33 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
 import yaml
 
-from webhook import certs, defaults, engine
-from webhook.config import ConfigError, load_config
-from webhook.intent import LAST_APPLIED
-from webhook.runtimes import GivenRuntimes, is_runtime
+from webhook.admission import engine
+from webhook.cluster.runtimes import GivenRuntimes, is_runtime
+from webhook.cluster.version import GivenVersion
+from webhook.kube import defaulting
+from webhook.kube.intent import LAST_APPLIED
+from webhook.kube.objects import mapping
+from webhook.kube.versions import KubeVersion
+from webhook.policy.config import Config, ConfigError, load_config
+from webhook.policy.model import PREFIX
+from webhook.tls import certs
 
 EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
 EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it again
+#: The reader of the output went away (``retry-webhook dry-run ... | head``): 128 + SIGPIPE,
+#: what a shell reports for a command the closed pipe stopped.
+EXIT_PIPE = 141
+#: What the offline commands assume without ``--kubernetes-version`` or a config pin: the
+#: newest release whose gated fields the policy knows.
+ASSUMED_VERSION = KubeVersion(1, 36)
+IN_PLACE_KEY = PREFIX + "in-place-exit-codes"
 
 
 class InputError(Exception):
@@ -84,7 +98,7 @@ def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any],
     synthetic = LAST_APPLIED not in annotations
     if synthetic:
         annotations[LAST_APPLIED] = json.dumps(manifest, separators=(",", ":"))
-    defaults.apply_defaults(prepared)
+    defaulting.apply_defaults(prepared)
     return prepared, synthetic
 
 
@@ -103,6 +117,27 @@ def _label(obj: dict[str, Any]) -> str:
     return f"{obj.get('kind')}/{name}"
 
 
+def cluster_version(
+    args: argparse.Namespace, config: Config, objects: list[dict[str, Any]], stderr: TextIO
+) -> GivenVersion:
+    """The version the offline commands judge against: ``--kubernetes-version``, else the
+    config's pin, else ``ASSUMED_VERSION``, said when a policy depends on it."""
+    if args.kubernetes_version is not None:
+        return GivenVersion(args.kubernetes_version)
+    if config.kubernetes_version is not None:
+        return GivenVersion(config.kubernetes_version)
+    annotated = any(
+        IN_PLACE_KEY in mapping(mapping(o.get("metadata")).get("annotations")) for o in objects
+    )
+    if annotated or config.has_default("in-place-exit-codes"):
+        print(
+            f"Note: in-place restarts judged for Kubernetes {ASSUMED_VERSION}; pass "
+            "--kubernetes-version X.Y for your cluster's",
+            file=stderr,
+        )
+    return GivenVersion(ASSUMED_VERSION)
+
+
 def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config)
@@ -118,9 +153,12 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     patches: list[dict[str, Any]] = []
     denied = 0
     runtimes = GivenRuntimes(objects, args.namespace)
+    version = cluster_version(args, config, objects, stderr)
     for obj in objects:
         prepared, synthetic = prepare(obj, args.namespace)
-        verdict, result = engine.review_object(prepared, config, args.namespace, runtimes=runtimes)
+        verdict, result = engine.review_object(
+            prepared, config, args.namespace, runtimes=runtimes, version=version
+        )
         for warning in verdict.warnings:
             print(f"Warning: {warning}", file=stderr)
         if not verdict.allowed:
@@ -166,12 +204,13 @@ def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int
     items: list[explain.Explanation | explain.Denial] = []
     code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
+    version = cluster_version(args, config, objects, stderr)
     for obj in objects:
         if is_runtime(obj):
             continue  # read by the TrainJobs that name it
         prepared, _ = prepare(obj, args.namespace)
         try:
-            result = explain.explain(prepared, config, args.namespace, events, runtimes)
+            result = explain.explain(prepared, config, args.namespace, events, runtimes, version)
         except explain.ExplainError as err:
             print(f"Error: {_label(obj)}: {err}", file=stderr)
             code = EXIT_INPUT
@@ -215,17 +254,17 @@ def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    """The in-cluster lifecycle (webhook/certsync.py). Exit 2: a setup it cannot work
+    """The in-cluster lifecycle (webhook/incluster.py). Exit 2: a setup it cannot work
     with (fix the arguments, RBAC or the Secret); 1: the API failed (the Job retries)."""
-    from webhook import certsync
+    from webhook.tls import incluster
 
     if not args.secret:
         print("Error: --in-cluster needs --secret NAME", file=stderr)
         return EXIT_INPUT
-    refs = [certsync.WebhookConfigRef(n) for n in args.webhook_config]
-    refs += [certsync.WebhookConfigRef(n, certsync.MUTATING) for n in args.mutating_config]
-    refs += [certsync.WebhookConfigRef(n, certsync.VALIDATING) for n in args.validating_config]
-    options = certsync.Options(
+    refs = [incluster.WebhookConfigRef(n) for n in args.webhook_config]
+    refs += [incluster.WebhookConfigRef(n, incluster.MUTATING) for n in args.mutating_config]
+    refs += [incluster.WebhookConfigRef(n, incluster.VALIDATING) for n in args.validating_config]
+    options = incluster.Options(
         secret=args.secret,
         namespace=args.namespace,
         service=args.service,
@@ -234,12 +273,12 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         renew_before_days=args.renew_before,
     )
     try:
-        core, admission = certsync.api_clients(args.kubeconfig)
-        actions = certsync.CertSync(core, admission, options).run()
-    except certsync.ApiFailure as err:
+        core, admission = incluster.api_clients(args.kubeconfig)
+        actions = incluster.CertSync(core, admission, options).run()
+    except incluster.ApiFailure as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_FAILED
-    except certsync.SyncError as err:
+    except incluster.SyncError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
     for line in actions:
@@ -248,7 +287,7 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from webhook.server import ServeOptions, serve
+    from webhook.serving.server import ServeOptions, serve
 
     options = ServeOptions(
         config_path=args.config,
@@ -311,6 +350,23 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return value
+
+
+def _version(text: str) -> KubeVersion:
+    try:
+        return KubeVersion.parse(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+
+
+def _version_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubernetes-version",
+        type=_version,
+        metavar="X.Y",
+        help="the cluster's Kubernetes version, for fields behind feature gates (default: "
+        f"the config's kubernetesVersion, else {ASSUMED_VERSION})",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -419,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     dry.add_argument("--config", help="cluster defaults YAML")
     dry.add_argument("-n", "--namespace", help="namespace for objects that name none")
     dry.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
+    _version_option(dry)
     dry.set_defaults(func=dry_run)
 
     why = sub.add_parser(
@@ -436,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
         "container:code, oom = 137, disruption)",
     )
     why.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _version_option(why)
     why.set_defaults(func=explain_cmd)
 
     check = sub.add_parser("check-config", help="validate a cluster defaults file")
@@ -493,7 +551,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args, sys.stdout, sys.stderr))
+    try:
+        code = int(args.func(args, sys.stdout, sys.stderr))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader closed the pipe (``| head``): stop quietly. Output still buffered
+        # would raise again at exit, so stdout is pointed at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
+    return code
 
 
 if __name__ == "__main__":

@@ -12,24 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import webhook
-
-if webhook.NATIVE is not None:
-    # The compiled mutators (``webhook.NATIVE_MODULES``) are found before the sources.
-    __path__.insert(0, str(webhook.NATIVE / "mutators"))
-
-# What mutators share (compiled with them); imported from here by every kind.
+# What mutators share; imported from here by every kind.
+from webhook.kube.objects import controller_of, items, mapping
 from webhook.mutators.base import (
     Change,
     Context,
     Outcome,
     affected_unannotated,
     applied_record,
-    controller_of,
     default_layers,
     has_policy_annotations,
-    items,
-    mapping,
     pod_policy,
     policy_keys,
     workload_policy,

@@ -1,23 +1,20 @@
 """What every mutator shares: the context it runs in, the outcome it reports, and the
-policy it resolves from an object's annotations.
-
-Compiled with the engine and the Job and Pod mutators (``webhook.NATIVE_MODULES``): a
-policy run calls these for every object it computes (``Outcome.changed`` per change, the
-policy lookup per spec), so they live apart from the registry in ``__init__``, which, as a
-package's ``__init__``, stays Python.
-"""
+policy it resolves from an object's annotations."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from webhook.attempts import AttemptSource, NoCluster
-from webhook.config import Config
-from webhook.policy import (
+from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.kube.objects import controller_of
+from webhook.kube.versions import KubeVersion
+from webhook.policy.config import Config
+from webhook.policy.model import (
     APPLIED,
     CARRIED_SOURCES,
     KEYS,
@@ -32,76 +29,54 @@ from webhook.policy import (
     resolve,
 )
 from webhook.problems import Problem
-from webhook.runtimes import NoRuntimes, RuntimeSource
 
 
-@dataclass(init=False)
+@dataclass
 class Context:
     """What a mutator may consult besides the object: config, the attempt cache and the
     Kubeflow Trainer runtimes (a TrainJob's JobSet is made from one)."""
 
     config: Config
-    attempts: AttemptSource
-    runtimes: RuntimeSource
+    attempts: AttemptSource = field(default_factory=NoCluster)
     namespace: str | None = None
     operation: str = "CREATE"
+    runtimes: RuntimeSource = field(default_factory=NoRuntimes)
+    #: The cluster's version (the config's pin, else the API server's): what decides
+    #: whether feature-gated fields may be written (``mutators.inplace``).
+    kubernetes_version: KubeVersion | None = None
+    #: A deadline outside the object that ends its in-place restarts, named: a TrainJob's,
+    #: for the JobSet its controller makes (``mutators.trainjob`` checks it there).
+    outer_bound: str | None = None
 
-    def __init__(
-        self,
-        config: Config,
-        attempts: AttemptSource | None = None,
-        namespace: str | None = None,
-        operation: str = "CREATE",
-        runtimes: RuntimeSource | None = None,
-    ) -> None:
-        self.config = config
-        self.attempts = NoCluster() if attempts is None else attempts
-        self.namespace = namespace
-        self.operation = operation
-        self.runtimes = NoRuntimes() if runtimes is None else runtimes
+    def __post_init__(self) -> None:
+        # Callers without a cluster may pass None for either source.
+        if self.attempts is None:
+            self.attempts = NoCluster()
+        if self.runtimes is None:
+            self.runtimes = NoRuntimes()
 
 
-#: Dataclasses built on every policy run (this one, ``Context``, ``Outcome``,
-#: ``policy.Setting``, ``policy.Layer``, ``policy.Policy``, ``mutators.job.LimitField``,
-#: ``mutators.job.Budget``, ``memo._Entry``) have an ``__init__`` of their own
-#: (``init=False``): mypyc builds any dataclass without one through dataclasses'
-#: Python-level ``__init__``, interpreted; a frozen one then sets each field with
-#: ``object.__setattr__``, 3,300 instructions against about 300 natively. The value
-#: classes among them are hashable and never changed, like a frozen dataclass, but not
-#: declared ``frozen=True``. Equality, hash and repr are still the dataclass's. Together:
-#: a Job's full policy run went from 521k to 476k instructions (-9%).
-@dataclass(unsafe_hash=True, init=False)
+@dataclass(frozen=True)
 class Change:
     """One change made to the object, with the setting that caused it."""
 
     text: str
     setting: Setting | None = None
 
-    def __init__(self, text: str, setting: Setting | None = None) -> None:
-        self.text = text
-        self.setting = setting
 
-
-@dataclass(init=False)
+@dataclass
 class Outcome:
-    problems: list[Problem]
-    changes: list[Change]
-    notes: list[str]
+    problems: list[Problem] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     #: The policy each spec was mutated with, after the spec was consulted (backoff limit
     #: resolved, settings a conflict skipped turned off), keyed by the spec's field path
     #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
     #: that it shows the policy the webhook applied, not a second resolution of its own.
-    policies: dict[str, Policy]
+    policies: dict[str, Policy] = field(default_factory=dict)
     #: What failure-aware retries did, for metrics and the decision log: containers whose
     #: memory was raised (``memory_raised``), nodes avoided (``nodes_avoided``).
-    actions: dict[str, int]
-
-    def __init__(self) -> None:
-        self.problems = []
-        self.changes = []
-        self.notes = []
-        self.policies = {}
-        self.actions = {}
+    actions: dict[str, int] = field(default_factory=dict)
 
     def changed(self, text: str, setting: Setting | None = None) -> None:
         self.changes.append(Change(text, setting))
@@ -124,17 +99,6 @@ class Outcome:
             self.note(f"retry-policy: {name} ({setting.describe(name)}) skipped: {message}")
 
 
-def mapping(value: Any) -> dict[str, Any]:
-    """``value`` when it is a mapping, else an empty one: a field of the wrong JSON type
-    reads as absent (only a file can hold one: the API server refuses them)."""
-    return value if isinstance(value, dict) else {}
-
-
-def items(value: Any) -> list[Any]:
-    """``value`` when it is a list, else an empty one (as ``mapping``, for list fields)."""
-    return value if isinstance(value, list) else []
-
-
 def policy_keys(metadata: Any) -> tuple[str, ...]:
     """The known keys of our annotations on an object, by short name, but ``applied``
     (what metrics count mutations by: never a user's string)."""
@@ -147,16 +111,6 @@ def policy_keys(metadata: Any) -> tuple[str, ...]:
         for k in annotations
         if isinstance(k, str) and k.startswith(PREFIX) and k[cut:] in KEYS and k != APPLIED
     )
-
-
-def controller_of(metadata: Any) -> dict[str, Any] | None:
-    """The owner reference with ``controller: true``, if any: the controller that made
-    the object and manages it."""
-    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
-    for ref in refs if isinstance(refs, list) else ():
-        if isinstance(ref, dict) and ref.get("controller") is True:
-            return ref
-    return None
 
 
 def default_layers(metadata: Any, ctx: Context) -> list[Layer]:
@@ -298,4 +252,7 @@ def applied_record(policy: Policy) -> str:
         record["oomMemoryLimit"] = str(limit)
     if policy.avoid_failed_nodes:
         record["avoidFailedNodes"] = True
+    if policy.in_place_exit_codes:
+        record["inPlaceExitCodes"] = list(policy.in_place_exit_codes)
+        record["inPlaceScope"] = policy.in_place_scope
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()

@@ -22,13 +22,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import failurepolicy as fp
-from webhook import intent
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent
 from webhook.mutators import (
     Context,
     Outcome,
     default_layers,
     has_policy_annotations,
+    inplace,
+    items,
     mapping,
     register,
 )
@@ -40,7 +42,7 @@ from webhook.mutators.job import (
     get_path,
     job_limit_field,
 )
-from webhook.policy import (
+from webhook.policy.model import (
     APPLIED,
     PREFIX,
     Layer,
@@ -134,6 +136,7 @@ def _forget_previous(cronjob: Mapping[str, Any], job_spec: dict[str, Any]) -> No
     ):
         del job_spec["backoffLimit"]
     _forget_rules(cronjob, job_spec, record)
+    _forget_restart_rules(cronjob, job_spec, record)
     pod_annotations = get_path(job_spec, ("template", "metadata", "annotations"))
     if isinstance(pod_annotations, dict):
         for key in [PREFIX + name for name in POD_KEYS]:
@@ -146,9 +149,10 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
     rules = get_path(job_spec, ("podFailurePolicy", "rules"))
     if not isinstance(rules, list):
         return
-    codes = record.get("failNonRetriable")
-    if not (isinstance(codes, list) and codes and all(isinstance(c, int) for c in codes)):
-        codes = None
+    codes = _codes(record.get("failNonRetriable"))
+    if codes is not None:
+        # Our exit-code rule retries the in-place codes too (``inplace.retriable``).
+        codes = sorted(set(codes) | set(_codes(record.get("inPlaceExitCodes")) or ()))
     action = "FailIndex" if record.get("onNonRetriable") == "fail-index" else "FailJob"
     ignore = fp.rule_key(fp.ignore_disruptions_rule())
     written = get_path(_manifest(cronjob), (*JOB_SPEC, "podFailurePolicy", "rules")) or []
@@ -174,6 +178,44 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
         job_spec["podFailurePolicy"]["rules"] = kept
     else:
         del job_spec["podFailurePolicy"]
+
+
+def _codes(value: Any) -> list[int] | None:
+    if isinstance(value, list) and value and all(isinstance(c, int) for c in value):
+        return value
+    return None
+
+
+def _forget_restart_rules(
+    cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: dict
+) -> None:
+    """The previous policy's container restart rule (``mutators.inplace``), and the
+    container ``restartPolicy: Never`` it came with, where the manifest has neither."""
+    codes = _codes(record.get("inPlaceExitCodes"))
+    if codes is None:
+        return
+    action = inplace.ACTIONS.get(str(record.get("inPlaceScope")), "Restart")
+    previous = {"action": action, "exitCodes": {"operator": "In", "values": codes}}
+    template = (*JOB_SPEC, "template", "spec", "containers")
+    written = {
+        c.get("name"): c
+        for c in items(get_path(_manifest(cronjob), template))
+        if isinstance(c, dict)
+    }
+    for container in items(get_path(job_spec, ("template", "spec", "containers"))):
+        if not isinstance(container, dict):
+            continue
+        rules = items(container.get("restartPolicyRules"))
+        own = mapping(written.get(container.get("name")))
+        if previous not in rules or previous in items(own.get("restartPolicyRules")):
+            continue
+        kept = [rule for rule in rules if rule != previous]
+        if kept:
+            container["restartPolicyRules"] = kept
+            continue
+        del container["restartPolicyRules"]
+        if "restartPolicy" not in own:
+            container.pop("restartPolicy", None)
 
 
 def _manifest(cronjob: Mapping[str, Any]) -> Any:

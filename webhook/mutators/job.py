@@ -19,23 +19,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mypy_extensions import mypyc_attr
-
-from webhook import failureaware, intent, podspec
-from webhook import failurepolicy as fp
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent, podspec
+from webhook.kube.owned import ALL, Owned
 from webhook.mutators import (
     Context,
     Outcome,
     affected_unannotated,
     applied_record,
     controller_of,
+    failureaware,
     has_policy_annotations,
+    inplace,
     mapping,
     register,
     workload_policy,
 )
-from webhook.owned import ALL, Owned
-from webhook.policy import (
+from webhook.policy.model import (
     APPLIED,
     PREFIX,
     Policy,
@@ -62,11 +62,11 @@ POD_KEYS = (
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
 JOBSET_GROUP = "jobset.x-k8s.io"
 #: The fields of a Job's spec whose intent (written, or defaulted?) ``apply_job_spec`` asks
-#: ``webhook.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
-#: view (``webhook.view``) keeps only these of its records of intent.
+#: ``webhook.kube.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
+#: view (``webhook.admission.view``) keeps only these of its records of intent.
 INTENT_FIELDS = ("backoffLimit", "backoffLimitPerIndex", "podReplacementPolicy")
 
-#: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.owned``): the copy it
+#: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.kube.owned``): the copy it
 #: edits shares the rest (the containers' other fields, volumes, managedFields...).
 JOB_SPEC_OWNED: dict[str, Owned] = {
     "podFailurePolicy": ALL,
@@ -75,7 +75,6 @@ JOB_SPEC_OWNED: dict[str, Owned] = {
 JOB_OWNED: Owned = {"metadata": podspec.METADATA_OWNED, "spec": JOB_SPEC_OWNED}
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # the other workload kinds' mutators
 class WorkloadMutator:
     """What every workload mutator does around its kind's own part (``apply``): skip
     objects the policy cannot touch, resolve the policy (annotations over admin defaults),
@@ -85,7 +84,7 @@ class WorkloadMutator:
     group = ""
     kind = ""
     enforce_applied = True
-    #: What ``mutate`` may write (``webhook.owned``); ``ALL``: anything, a full copy.
+    #: What ``mutate`` may write (``webhook.kube.owned``); ``ALL``: anything, a full copy.
     owns: Owned = ALL
 
     def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
@@ -124,13 +123,18 @@ class WorkloadMutator:
         return check_budget_update(obj, old, field)
 
 
+@register
 class JobMutator(WorkloadMutator):
     group = "batch"
     kind = "Job"
     owns = JOB_OWNED
 
     def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
-        return not made_from_template(job.get("metadata")) and super().applies(job, ctx)
+        if made_from_template(job.get("metadata")):
+            return False
+        # Our keys on the pod template alone are checked too: some belong on the Job.
+        template = get_path(job, ("spec", "template", "metadata"))
+        return super().applies(job, ctx) or has_policy_annotations(template)
 
     def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         spec = job.get("spec")
@@ -158,9 +162,6 @@ class JobMutator(WorkloadMutator):
         if field is not None and get_path(job, field.path) != get_path(old, field.path):
             problems.extend(_non_spot_update(job, old, field, warnings))
         return problems, warnings, current
-
-
-register(JobMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
 
 
 #: Kinds whose Jobs are made from a template this webhook already applied the policy to.
@@ -194,7 +195,7 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
 # --- the retry budget field, for every kind ----------------------------------------
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class LimitField:
     """Where a kind keeps the budget ``backoff-limit`` maps onto.
 
@@ -206,13 +207,6 @@ class LimitField:
     path: tuple[str | int, ...]
     api_default: int | None
     absent: int | None
-
-    def __init__(
-        self, path: tuple[str | int, ...], api_default: int | None, absent: int | None
-    ) -> None:
-        self.path = path
-        self.api_default = api_default
-        self.absent = absent
 
     @property
     def name(self) -> str:
@@ -434,6 +428,8 @@ OFF: dict[str, Any] = {
     "oom-memory-factor": None,
     "oom-memory-limit": None,
     "avoid-failed-nodes": False,
+    "in-place-exit-codes": None,
+    "in-place-scope": "container",
 }
 
 
@@ -482,7 +478,7 @@ def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcom
 # --- attempts of a pod, for non-spot placement --------------------------------------
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Budget:
     """How the pods of one JobSpec count attempts, for non-spot placement.
 
@@ -500,24 +496,8 @@ class Budget:
     scope: str
     runs: bool = False
     #: A JobSet's UID: its pods share their failure history across the set's restarts
-    #: (``webhook.history``).
+    #: (``webhook.cluster.history``).
     lineage: str | None = None
-
-    def __init__(
-        self,
-        steps: int,
-        per_step: int,
-        text: str,
-        scope: str,
-        runs: bool = False,
-        lineage: str | None = None,
-    ) -> None:
-        self.steps = steps
-        self.per_step = per_step
-        self.text = text
-        self.scope = scope
-        self.runs = runs
-        self.lineage = lineage
 
     @classmethod
     def of(
@@ -579,6 +559,7 @@ def apply_job_spec(
     restarts: int | None = None,
     defaulted: bool = True,
     lineage: str | None = None,
+    outer_bound: str | None = None,
 ) -> Policy:
     """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
 
@@ -588,7 +569,9 @@ def apply_job_spec(
     ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
     own spec but not a CronJob's or JobSet's template: there every value was written.
     ``lineage`` (a JobSet's UID) is written on the pod template when its pods learn from
-    earlier attempts, which are the set's, across restarts.
+    earlier attempts, which are the set's, across restarts. ``outer_bound`` names a
+    deadline outside this JobSpec that ends in-place restarts too ("" when there is none
+    to name, but they are bounded).
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
     """
     where = intent.dotted(path)
@@ -602,9 +585,22 @@ def apply_job_spec(
     pod_spec = template["spec"]
     budget = Budget.of(policy, field, restarts, lineage)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
+    bound = inplace.Bound(
+        outer_bound is not None
+        or inplace.deadline_set(spec.get("activeDeadlineSeconds"))
+        or inplace.deadline_set(pod_spec.get("activeDeadlineSeconds")),
+        f"{where}.activeDeadlineSeconds (or the pod template's)",
+    )
+    policy, deadline = inplace.check(
+        policy, pod_spec, ctx, out, f"{where}.template", bound, _rules(spec)
+    )
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
+    if deadline is not None:
+        inplace.write_deadline(
+            spec, "activeDeadlineSeconds", deadline, f"{where}.activeDeadlineSeconds", out
+        )
     _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
     out.policies[where] = policy
     return policy
@@ -672,7 +668,7 @@ def _check_failure_aware(
     budget: Budget,
     where: str,
 ) -> Policy:
-    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.failureaware``): pods
+    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.mutators.failureaware``): pods
     made anew for later attempts (a JobSet's runs always are), a memory limit that can be
     met, and OOM kills that are retried."""
     if not policy.failure_aware:
@@ -747,7 +743,7 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
     if policy.fail_non_retriable:
         action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
-        for rule in fp.non_retriable_rules(pod_spec, policy.retriable_exit_codes, action):
+        for rule in fp.non_retriable_rules(pod_spec, inplace.retriable(policy), action):
             ours.append((rule, "fail-non-retriable"))
     return ours
 
@@ -870,6 +866,16 @@ def _check_pod_annotations(
                 "wrong-scope",
             )
         )
+    for name in ("in-place-exit-codes", "in-place-scope"):
+        if name in values:
+            out.problems.append(
+                Problem(
+                    f"{where}.template annotation {PREFIX}{name}",
+                    "the Job's pods get their restart rules from its template, checked "
+                    "against its whole policy; annotate the Job itself",
+                    "wrong-scope",
+                )
+            )
     for name, value in _pod_annotations(policy, budget).items():
         own = values.get(name)
         if name in values and format_value(name, own) != value:
@@ -954,6 +960,7 @@ def _apply(
                 )
         out.problems.extend(fp.validate(spec, where))
     add_error_propagation(pod_spec, "containers", policy, out)
+    inplace.apply(pod_spec, policy, out, f"{where}.template")
     pod_values = _pod_annotations(policy, budget)
     if pod_values:
         meta = template.get("metadata")

@@ -27,7 +27,7 @@ message matches one of its ``onJobFailureMessagePatterns`` (Go regexps), and its
 replicated Job is a target; empty lists match anything. Our FailJob rule fails a Job with
 reason PodFailurePolicy and the Job controller's message ``Container <name> for pod
 <namespace>/<pod> failed with exit code <code> matching FailJob rule at index <i>``
-(``matchPodFailurePolicy``): ``_check_rules`` asks ``webhook.goregexp`` whether a pattern
+(``matchPodFailurePolicy``): ``_check_rules`` asks ``webhook.kube.goregexp`` whether a pattern
 can match that message for some pod name, and takes a pattern it cannot read as Go does
 to match.
 
@@ -54,11 +54,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook import failureaware, intent
-from webhook import failurepolicy as fp
-from webhook.config import GuardRails
-from webhook.goregexp import Piece, Unsupported, Wild, compile_go
-from webhook.mutators import Context, Outcome, has_policy_annotations, items, mapping, register
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent
+from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
+from webhook.kube.owned import deep_copy
+from webhook.mutators import (
+    Context,
+    Outcome,
+    controller_of,
+    failureaware,
+    has_policy_annotations,
+    items,
+    mapping,
+    register,
+)
 from webhook.mutators.job import (
     JOBSET_GROUP,
     WRITTEN_SOURCES,
@@ -74,8 +83,8 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.owned import deep_copy
-from webhook.policy import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
+from webhook.policy.config import GuardRails
+from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
@@ -109,6 +118,9 @@ BUDGET_MESSAGES = {
 }
 IGNORING_ACTIONS = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
 NOT_IN_PLACE = {
+    "in-place-exit-codes": "with restartStrategy InPlaceRestart JobSet's own agent restarts "
+    "its pods in place, and a container rule of ours would restart a container before the "
+    "agent sees it fail",
     "ignore-disruptions": "with restartStrategy InPlaceRestart any pod that fails, a disrupted "
     "one too, restarts the whole set in place, and JobSet counts that against maxRestarts",
     "non-spot-attempts": "with restartStrategy InPlaceRestart its pods restart in place on their "
@@ -292,6 +304,17 @@ def _check_child_annotations(replicated: list[Any], out: Outcome) -> None:
                 )
 
 
+def _outer_bound(jobset: Mapping[str, Any], ctx: Context) -> str | None:
+    """What ends in-place restarts besides each replicated Job's deadline: a TrainJob's
+    JobSet was checked at the TrainJob's admission, where its own deadline counts."""
+    if ctx.outer_bound is not None:
+        return ctx.outer_bound
+    owner = controller_of(jobset.get("metadata"))
+    if owner is not None and owner.get("kind") == "TrainJob":
+        return "its TrainJob"
+    return None
+
+
 def in_place_restart(jobset: Mapping[str, Any]) -> bool:
     return get_path(jobset, ("spec", "failurePolicy", "restartStrategy")) == IN_PLACE_RESTART
 
@@ -303,7 +326,7 @@ def _without_rails(ctx: Context) -> Context:
         ns: dataclasses.replace(o, guard_rails={}) for ns, o in ctx.config.namespaces.items()
     }
     config = dataclasses.replace(ctx.config, guard_rails=GuardRails(), namespaces=namespaces)
-    return Context(config, ctx.attempts, ctx.namespace, ctx.operation, ctx.runtimes)
+    return dataclasses.replace(ctx, config=config)
 
 
 def _apply_replicated_job(
@@ -334,6 +357,7 @@ def _apply_replicated_job(
         restarts=restarts,
         defaulted=False,
         lineage=uid if isinstance(uid, str) and uid else None,
+        outer_bound=_outer_bound(jobset, ctx),
     )
     if reverted is None:
         return resolved
@@ -344,6 +368,12 @@ def _apply_replicated_job(
         out.changed(
             f"retry-policy: {rp_path}{shown} -> Never (for the podFailurePolicy)",
             resolved.setting(name),
+        )
+    elif resolved.in_place_exit_codes:
+        shown = f" {reverted}" if reverted else ""
+        out.changed(
+            f"retry-policy: {rp_path}{shown} -> Never (for in-place restarts)",
+            resolved.setting("in-place-exit-codes"),
         )
     else:
         # Nothing needs it after all (an admin default was skipped): leave it as it was.
@@ -385,12 +415,13 @@ def _child_policy(
 def _restart_never(
     jobset: Mapping[str, Any], path: tuple[str | int, ...], job_spec: dict[str, Any], policy: Policy
 ) -> str | None:
-    """Set the pod template's ``restartPolicy: Never`` (required by a podFailurePolicy) when
-    the user did not write one; JobSet's own webhook would default it to OnFailure.
+    """Set the pod template's ``restartPolicy: Never`` (required by a podFailurePolicy and
+    by in-place restart rules) when the user did not write one; JobSet's own webhook would
+    default it to OnFailure.
 
     Returns the previous value ("" when unset), or ``None`` when nothing was changed.
     """
-    if not (policy.fail_non_retriable or policy.ignore_disruptions):
+    if not (policy.fail_non_retriable or policy.ignore_disruptions or policy.in_place_exit_codes):
         return None
     pod_spec = get_path(job_spec, ("template", "spec"))
     if not isinstance(pod_spec, dict):

@@ -14,19 +14,22 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook import failureaware, history, podspec
-from webhook.attempts import AttemptLookup
-from webhook.history import HistoryKey, HistoryLookup
+from webhook.cluster import history
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.kube import podspec
+from webhook.kube.owned import Owned
 from webhook.mutators import (
     Context,
     Outcome,
     controller_of,
+    failureaware,
     has_policy_annotations,
+    inplace,
     pod_policy,
     register,
 )
-from webhook.owned import Owned
-from webhook.policy import (
+from webhook.policy.model import (
     APPLIED,
     PREFIX,
     BadValue,
@@ -41,12 +44,13 @@ INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
+@register
 class PodMutator:
     group = ""
     kind = "Pod"
     #: Placement depends on a live attempt count; validation must not second-guess it.
     enforce_applied = False
-    #: All this mutator writes (``webhook.owned``): the copy it edits shares the rest.
+    #: All this mutator writes (``webhook.kube.owned``): the copy it edits shares the rest.
     owns: Owned = {"metadata": podspec.METADATA_OWNED, "spec": podspec.POD_SPEC_OWNED}
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
@@ -88,8 +92,12 @@ class PodMutator:
                     policy.setting("error-propagation"),
                 )
         record: dict[str, Any] | None = None
+        if policy.in_place_exit_codes:
+            record = self._in_place(spec, policy, owner, ctx, out)
         if policy.non_spot_attempts > 0:
-            record = self._place(pod, spec, policy, owner, ctx, out)
+            placed = self._place(pod, spec, policy, owner, ctx, out)
+            if placed is not None:
+                record = {**(record or {}), **placed}
         if policy.failure_aware:
             learned = self._learn(pod, spec, policy, owner, ctx, out)
             if learned:
@@ -98,6 +106,35 @@ class PodMutator:
             text = json.dumps(record, sort_keys=True, separators=(",", ":"))
             podspec.set_annotation(metadata, APPLIED, text)
         return out
+
+    def _in_place(
+        self, spec: dict[str, Any], policy: Policy, owner: Any, ctx: Context, out: Outcome
+    ) -> dict[str, Any] | None:
+        """A bare Pod's own in-place restarts (``webhook.mutators.inplace``). A controller's
+        pods get them from the workload's template, where the whole policy is checked."""
+        if owner is not None:
+            problem = Problem(
+                f"annotation {PREFIX}in-place-exit-codes",
+                f"set it on the {owner.get('kind')} that makes this pod",
+                "wrong-scope",
+            )
+            self._report(out, [problem], owner)
+            return None
+        bound = inplace.Bound(
+            inplace.deadline_set(spec.get("activeDeadlineSeconds")), "spec.activeDeadlineSeconds"
+        )
+        policy, deadline = inplace.check(policy, spec, ctx, out, "spec", bound)
+        if out.problems or not policy.in_place_exit_codes:
+            return None
+        if deadline is not None:
+            inplace.write_deadline(
+                spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
+            )
+        inplace.apply(spec, policy, out, "spec")
+        return {
+            "inPlaceExitCodes": list(policy.in_place_exit_codes),
+            "inPlaceScope": policy.in_place_scope,
+        }
 
     def _report(self, out: Outcome, problems: list[Problem], owner: Any) -> None:
         if owner is None:
@@ -185,7 +222,7 @@ class PodMutator:
             )
         return record
 
-    # --- failure-aware retries (``webhook.failureaware``) -------------------------------
+    # --- failure-aware retries (``webhook.mutators.failureaware``) -------------------------------
     def _learn(
         self,
         pod: dict[str, Any],
@@ -308,9 +345,6 @@ class PodMutator:
             )
             out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
         return {"avoidedNodes": len(nodes)}
-
-
-register(PodMutator)  # a call, not a decorator: mypyc compiles decorated classes apart
 
 
 def _times(n: int) -> str:

@@ -46,7 +46,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.policy import Policy, Setting, format_value, with_setting
+from webhook.policy.model import Policy, Setting, format_value, with_setting
 from webhook.problems import Problem
 
 KIND = "PyTorchJob"
@@ -66,6 +66,8 @@ NOT_APPLICABLE = {
     "failed pod under the same name), so the OOM kills of earlier attempts cannot be found",
     "avoid-failed-nodes": "its pods belong to no Job (the training operator recreates a "
     "failed pod under the same name), so the nodes of earlier attempts cannot be found",
+    "in-place-exit-codes": "the training operator sets its replicas' restart policy and "
+    "restarts or recreates their pods itself (restartPolicy ExitCode, OnFailure)",
 }
 #: Where kubeflow/trainer#2045 (runPolicy.backoffLimit not enforced under ExitCode) is told.
 UNENFORCED = "kubeflow/trainer#2045"

@@ -35,7 +35,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
-from webhook.policy import Policy, Setting, Source, with_setting
+from webhook.policy.model import Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 KIND = "RayJob"
@@ -52,6 +52,8 @@ NOT_APPLICABLE = {
     "so the OOM kills of earlier attempts cannot be found",
     "avoid-failed-nodes": "each retry runs on a new RayCluster whose pods belong to no Job, "
     "so the nodes of earlier attempts cannot be found",
+    "in-place-exit-codes": "KubeRay makes its pods from the RayCluster's templates and "
+    "manages their restarts itself; set restart rules in those templates",
 }
 
 

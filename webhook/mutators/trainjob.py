@@ -17,7 +17,7 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
   in the same patch as ``retry-policy.dev/defaults`` (``carried_layers``), so the JobSet is
   judged with the defaults the TrainJob was admitted with, and a default still counts as
   one (skipped with a warning, never denied, when it cannot apply).
-- **Validation on apply.** With the runtime known (``webhook.runtimes``: a watch-backed
+- **Validation on apply.** With the runtime known (``webhook.cluster.runtimes``: a watch-backed
   cache in the server, the same input for the CLI), the JobSet is built as the trainer
   builds it (``jobset_for``) and the JobSet mutator runs on it: what it would deny at the
   JobSet's admission (seen only as an Event on the TrainJob, and retried by the trainer
@@ -33,15 +33,25 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook import runtimes as rt
-from webhook.mutators import Change, Context, Outcome, items, mapping, register
+from webhook.cluster import runtimes as rt
+from webhook.mutators import Change, Context, Outcome, inplace, items, mapping, register
 from webhook.mutators.job import JOBSET_GROUP, WorkloadMutator, get_path
 from webhook.mutators.jobset import JobSetMutator, check_unsupported
-from webhook.policy import APPLIED, CARRIED_SOURCES, PREFIX, Policy, Setting, Source, format_value
+from webhook.policy.model import (
+    APPLIED,
+    CARRIED_SOURCES,
+    PREFIX,
+    Policy,
+    Setting,
+    Source,
+    format_value,
+    with_setting,
+)
 from webhook.problems import Problem
 
 KIND = "TrainJob"
@@ -219,21 +229,26 @@ def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[
 # --- the runtime patch the webhook owns -------------------------------------------------
 
 
-def carried_defaults(ctx: Context) -> str | None:
+def carried_defaults(ctx: Context, skipped: frozenset[str] = frozenset()) -> str | None:
     """The admin defaults in force for the TrainJob's namespace, in annotation grammar
     (``policy.parse_carried_defaults``); ``None`` when the config has neither defaults nor
-    guard rails for it (``{}`` with guard rails only: the JobSet must still be judged)."""
+    guard rails for it (``{}`` with guard rails only: the JobSet must still be judged).
+    ``skipped``: defaults the TrainJob's admission found could not apply to it."""
     if not ctx.config.affects_unannotated(ctx.namespace):
         return None
     carried: dict[str, dict[str, str]] = {}
     for layer in ctx.config.layers(ctx.namespace):
         source = "namespace" if layer.source is Source.NAMESPACE else "cluster"
-        carried[source] = {k: format_value(k, v) for k, v in sorted(layer.values.items())}
+        carried[source] = {
+            k: format_value(k, v) for k, v in sorted(layer.values.items()) if k not in skipped
+        }
     ordered = {s: carried[s] for s in CARRIED_SOURCES if s in carried}
     return json.dumps(ordered, separators=(",", ":"))
 
 
-def our_patch(trainjob: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+def our_patch(
+    trainjob: Mapping[str, Any], ctx: Context, skipped: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """The runtime patch that carries the policy: the TrainJob's own ``retry-policy.dev/``
     annotations (not ``applied`` nor ``defaults``, which the webhook writes) and the
     carried defaults."""
@@ -243,7 +258,7 @@ def our_patch(trainjob: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
         for k, v in sorted(annotations.items())
         if isinstance(k, str) and k.startswith(PREFIX) and k not in (APPLIED, CARRIED)
     }
-    defaults = carried_defaults(ctx)
+    defaults = carried_defaults(ctx, skipped)
     if defaults is not None:
         carried[CARRIED] = defaults
     return {
@@ -319,8 +334,15 @@ class TrainJobMutator(WorkloadMutator):
         out.policies["spec"] = policy
         if out.problems:
             return out
-        entry = our_patch(trainjob, ctx)
         changed_spec = copy.deepcopy(spec)
+        label, found = find_runtime(trainjob, ctx)
+        skipped: frozenset[str] = frozenset()
+        if policy.in_place_exit_codes:
+            bounded = _bound_in_place(trainjob, changed_spec, found.runtime, policy, ctx, out)
+            if not bounded.in_place_exit_codes:  # a default that could not apply
+                skipped = frozenset({"in-place-exit-codes"})
+            policy = bounded
+        entry = our_patch(trainjob, ctx, skipped)
         try:
             placed = _place(changed_spec, entry)
         except ValueError:
@@ -333,25 +355,25 @@ class TrainJobMutator(WorkloadMutator):
                 )
             )
             return out
-        label, found = find_runtime(trainjob, ctx)
         if found.runtime is not None:
             self._judge_jobset({**trainjob, "spec": changed_spec}, found.runtime, label, ctx, out)
         else:
-            out.policies["spec"] = check_unsupported(policy, out)
+            out.policies["spec"] = inplace.check_version(check_unsupported(policy, out), ctx, out)
             out.note(
                 f"retry-policy: {label} not read ({found.reason}): the policy is checked "
                 "against it when the trainer creates the JobSet (a denial then shows in "
                 "kubectl describe trainjob)"
             )
-        if out.problems or placed is None:
+        if out.problems or changed_spec == spec:
             return out
         trainjob["spec"] = changed_spec
-        # First: the change the validating webhook requires (``engine._unapplied``).
-        text = (
-            f"retry-policy: spec.runtimePatches: {placed} {MANAGER}, carrying the "
-            "retry-policy annotations to the JobSet"
-        )
-        out.changes.insert(0, Change(text, _annotated(policy)))
+        if placed is not None:
+            # First: the change the validating webhook requires (``engine._unapplied``).
+            text = (
+                f"retry-policy: spec.runtimePatches: {placed} {MANAGER}, carrying the "
+                "retry-policy annotations to the JobSet"
+            )
+            out.changes.insert(0, Change(text, _annotated(policy)))
         return out
 
     def _judge_jobset(
@@ -365,7 +387,8 @@ class TrainJobMutator(WorkloadMutator):
         """Run the JobSet mutator on the JobSet the trainer will make: its problems are
         the TrainJob's, its changes said as what the JobSet will get."""
         jobset = jobset_for(trainjob, runtime)
-        jobset_ctx = Context(ctx.config, ctx.attempts, ctx.namespace, "CREATE", ctx.runtimes)
+        # (In-place restarts' deadline was checked on the TrainJob: ``_bound_in_place``.)
+        jobset_ctx = dataclasses.replace(ctx, operation="CREATE", outer_bound="the TrainJob")
         judged = JobSetMutator().mutate(jobset, jobset_ctx)
         out.problems.extend(_on_runtime(p, label) for p in judged.problems)
         for change in judged.changes:
@@ -394,3 +417,55 @@ class TrainJobMutator(WorkloadMutator):
             f"retry-policy: spec.runtimePatches: kept {MANAGER} as it was (it carries the "
             "policy the TrainJob's JobSet was made with)"
         ]
+
+
+def _bound_in_place(
+    trainjob: Mapping[str, Any],
+    spec: dict[str, Any],
+    runtime: Mapping[str, Any] | None,
+    policy: Policy,
+    ctx: Context,
+    out: Outcome,
+) -> Policy:
+    """In-place restarts need a deadline: the TrainJob's own (the trainer fails the
+    TrainJob and deletes its JobSet when it passes: ``reconcileDeadline``), or one on every
+    replicated Job of its runtime; else the admin's default, written here (the field is
+    immutable after creation), or the admin's permission to run unbounded."""
+    if inplace.deadline_set(spec.get("activeDeadlineSeconds")):
+        return policy
+    if runtime is not None:
+        jobset = jobset_for({**trainjob, "spec": spec}, runtime)
+        templates = [
+            mapping(get_path(r, ("template", "spec")))
+            for r in items(get_path(jobset, ("spec", "replicatedJobs")))
+        ]
+        if templates and all(
+            inplace.deadline_set(t.get("activeDeadlineSeconds"))
+            or inplace.deadline_set(get_path(t, ("template", "spec", "activeDeadlineSeconds")))
+            for t in templates
+        ):
+            return policy
+    rails = ctx.config.rails(ctx.namespace)
+    if rails.in_place_deadline_seconds is not None:
+        inplace.write_deadline(
+            spec,
+            "activeDeadlineSeconds",
+            rails.in_place_deadline_seconds,
+            "spec.activeDeadlineSeconds",
+            out,
+        )
+        return policy
+    if rails.allow_unbounded_in_place:
+        out.note(
+            "retry-policy: in-place restarts are unbounded (guardRails.allowUnboundedInPlace): "
+            "set spec.activeDeadlineSeconds to end a container that never stops failing"
+        )
+        return policy
+    out.conflict(
+        policy,
+        "in-place-exit-codes",
+        "restarts in place are not pod failures, so no retry budget ends them: set "
+        "spec.activeDeadlineSeconds (or one on every replicated Job of the runtime)",
+        "unbounded",
+    )
+    return with_setting(policy, "in-place-exit-codes", Setting(None, Source.BUILTIN))

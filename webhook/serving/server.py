@@ -4,7 +4,7 @@ by a supervisor of our own.
 Why granian, and why this shape (README, "The server", has the measurements): TLS and
 HTTP run in Rust on an event loop, so an idle or slow connection costs memory, not a
 thread, and a request costs about half the CPU it cost under gunicorn. Each worker is a
-process with one event loop; the app runs on it (``webhook/rsgi.py``).
+process with one event loop; the app runs on it (``webhook/serving/rsgi.py``).
 
 The supervisor (this process) does what granian's own process manager cannot do
 without failing requests:
@@ -18,7 +18,7 @@ without failing requests:
   kubelet can swap or delete). A new certificate is served by a new *generation* of
   workers: started beside the old ones on the same listening sockets, and once they
   all serve, the old ones drain (each kept-alive connection is closed right after its
-  next response, ``webhook/rsgi.py``) and then stop gracefully. Requests on kept-alive
+  next response, ``webhook/serving/rsgi.py``) and then stop gracefully. Requests on kept-alive
   connections never fail, and new connections get the new certificate within seconds.
 - **Listening sockets.** One per worker slot (SO_REUSEPORT: the kernel spreads
   connections over the workers), created here and kept here, so a worker replacing one
@@ -32,7 +32,8 @@ without failing requests:
   **SIGHUP** starts a new generation of workers the same way as a new certificate.
 
 Config reloads need no new workers: each worker checks the file once a second
-(``webhook/reload.py``). Metrics are served by a separate process (``webhook/metrics.py``).
+(``webhook/serving/reload.py``). Metrics are served by a separate process
+(``webhook/serving/metrics.py``).
 The supervisor never starts a thread: it forks its workers.
 """
 
@@ -62,14 +63,17 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from webhook import certs, engine, logs, metrics
-from webhook.app import MAX_BODY_BYTES, State, create_app
-from webhook.attempts import AttemptLookup, JobCache, NoCluster, connect
-from webhook.config import Config, load_config
-from webhook.history import HistoryKey, HistoryLookup
-from webhook.reload import ConfigReloader, files_stamp
-from webhook.rsgi import NeedsThread, WsgiOverRsgi
-from webhook.runtimes import RuntimeCache, RuntimeLookup
+from webhook.admission import engine
+from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
+from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
+from webhook.cluster.version import ServerVersion
+from webhook.policy.config import Config, load_config
+from webhook.serving import logs, metrics
+from webhook.serving.app import MAX_BODY_BYTES, State, create_app
+from webhook.serving.reload import ConfigReloader, files_stamp
+from webhook.serving.rsgi import NeedsThread, WsgiOverRsgi
+from webhook.tls import certs
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ class ServeOptions:
     #: Seconds an old generation of workers keeps answering (closing each kept-alive
     #: connection after its next response) before it stops.
     drain_seconds: float = 2.0
-    #: Verdicts each worker remembers per object template (``webhook.memo``); 0: none.
+    #: Verdicts each worker remembers per object template (``webhook.admission.memo``); 0: none.
     memo_entries: int = 256
     #: Each worker listens on a socket of its own (SO_REUSEPORT): see ``reuse_port``.
     reuse_port: bool = True
@@ -450,11 +454,17 @@ class WorkerRuntime:
             self.state.attempts = self.loop_attempts
         else:
             self.state.attempts = NoCluster()
-        # Started by the first TrainJob it is asked about (webhook/runtimes.py).
+        # Started by the first TrainJob it is asked about (webhook/cluster/runtimes.py).
         self.loop_runtimes: LoopRuntimes | None = None
         if clients is not None:
             self.loop_runtimes = LoopRuntimes(RuntimeCache.of(clients, options.lookup_timeout))
             self.state.runtimes = self.loop_runtimes
+        # Asked now, before the worker serves, then every few minutes (``tick``).
+        self.version: ServerVersion | None = None
+        if clients is not None:
+            self.version = ServerVersion(clients[0].api_client, timeout=2.0)
+            self.version.poll()
+            self.state.version = self.version
         recorder.certificate_served(certificate.not_after.timestamp())
         recorder.sample_cache(self.state.attempts.stats())  # no stale gauges before a tick
         self._thread: threading.Thread | None = None
@@ -482,6 +492,8 @@ class WorkerRuntime:
     def tick(self) -> None:
         if self.reloader is not None:
             self.reloader.check()
+        if self.version is not None:
+            self.version.poll()
         self.metrics.sample_cache(self.state.attempts.stats())
         self.metrics.flush()
         logs.flush_decisions()

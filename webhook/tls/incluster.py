@@ -20,7 +20,7 @@ One run, and why it is safe to repeat:
    differs (a configuration that does not exist yet, as in ``pre-install``, is skipped;
    the ``post-install`` run fills it in).
 3. Write the Secret, last. The kubelet then updates the mounted files and the server
-   reloads them (``webhook/server.py``).
+   reloads them (``webhook/serving/server.py``).
 
 A CA rollover (the CA is due) never has a moment where the API server distrusts what a
 pod serves: the new bundle is ``new CA + old CA`` and is patched into the configurations
@@ -52,7 +52,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from webhook import certs
+from webhook.tls import certs
 
 log = logging.getLogger(__name__)
 

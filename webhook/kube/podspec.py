@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
-from webhook import quantity
-from webhook.owned import ALL, SHALLOW, Each, Owned
+from webhook.kube import quantity
+from webhook.kube.owned import ALL, SHALLOW, Each, Owned
 
 WORKER_NAME = "FLYTE_INTERNAL_WORKER_NAME"
 ERROR_STRATEGY = "FLYTE_INTERNAL_DIST_ERROR_STRATEGY"
@@ -31,7 +31,7 @@ NOT_A_PYTORCHJOB = (
 )
 
 
-#: What the functions below may write in a pod spec (``webhook.owned``): each container's
+#: What the functions below may write in a pod spec (``webhook.kube.owned``): each container's
 #: env list, appended to but its entries never edited (``add_error_propagation``), its
 #: memory request and limit (``raise_memory``), and the affinity (``add_non_spot_affinity``,
 #: ``avoid_nodes``).

@@ -1,5 +1,5 @@
 """Live reloading of mounted files: the cluster defaults file (and, through
-``files_stamp``, the serving certificate in ``webhook/server.py``).
+``files_stamp``, the serving certificate in ``webhook/serving/server.py``).
 
 Kubernetes updates a mounted ConfigMap or Secret by writing a new timestamped directory
 and atomically swapping the ``..data`` symlink; the visible paths are symlinks into it
@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from webhook.config import Config, ConfigError, parse_config
+from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.problems import Problem
 
 log = logging.getLogger(__name__)

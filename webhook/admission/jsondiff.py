@@ -5,7 +5,7 @@ site. This replaces ``jsonpatch.make_patch`` on the hot path: profiling showed i
 spending three quarters of an admission in its list-matching heuristics (it serialises
 list members to find moves). Our mutations only add keys, replace scalars and append to
 lists, so this differ skips what the mutator left alone (the copy shares it:
-``webhook.owned``, so it is the very same object), walks the rest once, emits ``add``
+``webhook.kube.owned``, so it is the very same object), walks the rest once, emits ``add``
 for appended list items and ``replace`` for anything else, and never emits
 ``move``/``copy``. Property tests check that applying the result (with ``jsonpatch``,
 and with Go's json-patch through kubectl) reproduces the mutated document exactly.
@@ -64,7 +64,7 @@ def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
     if len(b) > len(a):
         prefix = b[: len(a)]
         # The usual mutation: items appended (env vars, rules, requirements); the items
-        # before them are often the very same objects (``webhook.owned`` shares them).
+        # before them are often the very same objects (``webhook.kube.owned`` shares them).
         kept = all(x is y for x, y in zip(a, prefix, strict=True))
         if kept or (a == prefix and _same(a, prefix)):
             for index in range(len(a), len(b)):

@@ -13,12 +13,12 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from fractions import Fraction
 from typing import Any
 
-from webhook import quantity
+from webhook.kube import quantity
 from webhook.problems import Problem
 
 PREFIX = "retry-policy.dev/"
@@ -78,6 +78,31 @@ def parse_exit_codes(text: str) -> tuple[int, ...]:
     if codes[0] < 1 or codes[-1] > 255:
         raise BadValue(accepted)
     return tuple(codes)
+
+
+def parse_in_place_codes(text: str) -> tuple[int, ...] | None:
+    """Exit codes a container restarts in place on; ``none`` turns off a default."""
+    if text == "none":
+        return None
+    if any(part.strip().isdigit() and int(part) == 0 for part in text.split(",")):
+        raise BadValue(
+            "0 is success: a rule on it would restart a container that finished; accepted: "
+            "a comma-separated list of exit codes from 1 to 255, e.g. 42,75, or none"
+        )
+    try:
+        return parse_exit_codes(text)
+    except BadValue:
+        raise BadValue(
+            "accepted: a comma-separated list of exit codes from 1 to 255, e.g. 42,75, or "
+            "none to turn off a default"
+        ) from None
+
+
+def parse_in_place_scope(text: str) -> str:
+    """What restarts in place: the container that exited, or every container of the pod."""
+    if text in ("container", "pod"):
+        return text
+    raise BadValue("accepted: container (the container that exited) or pod (all its containers)")
 
 
 def parse_strategy(text: str) -> str | None:
@@ -238,6 +263,18 @@ KEYS: dict[str, KeySpec] = {
             "each new attempt avoids the nodes where earlier attempts failed",
         ),
         KeySpec(
+            "in-place-exit-codes",
+            parse_in_place_codes,
+            _BOTH,
+            "exit codes on which a container restarts where it runs, without a new pod",
+        ),
+        KeySpec(
+            "in-place-scope",
+            parse_in_place_scope,
+            _BOTH,
+            "container (default), or pod: an in-place exit code restarts the whole pod",
+        ),
+        KeySpec(
             "jobset-uid",
             parse_any,
             frozenset({Scope.POD}),
@@ -329,18 +366,13 @@ def _quote(raw: str, limit: int = 40) -> str:
     return repr(shown).replace("\\\\", "\\")
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Setting:
     """A resolved value and where it came from (for warnings and ``explain``)."""
 
     value: Any
     source: Source
     detail: str = ""
-
-    def __init__(self, value: Any, source: Source, detail: str = "") -> None:
-        self.value = value
-        self.source = source
-        self.detail = detail
 
     def describe(self, name: str = "") -> str:
         """Where the value came from, for messages: ``annotation retry-policy.dev/x``."""
@@ -349,18 +381,13 @@ class Setting:
         return f"{self.source.value} {self.detail}".strip()
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Layer:
     """One source of values (annotations, a namespace override, the cluster defaults)."""
 
     source: Source
     values: Mapping[str, Any]
     detail: str = ""
-
-    def __init__(self, source: Source, values: Mapping[str, Any], detail: str = "") -> None:
-        self.source = source
-        self.values = values
-        self.detail = detail
 
 
 _BUILTIN: dict[str, Any] = {
@@ -374,18 +401,17 @@ _BUILTIN: dict[str, Any] = {
     "oom-memory-factor": None,
     "oom-memory-limit": None,
     "avoid-failed-nodes": False,
+    "in-place-exit-codes": None,
+    "in-place-scope": "container",
     "attempt": None,
 }
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class Policy:
     """The resolved retry policy of one object, every setting with its provenance."""
 
-    settings: Mapping[str, Setting]
-
-    def __init__(self, settings: Mapping[str, Setting] | None = None) -> None:
-        self.settings = {} if settings is None else settings
+    settings: Mapping[str, Setting] = field(default_factory=dict)
 
     def value(self, name: str) -> Any:
         return self.settings[name].value
@@ -439,6 +465,15 @@ class Policy:
         return bool(self.value("avoid-failed-nodes"))
 
     @property
+    def in_place_exit_codes(self) -> tuple[int, ...]:
+        """Exit codes that restart in place (empty: none)."""
+        return tuple(self.value("in-place-exit-codes") or ())
+
+    @property
+    def in_place_scope(self) -> str:
+        return str(self.value("in-place-scope"))
+
+    @property
     def failure_aware(self) -> bool:
         """Whether pods learn from earlier attempts (more memory, other nodes)."""
         return self.oom_memory_factor is not None or self.avoid_failed_nodes
@@ -458,6 +493,7 @@ class Policy:
             or self.non_spot_attempts > 0
             or self.error_propagation is not None
             or self.failure_aware
+            or bool(self.in_place_exit_codes)
         )
 
 
@@ -487,6 +523,8 @@ def format_value(name: str, value: Any) -> str:
         return "true" if value else "false"
     if name == "retriable-exit-codes":
         return ",".join(str(code) for code in value)
+    if name == "in-place-exit-codes":
+        return "none" if not value else ",".join(str(code) for code in value)
     if name == "error-propagation":
         return "none" if value is None else str(value).lower()
     if name == "oom-memory-factor":

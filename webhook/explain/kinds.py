@@ -39,38 +39,44 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook import engine
-from webhook.engine import json_copy
-from webhook.explain import (
-    WORKLOAD_KEYS,
-    Ending,
-    Event,
-    Explanation,
+from webhook.admission import engine
+from webhook.admission.engine import json_copy
+
+# --- batch/v1 CronJob ----------------------------------------------------------------
+from webhook.explain.jobs import (
     JobSimulator,
     JobSpecView,
     JobState,
-    RuleLine,
-    Simulation,
-    Step,
-    Subject,
-    build_plan,
     container_names,
-    count_of,
     explain_job_spec,
-    explainer,
     failure_aware,
     job_budget,
     job_spec_view,
-    join_words,
     lead,
-    on_nodes,
-    setting_lines,
-    source_text,
     unmanaged_policy,
     walk,
     workload_keys,
 )
-from webhook.goregexp import Piece, Wild
+from webhook.explain.model import (
+    WORKLOAD_KEYS,
+    Ending,
+    Event,
+    Explanation,
+    RuleLine,
+    Simulation,
+    Step,
+    Subject,
+    explainer,
+)
+from webhook.explain.words import (
+    build_plan,
+    count_of,
+    join_words,
+    on_nodes,
+    setting_lines,
+    source_text,
+)
+from webhook.kube.goregexp import Piece, Wild
 from webhook.mutators import items, mapping, pytorchjob, rayjob, trainjob, workload_policy
 from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
@@ -83,9 +89,7 @@ from webhook.mutators.jobset import (
     in_place_restart,
     pattern_applies,
 )
-from webhook.policy import INT32_MAX, Policy
-
-# --- batch/v1 CronJob ----------------------------------------------------------------
+from webhook.policy.model import INT32_MAX, Policy
 
 
 @explainer("batch", "CronJob")
@@ -327,7 +331,7 @@ def jobset_rule_matches(
     pod: Sequence[Piece] = (Wild(),),
 ) -> bool:
     """JobSet's ``ruleIsApplicable``: every list the rule has must match (an empty list
-    matches anything); message patterns are Go regexps searched for (``webhook.goregexp``),
+    matches anything); message patterns are Go regexps searched for (``webhook.kube.goregexp``),
     with the pod's name in ``message`` (``<namespace>/<pod>``) standing for ``pod``: a
     pattern matches when it does for some such pod. A pattern that cannot be read as Go
     reads it is taken to match, as admission takes it (``unread_patterns`` says which)."""

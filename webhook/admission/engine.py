@@ -1,12 +1,12 @@
 """The admission data path, top to bottom: request -> policy -> mutation -> patch -> verdict.
 
 Mutation works on a deep copy and the JSON Patch is the diff between the original and
-the copy (``webhook.jsondiff``; never hand-written pointers), so the patch is correct by
+the copy (``webhook.admission.jsondiff``; never hand-written pointers), so the patch is correct by
 construction: pointer escaping, parents that must exist, nothing outside what changed. Validation
 runs the very same mutation and denies what it reports, so the two webhooks and the
 dry-run CLI can never disagree. For Jobs and Pods the mutation runs on the object's view,
-what the policy reads of it (``webhook.view``); the patch is the same, and the answer can
-be remembered for every object with that view (``webhook.memo``).
+what the policy reads of it (``webhook.admission.view``); the patch is the same, and the answer can
+be remembered for every object with that view (``webhook.admission.memo``).
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from typing import Any
 
 import jsonpatch
 import orjson
-from mypy_extensions import mypyc_attr
 
-from webhook.admission import Request, Verdict, freeze
-from webhook.attempts import AttemptLookup, AttemptSource, NoCluster
-from webhook.config import Config
-from webhook.history import HistoryKey, HistoryLookup
-from webhook.jsondiff import diff
-from webhook.memo import Memo, RecordingAttempts, fingerprint, view_key
+from webhook.admission.jsondiff import diff
+from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_key
+from webhook.admission.review import Request, Verdict, freeze
+from webhook.admission.view import view_of
+from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
+from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.cluster.version import UnknownVersion, VersionSource
+from webhook.kube.owned import ALL, copy_owned
 from webhook.mutators import (
     Context,
     Outcome,
@@ -35,24 +37,22 @@ from webhook.mutators import (
     lookup,
     policy_keys,
 )
-from webhook.owned import ALL, copy_owned
-from webhook.policy import PREFIX, Scope, Source, parse_annotations
+from webhook.policy.config import Config
+from webhook.policy.model import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
-from webhook.runtimes import NoRuntimes, RuntimeSource
-from webhook.view import view_of
 
 log = logging.getLogger(__name__)
 
 _NO_CLUSTER = NoCluster()
 _NO_RUNTIMES = NoRuntimes()
+_NO_VERSION = UnknownVersion()
 
-#: Run every mutator that got a view (``webhook.view``) on the whole object too, and fail
+#: Run every mutator that got a view (``webhook.admission.view``) on the whole object too, and fail
 #: the request when the answers differ: the tests' check that the views hold all a
 #: mutator reads (set by the test suite; costs a second policy run, never set in service).
 CHECK_VIEWS = os.environ.get("RPW_CHECK_VIEWS") == "1"
 
 
-@mypyc_attr(native_class=False)  # mypyc compiles no subclass of a built-in exception
 class ViewMismatch(AssertionError):
     """The mutator answered differently on the view than on the whole object."""
 
@@ -66,9 +66,10 @@ def mutate(
     config: Config,
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> Verdict:
     """Answer the mutating webhook: a patch and one warning per change, or a denial."""
-    found = _mutator_for(request, config, attempts, runtimes)
+    found = _mutator_for(request, config, attempts, runtimes, version)
     if found is None:
         return _restore(request, config) if request.operation == "UPDATE" else Verdict()
     mutator, ctx, original = found
@@ -93,10 +94,11 @@ def _mutate(
     config: Config,
     attempts: AttemptSource,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> tuple[Verdict, Outcome | None]:
     """``mutate`` without the memo, also returning the mutator's outcome (``None`` when
     no mutator ran): ``explain`` and the dry run read what the mutator reported."""
-    found = _mutator_for(request, config, attempts, runtimes)
+    found = _mutator_for(request, config, attempts, runtimes, version)
     if found is None:
         return Verdict(), None
     mutator, ctx, original = found
@@ -108,13 +110,14 @@ def _mutator_for(
     config: Config,
     attempts: AttemptSource,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> tuple[Any, Context, dict[str, Any]] | None:
     """The mutator that must run on this request, its context and the object, if any does."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
-    ctx = Context(config, attempts, _namespace(request), request.operation, runtimes)
+    ctx = _context(config, attempts, request, runtimes, version)
     return (mutator, ctx, original) if mutator.applies(original, ctx) else None
 
 
@@ -141,7 +144,7 @@ def _restore(request: Request, config: Config) -> Verdict:
 
 
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
-    """What the mutator runs on: the view of the object it reads (``webhook.view``), or
+    """What the mutator runs on: the view of the object it reads (``webhook.admission.view``), or
     the whole object for kinds without one."""
     view = view_of(request.kind.group, request.kind.kind, obj, config)
     return view if view is not None else obj
@@ -155,7 +158,7 @@ def _apply(
     subject: dict[str, Any] | None = None,
 ) -> tuple[Verdict, Outcome | None]:
     """Copy, mutate, diff: the policy's work for one object (run on ``subject``, the
-    object's view, when given: the patch is the same, see ``webhook.view``)."""
+    object's view, when given: the patch is the same, see ``webhook.admission.view``)."""
     subject = original if subject is None else subject
     if not CHECK_VIEWS or subject is original:
         return _run(mutator, ctx, subject, request)
@@ -229,7 +232,7 @@ def _run(
     return Verdict(patch=patch, warnings=warnings, annotations=names, actions=actions), outcome
 
 
-#: Verdicts remembered per object template (``webhook.memo``): one per worker process.
+#: Verdicts remembered per object template (``webhook.admission.memo``): one per worker process.
 MEMO = Memo()
 
 
@@ -255,13 +258,38 @@ def _recall(
         ctx.namespace,
         id(ctx.config),
         id(ctx.attempts),
+        ctx.kubernetes_version,
         shape,
     )
     remembered = MEMO.get(key, ctx.attempts)
     return key, (remembered.fresh() if remembered is not None else None)
 
 
-def validate(request: Request, config: Config, runtimes: RuntimeSource = _NO_RUNTIMES) -> Verdict:
+def _context(
+    config: Config,
+    attempts: AttemptSource,
+    request: Request,
+    runtimes: RuntimeSource,
+    version: VersionSource,
+) -> Context:
+    """The mutator's context; the cluster's version is the config's pin, else the API
+    server's (``webhook.cluster.version``)."""
+    return Context(
+        config,
+        attempts,
+        _namespace(request),
+        request.operation,
+        runtimes,
+        config.kubernetes_version or version.kubernetes_version(),
+    )
+
+
+def validate(
+    request: Request,
+    config: Config,
+    runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
+) -> Verdict:
     """Answer the validating webhook: deny every problem the mutation reports, and any
     annotation-requested change that is missing (the mutating webhook did not run, or a
     later webhook undid it), so a policy a user asked for is never silently lost."""
@@ -273,7 +301,7 @@ def validate(request: Request, config: Config, runtimes: RuntimeSource = _NO_RUN
         if request.operation == "UPDATE":
             return _validate_update(request, obj, mutator)
         return Verdict()
-    ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation, runtimes)
+    ctx = _context(config, _NO_CLUSTER, request, runtimes, version)
     if not mutator.applies(obj, ctx):
         return Verdict()
     subject = _subject(request, obj, config)
@@ -313,13 +341,14 @@ def _validate(
 
 def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
     """The copy a mutator edits: new where it declared it may write (``owns``, see
-    ``webhook.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
+    ``webhook.kube.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
     owns = getattr(mutator, "owns", ALL)
     return json_copy(obj) if owns is ALL else copy_owned(obj, owns)
 
 
 def json_copy(obj: Any) -> Any:
-    """A deep copy of a JSON document: a C-speed round trip, 5x faster than deepcopy."""
+    """A deep copy of a JSON document: a round trip through orjson (C), far cheaper than
+    ``copy.deepcopy``."""
     return orjson.loads(orjson.dumps(obj))
 
 
@@ -431,16 +460,17 @@ def review(
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> Review:
     """Mutate then validate one object as the API server would; for the CLI (dry-run, explain)."""
-    from webhook.admission import GroupVersionKind
+    from webhook.admission.review import GroupVersionKind
 
     api_version = str(obj.get("apiVersion") or "")
-    group, _, version = api_version.rpartition("/")
+    group, _, served = api_version.rpartition("/")
     metadata: Any = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     request = Request(
         uid="dry-run",
-        kind=GroupVersionKind(group, version, str(obj.get("kind") or "")),
+        kind=GroupVersionKind(group, served, str(obj.get("kind") or "")),
         operation="CREATE",
         namespace=namespace or metadata.get("namespace"),
         name=metadata.get("name"),
@@ -448,11 +478,11 @@ def review(
         old_object=None,
         dry_run=True,
     )
-    mutated_verdict, outcome = _mutate(request, config, attempts, runtimes)
+    mutated_verdict, outcome = _mutate(request, config, attempts, runtimes, version)
     if not mutated_verdict.allowed:
         return Review(mutated_verdict, obj, outcome)
     result = jsonpatch.apply_patch(obj, mutated_verdict.patch) if mutated_verdict.patch else obj
-    second = validate(dataclasses.replace(request, object=result), config, runtimes)
+    second = validate(dataclasses.replace(request, object=result), config, runtimes, version)
     if not second.allowed:
         second = dataclasses.replace(second, warnings=mutated_verdict.warnings)
         return Review(second, obj, outcome)
@@ -465,7 +495,8 @@ def review_object(
     namespace: str | None = None,
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
+    version: VersionSource = _NO_VERSION,
 ) -> tuple[Verdict, dict[str, Any]]:
     """``review`` as a pair: the combined verdict and the resulting object."""
-    reviewed = review(obj, config, namespace, attempts, runtimes)
+    reviewed = review(obj, config, namespace, attempts, runtimes, version)
     return reviewed.verdict, reviewed.result

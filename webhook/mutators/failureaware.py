@@ -1,7 +1,7 @@
 """Failure-aware retries: more memory after an OOM kill, another node after a failure.
 
 Two settings make a pod depend on how the earlier attempts of its Job ended
-(``webhook.history`` keeps that): ``oom-memory-factor`` (with ``oom-memory-limit``)
+(``webhook.cluster.history`` keeps that): ``oom-memory-factor`` (with ``oom-memory-limit``)
 multiplies the memory request and limit of each container the OOM killer stopped, by
 factor^(its OOM kills so far), at most the limit; ``avoid-failed-nodes`` keeps the pod off
 the nodes where earlier attempts failed (the most recent few). Both act on the new pod
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook import failurepolicy as fp
-from webhook import podspec, quantity
+from webhook.kube import failurepolicy as fp
+from webhook.kube import podspec, quantity
 from webhook.mutators.base import Context, Outcome
-from webhook.policy import PREFIX, Policy, Setting, Source, format_value, with_setting
+from webhook.policy.model import PREFIX, Policy, Setting, Source, format_value, with_setting
 from webhook.problems import Problem
 
 SIGKILL = 137

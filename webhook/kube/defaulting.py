@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from webhook.mutators import items, mapping
+from webhook.kube.objects import items, mapping
 
 INT32_MAX = 2_147_483_647
 

@@ -4,12 +4,12 @@ A Job with parallelism 1000 sends 1000 pod admissions that differ only in per-ob
 identity (name, uid, completion index); the Jobs of one CronJob differ the same way. The
 policy's answer depends on none of those fields, so the engine keys its verdicts on the
 object *without* them and answers a repeat from memory: a key and a dict lookup instead
-of copy, mutate and diff (about 10x less work; ``make bench`` measures both paths).
+of copy, mutate and diff (``make bench`` measures both paths).
 
 What makes a remembered verdict correct for a new object:
 
 - The key holds everything the mutation reads. For a Job or a Pod that is its view
-  (``webhook.view``): the mutator runs on the view alone, so every object with the same
+  (``webhook.admission.view``): the mutator runs on the view alone, so every object with the same
   view gets the same answer by construction, and Jobs that differ in names, images,
   arguments or env values (a pipeline's runs, one manifest applied under new names) share
   one entry. For other kinds it is the whole object (serialised) minus ``IGNORED_*``
@@ -36,11 +36,11 @@ from typing import Any
 
 import orjson
 
-from webhook import history
-from webhook.admission import Verdict
-from webhook.attempts import AttemptLookup, AttemptSource
-from webhook.history import HistoryKey, HistoryLookup
-from webhook.intent import LAST_APPLIED
+from webhook.admission.review import Verdict
+from webhook.cluster import history
+from webhook.cluster.attempts import AttemptLookup, AttemptSource
+from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.kube.intent import LAST_APPLIED
 
 #: Per-object identity the API server or a controller gives each object of one template.
 IGNORED_METADATA = frozenset(
@@ -95,7 +95,7 @@ def fingerprint(obj: Mapping[str, Any], kind: str) -> bytes | None:
 
 
 def view_key(view: Mapping[str, Any]) -> bytes | None:
-    """A view (``webhook.view``), serialised, as a key; ``None`` when it cannot be one."""
+    """A view (``webhook.admission.view``), serialised, as a key; ``None`` when it cannot be one."""
     try:
         key = orjson.dumps(view)
     except (TypeError, orjson.JSONEncodeError):
@@ -137,22 +137,12 @@ class RecordingAttempts:
         return self.source.stats()
 
 
-@dataclass(unsafe_hash=True, init=False)  # not frozen=True: see mutators.base.Change
+@dataclass(frozen=True)
 class _Entry:
     verdict: Verdict
     lookups: tuple[Call, ...]
     #: Held so that the ids in the key cannot be reused by new objects while cached.
     pinned: tuple[Any, ...]
-
-    def __init__(
-        self,
-        verdict: Verdict,
-        lookups: tuple[Call, ...],
-        pinned: tuple[Any, ...],
-    ) -> None:
-        self.verdict = verdict
-        self.lookups = lookups
-        self.pinned = pinned
 
 
 class Memo:

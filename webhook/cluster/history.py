@@ -3,7 +3,7 @@
 ``retry-policy.dev/oom-memory-factor`` and ``avoid-failed-nodes`` make a pod depend on how
 the earlier attempts of its Job ended, which only their failed pods tell
 (``status.containerStatuses[].state.terminated.reason: OOMKilled``, ``spec.nodeName``).
-The attempt cache (``webhook.attempts.JobCache``) already watches the failed pods of Jobs;
+The attempt cache (``webhook.cluster.attempts.JobCache``) already watches the failed pods of Jobs;
 it hands each one to ``FailureHistory.record``, which keeps, per *lineage*, what a later
 pod needs and nothing else, so a pod's admission is a dictionary lookup:
 

@@ -12,7 +12,7 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
-  reduced to what ``webhook.intent`` is asked of a Job: which of the spec fields in
+  reduced to what ``webhook.kube.intent`` is asked of a Job: which of the spec fields in
   ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
@@ -24,7 +24,7 @@ view and the mutated view. That is a patch for the object too: the view keeps ev
 list's length and every mapping the mutators write into, so paths mean the same in
 both, and a mutator never writes where the view dropped something. Because the answer
 is computed from the view alone, it is the same for every object with the same view by
-construction, which is what lets the memo (``webhook.memo``) key on the view and answer
+construction, which is what lets the memo (``webhook.admission.memo``) key on the view and answer
 a Job it has never seen.
 
 The contract is that a mutator reads nothing the view drops. It is checked, not assumed:
@@ -42,27 +42,29 @@ from typing import Any
 
 import orjson
 
-from webhook import history
-from webhook.config import Config
-from webhook.intent import LAST_APPLIED
+from webhook.cluster import history
+from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.job import INTENT_FIELDS
 from webhook.mutators.pod import INDEX_FAILURE_COUNT, RESTART_ATTEMPT
-from webhook.policy import PREFIX
+from webhook.policy.config import Config
+from webhook.policy.model import PREFIX
 
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
 #: The keys that make a pod learn from earlier attempts (``history.wants_history``);
-#: containers' memory is read only for the first (``webhook.failureaware``).
+#: containers' memory is read only for the first (``webhook.mutators.failureaware``).
 OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 
 #: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
 #: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
-POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName")
+POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName", "activeDeadlineSeconds")
 CONTAINER_GROUPS = ("initContainers", "containers")
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
-CONTAINER_READ = ("name", "restartPolicy")
+CONTAINER_READ = ("name", "restartPolicy", "restartPolicyRules")
+#: The key that makes a mutator write containers' restart fields (``mutators.inplace``).
+IN_PLACE = PREFIX + "in-place-exit-codes"
 #: Of a pod's annotations and labels besides ours, those it takes its attempt from; one
-#: that learns from earlier attempts (``webhook.history``) also reads where it belongs:
+#: that learns from earlier attempts (``webhook.cluster.history``) also reads where it belongs:
 #: its completion index and, in a JobSet, its replicated Job and job index.
 POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
 POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
@@ -88,14 +90,17 @@ def job_view(job: Mapping[str, Any], config: Config | None = None) -> dict[str, 
     spec = job.get("spec")
     if not isinstance(metadata, dict) or not isinstance(spec, dict):
         return None
-    memory = _asks_memory(metadata) or (
+    memory = _asks(metadata, OOM_FACTOR) or (
         config is not None and config.has_default("oom-memory-factor")
+    )
+    restarts = _asks(metadata, IN_PLACE) or (
+        config is not None and config.has_default("in-place-exit-codes")
     )
     return _top(
         job,
         _metadata(metadata, (), reduce_owners=True, intent=True),
         {
-            k: _template(v, memory) if k == "template" and isinstance(v, dict) else v
+            k: _template(v, memory, restarts) if k == "template" and isinstance(v, dict) else v
             for k, v in spec.items()
         },
     )
@@ -116,12 +121,12 @@ def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, 
         reduce_owners=ATTEMPT in annotations and not learns,
         labels=POD_HISTORY_LABELS if learns else POD_LABELS,
     )
-    return _top(pod, meta, _pod_spec(spec, OOM_FACTOR in annotations))
+    return _top(pod, meta, _pod_spec(spec, OOM_FACTOR in annotations, IN_PLACE in annotations))
 
 
-def _asks_memory(metadata: Mapping[str, Any]) -> bool:
+def _asks(metadata: Mapping[str, Any], key: str) -> bool:
     annotations = metadata.get("annotations")
-    return isinstance(annotations, dict) and OOM_FACTOR in annotations
+    return isinstance(annotations, dict) and key in annotations
 
 
 #: The kinds with a view, by (group, kind): each made from the object and the config.
@@ -207,44 +212,49 @@ def _owners(owners: Any) -> Any:
     ]
 
 
-def _template(template: Mapping[str, Any], memory: bool) -> dict[str, Any]:
+def _template(template: Mapping[str, Any], memory: bool, restarts: bool) -> dict[str, Any]:
     view: dict[str, Any] = {}
     for key, value in template.items():
         if key == "metadata":
             view[key] = _metadata(value, (), True) if isinstance(value, dict) else value
         elif key == "spec":
-            view[key] = _pod_spec(value, memory) if isinstance(value, dict) else value
+            view[key] = _pod_spec(value, memory, restarts) if isinstance(value, dict) else value
     return view
 
 
-def _pod_spec(spec: Mapping[str, Any], memory: bool) -> dict[str, Any]:
+def _pod_spec(spec: Mapping[str, Any], memory: bool, restarts: bool = False) -> dict[str, Any]:
     view: dict[str, Any] = {}
     for key, value in spec.items():
         if key in POD_SPEC_READ:
             view[key] = value
         elif key in CONTAINER_GROUPS:
-            view[key] = [_container(c, memory) for c in value] if isinstance(value, list) else value
+            view[key] = (
+                [_container(c, memory, restarts) for c in value]
+                if isinstance(value, list)
+                else value
+            )
         elif key == "resources" and memory:  # pod-level: memory raises leave such pods be
             view[key] = _memory(value)
     return view
 
 
-def _container(container: Any, memory: bool) -> Any:
+def _container(container: Any, memory: bool, restarts: bool = False) -> Any:
     """A container's name, its restartPolicy (an init container with ``Always`` is a
-    native sidecar, whose exit codes the policy leaves out), its env vars' names (their
-    values are never read) and, when ``memory``, its memory request and limit."""
+    native sidecar, whose exit codes the policy leaves out) and restart rules, its env
+    vars' names (their values are never read) and, when ``memory``, its memory request
+    and limit."""
     if not isinstance(container, dict):
         return container
-    if memory:
-        # Env and memory may both be written: in the container's order of keys, which the
-        # patch lists them in.
+    if memory or restarts:
+        # More than env may be written (memory, restart fields): in the container's order
+        # of keys, which the patch lists them in.
         view: dict[str, Any] = {}
         for key, value in container.items():
             if key in CONTAINER_READ:
                 view[key] = value
             elif key == "env":
                 view[key] = _env_names(value)
-            elif key == "resources":
+            elif key == "resources" and memory:
                 view[key] = _memory(value)
         return view
     # (Only env may be written: the order of these keys cannot change the patch's.)
@@ -283,7 +293,7 @@ def _env_name(entry: Any) -> Any:
 
 def _spec_record(raw: Any) -> Any:
     """A last-applied record reduced to which of ``INTENT_FIELDS`` it writes under spec.
-    A record that never names them (as ``webhook.intent`` tells, without parsing it: the
+    A record that never names them (as ``webhook.kube.intent`` tells, without parsing it: the
     usual case) writes none; one that is not a JSON object is kept as it is (intent then
     reads managedFields)."""
     if not isinstance(raw, str):

@@ -18,8 +18,9 @@ from typing import Any
 
 import yaml
 
-from webhook import quantity
-from webhook.policy import (
+from webhook.kube import quantity
+from webhook.kube.versions import KubeVersion
+from webhook.policy.model import (
     KEYS,
     BadValue,
     Layer,
@@ -40,9 +41,15 @@ DEFAULT_SPOT_NODE_LABELS: dict[str, tuple[str, ...]] = {
     "kubernetes.azure.com/scalesetpriority": ("spot",),
 }
 
-_TOP_KEYS = ("defaults", "guardRails", "spotNodeLabels", "namespaces")
+_TOP_KEYS = ("defaults", "guardRails", "spotNodeLabels", "namespaces", "kubernetesVersion")
 _NS_KEYS = ("defaults", "guardRails")
-_GUARD_KEYS = ("maxBackoffLimit", "maxOomMemoryLimit", "maxAvoidedNodes")
+_GUARD_KEYS = (
+    "maxBackoffLimit",
+    "maxOomMemoryLimit",
+    "maxAvoidedNodes",
+    "inPlaceDeadlineSeconds",
+    "allowUnboundedInPlace",
+)
 #: How many of the nodes where a Job's attempts failed its next pod avoids, unless the
 #: config says otherwise (``guardRails.maxAvoidedNodes``); the failure history keeps at
 #: most ``MAX_AVOIDED_NODES`` per Job (or index).
@@ -73,6 +80,10 @@ class GuardRails:
     max_oom_memory_limit: quantity.Quantity | None = None
     #: ``avoid-failed-nodes``: how many nodes (the most recent failures) a pod avoids.
     max_avoided_nodes: int = DEFAULT_AVOIDED_NODES
+    #: In-place restarts need a deadline: this one is written where none is set.
+    in_place_deadline_seconds: int | None = None
+    #: Or they may run without one (every admission then warns).
+    allow_unbounded_in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,9 @@ class Config:
     )
     namespaces: Mapping[str, NamespaceOverride] = field(default_factory=dict)
     source: str = "<built-in defaults>"
+    #: Pinned by the admin for a cluster whose feature gates differ from its version's
+    #: defaults; otherwise the server asks the API server (``webhook.cluster.version``).
+    kubernetes_version: KubeVersion | None = None
 
     def layers(self, namespace: str | None) -> list[Layer]:
         """Default layers below the object's own annotations, highest precedence first."""
@@ -178,6 +192,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         spot_node_labels=spot,
         namespaces=namespaces,
         source=source,
+        kubernetes_version=_kubernetes_version(data.get("kubernetesVersion"), problems),
     )
     problems.extend(_consistency(config))
     if problems:
@@ -282,7 +297,43 @@ def _guard_rails(raw: Any, where: str, problems: list[Problem]) -> dict[str, Any
                     f"{MAX_AVOIDED_NODES}",
                 )
             )
+    if "inPlaceDeadlineSeconds" in raw:
+        value = raw["inPlaceDeadlineSeconds"]
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            rails["in_place_deadline_seconds"] = value
+        elif value is not None:
+            problems.append(
+                Problem(
+                    f"{where}.inPlaceDeadlineSeconds",
+                    f"{value!r} is not valid; accepted: a whole number of seconds >= 1",
+                )
+            )
+    if "allowUnboundedInPlace" in raw:
+        value = raw["allowUnboundedInPlace"]
+        if isinstance(value, bool):
+            rails["allow_unbounded_in_place"] = value
+        elif value is not None:
+            problems.append(
+                Problem(
+                    f"{where}.allowUnboundedInPlace",
+                    f"{value!r} is not valid; accepted: true or false",
+                )
+            )
     return rails
+
+
+def _kubernetes_version(raw: Any, problems: list[Problem]) -> KubeVersion | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        # YAML reads 1.30 as the number 1.3: only a string says what the admin meant.
+        problems.append(Problem("kubernetesVersion", f'{raw!r} is not a string; quote it: "1.35"'))
+        return None
+    try:
+        return KubeVersion.parse(raw)
+    except ValueError as err:
+        problems.append(Problem("kubernetesVersion", f"{raw!r} is not valid; {err}"))
+        return None
 
 
 def _spot_labels(raw: Any, problems: list[Problem]) -> dict[str, tuple[str, ...]]:

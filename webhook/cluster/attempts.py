@@ -23,8 +23,8 @@ from typing import Any, Protocol, Self
 
 import orjson
 
-from webhook.failurepolicy import PodFailure, counts, evaluate
-from webhook.history import FailureHistory, HistoryKey, HistoryLookup, unknown
+from webhook.cluster.history import FailureHistory, HistoryKey, HistoryLookup, unknown
+from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +277,7 @@ class JobCache(Informers):
                     self._stop,
                 )
             )
-        #: What the failed pods of Jobs went through (``webhook.history``), fed by the pod
+        #: What the failed pods of Jobs went through (``webhook.cluster.history``), fed by the pod
         #: watch below.
         self.history = FailureHistory(
             core_api, JOB_UID_LABEL, self._counted, lookup_timeout, breaker_seconds
@@ -371,7 +371,7 @@ class JobCache(Informers):
         """The answer when it needs no request to the API (a cache hit, or the breaker
         open after recent errors); ``None`` when it needs the one bounded GET, which
         ``job_failures`` makes. The server answers on its event loop only what this
-        answers, and hands the rest to a thread (``webhook/server.py``)."""
+        answers, and hands the rest to a thread (``webhook/serving/server.py``)."""
         with self._lock:
             failed = self._jobs.get(uid)
             pods = self._pod_counts.get(uid, 0)

@@ -3,7 +3,7 @@
 The server runs several worker processes (and a supervisor), and a scrape reaches one
 process only, so they record into ``prometheus_client``'s multiprocess files
 (``PROMETHEUS_MULTIPROC_DIR``, a fresh directory under ``$TMPDIR`` emptied at start) and a
-small dedicated exposition process (``python -m webhook.metrics``, started by ``serve``)
+small dedicated exposition process (``python -m webhook.serving.metrics``, started by ``serve``)
 reads all of them on each scrape. That process, not a thread in the supervisor, because
 the supervisor forks workers for as long as it runs, and forking a process that has
 threads risks deadlocks in the child. The supervisor binds the metrics port itself before
@@ -42,8 +42,8 @@ PREFIX = "retry_webhook_"
 #: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
 #: budget is milliseconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-#: The actions of failure-aware retries (``Outcome.actions``): the label's only values.
-RETRY_ACTIONS = ("memory_raised", "nodes_avoided")
+#: What retry policy did to objects (``Outcome.actions``): the label's only values.
+RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules")
 
 
 def prepare_multiprocess_dir() -> tuple[Path, bool]:
@@ -154,9 +154,10 @@ class Metrics:
         )
         self.retry_actions = Counter(
             PREFIX + "retry_actions_total",
-            "What failure-aware retries did to new pods: action=memory_raised counts "
-            "containers given more memory after OOM kills, action=nodes_avoided the nodes "
-            "a pod was kept off because earlier attempts failed there.",
+            "What retry policy did: action=memory_raised counts containers given more "
+            "memory after OOM kills, action=nodes_avoided the nodes a pod was kept off "
+            "because earlier attempts failed there, action=in_place_rules the containers "
+            "given a restart rule for in-place retries.",
             ["action"],
             registry=r,
         )
@@ -338,14 +339,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def start_exposition(sock: socket.socket) -> Any:
-    """Run ``python -m webhook.metrics`` on ``sock``; it exits when this process does."""
+    """Run ``python -m webhook.serving.metrics`` on ``sock``; it exits when this process does."""
     import subprocess
 
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "webhook.metrics",
+            "webhook.serving.metrics",
             "--fd",
             str(sock.fileno()),
             "--parent",
@@ -402,12 +403,12 @@ def _serve(fd: int, parent: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m webhook.metrics")
+    parser = argparse.ArgumentParser(prog="python -m webhook.serving.metrics")
     parser.add_argument("--fd", type=int, required=True, help="listening socket to serve on")
     parser.add_argument("--parent", type=int, required=True, help="exit when this pid is gone")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    from webhook import logs
+    from webhook.serving import logs
 
     logs.setup(args.log_level)
     if not os.environ.get(ENV):

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.attempts import Informers, _Informer
+from webhook.cluster.attempts import Informers, _Informer
 
 log = logging.getLogger(__name__)
 

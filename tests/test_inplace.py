@@ -1,0 +1,535 @@
+"""In-place retries (issue 27): in-place-exit-codes and in-place-scope.
+
+Through the engine (mutate, then validate the result): what is written into each kind's
+pod templates, what is denied and why, and how the rest of the policy treats in-place
+codes. test_inplace_real.py runs the real server, schemas and kubectl; the explain
+tests cover the plan and ``--simulate``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from conftest import P, apply, job, job_owner, pod, review
+from test_jobset import jobset, replicated
+from test_trainjob import carried, runtime, trainjob
+from workloads import admitted, mutate, pod_template
+
+from webhook.admission import engine
+from webhook.admission import review as admission
+from webhook.cluster.runtimes import GivenRuntimes
+from webhook.cluster.version import GivenVersion
+from webhook.kube import failurepolicy as fp
+from webhook.kube.versions import KubeVersion
+from webhook.mutators import inplace
+from webhook.policy.config import Config, ConfigError, parse_config
+from webhook.policy.model import Layer, Policy, Scope, Source, parse_annotations, resolve
+
+V134, V135, V136 = KubeVersion(1, 34), KubeVersion(1, 35), KubeVersion(1, 36)
+IN_PLACE = {P + "in-place-exit-codes": "42,75"}
+DEADLINE = {"activeDeadlineSeconds": 86400}
+
+
+def rule(action: str = "Restart", codes: tuple[int, ...] = (42, 75)) -> dict[str, Any]:
+    return {"action": action, "exitCodes": {"operator": "In", "values": list(codes)}}
+
+
+def run(
+    obj: dict[str, Any],
+    version: KubeVersion | None = V136,
+    config: Config | None = None,
+    runtimes: Any = None,
+):
+    """Mutate ``obj`` for a cluster of ``version``, then validate the result as the
+    validating webhook would; returns the mutating verdict and the object."""
+    source = GivenVersion(version) if version else None
+    extra = {"version": source} if source else {}
+    config = config or Config()
+    request = admission.decode(json.dumps(review(obj)))
+    given = {"runtimes": runtimes} if runtimes is not None else {}
+    verdict = engine.mutate(request, config, **given, **extra)
+    if not verdict.allowed:
+        return verdict, obj
+    out = apply(obj, verdict.patch)
+    second = engine.validate(admission.decode(json.dumps(review(out))), config, **given, **extra)
+    assert second.allowed, second.message
+    again = engine.mutate(admission.decode(json.dumps(review(out))), config, **given, **extra)
+    assert again.patch == [], "mutating twice changes something"
+    return verdict, out
+
+
+def denied(verdict) -> str:
+    assert not verdict.allowed, verdict.warnings
+    return verdict.message
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return obj["spec"]["template"]["spec"]["containers"]
+
+
+def job_template(name: str) -> dict[str, Any]:
+    return {"spec": {**DEADLINE, "template": pod_template(name, restart_policy="Never")}}
+
+
+def two_containers() -> list[dict[str, Any]]:
+    return [
+        {"name": "trainer", "image": "ghcr.io/example/train:1.0.0"},
+        {"name": "exporter", "image": "ghcr.io/example/exporter:1.0.0"},
+    ]
+
+
+# --- the grammar -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "accepted"),
+    [
+        ("in-place-exit-codes", "0", "0 is success"),
+        ("in-place-exit-codes", "42,0", "0 is success"),
+        ("in-place-exit-codes", "256", "exit codes from 1 to 255"),
+        ("in-place-exit-codes", "forty-two", "exit codes from 1 to 255"),
+        ("in-place-exit-codes", "", "exit codes from 1 to 255"),
+        ("in-place-scope", "node", "container (the container that exited) or pod"),
+    ],
+)
+def test_bad_values_are_denied_with_the_key_the_value_and_what_is_accepted(key, value, accepted):
+    obj = job({**IN_PLACE, P + key: value}, spec=DEADLINE)
+    message = denied(run(obj)[0])
+    assert f"annotation {P}{key}: '{value}' is not valid" in message
+    assert accepted in message
+
+
+def test_codes_are_sorted_and_deduplicated_as_the_api_requires():
+    """``validateContainerRestartPolicy`` wants In values sorted and unique, like
+    podFailurePolicy's."""
+    verdict, out = run(job({P + "in-place-exit-codes": "75, 42,75"}, spec=DEADLINE))
+    assert verdict.allowed, verdict.message
+    assert containers(out)[0]["restartPolicyRules"] == [rule()]
+
+
+# --- a Job -------------------------------------------------------------------------------
+
+
+def test_each_regular_container_restarts_in_place_sidecars_and_init_are_left_alone():
+    obj = job(IN_PLACE, containers=two_containers(), spec=DEADLINE)
+    template = obj["spec"]["template"]["spec"]
+    template["initContainers"] = [
+        {"name": "fetch", "image": "busybox:1.36"},
+        {"name": "proxy", "image": "envoy:1.30", "restartPolicy": "Always"},
+    ]
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    for container in containers(out):
+        assert container["restartPolicy"] == "Never"
+        assert container["restartPolicyRules"] == [rule()]
+    init = out["spec"]["template"]["spec"]["initContainers"]
+    assert init == obj["spec"]["template"]["spec"]["initContainers"]
+    assert (
+        "retry-policy: spec.template: containers trainer, exporter restarts in place on exit "
+        "42,75 (in-place-exit-codes)" in verdict.warnings
+    )
+    applied = json.loads(out["metadata"]["annotations"][P + "applied"])
+    assert applied["inPlaceExitCodes"] == [42, 75]
+    assert applied["inPlaceScope"] == "container"
+    assert dict(verdict.actions) == {"in_place_rules": 2}
+
+
+def test_a_containers_own_rules_stay_first():
+    """The kubelet takes the first rule that matches (``findMatchingContainerRestartRule``),
+    so the user's own rules keep deciding the codes they name."""
+    own = {"action": "Restart", "exitCodes": {"operator": "In", "values": [3]}}
+    trainer = {
+        "name": "trainer",
+        "image": "ghcr.io/example/train:1.0.0",
+        "restartPolicy": "Never",
+        "restartPolicyRules": [own],
+    }
+    verdict, out = run(job(IN_PLACE, containers=[trainer], spec=DEADLINE))
+    assert verdict.allowed, verdict.message
+    assert containers(out)[0]["restartPolicyRules"] == [own, rule()]
+
+
+def test_twenty_rules_of_a_containers_own_leave_no_room():
+    rules = [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": [n]}} for n in range(1, 21)
+    ]
+    trainer = {
+        "name": "trainer",
+        "image": "x",
+        "restartPolicy": "Never",
+        "restartPolicyRules": rules,
+    }
+    message = denied(run(job(IN_PLACE, containers=[trainer], spec=DEADLINE))[0])
+    assert "container trainer already has 20 restartPolicyRules" in message
+    assert "at most 20" in message
+
+
+def test_scope_pod_restarts_every_container():
+    """KEP-5532: RestartAllContainers restarts the whole pod on its node."""
+    annotations = {**IN_PLACE, P + "in-place-scope": "pod"}
+    verdict, out = run(job(annotations, containers=two_containers(), spec=DEADLINE))
+    assert verdict.allowed, verdict.message
+    assert all(c["restartPolicyRules"] == [rule("RestartAllContainers")] for c in containers(out))
+    assert any("the whole pod restarts in place" in w for w in verdict.warnings)
+
+
+# --- versions ------------------------------------------------------------------------------
+
+
+def test_below_1_35_the_rules_are_denied_naming_1_35():
+    """ContainerRestartRules is beta and on by default from 1.35; below it the API server
+    drops the fields silently (``dropDisabledPodFields`` in pkg/api/pod/util.go)."""
+    message = denied(run(job(IN_PLACE, spec=DEADLINE), V134)[0])
+    assert "need Kubernetes 1.35 or newer (ContainerRestartRules)" in message
+    assert "this cluster is 1.34" in message
+
+
+def test_scope_pod_below_1_36_is_denied_naming_1_36():
+    annotations = {**IN_PLACE, P + "in-place-scope": "pod"}
+    message = denied(run(job(annotations, spec=DEADLINE), V135)[0])
+    assert f"annotation {P}in-place-scope" in message
+    assert "Kubernetes 1.36 or newer (RestartAllContainersOnContainerExits)" in message
+
+
+def test_an_unknown_version_writes_nothing_and_says_how_to_pin_it():
+    message = denied(run(job(IN_PLACE, spec=DEADLINE), None)[0])
+    assert "Kubernetes version is not known" in message
+    assert "kubernetesVersion" in message
+
+
+def test_the_configs_pin_wins_over_the_api_servers_answer():
+    config = parse_config('kubernetesVersion: "1.36"\n')
+    verdict, out = run(job(IN_PLACE, spec=DEADLINE), V134, config)
+    assert verdict.allowed, verdict.message
+    assert containers(out)[0]["restartPolicyRules"] == [rule()]
+
+
+def test_a_default_on_a_too_old_cluster_is_skipped_with_a_warning_not_denied():
+    config = parse_config("defaults:\n  in-place-exit-codes: 42\n")
+    verdict, out = run(job(spec=DEADLINE), V134, config)
+    assert verdict.allowed, verdict.message
+    assert "restartPolicyRules" not in containers(out)[0]
+    assert any("in-place-exit-codes (cluster default) skipped" in w for w in verdict.warnings)
+
+
+def test_remembered_answers_are_per_cluster_version():
+    """The memo must not answer a 1.36 question with a 1.34 answer (an upgraded cluster)."""
+    obj = job(IN_PLACE, spec=DEADLINE)
+    assert not run(obj, V134)[0].allowed
+    assert run(obj, V136)[0].allowed
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("1.35", V135), ("v1.36.2", V136), ("v1.35.1-gke.1000", V135)],
+)
+def test_versions_parse(text, version):
+    assert KubeVersion.parse(text) == version
+
+
+def test_a_servers_minor_with_a_suffix_is_read():
+    assert KubeVersion.of_server("1", "35+", "v1.35.2-gke.1") == V135
+
+
+# --- what it needs -------------------------------------------------------------------------
+
+
+def test_on_failure_already_restarts_in_place():
+    message = denied(run(job(IN_PLACE, restart_policy="OnFailure", spec=DEADLINE))[0])
+    assert "restartPolicy is OnFailure, which already restarts every failed container" in message
+
+
+def test_a_container_restarted_whatever_its_code_is_a_contradiction():
+    trainer = {"name": "trainer", "image": "x", "restartPolicy": "OnFailure"}
+    message = denied(run(job(IN_PLACE, containers=[trainer], spec=DEADLINE))[0])
+    assert "container trainer has restartPolicy OnFailure" in message
+
+
+def test_without_a_deadline_it_is_denied_naming_the_fields():
+    """Under a pod restartPolicy Never the Job controller counts no container restart
+    (``pastBackoffLimitOnFailure`` counts them only under OnFailure): only a deadline
+    ends a container that always exits 42."""
+    message = denied(run(job(IN_PLACE))[0])
+    assert "backoffLimit never ends them" in message
+    assert "spec.activeDeadlineSeconds (or the pod template's)" in message
+
+
+def test_the_pod_templates_deadline_bounds_it_too():
+    obj = job(IN_PLACE)
+    obj["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 3600
+    assert run(obj)[0].allowed
+
+
+def test_an_admins_default_deadline_is_written():
+    config = parse_config("guardRails:\n  inPlaceDeadlineSeconds: 7200\n")
+    verdict, out = run(job(IN_PLACE), config=config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["activeDeadlineSeconds"] == 7200
+    assert any("spec.activeDeadlineSeconds -> 7200" in w for w in verdict.warnings)
+
+
+def test_unbounded_when_the_admin_allows_it_warns_on_every_admission():
+    config = parse_config("guardRails:\n  allowUnboundedInPlace: true\n")
+    verdict, out = run(job(IN_PLACE), config=config)
+    assert verdict.allowed, verdict.message
+    assert "activeDeadlineSeconds" not in out["spec"]
+    assert any("in-place restarts are unbounded" in w for w in verdict.warnings)
+
+
+# --- consistency with the rest of the policy ----------------------------------------------
+
+
+def test_a_rule_of_yours_failing_on_an_in_place_code_is_a_contradiction():
+    rules = [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 42]}}]
+    obj = job(IN_PLACE, spec={**DEADLINE, "podFailurePolicy": {"rules": rules}})
+    message = denied(run(obj)[0])
+    assert "spec.podFailurePolicy.rules[0] (FailJob) fails on exit code 42" in message
+    assert "could never fire" in message
+
+
+def test_a_catch_all_rule_of_yours_is_no_contradiction():
+    """NotIn names the codes it leaves out: it does not ask to fail on an in-place code."""
+    rules = [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [143]}}]
+    obj = job(IN_PLACE, spec={**DEADLINE, "podFailurePolicy": {"rules": rules}})
+    assert run(obj)[0].allowed
+
+
+def test_oom_kills_cannot_both_restart_in_place_and_get_more_memory():
+    annotations = {
+        P + "in-place-exit-codes": "137",
+        P + "oom-memory-factor": "1.5",
+        P + "oom-memory-limit": "8Gi",
+    }
+    trainer = {"name": "main", "image": "x", "resources": {"requests": {"memory": "1Gi"}}}
+    message = denied(run(job(annotations, containers=[trainer], spec=DEADLINE))[0])
+    assert "137 (an OOM kill) would restart in place" in message
+
+
+def test_fail_non_retriable_treats_in_place_codes_as_retriable():
+    """A pod that terminated with an in-place code (from a node whose kubelet does not
+    restart in place) is counted and retried, not failed: ``matchPodFailurePolicy`` finds
+    no rule for it, since our NotIn list holds it."""
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    verdict, out = run(job(annotations, spec=DEADLINE))
+    assert verdict.allowed, verdict.message
+    rules = out["spec"]["podFailurePolicy"]["rules"]
+    assert fp.non_retriable_rule([42, 75, 143], "FailJob", "main") in rules
+    failed = fp.PodFailure((fp.ContainerExit("main", 42),))
+    assert fp.evaluate(rules, failed) is None
+    assert fp.evaluate(rules, fp.PodFailure((fp.ContainerExit("main", 1),))).action == "FailJob"
+    assert inplace.retriable(engine_policy(annotations)) == (42, 75, 143)
+
+
+def engine_policy(annotations: dict[str, str]) -> Policy:
+    values, _ = parse_annotations(annotations, Scope.WORKLOAD)
+    return resolve([Layer(Source.ANNOTATION, values)])
+
+
+def test_a_pod_templates_own_in_place_annotation_is_the_wrong_place():
+    obj = job(spec=DEADLINE, template_annotations=IN_PLACE)
+    message = denied(run(obj)[0])
+    assert f"spec.template annotation {P}in-place-exit-codes" in message
+    assert "annotate the Job itself" in message
+
+
+def test_kubelet_back_off_doubles_from_10_seconds_up_to_5_minutes():
+    """The kubelet's crash-loop back-off (``MaxContainerBackOff``: 300 s)."""
+    assert [inplace.backoff_seconds(n) for n in range(1, 8)] == [10, 20, 40, 80, 160, 300, 300]
+
+
+# --- other kinds -----------------------------------------------------------------------------
+
+
+def test_a_cronjobs_jobs_get_the_rules_from_its_job_template():
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": dict(IN_PLACE)},
+        "spec": {
+            "schedule": "0 3 * * *",
+            "jobTemplate": {
+                "spec": {**DEADLINE, "template": pod_template("main", restart_policy="Never")}
+            },
+        },
+    }
+    verdict, out = run(admitted(manifest))
+    assert verdict.allowed, verdict.message
+    template = out["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert template["containers"][0]["restartPolicyRules"] == [rule()]
+
+
+def test_each_replicated_job_of_a_jobset_gets_the_rules():
+    jobs = [replicated(name, "Never", **DEADLINE) for name in ("leader", "workers")]
+    verdict, out = run(jobset(IN_PLACE, jobs=jobs))
+    assert verdict.allowed, verdict.message
+    for rjob in out["spec"]["replicatedJobs"]:
+        for container in rjob["template"]["spec"]["template"]["spec"]["containers"]:
+            assert container["restartPolicyRules"] == [rule()]
+
+
+def test_a_jobset_without_deadlines_is_denied():
+    jobs = [replicated(name, "Never") for name in ("leader", "workers")]
+    message = denied(run(jobset(IN_PLACE, jobs=jobs))[0])
+    assert "spec.replicatedJobs[0].template.spec.activeDeadlineSeconds" in message
+
+
+def test_jobsets_own_in_place_restart_owns_in_place_restarts():
+    jobs = [replicated("workers", "Never", **DEADLINE)]
+    obj = jobset(IN_PLACE, jobs=jobs, failure_policy={"restartStrategy": "InPlaceRestart"})
+    message = denied(run(obj)[0])
+    assert "restartStrategy InPlaceRestart JobSet's own agent restarts its pods" in message
+
+
+@pytest.mark.parametrize(
+    ("manifest", "why"),
+    [
+        (
+            {
+                "apiVersion": "ray.io/v1",
+                "kind": "RayJob",
+                "metadata": {"name": "ray", "annotations": dict(IN_PLACE)},
+                "spec": {"entrypoint": "python x.py"},
+            },
+            "KubeRay makes its pods",
+        ),
+        (
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": "torch", "annotations": dict(IN_PLACE)},
+                "spec": {
+                    "pytorchReplicaSpecs": {
+                        "Master": {"replicas": 1, "template": pod_template("pytorch")}
+                    }
+                },
+            },
+            "the training operator sets its replicas' restart policy",
+        ),
+    ],
+)
+def test_kinds_whose_operator_owns_their_pods_are_denied(manifest, why):
+    message = denied(run(admitted(manifest))[0])
+    assert f"annotation {P}in-place-exit-codes: cannot apply to a {manifest['kind']}" in message
+    assert why in message
+
+
+def test_a_bare_pod_restarts_in_place_within_its_deadline():
+    obj = pod(IN_PLACE, spec={"activeDeadlineSeconds": 600})
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["containers"][0]["restartPolicyRules"] == [rule()]
+    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "inPlaceExitCodes": [42, 75],
+        "inPlaceScope": "container",
+    }
+
+
+def test_a_bare_pod_needs_never_and_a_deadline():
+    assert "spec.activeDeadlineSeconds" in denied(run(pod(IN_PLACE))[0])
+    always = pod(IN_PLACE, spec={"restartPolicy": "Always", "activeDeadlineSeconds": 600})
+    assert "restartPolicy is 'Always'; in-place-exit-codes needs Never" in denied(run(always)[0])
+
+
+def test_a_controllers_pod_is_left_to_its_workloads_template():
+    obj = pod(IN_PLACE, owner=job_owner(), spec={"activeDeadlineSeconds": 600})
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    assert "restartPolicyRules" not in out["spec"]["containers"][0]
+    assert any("set it on the Job that makes this pod" in w for w in verdict.warnings)
+
+
+# --- TrainJob ----------------------------------------------------------------------------------
+
+
+def test_a_trainjob_is_bounded_by_its_own_deadline():
+    rt = runtime()
+    tj = trainjob(IN_PLACE)
+    tj["spec"]["activeDeadlineSeconds"] = 86400
+    verdict, out = run(tj, runtimes=GivenRuntimes([rt], "ml"))
+    assert verdict.allowed, verdict.message
+    assert carried(out)[P + "in-place-exit-codes"] == "42,75"
+    assert any(
+        "JobSet: spec.replicatedJobs[0].template.spec.template" in w for w in verdict.warnings
+    )
+
+
+def test_a_trainjob_without_any_deadline_is_denied_naming_its_own():
+    message = denied(run(trainjob(IN_PLACE), runtimes=GivenRuntimes([runtime()], "ml"))[0])
+    assert "set spec.activeDeadlineSeconds (or one on every replicated Job" in message
+
+
+def test_a_trainjob_gets_the_admins_default_deadline():
+    config = parse_config("guardRails:\n  inPlaceDeadlineSeconds: 7200\n")
+    verdict, out = run(trainjob(IN_PLACE), config=config, runtimes=GivenRuntimes([runtime()], "ml"))
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["activeDeadlineSeconds"] == 7200
+
+
+# --- the config ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kubernetesVersion: 1.30\n", 'is not a string; quote it: "1.35"'),
+        ('kubernetesVersion: "latest"\n', "a Kubernetes version such as 1.35"),
+        ("guardRails:\n  inPlaceDeadlineSeconds: 0\n", "a whole number of seconds >= 1"),
+        ("guardRails:\n  allowUnboundedInPlace: yes please\n", "true or false"),
+        ("defaults:\n  in-place-scope: node\n", "container (the container that exited)"),
+    ],
+)
+def test_bad_config_values_are_reported(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    assert message in str(err.value)
+
+
+# --- a CronJob's updates -------------------------------------------------------------------
+
+PINNED = parse_config('kubernetesVersion: "1.36"\n')
+
+
+def nightly(annotations: dict[str, str]) -> dict[str, Any]:
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": dict(annotations)},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": job_template("eval")},
+    }
+    return admitted(manifest, applied=True)
+
+
+def test_a_cronjob_update_replaces_the_rule_the_old_policy_wrote():
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    _, old = mutate(nightly(annotations), PINNED)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][P + "in-place-exit-codes"] = "42"
+    verdict, out = mutate(new, PINNED, operation="UPDATE", old=old)
+    assert verdict.allowed, verdict.message
+    job_spec = out["spec"]["jobTemplate"]["spec"]
+    assert job_spec["template"]["spec"]["containers"][0]["restartPolicyRules"] == [
+        rule(codes=(42,))
+    ]
+    assert job_spec["podFailurePolicy"]["rules"] == [
+        fp.non_retriable_rule([42, 143], "FailJob", "eval")
+    ]
+    assert mutate(out, PINNED, operation="UPDATE", old=old)[0].patch == []
+
+
+def test_a_cronjob_update_removing_in_place_takes_its_rule_out():
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    _, old = mutate(nightly(annotations), PINNED)
+    new = copy.deepcopy(old)
+    del new["metadata"]["annotations"][P + "in-place-exit-codes"]
+    verdict, out = mutate(new, PINNED, operation="UPDATE", old=old)
+    assert verdict.allowed, verdict.message
+    job_spec = out["spec"]["jobTemplate"]["spec"]
+    container = job_spec["template"]["spec"]["containers"][0]
+    assert "restartPolicyRules" not in container
+    assert "restartPolicy" not in container
+    assert job_spec["podFailurePolicy"]["rules"] == [
+        fp.non_retriable_rule([143], "FailJob", "eval")
+    ]

@@ -1,0 +1,99 @@
+"""The cluster's Kubernetes version, learned from the API server's ``/version``.
+
+Asked once when a worker starts and again every ``REFRESH_SECONDS`` (a control plane is
+upgraded under a running webhook), from the maintenance thread: an admission only reads
+the last answer, never waits on the API. When ``/version`` cannot be read the last known
+version is kept; before any answer the version is unknown, and a policy that depends on
+it is not applied (``mutators.inplace``) rather than guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Protocol
+
+from webhook.kube.versions import KubeVersion
+
+log = logging.getLogger(__name__)
+
+REFRESH_SECONDS = 600.0
+#: After a failure, ask again sooner than a full refresh.
+RETRY_SECONDS = 30.0
+
+
+class VersionSource(Protocol):
+    def kubernetes_version(self) -> KubeVersion | None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+class UnknownVersion:
+    """No cluster to ask (the dry run without ``--kubernetes-version``, tests)."""
+
+    def kubernetes_version(self) -> KubeVersion | None:
+        return None
+
+    def stats(self) -> dict[str, Any]:
+        return {"source": "none"}
+
+
+class GivenVersion:
+    """A version given by hand: ``--kubernetes-version`` on the command line."""
+
+    def __init__(self, version: KubeVersion):
+        self.version = version
+
+    def kubernetes_version(self) -> KubeVersion | None:
+        return self.version
+
+    def stats(self) -> dict[str, Any]:
+        return {"source": "given", "version": str(self.version)}
+
+
+class ServerVersion:
+    """The API server's answer, refreshed by ``poll`` (called by the maintenance loop)."""
+
+    def __init__(self, api_client: Any, timeout: float = 5.0):
+        from kubernetes import client
+
+        self._api = client.VersionApi(api_client)
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._version: KubeVersion | None = None
+        self._next = 0.0
+        self.last_error: str | None = None
+        self.checked_at: float | None = None
+
+    def kubernetes_version(self) -> KubeVersion | None:
+        return self._version
+
+    def poll(self, now: float | None = None) -> None:
+        """Ask ``/version`` when it is due; keep the last answer when the API fails."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if now < self._next:
+                return
+            self._next = now + RETRY_SECONDS
+        try:
+            info = self._api.get_code(_request_timeout=self._timeout)
+            version = KubeVersion.of_server(info.major, info.minor, info.git_version or "")
+        except Exception as err:  # any failure: keep what we knew
+            self.last_error = f"{type(err).__name__}: {err}"[:300]
+            log.warning("cannot read the Kubernetes version: %s", self.last_error)
+            return
+        if version != self._version:
+            log.info("Kubernetes version %s (was %s)", version, self._version)
+        self._version = version
+        self.last_error = None
+        self.checked_at = now
+        with self._lock:
+            self._next = now + REFRESH_SECONDS
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "source": "apiserver",
+            "version": str(self._version) if self._version else None,
+            "error": self.last_error,
+        }

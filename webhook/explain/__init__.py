@@ -1,0 +1,149 @@
+"""``retry-webhook explain``: a workload's retry plan, in plain words, before it runs.
+
+Retry behaviour is opaque from the outside: which failures consume the budget, which end
+the workload at once, where each attempt runs. This module answers those questions for
+the object the webhook would store, so the answer cannot drift from what happens:
+
+- the object goes through the same engine as admission (``engine.review``: mutate, then
+  validate), and the mutator's resolved policy (``Outcome.policies``) supplies the
+  provenance of every setting;
+- failures are judged by the one podFailurePolicy evaluation (``failurepolicy.evaluate``)
+  that validation and the attempt cache use;
+- placement follows the pod webhook's rule: attempt ``a`` (counted failures so far) runs
+  on non-spot nodes when ``a >= B + 1 - N``.
+
+Each kind plugs in with one function registered by ``@explainer(group, kind)`` that turns
+a reviewed object into ``Explanation`` values; ``explain_job_spec`` explains any batch/v1
+JobSpec (a Job's, a CronJob's job template, a JobSet's replicated Job), so most kinds
+are a one-line call to it. Rendering (``render_text``, ``to_json``) is shared by all kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from webhook.admission import engine
+from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
+from webhook.cluster.version import UnknownVersion, VersionSource
+from webhook.explain import jobs, kinds  # noqa: F401  (their explainers register)
+from webhook.explain.jobs import failjob_message
+from webhook.explain.model import (
+    _EXPLAINERS,
+    ACCEPTED_EVENTS,
+    Denial,
+    Event,
+    ExplainError,
+    Explanation,
+    Subject,
+    explained_kinds,
+    parse_events,
+)
+from webhook.explain.render import render_text, to_json
+from webhook.mutators import Context, controller_of, mapping
+from webhook.policy.config import Config
+
+__all__ = [
+    "Denial",
+    "ExplainError",
+    "Explanation",
+    "explain",
+    "explained_kinds",
+    "failjob_message",
+    "parse_events",
+    "render_text",
+    "to_json",
+]
+
+
+# --- entry point -----------------------------------------------------------------------
+
+
+def explain(
+    obj: dict[str, Any],
+    config: Config,
+    namespace: str | None = None,
+    events: Sequence[Event] | None = None,
+    runtimes: RuntimeSource | None = None,
+    version: VersionSource | None = None,
+) -> list[Explanation] | Denial | None:
+    """Review ``obj`` as admission would and explain the result.
+
+    ``obj`` must be prepared as the API server would see it (defaults applied, intent
+    recorded: ``cli.prepare``). Returns a ``Denial`` when the webhook would deny it,
+    ``None`` for a kind explain does not cover, else one ``Explanation`` per part.
+    ``runtimes`` are the Kubeflow Trainer runtimes a TrainJob may name (given in the same
+    input). Raises ``ExplainError`` when an event names a container the workload does not
+    have.
+    """
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(obj.get("kind") or "")
+    for part in ("metadata", "spec"):
+        if not isinstance(obj.get(part) or {}, dict):
+            raise ExplainError(f"{kind or 'object'}: {part} must be a mapping of fields")
+    runtimes = runtimes if runtimes is not None else NoRuntimes()
+    version = version if version is not None else UnknownVersion()
+    reviewed = engine.review(obj, config, namespace, runtimes=runtimes, version=version)
+    changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
+    changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
+    metadata = mapping(obj.get("metadata"))
+    if not reviewed.verdict.allowed:
+        problems = [str(p) for p in (reviewed.outcome.problems if reviewed.outcome else [])]
+        return Denial(
+            kind,
+            str(obj.get("apiVersion")),
+            str(metadata.get("namespace") or ""),
+            str(metadata.get("name") or metadata.get("generateName") or "<unnamed>"),
+            problems or [reviewed.verdict.message.removeprefix("retry-policy: ")],
+            changes,
+        )
+    function = _EXPLAINERS.get((group, kind))
+    if function is None:
+        return None
+    ns = namespace or metadata.get("namespace")
+    ctx = Context(
+        config,
+        namespace=ns,
+        runtimes=runtimes,
+        kubernetes_version=config.kubernetes_version or version.kubernetes_version(),
+    )
+    subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
+    explanations = function(subject)
+    owner = controller_of(metadata)
+    if owner is not None and explanations and config.affects_unannotated(ns):
+        explanations[0].notes.append(
+            f"this {kind} is managed by {owner.get('kind')} {owner.get('name')}: the "
+            "cluster's defaults and guard rails do not apply to it (its controller chose "
+            "its retry behaviour); only annotations on the object itself do"
+        )
+    if events is not None:
+        for item in explanations:
+            if item.simulator is None:
+                item.notes.append(
+                    item.simulate_note
+                    or f"--simulate does not apply to a {item.kind}: Kubernetes does not "
+                    "retry it; simulate the workload that creates it"
+                )
+                continue
+            _check_containers(item, events)
+            item.simulation = item.simulator.run(events)
+    return explanations
+
+
+def _check_containers(item: Explanation, events: Sequence[Event]) -> None:
+    known = list(item.simulator.containers) if item.simulator else []
+    label = f"{item.kind}/{item.name}" + (f" ({item.part})" if item.part else "")
+    for position, event in enumerate(events, 1):
+        where = f"--simulate: event {position} {event.token!r}"
+        for name in event.named():
+            if name not in known:
+                raise ExplainError(
+                    f"{where} names container {name!r}, which {label} does not have; "
+                    "its containers: " + ", ".join(known)
+                )
+        main = known[0] if known else "main"
+        if not event.implied and event.container is None and main in event.named():
+            raise ExplainError(
+                f"{where} gives container {main} (the main one, which a bare exit code "
+                f"means) two exit codes; {ACCEPTED_EVENTS}"
+            )

@@ -1,0 +1,795 @@
+"""batch/v1 JobSpecs (a Job's and every kind built on one) and Pods: the plan, and the
+simulation of failures the Job controller would judge."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.explain.model import (
+    FAILURE_AWARE_KEYS,
+    INDEX_FAILURE_COUNT,
+    POD_KEYS,
+    SIGKILL,
+    SIGTERM,
+    WORKLOAD_KEYS,
+    Ending,
+    Event,
+    Explanation,
+    MemoryPlan,
+    RuleLine,
+    Simulation,
+    Step,
+    Subject,
+    explainer,
+    memory_plan,
+)
+from webhook.explain.words import (
+    build_plan,
+    count_of,
+    describe_then,
+    nodes_text,
+    on_nodes,
+    rule_lines,
+    runs_non_spot,
+    setting_lines,
+    source_text,
+)
+from webhook.kube import failurepolicy
+from webhook.kube.failurepolicy import Match, named_containers
+from webhook.mutators import Outcome, items, mapping, workload_policy
+from webhook.mutators.job import (
+    API_DEFAULT_BACKOFF_LIMIT,
+    LimitField,
+    job_limit_field,
+    resolve_limit,
+)
+from webhook.policy.model import (
+    INT32_MAX,
+    PREFIX,
+    BadValue,
+    Layer,
+    Policy,
+    Scope,
+    Source,
+    parse_annotations,
+    parse_count,
+    resolve,
+)
+
+# --- batch/v1 JobSpec ------------------------------------------------------------------
+
+
+def at_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
+    """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
+    node: Any = obj
+    for part in path:
+        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part)
+        steps = [indexed.group(1), indexed.group(2)] if indexed else [part]
+        for step in filter(None, steps):
+            if isinstance(node, list) and step.isdigit() and int(step) < len(node):
+                node = node[int(step)]
+            elif isinstance(node, dict):
+                node = node.get(step)
+            else:
+                return None
+    return node
+
+
+def rules_of(spec: Any) -> list[Any]:
+    pfp = spec.get("podFailurePolicy") if isinstance(spec, dict) else None
+    rules = pfp.get("rules") if isinstance(pfp, dict) else None
+    return list(rules) if isinstance(rules, list) else []
+
+
+def container_names(pod_spec: Mapping[str, Any]) -> list[str]:
+    """Regular containers first (the first is the "main" one events default to)."""
+    return [
+        c["name"]
+        for group in ("containers", "initContainers")
+        for c in named_containers(pod_spec, group)
+    ]
+
+
+def template_pod_policy(annotations: Any) -> Policy:
+    """What a pod created from a template learns from its annotations (as the pod webhook)."""
+    values, _ = parse_annotations(annotations if isinstance(annotations, dict) else None, Scope.POD)
+    return resolve([Layer(Source.ANNOTATION, values)])
+
+
+def _unmanaged_policy(
+    subject: Subject, path: Sequence[str], spec: Mapping[str, Any], defaulted: bool = True
+) -> Policy:
+    """The policy of a JobSpec the mutator did not touch (no annotations, no defaults):
+    resolved the same way, so provenance still says where backoffLimit came from."""
+    return unmanaged_policy(subject, job_limit_field(tuple(path), spec, defaulted))
+
+
+def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
+    """The policy of an object the mutator did not touch, resolved against ``field`` (the
+    kind's budget) the way the mutator would have."""
+    policy, _ = workload_policy(subject.final.get("metadata"), subject.ctx)
+    return resolve_limit(subject.final, field, policy, Outcome())
+
+
+@dataclass
+class JobSpecView:
+    """The retry facts of one batch/v1 JobSpec, as the Job controller will read them."""
+
+    where: str
+    policy: Policy
+    #: The template's pod policy (what its pods learn from their annotations).
+    pods: Policy
+    containers: list[str]
+    limit: int
+    per_index: int | None
+    max_failed: int | None
+    rules: list[Any]
+    user_rules: list[Any]
+    on_failure: bool
+    parallelism: Any = None
+    completions: Any = None
+    init: list[str] = field(default_factory=list)
+    sidecars: list[str] = field(default_factory=list)
+    #: Whether its pods take their attempt number from the Job's count of failures (a
+    #: Job's, a CronJob's Jobs'), and then the budget from the Job's backoffLimit too.
+    placed_by_job: bool = True
+    #: What its pods' memory becomes after OOM kills (``oom-memory-factor``).
+    memory: MemoryPlan | None = None
+
+    @property
+    def placement_limit(self) -> int | None:
+        """The budget pods place themselves by (``mutators.pod``): a Job's pods read the
+        Job's backoffLimit when they are created; an index's pods (per-index budget) and
+        a JobSet's (runs) go by their template's backoff-limit."""
+        if self.pods.backoff_limit is None:
+            return None
+        if self.placed_by_job and self.per_index is None:
+            return self.limit
+        return self.pods.backoff_limit
+
+    @property
+    def scope(self) -> str:
+        return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
+
+    @property
+    def budget(self) -> int:
+        return self.per_index if self.per_index is not None else self.limit
+
+    def rule_lines(self) -> list[RuleLine]:
+        return rule_lines(self.rules, self.user_rules, self.policy, self.scope)
+
+    def no_match(self) -> str:
+        if self.on_failure:
+            return (
+                "with restartPolicy OnFailure, a failed container restarts inside the same pod "
+                "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
+            )
+        if self.rules:
+            return f"anything else (no rule matches): retried, counts against {self.scope}"
+        return f"there are no podFailurePolicy rules: every failure counts against {self.scope}"
+
+    def simulator(self) -> JobSimulator:
+        return JobSimulator(
+            rules=self.rules,
+            backoff_limit=self.limit,
+            per_index=self.per_index,
+            max_failed_indexes=self.max_failed,
+            placement_limit=self.placement_limit,
+            non_spot_attempts=self.pods.non_spot_attempts,
+            containers=self.containers,
+            on_failure=self.on_failure,
+            init=self.init,
+            sidecars=self.sidecars,
+            memory=self.memory,
+        )
+
+
+def job_spec_view(
+    subject: Subject, path: Sequence[str], defaulted: bool = True
+) -> JobSpecView | None:
+    """The JobSpec at ``path`` of the reviewed object (``None`` when there is none), with
+    the policy the mutator recorded for it. ``defaulted`` says whether the API server
+    defaults this spec (a Job's own) or not (a template in a CronJob or JobSet)."""
+    where = ".".join(path)
+    spec = at_path(subject.final, path)
+    if not isinstance(spec, dict):
+        return None
+    policy = subject.policy(where) or _unmanaged_policy(subject, path, spec, defaulted)
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    limit = spec.get("backoffLimit")
+    per_index = spec.get("backoffLimitPerIndex")
+    max_failed = spec.get("maxFailedIndexes")
+    pods = template_pod_policy(mapping(template.get("metadata")).get("annotations"))
+    return JobSpecView(
+        where=where,
+        policy=policy,
+        pods=pods,
+        containers=container_names(pod_spec),
+        limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
+        per_index=per_index if isinstance(per_index, int) else None,
+        max_failed=max_failed if isinstance(max_failed, int) else None,
+        rules=rules_of(spec),
+        user_rules=rules_of(at_path(subject.original, path)),
+        on_failure=pod_spec.get("restartPolicy") == "OnFailure",
+        parallelism=spec.get("parallelism"),
+        completions=spec.get("completions"),
+        init=[c["name"] for c in named_containers(pod_spec, "initContainers")],
+        sidecars=failurepolicy.sidecar_containers(pod_spec),
+        placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
+        memory=memory_plan(pod_spec, pods),
+    )
+
+
+def explain_job_spec(
+    subject: Subject, path: Sequence[str] = ("spec",), part: str = "", defaulted: bool = True
+) -> Explanation:
+    """Explain the batch/v1 JobSpec at ``path`` of the reviewed object."""
+    item = subject.header(part)
+    view = job_spec_view(subject, path, defaulted)
+    if view is None:
+        item.notes.append(f"{'.'.join(path)} is missing: nothing to explain")
+        return item
+    policy = view.policy
+    item.settings = setting_lines(policy, workload_keys(policy))
+    origin = "from " + source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
+    item.budget = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
+    item.rules = view.rule_lines()
+    item.no_match = view.no_match()
+    simulator = view.simulator()
+    item.simulator = simulator
+    item.examples = simulator.examples()
+    if view.on_failure:
+        item.notes.append(
+            "non-spot placement applies to new pods only; a container restarting in "
+            "place stays on its node"
+        )
+    else:
+        final = (
+            "the index fails"
+            if view.per_index is not None
+            else "the Job fails (BackoffLimitExceeded)"
+        )
+        item.plan = build_plan(
+            f"{view.where}.{view.scope}",
+            view.budget,
+            view.placement_limit,
+            view.pods.non_spot_attempts,
+            final,
+        )
+    item.notes.extend(_job_notes(view))
+    failure_aware(item, view, subject)
+    return item
+
+
+def workload_keys(policy: Policy) -> tuple[str, ...]:
+    """The settings to list: failure-aware ones only when one of them is set."""
+    if any(policy.explicit(name) for name in FAILURE_AWARE_KEYS):
+        return WORKLOAD_KEYS + FAILURE_AWARE_KEYS
+    return WORKLOAD_KEYS
+
+
+def failure_aware(item: Explanation, view: JobSpecView, subject: Subject) -> None:
+    """The memory each attempt gets after OOM kills, and where failed nodes go."""
+    if view.memory is not None:
+        item.memory = view.memory.table()
+        if not view.memory.containers:
+            item.notes.append(
+                "oom-memory-factor: no container sets a memory request or limit, so none "
+                "can be raised"
+            )
+    if view.pods.avoid_failed_nodes:
+        scope = "of its index" if view.per_index is not None else "of this Job"
+        most = subject.ctx.config.rails(subject.ctx.namespace).max_avoided_nodes
+        item.notes.append(
+            f"avoid-failed-nodes: each new attempt keeps off the nodes where the last "
+            f"{count_of(most, 'failed attempt')} {scope} ran (guardRails.maxAvoidedNodes)"
+        )
+
+
+def job_budget(
+    limit: int, origin: str, per_index: int | None, max_failed: int | None, on_failure: bool
+) -> str:
+    if on_failure:
+        runs = "the first restart fails it" if limit == 0 else f"restart number {limit} fails it"
+        return (
+            f"backoffLimit is {limit} ({origin}). With restartPolicy OnFailure, Kubernetes "
+            f"counts container restarts: {runs} (BackoffLimitExceeded)."
+        )
+    if per_index is not None:
+        text = (
+            f"backoffLimitPerIndex is {per_index}: each index may fail {per_index} "
+            f"time{'s' if per_index != 1 else ''} and is retried; failure number "
+            f"{per_index + 1} of an index fails that index, and the Job ends with reason "
+            "FailedIndexes once the other indexes are done."
+        )
+        if max_failed is not None:
+            text += (
+                f" More than {max_failed} failed index{'es' if max_failed != 1 else ''} "
+                "fail the Job at once (MaxFailedIndexesExceeded)."
+            )
+        return text + f" backoffLimit ({limit}, {origin}) still caps all counted failures."
+    if limit == 0:
+        return (
+            f"backoffLimit is 0 ({origin}): the first counted failure fails the Job "
+            "(BackoffLimitExceeded). Ignored failures do not count."
+        )
+    return (
+        f"backoffLimit is {limit} ({origin}): the Job is retried after up to {limit} "
+        f"counted failure{'s' if limit != 1 else ''}, so it gets up to {limit + 1} attempts; "
+        f"counted failure number {limit + 1} fails it (BackoffLimitExceeded). "
+        "Failures an Ignore rule matches do not count and do not use up an attempt, "
+        "however many there are."
+    )
+
+
+def _job_notes(view: JobSpecView) -> list[str]:
+    notes = []
+    limit, per_index, pod_policy = view.limit, view.per_index, view.pods
+    parallelism, completions = view.parallelism, view.completions
+    if per_index is None and (
+        (isinstance(parallelism, int) and parallelism > 1)
+        or (isinstance(completions, int) and completions > 1)
+    ):
+        notes.append(
+            f"this Job runs {completions} completions, {parallelism} pods at a time; "
+            "all its pods share one budget, and the attempt number is the Job's count "
+            "of counted failures so far"
+        )
+    n, placement_limit = pod_policy.non_spot_attempts, pod_policy.backoff_limit
+    if per_index is not None and n > 0 and placement_limit is not None:
+        boundary = placement_limit + 1 - n
+        if boundary > per_index:
+            notes.append(
+                f"non-spot-attempts counts against backoffLimit ({placement_limit}), not "
+                f"backoffLimitPerIndex ({per_index}): an index fails before its attempt "
+                f"reaches {boundary}, so no attempt runs on non-spot nodes"
+            )
+    if placement_limit is not None and n > 0 and per_index is None and placement_limit != limit:
+        notes.append(
+            f"the pod template's backoff-limit annotation is {placement_limit}, but pods "
+            f"place themselves by the Job's backoffLimit ({limit}), read when each is created"
+        )
+    if n > 0 and per_index is None and view.placed_by_job and not view.on_failure:
+        notes.append(
+            "spec.backoffLimit may be changed while the Job runs: pods created after the "
+            "change place the last attempts by the new value"
+        )
+    return notes
+
+
+@dataclass
+class JobState:
+    """The Job controller's counters for one Job; a JobSet restart starts a fresh one."""
+
+    #: Counted failures (``status.failed`` without the pods an Ignore rule matched).
+    counted: int = 0
+    #: The same, for the one simulated index (Jobs with ``backoffLimitPerIndex``).
+    index_counted: int = 0
+    #: restartPolicy OnFailure: container restarts of the running pod.
+    restarts: int = 0
+    #: restartPolicy OnFailure: the pod running now (a disrupted pod is replaced).
+    pod: int = 1
+    #: OOM kills so far per container (for oom-memory-factor; a JobSet's run keeps them).
+    ooms: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    """What one failed pod does to its Job."""
+
+    match: Match | None
+    counted: bool
+    #: The attempt the failed pod was (1-based), and allowed failures used after it.
+    attempt: int
+    used: int
+    #: "rule 2 (FailJob)", "no rule matches", or "" when the kind has no rules at all.
+    verdict: str
+    #: The sentence after the verdict: what the Job does now.
+    result: str
+    #: Set when the Job (or, with a per-index budget, its index) has failed.
+    ending: Ending | None = None
+    #: The condition message the Job controller writes (JobSet rules may match it).
+    message: str = ""
+    #: The memory the next attempt's OOM-killed containers get ("" when none was).
+    memory: str = ""
+
+
+class JobSimulator:
+    """The Job controller's bookkeeping for a sequence of failed pods.
+
+    A failure an Ignore rule matches is not counted; any other (Count, FailJob, FailIndex,
+    no match) is. FailJob fails the Job at once (reason PodFailurePolicy); otherwise the Job
+    fails when counted failures exceed backoffLimit (BackoffLimitExceeded), checked in that
+    order as in ``syncJob``. With backoffLimitPerIndex the events are one index's pods: a
+    FailIndex match, or counted failures of the index exceeding the per-index limit, fail
+    the index. With restartPolicy OnFailure, failed containers restart in place and the Job
+    fails when restarts reach backoffLimit (``pastBackoffLimitOnFailure``).
+
+    Controllers that count the same way under other names reuse it: ``owner`` is the kind
+    that fails, ``fail_reason`` and ``limit_reason`` the reasons it then reports (a
+    PyTorchJob reports PyTorchJobFailed for both), ``action_names`` renames rule actions
+    for kinds whose rules are not a podFailurePolicy, ``unit`` is what one event fails
+    ("pod", or "attempt" for a RayJob) and ``retry_where`` where the next attempt runs when
+    placement does not apply ("on a new RayCluster"). ``replaced_pods_count`` False: with
+    restartPolicy OnFailure, a pod that fails as a whole is replaced without counting (the
+    training operator counts only restarts of running pods, unless the limit is 0).
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Any],
+        backoff_limit: int,
+        per_index: int | None,
+        max_failed_indexes: int | None,
+        placement_limit: int | None,
+        non_spot_attempts: int,
+        containers: Sequence[str],
+        on_failure: bool = False,
+        *,
+        owner: str = "Job",
+        fail_reason: str = "PodFailurePolicy",
+        limit_reason: str = "BackoffLimitExceeded",
+        action_names: Mapping[str, str] | None = None,
+        unit: str = "pod",
+        retry_where: str | None = None,
+        failed_as: str = "condition Failed",
+        limit_field: str | None = None,
+        init: Sequence[str] = (),
+        sidecars: Sequence[str] = (),
+        memory: MemoryPlan | None = None,
+        replaced_pods_count: bool = True,
+    ):
+        self.rules = list(rules)
+        self.backoff_limit = backoff_limit
+        self.per_index = per_index
+        self.max_failed_indexes = max_failed_indexes
+        self.placement_limit = placement_limit
+        self.non_spot_attempts = non_spot_attempts
+        self.containers = list(containers) or ["main"]
+        self.on_failure = on_failure
+        self.owner = owner
+        self.fail_reason = fail_reason
+        self.limit_reason = limit_reason
+        self.action_names = dict(action_names or {})
+        self.unit = unit
+        self.retry_where = retry_where
+        self.failed_as = failed_as
+        self.limit_field = limit_field
+        #: The pod's init containers (the controller reads their statuses last), and those
+        #: of them that are native sidecars (stopped at pod shutdown).
+        self.init = list(init)
+        self.sidecars = list(sidecars)
+        self.replaced_pods_count = replaced_pods_count
+        #: What OOM-killed containers get in later attempts (``oom-memory-factor``).
+        self.memory = memory
+
+    def oom(self, state: JobState, event: Event) -> str:
+        """Count the event's OOM kills; say the memory the next attempt's containers get."""
+        if self.memory is None:
+            return ""
+        raised = []
+        for name in event.oom_killed(self.main):
+            state.ooms[name] = state.ooms.get(name, 0) + 1
+            if name in self.memory.containers:
+                raised.append(self.memory.text(name, state.ooms[name]))
+        return ", ".join(raised)
+
+    @property
+    def main(self) -> str:
+        return self.containers[0]
+
+    @property
+    def scope(self) -> str:
+        if self.limit_field:
+            return self.limit_field
+        return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
+
+    @property
+    def limit(self) -> int:
+        return self.per_index if self.per_index is not None else self.backoff_limit
+
+    def action(self, match: Match) -> str:
+        return self.action_names.get(match.action, match.action)
+
+    def judge(self, event: Event) -> tuple[Match | None, bool]:
+        """The rule a failure matches and whether it counts (the one shared evaluation)."""
+        if self.on_failure and not event.disruption:
+            return None, True
+        match = failurepolicy.evaluate(self.rules, event.failure(self.main, self.init))
+        return match, failurepolicy.counts(match)
+
+    def verdict(self, event: Event) -> str:
+        match, _ = self.judge(event)
+        if self.on_failure and not event.disruption:
+            return "the container restarts in place, counts"
+        if match is None:
+            rule = "no rule matches; " if self.rules else ""
+            return f"{rule}retried, counts against {self.scope}"
+        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        return f"rule {match.index + 1} matches; {then} ({self.action(match)})"
+
+    def example_events(self) -> list[Event]:
+        """Common failures, and the first codes of the rules' ``In`` lists."""
+        events = [
+            Event("1", 1),
+            Event("oom", SIGKILL),
+            Event(str(SIGTERM), SIGTERM),
+            Event("disruption", SIGTERM, disruption=True),
+            # SIGKILL once the grace period is over: exit-code rules see 137.
+            Event(f"disruption+{self.main}:{SIGKILL}", SIGKILL, self.main, disruption=True),
+        ]
+        for sidecar in self.sidecars[:1]:
+            # A native sidecar stopped at shutdown: SIGKILL if it ignores SIGTERM.
+            events.append(
+                Event(f"{SIGTERM}+{sidecar}:{SIGKILL}", SIGTERM, None, False, ((sidecar, SIGKILL),))
+            )
+        seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
+        for rule in self.rules:
+            codes = rule.get("onExitCodes") if isinstance(rule, dict) else None
+            if not isinstance(codes, dict) or codes.get("operator") != "In":
+                continue
+            container = codes.get("containerName")
+            container = container if container in self.containers else None
+            for code in items(codes.get("values"))[:2]:
+                if isinstance(code, int) and 0 < code < 256:
+                    key = (container if container != self.main else None, code)
+                    if key not in seen and len(events) < 9:
+                        seen.add(key)
+                        events.append(Event(str(code), code, key[0]))
+        return events
+
+    def examples(self) -> list[str]:
+        """What common failures do, each judged like a real one."""
+        return [f"{e.describe(self.main)}: {self.verdict(e)}" for e in self.example_events()]
+
+    def placement(self, failures: int) -> str:
+        return nodes_text(runs_non_spot(failures, self.placement_limit, self.non_spot_attempts))
+
+    def _where(self, failures: int) -> str:
+        return self.retry_where or on_nodes(self.placement(failures))
+
+    def fail(
+        self, state: JobState, event: Event, number: int, where: str | None = None
+    ) -> PodOutcome:
+        """One failed pod (event ``number``, 1-based): update ``state`` and say what the
+        Job does; ``where`` says where the next attempt runs, when the Job's own placement
+        does not decide it (a JobSet's pods are placed by run)."""
+        if self.on_failure:
+            return self._fail_on_failure(state, event)
+        attempt = state.index_counted if self.per_index is not None else state.counted
+        match, counts = self.judge(event)
+        memory = self.oom(state, event)
+        if counts:
+            state.counted += 1
+            state.index_counted += 1
+        used = state.index_counted if self.per_index is not None else state.counted
+        verdict = (
+            f"rule {match.index + 1} ({self.action(match)})"
+            if match
+            else ("no rule matches" if self.rules else "")
+        )
+        ending, message, result = None, "", ""
+        if match is not None and match.action == "FailJob":
+            result = f"the {self.owner} fails at once"
+            message = failjob_message(match)
+            ending = Ending(
+                "Failed",
+                self.fail_reason,
+                f"{self.unit} {number} matched {self.action(match)} rule {match.index + 1}",
+            )
+        elif state.counted > self.backoff_limit:
+            result = f"counted, more than backoffLimit {self.backoff_limit}"
+            message = "Job has reached the specified backoff limit"
+            noun = "failed attempt" if self.unit == "attempt" else "counted failure"
+            ending = Ending(
+                "Failed",
+                self.limit_reason,
+                f"{count_of(state.counted, noun)}, more than backoffLimit {self.backoff_limit}",
+            )
+        elif self.per_index is not None and (
+            (match is not None and match.action == "FailIndex") or state.index_counted > self.limit
+        ):
+            why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
+            result = f"the index fails ({why})"
+            ending = self._index_failed(number, why)
+            message = (
+                "Job has exceeded the specified maximal number of failed indexes"
+                if ending.state == "Failed"
+                else "Job has failed indexes"
+            )
+        else:
+            again = " again" if not counts else ""
+            status = "counted (" if counts else "not counted (still "
+            # With nothing allowed, only an ignored failure gets here: no tally to show.
+            tally = f"{status}{self._tally(used)})" if self.limit else "not counted"
+            result = f"{tally}; next: attempt {used + 1}{again}, {where or self._where(used)}"
+            if memory:
+                result += f", with {memory}"
+        return PodOutcome(
+            match, counts, attempt + 1, used, verdict, result, ending, message, memory
+        )
+
+    def _fail_on_failure(self, state: JobState, event: Event) -> PodOutcome:
+        """restartPolicy OnFailure: restarts of the running pod count (>= backoffLimit, or
+        > 0 when it is 0); a disrupted pod fails as a whole and its replacement starts
+        with no restarts, while the failed pod counts in status.failed (> backoffLimit)."""
+        limit = self.backoff_limit
+        ending = None
+        if event.disruption and not self.replaced_pods_count and limit > 0:
+            state.restarts = 0
+            state.pod += 1
+            result = "the pod fails; not counted, its restarts are forgotten; next: a new pod"
+        elif event.disruption:
+            state.counted += 1
+            state.restarts = 0
+            state.pod += 1
+            failed = count_of(state.counted, "failed pod")
+            result = f"the pod fails; counted ({failed}); next: a new pod"
+            if state.counted > limit:
+                ending = Ending(
+                    "Failed", self.limit_reason, f"{failed}, more than backoffLimit {limit}"
+                )
+        else:
+            state.restarts += 1
+            result = f"the container restarts in place ({count_of(state.restarts, 'restart')})"
+            if state.restarts >= max(limit, 1):
+                ending = Ending(
+                    "Failed",
+                    self.limit_reason,
+                    f"{state.restarts} restarts reach backoffLimit {limit}",
+                )
+        message = "Job has reached the specified backoff limit" if ending else ""
+        return PodOutcome(None, True, state.pod, state.restarts, "", result, ending, message)
+
+    def run(self, events: Sequence[Event]) -> Simulation:
+        state = JobState()
+
+        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
+            before = state.index_counted if self.per_index is not None else state.counted
+            pod = state.pod
+            outcome = self.fail(state, event, number)
+            made = Step(
+                pod=pod if self.on_failure else number,
+                attempt=number if self.on_failure else outcome.attempt,
+                nodes="same pod" if self.on_failure else self.placement(before),
+                event=event.token,
+                what=event.describe(self.main),
+                rule=outcome.match.index + 1 if outcome.match else None,
+                action=outcome.match.action if outcome.match else None,
+                counted=outcome.counted,
+                counted_failures=outcome.used,
+                result=lead(outcome.verdict, outcome.result),
+            )
+            return made, outcome.ending
+
+        steps, ending, unused = walk(events, step)
+        return Simulation(
+            [e.token for e in events],
+            steps,
+            ending or self._running(state),
+            unused,
+            self.unit,
+            self.failed_as,
+        )
+
+    def _tally(self, used: int) -> str:
+        if self.limit >= INT32_MAX:  # no limit (a PyTorchJob without runPolicy.backoffLimit)
+            return f"{count_of(used, 'failure')} so far, no limit"
+        return f"{used} of {self.limit} allowed failures used"
+
+    def _running(self, state: JobState) -> Ending:
+        if self.on_failure:
+            return Ending(
+                "Running", None, f"the pod keeps running ({count_of(state.restarts, 'restart')})"
+            )
+        used = state.index_counted if self.per_index is not None else state.counted
+        left = self.limit - used
+        if self.limit >= INT32_MAX:
+            allowed = "there is no limit"
+        elif left:
+            allowed = f"{left} more counted failure{'s are' if left != 1 else ' is'} allowed"
+        else:
+            allowed = "its failure, if counted, ends it"
+        return Ending(
+            "Running", None, f"attempt {used + 1} runs next, {self._where(used)}; {allowed}"
+        )
+
+    def _index_failed(self, pod: int, why: str) -> Ending:
+        if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:
+            return Ending(
+                "Failed",
+                "MaxFailedIndexesExceeded",
+                f"pod {pod} failed its index ({why}); maxFailedIndexes is "
+                f"{self.max_failed_indexes}",
+            )
+        return Ending(
+            "IndexFailed",
+            "FailedIndexes",
+            f"pod {pod} failed its index ({why}); the other indexes go on, and the Job "
+            "fails with reason FailedIndexes when they are done",
+        )
+
+
+def walk(
+    events: Sequence[Event], step: Callable[[int, Event], tuple[Step, Ending | None]]
+) -> tuple[list[Step], Ending | None, list[str]]:
+    """Each event in turn (numbered from 1) until one ends the workload; the events after
+    that are returned as unused."""
+    steps: list[Step] = []
+    unused: list[str] = []
+    ending: Ending | None = None
+    for number, event in enumerate(events, 1):
+        if ending is not None:
+            unused.append(event.token)
+            continue
+        made, ending = step(number, event)
+        steps.append(made)
+    return steps, ending, unused
+
+
+def lead(verdict: str, result: str) -> str:
+    return f"{verdict}: {result}" if verdict else result
+
+
+def failjob_message(match: Match) -> str:
+    """The Job condition message the controller writes for a FailJob match (the text a
+    JobSet's ``onJobFailureMessagePatterns`` are matched against); the pod's name is not
+    known offline and is shown as ``<pod>``."""
+    where = "<namespace>/<pod>"
+    if match.container is not None:
+        return (
+            f"Container {match.container.name} for pod {where} failed with exit code "
+            f"{match.container.exit_code} matching FailJob rule at index {match.index}"
+        )
+    return (
+        f"Pod {where} has condition {match.condition} matching FailJob rule at index {match.index}"
+    )
+
+
+@explainer("batch", "Job")
+def explain_job(subject: Subject) -> list[Explanation]:
+    return [explain_job_spec(subject, ("spec",))]
+
+
+# --- v1 Pod ------------------------------------------------------------------------------
+
+
+@explainer("", "Pod")
+def explain_pod(subject: Subject) -> list[Explanation]:
+    """A Pod is not retried by Kubernetes: explain its own policy and where it runs."""
+    item = subject.header()
+    metadata = mapping(subject.final.get("metadata"))
+    annotations = mapping(metadata.get("annotations"))
+    policy = subject.policy("spec") or template_pod_policy(annotations)
+    item.settings = setting_lines(policy, POD_KEYS)
+    limit, n = policy.backoff_limit, policy.non_spot_attempts
+    attempt, source = _pod_attempt(policy, annotations)
+    item.budget = (
+        "Kubernetes does not retry a Pod: whoever creates the next attempt (a Job, an "
+        "orchestrator) decides. This pod places itself by its attempt number"
+        + (f" ({attempt}, from {source})." if attempt is not None else f" ({source}).")
+    )
+    if limit is not None and n > 0:
+        item.plan = build_plan(
+            f"annotation {PREFIX}backoff-limit", limit, limit, n, "no retry left"
+        )
+        if attempt is not None:
+            where = "non-spot nodes only" if runs_non_spot(attempt, limit, n) else "any node"
+            item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
+    return [item]
+
+
+def _pod_attempt(policy: Policy, annotations: Mapping[str, Any]) -> tuple[int | None, str]:
+    if policy.attempt is not None:
+        return policy.attempt, f"annotation {PREFIX}attempt"
+    raw = annotations.get(INDEX_FAILURE_COUNT)
+    if isinstance(raw, str):
+        try:
+            return parse_count(raw), f"annotation {INDEX_FAILURE_COUNT}"
+        except BadValue:
+            pass
+    return None, "unknown offline: at admission it comes from the owning Job's failure count"

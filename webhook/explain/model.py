@@ -1,0 +1,430 @@
+"""The explanation model: --simulate events, the plain values an explanation is made of,
+and the registry of per-kind explainers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Protocol
+
+from webhook.admission import engine
+from webhook.kube import failurepolicy, podspec
+from webhook.kube.failurepolicy import ContainerExit, PodFailure
+from webhook.kube.quantity import Quantity
+from webhook.mutators import Context, Outcome, mapping
+from webhook.policy.model import (
+    Policy,
+    format_value,
+)
+
+WIDTH = 80
+MAX_EVENTS = 1000
+#: Plans longer than this show their first and last rows and the non-spot boundary.
+MAX_PLAN_ROWS = 12
+
+INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
+SIGTERM, SIGKILL = 143, 137
+
+WORKLOAD_KEYS = (
+    "backoff-limit",
+    "fail-non-retriable",
+    "retriable-exit-codes",
+    "ignore-disruptions",
+    "non-spot-attempts",
+    "error-propagation",
+)
+POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
+#: Shown when any of them is set (failure-aware retries, ``webhook.mutators.failureaware``).
+FAILURE_AWARE_KEYS = ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
+
+
+class ExplainError(ValueError):
+    """Input explain cannot use (a bad ``--simulate`` event, a manifest whose metadata or
+    spec is not a mapping); the text says what is accepted."""
+
+
+# --- --simulate: the event grammar -------------------------------------------------
+
+_CONTAINER = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_PART = re.compile(
+    rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption"
+    rf"|oom:(?P<oomed>{_CONTAINER})"
+)
+ACCEPTED_EVENTS = (
+    "accepted: an exit code 1-255 (e.g. 143), container:code (e.g. main:1), "
+    "oom (an OOM kill, exit code 137), container:oom or oom:container, "
+    "or disruption (preemption, eviction, drain), "
+    "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137), "
+    "events separated by commas"
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One pod failure to simulate: a container's exit code, or a disruption, and the
+    exit codes of other containers of the same pod (``143+proxy:137``).
+
+    A disruption is what preemption, eviction and drains do to a pod: the condition
+    ``DisruptionTarget=True``, and the main container stopped by SIGTERM (exit code 143)
+    unless the event says how it stopped (``disruption+main:137``: SIGKILL after the
+    grace period).
+    """
+
+    token: str
+    exit_code: int
+    container: str | None = None
+    disruption: bool = False
+    #: The other containers of the pod that exited non-zero: (name, code).
+    others: tuple[tuple[str, int], ...] = ()
+    #: The first exit is only implied by a disruption (the main container's SIGTERM).
+    implied: bool = False
+    #: The containers the OOM killer stopped ("" for the main one): ``oom`` events.
+    ooms: tuple[str, ...] = ()
+
+    def oom_killed(self, main: str) -> list[str]:
+        return [name or main for name in self.ooms]
+
+    def named(self) -> list[str]:
+        """The containers the event names (unnamed, an exit is the main container's)."""
+        first = [self.container] if self.container is not None else []
+        return first + [name for name, _ in self.others]
+
+    def exits(self, main: str) -> list[tuple[str, int]]:
+        """(container, exit code) of every container the event stops."""
+        if self.implied and any(name == main for name, _ in self.others):
+            return list(self.others)
+        return [(self.container or main, self.exit_code), *self.others]
+
+    def failure(self, main: str, init: Iterable[str] = ()) -> PodFailure:
+        """The failed pod as the Job controller sees it; ``init`` names the pod's init
+        containers (their statuses are read after the regular containers')."""
+        init = set(init)
+        exits = tuple(ContainerExit(n, code, n in init) for n, code in self.exits(main))
+        conditions = ((failurepolicy.DISRUPTION_TARGET, "True"),) if self.disruption else ()
+        return PodFailure(exits, conditions)
+
+    def describe(self, main: str) -> str:
+        if self.disruption:
+            stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
+            return f"pod disrupted (preemption, eviction, drain; {stopped})"
+        return ", ".join(f"{_code_name(code)} in container {n}" for n, code in self.exits(main))
+
+
+def _code_name(code: int) -> str:
+    known = {1: "application error", SIGKILL: "OOM kill or SIGKILL", SIGTERM: "SIGTERM"}
+    return f"exit code {code}" + (f" ({known[code]})" if code in known else "")
+
+
+def parse_events(text: str) -> list[Event]:
+    """Parse ``143,disruption,main:1,143+proxy:137``; a bad token is named with its position."""
+    tokens = [token.strip() for token in text.split(",")]
+    if not text.strip():
+        raise ExplainError(f"--simulate: no events given; {ACCEPTED_EVENTS}")
+    if len(tokens) > MAX_EVENTS:
+        raise ExplainError(f"--simulate: {len(tokens)} events; at most {MAX_EVENTS}")
+    return [
+        _parse_event(token, f"--simulate: event {n} {token!r}") for n, token in enumerate(tokens, 1)
+    ]
+
+
+def _parse_event(token: str, where: str) -> Event:
+    disruption = False
+    exits: list[tuple[str | None, int]] = []
+    ooms: list[str] = []
+    for part in token.split("+"):
+        match = _PART.fullmatch(part)
+        if match is None:
+            raise ExplainError(f"{where} is not an event; {ACCEPTED_EVENTS}")
+        if match.group("what") is None and match.group("oomed") is None:  # disruption
+            if disruption:
+                raise ExplainError(f"{where} names disruption twice; {ACCEPTED_EVENTS}")
+            disruption = True
+            continue
+        what = match.group("what")
+        if match.group("oomed") is not None:  # oom:container, as container:oom
+            what, container = "oom", match.group("oomed")
+        else:
+            container = match.group("container")
+        code = SIGKILL if what == "oom" else int(what)
+        if code == 0:
+            raise ExplainError(
+                f"{where}: exit code 0 is a success, not a failure; {ACCEPTED_EVENTS}"
+            )
+        if code > 255:
+            raise ExplainError(f"{where}: exit codes go from 1 to 255; {ACCEPTED_EVENTS}")
+        if what == "oom":
+            ooms.append(container or "")
+        if any(name == container for name, _ in exits):
+            who = f"container {container}" if container else "the main container"
+            raise ExplainError(f"{where} gives {who} two exit codes; {ACCEPTED_EVENTS}")
+        exits.append((container, code))
+    unnamed = [code for name, code in exits if name is None]
+    named = tuple((name, code) for name, code in exits if name is not None)
+    oomed = tuple(ooms)
+    if unnamed:
+        return Event(token, unnamed[0], None, disruption, named, ooms=oomed)
+    if disruption:
+        return Event(token, SIGTERM, None, True, named, implied=True, ooms=oomed)
+    (first, code), rest = named[0], named[1:]
+    return Event(token, code, first, False, rest, ooms=oomed)
+
+
+# --- the explanation model (plain values: rendered as text or JSON) ----------------
+
+
+@dataclass(frozen=True)
+class SettingLine:
+    name: str
+    value: str
+    source: str
+    detail: str
+    text: str
+
+
+@dataclass(frozen=True)
+class RuleLine:
+    number: int
+    action: str
+    when: str
+    then: str
+    origin: str
+    counts: bool | None
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    attempt: int
+    failures_before: int
+    nodes: str
+    if_fails: str
+    retries_left: int | None
+
+
+@dataclass(frozen=True)
+class PlanGap:
+    """Attempts left out of a long plan; all like the row before them."""
+
+    first: int
+    last: int
+
+
+@dataclass
+class Plan:
+    limit_field: str
+    limit: int
+    non_spot_attempts: int
+    rows: list[PlanRow | PlanGap]
+    #: What one row is: an "attempt" (a pod), or a "run" of a JobSet (every Job recreated).
+    unit: str = "attempt"
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """A container's memory in an attempt after ``kills`` OOM kills of it (``last``: and
+    in every attempt after more, the value being at the limit)."""
+
+    container: str
+    kills: int
+    request: str
+    limit: str
+    last: bool = False
+
+
+@dataclass
+class MemoryTable:
+    factor: str
+    limit: str
+    rows: list[MemoryRow]
+
+
+class MemoryPlan:
+    """What ``oom-memory-factor`` gives each container of a pod template after its OOM
+    kills: the pod webhook's own arithmetic (``podspec.raise_memory``) on a copy."""
+
+    #: Rows per container at most (a small factor takes many steps to reach the limit).
+    MOST = 8
+
+    def __init__(self, pod_spec: Mapping[str, Any], factor: Fraction, cap: Quantity):
+        self.factor = factor
+        self.cap = cap
+        self.containers = {
+            name: engine.json_copy(c)
+            for c in podspec.containers(pod_spec)
+            if isinstance(name := c.get("name"), str)
+            and (podspec.memory_of(c, "requests") or podspec.memory_of(c, "limits"))
+        }
+
+    def at(self, name: str, kills: int) -> tuple[str, str]:
+        """(request, limit) of container ``name`` after ``kills`` OOM kills ("-": unset)."""
+        container = self.containers.get(name)
+        if container is None:
+            return "-", "-"
+        container = engine.json_copy(container)
+        if kills:
+            podspec.raise_memory(container, self.factor, kills, self.cap)
+        request, limit = (podspec.memory_of(container, k) for k in ("requests", "limits"))
+        return (str(request) if request else "-", str(limit) if limit else "-")
+
+    def table(self) -> MemoryTable:
+        rows = []
+        for name in self.containers:
+            for kills in range(self.MOST + 1):
+                request, limit = self.at(name, kills)
+                final = kills > 0 and (request, limit) == self.at(name, kills + 1)
+                rows.append(MemoryRow(name, kills, request, limit, final))
+                if final:
+                    break
+        factor = format_value("oom-memory-factor", self.factor)
+        return MemoryTable(factor, str(self.cap), rows)
+
+    def text(self, name: str, kills: int) -> str:
+        request, limit = self.at(name, kills)
+        return f"{name}'s memory {request}" + (f"/{limit}" if limit != "-" else "")
+
+
+def memory_plan(pod_spec: Mapping[str, Any], pods: Policy) -> MemoryPlan | None:
+    """The plan of a template whose pods raise memory (its annotations say so)."""
+    factor, cap = pods.oom_memory_factor, pods.oom_memory_limit
+    if factor is None or cap is None:
+        return None
+    return MemoryPlan(pod_spec, factor, cap)
+
+
+@dataclass(frozen=True)
+class Step:
+    pod: int
+    attempt: int
+    nodes: str
+    event: str
+    what: str
+    rule: int | None
+    action: str | None
+    counted: bool
+    counted_failures: int
+    result: str
+    #: JobSets: the run the pod belonged to (1-based), and the JobSet's status.restarts
+    #: after this failure (its pods' restart-attempt label from then on).
+    run: int | None = None
+    restarts: int | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    state: str  # Failed, Running, IndexFailed
+    reason: str | None
+    message: str
+
+
+@dataclass
+class Simulation:
+    events: list[str]
+    steps: list[Step]
+    ending: Ending
+    unused: list[str] = field(default_factory=list)
+    #: What one event fails: a "pod", or a whole "attempt" (a RayJob's RayCluster run).
+    unit: str = "pod"
+    #: Where the failure shows: "condition Failed", or a RayJob's "jobDeploymentStatus Failed".
+    failed_as: str = "condition Failed"
+
+
+class Simulator(Protocol):
+    """Walks failure events through a plan; one per kind of retry semantics (a Job's pods,
+    a JobSet's restarts, a RayJob's retries)."""
+
+    #: Container names events may name (the first is the one bare exit codes mean).
+    containers: Sequence[str]
+
+    def run(self, events: Sequence[Event]) -> Simulation: ...
+
+
+@dataclass
+class Explanation:
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    #: Which part of the object this explains ("" for the object itself).
+    part: str = ""
+    changes: list[str] = field(default_factory=list)
+    settings: list[SettingLine] = field(default_factory=list)
+    budget: str = ""
+    rules: list[RuleLine] = field(default_factory=list)
+    no_match: str = ""
+    examples: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    notes: list[str] = field(default_factory=list)
+    simulation: Simulation | None = None
+    #: The memory of each container by its OOM kills before (``oom-memory-factor``).
+    memory: MemoryTable | None = None
+    simulator: Simulator | None = field(default=None, repr=False)
+    #: The kind a simulated failure ends (a CronJob's Jobs fail, not the CronJob).
+    owner: str = ""
+    #: The sentence that introduces ``rules``.
+    rules_intro: str = (
+        "When a pod fails, Kubernetes checks these rules in order; the first match wins:"
+    )
+    #: Said instead of the generic note when ``--simulate`` is given and there is no simulator.
+    simulate_note: str = ""
+
+
+@dataclass
+class Denial:
+    kind: str
+    api_version: str
+    namespace: str
+    name: str
+    problems: list[str]
+    changes: list[str] = field(default_factory=list)
+
+
+# --- the per-kind registry -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What an explainer gets: the object before and after the webhook, and its review."""
+
+    original: Mapping[str, Any]
+    final: Mapping[str, Any]
+    outcome: Outcome | None
+    ctx: Context
+    changes: list[str]
+
+    def policy(self, where: str) -> Policy | None:
+        return self.outcome.policies.get(where) if self.outcome is not None else None
+
+    @property
+    def spec(self) -> Mapping[str, Any]:
+        spec = self.final.get("spec")
+        return spec if isinstance(spec, dict) else {}
+
+    def header(self, part: str = "") -> Explanation:
+        metadata = mapping(self.final.get("metadata"))
+        return Explanation(
+            kind=str(self.final.get("kind")),
+            api_version=str(self.final.get("apiVersion")),
+            namespace=str(metadata.get("namespace") or ""),
+            name=str(metadata.get("name") or metadata.get("generateName") or "<unnamed>"),
+            part=part,
+            changes=list(self.changes),
+        )
+
+
+Explainer = Callable[[Subject], list[Explanation]]
+_EXPLAINERS: dict[tuple[str, str], Explainer] = {}
+
+
+def explainer(group: str, kind: str) -> Callable[[Explainer], Explainer]:
+    """Register the function that explains one kind (``group`` is "" for the core API)."""
+
+    def register(function: Explainer) -> Explainer:
+        _EXPLAINERS[(group, kind)] = function
+        return function
+
+    return register
+
+
+def explained_kinds() -> list[tuple[str, str]]:
+    return sorted(_EXPLAINERS)

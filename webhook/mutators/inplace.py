@@ -1,0 +1,312 @@
+"""In-place retries: a container that exits with a chosen code restarts where it runs.
+
+``in-place-exit-codes`` gives every regular container of a pod template ``restartPolicy:
+Never`` and a container restart rule (KEP-5307) ``Restart`` on ``exitCodes: {operator:
+In, values: <codes>}``, after the container's own rules (the kubelet takes the first
+that matches: ``findMatchingContainerRestartRule`` in pkg/api/v1/pod/util.go). With
+``in-place-scope: pod`` the action is ``RestartAllContainers`` (KEP-5532): the whole pod
+restarts on its node, init containers first. Native sidecars and other init containers
+keep their own behaviour: a sidecar already restarts on every exit, and an init
+container's failure is a failed start, not the application's retriable exit.
+
+What the raw API makes easy to get wrong is checked here:
+
+- **Version.** With a feature gate off the API server drops these fields silently, so
+  they are written only for a cluster whose version has them on by default (1.35 for
+  the rules, 1.36 for RestartAllContainers); an unknown version writes nothing.
+- **Bound.** A restart in place is not a pod failure: under a pod ``restartPolicy:
+  Never`` the Job controller counts none of them (``pastBackoffLimitOnFailure`` counts
+  restarts only under ``OnFailure``), so only a deadline ends a container that always
+  exits 42. One is required (``activeDeadlineSeconds`` of the Job, the pod, a JobSet's
+  replicated Job or a TrainJob), or an admin's default deadline, or an admin's explicit
+  permission to run unbounded (then every admission warns).
+- **Consistency.** A podFailurePolicy rule of the user's that fails the Job on an
+  in-place code (operator In) could never fire; 137 restarting in place keeps the memory
+  ``oom-memory-factor`` would raise. ``fail-non-retriable`` treats in-place codes as
+  retriable (``retriable``): they reach the Job controller only from a node whose
+  kubelet does not restart in place, and then a new pod is the retry the user asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.kube import failurepolicy as fp
+from webhook.kube.objects import items, mapping
+from webhook.kube.versions import CONTAINER_RESTART_RULES, RESTART_ALL_CONTAINERS
+from webhook.mutators.base import Context, Outcome
+from webhook.policy.model import Policy, Setting, Source, format_value, with_setting
+
+#: A container's restart rules, at most (``validateContainerRestartPolicy``).
+MAX_CONTAINER_RULES = 20
+#: The kubelet's crash-loop back-off before a restart in place: 10 s, doubling, at most
+#: 5 minutes (``MaxContainerBackOff`` in pkg/kubelet/kubelet.go), reset after a container
+#: ran 10 minutes.
+BACKOFF_START_SECONDS = 10
+BACKOFF_MAX_SECONDS = 300
+ACTIONS = {"container": "Restart", "pod": "RestartAllContainers"}
+
+
+def backoff_seconds(restart: int) -> int:
+    """The kubelet's delay before in-place restart number ``restart`` (1-based)."""
+    return min(BACKOFF_START_SECONDS * 2 ** (restart - 1), BACKOFF_MAX_SECONDS)
+
+
+def retriable(policy: Policy) -> tuple[int, ...]:
+    """The exit codes ``fail-non-retriable`` retries: the retriable ones and the in-place
+    ones (see the module's docstring)."""
+    return tuple(sorted(set(policy.retriable_exit_codes) | set(policy.in_place_exit_codes)))
+
+
+def rule(policy: Policy) -> dict[str, Any]:
+    """The container restart rule ``policy`` writes."""
+    return {
+        "action": ACTIONS[policy.in_place_scope],
+        "exitCodes": {"operator": "In", "values": list(policy.in_place_exit_codes)},
+    }
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What ends in-place restarts that never stop: the deadline fields that are set
+    (``present``), and the ones a user could set (``fields``, for the message)."""
+
+    present: bool
+    fields: str
+
+
+def deadline_set(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _off(policy: Policy) -> Policy:
+    return with_setting(policy, "in-place-exit-codes", Setting(None, Source.BUILTIN))
+
+
+def check(
+    policy: Policy,
+    pod_spec: Mapping[str, Any],
+    ctx: Context,
+    out: Outcome,
+    where: str,
+    bound: Bound,
+    user_rules: Sequence[Any] = (),
+) -> tuple[Policy, int | None]:
+    """Whether ``policy``'s in-place restarts can act on this pod template (``where`` its
+    path, e.g. ``spec.template``); a conflict turns them off (denied when annotated,
+    skipped with a warning from a default). Returns the policy and, when a default
+    deadline must be written to bound them, that deadline."""
+    codes = policy.in_place_exit_codes
+    if not codes:
+        return policy, None
+    for check_one in (_version, _restart_policies, _user_rules, _oom):
+        message, name, reason = check_one(policy, pod_spec, ctx, where, user_rules)
+        if message:
+            out.conflict(policy, name, message, reason)
+            if name == "in-place-scope":
+                # Only the scope was wrong: the container-scope rule may still apply.
+                policy = with_setting(policy, name, Setting("container", Source.BUILTIN))
+                continue
+            return _off(policy), None
+    if bound.present:
+        return policy, None
+    rails = ctx.config.rails(ctx.namespace)
+    if rails.in_place_deadline_seconds is not None:
+        return policy, rails.in_place_deadline_seconds
+    if rails.allow_unbounded_in_place:
+        out.note(
+            "retry-policy: in-place restarts are unbounded (guardRails.allowUnboundedInPlace): "
+            f"set {bound.fields} to end a container that never stops failing"
+        )
+        return policy, None
+    out.conflict(
+        policy,
+        "in-place-exit-codes",
+        "restarts in place are not pod failures, so backoffLimit never ends them: set "
+        f"{bound.fields}",
+        "unbounded",
+    )
+    return _off(policy), None
+
+
+def check_version(policy: Policy, ctx: Context, out: Outcome) -> Policy:
+    """Only the version check, for a workload whose pod templates are not known here (a
+    TrainJob whose runtime was not read): the rest is checked where they are."""
+    if not policy.in_place_exit_codes:
+        return policy
+    message, name, reason = _version(policy, {}, ctx, "", ())
+    if not message:
+        return policy
+    out.conflict(policy, name, message, reason)
+    if name == "in-place-scope":
+        return with_setting(policy, name, Setting("container", Source.BUILTIN))
+    return _off(policy)
+
+
+Found = tuple[str, str, str]  # (message, the setting it is about, reason); "" when fine
+_FINE: Found = ("", "", "")
+
+
+def _version(
+    policy: Policy, pod_spec: Mapping[str, Any], ctx: Context, where: str, rules: Sequence[Any]
+) -> Found:
+    version = ctx.kubernetes_version
+    if version is None:
+        return (
+            "the cluster's Kubernetes version is not known (its API server's /version could "
+            "not be read), and the API server drops these fields where they are off: set "
+            "kubernetesVersion in the webhook's config",
+            "in-place-exit-codes",
+            "unknown-version",
+        )
+    gate = CONTAINER_RESTART_RULES
+    if version < gate.on_since:
+        return (
+            f"{gate.what} need Kubernetes {gate.on_since} or newer ({gate.name}); this cluster "
+            f"is {version}, whose API server would drop them",
+            "in-place-exit-codes",
+            "kubernetes-version",
+        )
+    gate = RESTART_ALL_CONTAINERS
+    if policy.in_place_scope == "pod" and version < gate.on_since:
+        return (
+            f"pod needs {gate.what}, Kubernetes {gate.on_since} or newer ({gate.name}); this "
+            f"cluster is {version}; use container",
+            "in-place-scope",
+            "kubernetes-version",
+        )
+    return _FINE
+
+
+def _restart_policies(
+    policy: Policy, pod_spec: Mapping[str, Any], ctx: Context, where: str, rules: Sequence[Any]
+) -> Found:
+    restart = pod_spec.get("restartPolicy", "Always")
+    if restart == "OnFailure":
+        return (
+            f"{where}.spec.restartPolicy is OnFailure, which already restarts every failed "
+            "container in place; in-place-exit-codes needs Never",
+            "in-place-exit-codes",
+            "restart-policy",
+        )
+    if restart != "Never":
+        return (
+            f"{where}.spec.restartPolicy is {restart!r}; in-place-exit-codes needs Never",
+            "in-place-exit-codes",
+            "restart-policy",
+        )
+    wanted = rule(policy)
+    for container in fp.named_containers(pod_spec, "containers"):
+        own = container.get("restartPolicy")
+        name = container["name"]
+        if own not in (None, "Never"):
+            return (
+                f"container {name} has restartPolicy {own}, which restarts it whatever its "
+                "exit code; remove it, or the annotation",
+                "in-place-exit-codes",
+                "contradiction",
+            )
+        rules_of = items(container.get("restartPolicyRules"))
+        if wanted not in rules_of and len(rules_of) >= MAX_CONTAINER_RULES:
+            return (
+                f"container {name} already has {len(rules_of)} restartPolicyRules; "
+                f"Kubernetes allows at most {MAX_CONTAINER_RULES}",
+                "in-place-exit-codes",
+                "too-many-rules",
+            )
+    return _FINE
+
+
+def _user_rules(
+    policy: Policy, pod_spec: Mapping[str, Any], ctx: Context, where: str, rules: Sequence[Any]
+) -> Found:
+    """A rule of the user's that fails the Job (or index) on an in-place code could never
+    fire: the container restarts before the pod could fail with it."""
+    regular = {c["name"] for c in fp.named_containers(pod_spec, "containers")}
+    codes = set(policy.in_place_exit_codes)
+    for index, rule_ in enumerate(rules):
+        if not isinstance(rule_, dict) or rule_.get("action") not in ("FailJob", "FailIndex"):
+            continue
+        on = mapping(rule_.get("onExitCodes"))
+        container = on.get("containerName")
+        if on.get("operator") != "In" or (container is not None and container not in regular):
+            continue
+        both = sorted(codes & {v for v in items(on.get("values")) if isinstance(v, int)})
+        if both:
+            path = where.rsplit(".template", 1)[0]
+            return (
+                f"your {path}.podFailurePolicy.rules[{index}] ({rule_['action']}) fails on "
+                f"{_codes(both)}, on which the container restarts in place instead: it could "
+                "never fire",
+                "in-place-exit-codes",
+                "contradiction",
+            )
+    return _FINE
+
+
+def _oom(
+    policy: Policy, pod_spec: Mapping[str, Any], ctx: Context, where: str, rules: Sequence[Any]
+) -> Found:
+    if 137 in policy.in_place_exit_codes and policy.oom_memory_factor is not None:
+        return (
+            "137 (an OOM kill) would restart in place, on the same node with the same memory, "
+            "so oom-memory-factor could never raise it; take 137 out of one of them",
+            "in-place-exit-codes",
+            "contradiction",
+        )
+    return _FINE
+
+
+def _codes(codes: Iterable[int]) -> str:
+    values = list(codes)
+    return ("exit code " if len(values) == 1 else "exit codes ") + ", ".join(map(str, values))
+
+
+def apply(pod_spec: dict[str, Any], policy: Policy, out: Outcome, where: str) -> None:
+    """Give each regular container of ``pod_spec`` the restart rule, after its own."""
+    codes = policy.in_place_exit_codes
+    if not codes:
+        return
+    wanted = rule(policy)
+    changed = []
+    for container in fp.named_containers(pod_spec, "containers"):
+        own = items(container.get("restartPolicyRules"))
+        if wanted in own and container.get("restartPolicy") == "Never":
+            continue
+        container["restartPolicy"] = "Never"
+        if wanted not in own:
+            container["restartPolicyRules"] = [*own, rule(policy)]
+        changed.append(container["name"])
+    if not changed:
+        return
+    out.actions["in_place_rules"] = out.actions.get("in_place_rules", 0) + len(changed)
+    names = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    noun = "container" if len(changed) == 1 else "containers"
+    text = format_value("in-place-exit-codes", codes)
+    if policy.in_place_scope == "pod":
+        out.changed(
+            f"retry-policy: {where}: the whole pod restarts in place when {noun} {names} "
+            f"exits {text} (in-place-scope pod)",
+            policy.setting("in-place-exit-codes"),
+        )
+    else:
+        out.changed(
+            f"retry-policy: {where}: {noun} {names} restarts in place on exit {text} "
+            "(in-place-exit-codes)",
+            policy.setting("in-place-exit-codes"),
+        )
+
+
+def write_deadline(
+    target: dict[str, Any], field: str, seconds: int, label: str, out: Outcome
+) -> None:
+    """The admin's default deadline, written where nothing bounds in-place restarts."""
+    if target.get(field) == seconds:
+        return
+    target[field] = seconds
+    out.changed(
+        f"retry-policy: {label} -> {seconds} (guardRails.inPlaceDeadlineSeconds: "
+        "bounds the in-place restarts)"
+    )

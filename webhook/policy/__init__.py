@@ -1,0 +1,2 @@
+"""What users and admins write: the annotation vocabulary and its strict grammars
+(``model``), and the cluster defaults and guard rails file (``config``)."""
