@@ -13,7 +13,7 @@ stands for work it does not do; ``tests/test_benchmarks.py`` holds it to the eng
 answer, after decoding. Its instructions a request are about what any Python
 implementation pays for this answer on top of the floor's decode, and so about the best
 ratio to the floor's server-side instructions (``benchmarks/results/instructions.json``)
-that such an implementation could reach. The README's "What closing it would take"
+that such an implementation could reach. docs/PERFORMANCE.md ("What was tried and learned")
 quotes it.
 """
 

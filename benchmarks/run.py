@@ -1,7 +1,7 @@
 """One command for all benchmarks: ``python -m benchmarks.run [--quick] [--skip-https]``.
 
 Writes ``benchmarks/results/latest.json`` and ``benchmarks/results/latest.md`` (the table
-the README quotes), with the machine the run happened on and the targets side by side.
+docs/PERFORMANCE.md quotes), with the machine the run happened on and the targets side by side.
 Both floors (``benchmarks.floor``: the allow-all app on our server, and under gunicorn)
 are measured in the same run as the webhook, round after round; the slow-client attack
 (``benchmarks.slowclients``) runs against the webhook and the gunicorn floor.

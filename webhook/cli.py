@@ -254,7 +254,7 @@ def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    """The in-cluster lifecycle (webhook/incluster.py). Exit 2: a setup it cannot work
+    """The in-cluster lifecycle (webhook/tls/incluster.py). Exit 2: a setup it cannot work
     with (fix the arguments, RBAC or the Secret); 1: the API failed (the Job retries)."""
     from webhook.tls import incluster
 

@@ -15,7 +15,8 @@ A JobSet runs its replicated Jobs together and, when one fails, recreates all of
   restarting it.
 - ``non-spot-attempts``: JobSet pods carry ``jobset.sigs.k8s.io/restart-attempt``; pods
   count runs against maxRestarts (see ``job.Budget`` and ``pod.attempt_of``).
-- ``error-propagation``: the env vars in every replicated Job's pods.
+- ``error-propagation`` is denied: no Flyte plugin reads the error files it would
+  make a JobSet's pods write (``podspec.NOT_A_PYTORCHJOB``).
 
 The child Jobs are admitted on their own, but the Job mutator leaves them alone (their
 policy was applied here, where ``backoff-limit`` means restarts), which is why

@@ -1,7 +1,7 @@
 """``retry-webhook serve``: the Flask app on granian workers (Rust HTTP/1.1 and TLS), run
 by a supervisor of our own.
 
-Why granian, and why this shape (README, "The server", has the measurements): TLS and
+Why granian, and why this shape (docs/OPERATIONS.md, "Why granian", has the measurements): TLS and
 HTTP run in Rust on an event loop, so an idle or slow connection costs memory, not a
 thread, and a request costs about half the CPU it cost under gunicorn. Each worker is a
 process with one event loop; the app runs on it (``webhook/serving/rsgi.py``).
@@ -605,7 +605,7 @@ def run_worker(
         1,  # Python threads: unused by RSGI
         30,
         max(1, options.max_connections),
-        "1",  # HTTP/1.1 only (README: HTTP/2)
+        "1",  # HTTP/1.1 only (docs/OPERATIONS.md, "HTTP/2: not offered")
         HTTP1Settings(
             header_read_timeout=max(1, round(options.header_timeout * 1000)),
             keep_alive=True,
