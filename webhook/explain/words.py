@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.explain.model import MAX_PLAN_ROWS, Plan, PlanGap, PlanRow, RuleLine, SettingLine
 from webhook.kube import failurepolicy
-from webhook.mutators import items
+from webhook.mutators import inplace, items
 from webhook.policy.model import (
     PREFIX,
     Policy,
@@ -43,11 +43,11 @@ def _value_text(name: str, value: Any) -> str:
     if value is None and name != "error-propagation":
         return "-"
     if name == "retriable-exit-codes":
-        return ",".join(_ranges(value))
+        return ",".join(ranges(value))
     return format_value(name, value)
 
 
-def _ranges(values: Iterable[Any]) -> list[str]:
+def ranges(values: Iterable[Any]) -> list[str]:
     """Exit codes with runs of three or more folded: [1, 2, 3, 42] -> ["1-3", "42"]."""
     codes = sorted({v for v in values if isinstance(v, int)})
     out: list[str] = []
@@ -101,7 +101,7 @@ def describe_when(rule: Mapping[str, Any]) -> str:
     """The condition of one rule, as a phrase: "exit code 42 in container main"."""
     codes = rule.get("onExitCodes")
     if isinstance(codes, dict):
-        values = _ranges(items(codes.get("values")))
+        values = ranges(items(codes.get("values")))
         where = (
             f"in container {codes['containerName']}"
             if codes.get("containerName")
@@ -157,7 +157,7 @@ def rule_lines(
             origin = "your rule"
         elif key == ignore:
             origin = "added by retry-policy for ignore-disruptions"
-        elif failurepolicy.is_non_retriable_rule(rule, policy.retriable_exit_codes):
+        elif failurepolicy.is_non_retriable_rule(rule, inplace.retriable(policy)):
             origin = "added by retry-policy for fail-non-retriable"
         else:
             origin = "added by retry-policy"
