@@ -8,8 +8,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.explain import inplace
+from webhook.explain.inplace import Backoff, Bound, PodRestarts
 from webhook.explain.model import (
     FAILURE_AWARE_KEYS,
+    IN_PLACE_KEYS,
     INDEX_FAILURE_COUNT,
     POD_KEYS,
     SIGKILL,
@@ -17,7 +20,10 @@ from webhook.explain.model import (
     WORKLOAD_KEYS,
     Ending,
     Event,
+    ExplainError,
     Explanation,
+    InPlaceRestart,
+    InPlaceSummary,
     MemoryPlan,
     RuleLine,
     Simulation,
@@ -39,7 +45,7 @@ from webhook.explain.words import (
 )
 from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import Match, named_containers
-from webhook.mutators import Outcome, items, mapping, workload_policy
+from webhook.mutators import Outcome, controller_of, items, mapping, workload_policy
 from webhook.mutators.job import (
     API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
@@ -138,6 +144,11 @@ class JobSpecView:
     placed_by_job: bool = True
     #: What its pods' memory becomes after OOM kills (``oom-memory-factor``).
     memory: MemoryPlan | None = None
+    #: Its containers' restart rules, when some restart in place, and what ends them.
+    restarts: PodRestarts | None = None
+    bound: Bound = field(default_factory=Bound)
+    #: Said when the cluster drops the restart rules the template has.
+    dropped: list[str] = field(default_factory=list)
 
     @property
     def placement_limit(self) -> int | None:
@@ -184,6 +195,8 @@ class JobSpecView:
             init=self.init,
             sidecars=self.sidecars,
             memory=self.memory,
+            restarts=self.restarts,
+            bound=self.bound,
         )
 
 
@@ -204,6 +217,8 @@ def job_spec_view(
     per_index = spec.get("backoffLimitPerIndex")
     max_failed = spec.get("maxFailedIndexes")
     pods = template_pod_policy(mapping(template.get("metadata")).get("annotations"))
+    version = subject.ctx.kubernetes_version
+    written = at_path(subject.original, (*path, "template", "spec"))
     return JobSpecView(
         where=where,
         policy=policy,
@@ -221,6 +236,33 @@ def job_spec_view(
         sidecars=failurepolicy.sidecar_containers(pod_spec),
         placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
         memory=memory_plan(pod_spec, pods),
+        restarts=inplace.pod_restarts(pod_spec, written, version),
+        bound=job_bound(subject, path, spec, pod_spec),
+        dropped=inplace.dropped_note(pod_spec, version),
+    )
+
+
+def job_bound(
+    subject: Subject, path: Sequence[str], spec: Mapping[str, Any], pod_spec: Mapping[str, Any]
+) -> Bound:
+    """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
+    template's, or (a TrainJob's JobSet) the TrainJob's."""
+    where = ".".join(path)
+    original = at_path(subject.original, path)
+    jobset = str(subject.final.get("kind")) == "JobSet"
+    outer = subject.ctx.outer_bound
+    owner = controller_of(subject.final.get("metadata"))
+    if outer is None and jobset and owner is not None and owner.get("kind") == "TrainJob":
+        outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
+    return inplace.bound_of(
+        inplace.deadline_of(spec, original, where),
+        inplace.deadline_of(
+            pod_spec, at_path(original, ("template", "spec")), f"{where}.template.spec"
+        ),
+        subject.ctx.config.rails(subject.ctx.namespace),
+        outer,
+        then="; then the JobSet's failure policy decides" if jobset else "",
+        missing=f"{where}.activeDeadlineSeconds",
     )
 
 
@@ -242,6 +284,7 @@ def explain_job_spec(
     simulator = view.simulator()
     item.simulator = simulator
     item.examples = simulator.examples()
+    restarts_in_place(item, view, simulator)
     if view.on_failure:
         item.notes.append(
             "non-spot placement applies to new pods only; a container restarting in "
@@ -265,11 +308,29 @@ def explain_job_spec(
     return item
 
 
-def workload_keys(policy: Policy) -> tuple[str, ...]:
-    """The settings to list: failure-aware ones only when one of them is set."""
+def workload_keys(policy: Policy, keys: tuple[str, ...] = WORKLOAD_KEYS) -> tuple[str, ...]:
+    """The settings to list: failure-aware and in-place ones only when one is set."""
     if any(policy.explicit(name) for name in FAILURE_AWARE_KEYS):
-        return WORKLOAD_KEYS + FAILURE_AWARE_KEYS
-    return WORKLOAD_KEYS
+        keys += FAILURE_AWARE_KEYS
+    if policy.in_place_exit_codes or any(policy.explicit(name) for name in IN_PLACE_KEYS):
+        keys += IN_PLACE_KEYS
+    return keys
+
+
+def restarts_in_place(item: Explanation, view: JobSpecView, simulator: JobSimulator) -> None:
+    """Each container's exit codes, when some restart in place, and what that means for
+    placement: non-spot-attempts counts pods, and a restart in place makes none."""
+    item.notes.extend(view.dropped)
+    if view.restarts is None:
+        return
+    item.in_place = inplace.plan(view.restarts, simulator.judge_exit, view.bound)
+    if view.pods.non_spot_attempts:
+        unit = "attempts" if view.placed_by_job else "runs"
+        item.notes.append(
+            f"restarts in place are not {unit}: non-spot-attempts counts pods, and a "
+            "container restarting in place stays in its pod, on its node, so it does not "
+            f"move the {'Job' if view.placed_by_job else 'JobSet'} toward its last non-spot {unit}"
+        )
 
 
 def failure_aware(item: Explanation, view: JobSpecView, subject: Subject) -> None:
@@ -442,6 +503,8 @@ class JobSimulator:
         sidecars: Sequence[str] = (),
         memory: MemoryPlan | None = None,
         replaced_pods_count: bool = True,
+        restarts: PodRestarts | None = None,
+        bound: Bound | None = None,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -466,6 +529,9 @@ class JobSimulator:
         self.replaced_pods_count = replaced_pods_count
         #: What OOM-killed containers get in later attempts (``oom-memory-factor``).
         self.memory = memory
+        #: The containers' restart rules (restarts in place), and what ends them.
+        self.restarts = restarts
+        self.bound = bound or Bound()
 
     def oom(self, state: JobState, event: Event) -> str:
         """Count the event's OOM kills; say the memory the next attempt's containers get."""
@@ -502,7 +568,57 @@ class JobSimulator:
         match = failurepolicy.evaluate(self.rules, event.failure(self.main, self.init))
         return match, failurepolicy.counts(match)
 
+    def judge_exit(self, container: str, code: int) -> tuple[str, str]:
+        """What a pod that failed with ``container``'s exit ``code`` does: (outcome,
+        words), for the table of each container's exit codes."""
+        event = Event(f"{container}:{code}", code, None if container == self.main else container)
+        match, _ = self.judge(event)
+        if match is None:
+            rule = "no rule matches" if self.rules else "no podFailurePolicy"
+            return "Count", f"a new pod, counts against {self.scope} ({rule})"
+        rule = f"{self.action(match)}, rule {match.index + 1}"
+        if match.action in ("Ignore", "Count"):
+            counts = "not counted" if match.action == "Ignore" else f"counts against {self.scope}"
+            return match.action, f"a new pod, {counts} ({rule})"
+        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        return match.action, f"{then} ({rule})"
+
+    def restart_in_place(self, backoff: Backoff, event: Event) -> tuple[InPlaceRestart, ...]:
+        """The restarts in place ``event`` is (none: the pod fails with it)."""
+        done, problem = inplace.restarted(self.restarts, backoff, event, self.main)
+        if problem:
+            raise ExplainError(problem)
+        return done
+
+    def in_place_step(
+        self,
+        pod: int,
+        used: int,
+        nodes: str,
+        event: Event,
+        done: Sequence[InPlaceRestart],
+        **run: Any,
+    ) -> Step:
+        """The step of an event the pod survives: its containers restarted in place."""
+        return Step(
+            pod=pod,
+            attempt=used + 1,
+            nodes=nodes,
+            event=event.token,
+            what=event.describe(self.main),
+            rule=None,
+            action=None,
+            counted=False,
+            counted_failures=run.pop("counted", used),
+            result=inplace.restart_text(done),
+            in_place=tuple(done),
+            **run,
+        )
+
     def verdict(self, event: Event) -> str:
+        done, _ = inplace.restarted(self.restarts, Backoff(), event, self.main)
+        if done:
+            return inplace.example_text(done)
         match, _ = self.judge(event)
         if self.on_failure and not event.disruption:
             return "the container restarts in place, counts"
@@ -528,6 +644,12 @@ class JobSimulator:
                 Event(f"{SIGTERM}+{sidecar}:{SIGKILL}", SIGTERM, None, False, ((sidecar, SIGKILL),))
             )
         seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
+        restarting = inplace.first_codes(self.restarts, self.containers) if self.restarts else []
+        for name, code in restarting[:2]:
+            key = (None if name == self.main else name, code)
+            if key not in seen:
+                seen.add(key)
+                events.append(Event(f"{name}:{code}" if key[0] else str(code), code, key[0]))
         for rule in self.rules:
             codes = rule.get("onExitCodes") if isinstance(rule, dict) else None
             if not isinstance(codes, dict) or codes.get("operator") != "In":
@@ -647,13 +769,18 @@ class JobSimulator:
 
     def run(self, events: Sequence[Event]) -> Simulation:
         state = JobState()
+        backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
             before = state.index_counted if self.per_index is not None else state.counted
-            pod = state.pod
-            outcome = self.fail(state, event, number)
+            pod = state.pod if self.on_failure else number - backoff.events
+            done = self.restart_in_place(backoff, event)
+            if done:
+                return self.in_place_step(pod, before, self.placement(before), event, done), None
+            outcome = self.fail(state, event, pod)
+            backoff.new_pod()
             made = Step(
-                pod=pod if self.on_failure else number,
+                pod=pod,
                 attempt=number if self.on_failure else outcome.attempt,
                 nodes="same pod" if self.on_failure else self.placement(before),
                 event=event.token,
@@ -667,21 +794,26 @@ class JobSimulator:
             return made, outcome.ending
 
         steps, ending, unused = walk(events, step)
+        going_on = bool(steps and steps[-1].in_place)
         return Simulation(
             [e.token for e in events],
             steps,
-            ending or self._running(state),
+            ending or self._running(state, going_on),
             unused,
             self.unit,
             self.failed_as,
+            self.summary(backoff),
         )
+
+    def summary(self, backoff: Backoff) -> InPlaceSummary | None:
+        return inplace.summary(backoff, self.bound, self.owner)
 
     def _tally(self, used: int) -> str:
         if self.limit >= INT32_MAX:  # no limit (a PyTorchJob without runPolicy.backoffLimit)
             return f"{count_of(used, 'failure')} so far, no limit"
         return f"{used} of {self.limit} allowed failures used"
 
-    def _running(self, state: JobState) -> Ending:
+    def _running(self, state: JobState, going_on: bool = False) -> Ending:
         if self.on_failure:
             return Ending(
                 "Running", None, f"the pod keeps running ({count_of(state.restarts, 'restart')})"
@@ -694,9 +826,8 @@ class JobSimulator:
             allowed = f"{left} more counted failure{'s are' if left != 1 else ' is'} allowed"
         else:
             allowed = "its failure, if counted, ends it"
-        return Ending(
-            "Running", None, f"attempt {used + 1} runs next, {self._where(used)}; {allowed}"
-        )
+        runs = "goes on in the same pod" if going_on else "runs next"
+        return Ending("Running", None, f"attempt {used + 1} {runs}, {self._where(used)}; {allowed}")
 
     def _index_failed(self, pod: int, why: str) -> Ending:
         if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:

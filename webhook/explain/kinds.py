@@ -43,6 +43,7 @@ from webhook.admission import engine
 from webhook.admission.engine import json_copy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------
+from webhook.explain.inplace import Backoff
 from webhook.explain.jobs import (
     JobSimulator,
     JobSpecView,
@@ -53,6 +54,7 @@ from webhook.explain.jobs import (
     job_budget,
     job_spec_view,
     lead,
+    restarts_in_place,
     unmanaged_policy,
     walk,
     workload_keys,
@@ -409,6 +411,7 @@ def _replicated_job(
     )
     item.simulator = simulator
     item.examples = simulator.examples()
+    restarts_in_place(item, view, simulator.job)
     if failure_policy is None:
         item.plan = build_plan(
             "no failurePolicy: maxRestarts",
@@ -559,12 +562,30 @@ class JobSetSimulator:
 
     def run(self, events: Sequence[Event]) -> Simulation:
         counters = JobSetState()
+        backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
             run = (counters.toward if self.in_place else counters.restarts) + 1
             placed = self.job.placement(counters.restarts)
+            pod = number - backoff.events
+            done = self.job.restart_in_place(backoff, event)
+            if done:
+                job = counters.job
+                used = job.index_counted if self.job.per_index is not None else job.counted
+                made = self.job.in_place_step(
+                    pod,
+                    used,
+                    placed,
+                    event,
+                    done,
+                    counted=counters.toward,
+                    run=run,
+                    restarts=counters.restarts,
+                )
+                return made, None
             where = f"in run {run}, {on_nodes(placed)}"
-            outcome = self.job.fail(counters.job, event, number, where)
+            outcome = self.job.fail(counters.job, event, pod, where)
+            backoff.new_pod()
             result = lead(outcome.verdict, outcome.result)
             ending = None
             if outcome.ending is None and self.in_place and self.rules is not None:
@@ -576,7 +597,7 @@ class JobSetSimulator:
                     text += f", with {outcome.memory}"
                 result = f"{lead(outcome.verdict, self._job_text(outcome.result, reason))}; {text}"
             made = Step(
-                pod=outcome.attempt if self.job.on_failure else number,
+                pod=outcome.attempt if self.job.on_failure else pod,
                 attempt=number if self.job.on_failure else outcome.attempt,
                 nodes="same pod" if self.job.on_failure else placed,
                 event=event.token,
@@ -593,7 +614,11 @@ class JobSetSimulator:
 
         steps, ending, unused = walk(events, step)
         return Simulation(
-            [e.token for e in events], steps, ending or self._running(counters), unused
+            [e.token for e in events],
+            steps,
+            ending or self._running(counters),
+            unused,
+            in_place=self.job.summary(backoff),
         )
 
     @staticmethod

@@ -38,6 +38,8 @@ WORKLOAD_KEYS = (
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
 #: Shown when any of them is set (failure-aware retries, ``webhook.mutators.failureaware``).
 FAILURE_AWARE_KEYS = ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
+#: Shown when in-place restarts are asked for (``webhook.mutators.inplace``).
+IN_PLACE_KEYS = ("in-place-exit-codes", "in-place-scope")
 
 
 class ExplainError(ValueError):
@@ -293,6 +295,57 @@ def memory_plan(pod_spec: Mapping[str, Any], pods: Policy) -> MemoryPlan | None:
 
 
 @dataclass(frozen=True)
+class CodeGroup:
+    """Exit codes of one container that do the same thing: ``outcome`` is "restart" (the
+    container restarts in place), "restart-pod" (the whole pod does), or what a pod that
+    failed with them does ("FailJob", "FailIndex", "Ignore", "Count", "pod-fails")."""
+
+    outcome: str
+    codes: list[int]
+    text: str
+
+
+@dataclass(frozen=True)
+class ContainerCodes:
+    container: str
+    groups: list[CodeGroup]
+
+
+@dataclass(frozen=True)
+class InPlacePlan:
+    """What each regular container's exit codes do when its restart rules can restart it
+    in place, what ends those restarts, and the kubelet's back-off before each."""
+
+    containers: list[ContainerCodes]
+    bound: str
+    bounded: bool
+    backoff: str
+
+
+@dataclass(frozen=True)
+class InPlaceRestart:
+    """One restart in place in a simulation: ``container`` exited ``exit_code`` and
+    restarted (with the whole pod when ``whole_pod``), by ``rule`` of its
+    restartPolicyRules (1-based; ``None``: its own restartPolicy), after ``delay_seconds``
+    of the kubelet's back-off; ``restart`` counts this container's restarts in its pod."""
+
+    container: str
+    exit_code: int
+    whole_pod: bool
+    rule: int | None
+    origin: str
+    restart: int
+    delay_seconds: int
+
+
+@dataclass(frozen=True)
+class InPlaceSummary:
+    restarts: int
+    backoff_seconds: int
+    text: str
+
+
+@dataclass(frozen=True)
 class Step:
     pod: int
     attempt: int
@@ -308,6 +361,8 @@ class Step:
     #: after this failure (its pods' restart-attempt label from then on).
     run: int | None = None
     restarts: int | None = None
+    #: Restarts in place: the pod did not fail (empty when it did).
+    in_place: tuple[InPlaceRestart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -327,6 +382,8 @@ class Simulation:
     unit: str = "pod"
     #: Where the failure shows: "condition Failed", or a RayJob's "jobDeploymentStatus Failed".
     failed_as: str = "condition Failed"
+    #: What the restarts in place among the events added up to (``None``: there were none).
+    in_place: InPlaceSummary | None = None
 
 
 class Simulator(Protocol):
@@ -358,6 +415,8 @@ class Explanation:
     simulation: Simulation | None = None
     #: The memory of each container by its OOM kills before (``oom-memory-factor``).
     memory: MemoryTable | None = None
+    #: What each container's exit codes do when some restart it in place.
+    in_place: InPlacePlan | None = None
     simulator: Simulator | None = field(default=None, repr=False)
     #: The kind a simulated failure ends (a CronJob's Jobs fail, not the CronJob).
     owner: str = ""

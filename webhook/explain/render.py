@@ -11,6 +11,7 @@ from webhook.explain.model import (
     WIDTH,
     Denial,
     Explanation,
+    InPlacePlan,
     MemoryTable,
     Plan,
     PlanGap,
@@ -87,6 +88,8 @@ def _render(item: Explanation) -> list[str]:
             lines.extend(_fill(text, f"  {rule.number}. "))
         if item.no_match:
             lines.extend(_fill(_sentence(item.no_match), "  -  " if item.rules else ""))
+    if item.in_place is not None:
+        lines += ["", *_render_in_place(item.in_place)]
     if item.examples:
         lines += ["", "What common failures do:"]
         for example in item.examples:
@@ -102,6 +105,18 @@ def _render(item: Explanation) -> list[str]:
         for note in item.notes:
             lines.extend(_fill(note, "  - "))
     return lines
+
+
+def _render_in_place(plan: InPlacePlan) -> list[str]:
+    lines = _fill(
+        "Exit codes, container by container (its restart rules first, the first match "
+        "wins; the pod fails only when none restarts the container):"
+    )
+    for container in plan.containers:
+        lines.append(f"  {container.container}:")
+        for group in container.groups:
+            lines.extend(_fill(group.text, "    - "))
+    return [*lines, "", *_fill(_sentence(plan.bound)), "", *_fill(_sentence(plan.backoff))]
 
 
 def _render_plan(plan: Plan) -> list[str]:
@@ -163,7 +178,10 @@ def _render_simulation(item: Explanation) -> list[str]:
         text = f"Outcome: the index fails; {end.message}."
     else:
         text = f"Outcome: the {owner} is still running; {end.message}."
-    return [*lines, *_fill(text)]
+    lines.extend(_fill(text))
+    if sim.in_place is not None:
+        lines.extend(_fill(sim.in_place.text))
+    return lines
 
 
 def _step_label(sim: Simulation, step: Step) -> str:
@@ -207,11 +225,12 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
         sim = item.simulation
         simulation = {
             "events": sim.events,
-            "steps": [_camel(dataclasses.asdict(s)) for s in sim.steps],
+            "steps": [_step_json(s) for s in sim.steps],
             "outcome": dataclasses.asdict(sim.ending),
             "unused": sim.unused,
             "unit": sim.unit,
             "failedAs": sim.failed_as,
+            "inPlace": _camel(dataclasses.asdict(sim.in_place)) if sim.in_place else None,
         }
     memory = None
     if item.memory is not None:
@@ -233,9 +252,30 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
         "rules": [dataclasses.asdict(r) for r in item.rules],
         "noMatch": item.no_match,
         "examples": item.examples,
+        "inPlace": _in_place_json(item.in_place),
         "plan": plan,
         "simulation": simulation,
         "notes": item.notes,
+    }
+
+
+def _step_json(step: Step) -> dict[str, Any]:
+    data = _camel(dataclasses.asdict(step))
+    data["inPlace"] = [_camel(r) for r in data["inPlace"]]
+    return data
+
+
+def _in_place_json(plan: InPlacePlan | None) -> dict[str, Any] | None:
+    if plan is None:
+        return None
+    return {
+        "containers": [
+            {"container": c.container, "groups": [dataclasses.asdict(g) for g in c.groups]}
+            for c in plan.containers
+        ],
+        "bound": plan.bound,
+        "bounded": plan.bounded,
+        "backoff": plan.backoff,
     }
 
 

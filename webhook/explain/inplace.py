@@ -1,0 +1,485 @@
+"""Restarts in place, in words: what each regular container does with each exit code,
+read from the final object as the kubelet reads it, what ends those restarts, and the
+kubelet's back-off before each one (``in-place-exit-codes``, ``webhook.mutators.inplace``).
+
+Everything here is read from the rules the object carries (the user's own rules come
+first and win), never from the annotations:
+
+- The kubelet takes a container's first rule whose exit codes match, ``In`` or ``NotIn``
+  (``findMatchingContainerRestartRule`` in pkg/api/v1/pod/util.go), and reads rules only
+  of a container with a restartPolicy of its own. ``Restart`` restarts the container,
+  ``RestartAllContainers`` the whole pod (KEP-5532: init containers run again); a rule
+  whose action it does not know, or no match, falls back to that restartPolicy
+  (``ContainerShouldRestart``).
+- A restart in place is not a pod failure: the Job controller judges a pod only once it
+  is terminal, and counts container restarts against backoffLimit only under
+  restartPolicy OnFailure (``pastBackoffLimitOnFailure``). Only activeDeadlineSeconds
+  ends them.
+- The kubelet delays restarts with its crash-loop back-off (``doBackOff`` in
+  pkg/kubelet/kuberuntime, a client-go ``flowcontrol.Backoff`` capped at
+  ``MaxContainerBackOff``): a container's first restart finds no back-off entry and
+  happens at once; each later one waits 10 s, doubling, at most 300 s. The entry is
+  keyed by the pod's UID and the container, so a new pod starts over, and so does a
+  container that ran 10 minutes (twice the cap). A disrupted pod never restarts in
+  place: it is being deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.explain.model import (
+    CodeGroup,
+    ContainerCodes,
+    Event,
+    InPlacePlan,
+    InPlaceRestart,
+    InPlaceSummary,
+)
+from webhook.explain.words import count_of, join_words, ranges
+from webhook.kube.failurepolicy import named_containers
+from webhook.kube.objects import items, mapping
+from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
+from webhook.mutators import inplace
+from webhook.policy.config import GuardRails
+
+#: The actions that restart in place (KEP-5307, KEP-5532).
+RESTART, RESTART_ALL = "Restart", "RestartAllContainers"
+EXIT_CODES = range(1, 256)
+BACKOFF_TEXT = (
+    f"the kubelet's back-off before each restart in place: none before a container's "
+    f"first, then {inplace.BACKOFF_START_SECONDS} s, doubling, at most "
+    f"{inplace.BACKOFF_MAX_SECONDS} s (a node's kubelet may set a lower cap); it starts "
+    "over in a new pod, and after 10 minutes of running. A disrupted pod (preemption, "
+    "eviction, drain) never restarts in place: it is being deleted"
+)
+
+
+def restart_delay(restart: int) -> int:
+    """Seconds the kubelet waits before a container's in-place restart number ``restart``
+    (1-based) in one pod: none before the first (no back-off entry yet), then the
+    back-off ``inplace.backoff_seconds`` gives the restarts after it."""
+    return 0 if restart <= 1 else inplace.backoff_seconds(restart - 1)
+
+
+# --- the rules, as the kubelet reads them ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why a container restarts in place on an exit code."""
+
+    whole_pod: bool
+    #: The matching rule (1-based) of the container's restartPolicyRules; ``None`` when
+    #: its own restartPolicy restarts it.
+    rule: int | None
+    origin: str
+
+    @property
+    def why(self) -> str:
+        return rule_words(self.rule, self.origin)
+
+
+def rule_words(rule: int | None, origin: str) -> str:
+    """Which of a container's restart rules restarted it: "your restart rule 1",
+    "restart rule 2, added by retry-policy", or "its restartPolicy Always"."""
+    if rule is None:
+        return origin
+    if origin == "your rule":
+        return f"your restart rule {rule}"
+    return f"restart rule {rule}, {origin}"
+
+
+@dataclass(frozen=True)
+class ContainerRules:
+    """One regular container's restartPolicy and restartPolicyRules, and which of the
+    rules its author wrote (``yours``, from the object before the webhook)."""
+
+    name: str
+    restart_policy: str | None
+    rules: tuple[Any, ...]
+    yours: tuple[Any, ...] = ()
+
+    def decide(self, code: int) -> Decision | None:
+        """How the kubelet treats exit ``code`` (``ContainerShouldRestart``); ``None``:
+        the container stays stopped."""
+        if self.restart_policy is None:
+            return None  # rules are read only beside a restartPolicy of the container's
+        for number, rule in enumerate(self.rules, 1):
+            if not matches(rule, code):
+                continue
+            action = mapping(rule).get("action")
+            if action in (RESTART, RESTART_ALL):
+                origin = "your rule" if rule in self.yours else "added by retry-policy"
+                return Decision(action == RESTART_ALL, number, origin)
+            break  # an action it does not know: its restartPolicy decides
+        if self.restart_policy == "Always" or self.restart_policy == "OnFailure":
+            return Decision(False, None, f"its restartPolicy {self.restart_policy}")
+        return None
+
+    @property
+    def restarts(self) -> bool:
+        return any(self.decide(code) is not None for code in EXIT_CODES)
+
+
+def matches(rule: Any, code: int) -> bool:
+    """``findMatchingContainerRestartRule`` for one rule: In and NotIn; other operators
+    never match."""
+    codes = mapping(mapping(rule).get("exitCodes"))
+    values = items(codes.get("values"))
+    if codes.get("operator") == "In":
+        return code in values
+    if codes.get("operator") == "NotIn":
+        return code not in values
+    return False
+
+
+@dataclass(frozen=True)
+class PodRestarts:
+    """The restart rules of a pod template whose restartPolicy is Never."""
+
+    containers: tuple[ContainerRules, ...]
+    #: Its init containers (their exits are not the application's: see ``restarted``),
+    #: and those of them that are native sidecars.
+    init: frozenset[str] = frozenset()
+    sidecars: frozenset[str] = frozenset()
+
+    def of(self, name: str) -> ContainerRules | None:
+        return next((c for c in self.containers if c.name == name), None)
+
+    def decide(self, name: str, code: int) -> Decision | None:
+        rules = self.of(name)
+        return rules.decide(code) if rules is not None else None
+
+
+def pod_restarts(
+    pod_spec: Mapping[str, Any], original: Any, version: KubeVersion | None
+) -> PodRestarts | None:
+    """The restart rules of ``pod_spec`` (the final template; ``original`` the one the
+    user wrote), or ``None`` when no container can restart in place: a pod restartPolicy
+    other than Never (OnFailure restarts every failed container, and is explained as
+    such), no rule, or a cluster whose API server drops the rules (``dropped_note``)."""
+    if pod_spec.get("restartPolicy", "Always") != "Never" or dropped(pod_spec, version):
+        return None
+    written = {c["name"]: c for c in named_containers(mapping(original), "containers")}
+    containers = tuple(
+        ContainerRules(
+            c["name"],
+            c.get("restartPolicy") if isinstance(c.get("restartPolicy"), str) else None,
+            tuple(items(c.get("restartPolicyRules"))),
+            tuple(items(mapping(written.get(c["name"])).get("restartPolicyRules"))),
+        )
+        for c in named_containers(pod_spec, "containers")
+    )
+    if not any(c.restarts for c in containers):
+        return None
+    init = named_containers(pod_spec, "initContainers")
+    return PodRestarts(
+        containers,
+        frozenset(c["name"] for c in init),
+        frozenset(c["name"] for c in init if c.get("restartPolicy") == "Always"),
+    )
+
+
+def dropped(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> bool:
+    """Whether the cluster's API server drops the regular containers' rules (feature gate
+    off before ``CONTAINER_RESTART_RULES.on_since``)."""
+    has_rules = any(
+        items(c.get("restartPolicyRules")) for c in named_containers(pod_spec, "containers")
+    )
+    return has_rules and version is not None and version < CONTAINER_RESTART_RULES.on_since
+
+
+def dropped_note(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> list[str]:
+    if not dropped(pod_spec, version):
+        return []
+    gate = CONTAINER_RESTART_RULES
+    return [
+        f"restartPolicyRules need Kubernetes {gate.on_since} or newer ({gate.name}); this "
+        f"cluster is {version}, whose API server drops them: no container restarts in place"
+    ]
+
+
+# --- what ends them ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deadline:
+    field: str
+    seconds: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What ends restarts in place that never stop: the deadlines that apply (the whole
+    run's, ``whole``, and each pod's, ``pod``), or an outer one named in words."""
+
+    whole: Deadline | None = None
+    pod: Deadline | None = None
+    outer: str | None = None
+    unbounded_allowed: bool = False
+    #: What fails when the whole run's deadline passes ("the Job").
+    owner: str = "Job"
+    #: What follows that failure, when something outside decides ("; then the JobSet's ...").
+    then: str = ""
+    #: The field to set when nothing bounds them.
+    missing: str = "spec.activeDeadlineSeconds"
+
+    @property
+    def bounded(self) -> bool:
+        return bool(self.whole or self.pod or self.outer)
+
+    def text(self) -> str:
+        """What ends them, in words."""
+        ends = []
+        if self.whole is not None:
+            ends.append(
+                f"{_deadline(self.whole)}: the {self.owner} fails (DeadlineExceeded) once it "
+                f"has run that long, however many restarts there were{self.then}"
+            )
+        if self.pod is not None:
+            ends.append(
+                f"{_deadline(self.pod)}: each pod fails (DeadlineExceeded) once it has run "
+                "that long, and that failure is judged like any other"
+            )
+        if self.outer is not None:
+            ends.append(self.outer)
+        if not ends:
+            ends.append(
+                "nothing: no activeDeadlineSeconds is set"
+                + (
+                    " (guardRails.allowUnboundedInPlace allows it)"
+                    if self.unbounded_allowed
+                    else f"; set {self.missing}"
+                )
+            )
+        return (
+            "What ends restarts in place: "
+            + "; ".join(ends)
+            + ". No retry budget does: a restart in place is not a pod failure"
+        )
+
+    def short(self) -> str:
+        names = [f"{d.field} ({d.seconds} s)" for d in (self.whole, self.pod) if d is not None]
+        if self.outer is not None:
+            names.append("the TrainJob's activeDeadlineSeconds")
+        if not names:
+            return "nothing ends them (no activeDeadlineSeconds)"
+        return "only " + join_words(names) + " ends them"
+
+
+def _deadline(deadline: Deadline) -> str:
+    return f"{deadline.field} ({deadline.seconds} s, {deadline.source})"
+
+
+def deadline_of(spec: Any, original: Any, where: str) -> Deadline | None:
+    """``activeDeadlineSeconds`` of ``spec`` at path ``where``, and who set it: the user,
+    or the webhook from the admin's default (``inplace.write_deadline``)."""
+    value = mapping(spec).get("activeDeadlineSeconds")
+    if not inplace.deadline_set(value):
+        return None
+    yours = mapping(original).get("activeDeadlineSeconds") == value
+    source = "your own" if yours else "set by retry-policy from guardRails.inPlaceDeadlineSeconds"
+    return Deadline(f"{where}.activeDeadlineSeconds", value, source)
+
+
+def bound_of(
+    whole: Deadline | None,
+    pod: Deadline | None,
+    rails: GuardRails,
+    outer: str | None = None,
+    **words: str,
+) -> Bound:
+    return Bound(whole, pod, outer, rails.allow_unbounded_in_place, **words)
+
+
+# --- each container's exit codes --------------------------------------------------------
+
+#: What a pod that failed with one container's exit code does: (outcome, words), e.g.
+#: ("FailJob", "the Job fails at once (FailJob, rule 1)").
+Judge = Callable[[str, int], tuple[str, str]]
+
+
+def plan(restarts: PodRestarts, judge: Judge, bound: Bound) -> InPlacePlan:
+    """Every regular container's exit codes 1-255, grouped by what they do."""
+    return InPlacePlan(
+        [ContainerCodes(c.name, _groups(c, judge)) for c in restarts.containers],
+        bound.text(),
+        bound.bounded,
+        BACKOFF_TEXT,
+    )
+
+
+def _groups(rules: ContainerRules, judge: Judge) -> list[CodeGroup]:
+    found: dict[tuple[str, str], list[int]] = {}
+    for code in EXIT_CODES:
+        decision = rules.decide(code)
+        if decision is None:
+            key = judge(rules.name, code)
+        elif decision.whole_pod:
+            key = ("restart-pod", f"the whole pod restarts in place ({decision.why})")
+        else:
+            key = ("restart", f"restarts in place ({decision.why})")
+        found.setdefault(key, []).append(code)
+    restarting = [k for k in found if k[0].startswith("restart")]
+    others = sorted((k for k in found if k not in restarting), key=lambda k: len(found[k]))
+    ordered = restarting + others
+    return [
+        CodeGroup(
+            key[0], found[key], f"{_codes(found[key], key is ordered[-1], len(ordered))}: {key[1]}"
+        )
+        for key in ordered
+    ]
+
+
+def _codes(codes: list[int], last: bool, groups: int) -> str:
+    """The codes of one group; the last, which holds every code the others do not, is
+    "any other exit code"."""
+    if groups == 1:
+        return "any exit code"
+    if last:
+        return "any other exit code"
+    shown = ranges(codes)
+    plural = len(codes) > 1
+    return ("exit codes " if plural else "exit code ") + join_words(shown, "and")
+
+
+# --- --simulate: restarts in place --------------------------------------------------------
+
+
+@dataclass
+class Backoff:
+    """The kubelet's back-off through a simulation: restarts per container of the running
+    pod, and what all restarts in place added up to."""
+
+    restarts: dict[str, int] = field(default_factory=dict)
+    #: Events that were restarts in place, restarts, and seconds of back-off, in all.
+    events: int = 0
+    total: int = 0
+    waited: int = 0
+    #: Seconds of back-off in the running pod, and the most in any one pod.
+    pod_waited: int = 0
+    most_in_a_pod: int = 0
+
+    def restart(self, container: str, code: int, decision: Decision) -> InPlaceRestart:
+        number = self.restarts.get(container, 0) + 1
+        self.restarts[container] = number
+        delay = restart_delay(number)
+        self.total += 1
+        self.waited += delay
+        self.pod_waited += delay
+        self.most_in_a_pod = max(self.most_in_a_pod, self.pod_waited)
+        return InPlaceRestart(
+            container, code, decision.whole_pod, decision.rule, decision.origin, number, delay
+        )
+
+    def new_pod(self) -> None:
+        """A pod failed: the next one starts with no back-off (a new pod UID)."""
+        self.restarts = {}
+        self.pod_waited = 0
+
+
+#: (the restarts in place an event is, or why it cannot be simulated).
+Restarted = tuple[tuple[InPlaceRestart, ...], str]
+
+
+def restarted(restarts: PodRestarts | None, backoff: Backoff, event: Event, main: str) -> Restarted:
+    """The restarts in place ``event`` is (none: the pod fails with it), counted in
+    ``backoff``; or, as the second value, why the event cannot be: a container that
+    stops for good while another restarts in place does not fail the pod yet.
+
+    A disruption is never a restart in place (the pod is being deleted), nor is a pod
+    whose init container failed. The exits of native sidecars are their shutdown with
+    the pod, not the application's."""
+    if restarts is None or event.disruption:
+        return (), ""
+    exits = [(n, c) for n, c in event.exits(main) if n not in restarts.sidecars]
+    if any(name in restarts.init for name, _ in exits):
+        return (), ""
+    decided = [(name, code, restarts.decide(name, code)) for name, code in exits]
+    whole = [d for d in decided if d[2] is not None and d[2].whole_pod]
+    chosen = whole[:1] or [d for d in decided if d[2] is not None]
+    if not chosen:
+        return (), ""
+    if not whole and len(chosen) < len(decided):
+        return (), _mixed(event, decided)
+    backoff.events += 1
+    return tuple(backoff.restart(n, c, d) for n, c, d in chosen if d is not None), ""
+
+
+def _mixed(event: Event, decided: Sequence[tuple[str, int, Decision | None]]) -> str:
+    again = [f"{n}:{c}" for n, c, d in decided if d is not None]
+    stop = [f"{n}:{c}" for n, c, d in decided if d is None]
+    return (
+        f"--simulate: event {event.token!r}: {join_words(again, 'and')} restart in place, "
+        f"so the pod does not fail with {join_words(stop, 'and')} yet (it fails when every "
+        "container has stopped); give them as separate events, e.g. "
+        f"{','.join(again)},{'+'.join(stop)}"
+    )
+
+
+def restart_text(done: Sequence[InPlaceRestart]) -> str:
+    """What the kubelet does, for the simulation's step."""
+    return "; ".join(_one(r) for r in done) + (
+        ": not a pod failure, not counted; the same pod goes on"
+    )
+
+
+def _one(r: InPlaceRestart) -> str:
+    when = f"after {r.delay_seconds} s back-off" if r.delay_seconds else "at once"
+    why = rule_words(r.rule, r.origin)
+    if r.whole_pod:
+        return (
+            f"the whole pod restarts in place {when}, init containers first (restart "
+            f"number {r.restart} by container {r.container} in this pod; by {why})"
+        )
+    return (
+        f"container {r.container} restarts in place {when} (its restart number "
+        f"{r.restart} in this pod; by {why})"
+    )
+
+
+def example_text(done: Sequence[InPlaceRestart]) -> str:
+    """What one such exit does, for the examples."""
+    first = done[0]
+    why = rule_words(first.rule, first.origin)
+    who = "the whole pod restarts in place" if first.whole_pod else "restarts in place"
+    return f"{who} ({why}): not a pod failure, not counted"
+
+
+def summary(backoff: Backoff, bound: Bound, owner: str) -> InPlaceSummary | None:
+    """What the restarts in place added up to, for the simulation's ending."""
+    if not backoff.total:
+        return None
+    text = (
+        f"In place: {count_of(backoff.total, 'restart')}, {backoff.waited} s of back-off "
+        "in all; they used none of the retry budget (they are not pod failures), and "
+        f"{bound.short()}."
+    )
+    late = _past(bound.whole, backoff.waited, f"the {owner}") or _past(
+        bound.pod, backoff.most_in_a_pod, "its pod"
+    )
+    return InPlaceSummary(backoff.total, backoff.waited, text + late)
+
+
+def _past(deadline: Deadline | None, waited: int, what: str) -> str:
+    if deadline is None or waited < deadline.seconds:
+        return ""
+    return (
+        f" The back-off alone ({waited} s) reaches {deadline.field} ({deadline.seconds} s): "
+        f"the deadline ends {what} before the last of them."
+    )
+
+
+def first_codes(restarts: PodRestarts, containers: Iterable[str]) -> list[tuple[str, int]]:
+    """For the examples: the first exit code that restarts each container in place."""
+    found = []
+    for name in containers:
+        rules = restarts.of(name)
+        code = next((c for c in EXIT_CODES if rules and rules.decide(c)), None)
+        if code is not None:
+            found.append((name, code))
+    return found
