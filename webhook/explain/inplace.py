@@ -211,6 +211,9 @@ class Deadline:
     seconds: int
     source: str
 
+    def __str__(self) -> str:
+        return f"{self.field} ({self.seconds} s, {self.source})"
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -219,6 +222,7 @@ class Bound:
 
     whole: Deadline | None = None
     pod: Deadline | None = None
+    #: A deadline outside the object, in words ("": none; e.g. a TrainJob's).
     outer: str | None = None
     unbounded_allowed: bool = False
     #: What fails when the whole run's deadline passes ("the Job").
@@ -237,15 +241,15 @@ class Bound:
         ends = []
         if self.whole is not None:
             ends.append(
-                f"{_deadline(self.whole)}: the {self.owner} fails (DeadlineExceeded) once it "
+                f"{self.whole}: the {self.owner} fails (DeadlineExceeded) once it "
                 f"has run that long, however many restarts there were{self.then}"
             )
         if self.pod is not None:
             ends.append(
-                f"{_deadline(self.pod)}: each pod fails (DeadlineExceeded) once it has run "
+                f"{self.pod}: each pod fails (DeadlineExceeded) once it has run "
                 "that long, and that failure is judged like any other"
             )
-        if self.outer is not None:
+        if self.outer:
             ends.append(self.outer)
         if not ends:
             ends.append(
@@ -264,15 +268,11 @@ class Bound:
 
     def short(self) -> str:
         names = [f"{d.field} ({d.seconds} s)" for d in (self.whole, self.pod) if d is not None]
-        if self.outer is not None:
+        if self.outer:
             names.append("the TrainJob's activeDeadlineSeconds")
         if not names:
             return "nothing ends them (no activeDeadlineSeconds)"
         return "only " + join_words(names) + " ends them"
-
-
-def _deadline(deadline: Deadline) -> str:
-    return f"{deadline.field} ({deadline.seconds} s, {deadline.source})"
 
 
 def deadline_of(spec: Any, original: Any, where: str) -> Deadline | None:

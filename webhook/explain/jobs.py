@@ -3,6 +3,7 @@ simulation of failures the Job controller would judge."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -325,11 +326,16 @@ def restarts_in_place(item: Explanation, view: JobSpecView, simulator: JobSimula
         return
     item.in_place = inplace.plan(view.restarts, simulator.judge_exit, view.bound)
     if view.pods.non_spot_attempts:
-        unit = "attempts" if view.placed_by_job else "runs"
+        counted = (
+            ("attempts", "counts pods", "Job")
+            if view.placed_by_job
+            else ("runs", "counts runs of the set", "JobSet")
+        )
+        unit, counts, owner = counted
         item.notes.append(
-            f"restarts in place are not {unit}: non-spot-attempts counts pods, and a "
-            "container restarting in place stays in its pod, on its node, so it does not "
-            f"move the {'Job' if view.placed_by_job else 'JobSet'} toward its last non-spot {unit}"
+            f"restarts in place are not {unit}: non-spot-attempts {counts}, and a container "
+            "restarting in place stays in its pod, on its node, so it does not move the "
+            f"{owner} toward its last non-spot {unit}"
         )
 
 
@@ -896,7 +902,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
     metadata = mapping(subject.final.get("metadata"))
     annotations = mapping(metadata.get("annotations"))
     policy = subject.policy("spec") or template_pod_policy(annotations)
-    item.settings = setting_lines(policy, POD_KEYS)
+    item.settings = setting_lines(policy, workload_keys(policy, POD_KEYS))
     limit, n = policy.backoff_limit, policy.non_spot_attempts
     attempt, source = _pod_attempt(policy, annotations)
     item.budget = (
@@ -911,7 +917,71 @@ def explain_pod(subject: Subject) -> list[Explanation]:
         if attempt is not None:
             where = "non-spot nodes only" if runs_non_spot(attempt, limit, n) else "any node"
             item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
+    _pod_in_place(item, subject)
     return [item]
+
+
+def _pod_in_place(item: Explanation, subject: Subject) -> None:
+    """A bare Pod's restarts in place: its containers' exit codes, and ``--simulate``."""
+    pod_spec = subject.spec
+    version = subject.ctx.kubernetes_version
+    item.notes.extend(inplace.dropped_note(pod_spec, version))
+    restarts = inplace.pod_restarts(pod_spec, subject.original.get("spec"), version)
+    if restarts is None:
+        return
+    bound = inplace.bound_of(
+        inplace.deadline_of(pod_spec, subject.original.get("spec"), "spec"),
+        None,
+        subject.ctx.config.rails(subject.ctx.namespace),
+        owner="Pod",
+    )
+    simulator = PodSimulator(container_names(pod_spec), restarts, bound)
+    item.in_place = inplace.plan(restarts, simulator.judge_exit, bound)
+    item.simulator = simulator
+
+
+class PodSimulator:
+    """A bare Pod's containers through ``--simulate``: exits its restart rules match
+    restart them in place; any other fails the pod, which nothing retries."""
+
+    def __init__(self, containers: Sequence[str], restarts: PodRestarts, bound: Bound):
+        self.containers = list(containers) or ["main"]
+        self.restarts = restarts
+        self.bound = bound
+
+    @staticmethod
+    def judge_exit(container: str, code: int) -> tuple[str, str]:
+        return "pod-fails", "the pod fails; nothing retries a Pod"
+
+    def run(self, events: Sequence[Event]) -> Simulation:
+        backoff = Backoff()
+        main = self.containers[0]
+
+        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
+            done, problem = inplace.restarted(self.restarts, backoff, event, main)
+            if problem:
+                raise ExplainError(problem)
+            what = event.describe(main)
+            made = Step(1, 1, "", event.token, what, None, None, False, 0, "")
+            if done:
+                result = inplace.restart_text(done)
+                return dataclasses.replace(made, result=result, in_place=done), None
+            result = "the pod fails; nothing retries a Pod"
+            ending = Ending("Failed", None, f"event {number} fails it")
+            return dataclasses.replace(made, result=result), ending
+
+        steps, ending, unused = walk(events, step)
+        still = Ending("Running", None, "the pod goes on")
+        summary = inplace.summary(backoff, self.bound, "Pod")
+        return Simulation(
+            [e.token for e in events],
+            steps,
+            ending or still,
+            unused,
+            "exit",
+            "phase Failed",
+            summary,
+        )
 
 
 def _pod_attempt(policy: Policy, annotations: Mapping[str, Any]) -> tuple[int | None, str]:

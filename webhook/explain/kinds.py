@@ -35,6 +35,7 @@ counting of the controller that owns the kind:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,8 @@ from webhook.admission import engine
 from webhook.admission.engine import json_copy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------
+from webhook.cluster.version import GivenVersion, UnknownVersion
+from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
 from webhook.explain.jobs import (
     JobSimulator,
@@ -1017,7 +1020,7 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
     policy = subject.policy("spec")
     if policy is None:  # nothing to carry (no annotations, no defaults)
         policy = workload_policy(subject.final.get("metadata"), subject.ctx)[0]
-    item.settings = setting_lines(policy, WORKLOAD_KEYS, default=JOBSET_DEFAULT)
+    item.settings = setting_lines(policy, workload_keys(policy), default=JOBSET_DEFAULT)
     label, found = trainjob.find_runtime(subject.final, subject.ctx)
     runtime = found.runtime
     ttl = get_path(runtime, ("spec", "template", "spec", "ttlSecondsAfterFinished"))
@@ -1035,10 +1038,17 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
         item.notes.append(trap)
         return [item]
     jobset = trainjob.jobset_for(subject.final, runtime)
-    namespace = subject.ctx.namespace
-    reviewed = engine.review(jobset, subject.ctx.config, namespace, runtimes=subject.ctx.runtimes)
+    ctx = dataclasses.replace(subject.ctx, outer_bound=_trainjob_deadline(subject))
+    version = ctx.kubernetes_version
+    reviewed = engine.review(
+        jobset,
+        ctx.config,
+        ctx.namespace,
+        runtimes=ctx.runtimes,
+        version=GivenVersion(version) if version is not None else UnknownVersion(),
+    )
     changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
-    made = Subject(jobset, reviewed.result, reviewed.outcome, subject.ctx, changes)
+    made = Subject(jobset, reviewed.result, reviewed.outcome, ctx, changes)
     parts = explain_jobset(made)
     parts[0].part = f"made by the trainer from {label}"
     item.budget = (
@@ -1049,3 +1059,15 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
     item.simulate_note = "--simulate walks failures of the JobSet's pods: see its replicated Jobs"
     item.notes.append(trap)
     return [item, *parts]
+
+
+def _trainjob_deadline(subject: Subject) -> str:
+    """The TrainJob's deadline, which ends its JobSet's restarts in place too ("": none)."""
+    original = mapping(subject.original.get("spec"))
+    deadline = inplace.deadline_of(subject.spec, original, "the TrainJob's spec")
+    if deadline is None:
+        return ""
+    return (
+        f"{deadline}: the trainer fails the TrainJob and deletes its JobSet once it has run "
+        "that long"
+    )

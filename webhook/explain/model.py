@@ -378,7 +378,8 @@ class Simulation:
     steps: list[Step]
     ending: Ending
     unused: list[str] = field(default_factory=list)
-    #: What one event fails: a "pod", or a whole "attempt" (a RayJob's RayCluster run).
+    #: What one event fails: a "pod", a whole "attempt" (a RayJob's RayCluster run), or
+    #: "exit": a bare Pod's container exits.
     unit: str = "pod"
     #: Where the failure shows: "condition Failed", or a RayJob's "jobDeploymentStatus Failed".
     failed_as: str = "condition Failed"

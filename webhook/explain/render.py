@@ -173,7 +173,8 @@ def _render_simulation(item: Explanation) -> list[str]:
         )
     end = sim.ending
     if end.state == "Failed":
-        text = f"Outcome: the {owner} fails; {sim.failed_as}, reason {end.reason} ({end.message})."
+        reason = f", reason {end.reason}" if end.reason else ""
+        text = f"Outcome: the {owner} fails; {sim.failed_as}{reason} ({end.message})."
     elif end.state == "IndexFailed":
         text = f"Outcome: the index fails; {end.message}."
     else:
@@ -187,6 +188,8 @@ def _render_simulation(item: Explanation) -> list[str]:
 def _step_label(sim: Simulation, step: Step) -> str:
     if sim.unit == "attempt":
         return f"attempt {step.attempt}"
+    if sim.unit == "exit":  # a bare Pod's containers
+        return "the pod"
     if step.run is not None:
         return f"pod {step.pod} (run {step.run}, {step.nodes})"
     return f"pod {step.pod} (attempt {step.attempt}, {step.nodes})"
