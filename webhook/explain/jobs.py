@@ -309,13 +309,18 @@ def explain_job_spec(
     return item
 
 
-def workload_keys(policy: Policy, keys: tuple[str, ...] = WORKLOAD_KEYS) -> tuple[str, ...]:
+def workload_keys(policy: Policy) -> tuple[str, ...]:
     """The settings to list: failure-aware and in-place ones only when one is set."""
+    keys = WORKLOAD_KEYS
     if any(policy.explicit(name) for name in FAILURE_AWARE_KEYS):
         keys += FAILURE_AWARE_KEYS
+    return keys + in_place_keys(policy)
+
+
+def in_place_keys(policy: Policy) -> tuple[str, ...]:
     if policy.in_place_exit_codes or any(policy.explicit(name) for name in IN_PLACE_KEYS):
-        keys += IN_PLACE_KEYS
-    return keys
+        return IN_PLACE_KEYS
+    return ()
 
 
 def restarts_in_place(item: Explanation, view: JobSpecView, simulator: JobSimulator) -> None:
@@ -902,7 +907,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
     metadata = mapping(subject.final.get("metadata"))
     annotations = mapping(metadata.get("annotations"))
     policy = subject.policy("spec") or template_pod_policy(annotations)
-    item.settings = setting_lines(policy, workload_keys(policy, POD_KEYS))
+    item.settings = setting_lines(policy, POD_KEYS + in_place_keys(policy))
     limit, n = policy.backoff_limit, policy.non_spot_attempts
     attempt, source = _pod_attempt(policy, annotations)
     item.budget = (
