@@ -336,7 +336,8 @@ def test_a_pod_templates_own_in_place_annotation_is_the_wrong_place():
 
 
 def test_kubelet_back_off_doubles_from_10_seconds_up_to_5_minutes():
-    """The kubelet's crash-loop back-off (``MaxContainerBackOff``: 300 s)."""
+    """The kubelet's crash-loop back-off after each restart (``doBackOff``;
+    ``MaxContainerBackOff``: 300 s); the first restart is at once."""
     assert [inplace.backoff_seconds(n) for n in range(1, 8)] == [10, 20, 40, 80, 160, 300, 300]
 
 

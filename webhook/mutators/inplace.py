@@ -41,16 +41,17 @@ from webhook.policy.model import Policy, Setting, Source, format_value, with_set
 
 #: A container's restart rules, at most (``validateContainerRestartPolicy``).
 MAX_CONTAINER_RULES = 20
-#: The kubelet's crash-loop back-off before a restart in place: 10 s, doubling, at most
-#: 5 minutes (``MaxContainerBackOff`` in pkg/kubelet/kubelet.go), reset after a container
-#: ran 10 minutes.
+#: The kubelet's crash-loop back-off: the first restart is at once, the next after 10 s,
+#: doubling, at most 5 minutes (``doBackOff``; ``MaxContainerBackOff`` in
+#: pkg/kubelet/kubelet.go), reset after a container ran 10 minutes.
 BACKOFF_START_SECONDS = 10
 BACKOFF_MAX_SECONDS = 300
 ACTIONS = {"container": "Restart", "pod": "RestartAllContainers"}
 
 
 def backoff_seconds(restart: int) -> int:
-    """The kubelet's delay before in-place restart number ``restart`` (1-based)."""
+    """The kubelet's back-off after in-place restart number ``restart`` (1-based): the
+    delay before the next one."""
     return min(BACKOFF_START_SECONDS * 2 ** (restart - 1), BACKOFF_MAX_SECONDS)
 
 
