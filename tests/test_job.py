@@ -10,7 +10,11 @@ from conftest import FULL, P, apply, job, leaves, review
 
 from webhook import admission, engine
 from webhook.config import Config, parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 
 
 def mutate(obj, config=None, operation="CREATE", old=None):
@@ -39,10 +43,11 @@ def test_fail_non_retriable_adds_failjob_rule_with_default_codes():
     verdict, out = mutate(job({P + "fail-non-retriable": "true"}))
     assert verdict.allowed
     assert rules(out) == [
+        {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {
             "action": "FailJob",
             "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [143]},
-        }
+        },
     ]
     assert out["spec"]["podReplacementPolicy"] == "Failed"
     assert any("FailJob on exit codes NotIn [143] in main" in w for w in verdict.warnings)
@@ -52,7 +57,7 @@ def test_retriable_exit_codes_are_sorted_and_deduplicated():
     _, out = mutate(
         job({P + "fail-non-retriable": "true", P + "retriable-exit-codes": "143,137,143"})
     )
-    assert rules(out)[0]["onExitCodes"]["values"] == [137, 143]
+    assert rules(out)[1]["onExitCodes"]["values"] == [137, 143]
 
 
 def test_fail_non_retriable_false_adds_nothing():
@@ -298,7 +303,7 @@ def test_defaults_precedence(annotations, namespace, spec, applied, expected):
     verdict, out = mutate(obj, config)
     assert verdict.allowed, verdict.message
     assert out["spec"]["backoffLimit"] == expected
-    assert rules(out) == [non_retriable_rule([143], "FailJob", "main")]
+    assert rules(out) == [count_disruptions_rule(), non_retriable_rule([143], "FailJob", "main")]
 
 
 def test_default_conflict_is_skipped_with_warning_not_denied():
