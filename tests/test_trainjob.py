@@ -32,7 +32,11 @@ from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 
 from webhook import admission, engine
 from webhook.config import Config, parse_config
-from webhook.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.intent import LAST_APPLIED
 from webhook.mutators.jobset import our_rule
 from webhook.mutators.trainjob import LIST_KEYS, MANAGER, jobset_for
@@ -732,6 +736,55 @@ def test_a_reapply_that_resets_the_rules_is_restored_exactly(order):
     again, _ = reapply(final, owners, config)
     verdict, final_again = update_admission(again, final)
     assert final_again == final
+
+
+@pytest.mark.parametrize("made", ["with", "before"])
+def test_a_reapply_restores_the_count_rule_as_the_jobset_was_made(made):
+    """fail-non-retriable without ignore-disruptions: the child Job's rules get the Count
+    rule on DisruptionTarget before FailJob (matchPodFailurePolicy), and the trainer's
+    re-apply (suspend false, Kueue's nodeSelector) resets them to the runtime's. JobSet
+    refuses any change of them (ValidateUpdate), so ``restore`` gives them back exactly:
+    with the Count rule, or, for a JobSet a webhook without it made (its record has no
+    countDisruptions), without it: never a denial, never a rule the JobSet did not have."""
+    ref = {"name": RULES_RUNTIME["metadata"]["name"]}
+    obj = trainjob({P + "fail-non-retriable": "true", P + "backoff-limit": "3"}, ref=ref)
+    obj["spec"]["suspend"] = True
+    verdict, tj = mutate(obj, GivenRuntimes([RULES_RUNTIME]))
+    assert verdict.allowed, verdict.message
+    stored, managed = create_jobset(tj, RULES_RUNTIME, "jobset-first")
+    child = stored["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert child["podFailurePolicy"]["rules"] == [
+        TEMPFAIL_RULE,
+        count_disruptions_rule(),
+        non_retriable_rule([143], "FailJob", "node"),
+    ]
+    record = json.loads(stored["metadata"]["annotations"][P + "applied"])
+    assert record["countDisruptions"] is True
+    if made == "before":
+        del child["podFailurePolicy"]["rules"][1]
+        del record["countDisruptions"]
+        stored["metadata"]["annotations"][P + "applied"] = json.dumps(record, separators=(",", ":"))
+        assert validate(stored).allowed  # as a new replica validates what an old one made
+    resumed = copy.deepcopy(tj)
+    resumed["spec"]["suspend"] = False
+    config = trainer_jobset(resumed, RULES_RUNTIME, node_selector=KUEUE_SELECTOR)
+    update, _ = reapply(stored, managed, config)
+    assert update["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"] == {
+        "rules": [TEMPFAIL_RULE]
+    }
+    assert jobset_update_errors(update, stored)
+    verdict, final = update_admission(update, stored)
+    assert any(w.startswith("retry-policy: restored spec.") for w in verdict.warnings)
+    assert jobset_update_errors(final, stored) == []
+    assert (
+        final["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]
+        == (child["podFailurePolicy"])
+    )
+    assert (
+        final["metadata"]["annotations"][P + "applied"]
+        == (stored["metadata"]["annotations"][P + "applied"])
+    )
+    validate_schema(final)
 
 
 def test_a_reapply_that_keeps_the_policy_is_left_alone():

@@ -50,6 +50,7 @@ bounds it, and one we would write is denied (skipped when a default).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -184,6 +185,15 @@ class JobSetMutator(WorkloadMutator):
         out.policies["spec"] = policy
         return policy
 
+    def policy(self, jobset: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
+        """On UPDATE (only ``restore`` applies a policy then): a JobSet whose record says
+        no Job template got the Count rule on DisruptionTarget (``countDisruptions``; made
+        before that rule existed) gets none again, so that its rules come back exactly."""
+        policy = super().policy(jobset, ctx, out)
+        if ctx.operation == "UPDATE" and _made_without_count(jobset):
+            policy = with_setting(policy, "count-disruptions", Setting(False, Source.BUILTIN))
+        return policy
+
     def restore(self, jobset: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]:
         """On UPDATE: what the webhook wrote at creation into the immutable failure policy
         (``failurePolicy``, and each replicated Job's budget, rules and restartPolicy),
@@ -224,6 +234,18 @@ FROZEN_JOB_FIELDS = (
     "podFailurePolicy",
     "podReplacementPolicy",
 )
+
+
+def _made_without_count(jobset: Mapping[str, Any]) -> bool:
+    """Whether the ``applied`` record has fail-non-retriable without ``countDisruptions``."""
+    annotations = mapping(mapping(jobset.get("metadata")).get("annotations"))
+    try:
+        record = json.loads(annotations.get(APPLIED) or "{}")
+    except ValueError:
+        return False
+    if not isinstance(record, dict):
+        return False
+    return "failNonRetriable" in record and "countDisruptions" not in record
 
 
 def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
