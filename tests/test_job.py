@@ -415,7 +415,8 @@ def test_mutation_keeps_every_user_field():
 
 def test_warnings_are_short():
     verdict, _ = mutate(job(FULL))
-    assert len(verdict.warnings) == 6  # five changes and the pointer to explain
+    # five changes, the missing activeDeadlineSeconds and the pointer to explain
+    assert len(verdict.warnings) == 7
     assert verdict.warnings.count(engine.EXPLAIN_HINT) == 1
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 

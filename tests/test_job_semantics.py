@@ -503,6 +503,41 @@ def test_engine_unapplied_does_not_require_the_count_rule_in_an_upgrade():
     assert "was not applied (added podFailurePolicy rule FailJob" in verdict.message
 
 
+# --- 4c. ignored disruptions never end a Job: a deadline must --------------------------
+
+
+def test_pastActiveDeadline_is_all_that_ends_a_job_whose_disruptions_are_ignored():
+    """upstream: matchPodFailurePolicy gives an Ignore match countFailed false, so such a
+    failure never reaches status.failed nor backoffLimit; only pastActiveDeadline
+    (pkg/controller/job/job_controller.go) ends a Job preempted again and again. Where
+    our Ignore rule goes into a spec without activeDeadlineSeconds, a warning names it."""
+    want = "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+    verdict, out = mutate(job({P + "ignore-disruptions": "true"}))
+    assert want in verdict.warnings
+    assert mutate(out)[0].warnings == []  # a reinvocation adds nothing and says nothing
+    verdict, _ = mutate(job(spec={"activeDeadlineSeconds": 3600}), DEFAULTS)
+    assert verdict.allowed and not any("activeDeadlineSeconds" in w for w in verdict.warnings)
+    verdict, _ = mutate(job(), DEFAULTS)  # from an admin default too
+    assert want in verdict.warnings
+    verdict, _ = mutate(cronjob({P + "ignore-disruptions": "true"}))
+    assert (
+        "retry-policy: set spec.jobTemplate.spec.activeDeadlineSeconds: ignored disruptions "
+        "retry with no cap"
+    ) in verdict.warnings
+    # A JobSet: each replicated Job's own deadline (a JobSet has none of its own).
+    jobs = [
+        replicated("leader", restart_policy="Never", activeDeadlineSeconds=3600),
+        replicated("workers", restart_policy="Never"),
+    ]
+    verdict, _ = mutate(jobset({P + "ignore-disruptions": "true"}, jobs=jobs))
+    deadlines = [w for w in verdict.warnings if "activeDeadlineSeconds" in w]
+    assert deadlines == [
+        "retry-policy: set spec.replicatedJobs[1].template.spec.activeDeadlineSeconds: ignored "
+        "disruptions retry with no cap"
+    ]
+    assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
+
+
 # --- 5. one failed pod at a time ---------------------------------------------------------
 
 
@@ -1046,6 +1081,16 @@ def test_server_counts_disruptions_and_accepts_a_job_mutated_without_it(server):
     assert COUNT_ADDED in response["warnings"]
     assert answer(server, "/validate", out)["allowed"] is True
     assert answer(server, "/validate", old_replicas_job(out))["allowed"] is True
+
+
+def test_server_warns_of_ignored_disruptions_without_a_deadline(server):
+    """A Job of a namespace whose defaults ignore disruptions, without a deadline, is
+    told to set one: only pastActiveDeadline would end it."""
+    response = answer(server, "/mutate", in_namespace(job(), "defaulted"))
+    assert (
+        "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+        in response["warnings"]
+    )
 
 
 def test_server_denies_a_defeated_ignore_and_a_masked_failing_rule(server):

@@ -325,6 +325,28 @@ def test_the_validating_webhook_denies_a_trainjob_the_mutating_one_missed():
     assert validate(out, GivenRuntimes([runtime()])).allowed
 
 
+def test_a_trainjob_ignoring_disruptions_is_told_to_set_its_own_deadline():
+    """upstream: Trainer v2.2 fails a TrainJob past its spec.activeDeadlineSeconds and
+    deletes its JobSet (KEP-2899); without one, a child Job whose disruptions are ignored
+    ends only by its own deadline (pastActiveDeadline), a field of the runtime the
+    TrainJob's user does not write. So the TrainJob's warning names its own field, in
+    place of the JobSet's, and none is said when either deadline is set."""
+    want = "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+    annotations = {P + "ignore-disruptions": "true"}
+    for runtimes in (GivenRuntimes([runtime()]), None):  # judged, or not read
+        verdict, _ = mutate(trainjob(annotations), runtimes)
+        assert verdict.allowed, verdict.message
+        assert [w for w in verdict.warnings if "activeDeadlineSeconds" in w] == [want]
+    bounded = trainjob(annotations)
+    bounded["spec"]["activeDeadlineSeconds"] = 86400
+    verdict, out = mutate(bounded, GivenRuntimes([runtime()]))
+    assert verdict.allowed and not any("activeDeadlineSeconds" in w for w in verdict.warnings)
+    validate_schema(out)
+    jobs_bounded = runtime(job_spec={"activeDeadlineSeconds": 3600})
+    verdict, _ = mutate(trainjob(annotations), GivenRuntimes([jobs_bounded]))
+    assert verdict.allowed and not any("activeDeadlineSeconds" in w for w in verdict.warnings)
+
+
 def test_unannotated_trainjobs_are_left_alone():
     obj = trainjob()
     assert mutate(obj, GivenRuntimes([runtime()]))[0].patch in (None, [])

@@ -937,6 +937,19 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
     return text
 
 
+#: How every warning of ``unbounded_note`` ends (a TrainJob says its own in place of its
+#: JobSet's).
+UNBOUNDED = ": ignored disruptions retry with no cap"
+
+
+def unbounded_note(field: str) -> str:
+    """The warning when our Ignore rule goes into a Job without a deadline: ignored
+    failures never use up backoffLimit, so a Job preempted again and again would never
+    end; ``field`` is the deadline that would end it. (Said with the rule, so a
+    reinvocation that adds nothing stays silent.)"""
+    return f"retry-policy: set {field}{UNBOUNDED}"
+
+
 def _apply(
     spec: dict[str, Any],
     template: dict[str, Any],
@@ -969,6 +982,9 @@ def _apply(
                     f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
                     setting,
                 )
+            ignored = ("ignore-disruptions", "Ignore") in said
+            if ignored and spec.get("activeDeadlineSeconds") is None:
+                out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
             if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
                 spec["podReplacementPolicy"] = "Failed"
                 out.changed(
