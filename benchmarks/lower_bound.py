@@ -123,6 +123,10 @@ def answer(review: dict[str, Any]) -> bytes:
     warnings.append(
         f"retry-policy: the last {non_spot} of {limit + 1} attempts will run on non-spot nodes"
     )
+    if spec.get("activeDeadlineSeconds") is None:
+        warnings.append(
+            "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+        )
     warnings.append("retry-policy: see the retry plan: retry-webhook explain -f <your manifest>")
     rules = [
         {

@@ -139,7 +139,8 @@ def test_config_defaults_apply_in_dry_run(tmp_path):
     text = JOB.format(name="a", limit=1)
     code, out, _ = run(["dry-run", "-f", "-", "--config", str(config)], stdin=text)
     assert code == 0
-    assert yaml.safe_load(out)["spec"]["podFailurePolicy"]["rules"][0]["action"] == "FailJob"
+    rules = yaml.safe_load(out)["spec"]["podFailurePolicy"]["rules"]
+    assert [rule["action"] for rule in rules] == ["Count", "FailJob"]
 
 
 def test_unknown_kinds_pass_through_unchanged():

@@ -18,7 +18,11 @@ from workloads import (
 )
 
 from webhook.kube import defaulting as defaults
-from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.kube.intent import LAST_APPLIED
 from webhook.policy.config import parse_config
 
@@ -266,6 +270,39 @@ def test_removing_a_policy_drops_what_it_wrote():
     template = out["spec"]["jobTemplate"]["spec"]["template"]
     assert template["metadata"]["annotations"] == {}
     assert out["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 2
+
+
+def test_removing_fail_non_retriable_takes_out_its_count_rule():
+    """The applied record names the Count rule on DisruptionTarget (countDisruptions), so
+    an update that drops fail-non-retriable takes it out with the exit-code rule; kept, it
+    would look like the user's own, and every Job the CronJob controller makes from the
+    template (getJobFromTemplate2 in pkg/controller/cronjob/utils.go) would carry it. A
+    CronJob admitted before the rule existed gets it at its next re-check: a template is
+    mutable, unlike its Jobs' podFailurePolicy."""
+    policy = {P + "fail-non-retriable": "true", P + "backoff-limit": "2"}
+    _, old = mutate(cronjob(policy))
+    rules = [count_disruptions_rule(), non_retriable_rule([143], "FailJob", "eval")]
+    assert old["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"] == rules
+    assert json.loads(old["metadata"]["annotations"][P + "applied"])["countDisruptions"]
+    new = copy.deepcopy(old)
+    del new["metadata"]["annotations"][P + "fail-non-retriable"]
+    verdict, out = mutate(new, operation="UPDATE", old=old)
+    assert verdict.allowed, verdict.message
+    assert "podFailurePolicy" not in out["spec"]["jobTemplate"]["spec"]
+    assert validate(out, operation="UPDATE", old=old).allowed
+    # Admitted before the Count rule: the next change of the policy adds it.
+    legacy = copy.deepcopy(old)
+    legacy["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"] = rules[1:]
+    legacy["metadata"]["annotations"][P + "applied"] = '{"backoffLimit":2,"failNonRetriable":[143]}'
+    changed = copy.deepcopy(legacy)
+    changed["metadata"]["annotations"][P + "backoff-limit"] = "1"
+    verdict, out = mutate(changed, operation="UPDATE", old=legacy)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"] == rules
+    assert (
+        "retry-policy: added podFailurePolicy rule Count on DisruptionTarget (fail-non-retriable)"
+        in verdict.warnings
+    )
 
 
 def test_update_into_a_bad_template_is_denied():

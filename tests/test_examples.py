@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -55,7 +56,9 @@ def containers(pod_template_spec):
 
 def test_every_example_is_checked():
     # trainjob.yaml holds two documents (the runtime and the TrainJob): its own test below.
-    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted([*NAMES, "trainjob"])
+    assert sorted(p.stem for p in EXAMPLES.glob("*.yaml")) == sorted(
+        [*NAMES, "trainjob", "inplace-job"]
+    )
 
 
 def test_job_example():
@@ -171,6 +174,31 @@ def test_example_result_is_valid_patch_applies_and_mutation_is_done(name, tmp_pa
     # Reinvoked on its own result, the webhook changes nothing.
     verdict, again = mutate(obj)
     assert verdict.allowed and verdict.patch == [] and again == obj
+
+
+def test_inplace_example(tmp_path):
+    """Its own test: its result depends on the cluster's version (1.35 and newer)."""
+    path = str(EXAMPLES / "inplace-job.yaml")
+    code, out, err = dry_run("-f", path, "-o", "json", "--kubernetes-version", "1.35")
+    assert code == 0, err
+    (job,) = json.loads(out)["items"]
+    spec = job["spec"]
+    (trainer,) = containers(spec["template"])
+    assert trainer["restartPolicy"] == "Never"
+    assert trainer["restartPolicyRules"] == [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}
+    ]
+    assert non_retriable_rule([42, 143], "FailJob", "trainer") in spec["podFailurePolicy"]["rules"]
+    validate_schema(job, "1.37")
+    code, out, err = dry_run("-f", path, "-o", "patch", "--kubernetes-version", "1.35")
+    (entry,) = json.loads(out)
+    prepared, _ = cli.prepare(yaml.safe_load(Path(path).read_text()), None)
+    patched = kubectl_patch(prepared, entry["patch"], tmp_path)
+    patched["metadata"]["annotations"].pop(LAST_APPLIED)
+    assert patched == job
+    code, _, err = dry_run("-f", path, "--kubernetes-version", "1.34")
+    assert code == 1
+    assert "need Kubernetes 1.35 or newer" in err
 
 
 def test_all_examples_in_one_stream():

@@ -99,7 +99,7 @@ def test_each_container_shows_what_each_exit_code_does():
         ("Count", [143], "exit code 143: a new pod, counts against backoffLimit (no rule "
          "matches)"),
         ("FailJob", others(42, 75, 143), "any other exit code: the Job fails at once "
-         "(FailJob, rule 1)"),
+         "(FailJob, rule 2)"),
     ]  # fmt: skip
     proxy = groups(item, "proxy")
     assert [(o, codes) for o, codes, _ in proxy] == [
@@ -114,8 +114,9 @@ def test_each_container_shows_what_each_exit_code_does():
     assert "Exit codes, container by container" in text
     assert "  proxy:\n    - exit code 3: restarts in place (your restart rule 1)" in text
     # The rule fail-non-retriable wrote is named as its, in-place codes and all.
-    assert item.rules[0].when == "a non-zero exit code other than 42, 75 or 143 in container main"
-    assert item.rules[0].origin == "added by retry-policy for fail-non-retriable"
+    # (rules[0] is fail-non-retriable's Count rule on DisruptionTarget.)
+    assert item.rules[1].when == "a non-zero exit code other than 42, 75 or 143 in container main"
+    assert item.rules[1].origin == "added by retry-policy for fail-non-retriable"
     assert_text_and_json_agree(item)
 
 
@@ -176,10 +177,11 @@ def test_simulate_two_restarts_in_place_then_a_failure_the_rules_judge():
         (2, 10),
     ]
     assert not first.counted and first.counted_failures == 0 and first.rule is None
-    assert (third.in_place, third.rule, third.action) == ((), 1, "FailJob")
+    # (Rule 1 is fail-non-retriable's Count rule on DisruptionTarget.)
+    assert (third.in_place, third.rule, third.action) == ((), 2, "FailJob")
     ending = item.simulation.ending
     assert (ending.state, ending.reason) == ("Failed", "PodFailurePolicy")
-    assert ending.message == "pod 1 matched FailJob rule 1"
+    assert ending.message == "pod 1 matched FailJob rule 2"
     summary = item.simulation.in_place
     assert (summary.restarts, summary.backoff_seconds) == (2, 10)
     assert "used none of the retry budget" in summary.text

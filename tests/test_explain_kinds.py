@@ -850,7 +850,7 @@ def test_every_kind_fits_80_columns(name):
 def test_every_example_through_the_installed_cli(path):
     for extra in ([], ["--simulate", EVENTS], ["-o", "json", "--simulate", EVENTS]):
         result = subprocess.run(
-            [str(BIN), "explain", "-f", str(path), *extra],
+            [str(BIN), "explain", "-f", str(path), "--kubernetes-version", "1.36", *extra],
             capture_output=True,
             text=True,
             timeout=60,
@@ -871,7 +871,8 @@ def test_every_example_through_the_installed_cli(path):
 
 def test_all_examples_in_one_stream():
     stream = "---\n".join(path.read_text() for path in sorted(EXAMPLES.glob("*.yaml")))
-    code, out, err = run(["explain", "-f", "-", "-o", "json"], stdin=stream)
+    argv = ["explain", "-f", "-", "-o", "json", "--kubernetes-version", "1.36"]
+    code, out, err = run(argv, stdin=stream)
     assert (code, err) == (0, "")
     kinds = [item["kind"] for item in json.loads(out)["items"]]
     assert sorted(set(kinds)) == ["CronJob", "Job", "JobSet", "PyTorchJob", "RayJob", "TrainJob"]

@@ -20,6 +20,7 @@ from workloads import admitted, assert_idempotent, kubectl_patch, mutate, valida
 from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import FailureHistory, HistoryKey
+from webhook.kube.failurepolicy import count_disruptions_rule
 from webhook.kube.podspec import spot_requirements
 from webhook.policy.config import ConfigError, parse_config
 
@@ -186,7 +187,8 @@ def test_a_rule_of_yours_that_fails_the_job_on_137_is_a_contradiction():
 def test_fail_non_retriable_retries_137_when_its_codes_are_not_yours():
     obj = job({**FACTOR, P + "fail-non-retriable": "true"}, containers=[trainer()])
     verdict, out = mutate(obj)
-    rule = out["spec"]["podFailurePolicy"]["rules"][0]
+    count, rule = out["spec"]["podFailurePolicy"]["rules"]
+    assert count == count_disruptions_rule()
     assert rule["onExitCodes"]["values"] == [137, 143]
     assert any("exit code 137 added to retriable-exit-codes" in w for w in verdict.warnings)
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["failNonRetriable"] == [

@@ -16,7 +16,11 @@ from workloads import (
 )
 
 from webhook.admission import engine
-from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.policy.config import parse_config
 from webhook.policy.model import INT32_MAX
 
@@ -112,7 +116,8 @@ def test_fail_index_admin_default_falls_back_to_fail_job():
     verdict, out = mutate(job(), config)
     assert verdict.allowed
     assert out["spec"]["podFailurePolicy"]["rules"] == [
-        non_retriable_rule([143], "FailJob", "main")
+        count_disruptions_rule(),
+        non_retriable_rule([143], "FailJob", "main"),
     ]
     assert any("on-non-retriable (cluster default) skipped" in w for w in verdict.warnings)
 

@@ -515,7 +515,8 @@ def test_a_cronjob_update_replaces_the_rule_the_old_policy_wrote():
         rule(codes=(42,))
     ]
     assert job_spec["podFailurePolicy"]["rules"] == [
-        fp.non_retriable_rule([42, 143], "FailJob", "eval")
+        fp.count_disruptions_rule(),
+        fp.non_retriable_rule([42, 143], "FailJob", "eval"),
     ]
     assert mutate(out, PINNED, operation="UPDATE", old=old)[0].patch == []
 
@@ -532,5 +533,6 @@ def test_a_cronjob_update_removing_in_place_takes_its_rule_out():
     assert "restartPolicyRules" not in container
     assert "restartPolicy" not in container
     assert job_spec["podFailurePolicy"]["rules"] == [
-        fp.non_retriable_rule([143], "FailJob", "eval")
+        fp.count_disruptions_rule(),
+        fp.non_retriable_rule([143], "FailJob", "eval"),
     ]

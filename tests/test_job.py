@@ -10,7 +10,11 @@ from conftest import FULL, P, apply, job, leaves, review
 
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.policy.config import Config, parse_config
 
 
@@ -40,10 +44,11 @@ def test_fail_non_retriable_adds_failjob_rule_with_default_codes():
     verdict, out = mutate(job({P + "fail-non-retriable": "true"}))
     assert verdict.allowed
     assert rules(out) == [
+        {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
         {
             "action": "FailJob",
             "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [143]},
-        }
+        },
     ]
     assert out["spec"]["podReplacementPolicy"] == "Failed"
     assert any("FailJob on exit codes NotIn [143] in main" in w for w in verdict.warnings)
@@ -53,7 +58,7 @@ def test_retriable_exit_codes_are_sorted_and_deduplicated():
     _, out = mutate(
         job({P + "fail-non-retriable": "true", P + "retriable-exit-codes": "143,137,143"})
     )
-    assert rules(out)[0]["onExitCodes"]["values"] == [137, 143]
+    assert rules(out)[1]["onExitCodes"]["values"] == [137, 143]
 
 
 def test_fail_non_retriable_false_adds_nothing():
@@ -299,7 +304,7 @@ def test_defaults_precedence(annotations, namespace, spec, applied, expected):
     verdict, out = mutate(obj, config)
     assert verdict.allowed, verdict.message
     assert out["spec"]["backoffLimit"] == expected
-    assert rules(out) == [non_retriable_rule([143], "FailJob", "main")]
+    assert rules(out) == [count_disruptions_rule(), non_retriable_rule([143], "FailJob", "main")]
 
 
 def test_default_conflict_is_skipped_with_warning_not_denied():
@@ -411,7 +416,8 @@ def test_mutation_keeps_every_user_field():
 
 def test_warnings_are_short():
     verdict, _ = mutate(job(FULL))
-    assert len(verdict.warnings) == 6  # five changes and the pointer to explain
+    # five changes, the missing activeDeadlineSeconds and the pointer to explain
+    assert len(verdict.warnings) == 7
     assert verdict.warnings.count(engine.EXPLAIN_HINT) == 1
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 

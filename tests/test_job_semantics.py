@@ -25,7 +25,7 @@ from test_explain import manifest, one
 from test_jobset import child, jobset, replicated
 from test_pytorchjob import pytorchjob
 from test_rayjob import rayjob
-from workloads import mutate, validate
+from workloads import kubectl_patch, mutate, validate, validate_schema
 
 from webhook.cluster.attempts import AttemptLookup, placement_budget
 from webhook.kube import failurepolicy as fp
@@ -94,7 +94,8 @@ def test_fail_non_retriable_names_each_application_container_and_leaves_sidecars
     verdict, out = mutate(sidecar_job({P + "fail-non-retriable": "true"}))
     assert verdict.allowed, verdict.message
     assert rules_of(out) == [
-        fp.non_retriable_rule([143], "FailJob", name) for name in ("main", "logger", "setup")
+        fp.count_disruptions_rule(),
+        *(fp.non_retriable_rule([143], "FailJob", name) for name in ("main", "logger", "setup")),
     ]
     assert (
         "retry-policy: added podFailurePolicy rules FailJob on exit codes NotIn [143] in "
@@ -135,8 +136,8 @@ def test_fail_index_rules_are_per_container_too():
     )
     verdict, out = mutate(obj)
     assert verdict.allowed, verdict.message
-    assert [r["action"] for r in rules_of(out)] == ["FailIndex"] * 3
-    assert [r["onExitCodes"]["containerName"] for r in rules_of(out)] == [
+    assert [r["action"] for r in rules_of(out)] == ["Count"] + ["FailIndex"] * 3
+    assert [r["onExitCodes"]["containerName"] for r in rules_of(out)[1:]] == [
         "main",
         "logger",
         "setup",
@@ -148,7 +149,8 @@ def test_our_rules_are_recognised_and_idempotent():
     again, twice = mutate(out)
     assert again.patch == [] and twice == out
     assert validate(out).allowed
-    for rule in rules_of(out):
+    assert rules_of(out)[0] == fp.count_disruptions_rule()
+    for rule in rules_of(out)[1:]:
         assert fp.is_non_retriable_rule(rule, [143])
     assert not fp.is_non_retriable_rule(fp.non_retriable_rule([143]), [137, 143])
     assert not fp.is_non_retriable_rule({"action": "Count", "onExitCodes": {}}, None)
@@ -168,7 +170,8 @@ def test_a_cronjob_update_replaces_the_old_single_rule_with_per_container_rules(
     verdict, out = mutate(new, operation="UPDATE", old=old)
     assert verdict.allowed, verdict.message
     assert rules_of(out, ("spec", "jobTemplate", "spec")) == [
-        fp.non_retriable_rule([143], "FailJob", "eval")
+        fp.count_disruptions_rule(),
+        fp.non_retriable_rule([143], "FailJob", "eval"),
     ]
 
 
@@ -189,7 +192,7 @@ def test_explain_simulates_a_sidecar_killed_at_shutdown(tmp_path):
     assert "pod 2 (attempt 2, any node): exit code 1 (application error) in container main. " in (
         text
     )
-    assert "Rule 1 (FailJob): the Job fails at once." in text
+    assert "Rule 2 (FailJob): the Job fails at once." in text
     # The common failures list the sidecar case without being asked.
     assert (
         "exit code 143 (SIGTERM) in container main, exit code 137 (OOM kill or SIGKILL) in "
@@ -312,16 +315,227 @@ def test_explain_refuses_the_defeated_ignore_with_the_reason(tmp_path):
     )
 
 
-def test_explain_shows_a_disrupted_pod_killed_after_its_grace_period():
-    # Without ignore-disruptions, a preempted pod SIGKILLed after its grace period (137)
-    # hits a FailJob rule whose retriable set is 143 only: explain says so.
+def test_explain_counts_a_disrupted_pod_killed_after_its_grace_period(tmp_path):
+    # upstream: matchPodFailurePolicy stops at the first matching rule. Without
+    # ignore-disruptions, a preempted pod SIGKILLed after its grace period (137) would
+    # match the FailJob rule (retriable 143 only) and fail the Job for a preemption; the
+    # Count rule on DisruptionTarget before it counts the pod as a retriable failure.
     item = one(manifest({P + "fail-non-retriable": "true"}), events="disruption+main:137")
     assert (
-        "pod disrupted (preemption, eviction, drain; main exits 137): rule 1 matches; the "
-        "Job fails at once (FailJob)"
+        "pod disrupted (preemption, eviction, drain; main exits 137): rule 1 matches; "
+        "retried, counts against backoffLimit (Count)"
     ) in item.examples
+    assert item.rules[0].origin == "added by retry-policy for fail-non-retriable"
     (step,) = item.simulation.steps
-    assert step.action == "FailJob" and item.simulation.ending.reason == "PodFailurePolicy"
+    assert (step.rule, step.action, step.counted) == (1, "Count", True)
+    assert item.simulation.ending.state == "Running"
+    # An application error still fails the Job at once, through the rule after it.
+    item = one(manifest({P + "fail-non-retriable": "true"}), events="1")
+    assert item.simulation.steps[0].action == "FailJob"
+    assert item.simulation.ending.reason == "PodFailurePolicy"
+    # The CLI tells the same story: disruptions (SIGKILLed, or exit 1 on SIGTERM) use up
+    # the budget, and the Job ends by backoffLimit, not PodFailurePolicy.
+    obj = manifest({P + "fail-non-retriable": "true", P + "backoff-limit": "1"})
+    path = write(tmp_path, obj)
+    code, out, err = run(
+        ["explain", "-f", str(path), "--simulate", "disruption+main:137,disruption+main:1"]
+    )
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert (
+        "main exits 137). Rule 1 (Count): counted (1 of 1 allowed failures used); next: "
+        "attempt 2, on any node."
+    ) in text
+    assert "main exits 1). Rule 1 (Count): counted, more than backoffLimit 1." in text
+    assert "Outcome: the Job fails; condition Failed, reason BackoffLimitExceeded" in text
+
+
+# --- 4b. fail-non-retriable without ignore-disruptions counts a disrupted pod -------------
+
+COUNT_ADDED = (
+    "retry-policy: added podFailurePolicy rule Count on DisruptionTarget (fail-non-retriable)"
+)
+
+
+def test_matchPodFailurePolicy_counts_a_preempted_pod_before_the_failjob_rules(tmp_path):
+    """upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go) stops at
+    the first rule that matches. A preempted, evicted or drained pod has
+    DisruptionTarget=True and its containers stopped by SIGTERM (143) or, after the grace
+    period, SIGKILL (137), or by an application that exits 1 on SIGTERM. Without
+    ignore-disruptions, such a pod matched FailJob NotIn [143] and failed the Job for a
+    preemption; the Count rule on the condition, first, counts it and retries it."""
+    obj = sidecar_job({P + "fail-non-retriable": "true", P + "backoff-limit": "3"})
+    verdict, out = mutate(obj)
+    assert verdict.allowed, verdict.message
+    rules = rules_of(out)
+    assert rules[0] == fp.count_disruptions_rule()
+    assert verdict.warnings[1:3] == [
+        COUNT_ADDED,
+        "retry-policy: added podFailurePolicy rules FailJob on exit codes NotIn [143] in "
+        "main, logger, setup (fail-non-retriable)",
+    ]
+    assert len(COUNT_ADDED) < 120
+    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "backoffLimit": 3,
+        "countDisruptions": True,
+        "failNonRetriable": [143],
+    }
+    assert kubectl_patch(obj, verdict.patch, tmp_path) == out
+    validate_schema(out)
+    for failure in fp.disrupted_pods(out["spec"]["template"]["spec"]):
+        match = fp.evaluate(rules, failure)
+        assert match is not None and (match.index, match.action) == (0, "Count")
+    # As the kubelet reports them: SIGKILLed after the grace period; exit 1 on SIGTERM.
+    for containers in ([("main", 137), ("logger", 137)], [("main", 1), ("logger", 143)]):
+        status = failed_pod_status(
+            containers=containers, init=[("proxy", 137)], conditions=[DISRUPTED]
+        )
+        match = fp.evaluate(rules, PodFailure.from_pod(status))
+        assert match is not None and match.action == "Count"
+        # The rules without it (this project's before) failed the Job for a preemption.
+        before = fp.evaluate(rules[1:], PodFailure.from_pod(status))
+        assert before is not None and before.action == "FailJob"
+    # An application's own error still fails the Job at once.
+    match = fp.evaluate(rules, PodFailure.from_pod(failed_pod_status(containers=[("main", 1)])))
+    assert match is not None and match.action == "FailJob"
+    again, twice = mutate(out)
+    assert again.patch == [] and again.warnings == [] and twice == out
+    assert validate(out).allowed
+
+
+@pytest.mark.parametrize(
+    ("user", "counted"),
+    [
+        ({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}, False),
+        (
+            {
+                "action": "FailJob",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            False,
+        ),
+        # Never matches a disrupted pod: ours is still needed after it.
+        (
+            {
+                "action": "Count",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "False"}],
+            },
+            True,
+        ),
+        # A pod that exits 1 on SIGTERM gets past it to our FailJob rule.
+        ({"action": "Count", "onExitCodes": {"operator": "In", "values": [137]}}, True),
+    ],
+)
+def test_matchOnPodConditions_a_users_rule_on_disruptions_decides(user, counted):
+    """upstream: matchOnPodConditions matches a pattern on type and status (True unless
+    written: SetDefaults_PodFailurePolicyOnPodConditionsPattern). A rule of yours that
+    takes DisruptionTarget=True pods decides what a disruption does, and our Count rule
+    after it would never match: it is not added, nor recorded."""
+    obj = job({P + "fail-non-retriable": "true"}, spec={"podFailurePolicy": {"rules": [user]}})
+    verdict, out = mutate(obj)
+    assert verdict.allowed, verdict.message
+    ours = [fp.non_retriable_rule([143], "FailJob", "main")]
+    if counted:
+        ours.insert(0, fp.count_disruptions_rule())
+    assert rules_of(out)[1:] == ours
+    assert (COUNT_ADDED in verdict.warnings) is counted
+    record = json.loads(out["metadata"]["annotations"][P + "applied"])
+    assert ("countDisruptions" in record) is counted
+    assert mutate(out)[0].patch == []
+
+
+def test_validatePodFailurePolicy_counts_the_count_rule_among_the_twenty():
+    """upstream: validatePodFailurePolicy (pkg/apis/batch/validation) refuses more than
+    20 rules. fail-non-retriable needs its Count rule before its exit-code rules, so
+    both fit or neither is added: annotated, it is denied; from a default, skipped."""
+    annotated = {P + "fail-non-retriable": "true"}
+    verdict, _ = mutate(job(annotated, spec={"podFailurePolicy": {"rules": count_rules(19)}}))
+    assert not verdict.allowed
+    assert (
+        f"annotation {P}fail-non-retriable: spec.podFailurePolicy would have 21 rules (19 "
+        "yours, 2 added); Kubernetes allows at most 20"
+    ) in verdict.message
+    verdict, out = mutate(job(annotated, spec={"podFailurePolicy": {"rules": count_rules(18)}}))
+    assert verdict.allowed, verdict.message
+    assert rules_of(out)[18:] == [
+        fp.count_disruptions_rule(),
+        fp.non_retriable_rule([143], "FailJob", "main"),
+    ]
+    config = parse_config("defaults: {fail-non-retriable: true}")
+    verdict, out = mutate(job(spec={"podFailurePolicy": {"rules": count_rules(19)}}), config)
+    assert verdict.allowed, verdict.message
+    assert rules_of(out) == count_rules(19)
+    assert any(
+        "fail-non-retriable (cluster default) skipped: spec.podFailurePolicy would have 21 "
+        "rules (19 yours, 2 added)" in w
+        for w in verdict.warnings
+    )
+    # With ignore-disruptions its Ignore rule takes the place of the Count rule.
+    both = {**annotated, P + "ignore-disruptions": "true"}
+    verdict, out = mutate(job(both, spec={"podFailurePolicy": {"rules": count_rules(18)}}))
+    assert verdict.allowed, verdict.message
+    assert rules_of(out)[18] == fp.ignore_disruptions_rule()
+
+
+def old_replicas_job(out):
+    """``out`` as a replica that did not add the Count rule yet would have mutated it."""
+    old = copy.deepcopy(out)
+    old["spec"]["podFailurePolicy"]["rules"].remove(fp.count_disruptions_rule())
+    record = json.loads(old["metadata"]["annotations"][P + "applied"])
+    del record["countDisruptions"]
+    old["metadata"]["annotations"][P + "applied"] = json.dumps(record, separators=(",", ":"))
+    return old
+
+
+def test_engine_unapplied_does_not_require_the_count_rule_in_an_upgrade():
+    """engine._unapplied denies an annotated policy missing from the object. While the
+    webhook's replicas are upgraded, an old one may mutate a Job and a new one validate
+    it: the Count rule it lacks is not required (podFailurePolicy is immutable, so the
+    Job could never get it), what it has is."""
+    _, out = mutate(job({P + "fail-non-retriable": "true"}))
+    assert rules_of(out)[0] == fp.count_disruptions_rule()
+    old = old_replicas_job(out)
+    assert validate(old).allowed
+    missing = copy.deepcopy(out)
+    del missing["spec"]["podFailurePolicy"]["rules"][1]
+    verdict = validate(missing)
+    assert not verdict.allowed
+    assert "was not applied (added podFailurePolicy rule FailJob" in verdict.message
+
+
+# --- 4c. ignored disruptions never end a Job: a deadline must --------------------------
+
+
+def test_pastActiveDeadline_is_all_that_ends_a_job_whose_disruptions_are_ignored():
+    """upstream: matchPodFailurePolicy gives an Ignore match countFailed false, so such a
+    failure never reaches status.failed nor backoffLimit; only pastActiveDeadline
+    (pkg/controller/job/job_controller.go) ends a Job preempted again and again. Where
+    our Ignore rule goes into a spec without activeDeadlineSeconds, a warning names it."""
+    want = "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+    verdict, out = mutate(job({P + "ignore-disruptions": "true"}))
+    assert want in verdict.warnings
+    assert mutate(out)[0].warnings == []  # a reinvocation adds nothing and says nothing
+    verdict, _ = mutate(job(spec={"activeDeadlineSeconds": 3600}), DEFAULTS)
+    assert verdict.allowed and not any("activeDeadlineSeconds" in w for w in verdict.warnings)
+    verdict, _ = mutate(job(), DEFAULTS)  # from an admin default too
+    assert want in verdict.warnings
+    verdict, _ = mutate(cronjob({P + "ignore-disruptions": "true"}))
+    assert (
+        "retry-policy: set spec.jobTemplate.spec.activeDeadlineSeconds: ignored disruptions "
+        "retry with no cap"
+    ) in verdict.warnings
+    # A JobSet: each replicated Job's own deadline (a JobSet has none of its own).
+    jobs = [
+        replicated("leader", restart_policy="Never", activeDeadlineSeconds=3600),
+        replicated("workers", restart_policy="Never"),
+    ]
+    verdict, _ = mutate(jobset({P + "ignore-disruptions": "true"}, jobs=jobs))
+    deadlines = [w for w in verdict.warnings if "activeDeadlineSeconds" in w]
+    assert deadlines == [
+        "retry-policy: set spec.replicatedJobs[1].template.spec.activeDeadlineSeconds: ignored "
+        "disruptions retry with no cap"
+    ]
+    assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 
 
 # --- 5. one failed pod at a time ---------------------------------------------------------
@@ -408,14 +622,14 @@ def test_defaults_past_twenty_rules_are_skipped_not_denied(own):
 
 def test_an_annotated_setting_keeps_its_rules_and_the_default_makes_room():
     obj = job(
-        {P + "fail-non-retriable": "true"},
+        {P + "ignore-disruptions": "true"},
         spec={"podFailurePolicy": {"rules": count_rules(19)}},
     )
     verdict, out = mutate(obj, DEFAULTS)
     assert verdict.allowed, verdict.message
-    assert rules_of(out)[-1] == fp.non_retriable_rule([143], "FailJob", "main")
-    assert fp.ignore_disruptions_rule() not in rules_of(out)
-    assert any("ignore-disruptions (cluster default) skipped" in w for w in verdict.warnings)
+    assert rules_of(out)[-1] == fp.ignore_disruptions_rule()
+    assert fp.non_retriable_rule([143], "FailJob", "main") not in rules_of(out)
+    assert any("fail-non-retriable (cluster default) skipped" in w for w in verdict.warnings)
 
 
 def test_jobset_and_cronjob_templates_past_twenty_rules_are_skipped_not_denied():
@@ -848,12 +1062,36 @@ def test_server_names_containers_and_leaves_sidecars_out(server):
     obj = sidecar_job({P + "fail-non-retriable": "true"})
     response = answer(server, "/mutate", obj)
     out = patched(obj, response)
-    assert [r["onExitCodes"]["containerName"] for r in rules_of(out)] == [
+    assert rules_of(out)[0] == fp.count_disruptions_rule()
+    assert [r["onExitCodes"]["containerName"] for r in rules_of(out)[1:]] == [
         "main",
         "logger",
         "setup",
     ]
     assert answer(server, "/validate", out)["allowed"] is True
+
+
+def test_server_counts_disruptions_and_accepts_a_job_mutated_without_it(server):
+    """Through the server as deployed: /mutate puts the Count rule on DisruptionTarget
+    first (matchPodFailurePolicy), /validate accepts a Job that a replica without it
+    mutated (engine._unapplied)."""
+    obj = job({P + "fail-non-retriable": "true"})
+    response = answer(server, "/mutate", obj)
+    out = patched(obj, response)
+    assert rules_of(out)[0] == fp.count_disruptions_rule()
+    assert COUNT_ADDED in response["warnings"]
+    assert answer(server, "/validate", out)["allowed"] is True
+    assert answer(server, "/validate", old_replicas_job(out))["allowed"] is True
+
+
+def test_server_warns_of_ignored_disruptions_without_a_deadline(server):
+    """A Job of a namespace whose defaults ignore disruptions, without a deadline, is
+    told to set one: only pastActiveDeadline would end it."""
+    response = answer(server, "/mutate", in_namespace(job(), "defaulted"))
+    assert (
+        "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+        in response["warnings"]
+    )
 
 
 def test_server_denies_a_defeated_ignore_and_a_masked_failing_rule(server):

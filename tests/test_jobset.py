@@ -19,7 +19,11 @@ from workloads import (
 )
 
 from webhook.kube import intent
-from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.kube.podspec import spot_requirements
 from webhook.mutators.jobset import RULE_NAME, our_rule, validate_rules
 from webhook.policy.config import Config, parse_config
@@ -192,7 +196,9 @@ def test_admin_default_that_cannot_apply_is_skipped_everywhere():
         (".*", True),
         ("exit code 1 ", True),  # 1 is not retriable: our rule fails the Job with it
         ("Container trainer ", True),
-        ("matching FailJob rule at index 0$", True),  # our rule is the first one there
+        # Our Count rule on DisruptionTarget is rules[0], our FailJob rule rules[1].
+        ("matching FailJob rule at index 1$", True),
+        ("matching FailJob rule at index 0$", False),
         ("for pod ml/pretrain-workers-1-", True),  # some pod of the set is named so
         ("exit code 143 ", False),  # retriable: our rule never fails a Job with it
         ("at index 5$", False),
@@ -223,6 +229,47 @@ def test_user_rule_restarting_on_our_message_contradicts(pattern, denied):
         assert "podFailurePolicy" not in child(out, 0)
     else:
         assert out["spec"]["failurePolicy"]["rules"] == [rule, our_rule()]
+
+
+@pytest.mark.parametrize("ignore", [False, True])
+@pytest.mark.parametrize(
+    ("pattern", "denied"),
+    [
+        ("^Container a .* at index 1$", True),
+        ("^Container b .* at index 2$", True),
+        ("^Container a .* at index 2$", False),  # rules[2] reads only b's exit code
+        ("^Container b .* at index 1$", False),
+        ("at index 0$", False),  # our Count or Ignore rule there fails no Job
+    ],
+)
+def test_ruleIsApplicable_sees_each_failjob_rule_at_its_index_with_its_container(
+    pattern, denied, ignore
+):
+    """upstream: ruleIsApplicable (kubernetes-sigs/jobset pkg/controllers/failure_policy.go)
+    matches the message matchPodFailurePolicy wrote for the pod's FailJob rule: "Container
+    <name> ... matching FailJob rule at index <i>". With one rule per application
+    container after a rule on DisruptionTarget (Count, or Ignore with ignore-disruptions),
+    container a's rule is at index 1 and b's at 2: each message has exactly its own pair."""
+    rjob = replicated("workers")
+    rjob["template"]["spec"]["template"] = pod_template("a", "b", restart_policy="Never")
+    rule = {
+        "name": "restartOnMessage",
+        "action": "RestartJobSet",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": [pattern],
+    }
+    annotations = {P + "fail-non-retriable": "true"}
+    if ignore:
+        annotations[P + "ignore-disruptions"] = "true"
+    verdict, out = mutate(jobset(annotations, jobs=[rjob], failure_policy={"rules": [rule]}))
+    assert verdict.allowed is not denied, verdict.message
+    if not denied:
+        first = ignore_disruptions_rule() if ignore else count_disruptions_rule()
+        assert child(out, 0)["podFailurePolicy"]["rules"] == [
+            first,
+            non_retriable_rule([143], "FailJob", "a"),
+            non_retriable_rule([143], "FailJob", "b"),
+        ]
 
 
 def test_a_user_failjobset_rule_with_a_pattern_covers_only_when_it_matches_everything():
@@ -326,7 +373,8 @@ def test_user_rule_failing_the_jobset_already_covers_ours():
     assert verdict.allowed
     assert out["spec"]["failurePolicy"]["rules"] == [rule]
     assert child(out, 0)["podFailurePolicy"]["rules"] == [
-        non_retriable_rule([143], "FailJob", "trainer")
+        count_disruptions_rule(),
+        non_retriable_rule([143], "FailJob", "trainer"),
     ]
 
 

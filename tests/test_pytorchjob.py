@@ -5,6 +5,7 @@ env vars in Master and Worker, denials."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from conftest import P
@@ -72,6 +73,11 @@ def test_full_policy():
         "it the task's error is lost",
         engine.EXPLAIN_HINT,
     ]
+    # No podFailurePolicy, so no Count rule on DisruptionTarget to record.
+    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "errorPropagation": "Earliest",
+        "failNonRetriable": [137, 143],
+    }
 
 
 # upstream (training-operator release-1.9): ReconcileJobs in pkg/controller.v1/common/job.go

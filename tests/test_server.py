@@ -66,6 +66,7 @@ def test_mutate_over_tls(server):
         "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn [143] in main "
         "(fail-non-retriable)",
         "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)",
+        "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap",
         "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>",
     ]
 

@@ -33,7 +33,11 @@ from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes
-from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.jobset import our_rule
 from webhook.mutators.trainjob import LIST_KEYS, MANAGER, jobset_for
@@ -320,6 +324,28 @@ def test_the_validating_webhook_denies_a_trainjob_the_mutating_one_missed():
     assert "the policy you annotated was not applied (spec.runtimePatches: added" in verdict.message
     _, out = mutate(trainjob(FULL), GivenRuntimes([runtime()]))
     assert validate(out, GivenRuntimes([runtime()])).allowed
+
+
+def test_a_trainjob_ignoring_disruptions_is_told_to_set_its_own_deadline():
+    """upstream: Trainer v2.2 fails a TrainJob past its spec.activeDeadlineSeconds and
+    deletes its JobSet (KEP-2899); without one, a child Job whose disruptions are ignored
+    ends only by its own deadline (pastActiveDeadline), a field of the runtime the
+    TrainJob's user does not write. So the TrainJob's warning names its own field, in
+    place of the JobSet's, and none is said when either deadline is set."""
+    want = "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+    annotations = {P + "ignore-disruptions": "true"}
+    for runtimes in (GivenRuntimes([runtime()]), None):  # judged, or not read
+        verdict, _ = mutate(trainjob(annotations), runtimes)
+        assert verdict.allowed, verdict.message
+        assert [w for w in verdict.warnings if "activeDeadlineSeconds" in w] == [want]
+    bounded = trainjob(annotations)
+    bounded["spec"]["activeDeadlineSeconds"] = 86400
+    verdict, out = mutate(bounded, GivenRuntimes([runtime()]))
+    assert verdict.allowed and not any("activeDeadlineSeconds" in w for w in verdict.warnings)
+    validate_schema(out)
+    jobs_bounded = runtime(job_spec={"activeDeadlineSeconds": 3600})
+    verdict, _ = mutate(trainjob(annotations), GivenRuntimes([jobs_bounded]))
+    assert verdict.allowed and not any("activeDeadlineSeconds" in w for w in verdict.warnings)
 
 
 def test_unannotated_trainjobs_are_left_alone():
@@ -733,6 +759,55 @@ def test_a_reapply_that_resets_the_rules_is_restored_exactly(order):
     again, _ = reapply(final, owners, config)
     verdict, final_again = update_admission(again, final)
     assert final_again == final
+
+
+@pytest.mark.parametrize("made", ["with", "before"])
+def test_a_reapply_restores_the_count_rule_as_the_jobset_was_made(made):
+    """fail-non-retriable without ignore-disruptions: the child Job's rules get the Count
+    rule on DisruptionTarget before FailJob (matchPodFailurePolicy), and the trainer's
+    re-apply (suspend false, Kueue's nodeSelector) resets them to the runtime's. JobSet
+    refuses any change of them (ValidateUpdate), so ``restore`` gives them back exactly:
+    with the Count rule, or, for a JobSet a webhook without it made (its record has no
+    countDisruptions), without it: never a denial, never a rule the JobSet did not have."""
+    ref = {"name": RULES_RUNTIME["metadata"]["name"]}
+    obj = trainjob({P + "fail-non-retriable": "true", P + "backoff-limit": "3"}, ref=ref)
+    obj["spec"]["suspend"] = True
+    verdict, tj = mutate(obj, GivenRuntimes([RULES_RUNTIME]))
+    assert verdict.allowed, verdict.message
+    stored, managed = create_jobset(tj, RULES_RUNTIME, "jobset-first")
+    child = stored["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert child["podFailurePolicy"]["rules"] == [
+        TEMPFAIL_RULE,
+        count_disruptions_rule(),
+        non_retriable_rule([143], "FailJob", "node"),
+    ]
+    record = json.loads(stored["metadata"]["annotations"][P + "applied"])
+    assert record["countDisruptions"] is True
+    if made == "before":
+        del child["podFailurePolicy"]["rules"][1]
+        del record["countDisruptions"]
+        stored["metadata"]["annotations"][P + "applied"] = json.dumps(record, separators=(",", ":"))
+        assert validate(stored).allowed  # as a new replica validates what an old one made
+    resumed = copy.deepcopy(tj)
+    resumed["spec"]["suspend"] = False
+    config = trainer_jobset(resumed, RULES_RUNTIME, node_selector=KUEUE_SELECTOR)
+    update, _ = reapply(stored, managed, config)
+    assert update["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"] == {
+        "rules": [TEMPFAIL_RULE]
+    }
+    assert jobset_update_errors(update, stored)
+    verdict, final = update_admission(update, stored)
+    assert any(w.startswith("retry-policy: restored spec.") for w in verdict.warnings)
+    assert jobset_update_errors(final, stored) == []
+    assert (
+        final["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]
+        == (child["podFailurePolicy"])
+    )
+    assert (
+        final["metadata"]["annotations"][P + "applied"]
+        == (stored["metadata"]["annotations"][P + "applied"])
+    )
+    validate_schema(final)
 
 
 def test_a_reapply_that_keeps_the_policy_is_left_alone():

@@ -148,6 +148,7 @@ def rule_lines(
     """Every rule of the final spec, with who wrote it: the user, or this webhook."""
     yours = {failurepolicy.rule_key(rule) for rule in user_rules}
     ignore = failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule())
+    count = failurepolicy.rule_key(failurepolicy.count_disruptions_rule())
     lines = []
     for number, rule in enumerate(rules, 1):
         if not isinstance(rule, dict):
@@ -157,7 +158,7 @@ def rule_lines(
             origin = "your rule"
         elif key == ignore:
             origin = "added by retry-policy for ignore-disruptions"
-        elif failurepolicy.is_non_retriable_rule(rule, inplace.retriable(policy)):
+        elif key == count or failurepolicy.is_non_retriable_rule(rule, inplace.retriable(policy)):
             origin = "added by retry-policy for fail-non-retriable"
         else:
             origin = "added by retry-policy"

@@ -87,6 +87,27 @@ def ignore_disruptions_rule() -> dict[str, Any]:
     }
 
 
+def count_disruptions_rule() -> dict[str, Any]:
+    """A disrupted pod counts against the budget like any retriable failure, whatever its
+    containers exited with. ``fail-non-retriable`` puts it before its exit-code rules:
+    a pod preempted, evicted or drained is SIGKILLed (137) once its grace period is over,
+    and an application may exit 1 on SIGTERM; the first matching rule wins
+    (``matchPodFailurePolicy``), so without it such a pod would fail the Job."""
+    return {
+        "action": "Count",
+        "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}],
+    }
+
+
+def takes_disruptions(rules: Iterable[Any]) -> bool:
+    """Whether a rule of ``rules`` matches a disrupted pod by its condition
+    (``DisruptionTarget=True``; a pattern on another status never matches such a pod)
+    and is not ``count_disruptions_rule`` (ours, there on a second admission): whoever
+    wrote it decided what a disruption does, and a rule after it never sees one."""
+    match = evaluate(rules, PodFailure((), ((DISRUPTION_TARGET, "True"),)))
+    return match is not None and rule_key(match.rule) != rule_key(count_disruptions_rule())
+
+
 def rule_key(rule: Any) -> Any:
     """A hashable normal form: two rules with equal keys mean exactly the same thing."""
     if not isinstance(rule, dict):

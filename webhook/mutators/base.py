@@ -240,6 +240,8 @@ def applied_record(policy: Policy) -> str:
         record["failNonRetriable"] = list(policy.retriable_exit_codes)
         if policy.on_non_retriable != "fail-job":
             record["onNonRetriable"] = policy.on_non_retriable
+        if policy.count_disruptions:
+            record["countDisruptions"] = True
     if policy.ignore_disruptions:
         record["ignoreDisruptions"] = True
     if policy.non_spot_attempts:

@@ -155,15 +155,19 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
         codes = sorted(set(codes) | set(_codes(record.get("inPlaceExitCodes")) or ()))
     action = "FailIndex" if record.get("onNonRetriable") == "fail-index" else "FailJob"
     ignore = fp.rule_key(fp.ignore_disruptions_rule())
+    count = fp.rule_key(fp.count_disruptions_rule())
     written = get_path(_manifest(cronjob), (*JOB_SPEC, "podFailurePolicy", "rules")) or []
     yours = {fp.rule_key(r) for r in written} if isinstance(written, list) else set()
 
     def ours(rule: Any) -> bool:
-        """One of the previous policy's rules: its Ignore rule, or an exit-code rule for
-        its codes (one per container, whatever their names were then)."""
+        """One of the previous policy's rules: its Ignore rule, its Count rule on
+        DisruptionTarget, or an exit-code rule for its codes (one per container, whatever
+        their names were then)."""
         if fp.rule_key(rule) in yours:
             return False
         if record.get("ignoreDisruptions") and fp.rule_key(rule) == ignore:
+            return True
+        if record.get("countDisruptions") and fp.rule_key(rule) == count:
             return True
         return (
             codes is not None

@@ -653,6 +653,7 @@ def _check_template(
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
         policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
+    policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
     _check_pod_annotations(spec, policy, where, out, budget)
@@ -728,6 +729,18 @@ def _check_disruptions(
     return policy
 
 
+def resolve_count(policy: Policy, user_rules: list[Any]) -> Policy:
+    """``policy`` with our Count rule on DisruptionTarget (``Policy.count_disruptions``)
+    settled against one JobSpec's own rules: not when a rule of the user's already takes
+    disrupted pods (``fp.takes_disruptions``; their intent wins, and ours, placed after
+    theirs, would never match). Settled even beside ignore-disruptions, which a conflict
+    may still turn off; left as it is when already settled."""
+    if not policy.fail_non_retriable or policy.value("count-disruptions") is not None:
+        return policy
+    wanted = not fp.takes_disruptions(user_rules)
+    return with_setting(policy, "count-disruptions", Setting(wanted, Source.BUILTIN))
+
+
 def _off(policy: Policy, name: str) -> Policy:
     """``policy`` with one boolean setting turned off, keeping where it came from."""
     return with_setting(policy, name, Setting(False, policy.setting(name).source))
@@ -735,12 +748,17 @@ def _off(policy: Policy, name: str) -> Policy:
 
 def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
     """The podFailurePolicy rules ``policy`` adds to a JobSpec with this pod template, each
-    with the setting that adds it, in their order: Ignore first (a preempted pod may exit
-    137 after its grace period, and must be ignored before an exit-code rule could fail
-    the Job for it), then one exit-code rule per application container."""
+    with the setting that adds it, in their order: a rule on DisruptionTarget first (a
+    preempted pod may exit 137 after its grace period, or 1 if the application says so
+    on SIGTERM, and must be decided before an exit-code rule could fail the Job for it:
+    ``matchPodFailurePolicy`` stops at the first match): Ignore for ignore-disruptions,
+    else Count for fail-non-retriable (``Policy.count_disruptions``); then one exit-code
+    rule per application container."""
     ours: list[tuple[dict[str, Any], str]] = []
     if policy.ignore_disruptions:
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
+    if policy.count_disruptions:
+        ours.append((fp.count_disruptions_rule(), "fail-non-retriable"))
     if policy.fail_non_retriable:
         action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
         for rule in fp.non_retriable_rules(pod_spec, inplace.retriable(policy), action):
@@ -755,7 +773,7 @@ def _check_rule_count(
     When yours and ours together have more, settings from admin defaults are skipped
     first, the last-added first, until the rest fit (a default never breaks a valid
     object); if the rules of settings you annotated still do not fit, they are denied."""
-    most = int(policy.ignore_disruptions)
+    most = int(policy.ignore_disruptions or policy.count_disruptions)
     if policy.fail_non_retriable:
         most += len(fp.app_containers(pod_spec)) or 1
     if len(user_rules) + most <= fp.MAX_RULES:
@@ -910,12 +928,12 @@ def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
 
 
 def describe_ours(rules: list[dict[str, Any]]) -> str:
-    """Our added rules, for a warning: "rule Ignore on DisruptionTarget", "rule FailJob
-    on exit codes NotIn [143] in main", "rules ... in a, b" (the containers whose codes
-    they read)."""
+    """Our added rules, for a warning: "rule Ignore on DisruptionTarget", "rule Count on
+    DisruptionTarget", "rule FailJob on exit codes NotIn [143] in main", "rules ... in a,
+    b" (the containers whose codes they read)."""
     codes = rules[0].get("onExitCodes")
     if not isinstance(codes, dict):
-        return "rule Ignore on DisruptionTarget"
+        return f"rule {rules[0]['action']} on {fp.DISRUPTION_TARGET}"
     plural = "s" if len(rules) > 1 else ""
     text = f"rule{plural} {rules[0]['action']} on exit codes NotIn {codes['values']}"
     names = [str(mapping(r.get("onExitCodes")).get("containerName")) for r in rules]
@@ -923,6 +941,19 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         text += f" in {shown}"
     return text
+
+
+#: How every warning of ``unbounded_note`` ends (a TrainJob says its own in place of its
+#: JobSet's).
+UNBOUNDED = ": ignored disruptions retry with no cap"
+
+
+def unbounded_note(field: str) -> str:
+    """The warning when our Ignore rule goes into a Job without a deadline: ignored
+    failures never use up backoffLimit, so a Job preempted again and again would never
+    end; ``field`` is the deadline that would end it. (Said with the rule, so a
+    reinvocation that adds nothing stays silent.)"""
+    return f"retry-policy: set {field}{UNBOUNDED}"
 
 
 def _apply(
@@ -945,13 +976,21 @@ def _apply(
                 pfp = spec["podFailurePolicy"] = {}
             pfp["rules"] = merged
             added_ids = {id(r) for r in added}  # merge places our rule objects as they are
-            for name in ("ignore-disruptions", "fail-non-retriable"):
-                rules = [rule for rule, by in ours if by == name and id(rule) in added_ids]
-                if rules:
-                    out.changed(
-                        f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
-                        policy.setting(name),
-                    )
+            said: dict[tuple[str, str], list[dict[str, Any]]] = {}
+            for rule, name in ours:
+                if id(rule) in added_ids:
+                    said.setdefault((name, str(rule["action"])), []).append(rule)
+            for (name, action), rules in said.items():
+                # Our Count rule is not required of an object (``engine._unapplied``): one
+                # mutated by a replica that did not add it yet stays valid in an upgrade.
+                setting = None if action == "Count" else policy.setting(name)
+                out.changed(
+                    f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
+                    setting,
+                )
+            ignored = ("ignore-disruptions", "Ignore") in said
+            if ignored and spec.get("activeDeadlineSeconds") is None:
+                out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
             if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
                 spec["podReplacementPolicy"] = "Failed"
                 out.changed(

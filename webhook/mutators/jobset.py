@@ -51,6 +51,7 @@ bounds it, and one we would write is denied (skipped when a default).
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -65,6 +66,7 @@ from webhook.mutators import (
     controller_of,
     failureaware,
     has_policy_annotations,
+    inplace,
     items,
     mapping,
     register,
@@ -81,6 +83,8 @@ from webhook.mutators.job import (
     job_limit_field,
     keep_spec_limit,
     not_applicable,
+    our_rules,
+    resolve_count,
     resolve_limit,
     write_limit,
 )
@@ -188,8 +192,20 @@ class JobSetMutator(WorkloadMutator):
         if not out.problems and any(c is not None and c.fail_non_retriable for c in children):
             names = [r.get("name") for r in replicated if isinstance(r, dict)]
             _add_rule(jobset, policy, names, out)
+        if any(c is not None and c.count_disruptions for c in children):
+            # The set's record says whether a Job template got our Count rule (``restore``).
+            policy = with_setting(policy, "count-disruptions", Setting(True, Source.BUILTIN))
         _say_once(out)
         out.policies["spec"] = policy
+        return policy
+
+    def policy(self, jobset: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
+        """On UPDATE (only ``restore`` applies a policy then): a JobSet whose record says
+        no Job template got the Count rule on DisruptionTarget (``countDisruptions``; made
+        before that rule existed) gets none again, so that its rules come back exactly."""
+        policy = super().policy(jobset, ctx, out)
+        if ctx.operation == "UPDATE" and _made_without_count(jobset):
+            policy = with_setting(policy, "count-disruptions", Setting(False, Source.BUILTIN))
         return policy
 
     def restore(self, jobset: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]:
@@ -232,6 +248,18 @@ FROZEN_JOB_FIELDS = (
     "podFailurePolicy",
     "podReplacementPolicy",
 )
+
+
+def _made_without_count(jobset: Mapping[str, Any]) -> bool:
+    """Whether the ``applied`` record has fail-non-retriable without ``countDisruptions``."""
+    annotations = mapping(mapping(jobset.get("metadata")).get("annotations"))
+    try:
+        record = json.loads(annotations.get(APPLIED) or "{}")
+    except ValueError:
+        return False
+    if not isinstance(record, dict):
+        return False
+    return "failNonRetriable" in record and "countDisruptions" not in record
 
 
 def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -457,29 +485,33 @@ def failjob_message(
 
 def failjob_messages(
     jobset: Mapping[str, Any], replicated: list[Any], policy: Policy, ctx: Context
-) -> dict[str, list[Piece]]:
-    """By replicated Job, every message our FailJob rule can fail one of its Jobs with: any
-    container (a rule without containerName sees each, sidecars included), any exit code
-    outside the retriable ones, any pod name, the index our rule gets after the user's."""
+) -> dict[str, list[list[Piece]]]:
+    """By replicated Job, every message our FailJob rules can fail one of its Jobs with:
+    per rule, its container (one rule per application container) and the index it gets
+    after the user's rules and ours before it (``job.our_rules``: a Count or Ignore rule
+    on DisruptionTarget first), any exit code outside the retriable and in-place ones
+    (``inplace.retriable``), any pod name."""
     namespace = get_path(jobset, ("metadata", "namespace")) or ctx.namespace
     ns: Piece = namespace if isinstance(namespace, str) and namespace else Wild()
-    codes = tuple(str(c) for c in range(1, 256) if c not in policy.retriable_exit_codes)
-    ours = [fp.ignore_disruptions_rule()] if policy.ignore_disruptions else []
-    ours.append(fp.non_retriable_rule(policy.retriable_exit_codes))
-    key = fp.rule_key(ours[-1])
-    messages = {}
+    retried = inplace.retriable(policy)
+    codes = tuple(str(c) for c in range(1, 256) if c not in retried)
+    messages: dict[str, list[list[Piece]]] = {}
     for rjob in replicated:
         if not isinstance(rjob, dict):
             continue
         spec = get_path(rjob, ("template", "spec"))
-        user_rules = get_path(spec, ("podFailurePolicy", "rules"))
-        merged, _ = fp.merge(user_rules if isinstance(user_rules, list) else [], ours)
-        index = next(i for i, rule in enumerate(merged) if fp.rule_key(rule) == key)
-        pod_spec = get_path(spec, ("template", "spec"))
-        names = tuple(sorted(fp.container_names(pod_spec if isinstance(pod_spec, dict) else {})))
-        messages[str(rjob.get("name"))] = failjob_message(
-            names or Wild(), ns, [Wild()], codes, index
-        )
+        user_rules = items(get_path(spec, ("podFailurePolicy", "rules")))
+        pod_spec = mapping(get_path(spec, ("template", "spec")))
+        ours = [rule for rule, _ in our_rules(resolve_count(policy, user_rules), pod_spec)]
+        failing = {fp.rule_key(rule) for rule in ours if rule["action"] == "FailJob"}
+        merged, _ = fp.merge(user_rules, ours)
+        found = []
+        for index, rule in enumerate(merged):
+            if fp.rule_key(rule) in failing:
+                name = mapping(rule.get("onExitCodes")).get("containerName")
+                container: Piece = name if isinstance(name, str) else Wild()
+                found.append(failjob_message(container, ns, [Wild()], codes, index))
+        messages[str(rjob.get("name"))] = found
     return messages
 
 
@@ -493,25 +525,26 @@ def pattern_applies(pattern: Any, message: Sequence[Piece]) -> tuple[bool, str]:
 
 
 def _applies(
-    rule: Mapping[str, Any], reason: str, messages: Mapping[str, Sequence[Piece]]
+    rule: Mapping[str, Any], reason: str, messages: Mapping[str, Sequence[Sequence[Piece]]]
 ) -> tuple[bool, str, str]:
     """Whether ``rule`` applies to some Job failed with ``reason`` and one of ``messages``
-    (by replicated Job), as ``ruleIsApplicable`` decides; with the pattern that matched,
-    and why it was taken to match when it could not be read."""
+    (by replicated Job, each a message as pieces), as ``ruleIsApplicable`` decides; with
+    the pattern that matched, and why it was taken to match when it could not be read."""
     reasons = rule.get("onJobFailureReasons") or []
     if not isinstance(reasons, list) or (reasons and reason not in reasons):
         return False, "", ""
     targets = rule.get("targetReplicatedJobs") or []
     patterns = rule.get("onJobFailureMessagePatterns") or []
-    for name, message in messages.items():
+    for name, texts in messages.items():
         if isinstance(targets, list) and targets and name not in targets:
             continue
         if not isinstance(patterns, list) or not patterns:
             return True, "", ""
         for pattern in patterns:
-            hit, why = pattern_applies(pattern, message)
-            if hit:
-                return True, str(pattern), why
+            for message in texts:
+                hit, why = pattern_applies(pattern, message)
+                if hit:
+                    return True, str(pattern), why
     return False, "", ""
 
 
@@ -538,7 +571,10 @@ def _covers(rule: Any) -> bool:
 
 
 def _check_rules(
-    rules: list[Any], policy: Policy, out: Outcome, messages: Mapping[str, Sequence[Piece]]
+    rules: list[Any],
+    policy: Policy,
+    out: Outcome,
+    messages: Mapping[str, Sequence[Sequence[Piece]]],
 ) -> Policy:
     """The user's rules come first (first match wins): one that restarts on a
     podFailurePolicy failure with our FailJob rule's message would keep ours from firing."""
@@ -601,7 +637,7 @@ def _check_uncounted_restarts(
                 break
             if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
                 continue
-            applies, _, why = _applies(rule, reason, {name: [message] for name in left})
+            applies, _, why = _applies(rule, reason, {name: [[message]] for name in left})
             if not applies:
                 continue
             if rule["action"] in IGNORING_ACTIONS:
@@ -657,7 +693,7 @@ def _check_oom_restarts(
         spec = get_path(rjob, ("template", "spec"))
         per_index = isinstance(spec, dict) and spec.get("backoffLimitPerIndex") is not None
         reason = "FailedIndexes" if per_index else "BackoffLimitExceeded"
-        messages: dict[str, list[Piece]] = {str(name): [BUDGET_MESSAGES[reason]]}
+        messages: dict[str, list[list[Piece]]] = {str(name): [[BUDGET_MESSAGES[reason]]]}
         for index, rule in enumerate(rules):
             if not isinstance(rule, dict) or not _applies(rule, reason, messages)[0]:
                 continue

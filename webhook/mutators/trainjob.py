@@ -40,7 +40,13 @@ from typing import Any
 
 from webhook.cluster import runtimes as rt
 from webhook.mutators import Change, Context, Outcome, inplace, items, mapping, register
-from webhook.mutators.job import JOBSET_GROUP, WorkloadMutator, get_path
+from webhook.mutators.job import (
+    JOBSET_GROUP,
+    UNBOUNDED,
+    WorkloadMutator,
+    get_path,
+    unbounded_note,
+)
 from webhook.mutators.jobset import JobSetMutator, check_unsupported
 from webhook.policy.model import (
     APPLIED,
@@ -356,14 +362,20 @@ class TrainJobMutator(WorkloadMutator):
             )
             return out
         if found.runtime is not None:
-            self._judge_jobset({**trainjob, "spec": changed_spec}, found.runtime, label, ctx, out)
+            unbounded = self._judge_jobset(
+                {**trainjob, "spec": changed_spec}, found.runtime, label, ctx, out
+            )
         else:
             out.policies["spec"] = inplace.check_version(check_unsupported(policy, out), ctx, out)
+            unbounded = out.policies["spec"].ignore_disruptions
             out.note(
                 f"retry-policy: {label} not read ({found.reason}): the policy is checked "
                 "against it when the trainer creates the JobSet (a denial then shows in "
                 "kubectl describe trainjob)"
             )
+        if unbounded and changed_spec.get("activeDeadlineSeconds") is None:
+            # The trainer fails the TrainJob at its deadline (KEP-2899), whatever its Jobs'.
+            out.note(unbounded_note("spec.activeDeadlineSeconds"))
         if out.problems or changed_spec == spec:
             return out
         trainjob["spec"] = changed_spec
@@ -383,9 +395,11 @@ class TrainJobMutator(WorkloadMutator):
         label: str,
         ctx: Context,
         out: Outcome,
-    ) -> None:
+    ) -> bool:
         """Run the JobSet mutator on the JobSet the trainer will make: its problems are
-        the TrainJob's, its changes said as what the JobSet will get."""
+        the TrainJob's, its changes said as what the JobSet will get. Returns whether one
+        of its Jobs ignores disruptions without a deadline of its own: the JobSet's
+        warning names a field of the runtime, the TrainJob's user is told of its own."""
         jobset = jobset_for(trainjob, runtime)
         # (In-place restarts' deadline was checked on the TrainJob: ``_bound_in_place``.)
         jobset_ctx = dataclasses.replace(ctx, operation="CREATE", outer_bound="the TrainJob")
@@ -393,8 +407,10 @@ class TrainJobMutator(WorkloadMutator):
         out.problems.extend(_on_runtime(p, label) for p in judged.problems)
         for change in judged.changes:
             out.changed(f"retry-policy: JobSet: {change.text.removeprefix('retry-policy: ')}")
-        out.notes.extend(judged.notes)
+        notes = [note for note in judged.notes if not note.endswith(UNBOUNDED)]
+        out.notes.extend(notes)
         out.policies.update({f"jobset.{k}": v for k, v in judged.policies.items()})
+        return len(notes) < len(judged.notes)
 
     def restore(self, trainjob: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]:
         """On UPDATE: the webhook's runtime patch as it was, at its place, when the update

@@ -404,6 +404,8 @@ _BUILTIN: dict[str, Any] = {
     "in-place-exit-codes": None,
     "in-place-scope": "container",
     "attempt": None,
+    # Not an annotation: see ``Policy.count_disruptions``.
+    "count-disruptions": None,
 }
 
 
@@ -439,6 +441,20 @@ class Policy:
     @property
     def ignore_disruptions(self) -> bool:
         return bool(self.value("ignore-disruptions"))
+
+    @property
+    def count_disruptions(self) -> bool:
+        """Whether ``fail-non-retriable`` puts its Count rule on DisruptionTarget before
+        its exit-code rules (``failurepolicy.count_disruptions_rule``). Not with
+        ``ignore-disruptions``, whose Ignore rule takes disrupted pods first. The setting
+        behind it is never an annotation: unset (``None``) until a JobSpec's own rules are
+        read (``mutators.job.resolve_count``; kinds without a podFailurePolicy never get
+        it), ``False`` to restore a JobSet made before this rule existed."""
+        return (
+            self.fail_non_retriable
+            and not self.ignore_disruptions
+            and self.value("count-disruptions") is True
+        )
 
     @property
     def non_spot_attempts(self) -> int:
