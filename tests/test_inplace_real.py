@@ -455,6 +455,17 @@ def test_the_version_is_read_from_the_api(api, tmp_path, answer, expected):
     assert versions.stats() == {"source": "apiserver", "version": str(expected), "error": None}
 
 
+def test_an_emulated_version_is_the_one_whose_gates_are_on(api, tmp_path):
+    """A 1.36 API server run with ``--emulated-version=1.35`` (KEP-4330) reports its binary
+    as ``major``/``minor`` and 1.35 as ``emulationMajor``/``emulationMinor``
+    (k8s.io/apimachinery/pkg/version/types.go); its feature gates default as 1.35's do,
+    so RestartAllContainers is off there: the emulated version is the cluster's."""
+    api.server_version = version_info("v1.36.0", emulated="1.35")
+    versions = server_version(api.url, tmp_path)
+    versions.poll(now=0.0)
+    assert versions.kubernetes_version() == KubeVersion(1, 35)
+
+
 @pytest.mark.parametrize("down", ["500", "closed", "refused"])
 def test_an_api_down_at_the_first_poll_leaves_the_version_unknown(api, tmp_path, down):
     """An error answer, a connection closed without one, nothing listening."""
