@@ -349,6 +349,9 @@ def test_the_admins_default_deadline_is_written(clusters, tmp_path):
 
 
 def test_unbounded_restarts_the_admin_allowed_are_warned(clusters, tmp_path):
+    """guardRails.allowUnboundedInPlace: written without a deadline, with a warning on
+    every admission (the API server shows a webhook's warnings to the client:
+    ``warnings`` of AdmissionResponse, k8s.io/api/admission/v1)."""
     obj = pod(CODES, namespace="unbounded")
     response, out = admit(clusters["1.36"].server, obj)
     assert out is not None, response
@@ -447,6 +450,9 @@ def asked(api: FakeAPI) -> int:
     ids=["1.36", "gke-35+", "eks-35+", "1.34"],
 )
 def test_the_version_is_read_from_the_api(api, tmp_path, answer, expected):
+    """``major``/``minor`` of version.Info (k8s.io/apimachinery/pkg/version/types.go), as
+    strings; GKE and EKS write the minor as ``35+``. The Python client's
+    ``VersionApi.get_code`` asks ``/version/``."""
     api.server_version = answer
     versions = server_version(api.url, tmp_path)
     versions.poll(now=0.0)
@@ -468,7 +474,8 @@ def test_an_emulated_version_is_the_one_whose_gates_are_on(api, tmp_path):
 
 @pytest.mark.parametrize("down", ["500", "closed", "refused"])
 def test_an_api_down_at_the_first_poll_leaves_the_version_unknown(api, tmp_path, down):
-    """An error answer, a connection closed without one, nothing listening."""
+    """An error answer (the client's ApiException), a connection closed without one and
+    nothing listening (urllib3's MaxRetryError, after its default retries)."""
     url = api.url
     if down == "500":
         api.version_status = 500
@@ -484,6 +491,9 @@ def test_an_api_down_at_the_first_poll_leaves_the_version_unknown(api, tmp_path,
 
 
 def test_an_api_down_after_an_answer_keeps_the_last_version(api, tmp_path):
+    """A control plane that fails for a while (an upgrade, a blip) has not gone back in
+    version: the last answer stays in force, the error is reported until an answer
+    comes again."""
     versions = server_version(api.url, tmp_path)
     versions.poll(now=0.0)
     api.version_status = 500
@@ -512,6 +522,8 @@ def test_the_version_is_refreshed_every_refresh_interval(api, tmp_path):
 
 
 def test_a_failure_is_retried_sooner_than_a_refresh(api, tmp_path):
+    """After a failure /version is asked again RETRY_SECONDS later, not REFRESH_SECONDS:
+    a server that started while its API was down learns the version within 30 s."""
     versions = server_version(api.url, tmp_path)
     api.version_status = 500
     versions.poll(now=0.0)
@@ -582,6 +594,9 @@ def test_dry_run_into_a_pipe_closed_early_stops_quietly(tmp_path):
 
 
 def test_dry_run_for_an_older_cluster_denies_naming_1_35(tmp_path):
+    """``--kubernetes-version`` is the cluster the dry run judges for: at 1.34 the
+    ContainerRestartRules gate is off and the API server would drop the rules
+    (dropDisabledPodFields, pkg/api/pod/util.go), so the Job is denied (exit 1)."""
     result = dry_run(
         "-f",
         str(_write(tmp_path, [_manifest("old", CODES, **DEADLINE)])),
@@ -597,6 +612,8 @@ def test_dry_run_for_an_older_cluster_denies_naming_1_35(tmp_path):
 
 
 def test_a_bad_kubernetes_version_is_a_usage_error(tmp_path):
+    """A version that does not parse is argparse's usage error (exit 2, the usage line and
+    the reason on stderr), before any object is read."""
     source = _write(tmp_path, [_manifest("any", CODES, **DEADLINE)])
     result = dry_run("-f", str(source), "--kubernetes-version", "abc")
     assert result.returncode == 2
