@@ -316,6 +316,30 @@ def test_other_kinds_get_restart_rules(clusters, kind, version, annotations, act
     assert_real(obj, response, out, tmp_path)
 
 
+def test_a_jobsets_defaulted_on_failure_becomes_never(clusters, tmp_path):
+    """JobSet's own webhook defaults an unset restartPolicy to OnFailure
+    (jobSetWebhook.Default, pkg/webhooks/jobset_webhook.go), and that is what reaches ours
+    after it: the user asked for nothing, so it becomes Never, as it does for a
+    podFailurePolicy. An OnFailure the user wrote (in the kubectl apply record) is kept,
+    and the annotation denied."""
+    server = clusters["1.36"].server
+    obj = jobset(CODES, jobs=[replicated("workers", **DEADLINE)], applied=True)
+    child(obj, 0)["template"]["spec"]["restartPolicy"] = "OnFailure"
+    response, out = admit(server, obj)
+    assert out is not None, response
+    pod_spec = child(out, 0)["template"]["spec"]
+    assert pod_spec["restartPolicy"] == "Never"
+    assert containers(pod_spec) == [("Never", [rule()])]
+    assert (
+        "retry-policy: spec.replicatedJobs[0].template.spec.template.spec.restartPolicy "
+        "OnFailure -> Never (for in-place-exit-codes)" in response["warnings"]
+    )
+    assert_real(obj, response, out, tmp_path)
+    jobs = [replicated("workers", restart_policy="OnFailure", **DEADLINE)]
+    message = denied(server, jobset(CODES, jobs=jobs, applied=True))
+    assert "restartPolicy is OnFailure, which already restarts every failed container" in message
+
+
 @pytest.mark.parametrize(
     ("obj", "field"),
     [

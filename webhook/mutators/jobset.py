@@ -362,12 +362,17 @@ def _apply_replicated_job(
     if reverted is None:
         return resolved
     rp_path = intent.dotted((*path, "template", "spec", "restartPolicy"))
+    shown = f" {reverted}" if reverted else ""
     if resolved.fail_non_retriable or resolved.ignore_disruptions:
         name = "fail-non-retriable" if resolved.fail_non_retriable else "ignore-disruptions"
-        shown = f" {reverted}" if reverted else ""
         out.changed(
             f"retry-policy: {rp_path}{shown} -> Never (for the podFailurePolicy)",
             resolved.setting(name),
+        )
+    elif resolved.in_place_exit_codes:
+        out.changed(
+            f"retry-policy: {rp_path}{shown} -> Never (for in-place-exit-codes)",
+            resolved.setting("in-place-exit-codes"),
         )
     else:
         # Nothing needs it after all (an admin default was skipped): leave it as it was.
@@ -409,12 +414,13 @@ def _child_policy(
 def _restart_never(
     jobset: Mapping[str, Any], path: tuple[str | int, ...], job_spec: dict[str, Any], policy: Policy
 ) -> str | None:
-    """Set the pod template's ``restartPolicy: Never`` (required by a podFailurePolicy) when
-    the user did not write one; JobSet's own webhook would default it to OnFailure.
+    """Set the pod template's ``restartPolicy: Never`` (required by a podFailurePolicy and
+    by in-place restarts) when the user did not write one; JobSet's own webhook would
+    default it to OnFailure.
 
     Returns the previous value ("" when unset), or ``None`` when nothing was changed.
     """
-    if not (policy.fail_non_retriable or policy.ignore_disruptions):
+    if not (policy.fail_non_retriable or policy.ignore_disruptions or policy.in_place_exit_codes):
         return None
     pod_spec = get_path(job_spec, ("template", "spec"))
     if not isinstance(pod_spec, dict):
