@@ -291,8 +291,7 @@ def _kinds(annotations: dict[str, str]) -> dict[str, tuple[dict[str, Any], Any]]
             cronjob(annotations, job_spec=DEADLINE),
             lambda o: o["spec"]["jobTemplate"]["spec"]["template"]["spec"],
         ),
-        # JobSet's own webhook would default an unset restartPolicy to OnFailure
-        # (jobSetWebhook.Default, pkg/webhooks/jobset_webhook.go): the user writes Never.
+        # Never written by the user (JobSet's default OnFailure: the test after next).
         "JobSet": (
             jobset(annotations, jobs=[replicated("workers", restart_policy="Never", **DEADLINE)]),
             lambda o: child(o, 0)["template"]["spec"],
