@@ -291,7 +291,8 @@ def _kinds(annotations: dict[str, str]) -> dict[str, tuple[dict[str, Any], Any]]
             cronjob(annotations, job_spec=DEADLINE),
             lambda o: o["spec"]["jobTemplate"]["spec"]["template"]["spec"],
         ),
-        # Never written by the user (JobSet's default OnFailure: the test after next).
+        # Never written by the user (JobSet's default OnFailure is
+        # test_a_jobsets_defaulted_on_failure_becomes_never's).
         "JobSet": (
             jobset(annotations, jobs=[replicated("workers", restart_policy="Never", **DEADLINE)]),
             lambda o: child(o, 0)["template"]["spec"],
