@@ -5,6 +5,10 @@ documented API behaviour we rely on: ``resourceVersion`` on lists and events,
 ``continue`` tokens, watch ``ERROR`` events with code 410 when a version is too old, and
 Status bodies on errors.
 
+``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
+per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a
+Status body, or ``VERSION_DOWN`` for a connection closed without an answer.
+
 It also stores Secrets and mutating/validating webhook configurations (GET, POST, PUT,
 PATCH) with the API's write semantics: 404 ``NotFound`` for a missing object, 409
 ``AlreadyExists`` on create, 409 ``Conflict`` when the ``resourceVersion`` of a PUT
@@ -69,6 +73,37 @@ NAMED = {
 }
 
 
+#: ``version_status`` for a ``/version`` whose connection closes without an answer.
+VERSION_DOWN = 0
+
+
+def version_info(git_version: str, *, minor: str = "", emulated: str = "") -> dict[str, str]:
+    """What ``GET /version`` answers for a server built as ``git_version`` (``v1.35.2``,
+    ``v1.35.2-gke.1000``): ``version.Info`` of k8s.io/apimachinery/pkg/version/types.go,
+    every field the kubernetes client requires, and the emulation and minimum
+    compatibility versions an API server reports since 1.33 (KEP-4330: the emulated
+    version is the binary's own unless it runs with ``--emulated-version``, here
+    ``emulated``). ``minor`` overrides the binary's minor as providers write it (GKE and
+    EKS: ``35+``)."""
+    major, own_minor = git_version.removeprefix("v").split("-")[0].split(".")[:2]
+    emulation_major, emulation_minor = (emulated or f"{major}.{own_minor}").split(".")
+    return {
+        "major": major,
+        "minor": minor or own_minor,
+        "emulationMajor": emulation_major,
+        "emulationMinor": emulation_minor,
+        "minCompatibilityMajor": emulation_major,
+        "minCompatibilityMinor": str(int(emulation_minor) - 1),
+        "gitVersion": git_version,
+        "gitCommit": "6c1fd6e1e0e4b1b7a0a4c5f3b2d4e6f8a9b0c1d2",
+        "gitTreeState": "clean",
+        "buildDate": "2026-04-22T10:00:00Z",
+        "goVersion": "go1.25.4",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -85,6 +120,8 @@ class FakeAPI:
         self.watchers: dict[str, list[queue.Queue]] = {r: [] for r in LISTED.values()}
         self.requests: list[tuple[str, str]] = []
         self.get_status = 200  # status for GET of one Job
+        self.server_version = version_info("v1.36.0")  # what GET /version answers
+        self.version_status = 200  # else that error, or VERSION_DOWN: no answer at all
         self.get_delay = 0.0
         self.fail_lists = 0  # answer this many list calls with 500 first
         self.pod_list_status = 200  # status for a list of one namespace's pods
@@ -284,6 +321,8 @@ class FakeAPI:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 api.requests.append((url.path, url.query))
+                if url.path in ("/version", "/version/"):  # the Python client asks the latter
+                    return self._version()
                 if url.path in LISTED:
                     resource = LISTED[url.path]
                     if query.get("watch") in ("true", "True", "1"):
@@ -435,6 +474,15 @@ class FakeAPI:
             def _end(self) -> None:
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+
+            def _version(self) -> None:
+                status = api.version_status
+                if status == VERSION_DOWN:
+                    self.close_connection = True  # the client sees the connection drop
+                    return None
+                if status != 200:
+                    return self._status(status, "InternalError", "the server is unavailable")
+                self._send(200, dict(api.server_version))
 
             def _get_runtime(self, resource: str, namespace: str, name: str) -> None:
                 if api.get_status != 200:

@@ -78,7 +78,7 @@ class ServerVersion:
             self._next = now + RETRY_SECONDS
         try:
             info = self._api.get_code(_request_timeout=self._timeout)
-            version = KubeVersion.of_server(info.major, info.minor, info.git_version or "")
+            version = KubeVersion.of_server(*_gates_version(info))
         except Exception as err:  # any failure: keep what we knew
             self.last_error = f"{type(err).__name__}: {err}"[:300]
             log.warning("cannot read the Kubernetes version: %s", self.last_error)
@@ -97,3 +97,15 @@ class ServerVersion:
             "version": str(self._version) if self._version else None,
             "error": self.last_error,
         }
+
+
+def _gates_version(info: Any) -> tuple[str, str, str]:
+    """The version whose feature gates are on: an API server run with
+    ``--emulated-version`` (KEP-4330) reports its binary as ``major``/``minor`` and the
+    emulated release, whose gate defaults it follows, as ``emulationMajor``/
+    ``emulationMinor`` (since 1.33; absent from older servers and clients)."""
+    major = getattr(info, "emulation_major", None)
+    minor = getattr(info, "emulation_minor", None)
+    if major and minor:
+        return major, minor, ""
+    return info.major, info.minor, info.git_version or ""

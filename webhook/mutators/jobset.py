@@ -391,15 +391,14 @@ def _apply_replicated_job(
     if reverted is None:
         return resolved
     rp_path = intent.dotted((*path, "template", "spec", "restartPolicy"))
+    shown = f" {reverted}" if reverted else ""
     if resolved.fail_non_retriable or resolved.ignore_disruptions:
         name = "fail-non-retriable" if resolved.fail_non_retriable else "ignore-disruptions"
-        shown = f" {reverted}" if reverted else ""
         out.changed(
             f"retry-policy: {rp_path}{shown} -> Never (for the podFailurePolicy)",
             resolved.setting(name),
         )
     elif resolved.in_place_exit_codes:
-        shown = f" {reverted}" if reverted else ""
         out.changed(
             f"retry-policy: {rp_path}{shown} -> Never (for in-place restarts)",
             resolved.setting("in-place-exit-codes"),
