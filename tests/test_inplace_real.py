@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -709,3 +711,37 @@ def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
     if obj["kind"] == "CronJob":
         spec = spec["jobTemplate"]["spec"]
     return spec["template"]["spec"] if obj["kind"] != "Pod" else spec
+
+
+def test_an_api_that_never_answers_is_asked_twice_per_poll(tmp_path):
+    """An API server that accepts connections and never answers: one retry, not urllib3's
+    default three, so a worker's start waits two timeouts at most."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)  # held open, never answered
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    configuration = client.Configuration()
+    kube_config.load_kube_config(
+        str(write_kubeconfig(tmp_path / "kubeconfig", url)), client_configuration=configuration
+    )
+    source = ServerVersion(client.ApiClient(configuration), timeout=0.2)
+    try:
+        source.poll(now=0.0)
+        assert source.kubernetes_version() is None
+        assert source.last_error is not None
+        assert len(accepted) == 2
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()

@@ -56,9 +56,15 @@ class ServerVersion:
     """The API server's answer, refreshed by ``poll`` (called by the maintenance loop)."""
 
     def __init__(self, api_client: Any, timeout: float = 5.0):
+        import copy
+
         from kubernetes import client
 
-        self._api = client.VersionApi(api_client)
+        # A client of its own, retrying once: urllib3's default three retries made an API
+        # that accepts connections but never answers hold a worker's start for 4 timeouts.
+        configuration = copy.copy(api_client.configuration)
+        configuration.retries = 1
+        self._api = client.VersionApi(client.ApiClient(configuration))
         self._timeout = timeout
         self._lock = threading.Lock()
         self._version: KubeVersion | None = None
