@@ -37,6 +37,7 @@ from webhook.mutators import (
 )
 from webhook.policy.model import (
     APPLIED,
+    BUILTIN,
     PREFIX,
     Policy,
     Scope,
@@ -418,26 +419,11 @@ def write_limit(obj: Any, field: LimitField, policy: Policy, out: Outcome) -> No
     )
 
 
-#: The value that turns each setting off, for settings a kind cannot honour.
-OFF: dict[str, Any] = {
-    "fail-non-retriable": False,
-    "ignore-disruptions": False,
-    "non-spot-attempts": 0,
-    "on-non-retriable": "fail-job",
-    "error-propagation": None,
-    "oom-memory-factor": None,
-    "oom-memory-limit": None,
-    "avoid-failed-nodes": False,
-    "in-place-exit-codes": None,
-    "in-place-scope": "container",
-}
-
-
 def not_applicable(policy: Policy, name: str, kind: str, why: str, out: Outcome) -> Policy:
     """A setting this kind cannot honour: denied when annotated, skipped (with a warning)
     when an admin default asked for it; never silently ignored."""
     out.conflict(policy, name, f"cannot apply to a {kind}: {why}", "not-applicable")
-    return with_setting(policy, name, Setting(OFF[name], Source.BUILTIN))
+    return with_setting(policy, name, Setting(BUILTIN[name], Source.BUILTIN))
 
 
 def check_not_applicable(

@@ -390,7 +390,8 @@ class Layer:
     detail: str = ""
 
 
-_BUILTIN: dict[str, Any] = {
+#: Every setting's value when nothing sets it, which is also the value that turns it off.
+BUILTIN: dict[str, Any] = {
     "fail-non-retriable": False,
     "retriable-exit-codes": DEFAULT_RETRIABLE_EXIT_CODES,
     "on-non-retriable": "fail-job",
@@ -516,7 +517,7 @@ class Policy:
 def resolve(layers: list[Layer]) -> Policy:
     """Pick, for every key, the value of the first layer that sets it."""
     settings: dict[str, Setting] = {}
-    for name, builtin in _BUILTIN.items():
+    for name, builtin in BUILTIN.items():
         for layer in layers:
             if name in layer.values:
                 settings[name] = Setting(layer.values[name], layer.source, layer.detail)
