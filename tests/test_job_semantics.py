@@ -357,6 +357,23 @@ COUNT_ADDED = (
 )
 
 
+def test_matchPodFailurePolicy_the_count_rule_precedes_a_copy_of_our_failjob_rule():
+    """upstream: matchPodFailurePolicy stops at the first match. A manifest copied from a
+    Job an earlier version mutated (``kubectl get -o yaml``) already holds our FailJob
+    rule; the Count rule added now must still come before it, or a preempted pod that
+    exits 137 matches the FailJob copy first and fails the Job."""
+    copied = fp.non_retriable_rule([143], "FailJob", "main")
+    own = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [75]}}
+    spec = {"podFailurePolicy": {"rules": [own, copied]}}
+    verdict, out = mutate(job({P + "fail-non-retriable": "true"}, spec=spec))
+    assert verdict.allowed, verdict.message
+    assert rules_of(out) == [own, fp.count_disruptions_rule(), copied]
+    status = failed_pod_status(containers=[("main", 137)], conditions=[DISRUPTED])
+    match = fp.evaluate(rules_of(out), PodFailure.from_pod(status))
+    assert match is not None and match.action == "Count"
+    assert mutate(out)[0].patch == []
+
+
 def test_matchPodFailurePolicy_counts_a_preempted_pod_before_the_failjob_rules(tmp_path):
     """upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go) stops at
     the first rule that matches. A preempted, evicted or drained pod has

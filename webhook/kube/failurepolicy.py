@@ -149,17 +149,27 @@ def _int_list(values: Any) -> TypeGuard[list[int]]:
 def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any], list[dict]]:
     """The user's rules first (their order is their intent), then ours not already there.
 
-    ``ours`` are fresh dicts built for this request; they are placed as they are.
+    A rule of ours the input already holds (a manifest copied from a Job an earlier
+    version of the webhook mutated) keeps its place, and the ones we add before it in our
+    order go just before it: otherwise a rule meant to decide first (Count on
+    DisruptionTarget) would land after the exit-code rule it must precede (the Job
+    controller takes the first match). ``ours`` are fresh dicts built for this request;
+    they are placed as they are.
     """
     merged = list(user_rules)
-    present = {rule_key(rule) for rule in user_rules}
+    keys = [rule_key(rule) for rule in user_rules]
+    present = set(keys)
+    ours_keys = [rule_key(rule) for rule in ours]
     added = []
-    for rule in ours:
-        key = rule_key(rule)
-        if key not in present:
-            merged.append(rule)
-            present.add(key)
-            added.append(rule)
+    for position, (rule, key) in enumerate(zip(ours, ours_keys, strict=True)):
+        if key in present:
+            continue
+        later = [keys.index(k) for k in ours_keys[position + 1 :] if k in keys]
+        at = min(later) if later else len(merged)
+        merged.insert(at, rule)
+        keys.insert(at, key)
+        present.add(key)
+        added.append(rule)
     return merged, added
 
 
