@@ -27,7 +27,7 @@ from webhook.kube.intent import LAST_APPLIED
 from webhook.kube.objects import mapping
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config, ConfigError, load_config
-from webhook.policy.model import PREFIX
+from webhook.policy.model import KEYS
 from webhook.tls import certs
 
 EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
@@ -38,7 +38,7 @@ EXIT_PIPE = 141
 #: What the offline commands assume without ``--kubernetes-version`` or a config pin: the
 #: newest release whose gated fields the policy knows.
 ASSUMED_VERSION = KubeVersion(1, 36)
-IN_PLACE_KEY = PREFIX + "in-place-exit-codes"
+IN_PLACE_KEY = KEYS["in-place-exit-codes"].annotation
 
 
 class InputError(Exception):

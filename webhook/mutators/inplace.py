@@ -82,6 +82,14 @@ def deadline_set(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def job_spec_bounded(job_spec: Mapping[str, Any]) -> bool:
+    """A JobSpec whose own deadline, or its pod template's, ends in-place restarts."""
+    pod_spec = mapping(mapping(job_spec.get("template")).get("spec"))
+    return deadline_set(job_spec.get("activeDeadlineSeconds")) or deadline_set(
+        pod_spec.get("activeDeadlineSeconds")
+    )
+
+
 def _off(policy: Policy) -> Policy:
     return with_setting(policy, "in-place-exit-codes", Setting(None, Source.BUILTIN))
 
@@ -99,18 +107,21 @@ def check(
     path, e.g. ``spec.template``); a conflict turns them off (denied when annotated,
     skipped with a warning from a default). Returns the policy and, when a default
     deadline must be written to bound them, that deadline."""
-    codes = policy.in_place_exit_codes
-    if not codes:
+    if not policy.in_place_exit_codes:
         return policy, None
     for check_one in (_version, _restart_policies, _user_rules, _oom):
-        message, name, reason = check_one(policy, pod_spec, ctx, where, user_rules)
-        if message:
-            out.conflict(policy, name, message, reason)
-            if name == "in-place-scope":
-                # Only the scope was wrong: the container-scope rule may still apply.
-                policy = with_setting(policy, name, Setting("container", Source.BUILTIN))
-                continue
-            return _off(policy), None
+        policy = _settle(policy, check_one(policy, pod_spec, ctx, where, user_rules), out)
+        if not policy.in_place_exit_codes:
+            return policy, None
+    return settle_bound(policy, bound, ctx, out)
+
+
+def settle_bound(
+    policy: Policy, bound: Bound, ctx: Context, out: Outcome, why: str = "backoffLimit never"
+) -> tuple[Policy, int | None]:
+    """Restarts in place need something to end them: ``bound``, else the admin's default
+    deadline (returned, for the caller to write), else the admin's permission to run
+    unbounded (warned), else a conflict."""
     if bound.present:
         return policy, None
     rails = ctx.config.rails(ctx.namespace)
@@ -125,8 +136,7 @@ def check(
     out.conflict(
         policy,
         "in-place-exit-codes",
-        "restarts in place are not pod failures, so backoffLimit never ends them: set "
-        f"{bound.fields}",
+        f"restarts in place are not pod failures, so {why} ends them: set {bound.fields}",
         "unbounded",
     )
     return _off(policy), None
@@ -137,17 +147,24 @@ def check_version(policy: Policy, ctx: Context, out: Outcome) -> Policy:
     TrainJob whose runtime was not read): the rest is checked where they are."""
     if not policy.in_place_exit_codes:
         return policy
-    message, name, reason = _version(policy, {}, ctx, "", ())
+    return _settle(policy, _version(policy, {}, ctx, "", ()), out)
+
+
+Found = tuple[str, str, str]  # (message, the setting it is about, reason); "" when fine
+_FINE: Found = ("", "", "")
+
+
+def _settle(policy: Policy, found: Found, out: Outcome) -> Policy:
+    """A check's finding as a conflict (denied when annotated, skipped from a default):
+    a wrong scope falls back to the container scope, anything else turns in-place
+    restarts off."""
+    message, name, reason = found
     if not message:
         return policy
     out.conflict(policy, name, message, reason)
     if name == "in-place-scope":
         return with_setting(policy, name, Setting("container", Source.BUILTIN))
     return _off(policy)
-
-
-Found = tuple[str, str, str]  # (message, the setting it is about, reason); "" when fine
-_FINE: Found = ("", "", "")
 
 
 def _version(

@@ -572,9 +572,7 @@ def apply_job_spec(
     budget = Budget.of(policy, field, restarts, lineage)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     bound = inplace.Bound(
-        outer_bound is not None
-        or inplace.deadline_set(spec.get("activeDeadlineSeconds"))
-        or inplace.deadline_set(pod_spec.get("activeDeadlineSeconds")),
+        outer_bound is not None or inplace.job_spec_bounded(spec),
         f"{where}.activeDeadlineSeconds (or the pod template's)",
     )
     policy, deadline = inplace.check(

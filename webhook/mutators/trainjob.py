@@ -56,7 +56,6 @@ from webhook.policy.model import (
     Setting,
     Source,
     format_value,
-    with_setting,
 )
 from webhook.problems import Problem
 
@@ -447,41 +446,20 @@ def _bound_in_place(
     TrainJob and deletes its JobSet when it passes: ``reconcileDeadline``), or one on every
     replicated Job of its runtime; else the admin's default, written here (the field is
     immutable after creation), or the admin's permission to run unbounded."""
-    if inplace.deadline_set(spec.get("activeDeadlineSeconds")):
-        return policy
-    if runtime is not None:
+    present = inplace.deadline_set(spec.get("activeDeadlineSeconds"))
+    if not present and runtime is not None:
         jobset = jobset_for({**trainjob, "spec": spec}, runtime)
         templates = [
             mapping(get_path(r, ("template", "spec")))
             for r in items(get_path(jobset, ("spec", "replicatedJobs")))
         ]
-        if templates and all(
-            inplace.deadline_set(t.get("activeDeadlineSeconds"))
-            or inplace.deadline_set(get_path(t, ("template", "spec", "activeDeadlineSeconds")))
-            for t in templates
-        ):
-            return policy
-    rails = ctx.config.rails(ctx.namespace)
-    if rails.in_place_deadline_seconds is not None:
-        inplace.write_deadline(
-            spec,
-            "activeDeadlineSeconds",
-            rails.in_place_deadline_seconds,
-            "spec.activeDeadlineSeconds",
-            out,
-        )
-        return policy
-    if rails.allow_unbounded_in_place:
-        out.note(
-            "retry-policy: in-place restarts are unbounded (guardRails.allowUnboundedInPlace): "
-            "set spec.activeDeadlineSeconds to end a container that never stops failing"
-        )
-        return policy
-    out.conflict(
-        policy,
-        "in-place-exit-codes",
-        "restarts in place are not pod failures, so no retry budget ends them: set "
-        "spec.activeDeadlineSeconds (or one on every replicated Job of the runtime)",
-        "unbounded",
+        present = bool(templates) and all(inplace.job_spec_bounded(t) for t in templates)
+    fields = "spec.activeDeadlineSeconds (or one on every replicated Job of the runtime)"
+    policy, deadline = inplace.settle_bound(
+        policy, inplace.Bound(present, fields), ctx, out, "no retry budget"
     )
-    return with_setting(policy, "in-place-exit-codes", Setting(None, Source.BUILTIN))
+    if deadline is not None:
+        inplace.write_deadline(
+            spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
+        )
+    return policy
