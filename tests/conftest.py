@@ -1,8 +1,17 @@
 """Shared builders and fixtures.
 
-Fixtures are built here, in code, the way the API server sends them (defaulted objects,
-``uid`` and ``creationTimestamp`` set, ``last-applied-configuration`` when the test
-says the object came from ``kubectl apply``): no recorded documents are copied.
+Fixtures are built here, in code, the way the API server sends them: defaulted objects,
+a ``last-applied-configuration`` when the test says the object came from ``kubectl
+apply``, and on CREATE no ``uid``, ``creationTimestamp`` or ``resourceVersion``: the create
+handler wipes the first two before admission and the store assigns them after
+(``rest.WipeObjectMetaSystemFields`` in k8s.io/apiserver pkg/endpoints/handlers/create.go,
+``rest.FillObjectMetaSystemFields`` in ``Store.create``), and a client that sends a
+``resourceVersion`` is refused by the store. ``managedFields`` *are* there: the same
+handler runs ``FieldManager.UpdateNoErrors`` before ``mutatingAdmission.Admit``. A
+controller's pod has ``generateName`` and no ``name`` (the name is
+generated in ``BeforeCreate``, after admission). Objects that exist already (UPDATE,
+DELETE, what a watch delivers) get their system fields from ``stored``. No recorded
+documents are copied.
 """
 
 from __future__ import annotations
@@ -76,8 +85,6 @@ def job(
     obj = copy.deepcopy(manifest)
     if applied:
         obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
-    obj["metadata"]["uid"] = str(uuid.uuid4())
-    obj["metadata"]["creationTimestamp"] = "2026-11-22T00:00:00Z"
     if default:
         defaults.apply_defaults(obj)
     return obj
@@ -86,15 +93,23 @@ def job(
 def pod(
     annotations: dict[str, str] | None = None,
     *,
-    name: str = "train-abcde",
+    name: str | None = None,
     namespace: str = "ml",
     owner: dict[str, Any] | None = None,
     spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A Pod as admission sees it on CREATE: a controller's pod (``owner``) has
+    ``generateName`` (the Job controller's is ``<job>-``) and no name; a bare pod has the
+    name its author wrote (``name``, default ``train-abcde``)."""
+    metadata: dict[str, Any] = {"namespace": namespace}
+    if owner and name is None:
+        metadata["generateName"] = f"{owner.get('name', 'train')}-"
+    else:
+        metadata["name"] = name or "train-abcde"
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": str(uuid.uuid4())},
+        "metadata": metadata,
         "spec": {
             "restartPolicy": "Never",
             "containers": [{"name": "main", "image": "busybox:1.36"}],
@@ -107,6 +122,19 @@ def pod(
     if spec:
         obj["spec"].update(copy.deepcopy(spec))
     defaults.apply_defaults(obj)
+    return obj
+
+
+def stored(obj: dict[str, Any], *, uid: str | None = None, version: str = "1") -> dict[str, Any]:
+    """``obj`` as it is once stored (an UPDATE's objects, a watch event): the system
+    fields ``rest.FillObjectMetaSystemFields`` assigns, and a name for a generated one."""
+    obj = copy.deepcopy(obj)
+    meta = obj.setdefault("metadata", {})
+    if not meta.get("name") and meta.get("generateName"):
+        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+    meta.setdefault("uid", uid or str(uuid.uuid4()))
+    meta.setdefault("resourceVersion", version)
+    meta.setdefault("creationTimestamp", "2026-11-22T00:00:00Z")
     return obj
 
 
@@ -129,7 +157,12 @@ def review(
     uid: str | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
-    """An AdmissionReview request for ``obj`` as the API server sends it."""
+    """An AdmissionReview request for ``obj`` as the API server sends it. On CREATE the
+    object must be shaped as the create handler hands it over (no system fields: see the
+    module's doc); a test that needs otherwise builds the review itself."""
+    if operation == "CREATE" and obj is not None:
+        present = SYSTEM_FIELDS.intersection(obj.get("metadata") or {})
+        assert not present, f"a CREATE review's object carries no {sorted(present)}"
     source = obj or old or {}
     api_version = source.get("apiVersion", "v1")
     group, _, version = api_version.rpartition("/")
@@ -155,6 +188,10 @@ def review(
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
     }
+
+
+#: What the API server assigns only after admission on CREATE.
+SYSTEM_FIELDS = frozenset({"uid", "resourceVersion", "creationTimestamp"})
 
 
 def leaves(value: Any, path: tuple = ()):

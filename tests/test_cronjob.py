@@ -68,7 +68,8 @@ def job_from(cronjob_obj):
                     "apiVersion": "batch/v1",
                     "kind": "CronJob",
                     "name": "nightly",
-                    "uid": cronjob_obj["metadata"]["uid"],
+                    # the stored CronJob's (its CREATE review had none)
+                    "uid": cronjob_obj["metadata"].get("uid", "cronjob-uid"),
                     "controller": True,
                 }
             ],

@@ -124,8 +124,6 @@ def trainjob(
     obj = copy.deepcopy(manifest)
     if applied:
         obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
-    obj["metadata"]["uid"] = str(uuid.uuid4())
-    obj["metadata"]["creationTimestamp"] = "2026-11-25T00:00:00Z"
     crd_defaults(crd_schema(obj), obj)
     return obj
 
@@ -378,7 +376,7 @@ def test_the_jobset_carries_runtime_then_patch_annotations_in_order():
             "apiVersion": TRAINER,
             "kind": "TrainJob",
             "name": "llm-finetune",
-            "uid": out["metadata"]["uid"],
+            "uid": out["metadata"].get("uid"),
             "controller": True,
             "blockOwnerDeletion": True,
         }
@@ -566,7 +564,7 @@ def trainer_jobset(tj: dict[str, Any], rt: dict[str, Any], *, node_selector=None
         "apiVersion": TRAINER,
         "kind": "TrainJob",
         "name": tj["metadata"]["name"],
-        "uid": tj["metadata"]["uid"],
+        "uid": tj["metadata"].get("uid"),
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -664,7 +662,6 @@ def create_jobset(tj, rt, order: str) -> tuple[dict[str, Any], dict[str, set]]:
     config = trainer_jobset(tj, rt)
     managed = {"trainer": ssa.field_set(config)}
     obj = ssa.with_managed_fields(config, managed, JOBSET)
-    obj["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp="2026-11-25T00:00:01Z")
     crd_defaults(crd_schema(obj), obj)
     if order == "jobset-first":
         jobset_defaults(obj)

@@ -1,10 +1,11 @@
 """Builders and checks shared by the workload tests (Indexed Jobs, CronJob, JobSet, RayJob,
 PyTorchJob, examples).
 
-Objects are built the way admission sees them: API defaults applied (for custom resources,
-the ``default`` values of their CRD schema, which the API server applies before any
-webhook), ``uid`` set, and a ``last-applied-configuration`` record when the test says the
-object came from ``kubectl apply``. Results are checked with real parts: the Go json-patch
+Objects are built the way admission sees them on CREATE: API defaults applied (for custom
+resources, the ``default`` values of their CRD schema, which the API server applies before
+any webhook), no ``uid``, ``resourceVersion`` or ``creationTimestamp`` (see conftest), and
+a ``last-applied-configuration`` record when the test says the object came from ``kubectl
+apply``. Results are checked with real parts: the Go json-patch
 of ``kubectl patch --local``, ``kubernetes_validate`` (strict) for batch kinds and for the
 Kubernetes types embedded in custom resources, and ``jsonschema`` against the vendored CRD
 schemas (tests/data/crds, made strict about unknown fields as the API server's
@@ -17,7 +18,6 @@ import copy
 import functools
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,6 @@ def admitted(manifest: dict[str, Any], *, applied: bool = False) -> dict[str, An
     metadata.setdefault("namespace", "ml")
     if applied:
         metadata.setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
-    metadata["uid"] = str(uuid.uuid4())
-    metadata["creationTimestamp"] = "2026-11-22T00:00:00Z"
     defaults.apply_defaults(obj)
     schema = crd_schema(obj)
     if schema is not None:
