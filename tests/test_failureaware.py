@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 
 import pytest
-from conftest import P, job, job_owner, pod
+from conftest import P, job, job_owner, pod, stored
 from workloads import admitted, assert_idempotent, kubectl_patch, mutate, validate, validate_schema
 
 from webhook.cluster import history
@@ -271,12 +270,17 @@ def jobset(annotations, rules=None, per_index=False):
     return admitted(manifest)
 
 
-def test_a_jobsets_pods_carry_its_uid_to_share_their_history_across_restarts():
+def test_a_jobsets_own_admission_writes_no_lineage_of_its_own():
+    """On CREATE the JobSet has no UID yet (``rest.WipeObjectMetaSystemFields`` in
+    k8s.io/apiserver pkg/endpoints/handlers/create.go), so nothing can tie its pods
+    together at its admission: JobSet's own pod labels do (``labelAndAnnotateObject``)."""
     obj = jobset({**FACTOR, P + "backoff-limit": "3"})
+    assert "uid" not in obj["metadata"]
     verdict, out = mutate(obj)
     assert verdict.allowed, verdict.message
     template = out["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    assert template["metadata"]["annotations"][P + "jobset-uid"] == obj["metadata"]["uid"]
+    assert P + "jobset-uid" not in template["metadata"]["annotations"]
+    assert template["metadata"]["annotations"][P + "oom-memory-factor"] == "1.5"
     validate_schema(out)
     second, again = mutate(out)
     assert second.patch == [] and again == out
@@ -345,8 +349,7 @@ class Source:
         return {}
 
     def fail(self, template_pod, node="node-a", oom=("trainer",), job_uid="job-1", deleting=False):
-        failed = copy.deepcopy(template_pod)
-        failed["metadata"]["uid"] = str(uuid.uuid4())
+        failed = stored(template_pod)  # as the watch delivers it: named, with a UID
         failed["spec"]["nodeName"] = node
         if deleting:
             failed["metadata"]["deletionTimestamp"] = "2026-11-22T00:00:00Z"
@@ -593,26 +596,68 @@ def test_a_remembered_answer_is_not_reused_after_another_failure():
     assert memory(a) == memory(b) == ("3Gi", "3Gi") and memory(c) == ("4608Mi", "4608Mi")
 
 
-def test_a_jobset_pod_learns_from_the_runs_before_its_child_job_was_recreated():
-    jobset_uid = "set-1"
-    meta = {
-        "annotations": {P + "jobset-uid": jobset_uid},
-        "labels": {
-            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
-            "jobset.sigs.k8s.io/job-index": "1",
-            "jobset.sigs.k8s.io/restart-attempt": "0",
-        },
+def jobset_meta(jobset_uid="set-1", index="1", run="0", with_uid=True):
+    """The labels JobSet puts on every pod of a child Job (``labelAndAnnotateObject`` in
+    jobset pkg/controllers/jobset_controller.go; the UID label since v0.9.0)."""
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": "train",
+        "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+        "jobset.sigs.k8s.io/job-index": index,
+        "jobset.sigs.k8s.io/restart-attempt": run,
     }
+    if with_uid:
+        labels["jobset.sigs.k8s.io/jobset-uid"] = jobset_uid
+    return {"labels": labels}
+
+
+def test_a_jobset_pod_learns_from_the_runs_before_its_child_job_was_recreated():
+    # upstream: labelAndAnnotateObject (jobset pkg/controllers/jobset_controller.go) puts
+    # jobset-uid, replicatedjob-name, job-index and restart-attempt on every pod; a restart
+    # deletes the child Jobs and makes new ones, under new UIDs.
     source = Source()
-    run0 = job_pod(job_uid="child-run-0", meta=meta)
+    run0 = job_pod(job_uid="child-run-0", meta=jobset_meta())
     source.fail(run0, job_uid="child-run-0")
     source.failures = 0  # the new child Job of the next run has failed 0 times
-    verdict, out = mutate(job_pod(job_uid="child-run-1", meta=meta), attempts=source)
+    run1 = jobset_meta(run="1")
+    verdict, out = mutate(job_pod(job_uid="child-run-1", meta=run1), attempts=source)
     assert memory(out) == ("3Gi", "3Gi"), verdict.warnings
-    other = copy.deepcopy(meta)
-    other["labels"]["jobset.sigs.k8s.io/job-index"] = "0"  # another replica: its own history
+    assert not any("JobSet" in w for w in verdict.warnings), verdict.warnings
+    other = jobset_meta(index="0", run="1")  # another replica: its own history
     _, out = mutate(job_pod(job_uid="child-run-1", meta=other), attempts=source)
     assert memory(out) == ("2Gi", "2Gi")
+    another_set = jobset_meta(jobset_uid="set-2", run="0")  # same names, another JobSet
+    _, out = mutate(job_pod(job_uid="child-2", meta=another_set), attempts=source)
+    assert memory(out) == ("2Gi", "2Gi")
+
+
+def test_a_jobset_run_whose_earlier_runs_left_no_record_says_so():
+    """A replica started after a restart deleted the failed pods of run 0 knows nothing of
+    them: the pod of run 1 is told, not silently given the first attempt's memory."""
+    source = Source()
+    run1 = job_pod(job_uid="child-run-1", meta=jobset_meta(run="1"))
+    verdict, out = mutate(run1, attempts=source)
+    assert verdict.allowed and memory(out) == ("2Gi", "2Gi")
+    assert any("JobSet run 0 left no failed pod on record here" in w for w in verdict.warnings), (
+        verdict.warnings
+    )
+    # Run 0 of the same set is the first: nothing earlier to miss.
+    verdict, _ = mutate(job_pod(job_uid="child-run-0", meta=jobset_meta()), attempts=source)
+    assert not any("JobSet" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_a_pod_of_a_jobset_older_than_0_9_is_told_its_earlier_runs_are_unknown():
+    source = Source()
+    old = jobset_meta(run="2", with_uid=False)
+    run0 = job_pod(job_uid="child-run-0", meta=old)
+    source.fail(run0, job_uid="child-run-0")
+    verdict, out = mutate(job_pod(job_uid="child-run-0", meta=old), attempts=source)
+    assert memory(out) == ("3Gi", "3Gi")  # its own child Job's failures still count
+    (warning,) = [w for w in verdict.warnings if "JobSet" in w]
+    assert warning == (
+        "retry-policy: no jobset.sigs.k8s.io/jobset-uid label (JobSet < v0.9.0): "
+        "earlier runs unknown, this run's failures only"
+    )
+    assert len(warning) <= 120
 
 
 # --- the history ----------------------------------------------------------------------------
@@ -672,8 +717,9 @@ def test_a_job_counted_more_failures_than_were_seen_needs_a_list():
 def test_a_deleted_job_takes_its_history_a_jobsets_lineage_stays():
     h = FailureHistory()
     h.record(failed_pod(), "job-1", True)
-    set_pod = failed_pod("p9", annotations={**AVOID, P + "jobset-uid": "set"})
+    set_pod = failed_pod("p9")
     set_pod["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-uid": "set",
         "jobset.sigs.k8s.io/replicatedjob-name": "w",
         "jobset.sigs.k8s.io/job-index": "0",
     }

@@ -8,7 +8,8 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
 
 - metadata: the namespace, our annotations (``retry-policy.dev/...``; a pod also keeps
   the JobSet restart-attempt and index failure-count it takes attempts from, and a pod
-  that learns from earlier attempts its completion index and JobSet labels), the
+  that learns from earlier attempts its completion index and JobSet labels, the set's UID
+  among them), the
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
@@ -69,7 +70,12 @@ IN_PLACE = PREFIX + "in-place-exit-codes"
 POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
 POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
 POD_LABELS = (RESTART_ATTEMPT,)
-POD_HISTORY_LABELS = (*POD_LABELS, history.REPLICATED_JOB, history.JOBSET_JOB_INDEX)
+POD_HISTORY_LABELS = (
+    *POD_LABELS,
+    history.REPLICATED_JOB,
+    history.JOBSET_JOB_INDEX,
+    history.JOBSET_UID,
+)
 #: Of an owner reference: what tells the controller and its kind.
 OWNER_READ = ("apiVersion", "kind", "controller")
 #: The fields a Job's records of intent are asked about, as a last-applied record and
@@ -186,7 +192,7 @@ def _metadata(
                 meta[key] = {k: v for k, v in value.items() if k in labels}
         elif key == "managedFields" and intent:
             applied = _applied_fields(value)
-            if applied != []:  # none at all says what an empty list says: unknown
+            if applied not in ([], None):  # none (or null) says what [] says: unknown
                 meta[key] = applied
     return meta
 

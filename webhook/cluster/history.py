@@ -9,9 +9,14 @@ pod needs and nothing else, so a pod's admission is a dictionary lookup:
 
 - a lineage is one Job (its UID), or for an Indexed Job one index of it; for a JobSet, one
   replicated Job and job index of the set, across the set's restarts: a restart recreates
-  the child Jobs under new UIDs, so their pods are found by the JobSet's UID (written on
-  the pod templates as ``retry-policy.dev/jobset-uid`` at the JobSet's admission) with
-  ``jobset.sigs.k8s.io/replicatedjob-name`` and ``jobset.sigs.k8s.io/job-index``;
+  the child Jobs under new UIDs, so their pods are found by the labels JobSet puts on
+  every pod (``labelAndAnnotateObject`` in jobset pkg/controllers/jobset_controller.go,
+  since v0.9.0): ``jobset.sigs.k8s.io/jobset-uid`` (the JobSet's UID) with
+  ``replicatedjob-name`` and ``job-index``. The JobSet's own admission cannot say: on
+  CREATE its ``metadata.uid`` is not assigned yet (``rest.WipeObjectMetaSystemFields``);
+- a JobSet run's pods (``restart-attempt`` N > 0) need the earlier runs' failures, whose
+  child Jobs and pods the restart deleted: when no failed pod of run N-1 was recorded
+  here, the lookup says so (``earlier_runs_unseen``) and the pod is told in a warning;
 - only the pods of workloads that asked (they carry ``oom-memory-factor`` or
   ``avoid-failed-nodes``) are recorded, and each once (a failed pod is modified again when
   the Job controller removes its finalizer);
@@ -42,7 +47,9 @@ log = logging.getLogger(__name__)
 PREFIX = "retry-policy.dev/"
 #: On a pod: the keys that make its failures worth recording.
 WANTS_HISTORY = (PREFIX + "oom-memory-factor", PREFIX + "avoid-failed-nodes")
-JOBSET_UID = PREFIX + "jobset-uid"
+#: JobSet's labels on every pod of a child Job (since JobSet v0.9.0).
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
@@ -68,6 +75,9 @@ class HistoryKey:
     index: int | None
     expected: int | None
     per_index: bool = False
+    #: A JobSet's pod: the set's UID and the run (``restart-attempt``) the pod belongs to.
+    jobset: str | None = None
+    run: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,9 @@ class HistoryLookup:
     missing: int = 0
     source: str = ""
     reason: str = ""
+    #: A JobSet's run N > 0 whose run N-1 left no failed pod recorded here (the webhook
+    #: started after the restart deleted them): what earlier runs went through is unknown.
+    earlier_runs_unseen: bool = False
 
     def kills(self, container: str) -> int:
         for name, count in self.oom_kills:
@@ -106,15 +119,41 @@ def pod_lineage(metadata: Mapping[str, Any], job_uid: str) -> tuple[str, int | N
     an Indexed Job): a JobSet's pods share theirs across the set's restarts."""
     annotations = metadata.get("annotations")
     annotations = annotations if isinstance(annotations, dict) else {}
-    labels = metadata.get("labels")
-    labels = labels if isinstance(labels, dict) else {}
     raw = annotations.get(COMPLETION_INDEX)
     index = int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else None
-    jobset = annotations.get(JOBSET_UID)
-    rjob, position = labels.get(REPLICATED_JOB), labels.get(JOBSET_JOB_INDEX)
-    if isinstance(jobset, str) and jobset and isinstance(rjob, str) and isinstance(position, str):
-        return f"{jobset}/{rjob}/{position}", index
+    place = jobset_place(metadata)
+    if place is not None:
+        return "/".join(place), index
     return job_uid, index
+
+
+def _labels(metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = metadata.get("labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def jobset_place(metadata: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(JobSet UID, replicated Job, job index) of a JobSet's pod, from JobSet's labels;
+    ``None`` for any other pod, and for a JobSet's pod without the UID label (JobSet
+    before v0.9.0: ``jobset_without_uid``)."""
+    labels = _labels(metadata)
+    jobset, rjob, position = (labels.get(k) for k in (JOBSET_UID, REPLICATED_JOB, JOBSET_JOB_INDEX))
+    if all(isinstance(v, str) and v for v in (jobset, rjob, position)):
+        return jobset, rjob, position  # type: ignore[return-value]
+    return None
+
+
+def jobset_without_uid(metadata: Mapping[str, Any]) -> bool:
+    """A JobSet's pod (it names its replicated Job) that does not name its JobSet's UID:
+    made by a JobSet older than v0.9.0, its earlier runs cannot be found."""
+    labels = _labels(metadata)
+    return isinstance(labels.get(REPLICATED_JOB), str) and not labels.get(JOBSET_UID)
+
+
+def jobset_run(metadata: Mapping[str, Any]) -> int:
+    """The run (``restart-attempt`` label) a JobSet's pod belongs to; 0 when unknown."""
+    raw = _labels(metadata).get(RESTART_ATTEMPT)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else 0
 
 
 def oom_killed(pod: Mapping[str, Any]) -> list[str]:
@@ -188,6 +227,8 @@ class FailureHistory:
         self._tallies: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
         #: Job UID -> the failures it had on record when its failed pods were last listed.
         self._listed: dict[str, int] = {}
+        #: JobSet UID -> the latest run (restart-attempt) with a failed pod recorded.
+        self._runs: dict[str, int] = {}
         self._open_until = 0.0
         self._interned: dict[str, str] = {}
         self.counters = {"lists": 0, "list_errors": 0, "breaker_skips": 0, "evicted": 0}
@@ -211,7 +252,13 @@ class FailureHistory:
         if meta.get("deletionTimestamp") or not isinstance(node, str) or not node:
             node = None
         killed = oom_killed(pod)
+        place = jobset_place(meta)
         with self._lock:
+            if place is not None:
+                run = jobset_run(meta)
+                if len(self._runs) >= MAX_LISTED and place[0] not in self._runs:
+                    self._runs.clear()
+                self._runs[place[0]] = max(run, self._runs.get(place[0], -1))
             marks, ooms, nodes = self._lineages.pop(key, _EMPTY)
             if _seen(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes)
@@ -301,7 +348,11 @@ class FailureHistory:
     def _answer(self, record: _Record, key: HistoryKey, seen: int, source: str) -> HistoryLookup:
         marks, ooms, nodes = record
         missing = max(0, (key.expected or 0) - seen)
-        return HistoryLookup(True, ooms, nodes, len(marks) // _MARK, missing, source)
+        unseen = False
+        if key.jobset is not None and key.run > 0:
+            with self._lock:
+                unseen = self._runs.get(key.jobset, -1) < key.run - 1
+        return HistoryLookup(True, ooms, nodes, len(marks) // _MARK, missing, source, "", unseen)
 
     def fetch(self, key: HistoryKey) -> HistoryLookup:
         """``lookup``, listing the Job's failed pods first when it needs them (one bounded

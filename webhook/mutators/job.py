@@ -481,21 +481,16 @@ class Budget:
     text: str
     scope: str
     runs: bool = False
-    #: A JobSet's UID: its pods share their failure history across the set's restarts
-    #: (``webhook.cluster.history``).
-    lineage: str | None = None
 
     @classmethod
-    def of(
-        cls, policy: Policy, field: LimitField, restarts: int | None, lineage: str | None = None
-    ) -> Budget:
+    def of(cls, policy: Policy, field: LimitField, restarts: int | None) -> Budget:
         limit = policy.backoff_limit or 0
         name = str(field.path[-1])
         if restarts is None:
             scope = "each index of this Job has" if name == "backoffLimitPerIndex" else None
             return cls(limit + 1, 1, f"{name} {limit} + 1", scope or "this Job has")
         text = f"(maxRestarts {restarts} + 1) x ({name} {limit} + 1)"
-        return cls(restarts + 1, limit + 1, text, "this JobSet has", True, lineage)
+        return cls(restarts + 1, limit + 1, text, "this JobSet has", True)
 
     @property
     def total(self) -> int:
@@ -544,7 +539,6 @@ def apply_job_spec(
     *,
     restarts: int | None = None,
     defaulted: bool = True,
-    lineage: str | None = None,
     outer_bound: str | None = None,
 ) -> Policy:
     """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
@@ -554,8 +548,7 @@ def apply_job_spec(
     spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``Budget``).
     ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
     own spec but not a CronJob's or JobSet's template: there every value was written.
-    ``lineage`` (a JobSet's UID) is written on the pod template when its pods learn from
-    earlier attempts, which are the set's, across restarts. ``outer_bound`` names a
+    ``outer_bound`` names a
     deadline outside this JobSpec that ends in-place restarts too ("" when there is none
     to name, but they are bounded).
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
@@ -569,7 +562,7 @@ def apply_job_spec(
         out.problems.append(Problem(f"{where}.template.spec", "a Job needs a pod template"))
         return policy
     pod_spec = template["spec"]
-    budget = Budget.of(policy, field, restarts, lineage)
+    budget = Budget.of(policy, field, restarts)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     bound = inplace.Bound(
         outer_bound is not None or inplace.job_spec_bounded(spec),
@@ -906,8 +899,6 @@ def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
     if policy.error_propagation:
         values["error-propagation"] = format_value("error-propagation", policy.error_propagation)
     values.update(failureaware.pod_values(policy))
-    if budget.lineage and policy.failure_aware:
-        values["jobset-uid"] = budget.lineage
     return values
 
 

@@ -375,7 +375,6 @@ def _apply_replicated_job(
         return None
     child = _child_policy(jobset, path, job_spec, policy, INT32_MAX if in_place else 0)
     reverted = _restart_never(jobset, path, job_spec, child)
-    uid = get_path(jobset, ("metadata", "uid"))
     resolved = apply_job_spec(
         jobset,
         path,
@@ -385,7 +384,6 @@ def _apply_replicated_job(
         out,
         restarts=restarts,
         defaulted=False,
-        lineage=uid if isinstance(uid, str) and uid else None,
         outer_bound=_outer_bound(jobset, ctx),
     )
     if reverted is None:

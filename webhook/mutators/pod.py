@@ -269,6 +269,17 @@ class PodMutator:
                 f"retry-policy: {lookup.missing} earlier failure(s) of this Job could not be "
                 "examined (their pods are gone)"
             )
+        metadata = pod.get("metadata") or {}
+        if history.jobset_without_uid(metadata):
+            out.note(
+                f"retry-policy: no {history.JOBSET_UID} label (JobSet < v0.9.0): "
+                "earlier runs unknown, this run's failures only"
+            )
+        elif lookup.earlier_runs_unseen:
+            out.note(
+                f"retry-policy: JobSet run {history.jobset_run(metadata) - 1} left no failed "
+                "pod on record here; learned from this run's failures only"
+            )
         return record
 
     def _raise(
@@ -402,7 +413,18 @@ def failure_history(
         if counted.failures is None:
             return history.unknown(counted.reason)
         expected = counted.failures
-    key = HistoryKey(namespace, name, uid, lineage, index, expected, per_index)
+    place = history.jobset_place(metadata)
+    key = HistoryKey(
+        namespace,
+        name,
+        uid,
+        lineage,
+        index,
+        expected,
+        per_index,
+        jobset=place[0] if place else None,
+        run=history.jobset_run(metadata) if place else 0,
+    )
     return history.ask(ctx.attempts, key)
 
 

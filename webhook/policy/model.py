@@ -278,7 +278,8 @@ KEYS: dict[str, KeySpec] = {
             "jobset-uid",
             parse_any,
             frozenset({Scope.POD}),
-            "written by the webhook on a JobSet's pod templates: whose failures they share",
+            "written by earlier versions on a JobSet's pod templates; ignored (JobSet's own "
+            "jobset.sigs.k8s.io/jobset-uid pod label ties a set's pods together)",
             settable_default=False,
         ),
         KeySpec(
