@@ -609,6 +609,40 @@ def test_a_jobsets_uncounted_deadline_gets_no_admin_default_deadline():
     assert child(out, 0)["activeDeadlineSeconds"] == 7200
 
 
+@pytest.mark.parametrize(
+    ("pattern", "fires"),
+    [("Container fetch .* exit code 42 ", True), ("Container trainer .* exit code 42 ", False)],
+)
+def test_a_jobsets_rules_see_an_init_containers_in_place_code_fail_the_job(pattern, fires):
+    """fail-non-retriable's rule for an init container fails the Job on 42 (nothing
+    restarts it in place), with the Job controller's message naming it
+    (``matchPodFailurePolicy``); the trainer's rule never does. A JobSet rule of yours
+    that restarts on that message comes before ours (``_check_rules``)."""
+    spec = replicated("workers", "Never", **DEADLINE)
+    spec["template"]["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox"}
+    ]
+    mine = {
+        "name": "retry",
+        "action": "RestartJobSet",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": [pattern],
+    }
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    obj = jobset(annotations, jobs=[spec], failure_policy={"maxRestarts": 1, "rules": [mine]})
+    verdict, out = run(obj)
+    if fires:
+        assert "your spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by" in (
+            denied(verdict)
+        )
+    else:
+        assert verdict.allowed, verdict.message
+        assert child(out, 0)["podFailurePolicy"]["rules"][1:] == [
+            fp.non_retriable_rule([42, 75, 143], "FailJob", "trainer"),
+            fp.non_retriable_rule([143], "FailJob", "fetch"),
+        ]
+
+
 def test_jobsets_own_in_place_restart_owns_in_place_restarts():
     jobs = [replicated("workers", "Never", **DEADLINE)]
     obj = jobset(IN_PLACE, jobs=jobs, failure_policy={"restartStrategy": "InPlaceRestart"})
