@@ -453,6 +453,35 @@ def test_jobset_replicated_jobs_restart_in_place():
     assert_text_and_json_agree(child)
 
 
+def test_jobset_deadline_a_rule_restarts_past_uncounted_ends_nothing():
+    """As admission judges (``mutators.jobset.in_place_bound``): a rule ending in
+    AndIgnoreMaxRestarts that takes DeadlineExceeded restarts the set without checking
+    maxRestarts (``restartJobSetAndIgnoreMaxRestartsActionApplier``); admitted only with
+    the admin's permission, and explained as unbounded."""
+    obj = jobset_with_in_place()
+    obj["spec"]["failurePolicy"]["rules"] = [
+        {
+            "name": "again",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["DeadlineExceeded"],
+        }
+    ]
+    config = parse_config("guardRails: {allowUnboundedInPlace: true}")
+    parts = {i.part: i for i in explained(obj, config, events="42")}
+    child = parts["replicatedJob workers"]
+    assert not child.in_place.bounded
+    assert child.in_place.bound.startswith(
+        "What ends restarts in place: nothing: spec.replicatedJobs[0].template.spec."
+        "activeDeadlineSeconds bounds nothing: your spec.failurePolicy.rules[0] "
+        "(RestartJobSetAndIgnoreMaxRestarts) restarts the set without counting"
+    )
+    assert "(guardRails.allowUnboundedInPlace allows it)" in child.in_place.bound
+    assert "nothing ends them (a JobSet rule restarts" in child.simulation.in_place.text
+    # Without it the plain deadline ends them, then the JobSet's rules decide.
+    plain = {i.part: i for i in explained(jobset_with_in_place())}["replicatedJob workers"]
+    assert plain.in_place.bounded
+
+
 def trainjob_stream(deadline=7200):
     """A TrainJob with in-place codes and a deadline, and its runtime, as one input."""
     ref = {"name": "torch-distributed", "kind": "TrainingRuntime"}

@@ -265,13 +265,23 @@ class Bound:
     then: str = ""
     #: The field to set when nothing bounds them.
     missing: str = "spec.activeDeadlineSeconds"
+    #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
+    #: set without counting: ``mutators.jobset.in_place_bound``).
+    ends_nothing: str = ""
 
     @property
     def bounded(self) -> bool:
-        return bool(self.whole or self.pod or self.outer)
+        return bool(self.whole or self.pod or self.outer) and not self.ends_nothing
 
     def text(self) -> str:
         """What ends them, in words."""
+        if self.ends_nothing:
+            allowed = " (guardRails.allowUnboundedInPlace allows it)"
+            return (
+                f"What ends restarts in place: nothing: {self.ends_nothing}"
+                f"{allowed if self.unbounded_allowed else ''}. No retry budget does: a "
+                "restart in place is not a pod failure"
+            )
         ends = []
         if self.whole is not None:
             ends.append(
@@ -301,6 +311,8 @@ class Bound:
         )
 
     def short(self) -> str:
+        if self.ends_nothing:
+            return "nothing ends them (a JobSet rule restarts without counting)"
         names = [f"{d.field} ({d.seconds} s)" for d in (self.whole, self.pod) if d is not None]
         if self.outer:
             names.append("the TrainJob's activeDeadlineSeconds")
