@@ -593,3 +593,24 @@ def test_cli_refuses_an_event_the_pod_does_not_fail_with(tmp_path):
     )
     assert code == cli.EXIT_INPUT
     assert "give them as separate events, e.g. proxy:42,main:1" in err
+
+
+def test_an_init_containers_rule_is_named_as_fail_non_retriables():
+    """Its NotIn list is the plain retriable set (nothing restarts it in place): still
+    recognised as the webhook's, and its exit 42 fails the Job (``matchOnExitCodes``
+    reads init containers after the regular ones)."""
+    obj = job()
+    obj["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    item = one(obj, events="fetch:42")
+    assert [(r.when, r.origin) for r in item.rules[1:]] == [
+        (
+            "a non-zero exit code other than 42, 75 or 143 in container main",
+            "added by retry-policy for fail-non-retriable",
+        ),
+        (
+            "a non-zero exit code other than 143 in container fetch",
+            "added by retry-policy for fail-non-retriable",
+        ),
+    ]
+    (step,) = item.simulation.steps
+    assert (step.in_place, step.action, step.rule) == ((), "FailJob", 3)

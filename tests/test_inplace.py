@@ -381,8 +381,8 @@ def test_a_rule_of_yours_on_other_codes_too_still_fires_on_them():
     verdict, _ = run(obj)
     assert verdict.allowed, verdict.message
     assert (
-        "retry-policy: your spec.podFailurePolicy.rules[0] fires on exit code 42 never for "
-        "container main, which restarts in place on it" in verdict.warnings
+        "retry-policy: your spec.podFailurePolicy.rules[0] never fires on exit code 42 of "
+        "container main: it restarts in place on it" in verdict.warnings
     )
 
 
@@ -807,3 +807,33 @@ def test_a_cronjob_update_removing_in_place_takes_its_rule_out():
         fp.count_disruptions_rule(),
         fp.non_retriable_rule([143], "FailJob", "eval"),
     ]
+
+
+def test_a_cronjob_update_replaces_an_init_containers_rule_too():
+    """The old policy gave the init container the plain retriable set and the regular
+    one the in-place codes too; both are recognised as ours and replaced, and an
+    earlier version's rule (in-place codes in the init container's too) as well."""
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    cron = nightly(annotations)
+    cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox"}
+    ]
+    _, old = mutate(cron, PINNED)
+    job_spec = old["spec"]["jobTemplate"]["spec"]
+    assert job_spec["podFailurePolicy"]["rules"][1:] == [
+        fp.non_retriable_rule([42, 75, 143], "FailJob", "eval"),
+        fp.non_retriable_rule([143], "FailJob", "fetch"),
+    ]
+    earlier = copy.deepcopy(old)
+    earlier_rules = earlier["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"]
+    earlier_rules[2] = fp.non_retriable_rule([42, 75, 143], "FailJob", "fetch")
+    for before in (old, earlier):
+        new = copy.deepcopy(before)
+        new["metadata"]["annotations"][P + "in-place-exit-codes"] = "42"
+        verdict, out = mutate(new, PINNED, operation="UPDATE", old=before)
+        assert verdict.allowed, verdict.message
+        assert out["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"] == [
+            fp.count_disruptions_rule(),
+            fp.non_retriable_rule([42, 143], "FailJob", "eval"),
+            fp.non_retriable_rule([143], "FailJob", "fetch"),
+        ]

@@ -330,15 +330,18 @@ def user_rule_notes(
         both, values, container = _overlap(policy, rule_)
         if not both or (container is not None and container not in regular):
             continue
+        them = "it" if len(both) == 1 else "them"
+        rule_ = f"retry-policy: your {_pfp(where)}.rules[{index}]"
         if container is None:
-            why = "only for init containers: the regular ones restart in place on it"
+            notes.append(
+                f"{rule_} fires on {_codes(both)} only for init containers: the regular ones "
+                f"restart in place on {them}"
+            )
         elif len(both) < len(values):
-            why = f"never for container {container}, which restarts in place on it"
-        else:
-            continue  # denied (``_user_rules``)
-        notes.append(
-            f"retry-policy: your {_pfp(where)}.rules[{index}] fires on {_codes(both)} {why}"
-        )
+            notes.append(
+                f"{rule_} never fires on {_codes(both)} of container {container}: it restarts "
+                f"in place on {them}"
+            )
     return notes
 
 
