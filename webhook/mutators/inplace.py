@@ -133,9 +133,9 @@ def check(
     user_rules: Sequence[Any] = (),
 ) -> tuple[Policy, int | None]:
     """Whether ``policy``'s in-place restarts can act on this pod template (``where`` its
-    path, e.g. ``spec.template``); a conflict turns them off (denied when annotated,
-    skipped with a warning from a default). Returns the policy and, when a default
-    deadline must be written to bound them, that deadline."""
+    path, e.g. ``spec.template``; "" for a Pod's own spec); a conflict turns them off
+    (denied when annotated, skipped with a warning from a default). Returns the policy
+    and, when a default deadline must be written to bound them, that deadline."""
     if not policy.in_place_exit_codes:
         return policy, None
     for check_one in (_version, _restart_policies, _user_rules, _oom):
