@@ -139,18 +139,55 @@ def test_your_earlier_rule_on_the_same_code_wins():
     assert "The whole pod restarts in place" in text
 
 
-def test_not_in_rules_match_every_other_code():
-    """The kubelet's NotIn: a rule of the user's restarting on anything but 1."""
+def test_not_in_rules_match_every_other_code_success_too():
+    """The kubelet's NotIn: a rule of the user's restarting on anything but 1, 0 included
+    (``findMatchingContainerRestartRule`` matches exit code 0 like any other, and
+    ``ContainerShouldRestart`` restarts on it): the container never completes."""
     mine = [{"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [1]}}]
-    item = one(job(annotations=None, spec=DEADLINE, own={"main": mine}), events="7,1")
+    item = one(job(annotations=None, spec=DEADLINE, own={"main": mine}), events="7,0,1")
     assert [(o, codes) for o, codes, _ in groups(item, "main")] == [
-        ("restart", others(1)),
+        ("restart", [0, *others(1)]),
         ("Count", [1]),
     ]
-    assert groups(item, "main")[0][2].startswith("exit codes 2-255: restarts in place")
-    restarted, failed = item.simulation.steps
+    text = groups(item, "main")[0][2]
+    assert text.startswith("exit codes 0 and 2-255: restarts in place (your restart rule 1)")
+    assert text.endswith(
+        "exit code 0 is success: the container never completes, nor does its pod; only "
+        "activeDeadlineSeconds ends it"
+    )
+    restarted, succeeded, failed = item.simulation.steps
     assert restarted.in_place and not failed.in_place
+    assert [(r.exit_code, r.restart, r.delay_seconds) for r in succeeded.in_place] == [(0, 2, 10)]
+    assert succeeded.what == "exit code 0 (success) in container main"
     assert failed.counted_failures == 1
+    assert_text_and_json_agree(item)
+
+
+@pytest.mark.parametrize("action", ["Restart", "RestartAllContainers"])
+def test_in_rules_and_on_failure_never_restart_a_success(action):
+    """An In rule cannot name 0 as a failure (the webhook's never does), and a container's
+    own OnFailure restarts only on a non-zero exit (``ContainerShouldRestart``)."""
+    annotations = {**IN_PLACE, P + "in-place-scope": "pod" if "All" in action else "container"}
+    obj = job(annotations, containers=("main", "exporter"))
+    obj["spec"]["template"]["spec"]["containers"][1]["restartPolicy"] = "OnFailure"
+    item = one(obj)
+    for name in ("main", "exporter"):
+        assert all(0 not in codes for _, codes, _ in groups(item, name))
+    assert groups(item, "exporter")[0][:2] == ("restart", others())
+    assert "its restartPolicy OnFailure" in groups(item, "exporter")[0][2]
+
+
+def test_a_success_no_rule_restarts_is_refused_in_simulate():
+    """Exit code 0 is a success: with no rule restarting on it, the event is no failure
+    and nothing to simulate; with no container restarting in place at all, likewise."""
+    with pytest.raises(explain.ExplainError, match="exit code 0 is success and no restart rule"):
+        one(job(), events="42,0")
+    plain = job(annotations={P + "fail-non-retriable": "true"})
+    with pytest.raises(explain.ExplainError, match="event 2 '0': exit code 0 is success, and no"):
+        one(plain, events="1,0")
+    # Beside a failure, a container that succeeded is just done: the pod fails.
+    step = one(job(containers=("main", "proxy")), events="1+proxy:0").simulation.steps[0]
+    assert step.action == "FailJob" and not step.in_place
 
 
 def test_whole_pod_scope_says_the_pod_restarts():
@@ -161,6 +198,64 @@ def test_whole_pod_scope_says_the_pod_restarts():
     assert "the whole pod restarts in place at once, init containers first" in step.result
     assert item.simulation.ending.state == "Running"
     assert "goes on in the same pod" in item.simulation.ending.message
+
+
+def with_sidecar(rules, annotations=IN_PLACE):
+    obj = job(annotations)
+    obj["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "proxy", "image": "envoy", "restartPolicy": "Always", "restartPolicyRules": rules}
+    ]
+    return obj
+
+
+def test_native_sidecars_own_rules_are_shown():
+    """A native sidecar may carry rules (``restartAllContainersActionInUse`` in
+    pkg/api/pod/util.go lets RestartAllContainersOnContainerExits allow them): one whose
+    action is RestartAllContainers restarts the pod in place; every other exit restarts
+    the sidecar (its restartPolicy Always). Never a pod failure."""
+    mine = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}}]
+    item = one(with_sidecar(mine))
+    (proxy,) = [c for c in item.in_place.containers if c.container == "proxy"]
+    assert proxy.sidecar
+    assert [(g.outcome, g.codes) for g in proxy.groups] == [
+        ("restart-pod", [88]),
+        ("restart", [c for c in range(256) if c != 88]),
+    ]
+    assert proxy.groups[0].text == (
+        "exit code 88: the whole pod restarts in place (your restart rule 1)"
+    )
+    assert (
+        proxy.groups[1].text == "any other exit code: restarts in place (its restartPolicy Always)"
+    )
+    text = explain.render_text([item])
+    assert "  proxy (native sidecar):\n    - exit code 88: the whole pod restarts in place" in text
+    data = explain.to_json([item])["items"][0]["inPlace"]["containers"]
+    assert [(c["container"], c["sidecar"]) for c in data] == [("main", False), ("proxy", True)]
+
+
+def test_a_sidecars_exit_restarts_it_or_the_pod_never_fails_it():
+    mine = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}}]
+    item = one(with_sidecar(mine), events="proxy:88,proxy:1,proxy:1,1")
+    whole, alone, again, failed = item.simulation.steps
+    assert [(r.container, r.whole_pod, r.rule) for r in whole.in_place] == [("proxy", True, 1)]
+    assert [(r.container, r.whole_pod, r.origin, r.delay_seconds) for r in alone.in_place] == [
+        ("proxy", False, "its restartPolicy Always", 10)
+    ]
+    assert again.in_place[0].delay_seconds == 20
+    assert not any(s.counted for s in (whole, alone, again))
+    assert failed.action == "FailJob"
+    # Beside the main container's failure, the sidecar's exit is its shutdown.
+    (shutdown,) = one(with_sidecar(mine), events="1+proxy:88").simulation.steps
+    assert shutdown.action == "FailJob" and not shutdown.in_place
+
+
+def test_a_sidecars_rules_alone_make_a_plan():
+    mine = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}}]
+    item = one(
+        with_sidecar(mine, annotations={P + "fail-non-retriable": "true"}), events="proxy:88"
+    )
+    assert [c.container for c in item.in_place.containers] == ["main", "proxy"]
+    assert item.simulation.steps[0].in_place[0].whole_pod
 
 
 # --- --simulate -----------------------------------------------------------------------------
@@ -358,6 +453,35 @@ def test_jobset_replicated_jobs_restart_in_place():
     assert_text_and_json_agree(child)
 
 
+def test_jobset_deadline_a_rule_restarts_past_uncounted_ends_nothing():
+    """As admission judges (``mutators.jobset.in_place_bound``): a rule ending in
+    AndIgnoreMaxRestarts that takes DeadlineExceeded restarts the set without checking
+    maxRestarts (``restartJobSetAndIgnoreMaxRestartsActionApplier``); admitted only with
+    the admin's permission, and explained as unbounded."""
+    obj = jobset_with_in_place()
+    obj["spec"]["failurePolicy"]["rules"] = [
+        {
+            "name": "again",
+            "action": "RestartJobSetAndIgnoreMaxRestarts",
+            "onJobFailureReasons": ["DeadlineExceeded"],
+        }
+    ]
+    config = parse_config("guardRails: {allowUnboundedInPlace: true}")
+    parts = {i.part: i for i in explained(obj, config, events="42")}
+    child = parts["replicatedJob workers"]
+    assert not child.in_place.bounded
+    assert child.in_place.bound.startswith(
+        "What ends restarts in place: nothing: spec.replicatedJobs[0].template.spec."
+        "activeDeadlineSeconds bounds nothing: your spec.failurePolicy.rules[0] "
+        "(RestartJobSetAndIgnoreMaxRestarts) restarts the set without counting"
+    )
+    assert "(guardRails.allowUnboundedInPlace allows it)" in child.in_place.bound
+    assert "nothing ends them (a JobSet rule restarts" in child.simulation.in_place.text
+    # Without it the plain deadline ends them, then the JobSet's rules decide.
+    plain = {i.part: i for i in explained(jobset_with_in_place())}["replicatedJob workers"]
+    assert plain.in_place.bounded
+
+
 def trainjob_stream(deadline=7200):
     """A TrainJob with in-place codes and a deadline, and its runtime, as one input."""
     ref = {"name": "torch-distributed", "kind": "TrainingRuntime"}
@@ -469,3 +593,24 @@ def test_cli_refuses_an_event_the_pod_does_not_fail_with(tmp_path):
     )
     assert code == cli.EXIT_INPUT
     assert "give them as separate events, e.g. proxy:42,main:1" in err
+
+
+def test_an_init_containers_rule_is_named_as_fail_non_retriables():
+    """Its NotIn list is the plain retriable set (nothing restarts it in place): still
+    recognised as the webhook's, and its exit 42 fails the Job (``matchOnExitCodes``
+    reads init containers after the regular ones)."""
+    obj = job()
+    obj["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    item = one(obj, events="fetch:42")
+    assert [(r.when, r.origin) for r in item.rules[1:]] == [
+        (
+            "a non-zero exit code other than 42, 75 or 143 in container main",
+            "added by retry-policy for fail-non-retriable",
+        ),
+        (
+            "a non-zero exit code other than 143 in container fetch",
+            "added by retry-policy for fail-non-retriable",
+        ),
+    ]
+    (step,) = item.simulation.steps
+    assert (step.in_place, step.action, step.rule) == ((), "FailJob", 3)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import P, apply, job, job_owner, pod, review
-from test_jobset import jobset, replicated
+from test_jobset import child, jobset, replicated
 from test_trainjob import carried, runtime, trainjob
 from workloads import admitted, mutate, pod_template
 
@@ -176,12 +176,34 @@ def test_scope_pod_restarts_every_container():
     assert any("the whole pod restarts in place" in w for w in verdict.warnings)
 
 
+def test_scope_pod_warns_that_pods_stay_pending_without_a_declaring_node():
+    """A RestartAllContainers rule makes the pod need a node-declared feature
+    (``InferForScheduling`` in k8s.io/component-helpers/nodedeclaredfeatures/features/
+    restartallcontainers): the NodeDeclaredFeatures scheduler plugin places it only on
+    nodes whose kubelet declares RestartAllContainersOnContainerExits. Said once, at every
+    admission (also when the rule is already there), under 120 characters."""
+    annotations = {**IN_PLACE, P + "in-place-scope": "pod"}
+    verdict, out = run(job(annotations, containers=two_containers(), spec=DEADLINE))
+    assert verdict.warnings.count(inplace.NODES_NOTE) == 1
+    assert "stay Pending unless a node declares RestartAllContainersOnContainerExits" in (
+        inplace.NODES_NOTE
+    )
+    assert len(inplace.NODES_NOTE) < 120
+    again = engine.mutate(
+        admission.decode(json.dumps(review(out))), Config(), version=GivenVersion(V136)
+    )
+    assert again.patch == [] and inplace.NODES_NOTE in again.warnings
+    plain, _ = run(job(IN_PLACE, spec=DEADLINE))
+    assert inplace.NODES_NOTE not in plain.warnings
+
+
 # --- versions ------------------------------------------------------------------------------
 
 
 def test_below_1_35_the_rules_are_denied_naming_1_35():
     """ContainerRestartRules is beta and on by default from 1.35; below it the API server
-    drops the fields silently (``dropDisabledPodFields`` in pkg/api/pod/util.go)."""
+    drops the fields silently (``dropContainerRestartRules``, from ``dropDisabledFields`` in
+    pkg/api/pod/util.go)."""
     message = denied(run(job(IN_PLACE, spec=DEADLINE), V134)[0])
     assert "need Kubernetes 1.35 or newer (ContainerRestartRules)" in message
     assert "this cluster is 1.34" in message
@@ -242,10 +264,41 @@ def test_on_failure_already_restarts_in_place():
     assert "restartPolicy is OnFailure, which already restarts every failed container" in message
 
 
-def test_a_container_restarted_whatever_its_code_is_a_contradiction():
+@pytest.mark.parametrize(
+    ("own", "when"),
+    [("OnFailure", "on any non-zero exit"), ("Always", "on every exit, success too")],
+)
+def test_a_container_with_its_own_restart_policy_is_left_as_it_is(own, when):
+    """A container's own OnFailure restarts it on a non-zero exit, Always on every exit
+    (``ContainerShouldRestart`` in pkg/api/v1/pod/util.go): it already restarts in place
+    on the in-place codes, so it keeps its policy, takes no rule, and the workload is
+    admitted with a warning that says so (and does not claim OnFailure restarts on 0)."""
+    exporter = {"name": "exporter", "image": "x", "restartPolicy": own}
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    obj = job(annotations, containers=[two_containers()[0], exporter], spec=DEADLINE)
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    trainer, kept = containers(out)
+    assert trainer["restartPolicyRules"] == [rule()]
+    assert kept == containers(obj)[1] and kept["restartPolicy"] == own
+    note = (
+        f"retry-policy: spec.template: container exporter keeps its restartPolicy {own}, "
+        f"which restarts it in place {when}"
+    )
+    assert note in verdict.warnings
+    assert "success" not in note or own == "Always"
+    # It restarts in place on the in-place codes too: its rule retries them.
+    rules = out["spec"]["podFailurePolicy"]["rules"]
+    assert fp.non_retriable_rule([42, 75, 143], "FailJob", "exporter") in rules
+
+
+def test_only_containers_with_their_own_restart_policy_take_no_rule_and_are_admitted():
     trainer = {"name": "trainer", "image": "x", "restartPolicy": "OnFailure"}
-    message = denied(run(job(IN_PLACE, containers=[trainer], spec=DEADLINE))[0])
-    assert "container trainer has restartPolicy OnFailure" in message
+    obj = job(IN_PLACE, containers=[trainer], spec=DEADLINE)
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    assert containers(out) == containers(obj)
+    assert not any("restarts in place on exit" in w for w in verdict.warnings)
 
 
 def test_without_a_deadline_it_is_denied_naming_the_fields():
@@ -282,12 +335,64 @@ def test_unbounded_when_the_admin_allows_it_warns_on_every_admission():
 # --- consistency with the rest of the policy ----------------------------------------------
 
 
-def test_a_rule_of_yours_failing_on_an_in_place_code_is_a_contradiction():
-    rules = [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1, 42]}}]
+def on_codes(action: str, values: list[int], container: str | None = None) -> dict[str, Any]:
+    codes: dict[str, Any] = {"operator": "In", "values": values}
+    if container is not None:
+        codes["containerName"] = container
+    return {"action": action, "onExitCodes": codes}
+
+
+@pytest.mark.parametrize("action", ["FailJob", "FailIndex"])
+def test_a_rule_of_yours_failing_only_on_in_place_codes_of_its_container_is_denied(action):
+    """The container restarts in place on 42 and 75 before its pod could fail with them,
+    so a rule naming it and only those codes could never fire."""
+    rules = [on_codes(action, [42, 75], "main")]
+    spec = {**DEADLINE, "podFailurePolicy": {"rules": rules}}
+    if action == "FailIndex":
+        spec.update(completionMode="Indexed", completions=2, backoffLimitPerIndex=1)
+    message = denied(run(job(IN_PLACE, spec=spec))[0])
+    assert (
+        f"your spec.podFailurePolicy.rules[0] ({action}) fails only on exit codes 42, 75 of "
+        "container main, which restarts in place on them instead: it could never fire"
+    ) in message
+
+
+def test_a_rule_of_yours_without_container_name_still_fires_for_init_containers():
+    """``matchOnExitCodes`` (pkg/controller/job/pod_failure_policy.go) reads the regular
+    containers' statuses, then the init containers': a rule without containerName fires
+    when an init container exits 42, which nothing restarts in place. Admitted, with a
+    warning saying for whom it still fires."""
+    rules = [on_codes("FailJob", [42])]
     obj = job(IN_PLACE, spec={**DEADLINE, "podFailurePolicy": {"rules": rules}})
-    message = denied(run(obj)[0])
-    assert "spec.podFailurePolicy.rules[0] (FailJob) fails on exit code 42" in message
-    assert "could never fire" in message
+    obj["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    assert (
+        "retry-policy: your spec.podFailurePolicy.rules[0] fires on exit code 42 only for "
+        "init containers: the regular ones restart in place on it" in verdict.warnings
+    )
+    fetch = fp.PodFailure((fp.ContainerExit("fetch", 42, True),))
+    assert fp.evaluate(out["spec"]["podFailurePolicy"]["rules"], fetch).action == "FailJob"
+
+
+def test_a_rule_of_yours_on_other_codes_too_still_fires_on_them():
+    rules = [on_codes("FailJob", [1, 42], "main")]
+    obj = job(IN_PLACE, spec={**DEADLINE, "podFailurePolicy": {"rules": rules}})
+    verdict, _ = run(obj)
+    assert verdict.allowed, verdict.message
+    assert (
+        "retry-policy: your spec.podFailurePolicy.rules[0] never fires on exit code 42 of "
+        "container main: it restarts in place on it" in verdict.warnings
+    )
+
+
+def test_a_rule_of_yours_naming_an_init_container_is_left_alone():
+    rules = [on_codes("FailJob", [42], "fetch")]
+    obj = job(IN_PLACE, spec={**DEADLINE, "podFailurePolicy": {"rules": rules}})
+    obj["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    verdict, _ = run(obj)
+    assert verdict.allowed, verdict.message
+    assert not any("podFailurePolicy.rules[0]" in w for w in verdict.warnings)
 
 
 def test_a_catch_all_rule_of_yours_is_no_contradiction():
@@ -321,6 +426,29 @@ def test_fail_non_retriable_treats_in_place_codes_as_retriable():
     assert fp.evaluate(rules, failed) is None
     assert fp.evaluate(rules, fp.PodFailure((fp.ContainerExit("main", 1),))).action == "FailJob"
     assert inplace.retriable(engine_policy(annotations)) == (42, 75, 143)
+
+
+def test_fail_non_retriable_keeps_the_plain_set_for_init_containers():
+    """An init container that exits 42 fails the pod (nothing restarts it in place:
+    our rule goes only to regular containers), so its rule keeps the retriable codes
+    alone; a native sidecar gets no rule (``app_containers``)."""
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    obj = job(annotations, spec=DEADLINE)
+    obj["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox"},
+        {"name": "proxy", "image": "envoy", "restartPolicy": "Always"},
+    ]
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    rules = out["spec"]["podFailurePolicy"]["rules"]
+    assert rules[1:] == [
+        fp.non_retriable_rule([42, 75, 143], "FailJob", "main"),
+        fp.non_retriable_rule([143], "FailJob", "fetch"),
+    ]
+    # upstream: matchOnExitCodes reads init containers after the regular ones.
+    init42 = fp.PodFailure((fp.ContainerExit("fetch", 42, True),))
+    assert fp.evaluate(rules, init42).action == "FailJob"
+    assert fp.evaluate(rules, fp.PodFailure((fp.ContainerExit("main", 42),))) is None
 
 
 def engine_policy(annotations: dict[str, str]) -> Policy:
@@ -377,6 +505,144 @@ def test_a_jobset_without_deadlines_is_denied():
     assert "spec.replicatedJobs[0].template.spec.activeDeadlineSeconds" in message
 
 
+def ignoring(*reasons: str, **rule: Any) -> dict[str, Any]:
+    """A JobSet rule that restarts the set without counting against maxRestarts."""
+    found = {"name": "again", "action": "RestartJobSetAndIgnoreMaxRestarts", **rule}
+    if reasons:
+        found["onJobFailureReasons"] = list(reasons)
+    return found
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        [ignoring("DeadlineExceeded")],
+        [ignoring()],  # no reasons: every reason, DeadlineExceeded included
+        [ignoring(onJobFailureMessagePatterns=["active longer"])],
+        [{**ignoring("DeadlineExceeded"), "action": "RestartJobAndIgnoreMaxRestarts"}],
+    ],
+)
+def test_a_jobsets_deadline_is_no_bound_when_a_rule_restarts_past_it_uncounted(rules):
+    """A Job past its activeDeadlineSeconds fails with DeadlineExceeded ("Job was active
+    longer than specified deadline"); the first JobSet rule that applies decides
+    (``findFirstFailedPolicyRuleAndJob``, ``ruleIsApplicable``: a rule without reasons
+    applies to every reason), and an ...AndIgnoreMaxRestarts one restarts the set without
+    checking maxRestarts (``restartJobSetAndIgnoreMaxRestartsActionApplier`` in
+    pkg/controllers/failure_policy.go): the deadline then ends nothing."""
+    jobs = [replicated("workers", "Never", **DEADLINE)]
+    obj = jobset(IN_PLACE, jobs=jobs, failure_policy={"maxRestarts": 3, "rules": rules})
+    message = denied(run(obj)[0])
+    assert f"annotation {P}in-place-exit-codes" in message
+    assert (
+        "restarts in place are not pod failures, and spec.replicatedJobs[0].template.spec."
+        f"activeDeadlineSeconds bounds nothing: your spec.failurePolicy.rules[0] "
+        f"({rules[0]['action']}) restarts the set without counting when a Job fails with "
+        "DeadlineExceeded"
+    ) in message
+    if "onJobFailureReasons" in rules[0] or "onJobFailureMessagePatterns" in rules[0]:
+        assert message.endswith(
+            "; drop the rule or set "
+            "spec.replicatedJobs[0].template.spec.template.spec.activeDeadlineSeconds"
+        )
+    else:  # it takes the failures a pod template's deadline ends in too
+        assert message.endswith(
+            " or when its pods run out of retries, so the pod template's deadline bounds "
+            "nothing either; drop them"
+        )
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        [ignoring("BackoffLimitExceeded")],
+        [ignoring("DeadlineExceeded", targetReplicatedJobs=["other"])],
+        [ignoring(onJobFailureMessagePatterns=["^Container .* exit code 3 "])],
+        [{"name": "stop", "action": "FailJobSet"}, ignoring("DeadlineExceeded")],
+        [{"name": "count", "action": "RestartJobSet", "onJobFailureReasons": ["DeadlineExceeded"]},
+         ignoring()],
+    ],
+)  # fmt: skip
+def test_a_jobsets_deadline_bounds_when_no_uncounted_rule_takes_it_first(rules):
+    other = replicated("other", "Never", **DEADLINE)  # bounded by its pods' deadline too
+    other["template"]["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    jobs = [replicated("workers", "Never", **DEADLINE), other]
+    obj = jobset(IN_PLACE, jobs=jobs, failure_policy={"maxRestarts": 3, "rules": rules})
+    verdict, out = run(obj)
+    assert verdict.allowed, verdict.message
+    assert child(out, 0)["template"]["spec"]["containers"][0]["restartPolicyRules"] == [rule()]
+
+
+def test_a_jobsets_pod_deadline_bounds_when_deadline_exceeded_is_ignored():
+    """The pod template's deadline fails each pod; the Job fails once its pods run out of
+    retries (BackoffLimitExceeded), which the rule on DeadlineExceeded does not take."""
+    spec = replicated("workers", "Never")
+    spec["template"]["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    policy = {"maxRestarts": 3, "rules": [ignoring("DeadlineExceeded")]}
+    verdict, _ = run(jobset(IN_PLACE, jobs=[spec], failure_policy=policy))
+    assert verdict.allowed, verdict.message
+    # ... unless a rule restarts those uncounted too.
+    policy = {"maxRestarts": 3, "rules": [ignoring("DeadlineExceeded", "BackoffLimitExceeded")]}
+    message = denied(run(jobset(IN_PLACE, jobs=[spec], failure_policy=policy))[0])
+    assert "or when its pods run out of retries, so the pod template's deadline bounds" in message
+
+
+def test_a_jobsets_uncounted_deadline_gets_no_admin_default_deadline():
+    """The admin's default deadline would be written as the replicated Job's, which the
+    rule makes end nothing: no default, and with the admin's permission a warning."""
+    jobs = [replicated("workers", "Never")]
+    policy = {"maxRestarts": 3, "rules": [ignoring("DeadlineExceeded")]}
+    rails = parse_config("guardRails:\n  inPlaceDeadlineSeconds: 7200\n")
+    message = denied(run(jobset(IN_PLACE, jobs=jobs, failure_policy=policy), config=rails)[0])
+    assert "bounds nothing" in message
+    allowed = parse_config("guardRails:\n  allowUnboundedInPlace: true\n")
+    verdict, out = run(jobset(IN_PLACE, jobs=jobs, failure_policy=policy), config=allowed)
+    assert verdict.allowed, verdict.message
+    assert "activeDeadlineSeconds" not in child(out, 0)
+    assert any(
+        "in-place restarts are unbounded (guardRails.allowUnboundedInPlace): set "
+        "spec.replicatedJobs[0].template.spec.template.spec.activeDeadlineSeconds" in w
+        for w in verdict.warnings
+    )
+    # Without such a rule the default deadline is written.
+    verdict, out = run(jobset(IN_PLACE, jobs=jobs), config=rails)
+    assert verdict.allowed, verdict.message
+    assert child(out, 0)["activeDeadlineSeconds"] == 7200
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fires"),
+    [("Container fetch .* exit code 42 ", True), ("Container trainer .* exit code 42 ", False)],
+)
+def test_a_jobsets_rules_see_an_init_containers_in_place_code_fail_the_job(pattern, fires):
+    """fail-non-retriable's rule for an init container fails the Job on 42 (nothing
+    restarts it in place), with the Job controller's message naming it
+    (``matchPodFailurePolicy``); the trainer's rule never does. A JobSet rule of yours
+    that restarts on that message comes before ours (``_check_rules``)."""
+    spec = replicated("workers", "Never", **DEADLINE)
+    spec["template"]["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox"}
+    ]
+    mine = {
+        "name": "retry",
+        "action": "RestartJobSet",
+        "onJobFailureReasons": ["PodFailurePolicy"],
+        "onJobFailureMessagePatterns": [pattern],
+    }
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    obj = jobset(annotations, jobs=[spec], failure_policy={"maxRestarts": 1, "rules": [mine]})
+    verdict, out = run(obj)
+    if fires:
+        assert "your spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by" in (
+            denied(verdict)
+        )
+    else:
+        assert verdict.allowed, verdict.message
+        assert child(out, 0)["podFailurePolicy"]["rules"][1:] == [
+            fp.non_retriable_rule([42, 75, 143], "FailJob", "trainer"),
+            fp.non_retriable_rule([143], "FailJob", "fetch"),
+        ]
+
+
 def test_jobsets_own_in_place_restart_owns_in_place_restarts():
     jobs = [replicated("workers", "Never", **DEADLINE)]
     obj = jobset(IN_PLACE, jobs=jobs, failure_policy={"restartStrategy": "InPlaceRestart"})
@@ -431,7 +697,12 @@ def test_a_bare_pod_restarts_in_place_within_its_deadline():
 def test_a_bare_pod_needs_never_and_a_deadline():
     assert "spec.activeDeadlineSeconds" in denied(run(pod(IN_PLACE))[0])
     always = pod(IN_PLACE, spec={"restartPolicy": "Always", "activeDeadlineSeconds": 600})
-    assert "restartPolicy is 'Always'; in-place-exit-codes needs Never" in denied(run(always)[0])
+    assert (
+        f"annotation {P}in-place-exit-codes: spec.restartPolicy is 'Always'; "
+        "in-place-exit-codes needs Never" in denied(run(always)[0])
+    )
+    on_failure = pod(IN_PLACE, spec={"restartPolicy": "OnFailure", "activeDeadlineSeconds": 9})
+    assert "spec.restartPolicy is OnFailure, which already" in denied(run(on_failure)[0])
 
 
 def test_a_controllers_pod_is_left_to_its_workloads_template():
@@ -536,3 +807,33 @@ def test_a_cronjob_update_removing_in_place_takes_its_rule_out():
         fp.count_disruptions_rule(),
         fp.non_retriable_rule([143], "FailJob", "eval"),
     ]
+
+
+def test_a_cronjob_update_replaces_an_init_containers_rule_too():
+    """The old policy gave the init container the plain retriable set and the regular
+    one the in-place codes too; both are recognised as ours and replaced, and an
+    earlier version's rule (in-place codes in the init container's too) as well."""
+    annotations = {**IN_PLACE, P + "fail-non-retriable": "true"}
+    cron = nightly(annotations)
+    cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox"}
+    ]
+    _, old = mutate(cron, PINNED)
+    job_spec = old["spec"]["jobTemplate"]["spec"]
+    assert job_spec["podFailurePolicy"]["rules"][1:] == [
+        fp.non_retriable_rule([42, 75, 143], "FailJob", "eval"),
+        fp.non_retriable_rule([143], "FailJob", "fetch"),
+    ]
+    earlier = copy.deepcopy(old)
+    earlier_rules = earlier["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"]
+    earlier_rules[2] = fp.non_retriable_rule([42, 75, 143], "FailJob", "fetch")
+    for before in (old, earlier):
+        new = copy.deepcopy(before)
+        new["metadata"]["annotations"][P + "in-place-exit-codes"] = "42"
+        verdict, out = mutate(new, PINNED, operation="UPDATE", old=before)
+        assert verdict.allowed, verdict.message
+        assert out["spec"]["jobTemplate"]["spec"]["podFailurePolicy"]["rules"] == [
+            fp.count_disruptions_rule(),
+            fp.non_retriable_rule([42, 143], "FailJob", "eval"),
+            fp.non_retriable_rule([143], "FailJob", "fetch"),
+        ]

@@ -216,7 +216,9 @@ def test_scope_pod_is_written_at_1_36(clusters, tmp_path):
 
 def test_scope_pod_is_denied_at_1_35_naming_1_36(clusters):
     """At 1.35 the RestartAllContainersOnContainerExits gate is alpha and off: the API
-    server would drop the action's rules (dropDisabledPodFields, pkg/api/pod/util.go)."""
+    server refuses the action (AllowRestartAllContainers of the validation options,
+    ``GetValidationOptionsFromPodSpecAndMeta`` in pkg/api/pod/util.go); only
+    ContainerRestartRules makes it drop fields."""
     message = denied(clusters["1.35"].server, job(POD_SCOPE, spec=DEADLINE))
     assert "annotation retry-policy.dev/in-place-scope" in message
     assert "Kubernetes 1.36 or newer (RestartAllContainersOnContainerExits)" in message
@@ -225,7 +227,8 @@ def test_scope_pod_is_denied_at_1_35_naming_1_36(clusters):
 
 def test_an_older_cluster_is_denied_naming_1_35(clusters):
     """At 1.34 the ContainerRestartRules gate is alpha and off: the API server would
-    silently drop restartPolicyRules (dropDisabledPodFields, pkg/api/pod/util.go)."""
+    silently drop restartPolicyRules (``dropContainerRestartRules``, from
+    ``dropDisabledFields`` in pkg/api/pod/util.go)."""
     message = denied(clusters["1.34"].server, job(CODES, spec=DEADLINE))
     assert "annotation retry-policy.dev/in-place-exit-codes" in message
     assert "need Kubernetes 1.35 or newer (ContainerRestartRules)" in message
@@ -400,6 +403,221 @@ def test_the_containers_given_rules_are_counted(clusters):
     two["spec"]["template"]["spec"]["containers"].append({"name": "side", "image": "busybox"})
     assert admit(server, two)[1] is not None
     eventually(lambda: count() >= before + 2)
+
+
+# --- as the kubelet, the scheduler, the Job and JobSet controllers judge them ----------
+
+#: The strict schemas the round-2 behaviours are checked against.
+ALL_SCHEMAS = ("1.35", "1.36", "1.37")
+IGNORE_MAX = "RestartJobSetAndIgnoreMaxRestarts"
+FAIL_NON_RETRIABLE = {**CODES, P + "fail-non-retriable": "true"}
+
+
+def assert_patched(obj: dict[str, Any], response: dict[str, Any], out: dict[str, Any], tmp: Path):
+    """Go's json-patch makes of the patch the server's patched object, which passes the
+    strict 1.35, 1.36 and 1.37 schemas."""
+    assert kubectl_patch(obj, decode_patch({"response": response}), tmp) == out
+    for version in ALL_SCHEMAS:
+        validate_schema(out, version)
+
+
+def uncounted_jobset(rule_: dict[str, Any], *, pod_deadline: bool = False) -> dict[str, Any]:
+    spec = replicated("workers", restart_policy="Never", **DEADLINE)
+    if pod_deadline:
+        spec["template"]["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 600
+    return jobset(CODES, jobs=[spec], failure_policy={"maxRestarts": 2, "rules": [rule_]})
+
+
+@pytest.mark.parametrize(
+    "rule_",
+    [
+        {"name": "again", "action": IGNORE_MAX, "onJobFailureReasons": ["DeadlineExceeded"]},
+        {"name": "always", "action": IGNORE_MAX},
+    ],
+    ids=["DeadlineExceeded", "no-reasons"],
+)
+def test_a_jobset_deadline_an_uncounted_restart_follows_is_denied(clusters, rule_, tmp_path):
+    """A Job past activeDeadlineSeconds fails with DeadlineExceeded; JobSet's first rule
+    that applies (``ruleIsApplicable``: no reasons means every reason) restarts the set,
+    and one ending in AndIgnoreMaxRestarts never checks maxRestarts
+    (``restartJobSetAndIgnoreMaxRestartsActionApplier``, pkg/controllers/failure_policy.go
+    of kubernetes-sigs/jobset): the deadline bounds nothing, denied as unbounded by both
+    webhooks. The pod template's deadline bounds them while the rule does not also take
+    the failure its pods end in (BackoffLimitExceeded)."""
+    server = clusters["1.36"].server
+    message = denied(server, uncounted_jobset(rule_))
+    assert (
+        "spec.replicatedJobs[0].template.spec.activeDeadlineSeconds bounds nothing: your "
+        f"spec.failurePolicy.rules[0] ({IGNORE_MAX}) restarts the set without counting"
+    ) in message
+    obj = uncounted_jobset(rule_, pod_deadline=True)
+    if "onJobFailureReasons" not in rule_:
+        assert "so the pod template's deadline bounds nothing either" in denied(server, obj)
+        return
+    response, out = admit(server, obj)
+    assert out is not None, response
+    assert containers(child(out, 0)["template"]["spec"]) == [("Never", [rule()])]
+    assert_patched(obj, response, out, tmp_path)
+
+
+def test_scope_pod_warns_once_that_pods_stay_pending_on_older_kubelets(clusters, tmp_path):
+    """RestartAllContainers is a node-declared feature (``InferForScheduling`` of
+    k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers): the
+    scheduler's NodeDeclaredFeatures plugin places such pods only on nodes declaring
+    RestartAllContainersOnContainerExits. Warned once per object, in under 120
+    characters, also for a JobSet with two replicated Jobs."""
+    server = clusters["1.36"].server
+    note = (
+        "retry-policy: in-place-scope pod: pods stay Pending unless a node declares "
+        "RestartAllContainersOnContainerExits"
+    )
+    jobs = [replicated(n, restart_policy="Never", **DEADLINE) for n in ("leader", "workers")]
+    for obj in (job(POD_SCOPE, spec=DEADLINE), jobset(POD_SCOPE, jobs=jobs)):
+        response, out = admit(server, obj)
+        assert out is not None, response
+        assert response["warnings"].count(note) == 1 and len(note) < 120
+        assert_patched(obj, response, out, tmp_path)
+    response, _ = admit(server, job(CODES, spec=DEADLINE))
+    assert note not in response["warnings"]
+
+
+def test_your_fail_rules_on_in_place_codes_as_the_job_controller_reads_them(clusters, tmp_path):
+    """``matchOnExitCodes`` (pkg/controller/job/pod_failure_policy.go) reads regular
+    containers, then init containers; a rule without containerName matches both. Naming
+    the regular container and only in-place codes, the rule could never fire: denied.
+    Without containerName it still fires for the init container: admitted, warned."""
+    server = clusters["1.36"].server
+    named = {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In",
+                                                   "values": [42]}}  # fmt: skip
+    obj = job(CODES, spec={**DEADLINE, "podFailurePolicy": {"rules": [named]}})
+    assert "(FailJob) fails only on exit code 42 of container main" in denied(server, obj)
+    unnamed = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}
+    obj = job(CODES, spec={**DEADLINE, "podFailurePolicy": {"rules": [unnamed]}})
+    obj["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    response, out = admit(server, obj)
+    assert out is not None, response
+    assert (
+        "retry-policy: your spec.podFailurePolicy.rules[0] fires on exit code 42 only for init "
+        "containers: the regular ones restart in place on it" in response["warnings"]
+    )
+    assert out["spec"]["podFailurePolicy"]["rules"] == [unnamed]
+    assert_patched(obj, response, out, tmp_path)
+
+
+def test_fail_non_retriable_retries_in_place_codes_only_where_they_restart(clusters, tmp_path):
+    """Only regular containers restart in place: their FailJob rules' NotIn lists hold
+    42 and 75; the init container's keeps the retriable 143 alone, so its exit 42 fails
+    the Job (``matchOnExitCodes`` reads init containers too). A container with its own
+    restartPolicy OnFailure keeps it, takes no rule, is admitted with a warning, and
+    restarts in place on 42 as well."""
+    server = clusters["1.36"].server
+    obj = job(FAIL_NON_RETRIABLE, spec=DEADLINE)
+    template = obj["spec"]["template"]["spec"]
+    template["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    template["containers"].append(
+        {"name": "agent", "image": "busybox", "restartPolicy": "OnFailure"}
+    )
+    response, out = admit(server, obj)
+    assert out is not None, response
+    rules = out["spec"]["podFailurePolicy"]["rules"]
+    assert [r["onExitCodes"] for r in rules[1:]] == [
+        {"containerName": "main", "operator": "NotIn", "values": [42, 75, 143]},
+        {"containerName": "agent", "operator": "NotIn", "values": [42, 75, 143]},
+        {"containerName": "fetch", "operator": "NotIn", "values": [143]},
+    ]
+    pod_spec = out["spec"]["template"]["spec"]
+    assert containers(pod_spec) == [("Never", [rule()]), ("OnFailure", None)]
+    assert (
+        "retry-policy: spec.template: container agent keeps its restartPolicy OnFailure, which "
+        "restarts it in place on any non-zero exit" in response["warnings"]
+    )
+    assert_patched(obj, response, out, tmp_path)
+
+
+def test_a_bare_pods_denial_names_spec_restart_policy(clusters):
+    server = clusters["1.36"].server
+    obj = pod(CODES, spec={"restartPolicy": "Always", "activeDeadlineSeconds": 600})
+    assert denied(server, obj) == (
+        f"retry-policy: annotation {P}in-place-exit-codes: spec.restartPolicy is 'Always'; "
+        "in-place-exit-codes needs Never"
+    )
+
+
+def explain_json(tmp: Path, obj: dict[str, Any], events: str) -> dict[str, Any]:
+    source = _write(tmp, [obj])
+    result = subprocess.run(
+        [str(BIN), "explain", "-f", str(source), "--kubernetes-version", "1.36", "-o", "json",
+         "--simulate", events],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == cli.EXIT_OK, result.stderr
+    (item,) = json.loads(result.stdout)["items"]
+    return item
+
+
+def test_explain_cli_success_restarts_and_sidecars(tmp_path):
+    """Through the installed CLI: a NotIn rule matches exit code 0 too
+    (``findMatchingContainerRestartRule``), so ``--simulate 0`` restarts the container,
+    which never completes; a native sidecar's RestartAllContainers rule restarts the pod
+    in place and its other exits restart it, never a pod failure; a success no rule
+    restarts is refused."""
+    own = [{"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [1]}}]
+    pod_rule = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [88]}}]
+    obj = _manifest("own", {P + "fail-non-retriable": "true"}, **DEADLINE)
+    template = obj["spec"]["template"]["spec"]
+    template["containers"][0].update(restartPolicy="Never", restartPolicyRules=own)
+    template["initContainers"] = [
+        {
+            "name": "proxy",
+            "image": "envoy",
+            "restartPolicy": "Always",
+            "restartPolicyRules": pod_rule,
+        }
+    ]
+    item = explain_json(tmp_path, obj, "0,proxy:88,proxy:3,1")
+    main, proxy = item["inPlace"]["containers"]
+    assert (main["sidecar"], main["groups"][0]["codes"][:2]) == (False, [0, 2])
+    assert "exit code 0 is success: the container never completes" in main["groups"][0]["text"]
+    assert proxy["sidecar"] and [g["outcome"] for g in proxy["groups"]] == [
+        "restart-pod",
+        "restart",
+    ]
+    steps = item["simulation"]["steps"]
+    assert [
+        (r["container"], r["exitCode"], r["wholePod"]) for s in steps for r in s["inPlace"]
+    ] == [
+        ("main", 0, False),
+        ("proxy", 88, True),
+        ("proxy", 3, False),
+    ]
+    assert steps[-1]["action"] == "FailJob"
+    source = _write(tmp_path, [_manifest("plain", CODES, **DEADLINE)])
+    refused = subprocess.run(
+        [str(BIN), "explain", "-f", str(source), "--kubernetes-version", "1.36", "--simulate", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == cli.EXIT_INPUT
+    assert "exit code 0 is success and no restart rule restarts on it" in refused.stderr
+
+
+def test_dry_run_cli_denies_an_uncounted_jobset_deadline(tmp_path):
+    """The CLI judges as the server does: exit 1, the JobSet rule named."""
+    manifest = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "pretrain", "annotations": dict(CODES)},
+        "spec": {
+            "failurePolicy": {"maxRestarts": 2, "rules": [{"name": "again", "action": IGNORE_MAX}]},
+            "replicatedJobs": [
+                {"name": "workers", "replicas": 1, "template": _manifest("w", {}, **DEADLINE)}
+            ],
+        },
+    }
+    del manifest["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    result = dry_run("-f", str(_write(tmp_path, [manifest])), "--kubernetes-version", "1.36")
+    assert result.returncode == cli.EXIT_DENIED, result.stderr
+    assert "Error: JobSet/pretrain denied:" in result.stderr
+    assert f"your spec.failurePolicy.rules[0] ({IGNORE_MAX}) restarts the set" in result.stderr
 
 
 # --- the strict schemas ---------------------------------------------------------------
@@ -622,7 +840,7 @@ def test_dry_run_into_a_pipe_closed_early_stops_quietly(tmp_path):
 def test_dry_run_for_an_older_cluster_denies_naming_1_35(tmp_path):
     """``--kubernetes-version`` is the cluster the dry run judges for: at 1.34 the
     ContainerRestartRules gate is off and the API server would drop the rules
-    (dropDisabledPodFields, pkg/api/pod/util.go), so the Job is denied (exit 1)."""
+    (``dropDisabledFields``, pkg/api/pod/util.go), so the Job is denied (exit 1)."""
     result = dry_run(
         "-f",
         str(_write(tmp_path, [_manifest("old", CODES, **DEADLINE)])),

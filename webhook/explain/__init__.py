@@ -126,8 +126,24 @@ def explain(
                 )
                 continue
             _check_containers(item, events)
+            _check_successes(item, events)
             item.simulation = item.simulator.run(events)
     return explanations
+
+
+def _check_successes(item: Explanation, events: Sequence[Event]) -> None:
+    """Exit code 0 is a success: an event of only zeros is something to simulate only
+    where a restart rule restarts on it (``explain.inplace.restarted`` decides which);
+    with no container restarting in place, none does."""
+    if item.in_place is not None or item.simulator is None:
+        return
+    main = next(iter(item.simulator.containers), "main")
+    for position, event in enumerate(events, 1):
+        if event.succeeded(main):
+            raise ExplainError(
+                f"--simulate: event {position} {event.token!r}: exit code 0 is success, and "
+                "no container restarts in place on it: the pod does not fail; " + ACCEPTED_EVENTS
+            )
 
 
 def _check_containers(item: Explanation, events: Sequence[Event]) -> None:

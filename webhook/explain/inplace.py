@@ -8,9 +8,15 @@ first and win), never from the annotations:
 - The kubelet takes a container's first rule whose exit codes match, ``In`` or ``NotIn``
   (``findMatchingContainerRestartRule`` in pkg/api/v1/pod/util.go), and reads rules only
   of a container with a restartPolicy of its own. ``Restart`` restarts the container,
-  ``RestartAllContainers`` the whole pod (KEP-5532: init containers run again); a rule
-  whose action it does not know, or no match, falls back to that restartPolicy
-  (``ContainerShouldRestart``).
+  ``RestartAllContainers`` the whole pod (KEP-5532: init containers run again;
+  ``ShouldAllContainersRestart`` in pkg/kubelet/container/helpers.go); a rule whose
+  action it does not know, or no match, falls back to that restartPolicy
+  (``ContainerShouldRestart``: OnFailure restarts on a non-zero exit, Always on every
+  exit). Exit code 0 is matched like any other: a ``NotIn`` rule restarts a container
+  that succeeded, so it never completes, nor does its pod.
+- A native sidecar (an init container with restartPolicy Always) may carry rules too:
+  one whose action is RestartAllContainers restarts the pod in place; any other exit
+  restarts the sidecar. Neither is a pod failure.
 - A restart in place is not a pod failure: the Job controller judges a pod only once it
   is terminal, and counts container restarts against backoffLimit only under
   restartPolicy OnFailure (``pastBackoffLimitOnFailure``). Only activeDeadlineSeconds
@@ -48,6 +54,12 @@ from webhook.policy.config import GuardRails
 #: The actions that restart in place (KEP-5307, KEP-5532).
 RESTART, RESTART_ALL = "Restart", "RestartAllContainers"
 EXIT_CODES = range(1, 256)
+#: With success, which a rule may restart too.
+ALL_CODES = range(256)
+SUCCESS = (
+    "exit code 0 is success: the container never completes, nor does its pod; only "
+    "activeDeadlineSeconds ends it"
+)
 BACKOFF_TEXT = (
     f"the kubelet's back-off before each restart in place: none before a container's "
     f"first, then {inplace.BACKOFF_START_SECONDS} s, doubling, at most "
@@ -94,13 +106,15 @@ def rule_words(rule: int | None, origin: str) -> str:
 
 @dataclass(frozen=True)
 class ContainerRules:
-    """One regular container's restartPolicy and restartPolicyRules, and which of the
-    rules its author wrote (``yours``, from the object before the webhook)."""
+    """One regular container's (or native sidecar's) restartPolicy and
+    restartPolicyRules, and which of the rules its author wrote (``yours``, from the
+    object before the webhook)."""
 
     name: str
     restart_policy: str | None
     rules: tuple[Any, ...]
     yours: tuple[Any, ...] = ()
+    sidecar: bool = False
 
     def decide(self, code: int) -> Decision | None:
         """How the kubelet treats exit ``code`` (``ContainerShouldRestart``); ``None``:
@@ -115,13 +129,13 @@ class ContainerRules:
                 origin = "your rule" if rule in self.yours else "added by retry-policy"
                 return Decision(action == RESTART_ALL, number, origin)
             break  # an action it does not know: its restartPolicy decides
-        if self.restart_policy == "Always" or self.restart_policy == "OnFailure":
+        if self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code):
             return Decision(False, None, f"its restartPolicy {self.restart_policy}")
         return None
 
     @property
     def restarts(self) -> bool:
-        return any(self.decide(code) is not None for code in EXIT_CODES)
+        return any(self.decide(code) is not None for code in ALL_CODES)
 
 
 def matches(rule: Any, code: int) -> bool:
@@ -145,9 +159,18 @@ class PodRestarts:
     #: and those of them that are native sidecars.
     init: frozenset[str] = frozenset()
     sidecars: frozenset[str] = frozenset()
+    #: The native sidecars' own restart rules (those that have some).
+    sidecar_rules: tuple[ContainerRules, ...] = ()
 
     def of(self, name: str) -> ContainerRules | None:
-        return next((c for c in self.containers if c.name == name), None)
+        found = (*self.containers, *self.sidecar_rules)
+        return next((c for c in found if c.name == name), None)
+
+    def decide_sidecar(self, name: str, code: int) -> Decision:
+        """A native sidecar's exit: its rules, else its restartPolicy Always; always a
+        restart (of the sidecar, or of the pod)."""
+        rules = self.of(name) or ContainerRules(name, "Always", (), sidecar=True)
+        return rules.decide(code) or Decision(False, None, "its restartPolicy Always")
 
     def decide(self, name: str, code: int) -> Decision | None:
         rules = self.of(name)
@@ -163,23 +186,32 @@ def pod_restarts(
     such), no rule, or a cluster whose API server drops the rules (``dropped_note``)."""
     if pod_spec.get("restartPolicy", "Always") != "Never" or dropped(pod_spec, version):
         return None
-    written = {c["name"]: c for c in named_containers(mapping(original), "containers")}
-    containers = tuple(
-        ContainerRules(
+    written = {
+        c["name"]: c
+        for group in ("containers", "initContainers")
+        for c in named_containers(mapping(original), group)
+    }
+
+    def rules_of(c: Mapping[str, Any], sidecar: bool = False) -> ContainerRules:
+        return ContainerRules(
             c["name"],
             c.get("restartPolicy") if isinstance(c.get("restartPolicy"), str) else None,
             tuple(items(c.get("restartPolicyRules"))),
             tuple(items(mapping(written.get(c["name"])).get("restartPolicyRules"))),
+            sidecar,
         )
-        for c in named_containers(pod_spec, "containers")
-    )
-    if not any(c.restarts for c in containers):
-        return None
+
+    containers = tuple(rules_of(c) for c in named_containers(pod_spec, "containers"))
     init = named_containers(pod_spec, "initContainers")
+    sidecars = [c for c in init if c.get("restartPolicy") == "Always"]
+    with_rules = tuple(rules_of(c, True) for c in sidecars if items(c.get("restartPolicyRules")))
+    if not any(c.restarts for c in containers) and not with_rules:
+        return None
     return PodRestarts(
         containers,
         frozenset(c["name"] for c in init),
-        frozenset(c["name"] for c in init if c.get("restartPolicy") == "Always"),
+        frozenset(c["name"] for c in sidecars),
+        with_rules,
     )
 
 
@@ -187,7 +219,9 @@ def dropped(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> bool:
     """Whether the cluster's API server drops the regular containers' rules (feature gate
     off before ``CONTAINER_RESTART_RULES.on_since``)."""
     has_rules = any(
-        items(c.get("restartPolicyRules")) for c in named_containers(pod_spec, "containers")
+        items(c.get("restartPolicyRules"))
+        for group in ("containers", "initContainers")
+        for c in named_containers(pod_spec, group)
     )
     return has_rules and version is not None and version < CONTAINER_RESTART_RULES.on_since
 
@@ -231,13 +265,23 @@ class Bound:
     then: str = ""
     #: The field to set when nothing bounds them.
     missing: str = "spec.activeDeadlineSeconds"
+    #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
+    #: set without counting: ``mutators.jobset.in_place_bound``).
+    ends_nothing: str = ""
 
     @property
     def bounded(self) -> bool:
-        return bool(self.whole or self.pod or self.outer)
+        return bool(self.whole or self.pod or self.outer) and not self.ends_nothing
 
     def text(self) -> str:
         """What ends them, in words."""
+        if self.ends_nothing:
+            allowed = " (guardRails.allowUnboundedInPlace allows it)"
+            return (
+                f"What ends restarts in place: nothing: {self.ends_nothing}"
+                f"{allowed if self.unbounded_allowed else ''}. No retry budget does: a "
+                "restart in place is not a pod failure"
+            )
         ends = []
         if self.whole is not None:
             ends.append(
@@ -267,6 +311,8 @@ class Bound:
         )
 
     def short(self) -> str:
+        if self.ends_nothing:
+            return "nothing ends them (a JobSet rule restarts without counting)"
         names = [f"{d.field} ({d.seconds} s)" for d in (self.whole, self.pod) if d is not None]
         if self.outer:
             names.append("the TrainJob's activeDeadlineSeconds")
@@ -304,9 +350,13 @@ Judge = Callable[[str, int], tuple[str, str]]
 
 
 def plan(restarts: PodRestarts, judge: Judge, bound: Bound) -> InPlacePlan:
-    """Every regular container's exit codes 1-255, grouped by what they do."""
+    """Every regular container's exit codes 1-255 (and 0 when a rule restarts on it),
+    grouped by what they do; then each native sidecar's that has rules of its own."""
     return InPlacePlan(
-        [ContainerCodes(c.name, _groups(c, judge)) for c in restarts.containers],
+        [
+            ContainerCodes(c.name, _groups(c, judge), c.sidecar)
+            for c in (*restarts.containers, *restarts.sidecar_rules)
+        ],
         bound.text(),
         bound.bounded,
         BACKOFF_TEXT,
@@ -315,8 +365,10 @@ def plan(restarts: PodRestarts, judge: Judge, bound: Bound) -> InPlacePlan:
 
 def _groups(rules: ContainerRules, judge: Judge) -> list[CodeGroup]:
     found: dict[tuple[str, str], list[int]] = {}
-    for code in EXIT_CODES:
+    for code in ALL_CODES:
         decision = rules.decide(code)
+        if decision is None and not code:
+            continue  # a success, as usual
         if decision is None:
             key = judge(rules.name, code)
         elif decision.whole_pod:
@@ -326,13 +378,15 @@ def _groups(rules: ContainerRules, judge: Judge) -> list[CodeGroup]:
         found.setdefault(key, []).append(code)
     restarting = [k for k in found if k[0].startswith("restart")]
     others = sorted((k for k in found if k not in restarting), key=lambda k: len(found[k]))
-    ordered = restarting + others
-    return [
-        CodeGroup(
-            key[0], found[key], f"{_codes(found[key], key is ordered[-1], len(ordered))}: {key[1]}"
-        )
-        for key in ordered
-    ]
+    # The last group is "any other exit code": the largest, when all of them restart.
+    ordered = restarting + others if others else sorted(restarting, key=lambda k: len(found[k]))
+    groups = []
+    for key in ordered:
+        text = f"{_codes(found[key], key is ordered[-1], len(ordered))}: {key[1]}"
+        if found[key][0] == 0 and not rules.sidecar:
+            text += f"; {SUCCESS}"
+        groups.append(CodeGroup(key[0], found[key], text))
+    return groups
 
 
 def _codes(codes: list[int], last: bool, groups: int) -> str:
@@ -389,25 +443,51 @@ Restarted = tuple[tuple[InPlaceRestart, ...], str]
 def restarted(restarts: PodRestarts | None, backoff: Backoff, event: Event, main: str) -> Restarted:
     """The restarts in place ``event`` is (none: the pod fails with it), counted in
     ``backoff``; or, as the second value, why the event cannot be: a container that
-    stops for good while another restarts in place does not fail the pod yet.
+    stops for good while another restarts in place does not fail the pod yet, and a
+    success no rule restarts is no failure.
 
     A disruption is never a restart in place (the pod is being deleted), nor is a pod
-    whose init container failed. The exits of native sidecars are their shutdown with
-    the pod, not the application's."""
+    whose init container failed. The exits of native sidecars beside others are their
+    shutdown with the pod, not the application's; a sidecar's exit alone restarts the
+    sidecar, or the pod by a RestartAllContainers rule of its own, and never fails it."""
     if restarts is None or event.disruption:
         return (), ""
     exits = [(n, c) for n, c in event.exits(main) if n not in restarts.sidecars]
+    if not exits:
+        decided = [(n, c, restarts.decide_sidecar(n, c)) for n, c in event.exits(main)]
+        return _restart(backoff, decided), ""
     if any(name in restarts.init for name, _ in exits):
         return (), ""
     decided = [(name, code, restarts.decide(name, code)) for name, code in exits]
+    # A container that exited 0 and does not restart has completed: no failure of its.
+    decided = [d for d in decided if d[1] or d[2] is not None]
+    if not decided:
+        return (), _success(event)
     whole = [d for d in decided if d[2] is not None and d[2].whole_pod]
     chosen = whole[:1] or [d for d in decided if d[2] is not None]
     if not chosen:
         return (), ""
     if not whole and len(chosen) < len(decided):
         return (), _mixed(event, decided)
+    return _restart(backoff, chosen), ""
+
+
+def _restart(
+    backoff: Backoff, chosen: Sequence[tuple[str, int, Decision | None]]
+) -> tuple[InPlaceRestart, ...]:
+    """The restarts in place of one event: the whole pod's (by the first container whose
+    rule says so), or each container's."""
+    whole = [d for d in chosen if d[2] is not None and d[2].whole_pod]
     backoff.events += 1
-    return tuple(backoff.restart(n, c, d) for n, c, d in chosen if d is not None), ""
+    return tuple(backoff.restart(n, c, d) for n, c, d in whole[:1] or chosen if d is not None)
+
+
+def _success(event: Event) -> str:
+    return (
+        f"--simulate: event {event.token!r}: exit code 0 is success and no restart rule "
+        "restarts on it: the pod does not fail; give failures (exit codes 1-255), or 0 "
+        "for a container whose restart rule matches it"
+    )
 
 
 def _mixed(event: Event, decided: Sequence[tuple[str, int, Decision | None]]) -> str:

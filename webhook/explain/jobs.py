@@ -47,6 +47,7 @@ from webhook.explain.words import (
 from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import Match, named_containers
 from webhook.mutators import Outcome, controller_of, items, mapping, workload_policy
+from webhook.mutators import jobset as jobset_mutator
 from webhook.mutators.job import (
     API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
@@ -255,6 +256,13 @@ def job_bound(
     owner = controller_of(subject.final.get("metadata"))
     if outer is None and jobset and owner is not None and owner.get("kind") == "TrainJob":
         outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
+    ends_nothing = ""
+    indexed = re.fullmatch(r"replicatedJobs\[([0-9]+)\]", path[1]) if len(path) > 1 else None
+    if jobset and outer is None and indexed is not None:
+        # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
+        at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
+        found = jobset_mutator.in_place_bound(subject.final, at, spec, None)
+        ends_nothing = "" if found.present else found.unbounded
     return inplace.bound_of(
         inplace.deadline_of(spec, original, where),
         inplace.deadline_of(
@@ -264,6 +272,7 @@ def job_bound(
         outer,
         then="; then the JobSet's failure policy decides" if jobset else "",
         missing=f"{where}.activeDeadlineSeconds",
+        ends_nothing=ends_nothing,
     )
 
 

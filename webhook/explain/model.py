@@ -55,7 +55,8 @@ _PART = re.compile(
     rf"|oom:(?P<oomed>{_CONTAINER})"
 )
 ACCEPTED_EVENTS = (
-    "accepted: an exit code 1-255 (e.g. 143), container:code (e.g. main:1), "
+    "accepted: an exit code 0-255 (e.g. 143; 0 where a restart rule restarts on it), "
+    "container:code (e.g. main:1), "
     "oom (an OOM kill, exit code 137), container:oom or oom:container, "
     "or disruption (preemption, eviction, drain), "
     "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137), "
@@ -107,6 +108,11 @@ class Event:
         conditions = ((failurepolicy.DISRUPTION_TARGET, "True"),) if self.disruption else ()
         return PodFailure(exits, conditions)
 
+    def succeeded(self, main: str) -> bool:
+        """Every container the event stops exited 0: no failure, unless a restart rule
+        restarts on success (``explain.inplace.restarted``)."""
+        return not self.disruption and all(code == 0 for _, code in self.exits(main))
+
     def describe(self, main: str) -> str:
         if self.disruption:
             stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
@@ -115,7 +121,12 @@ class Event:
 
 
 def _code_name(code: int) -> str:
-    known = {1: "application error", SIGKILL: "OOM kill or SIGKILL", SIGTERM: "SIGTERM"}
+    known = {
+        0: "success",
+        1: "application error",
+        SIGKILL: "OOM kill or SIGKILL",
+        SIGTERM: "SIGTERM",
+    }
     return f"exit code {code}" + (f" ({known[code]})" if code in known else "")
 
 
@@ -150,12 +161,8 @@ def _parse_event(token: str, where: str) -> Event:
         else:
             container = match.group("container")
         code = SIGKILL if what == "oom" else int(what)
-        if code == 0:
-            raise ExplainError(
-                f"{where}: exit code 0 is a success, not a failure; {ACCEPTED_EVENTS}"
-            )
         if code > 255:
-            raise ExplainError(f"{where}: exit codes go from 1 to 255; {ACCEPTED_EVENTS}")
+            raise ExplainError(f"{where}: exit codes go from 0 to 255; {ACCEPTED_EVENTS}")
         if what == "oom":
             ooms.append(container or "")
         if any(name == container for name, _ in exits):
@@ -309,6 +316,8 @@ class CodeGroup:
 class ContainerCodes:
     container: str
     groups: list[CodeGroup]
+    #: A native sidecar (an init container with restartPolicy Always) with rules of its own.
+    sidecar: bool = False
 
 
 @dataclass(frozen=True)

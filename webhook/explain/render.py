@@ -113,7 +113,8 @@ def _render_in_place(plan: InPlacePlan) -> list[str]:
         "wins; the pod fails only when none restarts the container):"
     )
     for container in plan.containers:
-        lines.append(f"  {container.container}:")
+        kind = " (native sidecar)" if container.sidecar else ""
+        lines.append(f"  {container.container}{kind}:")
         for group in container.groups:
             lines.extend(_fill(group.text, "    - "))
     return [*lines, "", *_fill(_sentence(plan.bound)), "", *_fill(_sentence(plan.backoff))]
@@ -273,7 +274,11 @@ def _in_place_json(plan: InPlacePlan | None) -> dict[str, Any] | None:
         return None
     return {
         "containers": [
-            {"container": c.container, "groups": [dataclasses.asdict(g) for g in c.groups]}
+            {
+                "container": c.container,
+                "sidecar": c.sidecar,
+                "groups": [dataclasses.asdict(g) for g in c.groups],
+            }
             for c in plan.containers
         ],
         "bound": plan.bound,

@@ -158,7 +158,9 @@ def rule_lines(
             origin = "your rule"
         elif key == ignore:
             origin = "added by retry-policy for ignore-disruptions"
-        elif key == count or failurepolicy.is_non_retriable_rule(rule, inplace.retriable(policy)):
+        elif key == count or any(
+            failurepolicy.is_non_retriable_rule(rule, codes) for codes in inplace.recognised(policy)
+        ):
             origin = "added by retry-policy for fail-non-retriable"
         else:
             origin = "added by retry-policy"

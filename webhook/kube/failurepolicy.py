@@ -39,10 +39,15 @@ def non_retriable_rule(
 
 
 def non_retriable_rules(
-    pod_spec: Mapping[str, Any], retriable: Iterable[int], action: str = "FailJob"
+    pod_spec: Mapping[str, Any],
+    retriable: Iterable[int],
+    action: str = "FailJob",
+    restarting: Iterable[int] = (),
 ) -> list[dict[str, Any]]:
     """One ``non_retriable_rule`` per application container of the pod template
-    (``app_containers``), each naming its container.
+    (``app_containers``), each naming its container. ``restarting`` are codes on which
+    the regular containers restart in place: their rules retry those too; an init
+    container's keep ``retriable`` (nothing restarts it in place).
 
     A rule without ``containerName`` would also read the exit codes of native sidecars
     and of containers injected after admission (a service mesh's proxy): the controller
@@ -53,10 +58,15 @@ def non_retriable_rules(
     no named container (refused by the API server) gets the one rule without a name.
     """
     codes = sorted(set(retriable))
+    regular_codes = sorted(set(codes) | set(restarting))
+    regular = {c["name"] for c in named_containers(pod_spec, "containers")}
     names = app_containers(pod_spec)
     if not names:
-        return [non_retriable_rule(codes, action)]
-    return [non_retriable_rule(codes, action, name) for name in names]
+        return [non_retriable_rule(regular_codes, action)]
+    return [
+        non_retriable_rule(regular_codes if name in regular else codes, action, name)
+        for name in names
+    ]
 
 
 def is_non_retriable_rule(rule: Any, retriable: Iterable[int] | None = None) -> bool:

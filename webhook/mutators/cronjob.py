@@ -150,9 +150,9 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
     if not isinstance(rules, list):
         return
     codes = _codes(record.get("failNonRetriable"))
-    if codes is not None:
-        # Our exit-code rule retries the in-place codes too (``inplace.retriable``).
-        codes = sorted(set(codes) | set(_codes(record.get("inPlaceExitCodes")) or ()))
+    # A regular container's exit-code rule retries the in-place codes too, an init
+    # container's not (``inplace.retriable``); earlier versions gave both the first.
+    both = sorted(set(codes or ()) | set(_codes(record.get("inPlaceExitCodes")) or ()))
     action = "FailIndex" if record.get("onNonRetriable") == "fail-index" else "FailJob"
     ignore = fp.rule_key(fp.ignore_disruptions_rule())
     count = fp.rule_key(fp.count_disruptions_rule())
@@ -171,7 +171,7 @@ def _forget_rules(cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: 
             return True
         return (
             codes is not None
-            and fp.is_non_retriable_rule(rule, codes)
+            and (fp.is_non_retriable_rule(rule, codes) or fp.is_non_retriable_rule(rule, both))
             and rule.get("action") == action
         )
 

@@ -7,24 +7,39 @@ that matches: ``findMatchingContainerRestartRule`` in pkg/api/v1/pod/util.go). W
 ``in-place-scope: pod`` the action is ``RestartAllContainers`` (KEP-5532): the whole pod
 restarts on its node, init containers first. Native sidecars and other init containers
 keep their own behaviour: a sidecar already restarts on every exit, and an init
-container's failure is a failed start, not the application's retriable exit.
+container's failure is a failed start, not the application's retriable exit. A regular
+container with its own ``restartPolicy: OnFailure`` or ``Always`` is left as it is (said
+in a warning): it already restarts in place on its failures (``ContainerShouldRestart``:
+OnFailure on a non-zero exit, Always on every exit).
 
 What the raw API makes easy to get wrong is checked here:
 
-- **Version.** With a feature gate off the API server drops these fields silently, so
-  they are written only for a cluster whose version has them on by default (1.35 for
-  the rules, 1.36 for RestartAllContainers); an unknown version writes nothing.
+- **Version.** With ``ContainerRestartRules`` off the API server drops the fields
+  silently (``dropContainerRestartRules``, called from ``dropDisabledFields`` in
+  pkg/api/pod/util.go); with ``RestartAllContainersOnContainerExits`` off it refuses that
+  action (``AllowRestartAllContainers`` in ``GetValidationOptionsFromPodSpecAndMeta``). So
+  they are written only for a cluster whose version has them on by default (1.35 for the
+  rules, 1.36 for RestartAllContainers); an unknown version writes nothing.
+- **Nodes.** A pod with a ``RestartAllContainers`` rule is a node-declared feature
+  (``InferForScheduling`` of k8s.io/component-helpers/nodedeclaredfeatures/features/
+  restartallcontainers): the scheduler places it only on nodes whose kubelet declares
+  ``RestartAllContainersOnContainerExits``; elsewhere it stays Pending. Said at admission.
 - **Bound.** A restart in place is not a pod failure: under a pod ``restartPolicy:
   Never`` the Job controller counts none of them (``pastBackoffLimitOnFailure`` counts
   restarts only under ``OnFailure``), so only a deadline ends a container that always
   exits 42. One is required (``activeDeadlineSeconds`` of the Job, the pod, a JobSet's
   replicated Job or a TrainJob), or an admin's default deadline, or an admin's explicit
-  permission to run unbounded (then every admission warns).
-- **Consistency.** A podFailurePolicy rule of the user's that fails the Job on an
-  in-place code (operator In) could never fire; 137 restarting in place keeps the memory
+  permission to run unbounded (then every admission warns). A deadline after which
+  something restarts the work without counting (a JobSet rule ending in
+  ``AndIgnoreMaxRestarts``) is no bound (``Bound.unbounded``).
+- **Consistency.** A podFailurePolicy rule of the user's that fails the Job on in-place
+  codes of a regular container it names could never fire, and is denied; one without
+  ``containerName`` still fires for init containers (``matchOnExitCodes`` reads them after
+  the regular ones) and is only warned about. 137 restarting in place keeps the memory
   ``oom-memory-factor`` would raise. ``fail-non-retriable`` treats in-place codes as
-  retriable (``retriable``): they reach the Job controller only from a node whose
-  kubelet does not restart in place, and then a new pod is the retry the user asked for.
+  retriable in the rules of the regular containers (``retriable``): they reach the Job
+  controller only from a node whose kubelet does not restart in place, and then a new pod
+  is the retry the user asked for; init containers keep the plain retriable set.
 """
 
 from __future__ import annotations
@@ -56,9 +71,19 @@ def backoff_seconds(restart: int) -> int:
 
 
 def retriable(policy: Policy) -> tuple[int, ...]:
-    """The exit codes ``fail-non-retriable`` retries: the retriable ones and the in-place
-    ones (see the module's docstring)."""
+    """The exit codes ``fail-non-retriable`` retries in a regular container: the retriable
+    ones and the in-place ones (see the module's docstring). An init container's rule
+    keeps ``policy.retriable_exit_codes``: nothing restarts it in place on those codes."""
     return tuple(sorted(set(policy.retriable_exit_codes) | set(policy.in_place_exit_codes)))
+
+
+def recognised(policy: Policy) -> tuple[tuple[int, ...], ...]:
+    """The NotIn lists of the exit-code rules ``fail-non-retriable`` writes for ``policy``:
+    a regular container's and an init container's (one when there are no in-place codes),
+    for recognising those rules in a stored object."""
+    plain = tuple(sorted(set(policy.retriable_exit_codes)))
+    ours = retriable(policy)
+    return (ours,) if ours == plain else (ours, plain)
 
 
 def rule(policy: Policy) -> dict[str, Any]:
@@ -71,11 +96,15 @@ def rule(policy: Policy) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Bound:
-    """What ends in-place restarts that never stop: the deadline fields that are set
-    (``present``), and the ones a user could set (``fields``, for the message)."""
+    """What ends in-place restarts that never stop: whether a deadline that ends them is
+    set (``present``), and the ones a user could set (``fields``, for the message).
+    ``unbounded`` says why a deadline that is set ends nothing (e.g. a JobSet rule that
+    restarts without counting once it passes); then the admin's default deadline, written
+    the same way, would end nothing either."""
 
     present: bool
     fields: str
+    unbounded: str = ""
 
 
 def deadline_set(value: Any) -> bool:
@@ -104,16 +133,20 @@ def check(
     user_rules: Sequence[Any] = (),
 ) -> tuple[Policy, int | None]:
     """Whether ``policy``'s in-place restarts can act on this pod template (``where`` its
-    path, e.g. ``spec.template``); a conflict turns them off (denied when annotated,
-    skipped with a warning from a default). Returns the policy and, when a default
-    deadline must be written to bound them, that deadline."""
+    path, e.g. ``spec.template``; "" for a Pod's own spec); a conflict turns them off
+    (denied when annotated, skipped with a warning from a default). Returns the policy
+    and, when a default deadline must be written to bound them, that deadline."""
     if not policy.in_place_exit_codes:
         return policy, None
     for check_one in (_version, _restart_policies, _user_rules, _oom):
         policy = _settle(policy, check_one(policy, pod_spec, ctx, where, user_rules), out)
         if not policy.in_place_exit_codes:
             return policy, None
-    return settle_bound(policy, bound, ctx, out)
+    policy, deadline = settle_bound(policy, bound, ctx, out)
+    if policy.in_place_exit_codes:
+        for note in user_rule_notes(policy, pod_spec, where, user_rules):
+            out.note(note)
+    return policy, deadline
 
 
 def settle_bound(
@@ -125,7 +158,7 @@ def settle_bound(
     if bound.present:
         return policy, None
     rails = ctx.config.rails(ctx.namespace)
-    if rails.in_place_deadline_seconds is not None:
+    if rails.in_place_deadline_seconds is not None and not bound.unbounded:
         return policy, rails.in_place_deadline_seconds
     if rails.allow_unbounded_in_place:
         out.note(
@@ -133,12 +166,10 @@ def settle_bound(
             f"set {bound.fields} to end a container that never stops failing"
         )
         return policy, None
-    out.conflict(
-        policy,
-        "in-place-exit-codes",
-        f"restarts in place are not pod failures, so {why} ends them: set {bound.fields}",
-        "unbounded",
-    )
+    message = f"restarts in place are not pod failures, so {why} ends them: set {bound.fields}"
+    if bound.unbounded:
+        message = f"restarts in place are not pod failures, and {bound.unbounded}"
+    out.conflict(policy, "in-place-exit-codes", message, "unbounded")
     return _off(policy), None
 
 
@@ -198,38 +229,47 @@ def _version(
     return _FINE
 
 
+def spec_path(where: str) -> str:
+    """The path of the pod spec whose template is at ``where`` ("" for a Pod's own)."""
+    return f"{where}.spec" if where else "spec"
+
+
+def takes_rule(container: Mapping[str, Any]) -> bool:
+    """Whether a regular container gets the rule. One with its own restartPolicy
+    ``OnFailure`` or ``Always`` already restarts in place on its failures and is left as
+    it is (``ContainerShouldRestart``: OnFailure on a non-zero exit, Always on every
+    exit, success too): a rule of ours would change only what restarts with it."""
+    return container.get("restartPolicy") in (None, "Never")
+
+
 def _restart_policies(
     policy: Policy, pod_spec: Mapping[str, Any], ctx: Context, where: str, rules: Sequence[Any]
 ) -> Found:
     restart = pod_spec.get("restartPolicy", "Always")
+    field = f"{spec_path(where)}.restartPolicy"
     if restart == "OnFailure":
         return (
-            f"{where}.spec.restartPolicy is OnFailure, which already restarts every failed "
-            "container in place; in-place-exit-codes needs Never",
+            f"{field} is OnFailure, which already restarts every failed container in place; "
+            "in-place-exit-codes needs Never",
             "in-place-exit-codes",
             "restart-policy",
         )
     if restart != "Never":
         return (
-            f"{where}.spec.restartPolicy is {restart!r}; in-place-exit-codes needs Never",
+            f"{field} is {restart!r}; in-place-exit-codes needs Never",
             "in-place-exit-codes",
             "restart-policy",
         )
     wanted = rule(policy)
     for container in fp.named_containers(pod_spec, "containers"):
-        own = container.get("restartPolicy")
-        name = container["name"]
-        if own not in (None, "Never"):
-            return (
-                f"container {name} has restartPolicy {own}, which restarts it whatever its "
-                "exit code; remove it, or the annotation",
-                "in-place-exit-codes",
-                "contradiction",
-            )
         rules_of = items(container.get("restartPolicyRules"))
-        if wanted not in rules_of and len(rules_of) >= MAX_CONTAINER_RULES:
+        if (
+            takes_rule(container)
+            and wanted not in rules_of
+            and len(rules_of) >= MAX_CONTAINER_RULES
+        ):
             return (
-                f"container {name} already has {len(rules_of)} restartPolicyRules; "
+                f"container {container['name']} already has {len(rules_of)} restartPolicyRules; "
                 f"Kubernetes allows at most {MAX_CONTAINER_RULES}",
                 "in-place-exit-codes",
                 "too-many-rules",
@@ -240,28 +280,69 @@ def _restart_policies(
 def _user_rules(
     policy: Policy, pod_spec: Mapping[str, Any], ctx: Context, where: str, rules: Sequence[Any]
 ) -> Found:
-    """A rule of the user's that fails the Job (or index) on an in-place code could never
-    fire: the container restarts before the pod could fail with it."""
+    """A rule of the user's that fails the Job (or index) only on in-place codes of a
+    regular container it names could never fire: that container restarts in place before
+    the pod could fail with them (every regular container does: by our rule, or by its own
+    restartPolicy OnFailure or Always). Partial overlaps and rules without
+    ``containerName`` can still fire (``user_rule_notes``)."""
     regular = {c["name"] for c in fp.named_containers(pod_spec, "containers")}
-    codes = set(policy.in_place_exit_codes)
     for index, rule_ in enumerate(rules):
-        if not isinstance(rule_, dict) or rule_.get("action") not in ("FailJob", "FailIndex"):
-            continue
-        on = mapping(rule_.get("onExitCodes"))
-        container = on.get("containerName")
-        if on.get("operator") != "In" or (container is not None and container not in regular):
-            continue
-        both = sorted(codes & {v for v in items(on.get("values")) if isinstance(v, int)})
-        if both:
-            path = where.rsplit(".template", 1)[0]
+        both, values, container = _overlap(policy, rule_)
+        if both and container in regular and len(both) == len(values):
             return (
-                f"your {path}.podFailurePolicy.rules[{index}] ({rule_['action']}) fails on "
-                f"{_codes(both)}, on which the container restarts in place instead: it could "
-                "never fire",
+                f"your {_pfp(where)}.rules[{index}] ({rule_['action']}) fails only on "
+                f"{_codes(both)} of container {container}, which restarts in place on "
+                f"{'it' if len(both) == 1 else 'them'} instead: it could never fire",
                 "in-place-exit-codes",
                 "contradiction",
             )
     return _FINE
+
+
+def _pfp(where: str) -> str:
+    return f"{where.rsplit('.template', 1)[0]}.podFailurePolicy"
+
+
+def _overlap(policy: Policy, rule_: Any) -> tuple[list[int], set[int], str | None]:
+    """Of a FailJob or FailIndex rule with operator In: its in-place codes, all its codes,
+    and the container it names."""
+    if not isinstance(rule_, dict) or rule_.get("action") not in ("FailJob", "FailIndex"):
+        return [], set(), None
+    on = mapping(rule_.get("onExitCodes"))
+    if on.get("operator") != "In":
+        return [], set(), None
+    values = {v for v in items(on.get("values")) if isinstance(v, int) and not isinstance(v, bool)}
+    container = on.get("containerName")
+    both = sorted(set(policy.in_place_exit_codes) & values)
+    return both, values, container if isinstance(container, str) else None
+
+
+def user_rule_notes(
+    policy: Policy, pod_spec: Mapping[str, Any], where: str, rules: Sequence[Any]
+) -> list[str]:
+    """Warnings for the user's FailJob/FailIndex rules that fail on in-place codes but can
+    still fire: without ``containerName`` the Job controller also reads init containers
+    (``matchOnExitCodes``: regular containers first, then init containers), and a rule
+    that names other codes too fires on those."""
+    regular = {c["name"] for c in fp.named_containers(pod_spec, "containers")}
+    notes = []
+    for index, rule_ in enumerate(rules):
+        both, values, container = _overlap(policy, rule_)
+        if not both or (container is not None and container not in regular):
+            continue
+        them = "it" if len(both) == 1 else "them"
+        rule_ = f"retry-policy: your {_pfp(where)}.rules[{index}]"
+        if container is None:
+            notes.append(
+                f"{rule_} fires on {_codes(both)} only for init containers: the regular ones "
+                f"restart in place on {them}"
+            )
+        elif len(both) < len(values):
+            notes.append(
+                f"{rule_} never fires on {_codes(both)} of container {container}: it restarts "
+                f"in place on {them}"
+            )
+    return notes
 
 
 def _oom(
@@ -282,21 +363,44 @@ def _codes(codes: Iterable[int]) -> str:
     return ("exit code " if len(values) == 1 else "exit codes ") + ", ".join(map(str, values))
 
 
+#: Said whenever a pod template gets RestartAllContainers (kept under 120 characters).
+NODES_NOTE = (
+    "retry-policy: in-place-scope pod: pods stay Pending unless a node declares "
+    "RestartAllContainersOnContainerExits"
+)
+
+
 def apply(pod_spec: dict[str, Any], policy: Policy, out: Outcome, where: str) -> None:
-    """Give each regular container of ``pod_spec`` the restart rule, after its own."""
+    """Give each regular container of ``pod_spec`` the restart rule, after its own; one
+    with its own restartPolicy OnFailure or Always is left as it is (``takes_rule``).
+    ``where`` is the pod template's path ("" for a Pod's own spec)."""
     codes = policy.in_place_exit_codes
     if not codes:
         return
+    label = where or "spec"
     wanted = rule(policy)
-    changed = []
+    changed, taking = [], []
     for container in fp.named_containers(pod_spec, "containers"):
         own = items(container.get("restartPolicyRules"))
+        name = container["name"]
+        if not takes_rule(container):
+            kept = container.get("restartPolicy")
+            when = "any non-zero exit" if kept == "OnFailure" else "every exit, success too"
+            _note_once(
+                out,
+                f"retry-policy: {label}: container {name} keeps its restartPolicy {kept}, "
+                f"which restarts it in place on {when}",
+            )
+            continue
+        taking.append(name)
         if wanted in own and container.get("restartPolicy") == "Never":
             continue
         container["restartPolicy"] = "Never"
         if wanted not in own:
             container["restartPolicyRules"] = [*own, rule(policy)]
-        changed.append(container["name"])
+        changed.append(name)
+    if taking and policy.in_place_scope == "pod":
+        _note_once(out, NODES_NOTE)
     if not changed:
         return
     out.actions["in_place_rules"] = out.actions.get("in_place_rules", 0) + len(changed)
@@ -305,16 +409,22 @@ def apply(pod_spec: dict[str, Any], policy: Policy, out: Outcome, where: str) ->
     text = format_value("in-place-exit-codes", codes)
     if policy.in_place_scope == "pod":
         out.changed(
-            f"retry-policy: {where}: the whole pod restarts in place when {noun} {names} "
+            f"retry-policy: {label}: the whole pod restarts in place when {noun} {names} "
             f"exits {text} (in-place-scope pod)",
             policy.setting("in-place-exit-codes"),
         )
     else:
         out.changed(
-            f"retry-policy: {where}: {noun} {names} restarts in place on exit {text} "
+            f"retry-policy: {label}: {noun} {names} restarts in place on exit {text} "
             "(in-place-exit-codes)",
             policy.setting("in-place-exit-codes"),
         )
+
+
+def _note_once(out: Outcome, text: str) -> None:
+    """A JobSet's replicated Jobs would each say it."""
+    if text not in out.notes:
+        out.note(text)
 
 
 def write_deadline(

@@ -540,6 +540,7 @@ def apply_job_spec(
     restarts: int | None = None,
     defaulted: bool = True,
     outer_bound: str | None = None,
+    in_place_bound: inplace.Bound | None = None,
 ) -> Policy:
     """Check and apply ``policy`` to one JobSpec; return the policy with backoff resolved.
 
@@ -550,7 +551,8 @@ def apply_job_spec(
     own spec but not a CronJob's or JobSet's template: there every value was written.
     ``outer_bound`` names a
     deadline outside this JobSpec that ends in-place restarts too ("" when there is none
-    to name, but they are bounded).
+    to name, but they are bounded); ``in_place_bound``, when given, is what ends them
+    instead of this JobSpec's deadlines (a JobSet's rules may make those end nothing).
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
     """
     where = intent.dotted(path)
@@ -564,7 +566,7 @@ def apply_job_spec(
     pod_spec = template["spec"]
     budget = Budget.of(policy, field, restarts)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
-    bound = inplace.Bound(
+    bound = in_place_bound or inplace.Bound(
         outer_bound is not None or inplace.job_spec_bounded(spec),
         f"{where}.activeDeadlineSeconds (or the pod template's)",
     )
@@ -730,7 +732,8 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
     on SIGTERM, and must be decided before an exit-code rule could fail the Job for it:
     ``matchPodFailurePolicy`` stops at the first match): Ignore for ignore-disruptions,
     else Count for fail-non-retriable (``Policy.count_disruptions``); then one exit-code
-    rule per application container."""
+    rule per application container (a regular container's retries the in-place codes
+    too: ``inplace.retriable``)."""
     ours: list[tuple[dict[str, Any], str]] = []
     if policy.ignore_disruptions:
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
@@ -738,7 +741,8 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
         ours.append((fp.count_disruptions_rule(), "fail-non-retriable"))
     if policy.fail_non_retriable:
         action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
-        for rule in fp.non_retriable_rules(pod_spec, inplace.retriable(policy), action):
+        retried, restarting = policy.retriable_exit_codes, policy.in_place_exit_codes
+        for rule in fp.non_retriable_rules(pod_spec, retried, action, restarting):
             ours.append((rule, "fail-non-retriable"))
     return ours
 

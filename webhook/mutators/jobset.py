@@ -344,6 +344,83 @@ def _outer_bound(jobset: Mapping[str, Any], ctx: Context) -> str | None:
     return None
 
 
+#: The Job controller's condition message for a Job past its activeDeadlineSeconds
+#: (reason DeadlineExceeded; pkg/controller/job/job_controller.go).
+DEADLINE_MESSAGE = "Job was active longer than specified deadline"
+
+
+def in_place_bound(
+    jobset: Mapping[str, Any], path: tuple[str | int, ...], job_spec: Mapping[str, Any], outer: Any
+) -> inplace.Bound:
+    """What ends the in-place restarts of the replicated Job whose JobSpec is at ``path``.
+
+    Its deadline fails the Job (DeadlineExceeded) and its pod template's fails each pod,
+    so that the Job fails once its pods run out of retries (BackoffLimitExceeded, or
+    FailedIndexes and MaxFailedIndexesExceeded per index). Either ends them only when
+    the JobSet then counts the restart: the first of your rules that applies
+    (``findFirstFailedPolicyRuleAndJob``, ``ruleIsApplicable``) must not be one ending in
+    AndIgnoreMaxRestarts, which restarts the set and never checks maxRestarts
+    (``restartJobSetAndIgnoreMaxRestartsActionApplier``); a rule without reasons applies
+    to every reason. (A pod killed at its deadline may also match a FailJob rule:
+    ``_check_rules`` keeps your JobSet rules from restarting those past ours.)"""
+    where = intent.dotted(path)
+    fields = f"{where}.activeDeadlineSeconds (or the pod template's)"
+    if outer is not None:
+        return inplace.Bound(True, fields)
+    rules = items(get_path(jobset, ("spec", "failurePolicy", "rules")))
+    name = str(mapping(get_path(jobset, path[:3])).get("name"))
+    pod_spec = mapping(get_path(job_spec, ("template", "spec")))
+    whole = _uncounted(rules, name, "DeadlineExceeded", DEADLINE_MESSAGE)
+    per_index = job_spec.get("backoffLimitPerIndex") is not None
+    reasons = ["FailedIndexes"] if per_index else ["BackoffLimitExceeded"]
+    if per_index and job_spec.get("maxFailedIndexes") is not None:
+        reasons.append("MaxFailedIndexesExceeded")
+    each = next(
+        (found for r in reasons if (found := _uncounted(rules, name, r, BUDGET_MESSAGES[r]))),
+        None,
+    )
+    if (inplace.deadline_set(job_spec.get("activeDeadlineSeconds")) and whole is None) or (
+        inplace.deadline_set(pod_spec.get("activeDeadlineSeconds")) and each is None
+    ):
+        return inplace.Bound(True, fields)
+    job_field = f"{where}.activeDeadlineSeconds"
+    pod_field = f"{where}.template.spec.activeDeadlineSeconds"
+    if whole is None:
+        return inplace.Bound(False, fields if each is None else job_field)
+    why = (
+        f"{job_field} bounds nothing: your spec.failurePolicy.rules[{whole[0]}] ({whole[1]}) "
+        "restarts the set without counting when a Job fails with DeadlineExceeded"
+    )
+    if each is None:
+        return inplace.Bound(False, pod_field, f"{why}; drop the rule or set {pod_field}")
+    if each == whole:
+        why += " or when its pods run out of retries"
+    else:
+        why += f", and rules[{each[0]}] ({each[1]}) when its pods run out of retries"
+    why += ", so the pod template's deadline bounds nothing either"
+    return inplace.Bound(False, f"{job_field} (after dropping those rules)", f"{why}; drop them")
+
+
+def _uncounted(
+    rules: Sequence[Any], name: str, reason: str, message: str
+) -> tuple[int, str] | None:
+    """The first of ``rules`` that applies to replicated Job ``name`` failed with ``reason``
+    and ``message``, when it restarts without counting: its index and action. A rule
+    whose pattern cannot be read is taken to apply, but not to take the failure from the
+    rules after it."""
+    for index, rule in enumerate(rules):
+        if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
+            continue
+        applies, _, why = _applies(rule, reason, {name: [[message]]})
+        if not applies:
+            continue
+        if rule["action"] in IGNORING_ACTIONS:
+            return index, str(rule["action"])
+        if not why:
+            return None
+    return None
+
+
 def in_place_restart(jobset: Mapping[str, Any]) -> bool:
     return get_path(jobset, ("spec", "failurePolicy", "restartStrategy")) == IN_PLACE_RESTART
 
@@ -375,6 +452,7 @@ def _apply_replicated_job(
         return None
     child = _child_policy(jobset, path, job_spec, policy, INT32_MAX if in_place else 0)
     reverted = _restart_never(jobset, path, job_spec, child)
+    outer = _outer_bound(jobset, ctx)
     resolved = apply_job_spec(
         jobset,
         path,
@@ -384,7 +462,8 @@ def _apply_replicated_job(
         out,
         restarts=restarts,
         defaulted=False,
-        outer_bound=_outer_bound(jobset, ctx),
+        outer_bound=outer,
+        in_place_bound=in_place_bound(jobset, path, job_spec, outer),
     )
     if reverted is None:
         return resolved
@@ -486,12 +565,11 @@ def failjob_messages(
     """By replicated Job, every message our FailJob rules can fail one of its Jobs with:
     per rule, its container (one rule per application container) and the index it gets
     after the user's rules and ours before it (``job.our_rules``: a Count or Ignore rule
-    on DisruptionTarget first), any exit code outside the retriable and in-place ones
-    (``inplace.retriable``), any pod name."""
+    on DisruptionTarget first), any exit code outside the rule's NotIn list (a regular
+    container's holds the in-place codes too, an init container's not:
+    ``fp.non_retriable_rules``), any pod name."""
     namespace = get_path(jobset, ("metadata", "namespace")) or ctx.namespace
     ns: Piece = namespace if isinstance(namespace, str) and namespace else Wild()
-    retried = inplace.retriable(policy)
-    codes = tuple(str(c) for c in range(1, 256) if c not in retried)
     messages: dict[str, list[list[Piece]]] = {}
     for rjob in replicated:
         if not isinstance(rjob, dict):
@@ -505,8 +583,11 @@ def failjob_messages(
         found = []
         for index, rule in enumerate(merged):
             if fp.rule_key(rule) in failing:
-                name = mapping(rule.get("onExitCodes")).get("containerName")
+                on = mapping(rule.get("onExitCodes"))
+                name = on.get("containerName")
                 container: Piece = name if isinstance(name, str) else Wild()
+                kept = set(items(on.get("values")))
+                codes = tuple(str(c) for c in range(1, 256) if c not in kept)
                 found.append(failjob_message(container, ns, [Wild()], codes, index))
         messages[str(rjob.get("name"))] = found
     return messages

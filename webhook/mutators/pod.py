@@ -123,14 +123,15 @@ class PodMutator:
         bound = inplace.Bound(
             inplace.deadline_set(spec.get("activeDeadlineSeconds")), "spec.activeDeadlineSeconds"
         )
-        policy, deadline = inplace.check(policy, spec, ctx, out, "spec", bound)
+        # "": the pod spec is the Pod's own, at spec (a template's is at <where>.spec).
+        policy, deadline = inplace.check(policy, spec, ctx, out, "", bound)
         if out.problems or not policy.in_place_exit_codes:
             return None
         if deadline is not None:
             inplace.write_deadline(
                 spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
             )
-        inplace.apply(spec, policy, out, "spec")
+        inplace.apply(spec, policy, out, "")
         return {
             "inPlaceExitCodes": list(policy.in_place_exit_codes),
             "inPlaceScope": policy.in_place_scope,
