@@ -64,12 +64,15 @@ def read_documents(path: str, stdin: TextIO | None = None) -> list[dict[str, Any
 def _read(args: argparse.Namespace, stderr: TextIO) -> tuple[list[Document], bool] | None:
     """Every document the ``-f`` arguments name, and whether the output names each
     object's file (more than one file, or a directory); ``None`` after a usage error."""
+    paths = [*(args.filename or []), *args.paths]
     try:
-        docs = inputs.read_all(args.filename, args.recursive)
+        if not paths:
+            raise inputs.UsageError("no input: give files or directories, or - for stdin")
+        docs = inputs.read_all(paths, args.recursive)
     except inputs.UsageError as err:
         print(f"Error: {err}", file=stderr)
         return None
-    return docs, not inputs.single(args.filename)
+    return docs, not inputs.single(paths)
 
 
 def cluster_version(
@@ -187,6 +190,9 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     elif args.output == "patch":
         json.dump(patches, stdout, indent=2)
         stdout.write("\n")
+    elif args.output == "name":
+        for obj in results:
+            stdout.write(_kubectl_name(obj) + "\n")
     elif args.output == "junit":
         stdout.write(reports.junit(found, "retry-webhook dry-run"))
     elif args.output == "sarif":
@@ -226,6 +232,15 @@ def _dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.
     changes = len(checked.changes)
     text = f"admitted; the webhook makes {changes} change(s)" if changes else "admitted unchanged"
     return reports.Result(doc.source.path, name, reports.PASSED, "admitted", text, **common)
+
+
+def _kubectl_name(obj: dict[str, Any]) -> str:
+    """``kubectl -o name``'s form: ``job.batch/train``, ``pod/x``."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(obj.get("kind") or "").lower()
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
 
 
 def _summary(docs: Sequence[Document], found: Sequence[reports.Result]) -> str:
@@ -487,11 +502,11 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
         "-f",
         "--filename",
         action="append",
-        required=True,
         metavar="PATH",
         help="a YAML or JSON file, a directory (its .yaml, .yml and .json files), or - for "
         "stdin; repeatable",
     )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="as -f (pre-commit's way)")
     parser.add_argument(
         "-R",
         "--recursive",
@@ -614,10 +629,10 @@ def build_parser() -> argparse.ArgumentParser:
     dry.add_argument(
         "-o",
         "--output",
-        choices=("yaml", "json", "patch", "junit", "sarif"),
+        choices=("yaml", "json", "patch", "name", "junit", "sarif"),
         default="yaml",
-        help="the admitted objects (yaml, json), their patches, or a report of every "
-        "object for CI: JUnit XML or SARIF 2.1.0",
+        help="the admitted objects (yaml, json, or their kind.group/name), their patches, or "
+        "a report of every object for CI: JUnit XML or SARIF 2.1.0",
     )
     _version_option(dry)
     dry.set_defaults(func=dry_run)

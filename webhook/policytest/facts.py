@@ -135,7 +135,10 @@ def _memory(value: Any) -> dict[str, MemoryPair]:
         if not isinstance(text, (str, int)) or isinstance(text, bool):
             raise BadExpectation(f"{container}: {text!r} is not REQUEST/LIMIT (e.g. 2Gi/4Gi)")
         request, _, limit = str(text).partition("/")
-        parsed[str(container)] = (_quantity(request), _quantity(limit or request))
+        try:
+            parsed[str(container)] = (_quantity(request), _quantity(limit or request))
+        except BadExpectation as err:
+            raise BadExpectation(f"{container}: {err}") from None
     return parsed
 
 

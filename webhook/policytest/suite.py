@@ -354,7 +354,7 @@ def _attempts(raw: Any, where: str, problems: list[str]) -> list[Picked]:
                     problems.append(f"{at}.{key}: {err}")
         if not wanted:
             problems.append(f"{at}: pick the pod with attempt, pod or run")
-        if not facts and not any(k not in allowed for k in entry):
+        if not any(k in FACTS for k in entry) and all(k in allowed for k in entry):
             problems.append(f"{at}: no fact to assert; known: {', '.join(FACTS)}")
         out.append((wanted, facts))
     return out
