@@ -16,7 +16,8 @@ PACKAGE = ROOT / "webhook"
 #: From the top down. A module may import from its own layer or any layer below it.
 LAYERS = [
     {"cli"},
-    {"serving", "explain"},
+    {"policytest"},
+    {"serving", "explain", "offline"},
     {"admission"},
     {"mutators"},
     {"cluster", "policy"},

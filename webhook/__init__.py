@@ -7,6 +7,9 @@ The packages, from the request inward:
 - ``admission``: the AdmissionReview codec and the data path from a request to a verdict
   (the engine), with its memo, the views it keys on, and the patch by diffing.
 - ``explain``: the same engine offline, as a retry plan in words (``retry-webhook explain``).
+- ``offline``: what the offline commands share: manifests from files and directories,
+  objects reviewed as the API server would, JUnit and SARIF reports.
+- ``policytest``: suites of admission and retry-outcome cases (``retry-webhook test``).
 - ``mutators``: one module per workload kind, each editing a copy of the object.
 - ``policy``: the annotation vocabulary and grammars, and the admins' cluster defaults.
 - ``cluster``: what the server learns from the API server (attempts and failure history

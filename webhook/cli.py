@@ -1,44 +1,48 @@
-"""``retry-webhook``: serve the webhook, dry-run manifests offline, manage certificates.
+"""``retry-webhook``: serve the webhook, dry-run, explain and test manifests offline, manage
+certificates.
 
-The dry-run runs the same engine as the server, on the object the server would see:
-API defaults applied first, and the manifest recorded as the user's intent the way
-``kubectl apply`` records it (so a written ``backoffLimit: 6`` is told apart from a
-defaulted one). Exit codes are for pipelines: 0 all allowed, 1 any denied, 2 the input
-or config could not be read.
+The offline commands run the same engine as the server, on the object the server would
+see (``webhook.offline.review``), for every object of every file, directory and stdin
+they are given (``webhook.offline.inputs``). Exit codes are for pipelines and stable:
+0 all admitted (``test``: every case passed), 1 any denied, or warned with
+``--fail-on-warn`` (``test``: a case failed), 2 usage, or input or config that could not
+be read.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import yaml
 
-from webhook.admission import engine
 from webhook.cluster.runtimes import GivenRuntimes, is_runtime
 from webhook.cluster.version import GivenVersion
-from webhook.kube import defaulting
-from webhook.kube.intent import LAST_APPLIED
-from webhook.kube.objects import mapping
 from webhook.kube.versions import KubeVersion
+from webhook.offline import inputs, reports
+from webhook.offline.inputs import Document, label
+from webhook.offline.review import ASSUMED_VERSION, IN_PLACE_KEY, check, prepare, version_for
 from webhook.policy.config import Config, ConfigError, load_config
-from webhook.policy.model import KEYS
 from webhook.tls import certs
+
+__all__ = ["ASSUMED_VERSION", "IN_PLACE_KEY", "main", "prepare"]
 
 EXIT_OK, EXIT_DENIED, EXIT_INPUT = 0, 1, 2
 EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it again
 #: The reader of the output went away (``retry-webhook dry-run ... | head``): 128 + SIGPIPE,
 #: what a shell reports for a command the closed pipe stopped.
 EXIT_PIPE = 141
-#: What the offline commands assume without ``--kubernetes-version`` or a config pin: the
-#: newest release whose gated fields the policy knows.
-ASSUMED_VERSION = KubeVersion(1, 36)
-IN_PLACE_KEY = KEYS["in-place-exit-codes"].annotation
+#: The rule ids of dry-run's reports, and what each means.
+DRY_RUN_RULES = {
+    "denied": "The webhook would deny the object",
+    "warning": "The webhook would admit the object with warnings",
+    "admitted": "The webhook would admit the object",
+    "input": "The input could not be read as Kubernetes objects",
+}
 
 
 class InputError(Exception):
@@ -46,75 +50,29 @@ class InputError(Exception):
 
 
 def read_documents(path: str, stdin: TextIO | None = None) -> list[dict[str, Any]]:
-    """Objects from a YAML (multi-document) or JSON file; ``List`` kinds are flattened."""
-    try:
-        if path == "-":
-            text = (stdin or sys.stdin).read()
-        else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"cannot read {path}: {err}") from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as err:
-        raise InputError(f"{path} is not valid YAML or JSON: {err}") from None
-    objects: list[dict[str, Any]] = []
-    for index, doc in enumerate(docs):
-        if doc is None:
-            continue
-        for obj in _flatten(doc):
-            if not isinstance(obj, dict) or not obj.get("kind") or not obj.get("apiVersion"):
-                raise InputError(
-                    f"{path}: document {index + 1} is not a Kubernetes object "
-                    "(needs apiVersion and kind)"
-                )
-            objects.append(obj)
+    """The objects of one file (``-``: stdin); ``InputError`` for the first document
+    that cannot be used."""
+    objects = []
+    for doc in inputs.read(path, stdin):
+        if doc.error:
+            raise InputError(doc.error)
+        assert doc.obj is not None
+        objects.append(doc.obj)
     return objects
 
 
-def _flatten(doc: Any) -> Iterator[Any]:
-    if isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc:
-        for item in doc.get("items") or []:
-            yield from _flatten(item)
-    else:
-        yield doc
-
-
-def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any], bool]:
-    """The object as the API server would hand it to a webhook on ``kubectl apply``.
-
-    Returns it and whether a last-applied record was added (to strip from the output).
-    """
-    manifest = copy.deepcopy(obj)
-    prepared = copy.deepcopy(obj)
-    metadata = prepared.get("metadata")
-    if not isinstance(metadata, dict):
-        metadata = prepared["metadata"] = {}
-    metadata["namespace"] = namespace or metadata.get("namespace") or "default"
-    annotations = metadata.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = metadata["annotations"] = {}
-    synthetic = LAST_APPLIED not in annotations
-    if synthetic:
-        annotations[LAST_APPLIED] = json.dumps(manifest, separators=(",", ":"))
-    defaulting.apply_defaults(prepared)
-    return prepared, synthetic
-
-
-def _strip(obj: dict[str, Any], synthetic: bool) -> dict[str, Any]:
-    if synthetic:
-        annotations = obj.get("metadata", {}).get("annotations", {})
-        annotations.pop(LAST_APPLIED, None)
-        if not annotations:
-            obj["metadata"].pop("annotations", None)
-    return obj
-
-
-def _label(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    name = metadata.get("name") or metadata.get("generateName") or "<unnamed>"
-    return f"{obj.get('kind')}/{name}"
+def _read(args: argparse.Namespace, stderr: TextIO) -> tuple[list[Document], bool] | None:
+    """Every document the ``-f`` arguments name, and whether the output names each
+    object's file (more than one file, or a directory); ``None`` after a usage error."""
+    paths = [*(args.filename or []), *args.paths]
+    try:
+        if not paths:
+            raise inputs.UsageError("no input: give files or directories, or - for stdin")
+        docs = inputs.read_all(paths, args.recursive)
+    except inputs.UsageError as err:
+        print(f"Error: {err}", file=stderr)
+        return None
+    return docs, not inputs.single(paths)
 
 
 def cluster_version(
@@ -122,20 +80,59 @@ def cluster_version(
 ) -> GivenVersion:
     """The version the offline commands judge against: ``--kubernetes-version``, else the
     config's pin, else ``ASSUMED_VERSION``, said when a policy depends on it."""
-    if args.kubernetes_version is not None:
-        return GivenVersion(args.kubernetes_version)
-    if config.kubernetes_version is not None:
-        return GivenVersion(config.kubernetes_version)
-    annotated = any(
-        IN_PLACE_KEY in mapping(mapping(o.get("metadata")).get("annotations")) for o in objects
-    )
-    if annotated or config.has_default("in-place-exit-codes"):
+    version, assumed = version_for(args.kubernetes_version, config, objects)
+    if assumed:
         print(
             f"Note: in-place restarts judged for Kubernetes {ASSUMED_VERSION}; pass "
             "--kubernetes-version X.Y for your cluster's",
             file=stderr,
         )
-    return GivenVersion(ASSUMED_VERSION)
+    return version
+
+
+def _where(doc: Document, labelled: bool) -> str:
+    """What stderr lines start with: nothing for one file (as it always read), else the
+    file and document, then the object."""
+    obj = doc.obj or {}
+    return f"{doc.source}: {label(obj)}: " if labelled else ""
+
+
+def _name(doc: Document) -> str:
+    """A report's name for one object: ``Job/train (document 2)``."""
+    source = doc.source
+    if doc.obj is None:
+        return f"document {source.document}" if source.document else "the file"
+    where = f"document {source.document}" + (
+        f", item {source.item}" if source.item is not None else ""
+    )
+    return f"{label(doc.obj)} ({where})"
+
+
+def _properties(doc: Document) -> dict[str, Any]:
+    obj = doc.obj or {}
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    found = {
+        "document": doc.source.document,
+        "item": doc.source.item,
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "namespace": metadata.get("namespace"),
+        "name": metadata.get("name") or metadata.get("generateName"),
+    }
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _input_result(doc: Document) -> reports.Result:
+    return reports.Result(
+        doc.source.path,
+        _name(doc),
+        reports.ERROR,
+        "input",
+        doc.error,
+        line=doc.source.line,
+        level="error",
+        properties=_properties(doc),
+    )
 
 
 def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -144,90 +141,221 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     except ConfigError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
-    try:
-        objects = read_documents(args.filename)
-    except InputError as err:
-        print(f"Error: {err}", file=stderr)
+    read = _read(args, stderr)
+    if read is None:
         return EXIT_INPUT
+    docs, labelled = read
+    objects = [d.obj for d in docs if d.obj is not None]
     results: list[dict[str, Any]] = []
     patches: list[dict[str, Any]] = []
-    denied = 0
+    found: list[reports.Result] = []
+    code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
     version = cluster_version(args, config, objects, stderr)
-    for obj in objects:
-        prepared, synthetic = prepare(obj, args.namespace)
-        verdict, result = engine.review_object(
-            prepared, config, args.namespace, runtimes=runtimes, version=version
-        )
-        for warning in verdict.warnings:
-            print(f"Warning: {warning}", file=stderr)
-        if not verdict.allowed:
-            denied += 1
-            print(f"Error: {_label(obj)} denied: {verdict.message}", file=stderr)
+    for doc in docs:
+        if doc.obj is None:
+            print(f"Error: {doc.error}", file=stderr)
+            found.append(_input_result(doc))
+            code = EXIT_INPUT
             continue
-        results.append(_strip(result, synthetic))
+        obj = doc.obj
+        where = _where(doc, labelled)
+        checked = check(obj, config, args.namespace, runtimes, version)
+        verdict = checked.verdict
+        for warning in verdict.warnings:
+            print(f"Warning: {where}{warning}", file=stderr)
+        result = _dry_run_result(doc, checked, args.fail_on_warn)
+        found.append(result)
+        if result.status == reports.FAILED:
+            code = max(code, EXIT_DENIED)
+        if not verdict.allowed:
+            at = f"{doc.source}: " if labelled else ""
+            print(f"Error: {at}{label(obj)} denied: {verdict.message}", file=stderr)
+            continue
+        results.append(checked.result)
         patches.append(
             {
                 "apiVersion": obj.get("apiVersion"),
                 "kind": obj.get("kind"),
-                "namespace": prepared["metadata"]["namespace"],
-                "name": prepared["metadata"].get("name"),
+                "namespace": checked.prepared["metadata"]["namespace"],
+                "name": checked.prepared["metadata"].get("name"),
                 "patch": verdict.patch,
             }
         )
+    if labelled:
+        print(_summary(docs, found), file=stderr)
     if args.output == "json":
         json.dump({"apiVersion": "v1", "kind": "List", "items": results}, stdout, indent=2)
         stdout.write("\n")
     elif args.output == "patch":
         json.dump(patches, stdout, indent=2)
         stdout.write("\n")
+    elif args.output == "name":
+        for obj in results:
+            stdout.write(_kubectl_name(obj) + "\n")
+    elif args.output == "junit":
+        stdout.write(reports.junit(found, "retry-webhook dry-run"))
+    elif args.output == "sarif":
+        json.dump(reports.sarif(found, DRY_RUN_RULES, code), stdout, indent=2)
+        stdout.write("\n")
     else:
         yaml.safe_dump_all(results, stdout, sort_keys=False, default_flow_style=False)
-    return EXIT_DENIED if denied else EXIT_OK
+    return code
+
+
+def _dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.Result:
+    """One object's line in the reports: denied, warned (a failure with
+    ``--fail-on-warn``), or admitted with the changes the webhook makes."""
+    verdict = checked.verdict
+    common: dict[str, Any] = {
+        "line": doc.source.line,
+        "properties": _properties(doc),
+        "output": tuple(verdict.warnings),
+    }
+    name = _name(doc)
+    if not verdict.allowed:
+        return reports.Result(
+            doc.source.path,
+            name,
+            reports.FAILED,
+            "denied",
+            verdict.message,
+            level="error",
+            **common,
+        )
+    if checked.warnings:
+        status = reports.FAILED if fail_on_warn else reports.PASSED
+        text = "; ".join(checked.warnings)
+        return reports.Result(
+            doc.source.path, name, status, "warning", text, level="warning", **common
+        )
+    changes = len(checked.changes)
+    text = f"admitted; the webhook makes {changes} change(s)" if changes else "admitted unchanged"
+    return reports.Result(doc.source.path, name, reports.PASSED, "admitted", text, **common)
+
+
+def _kubectl_name(obj: dict[str, Any]) -> str:
+    """``kubectl -o name``'s form: ``job.batch/train``, ``pod/x``."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(obj.get("kind") or "").lower()
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    name = metadata.get("name") or metadata.get("generateName") or ""
+    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
+
+
+def _summary(docs: Sequence[Document], found: Sequence[reports.Result]) -> str:
+    """The last line on stderr when many files were read."""
+    files = len({d.source.path for d in docs})
+    objects = sum(d.obj is not None for d in docs)
+    counts = {
+        "admitted": sum(r.rule in ("admitted", "warning") for r in found),
+        "denied": sum(r.rule == "denied" for r in found),
+        "with warnings": sum(r.rule == "warning" for r in found),
+        "input errors": sum(r.rule == "input" for r in found),
+    }
+    said = ", ".join(f"{n} {what}" for what, n in counts.items() if n or what == "admitted")
+    return f"Checked {objects} object(s) in {files} file(s): {said}"
 
 
 def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Explain each workload's retry plan (and walk ``--simulate`` events through it).
 
     Exit codes as dry-run: 0 explained, 1 the webhook would deny an object (its reasons
-    are the explanation), 2 the input, the config or an event could not be used.
+    are the explanation) or, with ``--fail-on-warn``, warn about one, 2 the input, the
+    config or an event could not be used.
     """
     from webhook import explain
 
     try:
         events = explain.parse_events(args.simulate) if args.simulate is not None else None
         config = load_config(args.config)
-        objects = read_documents(args.filename)
-    except (explain.ExplainError, ConfigError, InputError) as err:
+    except (explain.ExplainError, ConfigError) as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
-    items: list[explain.Explanation | explain.Denial] = []
+    read = _read(args, stderr)
+    if read is None:
+        return EXIT_INPUT
+    docs, labelled = read
+    objects = [d.obj for d in docs if d.obj is not None]
+    groups: list[tuple[Document, list[explain.Explanation | explain.Denial]]] = []
     code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
     version = cluster_version(args, config, objects, stderr)
-    for obj in objects:
+    for doc in docs:
+        if doc.obj is None:
+            print(f"Error: {doc.error}", file=stderr)
+            code = EXIT_INPUT
+            continue
+        obj = doc.obj
         if is_runtime(obj):
             continue  # read by the TrainJobs that name it
+        where = f"{doc.source}: " if labelled else ""
+        if args.fail_on_warn:
+            warnings = check(obj, config, args.namespace, runtimes, version).warnings
+            for warning in warnings:
+                print(f"Warning: {_where(doc, labelled)}{warning}", file=stderr)
+            code = max(code, EXIT_DENIED if warnings else EXIT_OK)
         prepared, _ = prepare(obj, args.namespace)
         try:
             result = explain.explain(prepared, config, args.namespace, events, runtimes, version)
         except explain.ExplainError as err:
-            print(f"Error: {_label(obj)}: {err}", file=stderr)
+            print(f"Error: {where}{label(obj)}: {err}", file=stderr)
             code = EXIT_INPUT
             continue
         if result is None:
-            print(f"Note: {_label(obj)}: explain does not cover this kind; skipped", file=stderr)
+            print(
+                f"Note: {where}{label(obj)}: explain does not cover this kind; skipped",
+                file=stderr,
+            )
         elif isinstance(result, explain.Denial):
-            items.append(result)
+            groups.append((doc, [result]))
             code = max(code, EXIT_DENIED)
         else:
-            items.extend(result)
+            groups.append((doc, list(result)))
     if args.output == "json":
-        json.dump(explain.to_json(items), stdout, indent=2)
+        data: dict[str, Any] = {"items": []}
+        for doc, items in groups:
+            source = {"file": doc.source.path, "document": doc.source.document}
+            if doc.source.item is not None:
+                source["item"] = doc.source.item
+            data["items"] += [
+                {**item, "source": source} for item in explain.to_json(items)["items"]
+            ]
+        json.dump(data, stdout, indent=2)
         stdout.write("\n")
-    elif items:
-        stdout.write(explain.render_text(items))
+    elif groups and labelled:
+        stdout.write(
+            "\n".join(
+                f"From {doc.source}:\n\n" + explain.render_text(items) for doc, items in groups
+            )
+        )
+    elif groups:
+        stdout.write(explain.render_text([item for _, items in groups for item in items]))
     return code
+
+
+def test_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """Run test suites: a line per case (with what differed), ``N passed, N failed``, and
+    with ``-o junit`` the JUnit XML on stdout (the lines then go to stderr). Exit 0 all
+    passed, 1 a case failed, 2 a suite or case could not be run (or none was found)."""
+    from webhook import policytest
+
+    suites, empty = policytest.find(args.paths)
+    lines = stderr if args.output == "junit" else stdout
+    for path in empty:
+        print(f"Error: {path}: no test suite found (kind: TestSuite)", file=stderr)
+    results = [r for suite in suites for r in policytest.run_suite(suite)]
+    for result in results:
+        print(f"{result.status} {result.suite}: {result.name}", file=lines)
+        for line in result.lines:
+            print(f"  - {line}", file=lines)
+    passed = sum(r.status == policytest.PASSED for r in results)
+    print(f"{passed} passed, {len(results) - passed} failed", file=lines)
+    if args.output == "junit":
+        stdout.write(reports.junit(policytest.report(results), "retry-webhook test"))
+    if empty or not results or any(r.status == policytest.ERROR for r in results):
+        return EXIT_INPUT
+    return EXIT_DENIED if passed < len(results) else EXIT_OK
 
 
 def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -369,6 +497,30 @@ def _version_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _input_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="PATH",
+        help="a YAML or JSON file, a directory (its .yaml, .yml and .json files), or - for "
+        "stdin; repeatable",
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="as -f (pre-commit's way)")
+    parser.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="read the subdirectories of the directories given with -f too",
+    )
+    parser.add_argument(
+        "--fail-on-warn",
+        action="store_true",
+        help="exit 1 when the webhook would warn about an object (a setting skipped or "
+        "without effect); the changes it makes are not warnings",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retry-webhook",
@@ -471,10 +623,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=run_server)
 
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
-    dry.add_argument("-f", "--filename", required=True, help="YAML or JSON file, - for stdin")
+    _input_options(dry)
     dry.add_argument("--config", help="cluster defaults YAML")
     dry.add_argument("-n", "--namespace", help="namespace for objects that name none")
-    dry.add_argument("-o", "--output", choices=("yaml", "json", "patch"), default="yaml")
+    dry.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "patch", "name", "junit", "sarif"),
+        default="yaml",
+        help="the admitted objects (yaml, json, or their kind.group/name), their patches, or "
+        "a report of every object for CI: JUnit XML or SARIF 2.1.0",
+    )
     _version_option(dry)
     dry.set_defaults(func=dry_run)
 
@@ -483,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show each workload's retry plan: settings and their sources, failure rules, "
         "attempts, and a simulation of failures",
     )
-    why.add_argument("-f", "--filename", required=True, help="YAML or JSON file, - for stdin")
+    _input_options(why)
     why.add_argument("--config", help="cluster defaults YAML")
     why.add_argument("-n", "--namespace", help="namespace for objects that name none")
     why.add_argument(
@@ -495,6 +654,25 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("-o", "--output", choices=("text", "json"), default="text")
     _version_option(why)
     why.set_defaults(func=explain_cmd)
+
+    test = sub.add_parser(
+        "test",
+        help="run test suites: how manifests are admitted and how they behave when they fail",
+    )
+    test.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a suite file, or a directory searched (with its subdirectories) for suites",
+    )
+    test.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "junit"),
+        default="text",
+        help="junit: JUnit XML on stdout, the lines on stderr",
+    )
+    test.set_defaults(func=test_cmd)
 
     check = sub.add_parser("check-config", help="validate a cluster defaults file")
     check.add_argument("config")

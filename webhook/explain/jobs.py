@@ -19,6 +19,7 @@ from webhook.explain.model import (
     SIGKILL,
     SIGTERM,
     WORKLOAD_KEYS,
+    ContainerMemory,
     Ending,
     Event,
     ExplainError,
@@ -26,12 +27,15 @@ from webhook.explain.model import (
     InPlaceRestart,
     InPlaceSummary,
     MemoryPlan,
+    NextPod,
+    PodFacts,
     RuleLine,
     Simulation,
     Step,
     Subject,
     explainer,
     memory_plan,
+    template_memory,
 )
 from webhook.explain.words import (
     build_plan,
@@ -151,6 +155,10 @@ class JobSpecView:
     bound: Bound = field(default_factory=Bound)
     #: Said when the cluster drops the restart rules the template has.
     dropped: list[str] = field(default_factory=list)
+    #: Its containers' memory as written, and how many failed nodes its pods keep off
+    #: (``None``: avoid-failed-nodes is off).
+    template_memory: tuple[ContainerMemory, ...] = ()
+    avoided_nodes: int | None = None
 
     @property
     def placement_limit(self) -> int | None:
@@ -199,6 +207,8 @@ class JobSpecView:
             memory=self.memory,
             restarts=self.restarts,
             bound=self.bound,
+            template_memory=self.template_memory,
+            avoided_nodes=self.avoided_nodes,
         )
 
 
@@ -241,6 +251,12 @@ def job_spec_view(
         restarts=inplace.pod_restarts(pod_spec, written, version),
         bound=job_bound(subject, path, spec, pod_spec),
         dropped=inplace.dropped_note(pod_spec, version),
+        template_memory=template_memory(pod_spec),
+        avoided_nodes=(
+            subject.ctx.config.rails(subject.ctx.namespace).max_avoided_nodes
+            if pods.avoid_failed_nodes
+            else None
+        ),
     )
 
 
@@ -456,6 +472,9 @@ class JobState:
     pod: int = 1
     #: OOM kills so far per container (for oom-memory-factor; a JobSet's run keeps them).
     ooms: dict[str, int] = field(default_factory=dict)
+    #: Failed pods that leave a node to avoid (avoid-failed-nodes; a JobSet's run keeps
+    #: them): a disrupted pod was being deleted, and its node did not fail it.
+    failed_nodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -525,6 +544,8 @@ class JobSimulator:
         replaced_pods_count: bool = True,
         restarts: PodRestarts | None = None,
         bound: Bound | None = None,
+        template_memory: Sequence[ContainerMemory] = (),
+        avoided_nodes: int | None = None,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -552,6 +573,26 @@ class JobSimulator:
         #: The containers' restart rules (restarts in place), and what ends them.
         self.restarts = restarts
         self.bound = bound or Bound()
+        #: For each pod's facts: its containers' memory as written, and the most failed
+        #: nodes a pod keeps off (``None``: it keeps off none).
+        self.template_memory = tuple(template_memory)
+        self.avoided_nodes = avoided_nodes
+
+    def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
+        """What the next pod is admitted with, after the failures in ``state``;
+        ``placed_by`` is the count its placement reads (counted failures, or a JobSet's
+        restarts). ``None`` under restartPolicy OnFailure: no new pod is made."""
+        if self.on_failure:
+            return None
+        plan = self.memory
+        memory = tuple(
+            ContainerMemory(m.container, *plan.at(m.container, state.ooms.get(m.container, 0)))
+            if plan is not None
+            else m
+            for m in self.template_memory
+        )
+        avoided = min(state.failed_nodes, self.avoided_nodes or 0)
+        return PodFacts(self.placement(placed_by) == nodes_text(True), memory, avoided)
 
     def oom(self, state: JobState, event: Event) -> str:
         """Count the event's OOM kills; say the memory the next attempt's containers get."""
@@ -705,6 +746,8 @@ class JobSimulator:
         attempt = state.index_counted if self.per_index is not None else state.counted
         match, counts = self.judge(event)
         memory = self.oom(state, event)
+        if not event.disruption:
+            state.failed_nodes += 1
         if counts:
             state.counted += 1
             state.index_counted += 1
@@ -795,8 +838,10 @@ class JobSimulator:
             before = state.index_counted if self.per_index is not None else state.counted
             pod = state.pod if self.on_failure else number - backoff.events
             done = self.restart_in_place(backoff, event)
+            facts = self.pod_facts(state, before)
             if done:
-                return self.in_place_step(pod, before, self.placement(before), event, done), None
+                made = self.in_place_step(pod, before, self.placement(before), event, done)
+                return dataclasses.replace(made, facts=facts), None
             outcome = self.fail(state, event, pod)
             backoff.new_pod()
             made = Step(
@@ -810,11 +855,17 @@ class JobSimulator:
                 counted=outcome.counted,
                 counted_failures=outcome.used,
                 result=lead(outcome.verdict, outcome.result),
+                facts=facts,
             )
             return made, outcome.ending
 
         steps, ending, unused = walk(events, step)
         going_on = bool(steps and steps[-1].in_place)
+        used = state.index_counted if self.per_index is not None else state.counted
+        facts = self.pod_facts(state, used)
+        following = None
+        if ending is None and not going_on and facts is not None:
+            following = NextPod(len(events) - backoff.events + 1, used + 1, facts)
         return Simulation(
             [e.token for e in events],
             steps,
@@ -823,6 +874,7 @@ class JobSimulator:
             self.unit,
             self.failed_as,
             self.summary(backoff),
+            following,
         )
 
     def summary(self, backoff: Backoff) -> InPlaceSummary | None:

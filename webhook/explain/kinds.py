@@ -67,6 +67,7 @@ from webhook.explain.model import (
     Ending,
     Event,
     Explanation,
+    NextPod,
     RuleLine,
     Simulation,
     Step,
@@ -572,6 +573,7 @@ class JobSetSimulator:
             placed = self.job.placement(counters.restarts)
             pod = number - backoff.events
             done = self.job.restart_in_place(backoff, event)
+            facts = self.job.pod_facts(counters.job, counters.restarts)
             if done:
                 job = counters.job
                 used = job.index_counted if self.job.per_index is not None else job.counted
@@ -584,6 +586,7 @@ class JobSetSimulator:
                     counted=counters.toward,
                     run=run,
                     restarts=counters.restarts,
+                    facts=facts,
                 )
                 return made, None
             where = f"in run {run}, {on_nodes(placed)}"
@@ -612,6 +615,7 @@ class JobSetSimulator:
                 result=result,
                 run=run,
                 restarts=counters.restarts,
+                facts=facts,
             )
             return made, ending
 
@@ -622,7 +626,20 @@ class JobSetSimulator:
             ending or self._running(counters),
             unused,
             in_place=self.job.summary(backoff),
+            next=self._next(counters, len(events) - backoff.events + 1, steps, ending),
         )
+
+    def _next(
+        self, counters: JobSetState, pod: int, steps: Sequence[Step], ending: Ending | None
+    ) -> NextPod | None:
+        """The pod that runs next, when the JobSet still runs and no pod goes on."""
+        facts = self.job.pod_facts(counters.job, counters.restarts)
+        if ending is not None or (steps and steps[-1].in_place) or facts is None:
+            return None
+        job = counters.job
+        used = job.index_counted if self.job.per_index is not None else job.counted
+        run = (counters.toward if self.in_place else counters.restarts) + 1
+        return NextPod(pod, used + 1, facts, run)
 
     @staticmethod
     def _job_text(result: str, reason: str) -> str:
@@ -677,7 +694,8 @@ class JobSetSimulator:
         what = "the JobSet restarts" if whole else "only this Job is recreated"
         nodes = on_nodes(self.job.placement(counters.restarts))
         again = "" if whole else " again"
-        counters.job = JobState(ooms=counters.job.ooms)  # a new Job, the set's history
+        # A new Job; the set's failure history (its lineage) goes on.
+        counters.job = JobState(ooms=counters.job.ooms, failed_nodes=counters.job.failed_nodes)
         return (
             f"{label}: {what} ({tally}); next: run {counters.restarts + 1}{again}, {nodes}",
             None,

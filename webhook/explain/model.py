@@ -273,8 +273,7 @@ class MemoryPlan:
         container = engine.json_copy(container)
         if kills:
             podspec.raise_memory(container, self.factor, kills, self.cap)
-        request, limit = (podspec.memory_of(container, k) for k in ("requests", "limits"))
-        return (str(request) if request else "-", str(limit) if limit else "-")
+        return memory_text(container)
 
     def table(self) -> MemoryTable:
         rows = []
@@ -291,6 +290,24 @@ class MemoryPlan:
     def text(self, name: str, kills: int) -> str:
         request, limit = self.at(name, kills)
         return f"{name}'s memory {request}" + (f"/{limit}" if limit != "-" else "")
+
+
+def memory_text(container: Mapping[str, Any]) -> tuple[str, str]:
+    """(request, limit) of a container's memory ("-": unset)."""
+    request, limit = (podspec.memory_of(container, k) for k in ("requests", "limits"))
+    return (str(request) if request else "-", str(limit) if limit else "-")
+
+
+def template_memory(pod_spec: Mapping[str, Any]) -> tuple[ContainerMemory, ...]:
+    """The memory of each container of a pod template that sets some, as written."""
+    found = []
+    for container in podspec.containers(pod_spec):
+        name = container.get("name")
+        if isinstance(name, str) and (
+            podspec.memory_of(container, "requests") or podspec.memory_of(container, "limits")
+        ):
+            found.append(ContainerMemory(name, *memory_text(container)))
+    return tuple(found)
 
 
 def memory_plan(pod_spec: Mapping[str, Any], pods: Policy) -> MemoryPlan | None:
@@ -355,6 +372,47 @@ class InPlaceSummary:
 
 
 @dataclass(frozen=True)
+class ContainerMemory:
+    """A container's memory in one simulated pod ("-": not set)."""
+
+    container: str
+    request: str
+    limit: str
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What one simulated pod is admitted with, as the pod webhook would give it.
+
+    With the restarts in place of its steps, these are the per-attempt facts that
+    ``retry-webhook test`` asserts (``webhook.policytest.facts``): a new fact is a field
+    here, set where the simulator starts a pod (``JobSimulator.pod_facts``), and a row of
+    that module's table.
+    """
+
+    #: Placed on non-spot nodes only (non-spot-attempts).
+    non_spot: bool = False
+    #: Each container that sets memory, as this pod gets it (oom-memory-factor raises
+    #: it after the container's OOM kills in earlier pods).
+    memory: tuple[ContainerMemory, ...] = ()
+    #: Nodes this pod keeps off (avoid-failed-nodes): one per earlier pod that failed on
+    #: its node (not disrupted), the most recent, at most guardRails.maxAvoidedNodes. Two
+    #: failures on one node make one fewer: this is the most there can be.
+    avoided_nodes: int = 0
+
+
+@dataclass(frozen=True)
+class NextPod:
+    """The pod that runs after the last event, while the workload is still running."""
+
+    pod: int
+    attempt: int
+    facts: PodFacts
+    #: JobSets: the run it belongs to.
+    run: int | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     pod: int
     attempt: int
@@ -372,6 +430,9 @@ class Step:
     restarts: int | None = None
     #: Restarts in place: the pod did not fail (empty when it did).
     in_place: tuple[InPlaceRestart, ...] = ()
+    #: What the pod was admitted with (``None``: not known, e.g. restartPolicy OnFailure,
+    #: where no new pod is made).
+    facts: PodFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -394,6 +455,9 @@ class Simulation:
     failed_as: str = "condition Failed"
     #: What the restarts in place among the events added up to (``None``: there were none).
     in_place: InPlaceSummary | None = None
+    #: The pod that runs next when the workload is still running and the last event
+    #: was not a restart in place (that pod goes on).
+    next: NextPod | None = None
 
 
 class Simulator(Protocol):

@@ -13,6 +13,7 @@ from webhook.explain.model import (
     Explanation,
     InPlacePlan,
     MemoryTable,
+    NextPod,
     Plan,
     PlanGap,
     PlanRow,
@@ -235,6 +236,7 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
             "unit": sim.unit,
             "failedAs": sim.failed_as,
             "inPlace": _camel(dataclasses.asdict(sim.in_place)) if sim.in_place else None,
+            "next": _next_json(sim.next),
         }
     memory = None
     if item.memory is not None:
@@ -266,7 +268,23 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
 def _step_json(step: Step) -> dict[str, Any]:
     data = _camel(dataclasses.asdict(step))
     data["inPlace"] = [_camel(r) for r in data["inPlace"]]
+    data["facts"] = _facts_json(data["facts"])
     return data
+
+
+def _next_json(pod: NextPod | None) -> dict[str, Any] | None:
+    if pod is None:
+        return None
+    data = _camel(dataclasses.asdict(pod))
+    data["facts"] = _facts_json(data["facts"])
+    return data
+
+
+def _facts_json(facts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A pod's facts (``PodFacts`` as a dict), with JSON's names and lists."""
+    if facts is None:
+        return None
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in _camel(facts).items()}
 
 
 def _in_place_json(plan: InPlacePlan | None) -> dict[str, Any] | None:

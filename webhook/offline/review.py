@@ -1,0 +1,109 @@
+"""One object of a manifest through admission, offline, as the API server would hand it to
+the webhook on ``kubectl apply``: API defaults applied first, and the manifest recorded as
+``kubectl apply`` records it (so a written ``backoffLimit: 6`` is told apart from a
+defaulted one)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission import engine
+from webhook.admission.review import Verdict
+from webhook.cluster.runtimes import RuntimeSource
+from webhook.cluster.version import GivenVersion, VersionSource
+from webhook.kube import defaulting
+from webhook.kube.intent import LAST_APPLIED
+from webhook.kube.objects import mapping
+from webhook.kube.versions import KubeVersion
+from webhook.policy.config import Config
+from webhook.policy.model import KEYS
+
+#: What the offline commands assume without ``--kubernetes-version`` or a config pin: the
+#: newest release whose gated fields the policy knows.
+ASSUMED_VERSION = KubeVersion(1, 36)
+IN_PLACE_KEY = KEYS["in-place-exit-codes"].annotation
+
+
+def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any], bool]:
+    """The object as the API server would hand it to a webhook on ``kubectl apply``.
+
+    Returns it and whether a last-applied record was added (to strip from the output).
+    """
+    manifest = copy.deepcopy(obj)
+    prepared = copy.deepcopy(obj)
+    metadata = prepared.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = prepared["metadata"] = {}
+    metadata["namespace"] = namespace or metadata.get("namespace") or "default"
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = metadata["annotations"] = {}
+    synthetic = LAST_APPLIED not in annotations
+    if synthetic:
+        annotations[LAST_APPLIED] = json.dumps(manifest, separators=(",", ":"))
+    defaulting.apply_defaults(prepared)
+    return prepared, synthetic
+
+
+def strip(obj: dict[str, Any], synthetic: bool) -> dict[str, Any]:
+    """``obj`` without the last-applied record ``prepare`` added."""
+    if synthetic:
+        annotations = obj.get("metadata", {}).get("annotations", {})
+        annotations.pop(LAST_APPLIED, None)
+        if not annotations:
+            obj["metadata"].pop("annotations", None)
+    return obj
+
+
+def version_for(
+    given: KubeVersion | None, config: Config, objects: Iterable[Mapping[str, Any]]
+) -> tuple[GivenVersion, bool]:
+    """The version the offline commands judge against: ``given`` (``--kubernetes-version``),
+    else the config's pin, else ``ASSUMED_VERSION``; and whether it was assumed for a
+    policy that depends on it (in-place restarts), which is worth a note."""
+    if given is not None:
+        return GivenVersion(given), False
+    if config.kubernetes_version is not None:
+        return GivenVersion(config.kubernetes_version), False
+    annotated = any(
+        IN_PLACE_KEY in mapping(mapping(o.get("metadata")).get("annotations")) for o in objects
+    )
+    return GivenVersion(ASSUMED_VERSION), annotated or config.has_default("in-place-exit-codes")
+
+
+@dataclass
+class Checked:
+    """One object reviewed: the verdict, the object as it would be stored (the input when
+    denied), and its warnings split into what says something is off (``warnings``) and
+    the record of each change (``changes``), which ``kubectl`` shows as warnings too
+    (``verdict.warnings`` has them all, as it does)."""
+
+    verdict: Verdict
+    prepared: dict[str, Any]
+    result: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+
+
+def check(
+    obj: dict[str, Any],
+    config: Config,
+    namespace: str | None,
+    runtimes: RuntimeSource,
+    version: VersionSource,
+) -> Checked:
+    """Prepare ``obj`` and review it (mutate, then validate) as admission would."""
+    prepared, synthetic = prepare(obj, namespace)
+    reviewed = engine.review(prepared, config, namespace, runtimes=runtimes, version=version)
+    texts = {c.text for c in reviewed.outcome.changes} if reviewed.outcome else set()
+    warnings, changes = [], []
+    for text in reviewed.verdict.warnings:
+        if text == engine.EXPLAIN_HINT:
+            continue  # a pointer to explain, neither
+        (changes if text in texts else warnings).append(text)
+    result = strip(reviewed.result, synthetic) if reviewed.verdict.allowed else reviewed.result
+    return Checked(reviewed.verdict, prepared, result, warnings, changes)
