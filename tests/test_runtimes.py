@@ -17,6 +17,13 @@ from test_trainjob import mutate, runtime, trainjob
 from webhook.cluster.runtimes import RuntimeCache
 
 
+#: A runtime's maxRestarts against the TrainJob's backoff-limit, named as the runtime's field.
+CONTRADICTION = (
+    "3 contradicts ClusterTrainingRuntime torch-distributed: "
+    "spec.template.spec.failurePolicy.maxRestarts: 5"
+)
+
+
 @pytest.fixture
 def api():
     fake = FakeAPI().start()
@@ -41,7 +48,8 @@ def stored(rt: dict) -> dict:
 
 
 def test_starts_with_the_first_lookup_then_answers_from_its_watch(api):
-    cluster = stored(runtime())
+    cluster = stored(runtime(podGroupPolicy={"coscheduling": {"scheduleTimeoutSeconds": 60}}))
+    cluster["spec"]["podGroupPolicy"] = cluster["spec"]["template"]["spec"].pop("podGroupPolicy")
     spot = stored(runtime(kind="TrainingRuntime", name="torch-spot"))
     api.put("clustertrainingruntimes", cluster)
     api.put("trainingruntimes", spot)
@@ -51,7 +59,9 @@ def test_starts_with_the_first_lookup_then_answers_from_its_watch(api):
         found = cache.runtime("ClusterTrainingRuntime", "ml", "torch-distributed")
         assert found.runtime is not None
         assert found.runtime["spec"]["template"] == cluster["spec"]["template"]
-        assert "mlPolicy" not in found.runtime["spec"]  # only what the policy reads is kept
+        # Only what the policy reads is kept: the template and mlPolicy (node counts, MPI).
+        assert found.runtime["spec"]["mlPolicy"] == cluster["spec"]["mlPolicy"]
+        assert "podGroupPolicy" not in found.runtime["spec"]
         assert cache.runtime("TrainingRuntime", "ml", "torch-spot").runtime is not None
         assert cache.runtime("TrainingRuntime", "other", "torch-spot").missing
         # A runtime created later arrives through the watch: no GET.
@@ -118,7 +128,7 @@ def test_a_trainjob_is_judged_against_the_runtime_in_the_cluster(api):
     try:
         verdict, _ = mutate(trainjob(FULL), cache)
         assert not verdict.allowed
-        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in verdict.message
+        assert CONTRADICTION in verdict.message
     finally:
         cache.stop()
 
@@ -173,7 +183,7 @@ def test_through_the_real_server(tmp_path, api):
         assert server.request("GET", "/readyz")[0] == 200  # not held back by runtimes
         denied = server.review("/validate", review(trainjob(FULL)))["response"]
         assert denied["allowed"] is False
-        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in denied["status"]["message"]
+        assert CONTRADICTION in denied["status"]["message"]
         fits = trainjob(FULL, ref={"name": "plain"})
         response = server.review("/mutate", review(fits))["response"]
         assert response["allowed"] is True
