@@ -255,18 +255,25 @@ def test_without_the_runtime_the_patch_is_added_and_the_check_deferred():
     )
 
 
+RT = "ClusterTrainingRuntime torch-distributed: spec.template."
+
+
 @pytest.mark.parametrize(
-    ("rt", "where", "message"),
+    ("rt", "where", "on_trainjob", "on_jobset"),
     [
         (
             runtime(failure_policy={"maxRestarts": 5}),
             "annotation retry-policy.dev/backoff-limit",
-            "3 contradicts spec.failurePolicy.maxRestarts: 5",
+            f"3 contradicts {RT}spec.failurePolicy.maxRestarts: 5; remove one",
+            "3 contradicts spec.failurePolicy.maxRestarts: 5 in your spec",
         ),
         (
             runtime(pod_spec={"restartPolicy": "OnFailure"}),
             "annotation retry-policy.dev/fail-non-retriable",
-            "restartPolicy: Never (it is 'OnFailure')",
+            f"needs {RT}spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
+            "(it is 'OnFailure')",
+            "needs spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
+            "(it is 'OnFailure')",
         ),
         (
             runtime(
@@ -281,28 +288,37 @@ def test_without_the_runtime_the_patch_is_added_and_the_check_deferred():
                 }
             ),
             "annotation retry-policy.dev/fail-non-retriable",
+            f"{RT}spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by their "
+            "podFailurePolicy first",
             "your spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by their "
             "podFailurePolicy first",
         ),
         (
             runtime(failure_policy={"restartStrategy": "InPlaceRestart"}),
             "annotation retry-policy.dev/ignore-disruptions",
+            "cannot apply to a JobSet: with restartStrategy InPlaceRestart any pod that fails, "
+            "a disrupted one too, restarts the whole set in place, and JobSet counts that "
+            "against maxRestarts (the JobSet made from ClusterTrainingRuntime torch-distributed)",
             "cannot apply to a JobSet",
         ),
     ],
     ids=["maxRestarts", "OnFailure", "restarting-rule", "in-place"],
 )
-def test_the_runtimes_template_is_judged_at_the_trainjobs_admission(rt, where, message):
+def test_the_runtimes_template_is_judged_at_the_trainjobs_admission(
+    rt, where, on_trainjob, on_jobset
+):
     """What the JobSet's admission would deny is denied on the TrainJob's apply, naming
-    the runtime: the JobSet mutator runs on the JobSet the trainer will make from it."""
+    the runtime's own fields (``<runtime>: spec.template.spec...``, not "your spec": the
+    TrainJob's user did not write them): the JobSet mutator runs on the JobSet the trainer
+    will make from it."""
     verdict = validate(trainjob(FULL), GivenRuntimes([rt]))
     assert not verdict.allowed
-    assert f"{where}: " in verdict.message and message in verdict.message
-    assert "(the JobSet made from ClusterTrainingRuntime torch-distributed)" in verdict.message
+    assert f"{where}: {on_trainjob}" in verdict.message
+    assert "your spec" not in verdict.message
     # The same JobSet, made by the trainer, would be denied at its own admission.
     _, mutated = mutate(trainjob(FULL))
     denied, _ = mutate(jobset_for(mutated, rt))
-    assert not denied.allowed and message in denied.message
+    assert not denied.allowed and f"{where}: {on_jobset}" in denied.message
 
 
 def test_a_namespaced_runtime_is_found_in_the_trainjobs_namespace():
