@@ -435,16 +435,17 @@ def _on_runtime(problem: Problem, label: str, resources: str = "") -> Problem:
     return Problem(where, message, problem.reason)
 
 
-def _resources_origin(trainjob: Mapping[str, Any], merged: bool) -> str:
-    """Where the node container's resources come from, when ``resourcesPerNode`` is set."""
+def _resources_origin(trainjob: Mapping[str, Any], merged: bool | None) -> str:
+    """Where the node container's resources come from, when ``resourcesPerNode`` is set
+    (``merged`` ``None``: either way)."""
     if not isinstance(get_path(trainjob, ("spec", "trainer", "resourcesPerNode")), dict):
         return ""
-    how = (
-        "over the runtime's, as Trainer v2.3 does"
-        if merged
-        else ("instead of the runtime's, as Trainer v2.2 does")
-    )
-    return f"the node container gets spec.trainer.resourcesPerNode {how}"
+    how = {
+        True: " over the runtime's, as Trainer v2.3 does",
+        False: " instead of the runtime's, as Trainer v2.2 does",
+        None: "",
+    }[merged]
+    return f"the node container gets spec.trainer.resourcesPerNode{how}"
 
 
 def _release_words(merged: bool) -> str:
@@ -501,7 +502,7 @@ class TrainJobMutator(WorkloadMutator):
             unbounded = self._judge_jobset(
                 {**trainjob, "spec": changed_spec}, found, label, ctx, out
             )
-            _check_ttl(found, label, out)
+            _check_ttl(found, out)
         else:
             out.policies["spec"] = inplace.check_version(check_unsupported(policy, out), ctx, out)
             unbounded = out.policies["spec"].ignore_disruptions
@@ -551,21 +552,21 @@ class TrainJobMutator(WorkloadMutator):
         # (In-place restarts' deadline was checked on the TrainJob: ``_bound_in_place``.)
         jobset_ctx = dataclasses.replace(ctx, operation="CREATE", outer_bound="the TrainJob")
         judged = [(merged, JobSetMutator().mutate(jobset, jobset_ctx)) for merged, jobset in built]
-        found_in = [
-            [_on_runtime(p, label, _resources_origin(trainjob, merged)) for p in outcome.problems]
-            for merged, outcome in judged
-        ]
-        for problem in found_in[0]:
-            if all(any(str(problem) == str(q) for q in others) for others in found_in[1:]):
-                out.problems.append(problem)
-        if len(judged) > 1:
-            for (merged, _), problems in zip(judged, found_in, strict=True):
-                for problem in problems:
-                    if problem not in out.problems and str(problem) not in map(str, out.problems):
-                        out.note(
-                            f"retry-policy: Trainer's release is not known; under "
-                            f"{_release_words(merged)} the JobSet would be denied: {problem}"
-                        )
+        said = [[str(p) for p in outcome.problems] for _, outcome in judged]
+        # What every build denies is denied (its resources said as the release gives them,
+        # or in general when either may); what one denies is said with its release.
+        origin = _resources_origin(trainjob, judged[0][0] if len(judged) == 1 else None)
+        for problem in judged[0][1].problems:
+            if all(str(problem) in others for others in said[1:]):
+                out.problems.append(_on_runtime(problem, label, origin))
+        for merged, outcome in judged if len(judged) > 1 else []:
+            for problem in outcome.problems:
+                if not all(str(problem) in others for others in said):
+                    shown = _on_runtime(problem, label, _resources_origin(trainjob, merged))
+                    out.note(
+                        f"retry-policy: Trainer's release is not known; under "
+                        f"{_release_words(merged)} the JobSet would be denied: {shown}"
+                    )
         unbounded = False
         for _, outcome in reversed(judged):  # the newest release's first
             for change in outcome.changes:
@@ -603,14 +604,14 @@ class TrainJobMutator(WorkloadMutator):
         ]
 
 
-def ttl_note(label: str) -> str:
-    return (
-        f"retry-policy: {label} sets ttlSecondsAfterFinished: a failed TrainJob then runs "
-        "again (kubeflow/trainer#3779)"
-    )
+#: Said when the runtime deletes finished JobSets (``_check_ttl``).
+TTL_NOTE = (
+    "retry-policy: the runtime's ttlSecondsAfterFinished makes Trainer rerun failed TrainJobs "
+    "(kubeflow/trainer#3779)"
+)
 
 
-def _check_ttl(found: rt.RuntimeLookup, label: str, out: Outcome) -> None:
+def _check_ttl(found: rt.RuntimeLookup, out: Outcome) -> None:
     """A runtime whose JobSets are deleted when finished: up to Trainer v2.3 the trainer
     then makes a failed TrainJob a new JobSet, whose budget starts over, and runs a TrainJob
     ``fail-non-retriable`` failed again (the reconcile clears the Failed condition before
@@ -618,7 +619,7 @@ def _check_ttl(found: rt.RuntimeLookup, label: str, out: Outcome) -> None:
     ttl = get_path(found.runtime, ("spec", "template", "spec", "ttlSecondsAfterFinished"))
     release = rt.trainer_release(found.trainer)
     if ttl is not None and (release is None or release < KEEPS_FAILED):
-        out.note(ttl_note(label))
+        out.note(TTL_NOTE)
 
 
 def _bound_in_place(
