@@ -12,7 +12,8 @@ A JobSet runs its replicated Jobs together and, when one fails, recreates all of
   replicated Job template (``apply_job_spec``), and ``fail-non-retriable`` adds the JobSet
   rule ``retryPolicyFailNonRetriable`` (``FailJobSet`` on ``PodFailurePolicy``) after the
   user's own rules, so a non-retriable exit fails the whole JobSet at once instead of
-  restarting it.
+  restarting it. A TrainJob's initializer Jobs get none of the policy (``initializers``);
+  the rule then targets the other Jobs.
 - ``non-spot-attempts``: JobSet pods carry ``jobset.sigs.k8s.io/restart-attempt``; pods
   count runs against maxRestarts (see ``job.Budget`` and ``pod.attempt_of``).
 - ``error-propagation`` is denied: no Flyte plugin reads the error files it would

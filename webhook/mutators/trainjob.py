@@ -19,11 +19,14 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
   one (skipped with a warning, never denied, when it cannot apply).
 - **Validation on apply.** With the runtime known (``webhook.cluster.runtimes``: a watch-backed
   cache in the server, the same input for the CLI), the JobSet is built as the trainer
-  builds it (``jobset_for``) and the JobSet mutator runs on it: what it would deny at the
-  JobSet's admission (seen only as an Event on the TrainJob, and retried by the trainer
-  forever) is denied on the TrainJob's ``kubectl apply``, and what it would change is
-  said as warnings. Without the runtime, the annotations' grammar and what no JobSet can
-  honour are checked, and the JobSet's own admission checks the rest.
+  builds it (``jobset_for``: node counts, and ``resourcesPerNode`` as the cluster's Trainer
+  release gives it, both releases' ways when that is not known) and the JobSet mutator
+  runs on it: what it would deny at the JobSet's admission (seen only as an Event on the
+  TrainJob, and retried by the trainer forever) is denied on the TrainJob's ``kubectl
+  apply``, naming the runtime's own fields, and what it would change is said as warnings
+  (a TrainJob's initializer Jobs keep their own retries: ``jobset.initializers``). Without
+  the runtime, the annotations' grammar and what no JobSet can honour are checked, and the
+  JobSet's own admission checks the rest.
 - **Updates.** Trainer accepts a change of ``runtimePatches`` only while the TrainJob is
   suspended (``checkRuntimePatchesImmutability``), and a ``kubectl apply`` of a manifest
   with runtime patches of its own replaces the whole list (a JSON merge patch): ``restore``
@@ -500,7 +503,7 @@ class TrainJobMutator(WorkloadMutator):
             return out
         if found.runtime is not None:
             unbounded = self._judge_jobset(
-                {**trainjob, "spec": changed_spec}, found, label, ctx, out
+                {**trainjob, "spec": changed_spec}, found.runtime, found.trainer, label, ctx, out
             )
             _check_ttl(found, out)
         else:
@@ -531,7 +534,8 @@ class TrainJobMutator(WorkloadMutator):
     def _judge_jobset(
         self,
         trainjob: Mapping[str, Any],
-        found: rt.RuntimeLookup,
+        runtime: Mapping[str, Any],
+        trainer: str | None,
         label: str,
         ctx: Context,
         out: Outcome,
@@ -543,10 +547,9 @@ class TrainJobMutator(WorkloadMutator):
         a warning naming that release. Returns whether one of its Jobs ignores
         disruptions without a deadline of its own: the JobSet's warning names a field of
         the runtime, the TrainJob's user is told of its own."""
-        assert found.runtime is not None
         built: list[tuple[bool, dict[str, Any]]] = []
-        for merged in resource_modes(found.trainer):
-            jobset = jobset_for(trainjob, found.runtime, merged)
+        for merged in resource_modes(trainer):
+            jobset = jobset_for(trainjob, runtime, merged)
             if not any(jobset == other for _, other in built):
                 built.append((merged, jobset))
         # (In-place restarts' deadline was checked on the TrainJob: ``_bound_in_place``.)
