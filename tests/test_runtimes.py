@@ -255,15 +255,22 @@ def test_without_the_core_api_the_release_is_not_known(api):
 def test_the_server_judges_resources_per_node_as_the_clusters_trainer(tmp_path, api):
     """Through ``retry-webhook serve`` against the HTTP API, Trainer v2.2.0 in the
     cluster: a TrainJob asking for GPUs only is admitted (v2.2 replaces the runtime's
-    32Gi), one asking 64Gi is denied (above oom-memory-limit 16Gi); under v2.3.0 the
-    first is denied (the 32Gi stays)."""
+    32Gi), one asking 64Gi is denied (above oom-memory-limit 16Gi); one naming a shipped
+    runtime is warned of its initializers, its TTL and its pods; under v2.3.0 the first
+    is denied (the 32Gi stays)."""
     from conftest import review
     from fakeapi import write_kubeconfig
     from serverproc import start, stop
-    from test_trainjob import GPU, OOM, memory_runtime, submitted
+    from test_trainjob import GPU, OOM, memory_runtime, shipped, submitted
+
+    from webhook.mutators.job import peers_note
+    from webhook.mutators.trainjob import TTL_NOTE
 
     rt = stored(memory_runtime("v2.2.0"))
     api.put("clustertrainingruntimes", rt)
+    tune = shipped("v2.2.0", "llama3_2_1B")
+    tune["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 3600
+    api.put("clustertrainingruntimes", tune)
     api.store("configmaps", trainer_configmap("v2.2.0"))
     write_kubeconfig(tmp_path / "kubeconfig", api.url)
     server = start(
@@ -281,6 +288,16 @@ def test_the_server_judges_resources_per_node_as_the_clusters_trainer(tmp_path, 
         )
         stats = json.loads(server.request("GET", "/readyz")[2])["runtimeCache"]
         assert stats["trainerVersion"] == "v2.2.0"
+        # The shipped torchtune runtime, given a TTL: initializers left out, the TTL and the
+        # 4 pods of the trainer step said on apply.
+        response = server.review("/mutate", review(submitted(FULL, tune, numNodes=4)))
+        warnings = response["response"]["warnings"]
+        assert response["response"]["allowed"] is True
+        assert (
+            "retry-policy: initializers dataset-initializer, model-initializer keep their own "
+            "retries; the policy is the trainer's"
+        ) in warnings
+        assert TTL_NOTE in warnings and peers_note(4) in warnings
     finally:
         stop(server)
     cache = cache_for(api, core=True, lookup_timeout=5)

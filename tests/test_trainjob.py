@@ -1483,3 +1483,29 @@ def test_simulate_fails_an_initializers_container(tmp_path):
     args = cli.build_parser().parse_args(["explain", "-f", str(path), "--simulate", "ghost:1"])
     assert args.func(args, io.StringIO(), err) == 2
     assert "names container 'ghost', which no pod of JobSet/llm-finetune has" in err.getvalue()
+
+
+def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
+    """``retry-webhook dry-run`` of a shipped torchtune runtime given a TTL, and a TrainJob
+    on 4 nodes: the initializers left out, the TTL and the pods that run together are
+    warned about, as on the server (tests/test_runtimes.py)."""
+    import io
+
+    from webhook import cli
+    from webhook.mutators.job import peers_note
+
+    rt = shipped("v2.3.0", "llama3_2_1B")
+    rt["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 3600
+    manifest = json.loads(submitted(FULL, rt)["metadata"]["annotations"][LAST_APPLIED])
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all([rt, manifest]))
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["dry-run", "-f", str(path)])
+    assert args.func(args, out, err) == 0, err.getvalue()
+    warnings = err.getvalue().splitlines()
+    assert (
+        "Warning: retry-policy: initializers dataset-initializer, model-initializer keep their "
+        "own retries; the policy is the trainer's"
+    ) in warnings
+    assert f"Warning: {TTL_NOTE}" in warnings
+    assert f"Warning: {peers_note(4)}" in warnings
