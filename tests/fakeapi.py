@@ -60,6 +60,7 @@ def _runtime_target(parts: list[str]) -> tuple[str, str, str] | None:
 #: Named resources with write support: URL prefix -> (resource, namespaced, kind).
 NAMED = {
     "secrets": ("/api/v1", True, "Secret"),
+    "configmaps": ("/api/v1", True, "ConfigMap"),
     "mutatingwebhookconfigurations": (
         "/apis/admissionregistration.k8s.io/v1",
         False,
@@ -539,10 +540,12 @@ def write_kubeconfig(path: Path, url: str) -> Path:
 
 
 def _named_target(path: str) -> tuple[str, str, str] | None:
-    """(resource, namespace or "", name or "") for a Secret or webhook configuration URL."""
+    """(resource, namespace or "", name or "") for a Secret, ConfigMap or webhook
+    configuration URL."""
     parts = path.strip("/").split("/")
-    if parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "secrets":
-        return "secrets", parts[3], parts[5] if len(parts) == 6 else ""
+    core = parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6)
+    if core and parts[4] in ("secrets", "configmaps"):
+        return parts[4], parts[3], parts[5] if len(parts) == 6 else ""
     if parts[:3] == ["apis", "admissionregistration.k8s.io", "v1"] and len(parts) in (4, 5):
         if parts[3] in NAMED:
             return parts[3], "", parts[4] if len(parts) == 5 else ""

@@ -544,7 +544,8 @@ def test_jobset_simulate_note_and_unknown_container():
     assert any("see each replicated Job below" in note for note in overview.notes)
     with pytest.raises(explain.ExplainError) as caught:
         items(example("jobset"), events="ghost:1")
-    assert "which JobSet/llm-pretrain (replicatedJob leader) does not have" in str(caught.value)
+    # A container of no replicated Job (an event fails the pod of the Job it names).
+    assert "'ghost', which no pod of JobSet/llm-pretrain has" in str(caught.value)
 
 
 # --- ray.io/v1 RayJob ------------------------------------------------------------------------

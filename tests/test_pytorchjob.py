@@ -22,6 +22,7 @@ from workloads import (
 )
 
 from webhook.admission import engine
+from webhook.mutators.job import peers_note
 from webhook.policy.config import parse_config
 
 POLICY = {
@@ -71,6 +72,8 @@ def test_full_policy():
         "retry-policy: error-propagation needs Flyte's PyTorch plugin with "
         "enable-distributed-error-aggregation: true (propeller's k8s plugin config); without "
         "it the task's error is lost",
+        # A master and 3 workers run together (``note_peers``).
+        peers_note(4),
         engine.EXPLAIN_HINT,
     ]
     # No podFailurePolicy, so no Count rule on DisruptionTarget to record.

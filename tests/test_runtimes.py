@@ -16,6 +16,12 @@ from test_trainjob import mutate, runtime, trainjob
 
 from webhook.cluster.runtimes import RuntimeCache
 
+#: A runtime's maxRestarts against the TrainJob's backoff-limit, named as the runtime's field.
+CONTRADICTION = (
+    "3 contradicts ClusterTrainingRuntime torch-distributed: "
+    "spec.template.spec.failurePolicy.maxRestarts: 5"
+)
+
 
 @pytest.fixture
 def api():
@@ -24,9 +30,22 @@ def api():
     fake.stop()
 
 
-def cache_for(api: FakeAPI, **kwargs) -> RuntimeCache:
+def cache_for(api: FakeAPI, core: bool = False, **kwargs) -> RuntimeCache:
+    """A cache on the real client; ``core``: with the core API, to read Trainer's release."""
     api_client = client.ApiClient(client.Configuration(host=api.url))
+    if core:
+        kwargs["core_api"] = client.CoreV1Api(api_client)
     return RuntimeCache(client.CustomObjectsApi(api_client), **kwargs)
+
+
+def trainer_configmap(release: str, namespace: str = "kubeflow-system") -> dict:
+    """Trainer's public ConfigMap (its kustomize overlay's ``configMapGenerator``, its Helm
+    chart's templates/manager/public-configmap.yaml), readable by every authenticated
+    user (a RoleBinding to system:authenticated)."""
+    return {
+        "metadata": {"name": "kubeflow-trainer-public", "namespace": namespace},
+        "data": {"kubeflow_trainer_version": release},
+    }
 
 
 def gets(api: FakeAPI) -> list[str]:
@@ -41,7 +60,8 @@ def stored(rt: dict) -> dict:
 
 
 def test_starts_with_the_first_lookup_then_answers_from_its_watch(api):
-    cluster = stored(runtime())
+    cluster = stored(runtime(podGroupPolicy={"coscheduling": {"scheduleTimeoutSeconds": 60}}))
+    cluster["spec"]["podGroupPolicy"] = cluster["spec"]["template"]["spec"].pop("podGroupPolicy")
     spot = stored(runtime(kind="TrainingRuntime", name="torch-spot"))
     api.put("clustertrainingruntimes", cluster)
     api.put("trainingruntimes", spot)
@@ -51,7 +71,9 @@ def test_starts_with_the_first_lookup_then_answers_from_its_watch(api):
         found = cache.runtime("ClusterTrainingRuntime", "ml", "torch-distributed")
         assert found.runtime is not None
         assert found.runtime["spec"]["template"] == cluster["spec"]["template"]
-        assert "mlPolicy" not in found.runtime["spec"]  # only what the policy reads is kept
+        # Only what the policy reads is kept: the template and mlPolicy (node counts, MPI).
+        assert found.runtime["spec"]["mlPolicy"] == cluster["spec"]["mlPolicy"]
+        assert "podGroupPolicy" not in found.runtime["spec"]
         assert cache.runtime("TrainingRuntime", "ml", "torch-spot").runtime is not None
         assert cache.runtime("TrainingRuntime", "other", "torch-spot").missing
         # A runtime created later arrives through the watch: no GET.
@@ -118,7 +140,7 @@ def test_a_trainjob_is_judged_against_the_runtime_in_the_cluster(api):
     try:
         verdict, _ = mutate(trainjob(FULL), cache)
         assert not verdict.allowed
-        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in verdict.message
+        assert CONTRADICTION in verdict.message
     finally:
         cache.stop()
 
@@ -173,7 +195,7 @@ def test_through_the_real_server(tmp_path, api):
         assert server.request("GET", "/readyz")[0] == 200  # not held back by runtimes
         denied = server.review("/validate", review(trainjob(FULL)))["response"]
         assert denied["allowed"] is False
-        assert "3 contradicts spec.failurePolicy.maxRestarts: 5" in denied["status"]["message"]
+        assert CONTRADICTION in denied["status"]["message"]
         fits = trainjob(FULL, ref={"name": "plain"})
         response = server.review("/mutate", review(fits))["response"]
         assert response["allowed"] is True
@@ -184,3 +206,104 @@ def test_through_the_real_server(tmp_path, api):
         assert stats["started"] and stats["synced"] and stats["runtimes"] == 2
     finally:
         stop(server)
+
+
+def test_the_trainer_release_comes_from_its_public_configmap(api):
+    """One GET per candidate namespace (kubeflow-system, then the Kubeflow platform's
+    kubeflow), read again in the background: an upgrade is seen without a restart; a
+    namespace that refuses (403) or lacks it (404) is not Trainer's, and no error."""
+    api.put("clustertrainingruntimes", stored(runtime()))
+    api.store("configmaps", trainer_configmap("v2.3.0", "kubeflow"))
+    cache = cache_for(api, core=True, lookup_timeout=5, trainer_poll_seconds=0.1)
+    try:
+        found = cache.runtime("ClusterTrainingRuntime", None, "torch-distributed")
+        assert found.runtime is not None and found.trainer == "v2.3.0"
+        assert cache.runtime("ClusterTrainingRuntime", None, "other").trainer == "v2.3.0"
+        reads = [p for p, _ in api.requests if p.endswith("/configmaps/kubeflow-trainer-public")]
+        assert reads[:2] == [
+            "/api/v1/namespaces/kubeflow-system/configmaps/kubeflow-trainer-public",
+            "/api/v1/namespaces/kubeflow/configmaps/kubeflow-trainer-public",
+        ]
+        api.store("configmaps", trainer_configmap("v2.2.0", "kubeflow"))  # an upgrade
+        deadline = time.monotonic() + 10
+        while cache.trainer != "v2.2.0" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert cache.runtime("ClusterTrainingRuntime", None, "torch-distributed").trainer == (
+            "v2.2.0"
+        )
+        api.forbidden.add(("configmaps", "kubeflow-trainer-public"))  # no RoleBinding
+        deadline = time.monotonic() + 10
+        while cache.trainer is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = cache.stats()
+        assert stats["trainerVersion"] is None and stats["trainerVersionError"] == ""
+    finally:
+        cache.stop()
+
+
+def test_without_the_core_api_the_release_is_not_known(api):
+    api.put("clustertrainingruntimes", stored(runtime()))
+    api.store("configmaps", trainer_configmap("v2.3.0"))
+    cache = cache_for(api, lookup_timeout=5)
+    try:
+        assert cache.runtime("ClusterTrainingRuntime", None, "torch-distributed").trainer is None
+        assert not [p for p, _ in api.requests if "configmaps" in p]
+    finally:
+        cache.stop()
+
+
+def test_the_server_judges_resources_per_node_as_the_clusters_trainer(tmp_path, api):
+    """Through ``retry-webhook serve`` against the HTTP API, Trainer v2.2.0 in the
+    cluster: a TrainJob asking for GPUs only is admitted (v2.2 replaces the runtime's
+    32Gi), one asking 64Gi is denied (above oom-memory-limit 16Gi); one naming a shipped
+    runtime is warned of its initializers, its TTL and its pods; under v2.3.0 the first
+    is denied (the 32Gi stays)."""
+    from conftest import review
+    from fakeapi import write_kubeconfig
+    from serverproc import start, stop
+    from test_trainjob import GPU, OOM, memory_runtime, shipped, submitted
+
+    from webhook.mutators.job import peers_note
+    from webhook.mutators.trainjob import TTL_NOTE
+
+    rt = stored(memory_runtime("v2.2.0"))
+    api.put("clustertrainingruntimes", rt)
+    tune = shipped("v2.2.0", "llama3_2_1B")
+    tune["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 3600
+    api.put("clustertrainingruntimes", tune)
+    api.store("configmaps", trainer_configmap("v2.2.0"))
+    write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    server = start(
+        tmp_path / "certs", "--kube", "kubeconfig", env={"KUBECONFIG": str(tmp_path / "kubeconfig")}
+    )
+    try:
+        gpus = server.review("/mutate", review(submitted(OOM, rt, resourcesPerNode=GPU)))
+        assert gpus["response"]["allowed"] is True, gpus["response"].get("status")
+        asked = submitted(OOM, rt, resourcesPerNode={"requests": {"memory": "64Gi"}})
+        denied = server.review("/mutate", review(asked))["response"]
+        assert denied["allowed"] is False
+        assert (
+            "16Gi is below the memory request of container node (64Gi)"
+            in (denied["status"]["message"])
+        )
+        stats = json.loads(server.request("GET", "/readyz")[2])["runtimeCache"]
+        assert stats["trainerVersion"] == "v2.2.0"
+        # The shipped torchtune runtime, given a TTL: initializers left out, the TTL and the
+        # 4 pods of the trainer step said on apply.
+        response = server.review("/mutate", review(submitted(FULL, tune, numNodes=4)))
+        warnings = response["response"]["warnings"]
+        assert response["response"]["allowed"] is True
+        assert (
+            "retry-policy: initializers dataset-initializer, model-initializer keep their own "
+            "retries; the policy is the trainer's"
+        ) in warnings
+        assert TTL_NOTE in warnings and peers_note(4) in warnings
+    finally:
+        stop(server)
+    cache = cache_for(api, core=True, lookup_timeout=5)
+    api.store("configmaps", trainer_configmap("v2.3.0"))
+    try:
+        verdict, _ = mutate(submitted(OOM, rt, resourcesPerNode=GPU), cache)
+        assert not verdict.allowed and "(32Gi)" in verdict.message
+    finally:
+        cache.stop()

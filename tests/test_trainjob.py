@@ -23,10 +23,12 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 import ssa
+import yaml
 from conftest import FULL, P, apply, review
 from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 
@@ -39,13 +41,22 @@ from webhook.kube.failurepolicy import (
     non_retriable_rule,
 )
 from webhook.kube.intent import LAST_APPLIED
+from webhook.mutators import Context
 from webhook.mutators.jobset import our_rule
-from webhook.mutators.trainjob import LIST_KEYS, MANAGER, jobset_for
+from webhook.mutators.trainjob import (
+    LIST_KEYS,
+    MANAGER,
+    TTL_NOTE,
+    jobset_for,
+    our_patch,
+    resource_modes,
+)
 from webhook.policy.config import Config, parse_config
 
 TRAINER = "trainer.kubeflow.org/v1alpha1"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
-ANCESTOR = {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+ANCESTOR = {ANCESTOR_LABEL: "trainer"}
 #: The rule a runtime's JobSet template may have, and a child Job rule of the runtime's.
 RUNTIME_RULE = {
     "name": "failOnDeadline",
@@ -253,18 +264,25 @@ def test_without_the_runtime_the_patch_is_added_and_the_check_deferred():
     )
 
 
+RT = "ClusterTrainingRuntime torch-distributed: spec.template."
+
+
 @pytest.mark.parametrize(
-    ("rt", "where", "message"),
+    ("rt", "where", "on_trainjob", "on_jobset"),
     [
         (
             runtime(failure_policy={"maxRestarts": 5}),
             "annotation retry-policy.dev/backoff-limit",
-            "3 contradicts spec.failurePolicy.maxRestarts: 5",
+            f"3 contradicts {RT}spec.failurePolicy.maxRestarts: 5; remove one",
+            "3 contradicts spec.failurePolicy.maxRestarts: 5 in your spec",
         ),
         (
             runtime(pod_spec={"restartPolicy": "OnFailure"}),
             "annotation retry-policy.dev/fail-non-retriable",
-            "restartPolicy: Never (it is 'OnFailure')",
+            f"needs {RT}spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
+            "(it is 'OnFailure')",
+            "needs spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
+            "(it is 'OnFailure')",
         ),
         (
             runtime(
@@ -279,28 +297,37 @@ def test_without_the_runtime_the_patch_is_added_and_the_check_deferred():
                 }
             ),
             "annotation retry-policy.dev/fail-non-retriable",
+            f"{RT}spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by their "
+            "podFailurePolicy first",
             "your spec.failurePolicy.rules[0] (RestartJobSet) matches Jobs failed by their "
             "podFailurePolicy first",
         ),
         (
             runtime(failure_policy={"restartStrategy": "InPlaceRestart"}),
             "annotation retry-policy.dev/ignore-disruptions",
+            "cannot apply to a JobSet: with restartStrategy InPlaceRestart any pod that fails, "
+            "a disrupted one too, restarts the whole set in place, and JobSet counts that "
+            "against maxRestarts (the JobSet made from ClusterTrainingRuntime torch-distributed)",
             "cannot apply to a JobSet",
         ),
     ],
     ids=["maxRestarts", "OnFailure", "restarting-rule", "in-place"],
 )
-def test_the_runtimes_template_is_judged_at_the_trainjobs_admission(rt, where, message):
+def test_the_runtimes_template_is_judged_at_the_trainjobs_admission(
+    rt, where, on_trainjob, on_jobset
+):
     """What the JobSet's admission would deny is denied on the TrainJob's apply, naming
-    the runtime: the JobSet mutator runs on the JobSet the trainer will make from it."""
+    the runtime's own fields (``<runtime>: spec.template.spec...``, not "your spec": the
+    TrainJob's user did not write them): the JobSet mutator runs on the JobSet the trainer
+    will make from it."""
     verdict = validate(trainjob(FULL), GivenRuntimes([rt]))
     assert not verdict.allowed
-    assert f"{where}: " in verdict.message and message in verdict.message
-    assert "(the JobSet made from ClusterTrainingRuntime torch-distributed)" in verdict.message
+    assert f"{where}: {on_trainjob}" in verdict.message
+    assert "your spec" not in verdict.message
     # The same JobSet, made by the trainer, would be denied at its own admission.
     _, mutated = mutate(trainjob(FULL))
     denied, _ = mutate(jobset_for(mutated, rt))
-    assert not denied.allowed and message in denied.message
+    assert not denied.allowed and f"{where}: {on_jobset}" in denied.message
 
 
 def test_a_namespaced_runtime_is_found_in_the_trainjobs_namespace():
@@ -543,19 +570,24 @@ KUEUE_SELECTOR = {"cloud.google.com/gke-nodepool": "a100-spot"}
 
 
 def trainer_jobset(tj: dict[str, Any], rt: dict[str, Any], *, node_selector=None) -> dict:
-    """The apply configuration ``JobSet.Build`` sends for ``tj`` (written out for the two
-    runtimes here): the runtime's template with the TrainJob's image and node count
-    (``Trainer``: parallelism and completions = numNodes), the patches' annotations and
+    """The apply configuration ``JobSet.Build`` sends for ``tj`` (written out for the
+    runtimes here): the runtime's template with the TrainJob's image and node count on
+    the trainer's Job (``Trainer``: parallelism and completions = numNodes, one replica;
+    1 pod elsewhere; one replica of an initializer's Job), the patches' annotations and
     pod template patches (Kueue's nodeSelector on admission), the TrainJob's suspend, a
     controller reference; no status, no defaults."""
     template = copy.deepcopy(rt["spec"]["template"]["spec"])
-    (rjob,) = template["replicatedJobs"]
-    job_spec = rjob["template"]["spec"]
-    job_spec["parallelism"] = job_spec["completions"] = 4
-    pod = job_spec["template"]["spec"]
-    pod["containers"][0]["image"] = "ghcr.io/example/finetune:2.0.1"
-    if node_selector:
-        pod["nodeSelector"] = dict(node_selector)
+    for rjob in template["replicatedJobs"]:
+        step = rjob["template"].get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL)
+        job_spec = rjob["template"]["spec"]
+        job_spec["parallelism"] = job_spec["completions"] = 4 if step == "trainer" else 1
+        if step in ("trainer", "dataset-initializer", "model-initializer"):
+            rjob["replicas"] = 1  # ``Builder.Trainer``, ``Builder.Initializer``
+        pod = job_spec["template"]["spec"]
+        if step == "trainer":
+            pod["containers"][0]["image"] = "ghcr.io/example/finetune:2.0.1"
+        if node_selector:
+            pod["nodeSelector"] = dict(node_selector)
     annotations: dict[str, str] = {}
     for patch in tj["spec"].get("runtimePatches") or []:
         meta = patch.get("trainingRuntimeSpec", {}).get("template", {}).get("metadata", {})
@@ -1046,3 +1078,429 @@ def test_explain_without_the_runtime_says_what_it_needs(tmp_path):
     assert "The trainer makes a JobSet from ClusterTrainingRuntime torch-distributed" in text
     assert "is not in the input (give it in the same file" in text
     assert "kubeflow/trainer#3779" in text
+
+
+# --- Kubeflow Trainer's shipped runtimes, as v2.2 and v2.3 build their JobSets -------------
+
+RUNTIMES = Path(__file__).parent / "data" / "runtimes"
+RELEASES = ("v2.2.0", "v2.3.0")
+INITIALIZERS = ("dataset-initializer", "model-initializer")
+#: The JobSet release each Trainer release requires (``sigs.k8s.io/jobset`` in go.mod).
+JOBSET_OF = {"v2.2.0": "v0.11.1", "v2.3.0": "v0.12.0"}
+JOBSET_SCHEMAS = Path(__file__).parent / "data" / "crds" / "jobset-releases"
+
+
+def jobset_schema(release: str) -> dict[str, Any]:
+    """The JobSet CRD schema of the JobSet release Trainer ``release`` builds against."""
+    name = f"jobsets.jobset.x-k8s.io.{JOBSET_OF[release]}.yaml"
+    return yaml.safe_load((JOBSET_SCHEMAS / name).read_text())
+
+
+def shipped(release: str, name: str) -> dict[str, Any]:
+    """A runtime Kubeflow Trainer installs (tests/data/runtimes/README.md), as stored."""
+    rt = yaml.safe_load((RUNTIMES / release / f"{name}.yaml").read_text())
+    rt["metadata"]["uid"] = str(uuid.uuid4())
+    return rt
+
+
+SHIPPED = sorted(
+    (release, path.stem) for release in RELEASES for path in (RUNTIMES / release).glob("*.yaml")
+)
+
+
+def submitted(
+    annotations: dict[str, str] | None, rt: dict[str, Any], **trainer: Any
+) -> dict[str, Any]:
+    """A TrainJob naming ``rt`` as its CREATE review carries it: CRD defaults, no uid nor
+    creationTimestamp (assigned after admission); ``trainer`` replaces fields of
+    ``spec.trainer``."""
+    obj = trainjob(annotations, ref={"name": rt["metadata"]["name"], "kind": rt["kind"]})
+    obj["spec"]["trainer"].update(copy.deepcopy(trainer))
+    return obj
+
+
+def as_stored(tj: dict[str, Any]) -> dict[str, Any]:
+    """The TrainJob the trainer reconciles (the API server gave it its uid)."""
+    obj = copy.deepcopy(tj)
+    obj["metadata"]["uid"] = str(uuid.uuid4())
+    return obj
+
+
+def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+def step_of(rjob: dict[str, Any]) -> str | None:
+    return rjob["template"].get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL)
+
+
+def node_resources_of(jobset: dict[str, Any], rjob_name: str) -> dict[str, Any] | None:
+    (rjob,) = [r for r in jobset["spec"]["replicatedJobs"] if r["name"] == rjob_name]
+    (node,) = [c for c in rjob["template"]["spec"]["template"]["spec"]["containers"]]
+    return node.get("resources")
+
+
+@pytest.mark.parametrize(("release", "name"), SHIPPED, ids=["/".join(s) for s in SHIPPED])
+def test_shipped_runtimes_make_jobsets_their_admission_accepts(release, name, tmp_path):
+    """Every runtime Trainer v2.2.0 and v2.3.0 install, named by a TrainJob annotated like
+    examples/job.yaml: admitted; the JobSet the trainer builds from it (``jobset_for``)
+    matches JobSet's CRD schema and the strict Kubernetes 1.35 to 1.37 schemas, is
+    admitted, and its patch (applied with Go's json-patch) holds the policy on the
+    trainer's Jobs only: an initializer keeps its own retries (no podFailurePolicy, no
+    backoffLimit 0, its restartPolicy), and our JobSet rule then names the Jobs our rules
+    are in; a second run changes nothing."""
+    rt = shipped(release, name)
+    schema = jobset_schema(release)
+    template = {"apiVersion": JOBSET, "kind": "JobSet", "metadata": {}}
+    validate_schema({**template, "spec": rt["spec"]["template"]["spec"]}, schema=schema)
+    tj = submitted(FULL, rt, numNodes=2)
+    verdict, out = mutate(tj, GivenRuntimes([rt], trainer=release))
+    assert verdict.allowed, verdict.message
+    steps = {r["name"]: step_of(r) for r in rt["spec"]["template"]["spec"]["replicatedJobs"]}
+    left_out = [n for n, step in steps.items() if step in INITIALIZERS]
+    if left_out:
+        assert (
+            f"retry-policy: initializers {', '.join(left_out)} keep their own retries; the "
+            "policy is the trainer's"
+        ) in verdict.warnings
+    (merged,) = resource_modes(release)
+    built = jobset_for(as_stored(out), rt, merged)
+    for version in ("1.35", "1.36", "1.37"):
+        validate_schema(built, version, schema)
+    admitted_js, jobset = mutate(built)
+    assert admitted_js.allowed, admitted_js.message
+    # (kubectl prints no managedFields: compared without them.)
+    assert kubectl_patch(built, admitted_js.patch, tmp_path) == without_managed_fields(jobset)
+    for version in ("1.35", "1.36", "1.37"):
+        validate_schema(jobset, version, schema)
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        spec = rjob["template"]["spec"]
+        pod = spec["template"]["spec"]
+        if rjob["name"] in left_out:
+            assert "podFailurePolicy" not in spec and "backoffLimit" not in spec
+            assert pod.get("restartPolicy") is None  # JobSet's webhook makes it OnFailure
+            assert P + "backoff-limit" not in spec["template"].get("metadata", {}).get(
+                "annotations", {}
+            )
+        else:
+            assert spec["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
+            assert spec["podFailurePolicy"]["rules"][-1]["action"] == "FailJob"
+    targets = [n for n in steps if n not in left_out] if left_out else []
+    assert jobset["spec"]["failurePolicy"]["rules"] == [our_rule(targets)]
+    again, twice = mutate(jobset)
+    assert again.allowed and again.patch == [] and twice == jobset
+
+
+def test_a_trainjob_counts_the_pods_the_trainer_runs():
+    """``JobSet.Build`` (v2.2; ``SyncParallelCount`` in v2.3) sets every replicated Job's
+    parallelism and completions to its pod count: the TrainJob's numNodes for the trainer
+    step (torch, jax: ``EnforceMLPolicy``), under MPI for the ``node`` Job, less the
+    launcher with runLauncherAsNode (``MPI.EnforceMLPolicy``); 1 for the rest; one replica
+    of the trainer's and the initializers' Jobs (``Builder.Trainer``, ``Initializer``)."""
+    for release in RELEASES:
+        cases = {
+            "torch_distributed": {"node": (4, 1)},
+            "jax_distributed": {"node": (4, 1)},
+            "deepspeed_distributed": {"node": (3, None), "launcher": (1, 1)},
+            "llama3_2_1B": {"dataset-initializer": (1, 1), "model-initializer": (1, 1)},
+        }
+        for name, want in cases.items():
+            rt = shipped(release, name)
+            built = jobset_for(as_stored(submitted(FULL, rt, numNodes=4)), rt)
+            jobs = {r["name"]: r for r in built["spec"]["replicatedJobs"]}
+            for job_name, (pods, replicas) in want.items():
+                spec = jobs[job_name]["template"]["spec"]
+                assert (spec["parallelism"], spec["completions"]) == (pods, pods), name
+                assert jobs[job_name].get("replicas") == replicas, (name, job_name)
+
+
+GPU = {"limits": {"nvidia.com/gpu": 1}}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_resources_per_node_as_each_release_applies_it(release):
+    """``spec.trainer.resourcesPerNode`` on the ``node`` container: v2.2 gives it exactly
+    the limits and requests given (``Builder.Trainer`` in pkg/runtime/framework/plugins/
+    jobset/builder.go: ``WithResources``), v2.3 merges them into the runtime's per
+    resource (``newRuntimeInfo`` in pkg/runtime/core/trainingruntime.go with
+    ``MergeResourceRequirements``, a strategic merge patch). The trainer step's Job gets
+    it, and under MPI with runLauncherAsNode the ``node`` Job too."""
+    merged = release == "v2.3.0"
+    per_node = {"limits": {"memory": "16Gi"}, "requests": {"memory": "8Gi"}}
+    tune = shipped(release, "llama3_2_1B")  # its node container: limits nvidia.com/gpu 2
+    built = jobset_for(as_stored(submitted(FULL, tune, resourcesPerNode=per_node)), tune, merged)
+    want = copy.deepcopy(per_node)
+    if merged:
+        want["limits"] = {"nvidia.com/gpu": 2, "memory": "16Gi"}
+    assert node_resources_of(built, "node") == want
+    assert node_resources_of(built, "dataset-initializer") is None  # not a node
+    mpi = shipped(release, "deepspeed_distributed")  # runLauncherAsNode: true
+    built = jobset_for(as_stored(submitted(FULL, mpi, resourcesPerNode=GPU)), mpi, merged)
+    assert node_resources_of(built, "launcher") == GPU
+    assert node_resources_of(built, "node") == GPU
+
+
+#: A runtime whose node container asks for memory (the shipped ones do not).
+def memory_runtime(release: str) -> dict[str, Any]:
+    rt = shipped(release, "torch_distributed")
+    (rjob,) = rt["spec"]["template"]["spec"]["replicatedJobs"]
+    (node,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
+    node["resources"] = {"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}}
+    return rt
+
+
+OOM = {P + "oom-memory-factor": "2", P + "oom-memory-limit": "16Gi", P + "backoff-limit": "3"}
+
+
+@pytest.mark.parametrize(
+    ("release", "memory", "per_node", "node", "allowed"),
+    [
+        # GPUs only: v2.2 drops the runtime's 32Gi, v2.3 keeps it (above 16Gi).
+        ("v2.2.0", True, GPU, GPU, True),
+        (
+            "v2.3.0",
+            True,
+            GPU,
+            {**GPU, "requests": {"memory": "32Gi"}}
+            | {"limits": {"memory": "32Gi", "nvidia.com/gpu": 1}},
+            False,
+        ),
+        # A memory limit alone: v2.2's is also the pods' request (8Gi), v2.3 keeps 32Gi.
+        ("v2.2.0", True, {"limits": {"memory": "8Gi"}}, {"limits": {"memory": "8Gi"}}, True),
+        (
+            "v2.3.0",
+            True,
+            {"limits": {"memory": "8Gi"}},
+            {"limits": {"memory": "8Gi"}, "requests": {"memory": "32Gi"}},
+            False,
+        ),
+        # 64Gi asked of a runtime without memory: above 16Gi in both releases.
+        (
+            "v2.2.0",
+            False,
+            {"requests": {"memory": "64Gi"}},
+            {"requests": {"memory": "64Gi"}},
+            False,
+        ),
+        (
+            "v2.3.0",
+            False,
+            {"requests": {"memory": "64Gi"}},
+            {"requests": {"memory": "64Gi"}},
+            False,
+        ),
+    ],
+    ids=["v2.2-gpu", "v2.3-gpu", "v2.2-limit", "v2.3-limit", "v2.2-64Gi", "v2.3-64Gi"],
+)
+def test_memory_checks_agree_with_the_jobset_the_trainer_makes(
+    release, memory, per_node, node, allowed
+):
+    """oom-memory-limit must not be below a container's memory request (``check_memory``):
+    judged on the node container as the release gives it resourcesPerNode, so the
+    TrainJob's admission says what the JobSet's will, both ways (it ignored
+    resourcesPerNode before: the first case was denied, the last two admitted). The
+    JobSet as the trainer applies it is written out here (``node``), not taken from
+    ``jobset_for``."""
+    rt = memory_runtime(release) if memory else shipped(release, "torch_distributed")
+    tj = submitted(OOM, rt, resourcesPerNode=per_node)
+    verdict, _ = mutate(tj, GivenRuntimes([rt], trainer=release))
+    assert verdict.allowed is allowed, verdict.message
+    # The JobSet the trainer would make (of a TrainJob carrying the policy anyway: its
+    # runtime patch as the webhook writes it).
+    carrying = copy.deepcopy(tj)
+    carrying["spec"]["runtimePatches"] = [our_patch(tj, Context(Config()))]
+    applied = jobset_for(as_stored(carrying), rt, release == "v2.3.0")
+    assert node_resources_of(applied, "node") == node
+    by_jobset, _ = mutate(applied)
+    assert by_jobset.allowed is allowed
+    if not allowed:
+        assert "annotation retry-policy.dev/oom-memory-limit: 16Gi is below the memory " in (
+            verdict.message
+        )
+        assert "spec.trainer.resourcesPerNode" in verdict.message
+        assert "ClusterTrainingRuntime torch-distributed: spec.template.spec.replicatedJobs[0]" in (
+            verdict.message
+        )
+
+
+def test_without_the_release_what_one_denies_is_a_warning():
+    """The Trainer's release not known (no kubeflow-trainer-public ConfigMap): both
+    JobSets are judged; what both deny is denied, what only one denies is said."""
+    rt = memory_runtime("v2.3.0")
+    verdict, _ = mutate(submitted(OOM, rt, resourcesPerNode=GPU), GivenRuntimes([rt]))
+    assert verdict.allowed, verdict.message
+    (said,) = [w for w in verdict.warnings if "release is not known" in w]
+    assert said.startswith(
+        "retry-policy: Trainer's release is not known; under v2.3 (resourcesPerNode merged) "
+        "the JobSet would be denied: annotation retry-policy.dev/oom-memory-limit: 16Gi is "
+        "below the memory request of container node (32Gi)"
+    )
+    both = submitted(OOM, rt, resourcesPerNode={"requests": {"memory": "64Gi"}})
+    verdict, _ = mutate(both, GivenRuntimes([rt]))
+    assert not verdict.allowed and "(64Gi)" in verdict.message
+
+
+def test_the_release_comes_from_trainers_configmap_in_the_cli_input(tmp_path):
+    """``retry-webhook dry-run`` of a file with the runtime, Trainer's public ConfigMap
+    (``kubectl get configmap -n kubeflow-system kubeflow-trainer-public -o yaml``) and the
+    TrainJob judges the TrainJob as that release builds its JobSet."""
+    import io
+
+    from webhook import cli
+
+    rt = memory_runtime("v2.3.0")
+    manifest = json.loads(submitted(OOM, rt)["metadata"]["annotations"][LAST_APPLIED])
+    manifest["spec"]["trainer"]["resourcesPerNode"] = GPU
+    for release, code in (("v2.2.0", 0), ("v2.3.0", 1)):
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kubeflow-trainer-public", "namespace": "kubeflow-system"},
+            "data": {"kubeflow_trainer_version": release},
+        }
+        path = tmp_path / f"{release}.yaml"
+        path.write_text(yaml.safe_dump_all([configmap, rt, manifest]))
+        out, err = io.StringIO(), io.StringIO()
+        args = cli.build_parser().parse_args(["dry-run", "-f", str(path)])
+        assert args.func(args, out, err) == code, err.getvalue()
+        assert ("16Gi is below the memory request" in err.getvalue()) is (code == 1)
+
+
+@pytest.mark.parametrize(("release", "warned"), [(None, True), ("v2.3.0", True), ("v2.4.0", False)])
+def test_a_runtime_deleting_finished_jobsets_is_warned(release, warned):
+    """Up to v2.3.0 the trainer clears a TrainJob's Failed condition before it checks
+    whether the TrainJob is finished (``Reconcile`` in pkg/controller/trainjob_controller.go),
+    so a failed TrainJob whose JobSet the runtime's ttlSecondsAfterFinished deleted gets a
+    new JobSet: its budget starts over (kubeflow/trainer#3779; fixed on master by #3891,
+    after v2.3.0)."""
+    rt = runtime(ttlSecondsAfterFinished=600)
+    verdict, _ = mutate(trainjob(FULL), GivenRuntimes([rt], trainer=release))
+    assert verdict.allowed, verdict.message
+    assert (TTL_NOTE in verdict.warnings) is warned
+    assert len(TTL_NOTE) <= 120
+    verdict, _ = mutate(trainjob(FULL), GivenRuntimes([runtime()], trainer=release))
+    assert not any("ttlSecondsAfterFinished" in w for w in verdict.warnings)
+
+
+#: A runtime with an initializer before a trainer step whose lists the webhook adds to.
+INIT_RUNTIME = copy.deepcopy(RULES_RUNTIME)
+INIT_RUNTIME["metadata"]["name"] = "torch-init"
+INIT_RUNTIME["spec"]["template"]["spec"]["replicatedJobs"].insert(
+    0,
+    {
+        "name": "dataset-initializer",
+        "template": {
+            "metadata": {"labels": {ANCESTOR_LABEL: "dataset-initializer"}},
+            "spec": {
+                "template": {
+                    "spec": {"containers": [{"name": "dataset-initializer", "image": "init:1"}]}
+                }
+            },
+        },
+    },
+)
+
+
+@pytest.mark.parametrize("made", ["now", "before"])
+def test_a_reapply_keeps_the_initializers_as_the_jobset_was_made(made, monkeypatch):
+    """A JobSet made before the initializers were left out of the policy has our rules in
+    its initializer's Job too; JobSet keeps them immutable (``ValidateUpdate``). The
+    trainer's re-apply (Kueue's resume) resets the rule lists it owns; ``restore`` gives
+    them back as they were made, either way: never a denial of the trainer's apply."""
+    from webhook.mutators.jobset import JobSetMutator
+
+    tj = admitted_trainjob(INIT_RUNTIME)
+    if made == "before":
+        monkeypatch.setattr(JobSetMutator, "scope_initializers", False)
+    stored, managed = create_jobset(tj, INIT_RUNTIME, "jobset-first")
+    monkeypatch.undo()
+    init = stored["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert ("podFailurePolicy" in init) is (made == "before")
+    resumed = copy.deepcopy(tj)
+    resumed["spec"]["suspend"] = False
+    config = trainer_jobset(resumed, INIT_RUNTIME, node_selector=KUEUE_SELECTOR)
+    update, _ = reapply(stored, managed, config)
+    assert jobset_update_errors(update, stored)
+    verdict, final = update_admission(update, stored)
+    assert any(w.startswith("retry-policy: restored spec.") for w in verdict.warnings)
+    assert jobset_update_errors(final, stored) == []
+    validate_schema(final)
+
+
+def test_explain_lists_no_deadline_hint_as_a_change(tmp_path):
+    """``explain`` of a TrainJob ignoring disruptions without a deadline: the hint to set
+    spec.activeDeadlineSeconds is a note of the TrainJob, not a change, and its JobSet
+    shows no hint of its own (the TrainJob's deadline is the one that counts)."""
+    import io
+
+    from webhook import cli
+
+    manifest = json.loads(trainjob(FULL)["metadata"]["annotations"][LAST_APPLIED])
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all([runtime(), manifest]))
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["explain", "-f", str(path), "-o", "json"])
+    assert args.func(args, out, err) == 0, err.getvalue()
+    trainjob_part, jobset_part, *_ = json.loads(out.getvalue())["items"]
+    hint = "set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
+    assert hint in trainjob_part["notes"]
+    assert not any("activeDeadlineSeconds" in c for c in trainjob_part["changes"])
+    assert not any("activeDeadlineSeconds" in c for c in jobset_part["changes"])
+    assert any("maxRestarts -> 3" in c for c in jobset_part["changes"])
+
+
+def test_simulate_fails_an_initializers_container(tmp_path):
+    """``--simulate dataset-initializer:1`` walks the failure through the Job of the
+    initializer (its own retries: the pod restarts in place, OnFailure), not the
+    trainer's; an unknown container is still an error."""
+    import io
+
+    from webhook import cli
+
+    rt = shipped("v2.3.0", "llama3_2_1B")
+    manifest = json.loads(submitted(FULL, rt)["metadata"]["annotations"][LAST_APPLIED])
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all([rt, manifest]))
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(
+        ["explain", "-f", str(path), "--simulate", "dataset-initializer:1", "-o", "json"]
+    )
+    assert args.func(args, out, err) == 0, err.getvalue()
+    parts = {item.get("part", ""): item for item in json.loads(out.getvalue())["items"]}
+    walked = parts["replicatedJob dataset-initializer"]["simulation"]
+    assert "restarts in place" in json.dumps(walked)
+    assert parts["replicatedJob node"].get("simulation") is None
+    assert (
+        "Kubernetes' default: a TrainJob's initializers keep their own retries"
+        in (parts["replicatedJob dataset-initializer"]["budget"])
+    )
+    args = cli.build_parser().parse_args(["explain", "-f", str(path), "--simulate", "ghost:1"])
+    assert args.func(args, io.StringIO(), err) == 2
+    assert "names container 'ghost', which no pod of JobSet/llm-finetune has" in err.getvalue()
+
+
+def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
+    """``retry-webhook dry-run`` of a shipped torchtune runtime given a TTL, and a TrainJob
+    on 4 nodes: the initializers left out, the TTL and the pods that run together are
+    warned about, as on the server (tests/test_runtimes.py)."""
+    import io
+
+    from webhook import cli
+    from webhook.mutators.job import peers_note
+
+    rt = shipped("v2.3.0", "llama3_2_1B")
+    rt["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 3600
+    manifest = json.loads(submitted(FULL, rt)["metadata"]["annotations"][LAST_APPLIED])
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(yaml.safe_dump_all([rt, manifest]))
+    out, err = io.StringIO(), io.StringIO()
+    args = cli.build_parser().parse_args(["dry-run", "-f", str(path)])
+    assert args.func(args, out, err) == 0, err.getvalue()
+    warnings = err.getvalue().splitlines()
+    assert (
+        "Warning: retry-policy: initializers dataset-initializer, model-initializer keep their "
+        "own retries; the policy is the trainer's"
+    ) in warnings
+    assert f"Warning: {TTL_NOTE}" in warnings
+    assert f"Warning: {peers_note(4)}" in warnings

@@ -236,11 +236,14 @@ def _embedded(obj: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield {"apiVersion": "v1", "kind": "PodTemplate", "template": template}
 
 
-def validate_schema(obj: dict[str, Any], version: str = "1.37") -> None:
+def validate_schema(
+    obj: dict[str, Any], version: str = "1.37", schema: dict[str, Any] | None = None
+) -> None:
     """Validate ``obj`` as the API server would: strict Kubernetes schemas for built-in
-    kinds; the CRD schema (defaults applied first) plus the embedded Kubernetes types for
-    custom resources. Raises with every error found."""
-    schema = crd_schema(obj)
+    kinds; the CRD schema (defaults applied first; ``schema`` for another release's than
+    the vendored one) plus the embedded Kubernetes types for custom resources. Raises with
+    every error found."""
+    schema = schema or crd_schema(obj)
     if schema is None:
         kubernetes_validate.validate(obj, version, strict=True)
         return

@@ -9,6 +9,12 @@ runtime, and the user should learn it on ``kubectl apply`` of the TrainJob: a de
 JobSet the controller creates later shows only as an Event on the TrainJob, and the
 controller retries it forever.
 
+How the trainer builds that JobSet changed between releases (Trainer v2.3 merges a
+TrainJob's ``resourcesPerNode`` into the runtime's resources, v2.2 replaced them), so the
+cache also learns the Trainer's release from the ConfigMap Trainer publishes it in
+(``kubeflow-trainer-public``, readable by every authenticated user), polled in the
+background; without it a TrainJob is judged as both releases would build its JobSet.
+
 So the server reads runtimes from a watch-backed cache (``RuntimeCache``: one list, then a
 watch, per kind), never with a request per admission, except one bounded GET when a
 runtime is missing from the cache (created a moment before the TrainJob, its watch event
@@ -21,6 +27,7 @@ given in the same input (``GivenRuntimes``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -43,6 +50,28 @@ PLURALS = {
     "ClusterTrainingRuntime": "clustertrainingruntimes",
 }
 CLUSTER_KIND = "ClusterTrainingRuntime"
+#: Where Kubeflow Trainer says which release it is: a ConfigMap in its own namespace, with
+#: a Role and a RoleBinding that let ``system:authenticated`` get it (v2.2.0 and v2.3.0:
+#: ``configMapGenerator`` in manifests/overlays/manager/kustomization.yaml; the Helm chart's
+#: templates/manager/public-configmap.yaml and templates/rbac/public_configmap_role*.yaml).
+TRAINER_CONFIGMAP = "kubeflow-trainer-public"
+TRAINER_VERSION_KEY = "kubeflow_trainer_version"
+#: The namespaces Trainer's manifests install it in: its own overlay's, the Kubeflow
+#: platform's (manifests/overlays/kubeflow-platform).
+TRAINER_NAMESPACES = ("kubeflow-system", "kubeflow")
+#: How often the Trainer's release is read again (an upgrade changes it).
+TRAINER_POLL_SECONDS = 300.0
+
+
+def trainer_release(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a Trainer version such as ``v2.3.0``; ``None`` when not known
+    (``dev`` builds, anything else)."""
+    if not isinstance(version, str):
+        return None
+    parts = version.strip().removeprefix("v").split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 @dataclass(frozen=True)
@@ -54,6 +83,8 @@ class RuntimeLookup:
     #: True when the runtime certainly does not exist (the Trainer's own webhook then
     #: denies the TrainJob); False when it could not be read.
     missing: bool = False
+    #: The Trainer's release (``v2.3.0``), ``None`` when not known.
+    trainer: str | None = None
 
 
 class RuntimeSource(Protocol):
@@ -86,30 +117,49 @@ def is_runtime(obj: Mapping[str, Any]) -> bool:
     return api_version.rpartition("/")[0] == GROUP and obj.get("kind") in PLURALS
 
 
-class GivenRuntimes:
-    """The runtimes among a set of objects (the documents of one CLI input)."""
+def trainer_version_of(obj: Mapping[str, Any]) -> str | None:
+    """The release in Trainer's public ConfigMap, when ``obj`` is it."""
+    meta = _dict(obj.get("metadata"))
+    if obj.get("kind") != "ConfigMap" or meta.get("name") != TRAINER_CONFIGMAP:
+        return None
+    value = _dict(obj.get("data")).get(TRAINER_VERSION_KEY)
+    return value if isinstance(value, str) and value else None
 
-    def __init__(self, objects: Iterable[Mapping[str, Any]], namespace: str | None = None):
+
+class GivenRuntimes:
+    """The runtimes among a set of objects (the documents of one CLI input), and the
+    Trainer's release when ``trainer`` says it or its public ConfigMap is among them."""
+
+    def __init__(
+        self,
+        objects: Iterable[Mapping[str, Any]],
+        namespace: str | None = None,
+        trainer: str | None = None,
+    ):
         self._runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        self.trainer = trainer
         for obj in objects:
             if is_runtime(obj):
                 meta = _dict(obj.get("metadata"))
                 ns = meta.get("namespace") or namespace or "default"
                 key = runtime_key(str(obj["kind"]), ns, str(meta.get("name") or ""))
                 self._runtimes[key] = obj
+            elif trainer is None and trainer_version_of(obj) is not None:
+                self.trainer = trainer_version_of(obj)
 
     def runtime(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
         found = self._runtimes.get(runtime_key(kind, namespace, name))
         if found is not None:
-            return RuntimeLookup(found)
+            return RuntimeLookup(found, trainer=self.trainer)
         return RuntimeLookup(
             None,
             f"{describe(kind, namespace, name)} is not in the input (give it in the same "
             "file to check the TrainJob against it)",
+            trainer=self.trainer,
         )
 
     def stats(self) -> dict[str, Any]:
-        return {"enabled": True, "runtimes": len(self._runtimes)}
+        return {"enabled": True, "runtimes": len(self._runtimes), "trainerVersion": self.trainer}
 
 
 def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,14 +170,81 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta}
     out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
     out["metadata"] = kept
-    out["spec"] = {"template": spec.get("template")} if "template" in spec else {}
+    # mlPolicy: node counts, and MPI's runLauncherAsNode (which Jobs get resourcesPerNode).
+    out["spec"] = {k: spec[k] for k in ("mlPolicy", "template") if k in spec}
     return out
+
+
+class _TrainerRelease:
+    """Trainer's release from its public ConfigMap: one GET per candidate namespace, again
+    every ``period`` seconds (run by ``Informers`` like an informer). Not a watch: only the
+    namespace Trainer is installed in grants it, and a watch elsewhere would fail forever.
+    A namespace that answers 403 or 404 is not Trainer's; another error keeps what was
+    known."""
+
+    name = "trainer-version"
+
+    def __init__(
+        self,
+        core_api: Any,
+        namespaces: tuple[str, ...],
+        stop: threading.Event,
+        period: float = TRAINER_POLL_SECONDS,
+        timeout: float = 2.0,
+    ):
+        self.core_api = core_api
+        self.namespaces = namespaces
+        self.stop = stop
+        self.period = period
+        self.timeout = timeout
+        self.synced = threading.Event()
+        self.errors = 0
+        self.version: str | None = None
+        self.last_error = ""
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.poll()
+            self.synced.set()
+            self.stop.wait(self.period)
+
+    def poll(self) -> None:
+        failed = False
+        for namespace in self.namespaces:
+            try:
+                resp = self.core_api.read_namespaced_config_map(
+                    TRAINER_CONFIGMAP,
+                    namespace,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                )
+                version = trainer_version_of({**json.loads(resp.data), "kind": "ConfigMap"})
+            except Exception as err:  # the poller must survive anything the API does
+                if getattr(err, "status", None) not in (403, 404):
+                    failed = True
+                    self.errors += 1
+                    self.last_error = _short(err)
+                continue
+            if version is not None:
+                self.version = version
+                self.last_error = ""
+                return
+        if not failed:
+            self.version = None
 
 
 class RuntimeCache(Informers):
     """Watch-backed (Cluster)TrainingRuntimes, started by the first lookup."""
 
-    def __init__(self, custom_api: Any, lookup_timeout: float = 0.5, breaker_seconds: float = 10.0):
+    def __init__(
+        self,
+        custom_api: Any,
+        lookup_timeout: float = 0.5,
+        breaker_seconds: float = 10.0,
+        core_api: Any = None,
+        trainer_namespaces: tuple[str, ...] = TRAINER_NAMESPACES,
+        trainer_poll_seconds: float = TRAINER_POLL_SECONDS,
+    ):
         super().__init__()
         self.custom_api = custom_api
         self.lookup_timeout = lookup_timeout
@@ -149,13 +266,35 @@ class RuntimeCache(Informers):
             )
             for kind, plural in PLURALS.items()
         ]
+        self._release: _TrainerRelease | None = None
+        if core_api is not None:
+            self._release = _TrainerRelease(
+                core_api, trainer_namespaces, self._stop, trainer_poll_seconds
+            )
+            self._informers.append(self._release)  # duck-typed: name, run, synced, errors
 
     @classmethod
     def of(cls, clients: tuple[Any, ...], lookup_timeout: float = 0.5) -> RuntimeCache:
-        """A runtime cache on the attempt cache's API access (``attempts.connect``)."""
+        """A runtime cache on the attempt cache's API access (``attempts.connect``: the
+        batch and core APIs)."""
         from kubernetes import client
 
-        return cls(client.CustomObjectsApi(clients[0].api_client), lookup_timeout)
+        return cls(
+            client.CustomObjectsApi(clients[0].api_client), lookup_timeout, core_api=clients[1]
+        )
+
+    @property
+    def trainer(self) -> str | None:
+        return self._release.version if self._release is not None else None
+
+    def _release_pending(self) -> bool:
+        """Whether the first read of the Trainer's release may still come in time for a
+        lookup (within a lookup_timeout of the cache's start)."""
+        return (
+            self._release is not None
+            and not self._release.synced.is_set()
+            and time.monotonic() < self._started_at + self.lookup_timeout
+        )
 
     def _list(self, plural: str, **kwargs: Any) -> Any:
         return self.custom_api.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)
@@ -198,13 +337,17 @@ class RuntimeCache(Informers):
         # Only the first lookups wait for the first list (a lookup_timeout from the start):
         # an informer that cannot list must not slow every admission down.
         informer.synced.wait(max(0.0, self._started_at + self.lookup_timeout - time.monotonic()))
+        if self._release is not None:
+            self._release.synced.wait(
+                max(0.0, self._started_at + self.lookup_timeout - time.monotonic())
+            )
         with self._lock:
             found = self._runtimes.get(runtime_key(kind, namespace, name))
         if found is not None:
             self._counters["hits"] += 1
-            return RuntimeLookup(found)
+            return RuntimeLookup(found, trainer=self.trainer)
         self._counters["misses"] += 1
-        return self._fallback(kind, namespace, name)
+        return dataclasses.replace(self._fallback(kind, namespace, name), trainer=self.trainer)
 
     def answer_at_once(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup | None:
         """The answer when it needs no request to the API nor a wait (the runtime in the
@@ -216,14 +359,18 @@ class RuntimeCache(Informers):
             self.start()
         with self._lock:
             found = self._runtimes.get(runtime_key(kind, namespace, name))
+        if found is not None and self._release_pending():
+            return None  # worth a short wait for the Trainer's release
         if found is not None:
             self._counters["hits"] += 1
-            return RuntimeLookup(found)
+            return RuntimeLookup(found, trainer=self.trainer)
         if time.monotonic() < self._open_until:
             self._counters["misses"] += 1
             self._counters["breaker_skips"] += 1
             what = describe(kind, namespace, name)
-            return RuntimeLookup(None, f"{what} unreadable: Kubernetes API unavailable")
+            return RuntimeLookup(
+                None, f"{what} unreadable: Kubernetes API unavailable", trainer=self.trainer
+            )
         return None
 
     def _fallback(self, kind: str, namespace: str | None, name: str) -> RuntimeLookup:
@@ -257,8 +404,10 @@ class RuntimeCache(Informers):
             "started": self.started,
             "synced": self.synced,
             "runtimes": size,
-            "watch_errors": sum(i.errors for i in self._informers),
+            "watch_errors": sum(i.errors for i in self._informers if i is not self._release),
             "lastErrors": dict(self._errors),
+            "trainerVersion": self.trainer,
+            "trainerVersionError": self._release.last_error if self._release else "",
             **self._counters,
         }
 

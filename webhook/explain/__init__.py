@@ -117,6 +117,8 @@ def explain(
             "its retry behaviour); only annotations on the object itself do"
         )
     if events is not None:
+        simulated = [item for item in explanations if item.simulator is not None]
+        placed = _place_events(simulated, events)
         for item in explanations:
             if item.simulator is None:
                 item.notes.append(
@@ -125,20 +127,27 @@ def explain(
                     "retry it; simulate the workload that creates it"
                 )
                 continue
-            _check_containers(item, events)
-            _check_successes(item, events)
-            item.simulation = item.simulator.run(events)
+            mine = [(position, event) for position, event, parts in placed if item in parts]
+            if not mine:
+                item.notes.append(
+                    "--simulate: no event names a container of this part's pods, so none "
+                    "was walked through it"
+                )
+                continue
+            _check_containers(item, mine)
+            _check_successes(item, mine)
+            item.simulation = item.simulator.run([event for _, event in mine])
     return explanations
 
 
-def _check_successes(item: Explanation, events: Sequence[Event]) -> None:
+def _check_successes(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:
     """Exit code 0 is a success: an event of only zeros is something to simulate only
     where a restart rule restarts on it (``explain.inplace.restarted`` decides which);
-    with no container restarting in place, none does."""
+    with no container restarting in place, none does (events by their position)."""
     if item.in_place is not None or item.simulator is None:
         return
     main = next(iter(item.simulator.containers), "main")
-    for position, event in enumerate(events, 1):
+    for position, event in events:
         if event.succeeded(main):
             raise ExplainError(
                 f"--simulate: event {position} {event.token!r}: exit code 0 is success, and "
@@ -146,10 +155,52 @@ def _check_successes(item: Explanation, events: Sequence[Event]) -> None:
             )
 
 
-def _check_containers(item: Explanation, events: Sequence[Event]) -> None:
-    known = list(item.simulator.containers) if item.simulator else []
-    label = f"{item.kind}/{item.name}" + (f" ({item.part})" if item.part else "")
+def _label(item: Explanation) -> str:
+    return f"{item.kind}/{item.name}" + (f" ({item.part})" if item.part else "")
+
+
+def _place_events(
+    parts: Sequence[Explanation], events: Sequence[Event]
+) -> list[tuple[int, Event, list[Explanation]]]:
+    """Each event with the parts whose pods it can fail: those with every container it
+    names (an event naming none is the main container's, in every part). A workload of
+    several kinds of pods (a JobSet's replicated Jobs: a TrainJob's initializers and its
+    trainer) takes an event in the part its container is in."""
+    placed: list[tuple[int, Event, list[Explanation]]] = []
+    if not parts:
+        return placed
     for position, event in enumerate(events, 1):
+        named = event.named()
+        fits = [
+            item
+            for item in parts
+            if item.simulator is not None and all(n in item.simulator.containers for n in named)
+        ]
+        if not fits and len(parts) == 1:
+            _check_containers(parts[0], [(position, event)])
+        if not fits:
+            known = sorted(
+                {c for item in parts if item.simulator for c in item.simulator.containers}
+            )
+            where = f"--simulate: event {position} {event.token!r}"
+            missing = [n for n in named if n not in known]
+            what = (
+                f"names container {missing[0]!r}, which no pod of "
+                f"{parts[0].kind}/{parts[0].name} has"
+                if missing
+                else "names containers of different pods"
+            )
+            raise ExplainError(f"{where} {what}; its containers: " + ", ".join(known))
+        placed.append((position, event, fits))
+    return placed
+
+
+def _check_containers(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:
+    """Every container an event names is one of ``item``'s; a bare exit code is its main
+    container's, which the event must not also name (events by their position)."""
+    known = list(item.simulator.containers) if item.simulator else []
+    label = _label(item)
+    for position, event in events:
         where = f"--simulate: event {position} {event.token!r}"
         for name in event.named():
             if name not in known:

@@ -83,7 +83,15 @@ from webhook.explain.words import (
     source_text,
 )
 from webhook.kube.goregexp import Piece, Wild
-from webhook.mutators import items, mapping, pytorchjob, rayjob, trainjob, workload_policy
+from webhook.mutators import (
+    Outcome,
+    items,
+    mapping,
+    pytorchjob,
+    rayjob,
+    trainjob,
+    workload_policy,
+)
 from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
     ACTIONS as JOBSET_ACTIONS,
@@ -93,9 +101,10 @@ from webhook.mutators.jobset import (
     MAX_RESTARTS,
     RULE_NAME,
     in_place_restart,
+    initializers,
     pattern_applies,
 )
-from webhook.policy.model import INT32_MAX, Policy
+from webhook.policy.model import INT32_MAX, Policy, Source
 
 
 @explainer("batch", "CronJob")
@@ -392,7 +401,9 @@ def _replicated_job(
     item = subject.header(f"replicatedJob {name}")
     item.changes = []  # listed once, with the JobSet
     in_place = in_place_restart(subject.final)
-    item.budget = _child_budget(view, set_policy, failure_policy is not None, in_place)
+    item.budget = _child_budget(
+        view, set_policy, failure_policy is not None, in_place, index in initializers(subject.final)
+    )
     item.rules = view.rule_lines()
     item.no_match = view.no_match()
     max_restarts = _int(mapping(failure_policy).get("maxRestarts")) or 0
@@ -440,12 +451,16 @@ def _replicated_job(
 
 
 def _child_budget(
-    view: JobSpecView, set_policy: Policy, restarts: bool, in_place: bool = False
+    view: JobSpecView,
+    set_policy: Policy,
+    restarts: bool,
+    in_place: bool = False,
+    initializer: bool = False,
 ) -> str:
     """The child Job's own budget, and what its failure does to the set."""
     setting = view.policy.setting("backoff-limit")
     asked = set_policy.setting("backoff-limit")
-    if in_place and restarts:
+    if in_place and restarts and not initializer:
         return (
             f"backoffLimit is {view.limit}, as JobSet's restartStrategy InPlaceRestart "
             "requires: when a pod fails, the Job recreates it and JobSet restarts every other "
@@ -453,7 +468,16 @@ def _child_budget(
             "maxRestarts. The Job itself fails only through its podFailurePolicy (or its "
             "deadline), and then the JobSet's failure policy (above) decides."
         )
-    if (
+    if initializer:
+        # Left out of the policy (``jobset.initializers``): its budget is its own.
+        written = (
+            "written in its template" if setting.source is Source.SPEC else "Kubernetes' default"
+        )
+        origin = (
+            f"{written}: a TrainJob's initializers keep their own retries, the retry "
+            "policy is the trainer's"
+        )
+    elif (
         view.per_index is None
         and view.limit == 0
         and setting.source in WRITTEN_SOURCES
@@ -1034,7 +1058,10 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
     """The TrainJob's settings, then the JobSet the trainer makes from its runtime (when
     the runtime is given) explained as any JobSet: its admission applies the policy."""
     item = subject.header()
-    item.changes = [c for c in item.changes if not c.startswith("JobSet: ")]  # shown below
+    # What the JobSet gets is shown below; warnings that change nothing are notes.
+    said = [n.removeprefix("retry-policy: ") for n in (subject.outcome or Outcome()).notes]
+    item.changes = [c for c in item.changes if not c.startswith("JobSet: ") and c not in said]
+    item.notes.extend(said)
     policy = subject.policy("spec")
     if policy is None:  # nothing to carry (no annotations, no defaults)
         policy = workload_policy(subject.final.get("metadata"), subject.ctx)[0]
@@ -1055,7 +1082,10 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
         item.simulate_note = "--simulate needs the runtime: give it in the same input"
         item.notes.append(trap)
         return [item]
-    jobset = trainjob.jobset_for(subject.final, runtime)
+    # As the Trainer's release builds it (the newest's, when not known: the TrainJob's
+    # notes say what the other would deny).
+    merged = trainjob.resource_modes(found.trainer)[-1]
+    jobset = trainjob.jobset_for(subject.final, runtime, merged)
     ctx = dataclasses.replace(subject.ctx, outer_bound=_trainjob_deadline(subject))
     version = ctx.kubernetes_version
     reviewed = engine.review(
@@ -1065,7 +1095,11 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
         runtimes=ctx.runtimes,
         version=GivenVersion(version) if version is not None else UnknownVersion(),
     )
-    changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
+    # Only its changes: its notes are the TrainJob's (above), and its deadline hint is
+    # replaced by the TrainJob's own.
+    changes = [
+        c.text.removeprefix("retry-policy: ") for c in (reviewed.outcome or Outcome()).changes
+    ]
     made = Subject(jobset, reviewed.result, reviewed.outcome, ctx, changes)
     parts = explain_jobset(made)
     parts[0].part = f"made by the trainer from {label}"

@@ -39,8 +39,10 @@ from webhook.mutators.job import (
     WorkloadMutator,
     apply_job_spec,
     check_error_propagation,
+    concurrent_pods,
     get_path,
     job_limit_field,
+    note_peers,
 )
 from webhook.policy.model import (
     APPLIED,
@@ -85,6 +87,7 @@ class CronJobMutator(WorkloadMutator):
         _forget_previous(cronjob, job_spec)
         policy = check_error_propagation(policy, self.kind, out)
         policy = apply_job_spec(cronjob, JOB_SPEC, job_spec, policy, ctx, out, defaulted=False)
+        note_peers(policy, concurrent_pods(job_spec), out)
         if job_spec == before:
             # What was taken out came back as it was: nothing changed, nothing to report
             # (and nothing for validation to find missing).

@@ -143,7 +143,9 @@ class JobMutator(WorkloadMutator):
             out.problems.append(Problem("spec", "a Job needs a spec"))
             return policy
         policy = check_error_propagation(policy, self.kind, out)
-        return apply_job_spec(job, ("spec",), spec, policy, ctx, out)
+        policy = apply_job_spec(job, ("spec",), spec, policy, ctx, out)
+        note_peers(policy, concurrent_pods(spec), out)
+        return policy
 
     def budget_field(self, job: Mapping[str, Any]) -> LimitField | None:
         """``spec.backoffLimit``, the one budget field the API lets change
@@ -459,6 +461,47 @@ def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcom
             f"retry-policy: error-propagation env vars added to {label} " + ", ".join(names),
             policy.setting("error-propagation"),
         )
+
+
+# --- pods that run together ---------------------------------------------------------
+
+
+def pod_count(value: Any, default: int) -> int:
+    """A pod count field: a whole number >= 0, else ``default`` (absent or malformed)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return default
+    return value
+
+
+def concurrent_pods(spec: Mapping[str, Any]) -> int:
+    """How many pods of one JobSpec run at once: ``parallelism`` (1 when unset), at most
+    ``completions`` when set (``SetDefaults_Job`` leaves completions unset for a work
+    queue, where parallelism alone says how many run)."""
+    parallelism = pod_count(spec.get("parallelism"), 1)
+    completions = spec.get("completions")
+    if completions is None:
+        return parallelism
+    return min(parallelism, pod_count(completions, 1))
+
+
+def peers_note(pods: int) -> str:
+    """Said when non-retriable exits fail a workload of several pods running together."""
+    return (
+        f"retry-policy: {pods} pods: a preempted pod's peers exit with their own codes and "
+        "fail it; add those to retriable-exit-codes"
+    )
+
+
+def note_peers(policy: Policy, pods: int, out: Outcome) -> None:
+    """With ``fail-non-retriable``, only the pod that was disrupted carries
+    ``DisruptionTarget`` (the rule that ignores or counts it matches that pod alone,
+    ``matchPodFailurePolicy``): the peers it worked with (a distributed training's other
+    ranks) lose it and exit with codes of their own (1, a timeout's), which the FailJob
+    rule matches, so one preemption fails the whole workload. Said once per object."""
+    if policy.fail_non_retriable and pods > 1:
+        note = peers_note(pods)
+        if note not in out.notes:
+            out.note(note)
 
 
 # --- attempts of a pod, for non-spot placement --------------------------------------

@@ -12,7 +12,8 @@ A JobSet runs its replicated Jobs together and, when one fails, recreates all of
   replicated Job template (``apply_job_spec``), and ``fail-non-retriable`` adds the JobSet
   rule ``retryPolicyFailNonRetriable`` (``FailJobSet`` on ``PodFailurePolicy``) after the
   user's own rules, so a non-retriable exit fails the whole JobSet at once instead of
-  restarting it.
+  restarting it. A TrainJob's initializer Jobs get none of the policy (``initializers``);
+  the rule then targets the other Jobs.
 - ``non-spot-attempts``: JobSet pods carry ``jobset.sigs.k8s.io/restart-attempt``; pods
   count runs against maxRestarts (see ``job.Budget`` and ``pod.attempt_of``).
 - ``error-propagation`` is denied: no Flyte plugin reads the error files it would
@@ -78,12 +79,15 @@ from webhook.mutators.job import (
     WorkloadMutator,
     apply_job_spec,
     check_error_propagation,
+    concurrent_pods,
     enforce_rail,
     get_path,
     job_limit_field,
     keep_spec_limit,
     not_applicable,
+    note_peers,
     our_rules,
+    pod_count,
     resolve_count,
     resolve_limit,
     write_limit,
@@ -134,14 +138,58 @@ NOT_IN_PLACE = {
 }
 
 
-def our_rule() -> dict[str, Any]:
-    return {"name": RULE_NAME, "action": "FailJobSet", "onJobFailureReasons": [POD_FAILURE_POLICY]}
+#: The label Kubeflow Trainer's runtimes put on a replicated Job's template to say which step
+#: of the TrainJob it runs (``LabelTrainJobAncestor`` in pkg/constants/constants.go).
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+#: Steps that fetch a TrainJob's data and model before the trainer runs (``dependsOn``):
+#: the policy, written for the training, is not theirs.
+INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
+TRAINER_GROUP = "trainer.kubeflow.org"
+
+
+def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
+    rule: dict[str, Any] = {
+        "name": RULE_NAME,
+        "action": "FailJobSet",
+        "onJobFailureReasons": [POD_FAILURE_POLICY],
+    }
+    if targets:
+        rule["targetReplicatedJobs"] = list(targets)
+    return rule
+
+
+def initializers(jobset: Mapping[str, Any]) -> list[int]:
+    """Indexes of the replicated Jobs of a TrainJob's JobSet that initialize its dataset or
+    model (their template's ``trainjob-ancestor-step`` label). They keep their own retries:
+    the annotated policy speaks of the training (its exit codes, its budget of whole
+    runs), and an initializer's download error should be retried by its own Job (by
+    default 6 times), not fail the TrainJob at once nor cost a run with backoffLimit 0."""
+    owner = controller_of(jobset.get("metadata"))
+    group = str(mapping(owner).get("apiVersion") or "").rpartition("/")[0]
+    if owner is None or owner.get("kind") != "TrainJob" or group != TRAINER_GROUP:
+        return []
+    return [
+        index
+        for index, rjob in enumerate(items(get_path(jobset, ("spec", "replicatedJobs"))))
+        if mapping(get_path(rjob, ("template", "metadata", "labels"))).get(ANCESTOR_LABEL)
+        in INITIALIZER_STEPS
+    ]
+
+
+def _initializers_note(names: Sequence[str]) -> str:
+    return (
+        f"retry-policy: initializers {', '.join(names)} keep their own retries; the policy "
+        "is the trainer's"
+    )
 
 
 @register
 class JobSetMutator(WorkloadMutator):
     group = JOBSET_GROUP
     kind = "JobSet"
+    #: Whether a TrainJob's initializer Jobs are left out of the policy (``initializers``);
+    #: off only to restore a JobSet made before they were (``restore``).
+    scope_initializers = True
 
     def applies(self, jobset: Mapping[str, Any], ctx: Context) -> bool:
         replicated = get_path(jobset, ("spec", "replicatedJobs"))
@@ -164,17 +212,24 @@ class JobSetMutator(WorkloadMutator):
         for name, why in NOT_IN_PLACE.items():
             if in_place and policy.value(name):
                 policy = not_applicable(policy, name, "JobSet", why, out)
+        left_out = initializers(jobset) if self.scope_initializers else []
+        indexes = [i for i in range(len(replicated)) if i not in left_out]
+        scoped = [replicated[i] for i in indexes]
+        # Our JobSet rule names the Jobs our rules are in when some are left out.
+        targets = [str(r.get("name")) for r in scoped if isinstance(r, dict)] if left_out else []
         rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
         if policy.fail_non_retriable:
-            messages = failjob_messages(jobset, replicated, policy, ctx)
-            policy = _check_rules(rules if isinstance(rules, list) else [], policy, out, messages)
+            messages = failjob_messages(jobset, scoped, policy, ctx)
+            policy = _check_rules(
+                rules if isinstance(rules, list) else [], policy, out, messages, targets
+            )
         if policy.non_spot_attempts:
             policy = _check_single_job_restarts(
                 rules if isinstance(rules, list) else [], policy, out
             )
         if policy.oom_memory_factor is not None and not in_place:
             policy = _check_oom_restarts(
-                rules if isinstance(rules, list) else [], replicated, policy, out
+                rules if isinstance(rules, list) else [], scoped, policy, out
             )
         policy = resolve_limit(jobset, MAX_RESTARTS, policy, out)
         policy = enforce_rail(policy, MAX_RESTARTS, ctx, out)
@@ -187,11 +242,18 @@ class JobSetMutator(WorkloadMutator):
         child_ctx = _without_rails(ctx) if in_place else ctx
         children = [
             _apply_replicated_job(jobset, index, policy, restarts, child_ctx, out, in_place)
-            for index in range(len(replicated))
+            for index in indexes
         ]
-        if not out.problems and any(c is not None and c.fail_non_retriable for c in children):
+        failing = [c for c in children if c is not None and c.fail_non_retriable]
+        if not out.problems and failing:
             names = [r.get("name") for r in replicated if isinstance(r, dict)]
-            _add_rule(jobset, policy, names, out)
+            _add_rule(jobset, policy, names, out, targets)
+        if failing:
+            note_peers(failing[0], _pods(jobset, indexes), out)
+        if left_out:
+            out.note(
+                _initializers_note([str(mapping(replicated[i]).get("name")) for i in left_out])
+            )
         if any(c is not None and c.count_disruptions for c in children):
             # The set's record says whether a Job template got our Count rule (``restore``).
             policy = with_setting(policy, "count-disruptions", Setting(True, Source.BUILTIN))
@@ -227,6 +289,10 @@ class JobSetMutator(WorkloadMutator):
             return []  # a changed policy applies to new objects only; or nothing was reset
         candidate = deep_copy(jobset)
         outcome = self.mutate(candidate, ctx)
+        if (outcome.problems or _frozen(candidate) != _frozen(old)) and initializers(jobset):
+            # Made before a TrainJob's initializers were left out of the policy.
+            candidate = deep_copy(jobset)
+            outcome = _UNSCOPED.mutate(candidate, ctx)
         changed = ", ".join(_frozen_paths(jobset, old)) or "spec"
         if outcome.problems or _frozen(candidate) != _frozen(old):
             return [
@@ -239,6 +305,23 @@ class JobSetMutator(WorkloadMutator):
             f"retry-policy: restored {changed} as the JobSet was created (immutable; this "
             "update left out what the webhook had added)"
         ]
+
+
+class _Unscoped(JobSetMutator):
+    scope_initializers = False
+
+
+_UNSCOPED = _Unscoped()
+
+
+def _pods(jobset: Mapping[str, Any], indexes: Sequence[int]) -> int:
+    """Pods of these replicated Jobs that run at once: each Job's, times its replicas."""
+    replicated = items(get_path(jobset, ("spec", "replicatedJobs")))
+    return sum(
+        pod_count(mapping(replicated[i]).get("replicas"), 1)
+        * concurrent_pods(mapping(get_path(replicated[i], ("template", "spec"))))
+        for i in indexes
+    )
 
 
 #: In each replicated Job, the fields the policy writes that JobSet keeps immutable.
@@ -633,18 +716,23 @@ def _matches_everything(pattern: Any) -> bool:
         return False
 
 
-def _covers(rule: Any) -> bool:
-    """A rule that already fails the whole JobSet on any podFailurePolicy failure: no
-    targets, and no patterns or one that matches any message (``.*``)."""
+def _covers(rule: Any, targets: Sequence[str] = ()) -> bool:
+    """A rule that already fails the whole JobSet on any podFailurePolicy failure of the
+    Jobs our rules are in: no targets (or all of ``targets``, when our rule has them), and
+    no patterns or one that matches any message (``.*``)."""
     if not isinstance(rule, dict) or rule.get("action") != "FailJobSet":
         return False
     reasons = rule.get("onJobFailureReasons") or []
     patterns = rule.get("onJobFailureMessagePatterns") or []
+    theirs = rule.get("targetReplicatedJobs") or []
     return (
         isinstance(reasons, list)
         and (not reasons or POD_FAILURE_POLICY in reasons)
         and (not patterns or any(_matches_everything(p) for p in patterns))
-        and not rule.get("targetReplicatedJobs")
+        and (
+            not theirs
+            or (bool(targets) and isinstance(theirs, list) and set(targets) <= set(theirs))
+        )
     )
 
 
@@ -653,13 +741,14 @@ def _check_rules(
     policy: Policy,
     out: Outcome,
     messages: Mapping[str, Sequence[Sequence[Piece]]],
+    targets: Sequence[str] = (),
 ) -> Policy:
     """The user's rules come first (first match wins): one that restarts on a
     podFailurePolicy failure with our FailJob rule's message would keep ours from firing."""
     for index, rule in enumerate(rules):
         if not isinstance(rule, dict):
             continue
-        if rule.get("name") == RULE_NAME and not _covers(rule):
+        if rule.get("name") == RULE_NAME and not _covers(rule, targets):
             out.problems.append(
                 Problem(
                     f"spec.failurePolicy.rules[{index}].name",
@@ -668,7 +757,7 @@ def _check_rules(
                 )
             )
             return policy
-        if _covers(rule):
+        if _covers(rule, targets):
             return policy
         if rule.get("action") == "FailJobSet":
             continue
@@ -789,7 +878,13 @@ def _check_oom_restarts(
     return policy
 
 
-def _add_rule(jobset: dict[str, Any], policy: Policy, names: list[Any], out: Outcome) -> None:
+def _add_rule(
+    jobset: dict[str, Any],
+    policy: Policy,
+    names: list[Any],
+    out: Outcome,
+    targets: Sequence[str] = (),
+) -> None:
     spec = jobset["spec"]
     failure_policy = spec.get("failurePolicy")
     if not isinstance(failure_policy, dict):
@@ -797,11 +892,13 @@ def _add_rule(jobset: dict[str, Any], policy: Policy, names: list[Any], out: Out
     rules = failure_policy.get("rules")
     if not isinstance(rules, list):
         rules = []
-    if any(_covers(rule) for rule in rules):
+    if any(_covers(rule, targets) for rule in rules):
         return
-    failure_policy["rules"] = [*rules, our_rule()]
+    failure_policy["rules"] = [*rules, our_rule(targets)]
+    on = f" of {', '.join(targets)}" if targets else ""
     out.changed(
-        f"retry-policy: added failurePolicy rule {RULE_NAME} (FailJobSet on {POD_FAILURE_POLICY})",
+        f"retry-policy: added failurePolicy rule {RULE_NAME} (FailJobSet on "
+        f"{POD_FAILURE_POLICY}{on})",
         policy.setting("fail-non-retriable"),
     )
     out.problems.extend(validate_rules(failure_policy["rules"], names))

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.mutators import Context, Outcome, register
+from webhook.mutators import Context, Outcome, mapping, register
 from webhook.mutators.job import (
     WRITTEN_SOURCES,
     LimitField,
@@ -43,6 +43,8 @@ from webhook.mutators.job import (
     enforce_rail,
     get_path,
     keep_spec_limit,
+    note_peers,
+    pod_count,
     resolve_limit,
     write_limit,
 )
@@ -104,8 +106,14 @@ class PyTorchJobMutator(WorkloadMutator):
             add_error_propagation(pod_spec, f"{rtype} containers", policy, out)
         if policy.error_propagation:
             out.note(error_propagation_note())
+        note_peers(policy, _pods(replicas), out)
         out.policies["spec"] = policy
         return policy
+
+
+def _pods(replicas: Mapping[str, Any]) -> int:
+    """Pods of all replica types, which run together (``replicas`` defaults to 1)."""
+    return sum(pod_count(mapping(spec).get("replicas"), 1) for spec in replicas.values())
 
 
 def error_propagation_note() -> str:

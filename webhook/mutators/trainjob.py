@@ -19,11 +19,14 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
   one (skipped with a warning, never denied, when it cannot apply).
 - **Validation on apply.** With the runtime known (``webhook.cluster.runtimes``: a watch-backed
   cache in the server, the same input for the CLI), the JobSet is built as the trainer
-  builds it (``jobset_for``) and the JobSet mutator runs on it: what it would deny at the
-  JobSet's admission (seen only as an Event on the TrainJob, and retried by the trainer
-  forever) is denied on the TrainJob's ``kubectl apply``, and what it would change is
-  said as warnings. Without the runtime, the annotations' grammar and what no JobSet can
-  honour are checked, and the JobSet's own admission checks the rest.
+  builds it (``jobset_for``: node counts, and ``resourcesPerNode`` as the cluster's Trainer
+  release gives it, both releases' ways when that is not known) and the JobSet mutator
+  runs on it: what it would deny at the JobSet's admission (seen only as an Event on the
+  TrainJob, and retried by the trainer forever) is denied on the TrainJob's ``kubectl
+  apply``, naming the runtime's own fields, and what it would change is said as warnings
+  (a TrainJob's initializer Jobs keep their own retries: ``jobset.initializers``). Without
+  the runtime, the annotations' grammar and what no JobSet can honour are checked, and the
+  JobSet's own admission checks the rest.
 - **Updates.** Trainer accepts a change of ``runtimePatches`` only while the TrainJob is
   suspended (``checkRuntimePatchesImmutability``), and a ``kubectl apply`` of a manifest
   with runtime patches of its own replaces the whole list (a JSON merge patch): ``restore``
@@ -35,6 +38,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,9 +49,16 @@ from webhook.mutators.job import (
     UNBOUNDED,
     WorkloadMutator,
     get_path,
+    note_peers,
+    pod_count,
     unbounded_note,
 )
-from webhook.mutators.jobset import JobSetMutator, check_unsupported
+from webhook.mutators.jobset import (
+    ANCESTOR_LABEL,
+    INITIALIZER_STEPS,
+    JobSetMutator,
+    check_unsupported,
+)
 from webhook.policy.model import (
     APPLIED,
     CARRIED_SOURCES,
@@ -71,6 +82,18 @@ MAX_RUNTIME_PATCHES = 16
 #: pkg/controller/trainjob_controller.go).
 TRAINER_FIELD_MANAGER = "trainer"
 JOBSET_API_VERSION = f"{JOBSET_GROUP}/v1alpha2"
+#: The step, and the Job and container names, of the TrainJob's ``spec.trainer``
+#: (``AncestorTrainer``, ``Node`` in pkg/constants/constants.go).
+TRAINER_STEP = "trainer"
+NODE = "node"
+#: The first Trainer release that merges ``resourcesPerNode`` into the runtime's resources,
+#: per resource (``newRuntimeInfo`` with ``MergeResourceRequirements``); v2.2 replaced them
+#: (``Builder.Trainer`` in pkg/runtime/framework/plugins/jobset/builder.go).
+MERGES_RESOURCES = (2, 3)
+#: The first release after the fix that keeps a failed TrainJob failed (kubeflow/trainer
+#: #3891, on master after v2.3.0): before it, a failed TrainJob whose JobSet is deleted
+#: gets a new one (docs/trainjob.md).
+KEEPS_FAILED = (2, 4)
 #: Lists merged item by item, by these keys: their ``x-kubernetes-list-map-keys`` in the
 #: JobSet CRD v0.11.1 and the TrainJob CRD v2.2.0 (server-side apply), which are also the
 #: ``patchMergeKey`` of the Kubernetes types a JobTemplateSpec holds (strategic merge
@@ -175,16 +198,104 @@ def fields_v1(value: Any, name: str = "") -> dict[str, Any]:
     return {}
 
 
-def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
+def resource_modes(trainer: str | None) -> tuple[bool, ...]:
+    """How the Trainer release ``trainer`` gives ``resourcesPerNode`` to the JobSet:
+    merged into the runtime's resources (True), in place of them (False), or either
+    (``(False, True)``) when the release is not known."""
+    release = rt.trainer_release(trainer)
+    if release is None:
+        return (False, True)
+    return (release >= MERGES_RESOURCES,)
+
+
+def node_resources(
+    current: Mapping[str, Any], per_node: Mapping[str, Any], merged: bool
+) -> dict[str, Any]:
+    """The resources of the trainer's ``node`` container given ``spec.trainer.
+    resourcesPerNode``. Merged (v2.3): limits and requests key by key over the runtime's
+    (``MergeResourceRequirements``, a strategic merge patch), and only those two are
+    applied. Replaced (v2.2): when resourcesPerNode has limits or requests, the container
+    gets exactly those (``WithResources`` in ``Builder.Trainer``)."""
+    if merged:
+        out: dict[str, Any] = {}
+        for part in ("limits", "requests"):
+            values = {**mapping(current.get(part)), **mapping(per_node.get(part))}
+            if values:
+                out[part] = values
+        return out
+    given = [p for p in ("limits", "requests") if isinstance(per_node.get(p), dict)]
+    if not given:
+        return dict(current)
+    return {part: copy.deepcopy(per_node[part]) for part in given}
+
+
+def _trainer_steps(
+    spec: dict[str, Any], trainjob: Mapping[str, Any], runtime: Mapping[str, Any], merged: bool
+) -> None:
+    """What the trainer writes into the replicated Jobs from ``spec.trainer`` and the
+    runtime's ``mlPolicy``, as far as the policy reads it:
+
+    - pods: every replicated Job runs ``count`` pods (parallelism = completions,
+      ``JobSet.Build``; ``SyncParallelCount`` in v2.3): its parallelism, the mlPolicy's
+      ``numNodes`` for the trainer step, then the TrainJob's ``numNodes`` for the trainer
+      step, or, under MPI, for the ``node`` Job (less the launcher with
+      ``runLauncherAsNode``: ``MPI.EnforceMLPolicy``); one replica of the trainer's and
+      the initializers' Jobs (``Builder.Trainer``, ``Builder.Initializer``);
+    - resources: ``resourcesPerNode`` on the ``node`` container of the trainer step (v2.3:
+      when the runtime has an mlPolicy) and, under MPI with ``runLauncherAsNode``, of the
+      ``node`` Job (``node_resources``)."""
+    ml = get_path(runtime, ("spec", "mlPolicy"))
+    ml = ml if isinstance(ml, dict) else None
+    mpi = mapping(ml).get("mpi")
+    launcher_as_node = isinstance(mpi, dict) and mpi.get("runLauncherAsNode") is True
+    trainer = mapping(get_path(trainjob, ("spec", "trainer")))
+    nodes = trainer.get("numNodes")
+    nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else None
+    per_node = trainer.get("resourcesPerNode")
+    for rjob in items(spec.get("replicatedJobs")):
+        job_spec = get_path(rjob, ("template", "spec"))
+        if not isinstance(rjob, dict) or not isinstance(job_spec, dict):
+            continue
+        ancestor = mapping(get_path(rjob, ("template", "metadata", "labels"))).get(ANCESTOR_LABEL)
+        name = rjob.get("name")
+        count = pod_count(job_spec.get("parallelism"), 1)
+        if ancestor == TRAINER_STEP and ml is not None:
+            count = pod_count(ml.get("numNodes"), 1)
+        if nodes is not None and isinstance(mpi, dict):
+            if name == NODE:
+                count = max(nodes - 1, 1) if launcher_as_node else nodes
+        elif nodes is not None and ancestor == TRAINER_STEP:
+            count = nodes
+        job_spec["parallelism"] = job_spec["completions"] = count
+        if ancestor in (TRAINER_STEP, *INITIALIZER_STEPS):
+            rjob["replicas"] = 1
+        trainer_node = ancestor == TRAINER_STEP and (ml is not None or not merged)
+        if isinstance(per_node, dict) and (trainer_node or (launcher_as_node and name == NODE)):
+            for container in items(get_path(job_spec, ("template", "spec", "containers"))):
+                if isinstance(container, dict) and container.get("name") == NODE:
+                    resources = node_resources(
+                        mapping(container.get("resources")), per_node, merged
+                    )
+                    if resources:
+                        container["resources"] = resources
+                    else:
+                        container.pop("resources", None)
+                    break
+
+
+def jobset_for(
+    trainjob: Mapping[str, Any], runtime: Mapping[str, Any], merged: bool = True
+) -> dict[str, Any]:
     """The JobSet the trainer applies for ``trainjob`` from ``runtime``, as its admission
     sees it on CREATE (before any webhook): named after the TrainJob, with the runtime
     template's labels and annotations then each runtime patch's (``newRuntimeInfo``), the
     runtime's spec with each patch's replicated Job templates merged in
-    (``mergeRuntimePatches``), the TrainJob's ``suspend``, a controller reference to the
-    TrainJob, and the trainer's managedFields (operation Apply), which tell the fields it
-    wrote from those the API defaulted (``JobSet.Build`` in pkg/runtime/framework/plugins/
-    jobset/jobset.go). What the policy never reads (images, commands, env, node counts,
-    ports) is not reproduced."""
+    (``mergeRuntimePatches``), the trainer's pod counts and ``resourcesPerNode``
+    (``_trainer_steps``; ``merged``: as v2.3 gives resources, else as v2.2), the
+    TrainJob's ``suspend``, a controller reference to the TrainJob, and the trainer's
+    managedFields (operation Apply), which tell the fields it wrote from those the API
+    defaulted (``JobSet.Build`` in pkg/runtime/framework/plugins/jobset/jobset.go). What
+    the policy never reads (images, commands, env, ports, volumes) is not reproduced."""
     template = mapping(get_path(runtime, ("spec", "template")))
     meta = mapping(trainjob.get("metadata"))
     labels = dict(mapping(get_path(template, ("metadata", "labels"))))
@@ -201,6 +312,7 @@ def jobset_for(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[
             for rjob in items(spec.get("replicatedJobs")):
                 if isinstance(rjob, dict) and rjob.get("name") == mapping(rjob_patch).get("name"):
                     rjob["template"] = strategic_merge(mapping(rjob.get("template")), job_patch)
+    _trainer_steps(spec, trainjob, runtime, merged)
     suspend = get_path(trainjob, ("spec", "suspend"))
     if isinstance(suspend, bool):
         spec["suspend"] = suspend
@@ -305,13 +417,42 @@ def _place(spec: dict[str, Any], entry: dict[str, Any]) -> str | None:
 # --- the mutator ------------------------------------------------------------------------
 
 
-def _on_runtime(problem: Problem, label: str) -> Problem:
+#: A JobSet field in a message (``spec.x``, "your spec.x"), not one inside another path.
+_JOBSET_FIELD = re.compile(r"(?<![\w.\[/])(?:your )?spec\.")
+
+
+def _on_runtime(problem: Problem, label: str, resources: str = "") -> Problem:
     """A problem found on the JobSet, named for the TrainJob's user: a field of the JobSet
-    is one of the runtime's template (``spec.x`` is ``spec.template.spec.x``)."""
+    is one of the runtime's template (``spec.x`` is ``<runtime>: spec.template.spec.x``),
+    not "your spec". ``resources`` says where the node container's resources came from
+    when the TrainJob's ``resourcesPerNode`` reached it (a memory problem may be there)."""
     where = problem.where
     if where.startswith("spec."):
         where = f"{label}: spec.template.{where}"
-    return Problem(where, f"{problem.message} (the JobSet made from {label})", problem.reason)
+    message = problem.message.replace(" in your spec", "")
+    message = _JOBSET_FIELD.sub(f"{label}: spec.template.spec.", message)
+    if resources and "memory" in message:
+        message = f"{message} ({resources})"
+    if label not in f"{where} {message}":
+        message = f"{message} (the JobSet made from {label})"
+    return Problem(where, message, problem.reason)
+
+
+def _resources_origin(trainjob: Mapping[str, Any], merged: bool | None) -> str:
+    """Where the node container's resources come from, when ``resourcesPerNode`` is set
+    (``merged`` ``None``: either way)."""
+    if not isinstance(get_path(trainjob, ("spec", "trainer", "resourcesPerNode")), dict):
+        return ""
+    how = {
+        True: " over the runtime's, as Trainer v2.3 does",
+        False: " instead of the runtime's, as Trainer v2.2 does",
+        None: "",
+    }[merged]
+    return f"the node container gets spec.trainer.resourcesPerNode{how}"
+
+
+def _release_words(merged: bool) -> str:
+    return "v2.3 (resourcesPerNode merged)" if merged else "v2.2 (resourcesPerNode replacing)"
 
 
 def _annotated(policy: Policy) -> Setting | None:
@@ -362,8 +503,9 @@ class TrainJobMutator(WorkloadMutator):
             return out
         if found.runtime is not None:
             unbounded = self._judge_jobset(
-                {**trainjob, "spec": changed_spec}, found.runtime, label, ctx, out
+                {**trainjob, "spec": changed_spec}, found.runtime, found.trainer, label, ctx, out
             )
+            _check_ttl(found, out)
         else:
             out.policies["spec"] = inplace.check_version(check_unsupported(policy, out), ctx, out)
             unbounded = out.policies["spec"].ignore_disruptions
@@ -372,6 +514,8 @@ class TrainJobMutator(WorkloadMutator):
                 "against it when the trainer creates the JobSet (a denial then shows in "
                 "kubectl describe trainjob)"
             )
+            nodes = get_path(changed_spec, ("trainer", "numNodes"))
+            note_peers(out.policies["spec"], pod_count(nodes, 1), out)
         if unbounded and changed_spec.get("activeDeadlineSeconds") is None:
             # The trainer fails the TrainJob at its deadline (KEP-2899), whatever its Jobs'.
             out.note(unbounded_note("spec.activeDeadlineSeconds"))
@@ -391,25 +535,54 @@ class TrainJobMutator(WorkloadMutator):
         self,
         trainjob: Mapping[str, Any],
         runtime: Mapping[str, Any],
+        trainer: str | None,
         label: str,
         ctx: Context,
         out: Outcome,
     ) -> bool:
         """Run the JobSet mutator on the JobSet the trainer will make: its problems are
-        the TrainJob's, its changes said as what the JobSet will get. Returns whether one
-        of its Jobs ignores disruptions without a deadline of its own: the JobSet's
-        warning names a field of the runtime, the TrainJob's user is told of its own."""
-        jobset = jobset_for(trainjob, runtime)
+        the TrainJob's, its changes said as what the JobSet will get. When the Trainer's
+        release is not known and the two ways it may give ``resourcesPerNode`` make
+        different JobSets, both are judged: what both deny is denied, what one denies is
+        a warning naming that release. Returns whether one of its Jobs ignores
+        disruptions without a deadline of its own: the JobSet's warning names a field of
+        the runtime, the TrainJob's user is told of its own."""
+        built: list[tuple[bool, dict[str, Any]]] = []
+        for merged in resource_modes(trainer):
+            jobset = jobset_for(trainjob, runtime, merged)
+            if not any(jobset == other for _, other in built):
+                built.append((merged, jobset))
         # (In-place restarts' deadline was checked on the TrainJob: ``_bound_in_place``.)
         jobset_ctx = dataclasses.replace(ctx, operation="CREATE", outer_bound="the TrainJob")
-        judged = JobSetMutator().mutate(jobset, jobset_ctx)
-        out.problems.extend(_on_runtime(p, label) for p in judged.problems)
-        for change in judged.changes:
-            out.changed(f"retry-policy: JobSet: {change.text.removeprefix('retry-policy: ')}")
-        notes = [note for note in judged.notes if not note.endswith(UNBOUNDED)]
-        out.notes.extend(notes)
-        out.policies.update({f"jobset.{k}": v for k, v in judged.policies.items()})
-        return len(notes) < len(judged.notes)
+        judged = [(merged, JobSetMutator().mutate(jobset, jobset_ctx)) for merged, jobset in built]
+        said = [[str(p) for p in outcome.problems] for _, outcome in judged]
+        # What every build denies is denied (its resources said as the release gives them,
+        # or in general when either may); what one denies is said with its release.
+        origin = _resources_origin(trainjob, judged[0][0] if len(judged) == 1 else None)
+        for problem in judged[0][1].problems:
+            if all(str(problem) in others for others in said[1:]):
+                out.problems.append(_on_runtime(problem, label, origin))
+        for merged, outcome in judged if len(judged) > 1 else []:
+            for problem in outcome.problems:
+                if not all(str(problem) in others for others in said):
+                    shown = _on_runtime(problem, label, _resources_origin(trainjob, merged))
+                    out.note(
+                        f"retry-policy: Trainer's release is not known; under "
+                        f"{_release_words(merged)} the JobSet would be denied: {shown}"
+                    )
+        unbounded = False
+        for _, outcome in reversed(judged):  # the newest release's first
+            for change in outcome.changes:
+                text = f"retry-policy: JobSet: {change.text.removeprefix('retry-policy: ')}"
+                if text not in (c.text for c in out.changes):
+                    out.changed(text)
+            for note in outcome.notes:
+                if note.endswith(UNBOUNDED):
+                    unbounded = True
+                elif note not in out.notes:
+                    out.note(note)
+        out.policies.update({f"jobset.{k}": v for k, v in judged[-1][1].policies.items()})
+        return unbounded
 
     def restore(self, trainjob: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]:
         """On UPDATE: the webhook's runtime patch as it was, at its place, when the update
@@ -432,6 +605,24 @@ class TrainJobMutator(WorkloadMutator):
             f"retry-policy: spec.runtimePatches: kept {MANAGER} as it was (it carries the "
             "policy the TrainJob's JobSet was made with)"
         ]
+
+
+#: Said when the runtime deletes finished JobSets (``_check_ttl``).
+TTL_NOTE = (
+    "retry-policy: the runtime's ttlSecondsAfterFinished makes Trainer rerun failed TrainJobs "
+    "(kubeflow/trainer#3779)"
+)
+
+
+def _check_ttl(found: rt.RuntimeLookup, out: Outcome) -> None:
+    """A runtime whose JobSets are deleted when finished: up to Trainer v2.3 the trainer
+    then makes a failed TrainJob a new JobSet, whose budget starts over, and runs a TrainJob
+    ``fail-non-retriable`` failed again (the reconcile clears the Failed condition before
+    it checks whether the TrainJob is finished: kubeflow/trainer#3779, fixed by #3891)."""
+    ttl = get_path(found.runtime, ("spec", "template", "spec", "ttlSecondsAfterFinished"))
+    release = rt.trainer_release(found.trainer)
+    if ttl is not None and (release is None or release < KEEPS_FAILED):
+        out.note(TTL_NOTE)
 
 
 def _bound_in_place(
