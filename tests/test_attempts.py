@@ -10,6 +10,7 @@ from fakeapi import FakeAPI
 from kubernetes import client
 
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
+from webhook.cluster.history import Killed
 
 
 def make_job(name, failed=0, uncounted=(), ignore_rule=False, uid=None):
@@ -242,7 +243,70 @@ def test_the_failure_history_counts_each_failed_pod_once_across_relists(api):
         assert eventually(lambda: cache.stats()["failed_pods"] == 1)
         time.sleep(0.2)
         answer = cache.job_history(key)
-        assert answer.oom_kills == (("main", 1),) and answer.nodes == ("node-a",)
+        assert answer.oom_kills == (Killed("main", 1),) and answer.nodes == ("node-a",)
         assert cache.stats()["history"]["lists"] == 0  # the watch had it: no list
+    finally:
+        cache.stop()
+
+
+def test_a_watch_that_expires_mid_stream_never_counts_a_failure_twice(api):
+    """Far more failed pods than any window of remembered pods, some delivered by the
+    watch, then the watch expires (410 Gone: compacted, as after an API server restart)
+    and the client lists everything again: each failure still counts once."""
+    # upstream: a watch from a compacted resourceVersion gets an ERROR event, code 410
+    # (getAllEventsSinceLocked, newErrWatcher in k8s.io/apiserver pkg/storage/cacher); the
+    # client lists again (reflector.go ListAndWatch in client-go does the same).
+    from webhook.cluster.history import HistoryKey
+
+    job = make_job("many", failed=0)
+    api.put("jobs", job)
+
+    def oom_pod(i):
+        made = failed_pod(job, exit_code=137)
+        made["metadata"].pop("name")
+        made["metadata"]["generateName"] = "many-"
+        made["metadata"]["annotations"] = {
+            "retry-policy.dev/oom-memory-factor": "1.5",
+            "retry-policy.dev/avoid-failed-nodes": "true",
+        }
+        made["spec"] = {
+            "nodeName": f"node-{i}",
+            "containers": [{"name": "main", "resources": {"limits": {"memory": "1Gi"}}}],
+        }
+        made["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+        return made
+
+    pods = [oom_pod(i) for i in range(45)]
+    for made in pods[:40]:
+        api.put("pods", made)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        for made in pods[40:]:  # delivered by the watch
+            api.put("pods", made)
+        assert eventually(lambda: cache.stats()["history"]["lineages"] == 1)
+        uid = job["metadata"]["uid"]
+        key = HistoryKey("ml", "many", uid, uid, None, 45)
+        assert eventually(lambda: cache.history.lookup(key) is not None)
+        before = cache.job_history(key)
+        listed = len([q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q])
+        api.expire("pods")
+        assert eventually(lambda: api.watcher_count("pods") == 0, timeout=2)
+        assert eventually(
+            lambda: (
+                len([q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q])
+                > listed
+            )
+        )
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        assert cache.stats()["watch_errors"] >= 1
+        after = cache.job_history(key)
+        assert after == before
+        assert after.oom_kills == (Killed("main", 45, 2**30, 2**30),) and after.failures == 45
+        assert len(after.nodes) == 16 and after.nodes[-5:] == tuple(
+            f"node-{i}" for i in range(40, 45)
+        )
+        assert cache.stats()["failed_pods"] == 45 and lookup(cache, job).failures == 45
+        assert cache.stats()["history"]["lists"] == 0
     finally:
         cache.stop()

@@ -141,8 +141,8 @@ def test_a_job_oom_killed_once_gets_its_next_pod_with_more_memory_elsewhere(serv
     validate_schema(out)
     warnings = response["warnings"]
     assert (
-        "retry-policy: container trainer was OOM-killed once before: memory request 2Gi -> "
-        "3Gi, limit 2Gi -> 3Gi (x1.5 per OOM kill)"
+        "retry-policy: container trainer was OOM-killed once before at 2Gi: memory request "
+        "2Gi -> 3Gi, limit 2Gi -> 3Gi (x1.5)"
     ) in warnings
     assert "retry-policy: keeping off 1 node(s) where earlier attempts failed: node-a" in warnings
 

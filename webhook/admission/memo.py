@@ -37,9 +37,10 @@ from typing import Any
 import orjson
 
 from webhook.admission.review import Verdict
-from webhook.cluster import history
+from webhook.cluster import history, limits
 from webhook.cluster.attempts import AttemptLookup, AttemptSource
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.kube.intent import LAST_APPLIED
 
 #: Per-object identity the API server or a controller gives each object of one template.
@@ -104,7 +105,8 @@ def view_key(view: Mapping[str, Any]) -> bytes | None:
 
 
 #: A lookup made during a policy run and its answer: a Job's failures (the question is
-#: (namespace, name, uid)), or a lineage's failure history (the question is its key).
+#: (namespace, name, uid)), a lineage's failure history (the question is its key), a
+#: namespace's LimitRanges (``LimitQuestion``).
 Call = tuple[Any, Any]
 
 
@@ -112,6 +114,8 @@ def ask(source: AttemptSource, question: Any) -> Any:
     """Ask ``source`` a recorded question again."""
     if isinstance(question, HistoryKey):
         return history.ask(source, question)
+    if isinstance(question, LimitQuestion):
+        return limits.ask(source, question.namespace)
     namespace, name, uid = question
     return source.job_failures(namespace, name, uid)
 
@@ -131,6 +135,11 @@ class RecordingAttempts:
     def job_history(self, key: HistoryKey) -> HistoryLookup:
         answer = history.ask(self.source, key)
         self.calls.append((key, answer))
+        return answer
+
+    def limit_ranges(self, namespace: str) -> LimitLookup:
+        answer = limits.ask(self.source, namespace)
+        self.calls.append((LimitQuestion(namespace), answer))
         return answer
 
     def stats(self) -> dict[str, Any]:

@@ -113,8 +113,12 @@ class _Informer:
         kwargs: Mapping[str, Any],
         stop: threading.Event,
         label: str = "attempt cache",
+        relisted: Callable[[], None] | None = None,
     ):
         self.label = label
+        #: Called when a list's objects have all been applied (after ``reset``): a cache
+        #: that must never answer from half a list swaps in the new one then.
+        self.relisted = relisted
         self.name = name
         self.list_fn = list_fn
         self.reset = reset
@@ -123,17 +127,22 @@ class _Informer:
         self.stop = stop
         self.synced = threading.Event()
         self.errors = 0
+        #: Why the last list or watch failed ("" once a list succeeds): what a lookup that
+        #: cannot be answered says.
+        self.last_error = ""
 
     def run(self) -> None:
         backoff = 0.5
         while not self.stop.is_set():
             try:
                 version = self._list()
+                self.last_error = ""
                 self.synced.set()
                 backoff = 0.5
                 self._watch(version)
             except Exception as err:  # the loop must survive anything the API does
                 self.errors += 1
+                self.last_error = _short(err)
                 log.warning("%s %s: %s; relisting in %.1fs", self.label, self.name, err, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -158,6 +167,8 @@ class _Informer:
         self.reset()
         for item in items:
             self.apply("ADDED", item)
+        if self.relisted is not None:
+            self.relisted()
         return version
 
     def _watch(self, version: str) -> None:

@@ -661,6 +661,7 @@ def _check_failure_aware(
     if not budget.runs:
         policy = failureaware.check_restart_policy(pod_spec, policy, out, where)
     policy = failureaware.check_memory(pod_spec, policy, ctx, out, f"{where}.template")
+    failureaware.check_limit_ranges(policy, ctx, out)
     return failureaware.check_oom_retried(user_rules, pod_spec, policy, out, where)
 
 
@@ -997,8 +998,9 @@ def _apply(
         factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
         if copied.get("oom-memory-factor") and factor is not None:
             out.changed(
-                f"retry-policy: a container OOM-killed gets its memory x"
-                f"{format_value('oom-memory-factor', factor)} per OOM kill in later attempts"
+                f"retry-policy: a container OOM-killed gets x"
+                f"{format_value('oom-memory-factor', factor)} the memory it was killed at "
+                "in later attempts"
                 f"{' of its index' if budget.scope.startswith('each index') else ''}, "
                 f"at most {limit}",
                 policy.setting("oom-memory-factor"),

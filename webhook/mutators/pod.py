@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
-from webhook.cluster import history
+from webhook.cluster import history, limits
 from webhook.cluster.attempts import AttemptLookup
-from webhook.cluster.history import HistoryKey, HistoryLookup
-from webhook.kube import podspec
+from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
+from webhook.kube import limitrange, podspec
 from webhook.kube.owned import Owned
 from webhook.mutators import (
     Context,
@@ -261,7 +262,7 @@ class PodMutator:
         record: dict[str, Any] = {}
         previous = _applied(pod.get("metadata"))
         if checked.oom_memory_factor is not None:
-            record.update(self._raise(spec, checked, lookup, previous, out))
+            record.update(self._raise(spec, checked, lookup, previous, ctx, out))
         if checked.avoid_failed_nodes:
             record.update(self._avoid(spec, checked, lookup, ctx, out))
         if lookup.missing:
@@ -277,42 +278,75 @@ class PodMutator:
         policy: Policy,
         lookup: HistoryLookup,
         previous: Mapping[str, Any],
+        ctx: Context,
         out: Outcome,
     ) -> dict[str, Any]:
+        """Each OOM-killed container gets ``oom-memory-factor`` times the memory it was
+        killed at (the most, when several of its pods were), at most ``oom-memory-limit``
+        and what the namespace's LimitRanges allow (``webhook.kube.limitrange``), never
+        less than it has. (Pod-level memory was refused by ``check_memory``.)"""
         factor, cap = policy.oom_memory_factor, policy.oom_memory_limit
         if factor is None or cap is None or not lookup.oom_kills:
             return {}
         raised = previous.get("memoryRaised")
         if isinstance(raised, dict):
             return {"memoryRaised": raised}  # done at this pod's first admission
-        pod_level = podspec.memory_of(spec, "limits") or podspec.memory_of(spec, "requests")
-        if pod_level is not None:
+        namespace = ctx.namespace or ""
+        bounds = limits.ask(ctx.attempts, namespace)
+        if not bounds.known:
             out.note(
-                "retry-policy: memory not raised after OOM kills: the pod sets pod-level "
-                "memory resources (spec.resources), which are left as they are"
+                f"retry-policy: memory not raised after OOM kills: the LimitRanges of "
+                f"namespace {namespace} are unknown ({bounds.reason})"
+            )
+            return {}
+        wanted: limitrange.Raise = {}
+        killed: dict[int, Killed] = {}
+        for position, container in enumerate(podspec.containers(spec)):
+            name = container.get("name")
+            entry = lookup.killed(name) if isinstance(name, str) else None
+            if entry is None:
+                continue
+            target = podspec.memory_target(container, factor, cap, (entry.request, entry.limit))
+            if all(a.value == b.value for a, b in target.values()):
+                out.note(
+                    f"retry-policy: container {name} was OOM-killed {_times(entry.kills)}; its "
+                    f"memory is not raised (none set, or already at oom-memory-limit {cap})"
+                )
+                continue
+            wanted[position], killed[position] = target, entry
+        fitted = limitrange.fit(spec, wanted, bounds.limits)
+        if fitted.refused:
+            out.note(
+                "retry-policy: memory not raised after OOM kills: a LimitRange of namespace "
+                f"{namespace} would refuse the pod ({'; '.join(sorted(fitted.refused))})"
             )
             return {}
         done: dict[str, int] = {}
         setting = policy.setting("oom-memory-factor")
         shown = format_value("oom-memory-factor", factor)
-        for name, container in failureaware.named(spec):
-            kills = lookup.kills(name)
-            if not kills:
-                continue
-            changes = podspec.raise_memory(container, factor, kills, cap)
+        containers = list(podspec.containers(spec))
+        for position, values in fitted.values.items():
+            container, entry = containers[position], killed[position]
+            changes = []
+            for kind, after in values.items():
+                before = podspec.set_memory(container, kind, after)
+                if before is not None:
+                    changes.append(f"{kind[:-1]} {before} -> {after}")
             if not changes:
                 out.note(
-                    f"retry-policy: container {name} was OOM-killed {_times(kills)}; its "
-                    f"memory is not raised (none set, or already at oom-memory-limit {cap})"
+                    f"retry-policy: container {entry.container} was OOM-killed "
+                    f"{_times(entry.kills)}; its memory is not raised (held at what "
+                    f"{fitted.held.get(position, 'oom-memory-limit')} allows)"
                 )
                 continue
-            done[name] = kills
-            what = ", ".join(f"{kind[:-1]} {a} -> {b}" for kind, a, b in changes)
-            capped = any(b == str(cap) for _, _, b in changes)
+            done[entry.container] = entry.kills
+            why = fitted.held.get(position)
+            if why is None and any(v.value == cap.value for v in values.values()):
+                why = f"oom-memory-limit {cap}"
             out.changed(
-                f"retry-policy: container {name} was OOM-killed {_times(kills)} before: "
-                f"memory {what} (x{shown} per OOM kill"
-                + (f", at most oom-memory-limit {cap})" if capped else ")"),
+                f"retry-policy: container {entry.container} was OOM-killed "
+                f"{_times(entry.kills)} before{_killed_at(wanted[position], entry)}: memory "
+                f"{', '.join(changes)} (x{shown}" + (f", at most {why})" if why else ")"),
                 setting,
             )
             out.actions["memory_raised"] = out.actions.get("memory_raised", 0) + 1
@@ -345,6 +379,16 @@ class PodMutator:
             )
             out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
         return {"avoidedNodes": len(nodes)}
+
+
+def _killed_at(target: Mapping[str, Any], entry: Killed) -> str:
+    """`` at <memory>``: the limit the container was OOM-killed at (its request when it
+    had no limit), as a quantity like its own; "" when unknown."""
+    for kind, killed in (("limits", entry.limit), ("requests", entry.request)):
+        if kind in target and killed is not None:
+            before = target[kind][0]
+            return f" at {before.with_value(Fraction(killed))}"
+    return ""
 
 
 def _times(n: int) -> str:
