@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from typing import Any
 
 import pytest
 from conftest import P, job, job_owner, pod
@@ -21,9 +22,11 @@ from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import FailureHistory, HistoryKey, Killed
 from webhook.cluster.limits import LimitLookup
+from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.failurepolicy import count_disruptions_rule
 from webhook.kube.limitrange import memory_limits
 from webhook.kube.podspec import spot_requirements
+from webhook.kube.scheduling import fits, node_of
 from webhook.policy.config import ConfigError, parse_config
 
 FACTOR = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "8Gi"}
@@ -327,15 +330,31 @@ def test_kinds_whose_pods_belong_to_no_job_deny_it(kind):
 # --- pod admission ------------------------------------------------------------------------
 
 
+def node(name, labels=None, taints=None, ready=True, unschedulable=False):
+    """A Node object as the API returns it (the parts placement reads)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints or [], **({"unschedulable": True} if unschedulable else {})},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
 class Source:
     """The attempt cache's answers: a Job's counted failures (fixed here), the failure
-    history (the real ``FailureHistory``, fed failed pods by ``fail``) and the namespace's
-    LimitRanges (the real bounds of ``limit_ranges``' objects; unknown when ``None``)."""
+    history (the real ``FailureHistory``, fed failed pods by ``fail``), the namespace's
+    LimitRanges (the real bounds of ``limit_ranges``' objects; unknown when ``None``) and
+    whether a node remains (the real ``fits`` on ``nodes``; unknown when ``None``)."""
 
-    def __init__(self, failures: int | None = 0, limit_ranges: list | None = ()):
+    def __init__(
+        self, failures: int | None = 0, limit_ranges: list | None = (), nodes: Any = "spare"
+    ):
         self.failures = failures
         self.history = FailureHistory()
         self.ranges = limit_ranges
+        #: Node objects (``None``: unknown); by default two Ready nodes nobody failed on.
+        self.nodes = [node("spare-1"), node("spare-2")] if nodes == "spare" else nodes
 
     def job_failures(self, namespace, name, uid):
         if self.failures is None:
@@ -349,6 +368,11 @@ class Source:
         if self.ranges is None:
             return LimitLookup(False, reason="LimitRanges unreadable: HTTP 403")
         return LimitLookup(True, memory_limits(self.ranges))
+
+    def placement(self, question):
+        if self.nodes is None:
+            return NodeAnswer(False, reason="Nodes unreadable: HTTP 403")
+        return NodeAnswer(True, any(fits(node_of(n), question) for n in self.nodes))
 
     def stats(self):
         return {}
@@ -499,7 +523,7 @@ def test_an_indexed_job_learns_per_index():
 
 
 def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
-    source = Source()
+    source = Source(nodes=[node("spare", {"zone": "a"})])
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -513,8 +537,8 @@ def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
     }
     annotations = {**AVOID, P + "backoff-limit": "3", P + "non-spot-attempts": "4"}
     first = job_pod(annotations, spec={"affinity": affinity})
-    for node in ("n1", "n2", "n3", "n4"):
-        source.fail(first, node=node)
+    for name in ("n1", "n2", "n3", "n4"):
+        source.fail(first, node=name)
     _, out = mutate(job_pod(annotations, spec={"affinity": affinity}), attempts=source)
     terms = fields(out)
     avoid = [
@@ -530,8 +554,8 @@ def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
 def test_the_number_of_nodes_avoided_is_the_admins_to_choose():
     source = Source()
     first = job_pod(AVOID)
-    for node in ("n1", "n2"):
-        source.fail(first, node=node)
+    for name in ("n1", "n2"):
+        source.fail(first, node=name)
     config = parse_config("guardRails:\n  maxAvoidedNodes: 1\n")
     _, out = mutate(job_pod(AVOID), attempts=source, config=config)
     assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["n2"]]
@@ -633,8 +657,8 @@ def test_siblings_oom_killed_at_one_size_raise_it_once(tmp_path):
     """Parallel pods of one Job OOM-killed at 2Gi prove 2Gi too small once: the next pod
     gets 2Gi x1.5, not 2Gi x1.5^4 (factor to the power of every kill in the Job)."""
     source = Source()
-    for node in ("n1", "n2", "n3", "n4"):
-        source.fail(job_pod(), node=node)
+    for name in ("n1", "n2", "n3", "n4"):
+        source.fail(job_pod(), node=name)
     new = job_pod()
     verdict, out = mutate(new, attempts=source)
     assert memory(out) == ("3Gi", "3Gi")
@@ -868,6 +892,113 @@ def test_which_disruptions_count_the_node_as_failed(reason, status_reason, delet
     _, out = mutate(job_pod(), attempts=source)
     assert ("affinity" in out["spec"]) is counted
     assert memory(out) == ("3Gi", "3Gi")  # an OOM kill counts either way
+
+
+def preferred(obj):
+    affinity = obj["spec"].get("affinity") or {}
+    return (affinity.get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution", []
+    )
+
+
+def gpu_pool(*names, label="gpu"):
+    return [node(n, {"pool": label}) for n in names]
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_failed_nodes_are_required_off_while_another_node_remains(tmp_path, version):
+    spec = {"nodeSelector": {"pool": "gpu"}}
+    source = Source(nodes=[*gpu_pool("g1", "g2"), node("c1", {"pool": "cpu"})])
+    source.fail(job_pod(AVOID, spec=spec), node="g1")
+    new = job_pod(AVOID, spec=spec)
+    verdict, out = mutate(new, attempts=source)
+    assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["g1"]]
+    assert preferred(out) == []
+    assert "retry-policy: keeping off 1 node(s) where earlier attempts failed: g1" in (
+        verdict.warnings
+    )
+    validate_schema(out, version)
+    assert kubectl_patch(new, verdict.patch, tmp_path) == out
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_when_only_failed_nodes_remain_they_are_avoided_by_preference(tmp_path, version):
+    """g2 is the only other gpu node and it is cordoned: a requirement would leave the
+    pod Pending until the Job's deadline; a preference lets it run on g1 if it must."""
+    # upstream: RequiredNodeAffinity.Match (k8s.io/component-helpers scheduling/corev1/
+    # nodeaffinity); NodeUnschedulable filter: a cordoned node takes only pods that
+    # tolerate node.kubernetes.io/unschedulable:NoSchedule.
+    spec = {"nodeSelector": {"pool": "gpu"}}
+    nodes = [*gpu_pool("g1"), node("g2", {"pool": "gpu"}, unschedulable=True)]
+    source = Source(nodes=[*nodes, node("c1", {"pool": "cpu"})])
+    source.fail(job_pod(AVOID, spec=spec), node="g1")
+    new = job_pod(AVOID, spec=spec)
+    verdict, out = mutate(new, attempts=source)
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution"
+        not in out["spec"]["affinity"]["nodeAffinity"]
+    )
+    assert preferred(out) == [
+        {
+            "weight": 100,
+            "preference": {
+                "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["g1"]}]
+            },
+        }
+    ]
+    assert (
+        "retry-policy: avoiding 1 node(s) where earlier attempts failed by preference only "
+        "(no other Ready node fits the pod): g1"
+    ) in verdict.warnings
+    applied = json.loads(out["metadata"]["annotations"][P + "applied"])
+    assert applied["avoidedBy"] == "preference"
+    validate_schema(out, version)
+    assert kubectl_patch(new, verdict.patch, tmp_path) == out
+    again, twice = mutate(out, attempts=source)
+    assert again.patch == [] and twice == out
+    # The cordoned node tolerated: it remains, so the failed node is required off.
+    tolerant = {
+        **spec,
+        "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
+    }
+    _, out = mutate(job_pod(AVOID, spec=tolerant), attempts=source)
+    assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["g1"]]
+
+
+def test_taints_not_ready_nodes_and_the_non_spot_requirement_leave_no_node():
+    # upstream: FindMatchingUntoleratedTaint with DoNotScheduleTaintsFilterFunc (the
+    # scheduler's TaintToleration filter): every NoSchedule and NoExecute taint must be
+    # tolerated; PreferNoSchedule is not filtered on.
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    soft = {"key": "busy", "value": "yes", "effect": "PreferNoSchedule"}
+    spot = {"cloud.google.com/gke-spot": "true"}
+    nodes = [
+        node("tainted", taints=[gpu_taint]),
+        node("down", ready=False),
+        node("spot-1", spot),
+        node("regular", taints=[soft]),
+    ]
+    source = Source(nodes=nodes)
+    annotations = {**AVOID, P + "backoff-limit": "1", P + "non-spot-attempts": "1"}
+    source.fail(job_pod(annotations), node="regular")
+    _, out = mutate(job_pod(annotations), attempts=source)
+    # The last attempt must run on a non-spot node; the only one left is the failed one.
+    assert preferred(out) and all("matchFields" not in t for t in fields(out))
+    tolerated = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    _, out = mutate(job_pod(annotations, spec=tolerated), attempts=source)
+    assert not preferred(out) and fields(out)[0]["matchFields"][0]["values"] == ["regular"]
+
+
+def test_unknown_nodes_mean_a_preference_with_the_reason():
+    source = Source(nodes=None)
+    source.fail(job_pod(AVOID))
+    verdict, out = mutate(job_pod(AVOID), attempts=source)
+    assert (
+        preferred(out)
+        and "requiredDuringSchedulingIgnoredDuringExecution"
+        not in (out["spec"]["affinity"]["nodeAffinity"])
+    )
+    assert any("(Nodes unreadable: HTTP 403): node-a" in w for w in verdict.warnings)
 
 
 # --- the history ----------------------------------------------------------------------------

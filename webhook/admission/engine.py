@@ -27,9 +27,11 @@ from webhook.admission.view import view_of
 from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.limits import LimitLookup, LimitQuestion
+from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.kube.owned import ALL, copy_owned
+from webhook.kube.scheduling import Placement
 from webhook.mutators import (
     Context,
     Outcome,
@@ -201,6 +203,9 @@ class _Replay:
 
     def limit_ranges(self, namespace: str) -> LimitLookup:
         return self._answer(LimitQuestion(namespace))
+
+    def placement(self, question: Placement) -> NodeAnswer:
+        return self._answer(question)
 
     def _answer(self, question: Any) -> Any:
         if question not in self.answers:

@@ -37,11 +37,13 @@ from typing import Any
 import orjson
 
 from webhook.admission.review import Verdict
-from webhook.cluster import history, limits
+from webhook.cluster import history, limits, nodes
 from webhook.cluster.attempts import AttemptLookup, AttemptSource
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.limits import LimitLookup, LimitQuestion
+from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.intent import LAST_APPLIED
+from webhook.kube.scheduling import Placement
 
 #: Per-object identity the API server or a controller gives each object of one template.
 IGNORED_METADATA = frozenset(
@@ -106,7 +108,8 @@ def view_key(view: Mapping[str, Any]) -> bytes | None:
 
 #: A lookup made during a policy run and its answer: a Job's failures (the question is
 #: (namespace, name, uid)), a lineage's failure history (the question is its key), a
-#: namespace's LimitRanges (``LimitQuestion``).
+#: namespace's LimitRanges (``LimitQuestion``), whether a node remains for a pod's
+#: placement (``Placement``).
 Call = tuple[Any, Any]
 
 
@@ -116,6 +119,8 @@ def ask(source: AttemptSource, question: Any) -> Any:
         return history.ask(source, question)
     if isinstance(question, LimitQuestion):
         return limits.ask(source, question.namespace)
+    if isinstance(question, Placement):
+        return nodes.ask(source, question)
     namespace, name, uid = question
     return source.job_failures(namespace, name, uid)
 
@@ -140,6 +145,11 @@ class RecordingAttempts:
     def limit_ranges(self, namespace: str) -> LimitLookup:
         answer = limits.ask(self.source, namespace)
         self.calls.append((LimitQuestion(namespace), answer))
+        return answer
+
+    def placement(self, question: Placement) -> NodeAnswer:
+        answer = nodes.ask(self.source, question)
+        self.calls.append((question, answer))
         return answer
 
     def stats(self) -> dict[str, Any]:

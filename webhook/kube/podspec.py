@@ -255,6 +255,29 @@ def avoid_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> bool:
     return bool(nodes) and and_into_terms(pod_spec, "matchFields", node_requirements(nodes))
 
 
+#: The weight of the preference to keep off failed nodes (the most a term may have): a
+#: failure is strong evidence against a node, stronger than most placement tastes.
+AVOID_WEIGHT = 100
+
+
+def prefer_off_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> bool:
+    """Keep off ``nodes`` by preference: one preferred term (weight ``AVOID_WEIGHT``) whose
+    ``matchFields`` every other node satisfies; ``True`` when it was added (the same term
+    already there is not added twice). A user's own preferred terms are kept."""
+    if not nodes:
+        return False
+    affinity = _child(pod_spec, "affinity")
+    node = _child(affinity, "nodeAffinity")
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(preferred, list):
+        preferred = node["preferredDuringSchedulingIgnoredDuringExecution"] = []
+    term = {"weight": AVOID_WEIGHT, "preference": {"matchFields": node_requirements(nodes)}}
+    if term in preferred:
+        return False
+    preferred.append(term)
+    return True
+
+
 def pinned_to(pod_spec: Mapping[str, Any], nodes: list[str]) -> str | None:
     """How the pod spec allows only nodes among ``nodes``, if it does: then keeping it off
     them would leave it nowhere to run. Looks at ``spec.nodeName``, a hostname

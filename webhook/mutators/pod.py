@@ -16,9 +16,10 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.cluster import history, limits
+from webhook.cluster import nodes as placement
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
-from webhook.kube import limitrange, podspec
+from webhook.kube import limitrange, podspec, scheduling
 from webhook.kube.owned import Owned
 from webhook.mutators import (
     Context,
@@ -360,6 +361,12 @@ class PodMutator:
         ctx: Context,
         out: Outcome,
     ) -> dict[str, Any]:
+        """Keep the pod off the nodes where the latest attempts failed: required while a
+        Ready node remains that its own placement allows (its node selector, required node
+        affinity, the non-spot requirement above, taints and tolerations: the question
+        ``webhook.kube.scheduling`` answers from the Node cache), so the scheduler cannot
+        pick a failed node; else preferred, so it still avoids them when it can but the
+        pod is never left Pending for want of a node until the Job's deadline."""
         most = ctx.config.rails(ctx.namespace).max_avoided_nodes
         nodes = list(lookup.nodes[-most:])
         if not nodes:
@@ -371,14 +378,25 @@ class PodMutator:
                 f"only run there ({pinned}); not avoided"
             )
             return {}
-        if podspec.avoid_nodes(spec, nodes):
+        answer = placement.ask(ctx.attempts, scheduling.placement(spec, nodes))
+        record: dict[str, Any] = {"avoidedNodes": len(nodes)}
+        if answer.known and answer.fits:
+            changed = podspec.avoid_nodes(spec, nodes)
+            text = f"keeping off {len(nodes)} node(s) where earlier attempts failed"
+        else:
+            why = answer.reason if not answer.known else "no other Ready node fits the pod"
+            changed = podspec.prefer_off_nodes(spec, nodes)
+            text = (
+                f"avoiding {len(nodes)} node(s) where earlier attempts failed by preference "
+                f"only ({why})"
+            )
+            record["avoidedBy"] = "preference"
+        if changed:
             out.changed(
-                f"retry-policy: keeping off {len(nodes)} node(s) where earlier attempts "
-                f"failed: {_nodes(nodes)}",
-                policy.setting("avoid-failed-nodes"),
+                f"retry-policy: {text}: {_nodes(nodes)}", policy.setting("avoid-failed-nodes")
             )
             out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
-        return {"avoidedNodes": len(nodes)}
+        return record
 
 
 def _killed_at(target: Mapping[str, Any], entry: Killed) -> str:
