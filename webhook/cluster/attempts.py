@@ -241,6 +241,58 @@ class Informers:
         return all(i.synced.is_set() for i in self._informers)
 
 
+class ListedWhole(Informers):
+    """A cache of one resource that a relist replaces whole: a list's objects go to a new
+    store, which lookups read only once all of them are in (no lookup sees half a list);
+    watch events go to the store lookups read. A subclass stores an object (``_store``:
+    ``store`` updated for one event; the key it changed, ``None`` when nothing changed)
+    and refreshes what it derives from the store (``_refresh``: the keys that changed,
+    ``None`` for all), both called with ``_lock`` held."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Any], label: str):
+        super().__init__()
+        self._lock = threading.Lock()
+        self._objects: dict[Any, Any] = {}
+        self._staging: dict[Any, Any] | None = None
+        self._informers = [
+            _Informer(
+                name,
+                list_fn,
+                self._reset,
+                self._apply,
+                {},
+                self._stop,
+                label=label,
+                relisted=self._relisted,
+            )
+        ]
+
+    def _store(self, store: dict[Any, Any], kind: str, obj: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _refresh(self, keys: set[Any] | None) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._staging = {}
+
+    def _relisted(self) -> None:
+        with self._lock:
+            if self._staging is not None:
+                changed = self._staging != self._objects
+                self._objects, self._staging = self._staging, None
+                if changed:
+                    self._refresh(None)
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            live = self._staging is None
+            key = self._store(self._objects if live else self._staging, kind, obj)
+            if live and key is not None:
+                self._refresh({key})
+
+
 class JobCache(Informers):
     """Watch-backed counts of failed attempts per Job UID."""
 

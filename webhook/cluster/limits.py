@@ -17,12 +17,11 @@ no lookup sees half a list.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.attempts import Informers, _Informer
+from webhook.cluster.attempts import ListedWhole
 from webhook.kube.limitrange import NONE, MemoryLimits, memory_limits
 
 log = logging.getLogger(__name__)
@@ -80,63 +79,42 @@ def slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class LimitRangeCache(Informers):
+class LimitRangeCache(ListedWhole):
     """Watch-backed LimitRanges of all namespaces, as memory bounds per namespace."""
 
     def __init__(self, core_api: Any):
-        super().__init__()
-        self._lock = threading.Lock()
-        #: namespace -> LimitRange uid -> slim LimitRange; and the bounds of each namespace.
-        self._ranges: dict[str, dict[str, dict[str, Any]]] = {}
+        super().__init__(
+            "limitranges", core_api.list_limit_range_for_all_namespaces, "limit range cache"
+        )
+        #: (``_objects``: namespace -> LimitRange uid -> slim LimitRange.) The bounds of
+        #: each namespace that has LimitRanges.
         self._bounds: dict[str, MemoryLimits] = {}
-        #: The LimitRanges of a list under way (``None`` between lists).
-        self._staging: dict[str, dict[str, dict[str, Any]]] | None = None
         self._counters = {"lookups": 0, "unknown": 0}
-        self._informers = [
-            _Informer(
-                "limitranges",
-                core_api.list_limit_range_for_all_namespaces,
-                self._reset,
-                self._apply,
-                {},
-                self._stop,
-                label="limit range cache",
-                relisted=self._relisted,
-            )
-        ]
 
-    # --- store updates (informer thread) -------------------------------------------
-    def _reset(self) -> None:
-        with self._lock:
-            self._staging = {}
-
-    def _relisted(self) -> None:
-        with self._lock:
-            if self._staging is not None:
-                self._ranges, self._staging = self._staging, None
-                self._bounds = {
-                    ns: memory_limits(ranges.values()) for ns, ranges in self._ranges.items()
-                }
-
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+    # --- store updates (informer thread, lock held) --------------------------------
+    def _store(self, store: dict[Any, Any], kind: str, obj: Mapping[str, Any]) -> Any:
         meta = obj.get("metadata") or {}
         uid, namespace = meta.get("uid"), meta.get("namespace")
         if not uid or not isinstance(namespace, str):
-            return
-        with self._lock:
-            store = self._staging if self._staging is not None else self._ranges
-            ranges = store.setdefault(namespace, {})
-            if kind == "DELETED":
-                ranges.pop(uid, None)
+            return None
+        ranges = store.setdefault(namespace, {})
+        if kind == "DELETED":
+            ranges.pop(uid, None)
+        else:
+            ranges[uid] = slim(obj)
+        if not ranges:
+            del store[namespace]
+        return namespace
+
+    def _refresh(self, keys: set[Any] | None) -> None:
+        for namespace in self._objects if keys is None else keys:
+            ranges = self._objects.get(namespace)
+            if ranges:
+                self._bounds[namespace] = memory_limits(ranges.values())
             else:
-                ranges[uid] = slim(obj)
-            if not ranges:
-                del store[namespace]
-            if store is self._ranges:
-                if ranges:
-                    self._bounds[namespace] = memory_limits(ranges.values())
-                else:
-                    self._bounds.pop(namespace, None)
+                self._bounds.pop(namespace, None)
+        if keys is None:
+            self._bounds = {ns: b for ns, b in self._bounds.items() if ns in self._objects}
 
     # --- lookups (hot path: a dictionary lookup) -------------------------------------
     def limit_ranges(self, namespace: str) -> LimitLookup:

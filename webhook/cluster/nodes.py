@@ -18,14 +18,13 @@ many pods of one template cost one pass over the nodes.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.attempts import Informers, _Informer
-from webhook.kube.scheduling import Node, Placement, fits, node_of
+from webhook.cluster.attempts import ListedWhole
+from webhook.kube.scheduling import Placement, fits, node_of
 
 log = logging.getLogger(__name__)
 
@@ -52,62 +51,33 @@ def ask(source: Any, question: Placement) -> NodeAnswer:
     return answer
 
 
-class NodeCache(Informers):
+class NodeCache(ListedWhole):
     """Watch-backed Nodes, reduced to what placement reads; started by the first question."""
 
     def __init__(self, core_api: Any, lookup_timeout: float = 0.5):
-        super().__init__()
+        super().__init__("nodes", core_api.list_node, "node cache")
         self.lookup_timeout = lookup_timeout
-        self._lock = threading.Lock()
-        self._nodes: dict[str, Node] = {}
-        self._staging: dict[str, Node] | None = None
-        #: Question -> answer, for the Nodes as they are (cleared when one changes).
+        #: (``_objects``: node name -> ``Node``.) Question -> answer, for the Nodes as
+        #: they are (cleared when one changes).
         self._answers: dict[Placement, NodeAnswer] = {}
         #: Counts the changes that cleared the answers: one worked out over Nodes that
         #: changed meanwhile is not kept.
         self._generation = 0
         self._counters = {"questions": 0, "evaluated": 0, "unknown": 0}
-        self._informers = [
-            _Informer(
-                "nodes",
-                core_api.list_node,
-                self._reset,
-                self._apply,
-                {},
-                self._stop,
-                label="node cache",
-                relisted=self._relisted,
-            )
-        ]
 
-    # --- store updates (informer thread) ---------------------------------------------
-    def _reset(self) -> None:
-        with self._lock:
-            self._staging = {}
-
-    def _relisted(self) -> None:
-        with self._lock:
-            if self._staging is not None:
-                if self._staging != self._nodes:
-                    self._changed()
-                self._nodes, self._staging = self._staging, None
-
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+    # --- store updates (informer thread, lock held) ----------------------------------
+    def _store(self, store: dict[Any, Any], kind: str, obj: Mapping[str, Any]) -> Any:
         node = node_of(obj)
         if node is None:
-            return
-        with self._lock:
-            store = self._staging if self._staging is not None else self._nodes
-            if kind == "DELETED":
-                changed = store.pop(node.name, None) is not None
-            else:
-                changed = store.get(node.name) != node
-                store[node.name] = node
-            if changed and store is self._nodes:
-                self._changed()
+            return None
+        if kind == "DELETED":
+            return node.name if store.pop(node.name, None) is not None else None
+        if store.get(node.name) == node:
+            return None  # a heartbeat: nothing placement reads changed
+        store[node.name] = node
+        return node.name
 
-    def _changed(self) -> None:
-        """(Lock held.)"""
+    def _refresh(self, keys: set[Any] | None) -> None:
         self._answers.clear()
         self._generation += 1
 
@@ -144,7 +114,7 @@ class NodeCache(Informers):
             known = self._answers.get(question)
             if known is not None:
                 return known
-            nodes, generation = list(self._nodes.values()), self._generation
+            nodes, generation = list(self._objects.values()), self._generation
         self._counters["evaluated"] += 1
         answer = NodeAnswer(True, any(fits(node, question) for node in nodes))
         with self._lock:
@@ -156,7 +126,7 @@ class NodeCache(Informers):
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            count = len(self._nodes)
+            count = len(self._objects)
         return {
             "started": self.started,
             "synced": self.synced,

@@ -85,8 +85,9 @@ def node_of(obj: Mapping[str, Any]) -> Node | None:
 
 @dataclass(frozen=True)
 class Placement:
-    """A pod's placement rules (canonical JSON, so equal rules are equal questions) and
-    the nodes it must keep off: the question whether a node remains for it."""
+    """A pod's placement rules (canonical JSON, so equal rules are equal questions: its
+    node selector, the terms of its required node affinity, its tolerations) and the nodes
+    it must keep off: the question whether a node remains for it."""
 
     selector: str
     required: str
@@ -95,16 +96,9 @@ class Placement:
 
 
 def placement(pod_spec: Mapping[str, Any], avoided: Iterable[str]) -> Placement:
-    affinity = pod_spec.get("affinity")
-    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-    required = (
-        node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-        if isinstance(node_affinity, dict)
-        else None
-    )
     return Placement(
         _canonical(pod_spec.get("nodeSelector")),
-        _canonical(required),
+        _canonical(podspec.required_terms(pod_spec)),
         _canonical(pod_spec.get("tolerations")),
         tuple(avoided),
     )
@@ -122,8 +116,8 @@ def fits(node: Node, question: Placement) -> bool:
     selector = orjson.loads(question.selector) if question.selector else {}
     if not isinstance(selector, dict) or any(labels.get(k) != v for k, v in selector.items()):
         return False
-    required = orjson.loads(question.required) if question.required else None
-    if required is not None and not _matches_selector(required, node.name, labels):
+    terms = orjson.loads(question.required) if question.required else None
+    if terms is not None and not _matches_terms(terms, node.name, labels):
         return False
     tolerations = orjson.loads(question.tolerations) if question.tolerations else []
     if not isinstance(tolerations, list):
@@ -133,9 +127,8 @@ def fits(node: Node, question: Placement) -> bool:
     return all(_tolerated(tolerations, taint) for taint in node.taints)
 
 
-def _matches_selector(selector: Any, name: str, labels: Mapping[str, str]) -> bool:
+def _matches_terms(terms: Any, name: str, labels: Mapping[str, str]) -> bool:
     """``LazyErrorNodeSelector.Match``: terms ORed; an empty or invalid term matches no node."""
-    terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
     for term in terms if isinstance(terms, list) else ():
         if not isinstance(term, dict) or podspec.is_empty_term(term):
             continue
