@@ -203,6 +203,31 @@ def test_fail_non_retriable_retries_137_when_its_codes_are_not_yours():
     assert_idempotent(obj)
 
 
+@pytest.mark.parametrize(
+    ("annotations", "warned"),
+    [
+        ({**FACTOR, P + "fail-non-retriable": "true"}, True),
+        ({P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137"}, True),
+        ({P + "fail-non-retriable": "true"}, False),  # 137 not retried: nothing promised
+        (FACTOR, False),  # every exit code retried: an OOM kill is, whatever its code
+    ],
+)
+def test_where_an_oom_kill_may_not_exit_137_fail_non_retriable_says_so(annotations, warned):
+    # upstream: generateLinuxContainerResources (pkg/kubelet/kuberuntime/
+    # kuberuntime_container_linux.go) sets memory.oom.group on cgroup v2 unless
+    # singleProcessOOMKill; NewMainKubelet (pkg/kubelet/kubelet.go) makes it true on
+    # cgroup v1. One process killed, the container may exit with another code, which
+    # matchOnExitCodes (pkg/controller/job/pod_failure_policy.go) takes as it is.
+    from webhook.mutators.failureaware import OOM_SIGNAL
+
+    verdict, out = mutate(job(annotations, containers=[trainer()]))
+    assert verdict.allowed
+    assert (OOM_SIGNAL in verdict.warnings) is warned
+    assert len(OOM_SIGNAL) < 120
+    again, _ = mutate(out)  # said with the rule: not by a reinvocation that adds none
+    assert again.patch == [] and OOM_SIGNAL not in again.warnings
+
+
 def test_retriable_codes_you_wrote_without_137_are_a_contradiction():
     annotations = {**FACTOR, P + "fail-non-retriable": "true", P + "retriable-exit-codes": "143"}
     message = denied(mutate(job(annotations, containers=[trainer()]))[0])

@@ -269,6 +269,27 @@ def gpu_node(name: str) -> dict:
     }
 
 
+def test_failures_whose_pods_are_terminating_or_gone_are_named_so(server, cluster):
+    """Without a podFailurePolicy the Job controller counts a terminating pod as failed
+    before it is (``isPodFailed`` in pkg/controller/job/job_controller.go), and a pod may
+    be deleted before it is seen failed: 3 counted, 1 Failed pod found, 1 terminating."""
+    job = a_job("terminating")
+    cluster.put("jobs", job)
+    cluster.objects["pods"][str(uuid.uuid4())] = failed(new_pod(job), "node-t")
+    leaving = new_pod(job)
+    leaving["metadata"].update(uid=str(uuid.uuid4()), deletionTimestamp="2026-11-22T00:00:00Z")
+    leaving["status"] = {"phase": "Running"}
+    cluster.objects["pods"][leaving["metadata"]["uid"]] = leaving
+    job["status"].update(failed=3, terminating=1)
+    cluster.put("jobs", job)
+    response, out = admitted_until(server, new_pod(job), lambda o: memory(o) != ("2Gi", "2Gi"))
+    assert memory(out) == ("3Gi", "3Gi"), response
+    assert (
+        "retry-policy: 2 earlier failure(s) of this Job not examined: 1 pod(s) still "
+        "terminating, 1 pod(s) gone"
+    ) in response["warnings"]
+
+
 def test_a_list_the_api_refuses_leaves_the_pod_unchanged_with_a_warning(server, cluster):
     job = a_job("unlistable")
     cluster.put("jobs", job)

@@ -23,7 +23,13 @@ from typing import Any, Protocol, Self
 
 import orjson
 
-from webhook.cluster.history import FailureHistory, HistoryKey, HistoryLookup, unknown
+from webhook.cluster.history import (
+    FailureHistory,
+    HistoryKey,
+    HistoryLookup,
+    unknown,
+    wants_history,
+)
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,11 @@ class AttemptLookup:
     source: str
     reason: str = ""
     budget: int | None = None
+    #: For a Job whose pods learn from earlier attempts: its pods still terminating
+    #: (``status.terminating``). Unless only Failed pods are replaced, the Job controller
+    #: counts such a pod as failed before it is (``isPodFailed`` in
+    #: pkg/controller/job/job_controller.go): a failure whose pod is not Failed yet.
+    terminating: int = 0
 
 
 class AttemptSource(Protocol):
@@ -86,6 +97,18 @@ def placement_budget(job: Mapping[str, Any]) -> int | None:
         return None
     limit = spec.get("backoffLimit")
     return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+
+def terminating_pods(job: Mapping[str, Any]) -> int:
+    """``status.terminating`` of a Job whose template learns from earlier attempts (0 for
+    any other, so that a change of it does not make their pods' answers differ)."""
+    spec = job.get("spec") or {}
+    template = spec.get("template") if isinstance(spec, dict) else None
+    meta = template.get("metadata") if isinstance(template, dict) else None
+    if not isinstance(meta, dict) or not wants_history(meta):
+        return 0
+    count = (job.get("status") or {}).get("terminating")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def _ignore_rules(job: Mapping[str, Any]) -> tuple | None:
@@ -313,6 +336,8 @@ class JobCache(Informers):
         self._jobs: dict[str, int] = {}
         #: ``placement_budget`` of the Jobs that have one.
         self._budgets: dict[str, int] = {}
+        #: ``terminating_pods`` of the Jobs that have any.
+        self._terminating: dict[str, int] = {}
         self._rules: dict[str, tuple] = {}
         self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
@@ -351,6 +376,7 @@ class JobCache(Informers):
         with self._lock:
             self._jobs.clear()
             self._budgets.clear()
+            self._terminating.clear()
             self._rules.clear()
             self._rule_sets.clear()
 
@@ -374,9 +400,15 @@ class JobCache(Informers):
                 self._jobs.pop(uid, None)
                 self._budgets.pop(uid, None)
                 self._rules.pop(uid, None)
+                self._terminating.pop(uid, None)
                 self.history.forget_job(uid)
                 return
             self._jobs[uid] = job_failed_count(job)
+            terminating = terminating_pods(job)
+            if terminating:
+                self._terminating[uid] = terminating
+            else:
+                self._terminating.pop(uid, None)
             budget = placement_budget(job)
             if budget is None:
                 self._budgets.pop(uid, None)
@@ -439,9 +471,12 @@ class JobCache(Informers):
             failed = self._jobs.get(uid)
             pods = self._pod_counts.get(uid, 0)
             budget = self._budgets.get(uid)
+            terminating = self._terminating.get(uid, 0)
         if failed is not None:
             self._counters["hits"] += 1
-            return AttemptLookup(max(failed, pods), "Job status (cache)", budget=budget)
+            return AttemptLookup(
+                max(failed, pods), "Job status (cache)", budget=budget, terminating=terminating
+            )
         if time.monotonic() < self._open_until:
             self._counters["misses"] += 1
             self._counters["breaker_skips"] += 1
@@ -466,7 +501,10 @@ class JobCache(Informers):
         if (job.get("metadata") or {}).get("uid") != uid:
             return AttemptLookup(None, "none", f"Job {namespace}/{name} was replaced")
         return AttemptLookup(
-            max(job_failed_count(job), pods), "Job status (API)", budget=placement_budget(job)
+            max(job_failed_count(job), pods),
+            "Job status (API)",
+            budget=placement_budget(job),
+            terminating=terminating_pods(job),
         )
 
     def job_history(self, key: HistoryKey) -> HistoryLookup:

@@ -191,6 +191,32 @@ def check_oom_retried(
     )
 
 
+#: Why an OOM kill is retried only where it exits 137. On cgroup v2 the kubelet makes the
+#: OOM killer stop the whole container (``memory.oom.group``), unless its config sets
+#: ``singleProcessOOMKill: true`` (``generateLinuxContainerResources`` in
+#: pkg/kubelet/kuberuntime/kuberuntime_container_linux.go; the default is false on cgroup
+#: v2 and true on cgroup v1, where it cannot be false: ``NewMainKubelet`` in
+#: pkg/kubelet/kubelet.go). Killing one process of the container, the kernel may leave
+#: its main process to exit with a code of its own (1 for a crashed worker pool), which
+#: a podFailurePolicy, matching exit codes only, takes for a non-retriable failure.
+OOM_SIGNAL = (
+    "retry-policy: OOM kills exit 137 only on cgroup v2 without singleProcessOOMKill; "
+    "else fail-non-retriable may fail them"
+)
+
+
+def check_oom_signal(policy: Policy, out: Outcome) -> None:
+    """Warn where an OOM kill is meant to be retried (``oom-memory-factor``, or 137 among
+    the retriable codes) while ``fail-non-retriable`` fails every other exit code (once
+    for all the Job specs of a workload)."""
+    if (
+        policy.fail_non_retriable
+        and (policy.oom_memory_factor is not None or SIGKILL in policy.retriable_exit_codes)
+        and OOM_SIGNAL not in out.notes
+    ):
+        out.note(OOM_SIGNAL)
+
+
 def pod_values(policy: Policy) -> dict[str, str]:
     """The failure-aware settings a pod of this workload needs, in annotation grammar."""
     values: dict[str, str] = {}

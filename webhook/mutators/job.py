@@ -973,6 +973,8 @@ def _apply(
                     f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
                     setting,
                 )
+            if any(name == "fail-non-retriable" for name, _ in said):
+                failureaware.check_oom_signal(policy, out)  # said with the rule, as below
             ignored = ("ignore-disruptions", "Ignore") in said
             if ignored and spec.get("activeDeadlineSeconds") is None:
                 out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))

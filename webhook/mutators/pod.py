@@ -245,7 +245,7 @@ class PodMutator:
                 return None
         if not checked.failure_aware:
             return None
-        lookup = failure_history(pod, owner, ctx)
+        lookup, terminating = failure_history(pod, owner, ctx)
         wanted = " and ".join(
             what
             for what, on in (
@@ -267,10 +267,7 @@ class PodMutator:
         if checked.avoid_failed_nodes:
             record.update(self._avoid(spec, checked, lookup, ctx, out))
         if lookup.missing:
-            out.note(
-                f"retry-policy: {lookup.missing} earlier failure(s) of this Job could not be "
-                "examined (their pods are gone)"
-            )
+            out.note(_unexamined(lookup.missing, terminating))
         return record
 
     def _raise(
@@ -399,6 +396,19 @@ class PodMutator:
         return record
 
 
+def _unexamined(missing: int, terminating: int) -> str:
+    """The warning for counted failures whose failed pods were not seen: a pod still
+    terminating is counted before it fails (``AttemptLookup.terminating``), the others'
+    pods were deleted before the watch saw them fail."""
+    still = min(missing, terminating)
+    parts = [f"{still} pod(s) still terminating"] if still else []
+    if missing - still:
+        parts.append(f"{missing - still} pod(s) gone")
+    return f"retry-policy: {missing} earlier failure(s) of this Job not examined: " + ", ".join(
+        parts
+    )
+
+
 def _killed_at(target: Mapping[str, Any], entry: Killed) -> str:
     """`` at <memory>``: the limit the container was OOM-killed at (its request when it
     had no limit), as a quantity like its own; "" when unknown."""
@@ -439,13 +449,14 @@ def _applied(metadata: Any) -> dict[str, Any]:
 
 def failure_history(
     pod: Mapping[str, Any], owner: Mapping[str, Any] | None, ctx: Context
-) -> HistoryLookup:
+) -> tuple[HistoryLookup, int]:
     """What earlier attempts of this pod's Job (its index, for an Indexed Job; its
-    replicated Job and job index across restarts, for a JobSet) went through. The
-    history must be complete up to the failures the Job controller counted: those of the
-    index (``job-index-failure-count``, with a per-index budget), else the Job's."""
+    replicated Job and job index across restarts, for a JobSet) went through, and how
+    many of the Job's pods are still terminating. The history must be complete up to
+    the failures the Job controller counted: those of the index
+    (``job-index-failure-count``, with a per-index budget), else the Job's."""
     if owner is None or owner.get("kind") != "Job" or not owner.get("uid"):
-        return history.unknown("the pod has no owning Job")
+        return history.unknown("the pod has no owning Job"), 0
     metadata = pod.get("metadata") or {}
     namespace = str(metadata.get("namespace") or ctx.namespace or "")
     name, uid = str(owner.get("name")), str(owner["uid"])
@@ -454,6 +465,7 @@ def failure_history(
     raw = annotations.get(INDEX_FAILURE_COUNT) if isinstance(annotations, dict) else None
     per_index = False
     expected: int | None = None
+    terminating = 0
     if isinstance(raw, str) and index is not None:
         try:
             expected, per_index = parse_count(raw), True
@@ -462,10 +474,10 @@ def failure_history(
     if not per_index:
         counted = ctx.attempts.job_failures(namespace, name, uid)
         if counted.failures is None:
-            return history.unknown(counted.reason)
-        expected = counted.failures
+            return history.unknown(counted.reason), 0
+        expected, terminating = counted.failures, counted.terminating
     key = HistoryKey(namespace, name, uid, lineage, index, expected, per_index)
-    return history.ask(ctx.attempts, key)
+    return history.ask(ctx.attempts, key), terminating
 
 
 def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:
