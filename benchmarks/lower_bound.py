@@ -123,6 +123,11 @@ def answer(review: dict[str, Any]) -> bytes:
     warnings.append(
         f"retry-policy: the last {non_spot} of {limit + 1} attempts will run on non-spot nodes"
     )
+    if 137 in retriable:  # webhook.mutators.failureaware.OOM_SIGNAL
+        warnings.append(
+            "retry-policy: OOM kills exit 137 only on cgroup v2 without singleProcessOOMKill; "
+            "else fail-non-retriable may fail them"
+        )
     if spec.get("activeDeadlineSeconds") is None:
         warnings.append(
             "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"

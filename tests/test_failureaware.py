@@ -740,7 +740,8 @@ def container_limits(max_memory=None, ratio=None):
     return item
 
 
-def test_a_raise_stops_at_the_limitranges_container_max(tmp_path):
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_a_raise_stops_at_the_limitranges_container_max(tmp_path, version):
     # upstream: PodValidateLimitFunc, maxConstraint (plugin/pkg/admission/limitranger/
     # admission.go): every container's and init container's limit and request <= max.
     ranges = [limit_range(container_limits("6Gi")), limit_range(container_limits("5Gi"), name="b")]
@@ -756,7 +757,7 @@ def test_a_raise_stops_at_the_limitranges_container_max(tmp_path):
         "request 2Gi -> 5Gi, limit 2Gi -> 5Gi (x1.5, at most LimitRange ml/b container max 5Gi)"
     ) in verdict.warnings
     assert kubectl_patch(new, verdict.patch, tmp_path) == out
-    validate_schema(out)
+    validate_schema(out, version)
 
 
 def test_a_raise_keeps_the_limit_within_the_ratio_to_the_request():
@@ -1162,6 +1163,32 @@ def manifest(annotations, containers=None, **spec):
             **spec,
         },
     }
+
+
+def test_the_cli_denies_pod_level_memory_and_warns_of_non_137_oom_kills(tmp_path):
+    """Through ``retry-webhook dry-run`` as installed: the same engine, the same answers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from webhook.mutators.failureaware import OOM_SIGNAL
+
+    binary = Path(sys.executable).parent / "retry-webhook"
+    pod_level = manifest({**FACTOR, P + "fail-non-retriable": "true"})
+    pod_level["spec"]["template"]["spec"]["resources"] = {"limits": {"memory": "4Gi"}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(pod_level))
+    argv = [str(binary), "dry-run", "-f", str(path)]
+    denied_run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert denied_run.returncode != 0
+    assert "spec.template.spec.resources sets pod-level memory (4Gi)" in denied_run.stderr
+    del pod_level["spec"]["template"]["spec"]["resources"]
+    path.write_text(yaml.safe_dump(pod_level))
+    allowed = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"Warning: {OOM_SIGNAL}" in allowed.stderr.splitlines()
 
 
 def test_oom_events_name_their_container_either_way_round():
