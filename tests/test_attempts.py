@@ -438,3 +438,24 @@ def test_nodes_that_cannot_be_listed_are_unknown_at_once(api):
     finally:
         api.fail_lists = 0
         cache.stop()
+
+
+def test_a_pass_over_many_nodes_is_left_to_a_thread(api, monkeypatch):
+    """The server's event loop takes only answers that cost nothing: a question no pass
+    has answered yet, over many Nodes, is handed to a thread (``NeedsThread``)."""
+    from webhook.cluster import nodes
+    from webhook.kube.scheduling import placement
+
+    monkeypatch.setattr(nodes, "AT_ONCE_NODES", 1)
+    for name in ("g1", "g2"):
+        api.put("nodes", a_node(name))
+    cache = nodes.NodeCache(core_api(api), lookup_timeout=5.0)
+    question = placement({}, ("g1",))
+    try:
+        assert cache.placement(question).fits  # (starts the cache, waits for its list)
+        other = placement({}, ("g2",))
+        assert cache.answer_at_once(other) is None
+        assert cache.placement(other).fits
+        assert cache.answer_at_once(other) == cache.placement(other)  # kept: at once now
+    finally:
+        cache.stop()

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Answers kept (questions differ by their placement rules and failed nodes).
 MAX_ANSWERS = 4096
+#: Up to this many Nodes a new question is worked out on the event loop; past it, on a
+#: thread (a pass costs microseconds a node, and the loop serves every other request).
+AT_ONCE_NODES = 500
 
 
 @dataclass(frozen=True)
@@ -93,13 +96,20 @@ class NodeCache(ListedWhole):
         return self._answer(question)
 
     def answer_at_once(self, question: Placement) -> NodeAnswer | None:
-        """The answer when it needs no wait (the Nodes listed, or waited for long
-        enough); ``None`` while the first list may still come in time. Starts the cache."""
+        """The answer when it needs no wait: kept from before, or worked out over a few
+        Nodes, or unknown (not listed after a lookup timeout, or the list failed); ``None``
+        while the first list may still come in time, or when a pass over many Nodes is
+        due (then ``placement`` gives it, on a thread). Starts the cache."""
         if not self.started:
             self.start()
         informer = self._informers[0]
         waiting = time.monotonic() < self._started_at + self.lookup_timeout
         if not informer.synced.is_set() and waiting and not informer.last_error:
+            return None
+        with self._lock:
+            known = self._answers.get(question)
+            many = len(self._objects) > AT_ONCE_NODES
+        if known is None and many and informer.synced.is_set():
             return None
         return self._answer(question)
 

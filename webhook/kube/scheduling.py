@@ -29,8 +29,9 @@ instead of a requirement.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -53,6 +54,12 @@ class Node:
     taints: tuple[tuple[str, str, str], ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    #: ``labels`` as a mapping, made once (placement reads it for every question).
+    label_map: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.label_map and self.labels:
+            object.__setattr__(self, "label_map", dict(self.labels))
 
 
 def node_of(obj: Mapping[str, Any]) -> Node | None:
@@ -112,19 +119,30 @@ def fits(node: Node, question: Placement) -> bool:
     """Whether the pod may be placed on ``node`` and ``node`` is not one it avoids."""
     if node.name in question.avoided or not node.ready:
         return False
-    labels = dict(node.labels)
-    selector = orjson.loads(question.selector) if question.selector else {}
-    if not isinstance(selector, dict) or any(labels.get(k) != v for k, v in selector.items()):
+    selector, terms, tolerations = _parsed(question)
+    labels = node.label_map
+    if selector is None or any(labels.get(k) != v for k, v in selector.items()):
         return False
-    terms = orjson.loads(question.required) if question.required else None
     if terms is not None and not _matches_terms(terms, node.name, labels):
         return False
-    tolerations = orjson.loads(question.tolerations) if question.tolerations else []
-    if not isinstance(tolerations, list):
+    if tolerations is None:
         return False
     if node.unschedulable and not _tolerated(tolerations, (UNSCHEDULABLE_TAINT, "", "NoSchedule")):
         return False
     return all(_tolerated(tolerations, taint) for taint in node.taints)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(question: Placement) -> tuple[dict[str, Any] | None, Any, list[Any] | None]:
+    """The question's rules decoded once, not once per node (``None``: malformed)."""
+    selector = orjson.loads(question.selector) if question.selector else {}
+    terms = orjson.loads(question.required) if question.required else None
+    tolerations = orjson.loads(question.tolerations) if question.tolerations else []
+    return (
+        selector if isinstance(selector, dict) else None,
+        terms,
+        tolerations if isinstance(tolerations, list) else None,
+    )
 
 
 def _matches_terms(terms: Any, name: str, labels: Mapping[str, str]) -> bool:
