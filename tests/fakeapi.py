@@ -1,9 +1,15 @@
 """A small Kubernetes API server for tests: list (paginated), watch (chunked JSON lines),
 GET of one Job or Kubeflow Trainer runtime, and list of one namespace's pods, over real
-HTTP, so the real ``kubernetes`` client and our caches run their real code paths. It reproduces the
-documented API behaviour we rely on: ``resourceVersion`` on lists and events,
-``continue`` tokens, watch ``ERROR`` events with code 410 when a version is too old, and
-Status bodies on errors.
+HTTP, so the real ``kubernetes`` client and our caches run their real code paths. It
+reproduces the documented API behaviour we rely on: ``resourceVersion`` on lists and
+events, ``continue`` tokens, and Status bodies on errors. A watch starts from the
+``resourceVersion`` it asks for: the events after it are sent first, then new ones, as
+the watch cache does; a version older than the oldest kept (``expire`` compacts them,
+as etcd does, and ends the open watches, as an API server restart does) is answered
+with a watch ``ERROR`` event, code 410 Gone, after which a client must list again
+(``getAllEventsSinceLocked`` and ``newErrWatcher`` in k8s.io/apiserver
+pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Nodes and
+the Kubeflow Trainer runtimes.
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a
@@ -40,6 +46,8 @@ TRAINER = "/apis/trainer.kubeflow.org/v1alpha1"
 LISTED = {
     "/apis/batch/v1/jobs": "jobs",
     "/api/v1/pods": "pods",
+    "/api/v1/limitranges": "limitranges",
+    "/api/v1/nodes": "nodes",
     f"{TRAINER}/trainingruntimes": "trainingruntimes",
     f"{TRAINER}/clustertrainingruntimes": "clustertrainingruntimes",
 }
@@ -127,6 +135,10 @@ class FakeAPI:
         self.fail_lists = 0  # answer this many list calls with 500 first
         self.pod_list_status = 200  # status for a list of one namespace's pods
         self.too_old_once: set[str] = set()  # resources whose next watch answers ERROR 410
+        #: resource -> the events kept for watches to start from: (version, event).
+        self.events: dict[str, list[tuple[int, dict[str, Any]]]] = {r: [] for r in LISTED.values()}
+        #: resource -> the oldest version a watch may start from (``expire`` raises it).
+        self.oldest: dict[str, int] = {r: 0 for r in LISTED.values()}
         # Secrets and webhook configurations: resource -> (namespace or "", name) -> object.
         self.named: dict[str, dict[tuple[str, str], dict[str, Any]]] = {r: {} for r in NAMED}
         self.writes: list[tuple[str, str, str]] = []  # (method, resource, name) that changed
@@ -164,16 +176,31 @@ class FakeAPI:
             uid = obj["metadata"]["uid"]
             event = kind or ("MODIFIED" if uid in self.objects[resource] else "ADDED")
             self.objects[resource][uid] = obj
-            for q in self.watchers[resource]:
-                q.put({"type": event, "object": obj})
+            self._send(resource, {"type": event, "object": copy.deepcopy(obj)})
 
     def delete(self, resource: str, uid: str) -> None:
         with self.lock:
             self.version += 1
             obj = self.objects[resource].pop(uid)
             obj["metadata"]["resourceVersion"] = str(self.version)
+            self._send(resource, {"type": "DELETED", "object": copy.deepcopy(obj)})
+
+    def _send(self, resource: str, event: dict[str, Any]) -> None:
+        """Keep the event for watches to come and hand it to the open ones (lock held)."""
+        self.events[resource].append((self.version, event))
+        for q in self.watchers[resource]:
+            q.put(event)
+
+    def expire(self, resource: str) -> None:
+        """Compact: every version up to now is too old to watch from, and the open
+        watches end (as when the API server restarts), so each client watches again from
+        the version it has, is answered 410 Gone, and lists again."""
+        with self.lock:
+            self.version += 1
+            self.oldest[resource] = self.version
+            self.events[resource].clear()
             for q in self.watchers[resource]:
-                q.put({"type": "DELETED", "object": obj})
+                q.put(None)
 
     def store(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create or overwrite a named object directly (test setup), bumping its version."""
@@ -432,23 +459,35 @@ class FakeAPI:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                if resource in api.too_old_once:
+                start = int(query.get("resourceVersion") or 0)
+                q: queue.Queue = queue.Queue()
+                with api.lock:
+                    too_old = resource in api.too_old_once or (
+                        start and start < api.oldest[resource]
+                    )
                     api.too_old_once.discard(resource)
+                    if not too_old:
+                        for version, event in api.events[resource]:
+                            if version > start:
+                                q.put(event)
+                        api.watchers[resource].append(q)
+                if too_old:
                     self._chunk(
                         {
                             "type": "ERROR",
                             "object": {
                                 "kind": "Status",
+                                "apiVersion": "v1",
+                                "status": "Failure",
+                                "reason": "Expired",
                                 "code": 410,
-                                "message": "too old resource version",
+                                "message": f"too old resource version: {start} "
+                                f"({api.oldest[resource]})",
                             },
                         }
                     )
                     self._end()
                     return
-                q: queue.Queue = queue.Queue()
-                with api.lock:
-                    api.watchers[resource].append(q)
                 deadline = time.monotonic() + float(query.get("timeoutSeconds") or 30)
                 try:
                     while time.monotonic() < deadline:

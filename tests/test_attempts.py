@@ -10,6 +10,7 @@ from fakeapi import FakeAPI
 from kubernetes import client
 
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
+from webhook.cluster.history import Killed
 
 
 def make_job(name, failed=0, uncounted=(), ignore_rule=False, uid=None):
@@ -242,7 +243,219 @@ def test_the_failure_history_counts_each_failed_pod_once_across_relists(api):
         assert eventually(lambda: cache.stats()["failed_pods"] == 1)
         time.sleep(0.2)
         answer = cache.job_history(key)
-        assert answer.oom_kills == (("main", 1),) and answer.nodes == ("node-a",)
+        assert answer.oom_kills == (Killed("main", 1),) and answer.nodes == ("node-a",)
         assert cache.stats()["history"]["lists"] == 0  # the watch had it: no list
+    finally:
+        cache.stop()
+
+
+def test_a_watch_that_expires_mid_stream_never_counts_a_failure_twice(api):
+    """Far more failed pods than any window of remembered pods, some delivered by the
+    watch, then the watch expires (410 Gone: compacted, as after an API server restart)
+    and the client lists everything again: each failure still counts once."""
+    # upstream: a watch from a compacted resourceVersion gets an ERROR event, code 410
+    # (getAllEventsSinceLocked, newErrWatcher in k8s.io/apiserver pkg/storage/cacher); the
+    # client lists again (reflector.go ListAndWatch in client-go does the same).
+    from webhook.cluster.history import HistoryKey
+
+    job = make_job("many", failed=0)
+    api.put("jobs", job)
+
+    def oom_pod(i):
+        made = failed_pod(job, exit_code=137)
+        made["metadata"].pop("name")
+        made["metadata"]["generateName"] = "many-"
+        made["metadata"]["annotations"] = {
+            "retry-policy.dev/oom-memory-factor": "1.5",
+            "retry-policy.dev/avoid-failed-nodes": "true",
+        }
+        made["spec"] = {
+            "nodeName": f"node-{i}",
+            "containers": [{"name": "main", "resources": {"limits": {"memory": "1Gi"}}}],
+        }
+        made["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+        return made
+
+    pods = [oom_pod(i) for i in range(45)]
+    for made in pods[:40]:
+        api.put("pods", made)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        for made in pods[40:]:  # delivered by the watch
+            api.put("pods", made)
+        assert eventually(lambda: cache.stats()["history"]["lineages"] == 1)
+        uid = job["metadata"]["uid"]
+        key = HistoryKey("ml", "many", uid, uid, None, 45)
+        assert eventually(lambda: cache.history.lookup(key) is not None)
+        before = cache.job_history(key)
+        listed = len([q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q])
+        api.expire("pods")
+        assert eventually(lambda: api.watcher_count("pods") == 0, timeout=2)
+        assert eventually(
+            lambda: (
+                len([q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q])
+                > listed
+            )
+        )
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        assert cache.stats()["watch_errors"] >= 1
+        after = cache.job_history(key)
+        assert after == before
+        assert after.oom_kills == (Killed("main", 45, 2**30, 2**30),) and after.failures == 45
+        assert len(after.nodes) == 16 and after.nodes[-5:] == tuple(
+            f"node-{i}" for i in range(40, 45)
+        )
+        assert cache.stats()["failed_pods"] == 45 and lookup(cache, job).failures == 45
+        assert cache.stats()["history"]["lists"] == 0
+    finally:
+        cache.stop()
+
+
+# --- LimitRanges and Nodes: the same list and watch, their own caches -------------------
+
+
+def core_api(api):
+    return client.CoreV1Api(client.ApiClient(client.Configuration(host=api.url)))
+
+
+def limit_range(name, memory, kind="Container"):
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": name, "namespace": "ml", "uid": str(uuid.uuid4())},
+        "spec": {"limits": [{"type": kind, "max": {"memory": memory}}]},
+    }
+
+
+def test_limit_ranges_are_watched_and_a_relist_is_swapped_in_whole(api):
+    from webhook.cluster.limits import LimitRangeCache
+
+    tight = limit_range("tight", "4Gi")
+    api.put("limitranges", tight)
+    api.put("limitranges", limit_range("loose", "8Gi"))
+    cache = LimitRangeCache(core_api(api)).start()
+    try:
+        assert cache.wait_synced(10)
+        bounds = cache.limit_ranges("ml")
+        assert bounds.known and bounds.limits.container_max.text == "4Gi"
+        assert cache.limit_ranges("other").limits.container_max is None
+        api.put("limitranges", limit_range("pod", "6Gi", kind="Pod"))
+        assert eventually(lambda: cache.limit_ranges("ml").limits.pod_max is not None)
+        api.delete("limitranges", tight["metadata"]["uid"])
+        assert eventually(lambda: cache.limit_ranges("ml").limits.container_max.text == "8Gi")
+
+        # Expired: listed again, and every lookup meanwhile sees the old set or the new.
+        def lists():
+            return sum(
+                1 for p, q in api.requests if p == "/api/v1/limitranges" and "watch" not in q
+            )
+
+        before, seen = lists(), set()
+        api.expire("limitranges")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and lists() == before:
+            seen.add(cache.limit_ranges("ml").limits.container_max.text)
+        assert lists() > before and cache.stats()["watch_errors"] >= 1  # the 410, a relist
+        for _ in range(200):
+            seen.add(cache.limit_ranges("ml").limits.container_max.text)
+            time.sleep(0.002)
+        assert seen == {"8Gi"}
+    finally:
+        cache.stop()
+
+
+def test_limit_ranges_that_cannot_be_listed_are_unknown(api):
+    from webhook.cluster.limits import LimitRangeCache
+
+    api.fail_lists = 1000
+    cache = LimitRangeCache(core_api(api)).start()
+    try:
+        assert eventually(lambda: cache.stats()["watch_errors"] >= 1)
+        answer = cache.limit_ranges("ml")
+        assert not answer.known and answer.reason == "LimitRanges unreadable: HTTP 500"
+    finally:
+        api.fail_lists = 0
+        cache.stop()
+
+
+def a_node(name, ready=True, pool="gpu", heartbeat="t0"):
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"pool": pool}},
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastHeartbeatTime": heartbeat,
+                }
+            ]
+        },
+    }
+
+
+def test_the_node_cache_starts_with_the_first_question_and_follows_the_nodes(api):
+    from webhook.cluster.nodes import NodeCache
+    from webhook.kube.scheduling import placement
+
+    api.put("nodes", a_node("g1"))
+    api.put("nodes", a_node("g2"))
+    cache = NodeCache(core_api(api), lookup_timeout=5.0)
+    question = placement({"nodeSelector": {"pool": "gpu"}}, ("g1",))
+    try:
+        time.sleep(0.2)
+        assert not any(path == "/api/v1/nodes" for path, _ in api.requests)  # not yet
+        assert cache.placement(question).fits  # waited for the first list
+        assert cache.stats()["evaluated"] == 1
+        g2 = a_node("g2", heartbeat="t1")
+        api.put("nodes", g2)  # a heartbeat: nothing placement reads
+        time.sleep(0.3)
+        assert cache.placement(question).fits and cache.stats()["evaluated"] == 1
+        api.put("nodes", a_node("g2", ready=False))
+        assert eventually(lambda: not cache.placement(question).fits)
+        api.delete("nodes", "uid-g2")
+        api.put("nodes", a_node("g3"))
+        assert eventually(lambda: cache.placement(question).fits)
+        assert cache.stats()["nodes"] == 2
+    finally:
+        cache.stop()
+
+
+def test_nodes_that_cannot_be_listed_are_unknown_at_once(api):
+    from webhook.cluster.nodes import NodeCache
+    from webhook.kube.scheduling import placement
+
+    api.fail_lists = 1000
+    cache = NodeCache(core_api(api), lookup_timeout=0.3)
+    try:
+        started = time.monotonic()
+        answer = cache.placement(placement({}, ("g1",)))
+        assert time.monotonic() - started < 2
+        assert not answer.known and answer.reason.startswith("Nodes unreadable")
+    finally:
+        api.fail_lists = 0
+        cache.stop()
+
+
+def test_a_pass_over_many_nodes_is_left_to_a_thread(api, monkeypatch):
+    """The server's event loop takes only answers that cost nothing: a question no pass
+    has answered yet, over many Nodes, is handed to a thread (``NeedsThread``)."""
+    from webhook.cluster import nodes
+    from webhook.kube.scheduling import placement
+
+    monkeypatch.setattr(nodes, "AT_ONCE_NODES", 1)
+    for name in ("g1", "g2"):
+        api.put("nodes", a_node(name))
+    cache = nodes.NodeCache(core_api(api), lookup_timeout=5.0)
+    question = placement({}, ("g1",))
+    try:
+        assert cache.placement(question).fits  # (starts the cache, waits for its list)
+        other = placement({}, ("g2",))
+        assert cache.answer_at_once(other) is None
+        assert cache.placement(other).fits
+        assert cache.answer_at_once(other) == cache.placement(other)  # kept: at once now
     finally:
         cache.stop()

@@ -1249,6 +1249,9 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     attempts = [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        # LimitRanges (webhook/cluster/limits.py) and Nodes (webhook/cluster/nodes.py):
+        # watch-backed, never read per pod.
+        {"apiGroups": [""], "resources": ["limitranges", "nodes"], "verbs": ["list", "watch"]},
     ]
     # The runtime cache (webhook/cluster/runtimes.py): list+watch, and GET on a miss.
     runtimes = {

@@ -49,7 +49,8 @@ def simulated(obj, events, config=None):
 
 def webhook_pod_facts(source, failures):
     """The real pod webhook's answer for the next pod of the Job after ``failures``
-    counted failures: (memory of trainer, failed nodes kept off, non-spot)."""
+    counted failures: (memory of trainer, failed nodes kept off, non-spot), and the pod
+    as admitted (what fails next, at the memory it was given)."""
     pod = job_pod(
         annotations={**FACTOR, **AVOID, P + "backoff-limit": "3", P + "non-spot-attempts": "1"}
     )
@@ -67,7 +68,7 @@ def webhook_pod_facts(source, failures):
     required = terms.get("requiredDuringSchedulingIgnoredDuringExecution", {})
     expressions = (required.get("nodeSelectorTerms") or [{}])[0].get("matchExpressions", [])
     non_spot = any(e in expressions for e in spot_requirements(Config().spot_node_labels))
-    return memory, avoided, non_spot
+    return (memory, avoided, non_spot), out
 
 
 def test_each_pod_gets_what_the_pod_webhook_gives_it_after_the_failures_before():
@@ -78,10 +79,9 @@ def test_each_pod_gets_what_the_pod_webhook_gives_it_after_the_failures_before()
     facts = [s.facts for s in sim.steps] + [sim.next.facts if sim.next else None]
     # The same failures fed to the real failure history, pod by pod.
     source = Source()
-    template = job_pod()
     counted = 0
     for number, (step, fact) in enumerate(zip([*sim.steps, None], facts, strict=True), 1):
-        memory, avoided, non_spot = webhook_pod_facts(source, counted)
+        (memory, avoided, non_spot), admitted = webhook_pod_facts(source, counted)
         assert fact is not None
         (trainer_memory,) = [m for m in fact.memory if m.container == "trainer"]
         assert (trainer_memory.request, trainer_memory.limit) == memory, number
@@ -91,7 +91,7 @@ def test_each_pod_gets_what_the_pod_webhook_gives_it_after_the_failures_before()
             break
         disrupted = step.event == "disruption"
         source.fail(
-            template,
+            admitted,
             node=f"node-{number}",
             oom=() if disrupted else ("trainer",),
             deleting=disrupted,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 from conftest import P, job, job_owner, pod, stored
@@ -18,9 +19,13 @@ from workloads import admitted, assert_idempotent, kubectl_patch, mutate, valida
 
 from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
-from webhook.cluster.history import FailureHistory, HistoryKey
+from webhook.cluster.history import FailureHistory, HistoryKey, Killed
+from webhook.cluster.limits import LimitLookup
+from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.failurepolicy import count_disruptions_rule
+from webhook.kube.limitrange import memory_limits
 from webhook.kube.podspec import spot_requirements
+from webhook.kube.scheduling import fits, node_of
 from webhook.policy.config import ConfigError, parse_config
 
 FACTOR = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "8Gi"}
@@ -138,7 +143,7 @@ def test_a_job_passes_the_settings_to_its_pods_and_says_what_they_do():
         P + "avoid-failed-nodes": "true",
     }
     assert (
-        "retry-policy: a container OOM-killed gets its memory x1.5 per OOM kill in later "
+        "retry-policy: a container OOM-killed gets x1.5 the memory it was killed at in later "
         "attempts, at most 8Gi"
     ) in verdict.warnings
     assert (
@@ -195,6 +200,31 @@ def test_fail_non_retriable_retries_137_when_its_codes_are_not_yours():
         143,
     ]
     assert_idempotent(obj)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "warned"),
+    [
+        ({**FACTOR, P + "fail-non-retriable": "true"}, True),
+        ({P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137"}, True),
+        ({P + "fail-non-retriable": "true"}, False),  # 137 not retried: nothing promised
+        (FACTOR, False),  # every exit code retried: an OOM kill is, whatever its code
+    ],
+)
+def test_where_an_oom_kill_may_not_exit_137_fail_non_retriable_says_so(annotations, warned):
+    # upstream: generateLinuxContainerResources (pkg/kubelet/kuberuntime/
+    # kuberuntime_container_linux.go) sets memory.oom.group on cgroup v2 unless
+    # singleProcessOOMKill; NewMainKubelet (pkg/kubelet/kubelet.go) makes it true on
+    # cgroup v1. One process killed, the container may exit with another code, which
+    # matchOnExitCodes (pkg/controller/job/pod_failure_policy.go) takes as it is.
+    from webhook.mutators.failureaware import OOM_SIGNAL
+
+    verdict, out = mutate(job(annotations, containers=[trainer()]))
+    assert verdict.allowed
+    assert (OOM_SIGNAL in verdict.warnings) is warned
+    assert len(OOM_SIGNAL) < 120
+    again, _ = mutate(out)  # said with the rule: not by a reinvocation that adds none
+    assert again.patch == [] and OOM_SIGNAL not in again.warnings
 
 
 def test_retriable_codes_you_wrote_without_137_are_a_contradiction():
@@ -329,13 +359,31 @@ def test_kinds_whose_pods_belong_to_no_job_deny_it(kind):
 # --- pod admission ------------------------------------------------------------------------
 
 
-class Source:
-    """The attempt cache's two answers: a Job's counted failures (fixed here) and the
-    failure history (the real ``FailureHistory``, fed failed pods by ``fail``)."""
+def node(name, labels=None, taints=None, ready=True, unschedulable=False):
+    """A Node object as the API returns it (the parts placement reads)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints or [], **({"unschedulable": True} if unschedulable else {})},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
-    def __init__(self, failures: int | None = 0):
+
+class Source:
+    """The attempt cache's answers: a Job's counted failures (fixed here), the failure
+    history (the real ``FailureHistory``, fed failed pods by ``fail``), the namespace's
+    LimitRanges (the real bounds of ``limit_ranges``' objects; unknown when ``None``) and
+    whether a node remains (the real ``fits`` on ``nodes``; unknown when ``None``)."""
+
+    def __init__(
+        self, failures: int | None = 0, limit_ranges: list | None = (), nodes: Any = "spare"
+    ):
         self.failures = failures
         self.history = FailureHistory()
+        self.ranges = limit_ranges
+        #: Node objects (``None``: unknown); by default two Ready nodes nobody failed on.
+        self.nodes = [node("spare-1"), node("spare-2")] if nodes == "spare" else nodes
 
     def job_failures(self, namespace, name, uid):
         if self.failures is None:
@@ -345,13 +393,26 @@ class Source:
     def job_history(self, key):
         return self.history.fetch(key)
 
+    def limit_ranges(self, namespace):
+        if self.ranges is None:
+            return LimitLookup(False, reason="LimitRanges unreadable: HTTP 403")
+        return LimitLookup(True, memory_limits(self.ranges))
+
+    def placement(self, question):
+        if self.nodes is None:
+            return NodeAnswer(False, reason="Nodes unreadable: HTTP 403")
+        return NodeAnswer(True, any(fits(node_of(n), question) for n in self.nodes))
+
     def stats(self):
         return {}
 
-    def fail(self, template_pod, node="node-a", oom=("trainer",), job_uid="job-1", deleting=False):
-        failed = stored(template_pod)  # as the watch delivers it: named, with a UID
+    def fail(self, admitted, node="node-a", oom=("trainer",), job_uid="job-1", **status):
+        """``admitted`` (a pod as the webhook let it through) failed on ``node``: its
+        containers in ``oom`` OOM-killed, the others exited 0; ``status`` is added to
+        its status (conditions, a reason) and ``deleting`` sets a deletionTimestamp."""
+        failed = stored(admitted)  # as the watch delivers it: named, with a UID
         failed["spec"]["nodeName"] = node
-        if deleting:
+        if status.pop("deleting", False):
             failed["metadata"]["deletionTimestamp"] = "2026-11-22T00:00:00Z"
         failed["status"] = {
             "phase": "Failed",
@@ -367,6 +428,7 @@ class Source:
                 }
                 for c in failed["spec"]["containers"]
             ],
+            **status,
         }
         assert self.history.record(failed, job_uid, True)
         self.failures = (self.failures or 0) + 1
@@ -374,11 +436,15 @@ class Source:
 
 
 def job_pod(annotations=None, containers=None, job_uid="job-1", spec=None, meta=None):
+    """A Job's pod as its CREATE review carries it: ``generateName``, no name or uid."""
     made = pod(
         {**FACTOR, **AVOID} if annotations is None else annotations,
         owner=job_owner("train", job_uid),
         spec={"containers": containers or [trainer(), sidecar()], **(spec or {})},
     )
+    for key in ("name", "uid", "creationTimestamp"):
+        made["metadata"].pop(key, None)
+    made["metadata"]["generateName"] = "train-"
     for key, value in (meta or {}).items():
         made["metadata"].setdefault(key, {}).update(value)
     return made
@@ -406,10 +472,10 @@ def test_the_first_attempt_is_left_as_it_is():
 
 def test_an_oom_killed_container_gets_more_memory_each_time_up_to_the_limit(tmp_path):
     source = Source()
-    first = job_pod()
+    out = job_pod()
     expected = [("3Gi", "3Gi"), ("4608Mi", "4608Mi"), ("6912Mi", "6912Mi"), ("8Gi", "8Gi")]
     for kills, wanted in enumerate(expected, 1):
-        source.fail(first, node=f"node-{kills}")
+        source.fail(out, node=f"node-{kills}")  # the attempt before, with what it got
         new = job_pod()
         verdict, out = mutate(new, attempts=source)
         assert verdict.allowed, verdict.message
@@ -418,14 +484,10 @@ def test_an_oom_killed_container_gets_more_memory_each_time_up_to_the_limit(tmp_
         assert out["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
         validate_schema(out)
         assert kubectl_patch(new, verdict.patch, tmp_path) == out
-    assert any(
-        w.startswith(
-            "retry-policy: container trainer was OOM-killed 4 times before: memory "
-            "request 2Gi -> 8Gi, limit 2Gi -> 8Gi (x1.5 per OOM kill, at most "
-            "oom-memory-limit 8Gi)"
-        )
-        for w in verdict.warnings
-    )
+    assert (
+        "retry-policy: container trainer was OOM-killed 4 times before at 6912Mi: memory "
+        "request 2Gi -> 8Gi, limit 2Gi -> 8Gi (x1.5, at most oom-memory-limit 8Gi)"
+    ) in verdict.warnings
     assert dict(verdict.actions) == {"memory_raised": 1, "nodes_avoided": 3}
     applied = json.loads(out["metadata"]["annotations"][P + "applied"])
     assert applied == {"avoidedNodes": 3, "memoryRaised": {"trainer": 4}}
@@ -488,7 +550,7 @@ def test_an_indexed_job_learns_per_index():
 
 
 def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
-    source = Source()
+    source = Source(nodes=[node("spare", {"zone": "a"})])
     affinity = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -502,8 +564,8 @@ def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
     }
     annotations = {**AVOID, P + "backoff-limit": "3", P + "non-spot-attempts": "4"}
     first = job_pod(annotations, spec={"affinity": affinity})
-    for node in ("n1", "n2", "n3", "n4"):
-        source.fail(first, node=node)
+    for name in ("n1", "n2", "n3", "n4"):
+        source.fail(first, node=name)
     _, out = mutate(job_pod(annotations, spec={"affinity": affinity}), attempts=source)
     terms = fields(out)
     avoid = [
@@ -519,8 +581,8 @@ def test_failed_nodes_are_anded_into_every_term_like_the_non_spot_placement():
 def test_the_number_of_nodes_avoided_is_the_admins_to_choose():
     source = Source()
     first = job_pod(AVOID)
-    for node in ("n1", "n2"):
-        source.fail(first, node=node)
+    for name in ("n1", "n2"):
+        source.fail(first, node=name)
     config = parse_config("guardRails:\n  maxAvoidedNodes: 1\n")
     _, out = mutate(job_pod(AVOID), attempts=source, config=config)
     assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["n2"]]
@@ -591,7 +653,7 @@ def test_a_remembered_answer_is_not_reused_after_another_failure():
     source.fail(first)
     _, a = mutate(job_pod(), attempts=source)
     _, b = mutate(job_pod(), attempts=source)  # the same view, the same history: remembered
-    source.fail(first, node="node-b")
+    source.fail(a, node="node-b")
     _, c = mutate(job_pod(), attempts=source)
     assert memory(a) == memory(b) == ("3Gi", "3Gi") and memory(c) == ("4608Mi", "4608Mi")
 
@@ -660,6 +722,355 @@ def test_a_pod_of_a_jobset_older_than_0_9_is_told_its_earlier_runs_are_unknown()
     assert len(warning) <= 120
 
 
+def test_siblings_oom_killed_at_one_size_raise_it_once(tmp_path):
+    """Parallel pods of one Job OOM-killed at 2Gi prove 2Gi too small once: the next pod
+    gets 2Gi x1.5, not 2Gi x1.5^4 (factor to the power of every kill in the Job)."""
+    source = Source()
+    for name in ("n1", "n2", "n3", "n4"):
+        source.fail(job_pod(), node=name)
+    new = job_pod()
+    verdict, out = mutate(new, attempts=source)
+    assert memory(out) == ("3Gi", "3Gi")
+    assert (
+        "retry-policy: container trainer was OOM-killed 4 times before at 2Gi: memory "
+        "request 2Gi -> 3Gi, limit 2Gi -> 3Gi (x1.5)"
+    ) in verdict.warnings
+    assert kubectl_patch(new, verdict.patch, tmp_path) == out
+
+
+def test_the_raise_starts_from_the_memory_an_in_place_resize_gave():
+    # upstream: KEP-1287 "API Changes": status.containerStatuses[].resources holds the
+    # actual resources of a running container and the allocated ones of a stopped one;
+    # convertContainerStatusResources (pkg/kubelet/kubelet_pods.go). The spec holds the
+    # desired size, which a resize that was not actuated never reached.
+    source = Source()
+    resized = {
+        "name": "trainer",
+        "resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "5Gi"}},
+        "allocatedResources": {"memory": "4Gi"},
+    }
+    failed = source.fail(job_pod())
+    failed["metadata"]["uid"] = "resized"
+    failed["status"]["containerStatuses"][0].update(resized)
+    assert source.history.record(failed, "job-1", True)
+    verdict, out = mutate(job_pod(), attempts=source)
+    assert memory(out) == ("6Gi", "7680Mi"), verdict.warnings
+    # Without the status field (kubelets that leave it out), the spec it was killed at.
+    assert history.killed_at(source.fail(job_pod())) == [Killed("trainer", 1, 2**31, 2**31)]
+
+
+def test_the_new_pods_own_memory_is_never_lowered():
+    source = Source()
+    source.fail(job_pod())  # killed at 2Gi: 3Gi wanted
+    _, out = mutate(job_pod(containers=[trainer("4Gi", "4Gi"), sidecar()]), attempts=source)
+    assert memory(out) == ("4Gi", "4Gi")
+
+
+def limit_range(*items, name="mem"):
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"limits": list(items)},
+    }
+
+
+def container_limits(max_memory=None, ratio=None):
+    item = {"type": "Container"}
+    if max_memory:
+        item["max"] = {"memory": max_memory}
+    if ratio:
+        item["maxLimitRequestRatio"] = {"memory": ratio}
+    return item
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_a_raise_stops_at_the_limitranges_container_max(tmp_path, version):
+    # upstream: PodValidateLimitFunc, maxConstraint (plugin/pkg/admission/limitranger/
+    # admission.go): every container's and init container's limit and request <= max.
+    ranges = [limit_range(container_limits("6Gi")), limit_range(container_limits("5Gi"), name="b")]
+    source = Source(limit_ranges=ranges)
+    out = job_pod()
+    for _ in range(3):
+        source.fail(out)
+        new = job_pod()
+        verdict, out = mutate(new, attempts=source)
+    assert memory(out) == ("5Gi", "5Gi")  # the tighter of the two
+    assert (
+        "retry-policy: container trainer was OOM-killed 3 times before at 4608Mi: memory "
+        "request 2Gi -> 5Gi, limit 2Gi -> 5Gi (x1.5, at most LimitRange ml/b container max 5Gi)"
+    ) in verdict.warnings
+    assert kubectl_patch(new, verdict.patch, tmp_path) == out
+    validate_schema(out, version)
+
+
+def test_a_raise_keeps_the_limit_within_the_ratio_to_the_request():
+    # upstream: limitRequestRatioConstraint (plugin/pkg/admission/limitranger/admission.go):
+    # limit / request <= maxLimitRequestRatio. Here the limit (killed at 2Gi) would grow
+    # to 3Gi while the request, already above 1.5x what it was killed at, stays 1536Mi.
+    source = Source(limit_ranges=[limit_range(container_limits(ratio="1.5"))])
+    source.fail(job_pod(containers=[trainer("1Gi", "2Gi")]))
+    _, out = mutate(job_pod(containers=[trainer("1536Mi", "2Gi")]), attempts=source)
+    assert memory(out) == ("1536Mi", "2304Mi")  # 1536Mi x 1.5
+    from webhook.kube import limitrange
+
+    limits = memory_limits(source.ranges)
+    assert limitrange.violations(out["spec"], limits) == set()
+
+
+def test_a_raise_stops_at_the_pods_max_counting_init_containers_as_the_api_does():
+    # upstream: podLimits / podRequests (plugin/pkg/admission/limitranger/admission.go):
+    # containers and sidecars add up; an init container counts with the sidecars before
+    # it; the pod's total is the largest of those.
+    pod_max = {"type": "Pod", "max": {"memory": "4Gi"}}
+    source = Source(limit_ranges=[limit_range(pod_max)])
+    sidecar_ = {**sidecar(), "restartPolicy": "Always"}
+    sidecar_["resources"] = {"requests": {"memory": "512Mi"}, "limits": {"memory": "512Mi"}}
+    init = trainer("3Gi", "3Gi", name="fetch")
+    spec = {"initContainers": [sidecar_, init]}
+    containers = [trainer("1Gi", "1Gi")]
+    source.fail(job_pod(containers=containers, spec=spec))  # trainer killed at 1Gi
+    _, out = mutate(job_pod(containers=containers, spec=spec), attempts=source)
+    # 1536Mi wanted; the pod: max(1536Mi + 512Mi, 3Gi + 512Mi) = 3.5Gi <= 4Gi: fits.
+    assert memory(out) == ("1536Mi", "1536Mi")
+    source.fail(out, oom=("trainer",))
+    failed = source.fail(job_pod(containers=containers, spec=spec), oom=())
+    failed["metadata"]["uid"] = "init-oom"
+    failed["status"]["initContainerStatuses"] = [
+        {"name": "fetch", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+    ]
+    assert source.history.record(failed, "job-1", True)
+    verdict, out = mutate(job_pod(containers=containers, spec=spec), attempts=source)
+    fetch = out["spec"]["initContainers"][1]["resources"]
+    # fetch: 3Gi + 512Mi of sidecar before it is the pod's total: only 512Mi more fits.
+    assert fetch["limits"]["memory"] == "3584Mi" and fetch["requests"]["memory"] == "3584Mi"
+    # trainer: 2304Mi wanted; with the sidecar 2816Mi <= 4Gi.
+    assert memory(out) == ("2304Mi", "2304Mi")
+    assert any("at most LimitRange ml/mem pod max 4Gi" in w for w in verdict.warnings)
+
+
+def test_a_raise_the_namespace_would_still_refuse_is_not_made():
+    # The pod's ratio (type Pod) holds for the pod as it came; a raise of one container
+    # that breaks it is given up whole, with a warning.
+    # upstream: limitRequestRatioConstraint on podRequests / podLimits (plugin/pkg/
+    # admission/limitranger/admission.go): a container without a limit adds none.
+    pod_ratio = {"type": "Pod", "maxLimitRequestRatio": {"memory": "1"}}
+    source = Source(limit_ranges=[limit_range(pod_ratio)])
+    no_limit = {**sidecar(), "resources": {"requests": {"memory": "2Gi"}}}
+    source.fail(job_pod(containers=[trainer("1536Mi", "3Gi"), no_limit]))
+    containers = [trainer("1Gi", "2Gi"), no_limit]  # the pod: 3Gi requested, 2Gi limit
+    verdict, out = mutate(job_pod(containers=containers), attempts=source)
+    # 2304Mi / 4608Mi wanted: 4352Mi requested, 4608Mi limit, above the ratio 1.
+    assert verdict.allowed and memory(out) == ("1Gi", "2Gi")
+    assert any(
+        "memory not raised after OOM kills: a LimitRange of namespace ml would refuse the pod" in w
+        for w in verdict.warnings
+    ), verdict.warnings
+
+
+def test_unknown_limitranges_leave_the_memory_as_it_is_with_a_warning():
+    source = Source(limit_ranges=None)
+    source.fail(job_pod())
+    verdict, out = mutate(job_pod(), attempts=source)
+    assert memory(out) == ("2Gi", "2Gi")
+    assert (
+        "retry-policy: memory not raised after OOM kills: the LimitRanges of namespace ml are "
+        "unknown (LimitRanges unreadable: HTTP 403)"
+    ) in verdict.warnings
+    assert fields(out)[0]["matchFields"]  # node avoidance does not depend on them
+
+
+def test_a_workload_is_told_when_its_limit_is_above_a_limitrange():
+    ranges = [
+        limit_range(container_limits("6Gi")),
+        limit_range({"type": "Pod", "max": {"memory": "7Gi"}}),
+    ]
+    verdict, _ = mutate(job(FACTOR, containers=[trainer()]), attempts=Source(limit_ranges=ranges))
+    assert verdict.allowed
+    assert (
+        "retry-policy: oom-memory-limit 8Gi is above LimitRange ml/mem's container max 6Gi: "
+        "memory raises stop there"
+    ) in verdict.warnings
+    assert any("pod max 7Gi" in w for w in verdict.warnings)
+    verdict, _ = mutate(job(FACTOR, containers=[trainer()]), attempts=Source())
+    assert not any("LimitRange" in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize("kind", ["requests", "limits"])
+def test_pod_level_memory_is_denied_with_the_reason(kind):
+    pod_level = {"resources": {kind: {"memory": "4Gi"}}}
+    obj = job(
+        FACTOR,
+        containers=[trainer()],
+        spec={
+            "template": {"spec": {"restartPolicy": "Never", "containers": [trainer()], **pod_level}}
+        },
+    )
+    message = denied(mutate(obj)[0])
+    assert (
+        f"annotation {P}oom-memory-factor: spec.template.spec.resources sets pod-level memory "
+        "(4Gi), which the pod's containers share"
+    ) in message
+    assert "accepted: memory set on the containers only" in message
+    config = parse_config("defaults:\n  oom-memory-factor: 1.5\n  oom-memory-limit: 8Gi\n")
+    verdict, out = mutate(job(containers=[trainer()], spec=obj["spec"]), config)
+    assert verdict.allowed and any(
+        "oom-memory-factor (cluster default) skipped" in w for w in verdict.warnings
+    )
+    # A controller's pod: admitted as it is, with the reason; a bare pod: denied.
+    source = Source()
+    source.fail(job_pod(spec=pod_level))
+    verdict, out = mutate(job_pod(spec=pod_level), attempts=source)
+    assert verdict.allowed and memory(out) == ("2Gi", "2Gi")
+    assert any(
+        "not applied to this pod" in w and "spec.resources sets pod-level" in w
+        for w in verdict.warnings
+    )
+    bare = pod(FACTOR, spec={"containers": [trainer()], **pod_level})
+    assert "spec.resources sets pod-level memory" in denied(mutate(bare, attempts=source)[0])
+
+
+@pytest.mark.parametrize(
+    ("reason", "status_reason", "deleting", "counted"),
+    [
+        # upstream: addConditionAndDeletePod (pkg/controller/tainteviction): the taint
+        # manager deletes the pods of a node tainted NoExecute (unreachable, not ready).
+        ("DeletionByTaintManager", None, True, True),
+        # upstream: gcOrphaned (pkg/controller/podgc/gc_controller.go): the node is gone.
+        ("DeletionByPodGC", None, True, True),
+        # upstream: the kubelet's eviction manager (node pressure) and node shutdown.
+        ("TerminationByKubelet", "Evicted", False, True),
+        ("TerminationByKubelet", "Terminated", False, True),
+        # upstream: evictPodsToFreeRequests (pkg/kubelet/preemption): room for a critical pod.
+        ("TerminationByKubelet", "Preempting", False, False),
+        # upstream: PodReasonPreemptionByScheduler (k8s.io/api core/v1 types.go).
+        ("PreemptionByScheduler", None, True, False),
+        # The Eviction API (a drain, a person).
+        ("EvictionByEvictionAPI", None, True, False),
+        (None, None, True, False),  # deleted (its Job, its JobSet's restart)
+        (None, None, False, True),  # an ordinary failure
+    ],
+)
+def test_which_disruptions_count_the_node_as_failed(reason, status_reason, deleting, counted):
+    source = Source()
+    status = {}
+    if reason:
+        status["conditions"] = [{"type": "DisruptionTarget", "status": "True", "reason": reason}]
+    if status_reason:
+        status["reason"] = status_reason
+    source.fail(job_pod(), node="node-x", deleting=deleting, **status)
+    _, out = mutate(job_pod(), attempts=source)
+    assert ("affinity" in out["spec"]) is counted
+    assert memory(out) == ("3Gi", "3Gi")  # an OOM kill counts either way
+
+
+def preferred(obj):
+    affinity = obj["spec"].get("affinity") or {}
+    return (affinity.get("nodeAffinity") or {}).get(
+        "preferredDuringSchedulingIgnoredDuringExecution", []
+    )
+
+
+def gpu_pool(*names, label="gpu"):
+    return [node(n, {"pool": label}) for n in names]
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_failed_nodes_are_required_off_while_another_node_remains(tmp_path, version):
+    spec = {"nodeSelector": {"pool": "gpu"}}
+    source = Source(nodes=[*gpu_pool("g1", "g2"), node("c1", {"pool": "cpu"})])
+    source.fail(job_pod(AVOID, spec=spec), node="g1")
+    new = job_pod(AVOID, spec=spec)
+    verdict, out = mutate(new, attempts=source)
+    assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["g1"]]
+    assert preferred(out) == []
+    assert "retry-policy: keeping off 1 node(s) where earlier attempts failed: g1" in (
+        verdict.warnings
+    )
+    validate_schema(out, version)
+    assert kubectl_patch(new, verdict.patch, tmp_path) == out
+
+
+@pytest.mark.parametrize("version", ["1.35", "1.36", "1.37"])
+def test_when_only_failed_nodes_remain_they_are_avoided_by_preference(tmp_path, version):
+    """g2 is the only other gpu node and it is cordoned: a requirement would leave the
+    pod Pending until the Job's deadline; a preference lets it run on g1 if it must."""
+    # upstream: RequiredNodeAffinity.Match (k8s.io/component-helpers scheduling/corev1/
+    # nodeaffinity); NodeUnschedulable filter: a cordoned node takes only pods that
+    # tolerate node.kubernetes.io/unschedulable:NoSchedule.
+    spec = {"nodeSelector": {"pool": "gpu"}}
+    nodes = [*gpu_pool("g1"), node("g2", {"pool": "gpu"}, unschedulable=True)]
+    source = Source(nodes=[*nodes, node("c1", {"pool": "cpu"})])
+    source.fail(job_pod(AVOID, spec=spec), node="g1")
+    new = job_pod(AVOID, spec=spec)
+    verdict, out = mutate(new, attempts=source)
+    assert (
+        "requiredDuringSchedulingIgnoredDuringExecution"
+        not in out["spec"]["affinity"]["nodeAffinity"]
+    )
+    assert preferred(out) == [
+        {
+            "weight": 100,
+            "preference": {
+                "matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["g1"]}]
+            },
+        }
+    ]
+    assert (
+        "retry-policy: avoiding 1 node(s) where earlier attempts failed by preference only "
+        "(no other Ready node fits the pod): g1"
+    ) in verdict.warnings
+    applied = json.loads(out["metadata"]["annotations"][P + "applied"])
+    assert applied["avoidedBy"] == "preference"
+    validate_schema(out, version)
+    assert kubectl_patch(new, verdict.patch, tmp_path) == out
+    again, twice = mutate(out, attempts=source)
+    assert again.patch == [] and twice == out
+    # The cordoned node tolerated: it remains, so the failed node is required off.
+    tolerant = {
+        **spec,
+        "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}],
+    }
+    _, out = mutate(job_pod(AVOID, spec=tolerant), attempts=source)
+    assert [r["values"] for r in fields(out)[0]["matchFields"]] == [["g1"]]
+
+
+def test_taints_not_ready_nodes_and_the_non_spot_requirement_leave_no_node():
+    # upstream: FindMatchingUntoleratedTaint with DoNotScheduleTaintsFilterFunc (the
+    # scheduler's TaintToleration filter): every NoSchedule and NoExecute taint must be
+    # tolerated; PreferNoSchedule is not filtered on.
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    soft = {"key": "busy", "value": "yes", "effect": "PreferNoSchedule"}
+    spot = {"cloud.google.com/gke-spot": "true"}
+    nodes = [
+        node("tainted", taints=[gpu_taint]),
+        node("down", ready=False),
+        node("spot-1", spot),
+        node("regular", taints=[soft]),
+    ]
+    source = Source(nodes=nodes)
+    annotations = {**AVOID, P + "backoff-limit": "1", P + "non-spot-attempts": "1"}
+    source.fail(job_pod(annotations), node="regular")
+    _, out = mutate(job_pod(annotations), attempts=source)
+    # The last attempt must run on a non-spot node; the only one left is the failed one.
+    assert preferred(out) and all("matchFields" not in t for t in fields(out))
+    tolerated = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    _, out = mutate(job_pod(annotations, spec=tolerated), attempts=source)
+    assert not preferred(out) and fields(out)[0]["matchFields"][0]["values"] == ["regular"]
+
+
+def test_unknown_nodes_mean_a_preference_with_the_reason():
+    source = Source(nodes=None)
+    source.fail(job_pod(AVOID))
+    verdict, out = mutate(job_pod(AVOID), attempts=source)
+    assert (
+        preferred(out)
+        and "requiredDuringSchedulingIgnoredDuringExecution"
+        not in (out["spec"]["affinity"]["nodeAffinity"])
+    )
+    assert any("(Nodes unreadable: HTTP 403): node-a" in w for w in verdict.warnings)
+
+
 # --- the history ----------------------------------------------------------------------------
 
 
@@ -691,8 +1102,38 @@ def test_a_pod_is_recorded_once_and_only_when_its_workload_asked():
     assert not h.record(failed_pod(), "job-1", True)  # modified again: the same failure
     assert not h.record(failed_pod("p2", annotations={"x": "y"}), "job-1", True)
     answer = h.lookup(key(1))
-    assert answer.oom_kills == (("main", 1),) and answer.nodes == ("node-a",)
+    assert answer.oom_kills == (Killed("main", 1),) and answer.nodes == ("node-a",)
     assert answer.failures == 1 and answer.missing == 0
+
+
+def test_a_pod_seen_again_is_never_counted_twice_however_many_failed():
+    """A relist (after a 410, an API server restart, a dropped connection) delivers every
+    failed pod again, in any order: none counts twice, for any number of them."""
+    h = FailureHistory()
+    pods = [failed_pod(f"p{i}", node=f"n{i}") for i in range(200)]
+    for made in pods:
+        assert h.record(made, "job-1", True)
+    before = h.lookup(key(200))
+    for made in reversed(pods):
+        assert not h.record(made, "job-1", True)
+    after = h.lookup(key(200))
+    assert after == before
+    assert after.oom_kills == (Killed("main", 200),) and after.failures == 200
+    assert after.nodes == tuple(f"n{i}" for i in range(184, 200))
+    assert h.lookup(key(201)) is None  # one more counted failure is still unseen
+
+
+def test_the_tally_is_small_json():
+    h = FailureHistory()
+    made = failed_pod()
+    made["spec"]["containers"] = [
+        {"name": "main", "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "2Gi"}}}
+    ]
+    h.record(made, "job-1", True)
+    assert json.loads(json.dumps(h.lookup(key(1)).to_json())) == {
+        "oomKills": [["main", 1, 2**30, 2**31]],
+        "nodes": ["node-a"],
+    }
 
 
 def test_nodes_are_distinct_most_recent_last_and_bounded():
@@ -769,6 +1210,32 @@ def manifest(annotations, containers=None, **spec):
     }
 
 
+def test_the_cli_denies_pod_level_memory_and_warns_of_non_137_oom_kills(tmp_path):
+    """Through ``retry-webhook dry-run`` as installed: the same engine, the same answers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from webhook.mutators.failureaware import OOM_SIGNAL
+
+    binary = Path(sys.executable).parent / "retry-webhook"
+    pod_level = manifest({**FACTOR, P + "fail-non-retriable": "true"})
+    pod_level["spec"]["template"]["spec"]["resources"] = {"limits": {"memory": "4Gi"}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(pod_level))
+    argv = [str(binary), "dry-run", "-f", str(path)]
+    denied_run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert denied_run.returncode != 0
+    assert "spec.template.spec.resources sets pod-level memory (4Gi)" in denied_run.stderr
+    del pod_level["spec"]["template"]["spec"]["resources"]
+    path.write_text(yaml.safe_dump(pod_level))
+    allowed = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"Warning: {OOM_SIGNAL}" in allowed.stderr.splitlines()
+
+
 def test_oom_events_name_their_container_either_way_round():
     from webhook import explain
 
@@ -802,9 +1269,9 @@ def test_explain_shows_the_memory_each_attempt_gets_as_the_pod_webhook_gives_it(
     ]
     # The same figures as the pod webhook's, after that many OOM kills.
     source = Source()
-    first = job_pod()
+    out = job_pod()
     for kills in (1, 2, 3):
-        source.fail(first, oom=("trainer", "logger"))
+        source.fail(out, oom=("trainer", "logger"))  # each attempt killed at what it got
         _, out = mutate(job_pod(), attempts=source)
         assert memory(out) == (rows[kills][2], rows[kills][3])
         assert memory(out, "logger")[0] == rows[5 + kills][2]

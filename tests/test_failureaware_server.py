@@ -47,13 +47,18 @@ def a_job(name: str, failed: int = 0, **spec) -> dict:
     }
 
 
-def new_pod(job: dict, annotations: dict | None = None) -> dict:
+def new_pod(job: dict, annotations: dict | None = None, spec: dict | None = None) -> dict:
+    """A pod of ``job`` as its CREATE review carries it (``generateName``, no name or uid)."""
     meta = job["metadata"]
     made = pod(
         {**POLICY, **(annotations or {})},
+        namespace=meta["namespace"],
         owner=job_owner(meta["name"], meta["uid"]),
-        spec={"containers": [trainer()]},
+        spec={"containers": [trainer()], **(spec or {})},
     )
+    for key in ("name", "uid", "creationTimestamp"):
+        made["metadata"].pop(key, None)
+    made["metadata"]["generateName"] = meta["name"] + "-"
     made["metadata"]["labels"] = {JOB_UID_LABEL: meta["uid"]}
     return made
 
@@ -61,6 +66,7 @@ def new_pod(job: dict, annotations: dict | None = None) -> dict:
 def failed(made: dict, node: str, oom: bool = True) -> dict:
     out = copy.deepcopy(made)
     out["metadata"]["uid"] = str(uuid.uuid4())
+    out["metadata"]["name"] = out["metadata"]["generateName"] + out["metadata"]["uid"][:5]
     out["spec"]["nodeName"] = node
     reason = "OOMKilled" if oom else "Error"
     out["status"] = {
@@ -81,7 +87,9 @@ def avoided(obj: dict) -> list[str]:
     affinity = obj["spec"].get("affinity")
     if not affinity:
         return []
-    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms = affinity["nodeAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not terms:
+        return []
     return [r["values"][0] for r in terms["nodeSelectorTerms"][0]["matchFields"]]
 
 
@@ -103,9 +111,16 @@ def admitted_until(server, obj: dict, check, timeout: float = 15.0) -> tuple[dic
         time.sleep(0.1)
 
 
+def with_spare_nodes(api: FakeAPI) -> FakeAPI:
+    """Two Ready nodes nobody fails on: a pod kept off failed nodes has somewhere to go."""
+    for name in ("spare-1", "spare-2"):
+        api.put("nodes", {**gpu_node(name), "metadata": {"name": name, "uid": name}})
+    return api
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    api = FakeAPI().start()
+    api = with_spare_nodes(FakeAPI().start())
     yield api
     api.stop()
 
@@ -141,8 +156,8 @@ def test_a_job_oom_killed_once_gets_its_next_pod_with_more_memory_elsewhere(serv
     validate_schema(out)
     warnings = response["warnings"]
     assert (
-        "retry-policy: container trainer was OOM-killed once before: memory request 2Gi -> "
-        "3Gi, limit 2Gi -> 3Gi (x1.5 per OOM kill)"
+        "retry-policy: container trainer was OOM-killed once before at 2Gi: memory request "
+        "2Gi -> 3Gi, limit 2Gi -> 3Gi (x1.5)"
     ) in warnings
     assert "retry-policy: keeping off 1 node(s) where earlier attempts failed: node-a" in warnings
 
@@ -204,6 +219,77 @@ def test_a_failed_pod_the_watch_delivers_after_the_jobs_status_is_listed(server,
     assert memory(out) == ("3Gi", "3Gi")
 
 
+def test_the_namespaces_limitrange_and_nodes_shape_the_next_attempt(server, cluster):
+    """In namespace team-b a LimitRange caps a container at 2560Mi, and the pod may only
+    use gpu nodes: after an OOM kill on g1, the only one, the next pod gets 2560Mi (not
+    3Gi) and keeps off g1 by preference only; once g2 joins, off g1 as a requirement."""
+    # upstream: PodValidateLimitFunc (plugin/pkg/admission/limitranger/admission.go) runs
+    # after the mutating webhooks (AllOrderedPlugins, pkg/kubeapiserver/options/plugins.go).
+    cluster.put(
+        "limitranges",
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "mem", "namespace": "team-b", "uid": "lr-team-b"},
+            "spec": {"limits": [{"type": "Container", "max": {"memory": "2560Mi"}}]},
+        },
+    )
+    cluster.put("nodes", gpu_node("g1"))
+    job = a_job("capped")
+    job["metadata"]["namespace"] = "team-b"
+    cluster.put("jobs", job)
+    first = new_pod(job, spec={"nodeSelector": {"pool": "gpu"}})
+    cluster.put("pods", failed(first, "g1"))
+    job["status"]["failed"] = 1
+    cluster.put("jobs", job)
+    second = new_pod(job, spec={"nodeSelector": {"pool": "gpu"}})
+    response, out = admitted_until(server, second, lambda o: memory(o) != ("2Gi", "2Gi"))
+    assert memory(out) == ("2560Mi", "2560Mi"), response
+    assert (
+        "retry-policy: container trainer was OOM-killed once before at 2Gi: memory request "
+        "2Gi -> 2560Mi, limit 2Gi -> 2560Mi (x1.5, at most LimitRange team-b/mem container "
+        "max 2560Mi)"
+    ) in response["warnings"]
+    node_affinity = out["spec"]["affinity"]["nodeAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in node_affinity
+    assert node_affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 100
+    validate_schema(out, "1.35")
+    cluster.put("nodes", gpu_node("g2"))
+    _, out = admitted_until(server, second, lambda o: avoided(o) == ["g1"])
+    assert avoided(out) == ["g1"]
+
+
+def gpu_node(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"node-{name}", "labels": {"pool": "gpu"}},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_failures_whose_pods_are_terminating_or_gone_are_named_so(server, cluster):
+    """Without a podFailurePolicy the Job controller counts a terminating pod as failed
+    before it is (``isPodFailed`` in pkg/controller/job/job_controller.go), and a pod may
+    be deleted before it is seen failed: 3 counted, 1 Failed pod found, 1 terminating."""
+    job = a_job("terminating")
+    cluster.put("jobs", job)
+    cluster.objects["pods"][str(uuid.uuid4())] = failed(new_pod(job), "node-t")
+    leaving = new_pod(job)
+    leaving["metadata"].update(uid=str(uuid.uuid4()), deletionTimestamp="2026-11-22T00:00:00Z")
+    leaving["status"] = {"phase": "Running"}
+    cluster.objects["pods"][leaving["metadata"]["uid"]] = leaving
+    job["status"].update(failed=3, terminating=1)
+    cluster.put("jobs", job)
+    response, out = admitted_until(server, new_pod(job), lambda o: memory(o) != ("2Gi", "2Gi"))
+    assert memory(out) == ("3Gi", "3Gi"), response
+    assert (
+        "retry-policy: 2 earlier failure(s) of this Job not examined: 1 pod(s) still "
+        "terminating, 1 pod(s) gone"
+    ) in response["warnings"]
+
+
 def test_a_list_the_api_refuses_leaves_the_pod_unchanged_with_a_warning(server, cluster):
     job = a_job("unlistable")
     cluster.put("jobs", job)
@@ -234,7 +320,7 @@ def test_a_list_the_api_refuses_leaves_the_pod_unchanged_with_a_warning(server, 
 def test_an_api_that_goes_away(tmp_path):
     """Jobs the cache knows are still answered from it; a pod whose history cannot be
     known is admitted unchanged with a warning, at once (the breaker)."""
-    api = FakeAPI().start()
+    api = with_spare_nodes(FakeAPI().start())
     write_kubeconfig(tmp_path / "kubeconfig", api.url)
     env = {"KUBECONFIG": str(tmp_path / "kubeconfig")}
     srv = start(tmp_path / "certs", "--kube", "kubeconfig", env=env)

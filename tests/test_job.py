@@ -416,8 +416,9 @@ def test_mutation_keeps_every_user_field():
 
 def test_warnings_are_short():
     verdict, _ = mutate(job(FULL))
-    # five changes, the missing activeDeadlineSeconds and the pointer to explain
-    assert len(verdict.warnings) == 7
+    # five changes, the missing activeDeadlineSeconds, that 137 is retried only where an
+    # OOM kill exits 137 (failureaware.OOM_SIGNAL) and the pointer to explain
+    assert len(verdict.warnings) == 8
     assert verdict.warnings.count(engine.EXPLAIN_HINT) == 1
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 

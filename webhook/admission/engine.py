@@ -26,9 +26,12 @@ from webhook.admission.review import Request, Verdict, freeze
 from webhook.admission.view import view_of
 from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.limits import LimitLookup, LimitQuestion
+from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.kube.owned import ALL, copy_owned
+from webhook.kube.scheduling import Placement
 from webhook.mutators import (
     Context,
     Outcome,
@@ -197,6 +200,20 @@ class _Replay:
                 f"the failure history {key}, the view did not"
             )
         return answer
+
+    def limit_ranges(self, namespace: str) -> LimitLookup:
+        return self._answer(LimitQuestion(namespace))
+
+    def placement(self, question: Placement) -> NodeAnswer:
+        return self._answer(question)
+
+    def _answer(self, question: Any) -> Any:
+        if question not in self.answers:
+            raise ViewMismatch(
+                f"{self.request.kind.kind} {self.request.uid}: the whole object asks "
+                f"{question}, the view did not"
+            )
+        return self.answers[question]
 
     def stats(self) -> dict[str, Any]:
         return self.source.stats()

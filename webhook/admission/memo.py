@@ -37,10 +37,13 @@ from typing import Any
 import orjson
 
 from webhook.admission.review import Verdict
-from webhook.cluster import history
+from webhook.cluster import history, limits, nodes
 from webhook.cluster.attempts import AttemptLookup, AttemptSource
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.limits import LimitLookup, LimitQuestion
+from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.intent import LAST_APPLIED
+from webhook.kube.scheduling import Placement
 
 #: Per-object identity the API server or a controller gives each object of one template.
 IGNORED_METADATA = frozenset(
@@ -104,7 +107,9 @@ def view_key(view: Mapping[str, Any]) -> bytes | None:
 
 
 #: A lookup made during a policy run and its answer: a Job's failures (the question is
-#: (namespace, name, uid)), or a lineage's failure history (the question is its key).
+#: (namespace, name, uid)), a lineage's failure history (the question is its key), a
+#: namespace's LimitRanges (``LimitQuestion``), whether a node remains for a pod's
+#: placement (``Placement``).
 Call = tuple[Any, Any]
 
 
@@ -112,6 +117,10 @@ def ask(source: AttemptSource, question: Any) -> Any:
     """Ask ``source`` a recorded question again."""
     if isinstance(question, HistoryKey):
         return history.ask(source, question)
+    if isinstance(question, LimitQuestion):
+        return limits.ask(source, question.namespace)
+    if isinstance(question, Placement):
+        return nodes.ask(source, question)
     namespace, name, uid = question
     return source.job_failures(namespace, name, uid)
 
@@ -131,6 +140,16 @@ class RecordingAttempts:
     def job_history(self, key: HistoryKey) -> HistoryLookup:
         answer = history.ask(self.source, key)
         self.calls.append((key, answer))
+        return answer
+
+    def limit_ranges(self, namespace: str) -> LimitLookup:
+        answer = limits.ask(self.source, namespace)
+        self.calls.append((LimitQuestion(namespace), answer))
+        return answer
+
+    def placement(self, question: Placement) -> NodeAnswer:
+        answer = nodes.ask(self.source, question)
+        self.calls.append((question, answer))
         return answer
 
     def stats(self) -> dict[str, Any]:

@@ -17,8 +17,9 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
-  restartPolicy, nodeSelector, affinity, nodeName, the memory of pod-level resources, and
-  each container's name, restartPolicy, env var names and memory request and limit.
+  restartPolicy, nodeSelector, affinity, nodeName, the memory of pod-level resources, the
+  tolerations of a pod kept off failed nodes, and each container's name, restartPolicy,
+  env var names and memory request and limit.
 
 The mutator runs on the view, not on the object, and the patch is the diff between the
 view and the mutated view. That is a patch for the object too: the view keeps every
@@ -127,7 +128,10 @@ def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, 
         reduce_owners=ATTEMPT in annotations and not learns,
         labels=POD_HISTORY_LABELS if learns else POD_LABELS,
     )
-    return _top(pod, meta, _pod_spec(spec, OOM_FACTOR in annotations, IN_PLACE in annotations))
+    spec_view = _pod_spec(
+        spec, OOM_FACTOR in annotations, IN_PLACE in annotations, AVOID_NODES in annotations
+    )
+    return _top(pod, meta, spec_view)
 
 
 def _asks(metadata: Mapping[str, Any], key: str) -> bool:
@@ -228,10 +232,14 @@ def _template(template: Mapping[str, Any], memory: bool, restarts: bool) -> dict
     return view
 
 
-def _pod_spec(spec: Mapping[str, Any], memory: bool, restarts: bool = False) -> dict[str, Any]:
+def _pod_spec(
+    spec: Mapping[str, Any], memory: bool, restarts: bool = False, placement: bool = False
+) -> dict[str, Any]:
+    """``placement``: a pod kept off failed nodes, whose tolerations tell which nodes
+    remain for it (``webhook.kube.scheduling``)."""
     view: dict[str, Any] = {}
     for key, value in spec.items():
-        if key in POD_SPEC_READ:
+        if key in POD_SPEC_READ or (placement and key == "tolerations"):
             view[key] = value
         elif key in CONTAINER_GROUPS:
             view[key] = (

@@ -23,7 +23,13 @@ from typing import Any, Protocol, Self
 
 import orjson
 
-from webhook.cluster.history import FailureHistory, HistoryKey, HistoryLookup, unknown
+from webhook.cluster.history import (
+    FailureHistory,
+    HistoryKey,
+    HistoryLookup,
+    unknown,
+    wants_history,
+)
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,11 @@ class AttemptLookup:
     source: str
     reason: str = ""
     budget: int | None = None
+    #: For a Job whose pods learn from earlier attempts: its pods still terminating
+    #: (``status.terminating``). Unless only Failed pods are replaced, the Job controller
+    #: counts such a pod as failed before it is (``isPodFailed`` in
+    #: pkg/controller/job/job_controller.go): a failure whose pod is not Failed yet.
+    terminating: int = 0
 
 
 class AttemptSource(Protocol):
@@ -88,6 +99,18 @@ def placement_budget(job: Mapping[str, Any]) -> int | None:
     return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
+def terminating_pods(job: Mapping[str, Any]) -> int:
+    """``status.terminating`` of a Job whose template learns from earlier attempts (0 for
+    any other, so that a change of it does not make their pods' answers differ)."""
+    spec = job.get("spec") or {}
+    template = spec.get("template") if isinstance(spec, dict) else None
+    meta = template.get("metadata") if isinstance(template, dict) else None
+    if not isinstance(meta, dict) or not wants_history(meta):
+        return 0
+    count = (job.get("status") or {}).get("terminating")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
 def _ignore_rules(job: Mapping[str, Any]) -> tuple | None:
     """The Job's rules, kept only when an Ignore rule exists (else no pod can be ignored)."""
     policy = (job.get("spec") or {}).get("podFailurePolicy") or {}
@@ -113,8 +136,12 @@ class _Informer:
         kwargs: Mapping[str, Any],
         stop: threading.Event,
         label: str = "attempt cache",
+        relisted: Callable[[], None] | None = None,
     ):
         self.label = label
+        #: Called when a list's objects have all been applied (after ``reset``): a cache
+        #: that must never answer from half a list swaps in the new one then.
+        self.relisted = relisted
         self.name = name
         self.list_fn = list_fn
         self.reset = reset
@@ -123,17 +150,22 @@ class _Informer:
         self.stop = stop
         self.synced = threading.Event()
         self.errors = 0
+        #: Why the last list or watch failed ("" once a list succeeds): what a lookup that
+        #: cannot be answered says.
+        self.last_error = ""
 
     def run(self) -> None:
         backoff = 0.5
         while not self.stop.is_set():
             try:
                 version = self._list()
+                self.last_error = ""
                 self.synced.set()
                 backoff = 0.5
                 self._watch(version)
             except Exception as err:  # the loop must survive anything the API does
                 self.errors += 1
+                self.last_error = _short(err)
                 log.warning("%s %s: %s; relisting in %.1fs", self.label, self.name, err, backoff)
                 self.stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -158,6 +190,8 @@ class _Informer:
         self.reset()
         for item in items:
             self.apply("ADDED", item)
+        if self.relisted is not None:
+            self.relisted()
         return version
 
     def _watch(self, version: str) -> None:
@@ -230,6 +264,58 @@ class Informers:
         return all(i.synced.is_set() for i in self._informers)
 
 
+class ListedWhole(Informers):
+    """A cache of one resource that a relist replaces whole: a list's objects go to a new
+    store, which lookups read only once all of them are in (no lookup sees half a list);
+    watch events go to the store lookups read. A subclass stores an object (``_store``:
+    ``store`` updated for one event; the key it changed, ``None`` when nothing changed)
+    and refreshes what it derives from the store (``_refresh``: the keys that changed,
+    ``None`` for all), both called with ``_lock`` held."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Any], label: str):
+        super().__init__()
+        self._lock = threading.Lock()
+        self._objects: dict[Any, Any] = {}
+        self._staging: dict[Any, Any] | None = None
+        self._informers = [
+            _Informer(
+                name,
+                list_fn,
+                self._reset,
+                self._apply,
+                {},
+                self._stop,
+                label=label,
+                relisted=self._relisted,
+            )
+        ]
+
+    def _store(self, store: dict[Any, Any], kind: str, obj: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _refresh(self, keys: set[Any] | None) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._staging = {}
+
+    def _relisted(self) -> None:
+        with self._lock:
+            if self._staging is not None:
+                changed = self._staging != self._objects
+                self._objects, self._staging = self._staging, None
+                if changed:
+                    self._refresh(None)
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            live = self._staging is None
+            key = self._store(self._objects if live else self._staging, kind, obj)
+            if live and key is not None:
+                self._refresh({key})
+
+
 class JobCache(Informers):
     """Watch-backed counts of failed attempts per Job UID."""
 
@@ -250,6 +336,8 @@ class JobCache(Informers):
         self._jobs: dict[str, int] = {}
         #: ``placement_budget`` of the Jobs that have one.
         self._budgets: dict[str, int] = {}
+        #: ``terminating_pods`` of the Jobs that have any.
+        self._terminating: dict[str, int] = {}
         self._rules: dict[str, tuple] = {}
         self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
@@ -288,6 +376,7 @@ class JobCache(Informers):
         with self._lock:
             self._jobs.clear()
             self._budgets.clear()
+            self._terminating.clear()
             self._rules.clear()
             self._rule_sets.clear()
 
@@ -311,9 +400,15 @@ class JobCache(Informers):
                 self._jobs.pop(uid, None)
                 self._budgets.pop(uid, None)
                 self._rules.pop(uid, None)
+                self._terminating.pop(uid, None)
                 self.history.forget_job(uid)
                 return
             self._jobs[uid] = job_failed_count(job)
+            terminating = terminating_pods(job)
+            if terminating:
+                self._terminating[uid] = terminating
+            else:
+                self._terminating.pop(uid, None)
             budget = placement_budget(job)
             if budget is None:
                 self._budgets.pop(uid, None)
@@ -376,9 +471,12 @@ class JobCache(Informers):
             failed = self._jobs.get(uid)
             pods = self._pod_counts.get(uid, 0)
             budget = self._budgets.get(uid)
+            terminating = self._terminating.get(uid, 0)
         if failed is not None:
             self._counters["hits"] += 1
-            return AttemptLookup(max(failed, pods), "Job status (cache)", budget=budget)
+            return AttemptLookup(
+                max(failed, pods), "Job status (cache)", budget=budget, terminating=terminating
+            )
         if time.monotonic() < self._open_until:
             self._counters["misses"] += 1
             self._counters["breaker_skips"] += 1
@@ -403,7 +501,10 @@ class JobCache(Informers):
         if (job.get("metadata") or {}).get("uid") != uid:
             return AttemptLookup(None, "none", f"Job {namespace}/{name} was replaced")
         return AttemptLookup(
-            max(job_failed_count(job), pods), "Job status (API)", budget=placement_budget(job)
+            max(job_failed_count(job), pods),
+            "Job status (API)",
+            budget=placement_budget(job),
+            terminating=terminating_pods(job),
         )
 
     def job_history(self, key: HistoryKey) -> HistoryLookup:

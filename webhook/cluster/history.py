@@ -18,8 +18,11 @@ pod needs and nothing else, so a pod's admission is a dictionary lookup:
   child Jobs and pods the restart deleted: when no failed pod of run N-1 was recorded
   here, the lookup says so (``earlier_runs_unseen``) and the pod is told in a warning;
 - only the pods of workloads that asked (they carry ``oom-memory-factor`` or
-  ``avoid-failed-nodes``) are recorded, and each once (a failed pod is modified again when
-  the Job controller removes its finalizer);
+  ``avoid-failed-nodes``) are recorded, and each once, however often it is seen again (a
+  failed pod is modified again when the Job controller removes its finalizer, and every
+  relist of the watch delivers it anew);
+- what is kept is small and JSON-serialisable (``HistoryLookup.to_json``): per container
+  the OOM kills and the most memory it was killed at (``Killed``), and the failed nodes;
 - a record stays when its pod is deleted (a JobSet restart deletes the failed pods), until
   its Job is deleted; a JobSet's lineages, whose child Jobs are deleted at every restart,
   go when the store is full, oldest first.
@@ -36,11 +39,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
+
+from webhook.kube import quantity
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +61,8 @@ REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 OOM_KILLED = "OOMKilled"
 
-#: Bounds: failed attempts remembered per lineage (to recognise a pod seen before; OOM
-#: counts keep adding up past it), failed nodes per lineage, and lineages in all.
-MAX_ATTEMPTS = 32
+#: Bounds: failed nodes per lineage, and lineages in all (each lineage remembers every
+#: failed pod it saw, 6 bytes each: see ``_Record``).
 MAX_NODES = 16
 MAX_LINEAGES = 100_000
 MAX_LISTED = 10_000
@@ -80,15 +85,31 @@ class HistoryKey:
     run: int = 0
 
 
+class Killed(NamedTuple):
+    """What the OOM killer did to one container of a lineage: how many of its pods it
+    stopped, and the most memory (request, limit: whole bytes; ``None`` when unset) the
+    container had when it was stopped. A raise starts from that memory
+    (``webhook.mutators.pod``): sibling pods OOM-killed at the same size prove that size
+    too small once, not once each."""
+
+    container: str
+    kills: int
+    request: int | None = None
+    limit: int | None = None
+
+    def to_json(self) -> list[Any]:
+        return [self.container, self.kills, self.request, self.limit]
+
+
 @dataclass(frozen=True)
 class HistoryLookup:
     """The answer: ``known`` false when the history cannot be told (``reason`` says why).
-    ``oom_kills`` are (container, OOM kills) sorted by name; ``nodes`` the nodes where
-    attempts failed, the most recent last; ``missing`` counted failures whose pods were
-    not found (deleted before they were seen)."""
+    ``oom_kills`` are ``Killed`` tallies sorted by container name; ``nodes`` the nodes
+    where attempts failed, the most recent last; ``missing`` counted failures whose pods
+    were not found (deleted before they were seen)."""
 
     known: bool
-    oom_kills: tuple[tuple[str, int], ...] = ()
+    oom_kills: tuple[Killed, ...] = ()
     nodes: tuple[str, ...] = ()
     failures: int = 0
     missing: int = 0
@@ -98,11 +119,24 @@ class HistoryLookup:
     #: started after the restart deleted them): what earlier runs went through is unknown.
     earlier_runs_unseen: bool = False
 
+    def __post_init__(self) -> None:
+        # (container, kills) pairs are accepted too: a tally without the memory.
+        tally = tuple(k if isinstance(k, Killed) else Killed(*k) for k in self.oom_kills)
+        object.__setattr__(self, "oom_kills", tally)
+
+    def killed(self, container: str) -> Killed | None:
+        for entry in self.oom_kills:
+            if entry.container == container:
+                return entry
+        return None
+
     def kills(self, container: str) -> int:
-        for name, count in self.oom_kills:
-            if name == container:
-                return count
-        return 0
+        entry = self.killed(container)
+        return entry.kills if entry is not None else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The tally as JSON (what a workload annotation would carry)."""
+        return {"oomKills": [k.to_json() for k in self.oom_kills], "nodes": list(self.nodes)}
 
 
 def unknown(reason: str) -> HistoryLookup:
@@ -158,39 +192,152 @@ def jobset_run(metadata: Mapping[str, Any]) -> int:
 
 def oom_killed(pod: Mapping[str, Any]) -> list[str]:
     """The containers (init containers included) the OOM killer stopped in this pod."""
+    return sorted(_statuses(pod, oom_only=True))
+
+
+def _statuses(pod: Mapping[str, Any], oom_only: bool = False) -> dict[str, dict[str, Any]]:
+    """The pod's container statuses (init containers' too) by name; with ``oom_only``,
+    those of containers the OOM killer stopped (now or before an in-place restart)."""
     status = pod.get("status")
+    found: dict[str, dict[str, Any]] = {}
     if not isinstance(status, dict):
-        return []
-    names = []
+        return found
     for group in ("containerStatuses", "initContainerStatuses"):
         statuses = status.get(group)
         for cs in statuses if isinstance(statuses, list) else ():
             if not isinstance(cs, dict) or not isinstance(cs.get("name"), str):
                 continue
-            for state in ("state", "lastState"):
-                terminated = (cs.get(state) or {}).get("terminated")
-                if isinstance(terminated, dict) and terminated.get("reason") == OOM_KILLED:
-                    names.append(cs["name"])
-                    break
-    return sorted(set(names))
+            if oom_only and not any(
+                isinstance(t := (cs.get(state) or {}).get("terminated"), dict)
+                and t.get("reason") == OOM_KILLED
+                for state in ("state", "lastState")
+            ):
+                continue
+            found[cs["name"]] = cs
+    return found
+
+
+def _bytes(raw: Any) -> int | None:
+    """A memory quantity in whole bytes (rounded up), ``None`` when it is not one."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        return None
+    try:
+        value = quantity.parse(str(raw)).value
+    except quantity.QuantityError:
+        return None
+    return math.ceil(value) if value > 0 else None
+
+
+def _memory(resources: Any, kind: str) -> int | None:
+    values = resources.get(kind) if isinstance(resources, dict) else None
+    return _bytes(values.get("memory")) if isinstance(values, dict) else None
+
+
+def killed_at(pod: Mapping[str, Any]) -> list[Killed]:
+    """What the OOM killer stopped in this failed pod, each container with the memory it
+    had then. The limit is the one the kernel enforced: ``status.containerStatuses[]
+    .resources`` holds the actual resources of a running container and the allocated
+    ones of a stopped one, so it shows an in-place resize (KEP-1287 "API Changes";
+    ``convertContainerStatusResources`` in pkg/kubelet/kubelet_pods.go), where the
+    spec holds the desired size; the spec is the fallback (kubelets that leave the field
+    out). The request likewise, then ``allocatedResources``; a container with a limit and
+    no request has the limit as request (``SetDefaults_Pod``)."""
+    spec = pod.get("spec")
+    specs: dict[str, Any] = {}
+    for group in ("initContainers", "containers"):
+        items = spec.get(group) if isinstance(spec, dict) else None
+        for c in items if isinstance(items, list) else ():
+            if isinstance(c, dict) and isinstance(c.get("name"), str):
+                specs[c["name"]] = c.get("resources")
+    out = []
+    for name, cs in sorted(_statuses(pod, oom_only=True).items()):
+        actual, declared = cs.get("resources"), specs.get(name)
+        limit = _memory(actual, "limits") or _memory(declared, "limits")
+        request = (
+            _memory(actual, "requests")
+            or _bytes((cs.get("allocatedResources") or {}).get("memory"))
+            or _memory(declared, "requests")
+            or limit
+        )
+        out.append(Killed(name, 1, request, limit))
+    return out
+
+
+#: ``DisruptionTarget`` reasons of a pod that its node failed, though it was being
+#: deleted: the taint manager evicting it from a node tainted NoExecute (unreachable,
+#: not ready; ``addConditionAndDeletePod`` in pkg/controller/tainteviction), PodGC
+#: failing it after its node was deleted (``gcOrphaned`` in pkg/controller/podgc).
+NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+#: The kubelet's own reason: node-pressure eviction (``synchronize`` in
+#: pkg/kubelet/eviction) and graceful node shutdown (pkg/kubelet/nodeshutdown), which
+#: count; and its preemption for a critical pod, whose pod status reason is
+#: ``Preempting`` (``evictPodsToFreeRequests`` in pkg/kubelet/preemption), which does not.
+BY_KUBELET = "TerminationByKubelet"
+KUBELET_PREEMPTION = "Preempting"
+
+
+def disruption(pod: Mapping[str, Any]) -> str | None:
+    """The reason of the pod's ``DisruptionTarget`` condition (status True), if any."""
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if (
+            isinstance(condition, dict)
+            and condition.get("type") == "DisruptionTarget"
+            and condition.get("status") == "True"
+        ):
+            return str(condition.get("reason") or "")
+    return None
+
+
+def failed_node(pod: Mapping[str, Any]) -> str | None:
+    """The node that failed this pod, if its node did: where an ordinary failure (an
+    error, an OOM kill) happened, or a node lost or tainted under it (``NODE_DISRUPTIONS``,
+    though the pod was being deleted), or the kubelet stopped it for node pressure or a
+    shutdown. Not the node of a pod preempted by the scheduler (``PreemptionByScheduler``)
+    or the kubelet, evicted through the API (``EvictionByEvictionAPI``: a drain, a
+    person), nor of one deleted without a disruption condition (its Job, its JobSet's
+    restart)."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, dict) else None
+    if not isinstance(node, str) or not node:
+        return None
+    reason = disruption(pod)
+    if reason is None:
+        meta = pod.get("metadata")
+        return None if isinstance(meta, dict) and meta.get("deletionTimestamp") else node
+    if reason in NODE_DISRUPTIONS:
+        return node
+    status = pod.get("status")
+    stopped_by = status.get("reason") if isinstance(status, dict) else None
+    return node if reason == BY_KUBELET and stopped_by != KUBELET_PREEMPTION else None
 
 
 _MARK = 6
 
 
 def _mark(pod_uid: str) -> bytes:
-    """A short stand-in for a pod's UID (48 bits): enough to tell apart the few dozen
-    pods of one lineage, at a fraction of the UID's memory."""
+    """A short stand-in for a pod's UID (48 bits): enough to tell apart the pods of one
+    lineage, at a fraction of the UID's memory."""
     return hashlib.blake2b(pod_uid.encode(), digest_size=_MARK).digest()
 
 
 def _seen(marks: bytes, mark: bytes) -> bool:
-    return any(marks[i : i + _MARK] == mark for i in range(0, len(marks), _MARK))
+    """Whether ``mark`` is one of ``marks`` (a search in C, at mark boundaries)."""
+    at = marks.find(mark)
+    while at != -1:
+        if at % _MARK == 0:
+            return True
+        at = marks.find(mark, at + 1)
+    return False
 
 
-#: One lineage's record: (pod marks, 6 bytes each; (container, OOM kills)...; failed
-#: nodes). Kept small: a record per failed Job (see benchmarks/scale.py).
-_Record = tuple[bytes, tuple[tuple[str, int], ...], tuple[str, ...]]
+#: One lineage's record: (the marks of every failed pod seen, 6 bytes each; the OOM
+#: tally, one ``Killed`` per container; failed nodes). Every mark is kept, so a pod seen
+#: again (a relist of the watch after a 410, a restart of the API server, a dropped
+#: connection; a list of the Job's failed pods) is never counted twice, however many
+#: failed pods the lineage has: 6 bytes a pod (benchmarks/scale.py).
+_Record = tuple[bytes, tuple[Killed, ...], tuple[str, ...]]
 _EMPTY: _Record = (b"", (), ())
 #: A lineage's key: the lineage, or (lineage, completion index) for an Indexed Job.
 _Key = str | tuple[str, int]
@@ -224,7 +371,7 @@ class FailureHistory:
         #: Job UID -> counted failures seen; for an Indexed Job, [those, {index: those}].
         self._jobs: dict[str, int | list[Any]] = {}
         #: One copy of each distinct OOM tally: most Jobs share a few.
-        self._tallies: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
+        self._tallies: dict[tuple[Killed, ...], tuple[Killed, ...]] = {}
         #: Job UID -> the failures it had on record when its failed pods were last listed.
         self._listed: dict[str, int] = {}
         #: JobSet UID -> the latest run (restart-attempt) with a failed pod recorded.
@@ -236,8 +383,8 @@ class FailureHistory:
     # --- recording (the attempt cache's pod watch) --------------------------------
     def record(self, pod: Mapping[str, Any], job_uid: str, counted: bool) -> bool:
         """Record one failed pod of the Job ``job_uid`` (once); ``True`` when it was new.
-        A pod that was being deleted when it failed (preempted, or stopped by its JobSet's
-        restart) adds no failed node: the node did not fail it."""
+        Its failed node is ``failed_node``'s: none for a pod preempted or evicted, or
+        stopped by its JobSet's restart."""
         meta = pod.get("metadata")
         if not isinstance(meta, dict) or not wants_history(meta):
             return False
@@ -247,11 +394,8 @@ class FailureHistory:
         lineage, index = pod_lineage(meta, job_uid)
         key = _key(lineage, index)
         mark = _mark(uid)
-        spec = pod.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, dict) else None
-        if meta.get("deletionTimestamp") or not isinstance(node, str) or not node:
-            node = None
-        killed = oom_killed(pod)
+        node = failed_node(pod)
+        killed = killed_at(pod)
         place = jobset_place(meta)
         with self._lock:
             if place is not None:
@@ -263,16 +407,9 @@ class FailureHistory:
             if _seen(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes)
                 return False
-            marks = (marks + mark)[-MAX_ATTEMPTS * _MARK :]
+            marks += mark
             if killed:
-                counts = dict(ooms)
-                for name in killed:
-                    name = self._intern(name)
-                    counts[name] = counts.get(name, 0) + 1
-                tally = tuple(sorted(counts.items()))
-                if len(self._tallies) >= 10_000:
-                    self._tallies.clear()
-                ooms = self._tallies.setdefault(tally, tally)
+                ooms = self._tally(ooms, killed)
             if node is not None:
                 node = self._intern(node)
                 nodes = (*(n for n in nodes if n != node), node)[-MAX_NODES:]
@@ -289,6 +426,25 @@ class FailureHistory:
                 if index is not None:
                     job[1][index] = job[1].get(index, 0) + int(counted)
         return True
+
+    def _tally(self, ooms: tuple[Killed, ...], killed: list[Killed]) -> tuple[Killed, ...]:
+        """``ooms`` with one more pod's OOM kills: counts add up, memory keeps the most.
+        (Called with the lock held.)"""
+        tally = {k.container: k for k in ooms}
+        for kill in killed:
+            before = tally.get(kill.container)
+            if before is not None:
+                kill = Killed(
+                    before.container,
+                    before.kills + 1,
+                    _most(before.request, kill.request),
+                    _most(before.limit, kill.limit),
+                )
+            tally[kill.container] = kill._replace(container=self._intern(kill.container))
+        shared = tuple(sorted(tally.values()))
+        if len(self._tallies) >= 10_000:
+            self._tallies.clear()
+        return self._tallies.setdefault(shared, shared)
 
     def _evict_oldest(self) -> None:
         """Drop the oldest lineage, and what its Job counted as seen: a later lookup then
@@ -407,6 +563,10 @@ class FailureHistory:
         with self._lock:
             lineages, jobs = len(self._lineages), len(self._jobs)
         return {"lineages": lineages, "jobs": jobs, **self.counters}
+
+
+def _most(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def ask(source: Any, key: HistoryKey) -> HistoryLookup:

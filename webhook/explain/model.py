@@ -250,7 +250,8 @@ class MemoryTable:
 
 class MemoryPlan:
     """What ``oom-memory-factor`` gives each container of a pod template after its OOM
-    kills: the pod webhook's own arithmetic (``podspec.raise_memory``) on a copy."""
+    kills, one attempt after another, each killed at the memory the one before gave it:
+    the pod webhook's own arithmetic (``podspec.raise_memory``) on a copy."""
 
     #: Rows per container at most (a small factor takes many steps to reach the limit).
     MOST = 8
@@ -271,8 +272,8 @@ class MemoryPlan:
         if container is None:
             return "-", "-"
         container = engine.json_copy(container)
-        if kills:
-            podspec.raise_memory(container, self.factor, kills, self.cap)
+        for _ in range(kills):  # each attempt OOM-killed at the memory the last one gave
+            podspec.raise_memory(container, self.factor, self.cap)
         return memory_text(container)
 
     def table(self) -> MemoryTable:

@@ -255,6 +255,29 @@ def avoid_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> bool:
     return bool(nodes) and and_into_terms(pod_spec, "matchFields", node_requirements(nodes))
 
 
+#: The weight of the preference to keep off failed nodes (the most a term may have): a
+#: failure is strong evidence against a node, stronger than most placement tastes.
+AVOID_WEIGHT = 100
+
+
+def prefer_off_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> bool:
+    """Keep off ``nodes`` by preference: one preferred term (weight ``AVOID_WEIGHT``) whose
+    ``matchFields`` every other node satisfies; ``True`` when it was added (the same term
+    already there is not added twice). A user's own preferred terms are kept."""
+    if not nodes:
+        return False
+    affinity = _child(pod_spec, "affinity")
+    node = _child(affinity, "nodeAffinity")
+    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(preferred, list):
+        preferred = node["preferredDuringSchedulingIgnoredDuringExecution"] = []
+    term = {"weight": AVOID_WEIGHT, "preference": {"matchFields": node_requirements(nodes)}}
+    if term in preferred:
+        return False
+    preferred.append(term)
+    return True
+
+
 def pinned_to(pod_spec: Mapping[str, Any], nodes: list[str]) -> str | None:
     """How the pod spec allows only nodes among ``nodes``, if it does: then keeping it off
     them would leave it nowhere to run. Looks at ``spec.nodeName``, a hostname
@@ -306,25 +329,62 @@ def memory_of(container: Mapping[str, Any], kind: str) -> quantity.Quantity | No
         return None
 
 
-def raise_memory(
-    container: dict[str, Any], factor: Fraction, kills: int, cap: quantity.Quantity
-) -> list[tuple[str, str, str]]:
-    """Multiply a container's memory request and limit by ``factor ** kills``, each rounded
-    up (``quantity.scaled``), at most ``cap`` and never below what it was; return
-    (kind, before, after) for each value changed. A value that is absent stays absent
+def memory_target(
+    container: Mapping[str, Any],
+    factor: Fraction,
+    cap: quantity.Quantity,
+    at: tuple[int | None, int | None] | None = None,
+) -> dict[str, tuple[quantity.Quantity, quantity.Quantity]]:
+    """What a raise gives a container: for its memory request and limit (``kind``:
+    requests, limits; those it has), (before, after). ``after`` is ``factor`` times the
+    memory the container was OOM-killed at (``at``: request, limit in bytes; its present
+    value where unknown), rounded up (``quantity.scaled``), at most ``cap`` and never
+    below ``before``; the request at most the limit. A value that is absent stays absent
     (a container without a limit keeps none)."""
-    changed = []
-    resources = container.get("resources")
-    for kind in ("requests", "limits"):
+    out: dict[str, tuple[quantity.Quantity, quantity.Quantity]] = {}
+    for kind, killed in zip(("requests", "limits"), at or (None, None), strict=True):
         before = memory_of(container, kind)
-        if before is None or not isinstance(resources, dict):
+        if before is None:
             continue
-        wanted = quantity.scaled(before, factor**kills)
+        base = before if killed is None else before.with_value(Fraction(killed))
+        wanted = quantity.scaled(base, factor)
         after = before if wanted <= before.value else before.with_value(wanted)
         if after.value > cap.value:
             after = cap if cap.value > before.value else before
-        if after.value != before.value:
-            shown = str(resources[kind]["memory"])
-            resources[kind]["memory"] = str(after)
+        out[kind] = (before, after)
+    if "requests" in out and "limits" in out:
+        (request, raised), (_, limit) = out["requests"], out["limits"]
+        if raised.value > limit.value:  # (the API server refuses a request above the limit)
+            out["requests"] = (request, limit if limit.value > request.value else request)
+    return out
+
+
+def set_memory(container: dict[str, Any], kind: str, value: quantity.Quantity) -> str | None:
+    """Write a container's memory request or limit (``kind``); the value it replaced, as
+    written, or ``None`` when it was already ``value`` (or there is no such value)."""
+    resources = container.get("resources")
+    values = resources.get(kind) if isinstance(resources, dict) else None
+    if not isinstance(values, dict) or "memory" not in values:
+        return None
+    before = memory_of(container, kind)
+    if before is not None and before.value == value.value:
+        return None
+    shown = str(values["memory"])
+    values["memory"] = str(value)
+    return shown
+
+
+def raise_memory(
+    container: dict[str, Any],
+    factor: Fraction,
+    cap: quantity.Quantity,
+    at: tuple[int | None, int | None] | None = None,
+) -> list[tuple[str, str, str]]:
+    """Raise a container's memory as ``memory_target`` says; (kind, before, after) for
+    each value changed."""
+    changed = []
+    for kind, (_, after) in memory_target(container, factor, cap, at).items():
+        shown = set_memory(container, kind, after)
+        if shown is not None:
             changed.append((kind, shown, str(after)))
     return changed

@@ -2,11 +2,11 @@
 
 Two settings make a pod depend on how the earlier attempts of its Job ended
 (``webhook.cluster.history`` keeps that): ``oom-memory-factor`` (with ``oom-memory-limit``)
-multiplies the memory request and limit of each container the OOM killer stopped, by
-factor^(its OOM kills so far), at most the limit; ``avoid-failed-nodes`` keeps the pod off
-the nodes where earlier attempts failed (the most recent few). Both act on the new pod
-at its admission (``mutators.pod``); a workload's admission checks that they can work
-(``check_template``) and copies them onto its pod template.
+gives each container the OOM killer stopped the factor times the memory it was stopped
+at, at most the limit and what the namespace's LimitRanges allow; ``avoid-failed-nodes``
+keeps the pod off the nodes where earlier attempts failed (the most recent few). Both act
+on the new pod at its admission (``mutators.pod``); a workload's admission checks that
+they can work (``check_template``) and copies them onto its pod template.
 
 An OOM kill is exit code 137 (the kernel's SIGKILL), and a podFailurePolicy cannot tell it
 from another SIGKILL: a rule that fails the Job on 137 would end it before a retry could
@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from webhook.cluster import limits
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec, quantity
 from webhook.mutators.base import Context, Outcome
@@ -54,7 +55,10 @@ def check_memory(
     pod_spec: Mapping[str, Any], policy: Policy, ctx: Context, out: Outcome, where: str
 ) -> Policy:
     """``oom-memory-factor`` needs ``oom-memory-limit``, which must not exceed the guard
-    rail nor be below a container's memory request (it could never be met)."""
+    rail nor be below a container's memory request (it could never be met); and memory
+    set on the containers, not on the pod (``spec.resources``, PodLevelResources): a
+    raise of the containers would not move a pod-level bound, so the promise of more
+    memory would not be kept."""
     factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
     if factor is None:
         if limit is not None and policy.setting("oom-memory-limit").source is Source.ANNOTATION:
@@ -66,6 +70,18 @@ def check_memory(
             "oom-memory-factor",
             f"needs {PREFIX}oom-memory-limit, the most memory a container may get (e.g. 16Gi)",
             "missing-memory-limit",
+        )
+        return off(policy, "oom-memory-factor")
+    shared = podspec.memory_of(pod_spec, "limits") or podspec.memory_of(pod_spec, "requests")
+    if shared is not None:
+        field = "spec.resources" if where == "this pod" else f"{where}.spec.resources"
+        out.conflict(
+            policy,
+            "oom-memory-factor",
+            f"{field} sets pod-level memory ({shared}), which the pod's containers share: "
+            "raising an OOM-killed container's memory would leave that bound where it is; "
+            "accepted: memory set on the containers only",
+            "pod-level-resources",
         )
         return off(policy, "oom-memory-factor")
     rail = ctx.config.rails(ctx.namespace).max_oom_memory_limit
@@ -91,6 +107,22 @@ def check_memory(
             )
             return off(policy, "oom-memory-factor")
     return policy
+
+
+def check_limit_ranges(policy: Policy, ctx: Context, out: Outcome) -> None:
+    """A workload's warning when ``oom-memory-limit`` is above what the namespace's
+    LimitRanges let a container or a pod have: its pods' raises stop there
+    (``webhook.kube.limitrange``), below the limit the user set."""
+    limit = policy.oom_memory_limit
+    if policy.oom_memory_factor is None or limit is None:
+        return
+    bounds = limits.ask(ctx.attempts, ctx.namespace or "").limits
+    for what, bound in (("container", bounds.container_max), ("pod", bounds.pod_max)):
+        if bound is not None and bound.value < limit.value:
+            out.note(
+                f"retry-policy: oom-memory-limit {limit} is above LimitRange {bound.source}'s "
+                f"{what} max {bound.text}: memory raises stop there"
+            )
 
 
 def check_restart_policy(
@@ -157,6 +189,33 @@ def check_oom_retried(
     return with_setting(
         policy, "retriable-exit-codes", Setting(wider, setting.source, setting.detail)
     )
+
+
+#: Why an OOM kill is retried only where it exits 137. On cgroup v2 the kubelet makes the
+#: OOM killer stop the whole container (``memory.oom.group``), unless its config sets
+#: ``singleProcessOOMKill: true`` (``generateLinuxContainerResources`` in
+#: pkg/kubelet/kuberuntime/kuberuntime_container_linux.go; the default is false on cgroup
+#: v2 and true on cgroup v1, where it cannot be false: ``NewMainKubelet`` in
+#: pkg/kubelet/kubelet.go). Killing one process of the container, the kernel may leave
+#: its main process to exit with a code of its own (1 for a crashed worker pool), which
+#: a podFailurePolicy, matching exit codes only, takes for a non-retriable failure.
+OOM_SIGNAL = (
+    "retry-policy: OOM kills exit 137 only on cgroup v2 without singleProcessOOMKill; "
+    "else fail-non-retriable may fail them"
+)
+
+
+def check_oom_signal(policy: Policy, out: Outcome) -> None:
+    """Say where an OOM kill is meant to be retried (``oom-memory-factor``, or 137 among
+    the retriable codes) while ``fail-non-retriable`` fails every other exit code (once
+    for all the Job specs of a workload). It is said with the FailJob rule, as what that
+    rule assumes, not as a fault of the object: ``dry-run --fail-on-warn`` passes it."""
+    if (
+        policy.fail_non_retriable
+        and (policy.oom_memory_factor is not None or SIGKILL in policy.retriable_exit_codes)
+        and all(change.text != OOM_SIGNAL for change in out.changes)
+    ):
+        out.changed(OOM_SIGNAL)
 
 
 def pod_values(policy: Policy) -> dict[str, str]:

@@ -699,6 +699,7 @@ def _check_failure_aware(
     if not budget.runs:
         policy = failureaware.check_restart_policy(pod_spec, policy, out, where)
     policy = failureaware.check_memory(pod_spec, policy, ctx, out, f"{where}.template")
+    failureaware.check_limit_ranges(policy, ctx, out)
     return failureaware.check_oom_retried(user_rules, pod_spec, policy, out, where)
 
 
@@ -1010,6 +1011,8 @@ def _apply(
                     f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
                     setting,
                 )
+            if any(name == "fail-non-retriable" for name, _ in said):
+                failureaware.check_oom_signal(policy, out)  # said with the rule, as below
             ignored = ("ignore-disruptions", "Ignore") in said
             if ignored and spec.get("activeDeadlineSeconds") is None:
                 out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
@@ -1035,8 +1038,9 @@ def _apply(
         factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
         if copied.get("oom-memory-factor") and factor is not None:
             out.changed(
-                f"retry-policy: a container OOM-killed gets its memory x"
-                f"{format_value('oom-memory-factor', factor)} per OOM kill in later attempts"
+                f"retry-policy: a container OOM-killed gets x"
+                f"{format_value('oom-memory-factor', factor)} the memory it was killed at "
+                "in later attempts"
                 f"{' of its index' if budget.scope.startswith('each index') else ''}, "
                 f"at most {limit}",
                 policy.setting("oom-memory-factor"),

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
-from webhook.cluster import history
+from webhook.cluster import history, limits
+from webhook.cluster import nodes as placement
 from webhook.cluster.attempts import AttemptLookup
-from webhook.cluster.history import HistoryKey, HistoryLookup
-from webhook.kube import podspec
+from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
+from webhook.kube import limitrange, podspec, scheduling
 from webhook.kube.owned import Owned
 from webhook.mutators import (
     Context,
@@ -244,7 +246,7 @@ class PodMutator:
                 return None
         if not checked.failure_aware:
             return None
-        lookup = failure_history(pod, owner, ctx)
+        lookup, terminating = failure_history(pod, owner, ctx)
         wanted = " and ".join(
             what
             for what, on in (
@@ -262,14 +264,11 @@ class PodMutator:
         record: dict[str, Any] = {}
         previous = _applied(pod.get("metadata"))
         if checked.oom_memory_factor is not None:
-            record.update(self._raise(spec, checked, lookup, previous, out))
+            record.update(self._raise(spec, checked, lookup, previous, ctx, out))
         if checked.avoid_failed_nodes:
             record.update(self._avoid(spec, checked, lookup, ctx, out))
         if lookup.missing:
-            out.note(
-                f"retry-policy: {lookup.missing} earlier failure(s) of this Job could not be "
-                "examined (their pods are gone)"
-            )
+            out.note(_unexamined(lookup.missing, terminating))
         metadata = pod.get("metadata") or {}
         if history.jobset_without_uid(metadata):
             out.note(
@@ -289,42 +288,75 @@ class PodMutator:
         policy: Policy,
         lookup: HistoryLookup,
         previous: Mapping[str, Any],
+        ctx: Context,
         out: Outcome,
     ) -> dict[str, Any]:
+        """Each OOM-killed container gets ``oom-memory-factor`` times the memory it was
+        killed at (the most, when several of its pods were), at most ``oom-memory-limit``
+        and what the namespace's LimitRanges allow (``webhook.kube.limitrange``), never
+        less than it has. (Pod-level memory was refused by ``check_memory``.)"""
         factor, cap = policy.oom_memory_factor, policy.oom_memory_limit
         if factor is None or cap is None or not lookup.oom_kills:
             return {}
         raised = previous.get("memoryRaised")
         if isinstance(raised, dict):
             return {"memoryRaised": raised}  # done at this pod's first admission
-        pod_level = podspec.memory_of(spec, "limits") or podspec.memory_of(spec, "requests")
-        if pod_level is not None:
+        namespace = ctx.namespace or ""
+        bounds = limits.ask(ctx.attempts, namespace)
+        if not bounds.known:
             out.note(
-                "retry-policy: memory not raised after OOM kills: the pod sets pod-level "
-                "memory resources (spec.resources), which are left as they are"
+                f"retry-policy: memory not raised after OOM kills: the LimitRanges of "
+                f"namespace {namespace} are unknown ({bounds.reason})"
+            )
+            return {}
+        wanted: limitrange.Raise = {}
+        killed: dict[int, Killed] = {}
+        for position, container in enumerate(podspec.containers(spec)):
+            name = container.get("name")
+            entry = lookup.killed(name) if isinstance(name, str) else None
+            if entry is None:
+                continue
+            target = podspec.memory_target(container, factor, cap, (entry.request, entry.limit))
+            if all(a.value == b.value for a, b in target.values()):
+                out.note(
+                    f"retry-policy: container {name} was OOM-killed {_times(entry.kills)}; its "
+                    f"memory is not raised (none set, or already at oom-memory-limit {cap})"
+                )
+                continue
+            wanted[position], killed[position] = target, entry
+        fitted = limitrange.fit(spec, wanted, bounds.limits)
+        if fitted.refused:
+            out.note(
+                "retry-policy: memory not raised after OOM kills: a LimitRange of namespace "
+                f"{namespace} would refuse the pod ({'; '.join(sorted(fitted.refused))})"
             )
             return {}
         done: dict[str, int] = {}
         setting = policy.setting("oom-memory-factor")
         shown = format_value("oom-memory-factor", factor)
-        for name, container in failureaware.named(spec):
-            kills = lookup.kills(name)
-            if not kills:
-                continue
-            changes = podspec.raise_memory(container, factor, kills, cap)
+        containers = list(podspec.containers(spec))
+        for position, values in fitted.values.items():
+            container, entry = containers[position], killed[position]
+            changes = []
+            for kind, after in values.items():
+                before = podspec.set_memory(container, kind, after)
+                if before is not None:
+                    changes.append(f"{kind[:-1]} {before} -> {after}")
             if not changes:
                 out.note(
-                    f"retry-policy: container {name} was OOM-killed {_times(kills)}; its "
-                    f"memory is not raised (none set, or already at oom-memory-limit {cap})"
+                    f"retry-policy: container {entry.container} was OOM-killed "
+                    f"{_times(entry.kills)}; its memory is not raised (held at what "
+                    f"{fitted.held.get(position, 'oom-memory-limit')} allows)"
                 )
                 continue
-            done[name] = kills
-            what = ", ".join(f"{kind[:-1]} {a} -> {b}" for kind, a, b in changes)
-            capped = any(b == str(cap) for _, _, b in changes)
+            done[entry.container] = entry.kills
+            why = fitted.held.get(position)
+            if why is None and any(v.value == cap.value for v in values.values()):
+                why = f"oom-memory-limit {cap}"
             out.changed(
-                f"retry-policy: container {name} was OOM-killed {_times(kills)} before: "
-                f"memory {what} (x{shown} per OOM kill"
-                + (f", at most oom-memory-limit {cap})" if capped else ")"),
+                f"retry-policy: container {entry.container} was OOM-killed "
+                f"{_times(entry.kills)} before{_killed_at(wanted[position], entry)}: memory "
+                f"{', '.join(changes)} (x{shown}" + (f", at most {why})" if why else ")"),
                 setting,
             )
             out.actions["memory_raised"] = out.actions.get("memory_raised", 0) + 1
@@ -338,6 +370,12 @@ class PodMutator:
         ctx: Context,
         out: Outcome,
     ) -> dict[str, Any]:
+        """Keep the pod off the nodes where the latest attempts failed: required while a
+        Ready node remains that its own placement allows (its node selector, required node
+        affinity, the non-spot requirement above, taints and tolerations: the question
+        ``webhook.kube.scheduling`` answers from the Node cache), so the scheduler cannot
+        pick a failed node; else preferred, so it still avoids them when it can but the
+        pod is never left Pending for want of a node until the Job's deadline."""
         most = ctx.config.rails(ctx.namespace).max_avoided_nodes
         nodes = list(lookup.nodes[-most:])
         if not nodes:
@@ -349,14 +387,48 @@ class PodMutator:
                 f"only run there ({pinned}); not avoided"
             )
             return {}
-        if podspec.avoid_nodes(spec, nodes):
+        answer = placement.ask(ctx.attempts, scheduling.placement(spec, nodes))
+        record: dict[str, Any] = {"avoidedNodes": len(nodes)}
+        if answer.known and answer.fits:
+            changed = podspec.avoid_nodes(spec, nodes)
+            text = f"keeping off {len(nodes)} node(s) where earlier attempts failed"
+        else:
+            why = answer.reason if not answer.known else "no other Ready node fits the pod"
+            changed = podspec.prefer_off_nodes(spec, nodes)
+            text = (
+                f"avoiding {len(nodes)} node(s) where earlier attempts failed by preference "
+                f"only ({why})"
+            )
+            record["avoidedBy"] = "preference"
+        if changed:
             out.changed(
-                f"retry-policy: keeping off {len(nodes)} node(s) where earlier attempts "
-                f"failed: {_nodes(nodes)}",
-                policy.setting("avoid-failed-nodes"),
+                f"retry-policy: {text}: {_nodes(nodes)}", policy.setting("avoid-failed-nodes")
             )
             out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
-        return {"avoidedNodes": len(nodes)}
+        return record
+
+
+def _unexamined(missing: int, terminating: int) -> str:
+    """The warning for counted failures whose failed pods were not seen: a pod still
+    terminating is counted before it fails (``AttemptLookup.terminating``), the others'
+    pods were deleted before the watch saw them fail."""
+    still = min(missing, terminating)
+    parts = [f"{still} pod(s) still terminating"] if still else []
+    if missing - still:
+        parts.append(f"{missing - still} pod(s) gone")
+    return f"retry-policy: {missing} earlier failure(s) of this Job not examined: " + ", ".join(
+        parts
+    )
+
+
+def _killed_at(target: Mapping[str, Any], entry: Killed) -> str:
+    """`` at <memory>``: the limit the container was OOM-killed at (its request when it
+    had no limit), as a quantity like its own; "" when unknown."""
+    for kind, killed in (("limits", entry.limit), ("requests", entry.request)):
+        if kind in target and killed is not None:
+            before = target[kind][0]
+            return f" at {before.with_value(Fraction(killed))}"
+    return ""
 
 
 def _times(n: int) -> str:
@@ -389,13 +461,14 @@ def _applied(metadata: Any) -> dict[str, Any]:
 
 def failure_history(
     pod: Mapping[str, Any], owner: Mapping[str, Any] | None, ctx: Context
-) -> HistoryLookup:
+) -> tuple[HistoryLookup, int]:
     """What earlier attempts of this pod's Job (its index, for an Indexed Job; its
-    replicated Job and job index across restarts, for a JobSet) went through. The
-    history must be complete up to the failures the Job controller counted: those of the
-    index (``job-index-failure-count``, with a per-index budget), else the Job's."""
+    replicated Job and job index across restarts, for a JobSet) went through, and how
+    many of the Job's pods are still terminating. The history must be complete up to
+    the failures the Job controller counted: those of the index
+    (``job-index-failure-count``, with a per-index budget), else the Job's."""
     if owner is None or owner.get("kind") != "Job" or not owner.get("uid"):
-        return history.unknown("the pod has no owning Job")
+        return history.unknown("the pod has no owning Job"), 0
     metadata = pod.get("metadata") or {}
     namespace = str(metadata.get("namespace") or ctx.namespace or "")
     name, uid = str(owner.get("name")), str(owner["uid"])
@@ -404,6 +477,7 @@ def failure_history(
     raw = annotations.get(INDEX_FAILURE_COUNT) if isinstance(annotations, dict) else None
     per_index = False
     expected: int | None = None
+    terminating = 0
     if isinstance(raw, str) and index is not None:
         try:
             expected, per_index = parse_count(raw), True
@@ -412,8 +486,8 @@ def failure_history(
     if not per_index:
         counted = ctx.attempts.job_failures(namespace, name, uid)
         if counted.failures is None:
-            return history.unknown(counted.reason)
-        expected = counted.failures
+            return history.unknown(counted.reason), 0
+        expected, terminating = counted.failures, counted.terminating
     place = history.jobset_place(metadata)
     key = HistoryKey(
         namespace,
@@ -426,7 +500,7 @@ def failure_history(
         jobset=place[0] if place else None,
         run=history.jobset_run(metadata) if place else 0,
     )
-    return history.ask(ctx.attempts, key)
+    return history.ask(ctx.attempts, key), terminating
 
 
 def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:

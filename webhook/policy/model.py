@@ -248,7 +248,7 @@ KEYS: dict[str, KeySpec] = {
             "oom-memory-factor",
             parse_factor,
             _BOTH,
-            "after OOM kills, a container's memory is multiplied by factor^(its OOM kills)",
+            "after an OOM kill, a container gets factor times the memory it was killed at",
         ),
         KeySpec(
             "oom-memory-limit",

@@ -125,7 +125,8 @@ class Metrics:
         self.cache_objects = Gauge(
             PREFIX + "attempt_cache_objects",
             "Objects in the attempt cache (jobs, failed_pods; failure_histories: Jobs or "
-            "indexes whose failed pods' OOM kills and nodes are kept).",
+            "indexes whose failed pods' OOM kills and nodes are kept; "
+            "limit_range_namespaces: namespaces with LimitRanges; nodes).",
             ["resource"],
             multiprocess_mode="livemax",
             registry=r,
@@ -242,13 +243,19 @@ class Metrics:
         self.cache_objects.labels("failed_pods").set(stats.get("failed_pods", 0))
         history = stats.get("history") or {}
         self.cache_objects.labels("failure_histories").set(history.get("lineages", 0))
+        limit_ranges = stats.get("limit_ranges") or {}
+        nodes = stats.get("nodes") or {}
+        self.cache_objects.labels("limit_range_namespaces").set(limit_ranges.get("namespaces", 0))
+        self.cache_objects.labels("nodes").set(nodes.get("nodes", 0))
         self.cache_synced.set(1 if stats.get("synced") else 0)
         counters = {
             (self.cache_lookups, "hit"): stats.get("hits", 0),
             (self.cache_lookups, "miss"): stats.get("misses", 0),
             (self.cache_errors, "fallback"): stats.get("fallback_errors", 0),
             (self.cache_errors, "breaker_skip"): stats.get("breaker_skips", 0),
-            (self.cache_errors, "watch"): stats.get("watch_errors", 0),
+            (self.cache_errors, "watch"): stats.get("watch_errors", 0)
+            + limit_ranges.get("watch_errors", 0)
+            + nodes.get("watch_errors", 0),
             (self.cache_errors, "history_list"): history.get("list_errors", 0),
         }
         with self._lock:

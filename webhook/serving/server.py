@@ -66,8 +66,13 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from webhook.admission import engine
 from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.limits import LimitLookup, LimitRangeCache
+from webhook.cluster.limits import ask as limit_lookup
+from webhook.cluster.nodes import NodeAnswer, NodeCache
+from webhook.cluster.nodes import ask as node_lookup
 from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
 from webhook.cluster.version import ServerVersion
+from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config, load_config
 from webhook.serving import logs, metrics
 from webhook.serving.app import MAX_BODY_BYTES, State, create_app
@@ -359,8 +364,15 @@ class LoopAttempts:
     ``NeedsThread`` there, so that the request is answered on a thread instead and the
     loop keeps serving others meanwhile. Other threads get ``job_failures`` as is."""
 
-    def __init__(self, cache: JobCache):
+    def __init__(
+        self,
+        cache: JobCache,
+        limits: LimitRangeCache | None = None,
+        nodes: NodeCache | None = None,
+    ):
         self.cache = cache
+        self.limits = limits
+        self.nodes = nodes
         self.loop_thread: int | None = None
 
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
@@ -379,8 +391,31 @@ class LoopAttempts:
             return answer
         return self.cache.job_history(key)
 
+    def limit_ranges(self, namespace: str) -> LimitLookup:
+        """A dictionary lookup, on any thread (``webhook.cluster.limits``)."""
+        return limit_lookup(self.limits, namespace)
+
+    def placement(self, question: Placement) -> NodeAnswer:
+        """From the Node cache; its first questions may wait for its first list: on a
+        thread (``webhook.cluster.nodes``)."""
+        if self.nodes is None:
+            return node_lookup(None, question)
+        if threading.get_ident() == self.loop_thread:
+            answer = self.nodes.answer_at_once(question)
+            if answer is None:
+                raise NeedsThread
+            return answer
+        return self.nodes.placement(question)
+
     def stats(self) -> dict[str, Any]:
-        return self.cache.stats()
+        stats = self.cache.stats()
+        if self.nodes is not None:
+            stats["nodes"] = self.nodes.stats()
+        if self.limits is not None:
+            limit_stats = self.limits.stats()
+            stats["limit_ranges"] = limit_stats
+            stats["synced"] = bool(stats.get("synced")) and bool(limit_stats.get("synced"))
+        return stats
 
 
 class LoopRuntimes:
@@ -450,7 +485,12 @@ class WorkerRuntime:
         clients = connect(options.kube)
         if clients is not None:
             cache = JobCache(*clients, lookup_timeout=options.lookup_timeout).start()
-            self.loop_attempts = LoopAttempts(cache)
+            self.loop_attempts = LoopAttempts(
+                cache,
+                LimitRangeCache(clients[1]).start(),
+                # Started by the first pod that keeps off failed nodes (cluster/nodes.py).
+                NodeCache(clients[1], options.lookup_timeout),
+            )
             self.state.attempts = self.loop_attempts
         else:
             self.state.attempts = NoCluster()
