@@ -733,6 +733,36 @@ def test_a_trainjob_without_any_deadline_is_denied_naming_its_own():
     assert "set spec.activeDeadlineSeconds (or one on every replicated Job" in message
 
 
+@pytest.mark.parametrize(
+    ("rules", "bounded"),
+    [
+        ([], True),
+        ([{"name": "again", "action": "RestartJobSetAndIgnoreMaxRestarts"}], False),
+        (
+            [
+                {
+                    "name": "again",
+                    "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+            True,
+        ),
+    ],
+)
+def test_a_runtimes_deadline_is_no_bound_when_its_rules_restart_past_it_uncounted(rules, bounded):
+    # upstream: restartJobSetAndIgnoreMaxRestartsActionApplier (jobset
+    # pkg/controllers/failure_policy.go) never checks maxRestarts, and a rule without
+    # onJobFailureReasons applies to DeadlineExceeded too (ruleIsApplicable): the
+    # runtime's Job deadline then restarts the set forever, as for a JobSet of one's own.
+    policy = {"maxRestarts": 3, "rules": rules} if rules else None
+    rt = runtime(failure_policy=policy, job_spec={"activeDeadlineSeconds": 3600})
+    verdict, _ = run(trainjob(IN_PLACE), runtimes=GivenRuntimes([rt], "ml"))
+    assert verdict.allowed is bounded, verdict.message
+    if not bounded:
+        assert "set spec.activeDeadlineSeconds (or one on every replicated Job" in (verdict.message)
+
+
 def test_a_trainjob_gets_the_admins_default_deadline():
     config = parse_config("guardRails:\n  inPlaceDeadlineSeconds: 7200\n")
     verdict, out = run(trainjob(IN_PLACE), config=config, runtimes=GivenRuntimes([runtime()], "ml"))

@@ -400,3 +400,17 @@ def test_a_mistyped_object_never_meets_an_internal_error(obj, config_index):
         explain.explain(obj, config, "ml")
     except explain.ExplainError as err:  # a refusal with a reason is an answer
         assert str(err)
+
+
+def test_a_pod_whose_namespace_is_not_a_string_gets_an_answer():
+    """Found by the test above: a list for ``metadata.namespace`` made the attempt lookup's
+    question unhashable (the API server refuses such a pod; we must still answer)."""
+    made = pod(
+        {P + "backoff-limit": "2", P + "non-spot-attempts": "1", P + "oom-memory-factor": "2"},
+        owner=job_owner(),
+    )
+    made["metadata"]["namespace"] = ["ml"]
+    body = review(made)
+    body["request"]["namespace"] = None
+    verdict = engine.mutate(decode(json.dumps(body).encode()), parse_config("{}"), TwoFailures())
+    assert not any("internal error" in text for text in [*verdict.warnings, verdict.message])

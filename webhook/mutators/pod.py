@@ -470,7 +470,7 @@ def failure_history(
     if owner is None or owner.get("kind") != "Job" or not owner.get("uid"):
         return history.unknown("the pod has no owning Job"), 0
     metadata = pod.get("metadata") or {}
-    namespace = str(metadata.get("namespace") or ctx.namespace or "")
+    namespace = namespace_of(metadata, ctx)
     name, uid = str(owner.get("name")), str(owner["uid"])
     lineage, index = history.pod_lineage(metadata, uid)
     annotations = metadata.get("annotations") or {}
@@ -511,6 +511,13 @@ def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:
     return str(owner.get("apiVersion") or "").startswith("kubeflow.org/")
 
 
+def namespace_of(metadata: Mapping[str, Any], ctx: Context) -> str:
+    """The pod's namespace: the request's (the API server's word), else the object's when
+    it is a string (a mistyped one is refused by the API server anyway)."""
+    written = metadata.get("namespace")
+    return ctx.namespace or (written if isinstance(written, str) else "")
+
+
 def attempt_of(
     pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
 ) -> AttemptLookup:
@@ -547,6 +554,6 @@ def attempt_of(
         except BadValue:
             pass
     if owner is not None and owner.get("kind") == "Job" and owner.get("uid"):
-        namespace = metadata.get("namespace") or ctx.namespace or ""
+        namespace = namespace_of(metadata, ctx)
         return ctx.attempts.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
     return AttemptLookup(None, "none", f"no {PREFIX}attempt annotation and no owning Job")

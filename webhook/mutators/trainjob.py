@@ -58,6 +58,8 @@ from webhook.mutators.jobset import (
     INITIALIZER_STEPS,
     JobSetMutator,
     check_unsupported,
+    in_place_bound,
+    initializers,
 )
 from webhook.policy.model import (
     APPLIED,
@@ -639,12 +641,18 @@ def _bound_in_place(
     immutable after creation), or the admin's permission to run unbounded."""
     present = inplace.deadline_set(spec.get("activeDeadlineSeconds"))
     if not present and runtime is not None:
+        # Each replicated Job that restarts in place (not the initializers: they take no
+        # policy) must be bounded as the JobSet webhook judges it: a deadline the
+        # runtime's JobSet rules restart past uncounted is none (``in_place_bound``).
         jobset = jobset_for({**trainjob, "spec": spec}, runtime)
-        templates = [
-            mapping(get_path(r, ("template", "spec")))
-            for r in items(get_path(jobset, ("spec", "replicatedJobs")))
+        skipped = set(initializers(jobset))
+        bounds = [
+            in_place_bound(jobset, path, mapping(get_path(jobset, path)), None).present
+            for index, _ in enumerate(items(get_path(jobset, ("spec", "replicatedJobs"))))
+            if index not in skipped
+            for path in [("spec", "replicatedJobs", index, "template", "spec")]
         ]
-        present = bool(templates) and all(inplace.job_spec_bounded(t) for t in templates)
+        present = bool(bounds) and all(bounds)
     fields = "spec.activeDeadlineSeconds (or one on every replicated Job of the runtime)"
     policy, deadline = inplace.settle_bound(
         policy, inplace.Bound(present, fields), ctx, out, "no retry budget"
