@@ -17,7 +17,7 @@ PACKAGE = ROOT / "webhook"
 LAYERS = [
     {"cli"},
     {"serving", "explain"},
-    {"admission"},
+    {"admission", "controller"},
     {"mutators"},
     {"cluster", "policy"},
     {"kube", "tls"},
