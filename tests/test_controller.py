@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 import signal
 import threading
 import time
@@ -262,3 +263,93 @@ def test_a_stopped_leader_hands_over_at_once_and_no_controller_is_off(api, tmp_p
         for server in (one, two, off):
             if server.proc.poll() is None:
                 stop(server)
+
+
+# --- Events ---------------------------------------------------------------------------------
+
+from webhook.cluster.events import Event, EventRecorder, Regarding  # noqa: E402
+
+JOB = Regarding("batch/v1", "Job", "ml", "train", "job-uid-1")
+
+
+def events_api(fake: FakeAPI, tmp_path: Path) -> client.EventsV1Api:
+    path = write_kubeconfig(tmp_path / f"kubeconfig-ev-{time.monotonic_ns()}", fake.url)
+    return client.EventsV1Api(config.new_client_from_config(str(path)))
+
+
+def stored_events(fake: FakeAPI) -> list[dict]:
+    with fake.lock:
+        return [dict(v) for (ns, _), v in fake.named["events"].items() if ns == "ml"]
+
+
+def test_an_event_is_written_as_events_k8s_io_v1_regarding_the_workload(api, tmp_path):
+    recorder = EventRecorder(events_api(api, tmp_path), "webhook-0")
+    note = "attempt 3 of 4: container trainer 1Gi -> 1536Mi after 1 OOM kill"
+    assert recorder.emit(Event(JOB, "Normal", "RetryMemoryIncreased", note))
+    assert recorder.flush()
+    (event,) = stored_events(api)
+    assert event["reportingController"] == "retry-policy.dev/webhook"
+    assert event["reportingInstance"] == "webhook-0" and event["action"] == "Admit"
+    assert event["regarding"] == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "namespace": "ml",
+        "name": "train",
+        "uid": "job-uid-1",
+    }
+    assert (event["type"], event["reason"], event["note"]) == (
+        "Normal",
+        "RetryMemoryIncreased",
+        note,
+    )
+    # a MicroTime (the client writes it with an offset; the API's RFC3339Micro takes both)
+    assert datetime.fromisoformat(event["eventTime"].replace("Z", "+00:00")).tzinfo
+    assert "series" not in event
+    assert event["metadata"]["name"].startswith("train.")
+
+
+def test_the_same_decision_again_counts_into_one_event_across_recorders(api, tmp_path):
+    """Two processes (or replicas) deciding the same: one Event, its series counting."""
+    one = EventRecorder(events_api(api, tmp_path), "webhook-0")
+    two = EventRecorder(events_api(api, tmp_path), "webhook-1")
+    same = Event(JOB, "Normal", "RetryOnNonSpot", "attempt 4 of 4: on a non-spot node")
+    for recorder in (one, two, one):
+        recorder.emit(same)
+        assert recorder.flush()
+    other = Event(JOB, "Normal", "RetryOnNonSpot", "attempt 3 of 4: on a non-spot node")
+    one.emit(other)
+    assert one.flush()
+    events = sorted(stored_events(api), key=lambda e: e["note"])
+    assert [e["note"] for e in events] == [other.note, same.note]
+    assert "series" not in events[0] and events[1]["series"]["count"] == 3
+    assert one.stats()["aggregated"] == 1 and two.stats()["aggregated"] == 1
+
+
+def test_a_workload_gets_a_burst_of_events_then_one_per_refill(api, tmp_path):
+    now = [1000.0]
+    recorder = EventRecorder(
+        events_api(api, tmp_path), "w", burst=3, refill_seconds=60, clock=lambda: now[0]
+    )
+    for n in range(5):
+        recorder.emit(Event(JOB, "Normal", "RetryNodesAvoided", f"attempt {n + 2}"))
+    assert recorder.flush()
+    assert len(stored_events(api)) == 3 and recorder.stats()["dropped"] == 2
+    now[0] += 60
+    recorder.emit(Event(JOB, "Normal", "RetryNodesAvoided", "attempt 9"))
+    recorder.emit(Event(JOB, "Normal", "RetryNodesAvoided", "attempt 10"))
+    assert recorder.flush()
+    assert len(stored_events(api)) == 4
+    other = Regarding("batch/v1", "Job", "ml", "other", "job-uid-2")  # its own bucket
+    recorder.emit(Event(other, "Normal", "RetryNodesAvoided", "attempt 2"))
+    assert recorder.flush() and len(stored_events(api)) == 5
+
+
+def test_an_api_that_fails_event_writes_loses_them_without_blocking_emit(api, tmp_path):
+    recorder = EventRecorder(events_api(api, tmp_path), "w", capacity=2, retry_seconds=0.01)
+    api.stop()  # nothing listens any more: every write is a connection error
+    started = time.monotonic()
+    accepted = [recorder.emit(Event(JOB, "Normal", "RetryDelayed", f"n{n}")) for n in range(50)]
+    assert time.monotonic() - started < 0.5  # emit never waits on the API
+    assert accepted.count(True) >= 2 and accepted.count(False) >= 40
+    assert recorder.flush(10)
+    assert recorder.stats()["written"] == 0 and recorder.stats()["dropped"] == 50
