@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
 import signal
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
