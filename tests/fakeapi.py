@@ -79,6 +79,8 @@ NAMED = {
         False,
         "ValidatingWebhookConfiguration",
     ),
+    "leases": ("/apis/coordination.k8s.io/v1", True, "Lease"),
+    "events": ("/apis/events.k8s.io/v1", True, "Event"),
 }
 
 
@@ -328,6 +330,57 @@ class FakeAPI:
         self.named[resource][(namespace, name)] = new
         return 200, copy.deepcopy(new)
 
+    def _patch_listed(
+        self, resource: str, namespace: str, name: str, sub: str, body: Any, ctype: str
+    ) -> tuple[int, dict]:
+        """PATCH of a Job or Pod (or a pod's ``status``), delivered to watchers as
+        MODIFIED. As the API server: a patch that carries ``metadata.resourceVersion`` is a
+        precondition (409 when stale); a JSON patch's ``test`` op that fails is 422; a
+        ``status`` patch changes only the status, any other only the rest."""
+        current = next(
+            (
+                o
+                for o in self.objects[resource].values()
+                if o["metadata"].get("namespace") == namespace and o["metadata"]["name"] == name
+            ),
+            None,
+        )
+        if current is None:
+            return 404, _status_body(404, "NotFound", f'{resource} "{name}" not found', name)
+        if ctype == "application/json-patch+json" and isinstance(body, list):
+            try:
+                patched = jsonpatch.apply_patch(current, body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
+                return 422, _status_body(422, "Invalid", f"the patch cannot be applied: {err}")
+        elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            version = ((body or {}).get("metadata") or {}).get("resourceVersion")
+            if version and version != current["metadata"]["resourceVersion"]:
+                return 409, _status_body(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource} "{name}": the object has '
+                    "been modified; please apply your changes to the latest version and try "
+                    "again",
+                    name,
+                )
+            patched = _merge(copy.deepcopy(current), body)
+        else:
+            return 415, _status_body(415, "UnsupportedMediaType", f"not implemented: {ctype}")
+        if sub == "status":
+            patched = {**copy.deepcopy(current), "status": patched.get("status")}
+        else:
+            patched["status"] = copy.deepcopy(current.get("status"))
+        for key in ("uid", "name", "namespace", "creationTimestamp"):
+            patched["metadata"][key] = current["metadata"].get(key)
+        if _comparable(patched) == _comparable(current):
+            return 200, copy.deepcopy(current)
+        self.version += 1
+        patched["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[resource][current["metadata"]["uid"]] = patched
+        for q in self.watchers[resource]:
+            q.put({"type": "MODIFIED", "object": patched})
+        return 200, copy.deepcopy(patched)
+
     def _handler(self):
         api = self
 
@@ -390,8 +443,21 @@ class FakeAPI:
                     body = self._body()
                 except ValueError as err:
                     return self._status(400, "BadRequest", f"invalid JSON: {err}")
-                if target is None or (method == "POST") == bool(target[2]):
+                if target is None and method == "PATCH" and _listed_target(url.path):
+                    pass  # a Job's or Pod's PATCH: below
+                elif target is None or (method == "POST") == bool(target[2]):
                     return self._status(405, "MethodNotAllowed", f"{method} {url.path}")
+                if target is None and method == "PATCH":
+                    listed = _listed_target(url.path)
+                    if listed is not None:
+                        ctype = (self.headers.get("Content-Type") or "").split(";")[0]
+                        with api.lock:
+                            status, answer = api._patch_listed(*listed, body, ctype)
+                            if status < 300:
+                                api.writes.append((method, listed[0], listed[2]))
+                            else:
+                                api.failed_writes.append((method, listed[2], status))
+                        return self._send(status, answer)
                 resource, namespace, name = target
                 if api.before_write is not None:
                     api.before_write(method, resource, name or (body or {}).get("metadata", {}))
@@ -579,15 +645,34 @@ def write_kubeconfig(path: Path, url: str) -> Path:
 
 
 def _named_target(path: str) -> tuple[str, str, str] | None:
-    """(resource, namespace or "", name or "") for a Secret, ConfigMap or webhook
-    configuration URL."""
+    """(resource, namespace or "", name or "") for a URL of a ``NAMED`` resource."""
     parts = path.strip("/").split("/")
-    core = parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6)
-    if core and parts[4] in ("secrets", "configmaps"):
-        return parts[4], parts[3], parts[5] if len(parts) == 6 else ""
-    if parts[:3] == ["apis", "admissionregistration.k8s.io", "v1"] and len(parts) in (4, 5):
-        if parts[3] in NAMED:
-            return parts[3], "", parts[4] if len(parts) == 5 else ""
+    for resource, (prefix, namespaced, _kind) in NAMED.items():
+        base = prefix.strip("/").split("/")
+        if parts[: len(base)] != base:
+            continue
+        rest = parts[len(base) :]
+        if namespaced and len(rest) in (3, 4) and rest[0] == "namespaces" and rest[2] == resource:
+            return resource, rest[1], rest[3] if len(rest) == 4 else ""
+        if not namespaced and len(rest) in (1, 2) and rest[0] == resource:
+            return resource, "", rest[1] if len(rest) == 2 else ""
+    return None
+
+
+#: Listed resources that also take PATCH of one object (``/<prefix>/namespaces/NS/<r>/NAME``,
+#: ``.../pods/NAME/status``): resource -> URL prefix.
+PATCHED = {"jobs": "/apis/batch/v1", "pods": "/api/v1"}
+
+
+def _listed_target(path: str) -> tuple[str, str, str, str] | None:
+    """(resource, namespace, name, subresource or "") for a PATCH of a listed object."""
+    parts = path.strip("/").split("/")
+    for resource, prefix in PATCHED.items():
+        base = prefix.strip("/").split("/")
+        rest = parts[len(base) :]
+        if parts[: len(base)] == base and len(rest) in (4, 5) and rest[0] == "namespaces":
+            if rest[2] == resource:
+                return resource, rest[1], rest[3], rest[4] if len(rest) == 5 else ""
     return None
 
 

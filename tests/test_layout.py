@@ -18,7 +18,7 @@ LAYERS = [
     {"cli"},
     {"policytest"},
     {"serving", "explain", "offline"},
-    {"admission"},
+    {"admission", "controller"},
     {"mutators"},
     {"cluster", "policy"},
     {"kube", "tls"},

@@ -437,7 +437,19 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         max_connections=args.max_connections,
         memo_entries=args.memo_entries,
         reuse_port=args.reuse_port,
+        controller=args.controller,
+        lease_name=args.lease_name,
+        lease_namespace=args.lease_namespace,
+        lease_seconds=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
     )
+    if not options.renew_deadline < options.lease_seconds:
+        print("Error: --renew-deadline must be shorter than --lease-duration", file=stderr)
+        return EXIT_INPUT
+    if not options.retry_period < options.renew_deadline:
+        print("Error: --retry-period must be shorter than --renew-deadline", file=stderr)
+        return EXIT_INPUT
     try:
         serve(options)
     except (ConfigError, certs.CertError, OSError) as err:
@@ -619,6 +631,36 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="one listening socket shared by the workers (default: one per worker, "
         "SO_REUSEPORT, so the kernel spreads connections evenly over them)",
+    )
+    serve.add_argument(
+        "--no-controller",
+        dest="controller",
+        action="store_false",
+        help="do not run the controller (retry delays, Events, history) beside admission",
+    )
+    serve.add_argument(
+        "--lease-name",
+        default="retry-policy-webhook-controller",
+        help="the coordination.k8s.io Lease the replicas' controllers elect a leader on",
+    )
+    serve.add_argument(
+        "--lease-namespace",
+        help="the Lease's namespace (default: $POD_NAMESPACE, else --namespace)",
+    )
+    serve.add_argument(
+        "--lease-duration",
+        type=_seconds,
+        default=15.0,
+        help="seconds a standby waits for a silent leader before it takes over",
+    )
+    serve.add_argument(
+        "--renew-deadline",
+        type=_seconds,
+        default=10.0,
+        help="seconds a leader keeps acting without renewing before it stops",
+    )
+    serve.add_argument(
+        "--retry-period", type=_seconds, default=2.0, help="seconds between Lease attempts"
     )
     serve.set_defaults(func=run_server)
 

@@ -23,6 +23,7 @@ from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.admission.review import ReviewError, Verdict
 from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.mutators import lookup
@@ -58,6 +59,8 @@ class State:
     version: VersionSource = field(default_factory=UnknownVersion)
     readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})
     metrics: Metrics | None = None
+    #: Whether a controller leads (``webhook.cluster.leadership``), as this replica sees it.
+    leadership: LeaderNote | NoLeader = field(default_factory=NoLeader)
 
 
 _JSON = "application/json"

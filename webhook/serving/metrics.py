@@ -293,6 +293,29 @@ class SupervisorMetrics:
         self.cert_reloads.labels("success" if ok else "failure").inc()
 
 
+class ControllerMetrics:
+    """What the controller process records: whether it leads, and its reconcilers' work.
+    Its gauges are ``liveall``: one series per controller process (pid), dropped when the
+    process ends, so a scrape of a replica shows its current controller only."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Gauge
+
+        self.registry = CollectorRegistry()
+        self.leading = Gauge(
+            PREFIX + "controller_leader",
+            "1 while this replica's controller holds the Lease and acts, 0 while it stands by.",
+            multiprocess_mode="livemax",
+            registry=self.registry,
+        )
+
+    def leader(self, leading: bool) -> None:
+        self.leading.set(1 if leading else 0)
+
+    def flush(self) -> None:
+        pass
+
+
 _METRICS: Metrics | None = None
 _METRICS_LOCK = threading.Lock()
 

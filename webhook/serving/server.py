@@ -66,16 +66,19 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from webhook.admission import engine
 from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.leadership import LeaderNote, LeaderState, NoLeader
 from webhook.cluster.limits import LimitLookup, LimitRangeCache
 from webhook.cluster.limits import ask as limit_lookup
 from webhook.cluster.nodes import NodeAnswer, NodeCache
 from webhook.cluster.nodes import ask as node_lookup
 from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
 from webhook.cluster.version import ServerVersion
+from webhook.controller.manager import ControllerOptions, Manager, install_signal_handlers
 from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config, load_config
 from webhook.serving import logs, metrics
 from webhook.serving.app import MAX_BODY_BYTES, State, create_app
+from webhook.serving.controlproc import DISABLED, ControllerProcess
 from webhook.serving.reload import ConfigReloader, files_stamp
 from webhook.serving.rsgi import NeedsThread, WsgiOverRsgi
 from webhook.tls import certs
@@ -124,6 +127,24 @@ class ServeOptions:
     memo_entries: int = 256
     #: Each worker listens on a socket of its own (SO_REUSEPORT): see ``reuse_port``.
     reuse_port: bool = True
+    #: Run the controller (``webhook.controller``) beside the workers when there is a
+    #: cluster connection; its Lease (namespace: the pod's, else ``namespace``).
+    controller: bool = True
+    lease_name: str = "retry-policy-webhook-controller"
+    lease_namespace: str | None = None
+    lease_seconds: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def controller_options(self) -> ControllerOptions:
+        namespace = self.lease_namespace or os.environ.get("POD_NAMESPACE") or self.namespace
+        return ControllerOptions(
+            namespace,
+            self.lease_name,
+            lease_seconds=self.lease_seconds,
+            renew_deadline=self.renew_deadline,
+            retry_period=self.retry_period,
+        )
 
 
 #: The TLS handshake's time limit: granian's TLS listener's, fixed at 10 s.
@@ -466,13 +487,15 @@ class WorkerRuntime:
         certificate: CertificateStatus,
         recorder: metrics.Metrics,
         fallback_config: Config | None = None,
+        leader: LeaderNote | NoLeader | None = None,
     ):
         self.options = options
         self.certificate = certificate
         self.metrics = recorder
         self.started = time.monotonic()
         self.parent = os.getppid()
-        self.state = State(metrics=recorder, readiness=self.readiness)
+        self.leader = leader or NoLeader("--no-controller" if not options.controller else "off")
+        self.state = State(metrics=recorder, readiness=self.readiness, leadership=self.leader)
         engine.MEMO.max_entries = options.memo_entries
         self.reloader: ConfigReloader | None = None
         if options.config_path:
@@ -565,6 +588,8 @@ class WorkerRuntime:
             "certificate": certificate,
             "configReloadError": self.reloader.last_error if self.reloader else None,
             "cache": cache,
+            # Not a condition of readiness: admission works whoever leads.
+            "controller": self.leader.read().summary(),
             "reasons": reasons,
         }
 
@@ -579,6 +604,7 @@ class WorkerSpec:
     staged: StagedPair
     ready_fd: int
     note: SharedNote
+    leader: LeaderNote | NoLeader | None = None
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -615,7 +641,7 @@ def run_worker(
     metrics.reset_after_fork()
     staged = spec.staged
     certificate = CertificateStatus(staged.pair.not_after, spec.note)
-    runtime = WorkerRuntime(options, certificate, metrics.get(), fallback_config)
+    runtime = WorkerRuntime(options, certificate, metrics.get(), fallback_config, spec.leader)
     pool = ThreadPoolExecutor(max(1, options.threads), thread_name_prefix="api-wait")
     adapter = WsgiOverRsgi(app_factory(runtime), MAX_BODY_BYTES, options.body_timeout, pool)
     runtime.start()
@@ -739,6 +765,12 @@ class Supervisor:
     def __post_init__(self) -> None:
         self.app_factory = self.app_factory or default_app
         self.note = SharedNote()
+        self.leader_note: LeaderNote | None = None
+        self.controller: ControllerProcess | None = None
+        if self.options.controller and self.options.kube != "off":
+            self.leader_note = LeaderNote()
+            note = self.leader_note
+            self.controller = ControllerProcess(lambda: run_controller(self.options, note), note)
         self.listeners = Listeners(self.options)
         self.slots = [_Slot() for _ in range(self.options.workers)]
         self.ready_r, self.ready_w = os.pipe()
@@ -759,6 +791,8 @@ class Supervisor:
         signal.signal(signal.SIGHUP, self._on_restart)
         try:
             self.listeners.route_to(1)
+            if self.controller is not None:
+                self.controller.spawn(time.monotonic())
             for slot in range(len(self.slots)):
                 self.spawn(slot, 1)
             self._await_first_generation()
@@ -808,6 +842,7 @@ class Supervisor:
             self.staged[generation],
             self.ready_w,
             self.note,
+            self.leader_note,
         )
         pid = os.fork()
         if pid == 0:  # the worker
@@ -822,6 +857,8 @@ class Supervisor:
         self._read_ready()
         for pid, status in self._reap():
             self._exited(pid, status)
+        if self.controller is not None:
+            self.controller.tick(now)
         for index, slot in enumerate(self.slots):
             if slot.respawn_at is not None and now >= slot.respawn_at:
                 slot.respawn_at = None
@@ -952,6 +989,8 @@ class Supervisor:
         log.info("stopping: finishing the requests in progress")
         self.listeners.close()  # the workers hold their own copies until they stop
         self._stop_all(signal.SIGTERM)
+        if self.controller is not None:
+            self.controller.stop(self.options.graceful_timeout)  # releases its Lease
         deadline = time.monotonic() + self.options.graceful_timeout
         while self.workers and time.monotonic() < deadline:
             for pid, _status in self._reap():
@@ -978,6 +1017,39 @@ def _describe(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def run_controller(options: ServeOptions, note: LeaderNote) -> int:
+    """The controller process's body (``webhook.serving.controlproc``): leader election and,
+    while leading, the reconcilers; exits ``DISABLED`` without a cluster connection."""
+    metrics.reset_after_fork()
+    clients = connect(options.kube)
+    if clients is None:
+        note.write(LeaderState(reason="no cluster connection"))
+        return DISABLED
+    from kubernetes import client
+
+    from webhook.controller import reconcilers
+
+    api_client = clients[0].api_client
+    recorder = metrics.ControllerMetrics() if options.metrics_port else None
+    manager = Manager(
+        client.CoordinationV1Api(api_client),
+        options.controller_options(),
+        reconcilers.build(api_client, options.controller_options()),
+        note,
+        recorder,
+    )
+    install_signal_handlers(manager.stop)
+    parent = os.getppid()
+
+    def orphaned() -> None:  # the supervisor is gone (even by SIGKILL): stop too
+        while not manager.stop.wait(1.0):
+            if os.getppid() != parent:
+                manager.stop.set()
+
+    threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
+    return manager.run()
 
 
 def default_app(runtime: WorkerRuntime) -> Any:

@@ -1,0 +1,355 @@
+"""The controller's leader election: one replica acts, the others stand by and take over.
+
+The elector runs with the real ``kubernetes`` client against the HTTP test API, whose
+Leases have the API's write semantics (409 Conflict on a stale ``resourceVersion``,
+409 AlreadyExists on a second create); the server tests run ``retry-webhook serve``
+replicas as deployed, with their controller processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from fakeapi import FakeAPI, write_kubeconfig
+from kubernetes import client, config
+from serverproc import eventually, start, stop
+
+from webhook.cluster.leadership import LeaderNote, LeaderState
+from webhook.controller.lease import LeaderElector, LeaseConfig
+from webhook.controller.manager import ControllerOptions, Manager
+
+NS = "retry-policy-system"
+FAST = {"lease_seconds": 1.5, "renew_deadline": 1.0, "retry_period": 0.1}
+
+
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
+
+
+def coordination(fake: FakeAPI, tmp_path: Path) -> client.CoordinationV1Api:
+    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
+    return client.CoordinationV1Api(config.new_client_from_config(str(path)))
+
+
+def elector(fake, tmp_path, identity, **kw) -> LeaderElector:
+    cfg = LeaseConfig(NS, "retry-policy-webhook-controller", identity, **{**FAST, **kw})
+    return LeaderElector(coordination(fake, tmp_path), cfg)
+
+
+def lease(fake: FakeAPI) -> dict:
+    found = fake.get("leases", "retry-policy-webhook-controller", NS)
+    assert found is not None
+    return found
+
+
+def test_the_first_replica_creates_the_lease_and_holds_it(api, tmp_path):
+    # upstream: tryAcquireOrRenew (client-go tools/leaderelection/leaderelection.go):
+    # no Lease yet: create it, holding it.
+    a = elector(api, tmp_path, "a")
+    assert a.try_acquire_or_renew()
+    spec = lease(api)["spec"]
+    assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 2
+    assert spec["acquireTime"] == spec["renewTime"] and spec["leaseTransitions"] == 0
+    a.leading.set()
+    before = spec["renewTime"]
+    time.sleep(0.01)
+    assert a.try_acquire_or_renew()  # a renewal keeps acquireTime, moves renewTime
+    after = lease(api)["spec"]
+    assert after["acquireTime"] == spec["acquireTime"] and after["renewTime"] != before
+
+
+def test_a_standby_waits_for_the_lease_to_lapse_on_its_own_clock(api, tmp_path):
+    # upstream: isLeaseValid: observedTime + leaseDurationSeconds, the observation time
+    # on this replica's clock, not the record's renewTime (clocks may disagree).
+    a = elector(api, tmp_path, "a")
+    assert a.try_acquire_or_renew()
+    now = [100.0]
+    b = LeaderElector(
+        coordination(api, tmp_path),
+        LeaseConfig(NS, "retry-policy-webhook-controller", "b", **FAST),
+        clock=lambda: now[0],
+        wall=lambda: 0.0,  # a wall clock far behind: it must not matter
+    )
+    assert not b.try_acquire_or_renew()  # observed now: valid for 2 s from here
+    now[0] += 1.9
+    assert not b.try_acquire_or_renew()
+    now[0] += 0.2
+    assert b.try_acquire_or_renew()  # unchanged for longer than its duration: taken
+    spec = lease(api)["spec"]
+    assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
+
+
+def test_a_renewal_seen_by_the_standby_restarts_its_wait(api, tmp_path):
+    a = elector(api, tmp_path, "a")
+    a.leading.set()
+    assert a.try_acquire_or_renew()
+    now = [0.0]
+    b = LeaderElector(
+        coordination(api, tmp_path),
+        LeaseConfig(NS, "retry-policy-webhook-controller", "b", **FAST),
+        clock=lambda: now[0],
+    )
+    assert not b.try_acquire_or_renew()
+    now[0] = 1.9
+    time.sleep(0.01)
+    assert a.try_acquire_or_renew()  # the leader renews
+    assert not b.try_acquire_or_renew()  # a changed record: observed again at 1.9
+    now[0] = 3.0
+    assert not b.try_acquire_or_renew()
+
+
+def test_of_two_replicas_taking_a_lapsed_lease_at_once_one_wins(api, tmp_path):
+    """Both read the same resourceVersion; the update is a precondition, so the second
+    write gets 409 Conflict (the test API's, as the API server's) and stays a standby."""
+    a = elector(api, tmp_path, "a")
+    a.leading.set()
+    assert a.try_acquire_or_renew()
+    assert a.release()  # empty holder: free for anyone
+    b = elector(api, tmp_path, "b")
+    c = elector(api, tmp_path, "c")
+    barrier = threading.Barrier(2)
+    results: dict[str, bool] = {}
+
+    def take(name, e):
+        barrier.wait()
+        results[name] = e.try_acquire_or_renew()
+
+    threads = [threading.Thread(target=take, args=(n, e)) for n, e in (("b", b), ("c", c))]
+    api.before_write = lambda method, resource, name: time.sleep(0.05)  # both read first
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()) == [False, True], results
+    winner = "b" if results["b"] else "c"
+    assert lease(api)["spec"]["holderIdentity"] == winner
+    assert ("PUT", "retry-policy-webhook-controller", 409) in api.failed_writes
+
+
+def test_a_released_lease_is_taken_within_a_retry_period(api, tmp_path):
+    # upstream: tryRelease: holder emptied, leaseDurationSeconds 1 (ReleaseOnCancel).
+    a = elector(api, tmp_path, "a", lease_seconds=30)
+    a.leading.set()
+    assert a.try_acquire_or_renew()
+    b = elector(api, tmp_path, "b", lease_seconds=30)
+    assert not b.try_acquire_or_renew()
+    assert a.release()
+    spec = lease(api)["spec"]
+    assert "holderIdentity" not in spec and spec["leaseDurationSeconds"] == 1
+    assert b.try_acquire_or_renew()  # no holder: no wait at all
+
+
+def test_a_leader_that_cannot_renew_stops_leading(api, tmp_path):
+    a = elector(api, tmp_path, "a")
+    stop_event, lost = threading.Event(), threading.Event()
+    thread = threading.Thread(target=a.run, args=(stop_event, lost.set), daemon=True)
+    thread.start()
+    assert a.leading.wait(5)
+    api.forbidden.add(("leases", "retry-policy-webhook-controller"))  # the API refuses
+    assert lost.wait(5) and not a.leading.is_set()
+    stop_event.set()
+    thread.join(5)
+
+
+def test_the_manager_runs_reconcilers_only_while_leading_and_publishes(api, tmp_path):
+    note = LeaderNote()
+    ran = threading.Event()
+
+    class Probe:
+        name = "probe"
+
+        def run(self, stop):
+            ran.set()
+            stop.wait()
+
+    options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **FAST)
+    manager = Manager(coordination(api, tmp_path), options, [Probe()], note)
+    thread = threading.Thread(target=manager.run, daemon=True)
+    thread.start()
+    assert ran.wait(5)
+    state = eventually(lambda: note.read() if note.read().leader else None, 5)
+    assert state.holder == "a" and state.recently_renewed()
+    manager.stop.set()
+    thread.join(10)
+    assert "holderIdentity" not in lease(api)["spec"]  # released on a clean stop
+
+
+def test_a_note_that_stops_being_written_means_no_live_leader():
+    state = LeaderState(enabled=True, leader=True, holder="a", renewed_at=100, written_at=100)
+    assert state.recently_renewed(now=110)
+    assert not state.recently_renewed(now=116)  # the controller process went silent
+    assert not LeaderState().recently_renewed(now=0)
+    standby = LeaderState(enabled=True, holder="b", renewed_at=90, written_at=109)
+    assert standby.recently_renewed(now=104) and not standby.recently_renewed(now=109)
+
+
+# --- through the real server -------------------------------------------------------------
+
+
+def readyz(server) -> dict:
+    status, _, raw = server.request("GET", "/readyz")
+    assert status == 200, raw
+    return json.loads(raw)["controller"]
+
+
+def replica(tmp_path, fake, name, *extra):
+    kubeconfig = write_kubeconfig(tmp_path / f"kubeconfig-{name}", fake.url)
+    certs = tmp_path / "certs"
+    return start(
+        certs,
+        "--kube",
+        "kubeconfig",
+        "--lease-namespace",
+        NS,
+        "--lease-duration",
+        "2",
+        "--renew-deadline",
+        "1.5",
+        "--retry-period",
+        "0.2",
+        *extra,
+        log_path=tmp_path / f"{name}.log",
+        env={"KUBECONFIG": str(kubeconfig), "POD_NAME": name},
+        preexec_fn=os.setsid,  # a group of its own: killed whole below
+    )
+
+
+def test_two_replicas_elect_one_and_the_other_takes_over_when_it_dies(api, tmp_path):
+    one = replica(tmp_path, api, "one")
+    two = replica(tmp_path, api, "two")
+    try:
+        first = eventually(lambda: readyz(one).get("holder"), 10)
+        leader, standby = (one, two) if first.startswith("one_") else (two, one)
+        assert eventually(lambda: readyz(standby).get("holder") == first, 10)
+        assert readyz(leader)["leader"] and not readyz(standby)["leader"]
+        assert readyz(standby)["leaseLive"]
+        os.killpg(leader.proc.pid, signal.SIGKILL)  # no release: the Lease must lapse
+        leader.proc.wait(5)
+        taken = eventually(lambda: readyz(standby)["leader"], 15)
+        assert taken and lease(api)["spec"]["holderIdentity"].startswith(
+            "two_" if standby is two else "one_"
+        )
+        assert lease(api)["spec"]["leaseTransitions"] >= 1
+    finally:
+        for server in (one, two):
+            if server.proc.poll() is None:
+                stop(server)
+
+
+def test_a_stopped_leader_hands_over_at_once_and_no_controller_is_off(api, tmp_path):
+    one = replica(tmp_path, api, "one", "--lease-duration", "30", "--renew-deadline", "20")
+    two = replica(tmp_path, api, "two", "--lease-duration", "30", "--renew-deadline", "20")
+    off = replica(tmp_path, api, "off", "--no-controller")
+    try:
+        assert readyz(off) == {"enabled": False, "reason": "--no-controller"}
+        holder = eventually(lambda: readyz(one).get("holder"), 10)
+        leader, standby = (one, two) if holder.startswith("one_") else (two, one)
+        eventually(lambda: readyz(standby).get("holder"), 10)
+        started = time.monotonic()
+        stop(leader)  # SIGTERM: the controller releases its Lease
+        assert eventually(lambda: readyz(standby)["leader"], 10)
+        assert time.monotonic() - started < 10  # well within the 30 s lease
+    finally:
+        for server in (one, two, off):
+            if server.proc.poll() is None:
+                stop(server)
+
+
+# --- Events ---------------------------------------------------------------------------------
+
+from webhook.cluster.events import Event, EventRecorder, Regarding  # noqa: E402
+
+JOB = Regarding("batch/v1", "Job", "ml", "train", "job-uid-1")
+
+
+def events_api(fake: FakeAPI, tmp_path: Path) -> client.EventsV1Api:
+    path = write_kubeconfig(tmp_path / f"kubeconfig-ev-{time.monotonic_ns()}", fake.url)
+    return client.EventsV1Api(config.new_client_from_config(str(path)))
+
+
+def stored_events(fake: FakeAPI) -> list[dict]:
+    with fake.lock:
+        return [dict(v) for (ns, _), v in fake.named["events"].items() if ns == "ml"]
+
+
+def test_an_event_is_written_as_events_k8s_io_v1_regarding_the_workload(api, tmp_path):
+    recorder = EventRecorder(events_api(api, tmp_path), "webhook-0")
+    note = "attempt 3 of 4: container trainer 1Gi -> 1536Mi after 1 OOM kill"
+    assert recorder.emit(Event(JOB, "Normal", "RetryMemoryIncreased", note))
+    assert recorder.flush()
+    (event,) = stored_events(api)
+    assert event["reportingController"] == "retry-policy.dev/webhook"
+    assert event["reportingInstance"] == "webhook-0" and event["action"] == "Admit"
+    assert event["regarding"] == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "namespace": "ml",
+        "name": "train",
+        "uid": "job-uid-1",
+    }
+    assert (event["type"], event["reason"], event["note"]) == (
+        "Normal",
+        "RetryMemoryIncreased",
+        note,
+    )
+    # a MicroTime (the client writes it with an offset; the API's RFC3339Micro takes both)
+    assert datetime.fromisoformat(event["eventTime"].replace("Z", "+00:00")).tzinfo
+    assert "series" not in event
+    assert event["metadata"]["name"].startswith("train.")
+
+
+def test_the_same_decision_again_counts_into_one_event_across_recorders(api, tmp_path):
+    """Two processes (or replicas) deciding the same: one Event, its series counting."""
+    one = EventRecorder(events_api(api, tmp_path), "webhook-0")
+    two = EventRecorder(events_api(api, tmp_path), "webhook-1")
+    same = Event(JOB, "Normal", "RetryOnNonSpot", "attempt 4 of 4: on a non-spot node")
+    for recorder in (one, two, one):
+        recorder.emit(same)
+        assert recorder.flush()
+    other = Event(JOB, "Normal", "RetryOnNonSpot", "attempt 3 of 4: on a non-spot node")
+    one.emit(other)
+    assert one.flush()
+    events = sorted(stored_events(api), key=lambda e: e["note"])
+    assert [e["note"] for e in events] == [other.note, same.note]
+    assert "series" not in events[0] and events[1]["series"]["count"] == 3
+    assert one.stats()["aggregated"] == 1 and two.stats()["aggregated"] == 1
+
+
+def test_a_workload_gets_a_burst_of_events_then_one_per_refill(api, tmp_path):
+    now = [1000.0]
+    recorder = EventRecorder(
+        events_api(api, tmp_path), "w", burst=3, refill_seconds=60, clock=lambda: now[0]
+    )
+    for n in range(5):
+        recorder.emit(Event(JOB, "Normal", "RetryNodesAvoided", f"attempt {n + 2}"))
+    assert recorder.flush()
+    assert len(stored_events(api)) == 3 and recorder.stats()["dropped"] == 2
+    now[0] += 60
+    recorder.emit(Event(JOB, "Normal", "RetryNodesAvoided", "attempt 9"))
+    recorder.emit(Event(JOB, "Normal", "RetryNodesAvoided", "attempt 10"))
+    assert recorder.flush()
+    assert len(stored_events(api)) == 4
+    other = Regarding("batch/v1", "Job", "ml", "other", "job-uid-2")  # its own bucket
+    recorder.emit(Event(other, "Normal", "RetryNodesAvoided", "attempt 2"))
+    assert recorder.flush() and len(stored_events(api)) == 5
+
+
+def test_an_api_that_fails_event_writes_loses_them_without_blocking_emit(api, tmp_path):
+    recorder = EventRecorder(events_api(api, tmp_path), "w", capacity=2, retry_seconds=0.01)
+    api.stop()  # nothing listens any more: every write is a connection error
+    started = time.monotonic()
+    accepted = [recorder.emit(Event(JOB, "Normal", "RetryDelayed", f"n{n}")) for n in range(50)]
+    assert time.monotonic() - started < 0.5  # emit never waits on the API
+    assert accepted.count(True) >= 2 and accepted.count(False) >= 40
+    assert recorder.flush(10)
+    assert recorder.stats()["written"] == 0 and recorder.stats()["dropped"] == 50

@@ -1,0 +1,94 @@
+"""Who leads the controller, as the admission workers of this replica see it.
+
+The controller (``webhook.controller``) runs in a process of its own beside the admission
+workers; it holds or watches the ``coordination.k8s.io/v1`` Lease and writes what it sees
+into a few bytes of memory shared across the fork (``LeaderNote``). Workers read it, with
+no request to the API, for ``/readyz``, metrics, and the one admission decision that
+depends on a live controller: a pod is given a retry-delay scheduling gate only while
+some replica's controller has renewed the Lease recently, so that a gate is never added
+that no controller would remove (``recently_renewed``).
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class LeaderState:
+    """What this replica's controller last saw of the Lease.
+
+    ``written_at`` is when it wrote this (wall clock): a note that stops being written
+    means the controller process is gone, and then nothing is known. ``renewed_at`` is
+    when the Lease was last seen renewed (by this replica when it leads, else when a
+    standby last saw the leader's record change: the observation time, as client-go's
+    leader election uses, not the Lease's own ``renewTime``, so clock skew between
+    replicas does not matter)."""
+
+    enabled: bool = False
+    leader: bool = False
+    identity: str = ""
+    holder: str = ""
+    renewed_at: float = 0.0
+    written_at: float = 0.0
+    lease_seconds: float = 15.0
+    reason: str = ""
+
+    def recently_renewed(self, now: float | None = None) -> bool:
+        """Whether a controller (this replica's or another's) holds a live Lease, as far as
+        this replica's controller, itself alive, can tell."""
+        now = time.time() if now is None else now
+        if not self.enabled or now - self.written_at > self.lease_seconds:
+            return False
+        return bool(self.holder) and now - self.renewed_at <= self.lease_seconds
+
+    def summary(self, now: float | None = None) -> dict[str, object]:
+        """For ``/readyz``: whether this replica leads, who does, and whether the Lease
+        is live."""
+        if not self.enabled:
+            return {"enabled": False, "reason": self.reason or "off"}
+        return {
+            "enabled": True,
+            "leader": self.leader,
+            "identity": self.identity,
+            "holder": self.holder or None,
+            "leaseLive": self.recently_renewed(now),
+        }
+
+
+class LeaderNote:
+    """A ``LeaderState`` in anonymous shared memory: the supervisor makes it before it
+    forks, the controller process writes it, every worker reads it."""
+
+    SIZE = 1024
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.SIZE)
+
+    def write(self, state: LeaderState) -> None:
+        data = json.dumps(asdict(state)).encode()[: self.SIZE - 4]
+        self._map[4 : 4 + len(data)] = data
+        self._map[0:4] = struct.pack("I", len(data))
+
+    def read(self) -> LeaderState:
+        (size,) = struct.unpack("I", self._map[0:4])
+        if not size:
+            return LeaderState(reason="the controller has not started")
+        try:
+            return LeaderState(**json.loads(self._map[4 : 4 + min(size, self.SIZE - 4)]))
+        except (ValueError, TypeError):  # read mid-write: as good as not yet written
+            return LeaderState(reason="the controller's note is being written")
+
+
+class NoLeader:
+    """Where no controller runs (dry-run, ``--no-controller``, no cluster)."""
+
+    def __init__(self, reason: str = "off") -> None:
+        self.reason = reason
+
+    def read(self) -> LeaderState:
+        return LeaderState(reason=self.reason)

@@ -1,0 +1,250 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go's does it.
+
+Every replica runs a controller process; one holds the Lease and acts, the others stand
+by and take over when it lapses. The rules are client-go's ``tryAcquireOrRenew``
+(tools/leaderelection/leaderelection.go), so the Lease reads the same to ``kubectl`` and
+to anyone who knows Kubernetes controllers:
+
+- no Lease: create it, holding it;
+- a Lease held by another: wait until its record has not changed for its
+  ``leaseDurationSeconds``, measured on this replica's own clock from when the change
+  was *observed* (``isLeaseValid``), never from the record's ``renewTime`` (replicas'
+  clocks may disagree);
+- take or renew it with an update that carries the ``resourceVersion`` read: of two
+  replicas that try at once, one gets 409 Conflict and stays a standby;
+- a leader that cannot renew for ``renew_deadline`` stops leading;
+- on a clean stop, the leader releases the Lease (``release``: empty holder, duration
+  1 s) so a standby takes over within a retry period instead of a lease duration.
+
+The Python client ships a leader elector too, but it neither releases on stop nor says
+what it observed; this one publishes every observation (``LeaderState``) for the
+admission workers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.cluster.leadership import LeaderState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    namespace: str
+    name: str
+    identity: str
+    #: client-go's defaults for controllers (kube-controller-manager: 15 s, 10 s, 2 s).
+    lease_seconds: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+def _micro_time(when: float) -> str:
+    """A ``MicroTime`` as the API writes it."""
+    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
+    """What a change of the Lease is judged by: the spec (client-go compares the raw
+    record)."""
+    spec = lease.get("spec") or {}
+    return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in spec.items()))
+
+
+class LeaderElector:
+    """One replica's side of the election. ``run`` loops until ``stop`` is set; while it
+    leads, ``leading`` is set. Each observation is passed to ``publish``."""
+
+    def __init__(
+        self,
+        api: Any,
+        config: LeaseConfig,
+        publish: Callable[[LeaderState], None] = lambda state: None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
+        self.api = api  # a kubernetes.client.CoordinationV1Api
+        self.config = config
+        self.publish = publish
+        self.clock = clock
+        self.wall = wall
+        self.leading = threading.Event()
+        #: The record last observed, when (this replica's clock, and wall clock), and
+        #: its duration and holder.
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+        self._observed_wall = 0.0
+        self._observed_seconds = config.lease_seconds
+        self._holder = ""
+        self._transitions = 0
+        self._acquired = ""
+        self._last_renew = 0.0
+        self.errors = 0
+        self.transitions_seen = 0
+
+    # --- one attempt (client-go's tryAcquireOrRenew) ---------------------------------------
+    def try_acquire_or_renew(self) -> bool:
+        now, wall = self.clock(), self.wall()
+        cfg = self.config
+        try:
+            lease = self._get()
+        except Exception as err:
+            self.errors += 1
+            log.warning("cannot read Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
+            return False
+        if lease is None:
+            body = self._body(None, wall, acquire=True)
+            try:
+                self._call(self.api.create_namespaced_lease, cfg.namespace, body)
+            except Exception as err:  # someone else created it first (409), or an outage
+                self.errors += 1
+                log.info("cannot create Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
+                return False
+            self._observe(body, now, wall)
+            return True
+        record = _record(lease)
+        if record != self._observed:
+            self._observe(lease, now, wall)
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        valid = now < self._observed_at + self._observed_seconds
+        if holder and holder != cfg.identity and valid:
+            return False  # held by another, not lapsed
+        ours = holder == cfg.identity and self.leading.is_set()
+        body = self._body(lease, wall, acquire=not ours)
+        try:
+            self._call(
+                self.api.replace_namespaced_lease, cfg.name, cfg.namespace, body
+            )  # carries the resourceVersion read: a precondition
+        except Exception as err:
+            self.errors += 1
+            log.info("cannot take or renew Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
+            return False
+        self._observe(body, now, wall)
+        return True
+
+    def _body(self, lease: dict[str, Any] | None, wall: float, acquire: bool) -> dict[str, Any]:
+        cfg = self.config
+        old = (lease or {}).get("spec") or {}
+        transitions = int(old.get("leaseTransitions") or 0)
+        stamp = _micro_time(wall)
+        spec = {
+            "holderIdentity": cfg.identity,
+            "leaseDurationSeconds": round(cfg.lease_seconds),
+            "acquireTime": stamp if acquire else old.get("acquireTime", stamp),
+            "renewTime": stamp,
+            "leaseTransitions": transitions + 1 if acquire and lease is not None else transitions,
+        }
+        metadata: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace}
+        if lease is not None:
+            metadata = dict(lease.get("metadata") or {}, **metadata)
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": spec,
+        }
+
+    def _observe(self, lease: dict[str, Any], now: float, wall: float) -> None:
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        if holder != self._holder:
+            self.transitions_seen += 1
+        self._observed = _record(lease)
+        self._observed_at, self._observed_wall = now, wall
+        seconds = spec.get("leaseDurationSeconds")
+        self._observed_seconds = float(seconds) if isinstance(seconds, int) else 0.0
+        self._holder = holder
+
+    def release(self) -> bool:
+        """Give the Lease up (client-go's ``tryRelease``): holder empty, 1 s duration."""
+        if not self.leading.is_set():
+            return True
+        cfg = self.config
+        try:
+            lease = self._get()
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != cfg.identity:
+                return True
+            stamp = _micro_time(self.wall())
+            old = lease.get("spec") or {}
+            body = dict(lease)
+            body["spec"] = {
+                "leaseDurationSeconds": 1,
+                "acquireTime": stamp,
+                "renewTime": stamp,
+                "leaseTransitions": int(old.get("leaseTransitions") or 0),
+            }
+            self._call(self.api.replace_namespaced_lease, cfg.name, cfg.namespace, body)
+        except Exception as err:
+            log.warning("cannot release Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
+            return False
+        self.leading.clear()
+        self._holder = ""
+        self.publish(self.state())
+        return True
+
+    # --- the loop ---------------------------------------------------------------------------
+    def run(self, stop: threading.Event, on_lost: Callable[[], None] = lambda: None) -> None:
+        """Acquire, then renew every retry period; stop leading (``on_lost``) when no
+        renewal succeeded for ``renew_deadline``. Returns when ``stop`` is set, after
+        releasing the Lease if it led."""
+        cfg = self.config
+        while not stop.is_set():
+            ok = self.try_acquire_or_renew()
+            now = self.clock()
+            if ok:
+                self._last_renew = now
+                if not self.leading.is_set():
+                    log.info("leading", extra={"lease": f"{cfg.namespace}/{cfg.name}"})
+                    self.leading.set()
+            elif self.leading.is_set() and now - self._last_renew > cfg.renew_deadline:
+                log.warning("lost the Lease: no renewal for %.0fs", now - self._last_renew)
+                self.leading.clear()
+                self.publish(self.state())
+                on_lost()
+            self.publish(self.state())
+            stop.wait(cfg.retry_period)
+        self.release()
+
+    def state(self) -> LeaderState:
+        leader = self.leading.is_set()
+        return LeaderState(
+            enabled=True,
+            leader=leader,
+            identity=self.config.identity,
+            holder=self._holder,
+            renewed_at=self._observed_wall,
+            written_at=self.wall(),
+            lease_seconds=self._observed_seconds or self.config.lease_seconds,
+        )
+
+    # --- the API, as raw JSON ---------------------------------------------------------------
+    def _get(self) -> dict[str, Any] | None:
+        cfg = self.config
+        try:
+            resp = self._call(self.api.read_namespaced_lease, cfg.name, cfg.namespace)
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+        return resp
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> dict[str, Any]:
+        timeout = max(1.0, self.config.retry_period)
+        resp = method(*args, _preload_content=False, _request_timeout=(timeout, timeout))
+        result: dict[str, Any] = json.loads(resp.data)
+        return result
+
+
+def _short(err: Exception) -> str:
+    status = getattr(err, "status", None)
+    return f"HTTP {status}" if status else f"{type(err).__name__}: {err}"

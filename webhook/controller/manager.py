@@ -1,0 +1,169 @@
+"""The controller process: leader election, then the reconcilers while it leads.
+
+``retry-webhook serve`` forks this process beside its admission workers whenever it has
+a cluster connection (``--no-controller`` turns it off). Every replica runs one; the one
+that holds the Lease starts the reconcilers (``Reconciler``), the others only watch the
+Lease. A replica that loses the Lease exits this process, and the supervisor starts a
+fresh one, a standby: as controller-runtime's manager exits on lost leadership, so that
+no reconciler of a former leader can act beside the new one.
+
+Nothing here runs on the admission path: the workers only read what this process
+publishes (``webhook.cluster.leadership``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.cluster.leadership import LeaderNote, LeaderState
+from webhook.controller.lease import LeaderElector, LeaseConfig
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler(Protocol):
+    """What runs while this replica leads: ``run`` until ``stop`` is set."""
+
+    name: str
+
+    def run(self, stop: threading.Event) -> None: ...
+
+
+class Recorder(Protocol):
+    """The controller's metrics (``webhook.serving.metrics.ControllerMetrics``)."""
+
+    def leader(self, leading: bool) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+class _NoMetrics:
+    def leader(self, leading: bool) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    namespace: str
+    lease_name: str
+    identity: str = ""
+    lease_seconds: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def lease(self) -> LeaseConfig:
+        return LeaseConfig(
+            self.namespace,
+            self.lease_name,
+            self.identity or default_identity(),
+            self.lease_seconds,
+            self.renew_deadline,
+            self.retry_period,
+        )
+
+
+def default_identity() -> str:
+    """The pod's name (the chart passes ``POD_NAME``), else the host's, with a suffix of
+    this process's own: a restarted controller process is a new candidate."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:8]}"
+
+
+class Manager:
+    """Leader election and, while leading, the reconcilers, each on a thread."""
+
+    def __init__(
+        self,
+        coordination_api: Any,
+        options: ControllerOptions,
+        reconcilers: Sequence[Reconciler],
+        note: LeaderNote | None = None,
+        recorder: Recorder | None = None,
+    ):
+        self.options = options
+        self.note = note
+        self.recorder = recorder or _NoMetrics()
+        self.elector = LeaderElector(coordination_api, options.lease(), self._publish)
+        self.reconcilers = list(reconcilers)
+        self.stop = threading.Event()
+        self.lost = threading.Event()
+        self._leading_stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _publish(self, state: LeaderState) -> None:
+        if self.note is not None:
+            self.note.write(state)
+        self.recorder.leader(state.leader)
+
+    def run(self) -> int:
+        """Until ``stop`` (SIGTERM) or the Lease is lost; 0 on a clean stop, 1 after a loss
+        (the supervisor starts a new standby either way when it still serves)."""
+        elector = threading.Thread(
+            target=self.elector.run, args=(self.stop, self._on_lost), name="lease", daemon=True
+        )
+        elector.start()
+        while not self.stop.is_set() and not self.lost.is_set():
+            if self.elector.leading.wait(0.2) and not self._threads:
+                self._start_reconcilers()
+            self.recorder.flush()
+        self._stop_reconcilers()
+        self.stop.set()
+        elector.join(timeout=self.options.renew_deadline + 5)
+        self.recorder.flush()
+        return 1 if self.lost.is_set() else 0
+
+    def _on_lost(self) -> None:
+        self._leading_stop.set()
+        self.lost.set()
+
+    def _start_reconcilers(self) -> None:
+        for reconciler in self.reconcilers:
+            thread = threading.Thread(
+                target=_guarded(reconciler, self._leading_stop),
+                name=f"reconcile-{reconciler.name}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+        log.info("reconcilers started", extra={"reconcilers": [r.name for r in self.reconcilers]})
+
+    def _stop_reconcilers(self) -> None:
+        self._leading_stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+
+def _guarded(reconciler: Reconciler, stop: threading.Event) -> Callable[[], None]:
+    """A reconciler's loop, restarted after a failure (it must outlive any one error)."""
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                reconciler.run(stop)
+            except Exception:
+                log.exception("reconciler %s failed; restarting it", reconciler.name)
+                stop.wait(1.0)
+            else:
+                return
+
+    return loop
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT stop the controller (releasing the Lease); the supervisor's
+    own handlers are not inherited in meaning."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)

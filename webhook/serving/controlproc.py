@@ -1,0 +1,113 @@
+"""The supervisor's side of the controller: one process forked beside the workers.
+
+The supervisor starts no thread (it forks), so the controller, which needs threads for
+its watches and its Lease, runs in a process of its own (``webhook.controller.manager``),
+started before the first workers and started again when it exits: after it lost the
+Lease (it exits then, to come back as a standby), or after a crash (with a back-off).
+It shares the ``LeaderNote`` with the workers through the fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.cluster.leadership import LeaderNote, LeaderState
+
+log = logging.getLogger(__name__)
+
+#: The controller's exit status when there is nothing to control (no cluster): not restarted.
+DISABLED = 4
+
+
+@dataclass
+class ControllerProcess:
+    """Starts, watches and stops the controller process (``run`` is its body)."""
+
+    run: Any  # () -> int, called in the child
+    note: LeaderNote
+    pid: int | None = None
+    started: float = 0.0
+    failures: int = 0
+    respawn_at: float | None = 0.0
+    stopping: bool = False
+    exits: list[int] = field(default_factory=list)
+
+    def tick(self, now: float) -> None:
+        """Reap an exited process and start the next one when it is due."""
+        if self.pid is not None:
+            try:
+                found, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                found, status = self.pid, 0
+            if found:
+                self._exited(status, now)
+        if self.pid is None and not self.stopping and self.respawn_at is not None:
+            if now >= self.respawn_at:
+                self.spawn(now)
+
+    def spawn(self, now: float) -> None:
+        self.respawn_at = None
+        pid = os.fork()
+        if pid == 0:  # the controller
+            code = 3
+            try:
+                code = int(self.run() or 0)
+            except BaseException:
+                log.exception("controller failed")
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.pid, self.started = pid, now
+        log.info("controller started", extra={"controller_pid": pid})
+
+    def _exited(self, status: int, now: float) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        self.exits.append(code)
+        self.pid = None
+        self.note.write(LeaderState(reason="the controller is restarting"))
+        if self.stopping:
+            return
+        lived = now - self.started
+        # Exit 1: it lost the Lease and comes back as a standby at once; anything else
+        # is a crash, restarted with a growing delay when it keeps crashing early.
+        if code == DISABLED:
+            log.info("controller off: no cluster connection")
+            return
+        self.failures = 0 if code == 1 or lived >= 30 else self.failures + 1
+        delay = 0.0 if self.failures <= 1 else min(30.0, 0.5 * 2 ** (self.failures - 1))
+        self.respawn_at = now + delay
+        log.warning(
+            "controller exited; starting another",
+            extra={"exit_code": code, "restart_in_seconds": delay},
+        )
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM (the leader releases its Lease), then SIGKILL after ``timeout``."""
+        self.stopping = True
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                found, _ = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                found = self.pid
+            if found:
+                self.pid = None
+                return
+            time.sleep(0.05)
+        os.kill(self.pid, signal.SIGKILL)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        self.pid = None
