@@ -1327,3 +1327,51 @@ def test_a_jobsets_runs_keep_their_oom_kills_in_the_simulation():
     assert "trainer's memory 3Gi/3Gi" in results[0] and "run 2" in results[0]
     assert "trainer's memory 4608Mi/4608Mi" in results[1] and "run 3" in results[1]
     assert child.memory.rows[1].request == "3Gi"
+
+
+def test_the_last_failure_of_a_lineage_is_told_in_a_fixed_grammar():
+    """``failure_cause``: disruption first, then an OOM kill, then the first container
+    that exited non-zero (regular before init, as ``matchOnExitCodes`` reads them)."""
+
+    def failed(statuses, conditions=(), init=()):
+        return {
+            "status": {
+                "phase": "Failed",
+                "conditions": list(conditions),
+                "containerStatuses": statuses,
+                "initContainerStatuses": list(init),
+            }
+        }
+
+    def term(name, code, at, reason="Error"):
+        state = {"exitCode": code, "reason": reason, "finishedAt": at}
+        return {"name": name, "state": {"terminated": state}}
+
+    t1, t2 = "2026-11-26T10:00:00Z", "2026-11-26T10:05:00Z"
+    # the time: the last container to finish (a sidecar stopped after the main one)
+    assert history.failure_cause(failed([term("main", 42, t1), term("side", 0, t2)])) == (
+        "exit-code:42:main",
+        history._stamp(t2),
+    )
+    cause, when = history.failure_cause(
+        failed([term("main", 1, t1), term("side", 137, t2, "OOMKilled")])
+    )
+    assert cause == "oom-killed:side" and when == history._stamp(t2)
+    disrupted = failed(
+        [term("main", 143, t1)],
+        [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
+    )
+    assert history.failure_cause(disrupted) == ("disruption", history._stamp(t1))
+    assert history.failure_cause(failed([], init=[term("setup", 2, t1)]))[0] == (
+        "exit-code:2:setup"
+    )
+    assert history.failure_cause(failed([])) == ("", None)
+    h = FailureHistory()
+    late = failed_pod("p2")
+    late["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = t2
+    early = failed_pod("p1", oom=False)
+    early["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = t1
+    h.record(late, "job-1", True)
+    h.record(early, "job-1", True)  # seen later, failed earlier: not the last
+    answer = h.lookup(key(2))
+    assert answer.last_cause == "oom-killed:main" and answer.last_failed_at == history._stamp(t2)

@@ -246,7 +246,11 @@ def _run(
         warnings = [*warnings, EXPLAIN_HINT]
     names = policy_keys(original.get("metadata")) if patch else ()
     actions = tuple(sorted(outcome.actions.items())) if patch else ()
-    return Verdict(patch=patch, warnings=warnings, annotations=names, actions=actions), outcome
+    decisions = tuple((d.reason, d.note) for d in outcome.decisions) if patch else ()
+    verdict = Verdict(
+        patch=patch, warnings=warnings, annotations=names, actions=actions, decisions=decisions
+    )
+    return verdict, outcome
 
 
 #: Verdicts remembered per object template (``webhook.admission.memo``): one per worker process.

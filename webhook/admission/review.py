@@ -149,6 +149,10 @@ class Verdict:
     #: What failure-aware retries did to a pod, (action, count) sorted: containers whose
     #: memory was raised, nodes avoided (for metrics and the decision log; never encoded).
     actions: tuple[tuple[str, int], ...] = ()
+    #: (reason, note) of each decision that shapes the new pod, for an Event each
+    #: (``webhook.mutators.Decision``; written by the server unless the request is a dry
+    #: run; never encoded).
+    decisions: tuple[tuple[str, str], ...] = ()
     #: The answer already serialised (all but its uid), with the values it was made from:
     #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
     frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)

@@ -36,6 +36,7 @@ is admitted unchanged, with a warning.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -53,6 +54,9 @@ log = logging.getLogger(__name__)
 PREFIX = "retry-policy.dev/"
 #: On a pod: the keys that make its failures worth recording.
 WANTS_HISTORY = (PREFIX + "oom-memory-factor", PREFIX + "avoid-failed-nodes")
+#: On a pod: every key that makes its failures worth recording (the pods of later attempts
+#: are told the last failure's cause, and wait from its time).
+RECORDED = (*WANTS_HISTORY, PREFIX + "attempt-env", PREFIX + "retry-delay")
 #: JobSet's labels on every pod of a child Job (since JobSet v0.9.0).
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -118,6 +122,10 @@ class HistoryLookup:
     #: A JobSet's run N > 0 whose run N-1 left no failed pod recorded here (the webhook
     #: started after the restart deleted them): what earlier runs went through is unknown.
     earlier_runs_unseen: bool = False
+    #: The most recent failure of the lineage: its cause (``failure_cause``'s grammar,
+    #: "" when it cannot be told) and when it happened (Unix time; ``None``: unknown).
+    last_cause: str = ""
+    last_failed_at: float | None = None
 
     def __post_init__(self) -> None:
         # (container, kills) pairs are accepted too: a tally without the memory.
@@ -139,13 +147,64 @@ class HistoryLookup:
         return {"oomKills": [k.to_json() for k in self.oom_kills], "nodes": list(self.nodes)}
 
 
+def _stamp(raw: Any) -> float | None:
+    """An RFC 3339 time of the API (``2026-11-26T10:00:00Z``) as Unix time."""
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        return dt.datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def failure_cause(pod: Mapping[str, Any]) -> tuple[str, float | None]:
+    """Why and when a failed pod failed, in the fixed grammar the pods of the next
+    attempts are told (``RETRY_POLICY_LAST_FAILURE``): ``disruption`` (a
+    ``DisruptionTarget`` condition: preempted, evicted, its node lost), else
+    ``oom-killed:<container>``, else ``exit-code:<code>:<container>`` (the first
+    container that failed, regular containers before init containers, as the Job
+    controller reads them: ``matchOnExitCodes``), else "" (a deadline, a pod deleted
+    before any container ran). The time is the latest ``finishedAt`` of its containers,
+    else the condition's ``lastTransitionTime``."""
+    status = pod.get("status")
+    status = status if isinstance(status, dict) else {}
+    finished: list[float] = []
+    oom: str | None = None
+    code: str | None = None
+    for group in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(group)
+        for cs in statuses if isinstance(statuses, list) else ():
+            if not isinstance(cs, dict) or not isinstance(cs.get("name"), str):
+                continue
+            terminated = (cs.get("state") or {}).get("terminated")
+            if not isinstance(terminated, dict):
+                continue
+            at = _stamp(terminated.get("finishedAt"))
+            if at is not None:
+                finished.append(at)
+            exit_code = terminated.get("exitCode")
+            if terminated.get("reason") == OOM_KILLED and oom is None:
+                oom = f"oom-killed:{cs['name']}"
+            elif isinstance(exit_code, int) and exit_code != 0 and code is None:
+                code = f"exit-code:{exit_code}:{cs['name']}"
+    reason = disruption(pod)
+    when = max(finished) if finished else None
+    if reason is not None:
+        if when is None:
+            for condition in status.get("conditions") or ():
+                if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget":
+                    when = _stamp(condition.get("lastTransitionTime"))
+        return "disruption", when
+    return oom or code or "", when
+
+
 def unknown(reason: str) -> HistoryLookup:
     return HistoryLookup(False, source="none", reason=reason)
 
 
 def wants_history(metadata: Mapping[str, Any]) -> bool:
     annotations = metadata.get("annotations")
-    return isinstance(annotations, dict) and any(k in annotations for k in WANTS_HISTORY)
+    return isinstance(annotations, dict) and any(k in annotations for k in RECORDED)
 
 
 def pod_lineage(metadata: Mapping[str, Any], job_uid: str) -> tuple[str, int | None]:
@@ -333,12 +392,13 @@ def _seen(marks: bytes, mark: bytes) -> bool:
 
 
 #: One lineage's record: (the marks of every failed pod seen, 6 bytes each; the OOM
-#: tally, one ``Killed`` per container; failed nodes). Every mark is kept, so a pod seen
+#: tally, one ``Killed`` per container; failed nodes; the latest failure's cause and
+#: time). Every mark is kept, so a pod seen
 #: again (a relist of the watch after a 410, a restart of the API server, a dropped
 #: connection; a list of the Job's failed pods) is never counted twice, however many
 #: failed pods the lineage has: 6 bytes a pod (benchmarks/scale.py).
-_Record = tuple[bytes, tuple[Killed, ...], tuple[str, ...]]
-_EMPTY: _Record = (b"", (), ())
+_Record = tuple[bytes, tuple[Killed, ...], tuple[str, ...], tuple[str, float | None]]
+_EMPTY: _Record = (b"", (), (), ("", None))
 #: A lineage's key: the lineage, or (lineage, completion index) for an Indexed Job.
 _Key = str | tuple[str, int]
 
@@ -397,23 +457,26 @@ class FailureHistory:
         node = failed_node(pod)
         killed = killed_at(pod)
         place = jobset_place(meta)
+        cause, when = failure_cause(pod)
         with self._lock:
             if place is not None:
                 run = jobset_run(meta)
                 if len(self._runs) >= MAX_LISTED and place[0] not in self._runs:
                     self._runs.clear()
                 self._runs[place[0]] = max(run, self._runs.get(place[0], -1))
-            marks, ooms, nodes = self._lineages.pop(key, _EMPTY)
+            marks, ooms, nodes, last = self._lineages.pop(key, _EMPTY)
             if _seen(marks, mark):
-                self._lineages[key] = (marks, ooms, nodes)
+                self._lineages[key] = (marks, ooms, nodes, last)
                 return False
+            if last[1] is None or (when is not None and when >= last[1]):
+                last = (self._intern(cause), when)
             marks += mark
             if killed:
                 ooms = self._tally(ooms, killed)
             if node is not None:
                 node = self._intern(node)
                 nodes = (*(n for n in nodes if n != node), node)[-MAX_NODES:]
-            self._lineages[key] = (marks, ooms, nodes)
+            self._lineages[key] = (marks, ooms, nodes, last)
             while len(self._lineages) > self.max_lineages:
                 self._evict_oldest()
             job = self._jobs.get(job_uid, 0)
@@ -502,13 +565,15 @@ class FailureHistory:
         return self._answer(record, key, seen, "failed pods (cache)")
 
     def _answer(self, record: _Record, key: HistoryKey, seen: int, source: str) -> HistoryLookup:
-        marks, ooms, nodes = record
+        marks, ooms, nodes, (cause, when) = record
         missing = max(0, (key.expected or 0) - seen)
         unseen = False
         if key.jobset is not None and key.run > 0:
             with self._lock:
                 unseen = self._runs.get(key.jobset, -1) < key.run - 1
-        return HistoryLookup(True, ooms, nodes, len(marks) // _MARK, missing, source, "", unseen)
+        return HistoryLookup(
+            True, ooms, nodes, len(marks) // _MARK, missing, source, "", unseen, cause, when
+        )
 
     def fetch(self, key: HistoryKey) -> HistoryLookup:
         """``lookup``, listing the Job's failed pods first when it needs them (one bounded

@@ -17,6 +17,7 @@ from webhook.kube.objects import controller_of, items, mapping
 from webhook.mutators.base import (
     Change,
     Context,
+    Decision,
     Outcome,
     affected_unannotated,
     applied_record,
@@ -30,6 +31,7 @@ from webhook.mutators.base import (
 __all__ = [
     "Change",
     "Context",
+    "Decision",
     "Mutator",
     "Outcome",
     "affected_unannotated",

@@ -64,6 +64,16 @@ class Change:
     setting: Setting | None = None
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A decision that shapes a new pod of a workload, for the user: it becomes one Event
+    regarding the workload (``webhook.cluster.events``; ``reason`` is one of its
+    ``REASONS``), with a plain ``note`` naming the attempt."""
+
+    reason: str
+    note: str
+
+
 @dataclass
 class Outcome:
     problems: list[Problem] = field(default_factory=list)
@@ -77,6 +87,11 @@ class Outcome:
     #: What failure-aware retries did, for metrics and the decision log: containers whose
     #: memory was raised (``memory_raised``), nodes avoided (``nodes_avoided``).
     actions: dict[str, int] = field(default_factory=dict)
+    #: What a user should read on the workload (an Event each), in the order decided.
+    decisions: list[Decision] = field(default_factory=list)
+
+    def decided(self, reason: str, note: str) -> None:
+        self.decisions.append(Decision(reason, note))
 
     def changed(self, text: str, setting: Setting | None = None) -> None:
         self.changes.append(Change(text, setting))
