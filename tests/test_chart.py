@@ -35,6 +35,9 @@ NAMESPACE = "rpw-system"
 K8S_VERSION = "1.37"
 PREFIX = "retry-policy.dev/"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind"}
+#: Writes the webhook's identity holds cluster-wide, unscoped by name, each for a reason
+#: the controller's docs give: (resources, sorted verbs).
+UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = []
 SCHEMA_ERROR = "don't meet the specifications of the schema"
 
 
@@ -309,6 +312,9 @@ def test_default_objects(helm):
             ("Deployment", full),
             ("MutatingWebhookConfiguration", f"{full}-mutating"),
             ("ValidatingWebhookConfiguration", f"{full}-validating"),
+            # The controller's Lease, in the release's namespace.
+            ("Role", f"{full}-lease"),
+            ("RoleBinding", f"{full}-lease"),
             # Built-in certificates: hook Job with its own short-lived identity.
             ("ServiceAccount", f"{full}-certgen"),
             ("Role", f"{full}-certgen"),
@@ -963,6 +969,11 @@ def test_container_args_and_image(helm):
         "--log-level": "info",
         "--metrics-port": "9090",
         "--cache-sync-timeout": "10",
+        "--lease-name": "retry-policy-webhook-controller",
+        "--lease-namespace": NAMESPACE,
+        "--lease-duration": "15",
+        "--renew-deadline": "10",
+        "--retry-period": "2",
     }
     # Every flag is one the server knows, with a value it accepts.
     from webhook.cli import build_parser
@@ -1229,11 +1240,17 @@ def test_rbac_has_no_wildcards_and_scopes_write_verbs(helm, value_set):
                 continue
             if rule.get("resourceNames"):
                 continue
-            # The one exception: creating the TLS Secret, which Kubernetes cannot scope by
-            # name. It lives only in the namespaced Role of the certificate hook.
-            assert writes == {"create"} and rule["resources"] == ["secrets"], rule
+            # The exceptions: creates, which Kubernetes cannot scope by name (the TLS Secret,
+            # only in the certificate hook's namespaced Role; the controller's Lease, only
+            # in the release's namespace), and those in UNSCOPED_WRITES.
+            if (rule["resources"], sorted(writes)) in UNSCOPED_WRITES:
+                continue
+            assert writes == {"create"}, rule
             assert role["kind"] == "Role" and role["metadata"]["namespace"] == NAMESPACE
-            assert hook_events(role), "the unscoped create must only exist during the hook"
+            if rule["resources"] == ["secrets"]:
+                assert hook_events(role), "the unscoped create must only exist during the hook"
+            else:
+                assert rule["resources"] == ["leases"], rule
     for binding in [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
         roles = {(r["kind"], r["metadata"]["name"]) for r in _roles(docs)}
         assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in roles
@@ -1270,14 +1287,37 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
             "namespace": NAMESPACE,
         }
     ]
-    # The webhook pods hold no write permission at all, anywhere.
+    # The webhook pods write nothing but the controller's Lease, in their own namespace
+    # (and what UNSCOPED_WRITES lists).
     sa = deployment_pod(docs)["spec"]["serviceAccountName"]
+    lease = f"{full}-lease"
     for b in [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
-        if any(s["name"] == sa for s in b["subjects"]):
+        if any(s["name"] == sa for s in b["subjects"]) and b["roleRef"]["name"] != lease:
             granted = one(docs, b["roleRef"]["kind"], b["roleRef"]["name"])
-            assert not any(set(r["verbs"]) & WRITE_VERBS for r in granted["rules"])
+            assert not any(
+                set(r["verbs"]) & WRITE_VERBS
+                and (r["resources"], sorted(set(r["verbs"]) & WRITE_VERBS)) not in UNSCOPED_WRITES
+                for r in granted["rules"]
+            )
+    assert one(docs, "Role", lease)["metadata"]["namespace"] == NAMESPACE
+    assert one(docs, "Role", lease)["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["retry-policy-webhook-controller"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    args = container(docs)["args"]
+    assert args[args.index("--lease-name") + 1] == "retry-policy-webhook-controller"
+    assert args[args.index("--lease-namespace") + 1] == NAMESPACE
+    off = render(helm, {"controller": {"enabled": False}})
+    assert "--no-controller" in container(off)["args"]
+    assert [d for d in off if d["metadata"]["name"] == lease] == []
     off = render(helm, VALUE_SETS["kube-off"])
     assert [d for d in off if d["kind"] == "ClusterRole" and not hook_events(d)] == []
+    assert [d for d in off if d["kind"] == "Role" and not hook_events(d)] == []
     assert deployment_pod(off)["spec"]["automountServiceAccountToken"] is False
 
 
@@ -1359,7 +1399,8 @@ def test_builtin_certificates_hook_job(helm):
 def test_cert_manager_mode(helm):
     docs = render(helm, VALUE_SETS["cert-manager"])
     full = f"{RELEASE}-retry-policy-webhook"
-    assert objects(docs, "Job") == [] and objects(docs, "Role") == []
+    assert objects(docs, "Job") == []
+    assert [r["metadata"]["name"] for r in objects(docs, "Role")] == [f"{full}-lease"]
     assert all(not hook_events(d) for d in docs)
     certs = {d["metadata"]["name"]: d for d in objects(docs, "Certificate")}
     issuers = {d["metadata"]["name"]: d for d in objects(docs, "Issuer")}

@@ -353,3 +353,48 @@ def test_an_api_that_fails_event_writes_loses_them_without_blocking_emit(api, tm
     assert accepted.count(True) >= 2 and accepted.count(False) >= 40
     assert recorder.flush(10)
     assert recorder.stats()["written"] == 0 and recorder.stats()["dropped"] == 50
+
+
+# --- RBAC: the chart grants every call the controller makes --------------------------------
+
+
+def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
+    """The controller, with every reconciler it runs, against the test API; then each
+    request it made is checked against the rendered chart's RBAC for the webhook's
+    ServiceAccount (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
+    from rbac import calls, denied
+    from test_chart import NAMESPACE as CHART_NS
+    from test_chart import deployment_pod, render
+
+    from webhook.controller import reconcilers
+
+    helm_path = _find_helm()
+    api.requests.clear()
+    path = write_kubeconfig(tmp_path / "kubeconfig-rbac", api.url)
+    api_client = config.new_client_from_config(str(path))
+    options = ControllerOptions(CHART_NS, "retry-policy-webhook-controller", "a", **FAST)
+    manager = Manager(
+        client.CoordinationV1Api(api_client), options, reconcilers.build(api_client, options)
+    )
+    thread = threading.Thread(target=manager.run, daemon=True)
+    thread.start()
+    assert manager.elector.leading.wait(5)
+    time.sleep(0.5)  # the reconcilers list and watch
+    manager.stop.set()
+    thread.join(10)
+    made = calls(list(api.requests))
+    assert any(c.resource == "leases" and c.verb == "update" for c in made), made
+    docs = render(helm_path, {})
+    account = deployment_pod(docs)["spec"]["serviceAccountName"]
+    assert denied(docs, account, CHART_NS, made) == []
+    # The check bites: a chart whose Lease is another would refuse this one.
+    other = render(helm_path, {"controller": {"leaseName": "another"}})
+    assert "update coordination.k8s.io/leases retry-policy-webhook-controller in " + (
+        CHART_NS
+    ) in denied(other, account, CHART_NS, made)
+
+
+def _find_helm() -> str:
+    from conftest import tool
+
+    return tool("helm")
