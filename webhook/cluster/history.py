@@ -147,7 +147,7 @@ class HistoryLookup:
         return {"oomKills": [k.to_json() for k in self.oom_kills], "nodes": list(self.nodes)}
 
 
-def _stamp(raw: Any) -> float | None:
+def parse_time(raw: Any) -> float | None:
     """An RFC 3339 time of the API (``2026-11-26T10:00:00Z``) as Unix time."""
     if not isinstance(raw, str) or not raw:
         return None
@@ -179,7 +179,7 @@ def failure_cause(pod: Mapping[str, Any]) -> tuple[str, float | None]:
             terminated = (cs.get("state") or {}).get("terminated")
             if not isinstance(terminated, dict):
                 continue
-            at = _stamp(terminated.get("finishedAt"))
+            at = parse_time(terminated.get("finishedAt"))
             if at is not None:
                 finished.append(at)
             exit_code = terminated.get("exitCode")
@@ -193,7 +193,7 @@ def failure_cause(pod: Mapping[str, Any]) -> tuple[str, float | None]:
         if when is None:
             for condition in status.get("conditions") or ():
                 if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget":
-                    when = _stamp(condition.get("lastTransitionTime"))
+                    when = parse_time(condition.get("lastTransitionTime"))
         return "disruption", when
     return oom or code or "", when
 
@@ -372,20 +372,20 @@ def failed_node(pod: Mapping[str, Any]) -> str | None:
     return node if reason == BY_KUBELET and stopped_by != KUBELET_PREEMPTION else None
 
 
-_MARK = 6
+MARK = 6
 
 
-def _mark(pod_uid: str) -> bytes:
+def pod_mark(pod_uid: str) -> bytes:
     """A short stand-in for a pod's UID (48 bits): enough to tell apart the pods of one
     lineage, at a fraction of the UID's memory."""
-    return hashlib.blake2b(pod_uid.encode(), digest_size=_MARK).digest()
+    return hashlib.blake2b(pod_uid.encode(), digest_size=MARK).digest()
 
 
-def _seen(marks: bytes, mark: bytes) -> bool:
+def marked(marks: bytes, mark: bytes) -> bool:
     """Whether ``mark`` is one of ``marks`` (a search in C, at mark boundaries)."""
     at = marks.find(mark)
     while at != -1:
-        if at % _MARK == 0:
+        if at % MARK == 0:
             return True
         at = marks.find(mark, at + 1)
     return False
@@ -453,7 +453,7 @@ class FailureHistory:
             return False
         lineage, index = pod_lineage(meta, job_uid)
         key = _key(lineage, index)
-        mark = _mark(uid)
+        mark = pod_mark(uid)
         node = failed_node(pod)
         killed = killed_at(pod)
         place = jobset_place(meta)
@@ -465,7 +465,7 @@ class FailureHistory:
                     self._runs.clear()
                 self._runs[place[0]] = max(run, self._runs.get(place[0], -1))
             marks, ooms, nodes, last = self._lineages.pop(key, _EMPTY)
-            if _seen(marks, mark):
+            if marked(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes, last)
                 return False
             if last[1] is None or (when is not None and when >= last[1]):
@@ -572,7 +572,7 @@ class FailureHistory:
             with self._lock:
                 unseen = self._runs.get(key.jobset, -1) < key.run - 1
         return HistoryLookup(
-            True, ooms, nodes, len(marks) // _MARK, missing, source, "", unseen, cause, when
+            True, ooms, nodes, len(marks) // MARK, missing, source, "", unseen, cause, when
         )
 
     def fetch(self, key: HistoryKey) -> HistoryLookup:
