@@ -13,6 +13,7 @@ the Job's own Failed pods that matched no Ignore rule)``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -31,6 +32,7 @@ from webhook.cluster.history import (
     wants_history,
 )
 from webhook.cluster.informer import Informer, Informers, short_error
+from webhook.cluster.record import JobSetRecords, Record, lineage_of, merge
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,10 @@ class JobCache(Informers):
         self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
         self._pod_counts: dict[str, int] = {}
+        #: The controller's records on Jobs (``webhook.cluster.record``), and on JobSets
+        #: (a watch of its own, started by the first JobSet pod that asks).
+        self._records: dict[str, Record] = {}
+        self.jobsets = JobSetRecords(_custom_api(batch_api)) if watch_pods else None
         self._open_until = 0.0
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
         self._informers = [
@@ -173,13 +179,19 @@ class JobCache(Informers):
         #: What the failed pods of Jobs went through (``webhook.cluster.history``), fed by the pod
         #: watch below.
         self.history = FailureHistory(
-            core_api, JOB_UID_LABEL, self._counted, lookup_timeout, breaker_seconds
+            core_api,
+            JOB_UID_LABEL,
+            self._counted,
+            lookup_timeout,
+            breaker_seconds,
+            recorded=self._recorded,
         )
 
     # --- store updates (called from informer threads) ---------------------------
     def _reset_jobs(self) -> None:
         with self._lock:
             self._jobs.clear()
+            self._records.clear()
             self._budgets.clear()
             self._terminating.clear()
             self._rules.clear()
@@ -206,9 +218,15 @@ class JobCache(Informers):
                 self._budgets.pop(uid, None)
                 self._rules.pop(uid, None)
                 self._terminating.pop(uid, None)
+                self._records.pop(uid, None)
                 self.history.forget_job(uid)
                 return
             self._jobs[uid] = job_failed_count(job)
+            record = Record.of(job)
+            if record is None:
+                self._records.pop(uid, None)
+            else:
+                self._records[uid] = record
             terminating = terminating_pods(job)
             if terminating:
                 self._terminating[uid] = terminating
@@ -315,13 +333,38 @@ class JobCache(Informers):
     def job_history(self, key: HistoryKey) -> HistoryLookup:
         """What earlier attempts of a pod's Job (or index) went through: from the records
         of the pod watch, or after one bounded list of the Job's failed pods when the Job
-        counted failures the watch has not delivered yet."""
-        return self.history.fetch(key)
+        counted failures the watch has not delivered yet; with the workload's own record
+        (``webhook.cluster.record``), which holds what this replica never saw."""
+        return self._with_record(key, self.history.fetch(key))
 
     def history_at_once(self, key: HistoryKey) -> HistoryLookup | None:
         """``job_history`` when it needs no request to the API; ``None`` when it needs the
         one bounded list (as ``answer_at_once`` for ``job_failures``)."""
-        return self.history.at_once(key)
+        answer = self.history.at_once(key)
+        return None if answer is None else self._with_record(key, answer)
+
+    def _record_for(self, key: HistoryKey) -> Record | None:
+        if key.jobset is not None:
+            return self.jobsets.record(key.jobset) if self.jobsets is not None else None
+        with self._lock:
+            return self._records.get(key.uid)
+
+    def _recorded(self, key: HistoryKey) -> int:
+        """Counted failures of the question's Job (or index) in the Job's record; a
+        JobSet's record counts earlier runs, not the Job the question counts."""
+        if key.jobset is not None:
+            return 0
+        record = self._record_for(key)
+        return record.counted(key.index, key.per_index) if record is not None else 0
+
+    def _with_record(self, key: HistoryKey, answer: HistoryLookup) -> HistoryLookup:
+        record = self._record_for(key)
+        if record is None or not answer.known:
+            return answer
+        merged = merge(answer, record.lineages.get(lineage_of(key)))
+        if key.jobset is not None and merged.earlier_runs_unseen and record.run >= key.run - 1:
+            merged = dataclasses.replace(merged, earlier_runs_unseen=False)
+        return merged
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -343,6 +386,13 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
         if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Job":
             return ref.get("uid")
     return (meta.get("labels") or {}).get(JOB_UID_LABEL)
+
+
+def _custom_api(batch_api: Any) -> Any:
+    """A CustomObjectsApi on the same client (connection pool and credentials)."""
+    from kubernetes import client
+
+    return client.CustomObjectsApi(batch_api.api_client)
 
 
 def _short(err: Exception) -> str:

@@ -418,8 +418,12 @@ class FailureHistory:
         lookup_timeout: float = 0.5,
         breaker_seconds: float = 10.0,
         max_lineages: int = MAX_LINEAGES,
+        recorded: Callable[[HistoryKey], int] | None = None,
     ):
         self.core_api = core_api
+        #: Counted failures the workload's own record holds for a question
+        #: (``webhook.cluster.record``): failures whose pods this replica never saw.
+        self.recorded = recorded or (lambda key: 0)
         self.job_label = job_label
         self.counts = counts or (lambda job_uid, pod: True)
         self.lookup_timeout = lookup_timeout
@@ -560,6 +564,7 @@ class FailureHistory:
             record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
             seen = self._counted(key.uid, key.index, key.per_index)
             listed = self._listed.get(key.uid, -1)
+        seen = max(seen, self.recorded(key))
         if seen < key.expected and listed < key.expected:
             return None
         return self._answer(record, key, seen, "failed pods (cache)")
@@ -613,7 +618,7 @@ class FailureHistory:
             self._listed[key.uid] = key.expected or 0
             record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
             seen = self._counted(key.uid, key.index, key.per_index)
-        return self._answer(record, key, seen, "failed pods (API)")
+        return self._answer(record, key, max(seen, self.recorded(key)), "failed pods (API)")
 
     def at_once(self, key: HistoryKey) -> HistoryLookup | None:
         """The answer when it needs no request to the API (a lookup the records answer,

@@ -38,6 +38,7 @@ import base64
 import binascii
 import datetime as dt
 import json
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -46,6 +47,7 @@ from webhook.cluster.history import (
     COMPLETION_INDEX,
     MARK,
     MAX_NODES,
+    HistoryKey,
     HistoryLookup,
     Killed,
     failed_node,
@@ -57,6 +59,7 @@ from webhook.cluster.history import (
     parse_time,
     pod_mark,
 )
+from webhook.cluster.informer import Informer, Informers
 
 ANNOTATION = "retry-policy.dev/history"
 VERSION = 1
@@ -272,10 +275,19 @@ def merge(local: HistoryLookup, lineage: Lineage | None) -> HistoryLookup:
         oom_kills=tuple(sorted(kills.values())),
         nodes=tuple(nodes[-MAX_NODES:]),
         failures=max(local.failures, lineage.counted + lineage.ignored),
-        source=f"{local.source} and the workload's record" if local.source else "record",
+        source=_with_record(local.source),
         last_cause=cause,
         last_failed_at=when,
     )
+
+
+RECORD_SOURCE = "the workload's record"
+
+
+def _with_record(source: str) -> str:
+    if RECORD_SOURCE in source:
+        return source
+    return f"{source} and {RECORD_SOURCE}" if source else RECORD_SOURCE
 
 
 def records_of(items: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
@@ -302,3 +314,64 @@ def _rfc3339(when: float | None) -> str | None:
     if when is None:
         return None
     return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+
+
+class JobSetRecords(Informers):
+    """The records on JobSets (a JobSet's and a TrainJob's pods find theirs there), from a
+    watch of JobSets started by the first pod that asks (a cluster without JobSet never
+    watches them). Until it has listed, a lookup goes on without the record, as a
+    replica without a controller would."""
+
+    def __init__(self, custom_api: Any):
+        super().__init__()
+        self._lock = threading.Lock()
+        self._records: dict[str, Record] = {}
+
+        def list_jobsets(**kwargs: Any) -> Any:
+            return custom_api.list_cluster_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, JOBSETS, **kwargs
+            )
+
+        self._informers = [
+            Informer(
+                "jobsets", list_jobsets, self._reset, self._apply, {}, self._stop, "record cache"
+            )
+        ]
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._records.clear()
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if not isinstance(uid, str):
+            return
+        record = None if kind == "DELETED" else Record.of(obj)
+        with self._lock:
+            if record is None:
+                self._records.pop(uid, None)
+            else:
+                self._records[uid] = record
+
+    def record(self, uid: str) -> Record | None:
+        if not self.started:
+            self.start()
+        with self._lock:
+            return self._records.get(uid)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"records": len(self._records), "synced": self.synced}
+
+
+def lineage_of(key: HistoryKey) -> str:
+    """The record's lineage for a history question (see ``lineage_key``): a JobSet's
+    pods ask by ``<set UID>/<replicated Job>/<job index>``, a Job's by its UID."""
+    parts = key.lineage.split("/", 1)[1:] if key.jobset else []
+    if key.index is not None:
+        parts.append(str(key.index))
+    return "/".join(parts)
