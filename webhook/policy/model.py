@@ -300,8 +300,7 @@ KEYS: dict[str, KeySpec] = {
             "history",
             parse_any,
             _BOTH,
-            "written by the controller: the workload's failure history "
-            "(webhook.cluster.record)",
+            "written by the controller: the workload's failure history (webhook.cluster.record)",
             settable_default=False,
         ),
         KeySpec(
