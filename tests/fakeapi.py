@@ -46,6 +46,7 @@ TRAINER = "/apis/trainer.kubeflow.org/v1alpha1"
 LISTED = {
     "/apis/batch/v1/jobs": "jobs",
     "/api/v1/pods": "pods",
+    "/apis/jobset.x-k8s.io/v1alpha2/jobsets": "jobsets",
     "/api/v1/limitranges": "limitranges",
     "/api/v1/nodes": "nodes",
     f"{TRAINER}/trainingruntimes": "trainingruntimes",
@@ -377,8 +378,7 @@ class FakeAPI:
         self.version += 1
         patched["metadata"]["resourceVersion"] = str(self.version)
         self.objects[resource][current["metadata"]["uid"]] = patched
-        for q in self.watchers[resource]:
-            q.put({"type": "MODIFIED", "object": patched})
+        self._send(resource, {"type": "MODIFIED", "object": copy.deepcopy(patched)})
         return 200, copy.deepcopy(patched)
 
     def _handler(self):
@@ -414,6 +414,9 @@ class FakeAPI:
                     return self._get_job(parts[4], parts[6])
                 if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
                     return self._list_namespaced("pods", parts[3], query)
+                listed = _listed_target(url.path)
+                if listed is not None and listed[0] != "jobs" and not listed[3]:
+                    return self._get_listed(listed[0], listed[1], listed[2])
                 runtime = _runtime_target(parts)
                 if runtime is not None:
                     return self._get_runtime(*runtime)
@@ -451,6 +454,8 @@ class FakeAPI:
                     listed = _listed_target(url.path)
                     if listed is not None:
                         ctype = (self.headers.get("Content-Type") or "").split(";")[0]
+                        if api.before_write is not None:
+                            api.before_write(method, listed[0], listed[2])
                         with api.lock:
                             status, answer = api._patch_listed(*listed, body, ctype)
                             if status < 300:
@@ -601,6 +606,15 @@ class FakeAPI:
                 message = f'{resource} "{name}" not found'
                 self._send(404, _status_body(404, "NotFound", message, name))
 
+            def _get_listed(self, resource: str, namespace: str, name: str) -> None:
+                with api.lock:
+                    for obj in api.objects[resource].values():
+                        meta = obj["metadata"]
+                        if meta.get("namespace") == namespace and meta.get("name") == name:
+                            return self._send(200, obj)
+                message = f'{resource} "{name}" not found'
+                self._send(404, _status_body(404, "NotFound", message, name))
+
             def _get_job(self, namespace: str, name: str) -> None:
                 if api.get_delay:
                     time.sleep(api.get_delay)
@@ -661,7 +675,7 @@ def _named_target(path: str) -> tuple[str, str, str] | None:
 
 #: Listed resources that also take PATCH of one object (``/<prefix>/namespaces/NS/<r>/NAME``,
 #: ``.../pods/NAME/status``): resource -> URL prefix.
-PATCHED = {"jobs": "/apis/batch/v1", "pods": "/api/v1"}
+PATCHED = {"jobs": "/apis/batch/v1", "pods": "/api/v1", "jobsets": "/apis/jobset.x-k8s.io/v1alpha2"}
 
 
 def _listed_target(path: str) -> tuple[str, str, str, str] | None:

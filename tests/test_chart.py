@@ -37,7 +37,12 @@ PREFIX = "retry-policy.dev/"
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind"}
 #: Writes the webhook's identity holds cluster-wide, unscoped by name, each for a reason
 #: the controller's docs give: (resources, sorted verbs).
-UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = []
+UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
+    # The controller's record of a workload's failures, on the workload itself
+    # (webhook/controller/recorder.py): any Job or JobSet a user annotates, in any namespace.
+    (["jobs"], ["patch"]),
+    (["jobsets"], ["patch"]),
+]
 SCHEMA_ERROR = "don't meet the specifications of the schema"
 
 
@@ -513,11 +518,13 @@ CREATE_NOT_CONTROLLED_CEL = (
 UPDATE_CHANGES_POLICY_CEL = (
     "request.operation != 'UPDATE' || "
     "(has(object.metadata.annotations) && object.metadata.annotations.exists(k, "
-    "k.startsWith('retry-policy.dev/') && (!has(oldObject.metadata.annotations) || "
+    "k.startsWith('retry-policy.dev/') && k != 'retry-policy.dev/history' && "
+    "(!has(oldObject.metadata.annotations) || "
     "!(k in oldObject.metadata.annotations) || "
     "oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || "
     "(has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, "
-    "k.startsWith('retry-policy.dev/') && (!has(object.metadata.annotations) || "
+    "k.startsWith('retry-policy.dev/') && k != 'retry-policy.dev/history' && "
+    "(!has(object.metadata.annotations) || "
     "!(k in object.metadata.annotations))))"
 )
 
@@ -677,6 +684,7 @@ KUEUE_PATCH = {"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}
 MIRROR = {"kubernetes.io/config.mirror": "abc", **OURS}
 JOB_OWNER = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "u", "controller": True}]
 OTHER_OWNER = [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "v"}]
+HISTORY = PREFIX + "history"
 CEL_SCENARIOS = [
     # (webhook, operation, object, oldObject, sent)
     ("pods.mutate", "CREATE", _obj(OURS), None, True),
@@ -707,6 +715,18 @@ CEL_SCENARIOS = [
     ("workloads.validate", "CREATE", _obj(OURS), None, True),
     ("workloads.validate", "UPDATE", _obj(OURS, labels={"x": "1"}), _obj(OURS), False),
     ("workloads.validate", "UPDATE", _obj(), _obj(), False),
+    # The controller writing a workload's failure history (webhook/cluster/record.py), first
+    # and again: no policy changes, so neither webhook hears of it.
+    ("workloads.validate", "UPDATE", _obj({**OURS, HISTORY: "{}"}), _obj(OURS), False),
+    ("workloads.mutate", "UPDATE", _obj({**OURS, HISTORY: "{}"}), _obj(OURS), False),
+    (
+        "workloads.validate",
+        "UPDATE",
+        _obj({**OURS, HISTORY: "2"}),
+        _obj({**OURS, HISTORY: "1"}),
+        False,
+    ),
+    ("workloads.validate", "UPDATE", _obj({HISTORY: "1"}), _obj({**OURS, HISTORY: "1"}), True),
     ("workloads.validate", "UPDATE", _obj({PREFIX + "backoff-limit": "9"}), _obj(OURS), True),
     ("workloads.validate", "UPDATE", _obj({PREFIX + "new": "1", **OURS}), _obj(OURS), True),
     ("workloads.validate", "UPDATE", _obj(), _obj(OURS), True),
@@ -1266,6 +1286,14 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     attempts = [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        # The controller's record of a workload's failures (webhook/controller/recorder.py),
+        # on Jobs and JobSets; the workers read JobSets' (webhook/cluster/record.py).
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
+        {
+            "apiGroups": ["jobset.x-k8s.io"],
+            "resources": ["jobsets"],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
         # LimitRanges (webhook/cluster/limits.py) and Nodes (webhook/cluster/nodes.py):
         # watch-backed, never read per pod.
         {"apiGroups": [""], "resources": ["limitranges", "nodes"], "verbs": ["list", "watch"]},

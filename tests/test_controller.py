@@ -379,11 +379,26 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
     assert manager.elector.leading.wait(5)
+    # What the reconcilers act on: a Job's and a JobSet's failed pods (their histories).
+    from test_record import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
+
+    api.put("jobs", a_job())
+    api.put("jobsets", a_jobset())
+    child = child_job(0)
+    api.put("jobs", child)
     time.sleep(0.5)  # the reconcilers list and watch
+    api.put("pods", failed_pod("uid-train"))
+    labels = {**JOBSET_LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"}
+    api.put("pods", failed_pod(child["metadata"]["uid"], child["metadata"]["name"], labels=labels))
+    eventually(
+        lambda: sum(1 for m, r, _ in api.writes if m == "PATCH" and r in ("jobs", "jobsets")) >= 2,
+        10,
+    )
     manager.stop.set()
     thread.join(10)
     made = calls(list(api.requests))
     assert any(c.resource == "leases" and c.verb == "update" for c in made), made
+    assert {c.resource for c in made if c.verb == "patch"} == {"jobs", "jobsets"}, made
     docs = render(helm_path, {})
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []

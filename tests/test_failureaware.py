@@ -1351,17 +1351,17 @@ def test_the_last_failure_of_a_lineage_is_told_in_a_fixed_grammar():
     # the time: the last container to finish (a sidecar stopped after the main one)
     assert history.failure_cause(failed([term("main", 42, t1), term("side", 0, t2)])) == (
         "exit-code:42:main",
-        history._stamp(t2),
+        history.parse_time(t2),
     )
     cause, when = history.failure_cause(
         failed([term("main", 1, t1), term("side", 137, t2, "OOMKilled")])
     )
-    assert cause == "oom-killed:side" and when == history._stamp(t2)
+    assert cause == "oom-killed:side" and when == history.parse_time(t2)
     disrupted = failed(
         [term("main", 143, t1)],
         [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}],
     )
-    assert history.failure_cause(disrupted) == ("disruption", history._stamp(t1))
+    assert history.failure_cause(disrupted) == ("disruption", history.parse_time(t1))
     assert history.failure_cause(failed([], init=[term("setup", 2, t1)]))[0] == (
         "exit-code:2:setup"
     )
@@ -1374,4 +1374,6 @@ def test_the_last_failure_of_a_lineage_is_told_in_a_fixed_grammar():
     h.record(late, "job-1", True)
     h.record(early, "job-1", True)  # seen later, failed earlier: not the last
     answer = h.lookup(key(2))
-    assert answer.last_cause == "oom-killed:main" and answer.last_failed_at == history._stamp(t2)
+    assert answer.last_cause == "oom-killed:main" and answer.last_failed_at == history.parse_time(
+        t2
+    )

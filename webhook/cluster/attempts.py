@@ -13,13 +13,14 @@ the Job's own Failed pods that matched no Ignore rule)``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 import orjson
 
@@ -30,6 +31,8 @@ from webhook.cluster.history import (
     unknown,
     wants_history,
 )
+from webhook.cluster.informer import Informer, Informers, short_error
+from webhook.cluster.record import JobSetRecords, Record, lineage_of, merge
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
@@ -120,202 +123,6 @@ def _ignore_rules(job: Mapping[str, Any]) -> tuple | None:
     return None
 
 
-class _Informer:
-    """List-then-watch one resource, calling ``apply(type, object)`` for each event.
-
-    Objects are decoded as plain JSON (not into the client's model classes, which is
-    an order of magnitude slower and larger): only a few fields are kept.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        list_fn: Callable[..., Any],
-        reset: Callable[[], None],
-        apply: Callable[[str, Mapping[str, Any]], None],
-        kwargs: Mapping[str, Any],
-        stop: threading.Event,
-        label: str = "attempt cache",
-        relisted: Callable[[], None] | None = None,
-    ):
-        self.label = label
-        #: Called when a list's objects have all been applied (after ``reset``): a cache
-        #: that must never answer from half a list swaps in the new one then.
-        self.relisted = relisted
-        self.name = name
-        self.list_fn = list_fn
-        self.reset = reset
-        self.apply = apply
-        self.kwargs = dict(kwargs)
-        self.stop = stop
-        self.synced = threading.Event()
-        self.errors = 0
-        #: Why the last list or watch failed ("" once a list succeeds): what a lookup that
-        #: cannot be answered says.
-        self.last_error = ""
-
-    def run(self) -> None:
-        backoff = 0.5
-        while not self.stop.is_set():
-            try:
-                version = self._list()
-                self.last_error = ""
-                self.synced.set()
-                backoff = 0.5
-                self._watch(version)
-            except Exception as err:  # the loop must survive anything the API does
-                self.errors += 1
-                self.last_error = _short(err)
-                log.warning("%s %s: %s; relisting in %.1fs", self.label, self.name, err, backoff)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    def _list(self) -> str:
-        token = None
-        items: list[Mapping[str, Any]] = []
-        while True:
-            resp = self.list_fn(
-                limit=500,
-                _continue=token,
-                _preload_content=False,
-                _request_timeout=60,
-                **self.kwargs,
-            )
-            page = json.loads(resp.data)
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                version = (page.get("metadata") or {}).get("resourceVersion") or ""
-                break
-        self.reset()
-        for item in items:
-            self.apply("ADDED", item)
-        if self.relisted is not None:
-            self.relisted()
-        return version
-
-    def _watch(self, version: str) -> None:
-        from kubernetes.watch.watch import iter_resp_lines
-
-        while not self.stop.is_set():
-            resp = self.list_fn(
-                watch=True,
-                resource_version=version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=240,
-                _preload_content=False,
-                _request_timeout=(10, 300),
-                **self.kwargs,
-            )
-            try:
-                for line in iter_resp_lines(resp):
-                    event = json.loads(line)
-                    kind = event.get("type")
-                    obj = event.get("object") or {}
-                    if kind == "ERROR":
-                        raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
-                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                    if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self.apply(kind, obj)
-                    if self.stop.is_set():
-                        return
-            finally:
-                resp.release_conn()
-
-
-class Informers:
-    """The threads of a cache's informers (``_informers``, set by the subclass): started
-    once, stopped together; synced when every informer has listed once."""
-
-    _informers: list[_Informer]
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._start_lock = threading.Lock()
-        self._started_at = 0.0
-
-    @property
-    def started(self) -> bool:
-        return bool(self._threads)
-
-    def start(self) -> Self:
-        with self._start_lock:
-            if self._threads:
-                return self
-            self._started_at = time.monotonic()
-            for informer in self._informers:
-                thread = threading.Thread(
-                    target=informer.run, name=f"cache-{informer.name}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def wait_synced(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._informers)
-
-    @property
-    def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self._informers)
-
-
-class ListedWhole(Informers):
-    """A cache of one resource that a relist replaces whole: a list's objects go to a new
-    store, which lookups read only once all of them are in (no lookup sees half a list);
-    watch events go to the store lookups read. A subclass stores an object (``_store``:
-    ``store`` updated for one event; the key it changed, ``None`` when nothing changed)
-    and refreshes what it derives from the store (``_refresh``: the keys that changed,
-    ``None`` for all), both called with ``_lock`` held."""
-
-    def __init__(self, name: str, list_fn: Callable[..., Any], label: str):
-        super().__init__()
-        self._lock = threading.Lock()
-        self._objects: dict[Any, Any] = {}
-        self._staging: dict[Any, Any] | None = None
-        self._informers = [
-            _Informer(
-                name,
-                list_fn,
-                self._reset,
-                self._apply,
-                {},
-                self._stop,
-                label=label,
-                relisted=self._relisted,
-            )
-        ]
-
-    def _store(self, store: dict[Any, Any], kind: str, obj: Mapping[str, Any]) -> Any:
-        raise NotImplementedError
-
-    def _refresh(self, keys: set[Any] | None) -> None:
-        raise NotImplementedError
-
-    def _reset(self) -> None:
-        with self._lock:
-            self._staging = {}
-
-    def _relisted(self) -> None:
-        with self._lock:
-            if self._staging is not None:
-                changed = self._staging != self._objects
-                self._objects, self._staging = self._staging, None
-                if changed:
-                    self._refresh(None)
-
-    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        with self._lock:
-            live = self._staging is None
-            key = self._store(self._objects if live else self._staging, kind, obj)
-            if live and key is not None:
-                self._refresh({key})
-
-
 class JobCache(Informers):
     """Watch-backed counts of failed attempts per Job UID."""
 
@@ -342,10 +149,14 @@ class JobCache(Informers):
         self._rule_sets: dict[bytes, tuple] = {}
         self._pod_job: dict[str, tuple[str, bool]] = {}
         self._pod_counts: dict[str, int] = {}
+        #: The controller's records on Jobs (``webhook.cluster.record``), and on JobSets
+        #: (a watch of its own, started by the first JobSet pod that asks).
+        self._records: dict[str, Record] = {}
+        self.jobsets = JobSetRecords(_custom_api(batch_api)) if watch_pods else None
         self._open_until = 0.0
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
         self._informers = [
-            _Informer(
+            Informer(
                 "jobs",
                 batch_api.list_job_for_all_namespaces,
                 self._reset_jobs,
@@ -356,7 +167,7 @@ class JobCache(Informers):
         ]
         if watch_pods:
             self._informers.append(
-                _Informer(
+                Informer(
                     "failed-pods",
                     core_api.list_pod_for_all_namespaces,
                     self._reset_pods,
@@ -368,13 +179,19 @@ class JobCache(Informers):
         #: What the failed pods of Jobs went through (``webhook.cluster.history``), fed by the pod
         #: watch below.
         self.history = FailureHistory(
-            core_api, JOB_UID_LABEL, self._counted, lookup_timeout, breaker_seconds
+            core_api,
+            JOB_UID_LABEL,
+            self._counted,
+            lookup_timeout,
+            breaker_seconds,
+            recorded=self._recorded,
         )
 
     # --- store updates (called from informer threads) ---------------------------
     def _reset_jobs(self) -> None:
         with self._lock:
             self._jobs.clear()
+            self._records.clear()
             self._budgets.clear()
             self._terminating.clear()
             self._rules.clear()
@@ -401,9 +218,15 @@ class JobCache(Informers):
                 self._budgets.pop(uid, None)
                 self._rules.pop(uid, None)
                 self._terminating.pop(uid, None)
+                self._records.pop(uid, None)
                 self.history.forget_job(uid)
                 return
             self._jobs[uid] = job_failed_count(job)
+            record = Record.of(job)
+            if record is None:
+                self._records.pop(uid, None)
+            else:
+                self._records[uid] = record
             terminating = terminating_pods(job)
             if terminating:
                 self._terminating[uid] = terminating
@@ -510,13 +333,38 @@ class JobCache(Informers):
     def job_history(self, key: HistoryKey) -> HistoryLookup:
         """What earlier attempts of a pod's Job (or index) went through: from the records
         of the pod watch, or after one bounded list of the Job's failed pods when the Job
-        counted failures the watch has not delivered yet."""
-        return self.history.fetch(key)
+        counted failures the watch has not delivered yet; with the workload's own record
+        (``webhook.cluster.record``), which holds what this replica never saw."""
+        return self._with_record(key, self.history.fetch(key))
 
     def history_at_once(self, key: HistoryKey) -> HistoryLookup | None:
         """``job_history`` when it needs no request to the API; ``None`` when it needs the
         one bounded list (as ``answer_at_once`` for ``job_failures``)."""
-        return self.history.at_once(key)
+        answer = self.history.at_once(key)
+        return None if answer is None else self._with_record(key, answer)
+
+    def _record_for(self, key: HistoryKey) -> Record | None:
+        if key.jobset is not None:
+            return self.jobsets.record(key.jobset) if self.jobsets is not None else None
+        with self._lock:
+            return self._records.get(key.uid)
+
+    def _recorded(self, key: HistoryKey) -> int:
+        """Counted failures of the question's Job (or index) in the Job's record; a
+        JobSet's record counts earlier runs, not the Job the question counts."""
+        if key.jobset is not None:
+            return 0
+        record = self._record_for(key)
+        return record.counted(key.index, key.per_index) if record is not None else 0
+
+    def _with_record(self, key: HistoryKey, answer: HistoryLookup) -> HistoryLookup:
+        record = self._record_for(key)
+        if record is None or not answer.known:
+            return answer
+        merged = merge(answer, record.lineages.get(lineage_of(key)))
+        if key.jobset is not None and merged.earlier_runs_unseen and record.run >= key.run - 1:
+            merged = dataclasses.replace(merged, earlier_runs_unseen=False)
+        return merged
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -540,11 +388,15 @@ def _controller_uid(meta: Mapping[str, Any]) -> str | None:
     return (meta.get("labels") or {}).get(JOB_UID_LABEL)
 
 
+def _custom_api(batch_api: Any) -> Any:
+    """A CustomObjectsApi on the same client (connection pool and credentials)."""
+    from kubernetes import client
+
+    return client.CustomObjectsApi(batch_api.api_client)
+
+
 def _short(err: Exception) -> str:
-    status = getattr(err, "status", None)
-    if status:
-        return f"HTTP {status}"
-    return type(err).__name__
+    return short_error(err)
 
 
 def connect(mode: str = "auto") -> tuple[Any, Any] | None:

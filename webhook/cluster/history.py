@@ -147,7 +147,7 @@ class HistoryLookup:
         return {"oomKills": [k.to_json() for k in self.oom_kills], "nodes": list(self.nodes)}
 
 
-def _stamp(raw: Any) -> float | None:
+def parse_time(raw: Any) -> float | None:
     """An RFC 3339 time of the API (``2026-11-26T10:00:00Z``) as Unix time."""
     if not isinstance(raw, str) or not raw:
         return None
@@ -179,7 +179,7 @@ def failure_cause(pod: Mapping[str, Any]) -> tuple[str, float | None]:
             terminated = (cs.get("state") or {}).get("terminated")
             if not isinstance(terminated, dict):
                 continue
-            at = _stamp(terminated.get("finishedAt"))
+            at = parse_time(terminated.get("finishedAt"))
             if at is not None:
                 finished.append(at)
             exit_code = terminated.get("exitCode")
@@ -193,7 +193,7 @@ def failure_cause(pod: Mapping[str, Any]) -> tuple[str, float | None]:
         if when is None:
             for condition in status.get("conditions") or ():
                 if isinstance(condition, dict) and condition.get("type") == "DisruptionTarget":
-                    when = _stamp(condition.get("lastTransitionTime"))
+                    when = parse_time(condition.get("lastTransitionTime"))
         return "disruption", when
     return oom or code or "", when
 
@@ -372,20 +372,20 @@ def failed_node(pod: Mapping[str, Any]) -> str | None:
     return node if reason == BY_KUBELET and stopped_by != KUBELET_PREEMPTION else None
 
 
-_MARK = 6
+MARK = 6
 
 
-def _mark(pod_uid: str) -> bytes:
+def pod_mark(pod_uid: str) -> bytes:
     """A short stand-in for a pod's UID (48 bits): enough to tell apart the pods of one
     lineage, at a fraction of the UID's memory."""
-    return hashlib.blake2b(pod_uid.encode(), digest_size=_MARK).digest()
+    return hashlib.blake2b(pod_uid.encode(), digest_size=MARK).digest()
 
 
-def _seen(marks: bytes, mark: bytes) -> bool:
+def marked(marks: bytes, mark: bytes) -> bool:
     """Whether ``mark`` is one of ``marks`` (a search in C, at mark boundaries)."""
     at = marks.find(mark)
     while at != -1:
-        if at % _MARK == 0:
+        if at % MARK == 0:
             return True
         at = marks.find(mark, at + 1)
     return False
@@ -418,8 +418,12 @@ class FailureHistory:
         lookup_timeout: float = 0.5,
         breaker_seconds: float = 10.0,
         max_lineages: int = MAX_LINEAGES,
+        recorded: Callable[[HistoryKey], int] | None = None,
     ):
         self.core_api = core_api
+        #: Counted failures the workload's own record holds for a question
+        #: (``webhook.cluster.record``): failures whose pods this replica never saw.
+        self.recorded = recorded or (lambda key: 0)
         self.job_label = job_label
         self.counts = counts or (lambda job_uid, pod: True)
         self.lookup_timeout = lookup_timeout
@@ -453,7 +457,7 @@ class FailureHistory:
             return False
         lineage, index = pod_lineage(meta, job_uid)
         key = _key(lineage, index)
-        mark = _mark(uid)
+        mark = pod_mark(uid)
         node = failed_node(pod)
         killed = killed_at(pod)
         place = jobset_place(meta)
@@ -465,7 +469,7 @@ class FailureHistory:
                     self._runs.clear()
                 self._runs[place[0]] = max(run, self._runs.get(place[0], -1))
             marks, ooms, nodes, last = self._lineages.pop(key, _EMPTY)
-            if _seen(marks, mark):
+            if marked(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes, last)
                 return False
             if last[1] is None or (when is not None and when >= last[1]):
@@ -560,6 +564,7 @@ class FailureHistory:
             record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
             seen = self._counted(key.uid, key.index, key.per_index)
             listed = self._listed.get(key.uid, -1)
+        seen = max(seen, self.recorded(key))
         if seen < key.expected and listed < key.expected:
             return None
         return self._answer(record, key, seen, "failed pods (cache)")
@@ -572,7 +577,7 @@ class FailureHistory:
             with self._lock:
                 unseen = self._runs.get(key.jobset, -1) < key.run - 1
         return HistoryLookup(
-            True, ooms, nodes, len(marks) // _MARK, missing, source, "", unseen, cause, when
+            True, ooms, nodes, len(marks) // MARK, missing, source, "", unseen, cause, when
         )
 
     def fetch(self, key: HistoryKey) -> HistoryLookup:
@@ -613,7 +618,7 @@ class FailureHistory:
             self._listed[key.uid] = key.expected or 0
             record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
             seen = self._counted(key.uid, key.index, key.per_index)
-        return self._answer(record, key, seen, "failed pods (API)")
+        return self._answer(record, key, max(seen, self.recorded(key)), "failed pods (API)")
 
     def at_once(self, key: HistoryKey) -> HistoryLookup | None:
         """The answer when it needs no request to the API (a lookup the records answer,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.attempts import ListedWhole
+from webhook.cluster.informer import ListedWhole
 from webhook.kube.limitrange import NONE, MemoryLimits, memory_limits
 
 log = logging.getLogger(__name__)

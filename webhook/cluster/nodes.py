@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.attempts import ListedWhole
+from webhook.cluster.informer import ListedWhole
 from webhook.kube.scheduling import Placement, fits, node_of
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.cluster.attempts import Informers, _Informer
+from webhook.cluster.informer import Informer, Informers
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +255,7 @@ class RuntimeCache(Informers):
         self._errors: dict[str, str] = {}
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
         self._informers = [
-            _Informer(
+            Informer(
                 plural,
                 self._recording(plural, functools.partial(self._list, plural)),
                 functools.partial(self._reset, kind),

@@ -297,6 +297,13 @@ KEYS: dict[str, KeySpec] = {
             settable_default=False,
         ),
         KeySpec(
+            "history",
+            parse_any,
+            _BOTH,
+            "written by the controller: the workload's failure history (webhook.cluster.record)",
+            settable_default=False,
+        ),
+        KeySpec(
             "defaults",
             parse_carried_defaults,
             frozenset({Scope.WORKLOAD}),

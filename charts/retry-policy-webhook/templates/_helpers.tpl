@@ -175,10 +175,12 @@ On UPDATE only a change to retry-policy.dev/ annotations can be denied (objects 
 checked once, at CREATE), so any other update (controllers setting finalizers, Kueue
 suspending a Job) skips the webhook and cannot be blocked by it. The expression is
 true exactly when the set of retry-policy.dev/ keys or one of their values differs
-between oldObject and object; it is true for every other operation.
+between oldObject and object; it is true for every other operation. The controller's
+own record (retry-policy.dev/history, rewritten after each failure) is no policy: its
+writes never reach the webhook.
 */}}
 {{- define "rpw.cel.updateChangesPolicy" -}}
-request.operation != 'UPDATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && (!has(object.metadata.annotations) || !(k in object.metadata.annotations))))
+request.operation != 'UPDATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && k != 'retry-policy.dev/history' && (!has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations) || oldObject.metadata.annotations[k] != object.metadata.annotations[k]))) || (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/') && k != 'retry-policy.dev/history' && (!has(object.metadata.annotations) || !(k in object.metadata.annotations))))
 {{- end -}}
 
 {{/*

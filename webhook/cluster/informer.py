@@ -1,0 +1,221 @@
+"""List-then-watch informers: the base of every cache that keeps part of the cluster in
+memory (Jobs and failed pods, LimitRanges, Nodes, Trainer runtimes, workload records),
+and of the controller's watches. Objects are plain JSON, and a relist (after a 410, an
+API server restart, a dropped connection) delivers every object again: each cache must
+take an object it has seen as the same object (``ListedWhole`` swaps in a whole new
+store)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Self
+
+log = logging.getLogger(__name__)
+
+
+class Informer:
+    """List-then-watch one resource, calling ``apply(type, object)`` for each event.
+
+    Objects are decoded as plain JSON (not into the client's model classes, which is
+    an order of magnitude slower and larger): only a few fields are kept.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        list_fn: Callable[..., Any],
+        reset: Callable[[], None],
+        apply: Callable[[str, Mapping[str, Any]], None],
+        kwargs: Mapping[str, Any],
+        stop: threading.Event,
+        label: str = "attempt cache",
+        relisted: Callable[[], None] | None = None,
+    ):
+        self.label = label
+        #: Called when a list's objects have all been applied (after ``reset``): a cache
+        #: that must never answer from half a list swaps in the new one then.
+        self.relisted = relisted
+        self.name = name
+        self.list_fn = list_fn
+        self.reset = reset
+        self.apply = apply
+        self.kwargs = dict(kwargs)
+        self.stop = stop
+        self.synced = threading.Event()
+        self.errors = 0
+        #: Why the last list or watch failed ("" once a list succeeds): what a lookup that
+        #: cannot be answered says.
+        self.last_error = ""
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                version = self._list()
+                self.last_error = ""
+                self.synced.set()
+                backoff = 0.5
+                self._watch(version)
+            except Exception as err:  # the loop must survive anything the API does
+                self.errors += 1
+                self.last_error = short_error(err)
+                log.warning("%s %s: %s; relisting in %.1fs", self.label, self.name, err, backoff)
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _list(self) -> str:
+        token = None
+        items: list[Mapping[str, Any]] = []
+        while True:
+            resp = self.list_fn(
+                limit=500,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=60,
+                **self.kwargs,
+            )
+            page = json.loads(resp.data)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                version = (page.get("metadata") or {}).get("resourceVersion") or ""
+                break
+        self.reset()
+        for item in items:
+            self.apply("ADDED", item)
+        if self.relisted is not None:
+            self.relisted()
+        return version
+
+    def _watch(self, version: str) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        while not self.stop.is_set():
+            resp = self.list_fn(
+                watch=True,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=240,
+                _preload_content=False,
+                _request_timeout=(10, 300),
+                **self.kwargs,
+            )
+            try:
+                for line in iter_resp_lines(resp):
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self.apply(kind, obj)
+                    if self.stop.is_set():
+                        return
+            finally:
+                resp.release_conn()
+
+
+class Informers:
+    """The threads of a cache's informers (``_informers``, set by the subclass): started
+    once, stopped together; synced when every informer has listed once."""
+
+    _informers: list[Informer]
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+        self._started_at = 0.0
+
+    @property
+    def started(self) -> bool:
+        return bool(self._threads)
+
+    def start(self) -> Self:
+        with self._start_lock:
+            if self._threads:
+                return self
+            self._started_at = time.monotonic()
+            for informer in self._informers:
+                thread = threading.Thread(
+                    target=informer.run, name=f"cache-{informer.name}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(i.synced.wait(max(0.0, deadline - time.monotonic())) for i in self._informers)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self._informers)
+
+
+class ListedWhole(Informers):
+    """A cache of one resource that a relist replaces whole: a list's objects go to a new
+    store, which lookups read only once all of them are in (no lookup sees half a list);
+    watch events go to the store lookups read. A subclass stores an object (``_store``:
+    ``store`` updated for one event; the key it changed, ``None`` when nothing changed)
+    and refreshes what it derives from the store (``_refresh``: the keys that changed,
+    ``None`` for all), both called with ``_lock`` held."""
+
+    def __init__(self, name: str, list_fn: Callable[..., Any], label: str):
+        super().__init__()
+        self._lock = threading.Lock()
+        self._objects: dict[Any, Any] = {}
+        self._staging: dict[Any, Any] | None = None
+        self._informers = [
+            Informer(
+                name,
+                list_fn,
+                self._reset,
+                self._apply,
+                {},
+                self._stop,
+                label=label,
+                relisted=self._relisted,
+            )
+        ]
+
+    def _store(self, store: dict[Any, Any], kind: str, obj: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _refresh(self, keys: set[Any] | None) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._staging = {}
+
+    def _relisted(self) -> None:
+        with self._lock:
+            if self._staging is not None:
+                changed = self._staging != self._objects
+                self._objects, self._staging = self._staging, None
+                if changed:
+                    self._refresh(None)
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            live = self._staging is None
+            key = self._store(self._objects if live else self._staging, kind, obj)
+            if live and key is not None:
+                self._refresh({key})
+
+
+def short_error(err: Exception) -> str:
+    """An API error in a few words: its HTTP status, else its type."""
+    status = getattr(err, "status", None)
+    if status:
+        return f"HTTP {status}"
+    return type(err).__name__

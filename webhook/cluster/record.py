@@ -1,0 +1,377 @@
+"""A workload's failure history, kept on the workload itself (``retry-policy.dev/history``).
+
+Each replica's admission workers learn failures from their own watch of failed pods
+(``webhook.cluster.history``), and so know nothing of pods deleted before they started:
+a JobSet's restart deletes its failed pods, PodGC and a finished Job's TTL delete others.
+Two replicas could then answer one pod differently (one raises its memory, the other,
+started after the restart, does not). The leading controller writes what a decision
+needs onto the workload the pods belong to (the Job; the JobSet for a JobSet's or a
+TrainJob's pods, as a restart recreates the child Jobs), and every replica reads it from
+the watch it already has of those workloads: restarted or new, all decide the same, and
+no deletion of pods loses anything.
+
+The record is small and bounded (``MAX_LINEAGES``, ``MAX_NODES``, ``MAX_MARKS``: under
+8 KiB as written), only the controller writes it (with the ``resourceVersion`` it read as
+a precondition), and it is merged with what a worker saw itself, so a decision made
+between a failure and its record (the controller writes within a second or two; the Job
+controller waits at least 10 s before the replacement pod) still counts it.
+
+Merging is idempotent: per container the most OOM kills and the largest memory killed at,
+the union of failed nodes, the later last failure. A failure seen both in the record and
+in a worker's own watch is counted once for memory and nodes (a maximum and a union), and
+the record's marks keep the controller from recording one pod twice.
+
+The annotation, as ``kubectl get job -o yaml`` shows it::
+
+    retry-policy.dev/history: '{"v":1,"lineages":{"":{"counted":2,"ignored":1,
+      "oomKills":[["trainer",2,2147483648,2147483648]],"nodes":["node-a"],
+      "last":["oom-killed:trainer","2026-11-26T10:00:00Z"]}},"run":0,"pods":"..."}'
+
+Lineages: ``""`` for a Job's pods, the completion index (``"3"``) for an Indexed Job's;
+for a JobSet's, ``"<replicated Job>/<job index>"`` (then ``/<completion index>``), across
+its runs; ``run`` is the latest JobSet run (``restart-attempt``) with a recorded failure.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from webhook.cluster.history import (
+    COMPLETION_INDEX,
+    MARK,
+    MAX_NODES,
+    HistoryKey,
+    HistoryLookup,
+    Killed,
+    failed_node,
+    failure_cause,
+    jobset_place,
+    jobset_run,
+    killed_at,
+    marked,
+    parse_time,
+    pod_mark,
+)
+from webhook.cluster.informer import Informer, Informers
+
+ANNOTATION = "retry-policy.dev/history"
+VERSION = 1
+#: Bounds: lineages kept (the ones that failed most recently), and pods remembered as
+#: recorded (6-byte marks; past this, the oldest go: a pod recorded that long ago is gone
+#: from the watch in all but extreme cases, and a second count of it would change only
+#: the counts shown, never a raise or an avoided node).
+MAX_LINEAGES = 64
+MAX_MARKS = 512
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """What a decision needs of one lineage's failures."""
+
+    counted: int = 0
+    ignored: int = 0
+    oom_kills: tuple[Killed, ...] = ()
+    nodes: tuple[str, ...] = ()
+    last_cause: str = ""
+    last_failed_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"counted": self.counted, "ignored": self.ignored}
+        if self.oom_kills:
+            out["oomKills"] = [k.to_json() for k in self.oom_kills]
+        if self.nodes:
+            out["nodes"] = list(self.nodes)
+        if self.last_cause or self.last_failed_at is not None:
+            out["last"] = [self.last_cause, _rfc3339(self.last_failed_at)]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Lineage:
+        if not isinstance(data, dict):
+            return cls()
+        kills = []
+        for item in data.get("oomKills") or ():
+            if (
+                isinstance(item, list)
+                and len(item) == 4
+                and isinstance(item[0], str)
+                and _count(item[1])
+                and all(v is None or _count(v) for v in item[2:])
+            ):
+                kills.append(Killed(item[0], item[1], item[2], item[3]))
+        nodes = tuple(n for n in data.get("nodes") or () if isinstance(n, str))[-MAX_NODES:]
+        last = data.get("last")
+        cause, when = "", None
+        if isinstance(last, list) and len(last) == 2 and isinstance(last[0], str):
+            cause, when = last[0], parse_time(last[1])
+        return cls(
+            data["counted"] if _count(data.get("counted")) else 0,
+            data["ignored"] if _count(data.get("ignored")) else 0,
+            tuple(sorted(kills)),
+            nodes,
+            cause,
+            when,
+        )
+
+    def add(self, pod: Mapping[str, Any], counted: bool) -> Lineage:
+        """This lineage with one more failed pod."""
+        kills = {k.container: k for k in self.oom_kills}
+        for kill in killed_at(pod):
+            before = kills.get(kill.container)
+            if before is not None:
+                kill = Killed(
+                    kill.container,
+                    before.kills + 1,
+                    _most(before.request, kill.request),
+                    _most(before.limit, kill.limit),
+                )
+            kills[kill.container] = kill
+        nodes = self.nodes
+        node = failed_node(pod)
+        if node is not None:
+            nodes = (*(n for n in nodes if n != node), node)[-MAX_NODES:]
+        cause, when = failure_cause(pod)
+        last_cause, last_at = self.last_cause, self.last_failed_at
+        if last_at is None or (when is not None and when >= last_at):
+            last_cause, last_at = cause, when
+        return Lineage(
+            self.counted + int(counted),
+            self.ignored + int(not counted),
+            tuple(sorted(kills.values())),
+            nodes,
+            last_cause,
+            last_at,
+        )
+
+
+@dataclass(frozen=True)
+class Record:
+    """The record on one workload."""
+
+    lineages: dict[str, Lineage] = field(default_factory=dict)
+    run: int = -1
+    marks: bytes = b""
+
+    # --- reading -------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, raw: Any) -> Record | None:
+        """The record in an annotation's value; ``None`` when there is none or it cannot
+        be read (a record of a later version, or edited by hand: it is then rewritten)."""
+        if not isinstance(raw, str) or not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("v") != VERSION:
+            return None
+        lineages = data.get("lineages")
+        try:
+            marks = base64.b64decode(data.get("pods") or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            marks = b""
+        run = data.get("run")
+        return cls(
+            {
+                k: Lineage.from_json(v)
+                for k, v in (lineages.items() if isinstance(lineages, dict) else ())
+                if isinstance(k, str)
+            },
+            run if isinstance(run, int) and not isinstance(run, bool) else -1,
+            marks[: len(marks) - len(marks) % MARK],
+        )
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Record | None:
+        meta = obj.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        return cls.parse(annotations.get(ANNOTATION) if isinstance(annotations, dict) else None)
+
+    def seen(self, pod_uid: str) -> bool:
+        return marked(self.marks, pod_mark(pod_uid))
+
+    def counted(self, index: int | None = None, per_index: bool = False) -> int:
+        """Counted failures recorded for a Job: all of them, or one index's."""
+        if per_index:
+            return self.lineages.get(str(index), Lineage()).counted
+        return sum(line.counted for line in self.lineages.values())
+
+    # --- writing -------------------------------------------------------------------------
+    def add(self, pod: Mapping[str, Any], counted: bool) -> Record:
+        """This record with one more failed pod (unchanged when it holds that pod)."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid or self.seen(uid):
+            return self
+        key = lineage_key(meta)
+        lineages = dict(self.lineages)
+        lineages[key] = lineages.pop(key, Lineage()).add(pod, counted)
+        if len(lineages) > MAX_LINEAGES:
+            by_age = sorted(lineages, key=lambda k: lineages[k].last_failed_at or 0.0)
+            for old in by_age[: len(lineages) - MAX_LINEAGES]:
+                del lineages[old]
+        run = max(self.run, jobset_run(meta)) if jobset_place(meta) else self.run
+        marks = (self.marks + pod_mark(uid))[-MAX_MARKS * MARK :]
+        return replace(self, lineages=lineages, run=run, marks=marks)
+
+    def text(self) -> str:
+        data: dict[str, Any] = {
+            "v": VERSION,
+            "lineages": {k: v.to_json() for k, v in sorted(self.lineages.items())},
+        }
+        if self.run >= 0:
+            data["run"] = self.run
+        data["pods"] = base64.b64encode(self.marks).decode()
+        return json.dumps(data, separators=(",", ":"))
+
+
+def lineage_key(metadata: Mapping[str, Any]) -> str:
+    """A pod's lineage within its workload's record (see the module's doc)."""
+    annotations = metadata.get("annotations")
+    raw = annotations.get(COMPLETION_INDEX) if isinstance(annotations, dict) else None
+    index = raw if isinstance(raw, str) and raw.isdigit() and len(raw) < 10 else None
+    place = jobset_place(metadata)
+    parts = [place[1], place[2]] if place else []
+    if index is not None:
+        parts.append(index)
+    return "/".join(parts)
+
+
+def merge(local: HistoryLookup, lineage: Lineage | None) -> HistoryLookup:
+    """A worker's own answer with the record's lineage (idempotent: see the module's
+    doc). The record's counts stand in for failures whose pods the worker never saw."""
+    if lineage is None or not local.known:
+        return local
+    kills = {k.container: k for k in local.oom_kills}
+    for kill in lineage.oom_kills:
+        mine = kills.get(kill.container)
+        kills[kill.container] = (
+            kill
+            if mine is None
+            else Killed(
+                kill.container,
+                max(kill.kills, mine.kills),
+                _most(kill.request, mine.request),
+                _most(kill.limit, mine.limit),
+            )
+        )
+    nodes = list(lineage.nodes)
+    for node in local.nodes:
+        if node in nodes:
+            nodes.remove(node)
+        nodes.append(node)
+    cause, when = local.last_cause, local.last_failed_at
+    if lineage.last_failed_at is not None and (when is None or lineage.last_failed_at > when):
+        cause, when = lineage.last_cause, lineage.last_failed_at
+    return replace(
+        local,
+        oom_kills=tuple(sorted(kills.values())),
+        nodes=tuple(nodes[-MAX_NODES:]),
+        failures=max(local.failures, lineage.counted + lineage.ignored),
+        source=_with_record(local.source),
+        last_cause=cause,
+        last_failed_at=when,
+    )
+
+
+RECORD_SOURCE = "the workload's record"
+
+
+def _with_record(source: str) -> str:
+    if RECORD_SOURCE in source:
+        return source
+    return f"{source} and {RECORD_SOURCE}" if source else RECORD_SOURCE
+
+
+def records_of(items: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
+    """UID -> record of the workloads among ``items`` that carry one."""
+    out = {}
+    for obj in items:
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        record = Record.of(obj)
+        if isinstance(uid, str) and record is not None:
+            out[uid] = record
+    return out
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _most(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _rfc3339(when: float | None) -> str | None:
+    if when is None:
+        return None
+    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+
+
+class JobSetRecords(Informers):
+    """The records on JobSets (a JobSet's and a TrainJob's pods find theirs there), from a
+    watch of JobSets started by the first pod that asks (a cluster without JobSet never
+    watches them). Until it has listed, a lookup goes on without the record, as a
+    replica without a controller would."""
+
+    def __init__(self, custom_api: Any):
+        super().__init__()
+        self._lock = threading.Lock()
+        self._records: dict[str, Record] = {}
+
+        def list_jobsets(**kwargs: Any) -> Any:
+            return custom_api.list_cluster_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, JOBSETS, **kwargs
+            )
+
+        self._informers = [
+            Informer(
+                "jobsets", list_jobsets, self._reset, self._apply, {}, self._stop, "record cache"
+            )
+        ]
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._records.clear()
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if not isinstance(uid, str):
+            return
+        record = None if kind == "DELETED" else Record.of(obj)
+        with self._lock:
+            if record is None:
+                self._records.pop(uid, None)
+            else:
+                self._records[uid] = record
+
+    def record(self, uid: str) -> Record | None:
+        if not self.started:
+            self.start()
+        with self._lock:
+            return self._records.get(uid)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"records": len(self._records), "synced": self.synced}
+
+
+def lineage_of(key: HistoryKey) -> str:
+    """The record's lineage for a history question (see ``lineage_key``): a JobSet's
+    pods ask by ``<set UID>/<replicated Job>/<job index>``, a Job's by its UID."""
+    parts = key.lineage.split("/", 1)[1:] if key.jobset else []
+    if key.index is not None:
+        parts.append(str(key.index))
+    return "/".join(parts)
