@@ -1377,3 +1377,35 @@ def test_the_last_failure_of_a_lineage_is_told_in_a_fixed_grammar():
     assert answer.last_cause == "oom-killed:main" and answer.last_failed_at == history.parse_time(
         t2
     )
+
+
+def test_the_cli_warns_of_a_limitrange_given_in_its_input(tmp_path):
+    """``dry-run`` reads LimitRanges from its input, as it reads Trainer runtimes: a
+    workload whose oom-memory-limit is above its namespace's container max is told (the
+    server does the same from its watch of LimitRanges)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    binary = Path(sys.executable).parent / "retry-webhook"
+    limit_range = {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "caps", "namespace": "ml"},
+        "spec": {"limits": [{"type": "Container", "max": {"memory": "4Gi"}}]},
+    }
+    job_ = manifest(FACTOR)
+    job_["metadata"]["namespace"] = "ml"
+    path = tmp_path / "all.yaml"
+    path.write_text(yaml.safe_dump_all([limit_range, job_]))
+    argv = [str(binary), "dry-run", "-f", str(path), "-o", "name"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    warning = "oom-memory-limit 8Gi is above LimitRange ml/caps's container max 4Gi"
+    assert warning in done.stderr
+    limit_range["metadata"]["namespace"] = "other"  # another namespace's: not ours
+    path.write_text(yaml.safe_dump_all([limit_range, job_]))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and "LimitRange" not in done.stderr

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from webhook.cluster.limits import GivenLimits
 from webhook.cluster.runtimes import GivenRuntimes, is_runtime
 from webhook.cluster.version import GivenVersion
 from webhook.kube.versions import KubeVersion
@@ -151,6 +152,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     found: list[reports.Result] = []
     code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
+    limits = GivenLimits(objects, args.namespace)
     version = cluster_version(args, config, objects, stderr)
     for doc in docs:
         if doc.obj is None:
@@ -160,7 +162,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             continue
         obj = doc.obj
         where = _where(doc, labelled)
-        checked = check(obj, config, args.namespace, runtimes, version)
+        checked = check(obj, config, args.namespace, runtimes, version, limits)
         verdict = checked.verdict
         for warning in verdict.warnings:
             print(f"Warning: {where}{warning}", file=stderr)
@@ -280,6 +282,7 @@ def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int
     groups: list[tuple[Document, list[explain.Explanation | explain.Denial]]] = []
     code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
+    limits = GivenLimits(objects, args.namespace)
     version = cluster_version(args, config, objects, stderr)
     for doc in docs:
         if doc.obj is None:
@@ -291,7 +294,7 @@ def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int
             continue  # read by the TrainJobs that name it
         where = f"{doc.source}: " if labelled else ""
         if args.fail_on_warn:
-            warnings = check(obj, config, args.namespace, runtimes, version).warnings
+            warnings = check(obj, config, args.namespace, runtimes, version, limits).warnings
             for warning in warnings:
                 print(f"Warning: {_where(doc, labelled)}{warning}", file=stderr)
             code = max(code, EXIT_DENIED if warnings else EXIT_OK)

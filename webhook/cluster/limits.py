@@ -17,10 +17,11 @@ no lookup sees half a list.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.cluster.attempts import NoCluster
 from webhook.cluster.informer import ListedWhole
 from webhook.kube.limitrange import NONE, MemoryLimits, memory_limits
 
@@ -55,6 +56,24 @@ def ask(source: Any, namespace: str) -> LimitLookup:
         return NO_LIMITS
     answer: LimitLookup = method(namespace)
     return answer
+
+
+class GivenLimits(NoCluster):
+    """The LimitRanges among a set of objects (the documents of one CLI input), as the
+    offline engine's attempt source: a workload is judged against those of its namespace
+    (none given: none, as in a namespace without any)."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]], namespace: str | None = None):
+        self._by_namespace: dict[str, list[dict[str, Any]]] = {}
+        for obj in objects:
+            if obj.get("kind") == "LimitRange" and obj.get("apiVersion") == "v1":
+                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                ns = meta.get("namespace") or namespace or "default"
+                self._by_namespace.setdefault(str(ns), []).append(slim(obj))
+
+    def limit_ranges(self, namespace: str) -> LimitLookup:
+        given = self._by_namespace.get(namespace or "default")
+        return LimitLookup(True, memory_limits(given)) if given else NO_LIMITS
 
 
 def slim(obj: Mapping[str, Any]) -> dict[str, Any]:

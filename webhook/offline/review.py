@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.admission import engine
 from webhook.admission.review import Verdict
+from webhook.cluster.attempts import AttemptSource, NoCluster
 from webhook.cluster.runtimes import RuntimeSource
 from webhook.cluster.version import GivenVersion, VersionSource
 from webhook.kube import defaulting
@@ -95,10 +96,14 @@ def check(
     namespace: str | None,
     runtimes: RuntimeSource,
     version: VersionSource,
+    attempts: AttemptSource | None = None,
 ) -> Checked:
-    """Prepare ``obj`` and review it (mutate, then validate) as admission would."""
+    """Prepare ``obj`` and review it (mutate, then validate) as admission would
+    (``attempts``: what the input tells of the cluster, its LimitRanges)."""
     prepared, synthetic = prepare(obj, namespace)
-    reviewed = engine.review(prepared, config, namespace, runtimes=runtimes, version=version)
+    reviewed = engine.review(
+        prepared, config, namespace, attempts or NoCluster(), runtimes=runtimes, version=version
+    )
     texts = {c.text for c in reviewed.outcome.changes} if reviewed.outcome else set()
     warnings, changes = [], []
     for text in reviewed.verdict.warnings:
