@@ -16,7 +16,7 @@ import platform
 import time
 from pathlib import Path
 
-from benchmarks import compute, https, scale, slowclients
+from benchmarks import compute, controller, https, scale, slowclients
 
 RESULTS = Path(__file__).parent / "results"
 #: The last run on the gunicorn server: "today" for the latency target.
@@ -41,6 +41,10 @@ TARGETS = {
     "scale_lookup_growth": 1.25,
     #: The failure history of 100k Jobs whose pods failed, at the most it keeps per Job.
     "history_100k_mb": 100,
+    #: The controller's own memory for 100k annotated workloads, and what their records
+    #: cost each admission worker.
+    "controller_100k_mb": 50,
+    "records_100k_mb": 25,
 }
 #: Streams a cluster repeats (the memo answers all but the first of each view).
 REPEATED = ("job-plain", "job-annotated", "pod-last-attempt", "pod-last-attempt-new")
@@ -136,6 +140,7 @@ def markdown(results: dict) -> str:
             f"{verdict(r['extra_rss_mb'] <= memory) if int(size) >= 100_000 else ''} |"
         )
     lines.extend(history_rows(results.get("history") or []))
+    lines.extend(controller_rows(results.get("controller_memory") or []))
     if len(sizes) > 1:
         growth = scale.flat(sizes)
         lines.append(
@@ -158,6 +163,24 @@ def history_rows(history: list[dict]) -> list[str]:
             f"held ({r['bytes_per_job']} bytes a Job: {per_100k:.0f} MB per 100k Jobs); "
             f"resident {r['extra_rss_mb']} MB more | 100k: <= {limit} MB | "
             f"{verdict(per_100k <= limit)} |"
+        )
+    return rows
+
+
+def controller_rows(rows_in: list[dict]) -> list[str]:
+    """The controller's memory and the records' cost to a worker (``benchmarks.controller``)."""
+    rows = []
+    for r in rows_in:
+        own = r["controller_bytes_per_workload"] * 100_000 / 2**20
+        read = r["admission_bytes_per_workload"] * 100_000 / 2**20
+        ok = own <= TARGETS["controller_100k_mb"] and read <= TARGETS["records_100k_mb"]
+        rows.append(
+            f"| controller memory | {r['workloads']:,} annotated workloads, a record of "
+            f"{r['record_bytes']} bytes each | controller {r['controller_held_mb']} MB held "
+            f"({r['controller_bytes_per_workload']} B each), a worker {r['admission_held_mb']} "
+            f"MB ({r['admission_bytes_per_workload']} B each) | 100k: <= "
+            f"{TARGETS['controller_100k_mb']} MB, <= {TARGETS['records_100k_mb']} MB | "
+            f"{verdict(ok)} |"
         )
     return rows
 
@@ -303,6 +326,7 @@ def main() -> None:
         results["slow_clients"] = slowclients.run()
     results["scale"] = scale.run()
     results["history"] = scale.run_history()
+    results["controller_memory"] = controller.run()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)

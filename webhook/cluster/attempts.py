@@ -32,7 +32,7 @@ from webhook.cluster.history import (
     wants_history,
 )
 from webhook.cluster.informer import Informer, Informers, short_error
-from webhook.cluster.record import JobSetRecords, Record, lineage_of, merge
+from webhook.cluster.record import JobSetRecords, Record, lineage_of, merge, parsed, text_of
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ class JobCache(Informers):
         self._pod_counts: dict[str, int] = {}
         #: The controller's records on Jobs (``webhook.cluster.record``), and on JobSets
         #: (a watch of its own, started by the first JobSet pod that asks).
-        self._records: dict[str, Record] = {}
+        self._records: dict[str, str] = {}
         self.jobsets = JobSetRecords(_custom_api(batch_api)) if watch_pods else None
         self._open_until = 0.0
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
@@ -222,7 +222,7 @@ class JobCache(Informers):
                 self.history.forget_job(uid)
                 return
             self._jobs[uid] = job_failed_count(job)
-            record = Record.of(job)
+            record = text_of(job)
             if record is None:
                 self._records.pop(uid, None)
             else:
@@ -347,7 +347,8 @@ class JobCache(Informers):
         if key.jobset is not None:
             return self.jobsets.record(key.jobset) if self.jobsets is not None else None
         with self._lock:
-            return self._records.get(key.uid)
+            text = self._records.get(key.uid)
+        return parsed(text) if text is not None else None
 
     def _recorded(self, key: HistoryKey) -> int:
         """Counted failures of the question's Job (or index) in the Job's record; a

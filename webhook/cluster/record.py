@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import functools
 import json
 import threading
 from collections.abc import Iterable, Mapping
@@ -190,9 +191,7 @@ class Record:
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> Record | None:
-        meta = obj.get("metadata")
-        annotations = meta.get("annotations") if isinstance(meta, dict) else None
-        return cls.parse(annotations.get(ANNOTATION) if isinstance(annotations, dict) else None)
+        return cls.parse(text_of(obj))
 
     def seen(self, pod_uid: str) -> bool:
         return marked(self.marks, pod_mark(pod_uid))
@@ -230,6 +229,22 @@ class Record:
             data["run"] = self.run
         data["pods"] = base64.b64encode(self.marks).decode()
         return json.dumps(data, separators=(",", ":"))
+
+
+def text_of(obj: Mapping[str, Any]) -> str | None:
+    """The record's annotation on a workload, as written (``None``: none)."""
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(ANNOTATION) if isinstance(annotations, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed(text: str) -> Record | None:
+    """``Record.parse``, remembered: caches keep each workload's record as written (a
+    few hundred bytes, where the parsed record is a few kilobytes: benchmarks/
+    controller.py) and parse the ones pods ask about."""
+    return Record.parse(text)
 
 
 def lineage_key(metadata: Mapping[str, Any]) -> str:
@@ -328,7 +343,8 @@ class JobSetRecords(Informers):
     def __init__(self, custom_api: Any):
         super().__init__()
         self._lock = threading.Lock()
-        self._records: dict[str, Record] = {}
+        #: JobSet UID -> its record as written.
+        self._records: dict[str, str] = {}
 
         def list_jobsets(**kwargs: Any) -> Any:
             return custom_api.list_cluster_custom_object(
@@ -350,7 +366,7 @@ class JobSetRecords(Informers):
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if not isinstance(uid, str):
             return
-        record = None if kind == "DELETED" else Record.of(obj)
+        record = None if kind == "DELETED" else text_of(obj)
         with self._lock:
             if record is None:
                 self._records.pop(uid, None)
@@ -361,7 +377,8 @@ class JobSetRecords(Informers):
         if not self.started:
             self.start()
         with self._lock:
-            return self._records.get(uid)
+            text = self._records.get(uid)
+        return parsed(text) if text is not None else None
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

@@ -32,11 +32,17 @@ from webhook.cluster.record import (
     JOBSET_VERSION,
     JOBSETS,
     Record,
+    text_of,
 )
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 from webhook.kube.objects import controller_of
 
 log = logging.getLogger(__name__)
+
+
+def _annotation(meta: Mapping[str, Any]) -> str | None:
+    return text_of({"metadata": meta})
+
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
@@ -45,18 +51,24 @@ MERGE_PATCH = "application/merge-patch+json"
 TRIES = 5
 
 
-@dataclass
+@dataclass(slots=True)
 class _Workload:
-    """What the recorder keeps of a workload it may write: where it is, its record and
-    the resourceVersion that record was read at."""
+    """What the recorder keeps of a workload it may write: where it is, its record as
+    written (parsed only when a failure is added to it) and the resourceVersion it was
+    read at. Small: one per annotated workload (benchmarks/controller.py)."""
 
     kind: str  # "job" or "jobset"
     namespace: str
     name: str
     version: str = ""
-    record: Record | None = None
-    #: A Job's rules, when an Ignore rule makes counting depend on them.
+    text: str | None = None
+    #: A Job's rules, when an Ignore rule makes counting depend on them (one shared copy
+    #: of each distinct list).
     rules: tuple = ()
+
+    @property
+    def record(self) -> Record | None:
+        return Record.parse(self.text)
 
 
 @dataclass
@@ -84,6 +96,7 @@ class HistoryRecorder:
         #: carries a recorded key; every JobSet, once one of its pods asked).
         self._workloads: dict[tuple[str, str], _Workload] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
+        self._rule_sets: dict[str, tuple] = {}
         self._jobsets: Informer | None = None
         self.counters = {"writes": 0, "conflicts": 0, "errors": 0, "recorded": 0}
 
@@ -133,14 +146,26 @@ class HistoryRecorder:
                 return
             policy = (job.get("spec") or {}).get("podFailurePolicy") or {}
             rules = tuple(policy.get("rules") or ())
+            ignores = any(isinstance(r, dict) and r.get("action") == "Ignore" for r in rules)
             self._workloads[key] = _Workload(
                 "job",
                 str(meta.get("namespace") or ""),
                 str(meta.get("name") or ""),
                 str(meta.get("resourceVersion") or ""),
-                Record.of(job),
-                rules if any(r.get("action") == "Ignore" for r in rules) else (),
+                _annotation(meta),
+                self._shared(rules) if ignores else (),
             )
+
+    def _shared(self, rules: tuple) -> tuple:
+        """One copy of each distinct rule list (called with the lock held): the Jobs of
+        one template carry the same rules."""
+        key = json.dumps(rules, sort_keys=True)
+        shared = self._rule_sets.get(key)
+        if shared is None:
+            if len(self._rule_sets) >= 4096:
+                self._rule_sets.clear()
+            shared = self._rule_sets[key] = rules
+        return shared
 
     def _apply_jobset(self, event: str, jobset: Mapping[str, Any]) -> None:
         meta = jobset.get("metadata") or {}
@@ -156,7 +181,7 @@ class HistoryRecorder:
                 str(meta.get("namespace") or ""),
                 str(meta.get("name") or ""),
                 str(meta.get("resourceVersion") or ""),
-                Record.of(jobset),
+                _annotation(meta),
             )
 
     def _watch_jobsets(self) -> None:
@@ -259,7 +284,7 @@ class HistoryRecorder:
             with self._lock:
                 if known is not None:
                     known.version = str(meta.get("resourceVersion") or "")
-                    known.record = record
+                    known.text = _annotation(meta)
             return
         raise RuntimeError(f"{TRIES} conflicting writes in a row")
 
