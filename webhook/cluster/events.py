@@ -243,7 +243,10 @@ class EventRecorder:
         return True
 
     def _write(self, event: Event, times: int = 1) -> None:
-        """Write ``event``, which was emitted ``times`` times since it was queued."""
+        """Write ``event``, which was emitted ``times`` times since it was queued (an
+        Event said ``once`` is said once however often it was emitted)."""
+        if event.once:
+            times = 1
         if self.api is None:
             self._count("written")
             self._count("aggregated", times - 1)
