@@ -408,32 +408,23 @@ def test_only_our_rules_within_the_window_get_a_warning(api, tmp_path):
     assert stored_events(api) == []
 
 
-def test_a_jobset_child_job_warns_on_the_trainjob_the_user_applied(api, tmp_path):
-    """A TrainJob's JobSet's child Job failed by the rule the JobSet's admission wrote:
-    the Warning regards the TrainJob, names the child Job, and the record is the
-    JobSet's (its Jobs carry the rules, not the record)."""
+def put_trainjob_child(api: FakeAPI) -> None:
+    """A TrainJob's JobSet, and its child Job failed by the rule the JobSet's admission
+    wrote (JobSet copies its template's annotations to its Jobs: the record stays on the
+    JobSet)."""
     record = json.dumps({"failNonRetriable": [143], "countDisruptions": True})
     api.store(
         "jobsets",
         a_jobset("llama", "set-1", trainjob=("llama", "tj-uid"), **{P + "applied": record}),
     )
     child = admitted_job(FAIL_NON_RETRIABLE, name="llama-node-0")
-    del child["metadata"]["annotations"]  # JobSet copies its template's, not the record
+    del child["metadata"]["annotations"]
     child["metadata"]["ownerReferences"] = [owner(JOBSET, "JobSet", "llama", "set-1")]
     api.put("jobs", failed_by_policy(child, message_for(child, container="main", code=1)))
-    reconcile(api, tmp_path)
-    (event,) = stored_events(api)
-    assert event["regarding"] == {
-        "apiVersion": TRAINER,
-        "kind": "TrainJob",
-        "namespace": NS,
-        "name": "llama",
-        "uid": "tj-uid",
-    }
-    assert event["note"].startswith("Job llama-node-0: container main exited 1, not in ")
 
 
-def test_a_cronjobs_job_takes_the_cronjobs_record(api, tmp_path):
+def put_cronjob_child(api: FakeAPI) -> None:
+    """A CronJob (its record of what the webhook applied) and its Job failed by our rule."""
     record = json.dumps({"failNonRetriable": [137, 143]})
     api.store(
         "cronjobs",
@@ -451,30 +442,27 @@ def test_a_cronjobs_job_takes_the_cronjobs_record(api, tmp_path):
     del made["metadata"]["annotations"]
     made["metadata"]["ownerReferences"] = [owner("batch/v1", "CronJob", "nightly", "cj-uid")]
     api.put("jobs", failed_by_policy(made, message_for(made, code=2)))
-    reconcile(api, tmp_path)
-    (event,) = stored_events(api)
-    assert event["regarding"]["name"] == "nightly-1" and event["regarding"]["kind"] == "Job"
-    assert event["note"] == (
-        "container main exited 2, not in retriable-exit-codes 137,143: failed at once as "
-        "fail-non-retriable asked"
-    )
 
 
-def test_indexes_our_failindex_rule_failed_are_named(api, tmp_path):
-    """``on-non-retriable: fail-index``: the Job fails at the end with reason
-    FailedIndexes, whose message names no pod; the failed pods are judged by the Job's
-    rules as the Job controller judges them."""
+def put_failed_indexes(api: FakeAPI) -> None:
+    """An Indexed Job (``on-non-retriable: fail-index``) that failed with reason
+    FailedIndexes, whose message names no pod, and its failed pods: index 2 by our
+    FailIndex rule (exit 42), index 0 retriably (143, retried)."""
     # upstream: syncJob (pkg/controller/job/job_controller.go): "Job has failed indexes".
     annotations = {**FAIL_NON_RETRIABLE, P + "on-non-retriable": "fail-index"}
     indexed = admitted_job(
-        annotations, completionMode="Indexed", completions=3, backoffLimitPerIndex=1
+        annotations,
+        name="indexed",
+        completionMode="Indexed",
+        completions=3,
+        backoffLimitPerIndex=1,
     )
     uid = indexed["metadata"]["uid"]
     ended = failed_by_policy(indexed, "Job has failed indexes")
     for condition in ended["status"]["conditions"]:
         condition["reason"] = "FailedIndexes"
-    for index, code in ((2, 42), (0, 143)):  # index 0 failed retriably (and was retried)
-        failed_pod = stored(pod({}, owner=job_owner("train", uid)))
+    for index, code in ((2, 42), (0, 143)):
+        failed_pod = stored(pod({}, owner=job_owner("indexed", uid)))
         failed_pod["metadata"]["labels"] = {JOB_UID_LABEL: uid}
         failed_pod["metadata"]["annotations"] = {
             "batch.kubernetes.io/job-completion-index": str(index)
@@ -487,8 +475,52 @@ def test_indexes_our_failindex_rule_failed_are_named(api, tmp_path):
         }
         api.put("pods", failed_pod)
     api.put("jobs", ended)
+
+
+def put_failed_jobs(api: FakeAPI) -> int:
+    """Every kind of Job our rules fail, in one API; how many Warnings they make."""
+    train = admitted_job({**FAIL_NON_RETRIABLE, P + "backoff-limit": "3"})
+    api.put("jobs", failed_by_policy(train, message_for(train, index=1)))
+    put_trainjob_child(api)
+    put_cronjob_child(api)
+    put_failed_indexes(api)
+    return 4
+
+
+def test_a_jobset_child_job_warns_on_the_trainjob_the_user_applied(api, tmp_path):
+    """The Warning regards the TrainJob and names the child Job; the record is the
+    JobSet's."""
+    put_trainjob_child(api)
     reconcile(api, tmp_path)
     (event,) = stored_events(api)
+    assert event["regarding"] == {
+        "apiVersion": TRAINER,
+        "kind": "TrainJob",
+        "namespace": NS,
+        "name": "llama",
+        "uid": "tj-uid",
+    }
+    assert event["note"].startswith("Job llama-node-0: container main exited 1, not in ")
+
+
+def test_a_cronjobs_job_takes_the_cronjobs_record(api, tmp_path):
+    put_cronjob_child(api)
+    reconcile(api, tmp_path)
+    (event,) = stored_events(api)
+    assert event["regarding"]["name"] == "nightly-1" and event["regarding"]["kind"] == "Job"
+    assert event["note"] == (
+        "container main exited 2, not in retriable-exit-codes 137,143: failed at once as "
+        "fail-non-retriable asked"
+    )
+
+
+def test_indexes_our_failindex_rule_failed_are_named(api, tmp_path):
+    """The failed pods are judged by the Job's rules as the Job controller judges them:
+    only index 2 failed by our FailIndex rule."""
+    put_failed_indexes(api)
+    reconcile(api, tmp_path)
+    (event,) = stored_events(api)
+    assert event["regarding"]["name"] == "indexed"
     assert event["note"] == (
         "index 2: container main exited 42, not in retriable-exit-codes 143: failed at once "
         "as fail-non-retriable asked (on-non-retriable fail-index); the Job failed: FailedIndexes"
