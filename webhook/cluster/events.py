@@ -81,6 +81,9 @@ JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 TRAINER_GROUP = "trainer.kubeflow.org"
+#: The webhook's annotations (``webhook.policy.model.PREFIX``): what a JobSet is read for
+#: besides its owner.
+PREFIX = "retry-policy.dev/"
 
 
 @dataclass(frozen=True)
@@ -437,7 +440,8 @@ class WorkloadResolver:
         )
 
     def jobset(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
-        """The JobSet ``namespace/name`` (the one with ``uid``, when given), or ``None``."""
+        """The JobSet ``namespace/name`` (the one with ``uid``, when given), or ``None``:
+        its identity, owners and our annotations only."""
         key = (namespace, name)
         with self._lock:
             hit = self._jobsets.get(key)
@@ -473,7 +477,15 @@ class WorkloadResolver:
         except Exception as err:
             log.info("JobSet %s/%s unreadable: %s", namespace, name, _short(err))
             return None
-        return found if isinstance(found, dict) else None
+        if not isinstance(found, dict):
+            return None
+        # Kept: what tells its owner and what the webhook applied, not its spec or status.
+        meta = mapping(found.get("metadata"))
+        kept = {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+        kept["annotations"] = {
+            k: v for k, v in mapping(meta.get("annotations")).items() if k.startswith(PREFIX)
+        }
+        return {"apiVersion": found.get("apiVersion"), "kind": "JobSet", "metadata": kept}
 
     def resolve(self, regarding: Regarding) -> Regarding | None:
         if regarding.kind != "JobSet" or not regarding.api_version.startswith(JOBSET_GROUP + "/"):
