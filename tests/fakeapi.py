@@ -16,7 +16,8 @@ per test (``server_version``); ``version_status`` makes it fail: an HTTP error w
 Status body, or ``VERSION_DOWN`` for a connection closed without an answer.
 
 It also stores Secrets and mutating/validating webhook configurations (GET, POST, PUT,
-PATCH) with the API's write semantics: 404 ``NotFound`` for a missing object, 409
+PATCH), Events, Leases, and (for GET by name) JobSets and CronJobs, with the API's write
+semantics: 404 ``NotFound`` for a missing object, 409
 ``AlreadyExists`` on create, 409 ``Conflict`` when the ``resourceVersion`` of a PUT
 body or of a patched object is not the stored one (a patch that carries
 ``metadata.resourceVersion`` is a precondition), JSON patch (RFC 6902) and JSON merge
@@ -82,6 +83,8 @@ NAMED = {
     ),
     "leases": ("/apis/coordination.k8s.io/v1", True, "Lease"),
     "events": ("/apis/events.k8s.io/v1", True, "Event"),
+    # Read by name only (the Event writer's and the controller's GETs of a Job's parent).
+    "cronjobs": ("/apis/batch/v1", True, "CronJob"),
 }
 
 
@@ -150,6 +153,10 @@ class FakeAPI:
         # make a concurrent writer change the object first (a real 409 follows).
         self.before_write = None
         self.forbidden: set[tuple[str, str]] = set()  # (resource, name): RBAC says no
+        #: resource -> an HTTP status every write of it gets (the API failing them), and
+        #: seconds each write of it waits first (a slow API).
+        self.write_status: dict[str, int] = {}
+        self.write_delay: dict[str, float] = {}
         self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(
@@ -209,6 +216,11 @@ class FakeAPI:
         """Create or overwrite a named object directly (test setup), bumping its version."""
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
+        if resource in self.objects:  # a listed resource: stored as a watch would see it
+            with self.lock:
+                meta.setdefault("uid", f"uid-{next(self._uids)}")
+            self.put(resource, obj)
+            return copy.deepcopy(obj)
         with self.lock:
             self.version += 1
             meta["resourceVersion"] = str(self.version)
@@ -410,7 +422,7 @@ class FakeAPI:
                         return self._watch(resource, query)
                     return self._list(resource, query)
                 parts = url.path.strip("/").split("/")
-                if parts[:4] == ["apis", "batch", "v1", "namespaces"] and len(parts) == 7:
+                if parts[:4] == ["apis", "batch", "v1", "namespaces"] and parts[5:6] == ["jobs"]:
                     return self._get_job(parts[4], parts[6])
                 if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
                     return self._list_namespaced("pods", parts[3], query)
@@ -464,6 +476,13 @@ class FakeAPI:
                                 api.failed_writes.append((method, listed[2], status))
                         return self._send(status, answer)
                 resource, namespace, name = target
+                if api.write_delay.get(resource):
+                    time.sleep(api.write_delay[resource])
+                if api.write_status.get(resource):
+                    code = api.write_status[resource]
+                    with api.lock:
+                        api.failed_writes.append((method, name, code))
+                    return self._status(code, "InternalError", f"{resource} writes fail")
                 if api.before_write is not None:
                     api.before_write(method, resource, name or (body or {}).get("metadata", {}))
                 with api.lock:
@@ -607,6 +626,8 @@ class FakeAPI:
                 self._send(404, _status_body(404, "NotFound", message, name))
 
             def _get_listed(self, resource: str, namespace: str, name: str) -> None:
+                if (resource, name) in api.forbidden:
+                    return self._status(403, "Forbidden", f'cannot get {resource} "{name}"')
                 with api.lock:
                     for obj in api.objects[resource].values():
                         meta = obj["metadata"]

@@ -42,6 +42,11 @@ UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
     # (webhook/controller/recorder.py): any Job or JobSet a user annotates, in any namespace.
     (["jobs"], ["patch"]),
     (["jobsets"], ["patch"]),
+    # Events about retry decisions (webhook/cluster/events.py; docs/OPERATIONS.md#events):
+    # an Event lives in the namespace of the workload it is about, any namespace; its name
+    # is derived from what it says, unknown until then, so nothing scopes it by name.
+    # update counts a repeat into an existing Event's series.
+    (["events"], ["create", "update"]),
 ]
 SCHEMA_ERROR = "don't meet the specifications of the schema"
 
@@ -1304,9 +1309,29 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
         "resources": ["trainingruntimes", "clustertrainingruntimes"],
         "verbs": ["get", "list", "watch"],
     }
-    assert role["rules"] == [*attempts, runtimes]
+    # Events (webhook/cluster/events.py): written in the workload's namespace; a JobSet
+    # read to tell its TrainJob; a failed Job's CronJob read by the controller, for the
+    # record of what the webhook applied (webhook/controller/failedjobs.py).
+    events = {
+        "apiGroups": ["events.k8s.io"],
+        "resources": ["events"],
+        "verbs": ["get", "create", "update"],
+    }
+    jobsets = {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}
+    cronjobs = {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get"]}
+    assert role["rules"] == [*attempts, runtimes, events, jobsets, cronjobs]
     no_trainjobs = render(helm, {"webhook": {"kinds": {"trainJobs": False}}})
-    assert one(no_trainjobs, "ClusterRole", full)["rules"] == attempts
+    assert one(no_trainjobs, "ClusterRole", full)["rules"] == [
+        *attempts,
+        events,
+        jobsets,
+        cronjobs,
+    ]
+    fewer = {"trainJobs": False, "jobSets": False, "cronJobs": False}
+    narrow = render(helm, {"webhook": {"kinds": fewer}})
+    assert one(narrow, "ClusterRole", full)["rules"] == [*attempts, events]
+    no_controller = render(helm, {"controller": {"enabled": False}})
+    assert cronjobs not in one(no_controller, "ClusterRole", full)["rules"]
     binding = one(docs, "ClusterRoleBinding", full)
     assert binding["subjects"] == [
         {

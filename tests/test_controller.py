@@ -359,22 +359,30 @@ def test_an_api_that_fails_event_writes_loses_them_without_blocking_emit(api, tm
 
 
 def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
-    """The controller, with every reconciler it runs, against the test API; then each
-    request it made is checked against the rendered chart's RBAC for the webhook's
-    ServiceAccount (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
+    """The controller, with every reconciler it runs, against the test API holding a Job
+    of each kind our rules fail (``test_events.put_failed_jobs``), and a worker's Event
+    writes (a JobSet's pod's decision, twice: created, then counted); then each request
+    made is checked against the rendered chart's RBAC for the webhook's ServiceAccount
+    (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
     from rbac import calls, denied
     from test_chart import NAMESPACE as CHART_NS
     from test_chart import deployment_pod, render
+    from test_events import put_failed_jobs, stored_events
 
+    from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
 
     helm_path = _find_helm()
+    warnings = put_failed_jobs(api)
     api.requests.clear()
     path = write_kubeconfig(tmp_path / "kubeconfig-rbac", api.url)
     api_client = config.new_client_from_config(str(path))
     options = ControllerOptions(CHART_NS, "retry-policy-webhook-controller", "a", **FAST)
+    events, resolver = recorder_for(api_client, "a")
     manager = Manager(
-        client.CoordinationV1Api(api_client), options, reconcilers.build(api_client, options)
+        client.CoordinationV1Api(api_client),
+        options,
+        reconcilers.build(api_client, options, events, resolver),
     )
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
@@ -382,23 +390,40 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # What the reconcilers act on: a Job's and a JobSet's failed pods (their histories).
     from test_record import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
 
-    api.put("jobs", a_job())
+    api.put("jobs", a_job("recorded"))
     api.put("jobsets", a_jobset())
     child = child_job(0)
     api.put("jobs", child)
     time.sleep(0.5)  # the reconcilers list and watch
-    api.put("pods", failed_pod("uid-train"))
+    api.put("pods", failed_pod("uid-recorded", "recorded"))
     labels = {**JOBSET_LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"}
     api.put("pods", failed_pod(child["metadata"]["uid"], child["metadata"]["name"], labels=labels))
     eventually(
         lambda: sum(1 for m, r, _ in api.writes if m == "PATCH" and r in ("jobs", "jobsets")) >= 2,
         10,
     )
+    eventually(lambda: len(stored_events(api)) == warnings, 10)
     manager.stop.set()
     thread.join(10)
+    worker, _ = recorder_for(api_client, "webhook-0")  # a worker's, as WorkerRuntime makes it
+    regarding = Regarding("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "llama", "set-1")
+    for _ in range(2):
+        worker.emit(Event(regarding, "Normal", "RetryNodesAvoided", "attempt 2: keeping off"))
+        assert worker.flush()
+    assert worker.stats()["written"] == 1 and worker.stats()["aggregated"] == 1
     made = calls(list(api.requests))
     assert any(c.resource == "leases" and c.verb == "update" for c in made), made
     assert {c.resource for c in made if c.verb == "patch"} == {"jobs", "jobsets"}, made
+    for verb, resource in (
+        ("patch", "jobs"),
+        ("patch", "jobsets"),
+        ("create", "events"),
+        ("update", "events"),
+        ("get", "jobsets"),
+        ("get", "cronjobs"),
+        ("list", "pods"),
+    ):
+        assert any(c.verb == verb and c.resource == resource for c in made), (verb, resource)
     docs = render(helm_path, {})
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
@@ -407,6 +432,11 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     assert "update coordination.k8s.io/leases retry-policy-webhook-controller in " + (
         CHART_NS
     ) in denied(other, account, CHART_NS, made)
+    # And for the reads of a failed Job's parents: a chart without JobSets and CronJobs.
+    fewer = {"jobSets": False, "trainJobs": False, "cronJobs": False}
+    refused = denied(render(helm_path, {"webhook": {"kinds": fewer}}), account, CHART_NS, made)
+    assert "get jobset.x-k8s.io/jobsets llama in ml" in refused
+    assert "get batch/cronjobs nightly in ml" in refused
 
 
 def _find_helm() -> str:

@@ -89,14 +89,18 @@ NON_SPOT_ANNOTATION = "retry-policy.dev/non-spot-attempts"
 
 
 def placement_budget(job: Mapping[str, Any]) -> int | None:
-    """The Job's ``backoffLimit``, kept for Jobs whose pods are placed by it: a template
-    with ``non-spot-attempts`` and no per-index budget (pods of those count their index's
-    failures, against ``backoffLimitPerIndex``, which is immutable)."""
+    """The Job's ``backoffLimit``, kept for Jobs whose pods are placed by it (a template
+    with ``non-spot-attempts``) or learn from earlier attempts (the attempts their
+    Events count: "attempt 3 of 4"), without a per-index budget (pods of those count
+    their index's failures, against ``backoffLimitPerIndex``, which is immutable)."""
     spec = job.get("spec") or {}
     if not isinstance(spec, dict) or spec.get("backoffLimitPerIndex") is not None:
         return None
-    annotations = ((spec.get("template") or {}).get("metadata") or {}).get("annotations")
-    if not isinstance(annotations, dict) or NON_SPOT_ANNOTATION not in annotations:
+    meta = (spec.get("template") or {}).get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if not isinstance(annotations, dict) or (
+        NON_SPOT_ANNOTATION not in annotations and not wants_history(meta)
+    ):
         return None
     limit = spec.get("backoffLimit")
     return limit if isinstance(limit, int) and not isinstance(limit, bool) else None

@@ -16,22 +16,40 @@ client-go's event broadcaster does for isomorphic events (``recordToSink`` in
 tools/events/event_broadcaster.go; it keys on the reason but not the note, which would
 fold "attempt 2" and "attempt 3" into one Event, hence the note in our key). Each
 workload gets at most ``burst`` new Events, then one per ``refill_seconds`` (client-go's
-spam filter for core Events: 25, one per 5 minutes).
+spam filter for core Events: 25, one per 5 minutes). Repeats still queued are counted
+into the queued Event (one write for a burst of a thousand pods' same decision).
+
+Regarding the workload the user applied (``workload_of_pod``, ``workload_of_job``): a Job,
+the JobSet of a JobSet's child Job, the TrainJob of a Kubeflow Trainer JobSet. What a pod
+carries says the first two at admission (its owner reference; JobSet's ``jobset-name``
+and ``jobset-uid`` labels); whether a JobSet is a TrainJob's, and the TrainJob's UID, only
+the JobSet says (the trainer names it after the TrainJob and makes the TrainJob its
+controller owner, ``JobSet.Build`` in pkg/runtime/framework/plugins/jobset/jobset.go; it
+labels neither the JobSet's pods nor its Jobs with the TrainJob): the writer thread asks
+for the JobSet once (``WorkloadResolver``, cached), never the admission. ``kubectl
+describe`` finds Events by the object's name, namespace, kind *and* UID (``searchEvents``
+in k8s.io/kubectl pkg/describe/describe.go), so an Event whose UID cannot be told is not
+written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from webhook.kube.objects import controller_of, mapping
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +69,21 @@ REASONS = frozenset(
         "RetryDisruptionRecognized",
     }
 )
+#: The ``result`` label of the Events metric: a new Event created, a repeat counted into
+#: an existing one's series, an Event lost (queue full, rate limit, API errors).
+RESULTS = ("written", "aggregated", "dropped")
+
+JOB_API = "batch/v1"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_GROUP = "jobset.x-k8s.io"
+#: Set by JobSet on its child Jobs and their pods (``labelAndAnnotateObject`` in
+#: pkg/controllers/jobset_controller.go; the UID since v0.9.0).
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+TRAINER_GROUP = "trainer.kubeflow.org"
+#: The webhook's annotations (``webhook.policy.model.PREFIX``): what a JobSet is read for
+#: besides its owner.
+PREFIX = "retry-policy.dev/"
 
 
 @dataclass(frozen=True)
@@ -83,6 +116,9 @@ class Event:
     reason: str
     note: str
     action: str = "Admit"
+    #: Said once: a repeat (a restarted controller seeing the same failed Job again)
+    #: finds the Event there and adds nothing to it.
+    once: bool = False
 
     def name(self) -> str:
         """Deterministic: the same decision about the same workload is the same Event."""
@@ -118,8 +154,15 @@ class EventRecorder:
         default_factory=lambda: {"queued": 0, "written": 0, "aggregated": 0, "dropped": 0}
     )
 
+    #: The workload an Event regards, as the writer thread resolves it (a JobSet's
+    #: TrainJob: ``WorkloadResolver.resolve``); ``None`` drops the Event.
+    resolve: Callable[[Regarding], Regarding | None] | None = None
+
     def __post_init__(self) -> None:
         self._queue: queue.Queue[Event | None] = queue.Queue(self.capacity)
+        #: Events queued and not yet taken by the writer, with how many times each was
+        #: emitted meanwhile.
+        self._pending: dict[Event, int] = {}
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._known: OrderedDict[str, str] = OrderedDict()  # names this process wrote
         self._lock = threading.Lock()
@@ -127,15 +170,22 @@ class EventRecorder:
 
     # --- the caller's side: never blocks ------------------------------------------------
     def emit(self, event: Event) -> bool:
-        """Queue ``event``; ``False`` when it was dropped (queue full)."""
+        """Queue ``event`` (or count it into the same Event still queued); ``False`` when
+        it was dropped (queue full)."""
         if self._thread is None:
             self.start()
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
-            self._count("dropped")
-            return False
-        self._count("queued")
+        with self._lock:
+            if event in self._pending:
+                self._pending[event] += 1
+                self.counters["queued"] += 1
+                return True
+            try:
+                self._queue.put_nowait(event)
+            except queue.Full:
+                self.counters["dropped"] += 1
+                return False
+            self._pending[event] = 1
+            self.counters["queued"] += 1
         return True
 
     def start(self) -> EventRecorder:
@@ -164,13 +214,16 @@ class EventRecorder:
     def _run(self) -> None:
         while True:
             event = self._queue.get()
+            times = 1
             try:
                 if event is None:
                     return
-                self._write(event)
+                with self._lock:
+                    times = self._pending.pop(event, 1)
+                self._write(event, times)
             except Exception:  # the thread must outlive anything
                 log.exception("event not written")
-                self._count("dropped")
+                self._count("dropped", times)
             finally:
                 self._queue.task_done()
 
@@ -192,34 +245,47 @@ class EventRecorder:
         bucket.tokens -= 1
         return True
 
-    def _write(self, event: Event) -> None:
+    def _write(self, event: Event, times: int = 1) -> None:
+        """Write ``event``, which was emitted ``times`` times since it was queued (an
+        Event said ``once`` is said once however often it was emitted)."""
+        if event.once:
+            times = 1
         if self.api is None:
             self._count("written")
+            self._count("aggregated", times - 1)
             return
+        if self.resolve is not None:
+            regarding = self.resolve(event.regarding)
+            if regarding is None:
+                self._count("dropped", times)
+                return
+            event = dataclasses.replace(event, regarding=regarding)
         name = event.name()
         if name not in self._known and not self._allowed(event):
-            self._count("dropped")
+            self._count("dropped", times)
             return
         for attempt in range(self.tries):
             try:
-                if self._create_or_count(event, name):
+                if self._create_or_count(event, name, times):
                     return
             except Exception as err:
                 status = getattr(err, "status", None)
                 if status is not None and 400 <= status < 500 and status not in (409, 429):
                     log.warning("event refused: HTTP %s %s", status, _body(err))
-                    self._count("dropped")
+                    self._count("dropped", times)
                     return
                 if attempt + 1 < self.tries:
                     time.sleep(self.retry_seconds * (attempt + 1))
-        self._count("dropped")
+        self._count("dropped", times)
 
-    def _create_or_count(self, event: Event, name: str) -> bool:
-        """Create the Event, or count this repeat into the existing one's series (a
+    def _create_or_count(self, event: Event, name: str, times: int = 1) -> bool:
+        """Create the Event, or count these repeats into the existing one's series (a
         read, then an update with its resourceVersion: a concurrent writer's 409 makes
-        the caller try again)."""
+        the caller try again). An Event said ``once`` that exists is left as it is."""
         ns = event.regarding.namespace
         now = micro_time(self.clock())
+        if event.once and name in self._known:
+            return True
         if name not in self._known:
             body = {
                 "apiVersion": "events.k8s.io/v1",
@@ -234,22 +300,28 @@ class EventRecorder:
                 "note": event.note[:MAX_NOTE],
                 "type": event.type,
             }
+            if times > 1:  # a series starts at 2 (``validateV1EventSeries``)
+                body["series"] = {"count": times, "lastObservedTime": now}
             try:
                 self.api.create_namespaced_event(ns, body, _preload_content=False)
                 self._remember(name)
                 self._count("written")
+                self._count("aggregated", times - 1)
                 return True
             except Exception as err:
                 if getattr(err, "status", None) != 409:
                     raise
+                if event.once:
+                    self._remember(name)
+                    return True
         resp = self.api.read_namespaced_event(name, ns, _preload_content=False)
         existing = json.loads(resp.data)
         series = existing.get("series") or {}
-        count = int(series.get("count") or 1) + 1
+        count = int(series.get("count") or 1) + times
         existing["series"] = {"count": count, "lastObservedTime": now}
         self.api.replace_namespaced_event(name, ns, existing, _preload_content=False)
         self._remember(name)
-        self._count("aggregated")
+        self._count("aggregated", times)
         return True
 
     def _remember(self, name: str) -> None:
@@ -271,6 +343,16 @@ def _body(err: Exception) -> str:
     return str(body or "")[:200]
 
 
+class EventSink(Protocol):
+    """Where Events go: an ``EventRecorder``, or ``NoEvents``."""
+
+    def emit(self, event: Event) -> bool: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+    def flush(self, timeout: float = 5.0) -> bool: ...
+
+
 class NoEvents:
     """Where no Event can be written (dry-run, the CLI, no cluster)."""
 
@@ -279,3 +361,169 @@ class NoEvents:
 
     def stats(self) -> dict[str, int]:
         return {}
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return True
+
+
+# --- the workload the user applied ---------------------------------------------------------
+
+
+def workload_of_pod(metadata: Any, namespace: str | None) -> Regarding | None:
+    """The workload a controller's pod belongs to, as its CREATE review tells: a JobSet's
+    pod (its ``jobset-name`` label) regards the JobSet (its UID from ``jobset-uid``, else
+    "" for the resolver to fill in), a Job's pod its Job, any other controller's pod that
+    controller (a PyTorchJob...). ``None`` for a pod no controller made: its own UID is
+    assigned after admission (``rest.FillObjectMetaSystemFields``), so nothing could
+    find an Event about it."""
+    meta = mapping(metadata)
+    owner = controller_of(meta)
+    ns = namespace or meta.get("namespace")
+    if owner is None or not isinstance(ns, str) or not ns:
+        return None
+    labels = mapping(meta.get("labels"))
+    jobset = labels.get(JOBSET_NAME)
+    if owner.get("kind") == "Job" and isinstance(jobset, str) and jobset:
+        uid = labels.get(JOBSET_UID)
+        return Regarding(JOBSET_API, "JobSet", ns, jobset, uid if isinstance(uid, str) else "")
+    return _owner(owner, ns)
+
+
+def workload_of_job(job: Any) -> Regarding | None:
+    """The workload a stored Job belongs to: its JobSet (controller owner), else the Job
+    itself (a CronJob's Job too: that is the object ``kubectl describe job`` shows)."""
+    meta = mapping(mapping(job).get("metadata"))
+    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+    if not all(isinstance(v, str) and v for v in (ns, name, uid)):
+        return None
+    owner = controller_of(meta)
+    if owner is not None and owner.get("kind") == "JobSet":
+        group = str(owner.get("apiVersion") or "").partition("/")[0]
+        if group == JOBSET_GROUP:
+            return _owner(owner, ns)
+    return Regarding(JOB_API, "Job", ns, name, uid)
+
+
+def _owner(owner: dict[str, Any], namespace: str) -> Regarding | None:
+    fields = [owner.get(k) for k in ("apiVersion", "kind", "name", "uid")]
+    if not all(isinstance(v, str) and v for v in fields):
+        return None
+    api_version, kind, name, uid = fields
+    return Regarding(api_version, kind, namespace, name, uid)
+
+
+class WorkloadResolver:
+    """A JobSet's place in what the user applied, asked of the API once per JobSet (a
+    GET, cached; off the admission path: the Event writer's thread and the controller
+    ask it): a JobSet whose controller owner is a Kubeflow Trainer TrainJob stands for
+    that TrainJob; a JobSet's UID missing from its pods (JobSet < v0.9.0) is read there.
+    A JobSet that cannot be read leaves the JobSet as the workload, when its UID is
+    known; an error is remembered for ``retry_seconds``."""
+
+    def __init__(
+        self,
+        custom_api: Any,
+        timeout: float = 2.0,
+        retry_seconds: float = 30.0,
+        size: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.api = custom_api  # kubernetes.client.CustomObjectsApi
+        self.timeout = timeout
+        self.retry_seconds = retry_seconds
+        self.size = size
+        self.clock = clock
+        self._lock = threading.Lock()
+        #: (namespace, name) -> (the JobSet, or None when unreadable; when read).
+        self._jobsets: OrderedDict[tuple[str, str], tuple[dict[str, Any] | None, float]] = (
+            OrderedDict()
+        )
+
+    def jobset(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
+        """The JobSet ``namespace/name`` (the one with ``uid``, when given), or ``None``:
+        its identity, owners and our annotations only."""
+        key = (namespace, name)
+        with self._lock:
+            hit = self._jobsets.get(key)
+        if hit is not None:
+            found, when = hit
+            if found is None and self.clock() - when < self.retry_seconds:
+                return None
+            if found is not None and (not uid or _uid(found) == uid):
+                return found
+        found = self._get(namespace, name)
+        with self._lock:
+            self._jobsets[key] = (found, self.clock())
+            self._jobsets.move_to_end(key)
+            while len(self._jobsets) > self.size:
+                self._jobsets.popitem(last=False)
+        if found is not None and uid and _uid(found) != uid:
+            return None  # another JobSet of that name
+        return found
+
+    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        group, _, version = JOBSET_API.partition("/")
+        try:
+            resp = self.api.get_namespaced_custom_object(
+                group,
+                version,
+                namespace,
+                "jobsets",
+                name,
+                _preload_content=False,
+                _request_timeout=(self.timeout, self.timeout),
+            )
+            found = json.loads(resp.data)
+        except Exception as err:
+            log.info("JobSet %s/%s unreadable: %s", namespace, name, _short(err))
+            return None
+        if not isinstance(found, dict):
+            return None
+        # Kept: what tells its owner and what the webhook applied, not its spec or status.
+        meta = mapping(found.get("metadata"))
+        kept = {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+        kept["annotations"] = {
+            k: v for k, v in mapping(meta.get("annotations")).items() if k.startswith(PREFIX)
+        }
+        return {"apiVersion": found.get("apiVersion"), "kind": "JobSet", "metadata": kept}
+
+    def resolve(self, regarding: Regarding) -> Regarding | None:
+        if regarding.kind != "JobSet" or not regarding.api_version.startswith(JOBSET_GROUP + "/"):
+            return regarding
+        found = self.jobset(regarding.namespace, regarding.name, regarding.uid)
+        if found is None:
+            return regarding if regarding.uid else None
+        meta = mapping(found.get("metadata"))
+        owner = controller_of(meta)
+        if owner is not None and owner.get("kind") == "TrainJob":
+            group = str(owner.get("apiVersion") or "").partition("/")[0]
+            trainjob = _owner(owner, regarding.namespace) if group == TRAINER_GROUP else None
+            if trainjob is not None:
+                return trainjob
+        return dataclasses.replace(regarding, uid=_uid(found)) if _uid(found) else None
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    uid = mapping(obj.get("metadata")).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
+def _short(err: Exception) -> str:
+    status = getattr(err, "status", None)
+    return f"HTTP {status}" if status else type(err).__name__
+
+
+def instance_name() -> str:
+    """This replica, as its Events name it (``reportingInstance``): its pod's name (the
+    chart passes ``POD_NAME``), else the host's."""
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def recorder_for(api_client: Any, instance: str) -> tuple[EventRecorder, WorkloadResolver]:
+    """The Event recorder of a process with a cluster connection (Events through
+    ``events.k8s.io/v1``, JobSets resolved to their TrainJobs) and its resolver."""
+    from kubernetes import client
+
+    resolver = WorkloadResolver(client.CustomObjectsApi(api_client))
+    recorder = EventRecorder(client.EventsV1Api(api_client), instance, resolve=resolver.resolve)
+    return recorder, resolver

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.cluster.events import EventSink, WorkloadResolver, instance_name, recorder_for
+from webhook.controller.failedjobs import FailedJobs
 from webhook.controller.manager import ControllerOptions, Reconciler
 from webhook.controller.recorder import HistoryRecorder
 
 
-def build(api_client: Any, options: ControllerOptions) -> list[Reconciler]:
-    """Every reconciler, sharing one API client (and its connection pool)."""
-    return [HistoryRecorder(api_client)]
+def build(
+    api_client: Any,
+    options: ControllerOptions,
+    events: EventSink | None = None,
+    resolver: WorkloadResolver | None = None,
+) -> list[Reconciler]:
+    """Every reconciler, sharing one API client (and its connection pool) and one Event
+    recorder (the process's, whose counts its metrics sample; made here when not given)."""
+    from kubernetes import client
+
+    if events is None:
+        events, resolver = recorder_for(api_client, instance_name())
+    return [
+        HistoryRecorder(api_client),
+        FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
+    ]

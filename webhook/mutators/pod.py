@@ -223,6 +223,11 @@ class PodMutator:
                 f"from {lookup.source}) must run on non-spot nodes",
                 policy.setting("non-spot-attempts"),
             )
+            out.decided(
+                "RetryOnNonSpot",
+                f"{attempt_words(lookup, policy)}: on non-spot nodes, as non-spot-attempts "
+                f"{n} asks for the last {_attempts(n)}",
+            )
         return record
 
     # --- failure-aware retries (``webhook.mutators.failureaware``) -------------------------------
@@ -263,10 +268,11 @@ class PodMutator:
             return None
         record: dict[str, Any] = {}
         previous = _applied(pod.get("metadata"))
+        attempt = _which_attempt(pod, checked, owner, ctx)
         if checked.oom_memory_factor is not None:
-            record.update(self._raise(spec, checked, lookup, previous, ctx, out))
+            record.update(self._raise(spec, checked, lookup, previous, ctx, out, attempt))
         if checked.avoid_failed_nodes:
-            record.update(self._avoid(spec, checked, lookup, ctx, out))
+            record.update(self._avoid(spec, checked, lookup, ctx, out, attempt))
         if lookup.missing:
             out.note(_unexamined(lookup.missing, terminating))
         metadata = pod.get("metadata") or {}
@@ -290,6 +296,7 @@ class PodMutator:
         previous: Mapping[str, Any],
         ctx: Context,
         out: Outcome,
+        attempt: str = "next attempt",
     ) -> dict[str, Any]:
         """Each OOM-killed container gets ``oom-memory-factor`` times the memory it was
         killed at (the most, when several of its pods were), at most ``oom-memory-limit``
@@ -338,10 +345,12 @@ class PodMutator:
         for position, values in fitted.values.items():
             container, entry = containers[position], killed[position]
             changes = []
+            moves: list[tuple[str, str, str]] = []
             for kind, after in values.items():
                 before = podspec.set_memory(container, kind, after)
                 if before is not None:
                     changes.append(f"{kind[:-1]} {before} -> {after}")
+                    moves.append((kind[:-1], str(before), str(after)))
             if not changes:
                 out.note(
                     f"retry-policy: container {entry.container} was OOM-killed "
@@ -359,6 +368,12 @@ class PodMutator:
                 f"{', '.join(changes)} (x{shown}" + (f", at most {why})" if why else ")"),
                 setting,
             )
+            out.decided(
+                "RetryMemoryIncreased",
+                f"{attempt}: container {entry.container} {_moves(moves)} after "
+                f"{entry.kills} OOM kill{'s' if entry.kills > 1 else ''}"
+                + (f" (at most {why})" if why else ""),
+            )
             out.actions["memory_raised"] = out.actions.get("memory_raised", 0) + 1
         return {"memoryRaised": done} if done else {}
 
@@ -369,6 +384,7 @@ class PodMutator:
         lookup: HistoryLookup,
         ctx: Context,
         out: Outcome,
+        attempt: str = "next attempt",
     ) -> dict[str, Any]:
         """Keep the pod off the nodes where the latest attempts failed: required while a
         Ready node remains that its own placement allows (its node selector, required node
@@ -404,6 +420,7 @@ class PodMutator:
             out.changed(
                 f"retry-policy: {text}: {_nodes(nodes)}", policy.setting("avoid-failed-nodes")
             )
+            out.decided("RetryNodesAvoided", f"{attempt}: {text}: {_nodes(nodes, 100)}")
             out.actions["nodes_avoided"] = out.actions.get("nodes_avoided", 0) + len(nodes)
         return record
 
@@ -433,6 +450,48 @@ def _killed_at(target: Mapping[str, Any], entry: Killed) -> str:
 
 def _times(n: int) -> str:
     return "once" if n == 1 else f"{n} times"
+
+
+# --- decisions, for an Event each (``Outcome.decided``) ---------------------------------------
+# Notes name the attempt and say what changed, briefly and always in the same words for the
+# same decision (no times, no pod names): the server writes each as an Event on the
+# workload, and a repeat of the same note counts into one Event instead of another one.
+# Retry delays decide ``RetryDelayed`` the same way, where the pod is held back.
+
+
+def attempt_words(lookup: AttemptLookup, policy: Policy) -> str:
+    """ "attempt 3 of 4" (the attempt this pod is, of the budget's attempts when known:
+    the Job's live ``backoffLimit``, else the pod's ``backoff-limit``), "attempt 3", or
+    "next attempt" when its number is unknown."""
+    if lookup.failures is None:
+        return "next attempt"
+    number = lookup.failures + 1
+    limit = lookup.budget if lookup.budget is not None else policy.backoff_limit
+    if limit is None or number > limit + 1:
+        return f"attempt {number}"
+    return f"attempt {number} of {limit + 1}"
+
+
+def _which_attempt(
+    pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
+) -> str:
+    """``attempt_words`` for a pod that learns from earlier attempts, with its index when
+    its history is its index's (an Indexed Job's pods)."""
+    words = attempt_words(attempt_of(pod, policy, owner, ctx), policy)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    index = annotations.get(history.COMPLETION_INDEX) if isinstance(annotations, dict) else None
+    return f"index {index}, {words}" if isinstance(index, str) and index.isdigit() else words
+
+
+def _attempts(n: int) -> str:
+    return "attempt" if n == 1 else f"{n} attempts"
+
+
+def _moves(moves: list[tuple[str, str, str]]) -> str:
+    """ "1Gi -> 1536Mi" when request and limit moved alike, else each named."""
+    if len({(before, after) for _, before, after in moves}) == 1:
+        return f"{moves[0][1]} -> {moves[0][2]}"
+    return ", ".join(f"{kind} {before} -> {after}" for kind, before, after in moves)
 
 
 def _nodes(nodes: list[str], budget: int = 120) -> str:

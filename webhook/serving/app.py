@@ -23,6 +23,7 @@ from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.admission.review import ReviewError, Verdict
 from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.events import Event, EventSink, NoEvents, workload_of_pod
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
@@ -61,6 +62,8 @@ class State:
     metrics: Metrics | None = None
     #: Whether a controller leads (``webhook.cluster.leadership``), as this replica sees it.
     leadership: LeaderNote | NoLeader = field(default_factory=NoLeader)
+    #: Where the decisions that shape new pods go, as Events (``webhook.cluster.events``).
+    events: EventSink = field(default_factory=NoEvents)
 
 
 _JSON = "application/json"
@@ -128,6 +131,11 @@ def create_app(state: State | None = None) -> Flask:
             _log_decision(endpoint, review, verdict, outcome, started)
         except Exception:  # a logging fault must never fail an admission
             log.exception("could not log decision")
+        if endpoint == "mutate" and verdict.decisions:
+            try:
+                emit_decisions(state.events, review, verdict)
+            except Exception:  # nor an Event: it is only queued here, never written
+                log.exception("could not queue events")
         answer = Response(codec.encode_bytes(review.uid, verdict), mimetype=_JSON)
         if state.metrics is not None:
             try:
@@ -258,6 +266,22 @@ def _count(
             recorder.count_retry_actions(verdict.actions)
     elif outcome == "denied":
         recorder.count_denial(endpoint, kind, denial_reasons(verdict))
+
+
+def emit_decisions(events: EventSink, review: codec.Request, verdict: Verdict) -> int:
+    """Queue an Event for each decision of an allowed mutation (none for a dry run: the
+    pod is not created), regarding the workload the pod belongs to; how many were
+    queued. Never waits: the recorder's thread writes them."""
+    if review.dry_run or not verdict.allowed or not verdict.decisions:
+        return 0
+    if review.kind.kind != "Pod" or review.kind.group or review.object is None:
+        return 0
+    regarding = workload_of_pod(review.object.get("metadata"), review.namespace)
+    if regarding is None:
+        return 0
+    return sum(
+        events.emit(Event(regarding, "Normal", reason, note)) for reason, note in verdict.decisions
+    )
 
 
 def _log_decision(

@@ -30,7 +30,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -162,6 +162,8 @@ class Metrics:
             ["action"],
             registry=r,
         )
+        self.events = _events_counter(r)
+        self._events_seen: dict[str, int] = {}
         self._cache_seen: dict[str, float] = {}
         self._lock = threading.Lock()
         #: Latency observations not yet written: labels -> [sum, count per bucket...].
@@ -234,6 +236,11 @@ class Metrics:
     def certificate_served(self, not_after: float) -> None:
         self.cert_expiry.set(not_after)
 
+    def sample_events(self, stats: Mapping[str, Any]) -> None:
+        """The Event recorder's counts (``webhook.cluster.events``), sampled."""
+        with self._lock:
+            _sample_events(self.events, stats, self._events_seen)
+
     # --- the attempt cache (sampled: its counters live in each worker's memory) ---
     def sample_cache(self, stats: Mapping[str, Any]) -> None:
         if not stats.get("enabled"):
@@ -267,6 +274,33 @@ class Metrics:
                 self._cache_seen[key] = total
 
 
+def _events_counter(registry: Any) -> Any:
+    from prometheus_client import Counter
+
+    return Counter(
+        PREFIX + "events_total",
+        "Kubernetes Events about retry decisions, by result: written (a new Event), "
+        "aggregated (a repeat counted into an existing Event's series), dropped (queue "
+        "full, rate limit, or the API failing the write). From the workers and the "
+        "controller.",
+        ["result"],
+        registry=registry,
+    )
+
+
+def _sample_events(counter: Any, stats: Mapping[str, Any], seen: dict[str, int]) -> None:
+    """Add what an Event recorder counted since the last sample (its counters live in the
+    process's memory; the metric's in the shared files)."""
+    from webhook.cluster.events import RESULTS
+
+    for result in RESULTS:
+        total = int(stats.get(result, 0))
+        delta = total - seen.get(result, 0)
+        if delta > 0:
+            counter.labels(result).inc(delta)
+        seen[result] = total
+
+
 def _certificate_reloads(registry: Any) -> Any:
     from prometheus_client import Counter
 
@@ -298,7 +332,7 @@ class ControllerMetrics:
     Its gauges are ``liveall``: one series per controller process (pid), dropped when the
     process ends, so a scrape of a replica shows its current controller only."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: Callable[[], Mapping[str, Any]] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Gauge
 
         self.registry = CollectorRegistry()
@@ -308,12 +342,17 @@ class ControllerMetrics:
             multiprocess_mode="livemax",
             registry=self.registry,
         )
+        self.events = _events_counter(self.registry)
+        #: The controller's Event recorder's ``stats``, sampled at each flush.
+        self._events_stats = events
+        self._events_seen: dict[str, int] = {}
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
 
     def flush(self) -> None:
-        pass
+        if self._events_stats is not None:
+            _sample_events(self.events, self._events_stats(), self._events_seen)
 
 
 _METRICS: Metrics | None = None

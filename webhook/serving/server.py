@@ -65,6 +65,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from webhook.admission import engine
 from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
+from webhook.cluster.events import instance_name, recorder_for
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import LeaderNote, LeaderState, NoLeader
 from webhook.cluster.limits import LimitLookup, LimitRangeCache
@@ -522,6 +523,10 @@ class WorkerRuntime:
         if clients is not None:
             self.loop_runtimes = LoopRuntimes(RuntimeCache.of(clients, options.lookup_timeout))
             self.state.runtimes = self.loop_runtimes
+        # Decisions that shape new pods, as Events: queued by requests, written by the
+        # recorder's own thread (started by the first one).
+        if clients is not None:
+            self.state.events = recorder_for(clients[0].api_client, instance_name())[0]
         # Asked now, before the worker serves, then every few minutes (``tick``).
         self.version: ServerVersion | None = None
         if clients is not None:
@@ -558,6 +563,7 @@ class WorkerRuntime:
         if self.version is not None:
             self.version.poll()
         self.metrics.sample_cache(self.state.attempts.stats())
+        self.metrics.sample_events(self.state.events.stats())
         self.metrics.flush()
         logs.flush_decisions()
 
@@ -705,6 +711,8 @@ def run_worker(
     os.write(spec.ready_fd, struct.pack("i", os.getpid()))
     loop.run_until_complete(stopped.wait())
     pool.shutdown(wait=False)
+    runtime.state.events.flush(1.0)  # the Events still queued, briefly
+    runtime.metrics.sample_events(runtime.state.events.stats())
     metrics.flush()
     logs.flush_decisions()
 
@@ -1032,11 +1040,12 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     from webhook.controller import reconcilers
 
     api_client = clients[0].api_client
-    recorder = metrics.ControllerMetrics() if options.metrics_port else None
+    events, resolver = recorder_for(api_client, instance_name())
+    recorder = metrics.ControllerMetrics(events.stats) if options.metrics_port else None
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options.controller_options(),
-        reconcilers.build(api_client, options.controller_options()),
+        reconcilers.build(api_client, options.controller_options(), events, resolver),
         note,
         recorder,
     )
@@ -1049,7 +1058,11 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
                 manager.stop.set()
 
     threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
-    return manager.run()
+    code = manager.run()
+    events.flush(2.0)  # the Events still queued, briefly
+    if recorder is not None:
+        recorder.flush()
+    return code
 
 
 def default_app(runtime: WorkerRuntime) -> Any:

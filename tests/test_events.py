@@ -1,0 +1,673 @@
+"""Events where users look (issue 32): each decision that shapes a new pod becomes a Normal
+Event on the workload the user applied, and a Job our rules failed gets one Warning.
+
+The decisions are the pod mutator's (run by the engine as admission runs it); the
+workload is told from the pod as its CREATE review carries it, and a JobSet's TrainJob by
+the real ``kubernetes`` client against the test suite's HTTP Kubernetes API
+(tests/fakeapi.py), which stores the Events; the server tests run ``retry-webhook serve``
+as deployed, its workers writing Events and its controller judging failed Jobs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from conftest import P, job, job_owner, pod, review, stored
+from fakeapi import FakeAPI, write_kubeconfig
+from kubernetes import client, config
+from serverproc import eventually, free_port, metric, start, stop
+from test_controller import replica
+from test_failureaware import FACTOR, Source, job_pod, trainer
+from test_failureaware_server import a_job, admit, admitted_until, failed, new_pod, with_spare_nodes
+from workloads import mutate
+
+from webhook.cluster.attempts import JOB_UID_LABEL, AttemptLookup
+from webhook.cluster.events import (
+    Event,
+    EventRecorder,
+    Regarding,
+    WorkloadResolver,
+    workload_of_job,
+    workload_of_pod,
+)
+from webhook.controller.failedjobs import FailedJobs
+
+NS = "ml"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+TRAINER = "trainer.kubeflow.org/v1alpha1"
+
+
+def owner(api_version: str, kind: str, name: str, uid: str) -> dict:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# --- decisions in the pod mutator ---------------------------------------------------------
+
+
+class Budgeted(Source):
+    """The attempt cache's answers with the Job's ``backoffLimit`` (its budget)."""
+
+    def __init__(self, budget: int | None = 3, **kw):
+        super().__init__(**kw)
+        self.budget = budget
+
+    def job_failures(self, namespace, name, uid):
+        found = super().job_failures(namespace, name, uid)
+        return AttemptLookup(found.failures, found.source, found.reason, budget=self.budget)
+
+
+def test_a_memory_raise_and_avoided_nodes_are_decided_naming_the_attempt():
+    source = Budgeted(3)
+    first, _ = mutate(job_pod(), attempts=source)
+    assert first.decisions == ()  # the first attempt: nothing decided
+    source.fail(job_pod(), node="node-a")
+    verdict, _ = mutate(job_pod(), attempts=source)
+    assert verdict.decisions == (
+        ("RetryMemoryIncreased", "attempt 2 of 4: container trainer 2Gi -> 3Gi after 1 OOM kill"),
+        (
+            "RetryNodesAvoided",
+            "attempt 2 of 4: keeping off 1 node(s) where earlier attempts failed: node-a",
+        ),
+    )
+    # The same admission again (a reinvocation of an unchanged pod, the memo): the same
+    # words, so the server counts them into the same Events.
+    again, _ = mutate(job_pod(), attempts=source)
+    assert again.decisions == verdict.decisions
+    assert all(len(note) < 200 for _, note in verdict.decisions)
+
+
+def test_the_attempts_total_is_named_only_when_known_and_a_pod_changed_again_decides_nothing():
+    source = Source()  # no budget: the Job's backoffLimit is not known for this pod
+    source.fail(job_pod(), node="node-a")
+    source.fail(job_pod(), node="node-b")
+    verdict, out = mutate(job_pod(), attempts=source)
+    memory_note = dict(verdict.decisions)["RetryMemoryIncreased"]
+    assert memory_note == "attempt 3: container trainer 2Gi -> 3Gi after 2 OOM kills"
+    # The webhook's own output, admitted again (reinvocationPolicy IfNeeded): no change,
+    # no decision, no Event.
+    second, _ = mutate(out, attempts=source)
+    assert second.patch == [] and second.decisions == ()
+
+
+def test_a_raise_held_by_the_limit_and_request_and_limit_moving_apart_are_said():
+    source = Budgeted(2)
+    containers = [trainer("1Gi", "2Gi")]
+    annotations = {**FACTOR, P + "oom-memory-limit": "2560Mi"}
+    source.fail(job_pod(annotations, containers=copy.deepcopy(containers)), node="n1")
+    verdict, _ = mutate(job_pod(annotations, containers=containers), attempts=source)
+    (decision,) = verdict.decisions
+    assert decision == (
+        "RetryMemoryIncreased",
+        "attempt 2 of 3: container trainer request 1Gi -> 1536Mi, limit 2Gi -> 2560Mi after "
+        "1 OOM kill (at most oom-memory-limit 2560Mi)",
+    )
+
+
+def test_an_indexed_jobs_pod_names_its_index():
+    source = Budgeted(None)
+    meta = {"annotations": {"batch.kubernetes.io/job-completion-index": "2"}}
+    source.fail(job_pod(meta=meta), node="node-a")
+    verdict, _ = mutate(job_pod(meta=meta), attempts=source)
+    assert dict(verdict.decisions)["RetryNodesAvoided"].startswith("index 2, attempt 2: ")
+
+
+def test_the_last_attempts_on_non_spot_nodes_are_decided():
+    annotations = {P + "backoff-limit": "3", P + "non-spot-attempts": "1"}
+    source = Budgeted(3, failures=3)
+    verdict, _ = mutate(job_pod(annotations, containers=[trainer()]), attempts=source)
+    assert verdict.decisions == (
+        (
+            "RetryOnNonSpot",
+            "attempt 4 of 4: on non-spot nodes, as non-spot-attempts 1 asks for the last attempt",
+        ),
+    )
+    earlier = Budgeted(3, failures=2)
+    verdict, _ = mutate(job_pod(annotations, containers=[trainer()]), attempts=earlier)
+    assert verdict.decisions == ()  # attempt 3 of 4 may run on spot nodes: nothing shaped
+
+
+# --- the workload the user applied -------------------------------------------------------
+
+
+def test_the_workload_is_told_from_the_pod_as_its_create_review_carries_it():
+    job_pod_ = pod({}, owner=job_owner("train", "job-uid-1"))
+    assert workload_of_pod(job_pod_["metadata"], NS) == Regarding(
+        "batch/v1", "Job", NS, "train", "job-uid-1"
+    )
+    # upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) labels a
+    # JobSet's Jobs and pods with its name and, since v0.9.0, its UID.
+    child = pod({}, owner=job_owner("train-workers-0", "child-uid"))
+    child["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-name": "train",
+        "jobset.sigs.k8s.io/jobset-uid": "set-uid",
+    }
+    assert workload_of_pod(child["metadata"], NS) == Regarding(
+        JOBSET, "JobSet", NS, "train", "set-uid"
+    )
+    del child["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-uid"]  # JobSet < v0.9.0
+    assert workload_of_pod(child["metadata"], NS) == Regarding(JOBSET, "JobSet", NS, "train", "")
+    pytorch = pod({}, owner=owner("kubeflow.org/v1", "PyTorchJob", "bert", "pt-uid"))
+    assert workload_of_pod(pytorch["metadata"], NS) == Regarding(
+        "kubeflow.org/v1", "PyTorchJob", NS, "bert", "pt-uid"
+    )
+    # A bare pod gets its UID after admission: no Event could be found on it.
+    assert workload_of_pod(pod({})["metadata"], NS) is None
+
+
+def test_a_stored_job_is_its_own_workload_unless_a_jobset_made_it():
+    plain = stored(job())
+    assert workload_of_job(plain) == Regarding(
+        "batch/v1", "Job", NS, "train", plain["metadata"]["uid"]
+    )
+    cron = stored(job(name="nightly-2911"))
+    cron["metadata"]["ownerReferences"] = [owner("batch/v1", "CronJob", "nightly", "cj-uid")]
+    assert workload_of_job(cron).kind == "Job"  # what kubectl describe job shows
+    child = stored(job(name="train-workers-0"))
+    child["metadata"]["ownerReferences"] = [owner(JOBSET, "JobSet", "train", "set-uid")]
+    assert workload_of_job(child) == Regarding(JOBSET, "JobSet", NS, "train", "set-uid")
+
+
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
+
+
+def api_client(fake: FakeAPI, tmp_path: Path):
+    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
+    return config.new_client_from_config(str(path))
+
+
+def a_jobset(name: str, uid: str, trainjob: tuple[str, str] | None = None, **annotations) -> dict:
+    """A JobSet as stored; a TrainJob's as the trainer builds it: named after the
+    TrainJob, which is its controller owner."""
+    meta: dict = {"name": name, "namespace": NS, "uid": uid, "annotations": dict(annotations)}
+    if trainjob is not None:
+        meta["ownerReferences"] = [owner(TRAINER, "TrainJob", *trainjob)]
+    return {"apiVersion": JOBSET, "kind": "JobSet", "metadata": meta, "spec": {}}
+
+
+def test_a_trainjobs_jobset_stands_for_the_trainjob(api, tmp_path):
+    # upstream: JobSet.Build (kubeflow/trainer pkg/runtime/framework/plugins/jobset/
+    # jobset.go, v2.2 and v2.3): the JobSet is named after the TrainJob and owned by it
+    # (WithOwnerReferences ... WithUID(trainJob.UID).WithController(true)); the pods and
+    # Jobs carry no TrainJob label.
+    api.store("jobsets", a_jobset("llama", "set-1", trainjob=("llama", "tj-uid")))
+    api.store("jobsets", a_jobset("plain", "set-2"))
+    resolver = WorkloadResolver(client.CustomObjectsApi(api_client(api, tmp_path)))
+    asked = Regarding(JOBSET, "JobSet", NS, "llama", "set-1")
+    assert resolver.resolve(asked) == Regarding(TRAINER, "TrainJob", NS, "llama", "tj-uid")
+    assert resolver.resolve(asked).uid == "tj-uid"
+    gets = [p for p, _ in api.requests if p.endswith("/jobsets/llama")]
+    assert len(gets) == 1  # asked once: the relation of a JobSet to its owner never changes
+    # A JobSet of its own, its UID read when its pods could not say it (JobSet < v0.9.0).
+    plain = Regarding(JOBSET, "JobSet", NS, "plain", "")
+    assert resolver.resolve(plain) == Regarding(JOBSET, "JobSet", NS, "plain", "set-2")
+    # Unreadable (RBAC): the JobSet itself when its UID is known, else no Event at all.
+    api.forbidden.add(("jobsets", "gone"))
+    known = Regarding(JOBSET, "JobSet", NS, "gone", "set-3")
+    assert resolver.resolve(known) == known
+    assert resolver.resolve(Regarding(JOBSET, "JobSet", NS, "gone", "")) is None
+    job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid")
+    assert resolver.resolve(job_) == job_  # only JobSets are asked about
+
+
+# --- the recorder: repeats still queued count into one write ------------------------------
+
+
+def stored_events(fake: FakeAPI, namespace: str = NS) -> list[dict]:
+    with fake.lock:
+        return [copy.deepcopy(v) for (ns, _), v in fake.named["events"].items() if ns == namespace]
+
+
+def test_repeats_still_queued_are_one_write_with_their_count(api, tmp_path):
+    events_api = client.EventsV1Api(api_client(api, tmp_path))
+    recorder = EventRecorder(events_api, "webhook-0")
+    gate = threading.Event()
+    api.before_write = lambda method, resource, name: gate.wait(5)  # the API is slow
+    job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
+    first = Event(job_, "Normal", "RetryNodesAvoided", "attempt 2 of 4: keeping off 1 node(s)")
+    burst = Event(job_, "Normal", "RetryMemoryIncreased", "attempt 2 of 4: container x 1 -> 2")
+    recorder.emit(first)
+    time.sleep(0.2)  # the writer holds ``first`` in its POST
+    for _ in range(5):
+        assert recorder.emit(burst)  # a thousand pods' same decision, here five
+    gate.set()
+    assert recorder.flush()
+    events = {e["reason"]: e for e in stored_events(api)}
+    assert "series" not in events["RetryNodesAvoided"]
+    assert events["RetryMemoryIncreased"]["series"]["count"] == 5
+    posts = [p for p, _ in api.requests if p.startswith("POST ")]
+    assert len(posts) == 2
+    assert recorder.stats()["written"] == 2 and recorder.stats()["aggregated"] == 4
+
+
+def test_an_event_said_once_is_not_counted_again(api, tmp_path):
+    job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
+    once = Event(job_, "Warning", "RetryPolicyFailedJob", "container main exited 42", once=True)
+    for instance in ("controller-a", "controller-b"):  # a restart, or another replica
+        recorder = EventRecorder(client.EventsV1Api(api_client(api, tmp_path)), instance)
+        recorder.emit(once)
+        recorder.emit(once)
+        assert recorder.flush()
+    (event,) = stored_events(api)
+    assert "series" not in event and event["reportingInstance"] == "controller-a"
+    assert ("POST", event["metadata"]["name"], 409) in api.failed_writes
+
+
+# --- RetryPolicyFailedJob: the controller's reconciler --------------------------------------
+
+
+def now_stamp(ago: float = 0.0) -> str:
+    when = datetime.now(timezone.utc) - timedelta(seconds=ago)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:
+    """A Job as the webhook admitted it and the API server stored it."""
+    verdict, out = mutate(job(annotations, name=name, spec=spec or None))
+    assert verdict.allowed, verdict.message
+    return stored(out)
+
+
+def failed_by_policy(job_: dict, message: str, ago: float = 5.0) -> dict:
+    """``job_`` failed as the Job controller writes it: the interim ``FailureTarget``
+    condition, then ``Failed`` with the same reason and message."""
+    # upstream: syncJob (pkg/controller/job/job_controller.go): getFailJobMessage ->
+    # FailureTarget (reason PodFailurePolicy), then newFailedConditionForFailureTarget.
+    out = copy.deepcopy(job_)
+    conditions = [
+        {
+            "type": kind,
+            "status": "True",
+            "reason": "PodFailurePolicy",
+            "message": message,
+            "lastProbeTime": now_stamp(ago),
+            "lastTransitionTime": now_stamp(ago),
+        }
+        for kind in ("FailureTarget", "Failed")
+    ]
+    out["status"] = {"failed": 1, "conditions": conditions, "startTime": now_stamp(60)}
+    return out
+
+
+FAIL_NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "143"}
+
+
+def message_for(job_: dict, container: str = "main", code: int = 42, index: int = 1) -> str:
+    # upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go).
+    pod_name = job_["metadata"]["name"] + "-x7k2p"
+    return (
+        f"Container {container} for pod {NS}/{pod_name} failed with exit code {code} "
+        f"matching FailJob rule at index {index}"
+    )
+
+
+def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **kw):
+    """A reconciler run until it has judged every Job the API holds; its recorder."""
+    api = api_client(fake, tmp_path)
+    recorder = EventRecorder(client.EventsV1Api(api), instance)
+    resolver = WorkloadResolver(client.CustomObjectsApi(api))
+    recorder.resolve = resolver.resolve
+    reconciler = FailedJobs(client.BatchV1Api(api), client.CoreV1Api(api), recorder, resolver, **kw)
+    stop_event = threading.Event()
+    thread = threading.Thread(target=reconciler.run, args=(stop_event,), daemon=True)
+    thread.start()
+    with fake.lock:
+        uids = set(fake.objects["jobs"])
+        failed_uids = {
+            uid
+            for uid in uids
+            if any(
+                c["type"] == "Failed"
+                for c in fake.objects["jobs"][uid]["status"].get("conditions", [])
+            )
+        }
+    eventually(lambda: failed_uids <= set(reconciler._done), 10)
+    assert recorder.flush()
+    stop_event.set()
+    return recorder
+
+
+def test_a_job_our_failjob_rule_failed_gets_one_warning_even_after_a_restart(api, tmp_path):
+    train = admitted_job({**FAIL_NON_RETRIABLE, P + "backoff-limit": "3"})
+    rules = train["spec"]["podFailurePolicy"]["rules"]
+    assert rules[1]["action"] == "FailJob"  # after the Count rule on DisruptionTarget
+    api.put("jobs", failed_by_policy(train, message_for(train, index=1)))
+    reconcile(api, tmp_path)
+    (event,) = stored_events(api)
+    assert (event["type"], event["reason"]) == ("Warning", "RetryPolicyFailedJob")
+    assert event["note"] == (
+        "container main exited 42, not in retriable-exit-codes 143: failed at once as "
+        "fail-non-retriable asked"
+    )
+    assert event["regarding"] == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "namespace": NS,
+        "name": "train",
+        "uid": train["metadata"]["uid"],
+    }
+    assert event["reportingController"] == "retry-policy.dev/webhook"
+    # A new controller (a restart, or another replica taking the Lease) lists the Job
+    # again: the Event is there (409), nothing is added to it.
+    again = reconcile(api, tmp_path, instance="controller-b")
+    (event,) = stored_events(api)
+    assert "series" not in event and event["reportingInstance"] == "controller-a"
+    assert again.stats()["written"] == 0 and again.stats()["aggregated"] == 0
+
+
+def test_only_our_rules_within_the_window_get_a_warning(api, tmp_path):
+    # A rule the user wrote (FailJob on 42) decided: the Job controller's words suffice.
+    theirs = admitted_job(
+        FAIL_NON_RETRIABLE,
+        name="theirs",
+        podFailurePolicy={
+            "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
+        },
+    )
+    assert theirs["spec"]["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [42]
+    api.put("jobs", failed_by_policy(theirs, message_for(theirs, index=0)))
+    # Our rule, but an hour and more ago: a restarted controller does not say it again
+    # (the API server has deleted the Event by then: --event-ttl, 1 h by default).
+    old = admitted_job(FAIL_NON_RETRIABLE, name="old")
+    api.put("jobs", failed_by_policy(old, message_for(old), ago=3700))
+    # Our rules, but the budget ran out: the Job controller's condition says so.
+    spent = admitted_job(FAIL_NON_RETRIABLE, name="spent")
+    spent = failed_by_policy(spent, "Job has reached the specified backoff limit")
+    for condition in spent["status"]["conditions"]:
+        condition["reason"] = "BackoffLimitExceeded"
+    api.put("jobs", spent)
+    # A rule of our shape on a Job the webhook never admitted.
+    hand = stored(job(name="hand"))
+    hand["spec"]["podFailurePolicy"] = {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": "main", "operator": "NotIn", "values": [143]},
+            }
+        ]
+    }
+    api.put("jobs", failed_by_policy(hand, message_for(hand, index=0)))
+    reconcile(api, tmp_path)
+    assert stored_events(api) == []
+
+
+def put_trainjob_child(api: FakeAPI) -> None:
+    """A TrainJob's JobSet, and its child Job failed by the rule the JobSet's admission
+    wrote (JobSet copies its template's annotations to its Jobs: the record stays on the
+    JobSet)."""
+    record = json.dumps({"failNonRetriable": [143], "countDisruptions": True})
+    api.store(
+        "jobsets",
+        a_jobset("llama", "set-1", trainjob=("llama", "tj-uid"), **{P + "applied": record}),
+    )
+    child = admitted_job(FAIL_NON_RETRIABLE, name="llama-node-0")
+    del child["metadata"]["annotations"]
+    child["metadata"]["ownerReferences"] = [owner(JOBSET, "JobSet", "llama", "set-1")]
+    api.put("jobs", failed_by_policy(child, message_for(child, container="main", code=1)))
+
+
+def put_cronjob_child(api: FakeAPI) -> None:
+    """A CronJob (its record of what the webhook applied) and its Job failed by our rule."""
+    record = json.dumps({"failNonRetriable": [137, 143]})
+    api.store(
+        "cronjobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {
+                "name": "nightly",
+                "namespace": NS,
+                "annotations": {P + "applied": record},
+            },
+        },
+    )
+    made = admitted_job({**FAIL_NON_RETRIABLE, P + "retriable-exit-codes": "137,143"}, "nightly-1")
+    del made["metadata"]["annotations"]
+    made["metadata"]["ownerReferences"] = [owner("batch/v1", "CronJob", "nightly", "cj-uid")]
+    api.put("jobs", failed_by_policy(made, message_for(made, code=2)))
+
+
+def put_failed_indexes(api: FakeAPI) -> None:
+    """An Indexed Job (``on-non-retriable: fail-index``) that failed with reason
+    FailedIndexes, whose message names no pod, and its failed pods: index 2 by our
+    FailIndex rule (exit 42), index 0 retriably (143, retried)."""
+    # upstream: syncJob (pkg/controller/job/job_controller.go): "Job has failed indexes".
+    annotations = {**FAIL_NON_RETRIABLE, P + "on-non-retriable": "fail-index"}
+    indexed = admitted_job(
+        annotations,
+        name="indexed",
+        completionMode="Indexed",
+        completions=3,
+        backoffLimitPerIndex=1,
+    )
+    uid = indexed["metadata"]["uid"]
+    ended = failed_by_policy(indexed, "Job has failed indexes")
+    for condition in ended["status"]["conditions"]:
+        condition["reason"] = "FailedIndexes"
+    for index, code in ((2, 42), (0, 143)):
+        failed_pod = stored(pod({}, owner=job_owner("indexed", uid)))
+        failed_pod["metadata"]["labels"] = {JOB_UID_LABEL: uid}
+        failed_pod["metadata"]["annotations"] = {
+            "batch.kubernetes.io/job-completion-index": str(index)
+        }
+        failed_pod["status"] = {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "main", "state": {"terminated": {"exitCode": code, "reason": "Error"}}}
+            ],
+        }
+        api.put("pods", failed_pod)
+    api.put("jobs", ended)
+
+
+def put_failed_jobs(api: FakeAPI) -> int:
+    """Every kind of Job our rules fail, in one API; how many Warnings they make."""
+    train = admitted_job({**FAIL_NON_RETRIABLE, P + "backoff-limit": "3"})
+    api.put("jobs", failed_by_policy(train, message_for(train, index=1)))
+    put_trainjob_child(api)
+    put_cronjob_child(api)
+    put_failed_indexes(api)
+    return 4
+
+
+def test_a_jobset_child_job_warns_on_the_trainjob_the_user_applied(api, tmp_path):
+    """The Warning regards the TrainJob and names the child Job; the record is the
+    JobSet's."""
+    put_trainjob_child(api)
+    reconcile(api, tmp_path)
+    (event,) = stored_events(api)
+    assert event["regarding"] == {
+        "apiVersion": TRAINER,
+        "kind": "TrainJob",
+        "namespace": NS,
+        "name": "llama",
+        "uid": "tj-uid",
+    }
+    assert event["note"].startswith("Job llama-node-0: container main exited 1, not in ")
+
+
+def test_a_cronjobs_job_takes_the_cronjobs_record(api, tmp_path):
+    put_cronjob_child(api)
+    reconcile(api, tmp_path)
+    (event,) = stored_events(api)
+    assert event["regarding"]["name"] == "nightly-1" and event["regarding"]["kind"] == "Job"
+    assert event["note"] == (
+        "container main exited 2, not in retriable-exit-codes 137,143: failed at once as "
+        "fail-non-retriable asked"
+    )
+
+
+def test_indexes_our_failindex_rule_failed_are_named(api, tmp_path):
+    """The failed pods are judged by the Job's rules as the Job controller judges them:
+    only index 2 failed by our FailIndex rule."""
+    put_failed_indexes(api)
+    reconcile(api, tmp_path)
+    (event,) = stored_events(api)
+    assert event["regarding"]["name"] == "indexed"
+    assert event["note"] == (
+        "index 2: container main exited 42, not in retriable-exit-codes 143: failed at once "
+        "as fail-non-retriable asked (on-non-retriable fail-index); the Job failed: FailedIndexes"
+    )
+
+
+# --- through the real server ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    fake = with_spare_nodes(FakeAPI().start())
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, cluster):
+    tmp = tmp_path_factory.mktemp("events")
+    write_kubeconfig(tmp / "kubeconfig", cluster.url)
+    srv = start(
+        tmp / "certs",
+        "--kube",
+        "kubeconfig",
+        "--no-controller",
+        metrics_port=free_port(),
+        env={"KUBECONFIG": str(tmp / "kubeconfig"), "POD_NAME": "webhook-7d9f-abcde"},
+    )
+    yield srv
+    stop(srv)
+
+
+def once_oom_killed(cluster: FakeAPI, name: str) -> dict:
+    """A Job (backoffLimit 3) whose first pod was OOM-killed on node-a, as the cache sees it."""
+    made = a_job(name, backoffLimit=3)
+    cluster.put("jobs", made)
+    cluster.put("pods", failed(new_pod(made), "node-a"))
+    made["status"]["failed"] = 1
+    cluster.put("jobs", made)
+    return made
+
+
+def events_of(cluster: FakeAPI, name: str) -> dict[str, dict]:
+    return {e["reason"]: e for e in stored_events(cluster) if e["regarding"]["name"] == name}
+
+
+def raised(obj: dict) -> bool:
+    return obj["spec"]["containers"][0]["resources"]["limits"]["memory"] != "2Gi"
+
+
+def test_a_pod_given_more_memory_writes_events_on_its_job(server, cluster):
+    made = once_oom_killed(cluster, "ev-oom")
+    admitted_until(server, new_pod(made), raised)
+    events = eventually(lambda: (e := events_of(cluster, "ev-oom")) and len(e) == 2 and e, 10)
+    memory = events["RetryMemoryIncreased"]
+    assert memory["note"] == "attempt 2 of 4: container trainer 2Gi -> 3Gi after 1 OOM kill"
+    assert memory["type"] == "Normal" and memory["action"] == "Admit"
+    assert memory["regarding"] == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "namespace": NS,
+        "name": "ev-oom",
+        "uid": made["metadata"]["uid"],
+    }
+    assert memory["reportingController"] == "retry-policy.dev/webhook"
+    assert memory["reportingInstance"] == "webhook-7d9f-abcde"  # $POD_NAME
+    assert events["RetryNodesAvoided"]["note"] == (
+        "attempt 2 of 4: keeping off 1 node(s) where earlier attempts failed: node-a"
+    )
+
+    def counted():
+        return metric(server.metrics(), "retry_webhook_events_total", result="written") >= 2
+
+    eventually(counted)
+
+
+def test_a_dry_run_writes_none_and_a_repeat_counts_into_the_same_event(server, cluster):
+    made = once_oom_killed(cluster, "ev-dry")
+    pod_ = new_pod(made)
+    admitted_until(server, pod_, raised)  # until the cache knows: the first real admission
+    events = eventually(lambda: (e := events_of(cluster, "ev-dry")) and len(e) == 2 and e, 10)
+    assert all("series" not in e for e in events.values())
+    dry = server.review("/mutate", review(pod_, dry_run=True))["response"]
+    assert "patch" in dry  # the answer is the same, only nothing is recorded
+    # The same pod again (the API server refused the first create, the Job controller
+    # tries again; or another replica admits the twin): counted, not multiplied.
+    admit(server, pod_)
+
+    def counted_twice():
+        found = events_of(cluster, "ev-dry")
+        counts = [(e.get("series") or {}).get("count") for e in found.values()]
+        return counts == [2, 2]
+
+    # One worker writes in order: the dry run came before the repeat, so had it been
+    # written, the count would be 3 by now.
+    eventually(counted_twice, 10)
+    time.sleep(0.3)
+    counts = [e["series"]["count"] for e in events_of(cluster, "ev-dry").values()]
+    assert counts == [2, 2]
+
+
+def test_an_api_failing_event_writes_neither_slows_nor_fails_admission(server, cluster):
+    made = once_oom_killed(cluster, "ev-down")
+    pod_ = new_pod(made)
+    admitted_until(server, pod_, raised)
+    eventually(lambda: len(events_of(cluster, "ev-down")) == 2, 10)
+    cluster.write_status["events"] = 500
+    cluster.write_delay["events"] = 1.0  # and slow: each write takes 1 s before failing
+    try:
+        other = once_oom_killed(cluster, "ev-down-2")
+        admitted_until(server, new_pod(other), raised)
+        for _ in range(3):
+            started = time.monotonic()
+            response, out = admit(server, new_pod(other))
+            assert time.monotonic() - started < 1.5, "admission waited on an Event write"
+            assert raised(out) and response["allowed"]
+
+        def dropped():
+            return metric(server.metrics(), "retry_webhook_events_total", result="dropped") >= 2
+
+        eventually(dropped, 40)
+    finally:
+        cluster.write_status.clear()
+        cluster.write_delay.clear()
+    assert events_of(cluster, "ev-down-2") == {}
+
+
+# --- the controller, as deployed ----------------------------------------------------------
+
+
+def test_the_controller_warns_once_even_after_it_restarts(api, tmp_path):
+    train = admitted_job(
+        {**FAIL_NON_RETRIABLE, P + "backoff-limit": "2"}, name=f"t-{uuid.uuid4().hex[:6]}"
+    )
+    api.put("jobs", failed_by_policy(train, message_for(train)))
+    first = replica(tmp_path, api, "one")
+    try:
+        (event,) = eventually(lambda: stored_events(api), 20)
+    finally:
+        stop(first)
+    assert event["reason"] == "RetryPolicyFailedJob" and event["reportingInstance"] == "one"
+    name = event["metadata"]["name"]
+    second = replica(tmp_path, api, "two")
+    try:
+        # The new controller judged the Job again: its create found the Event (409).
+        eventually(lambda: ("POST", name, 409) in api.failed_writes, 20)
+    finally:
+        stop(second)
+    (event,) = stored_events(api)
+    assert "series" not in event and event["reportingInstance"] == "one"
