@@ -309,7 +309,7 @@ def running_job(api: FakeAPI) -> tuple[dict, list[dict]]:
 
 def test_a_running_job_tells_its_attempts_and_what_the_next_one_gets(cluster):
     api, kubeconfig = cluster
-    job, (first, second, third) = running_job(api)
+    job, (first, _, _) = running_job(api)
     emit(client_for(api.url), "Job", job, "RetryMemoryIncreased", "trainer: memory 2Gi -> 3Gi")
     emit(client_for(api.url), "Job", job, "RetryMemoryIncreased", "trainer: memory 2Gi -> 3Gi")
     done = run(kubeconfig, "job/train", "-n", NS, "-o", "json")
@@ -354,7 +354,7 @@ def test_a_running_job_tells_its_attempts_and_what_the_next_one_gets(cluster):
 
 def test_the_text_reads_as_a_story_in_short_lines(cluster):
     api, kubeconfig = cluster
-    job, (first, _, _) = running_job(api)
+    _, (first, _, _) = running_job(api)
     done = run(kubeconfig, "job/train", "-n", NS)
     assert done.returncode == 0, done.stderr
     text = done.stdout
@@ -363,8 +363,9 @@ def test_the_text_reads_as_a_story_in_short_lines(cluster):
         assert heading in text
     assert "backoffLimit 3: 1 counted failure, 2 retries left" in text
     assert f"{first['metadata']['name']}: Failed on node-a" in text
-    assert "OOM-killed (container trainer, exit code 137); counted" in text
-    assert "not counted: rule 1 (Ignore)" in text
+    flat = " ".join(text.split())
+    assert "OOM-killed (container trainer, exit code 137); counted (no rule matches)" in flat
+    assert "disrupted (PreemptionByScheduler; trainer exited 143); not counted: rule 1" in flat
     assert "attempt 2 of 4, on non-spot nodes only" in text
     assert "memory request of trainer: 2Gi -> 3Gi" in text
     assert "keeps off node-a (required)" in text
@@ -392,8 +393,13 @@ def test_a_job_failed_by_our_failjob_rule_names_the_rule_and_its_annotation(clus
         "rule at index 1"
     )
     conditions = [
-        {"type": t, "status": "True", "reason": "PodFailurePolicy", "message": message,
-         "lastTransitionTime": _at(3)}
+        {
+            "type": t,
+            "status": "True",
+            "reason": "PodFailurePolicy",
+            "message": message,
+            "lastTransitionTime": _at(3),
+        }
         for t in ("FailureTarget", "Failed")
     ]
     job["status"] = {"startTime": T0, "failed": 1, "conditions": conditions, "active": 0}
@@ -512,9 +518,7 @@ def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
         3,
         1,
     )
-    assert sorted(j["name"] for j in story["jobs"]) == sorted(
-        j["metadata"]["name"] for j in jobs
-    )
+    assert sorted(j["name"] for j in story["jobs"]) == sorted(j["metadata"]["name"] for j in jobs)
     roles = {j["role"] for j in story["jobs"]}
     assert all("run 1" in role for role in roles)
     # A pod made now belongs to run 1: the second of the set's 4 runs (restart-attempt).

@@ -735,9 +735,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     live.add_argument("-n", "--namespace", help="default: the kubeconfig context's, else default")
     live.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     live.add_argument("--context", help="the kubeconfig context to use")
-    live.add_argument(
-        "--config", help="the cluster defaults YAML to judge the plan with (admins)"
-    )
+    live.add_argument("--config", help="the cluster defaults YAML to judge the plan with (admins)")
     live.add_argument("-o", "--output", choices=("text", "json"), default="text")
     live.set_defaults(func=status_cmd)
 

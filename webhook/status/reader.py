@@ -29,6 +29,7 @@ Requests, by kind (what each controller makes and how its objects are found):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -234,9 +235,7 @@ class Reader:
         if kind.kind == "Job":
             return _call(what, lambda: self.batch.read_namespaced_job(name, namespace, **opts))
         if kind.kind == "CronJob":
-            return _call(
-                what, lambda: self.batch.read_namespaced_cron_job(name, namespace, **opts)
-            )
+            return _call(what, lambda: self.batch.read_namespaced_cron_job(name, namespace, **opts))
         return _call(
             what,
             lambda: self.custom.get_namespaced_custom_object(
@@ -283,16 +282,20 @@ class Reader:
         items: list[dict[str, Any]] = []
         token = None
         while True:
-            page = _call(
-                what,
-                lambda: request(
-                    limit=500, _continue=token, _preload_content=False, _request_timeout=TIMEOUT
-                ),
-            )
+            page = _call(what, functools.partial(request, **_page(token)))
             items.extend(i for i in page.get("items") or () if isinstance(i, dict))
             token = mapping(page.get("metadata")).get("continue")
             if not token:
                 return items
+
+
+def _page(token: str | None) -> dict[str, Any]:
+    return {
+        "limit": 500,
+        "_continue": token,
+        "_preload_content": False,
+        "_request_timeout": TIMEOUT,
+    }
 
 
 @dataclass
@@ -404,7 +407,8 @@ def _jobset_jobs(reader: Reader, tree: Tree, namespace: str, jobset: Mapping[str
         (
             j
             for j in jobs
-            if _owned_by(j, uid) or mapping(mapping(j.get("metadata")).get("labels")).get(JOBSET_UID) == uid
+            if _owned_by(j, uid)
+            or mapping(mapping(j.get("metadata")).get("labels")).get(JOBSET_UID) == uid
         ),
         key=lambda j: str(mapping(j.get("metadata")).get("name")),
     )

@@ -4,7 +4,6 @@ and as JSON (stable keys, documented in docs/STATUS.md)."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
 from typing import Any
 
 from webhook import explain
@@ -98,19 +97,16 @@ def _got(applied: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def cause_text(a: Attempt) -> str:
+def _cause(a: Attempt) -> str:
     if a.disruption is not None:
-        reason = f" ({a.disruption})" if a.disruption else ""
-        code = f"; {a.container} exited {a.exit_code}" if a.container else ""
-        return f"disrupted{reason}{code}"
+        said = [a.disruption] if a.disruption else []
+        said += [f"{a.container} exited {a.exit_code}"] if a.container else []
+        return "disrupted" + (f" ({'; '.join(said)})" if said else "")
     if a.cause.startswith("oom-killed:"):
         return f"OOM-killed (container {a.container}, exit code {a.exit_code})"
     if a.cause.startswith("exit-code:"):
         return f"exit code {a.exit_code} in container {a.container}"
     return "failed without a container exit (a deadline, or deleted before it ran)"
-
-
-_cause = cause_text
 
 
 def _counted(a: Attempt) -> str:
@@ -139,7 +135,7 @@ def _next(n: NextAttempt) -> list[str]:
             f"{held} until {n.delay.not_before} ({n.delay.seconds_left}s left, retry delay)"
         )
     else:
-        lines += _fill("no retry delay: it is created as soon as the Job controller replaces")
+        lines += _fill("no retry delay from the webhook (the Job controller's back-off applies)")
     if n.changes:
         lines.append("  Its admission says:")
         lines += [line for c in n.changes for line in _fill(c, "    - ")]
@@ -293,7 +289,3 @@ def _next_json(n: NextAttempt | None) -> dict[str, Any] | None:
         },
         "changes": list(n.changes),
     }
-
-
-def texts(lines: Sequence[str]) -> str:
-    return "\n".join(lines)

@@ -592,10 +592,10 @@ def _job_story(
     story = JobStory(name, uid, job_state(job), counted, ignored, attempts=attempts)
     labels = mapping(meta.get("labels"))
     if labels.get(failures.REPLICATED_JOB):
-        story.role = (
-            f"replicatedJob {labels[failures.REPLICATED_JOB]}, job index "
-            f"{labels.get(failures.JOBSET_JOB_INDEX, '?')}, run {labels.get(failures.RESTART_ATTEMPT, '0')}"
-        )
+        index = labels.get(failures.JOBSET_JOB_INDEX, "?")
+        run = labels.get(failures.RESTART_ATTEMPT, "0")
+        rjob = labels[failures.REPLICATED_JOB]
+        story.role = f"replicatedJob {rjob}, job index {index}, run {run}"
     elif tree.kind.kind == "CronJob":
         story.role = f"created {_created(job)}"
     story.budgets = _job_budgets(job, attempts, counted, pods)
@@ -650,8 +650,8 @@ def _attempt(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
         attempt.rule, attempt.action = match.index, match.action
         if match.container is not None and attempt.container is None:
             attempt.container, attempt.exit_code = match.container.name, match.container.exit_code
-    elif attempt.disruption is not None:
-        # A disruption that no rule names: the exit code its main container stopped with.
+    if attempt.disruption is not None and attempt.container is None:
+        # What its first container stopped with (SIGTERM, or SIGKILL after the grace).
         exits = PodFailure.from_pod(pod).exits
         first = next((e for e in exits if e.exit_code != 0), None)
         if first is not None:
@@ -716,7 +716,15 @@ def _job_budgets(
         return budgets
     if limit is None:
         return []
-    return [Budget(name, "spec.backoffLimit", limit, counted, f"backoffLimit {limit}: " + _retries(counted, limit))]
+    return [
+        Budget(
+            name,
+            "spec.backoffLimit",
+            limit,
+            counted,
+            f"backoffLimit {limit}: " + _retries(counted, limit),
+        )
+    ]
 
 
 def _retries(used: int, limit: int) -> str:
@@ -780,9 +788,7 @@ def _job_decision(
                 break
     if decision is None or decision.reason != "PodFailurePolicy":
         return decision
-    found = _EXIT_MESSAGE.search(decision.message) or _CONDITION_MESSAGE.search(
-        decision.message
-    )
+    found = _EXIT_MESSAGE.search(decision.message) or _CONDITION_MESSAGE.search(decision.message)
     if found is None:
         return decision
     parts = found.groupdict()
