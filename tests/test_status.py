@@ -230,11 +230,15 @@ def job_manifest(name: str, annotations: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def emit(api_client: Any, kind: str, obj: dict[str, Any], reason: str, note: str) -> None:
-    """An Event as the webhook's recorder writes it (the real ``EventRecorder``)."""
+def emit(
+    api_client: Any, kind: str, obj: dict[str, Any], reason: str, note: str, at: float = 0.0
+) -> None:
+    """An Event as the webhook's recorder writes it (the real ``EventRecorder``), at ``at``
+    (Unix time; now when 0)."""
     from kubernetes import client
 
-    recorder = EventRecorder(client.EventsV1Api(api_client), "retry-policy-webhook-0")
+    clock = {"clock": lambda: at} if at else {}
+    recorder = EventRecorder(client.EventsV1Api(api_client), "retry-policy-webhook-0", **clock)
     meta = obj["metadata"]
     api_version = obj["apiVersion"]
     regarding = Regarding(api_version, kind, meta["namespace"], meta["name"], meta["uid"])
@@ -524,6 +528,7 @@ def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
     # A pod made now belongs to run 1: the second of the set's 4 runs (restart-attempt).
     nexts = [j["next"] for j in story["jobs"] if j["next"]]
     assert nexts and all((n["attempt"], n["attempts"]) == (2, 4) for n in nexts)
+    assert all(n["unit"] == "JobSet run" for n in nexts)
     # The JobSet's own rule and the pods' rules, told as the webhook's.
     first = story["plan"]["items"][0]
     assert any(
@@ -692,3 +697,134 @@ def test_kubectl_finds_and_runs_the_plugin(cluster):
         [kubectl, "retry-policy", "--help"], capture_output=True, text=True, env=env, check=False
     )
     assert "usage: kubectl retry-policy" in usage.stdout
+
+
+# --- retry delays, Events in time order, the JSON shape, TrainJobs, per-index budgets -------
+
+
+def test_a_pod_held_by_a_retry_delay_shows_when_it_may_start(cluster):
+    api, kubeconfig = cluster
+    _, (_, _, waiting) = running_job(api)
+    waiting["spec"]["schedulingGates"] = [{"name": P + "retry-delay"}]
+    waiting["metadata"]["annotations"][P + "not-before"] = "2099-01-01T00:00:00Z"
+    waiting["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+    ]
+    api.put("pods", waiting)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    delay = story["jobs"][0]["next"]["delay"]
+    assert delay["pod"] == waiting["metadata"]["name"]
+    assert delay["notBefore"] == "2099-01-01T00:00:00Z" and delay["secondsLeft"] > 10**8
+    text = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
+    assert f"pod {waiting['metadata']['name']} is held until 2099-01-01T00:00:00Z" in text
+
+
+def test_events_come_oldest_first_with_their_series_counts(cluster):
+    api, kubeconfig = cluster
+    job, _ = running_job(api)
+    other = store_job(api, job_manifest("other", POLICY), {})
+    api_client = client_for(api.url)
+    emit(api_client, "Job", job, "RetryOnNonSpot", "attempt 2 of 4 on non-spot nodes", at=2e9)
+    emit(api_client, "Job", job, "RetryNodesAvoided", "keeping off node-a", at=1e9)
+    emit(api_client, "Job", job, "RetryNodesAvoided", "keeping off node-a", at=1.5e9)
+    emit(api_client, "Job", other, "RetryOnNonSpot", "another Job's", at=1e9)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    told = [(e["reason"], e["count"]) for e in story["events"]]
+    assert told == [("RetryNodesAvoided", 2), ("RetryOnNonSpot", 1)]
+
+
+def test_the_json_keys_are_the_documented_ones(cluster):
+    api, kubeconfig = cluster
+    running_job(api)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    assert story["schema"] == "retry-policy.dev/status/v1"
+    assert set(story) == {
+        "schema", "workload", "state", "plan", "budgets", "decision", "jobs",
+        "olderJobs", "events", "notes", "unread",
+    }  # fmt: skip
+    assert set(story["plan"]) == {"source", "items"}
+    (job,) = story["jobs"]
+    assert set(job) == {
+        "name", "uid", "role", "state", "countedFailures", "ignoredFailures", "budgets",
+        "attempts", "next", "decision", "notes",
+    }  # fmt: skip
+    assert set(job["attempts"][0]) == {
+        "pod", "phase", "node", "created", "index", "run", "finished", "cause", "container",
+        "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied",
+    }  # fmt: skip
+    assert set(job["next"]) == {
+        "unit", "attempt", "attempts", "nonSpot", "memory", "avoidedNodes", "avoidedBy",
+        "delay", "changes",
+    }  # fmt: skip
+    assert set(job["budgets"][0]) == {"object", "field", "limit", "used", "text"}
+    documented = (ROOT / "docs" / "STATUS.md").read_text()
+    for key in (*story, *job, *job["attempts"][0], *job["next"]):
+        assert f"`{key}`" in documented, key
+
+
+def test_a_trainjob_is_told_by_the_jobset_the_trainer_made(cluster):
+    api, kubeconfig = cluster
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "trainjob.yaml").read_text()))
+    runtime, manifest = docs[0], docs[1]
+    from webhook.cluster.runtimes import GivenRuntimes
+
+    obj = copy.deepcopy(manifest)
+    defaulting.apply_defaults(obj)
+    verdict, trainjob = engine.review_object(
+        obj, Config(), NS, runtimes=GivenRuntimes([runtime], NS)
+    )
+    assert verdict.allowed, verdict.message
+    trainjob["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=T0)
+    api.store("trainjobs", trainjob)
+    # The trainer's JobSet: the runtime's template, named as the TrainJob and controlled
+    # by it, with the metadata of the TrainJob's runtime patches (Trainer v2.2+).
+    (patch,) = trainjob["spec"]["runtimePatches"]
+    template = runtime["spec"]["template"]
+    jobset_manifest = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": trainjob["metadata"]["name"],
+            "namespace": NS,
+            "annotations": patch["trainingRuntimeSpec"]["template"]["metadata"]["annotations"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                    "kind": "TrainJob",
+                    "name": trainjob["metadata"]["name"],
+                    "uid": trainjob["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    jobset = admit(jobset_manifest)
+    jobset["status"] = {"restarts": 2, "restartsCountTowardsMax": 2}
+    api.store("jobsets", jobset)
+    done = run(kubeconfig, "trainjob/llm-finetune", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["workload"]["kind"] == "TrainJob"
+    assert story["plan"]["items"][0]["kind"] == "JobSet"
+    (budget,) = story["budgets"]
+    assert (budget["limit"], budget["used"]) == (3, 2)
+
+
+def test_an_indexed_job_counts_each_index_against_its_own_budget(cluster):
+    api, kubeconfig = cluster
+    manifest = job_manifest("shards", {P + "fail-non-retriable": "true"})
+    manifest["spec"].update(
+        completionMode="Indexed", completions=4, parallelism=4, backoffLimitPerIndex=2,
+        maxFailedIndexes=1,
+    )  # fmt: skip
+    job = store_job(api, manifest, {"active": 4, "failed": 2})
+    for index, code in ((1, 137), (1, 143)):
+        pod = controller_pod(job, 0, _at(index))
+        pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(index)
+        pod["metadata"]["uid"] = str(uuid.uuid4())
+        api.put("pods", failed(pod, "node-a", "trainer", code, _at(index + 1)))
+    story = json.loads(run(kubeconfig, "job/shards", "-n", NS, "-o", "json").stdout)
+    budgets = {b["field"]: (b["limit"], b["used"]) for b in story["jobs"][0]["budgets"]}
+    assert budgets == {"index 1": (2, 2), "spec.maxFailedIndexes": (1, 0)}

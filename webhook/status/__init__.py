@@ -45,6 +45,7 @@ class LiveLookups(Lookups):
     webhook does when it cannot: failed nodes avoided by preference only)."""
 
     def __init__(self, reader: Reader):
+        super().__init__()
         self.reader = reader
         self.core_api = reader.core
         self._limits: dict[str, LimitLookup] = {}
@@ -58,6 +59,10 @@ class LiveLookups(Lookups):
                 self._limits[namespace] = LimitLookup(True, memory_limits(found))
             except Unreadable as err:
                 self._limits[namespace] = LimitLookup(False, reason=f"{err}")
+                self.notes.append(
+                    f"{err}: the next attempt is shown without the memory raise the webhook "
+                    "(which reads them) may give it"
+                )
         return self._limits[namespace]
 
     def placement(self, question: Placement) -> NodeAnswer:
@@ -66,6 +71,10 @@ class LiveLookups(Lookups):
                 self._nodes = [n for n in map(node_of, self.reader.nodes()) if n is not None]
             except Unreadable as err:
                 self._nodes_error = f"Nodes unreadable with your credentials: {err.detail}"
+                self.notes.append(
+                    f"{err}: failed nodes are shown avoided by preference; the webhook, which "
+                    "reads Nodes, requires it while another node fits the pod"
+                )
         if self._nodes is None:
             return NodeAnswer(False, reason=self._nodes_error)
         return NodeAnswer(True, any(fits(node, question) for node in self._nodes))

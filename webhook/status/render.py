@@ -123,7 +123,7 @@ def _next(n: NextAttempt) -> list[str]:
     if n.attempt is not None:
         of = f" of {n.attempts}" if n.attempts else ""
         place = {True: ", on non-spot nodes only", False: ", on any node", None: ""}[n.non_spot]
-        lines += _fill(f"attempt {n.attempt}{of}{place}")
+        lines += _fill(f"{n.unit} {n.attempt}{of}{place}")
     for m in n.memory:
         lines += _fill(f"memory {m.kind} of {m.container}: {m.before or 'none'} -> {m.after}")
     if n.avoided_nodes:
@@ -271,6 +271,7 @@ def _next_json(n: NextAttempt | None) -> dict[str, Any] | None:
     if n is None:
         return None
     return {
+        "unit": n.unit,
         "attempt": n.attempt,
         "attempts": n.attempts,
         "nonSpot": n.non_spot,

@@ -152,6 +152,8 @@ class NextAttempt:
     delay: Delay | None = None
     #: The warnings the pod's admission gives (what kubectl would show), and notes.
     changes: list[str] = field(default_factory=list)
+    #: What ``attempt`` counts: a Job's attempts, or (a JobSet's pod) the set's runs.
+    unit: str = "attempt"
 
 
 @dataclass
@@ -226,6 +228,11 @@ class Lookups:
     answers as the offline CLI does (no LimitRanges, Nodes unknown)."""
 
     core_api: Any = None
+    #: What the story should say about these answers (a list the user may not read).
+    notes: list[str]
+
+    def __init__(self) -> None:
+        self.notes = []
 
     def limit_ranges(self, namespace: str) -> LimitLookup:
         return LimitLookup(True)
@@ -290,6 +297,7 @@ def tell(
                 f"the first failed Job: {failed.subject}, {failed.reason}: {failed.message}"
             )
     story.events = events_of(tree.events)
+    story.notes.extend(lookups.notes)
     if tree.kind.kind == "CronJob" and not tree.jobs and not tree.unread:
         story.notes.append("no Job of this CronJob exists now")
     return story
@@ -940,6 +948,8 @@ def _next_attempt(
             if w != engine.EXPLAIN_HINT
         ],
     )
+    if mapping(mapping(pod.get("metadata")).get("labels")).get(failures.RESTART_ATTEMPT):
+        out.unit = "JobSet run"  # its pods place themselves by the set's runs
     if out.attempt is None:
         counted = source.job_failures("", "", str(meta.get("uid"))).failures
         out.attempt = counted + 1 if isinstance(counted, int) else None
@@ -1014,9 +1024,10 @@ def events_of(events: Sequence[Mapping[str, Any]]) -> list[EventLine]:
             or ""
         )
         regarding = mapping(event.get("regarding"))
+        parsed = _sortable(str(when))
         lines.append(
             EventLine(
-                time=str(when),
+                time=_time(parsed) or str(when) if parsed else str(when),
                 type=str(event.get("type") or ""),
                 reason=str(event.get("reason") or ""),
                 note=str(event.get("note") or ""),
