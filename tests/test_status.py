@@ -828,3 +828,54 @@ def test_an_indexed_job_counts_each_index_against_its_own_budget(cluster):
     story = json.loads(run(kubeconfig, "job/shards", "-n", NS, "-o", "json").stdout)
     budgets = {b["field"]: (b["limit"], b["used"]) for b in story["jobs"][0]["budgets"]}
     assert budgets == {"index 1": (2, 2), "spec.maxFailedIndexes": (1, 0)}
+
+
+# --- the plan without the cluster's defaults file ---------------------------------------------
+
+
+def _tree(job: dict[str, Any], pods: list[dict[str, Any]] | None = None):
+    from webhook.status.reader import KINDS, Tree
+
+    return Tree(KINDS[0], job, jobs=[job], pods={job["metadata"]["uid"]: pods or []})
+
+
+def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
+    from webhook.policy.config import parse_config
+    from webhook.status.story import tell
+
+    defaults = parse_config("defaults: {ignore-disruptions: 'true', backoff-limit: '2'}")
+    obj = job_manifest("plain", {})
+    obj["metadata"]["namespace"] = NS
+    defaulting.apply_defaults(obj)
+    verdict, job = engine.review_object(obj, defaults, NS)
+    assert verdict.allowed and P + "applied" in job["metadata"]["annotations"]
+    job["metadata"]["uid"] = "uid-plain"
+    story = tell(_tree(job))
+    (plan,) = story.plan
+    told = {s.name: (s.value, s.source) for s in plan.settings}
+    assert told["ignore-disruptions"] == ("true", "cluster default")
+    assert told["backoff-limit"] == ("2", "cluster default")
+    assert [r.origin for r in plan.rules] == ["added by retry-policy for ignore-disruptions"]
+    # An admin's real file judges it the same way.
+    (again,) = tell(_tree(job), defaults).plan
+    assert [r.origin for r in again.rules] == [r.origin for r in plan.rules]
+
+
+def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
+    from webhook.status.story import tell
+
+    obj = job_manifest("older", POLICY)
+    obj["metadata"]["namespace"] = NS
+    defaulting.apply_defaults(obj)
+    _, job = engine.review_object(obj, Config(), NS)
+    job["metadata"]["uid"] = "uid-older"
+    # Admitted by an older webhook that wrote its FailJob rule without a container name:
+    # admitted today, it would get the rule with the name too (podFailurePolicy is
+    # immutable: the stored rules are the ones the Job controller reads).
+    del job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["containerName"]
+    story = tell(_tree(job))
+    (plan,) = story.plan
+    assert any("would change it" in n for n in story.notes)
+    assert [r.action for r in plan.rules] == ["Ignore", "FailJob"]
+    assert plan.rules[1].when.endswith("in any container")
+    assert plan.changes == []

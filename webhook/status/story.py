@@ -470,8 +470,12 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
 def _plan(
     obj: Mapping[str, Any], config: Config, namespace: str, given: bool
 ) -> tuple[list[explain.Explanation | explain.Denial], str, list[str]]:
-    """The plan of the object as stored, with the webhook's rules told as its own when
-    admitting it again without them gives back exactly what is stored."""
+    """The plan of the object as stored. ``explain`` admits its input again, so the input
+    is the first of these whose admission gives back exactly the stored spec (what the
+    controllers read: ``podFailurePolicy`` is immutable): the object without the rules
+    the webhook wrote (they are then told as the webhook's); as stored (every rule told
+    as yours); without its retry-policy annotations, judged by the built-in defaults (the
+    webhook would change it today: its settings are not shown)."""
     stored = as_stored(obj)
     source = (
         f"judged with {config.source}"
@@ -479,30 +483,39 @@ def _plan(
         else f"from the workload's annotations and its {APPLIED} record (what the webhook "
         "applied at admission); an admin can give the cluster's defaults file with --config"
     )
-    notes: list[str] = []
-    stripped = without_ours(stored)
-    chosen: dict[str, Any] = stored
-    if stripped != stored:
-        again = engine.review(copy.deepcopy(stripped), config, namespace)
+    bare = copy.deepcopy(stored)
+    annotations = mapping(mapping(bare.get("metadata")).get("annotations"))
+    for key in [k for k in annotations if isinstance(k, str) and k.startswith(PREFIX)]:
+        del annotations[key]
+    candidates = [
+        (without_ours(stored), config, ""),
+        (
+            stored,
+            config,
+            "the plan reads the stored rules and cannot tell which of them the webhook wrote",
+        ),
+        (
+            bare,
+            Config(),
+            "admitting this workload again would change it (its annotations, the defaults or "
+            "the webhook changed since): the plan reads its stored spec as it is, without "
+            "its retry-policy settings",
+        ),
+    ]
+    chosen, judge, note = candidates[-1]
+    for candidate, by, said in candidates:
+        again = engine.review(copy.deepcopy(candidate), by, namespace)
         if again.verdict.allowed and again.result.get("spec") == stored.get("spec"):
-            chosen = stripped
-        else:
-            notes.append(
-                "admitting this workload again would not give back its stored spec (the "
-                "defaults or the webhook changed since): the plan reads the stored rules, "
-                "and calls every rule yours"
-            )
+            chosen, judge, note = candidate, by, said
+            break
+    notes = [note] if note else []
     try:
-        result = explain.explain(copy.deepcopy(chosen), config, namespace)
+        result = explain.explain(copy.deepcopy(chosen), judge, namespace)
     except explain.ExplainError as err:
         return [], source, [*notes, f"no plan: {err}"]
     if result is None:
         return [], source, [*notes, f"explain does not cover a {obj.get('kind')}"]
     if isinstance(result, explain.Denial):
-        notes.append(
-            "the webhook would deny this workload if it were created now (the policy or "
-            "the defaults changed since its admission)"
-        )
         return [result], source, notes
     return list(result), source, notes
 
