@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import P, tool
+from conftest import FULL, P, tool
 from fakeapi import FakeAPI, write_kubeconfig
 
 from webhook.admission import engine
@@ -43,10 +43,7 @@ NS = "ml"
 T0 = "2026-11-26T10:00:00Z"
 
 POLICY = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
+    **FULL,
     P + "non-spot-attempts": "3",
     P + "oom-memory-factor": "1.5",
     P + "oom-memory-limit": "8Gi",
@@ -122,6 +119,18 @@ class Attempts:
         return {}
 
 
+def owner_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference a controller puts on what it makes."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 def controller_pod(job: dict[str, Any], failures: int, created: str) -> dict[str, Any]:
     """A pod the Job controller creates (``GetPodFromTemplate``, pkg/controller), admitted
     by the pod webhook, then stored with its generated name."""
@@ -135,16 +144,7 @@ def controller_pod(job: dict[str, Any], failures: int, created: str) -> dict[str
             "namespace": meta["namespace"],
             "labels": dict(template["metadata"].get("labels") or {}),
             "annotations": dict(template["metadata"].get("annotations") or {}),
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_of(job)],
             "finalizers": ["batch.kubernetes.io/job-tracking"],
         },
         "spec": copy.deepcopy(template["spec"]),
@@ -488,16 +488,7 @@ def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
             "metadata": {
                 "name": f"{name}-{rjob['name']}-0",
                 "namespace": NS,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-                        "kind": "JobSet",
-                        "name": name,
-                        "uid": uid,
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
+                "ownerReferences": [owner_of(jobset)],
             },
             "spec": copy.deepcopy(rjob["template"]["spec"]),
         }
@@ -546,14 +537,7 @@ def test_a_cronjob_tells_its_latest_jobs(cluster):
     cron = admit(manifest)
     cron["status"] = {"lastScheduleTime": _at(0)}
     api.store("cronjobs", cron)
-    owner = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "name": cron["metadata"]["name"],
-        "uid": cron["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = owner_of(cron)
     made = []
     for n in range(5):  # the CronJob controller's Jobs (getJobFromTemplate2): <name>-<minutes>
         template = cron["spec"]["jobTemplate"]
@@ -787,16 +771,7 @@ def test_a_trainjob_is_told_by_the_jobset_the_trainer_made(cluster):
             "name": trainjob["metadata"]["name"],
             "namespace": NS,
             "annotations": patch["trainingRuntimeSpec"]["template"]["metadata"]["annotations"],
-            "ownerReferences": [
-                {
-                    "apiVersion": "trainer.kubeflow.org/v1alpha1",
-                    "kind": "TrainJob",
-                    "name": trainjob["metadata"]["name"],
-                    "uid": trainjob["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_of(trainjob)],
         },
         "spec": copy.deepcopy(template["spec"]),
     }
