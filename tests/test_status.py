@@ -553,7 +553,7 @@ def test_a_cronjob_tells_its_latest_jobs(cluster):
             },
             "spec": copy.deepcopy(template["spec"]),
         }
-        job = store_job(api, child, {"active": 1} if n == 4 else {"succeeded": 1})
+        job = store_job(api, child, {"active": 1} if n == 4 else completed(_at(n)))
         job["metadata"]["creationTimestamp"] = f"2026-11-2{n}T03:00:00Z"
         api.put("jobs", job)
         made.append(job)
@@ -565,7 +565,25 @@ def test_a_cronjob_tells_its_latest_jobs(cluster):
     assert names == ["nightly-eval-29464", "nightly-eval-29463", "nightly-eval-29462"]
     assert story["olderJobs"] == ["nightly-eval-29461", "nightly-eval-29460"]
     assert story["jobs"][0]["budgets"][0]["limit"] == 2
+    assert [j["state"] for j in story["jobs"]] == ["Running", "Succeeded", "Succeeded"]
+    assert story["jobs"][1]["decision"]["reason"] == "CompletionsReached"
     assert story["plan"]["items"][0]["rules"][0]["origin"].startswith("added by retry-policy")
+
+
+def completed(at: str) -> dict[str, Any]:
+    """The status the Job controller writes when a Job's pods all succeeded (Kubernetes
+    1.31+: SuccessCriteriaMet, then Complete, reason CompletionsReached)."""
+    conditions = [
+        {
+            "type": kind,
+            "status": "True",
+            "reason": "CompletionsReached",
+            "message": "Reached expected number of succeeded pods",
+            "lastTransitionTime": at,
+        }
+        for kind in ("SuccessCriteriaMet", "Complete")
+    ]
+    return {"succeeded": 1, "startTime": T0, "completionTime": at, "conditions": conditions}
 
 
 def mapping(value: Any) -> dict:

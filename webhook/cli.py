@@ -726,6 +726,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "status",
         help="a running or finished workload's story: plan, attempts used, failed attempts, "
         "what the next attempt gets, what decided it (reads the cluster as you)",
+        epilog="exit status: 0 told; 1 told, but a part could not be read (named); 2 nothing "
+        "could be told (no cluster, not found, forbidden, a bad KIND/NAME). docs/STATUS.md",
     )
     live.add_argument(
         "workload",

@@ -63,7 +63,7 @@ def _job(job: JobStory, several: bool) -> list[str]:
         lines += _attempt(number, attempt, job)
     if job.next is not None:
         lines += _next(job.next)
-    if job.decision is not None and (several or job.decision):
+    if job.decision is not None:
         lines += _decision(job.decision)
     for note in job.notes:
         lines += _fill(note)
