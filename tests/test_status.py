@@ -470,11 +470,13 @@ def test_a_rule_the_user_wrote_is_named_theirs(cluster):
 # --- a JobSet that restarted once -----------------------------------------------------------
 
 
-def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
-    api, kubeconfig = cluster
+def jobset_cluster(
+    api: FakeAPI, status: dict[str, Any], child_status: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """examples/jobset.yaml admitted, with ``status``, and its child Jobs of run 1."""
     manifest = yaml.safe_load((ROOT / "examples" / "jobset.yaml").read_text())
     jobset = admit(manifest)
-    jobset["status"] = {"restarts": 1, "restartsCountTowardsMax": 1}
+    jobset["status"] = status
     api.store("jobsets", jobset)
     uid, name = jobset["metadata"]["uid"], jobset["metadata"]["name"]
     jobs = []
@@ -502,7 +504,15 @@ def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
         child["metadata"]["labels"] = dict(labels)
         template = child["spec"]["template"].setdefault("metadata", {})
         template.setdefault("labels", {}).update(labels)
-        jobs.append(store_job(api, child, {"active": 1, "startTime": _at(20)}))
+        jobs.append(store_job(api, child, copy.deepcopy(child_status)))
+    return jobset, jobs
+
+
+def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
+    api, kubeconfig = cluster
+    status = {"restarts": 1, "restartsCountTowardsMax": 1}
+    jobset, jobs = jobset_cluster(api, status, {"active": 1, "startTime": _at(20)})
+    name = jobset["metadata"]["name"]
     done = run(kubeconfig, f"jobset/{name}", "-n", NS, "-o", "json")
     assert done.returncode == 0, done.stderr
     story = json.loads(done.stdout)
@@ -526,6 +536,58 @@ def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
         r["origin"].startswith("added by retry-policy for fail-non-retriable")
         for r in first["rules"]
     )
+
+
+def test_a_jobset_our_rule_failed_names_the_rule_in_its_job(cluster):
+    api, kubeconfig = cluster
+    # upstream: the JobSet fails at once on rule retryPolicyFailNonRetriable (FailJobSet
+    # on PodFailurePolicy): failJobSetActionApplier, its reason and message
+    # (FailJobSetActionReason, messageWithFirstFailedJob; jobset pkg/controllers).
+    status = {
+        "restarts": 0,
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "FailJobSetFailurePolicyAction",
+                "message": "applying FailJobSet failure policy action (first failed job: "
+                "llm-pretrain-workers-0)",
+            }
+        ],
+    }
+    _, jobs = jobset_cluster(api, status, {})
+    workers = next(j for j in jobs if "workers" in j["metadata"]["name"])
+    pod = controller_pod(workers, 0, _at(0))
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    api.put("pods", failed(pod, "node-b", "trainer", 2, _at(4)))
+    message = (
+        f"Container trainer for pod {NS}/{pod['metadata']['name']} failed with exit code 2 "
+        "matching FailJob rule at index 1"
+    )
+    workers["status"] = {
+        "failed": 1,
+        "conditions": [
+            {"type": t, "status": "True", "reason": "PodFailurePolicy", "message": message}
+            for t in ("FailureTarget", "Failed")
+        ],
+    }
+    api.put("jobs", workers)
+    done = run(kubeconfig, "jobset/llm-pretrain", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["state"] == "Failed"
+    assert (story["decision"]["condition"], story["decision"]["reason"]) == (
+        "Failed",
+        "FailJobSetFailurePolicyAction",
+    )
+    assert (
+        "its first failed Job, llm-pretrain-workers-0, failed with reason PodFailurePolicy: "
+        "podFailurePolicy rule 2 (FailJob), added by retry-policy for fail-non-retriable "
+        f"(annotation {P}fail-non-retriable)"
+    ) in story["notes"]
+    told = next(j for j in story["jobs"] if j["name"] == workers["metadata"]["name"])
+    assert told["decision"]["rule"]["origin"] == "added by retry-policy for fail-non-retriable"
+    assert told["next"] is None
 
 
 # --- a CronJob --------------------------------------------------------------------------------
@@ -872,3 +934,53 @@ def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
     assert [r.action for r in plan.rules] == ["Ignore", "FailJob"]
     assert plan.rules[1].when.endswith("in any container")
     assert plan.changes == []
+
+
+def test_counted_failures_whose_pods_are_gone_are_said_and_listed_again(cluster):
+    """The Job counted 2 failures; one failed pod was deleted (a drain deletes what it
+    evicts). The next attempt's admission lists the Job's failed pods once, as the
+    webhook's history does when it has seen fewer than the Job counted
+    (``FailureHistory.fetch``), and says what it could not examine."""
+    api, kubeconfig = cluster
+    job = store_job(api, job_manifest("train", POLICY), {})
+    pod = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 137, _at(5), oom=True)
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    api.put("pods", pod)
+    job["status"] = {"active": 0, "failed": 2, "startTime": T0}
+    api.put("jobs", job)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    (told,) = story["jobs"]
+    assert told["countedFailures"] == 2 and len(told["attempts"]) == 1
+    nxt = told["next"]
+    assert nxt["attempt"] == 3
+    assert any("1 earlier failure(s) of this Job not examined" in c for c in nxt["changes"])
+    listed = [q for path, q in api.requests if path == f"/api/v1/namespaces/{NS}/pods"]
+    assert any("status.phase%3DFailed" in q for q in listed), listed
+
+
+def test_a_job_restarting_containers_in_place_counts_their_restarts(cluster):
+    api, kubeconfig = cluster
+    manifest = job_manifest("onfail", {P + "backoff-limit": "4"})
+    manifest["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    job = store_job(api, manifest, {"active": 1, "startTime": T0})
+    pod = controller_pod(job, 0, _at(0))
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    pod["spec"]["nodeName"] = "node-a"
+    pod["status"] = {
+        "phase": "Running",
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "restartCount": 3,
+                "ready": True,
+                "state": {"running": {"startedAt": _at(9)}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+            }
+        ],
+    }
+    api.put("pods", pod)
+    story = json.loads(run(kubeconfig, "job/onfail", "-n", NS, "-o", "json").stdout)
+    # upstream: pastBackoffLimitOnFailure (pkg/controller/job/job_controller.go) sums the
+    # restarts of running and pending pods against backoffLimit.
+    (budget,) = story["jobs"][0]["budgets"]
+    assert (budget["limit"], budget["used"]) == (4, 3)

@@ -290,17 +290,32 @@ def tell(
         elif job_story.next is not None:
             nexts.add(group)
         story.jobs.append(job_story)
-    if story.decision is not None and story.decision.rule is None:
-        failed = next((j.decision for j in story.jobs if j.state == "Failed" and j.decision), None)
-        if failed is not None and tree.kind.kind != "CronJob":
-            story.notes.append(
-                f"the first failed Job: {failed.subject}, {failed.reason}: {failed.message}"
-            )
+    if story.decision is not None and story.decision.condition == "Failed":
+        story.notes.extend(_first_failed(story.decision, story.jobs))
     story.events = events_of(tree.events)
     story.notes.extend(lookups.notes)
     if tree.kind.kind == "CronJob" and not tree.jobs and not tree.unread:
         story.notes.append("no Job of this CronJob exists now")
     return story
+
+
+#: How JobSet names the Job whose failure ended it (``messageWithFirstFailedJob`` in jobset
+#: pkg/controllers/jobset_controller.go).
+_FIRST_FAILED = re.compile(r"\(first failed job: (?P<job>[^)\s]+)\)")
+
+
+def _first_failed(decision: Decision, jobs: Sequence[JobStory]) -> list[str]:
+    """What ended the first failed Job of a failed JobSet, when that Job is still there."""
+    found = _FIRST_FAILED.search(decision.message)
+    job = next((j for j in jobs if found and j.name == found.group("job")), None)
+    if job is None or job.decision is None:
+        return []
+    said = job.decision
+    text = f"its first failed Job, {job.name}, failed with reason {said.reason}"
+    if said.rule is not None:
+        text += f": podFailurePolicy rule {said.rule + 1} ({said.action}), {said.origin}"
+        text += f" (annotation {said.annotation})" if said.annotation else ""
+    return [text]
 
 
 def _state(tree: Tree) -> str:
