@@ -1,5 +1,6 @@
 """A small Kubernetes API server for tests: list (paginated), watch (chunked JSON lines),
-GET of one Job or Kubeflow Trainer runtime, and list of one namespace's pods, over real
+GET of one Job, CronJob, JobSet, TrainJob or Kubeflow Trainer runtime, list of one
+namespace's pods, Jobs, LimitRanges or Events (with their field selectors), over real
 HTTP, so the real ``kubernetes`` client and our caches run their real code paths. It
 reproduces the documented API behaviour we rely on: ``resourceVersion`` on lists and
 events, ``continue`` tokens, and Status bodies on errors. A watch starts from the
@@ -83,8 +84,30 @@ NAMED = {
     ),
     "leases": ("/apis/coordination.k8s.io/v1", True, "Lease"),
     "events": ("/apis/events.k8s.io/v1", True, "Event"),
-    # Read by name only (the Event writer's and the controller's GETs of a Job's parent).
+    # Read by name only: a Job's parents (the Event writer, the controller) and the
+    # workloads ``retry-webhook status`` reads (Jobs and JobSets are listed above).
     "cronjobs": ("/apis/batch/v1", True, "CronJob"),
+    "trainjobs": ("/apis/trainer.kubeflow.org/v1alpha1", True, "TrainJob"),
+}
+
+#: Field selectors an events.k8s.io/v1 list accepts, and the field each reads: the
+#: API server converts them to core Event fields (``regarding.*`` to
+#: ``involvedObject.*``, ``reportingController`` to ``reportingComponent``) and selects
+#: on ``ToSelectableFields`` (pkg/registry/core/event/strategy.go); any other label is
+#: refused with 400 "field label not supported".
+EVENT_FIELDS = {
+    "metadata.name": ("metadata", "name"),
+    "metadata.namespace": ("metadata", "namespace"),
+    "regarding.kind": ("regarding", "kind"),
+    "regarding.namespace": ("regarding", "namespace"),
+    "regarding.name": ("regarding", "name"),
+    "regarding.uid": ("regarding", "uid"),
+    "regarding.apiVersion": ("regarding", "apiVersion"),
+    "regarding.resourceVersion": ("regarding", "resourceVersion"),
+    "regarding.fieldPath": ("regarding", "fieldPath"),
+    "reason": ("reason",),
+    "type": ("type",),
+    "reportingController": ("reportingController",),
 }
 
 
@@ -422,10 +445,16 @@ class FakeAPI:
                         return self._watch(resource, query)
                     return self._list(resource, query)
                 parts = url.path.strip("/").split("/")
-                if parts[:4] == ["apis", "batch", "v1", "namespaces"] and parts[5:6] == ["jobs"]:
+                batch = parts[:4] == ["apis", "batch", "v1", "namespaces"]
+                if batch and len(parts) == 7 and parts[5] == "jobs":
                     return self._get_job(parts[4], parts[6])
-                if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] == ["pods"]:
-                    return self._list_namespaced("pods", parts[3], query)
+                if batch and parts[5:] == ["jobs"]:
+                    return self._list_namespaced("jobs", parts[4], query)
+                if parts[:3] == ["api", "v1", "namespaces"] and parts[4:] in (
+                    ["pods"],
+                    ["limitranges"],
+                ):
+                    return self._list_namespaced(parts[4], parts[3], query)
                 listed = _listed_target(url.path)
                 if listed is not None and listed[0] != "jobs" and not listed[3]:
                     return self._get_listed(listed[0], listed[1], listed[2])
@@ -435,6 +464,8 @@ class FakeAPI:
                 target = _named_target(url.path)
                 if target is not None and target[2]:
                     return self._named_get(*target)
+                if target is not None and target[0] == "events" and target[1]:
+                    return self._list_events(target[1], query)
                 return self._send(404, {"kind": "Status", "code": 404, "message": "not found"})
 
             def do_POST(self):
@@ -512,6 +543,8 @@ class FakeAPI:
                 self._send(200, obj)
 
             def _list(self, resource: str, query: dict[str, str]) -> None:
+                if (resource, "") in api.forbidden:
+                    return self._status(403, "Forbidden", f"cannot list {resource}")
                 if api.fail_lists > 0:
                     api.fail_lists -= 1
                     return self._send(500, {"kind": "Status", "code": 500, "message": "boom"})
@@ -531,7 +564,10 @@ class FakeAPI:
                 self._send(200, {"kind": "List", "metadata": meta, "items": page})
 
             def _list_namespaced(self, resource: str, namespace: str, query: dict) -> None:
-                if api.pod_list_status != 200:
+                if (resource, "") in api.forbidden:
+                    message = f'{resource} is forbidden: cannot list {resource} in "{namespace}"'
+                    return self._status(403, "Forbidden", message)
+                if resource == "pods" and api.pod_list_status != 200:
                     code = api.pod_list_status
                     return self._send(code, _status_body(code, "InternalError", "boom"))
                 with api.lock:
@@ -636,7 +672,31 @@ class FakeAPI:
                 message = f'{resource} "{name}" not found'
                 self._send(404, _status_body(404, "NotFound", message, name))
 
+            def _list_events(self, namespace: str, query: dict[str, str]) -> None:
+                """A list of one namespace's Events (events.k8s.io/v1), with the field
+                selectors the API server accepts for them (``EVENT_FIELDS``)."""
+                if ("events", "") in api.forbidden:
+                    return self._status(403, "Forbidden", "cannot list events")
+                wanted = []
+                for term in filter(None, (query.get("fieldSelector") or "").split(",")):
+                    key, _, value = term.partition("=")
+                    if key not in EVENT_FIELDS:
+                        return self._status(400, "BadRequest", f"field label not supported: {key}")
+                    wanted.append((EVENT_FIELDS[key], value))
+                with api.lock:
+                    found = [
+                        copy.deepcopy(obj)
+                        for (ns, _), obj in sorted(api.named["events"].items())
+                        if ns == namespace
+                        and all(_field(obj, path) == value for path, value in wanted)
+                    ]
+                    version = str(api.version)
+                body = {"kind": "EventList", "apiVersion": "events.k8s.io/v1", "items": found}
+                self._send(200, {**body, "metadata": {"resourceVersion": version}})
+
             def _get_job(self, namespace: str, name: str) -> None:
+                if ("jobs", name) in api.forbidden:
+                    return self._status(403, "Forbidden", f'jobs.batch "{name}" is forbidden')
                 if api.get_delay:
                     time.sleep(api.get_delay)
                 if api.get_status != 200:
@@ -651,13 +711,18 @@ class FakeAPI:
         return Handler
 
 
+def _field(obj: dict[str, Any], path: tuple[str, ...]) -> str:
+    for part in path:
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
 def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
-    """The selectors the cache uses: a label exists, or has a value (``key=value``), and
-    status.phase equals."""
+    """The selectors the caches and ``status`` use: labels that exist, or have a value
+    (``key=value``), comma-separated (all must hold), and status.phase equals."""
     labels = obj.get("metadata", {}).get("labels") or {}
-    selector = query.get("labelSelector")
-    if selector:
-        key, equals, value = selector.partition("=")
+    for requirement in filter(None, (query.get("labelSelector") or "").split(",")):
+        key, equals, value = requirement.partition("=")
         if key not in labels or (equals and labels[key] != value):
             return False
     field = query.get("fieldSelector")

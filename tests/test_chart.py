@@ -1288,21 +1288,23 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     docs = render(helm, {})
     full = f"{RELEASE}-retry-policy-webhook"
     role = one(docs, "ClusterRole", full)
-    attempts = [
+    reads = [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
         # The controller's record of a workload's failures (webhook/controller/recorder.py),
-        # on Jobs and JobSets; the workers read JobSets' (webhook/cluster/record.py).
+        # on Jobs and JobSets; the workers read JobSets' (webhook/cluster/record.py), and a
+        # JobSet to tell its TrainJob (Events).
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
-        {
-            "apiGroups": ["jobset.x-k8s.io"],
-            "resources": ["jobsets"],
-            "verbs": ["get", "list", "watch", "patch"],
-        },
-        # LimitRanges (webhook/cluster/limits.py) and Nodes (webhook/cluster/nodes.py):
-        # watch-backed, never read per pod.
-        {"apiGroups": [""], "resources": ["limitranges", "nodes"], "verbs": ["list", "watch"]},
     ]
+    jobsets = {
+        "apiGroups": ["jobset.x-k8s.io"],
+        "resources": ["jobsets"],
+        "verbs": ["get", "list", "watch", "patch"],
+    }
+    # LimitRanges (webhook/cluster/limits.py) and Nodes (webhook/cluster/nodes.py):
+    # watch-backed, never read per pod.
+    bounds = {"apiGroups": [""], "resources": ["limitranges", "nodes"], "verbs": ["list", "watch"]}
+    attempts = [*reads, jobsets, bounds]
     # The runtime cache (webhook/cluster/runtimes.py): list+watch, and GET on a miss.
     runtimes = {
         "apiGroups": ["trainer.kubeflow.org"],
@@ -1317,19 +1319,13 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
         "resources": ["events"],
         "verbs": ["get", "create", "update"],
     }
-    jobsets = {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get"]}
     cronjobs = {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get"]}
-    assert role["rules"] == [*attempts, runtimes, events, jobsets, cronjobs]
+    assert role["rules"] == [*attempts, runtimes, events, cronjobs]
     no_trainjobs = render(helm, {"webhook": {"kinds": {"trainJobs": False}}})
-    assert one(no_trainjobs, "ClusterRole", full)["rules"] == [
-        *attempts,
-        events,
-        jobsets,
-        cronjobs,
-    ]
+    assert one(no_trainjobs, "ClusterRole", full)["rules"] == [*attempts, events, cronjobs]
     fewer = {"trainJobs": False, "jobSets": False, "cronJobs": False}
     narrow = render(helm, {"webhook": {"kinds": fewer}})
-    assert one(narrow, "ClusterRole", full)["rules"] == [*attempts, events]
+    assert one(narrow, "ClusterRole", full)["rules"] == [*reads, bounds, events]
     no_controller = render(helm, {"controller": {"enabled": False}})
     assert cronjobs not in one(no_controller, "ClusterRole", full)["rules"]
     binding = one(docs, "ClusterRoleBinding", full)

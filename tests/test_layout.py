@@ -16,7 +16,7 @@ PACKAGE = ROOT / "webhook"
 #: From the top down. A module may import from its own layer or any layer below it.
 LAYERS = [
     {"cli"},
-    {"policytest"},
+    {"policytest", "status"},
     {"serving", "explain", "offline"},
     {"admission", "controller"},
     {"mutators"},

@@ -1,5 +1,6 @@
-"""``retry-webhook``: serve the webhook, dry-run, explain and test manifests offline, manage
-certificates.
+"""``retry-webhook``: serve the webhook, dry-run, explain and test manifests offline, tell a
+live workload's story (``status``), manage certificates. Installed as the kubectl plugin
+``kubectl retry-policy`` too (``plugin_main``).
 
 The offline commands run the same engine as the server, on the object the server would
 see (``webhook.offline.review``), for every object of every file, directory and stdin
@@ -337,6 +338,30 @@ def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int
     return code
 
 
+def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """A live workload's story (webhook/status). Exit 0 told, 1 told but a part could not
+    be read (named on stderr too), 2 nothing could be told (no cluster, not found,
+    forbidden, a bad reference or config)."""
+    from webhook import status
+
+    try:
+        config = load_config(args.config) if args.config else None
+        story, code = status.status(
+            args.workload, args.namespace, args.kubeconfig, args.context, config
+        )
+    except (status.StatusError, ConfigError) as err:
+        print(f"Error: {err}", file=stderr)
+        return status.EXIT_UNREADABLE
+    if args.output == "json":
+        json.dump(status.to_json(story), stdout, indent=2)
+        stdout.write("\n")
+    else:
+        stdout.write(status.render_text(story))
+    for what in story.unread:
+        print(f"Warning: could not read {what}", file=stderr)
+    return code
+
+
 def test_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Run test suites: a line per case (with what differed), ``N passed, N failed``, and
     with ``-o junit`` the JUnit XML on stdout (the lines then go to stderr). Exit 0 all
@@ -536,9 +561,9 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="retry-webhook",
+        prog=prog or "retry-webhook",
         description="Kubernetes admission webhook for retry and failure policy.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -700,6 +725,25 @@ def build_parser() -> argparse.ArgumentParser:
     _version_option(why)
     why.set_defaults(func=explain_cmd)
 
+    live = sub.add_parser(
+        "status",
+        help="a running or finished workload's story: plan, attempts used, failed attempts, "
+        "what the next attempt gets, what decided it (reads the cluster as you)",
+        epilog="exit status: 0 told; 1 told, but a part could not be read (named); 2 nothing "
+        "could be told (no cluster, not found, forbidden, a bad KIND/NAME). docs/STATUS.md",
+    )
+    live.add_argument(
+        "workload",
+        metavar="KIND/NAME",
+        help="job/NAME, jobset/NAME, trainjob/NAME or cronjob/NAME",
+    )
+    live.add_argument("-n", "--namespace", help="default: the kubeconfig context's, else default")
+    live.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
+    live.add_argument("--context", help="the kubeconfig context to use")
+    live.add_argument("--config", help="the cluster defaults YAML to judge the plan with (admins)")
+    live.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    live.set_defaults(func=status_cmd)
+
     test = sub.add_parser(
         "test",
         help="run test suites: how manifests are admitted and how they behave when they fail",
@@ -772,8 +816,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         code = int(args.func(args, sys.stdout, sys.stderr))
         sys.stdout.flush()
@@ -783,6 +827,13 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_PIPE
     return code
+
+
+def plugin_main() -> int:
+    """``kubectl retry-policy ...``: kubectl runs ``kubectl-retry_policy`` from PATH with
+    the words after ``retry-policy`` (its plugin mechanism maps ``-`` in a command to ``_``
+    in the file name)."""
+    return main(prog="kubectl retry-policy")
 
 
 if __name__ == "__main__":

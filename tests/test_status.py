@@ -1,0 +1,986 @@
+"""``retry-webhook status`` (webhook/status) against the test suite's HTTP Kubernetes API
+(tests/fakeapi.py), read by the real ``kubernetes`` client through a kubeconfig, and run
+as installed: ``.venv/bin/retry-webhook`` and, through the real ``kubectl`` binary's
+plugin discovery, ``kubectl retry-policy``.
+
+The cluster is built the way its controllers build it: each workload admitted by the
+webhook's own engine (what the API server stores is what the webhook returned), with the
+fields the API server adds (``generateSelector``: the Job's selector and template labels;
+uid, resourceVersion, creationTimestamp); pods as the Job controller creates them
+(``generateName``, the template's labels and annotations, the controller ownerReference,
+the tracking finalizer), admitted by the pod webhook and then failed as the kubelet
+reports it (terminated container states with exit codes, ``OOMKilled``, ``finishedAt``;
+``DisruptionTarget`` conditions); the Job's status as the Job controller writes it
+(``failed``, ``uncountedTerminatedPods``, ``FailureTarget`` then ``Failed`` with the
+exact reason and message); Events written by the webhook's own ``EventRecorder``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import FULL, P, tool
+from fakeapi import FakeAPI, write_kubeconfig
+
+from webhook.admission import engine
+from webhook.cluster.attempts import JOB_UID_LABEL
+from webhook.cluster.events import Event, EventRecorder, Regarding
+from webhook.kube import defaulting
+from webhook.policy.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+NS = "ml"
+T0 = "2026-11-26T10:00:00Z"
+
+POLICY = {
+    **FULL,
+    P + "non-spot-attempts": "3",
+    P + "oom-memory-factor": "1.5",
+    P + "oom-memory-limit": "8Gi",
+    P + "avoid-failed-nodes": "true",
+}
+
+
+def _at(minute: int) -> str:
+    return f"2026-11-26T10:{minute:02d}:00Z"
+
+
+# --- the cluster, as its controllers build it ------------------------------------------------
+
+
+def admit(manifest: dict[str, Any], attempts: Any = None) -> dict[str, Any]:
+    """What the API server stores for ``manifest`` created in ``NS``: API defaults, then
+    the webhook's mutation (the real engine), then the system fields."""
+    obj = copy.deepcopy(manifest)
+    obj.setdefault("metadata", {}).setdefault("namespace", NS)
+    defaulting.apply_defaults(obj)
+    kwargs = {"attempts": attempts} if attempts is not None else {}
+    verdict, result = engine.review_object(obj, Config(), NS, **kwargs)
+    assert verdict.allowed, verdict.message
+    meta = result["metadata"]
+    if not meta.get("name"):
+        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+    meta.update(
+        uid=str(uuid.uuid4()),
+        resourceVersion="1",
+        creationTimestamp=T0,
+        generation=1,
+        managedFields=[{"manager": "kubectl-client-side-apply", "operation": "Update"}],
+    )
+    return result
+
+
+def store_job(api: FakeAPI, manifest: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """A Job as stored: the webhook's mutation, then ``generateSelector``
+    (pkg/registry/batch/job/strategy.go): the selector and the template's labels."""
+    job = admit(manifest)
+    uid, name = job["metadata"]["uid"], job["metadata"]["name"]
+    labels = {
+        JOB_UID_LABEL: uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    }
+    job["spec"]["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
+    template_meta = job["spec"]["template"].setdefault("metadata", {})
+    template_meta.setdefault("labels", {}).update(labels)
+    job["status"] = status
+    api.put("jobs", job)
+    return job
+
+
+class Attempts:
+    """What the webhook's attempt cache answers for these pods (the test's own count)."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+
+    def job_failures(self, namespace: str, name: str, uid: str):
+        from webhook.cluster.attempts import AttemptLookup
+
+        return AttemptLookup(self.failures, "test")
+
+    def job_history(self, key):
+        from webhook.cluster.history import HistoryLookup
+
+        return HistoryLookup(True)
+
+    def stats(self):
+        return {}
+
+
+def owner_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """The controller ownerReference a controller puts on what it makes."""
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def controller_pod(job: dict[str, Any], failures: int, created: str) -> dict[str, Any]:
+    """A pod the Job controller creates (``GetPodFromTemplate``, pkg/controller), admitted
+    by the pod webhook, then stored with its generated name."""
+    template = job["spec"]["template"]
+    meta = job["metadata"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": meta["name"] + "-",
+            "namespace": meta["namespace"],
+            "labels": dict(template["metadata"].get("labels") or {}),
+            "annotations": dict(template["metadata"].get("annotations") or {}),
+            "ownerReferences": [owner_of(job)],
+            "finalizers": ["batch.kubernetes.io/job-tracking"],
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    stored = admit(pod, Attempts(failures))
+    stored["metadata"]["creationTimestamp"] = created
+    return stored
+
+
+def failed(pod: dict[str, Any], node: str, container: str, code: int, at: str, *, oom=False):
+    """The pod as the kubelet reports it failed on ``node``."""
+    out = copy.deepcopy(pod)
+    out["spec"]["nodeName"] = node
+    out["status"] = {
+        "phase": "Failed",
+        "conditions": [
+            {"type": "Ready", "status": "False", "lastTransitionTime": at},
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": at},
+        ],
+        "containerStatuses": [
+            {
+                "name": container,
+                "ready": False,
+                "restartCount": 0,
+                "image": "ghcr.io/example/train:1.0.0",
+                "state": {
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": "OOMKilled" if oom else "Error",
+                        "startedAt": T0,
+                        "finishedAt": at,
+                    }
+                },
+            }
+        ],
+    }
+    return out
+
+
+def preempted(pod: dict[str, Any], node: str, container: str, at: str) -> dict[str, Any]:
+    """Preempted by the scheduler: ``DisruptionTarget`` (reason PreemptionByScheduler),
+    then SIGTERM (143)."""
+    out = failed(pod, node, container, 143, at)
+    out["status"]["conditions"].insert(
+        0,
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "default-scheduler: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": at,
+        },
+    )
+    return out
+
+
+def pending(pod: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(pod)
+    out["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    return out
+
+
+def trainer(memory: str = "2Gi") -> dict[str, Any]:
+    return {
+        "name": "trainer",
+        "image": "ghcr.io/example/train:1.0.0",
+        "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}},
+    }
+
+
+def job_manifest(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS, "annotations": dict(annotations)},
+        "spec": {
+            "activeDeadlineSeconds": 86400,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [trainer()]}},
+        },
+    }
+
+
+def emit(
+    api_client: Any, kind: str, obj: dict[str, Any], reason: str, note: str, at: float = 0.0
+) -> None:
+    """An Event as the webhook's recorder writes it (the real ``EventRecorder``), at ``at``
+    (Unix time; now when 0)."""
+    from kubernetes import client
+
+    clock = {"clock": lambda: at} if at else {}
+    recorder = EventRecorder(client.EventsV1Api(api_client), "retry-policy-webhook-0", **clock)
+    meta = obj["metadata"]
+    api_version = obj["apiVersion"]
+    regarding = Regarding(api_version, kind, meta["namespace"], meta["name"], meta["uid"])
+    kind_of = "Warning" if reason == "RetryPolicyFailedJob" else "Normal"
+    recorder.emit(Event(regarding, kind_of, reason, note))
+    assert recorder.flush()
+    recorder.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    api = FakeAPI().start()
+    for name in ("od-1", "od-2"):
+        api.put(
+            "nodes",
+            {
+                "metadata": {"name": name, "uid": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+    yield api, kubeconfig
+    api.stop()
+
+
+def client_for(url: str):
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = url
+    return client.ApiClient(configuration)
+
+
+def run(kubeconfig: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The installed CLI, as a user runs it."""
+    return subprocess.run(
+        [str(BIN / "retry-webhook"), "status", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig), **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+# --- a running Job: an OOM kill, a preemption -----------------------------------------------
+
+
+def running_job(api: FakeAPI) -> tuple[dict, list[dict]]:
+    """Attempt 1 OOM-killed on node-a (counted), attempt 2 preempted on spot-2 (ignored by
+    the Ignore rule on DisruptionTarget), attempt 3 pending."""
+    job = store_job(api, job_manifest("train", POLICY), {})
+    first = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 137, _at(5), oom=True)
+    second = preempted(controller_pod(job, 1, _at(6)), "spot-2", "trainer", _at(9))
+    third = pending(controller_pod(job, 1, _at(10)))
+    pods = [first, second, third]
+    for pod in pods:
+        pod["metadata"]["uid"] = str(uuid.uuid4())
+        api.put("pods", pod)
+    # The Job controller's status: one counted failure (the Ignore'd one is not), one active.
+    job["status"] = {
+        "startTime": T0,
+        "active": 1,
+        "failed": 1,
+        "ready": 0,
+        "terminating": 0,
+        "uncountedTerminatedPods": {},
+    }
+    api.put("jobs", job)
+    return job, pods
+
+
+def test_a_running_job_tells_its_attempts_and_what_the_next_one_gets(cluster):
+    api, kubeconfig = cluster
+    job, (first, _, _) = running_job(api)
+    emit(client_for(api.url), "Job", job, "RetryMemoryIncreased", "trainer: memory 2Gi -> 3Gi")
+    emit(client_for(api.url), "Job", job, "RetryMemoryIncreased", "trainer: memory 2Gi -> 3Gi")
+    done = run(kubeconfig, "job/train", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["state"] == "Running"
+    (told,) = story["jobs"]
+    assert told["countedFailures"] == 1 and told["ignoredFailures"] == 1
+    assert told["budgets"][0]["field"] == "spec.backoffLimit"
+    assert (told["budgets"][0]["limit"], told["budgets"][0]["used"]) == (3, 1)
+    oom, preemption, waiting = told["attempts"]
+    assert oom["pod"] == first["metadata"]["name"] and oom["node"] == "node-a"
+    assert (oom["cause"], oom["exitCode"], oom["counted"]) == ("oom-killed:trainer", 137, True)
+    assert oom["nodeFailed"] is True
+    assert preemption["disruption"] == "PreemptionByScheduler"
+    assert preemption["counted"] is False
+    # upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go): the
+    # Ignore rule on DisruptionTarget comes first and wins.
+    assert preemption["rule"] == {"index": 0, "action": "Ignore"}
+    assert preemption["nodeFailed"] is False  # a preempted pod's node did not fail it
+    assert waiting["phase"] == "Pending" and waiting["applied"]["attempt"] == 1
+    nxt = told["next"]
+    assert (nxt["attempt"], nxt["attempts"], nxt["nonSpot"]) == (2, 4, True)
+    raised = {(m["container"], m["kind"]): (m["from"], m["to"]) for m in nxt["memory"]}
+    assert raised == {("trainer", "request"): ("2Gi", "3Gi"), ("trainer", "limit"): ("2Gi", "3Gi")}
+    assert nxt["avoidedNodes"] == ["node-a"] and nxt["avoidedBy"] == "requirement"
+    assert nxt["delay"] is None
+    (event,) = story["events"]
+    assert (event["reason"], event["count"], event["regarding"]) == (
+        "RetryMemoryIncreased",
+        2,
+        "Job/train",
+    )
+    # The plan is explain's, with the webhook's rules told as its own.
+    (plan,) = story["plan"]["items"]
+    origins = [r["origin"] for r in plan["rules"]]
+    assert origins == [
+        "added by retry-policy for ignore-disruptions",
+        "added by retry-policy for fail-non-retriable",
+    ]
+
+
+def test_the_text_reads_as_a_story_in_short_lines(cluster):
+    api, kubeconfig = cluster
+    _, (first, _, _) = running_job(api)
+    done = run(kubeconfig, "job/train", "-n", NS)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for heading in ("Retry plan,", "Budget:", "Attempts:", "Next attempt:", "Events from"):
+        assert heading in text
+    assert "backoffLimit 3: 1 counted failure, 2 retries left" in text
+    assert f"{first['metadata']['name']}: Failed on node-a" in text
+    flat = " ".join(text.split())
+    assert "OOM-killed (container trainer, exit code 137); counted (no rule matches)" in flat
+    assert "disrupted (PreemptionByScheduler; trainer exited 143); not counted: rule 1" in flat
+    assert "attempt 2 of 4, on non-spot nodes only" in text
+    assert "memory request of trainer: 2Gi -> 3Gi" in text
+    assert "keeps off node-a (required)" in text
+    # The text is ``explain``'s plan as it stands (the section is its renderer's output).
+    assert "When a pod fails, Kubernetes checks these rules in order" in text
+
+
+# --- a Job our FailJob rule failed ----------------------------------------------------------
+
+
+def test_a_job_failed_by_our_failjob_rule_names_the_rule_and_its_annotation(cluster):
+    api, kubeconfig = cluster
+    job = store_job(api, job_manifest("train", POLICY), {})
+    pod = controller_pod(job, 0, _at(0))
+    pod = failed(pod, "node-a", "trainer", 1, _at(3))
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    api.put("pods", pod)
+    name = pod["metadata"]["name"]
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[1]["action"] == "FailJob"  # the webhook's: Ignore first, then FailJob
+    # upstream: matchPodFailurePolicy's message, and the FailureTarget then Failed
+    # conditions the Job controller writes (pkg/controller/job/job_controller.go).
+    message = (
+        f"Container trainer for pod {NS}/{name} failed with exit code 1 matching FailJob "
+        "rule at index 1"
+    )
+    conditions = [
+        {
+            "type": t,
+            "status": "True",
+            "reason": "PodFailurePolicy",
+            "message": message,
+            "lastTransitionTime": _at(3),
+        }
+        for t in ("FailureTarget", "Failed")
+    ]
+    job["status"] = {"startTime": T0, "failed": 1, "conditions": conditions, "active": 0}
+    api.put("jobs", job)
+    emit(
+        client_for(api.url),
+        "Job",
+        job,
+        "RetryPolicyFailedJob",
+        f"exit code 1 in trainer of {name} is not retriable (fail-non-retriable)",
+    )
+    done = run(kubeconfig, "job/train", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["state"] == "Failed"
+    (told,) = story["jobs"]
+    assert told["next"] is None
+    decision = told["decision"]
+    assert (decision["condition"], decision["reason"]) == ("Failed", "PodFailurePolicy")
+    assert decision["rule"] == {
+        "index": 1,
+        "action": "FailJob",
+        "origin": "added by retry-policy for fail-non-retriable",
+        "annotation": P + "fail-non-retriable",
+    }
+    assert (decision["pod"], decision["container"], decision["exitCode"]) == (name, "trainer", 1)
+    (attempt,) = told["attempts"]
+    assert attempt["rule"] == {"index": 1, "action": "FailJob"} and attempt["counted"] is True
+    assert [e["reason"] for e in story["events"]] == ["RetryPolicyFailedJob"]
+    text = run(kubeconfig, "job/train", "-n", NS).stdout
+    assert "Decided: Job train Failed (PodFailurePolicy)" in text
+    assert (
+        "by podFailurePolicy rule 2 (FailJob): added by retry-policy for fail-non-retriable "
+        f"(annotation {P}fail-non-retriable)"
+    ) in " ".join(text.split())
+
+
+def test_a_rule_the_user_wrote_is_named_theirs(cluster):
+    api, kubeconfig = cluster
+    manifest = job_manifest("own", {P + "backoff-limit": "2"})
+    manifest["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
+    }
+    job = store_job(api, manifest, {})
+    pod = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 42, _at(2))
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    api.put("pods", pod)
+    message = (
+        f"Container trainer for pod {NS}/{pod['metadata']['name']} failed with exit code 42 "
+        "matching FailJob rule at index 0"
+    )
+    job["status"] = {
+        "failed": 1,
+        "conditions": [
+            {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": message}
+        ],
+    }
+    api.put("jobs", job)
+    story = json.loads(run(kubeconfig, "job/own", "-n", NS, "-o", "json").stdout)
+    rule = story["jobs"][0]["decision"]["rule"]
+    assert (rule["origin"], rule["annotation"]) == ("your rule", None)
+
+
+# --- a JobSet that restarted once -----------------------------------------------------------
+
+
+def jobset_cluster(
+    api: FakeAPI, status: dict[str, Any], child_status: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """examples/jobset.yaml admitted, with ``status``, and its child Jobs of run 1."""
+    manifest = yaml.safe_load((ROOT / "examples" / "jobset.yaml").read_text())
+    jobset = admit(manifest)
+    jobset["status"] = status
+    api.store("jobsets", jobset)
+    uid, name = jobset["metadata"]["uid"], jobset["metadata"]["name"]
+    jobs = []
+    # JobSet's child Jobs of run 1 (``constructJob`` and ``labelAndAnnotateObject`` in
+    # jobset pkg/controllers/jobset_controller.go): named <set>-<rjob>-<index>, labelled
+    # and annotated, their pod templates too.
+    for rjob in jobset["spec"]["replicatedJobs"]:
+        child = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{name}-{rjob['name']}-0",
+                "namespace": NS,
+                "ownerReferences": [owner_of(jobset)],
+            },
+            "spec": copy.deepcopy(rjob["template"]["spec"]),
+        }
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": name,
+            "jobset.sigs.k8s.io/jobset-uid": uid,
+            "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+            "jobset.sigs.k8s.io/job-index": "0",
+            "jobset.sigs.k8s.io/restart-attempt": "1",
+        }
+        child["metadata"]["labels"] = dict(labels)
+        template = child["spec"]["template"].setdefault("metadata", {})
+        template.setdefault("labels", {}).update(labels)
+        jobs.append(store_job(api, child, copy.deepcopy(child_status)))
+    return jobset, jobs
+
+
+def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
+    api, kubeconfig = cluster
+    status = {"restarts": 1, "restartsCountTowardsMax": 1}
+    jobset, jobs = jobset_cluster(api, status, {"active": 1, "startTime": _at(20)})
+    name = jobset["metadata"]["name"]
+    done = run(kubeconfig, f"jobset/{name}", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["state"] == "Running"
+    (budget,) = story["budgets"]
+    assert (budget["field"], budget["limit"], budget["used"]) == (
+        "spec.failurePolicy.maxRestarts",
+        3,
+        1,
+    )
+    assert sorted(j["name"] for j in story["jobs"]) == sorted(j["metadata"]["name"] for j in jobs)
+    roles = {j["role"] for j in story["jobs"]}
+    assert all("run 1" in role for role in roles)
+    # A pod made now belongs to run 1: the second of the set's 4 runs (restart-attempt).
+    nexts = [j["next"] for j in story["jobs"] if j["next"]]
+    assert nexts and all((n["attempt"], n["attempts"]) == (2, 4) for n in nexts)
+    assert all(n["unit"] == "JobSet run" for n in nexts)
+    # The JobSet's own rule and the pods' rules, told as the webhook's.
+    first = story["plan"]["items"][0]
+    assert any(
+        r["origin"].startswith("added by retry-policy for fail-non-retriable")
+        for r in first["rules"]
+    )
+
+
+def test_a_jobset_our_rule_failed_names_the_rule_in_its_job(cluster):
+    api, kubeconfig = cluster
+    # upstream: the JobSet fails at once on rule retryPolicyFailNonRetriable (FailJobSet
+    # on PodFailurePolicy): failJobSetActionApplier, its reason and message
+    # (FailJobSetActionReason, messageWithFirstFailedJob; jobset pkg/controllers).
+    status = {
+        "restarts": 0,
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "FailJobSetFailurePolicyAction",
+                "message": "applying FailJobSet failure policy action (first failed job: "
+                "llm-pretrain-workers-0)",
+            }
+        ],
+    }
+    _, jobs = jobset_cluster(api, status, {})
+    workers = next(j for j in jobs if "workers" in j["metadata"]["name"])
+    pod = controller_pod(workers, 0, _at(0))
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    api.put("pods", failed(pod, "node-b", "trainer", 2, _at(4)))
+    message = (
+        f"Container trainer for pod {NS}/{pod['metadata']['name']} failed with exit code 2 "
+        "matching FailJob rule at index 1"
+    )
+    workers["status"] = {
+        "failed": 1,
+        "conditions": [
+            {"type": t, "status": "True", "reason": "PodFailurePolicy", "message": message}
+            for t in ("FailureTarget", "Failed")
+        ],
+    }
+    api.put("jobs", workers)
+    done = run(kubeconfig, "jobset/llm-pretrain", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["state"] == "Failed"
+    assert (story["decision"]["condition"], story["decision"]["reason"]) == (
+        "Failed",
+        "FailJobSetFailurePolicyAction",
+    )
+    assert (
+        "its first failed Job, llm-pretrain-workers-0, failed with reason PodFailurePolicy: "
+        "podFailurePolicy rule 2 (FailJob), added by retry-policy for fail-non-retriable "
+        f"(annotation {P}fail-non-retriable)"
+    ) in story["notes"]
+    told = next(j for j in story["jobs"] if j["name"] == workers["metadata"]["name"])
+    assert told["decision"]["rule"]["origin"] == "added by retry-policy for fail-non-retriable"
+    assert told["next"] is None
+
+
+# --- a CronJob --------------------------------------------------------------------------------
+
+
+def test_a_cronjob_tells_its_latest_jobs(cluster):
+    api, kubeconfig = cluster
+    manifest = yaml.safe_load((ROOT / "examples" / "cronjob.yaml").read_text())
+    cron = admit(manifest)
+    cron["status"] = {"lastScheduleTime": _at(0)}
+    api.store("cronjobs", cron)
+    owner = owner_of(cron)
+    made = []
+    for n in range(5):  # the CronJob controller's Jobs (getJobFromTemplate2): <name>-<minutes>
+        template = cron["spec"]["jobTemplate"]
+        child = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"nightly-eval-2946{n}",
+                "namespace": NS,
+                "labels": dict(mapping(template.get("metadata")).get("labels") or {}),
+                "annotations": dict(mapping(template.get("metadata")).get("annotations") or {}),
+                "ownerReferences": [owner],
+            },
+            "spec": copy.deepcopy(template["spec"]),
+        }
+        job = store_job(api, child, {"active": 1} if n == 4 else completed(_at(n)))
+        job["metadata"]["creationTimestamp"] = f"2026-11-2{n}T03:00:00Z"
+        api.put("jobs", job)
+        made.append(job)
+    store_job(api, job_manifest("unrelated", {}), {})  # in the namespace, not the CronJob's
+    done = run(kubeconfig, "cronjob/nightly-eval", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    names = [j["name"] for j in story["jobs"]]
+    assert names == ["nightly-eval-29464", "nightly-eval-29463", "nightly-eval-29462"]
+    assert story["olderJobs"] == ["nightly-eval-29461", "nightly-eval-29460"]
+    assert story["jobs"][0]["budgets"][0]["limit"] == 2
+    assert [j["state"] for j in story["jobs"]] == ["Running", "Succeeded", "Succeeded"]
+    assert story["jobs"][1]["decision"]["reason"] == "CompletionsReached"
+    assert story["plan"]["items"][0]["rules"][0]["origin"].startswith("added by retry-policy")
+
+
+def completed(at: str) -> dict[str, Any]:
+    """The status the Job controller writes when a Job's pods all succeeded (Kubernetes
+    1.31+: SuccessCriteriaMet, then Complete, reason CompletionsReached)."""
+    conditions = [
+        {
+            "type": kind,
+            "status": "True",
+            "reason": "CompletionsReached",
+            "message": "Reached expected number of succeeded pods",
+            "lastTransitionTime": at,
+        }
+        for kind in ("SuccessCriteriaMet", "Complete")
+    ]
+    return {"succeeded": 1, "startTime": T0, "completionTime": at, "conditions": conditions}
+
+
+def mapping(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+# --- what cannot be read -------------------------------------------------------------------
+
+
+def test_a_missing_workload_is_exit_2_and_says_so(cluster):
+    _, kubeconfig = cluster
+    done = run(kubeconfig, "job/nope", "-n", NS)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "Job ml/nope not found" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_forbidden_workload_is_exit_2_and_names_the_permission(cluster):
+    api, kubeconfig = cluster
+    running_job(api)
+    api.forbidden.add(("jobs", "train"))
+    done = run(kubeconfig, "job/train", "-n", NS)
+    assert done.returncode == 2
+    assert "HTTP 403" in done.stderr and "get jobs in namespace ml" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_forbidden_pods_and_nodes_still_tell_the_rest_with_exit_1(cluster):
+    api, kubeconfig = cluster
+    running_job(api)
+    api.forbidden |= {("pods", ""), ("events", "")}
+    done = run(kubeconfig, "job/train", "-n", NS, "-o", "json")
+    assert done.returncode == 1, done.stderr
+    story = json.loads(done.stdout)
+    assert story["jobs"][0]["budgets"][0]["used"] == 1  # from the Job's status
+    assert story["jobs"][0]["attempts"] == [] and story["jobs"][0]["next"] is None
+    assert any("pods in namespace ml" in u and "403" in u for u in story["unread"])
+    assert any("Events in namespace ml" in u for u in story["unread"])
+    assert "Warning: could not read" in done.stderr
+
+
+def test_nodes_a_user_may_not_list_leave_avoidance_a_preference(cluster):
+    api, kubeconfig = cluster
+    running_job(api)
+    api.forbidden.add(("nodes", ""))
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    nxt = story["jobs"][0]["next"]
+    assert nxt["avoidedNodes"] == ["node-a"] and nxt["avoidedBy"] == "preference"
+
+
+def test_no_cluster_is_exit_2(tmp_path):
+    done = run(tmp_path / "missing", "job/train", env={"HOME": str(tmp_path)})
+    assert done.returncode == 2
+    assert "no Kubernetes API" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_api_server_that_does_not_answer_is_exit_2(tmp_path):
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
+    done = run(kubeconfig, "job/train", "-n", NS)
+    assert done.returncode == 2
+    assert "did not answer" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("ref", ["train", "pod/train", "job/", "job/Bad_Name"])
+def test_a_bad_reference_is_exit_2(cluster, ref):
+    _, kubeconfig = cluster
+    done = run(kubeconfig, ref)
+    assert done.returncode == 2 and "Error:" in done.stderr
+
+
+def test_the_namespace_comes_from_the_kubeconfig_context(cluster, tmp_path):
+    api, _ = cluster
+    running_job(api)
+    config = tmp_path / "ctx"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+        f"clusters: [{{name: fake, cluster: {{server: '{api.url}'}}}}]\n"
+        "users: [{name: fake, user: {token: test}}]\n"
+        f"contexts: [{{name: fake, context: {{cluster: fake, user: fake, namespace: {NS}}}}}]\n"
+    )
+    done = run(config, "job/train", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["workload"]["namespace"] == NS
+
+
+# --- the kubectl plugin -----------------------------------------------------------------------
+
+
+def test_kubectl_finds_and_runs_the_plugin(cluster):
+    api, kubeconfig = cluster
+    running_job(api)
+    kubectl = tool("kubectl")
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "PATH": f"{BIN}{os.pathsep}{Path(kubectl).parent}{os.pathsep}/usr/bin:/bin",
+    }
+    listed = subprocess.run(
+        [kubectl, "plugin", "list"], capture_output=True, text=True, env=env, check=False
+    )
+    assert "kubectl-retry_policy" in listed.stdout, listed.stderr
+    done = subprocess.run(
+        [kubectl, "retry-policy", "status", "job/train", "-n", NS, "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["jobs"][0]["countedFailures"] == 1
+    usage = subprocess.run(
+        [kubectl, "retry-policy", "--help"], capture_output=True, text=True, env=env, check=False
+    )
+    assert "usage: kubectl retry-policy" in usage.stdout
+
+
+# --- retry delays, Events in time order, the JSON shape, TrainJobs, per-index budgets -------
+
+
+def test_a_pod_held_by_a_retry_delay_shows_when_it_may_start(cluster):
+    api, kubeconfig = cluster
+    _, (_, _, waiting) = running_job(api)
+    waiting["spec"]["schedulingGates"] = [{"name": P + "retry-delay"}]
+    waiting["metadata"]["annotations"][P + "not-before"] = "2099-01-01T00:00:00Z"
+    waiting["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}
+    ]
+    api.put("pods", waiting)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    delay = story["jobs"][0]["next"]["delay"]
+    assert delay["pod"] == waiting["metadata"]["name"]
+    assert delay["notBefore"] == "2099-01-01T00:00:00Z" and delay["secondsLeft"] > 10**8
+    text = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
+    assert f"pod {waiting['metadata']['name']} is held until 2099-01-01T00:00:00Z" in text
+
+
+def test_events_come_oldest_first_with_their_series_counts(cluster):
+    api, kubeconfig = cluster
+    job, _ = running_job(api)
+    other = store_job(api, job_manifest("other", POLICY), {})
+    api_client = client_for(api.url)
+    emit(api_client, "Job", job, "RetryOnNonSpot", "attempt 2 of 4 on non-spot nodes", at=2e9)
+    emit(api_client, "Job", job, "RetryNodesAvoided", "keeping off node-a", at=1e9)
+    emit(api_client, "Job", job, "RetryNodesAvoided", "keeping off node-a", at=1.5e9)
+    emit(api_client, "Job", other, "RetryOnNonSpot", "another Job's", at=1e9)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    told = [(e["reason"], e["count"]) for e in story["events"]]
+    assert told == [("RetryNodesAvoided", 2), ("RetryOnNonSpot", 1)]
+
+
+def test_the_json_keys_are_the_documented_ones(cluster):
+    api, kubeconfig = cluster
+    running_job(api)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    assert story["schema"] == "retry-policy.dev/status/v1"
+    assert set(story) == {
+        "schema", "workload", "state", "plan", "budgets", "decision", "jobs",
+        "olderJobs", "events", "notes", "unread",
+    }  # fmt: skip
+    assert set(story["plan"]) == {"source", "items"}
+    (job,) = story["jobs"]
+    assert set(job) == {
+        "name", "uid", "role", "state", "countedFailures", "ignoredFailures", "budgets",
+        "attempts", "next", "decision", "notes",
+    }  # fmt: skip
+    assert set(job["attempts"][0]) == {
+        "pod", "phase", "node", "created", "index", "run", "finished", "cause", "container",
+        "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied",
+    }  # fmt: skip
+    assert set(job["next"]) == {
+        "unit", "attempt", "attempts", "nonSpot", "memory", "avoidedNodes", "avoidedBy",
+        "delay", "changes",
+    }  # fmt: skip
+    assert set(job["budgets"][0]) == {"object", "field", "limit", "used", "text"}
+    documented = (ROOT / "docs" / "STATUS.md").read_text()
+    for key in (*story, *job, *job["attempts"][0], *job["next"]):
+        assert f"`{key}`" in documented, key
+
+
+def test_a_trainjob_is_told_by_the_jobset_the_trainer_made(cluster):
+    api, kubeconfig = cluster
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "trainjob.yaml").read_text()))
+    runtime, manifest = docs[0], docs[1]
+    from webhook.cluster.runtimes import GivenRuntimes
+
+    obj = copy.deepcopy(manifest)
+    defaulting.apply_defaults(obj)
+    verdict, trainjob = engine.review_object(
+        obj, Config(), NS, runtimes=GivenRuntimes([runtime], NS)
+    )
+    assert verdict.allowed, verdict.message
+    trainjob["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=T0)
+    api.store("trainjobs", trainjob)
+    # The trainer's JobSet: the runtime's template, named as the TrainJob and controlled
+    # by it, with the metadata of the TrainJob's runtime patches (Trainer v2.2+).
+    (patch,) = trainjob["spec"]["runtimePatches"]
+    template = runtime["spec"]["template"]
+    jobset_manifest = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": trainjob["metadata"]["name"],
+            "namespace": NS,
+            "annotations": patch["trainingRuntimeSpec"]["template"]["metadata"]["annotations"],
+            "ownerReferences": [owner_of(trainjob)],
+        },
+        "spec": copy.deepcopy(template["spec"]),
+    }
+    jobset = admit(jobset_manifest)
+    jobset["status"] = {"restarts": 2, "restartsCountTowardsMax": 2}
+    api.store("jobsets", jobset)
+    done = run(kubeconfig, "trainjob/llm-finetune", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert story["workload"]["kind"] == "TrainJob"
+    assert story["plan"]["items"][0]["kind"] == "JobSet"
+    (budget,) = story["budgets"]
+    assert (budget["limit"], budget["used"]) == (3, 2)
+
+
+def test_an_indexed_job_counts_each_index_against_its_own_budget(cluster):
+    api, kubeconfig = cluster
+    manifest = job_manifest("shards", {P + "fail-non-retriable": "true"})
+    manifest["spec"].update(
+        completionMode="Indexed", completions=4, parallelism=4, backoffLimitPerIndex=2,
+        maxFailedIndexes=1,
+    )  # fmt: skip
+    job = store_job(api, manifest, {"active": 4, "failed": 2})
+    for index, code in ((1, 137), (1, 143)):
+        pod = controller_pod(job, 0, _at(index))
+        pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(index)
+        pod["metadata"]["uid"] = str(uuid.uuid4())
+        api.put("pods", failed(pod, "node-a", "trainer", code, _at(index + 1)))
+    story = json.loads(run(kubeconfig, "job/shards", "-n", NS, "-o", "json").stdout)
+    budgets = {b["field"]: (b["limit"], b["used"]) for b in story["jobs"][0]["budgets"]}
+    assert budgets == {"index 1": (2, 2), "spec.maxFailedIndexes": (1, 0)}
+
+
+# --- the plan without the cluster's defaults file ---------------------------------------------
+
+
+def _tree(job: dict[str, Any], pods: list[dict[str, Any]] | None = None):
+    from webhook.status.reader import KINDS, Tree
+
+    return Tree(KINDS[0], job, jobs=[job], pods={job["metadata"]["uid"]: pods or []})
+
+
+def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
+    from webhook.policy.config import parse_config
+    from webhook.status.story import tell
+
+    defaults = parse_config("defaults: {ignore-disruptions: 'true', backoff-limit: '2'}")
+    obj = job_manifest("plain", {})
+    obj["metadata"]["namespace"] = NS
+    defaulting.apply_defaults(obj)
+    verdict, job = engine.review_object(obj, defaults, NS)
+    assert verdict.allowed and P + "applied" in job["metadata"]["annotations"]
+    job["metadata"]["uid"] = "uid-plain"
+    story = tell(_tree(job))
+    (plan,) = story.plan
+    told = {s.name: (s.value, s.source) for s in plan.settings}
+    assert told["ignore-disruptions"] == ("true", "cluster default")
+    assert told["backoff-limit"] == ("2", "cluster default")
+    assert [r.origin for r in plan.rules] == ["added by retry-policy for ignore-disruptions"]
+    # An admin's real file judges it the same way.
+    (again,) = tell(_tree(job), defaults).plan
+    assert [r.origin for r in again.rules] == [r.origin for r in plan.rules]
+
+
+def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
+    from webhook.status.story import tell
+
+    obj = job_manifest("older", POLICY)
+    obj["metadata"]["namespace"] = NS
+    defaulting.apply_defaults(obj)
+    _, job = engine.review_object(obj, Config(), NS)
+    job["metadata"]["uid"] = "uid-older"
+    # Admitted by an older webhook that wrote its FailJob rule without a container name:
+    # admitted today, it would get the rule with the name too (podFailurePolicy is
+    # immutable: the stored rules are the ones the Job controller reads).
+    del job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["containerName"]
+    story = tell(_tree(job))
+    (plan,) = story.plan
+    assert any("would change it" in n for n in story.notes)
+    assert [r.action for r in plan.rules] == ["Ignore", "FailJob"]
+    assert plan.rules[1].when.endswith("in any container")
+    assert plan.changes == []
+
+
+def test_counted_failures_whose_pods_are_gone_are_said_and_listed_again(cluster):
+    """The Job counted 2 failures; one failed pod was deleted (a drain deletes what it
+    evicts). The next attempt's admission lists the Job's failed pods once, as the
+    webhook's history does when it has seen fewer than the Job counted
+    (``FailureHistory.fetch``), and says what it could not examine."""
+    api, kubeconfig = cluster
+    job = store_job(api, job_manifest("train", POLICY), {})
+    pod = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 137, _at(5), oom=True)
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    api.put("pods", pod)
+    job["status"] = {"active": 0, "failed": 2, "startTime": T0}
+    api.put("jobs", job)
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    (told,) = story["jobs"]
+    assert told["countedFailures"] == 2 and len(told["attempts"]) == 1
+    nxt = told["next"]
+    assert nxt["attempt"] == 3
+    assert any("1 earlier failure(s) of this Job not examined" in c for c in nxt["changes"])
+    listed = [q for path, q in api.requests if path == f"/api/v1/namespaces/{NS}/pods"]
+    assert any("status.phase%3DFailed" in q for q in listed), listed
+
+
+def test_a_job_restarting_containers_in_place_counts_their_restarts(cluster):
+    api, kubeconfig = cluster
+    manifest = job_manifest("onfail", {P + "backoff-limit": "4"})
+    manifest["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    job = store_job(api, manifest, {"active": 1, "startTime": T0})
+    pod = controller_pod(job, 0, _at(0))
+    pod["metadata"]["uid"] = str(uuid.uuid4())
+    pod["spec"]["nodeName"] = "node-a"
+    pod["status"] = {
+        "phase": "Running",
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "restartCount": 3,
+                "ready": True,
+                "state": {"running": {"startedAt": _at(9)}},
+                "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+            }
+        ],
+    }
+    api.put("pods", pod)
+    story = json.loads(run(kubeconfig, "job/onfail", "-n", NS, "-o", "json").stdout)
+    # upstream: pastBackoffLimitOnFailure (pkg/controller/job/job_controller.go) sums the
+    # restarts of running and pending pods against backoffLimit.
+    (budget,) = story["jobs"][0]["budgets"]
+    assert (budget["limit"], budget["used"]) == (4, 3)

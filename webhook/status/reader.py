@@ -1,0 +1,437 @@
+"""Reading a workload, its Jobs, their pods and our Events with the user's own credentials.
+
+``retry-webhook status`` runs where the user runs ``kubectl``: it connects as kubectl does
+(``--kubeconfig``, else ``$KUBECONFIG`` or ``~/.kube/config``, else the pod's
+ServiceAccount) and asks the API server only what a user who may ``get`` the workload and
+``list`` its pods and Events may ask. Every request is bounded; an error on the workload
+itself is a ``StatusError`` (nothing can be shown), an error on a part (pods, Events,
+child Jobs) is kept in ``Tree.unread`` and the rest is shown.
+
+Requests, by kind (what each controller makes and how its objects are found):
+
+- Job (batch/v1): GET the Job; list its pods by ``batch.kubernetes.io/controller-uid``
+  (the API server puts that label on the template, ``generateSelector`` in
+  pkg/registry/batch/job/strategy.go).
+- CronJob (batch/v1): GET it; list the namespace's Jobs and keep those it controls
+  (ownerReference: the CronJob controller sets no label of its own); the latest few.
+- JobSet (jobset.x-k8s.io/v1alpha2): GET it; list its Jobs by
+  ``jobset.sigs.k8s.io/jobset-name`` (``labelAndAnnotateObject`` in jobset
+  pkg/controllers/jobset_controller.go), then their pods.
+- TrainJob (trainer.kubeflow.org/v1alpha1): GET it, then its JobSet (same name, controlled
+  by the TrainJob), as above.
+- Events (events.k8s.io/v1): list those regarding the workload and each of its Jobs by
+  the field selectors ``regarding.kind`` and ``regarding.name`` (served for
+  events.k8s.io/v1 by conversion to ``involvedObject.*``: ``ToSelectableFields`` in
+  pkg/registry/core/event/strategy.go); only ours are kept
+  (``reportingController == retry-policy.dev/webhook``, checked here: older API servers
+  cannot select on it), and only those about these very objects (their UIDs).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.cluster.attempts import JOB_UID_LABEL
+from webhook.cluster.events import REPORTING_CONTROLLER
+from webhook.cluster.history import JOBSET_UID
+from webhook.kube.objects import controller_of, mapping
+
+#: Seconds for one request (connect, read).
+TIMEOUT = (5, 20)
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+#: A CronJob's Jobs shown: the latest ones (by creation).
+LATEST_JOBS = 3
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A workload kind ``status`` reads: where it is served and the names users type."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    names: tuple[str, ...]
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS = (
+    Kind("Job", "batch", "v1", "jobs", ("job", "jobs", "job.batch", "jobs.batch")),
+    Kind(
+        "CronJob",
+        "batch",
+        "v1",
+        "cronjobs",
+        ("cronjob", "cronjobs", "cj", "cronjob.batch", "cronjobs.batch"),
+    ),
+    Kind(
+        "JobSet",
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "jobsets",
+        ("jobset", "jobsets", "js", "jobset.jobset.x-k8s.io", "jobsets.jobset.x-k8s.io"),
+    ),
+    Kind(
+        "TrainJob",
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainjobs",
+        (
+            "trainjob",
+            "trainjobs",
+            "trainjob.trainer.kubeflow.org",
+            "trainjobs.trainer.kubeflow.org",
+        ),
+    ),
+)
+_BY_NAME = {name: kind for kind in KINDS for name in kind.names}
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+class StatusError(Exception):
+    """Nothing can be shown: the reference, the connection or the workload itself."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    kind: Kind
+    name: str
+
+
+def parse_ref(text: str) -> Ref:
+    """``job/NAME`` (also ``jobs/``, ``job.batch/``, and the other kinds' names, as
+    ``kubectl get`` takes them)."""
+    kind_name, slash, name = text.partition("/")
+    kind = _BY_NAME.get(kind_name.lower())
+    if not slash or kind is None or not name:
+        accepted = ", ".join(f"{k.names[0]}/NAME" for k in KINDS)
+        raise StatusError(f"{text!r} is not a workload reference; accepted: {accepted}")
+    if not _NAME.fullmatch(name):
+        raise StatusError(f"{name!r} is not a valid object name")
+    return Ref(kind, name)
+
+
+@dataclass
+class Connection:
+    api: Any  # kubernetes.client.ApiClient
+    namespace: str
+    server: str
+
+
+def connect(
+    kubeconfig: str | None = None, context: str | None = None, namespace: str | None = None
+) -> Connection:
+    """The user's API connection and namespace: ``namespace``, else the kubeconfig
+    context's, else the pod's (in a cluster), else ``default`` (as kubectl)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    has_file = bool(kubeconfig or os.environ.get("KUBECONFIG")) or os.path.exists(path)
+    found_namespace = None
+    try:
+        if has_file:
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
+            found_namespace = _context_namespace(kubeconfig, context)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+            found_namespace = _file_text(SERVICE_ACCOUNT_NAMESPACE)
+        else:
+            raise config.ConfigException("no kubeconfig file and not running in a pod")
+    except (config.ConfigException, OSError, TypeError, ValueError) as err:
+        raise StatusError(
+            f"no Kubernetes API: {err}; set KUBECONFIG or --kubeconfig (as for kubectl)"
+        ) from None
+    return Connection(
+        client.ApiClient(configuration),
+        namespace or found_namespace or "default",
+        str(configuration.host),
+    )
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    from kubernetes import config
+
+    contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    value = mapping(mapping(chosen).get("context")).get("namespace")
+    return value if isinstance(value, str) and value else None
+
+
+def _file_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
+
+
+class Unreadable(Exception):
+    """One request the API answered with an error (or did not answer)."""
+
+    def __init__(self, what: str, status: int | None, detail: str):
+        self.what = what
+        self.status = status
+        self.detail = detail
+        super().__init__(f"{what}: {detail}")
+
+
+def _call(what: str, request: Callable[[], Any]) -> Any:
+    """The JSON of one request, or ``Unreadable`` saying what failed, in words."""
+    try:
+        resp = request()
+        return json.loads(resp.data)
+    except Exception as err:
+        status = getattr(err, "status", None)
+        if isinstance(status, int) and status:
+            raise Unreadable(what, status, _api_message(err, status)) from None
+        reason = getattr(err, "reason", None) or err
+        raise Unreadable(what, None, f"the API server did not answer ({_short(reason)})") from None
+
+
+def _api_message(err: Exception, status: int) -> str:
+    body = getattr(err, "body", None)
+    message = ""
+    if isinstance(body, (bytes, str)):
+        try:
+            message = str(json.loads(body).get("message") or "")
+        except (ValueError, AttributeError):
+            message = ""
+    words = {403: "forbidden", 404: "not found", 401: "unauthorized"}.get(status, "error")
+    return f"HTTP {status} {words}" + (f": {message}" if message else "")
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+class Reader:
+    """The requests ``status`` makes, each bounded (``TIMEOUT``)."""
+
+    def __init__(self, api: Any):
+        from kubernetes import client
+
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.events = client.EventsV1Api(api)
+
+    def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
+        what = f"{kind.kind} {namespace}/{name}"
+        opts = {"_preload_content": False, "_request_timeout": TIMEOUT}
+        if kind.kind == "Job":
+            return _call(what, lambda: self.batch.read_namespaced_job(name, namespace, **opts))
+        if kind.kind == "CronJob":
+            return _call(what, lambda: self.batch.read_namespaced_cron_job(name, namespace, **opts))
+        return _call(
+            what,
+            lambda: self.custom.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, **opts
+            ),
+        )
+
+    def jobs(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        what = f"Jobs in namespace {namespace}"
+        return self._list(
+            what,
+            lambda **page: self.batch.list_namespaced_job(
+                namespace, label_selector=label_selector, **page
+            ),
+        )
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return self._list(
+            f"pods in namespace {namespace}",
+            lambda **page: self.core.list_namespaced_pod(
+                namespace, label_selector=label_selector, **page
+            ),
+        )
+
+    def events_regarding(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        selector = f"regarding.kind={kind},regarding.name={name}"
+        return self._list(
+            f"Events in namespace {namespace}",
+            lambda **page: self.events.list_namespaced_event(
+                namespace, field_selector=selector, **page
+            ),
+        )
+
+    def limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        return self._list(
+            f"LimitRanges in namespace {namespace}",
+            lambda **page: self.core.list_namespaced_limit_range(namespace, **page),
+        )
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._list("Nodes", lambda **page: self.core.list_node(**page))
+
+    def _list(self, what: str, request: Callable[..., Any]) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token = None
+        while True:
+            page = _call(what, functools.partial(request, **_page(token)))
+            items.extend(i for i in page.get("items") or () if isinstance(i, dict))
+            token = mapping(page.get("metadata")).get("continue")
+            if not token:
+                return items
+
+
+def _page(token: str | None) -> dict[str, Any]:
+    return {
+        "limit": 500,
+        "_continue": token,
+        "_preload_content": False,
+        "_request_timeout": TIMEOUT,
+    }
+
+
+@dataclass
+class Tree:
+    """What was read: the workload, the Jobs its story is told by (the Job itself; a
+    CronJob's latest; a JobSet's current ones), their pods, our Events; and what could
+    not be read (said, and the story shown without it)."""
+
+    kind: Kind
+    workload: dict[str, Any]
+    #: A TrainJob's JobSet (``None`` for other kinds, or before the trainer made it).
+    jobset: dict[str, Any] | None = None
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    #: A CronJob's Jobs older than the latest shown, by name (newest first).
+    older_jobs: list[str] = field(default_factory=list)
+    #: Job UID -> its pods.
+    pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+
+
+def read_tree(reader: Reader, ref: Ref, namespace: str) -> Tree:
+    """Read everything the story needs; ``StatusError`` when the workload itself cannot
+    be read."""
+    try:
+        workload = reader.get(ref.kind, namespace, ref.name)
+    except Unreadable as err:
+        raise StatusError(_workload_error(err, ref, namespace)) from None
+    tree = Tree(ref.kind, workload)
+    uid = mapping(workload.get("metadata")).get("uid")
+    kind = ref.kind.kind
+    if kind == "Job":
+        tree.jobs = [workload]
+    elif kind == "CronJob":
+        _cronjob_jobs(reader, tree, namespace, uid)
+    elif kind == "JobSet":
+        _jobset_jobs(reader, tree, namespace, workload)
+    else:
+        try:
+            jobset = reader.get(_kind("JobSet"), namespace, ref.name)
+        except Unreadable as err:
+            if err.status != 404:
+                tree.unread.append(str(err))
+            jobset = None
+        if jobset is not None and _owned_by(jobset, uid):
+            tree.jobset = jobset
+            _jobset_jobs(reader, tree, namespace, jobset)
+    for job in tree.jobs:
+        job_uid = mapping(job.get("metadata")).get("uid")
+        if not isinstance(job_uid, str) or not job_uid:
+            continue
+        try:
+            tree.pods[job_uid] = reader.pods(namespace, f"{JOB_UID_LABEL}={job_uid}")
+        except Unreadable as err:
+            tree.unread.append(str(err))
+    tree.events = _our_events(reader, tree, namespace)
+    return tree
+
+
+def _kind(name: str) -> Kind:
+    return next(k for k in KINDS if k.kind == name)
+
+
+def _workload_error(err: Unreadable, ref: Ref, namespace: str) -> str:
+    what = f"{ref.kind.kind} {namespace}/{ref.name}"
+    if err.status == 404:
+        served = "" if ref.kind.kind in ("Job", "CronJob") else f" (or {ref.kind.plural} "
+        served += f"of {ref.kind.api_version} are not served here)" if served else ""
+        return f"{what} not found{served}; check the name and the namespace (-n)"
+    if err.status == 403:
+        return (
+            f"{what}: the API server refused (HTTP 403): your credentials may not get "
+            f"{ref.kind.plural} in namespace {namespace}"
+        )
+    return f"{what} could not be read: {err.detail}"
+
+
+def _owned_by(obj: Mapping[str, Any], uid: Any) -> bool:
+    owner = controller_of(obj.get("metadata"))
+    return owner is not None and isinstance(uid, str) and owner.get("uid") == uid
+
+
+def _created(obj: Mapping[str, Any]) -> str:
+    return str(mapping(obj.get("metadata")).get("creationTimestamp") or "")
+
+
+def _cronjob_jobs(reader: Reader, tree: Tree, namespace: str, uid: Any) -> None:
+    try:
+        jobs = [j for j in reader.jobs(namespace) if _owned_by(j, uid)]
+    except Unreadable as err:
+        tree.unread.append(str(err))
+        return
+    jobs.sort(key=lambda j: (_created(j), str(mapping(j.get("metadata")).get("name"))))
+    jobs.reverse()
+    tree.jobs = jobs[:LATEST_JOBS]
+    tree.older_jobs = [str(mapping(j.get("metadata")).get("name")) for j in jobs[LATEST_JOBS:]]
+
+
+def _jobset_jobs(reader: Reader, tree: Tree, namespace: str, jobset: Mapping[str, Any]) -> None:
+    meta = mapping(jobset.get("metadata"))
+    try:
+        jobs = reader.jobs(namespace, f"{JOBSET_NAME_LABEL}={meta.get('name')}")
+    except Unreadable as err:
+        tree.unread.append(str(err))
+        return
+    uid = meta.get("uid")
+    # The set's own Jobs: controlled by it (or, JobSet >= v0.9.0, labelled with its UID).
+    tree.jobs = sorted(
+        (
+            j
+            for j in jobs
+            if _owned_by(j, uid)
+            or mapping(mapping(j.get("metadata")).get("labels")).get(JOBSET_UID) == uid
+        ),
+        key=lambda j: str(mapping(j.get("metadata")).get("name")),
+    )
+
+
+def _our_events(reader: Reader, tree: Tree, namespace: str) -> list[dict[str, Any]]:
+    subjects = [(tree.kind.kind, tree.workload)]
+    if tree.jobset is not None:
+        subjects.append(("JobSet", tree.jobset))
+    subjects += [("Job", j) for j in tree.jobs if j is not tree.workload]
+    found: dict[str, dict[str, Any]] = {}
+    for kind, obj in subjects:
+        meta = mapping(obj.get("metadata"))
+        try:
+            events = reader.events_regarding(namespace, kind, str(meta.get("name")))
+        except Unreadable as err:
+            tree.unread.append(str(err))
+            return list(found.values())
+        for event in events:
+            regarding = mapping(event.get("regarding"))
+            if event.get("reportingController") != REPORTING_CONTROLLER:
+                continue
+            if regarding.get("uid") and regarding.get("uid") != meta.get("uid"):
+                continue  # about an earlier object of the same name
+            found[str(mapping(event.get("metadata")).get("uid") or id(event))] = event
+    return list(found.values())
