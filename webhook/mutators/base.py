@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.leadership import Clock
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.kube.objects import controller_of
 from webhook.kube.versions import KubeVersion
@@ -47,6 +48,9 @@ class Context:
     #: A deadline outside the object that ends its in-place restarts, named: a TrainJob's,
     #: for the JobSet its controller makes (``mutators.trainjob`` checks it there).
     outer_bound: str | None = None
+    #: Leadership and time, as a pod's retry-delay gate asks them
+    #: (``webhook.cluster.leadership.Clock``; the engine records the answers).
+    clock: Any = field(default_factory=Clock)
 
     def __post_init__(self) -> None:
         # Callers without a cluster may pass None for either source.
