@@ -43,7 +43,7 @@ PREFIX = "retry_webhook_"
 #: budget is milliseconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: What retry policy did to objects (``Outcome.actions``): the label's only values.
-RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules")
+RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules", "retry_delayed")
 
 
 def prepare_multiprocess_dir() -> tuple[Path, bool]:
@@ -158,7 +158,8 @@ class Metrics:
             "What retry policy did: action=memory_raised counts containers given more "
             "memory after OOM kills, action=nodes_avoided the nodes a pod was kept off "
             "because earlier attempts failed there, action=in_place_rules the containers "
-            "given a restart rule for in-place retries.",
+            "given a restart rule for in-place retries, action=retry_delayed the pods "
+            "held back by a retry-delay gate.",
             ["action"],
             registry=r,
         )
