@@ -113,9 +113,7 @@ def check(policy: Policy, ctx: Context, where: str) -> list[Problem]:
     return problems
 
 
-def add_env(
-    spec: dict[str, Any], attempt: Attempt, out: Outcome, setting: Any, bare: bool
-) -> None:
+def add_env(spec: dict[str, Any], attempt: Attempt, out: Outcome, setting: Any, bare: bool) -> None:
     """The attempt env vars in every container (init containers too) that does not set
     them already; unknown values are left out, with a warning (a bare Pod's previous
     failure is never known: its ``RETRY_POLICY_LAST_FAILURE`` is empty, as documented)."""
