@@ -377,8 +377,7 @@ class FakeAPI:
         self.version += 1
         patched["metadata"]["resourceVersion"] = str(self.version)
         self.objects[resource][current["metadata"]["uid"]] = patched
-        for q in self.watchers[resource]:
-            q.put({"type": "MODIFIED", "object": patched})
+        self._send(resource, {"type": "MODIFIED", "object": copy.deepcopy(patched)})
         return 200, copy.deepcopy(patched)
 
     def _handler(self):
@@ -617,8 +616,8 @@ class FakeAPI:
 
 
 def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
-    """The selectors the cache uses: a label exists, or has a value (``key=value``), and
-    status.phase equals."""
+    """The selectors the caches and the controller use: a label exists, or has a value
+    (``key=value``); status.phase or metadata.name equals."""
     labels = obj.get("metadata", {}).get("labels") or {}
     selector = query.get("labelSelector")
     if selector:
@@ -629,6 +628,8 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
     if field:
         key, _, value = field.partition("=")
         if key == "status.phase" and (obj.get("status") or {}).get("phase") != value:
+            return False
+        if key == "metadata.name" and obj.get("metadata", {}).get("name") != value:
             return False
     return True
 
