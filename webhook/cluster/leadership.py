@@ -129,16 +129,21 @@ class Now:
 ClockQuestion = LeaderLive | Passed | Now
 
 
+def wall() -> float:
+    """The wall clock (Unix time): what not-before is written and compared in."""
+    return time.time()
+
+
 class Clock:
     """Answers ``ClockQuestion``s from this replica's leadership note and the wall clock."""
 
     def __init__(
         self,
         leadership: LeaderSource | None = None,
-        now: Callable[[], float] = time.time,
+        now: Callable[[], float] | None = None,
     ):
         self.leadership = leadership if leadership is not None else NoLeader()
-        self.now = now
+        self.now = now if now is not None else wall
 
     def ask(self, question: ClockQuestion) -> Any:
         if isinstance(question, LeaderLive):

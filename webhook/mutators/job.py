@@ -1143,8 +1143,8 @@ def _apply(
             )
         if copied.get("attempt-env"):
             out.changed(
-                "retry-policy: every container of its pods gets RETRY_POLICY_ATTEMPT, "
-                "RETRY_POLICY_MAX_ATTEMPTS and RETRY_POLICY_LAST_FAILURE",
+                "retry-policy: its pods' containers get env RETRY_POLICY_ATTEMPT, "
+                "RETRY_POLICY_MAX_ATTEMPTS, RETRY_POLICY_LAST_FAILURE",
                 policy.setting("attempt-env"),
             )
         if copied.get("retry-delay"):
