@@ -450,6 +450,8 @@ class FakeAPI:
                     listed = _listed_target(url.path)
                     if listed is not None:
                         ctype = (self.headers.get("Content-Type") or "").split(";")[0]
+                        if api.before_write is not None:
+                            api.before_write(method, listed[0], listed[2])
                         with api.lock:
                             status, answer = api._patch_listed(*listed, body, ctype)
                             if status < 300:
