@@ -522,3 +522,46 @@ def test_a_gate_of_someone_else_stays_and_ours_goes_after_it():
     assert released["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
     assert gates.GATED_LABEL not in released["metadata"]["labels"]
     assert not gates.held(released) and gates.release_patch(released) == []
+
+
+# --- explain and --simulate -------------------------------------------------------------------
+
+
+def test_explain_shows_each_attempts_delay_as_the_pod_webhook_gives_it():
+    from webhook import cli, explain
+
+    policy = {
+        P + "retry-delay": "30s",
+        P + "retry-delay-factor": "2",
+        P + "retry-delay-max": "1m30s",
+        P + "backoff-limit": "4",
+    }
+    prepared, _ = cli.prepare(job(policy, default=False), None)
+    (item,) = explain.explain(prepared, NO_CONFIG, None, explain.parse_events("1,1,1"))
+    assert [row.waits for row in item.plan.rows] == ["-", "30s", "1m", "1m30s", "1m30s"]
+    rows = explain.to_json([item])["items"][0]["plan"]["rows"]
+    assert [row["waits"] for row in rows] == ["-", "30s", "1m", "1m30s", "1m30s"]
+    text = explain.render_text([item])
+    assert "  attempt  failures so far  runs on        waits   if it fails (counted)" in text
+    assert "  pod 2 (attempt 2, any node, after 30s): " in text
+    sim = item.simulation
+    simulated = [s.facts.delay_seconds for s in sim.steps] + [sim.next.facts.delay_seconds]
+    assert simulated == [0, 30, 60, 90]
+    # The pod webhook, after as many failures, holds each pod back as long.
+    for failures, expected in enumerate(simulated):
+        source = Source(failures=failures, budget=4)
+        made = job_pod({**policy, P + "attempt-env": "false"})
+        for n in range(failures):  # the last a second ago
+            source.fail(made, NOW - failures + n)
+        _, out = admit(made, source)
+        waited = parse_time(gates.not_before(out)) - (NOW - 1) if failures else 0
+        assert waited == expected, failures
+
+
+def test_explain_without_delays_keeps_its_plan_as_it_was():
+    from webhook import cli, explain
+
+    prepared, _ = cli.prepare(job({P + "backoff-limit": "2"}, default=False), None)
+    (item,) = explain.explain(prepared, NO_CONFIG, None, None)
+    assert not item.plan.delays and "waits" not in explain.render_text([item])
+    assert "waits" not in explain.to_json([item])["items"][0]["plan"]["rows"][0]
