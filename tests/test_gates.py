@@ -26,7 +26,7 @@ import pytest
 from conftest import P, decode_patch, job_owner, pod, review, stored
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, stop
+from serverproc import eventually, free_port, metric, stop
 from test_controller import gated_pod, readyz, replica
 from workloads import kubectl_patch, validate_schema
 
@@ -39,6 +39,8 @@ from webhook.policy.model import format_time, parse_time
 BIN = Path(sys.executable).parent / "retry-webhook"
 QUOTA = {"name": "example.com/quota"}
 LEASE = "retry-policy-webhook-controller"
+GAUGE = "retry_webhook_retry_delay_gates_pending"
+RELEASED = "retry_webhook_retry_delay_gates_released_total"
 
 
 @pytest.fixture
@@ -412,20 +414,32 @@ def test_without_a_leader_a_retry_runs_at_once_with_a_warning(api, tmp_path):
         stop(lone)
 
 
-def test_the_decision_log_counts_a_delayed_retry(api, tmp_path):
-    """(The gated admission's ``retry_actions`` in the decision log, for operators.)"""
-    solo = replica(tmp_path, api, "solo")
+def test_a_delayed_retry_is_logged_and_counted(api, tmp_path):
+    """The gated admission's ``retry_actions`` in the decision log, and the controller's
+    metrics in the replica's scrape: a gate pending, then released on time."""
+    port = free_port()
+    solo = replica(tmp_path, api, "solo", "--metrics-port", str(port))
+    solo.metrics_port = port
     try:
         eventually(lambda: readyz(solo).get("leader"), 15)
         job = a_job("logged")
         api.put("jobs", job)
         fail(api, job, new_pod(job), time.time())
-        admit_gated(solo, new_pod(job))
+        _, made, patch = admit_gated(solo, new_pod(job))
+        uid = store(api, made, patch, tmp_path)["metadata"]["uid"]
 
         def logged():
             lines = [line.get("retry_actions") for line in solo.logs()]
             return {"retry_delayed": 1} in lines
 
         eventually(logged, 5)
+        eventually(lambda: metric(solo.metrics(), GAUGE) == 1, 5, 0.05)
+        eventually(lambda: gates.GATE not in gate_names(stored_pod(api, uid)), 10)
+
+        def counted():
+            samples = solo.metrics()
+            return metric(samples, RELEASED, reason="due") == 1 and metric(samples, GAUGE) == 0
+
+        eventually(counted, 5)
     finally:
         stop(solo)
