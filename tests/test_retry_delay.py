@@ -273,6 +273,13 @@ def test_a_job_copies_the_settings_to_its_pods_and_says_what_they_do():
         "controller's back-off still applies",
     ]
     assert all(len(w) < 120 for w in verdict.warnings)
+    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "attemptEnv": True,
+        "backoffLimit": 3,
+        "retryDelay": "30s",
+        "retryDelayFactor": "2",
+        "retryDelayMax": "5m",
+    }
     again, twice = admit(out)
     assert again.patch == [] and twice == out
 
@@ -565,3 +572,28 @@ def test_explain_without_delays_keeps_its_plan_as_it_was():
     (item,) = explain.explain(prepared, NO_CONFIG, None, None)
     assert not item.plan.delays and "waits" not in explain.render_text([item])
     assert "waits" not in explain.to_json([item])["items"][0]["plan"]["rows"][0]
+
+
+def test_every_pod_the_webhook_changes_is_valid_and_patched_as_go_patches_it(tmp_path):
+    """Each kind's pod, gated and told its attempt: the patch applied by Go's json-patch
+    (``kubectl patch --local``) gives what the engine says, valid under the strict 1.35 and
+    1.36 schemas."""
+    from workloads import kubectl_patch, validate_schema
+
+    source = Source(failures=1, budget=3)
+    job_made = job_pod()
+    source.fail(job_made, NOW - 1)
+    queued = job_pod()
+    queued["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    queued["metadata"]["labels"] = {"app": "train"}
+    indexed = job_pod({P + "backoff-limit": "2"}, annotations={INDEX: "0", INDEX_FAILURES: "1"})
+    bare = pod({**DELAY, P + "attempt": "1"}, name="step-2")
+    bare["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox:1.36"}]
+    for made in (job_made, queued, indexed, bare):
+        verdict, expected = admit(made, source)
+        assert verdict.allowed and gates.gate_index(expected) is not None
+        by_go = kubectl_patch(made, verdict.patch, tmp_path)
+        assert by_go == expected
+        for version in ("1.35", "1.36"):
+            validate_schema(by_go, version)
+    assert between.env_in(by_go["spec"]["initContainers"][0])[between.ATTEMPT] == "1"

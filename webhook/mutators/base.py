@@ -276,4 +276,14 @@ def applied_record(policy: Policy) -> str:
     if policy.in_place_exit_codes:
         record["inPlaceExitCodes"] = list(policy.in_place_exit_codes)
         record["inPlaceScope"] = policy.in_place_scope
+    if policy.attempt_env:
+        record["attemptEnv"] = True
+    if policy.retry_delay is not None:
+        record["retryDelay"] = format_value("retry-delay", policy.retry_delay)
+        if policy.retry_delay_factor != 1:
+            record["retryDelayFactor"] = format_value(
+                "retry-delay-factor", policy.retry_delay_factor
+            )
+        if policy.retry_delay_max is not None:
+            record["retryDelayMax"] = format_value("retry-delay-max", policy.retry_delay_max)
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
