@@ -718,8 +718,9 @@ def _field(obj: dict[str, Any], path: tuple[str, ...]) -> str:
 
 
 def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
-    """The selectors the caches and ``status`` use: labels that exist, or have a value
-    (``key=value``), comma-separated (all must hold), and status.phase equals."""
+    """The selectors the caches, the controller and ``status`` use: labels that exist, or
+    have a value (``key=value``), comma-separated (all must hold); status.phase or
+    metadata.name equals."""
     labels = obj.get("metadata", {}).get("labels") or {}
     for requirement in filter(None, (query.get("labelSelector") or "").split(",")):
         key, equals, value = requirement.partition("=")
@@ -729,6 +730,8 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
     if field:
         key, _, value = field.partition("=")
         if key == "status.phase" and (obj.get("status") or {}).get("phase") != value:
+            return False
+        if key == "metadata.name" and obj.get("metadata", {}).get("name") != value:
             return False
     return True
 

@@ -47,6 +47,9 @@ UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
     # is derived from what it says, unknown until then, so nothing scopes it by name.
     # update counts a repeat into an existing Event's series.
     (["events"], ["create", "update"]),
+    # The controller removes retry-delay gates (docs/OPERATIONS.md, "Retry-delay gates"):
+    # of pods in any namespace, whose names no rule can know.
+    (["pods"], ["patch"]),
 ]
 SCHEMA_ERROR = "don't meet the specifications of the schema"
 
@@ -332,6 +335,11 @@ def test_default_objects(helm):
             ("ClusterRole", f"{full}-certgen"),
             ("ClusterRoleBinding", f"{full}-certgen"),
             ("Job", f"{full}-certgen"),
+            # Retry-delay gates released on delete: hook Job with its own identity.
+            ("ServiceAccount", f"{full}-release-gates"),
+            ("ClusterRole", f"{full}-release-gates"),
+            ("ClusterRoleBinding", f"{full}-release-gates"),
+            ("Job", f"{full}-release-gates"),
         ]
     )
     for doc in docs:
@@ -1242,8 +1250,8 @@ def test_service_routes_443_to_the_webhook_pods_only(helm):
     assert (port["port"], port["targetPort"]) == (443, "https")
     selector = service["spec"]["selector"]
     assert selector.items() <= deployment_pod(docs)["metadata"]["labels"].items()
-    certgen_pod = one(docs, "Job")["spec"]["template"]["metadata"]["labels"]
-    assert not selector.items() <= certgen_pod.items()  # never route to the hook Job
+    for job in objects(docs, "Job"):  # never route to a hook Job
+        assert not selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
 
 
 # --- RBAC --------------------------------------------------------------------------
@@ -1295,6 +1303,8 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
         # on Jobs and JobSets; the workers read JobSets' (webhook/cluster/record.py), and a
         # JobSet to tell its TrainJob (Events).
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
+        # ... and removes retry-delay gates from pods (webhook/controller/gates.py).
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     ]
     jobsets = {
         "apiGroups": ["jobset.x-k8s.io"],
@@ -1364,6 +1374,9 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     off = render(helm, {"controller": {"enabled": False}})
     assert "--no-controller" in container(off)["args"]
     assert [d for d in off if d["metadata"]["name"] == lease] == []
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} not in one(
+        off, "ClusterRole", full
+    )["rules"]
     off = render(helm, VALUE_SETS["kube-off"])
     assert [d for d in off if d["kind"] == "ClusterRole" and not hook_events(d)] == []
     assert [d for d in off if d["kind"] == "Role" and not hook_events(d)] == []
@@ -1378,7 +1391,7 @@ CERTGEN_HOOKS = {"pre-install", "pre-upgrade", "post-install", "post-upgrade"}
 def test_builtin_certificates_hook_job(helm):
     docs = render(helm, {})
     full = f"{RELEASE}-retry-policy-webhook"
-    job = one(docs, "Job")
+    job = one(docs, "Job", f"{full}-certgen")
     assert hook_events(job) == CERTGEN_HOOKS
     policy = set(job["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(","))
     assert policy == {"before-hook-creation", "hook-succeeded"}
@@ -1445,12 +1458,46 @@ def test_builtin_certificates_hook_job(helm):
         )
 
 
+def test_release_gates_hook_job(helm):
+    """Deleting the release removes every retry-delay gate (``retry-webhook
+    release-gates``), before and after the delete; with the controller off, after every
+    install and upgrade too. Its identity may list and patch pods, and lives only around
+    the hook."""
+    docs = render(helm, {})
+    full = f"{RELEASE}-retry-policy-webhook"
+    name = f"{full}-release-gates"
+    job = one(docs, "Job", name)
+    assert hook_events(job) == {"pre-delete", "post-delete"}
+    policy = set(job["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(","))
+    assert policy == {"before-hook-creation", "hook-succeeded"}
+    pod_spec = job["spec"]["template"]["spec"]
+    (c,) = pod_spec["containers"]
+    assert c["args"] == ["release-gates", "--all-namespaces"]
+    assert c["image"] == container(docs)["image"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod_spec["serviceAccountName"] == name
+    assert pod_spec["restartPolicy"] == "Never"
+    assert job["spec"]["activeDeadlineSeconds"] == 120
+    job_weight = int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    for kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        obj = one(docs, kind, name)
+        assert hook_events(obj) == hook_events(job), kind
+        assert int(obj["metadata"]["annotations"]["helm.sh/hook-weight"]) < job_weight, kind
+    assert one(docs, "ClusterRole", name)["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}
+    ]
+    for values in ({"controller": {"enabled": False}}, VALUE_SETS["kube-off"]):
+        off = one(render(helm, values), "Job", name)
+        assert hook_events(off) == {"pre-delete", "post-delete", "post-install", "post-upgrade"}
+
+
 def test_cert_manager_mode(helm):
     docs = render(helm, VALUE_SETS["cert-manager"])
     full = f"{RELEASE}-retry-policy-webhook"
-    assert objects(docs, "Job") == []
+    # No certificate hook: only the one that releases retry-delay gates on delete.
+    assert [j["metadata"]["name"] for j in objects(docs, "Job")] == [f"{full}-release-gates"]
     assert [r["metadata"]["name"] for r in objects(docs, "Role")] == [f"{full}-lease"]
-    assert all(not hook_events(d) for d in docs)
+    assert all(not hook_events(d) or d["metadata"]["name"] == f"{full}-release-gates" for d in docs)
     certs = {d["metadata"]["name"]: d for d in objects(docs, "Certificate")}
     issuers = {d["metadata"]["name"]: d for d in objects(docs, "Issuer")}
     assert issuers[f"{full}-selfsigned"]["spec"] == {"selfSigned": {}}

@@ -374,6 +374,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
 
     helm_path = _find_helm()
     warnings = put_failed_jobs(api)
+    # A pod held back by a retry-delay gate whose time has come: the gate releaser
+    # (webhook/controller/gates.py) lists, watches and patches it.
+    api.put("pods", gated_pod("overdue", time.time() - 60))
     api.requests.clear()
     path = write_kubeconfig(tmp_path / "kubeconfig-rbac", api.url)
     api_client = config.new_client_from_config(str(path))
@@ -413,7 +416,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     assert worker.stats()["written"] == 1 and worker.stats()["aggregated"] == 1
     made = calls(list(api.requests))
     assert any(c.resource == "leases" and c.verb == "update" for c in made), made
-    assert {c.resource for c in made if c.verb == "patch"} == {"jobs", "jobsets"}, made
+    assert {c.resource for c in made if c.verb == "patch"} == {"jobs", "jobsets", "pods"}, made
     for verb, resource in (
         ("patch", "jobs"),
         ("patch", "jobsets"),
@@ -424,6 +427,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
         ("list", "pods"),
     ):
         assert any(c.verb == verb and c.resource == resource for c in made), (verb, resource)
+    assert {("list", ""), ("watch", ""), ("patch", "ml")} <= {
+        (c.verb, c.namespace) for c in made if c.resource == "pods"
+    }, made
     docs = render(helm_path, {})
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
@@ -437,6 +443,30 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     refused = denied(render(helm_path, {"webhook": {"kinds": fewer}}), account, CHART_NS, made)
     assert "get jobset.x-k8s.io/jobsets llama in ml" in refused
     assert "get batch/cronjobs nightly in ml" in refused
+
+
+def gated_pod(name: str, not_before: float, namespace: str = "ml") -> dict:
+    """A pod as stored after the webhook held it back (``webhook.kube.gates``), behind
+    another controller's gate."""
+    from webhook.kube import gates
+    from webhook.policy.model import format_time
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "labels": {gates.GATED_LABEL: gates.GATED_VALUE},
+            "annotations": {gates.NOT_BEFORE: format_time(not_before)},
+        },
+        "spec": {
+            "schedulingGates": [{"name": "example.com/quota"}, {"name": gates.GATE}],
+            "containers": [{"name": "main", "image": "busybox:1.36"}],
+        },
+        "status": {"phase": "Pending"},
+    }
 
 
 def _find_helm() -> str:

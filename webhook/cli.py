@@ -442,6 +442,36 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     return EXIT_OK
 
 
+def release_gates(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """Remove every retry-delay gate of ours (webhook/controller/gates.py): for an
+    uninstall (the chart's delete hook) or a controller that is off. Exit 2: no API or
+    no scope given; 1: some pods could not be released (run it again)."""
+    from webhook.controller import gates
+    from webhook.tls import incluster
+
+    if (args.namespace is None) == (not args.all_namespaces):
+        print("Error: give -n NAMESPACE or --all-namespaces (-A)", file=stderr)
+        return EXIT_INPUT
+    try:
+        core, _ = incluster.api_clients(args.kubeconfig)
+        done, errors = gates.release_all(core, args.namespace, args.dry_run)
+    except incluster.SyncError as err:
+        print(f"Error: {err}", file=stderr)
+        return EXIT_INPUT
+    except Exception as err:  # the list itself failed
+        status = getattr(err, "status", None)
+        print(f"Error: cannot list pods: {f'HTTP {status}' if status else err}", file=stderr)
+        return EXIT_FAILED
+    for item in done:
+        print(item, file=stdout)
+    for error in errors:
+        print(f"Error: {error}", file=stderr)
+    verb = "to release" if args.dry_run else "released"
+    count = sum(d.result in ("released", "would be released") for d in done)
+    print(f"{count} retry-delay gate(s) {verb}", file=stdout)
+    return EXIT_FAILED if errors else EXIT_OK
+
+
 def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     from webhook.serving.server import ServeOptions, serve
 
@@ -813,6 +843,21 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     cert.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
     cert.set_defaults(func=make_certs)
+
+    release = sub.add_parser(
+        "release-gates",
+        help="remove the retry-delay scheduling gates of every pod the webhook holds back",
+    )
+    scope = release.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="only the pods of this namespace")
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="the pods of every namespace"
+    )
+    release.add_argument(
+        "--dry-run", action="store_true", help="print what would be released, change nothing"
+    )
+    release.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
+    release.set_defaults(func=release_gates)
     return parser
 
 

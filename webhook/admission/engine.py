@@ -26,6 +26,7 @@ from webhook.admission.review import Request, Verdict, freeze
 from webhook.admission.view import view_of
 from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.leadership import Clock, LeaderSource
 from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
@@ -70,9 +71,11 @@ def mutate(
     attempts: AttemptSource = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
+    leadership: LeaderSource | None = None,
 ) -> Verdict:
-    """Answer the mutating webhook: a patch and one warning per change, or a denial."""
-    found = _mutator_for(request, config, attempts, runtimes, version)
+    """Answer the mutating webhook: a patch and one warning per change, or a denial.
+    ``leadership`` tells whether a controller leads (a retry-delay gate needs one)."""
+    found = _mutator_for(request, config, attempts, runtimes, version, leadership)
     if found is None:
         return _restore(request, config) if request.operation == "UPDATE" else Verdict()
     mutator, ctx, original = found
@@ -82,6 +85,7 @@ def mutate(
         return remembered
     recording = RecordingAttempts(attempts)
     ctx.attempts = recording
+    ctx.clock = recording.clocked(ctx.clock)
     verdict, outcome = _apply(mutator, ctx, original, request, subject)
     if key is not None and outcome is not None:
         # Nothing else holds this verdict (its lists are the finished outcome's): kept as
@@ -98,10 +102,11 @@ def _mutate(
     attempts: AttemptSource,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
+    leadership: LeaderSource | None = None,
 ) -> tuple[Verdict, Outcome | None]:
     """``mutate`` without the memo, also returning the mutator's outcome (``None`` when
     no mutator ran): ``explain`` and the dry run read what the mutator reported."""
-    found = _mutator_for(request, config, attempts, runtimes, version)
+    found = _mutator_for(request, config, attempts, runtimes, version, leadership)
     if found is None:
         return Verdict(), None
     mutator, ctx, original = found
@@ -114,13 +119,14 @@ def _mutator_for(
     attempts: AttemptSource,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
+    leadership: LeaderSource | None = None,
 ) -> tuple[Any, Context, dict[str, Any]] | None:
     """The mutator that must run on this request, its context and the object, if any does."""
     mutator = lookup(request.kind.group, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
-    ctx = _context(config, attempts, request, runtimes, version)
+    ctx = _context(config, attempts, request, runtimes, version, leadership)
     return (mutator, ctx, original) if mutator.applies(original, ctx) else None
 
 
@@ -168,8 +174,10 @@ def _apply(
     recording = ctx.attempts
     if not isinstance(recording, RecordingAttempts):
         recording = ctx.attempts = RecordingAttempts(recording)
+        ctx.clock = recording.clocked(ctx.clock)
     verdict, outcome = _run(mutator, ctx, subject, request)
-    replay = dataclasses.replace(ctx, attempts=_Replay(recording, request))
+    again = _Replay(recording, request)
+    replay = dataclasses.replace(ctx, attempts=again, clock=again)
     _same_answer(request, verdict, _run(mutator, replay, original, request)[0])
     return verdict, outcome
 
@@ -205,6 +213,10 @@ class _Replay:
         return self._answer(LimitQuestion(namespace))
 
     def placement(self, question: Placement) -> NodeAnswer:
+        return self._answer(question)
+
+    def ask(self, question: Any) -> Any:
+        """A question of leadership or time (``Clock``): the view's run's answer."""
         return self._answer(question)
 
     def _answer(self, question: Any) -> Any:
@@ -282,7 +294,7 @@ def _recall(
         ctx.kubernetes_version,
         shape,
     )
-    remembered = MEMO.get(key, ctx.attempts)
+    remembered = MEMO.get(key, ctx.attempts, ctx.clock)
     return key, (remembered.fresh() if remembered is not None else None)
 
 
@@ -292,6 +304,7 @@ def _context(
     request: Request,
     runtimes: RuntimeSource,
     version: VersionSource,
+    leadership: LeaderSource | None = None,
 ) -> Context:
     """The mutator's context; the cluster's version is the config's pin, else the API
     server's (``webhook.cluster.version``)."""
@@ -302,6 +315,7 @@ def _context(
         request.operation,
         runtimes,
         config.kubernetes_version or version.kubernetes_version(),
+        clock=Clock(leadership),
     )
 
 

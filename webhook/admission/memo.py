@@ -40,6 +40,7 @@ from webhook.admission.review import Verdict
 from webhook.cluster import history, limits, nodes
 from webhook.cluster.attempts import AttemptLookup, AttemptSource
 from webhook.cluster.history import HistoryKey, HistoryLookup
+from webhook.cluster.leadership import Clock, LeaderLive, Now, Passed
 from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.intent import LAST_APPLIED
@@ -109,12 +110,17 @@ def view_key(view: Mapping[str, Any]) -> bytes | None:
 #: A lookup made during a policy run and its answer: a Job's failures (the question is
 #: (namespace, name, uid)), a lineage's failure history (the question is its key), a
 #: namespace's LimitRanges (``LimitQuestion``), whether a node remains for a pod's
-#: placement (``Placement``).
+#: placement (``Placement``), and what a retry-delay gate asks of leadership and time
+#: (``LeaderLive``, ``Passed``, ``Now``: a remembered gate is not replayed once a
+#: controller stopped leading or the delay ran out).
 Call = tuple[Any, Any]
+CLOCK_QUESTIONS = (LeaderLive, Passed, Now)
 
 
-def ask(source: AttemptSource, question: Any) -> Any:
-    """Ask ``source`` a recorded question again."""
+def ask(source: AttemptSource, question: Any, clock: Any = None) -> Any:
+    """Ask ``source`` (or ``clock``, for leadership and time) a recorded question again."""
+    if isinstance(question, CLOCK_QUESTIONS):
+        return (clock if clock is not None else Clock()).ask(question)
     if isinstance(question, HistoryKey):
         return history.ask(source, question)
     if isinstance(question, LimitQuestion):
@@ -155,6 +161,23 @@ class RecordingAttempts:
     def stats(self) -> dict[str, Any]:
         return self.source.stats()
 
+    def clocked(self, clock: Any) -> RecordingClock:
+        """``clock``, its answers recorded among this run's lookups."""
+        return RecordingClock(clock, self.calls)
+
+
+class RecordingClock:
+    """A clock (``webhook.cluster.leadership.Clock``) whose answers are recorded."""
+
+    def __init__(self, clock: Any, calls: list[Call]):
+        self.clock = clock
+        self.calls = calls
+
+    def ask(self, question: Any) -> Any:
+        answer = self.clock.ask(question)
+        self.calls.append((question, answer))
+        return answer
+
 
 @dataclass(frozen=True)
 class _Entry:
@@ -174,13 +197,13 @@ class Memo:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple, attempts: AttemptSource) -> Verdict | None:
+    def get(self, key: tuple, attempts: AttemptSource, clock: Any = None) -> Verdict | None:
         entry = self._entries.get(key)
         if entry is None:
             self.misses += 1
             return None
         for question, answer in entry.lookups:
-            if ask(attempts, question) != answer:
+            if ask(attempts, question, clock) != answer:
                 self.misses += 1
                 return None
         self.hits += 1

@@ -56,6 +56,10 @@ ATTEMPT = PREFIX + "attempt"
 #: The keys that make a pod learn from earlier attempts (``history.wants_history``);
 #: containers' memory is read only for the first (``webhook.mutators.failureaware``).
 OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
+#: The keys that make a pod read its attempt and the previous failure
+#: (``webhook.mutators.between``): as one that learns from earlier attempts, and with
+#: ``retry-delay`` its scheduling gates and labels, which the gate is written into.
+ATTEMPT_ENV, RETRY_DELAY = PREFIX + "attempt-env", PREFIX + "retry-delay"
 
 #: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
 #: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
@@ -121,15 +125,21 @@ def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, 
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = {}
-    learns = OOM_FACTOR in annotations or AVOID_NODES in annotations
+    learns = any(k in annotations for k in (OOM_FACTOR, AVOID_NODES, ATTEMPT_ENV, RETRY_DELAY))
+    gated = RETRY_DELAY in annotations
     meta = _metadata(
         metadata,
         POD_HISTORY_ANNOTATIONS if learns else POD_ANNOTATIONS,
         reduce_owners=ATTEMPT in annotations and not learns,
         labels=POD_HISTORY_LABELS if learns else POD_LABELS,
+        keep_labels=gated,
     )
     spec_view = _pod_spec(
-        spec, OOM_FACTOR in annotations, IN_PLACE in annotations, AVOID_NODES in annotations
+        spec,
+        OOM_FACTOR in annotations,
+        IN_PLACE in annotations,
+        AVOID_NODES in annotations,
+        gates=gated,
     )
     return _top(pod, meta, spec_view)
 
@@ -180,7 +190,10 @@ def _metadata(
     reduce_owners: bool,
     labels: tuple[str, ...] = (),
     intent: bool = False,
+    keep_labels: bool = False,
 ) -> dict[str, Any]:
+    """``keep_labels``: the labels mapping stays, reduced to ``labels``, even when none of
+    them is there (a mutator writes into it)."""
     meta: dict[str, Any] = {}
     for key, value in metadata.items():
         if key == "namespace":
@@ -192,7 +205,7 @@ def _metadata(
         elif key == "labels":
             if not isinstance(value, dict):
                 meta[key] = value
-            elif labels and not set(labels).isdisjoint(value):
+            elif keep_labels or (labels and not set(labels).isdisjoint(value)):
                 meta[key] = {k: v for k, v in value.items() if k in labels}
         elif key == "managedFields" and intent:
             applied = _applied_fields(value)
@@ -233,13 +246,22 @@ def _template(template: Mapping[str, Any], memory: bool, restarts: bool) -> dict
 
 
 def _pod_spec(
-    spec: Mapping[str, Any], memory: bool, restarts: bool = False, placement: bool = False
+    spec: Mapping[str, Any],
+    memory: bool,
+    restarts: bool = False,
+    placement: bool = False,
+    gates: bool = False,
 ) -> dict[str, Any]:
     """``placement``: a pod kept off failed nodes, whose tolerations tell which nodes
-    remain for it (``webhook.kube.scheduling``)."""
+    remain for it (``webhook.kube.scheduling``); ``gates``: a pod that may be held back,
+    whose scheduling gates are read and written (``webhook.kube.gates``)."""
     view: dict[str, Any] = {}
     for key, value in spec.items():
-        if key in POD_SPEC_READ or (placement and key == "tolerations"):
+        if (
+            key in POD_SPEC_READ
+            or (placement and key == "tolerations")
+            or (gates and key == "schedulingGates")
+        ):
             view[key] = value
         elif key in CONTAINER_GROUPS:
             view[key] = (

@@ -126,6 +126,9 @@ class HistoryLookup:
     #: "" when it cannot be told) and when it happened (Unix time; ``None``: unknown).
     last_cause: str = ""
     last_failed_at: float | None = None
+    #: For an Indexed Job's pod: the counted failures of its index seen here (all of them
+    #: when ``missing`` is 0), whether the Job's budget is per index or not.
+    index_failures: int = 0
 
     def __post_init__(self) -> None:
         # (container, kills) pairs are accepted too: a tally without the memory.
@@ -440,6 +443,9 @@ class FailureHistory:
         self._listed: dict[str, int] = {}
         #: JobSet UID -> the latest run (restart-attempt) with a failed pod recorded.
         self._runs: dict[str, int] = {}
+        #: JobSet UID -> the set's latest failure (cause, time): what restarted it, which
+        #: every pod of the next run is told and waits from, whatever its own lineage.
+        self._set_last: dict[str, tuple[str, float | None]] = {}
         self._open_until = 0.0
         self._interned: dict[str, str] = {}
         self.counters = {"lists": 0, "list_errors": 0, "breaker_skips": 0, "evicted": 0}
@@ -468,6 +474,11 @@ class FailureHistory:
                 if len(self._runs) >= MAX_LISTED and place[0] not in self._runs:
                     self._runs.clear()
                 self._runs[place[0]] = max(run, self._runs.get(place[0], -1))
+                latest = self._set_last.get(place[0], ("", None))
+                if latest[1] is None or (when is not None and when >= latest[1]):
+                    if len(self._set_last) >= MAX_LISTED and place[0] not in self._set_last:
+                        self._set_last.clear()
+                    self._set_last[place[0]] = (self._intern(cause), when)
             marks, ooms, nodes, last = self._lineages.pop(key, _EMPTY)
             if marked(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes, last)
@@ -573,11 +584,27 @@ class FailureHistory:
         marks, ooms, nodes, (cause, when) = record
         missing = max(0, (key.expected or 0) - seen)
         unseen = False
-        if key.jobset is not None and key.run > 0:
-            with self._lock:
-                unseen = self._runs.get(key.jobset, -1) < key.run - 1
+        index_failures = 0
+        with self._lock:
+            if key.jobset is not None:
+                unseen = key.run > 0 and self._runs.get(key.jobset, -1) < key.run - 1
+                latest = self._set_last.get(key.jobset)
+                if latest is not None and (when is None or (latest[1] or 0) > when):
+                    cause, when = latest
+            if key.index is not None:
+                index_failures = self._counted(key.uid, key.index, True)
         return HistoryLookup(
-            True, ooms, nodes, len(marks) // MARK, missing, source, "", unseen, cause, when
+            True,
+            ooms,
+            nodes,
+            len(marks) // MARK,
+            missing,
+            source,
+            "",
+            unseen,
+            cause,
+            when,
+            index_failures,
         )
 
     def fetch(self, key: HistoryKey) -> HistoryLookup:

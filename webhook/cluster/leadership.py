@@ -15,7 +15,9 @@ import json
 import mmap
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -92,3 +94,60 @@ class NoLeader:
 
     def read(self) -> LeaderState:
         return LeaderState(reason=self.reason)
+
+
+class LeaderSource(Protocol):
+    def read(self) -> LeaderState: ...
+
+
+# --- what an admission asks of leadership and time ------------------------------------------
+#
+# A pod's retry-delay gate depends on whether a controller leads (a gate nobody removes
+# must never be added) and on the time (a delay already over needs no gate). Both are
+# questions asked through ``Clock``, so that the remembered-verdict memo can record them
+# with their answers and replay them (``webhook.admission.memo``): a verdict reached
+# under another leadership, or before a delay ran out, is computed afresh.
+
+
+@dataclass(frozen=True)
+class LeaderLive:
+    """Does a controller lead: has a replica renewed the Lease recently?"""
+
+
+@dataclass(frozen=True)
+class Passed:
+    """Has the time ``at`` (Unix time) come?"""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class Now:
+    """The time now, in whole seconds (a delay counted from admission starts here)."""
+
+
+ClockQuestion = LeaderLive | Passed | Now
+
+
+def wall() -> float:
+    """The wall clock (Unix time): what not-before is written and compared in."""
+    return time.time()
+
+
+class Clock:
+    """Answers ``ClockQuestion``s from this replica's leadership note and the wall clock."""
+
+    def __init__(
+        self,
+        leadership: LeaderSource | None = None,
+        now: Callable[[], float] | None = None,
+    ):
+        self.leadership = leadership if leadership is not None else NoLeader()
+        self.now = now if now is not None else wall
+
+    def ask(self, question: ClockQuestion) -> Any:
+        if isinstance(question, LeaderLive):
+            return self.leadership.read().recently_renewed(self.now())
+        if isinstance(question, Passed):
+            return self.now() >= question.at
+        return int(self.now())

@@ -6,6 +6,7 @@ from typing import Any
 
 from webhook.cluster.events import EventSink, WorkloadResolver, instance_name, recorder_for
 from webhook.controller.failedjobs import FailedJobs
+from webhook.controller.gates import GateReleaser
 from webhook.controller.manager import ControllerOptions, Reconciler
 from webhook.controller.recorder import HistoryRecorder
 
@@ -15,9 +16,11 @@ def build(
     options: ControllerOptions,
     events: EventSink | None = None,
     resolver: WorkloadResolver | None = None,
+    recorder: Any = None,
 ) -> list[Reconciler]:
-    """Every reconciler, sharing one API client (and its connection pool) and one Event
-    recorder (the process's, whose counts its metrics sample; made here when not given)."""
+    """Every reconciler, sharing one API client (and its connection pool), one Event
+    recorder (the process's, whose counts its metrics sample; made here when not given)
+    and the controller's metrics (``recorder``: ``webhook.serving.metrics.ControllerMetrics``)."""
     from kubernetes import client
 
     if events is None:
@@ -25,4 +28,5 @@ def build(
     return [
         HistoryRecorder(api_client),
         FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
+        GateReleaser(client.CoreV1Api(api_client), recorder),
     ]

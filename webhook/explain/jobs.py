@@ -12,6 +12,7 @@ from typing import Any
 from webhook.explain import inplace
 from webhook.explain.inplace import Backoff, Bound, PodRestarts
 from webhook.explain.model import (
+    BETWEEN_KEYS,
     FAILURE_AWARE_KEYS,
     IN_PLACE_KEYS,
     INDEX_FAILURE_COUNT,
@@ -62,13 +63,16 @@ from webhook.policy.model import (
     INT32_MAX,
     PREFIX,
     BadValue,
+    Delays,
     Layer,
     Policy,
     Scope,
     Source,
+    format_duration,
     parse_annotations,
     parse_count,
     resolve,
+    retry_delays,
 )
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
@@ -159,6 +163,8 @@ class JobSpecView:
     #: (``None``: avoid-failed-nodes is off).
     template_memory: tuple[ContainerMemory, ...] = ()
     avoided_nodes: int | None = None
+    #: What its pods wait after a failure (``retry-delay``; ``None``: no delay).
+    delays: Delays | None = None
 
     @property
     def placement_limit(self) -> int | None:
@@ -209,7 +215,17 @@ class JobSpecView:
             bound=self.bound,
             template_memory=self.template_memory,
             avoided_nodes=self.avoided_nodes,
+            delays=self.delays,
         )
+
+
+def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
+    """What a template's pods wait after a failure (their ``retry-delay`` annotations, at
+    most the guard rail), as the pod webhook computes it; ``None``: no delay."""
+    if pods.retry_delay is None:
+        return None
+    rails = subject.ctx.config.rails(subject.ctx.namespace)
+    return retry_delays(pods, rails.max_retry_delay)
 
 
 def job_spec_view(
@@ -257,6 +273,7 @@ def job_spec_view(
             if pods.avoid_failed_nodes
             else None
         ),
+        delays=pod_delays(pods, subject),
     )
 
 
@@ -328,18 +345,58 @@ def explain_job_spec(
             view.placement_limit,
             view.pods.non_spot_attempts,
             final,
+            delays=view.delays,
         )
     item.notes.extend(_job_notes(view))
     failure_aware(item, view, subject)
+    between_notes(item, view)
     return item
 
 
+def between_notes(item: Explanation, view: JobSpecView) -> None:
+    """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for."""
+    unit = "run of the JobSet" if not view.placed_by_job else "attempt"
+    if view.pods.attempt_env:
+        per = (
+            "its index's failures"
+            if view.per_index is not None
+            else "the JobSet's restarts"
+            if not view.placed_by_job
+            else "the Job's counted failures, or in an Indexed Job its index's"
+        )
+        item.notes.append(
+            f"attempt-env: every container learns its {unit} from RETRY_POLICY_ATTEMPT "
+            f"({per} before it), its budget from RETRY_POLICY_MAX_ATTEMPTS where it is "
+            "known, and the previous failure from "
+            "RETRY_POLICY_LAST_FAILURE (oom-killed:<container>, "
+            "exit-code:<code>:<container>, disruption, or empty)"
+        )
+    if view.delays is not None:
+        item.notes.append(
+            f"retry-delay: each retry is held back (a scheduling gate) for the time in the "
+            f"plan's waits column after the failure before it, at most "
+            f"{format_duration(view.delays.cap)}; a controller removes the gate, and while "
+            "none leads retries are not held back"
+        )
+
+
+def _facts_delay(delays: Delays | None, failures: int) -> int:
+    return delays.seconds(failures) if delays is not None else 0
+
+
 def workload_keys(policy: Policy) -> tuple[str, ...]:
-    """The settings to list: failure-aware and in-place ones only when one is set."""
+    """The settings to list: failure-aware, in-place and between-attempts ones only when
+    one is set."""
     keys = WORKLOAD_KEYS
     if any(policy.explicit(name) for name in FAILURE_AWARE_KEYS):
         keys += FAILURE_AWARE_KEYS
-    return keys + in_place_keys(policy)
+    return keys + in_place_keys(policy) + between_keys(policy)
+
+
+def between_keys(policy: Policy) -> tuple[str, ...]:
+    if any(policy.explicit(name) for name in BETWEEN_KEYS):
+        return BETWEEN_KEYS
+    return ()
 
 
 def in_place_keys(policy: Policy) -> tuple[str, ...]:
@@ -546,6 +603,7 @@ class JobSimulator:
         bound: Bound | None = None,
         template_memory: Sequence[ContainerMemory] = (),
         avoided_nodes: int | None = None,
+        delays: Delays | None = None,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -577,6 +635,8 @@ class JobSimulator:
         #: nodes a pod keeps off (``None``: it keeps off none).
         self.template_memory = tuple(template_memory)
         self.avoided_nodes = avoided_nodes
+        #: What each new pod waits after the failure before it (``retry-delay``).
+        self.delays = delays
 
     def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
         """What the next pod is admitted with, after the failures in ``state``;
@@ -592,7 +652,8 @@ class JobSimulator:
             for m in self.template_memory
         )
         avoided = min(state.failed_nodes, self.avoided_nodes or 0)
-        return PodFacts(self.placement(placed_by) == nodes_text(True), memory, avoided)
+        delay = _facts_delay(self.delays, placed_by)
+        return PodFacts(self.placement(placed_by) == nodes_text(True), memory, avoided, delay)
 
     def oom(self, state: JobState, event: Event) -> str:
         """Count the event's OOM kills; say the memory the next attempt's containers get."""
@@ -968,7 +1029,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
     metadata = mapping(subject.final.get("metadata"))
     annotations = mapping(metadata.get("annotations"))
     policy = subject.policy("spec") or template_pod_policy(annotations)
-    item.settings = setting_lines(policy, POD_KEYS + in_place_keys(policy))
+    item.settings = setting_lines(policy, POD_KEYS + in_place_keys(policy) + between_keys(policy))
     limit, n = policy.backoff_limit, policy.non_spot_attempts
     attempt, source = _pod_attempt(policy, annotations)
     item.budget = (
@@ -983,6 +1044,18 @@ def explain_pod(subject: Subject) -> list[Explanation]:
         if attempt is not None:
             where = "non-spot nodes only" if runs_non_spot(attempt, limit, n) else "any node"
             item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
+    delays = pod_delays(policy, subject)
+    if delays is not None and attempt is not None:
+        wait = delays.seconds(attempt)
+        item.notes.append(
+            f"retry-delay: this pod is attempt {attempt + 1}: "
+            + (
+                f"it is held back for {format_duration(wait)} from its admission (a bare "
+                "Pod's previous failure is not known), while a controller leads"
+                if wait
+                else "the first attempt is not held back"
+            )
+        )
     _pod_in_place(item, subject)
     return [item]
 

@@ -51,6 +51,7 @@ from webhook.explain.jobs import (
     JobSimulator,
     JobSpecView,
     JobState,
+    between_notes,
     container_names,
     explain_job_spec,
     failure_aware,
@@ -435,6 +436,7 @@ def _replicated_job(
             view.pods.non_spot_attempts,
             f"the JobSet fails ({FAILED_JOBS})",
             unit="run",
+            delays=view.delays,
         )
     else:
         item.plan = build_plan(
@@ -444,9 +446,11 @@ def _replicated_job(
             view.pods.non_spot_attempts,
             f"the JobSet fails ({MAX_REACHED})",
             unit="run",
+            delays=view.delays,
         )
     item.notes.extend(_child_notes(rjob, view, defaulted_restart, in_place))
     failure_aware(item, view, subject)
+    between_notes(item, view)
     return item
 
 

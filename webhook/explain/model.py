@@ -36,6 +36,8 @@ WORKLOAD_KEYS = (
     "error-propagation",
 )
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
+#: Shown when either is set (``webhook.mutators.between``).
+BETWEEN_KEYS = ("attempt-env", "retry-delay", "retry-delay-factor", "retry-delay-max")
 #: Shown when any of them is set (failure-aware retries, ``webhook.mutators.failureaware``).
 FAILURE_AWARE_KEYS = ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
 #: Shown when in-place restarts are asked for (``webhook.mutators.inplace``).
@@ -209,6 +211,9 @@ class PlanRow:
     nodes: str
     if_fails: str
     retries_left: int | None
+    #: What the attempt's pod waits after the failure before it (``retry-delay``): a
+    #: duration, "-" for none; "" when the plan has no delays.
+    waits: str = ""
 
 
 @dataclass(frozen=True)
@@ -227,6 +232,8 @@ class Plan:
     rows: list[PlanRow | PlanGap]
     #: What one row is: an "attempt" (a pod), or a "run" of a JobSet (every Job recreated).
     unit: str = "attempt"
+    #: Whether the rows say what each attempt waits (``retry-delay``).
+    delays: bool = False
 
 
 @dataclass(frozen=True)
@@ -400,6 +407,9 @@ class PodFacts:
     #: its node (not disrupted), the most recent, at most guardRails.maxAvoidedNodes. Two
     #: failures on one node make one fewer: this is the most there can be.
     avoided_nodes: int = 0
+    #: Seconds it is held back after the failure before it (retry-delay's scheduling
+    #: gate; the Job controller's own back-off counts from the same failure).
+    delay_seconds: int = 0
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from webhook.explain.model import (
     Simulation,
     Step,
 )
+from webhook.policy.model import format_duration
 
 # --- rendering ---------------------------------------------------------------------------
 
@@ -128,18 +129,28 @@ def _render_plan(plan: Plan) -> list[str]:
     )
     lines = _fill(head)
     before = "restarts so far" if plan.unit == "run" else "failures so far"
-    lines.append(f"  {plan.unit:<9}{before:<17}{'runs on':<15}if it fails (counted)")
+    waits = f"{'waits':<8}" if plan.delays else ""
+    lines.append(f"  {plan.unit:<9}{before:<17}{'runs on':<15}{waits}if it fails (counted)")
     for row in plan.rows:
         if isinstance(row, PlanGap):
             lines.append(
                 f"  {'...':<9}({plan.unit}s {row.first} to {row.last}: like the one above)"
             )
             continue
+        waited = f"{row.waits:<8}" if plan.delays else ""
         lines.extend(
             _fill(
-                f"{row.attempt:<9}{row.failures_before:<17}{row.nodes:<15}{row.if_fails}",
+                f"{row.attempt:<9}{row.failures_before:<17}{row.nodes:<15}{waited}{row.if_fails}",
                 "  ",
-                " " * 43,
+                " " * (43 + len(waited)),
+            )
+        )
+    if plan.delays:
+        lines.extend(
+            _fill(
+                "waits: held back after the failure before it (retry-delay); the Job "
+                "controller's own back-off (10s, doubling, at most 10m) counts from the same "
+                "failure, and the longer of the two wins."
             )
         )
     return lines
@@ -192,9 +203,11 @@ def _step_label(sim: Simulation, step: Step) -> str:
         return f"attempt {step.attempt}"
     if sim.unit == "exit":  # a bare Pod's containers
         return "the pod"
+    wait = step.facts.delay_seconds if step.facts is not None else 0
+    waited = f", after {format_duration(wait)}" if wait else ""
     if step.run is not None:
-        return f"pod {step.pod} (run {step.run}, {step.nodes})"
-    return f"pod {step.pod} (attempt {step.attempt}, {step.nodes})"
+        return f"pod {step.pod} (run {step.run}, {step.nodes}{waited})"
+    return f"pod {step.pod} (attempt {step.attempt}, {step.nodes}{waited})"
 
 
 def to_json(items: Sequence[Explanation | Denial]) -> dict[str, Any]:
@@ -218,7 +231,7 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
             "limit": item.plan.limit,
             "nonSpotAttempts": item.plan.non_spot_attempts,
             "rows": [
-                _camel(dataclasses.asdict(r)) for r in item.plan.rows if isinstance(r, PlanRow)
+                _row_json(r, item.plan.delays) for r in item.plan.rows if isinstance(r, PlanRow)
             ],
             "omitted": [
                 {"first": r.first, "last": r.last} for r in item.plan.rows if isinstance(r, PlanGap)
@@ -269,6 +282,14 @@ def _step_json(step: Step) -> dict[str, Any]:
     data = _camel(dataclasses.asdict(step))
     data["inPlace"] = [_camel(r) for r in data["inPlace"]]
     data["facts"] = _facts_json(data["facts"])
+    return data
+
+
+def _row_json(row: PlanRow, delays: bool) -> dict[str, Any]:
+    """A plan row; ``waits`` only in a plan with delays."""
+    data = _camel(dataclasses.asdict(row))
+    if not delays:
+        del data["waits"]
     return data
 
 

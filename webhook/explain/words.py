@@ -10,9 +10,11 @@ from webhook.kube import failurepolicy
 from webhook.mutators import inplace, items
 from webhook.policy.model import (
     PREFIX,
+    Delays,
     Policy,
     Setting,
     Source,
+    format_duration,
     format_value,
 )
 
@@ -212,10 +214,12 @@ def build_plan(
     non_spot_attempts: int,
     final: str,
     unit: str = "attempt",
+    delays: Delays | None = None,
 ) -> Plan:
     """One row per attempt ``a`` = 0..limit (counted failures before it); long plans keep
     their first and last rows and the rows around the non-spot boundary. With ``unit``
-    "run" a row is one run of a JobSet and ``a`` the restarts before it."""
+    "run" a row is one run of a JobSet and ``a`` the restarts before it. ``delays``: what
+    each attempt waits after the failure before it (``retry-delay``)."""
     keep = set(range(min(3, limit + 1))) | set(range(max(0, limit - 2), limit + 1))
     if non_spot_attempts > 0 and placement_limit is not None:
         boundary = placement_limit + 1 - non_spot_attempts
@@ -235,10 +239,11 @@ def build_plan(
                 nodes=nodes_text(runs_non_spot(a, placement_limit, non_spot_attempts)),
                 if_fails=_again(unit, left) if left else final,
                 retries_left=left or None,
+                waits=(format_duration(delays.seconds(a)) if a else "-") if delays else "",
             )
         )
         previous = a
-    return Plan(limit_field, limit, non_spot_attempts, rows, unit)
+    return Plan(limit_field, limit, non_spot_attempts, rows, unit, delays is not None)
 
 
 def _again(unit: str, left: int) -> str:

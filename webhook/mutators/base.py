@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.leadership import Clock
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.kube.objects import controller_of
 from webhook.kube.versions import KubeVersion
@@ -47,6 +48,9 @@ class Context:
     #: A deadline outside the object that ends its in-place restarts, named: a TrainJob's,
     #: for the JobSet its controller makes (``mutators.trainjob`` checks it there).
     outer_bound: str | None = None
+    #: Leadership and time, as a pod's retry-delay gate asks them
+    #: (``webhook.cluster.leadership.Clock``; the engine records the answers).
+    clock: Any = field(default_factory=Clock)
 
     def __post_init__(self) -> None:
         # Callers without a cluster may pass None for either source.
@@ -272,4 +276,14 @@ def applied_record(policy: Policy) -> str:
     if policy.in_place_exit_codes:
         record["inPlaceExitCodes"] = list(policy.in_place_exit_codes)
         record["inPlaceScope"] = policy.in_place_scope
+    if policy.attempt_env:
+        record["attemptEnv"] = True
+    if policy.retry_delay is not None:
+        record["retryDelay"] = format_value("retry-delay", policy.retry_delay)
+        if policy.retry_delay_factor != 1:
+            record["retryDelayFactor"] = format_value(
+                "retry-delay-factor", policy.retry_delay_factor
+            )
+        if policy.retry_delay_max is not None:
+            record["retryDelayMax"] = format_value("retry-delay-max", policy.retry_delay_max)
     return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()

@@ -27,6 +27,7 @@ from webhook.mutators import (
     Outcome,
     affected_unannotated,
     applied_record,
+    between,
     controller_of,
     failureaware,
     has_policy_annotations,
@@ -43,8 +44,10 @@ from webhook.policy.model import (
     Scope,
     Setting,
     Source,
+    format_duration,
     format_value,
     parse_annotations,
+    retry_delays,
     with_setting,
 )
 from webhook.problems import Problem
@@ -58,6 +61,10 @@ POD_KEYS = (
     "oom-memory-factor",
     "oom-memory-limit",
     "avoid-failed-nodes",
+    "attempt-env",
+    "retry-delay",
+    "retry-delay-factor",
+    "retry-delay-max",
 )
 #: Sources whose values the webhook writes into the spec (the user's own spec is kept).
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
@@ -678,8 +685,76 @@ def _check_template(
     policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
+    policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where)
     _check_pod_annotations(spec, policy, where, out, budget)
     return policy
+
+
+def _check_between(
+    spec: Mapping[str, Any],
+    pod_spec: Mapping[str, Any],
+    policy: Policy,
+    ctx: Context,
+    out: Outcome,
+    budget: Budget,
+    where: str,
+) -> Policy:
+    """``attempt-env`` and ``retry-delay`` (``webhook.mutators.between``): a new pod for
+    each attempt (not ``restartPolicy: OnFailure``, except in a JobSet, whose every run
+    makes new pods), ``retry-delay-max`` not below ``retry-delay``, the guard rail, and
+    a warning when the delays cannot fit in the deadline."""
+    if not between.wanted(policy):
+        for name in ("retry-delay-factor", "retry-delay-max"):
+            if policy.setting(name).source is Source.ANNOTATION:
+                out.note(f"retry-policy: {name} has no effect without retry-delay")
+        return policy
+    if pod_spec.get("restartPolicy") == "OnFailure" and not budget.runs:
+        for name in ("attempt-env", "retry-delay"):
+            if policy.value(name) not in (False, None):
+                out.conflict(
+                    policy,
+                    name,
+                    f"{where}.template.spec.restartPolicy is OnFailure: a failed container "
+                    "restarts in the same pod, so no later attempt gets a new pod to "
+                    + ("tell its attempt" if name == "attempt-env" else "hold back"),
+                    "restart-policy",
+                )
+                policy = with_setting(policy, name, Setting(BUILTIN[name], Source.BUILTIN))
+    for problem in between.check(policy, ctx, "annotation"):
+        if problem.reason == "guard-rail":
+            out.problems.append(problem)
+        else:
+            out.conflict(policy, "retry-delay-max", problem.message, problem.reason)
+            policy = with_setting(policy, "retry-delay-max", Setting(None, Source.BUILTIN))
+    if policy.retry_delay is not None:
+        _check_deadline(spec, policy, ctx, out, budget, where)
+    return policy
+
+
+def _check_deadline(
+    spec: Mapping[str, Any],
+    policy: Policy,
+    ctx: Context,
+    out: Outcome,
+    budget: Budget,
+    where: str,
+) -> None:
+    """A gated pod is active to its Job, whose ``activeDeadlineSeconds`` runs while it
+    waits: warn when the delays cannot fit in it. A Job's (an index's) retries wait one
+    after the other: their sum; a JobSet's run makes new Jobs, each with the deadline
+    anew: the longest one run waits."""
+    deadline = spec.get("activeDeadlineSeconds")
+    if isinstance(deadline, bool) or not isinstance(deadline, int) or deadline <= 0:
+        return
+    delays = retry_delays(policy, ctx.config.rails(ctx.namespace).max_retry_delay)
+    retries = budget.steps - 1
+    waits = delays.seconds(retries) if budget.runs else delays.total(retries)
+    if waits > deadline:
+        what = "a run's pods wait" if budget.runs else f"{retries} retries wait"
+        out.note(
+            f"retry-policy: {what} {format_duration(waits)} (retry-delay), longer than "
+            f"{where}.activeDeadlineSeconds {deadline}: the deadline comes first"
+        )
 
 
 def _check_failure_aware(
@@ -941,13 +1016,34 @@ def _rules(spec: Mapping[str, Any]) -> list[Any]:
 def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
     """What a pod of this Job needs to know about the policy, in annotation grammar."""
     values: dict[str, str] = {}
-    if policy.non_spot_attempts > 0:
+    if policy.non_spot_attempts > 0 or policy.attempt_env:
         values["backoff-limit"] = str(budget.steps - 1)
+    if policy.non_spot_attempts > 0:
         values["non-spot-attempts"] = str(budget.pod_steps(policy.non_spot_attempts))
     if policy.error_propagation:
         values["error-propagation"] = format_value("error-propagation", policy.error_propagation)
     values.update(failureaware.pod_values(policy))
+    if policy.attempt_env:
+        values["attempt-env"] = "true"
+    if policy.retry_delay is not None:
+        for name in ("retry-delay", "retry-delay-factor", "retry-delay-max"):
+            if name != "retry-delay-factor" or policy.retry_delay_factor != 1:
+                if policy.value(name) is not None:
+                    values[name] = format_value(name, policy.value(name))
     return values
+
+
+def delay_text(policy: Policy, ctx: Context, what: str = "retries") -> str:
+    """The warning for ``retry-delay``: how long retries wait, and that the Job
+    controller's own back-off still comes first (``getRemainingTimeForFailuresCount`` in
+    pkg/controller/job/backoff_utils.go: 10 s doubling, at most 10 minutes, counted from
+    the same failure: the longer of the two wins)."""
+    delays = retry_delays(policy, ctx.config.rails(ctx.namespace).max_retry_delay)
+    text = f"retry-policy: {what} wait {format_duration(delays.first)}"
+    if policy.retry_delay_factor != 1:
+        factor = format_value("retry-delay-factor", policy.retry_delay_factor)
+        text += f" x{factor} per failure, at most {format_duration(delays.cap)},"
+    return text + " after a failure; the Job controller's back-off still applies"
 
 
 def describe_ours(rules: list[dict[str, Any]]) -> str:
@@ -1044,6 +1140,17 @@ def _apply(
                 f"{' of its index' if budget.scope.startswith('each index') else ''}, "
                 f"at most {limit}",
                 policy.setting("oom-memory-factor"),
+            )
+        if copied.get("attempt-env"):
+            out.changed(
+                "retry-policy: its pods' containers get env RETRY_POLICY_ATTEMPT, "
+                "RETRY_POLICY_MAX_ATTEMPTS, RETRY_POLICY_LAST_FAILURE",
+                policy.setting("attempt-env"),
+            )
+        if copied.get("retry-delay"):
+            out.changed(
+                delay_text(policy, ctx, "runs" if budget.runs else "retries"),
+                policy.setting("retry-delay"),
             )
         if copied.get("avoid-failed-nodes"):
             out.changed(

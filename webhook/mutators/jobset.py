@@ -135,6 +135,10 @@ NOT_IN_PLACE = {
     "non-spot-attempts": "with restartStrategy InPlaceRestart its pods restart in place on their "
     "nodes and keep their jobset.sigs.k8s.io/restart-attempt, so the last attempts cannot be "
     "placed elsewhere",
+    "attempt-env": "with restartStrategy InPlaceRestart its pods restart in place and keep "
+    "the environment they were created with",
+    "retry-delay": "with restartStrategy InPlaceRestart its pods restart in place, already "
+    "scheduled: no new pod is made that a delay could hold back",
 }
 
 

@@ -24,6 +24,7 @@ from webhook.kube.owned import Owned
 from webhook.mutators import (
     Context,
     Outcome,
+    between,
     controller_of,
     failureaware,
     has_policy_annotations,
@@ -53,7 +54,10 @@ class PodMutator:
     #: Placement depends on a live attempt count; validation must not second-guess it.
     enforce_applied = False
     #: All this mutator writes (``webhook.kube.owned``): the copy it edits shares the rest.
-    owns: Owned = {"metadata": podspec.METADATA_OWNED, "spec": podspec.POD_SPEC_OWNED}
+    owns: Owned = {
+        "metadata": {**podspec.METADATA_OWNED, **between.METADATA_OWNED},
+        "spec": {**podspec.POD_SPEC_OWNED, **between.SPEC_OWNED},
+    }
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
         return has_policy_annotations(pod.get("metadata"))
@@ -104,6 +108,10 @@ class PodMutator:
             learned = self._learn(pod, spec, policy, owner, ctx, out)
             if learned:
                 record = {**(record or {}), **learned}
+        if between.wanted(policy):
+            held = self._between(pod, spec, policy, owner, ctx, out)
+            if held:
+                record = {**(record or {}), **held}
         if record is not None and not out.problems:
             text = json.dumps(record, sort_keys=True, separators=(",", ":"))
             podspec.set_annotation(metadata, APPLIED, text)
@@ -229,6 +237,43 @@ class PodMutator:
                 f"{n} asks for the last {_attempts(n)}",
             )
         return record
+
+    # --- between attempts (``webhook.mutators.between``) ------------------------------------------
+    def _between(
+        self,
+        pod: dict[str, Any],
+        spec: dict[str, Any],
+        policy: Policy,
+        owner: Mapping[str, Any] | None,
+        ctx: Context,
+        out: Outcome,
+    ) -> dict[str, Any] | None:
+        """The attempt env vars (``attempt-env``) and the retry-delay gate."""
+        problems = between.check(policy, ctx, "annotation")
+        if owner is None and policy.attempt is None:
+            for name in ("attempt-env", "retry-delay"):
+                if policy.explicit(name) and policy.value(name) not in (False, None):
+                    problems.append(
+                        Problem(
+                            f"annotation {PREFIX}{name}",
+                            f"a Pod no controller made needs {PREFIX}attempt, its attempt "
+                            "number (failures so far)",
+                            "missing-attempt",
+                        )
+                    )
+        if problems:
+            self._report(out, problems, owner)
+            if owner is None or any(p.reason != "guard-rail" for p in problems):
+                return None
+        attempt = attempt_here(pod, policy, owner, ctx)
+        if attempt.unseen:
+            out.note(
+                f"retry-policy: attempt number {attempt.failures} may be low: "
+                f"{attempt.unseen} earlier failure(s) of this Job were not examined"
+            )
+        if policy.attempt_env:
+            between.add_env(spec, attempt, out, policy.setting("attempt-env"), owner is None)
+        return between.hold(pod, policy, attempt, ctx, out, owner is None)
 
     # --- failure-aware retries (``webhook.mutators.failureaware``) -------------------------------
     def _learn(
@@ -616,3 +661,58 @@ def attempt_of(
         namespace = namespace_of(metadata, ctx)
         return ctx.attempts.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
     return AttemptLookup(None, "none", f"no {PREFIX}attempt annotation and no owning Job")
+
+
+def attempt_here(
+    pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
+) -> between.Attempt:
+    """Which attempt a pod is, of how many, and what the previous one failed of, when:
+    its failures from ``attempt_of``, but for an Indexed Job whose budget the indexes
+    share, the failures of its own index (the failure history counts them); its budget
+    from its Job's live ``backoffLimit``, else its ``backoff-limit`` annotation (an index's
+    ``backoffLimitPerIndex``, a JobSet's ``maxRestarts``, a Pod's own); the previous failure
+    from the failure history (a JobSet's: the set's latest, which restarted it)."""
+    lookup = attempt_of(pod, policy, owner, ctx)
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    labels = metadata.get("labels") or {}
+    shared_index = (
+        policy.attempt is None
+        and RESTART_ATTEMPT not in labels
+        and RESTART_ATTEMPT not in annotations
+        and INDEX_FAILURE_COUNT not in annotations
+        and history.COMPLETION_INDEX in annotations
+    )
+    failures = lookup.failures
+    budget = policy.backoff_limit
+    if lookup.budget is not None and not shared_index:
+        budget = lookup.budget
+    elif shared_index:
+        budget = None  # the Job's budget is the indexes' together: none of an index alone
+    attempts = budget + 1 if budget is not None else None
+    needs_history = shared_index or (failures or 0) > 0
+    if not needs_history or owner is None:
+        reason = "a bare Pod's failures are not recorded" if owner is None else ""
+        return between.Attempt(
+            failures, lookup.source, lookup.reason, attempts, history_reason=reason
+        )
+    found, _ = failure_history(pod, owner, ctx)
+    if shared_index:
+        if not found.known:
+            return between.Attempt(
+                None, "none", found.reason, attempts, history_reason=found.reason
+            )
+        failures = found.index_failures
+        if failures == 0:
+            return between.Attempt(0, "failure history", "", attempts, history=True)
+    return between.Attempt(
+        failures,
+        lookup.source if not shared_index else "failure history",
+        lookup.reason,
+        attempts,
+        found.last_cause if found.known else "",
+        found.last_failed_at if found.known else None,
+        found.known,
+        found.reason,
+        found.missing if shared_index else 0,
+    )

@@ -68,6 +68,10 @@ NOT_APPLICABLE = {
     "failed pod under the same name), so the OOM kills of earlier attempts cannot be found",
     "avoid-failed-nodes": "its pods belong to no Job (the training operator recreates a "
     "failed pod under the same name), so the nodes of earlier attempts cannot be found",
+    "attempt-env": "its pods carry no attempt number (the training operator recreates a "
+    "failed pod under the same name)",
+    "retry-delay": "its pods carry no attempt number (the training operator recreates a "
+    "failed pod under the same name), so a retry cannot be told from the first attempt",
     "in-place-exit-codes": "the training operator sets its replicas' restart policy and "
     "restarts or recreates their pods itself (restartPolicy ExitCode, OnFailure)",
 }

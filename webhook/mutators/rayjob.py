@@ -52,6 +52,9 @@ NOT_APPLICABLE = {
     "so the OOM kills of earlier attempts cannot be found",
     "avoid-failed-nodes": "each retry runs on a new RayCluster whose pods belong to no Job, "
     "so the nodes of earlier attempts cannot be found",
+    "attempt-env": "each retry runs on a new RayCluster whose pods carry no attempt number",
+    "retry-delay": "each retry runs on a new RayCluster whose pods carry no attempt number, "
+    "so the pods of a retry cannot be told from the first",
     "in-place-exit-codes": "KubeRay makes its pods from the RayCluster's templates and "
     "manages their restarts itself; set restart rules in those templates",
 }

@@ -26,7 +26,9 @@ from webhook.policy.model import (
     Layer,
     Source,
     did_you_mean,
+    format_duration,
     format_value,
+    parse_duration,
     parse_memory,
 )
 from webhook.problems import Problem
@@ -49,6 +51,7 @@ _GUARD_KEYS = (
     "maxAvoidedNodes",
     "inPlaceDeadlineSeconds",
     "allowUnboundedInPlace",
+    "maxRetryDelay",
 )
 #: How many of the nodes where a Job's attempts failed its next pod avoids, unless the
 #: config says otherwise (``guardRails.maxAvoidedNodes``); the failure history keeps at
@@ -84,6 +87,8 @@ class GuardRails:
     in_place_deadline_seconds: int | None = None
     #: Or they may run without one (every admission then warns).
     allow_unbounded_in_place: bool = False
+    #: The longest a pod may be held back by ``retry-delay`` (seconds), whoever set it.
+    max_retry_delay: int | None = None
 
 
 @dataclass(frozen=True)
@@ -319,6 +324,18 @@ def _guard_rails(raw: Any, where: str, problems: list[Problem]) -> dict[str, Any
                     f"{value!r} is not valid; accepted: true or false",
                 )
             )
+    if "maxRetryDelay" in raw:
+        value = raw["maxRetryDelay"]
+        try:
+            if value is not None:
+                if not isinstance(value, str) or value == "none":
+                    raise BadValue("accepted: a duration such as 30m or 1h (quote it)")
+                rails["max_retry_delay"] = parse_duration(value)
+            else:
+                rails["max_retry_delay"] = None
+        except BadValue as err:
+            message = str(err).replace(", or none to turn off a default", "")
+            problems.append(Problem(f"{where}.maxRetryDelay", f"{value!r} is not valid; {message}"))
     return rails
 
 
@@ -407,6 +424,20 @@ def _consistency(config: Config) -> list[Problem]:
                     + (f" of namespace {ns}" if ns else ""),
                 )
             )
+        for name in ("retry-delay", "retry-delay-max"):
+            delay, delay_where = defaults.get(name), where
+            if ns is not None and delay is None:
+                delay, delay_where = config.defaults.get(name), "defaults"
+            rail = rails.max_retry_delay
+            if delay is not None and rail is not None and delay > rail:
+                problems.append(
+                    Problem(
+                        f"{delay_where}.{name}",
+                        f"{format_duration(delay)} is above the guard rail "
+                        f"maxRetryDelay={format_duration(rail)}"
+                        + (f" of namespace {ns}" if ns else ""),
+                    )
+                )
         if defaults.get("non-spot-attempts") and not config.spot_node_labels:
             problems.append(
                 Problem(f"{where}.non-spot-attempts", "needs spotNodeLabels, which is empty")

@@ -9,8 +9,10 @@ source of every setting, so warnings and ``explain`` can say *why* a value was c
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -177,6 +179,79 @@ def parse_factor(text: str) -> Fraction | None:
     return Fraction(text)
 
 
+#: The longest retry delay any setting may ask for (``retry-delay``, ``retry-delay-max``):
+#: a gated pod holds its Job's place (it counts as active) the whole time.
+MAX_DELAY_SECONDS = 7 * 24 * 3600
+_DURATION = re.compile(r"(?:([0-9]{1,3})h)?(?:([0-9]{1,5})m)?(?:([0-9]{1,6})s)?")
+_UNITS = (("h", 3600), ("m", 60), ("s", 1))
+
+
+def parse_duration(text: str) -> int | None:
+    """A delay in whole seconds from ``30s``, ``5m``, ``1h``, ``1h30m`` (hours, minutes,
+    seconds in that order, each at most once); ``none`` turns off a default."""
+    if text == "none":
+        return None
+    match = _DURATION.fullmatch(text)
+    seconds = (
+        sum(int(part or 0) * unit for part, (_, unit) in zip(match.groups(), _UNITS, strict=True))
+        if match is not None and text
+        else 0
+    )
+    if not 1 <= seconds <= MAX_DELAY_SECONDS:
+        raise BadValue(
+            "accepted: a duration from 1s to 168h in whole hours, minutes and seconds, "
+            "e.g. 30s, 5m, 1h30m, or none to turn off a default"
+        )
+    return seconds
+
+
+def format_duration(seconds: int | None) -> str:
+    """Whole seconds back in duration grammar: ``90`` -> ``1m30s`` (the inverse of
+    ``parse_duration``)."""
+    if seconds is None:
+        return "none"
+    if seconds <= 0:
+        return "0s"
+    parts = []
+    for name, unit in _UNITS:
+        count, seconds = divmod(seconds, unit)
+        if count:
+            parts.append(f"{count}{name}")
+    return "".join(parts)
+
+
+def parse_delay_factor(text: str) -> Fraction:
+    """A decimal of at least 1 (exact: ``1.5`` is 3/2); 1 keeps every delay the same."""
+    if _FACTOR.fullmatch(text) is None or Fraction(text) < 1:
+        raise BadValue(
+            "accepted: a decimal number of at least 1 with at most 3 decimal places, "
+            "e.g. 2 or 1.5 (1: every retry waits the same)"
+        )
+    return Fraction(text)
+
+
+#: ``retry-policy.dev/not-before``: when a gated pod may be scheduled, RFC 3339 in UTC.
+_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+
+
+def parse_time(text: str) -> float:
+    """An RFC 3339 time in UTC to the second (``2026-11-26T10:00:00Z``) as Unix time."""
+    accepted = "accepted: an RFC 3339 time in UTC such as 2026-11-26T10:00:00Z"
+    if _STAMP.fullmatch(text) is None:
+        raise BadValue(accepted)
+    try:
+        when = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise BadValue(accepted) from None
+    return when.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def format_time(when: float) -> str:
+    """Unix time as ``parse_time`` reads it (rounded up to the second: never earlier)."""
+    stamp = dt.datetime.fromtimestamp(math.ceil(when), dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_memory(text: str) -> quantity.Quantity:
     """A Kubernetes quantity above 0 (``8Gi``, ``16G``, ``12e9``)."""
     accepted = "accepted: a memory quantity above 0, e.g. 8Gi or 16G"
@@ -273,6 +348,38 @@ KEYS: dict[str, KeySpec] = {
             parse_in_place_scope,
             _BOTH,
             "container (default), or pod: an in-place exit code restarts the whole pod",
+        ),
+        KeySpec(
+            "attempt-env",
+            parse_bool,
+            _BOTH,
+            "every container gets RETRY_POLICY_ATTEMPT, RETRY_POLICY_MAX_ATTEMPTS and "
+            "RETRY_POLICY_LAST_FAILURE",
+        ),
+        KeySpec(
+            "retry-delay",
+            parse_duration,
+            _BOTH,
+            "a retry waits this long after the failure before it is scheduled (30s, 5m, 1h)",
+        ),
+        KeySpec(
+            "retry-delay-factor",
+            parse_delay_factor,
+            _BOTH,
+            "each further retry waits this many times longer (default 1: the same)",
+        ),
+        KeySpec(
+            "retry-delay-max",
+            parse_duration,
+            _BOTH,
+            "the longest a retry waits (retry-delay-factor grows the delay up to it)",
+        ),
+        KeySpec(
+            "not-before",
+            parse_time,
+            frozenset({Scope.POD}),
+            "written by the webhook on a pod it holds back (retry-delay): when it may be scheduled",
+            settable_default=False,
         ),
         KeySpec(
             "jobset-uid",
@@ -413,6 +520,10 @@ BUILTIN: dict[str, Any] = {
     "in-place-exit-codes": None,
     "in-place-scope": "container",
     "attempt": None,
+    "attempt-env": False,
+    "retry-delay": None,
+    "retry-delay-factor": Fraction(1),
+    "retry-delay-max": None,
     # Not an annotation: see ``Policy.count_disruptions``.
     "count-disruptions": None,
 }
@@ -499,6 +610,27 @@ class Policy:
         return str(self.value("in-place-scope"))
 
     @property
+    def attempt_env(self) -> bool:
+        return bool(self.value("attempt-env"))
+
+    @property
+    def retry_delay(self) -> int | None:
+        """Seconds the first retry waits after its failure (``None``: no delay)."""
+        return self.value("retry-delay")
+
+    @property
+    def retry_delay_factor(self) -> Fraction:
+        return Fraction(self.value("retry-delay-factor"))
+
+    @property
+    def retry_delay_max(self) -> int | None:
+        return self.value("retry-delay-max")
+
+    def delay_seconds(self, failures: int, rail: int | None = None) -> int:
+        """What the pod after ``failures`` counted failures waits (``retry_delays``)."""
+        return retry_delays(self, rail).seconds(failures)
+
+    @property
     def failure_aware(self) -> bool:
         """Whether pods learn from earlier attempts (more memory, other nodes)."""
         return self.oom_memory_factor is not None or self.avoid_failed_nodes
@@ -519,6 +651,8 @@ class Policy:
             or self.error_propagation is not None
             or self.failure_aware
             or bool(self.in_place_exit_codes)
+            or self.attempt_env
+            or self.retry_delay is not None
         )
 
 
@@ -554,6 +688,10 @@ def format_value(name: str, value: Any) -> str:
         return "none" if value is None else str(value).lower()
     if name == "oom-memory-factor":
         return "none" if value is None else format_factor(value)
+    if name == "retry-delay-factor":
+        return format_factor(Fraction(value))
+    if name in ("retry-delay", "retry-delay-max"):
+        return format_duration(value)
     return str(value)
 
 
@@ -561,3 +699,45 @@ def format_factor(value: Fraction) -> str:
     """``3/2`` as ``1.5`` (factors are decimals of at most 3 places)."""
     whole, rest = divmod(value.numerator * 1000 // value.denominator, 1000)
     return f"{whole}.{rest:03d}".rstrip("0").rstrip(".") if rest else str(whole)
+
+
+@dataclass(frozen=True)
+class Delays:
+    """``retry-delay`` arithmetic: the pod after n >= 1 counted failures waits
+    ``first x factor^(n-1)`` seconds (rounded up), at most ``cap``; the first pod, none."""
+
+    first: int
+    factor: Fraction
+    cap: int
+
+    def seconds(self, failures: int) -> int:
+        if failures <= 0 or self.first <= 0:
+            return 0
+        if self.factor == 1:
+            return min(self.first, self.cap)
+        growth = math.log(self.cap / self.first) / math.log(self.factor)
+        if failures - 1 > growth + 1:  # past the cap by far: no need to compute it
+            return self.cap
+        value = self.first * float(self.factor) ** (failures - 1)
+        return min(math.ceil(round(value, 6)), self.cap)
+
+    def total(self, failures: int) -> int:
+        """What the pods after 1..``failures`` failures wait in all (a Job's deadline runs
+        meanwhile)."""
+        total, n = 0, 1
+        while n <= failures:
+            wait = self.seconds(n)
+            if wait >= self.cap:  # every later pod waits the cap
+                return total + wait * (failures - n + 1)
+            total += wait
+            n += 1
+        return total
+
+
+def retry_delays(policy: Policy, rail: int | None = None) -> Delays:
+    """The delays of ``policy``, capped by ``retry-delay-max``, the guard rail ``rail``
+    (``guardRails.maxRetryDelay``) and ``MAX_DELAY_SECONDS``; no delay without
+    ``retry-delay``."""
+    first = policy.retry_delay or 0
+    cap = min(x for x in (policy.retry_delay_max, rail, MAX_DELAY_SECONDS) if x is not None)
+    return Delays(min(first, cap), policy.retry_delay_factor, cap)

@@ -192,6 +192,13 @@ FACTS: dict[str, Fact] = {
             _count,
         ),
         Fact(
+            "delaySeconds",
+            "seconds the pod is held back after the failure before it (retry-delay; the "
+            "Job controller's own back-off counts from the same failure)",
+            _of_facts("delay_seconds"),
+            _count,
+        ),
+        Fact(
             "restartsInPlace",
             "restarts in place of the pod's containers (in-place-exit-codes)",
             lambda pod: sum(len(step.in_place) for step in pod.steps),

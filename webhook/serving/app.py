@@ -150,7 +150,9 @@ def create_app(state: State | None = None) -> Flask:
     def mutate() -> Response:
         return handle(
             "mutate",
-            lambda r: engine.mutate(r, state.config, state.attempts, state.runtimes, state.version),
+            lambda r: engine.mutate(
+                r, state.config, state.attempts, state.runtimes, state.version, state.leadership
+            ),
         )
 
     @app.post("/validate")

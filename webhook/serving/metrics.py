@@ -43,7 +43,9 @@ PREFIX = "retry_webhook_"
 #: budget is milliseconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: What retry policy did to objects (``Outcome.actions``): the label's only values.
-RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules")
+#: Why the controller released a retry-delay gate (``webhook.controller.gates``).
+GATE_RELEASES = ("due", "overdue", "no_time")
+RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules", "retry_delayed")
 
 
 def prepare_multiprocess_dir() -> tuple[Path, bool]:
@@ -158,7 +160,8 @@ class Metrics:
             "What retry policy did: action=memory_raised counts containers given more "
             "memory after OOM kills, action=nodes_avoided the nodes a pod was kept off "
             "because earlier attempts failed there, action=in_place_rules the containers "
-            "given a restart rule for in-place retries.",
+            "given a restart rule for in-place retries, action=retry_delayed the pods "
+            "held back by a retry-delay gate.",
             ["action"],
             registry=r,
         )
@@ -333,7 +336,7 @@ class ControllerMetrics:
     process ends, so a scrape of a replica shows its current controller only."""
 
     def __init__(self, events: Callable[[], Mapping[str, Any]] | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Gauge
+        from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.registry = CollectorRegistry()
         self.leading = Gauge(
@@ -346,9 +349,31 @@ class ControllerMetrics:
         #: The controller's Event recorder's ``stats``, sampled at each flush.
         self._events_stats = events
         self._events_seen: dict[str, int] = {}
+        self.pending = Gauge(
+            PREFIX + "retry_delay_gates_pending",
+            "Pods held back by a retry-delay scheduling gate, waiting for their not-before "
+            "(counted by the leading controller).",
+            multiprocess_mode="livemax",
+            registry=self.registry,
+        )
+        self.released = Counter(
+            PREFIX + "retry_delay_gates_released_total",
+            "Retry-delay gates removed by the controller: reason=due (at its not-before), "
+            "overdue (more than 10 s late: no leader meanwhile), no_time (no readable "
+            "not-before: released at once).",
+            ["reason"],
+            registry=self.registry,
+        )
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
+
+    def gates_pending(self, count: int) -> None:
+        self.pending.set(count)
+
+    def gate_released(self, reason: str) -> None:
+        if reason in GATE_RELEASES:
+            self.released.labels(reason).inc()
 
     def flush(self) -> None:
         if self._events_stats is not None:

@@ -1045,7 +1045,7 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options.controller_options(),
-        reconcilers.build(api_client, options.controller_options(), events, resolver),
+        reconcilers.build(api_client, options.controller_options(), events, resolver, recorder),
         note,
         recorder,
     )

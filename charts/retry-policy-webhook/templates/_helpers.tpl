@@ -50,6 +50,10 @@
 {{- printf "%s-certgen" (include "rpw.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "rpw.releaseGatesName" -}}
+{{- printf "%s-release-gates" (include "rpw.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "rpw.certificateName" -}}
 {{- include "rpw.fullname" . -}}
 {{- end -}}

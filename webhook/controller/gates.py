@@ -1,0 +1,317 @@
+"""Releasing retry-delay gates: on time while a controller leads, at once when one returns,
+and all of them on demand (``retry-webhook release-gates``, the chart's delete hook).
+
+The webhook gates a pod (``webhook.kube.gates``) only while a controller leads, and labels
+it, so this reconciler lists and watches exactly the gated pods (label selector
+``GATED_LABEL``, all namespaces) and removes each gate when its ``not-before`` comes. It
+runs on the leader only (``webhook.controller.manager``); a leader that takes over (after
+a leader died mid-delay) starts with a list, in which every gate whose time has passed is
+released at once: a gate never outlives the controller by more than a lease duration.
+
+Only our gate and our label are removed, with a JSON patch that tests that the gate is
+still where it was read (``release_patch``); when the pod changed in between (422: the
+test failed; 409), it is read again and the patch made anew. A pod without a readable
+``not-before`` is released at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from webhook.cluster.informer import Informer
+from webhook.kube import gates
+from webhook.policy.model import BadValue, parse_time
+
+log = logging.getLogger(__name__)
+
+#: Conflicts (the pod changed between read and patch) tolerated per release.
+MAX_ATTEMPTS = 5
+#: A gate released this long after its time was overdue (its leader was away).
+OVERDUE_SECONDS = 10.0
+
+
+class ReleaseError(Exception):
+    """The API refused or failed a release (``status``: its HTTP status, if any)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Released:
+    """What became of one gated pod: ``released`` (gate and label removed), ``gone`` (the
+    pod no longer exists), ``free`` (it holds neither any more)."""
+
+    namespace: str
+    name: str
+    result: str
+    not_before: str | None
+
+    def __str__(self) -> str:
+        when = f" (not-before {self.not_before})" if self.not_before else ""
+        return f"pod {self.namespace}/{self.name}: {self.result}{when}"
+
+
+def _status(err: Exception) -> int | None:
+    return getattr(err, "status", None)
+
+
+def _describe(err: Exception) -> str:
+    status = _status(err)
+    return f"HTTP {status}" if status else f"{type(err).__name__}: {err}"
+
+
+def read_pod(core: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """One pod, read with a list of its namespace by name (the RBAC to list pods is what
+    the webhook and the release Job have; no ``get``); ``None`` when it is gone."""
+    resp = core.list_namespaced_pod(
+        namespace,
+        field_selector=f"metadata.name={name}",
+        _preload_content=False,
+        _request_timeout=(5, 30),
+    )
+    items = json.loads(resp.data).get("items") or []
+    return items[0] if items and isinstance(items[0], dict) else None
+
+
+def release(core: Any, pod: Mapping[str, Any], dry_run: bool = False) -> Released:
+    """Remove our gate and label from ``pod`` (as read), reading it again after a
+    conflict; raises ``ReleaseError`` when the API fails."""
+    meta = pod.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    when = gates.not_before(pod)
+    current: Mapping[str, Any] | None = pod
+    for _ in range(MAX_ATTEMPTS):
+        if current is None:
+            return Released(namespace, name, "gone", when)
+        patch = gates.release_patch(current)
+        if not patch:
+            return Released(namespace, name, "free", when)
+        if dry_run:
+            return Released(namespace, name, "would be released", when)
+        try:
+            core.patch_namespaced_pod(
+                name,
+                namespace,
+                patch,
+                _content_type="application/json-patch+json",
+                _preload_content=False,
+                _request_timeout=(5, 30),
+            )
+            return Released(namespace, name, "released", when)
+        except Exception as err:
+            status = _status(err)
+            if status == 404:
+                return Released(namespace, name, "gone", when)
+            if status not in (409, 422):
+                raise ReleaseError(f"pod {namespace}/{name}: {_describe(err)}", status) from None
+        try:  # it changed since it was read: read it again
+            current = read_pod(core, namespace, name)
+        except Exception as err:
+            raise ReleaseError(f"pod {namespace}/{name}: {_describe(err)}", _status(err)) from None
+    raise ReleaseError(f"pod {namespace}/{name}: still changing after {MAX_ATTEMPTS} reads")
+
+
+def gated_pods(core: Any, namespace: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every pod that carries our label, in ``namespace`` or all namespaces (paged)."""
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {
+            "label_selector": gates.GATED_LABEL,
+            "limit": 500,
+            "_continue": token,
+            "_preload_content": False,
+            "_request_timeout": (5, 60),
+        }
+        if namespace is None:
+            resp = core.list_pod_for_all_namespaces(**kwargs)
+        else:
+            resp = core.list_namespaced_pod(namespace, **kwargs)
+        page = json.loads(resp.data)
+        yield from (p for p in page.get("items") or [] if isinstance(p, dict))
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
+def release_all(
+    core: Any, namespace: str | None = None, dry_run: bool = False
+) -> tuple[list[Released], list[str]]:
+    """Release every gate of ours (``retry-webhook release-gates``): what became of each
+    pod, and the errors (every pod is tried)."""
+    done: list[Released] = []
+    errors: list[str] = []
+    for pod in gated_pods(core, namespace):
+        try:
+            done.append(release(core, pod, dry_run))
+        except ReleaseError as err:
+            errors.append(str(err))
+    return done, errors
+
+
+def due_time(pod: Mapping[str, Any]) -> float:
+    """When the pod's gate may go: its ``not-before``, else now (0: at once)."""
+    text = gates.not_before(pod)
+    if text is None:
+        return 0.0
+    try:
+        return parse_time(text)
+    except BadValue:
+        return 0.0
+
+
+# --- the reconciler -----------------------------------------------------------------------
+
+
+class Recorder(Protocol):
+    def gates_pending(self, count: int) -> None: ...
+
+    def gate_released(self, reason: str) -> None: ...
+
+
+class _NoRecorder:
+    def gates_pending(self, count: int) -> None:
+        pass
+
+    def gate_released(self, reason: str) -> None:
+        pass
+
+
+@dataclass
+class _Pending:
+    pod: Mapping[str, Any]
+    due: float
+    tries: int = 0
+
+
+class GateReleaser:
+    """Watches the gated pods and releases each gate when its time comes (see above)."""
+
+    name = "retry-delay-gates"
+
+    def __init__(
+        self,
+        core: Any,
+        recorder: Recorder | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.core = core
+        self.recorder = recorder or _NoRecorder()
+        self.clock = clock
+        self._lock = threading.Condition()
+        self._pending: dict[str, _Pending] = {}
+        #: (due, uid): the next to release first; stale entries are skipped.
+        self._queue: list[tuple[float, str]] = []
+        self.released = 0
+
+    # --- what the watch delivers (its thread) ---------------------------------------------
+    def _reset(self) -> None:
+        with self._lock:
+            self._pending.clear()
+            self._queue.clear()
+
+    def _apply(self, kind: str, pod: Mapping[str, Any]) -> None:
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if not isinstance(uid, str):
+            return
+        with self._lock:
+            if kind == "DELETED" or meta.get("deletionTimestamp") or not gates.held(pod):
+                self._pending.pop(uid, None)
+            else:
+                due = due_time(pod)
+                before = self._pending.get(uid)
+                self._pending[uid] = _Pending(pod, due, before.tries if before else 0)
+                heapq.heappush(self._queue, (due, uid))
+            self.recorder.gates_pending(len(self._pending))
+            self._lock.notify_all()
+
+    # --- the loop ------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        informer = Informer(
+            "gated-pods",
+            self.core.list_pod_for_all_namespaces,
+            self._reset,
+            self._apply,
+            {"label_selector": gates.GATED_LABEL},
+            stop,
+            label="retry-delay gates",
+        )
+        watch = threading.Thread(target=informer.run, name="watch-gated-pods", daemon=True)
+        watch.start()
+        # Wake on stop too (the condition is not the event).
+        waker = threading.Thread(target=self._wake_on, args=(stop,), daemon=True)
+        waker.start()
+        while not stop.is_set():
+            due = self._next_due()
+            if due is None:
+                continue
+            self._release(*due)
+        with self._lock:
+            self._lock.notify_all()
+
+    def _wake_on(self, stop: threading.Event) -> None:
+        stop.wait()
+        with self._lock:
+            self._lock.notify_all()
+
+    def _next_due(self) -> tuple[str, _Pending] | None:
+        """The next pod whose time has come, waiting for it (``None``: woken early)."""
+        with self._lock:
+            while self._queue:
+                due, uid = self._queue[0]
+                entry = self._pending.get(uid)
+                if entry is None or entry.due != due:
+                    heapq.heappop(self._queue)  # released, gone, or rescheduled
+                    continue
+                wait = due - self.clock()
+                if wait > 0:
+                    self._lock.wait(min(wait, 1.0))
+                    return None
+                heapq.heappop(self._queue)
+                return uid, entry
+            self._lock.wait(1.0)
+            return None
+
+    def _release(self, uid: str, entry: _Pending) -> None:
+        late = self.clock() - entry.due
+        try:
+            done = release(self.core, entry.pod)
+        except ReleaseError as err:
+            entry.tries += 1
+            retry = min(30.0, 0.5 * 2**entry.tries)
+            log.warning("cannot release a retry-delay gate: %s; again in %.1fs", err, retry)
+            with self._lock:
+                if self._pending.get(uid) is entry:
+                    entry.due = self.clock() + retry
+                    heapq.heappush(self._queue, (entry.due, uid))
+            return
+        with self._lock:
+            if self._pending.get(uid) is entry:
+                del self._pending[uid]
+            self.recorder.gates_pending(len(self._pending))
+        if done.result == "released":
+            self.released += 1
+            reason = "overdue" if late > OVERDUE_SECONDS else "due"
+            reason = "no_time" if entry.due == 0.0 else reason
+            self.recorder.gate_released(reason)
+            log.info(
+                "retry-delay gate released",
+                extra={
+                    "pod": f"{done.namespace}/{done.name}",
+                    "not_before": done.not_before,
+                    "late_seconds": round(max(late, 0.0), 3),
+                },
+            )
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)

@@ -1,0 +1,216 @@
+"""Between attempts, at a pod's admission: which attempt it is (``attempt-env``) and when it
+may start (``retry-delay``).
+
+``attempt-env`` gives every container three env vars, so that the application can read
+its attempt from its environment:
+
+- ``RETRY_POLICY_ATTEMPT``: the failures counted before this pod (0 for the first), as its
+  workload counts them: a Job's counted failures, an Indexed Job's index's, a JobSet's
+  restarts (its pods' ``restart-attempt``), a bare Pod's ``retry-policy.dev/attempt``;
+- ``RETRY_POLICY_MAX_ATTEMPTS``: the attempts its budget allows, where that is known (a
+  Job's ``backoffLimit`` + 1, an index's ``backoffLimitPerIndex`` + 1, a JobSet's
+  ``maxRestarts`` + 1, a Pod's ``backoff-limit`` + 1; not an Indexed Job whose budget is
+  shared by all its indexes);
+- ``RETRY_POLICY_LAST_FAILURE``: why the previous attempt failed, ``oom-killed:<container>``,
+  ``exit-code:<code>:<container>``, ``disruption``, or empty (the first attempt, or a cause
+  that cannot be told) (``webhook.cluster.history.failure_cause``).
+
+A variable the container already sets is never replaced (``env`` wins over ``envFrom``, so
+one set through ``envFrom`` is; set it in ``env`` to keep yours).
+
+``retry-delay`` holds the pod of attempt n >= 1 back for ``retry-delay x factor^(n-1)``
+(at most ``retry-delay-max`` and ``guardRails.maxRetryDelay``), counted from the previous
+attempt's failure: the webhook gives it the scheduling gate and ``not-before``
+(``webhook.kube.gates``), and the controller removes the gate when the time comes. No gate
+is added while no controller leads (it would never be removed), nor when the time has
+passed already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.cluster.leadership import LeaderLive, Now, Passed
+from webhook.kube import gates, podspec
+from webhook.kube.owned import ALL, SHALLOW, Owned
+from webhook.mutators.base import Context, Outcome
+from webhook.policy.model import (
+    PREFIX,
+    Policy,
+    format_duration,
+    format_time,
+    retry_delays,
+)
+from webhook.problems import Problem
+
+ATTEMPT = "RETRY_POLICY_ATTEMPT"
+MAX_ATTEMPTS = "RETRY_POLICY_MAX_ATTEMPTS"
+LAST_FAILURE = "RETRY_POLICY_LAST_FAILURE"
+ENV_NAMES = (ATTEMPT, MAX_ATTEMPTS, LAST_FAILURE)
+
+#: What a pod's retry delay writes besides the containers' env (``webhook.kube.owned``):
+#: the gate list, the ``not-before`` annotation and the gated label (each replaced whole).
+METADATA_OWNED: dict[str, Owned] = {"annotations": SHALLOW, "labels": SHALLOW}
+SPEC_OWNED: dict[str, Owned] = {"schedulingGates": ALL}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Where a pod stands: the failures counted before it (``None``: unknown, ``reason``
+    says why), the attempts its budget allows (``None``: unknown), the previous
+    failure's cause and time (``history``: whether they could be told)."""
+
+    failures: int | None
+    source: str = ""
+    reason: str = ""
+    attempts: int | None = None
+    last_cause: str = ""
+    last_failed_at: float | None = None
+    history: bool = False
+    history_reason: str = ""
+    #: Counted failures whose pods were not seen: ``failures`` may be low by that many.
+    unseen: int = 0
+
+    def label(self) -> str:
+        """``attempt 3 of 5`` (1-based: the failures before it, plus one)."""
+        n = (self.failures or 0) + 1
+        return f"attempt {n} of {self.attempts}" if self.attempts else f"attempt {n}"
+
+
+def wanted(policy: Policy) -> bool:
+    return policy.attempt_env or policy.retry_delay is not None
+
+
+def check(policy: Policy, ctx: Context, where: str) -> list[Problem]:
+    """What makes these settings wrong whatever the pod: ``retry-delay-max`` below
+    ``retry-delay``, and a delay above the guard rail ``guardRails.maxRetryDelay``."""
+    problems: list[Problem] = []
+    first, most = policy.retry_delay, policy.retry_delay_max
+    if first is None:
+        return problems
+    if most is not None and most < first:
+        problems.append(
+            Problem(
+                f"{where} {PREFIX}retry-delay-max",
+                f"{format_duration(most)} is below retry-delay {format_duration(first)}; "
+                f"accepted: a duration of at least {format_duration(first)}",
+                "contradiction",
+            )
+        )
+    rail = ctx.config.rails(ctx.namespace).max_retry_delay
+    for name, value in (("retry-delay", first), ("retry-delay-max", most)):
+        if rail is not None and value is not None and value > rail:
+            problems.append(
+                Problem(
+                    f"{where} {PREFIX}{name}",
+                    f"{format_duration(value)} is above this cluster's limit; accepted: a "
+                    f"duration up to {format_duration(rail)} (guardRails.maxRetryDelay)",
+                    "guard-rail",
+                )
+            )
+    return problems
+
+
+def add_env(spec: dict[str, Any], attempt: Attempt, out: Outcome, setting: Any, bare: bool) -> None:
+    """The attempt env vars in every container (init containers too) that does not set
+    them already; unknown values are left out, with a warning (a bare Pod's previous
+    failure is never known: its ``RETRY_POLICY_LAST_FAILURE`` is empty, as documented)."""
+    values: dict[str, str] = {}
+    if attempt.failures is not None:
+        values[ATTEMPT] = str(attempt.failures)
+    else:
+        out.note(
+            f"retry-policy: {ATTEMPT} not set: the attempt number is unknown ({attempt.reason})"
+        )
+    if attempt.attempts is not None:
+        values[MAX_ATTEMPTS] = str(attempt.attempts)
+    if attempt.failures == 0:
+        values[LAST_FAILURE] = ""
+    elif attempt.failures is not None:
+        values[LAST_FAILURE] = attempt.last_cause
+        if not attempt.history and not bare:
+            out.note(
+                f"retry-policy: {LAST_FAILURE} is empty: the previous failure is unknown "
+                f"({attempt.history_reason})"
+            )
+    added: dict[str, list[str]] = {}
+    kept: dict[str, list[str]] = {}
+    for container in podspec.containers(spec):
+        env = container.get("env")
+        if env is None:
+            env = []
+        if not isinstance(env, list):
+            continue
+        name = str(container.get("name", "?"))
+        present = {e.get("name") for e in env if isinstance(e, dict)}
+        new = [{"name": k, "value": v} for k, v in values.items() if k not in present]
+        for key in values:
+            (kept if key in present else added).setdefault(key, []).append(name)
+        if new:
+            container["env"] = [*env, *new]
+    if not any(added.values()):
+        return  # (a reinvocation, or every container sets them itself)
+    shown = ", ".join(f"{k}={values[k] or '(empty)'}" for k in added)
+    out.changed(f"retry-policy: {shown} (attempt-env)", setting)
+    for key, names in kept.items():
+        out.note(f"retry-policy: kept your own {key} in containers {', '.join(names)}")
+
+
+def hold(
+    pod: dict[str, Any],
+    policy: Policy,
+    attempt: Attempt,
+    ctx: Context,
+    out: Outcome,
+    bare: bool,
+) -> dict[str, Any] | None:
+    """Gate the pod until its delay has passed; return what was done, for the applied
+    record (``None``: not held)."""
+    if policy.retry_delay is None or gates.gate_index(pod) is not None:
+        return None  # no delay asked, or held already (a reinvocation)
+    if attempt.failures is None:
+        out.note(f"retry-policy: not delayed: the attempt number is unknown ({attempt.reason})")
+        return None
+    if attempt.failures == 0:
+        return None
+    rail = ctx.config.rails(ctx.namespace).max_retry_delay
+    seconds = retry_delays(policy, rail).seconds(attempt.failures)
+    wait = format_duration(seconds)
+    if attempt.last_failed_at is not None:
+        due = attempt.last_failed_at + seconds
+        if ctx.clock.ask(Passed(due)):
+            return None  # its delay is over: it may run at once
+        counted = "after the failure"
+    else:
+        due = float(ctx.clock.ask(Now()) + seconds)
+        why = "a bare Pod's is not known" if bare else f"unknown: {attempt.history_reason}"
+        counted = f"from admission (previous failure: {why})"
+    if not ctx.clock.ask(LeaderLive()):
+        out.note(
+            f"retry-policy: {attempt.label()} not held back for its {wait} retry-delay: "
+            "no controller leads to end it"
+        )
+        return None
+    stamp = format_time(due)
+    if not gates.add_gate(pod, stamp):
+        return None
+    out.changed(
+        f"retry-policy: {attempt.label()} waits {wait} {counted}: gated until {stamp}",
+        policy.setting("retry-delay"),
+    )
+    out.decided("RetryDelayed", f"{attempt.label()}: waits {wait} until {stamp}")
+    out.actions["retry_delayed"] = out.actions.get("retry_delayed", 0) + 1
+    return {"retryDelaySeconds": seconds}
+
+
+def env_in(container: Mapping[str, Any]) -> dict[str, str]:
+    """The attempt env vars a container has (for tests and ``explain``)."""
+    env = container.get("env")
+    entries = env if isinstance(env, list) else []
+    return {
+        e["name"]: e.get("value", "")
+        for e in entries
+        if isinstance(e, dict) and e.get("name") in ENV_NAMES
+    }
