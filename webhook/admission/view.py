@@ -180,7 +180,10 @@ def _metadata(
     reduce_owners: bool,
     labels: tuple[str, ...] = (),
     intent: bool = False,
+    ours: bool = False,
 ) -> dict[str, Any]:
+    """``ours``: a pod template's, whose ``retry-policy.dev/`` labels the Job mutator
+    writes (``mutators.budgets``): they, and the labels mapping itself, are kept."""
     meta: dict[str, Any] = {}
     for key, value in metadata.items():
         if key == "namespace":
@@ -192,6 +195,12 @@ def _metadata(
         elif key == "labels":
             if not isinstance(value, dict):
                 meta[key] = value
+            elif ours:
+                meta[key] = {
+                    k: v
+                    for k, v in value.items()
+                    if k in labels or (isinstance(k, str) and k.startswith(PREFIX))
+                }
             elif labels and not set(labels).isdisjoint(value):
                 meta[key] = {k: v for k, v in value.items() if k in labels}
         elif key == "managedFields" and intent:
@@ -226,7 +235,7 @@ def _template(template: Mapping[str, Any], memory: bool, restarts: bool) -> dict
     view: dict[str, Any] = {}
     for key, value in template.items():
         if key == "metadata":
-            view[key] = _metadata(value, (), True) if isinstance(value, dict) else value
+            view[key] = _metadata(value, (), True, ours=True) if isinstance(value, dict) else value
         elif key == "spec":
             view[key] = _pod_spec(value, memory, restarts) if isinstance(value, dict) else value
     return view
