@@ -65,6 +65,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from webhook.admission import engine
 from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
+from webhook.cluster.deletions import DeletionMarker
+from webhook.cluster.events import EventRecorder
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import LeaderNote, LeaderState, NoLeader
 from webhook.cluster.limits import LimitLookup, LimitRangeCache
@@ -517,6 +519,9 @@ class WorkerRuntime:
             self.state.attempts = self.loop_attempts
         else:
             self.state.attempts = NoCluster()
+        # Marks the pods disruptors delete, off the admission path (cluster/deletions.py).
+        if clients is not None:
+            self.state.deletions = deletion_marker(clients[1])
         # Started by the first TrainJob it is asked about (webhook/cluster/runtimes.py).
         self.loop_runtimes: LoopRuntimes | None = None
         if clients is not None:
@@ -558,6 +563,8 @@ class WorkerRuntime:
         if self.version is not None:
             self.version.poll()
         self.metrics.sample_cache(self.state.attempts.stats())
+        if self.state.deletions is not None:
+            self.metrics.sample_deletions(self.state.deletions.stats())
         self.metrics.flush()
         logs.flush_decisions()
 
@@ -1019,6 +1026,15 @@ def _describe(status: int) -> str:
     return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
+def deletion_marker(core_api: Any) -> DeletionMarker:
+    """The worker's marker of pods disruptors delete, with an Event recorder of its own."""
+    from kubernetes import client
+
+    instance = os.environ.get("POD_NAME") or socket.gethostname()
+    events = EventRecorder(client.EventsV1Api(core_api.api_client), instance)
+    return DeletionMarker(core_api, events)
+
+
 def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     """The controller process's body (``webhook.serving.controlproc``): leader election and,
     while leading, the reconcilers; exits ``DISABLED`` without a cluster connection."""
@@ -1036,7 +1052,7 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options.controller_options(),
-        reconcilers.build(api_client, options.controller_options()),
+        reconcilers.build(api_client, options.controller_options(), recorder),
         note,
         recorder,
     )
