@@ -154,7 +154,7 @@ class JobRun:
         Ignore is not counted; FailJob or more than backoffLimit counted failures end the
         Job. Returns the action ("none" when no rule matched)."""
         pod = self.current(pod)
-        assert pod["status"]["phase"] == "Failed"
+        assert fp.judged_failed(pod, self.job["spec"]), "not failed yet for the Job controller"
         rules = (self.job["spec"].get("podFailurePolicy") or {}).get("rules") or []
         match = fp.evaluate(rules, fp.PodFailure.from_pod(pod))
         action = match.action if match else "none"

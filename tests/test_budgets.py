@@ -323,3 +323,24 @@ def test_a_cronjobs_jobs_get_the_rules_and_labels():
     spec = out["spec"]["jobTemplate"]["spec"]
     assert condition_of(spec["podFailurePolicy"]["rules"][0]) == fp.DISRUPTION_BUDGET_EXHAUSTED
     assert spec["template"]["metadata"]["labels"][P + "max-disruptions"] == "0"
+
+
+def test_a_terminating_pods_conditions_are_read_once_it_fails():
+    """upstream: isPodFailed and onlyReplaceFailedPods (pkg/controller/job/job_controller.go).
+    With a podFailurePolicy (every Job our rules are in has one) a pod being deleted is not
+    failed before its phase is Failed: the Job controller judges it then, with the
+    conditions it has then, so a condition added while it terminates is read. Without one,
+    a terminating pod is failed at once, before a condition could be added."""
+    _, out = mutate(job({P + "ignore-disruptions": "true", P + "max-disruptions": "1"}))
+    spec = out["spec"]
+    terminating = {
+        "metadata": {"deletionTimestamp": "2026-11-26T10:00:30Z"},
+        "status": {"phase": "Running"},
+    }
+    assert not fp.judged_failed(terminating, spec)
+    failed = {**terminating, "status": {"phase": "Failed"}}
+    assert fp.judged_failed(failed, spec)
+    plain = {"template": spec["template"]}
+    assert fp.judged_failed(terminating, plain)
+    assert not fp.judged_failed({**terminating, "status": {"phase": "Succeeded"}}, plain)
+    assert not fp.judged_failed(terminating, {**plain, "podReplacementPolicy": "Failed"})

@@ -513,6 +513,27 @@ def _match_conditions(patterns: list[Any], failure: PodFailure) -> str | None:
     return None
 
 
+def judged_failed(pod: Mapping[str, Any], job_spec: Mapping[str, Any]) -> bool:
+    """Whether the Job controller takes ``pod`` for failed now, and so judges it with its
+    rules, reading its conditions as they are (``isPodFailed`` in
+    pkg/controller/job/job_controller.go): a ``Failed`` pod; and a pod being deleted
+    (``deletionTimestamp``) that has not succeeded, unless only failed pods are replaced
+    (``onlyReplaceFailedPods``: a podFailurePolicy, or ``podReplacementPolicy: Failed``).
+    So with a podFailurePolicy, which every Job our rules are in has, a condition added to
+    a terminating pod before it is ``Failed`` is read when the pod is judged."""
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    phase = status.get("phase")
+    if phase == "Failed":
+        return True
+    only_failed = job_spec.get("podFailurePolicy") is not None or (
+        job_spec.get("podReplacementPolicy") == "Failed"
+    )
+    if only_failed:
+        return False
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    return meta.get("deletionTimestamp") is not None and phase != "Succeeded"
+
+
 # --- the failed pods a policy must be judged against -------------------------------
 
 
