@@ -65,16 +65,8 @@ def rules(policy: Policy) -> list[tuple[dict[str, Any], str]]:
 
 #: (the key, the one it needs, why): a budget over what another key takes out.
 NEEDS = (
-    (
-        "max-disruptions",
-        "ignore-disruptions",
-        "without it every disruption already counts against the retry budget",
-    ),
-    (
-        "max-in-place-restarts",
-        "in-place-exit-codes",
-        "without it no container restarts in place",
-    ),
+    ("max-disruptions", "ignore-disruptions", "every disruption counts without it"),
+    ("max-in-place-restarts", "in-place-exit-codes", "nothing restarts in place without it"),
 )
 
 
@@ -84,14 +76,8 @@ def check(policy: Policy, out: Outcome) -> Policy:
     after the checks that may turn that key off here."""
     for name, needed, why in NEEDS:
         if policy.asks(name) and not policy.asks(needed):
-            off = "is not set" if not policy.explicit(needed) else "is not applied here"
-            out.conflict(
-                policy,
-                name,
-                f"needs {PREFIX}{needed} (it {off}): {why}; set {PREFIX}{needed}, or remove "
-                f"{PREFIX}{name}",
-                f"needs-{needed}",
-            )
+            off = "not set" if not policy.explicit(needed) else "not applied here"
+            out.conflict(policy, name, f"needs {needed}, {off}: {why}", f"needs-{needed}")
             policy = with_setting(policy, name, Setting(BUILTIN[name], policy.setting(name).source))
     return policy
 
