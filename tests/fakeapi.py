@@ -9,7 +9,10 @@ as etcd does, and ends the open watches, as an API server restart does) is answe
 with a watch ``ERROR`` event, code 410 Gone, after which a client must list again
 (``getAllEventsSinceLocked`` and ``newErrWatcher`` in k8s.io/apiserver
 pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Nodes and
-the Kubeflow Trainer runtimes.
+the Kubeflow Trainer runtimes. Pods also take PATCH of ``status`` (a strategic merge patch
+merges ``status.conditions`` by type: ``MERGE_KEYS``) and DELETE as the API server makes
+it: ``deletionTimestamp`` while finalizers remain (a Job's pod keeps the Job controller's
+until ``remove_finalizer``), gone at once without.
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a

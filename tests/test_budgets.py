@@ -174,8 +174,9 @@ def test_custom_condition_types_are_what_the_api_and_the_job_controller_take():
     """upstream: validatePodFailurePolicyRuleOnPodConditions (pkg/apis/batch/validation/
     validation.go) holds a rule's condition type to ValidateQualifiedName, as
     validatePodConditions (pkg/apis/core/validation/validation.go, from
-    ValidatePodStatusUpdate) holds a pod's custom conditions; matchOnPodConditions
-    (pkg/controller/job/pod_failure_policy.go) compares type and status, whatever the type."""
+    ValidatePodStatusUpdate) holds a pod's custom conditions; matchPodFailurePolicy, through
+    matchOnPodConditions (pkg/controller/job/pod_failure_policy.go), compares type and
+    status, whatever the type, and takes the first rule that matches."""
     for condition in fp.OUR_CONDITIONS:
         assert fp.qualified_name(condition)
         rule = fp.condition_rule(condition)
