@@ -1,6 +1,6 @@
 """Marks the pods a disruptor deleted ``DisruptionTarget=True`` (``webhook.admission.deletions``
-decides which), off the admission path: ``submit`` only queues, one thread per process
-writes, as the Event recorder does.
+decides which), off the admission path: ``submit`` only queues, a few threads per process
+write, as the Event recorder's does.
 
 Why here, in the worker that answered the DELETE, and not in the leading controller:
 the condition must land before the kubelet reports the pod ``Failed`` (a pod that stops
@@ -55,7 +55,8 @@ RESULTS = ("marked", "late", "missed", "gone", "not_deleted", "already", "droppe
 
 
 class DeletionMarker:
-    """``submit`` a ``webhook.admission.deletions.Deleted``; never blocks nor raises."""
+    """``submit`` a ``webhook.admission.deletions.Deleted``; never blocks nor raises.
+    ``threads`` mark pods at once: a node's reclaim deletes all its pods together."""
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class DeletionMarker:
         wait: float = 2.0,
         poll: float = 0.05,
         tries: int = 5,
+        threads: int = 4,
         clock: Callable[[], float] = time.time,
     ):
         self.core = core_api
@@ -72,17 +74,20 @@ class DeletionMarker:
         self.wait = wait
         self.poll = poll
         self.tries = tries
+        self.threads = threads
         self.clock = clock
         self._queue: queue.Queue[Any] = queue.Queue(capacity)
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._started = False
         self.counters = dict.fromkeys(RESULTS, 0)
 
     def submit(self, deleted: Any) -> bool:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="deletions", daemon=True)
-                self._thread.start()
+            if not self._started:
+                self._started = True
+                for n in range(self.threads):
+                    name = f"deletions-{n}"
+                    threading.Thread(target=self._run, name=name, daemon=True).start()
         try:
             self._queue.put_nowait(deleted)
         except queue.Full:
