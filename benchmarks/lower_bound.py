@@ -68,6 +68,7 @@ def answer(review: dict[str, Any]) -> bytes:
         or "podFailurePolicy" in spec
         or P + "error-propagation" in annotations  # denied on a Job
         or "annotations" in template.get("metadata", {})
+        or not isinstance(template.get("metadata", {}).get("labels"), dict)
         or template["spec"].get("initContainers")
     ):
         raise OtherShape("not the worst-case Job stream's shape")
@@ -87,6 +88,13 @@ def answer(review: dict[str, Any]) -> bytes:
             "op": "add",
             "path": "/metadata/annotations/retry-policy.dev~1applied",
             "value": orjson.dumps(applied).decode(),
+        },
+        # The label the controller and the chart select the pods of such a Job by
+        # (webhook.mutators.budgets), beside the template's own.
+        {
+            "op": "add",
+            "path": "/spec/template/metadata/labels/retry-policy.dev~1ignore-disruptions",
+            "value": "true",
         },
         {
             "op": "add",

@@ -10,7 +10,10 @@ as etcd does, and ends the open watches, as an API server restart does) is answe
 with a watch ``ERROR`` event, code 410 Gone, after which a client must list again
 (``getAllEventsSinceLocked`` and ``newErrWatcher`` in k8s.io/apiserver
 pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Nodes and
-the Kubeflow Trainer runtimes.
+the Kubeflow Trainer runtimes. Pods also take PATCH of ``status`` (a strategic merge patch
+merges ``status.conditions`` by type: ``MERGE_KEYS``) and DELETE as the API server makes
+it: ``deletionTimestamp`` while finalizers remain (a Job's pod keeps the Job controller's
+until ``remove_finalizer``), gone at once without.
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a
@@ -180,6 +183,7 @@ class FakeAPI:
         #: seconds each write of it waits first (a slow API).
         self.write_status: dict[str, int] = {}
         self.write_delay: dict[str, float] = {}
+        self.deletions: list[tuple[str, str, int]] = []  # pods: (namespace, name, grace)
         self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(
@@ -399,7 +403,8 @@ class FakeAPI:
                     "again",
                     name,
                 )
-            patched = _merge(copy.deepcopy(current), body)
+            strategic = ctype == "application/strategic-merge-patch+json"
+            patched = (_strategic if strategic else _merge)(copy.deepcopy(current), body)
         else:
             return 415, _status_body(415, "UnsupportedMediaType", f"not implemented: {ctype}")
         if sub == "status":
@@ -415,6 +420,67 @@ class FakeAPI:
         self.objects[resource][current["metadata"]["uid"]] = patched
         self._send(resource, {"type": "MODIFIED", "object": copy.deepcopy(patched)})
         return 200, copy.deepcopy(patched)
+
+    # --- pod deletion, as the API server and the Job controller's finalizer make it ------
+    def delete_pod(self, namespace: str, name: str, grace: int | None) -> tuple[int, dict]:
+        """DELETE of a pod (lock held): a pod with finalizers (a Job's has the Job
+        controller's tracking finalizer) gets ``deletionTimestamp`` and
+        ``deletionGracePeriodSeconds`` and stays until they are removed (``remove_finalizer``);
+        one without is gone at once (``BeforeDelete`` and ``Store.Delete`` in
+        k8s.io/apiserver pkg/registry). Without a grace period in the options, the pod's
+        ``terminationGracePeriodSeconds`` (``CheckGracefulDelete`` of the pod strategy)."""
+        current = self._named_pod(namespace, name)
+        if current is None:
+            return _not_found("pods", name)
+        meta = current["metadata"]
+        if grace is None:
+            grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        if not meta.get("finalizers"):
+            self.objects["pods"].pop(meta["uid"])
+            self.version += 1
+            meta["resourceVersion"] = str(self.version)
+            self._send("pods", {"type": "DELETED", "object": copy.deepcopy(current)})
+            return 200, copy.deepcopy(current)
+        if meta.get("deletionTimestamp") is None:
+            meta["deletionTimestamp"] = "2026-11-26T10:00:30Z"
+            meta["deletionGracePeriodSeconds"] = grace
+            self.version += 1
+            meta["resourceVersion"] = str(self.version)
+            self._send("pods", {"type": "MODIFIED", "object": copy.deepcopy(current)})
+        self.deletions.append((namespace, name, grace))
+        return 200, copy.deepcopy(current)
+
+    def remove_finalizer(self, uid: str) -> None:
+        """The Job controller's removal of its tracking finalizer once it judged the pod;
+        a pod being deleted then goes."""
+        with self.lock:
+            pod = self.objects["pods"][uid]
+            pod["metadata"]["finalizers"] = [
+                f for f in pod["metadata"].get("finalizers") or [] if f != JOB_TRACKING
+            ]
+            if pod["metadata"].get("deletionTimestamp") and not pod["metadata"]["finalizers"]:
+                self.objects["pods"].pop(uid)
+                kind = "DELETED"
+            else:
+                kind = "MODIFIED"
+            self.version += 1
+            pod["metadata"]["resourceVersion"] = str(self.version)
+            self._send("pods", {"type": kind, "object": copy.deepcopy(pod)})
+
+    def pod(self, uid: str) -> dict[str, Any] | None:
+        with self.lock:
+            found = self.objects["pods"].get(uid)
+            return copy.deepcopy(found) if found is not None else None
+
+    def _named_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next(
+            (
+                o
+                for o in self.objects["pods"].values()
+                if o["metadata"].get("namespace") == namespace and o["metadata"]["name"] == name
+            ),
+            None,
+        )
 
     def _handler(self):
         api = self
@@ -476,6 +542,30 @@ class FakeAPI:
 
             def do_PATCH(self):
                 self._write("PATCH")
+
+            def do_DELETE(self):
+                url = urlparse(self.path)
+                api.requests.append((f"DELETE {url.path}", url.query))
+                parts = url.path.strip("/").split("/")
+                if (
+                    parts[:3] != ["api", "v1", "namespaces"]
+                    or len(parts) != 6
+                    or parts[4] != "pods"
+                ):
+                    return self._status(405, "MethodNotAllowed", f"DELETE {url.path}")
+                try:
+                    body = self._body() or {}
+                except ValueError as err:
+                    return self._status(400, "BadRequest", f"invalid JSON: {err}")
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+                with api.lock:
+                    status, answer = api.delete_pod(
+                        parts[3], parts[5], None if grace is None else int(grace)
+                    )
+                    if status < 300:
+                        api.writes.append(("DELETE", "pods", parts[5]))
+                self._send(status, answer)
 
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -811,6 +901,39 @@ def _merge(target: Any, patch: Any) -> Any:
             target.pop(key, None)
         else:
             target[key] = _merge(target.get(key), value)
+    return target
+
+
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+#: Lists a strategic merge patch merges item by item, by this key (``patchMergeKey``):
+#: a pod's ``status.conditions`` by ``type`` (k8s.io/api core/v1 types.go). Other lists
+#: are replaced, as a merge patch does (none other is patched here).
+MERGE_KEYS = {"conditions": "type"}
+
+
+def _strategic(target: Any, patch: Any, key: str = "") -> Any:
+    """A strategic merge patch, for the lists ``MERGE_KEYS`` names."""
+    merge_key = MERGE_KEYS.get(key)
+    if merge_key and isinstance(patch, list) and isinstance(target, list):
+        merged = copy.deepcopy(target)
+        for item in patch:
+            found = next(
+                (i for i, t in enumerate(merged) if t.get(merge_key) == item.get(merge_key)), None
+            )
+            if found is None:
+                merged.append(copy.deepcopy(item))
+            else:
+                merged[found] = _strategic(merged[found], item)
+        return merged
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    for name, value in patch.items():
+        if value is None:
+            target.pop(name, None)
+        else:
+            target[name] = _strategic(target.get(name), value, name)
     return target
 
 

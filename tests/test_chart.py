@@ -47,10 +47,16 @@ UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
     # is derived from what it says, unknown until then, so nothing scopes it by name.
     # update counts a repeat into an existing Event's series.
     (["events"], ["create", "update"]),
-    # The controller removes retry-delay gates (docs/OPERATIONS.md, "Retry-delay gates"):
-    # of pods in any namespace, whose names no rule can know.
+    # The gate-releasing hook removes retry-delay gates (docs/OPERATIONS.md, "Retry-delay
+    # gates"): of pods in any namespace, whose names no rule can know.
     (["pods"], ["patch"]),
+    # Budgets per cause (webhook/controller/disruptions.py, restarts.py) and disruptions by
+    # deletion (webhook/cluster/deletions.py): a condition on any pod of a workload that
+    # asked, the deletion of a pod that used its restarts in place.
+    (["pods"], ["delete", "patch"]),
+    (["pods/status"], ["patch"]),
 ]
+DELETIONS_HOOK = "pod-deletions.validate.retry-policy.dev"
 SCHEMA_ERROR = "don't meet the specifications of the schema"
 
 
@@ -370,6 +376,7 @@ def test_webhook_configuration_fields(helm, name):
         ("ValidatingWebhookConfiguration", "validating", "/validate"),
     ):
         hooks = webhooks(docs, kind)
+        hooks.pop(DELETIONS_HOOK, None)  # its own settings: test_pod_deletions_webhook
         assert len(hooks) == 2
         for hook in hooks.values():
             assert hook["sideEffects"] == "None"
@@ -401,6 +408,7 @@ def test_webhook_names(helm):
     assert set(webhooks(docs, "ValidatingWebhookConfiguration")) == {
         "workloads.validate.retry-policy.dev",
         "pods.validate.retry-policy.dev",
+        DELETIONS_HOOK,
     }
 
 
@@ -503,10 +511,122 @@ def test_rules_list_exactly_the_enabled_kinds(helm, name):
             assert _rule_set(pods) == {("", "v1", "pods", pod_ops)}
         else:
             assert pods is None
+        deletions = hooks.pop(DELETIONS_HOOK, None)
+        if side == "validate" and expected_workloads:
+            assert _rule_set(deletions) == {("", "v1", "pods", ("DELETE",))}
+        else:
+            assert deletions is None  # (no workload with a podFailurePolicy to mark for)
         for hook in hooks.values():
             for rule in hook["rules"]:
                 # matchConditions below assume `object` is never null (it is on DELETE).
                 assert set(rule["operations"]) <= {"CREATE", "UPDATE"}
+
+
+def _deletion_review(user: str, pod: dict, groups: list[str] | None = None) -> dict:
+    return {
+        "operation": "DELETE",
+        "namespace": "team-a",
+        "kind": {"kind": "Pod"},
+        "userInfo": {"username": user, **({"groups": groups} if groups is not None else {})},
+    }
+
+
+KARPENTER = "system:serviceaccount:kube-system:karpenter"
+
+
+def _running_pod(**status: Any) -> dict:
+    return {
+        "metadata": {"name": "p", "labels": {PREFIX + "ignore-disruptions": "true"}},
+        "status": {"phase": "Running", **status},
+    }
+
+
+DISRUPTED = [{"type": "DisruptionTarget", "status": "True"}]
+DELETION_SCENARIOS = [
+    # (who, groups, the pod, sent): only a disruptor's deletion of a pod of a workload
+    # that ignores disruptions, not yet disrupted and not yet terminal.
+    (KARPENTER, None, _running_pod(), True),
+    ("system:serviceaccount:karpenter:karpenter", [], _running_pod(), True),
+    ("system:serviceaccount:kube-system:cluster-autoscaler", None, _running_pod(), True),
+    ("alice", ["system:authenticated"], _running_pod(), False),
+    ("system:serviceaccount:kube-system:generic-garbage-collector", None, _running_pod(), False),
+    (KARPENTER, None, _running_pod(conditions=DISRUPTED), False),
+    (KARPENTER, None, _running_pod(phase="Failed"), False),
+    (KARPENTER, None, _running_pod(phase="Succeeded"), False),
+    (KARPENTER, None, {"metadata": {"name": "p", "labels": {"app": "x"}}}, False),
+    (KARPENTER, None, {"metadata": {"name": "p"}}, False),
+    (
+        KARPENTER,
+        None,
+        {"metadata": {"name": "p", "labels": {PREFIX + "ignore-disruptions": "true"}}},
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("user", "groups", "pod", "sent"), DELETION_SCENARIOS)
+def test_pod_deletions_reach_the_webhook_only_from_disruptors(helm, user, groups, pod, sent):
+    """The pod deletions' webhook, its CEL evaluated (cel-python) as the API server would,
+    with the pod as a DELETE's oldObject (object is null); and the engine, where the chart
+    sends it, asks for the mark (webhook.admission.deletions), else allows unchanged."""
+    celpy = pytest.importorskip("celpy", reason="cel-python is not installed")
+    docs = render(helm, {})
+    hook = webhooks(docs, "ValidatingWebhookConfiguration")[DELETIONS_HOOK]
+    env = celpy.Environment()
+    activation = {
+        "request": celpy.json_to_cel(_deletion_review(user, pod, groups)),
+        "oldObject": celpy.json_to_cel(pod),
+        "object": celpy.json_to_cel(None),
+    }
+    results = [
+        bool(env.program(env.compile(c["expression"])).evaluate(activation))
+        for c in hook["matchConditions"]
+    ]
+    assert all(results) is sent
+    from webhook.admission import engine
+    from webhook.admission.review import GroupVersionKind, Request
+    from webhook.policy.config import Config
+
+    stored = copy.deepcopy(pod)
+    stored["metadata"].update({"namespace": "team-a", "uid": "u-1"})
+    request = Request(
+        "u",
+        GroupVersionKind("", "v1", "Pod"),
+        "DELETE",
+        "team-a",
+        "p",
+        None,
+        stored,
+        user=user,
+        groups=tuple(groups or ()),
+    )
+    verdict = engine.validate(request, Config())
+    assert verdict.allowed and not verdict.patch and not verdict.warnings
+    assert (verdict.deleted is not None) is sent
+
+
+def test_pod_deletions_webhook_settings_and_configured_disruptors(helm):
+    """Never in the way of a deletion (Ignore), a side effect that a dry run never has, the
+    chart's default disruptors the loader's, and a config's replacing them."""
+    from webhook.policy.config import DEFAULT_DISRUPTOR_USERS
+
+    hook = webhooks(render(helm, {}), "ValidatingWebhookConfiguration")[DELETIONS_HOOK]
+    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "NoneOnDryRun"
+    assert hook["timeoutSeconds"] == 2 and hook["clientConfig"]["service"]["path"] == "/validate"
+    (by,) = [
+        c["expression"] for c in hook["matchConditions"] if c["name"] == "deleted-by-a-disruptor"
+    ]
+    assert json.loads(by.split(" in ", 1)[1].split(" || ")[0]) == list(DEFAULT_DISRUPTOR_USERS)
+    custom = {"config": {"disruptors": {"users": ["u1"], "groups": ["ops:scalers"]}}}
+    docs = render(helm, custom)
+    hook = webhooks(docs, "ValidatingWebhookConfiguration")[DELETIONS_HOOK]
+    (by,) = [
+        c["expression"] for c in hook["matchConditions"] if c["name"] == "deleted-by-a-disruptor"
+    ]
+    assert '["u1"]' in by and '["ops:scalers"]' in by and KARPENTER not in by
+    assert "disruptors" in _config_text(docs)  # the server's config says the same
+    for off in ({"webhook": {"deletions": {"enabled": False}}}, {"server": {"kube": "off"}}):
+        assert DELETIONS_HOOK not in webhooks(render(helm, off), "ValidatingWebhookConfiguration")
 
 
 def test_disabling_every_kind_is_refused(helm):
@@ -1298,13 +1418,19 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     role = one(docs, "ClusterRole", full)
     reads = [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+        # Pods: the failed-pod watch; read before marked (budgets, disruptions by deletion);
+        # retry-delay gates removed (webhook/controller/gates.py); a pod that used its
+        # restarts in place deleted (webhook/controller/restarts.py).
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["get", "list", "watch", "patch", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         # The controller's record of a workload's failures (webhook/controller/recorder.py),
         # on Jobs and JobSets; the workers read JobSets' (webhook/cluster/record.py), and a
         # JobSet to tell its TrainJob (Events).
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
-        # ... and removes retry-delay gates from pods (webhook/controller/gates.py).
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]},
     ]
     jobsets = {
         "apiGroups": ["jobset.x-k8s.io"],

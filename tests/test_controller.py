@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from conftest import P
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
 from serverproc import eventually, start, stop
@@ -406,6 +407,25 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
         10,
     )
     eventually(lambda: len(stored_events(api)) == warnings, 10)
+    # The budgets per cause: a disruption past max-disruptions (its Job read and written,
+    # the pod marked), its peers marked, a pod replaced after its restarts in place, and
+    # the Events that say so.
+    from jobsim import JobRun
+    from test_controller_budgets import IN_PLACE, admitted_job
+
+    budgets = {
+        P + "ignore-disruptions": "true",
+        P + "max-disruptions": "0",
+        P + "peer-disruptions": "ignore",
+    }
+    run = JobRun.store(api, admitted_job(budgets, "budgets", parallelism=2, completions=2))
+    pods = [run.new_pod() for _ in range(2)]
+    replaced = JobRun.store(api, admitted_job(IN_PLACE, "restarts"))
+    replaced.restart(replaced.new_pod(), 5)
+    run.disrupt(pods[0])
+    eventually(lambda: ("DELETE", "pods") in {(m, r) for m, r, _ in api.writes}, 10)
+    eventually(lambda: sum(1 for m, r, _ in api.writes if m == "PATCH" and r == "pods") >= 3, 10)
+    eventually(lambda: any(m == "POST" and r == "events" for m, r, _ in api.writes), 10)
     manager.stop.set()
     thread.join(10)
     worker, _ = recorder_for(api_client, "webhook-0")  # a worker's, as WorkerRuntime makes it
@@ -416,7 +436,13 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     assert worker.stats()["written"] == 1 and worker.stats()["aggregated"] == 1
     made = calls(list(api.requests))
     assert any(c.resource == "leases" and c.verb == "update" for c in made), made
-    assert {c.resource for c in made if c.verb == "patch"} == {"jobs", "jobsets", "pods"}, made
+    assert {c.resource for c in made if c.verb == "patch"} == {
+        "jobs",
+        "jobsets",
+        "pods",
+        "pods/status",
+    }, made
+    assert any(c.resource == "pods" and c.verb == "delete" for c in made), made
     for verb, resource in (
         ("patch", "jobs"),
         ("patch", "jobsets"),

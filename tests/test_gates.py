@@ -369,7 +369,9 @@ def test_a_retry_waits_as_asked_and_is_let_go_by_the_leader_or_its_successor(api
             if line.get("msg") == "retry-delay gate released"
             and line.get("pod") == f"ml/{gated['metadata']['name']}"
         ]
-        assert line["late_seconds"] > 0 and line["not_before"] == format_time(due)
+        # Never before its time; late by how long the Lease took to lapse (0 when the
+        # standby took over before the delay ran out: the lapse and the delay race here).
+        assert line["late_seconds"] >= 0 and line["not_before"] == format_time(due)
     finally:
         for server in (one, two):
             if server.proc.poll() is None:

@@ -330,8 +330,12 @@ def _vary_outside(obj, where, n: int):
             meta[where[1]] = f"other-{n}"
     elif where[0] == "template" and isinstance(template, dict):
         tmeta = template.get("metadata")
-        if isinstance(tmeta, dict):
-            tmeta["labels"] = {"run": f"r{n}"}
+        labels = tmeta.get("labels") if isinstance(tmeta, dict) else None
+        # Another value of a label not ours: the labels mapping itself is in the view (the
+        # Job mutator writes our labels into it: ``mutators.budgets``), so it must be there
+        # or not in both objects alike.
+        if isinstance(labels, dict):
+            labels["run"] = f"r{n}"
     elif isinstance(pod_spec, dict):
         if where[0] == "pod":
             pod_spec[where[1]] = [{"name": f"v{n}", "emptyDir": {}}] if n % 2 else f"sa-{n}"

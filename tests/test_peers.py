@@ -65,10 +65,12 @@ def test_a_job_whose_pods_run_together_is_warned(spec, pods):
 def test_the_warning_is_short_actionable_and_said_once():
     note = peers_note(16)
     assert len(note) <= 120
-    assert "retriable-exit-codes" in note  # what to do: retry the codes peers exit with
-    assert "peer-disruptions" not in note  # no such key yet
+    assert note.endswith("set peer-disruptions")  # what to do: have the peers marked
     verdict, _ = mutate(created(job(FULL, spec={"parallelism": 16, "completions": 16})))
     assert peers(verdict.warnings) == [note]
+    marked = {**FULL, P + "peer-disruptions": "ignore"}
+    verdict, _ = mutate(created(job(marked, spec={"parallelism": 16, "completions": 16})))
+    assert verdict.allowed and peers(verdict.warnings) == []  # said until it is set
 
 
 def test_no_warning_without_fail_non_retriable():

@@ -20,6 +20,7 @@ from typing import Any
 import jsonpatch
 import orjson
 
+from webhook.admission import deletions
 from webhook.admission.jsondiff import diff
 from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_key
 from webhook.admission.review import Request, Verdict, freeze
@@ -328,6 +329,8 @@ def validate(
     """Answer the validating webhook: deny every problem the mutation reports, and any
     annotation-requested change that is missing (the mutating webhook did not run, or a
     later webhook undid it), so a policy a user asked for is never silently lost."""
+    if request.operation == "DELETE":
+        return deletions.judge(request, config)  # (always allowed)
     mutator = lookup(request.kind.group, request.kind.kind)
     obj = request.object
     if mutator is None or obj is None:

@@ -54,6 +54,9 @@ class Request:
     dry_run: bool = False
     sub_resource: str | None = None
     user: str | None = None
+    #: The requester's groups, and the operation's options (a DELETE's DeleteOptions).
+    groups: tuple[str, ...] = ()
+    options: dict[str, Any] | None = None
 
 
 def decode(body: bytes | str) -> Request:
@@ -99,6 +102,8 @@ def decode(body: bytes | str) -> Request:
     sub = _optional_str(request, "subResource")
     user_info = request.get("userInfo")
     user = user_info.get("username") if isinstance(user_info, dict) else None
+    groups = user_info.get("groups") if isinstance(user_info, dict) else None
+    options = request.get("options")
     return Request(
         uid=uid,
         kind=GroupVersionKind(gvk["group"], gvk["version"], gvk["kind"]),
@@ -110,6 +115,8 @@ def decode(body: bytes | str) -> Request:
         dry_run=bool(dry_run),
         sub_resource=sub or None,
         user=user if isinstance(user, str) else None,
+        groups=tuple(g for g in groups if isinstance(g, str)) if isinstance(groups, list) else (),
+        options=options if isinstance(options, dict) else None,
     )
 
 
@@ -153,6 +160,10 @@ class Verdict:
     #: (``webhook.mutators.Decision``; written by the server unless the request is a dry
     #: run; never encoded).
     decisions: tuple[tuple[str, str], ...] = ()
+    #: A pod a disruptor deleted, for the webhook to mark disrupted
+    #: (``webhook.admission.deletions``: done off the admission path unless a dry run;
+    #: never encoded).
+    deleted: Any = field(default=None, compare=False)
     #: The answer already serialised (all but its uid), with the values it was made from:
     #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
     frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)

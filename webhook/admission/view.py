@@ -191,9 +191,12 @@ def _metadata(
     labels: tuple[str, ...] = (),
     intent: bool = False,
     keep_labels: bool = False,
+    ours: bool = False,
 ) -> dict[str, Any]:
     """``keep_labels``: the labels mapping stays, reduced to ``labels``, even when none of
-    them is there (a mutator writes into it)."""
+    them is there (a mutator writes into it). ``ours``: a pod template's, whose
+    ``retry-policy.dev/`` labels the Job mutator writes (``mutators.budgets``): they, and
+    the labels mapping itself, are kept."""
     meta: dict[str, Any] = {}
     for key, value in metadata.items():
         if key == "namespace":
@@ -205,6 +208,12 @@ def _metadata(
         elif key == "labels":
             if not isinstance(value, dict):
                 meta[key] = value
+            elif ours:
+                meta[key] = {
+                    k: v
+                    for k, v in value.items()
+                    if k in labels or (isinstance(k, str) and k.startswith(PREFIX))
+                }
             elif keep_labels or (labels and not set(labels).isdisjoint(value)):
                 meta[key] = {k: v for k, v in value.items() if k in labels}
         elif key == "managedFields" and intent:
@@ -239,7 +248,7 @@ def _template(template: Mapping[str, Any], memory: bool, restarts: bool) -> dict
     view: dict[str, Any] = {}
     for key, value in template.items():
         if key == "metadata":
-            view[key] = _metadata(value, (), True) if isinstance(value, dict) else value
+            view[key] = _metadata(value, (), True, ours=True) if isinstance(value, dict) else value
         elif key == "spec":
             view[key] = _pod_spec(value, memory, restarts) if isinstance(value, dict) else value
     return view

@@ -30,6 +30,17 @@ The annotation, as ``kubectl get job -o yaml`` shows it::
 Lineages: ``""`` for a Job's pods, the completion index (``"3"``) for an Indexed Job's;
 for a JobSet's, ``"<replicated Job>/<job index>"`` (then ``/<completion index>``), across
 its runs; ``run`` is the latest JobSet run (``restart-attempt``) with a recorded failure.
+
+Disruptions (``max-disruptions``, ``webhook.controller.disruptions``): the disrupted pods
+the controller counted, per lineage (``"disruptions": {"": 3}``), and which of them were
+free and which over the budget (``"disrupted"``, ``"overBudget"``: marks, as ``pods``). The
+count is kept here, on the workload, because nothing else holds it: ignored failures
+never enter the Job's ``status.failed``, a disrupted pod is deleted once the Job
+controller has judged it, a JobSet's restart deletes its child Jobs, and the controller
+that counted may be another replica's by the next disruption. The marks make a count
+survive a restart of the controller between the condition it added and the count it
+wrote: a pod marked over the budget gets its condition again, one marked free nothing,
+and a pod marked neither is counted anew from the count as written.
 """
 
 from __future__ import annotations
@@ -70,6 +81,12 @@ VERSION = 1
 #: the counts shown, never a raise or an avoided node).
 MAX_LINEAGES = 64
 MAX_MARKS = 512
+#: Disrupted pods remembered (each of the two kinds), and lineages with a disruption
+#: count (past this, the count goes to ``OVERFLOW``: it counts for the whole workload, not
+#: for the index).
+MAX_DISRUPTED_MARKS = 256
+MAX_DISRUPTION_LINEAGES = 4096
+OVERFLOW = "*"
 
 
 @dataclass(frozen=True)
@@ -159,6 +176,11 @@ class Record:
     lineages: dict[str, Lineage] = field(default_factory=dict)
     run: int = -1
     marks: bytes = b""
+    #: Disruptions the controller counted, by lineage (see the module's doc).
+    disruptions: dict[str, int] = field(default_factory=dict)
+    #: Disrupted pods counted free, and over the budget.
+    free: bytes = b""
+    over: bytes = b""
 
     # --- reading -------------------------------------------------------------------------
     @classmethod
@@ -179,6 +201,7 @@ class Record:
         except (binascii.Error, ValueError, TypeError):
             marks = b""
         run = data.get("run")
+        counts = data.get("disruptions")
         return cls(
             {
                 k: Lineage.from_json(v)
@@ -187,6 +210,13 @@ class Record:
             },
             run if isinstance(run, int) and not isinstance(run, bool) else -1,
             marks[: len(marks) - len(marks) % MARK],
+            {
+                k: v
+                for k, v in (counts.items() if isinstance(counts, dict) else ())
+                if isinstance(k, str) and _count(v)
+            },
+            _marks(data.get("disrupted")),
+            _marks(data.get("overBudget")),
         )
 
     @classmethod
@@ -195,6 +225,36 @@ class Record:
 
     def seen(self, pod_uid: str) -> bool:
         return marked(self.marks, pod_mark(pod_uid))
+
+    def disrupted(self, pod_uid: str) -> str | None:
+        """Whether a disrupted pod was counted: "free", "over" (the budget), or ``None``."""
+        mark = pod_mark(pod_uid)
+        if marked(self.over, mark):
+            return "over"
+        return "free" if marked(self.free, mark) else None
+
+    def disruptions_of(self, lineage: str | None = None) -> int:
+        """Disruptions counted: the workload's (``None``), or one lineage's."""
+        if lineage is None:
+            return sum(self.disruptions.values())
+        return self.disruptions.get(lineage, 0)
+
+    def add_disruption(self, pod: Mapping[str, Any], over: bool) -> Record:
+        """This record with one more disrupted pod, free or ``over`` the budget (unchanged
+        when it counted that pod already)."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid or self.disrupted(uid) is not None:
+            return self
+        key = lineage_key(meta)
+        counts = dict(self.disruptions)
+        if key not in counts and len(counts) >= MAX_DISRUPTION_LINEAGES:
+            key = OVERFLOW
+        counts[key] = counts.get(key, 0) + 1
+        mark = pod_mark(uid)
+        free, over_ = (self.free, self.over + mark) if over else (self.free + mark, self.over)
+        keep = MAX_DISRUPTED_MARKS * MARK
+        return replace(self, disruptions=counts, free=free[-keep:], over=over_[-keep:])
 
     def counted(self, index: int | None = None, per_index: bool = False) -> int:
         """Counted failures recorded for a Job: all of them, or one index's."""
@@ -228,6 +288,10 @@ class Record:
         if self.run >= 0:
             data["run"] = self.run
         data["pods"] = base64.b64encode(self.marks).decode()
+        if self.disruptions:
+            data["disruptions"] = dict(sorted(self.disruptions.items()))
+            data["disrupted"] = base64.b64encode(self.free).decode()
+            data["overBudget"] = base64.b64encode(self.over).decode()
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -315,6 +379,14 @@ def records_of(items: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
         if isinstance(uid, str) and record is not None:
             out[uid] = record
     return out
+
+
+def _marks(raw: Any) -> bytes:
+    try:
+        found = base64.b64decode(raw or "", validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        return b""
+    return found[: len(found) - len(found) % MARK]
 
 
 def _count(value: Any) -> bool:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.cluster.events import EventSink, WorkloadResolver, instance_name, recorder_for
+from webhook.controller.disruptions import Disruptions
 from webhook.controller.failedjobs import FailedJobs
 from webhook.controller.gates import GateReleaser
 from webhook.controller.manager import ControllerOptions, Reconciler
 from webhook.controller.recorder import HistoryRecorder
+from webhook.controller.restarts import InPlaceBudget
 
 
 def build(
@@ -29,4 +31,7 @@ def build(
         HistoryRecorder(api_client),
         FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
         GateReleaser(client.CoreV1Api(api_client), recorder),
+        # The budgets per cause (``webhook.mutators.budgets``).
+        Disruptions(api_client, events, recorder),
+        InPlaceBudget(api_client, events, recorder),
     ]

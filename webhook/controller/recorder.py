@@ -27,13 +27,13 @@ from typing import Any
 from webhook.cluster.history import JOBSET_UID, jobset_place, wants_history
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import (
-    ANNOTATION,
     JOBSET_GROUP,
     JOBSET_VERSION,
     JOBSETS,
     Record,
     text_of,
 )
+from webhook.controller.records import Workloads
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 from webhook.kube.objects import controller_of
 
@@ -46,7 +46,6 @@ def _annotation(meta: Mapping[str, Any]) -> str | None:
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-MERGE_PATCH = "application/merge-patch+json"
 #: Tries of one write against concurrent writers (each a read and a write).
 TRIES = 5
 
@@ -90,6 +89,7 @@ class HistoryRecorder:
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.workloads = Workloads(api_client)
         self.window = window
         self._lock = threading.Lock()
         #: (kind, uid) -> the workloads whose pods are recorded (Jobs whose template
@@ -289,45 +289,12 @@ class HistoryRecorder:
         raise RuntimeError(f"{TRIES} conflicting writes in a row")
 
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            if kind == "job":
-                resp = self.batch.read_namespaced_job(name, namespace, _preload_content=False)
-            else:
-                resp = self.custom.get_namespaced_custom_object(
-                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name, _preload_content=False
-                )
-        except Exception as err:
-            if getattr(err, "status", None) == 404:
-                return None
-            raise
-        result: dict[str, Any] = json.loads(resp.data)
-        return result
+        return self.workloads.read(kind, namespace, name)
 
     def _patch(self, kind: str, pending: _Pending, text: str, version: str) -> dict[str, Any]:
         """A merge patch of our one annotation, with the resourceVersion it was computed
         from: the API server refuses it (409) if the workload changed since."""
-        body = {"metadata": {"resourceVersion": version, "annotations": {ANNOTATION: text}}}
-        if kind == "job":
-            resp = self.batch.patch_namespaced_job(
-                pending.name,
-                pending.namespace,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-            )
-        else:
-            resp = self.custom.patch_namespaced_custom_object(
-                JOBSET_GROUP,
-                JOBSET_VERSION,
-                pending.namespace,
-                JOBSETS,
-                pending.name,
-                body,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-            )
-        result: dict[str, Any] = json.loads(resp.data)
-        return result
+        return self.workloads.write_record(kind, pending.namespace, pending.name, text, version)
 
     def stats(self) -> dict[str, int]:
         with self._lock:

@@ -268,10 +268,14 @@ class Bound:
     #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
     #: set without counting: ``mutators.jobset.in_place_bound``).
     ends_nothing: str = ""
+    #: ``max-in-place-restarts``, in words, when it ends them (``inplace.with_budget``).
+    budget: str = ""
 
     @property
     def bounded(self) -> bool:
-        return bool(self.whole or self.pod or self.outer) and not self.ends_nothing
+        return bool(self.budget) or (
+            bool(self.whole or self.pod or self.outer) and not self.ends_nothing
+        )
 
     def text(self) -> str:
         """What ends them, in words."""
@@ -282,7 +286,7 @@ class Bound:
                 f"{allowed if self.unbounded_allowed else ''}. No retry budget does: a "
                 "restart in place is not a pod failure"
             )
-        ends = []
+        ends = [self.budget] if self.budget else []
         if self.whole is not None:
             ends.append(
                 f"{self.whole}: the {self.owner} fails (DeadlineExceeded) once it "
@@ -304,13 +308,14 @@ class Bound:
                     else f"; set {self.missing}"
                 )
             )
-        return (
-            "What ends restarts in place: "
-            + "; ".join(ends)
-            + ". No retry budget does: a restart in place is not a pod failure"
+        tail = (
+            "" if self.budget else ". No retry budget does: a restart in place is not a pod failure"
         )
+        return "What ends restarts in place: " + "; ".join(ends) + tail
 
     def short(self) -> str:
+        if self.budget:
+            return "max-in-place-restarts ends them, a pod at a time"
         if self.ends_nothing:
             return "nothing ends them (a JobSet rule restarts without counting)"
         names = [f"{d.field} ({d.seconds} s)" for d in (self.whole, self.pod) if d is not None]
@@ -417,12 +422,16 @@ class Backoff:
     #: Seconds of back-off in the running pod, and the most in any one pod.
     pod_waited: int = 0
     most_in_a_pod: int = 0
+    #: Restarts in place of the running pod in all (a whole pod's restart is one), as
+    #: max-in-place-restarts counts them (``webhook.controller.restarts``).
+    pod_restarts: int = 0
 
     def restart(self, container: str, code: int, decision: Decision) -> InPlaceRestart:
         number = self.restarts.get(container, 0) + 1
         self.restarts[container] = number
         delay = restart_delay(number)
         self.total += 1
+        self.pod_restarts += 1
         self.waited += delay
         self.pod_waited += delay
         self.most_in_a_pod = max(self.most_in_a_pod, self.pod_waited)
@@ -434,6 +443,7 @@ class Backoff:
         """A pod failed: the next one starts with no back-off (a new pod UID)."""
         self.restarts = {}
         self.pod_waited = 0
+        self.pod_restarts = 0
 
 
 #: (the restarts in place an event is, or why it cannot be simulated).
@@ -501,11 +511,10 @@ def _mixed(event: Event, decided: Sequence[tuple[str, int, Decision | None]]) ->
     )
 
 
-def restart_text(done: Sequence[InPlaceRestart]) -> str:
+def restart_text(done: Sequence[InPlaceRestart], going_on: bool = True) -> str:
     """What the kubelet does, for the simulation's step."""
-    return "; ".join(_one(r) for r in done) + (
-        ": not a pod failure, not counted; the same pod goes on"
-    )
+    text = "; ".join(_one(r) for r in done)
+    return text + (": not a pod failure, not counted; the same pod goes on" if going_on else "")
 
 
 def _one(r: InPlaceRestart) -> str:
@@ -539,6 +548,12 @@ def summary(backoff: Backoff, bound: Bound, owner: str) -> InPlaceSummary | None
         "in all; they used none of the retry budget (they are not pod failures), and "
         f"{bound.short()}."
     )
+    if bound.budget:
+        text = (
+            f"In place: {count_of(backoff.total, 'restart')}, {backoff.waited} s of back-off "
+            "in all; they are not pod failures, but a pod replaced at max-in-place-restarts "
+            "is, and counts."
+        )
     late = _past(bound.whole, backoff.waited, f"the {owner}") or _past(
         bound.pod, backoff.most_in_a_pod, "its pod"
     )

@@ -13,6 +13,7 @@ from webhook.explain import inplace
 from webhook.explain.inplace import Backoff, Bound, PodRestarts
 from webhook.explain.model import (
     BETWEEN_KEYS,
+    BUDGET_KEYS,
     FAILURE_AWARE_KEYS,
     IN_PLACE_KEYS,
     INDEX_FAILURE_COUNT,
@@ -71,6 +72,8 @@ from webhook.policy.model import (
     format_duration,
     parse_annotations,
     parse_count,
+    parse_peer_disruptions,
+    parse_restart_budget,
     resolve,
     retry_delays,
 )
@@ -165,6 +168,11 @@ class JobSpecView:
     avoided_nodes: int | None = None
     #: What its pods wait after a failure (``retry-delay``; ``None``: no delay).
     delays: Delays | None = None
+    #: The budgets per cause its pods carry (their template's labels, as the controller
+    #: reads them: ``webhook.mutators.budgets``); ``None``: none.
+    max_disruptions: int | None = None
+    max_in_place_restarts: int | None = None
+    peer_disruptions: str | None = None
 
     @property
     def placement_limit(self) -> int | None:
@@ -216,6 +224,8 @@ class JobSpecView:
             template_memory=self.template_memory,
             avoided_nodes=self.avoided_nodes,
             delays=self.delays,
+            max_disruptions=self.max_disruptions,
+            max_in_place_restarts=self.max_in_place_restarts,
         )
 
 
@@ -226,6 +236,24 @@ def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
         return None
     rails = subject.ctx.config.rails(subject.ctx.namespace)
     return retry_delays(pods, rails.max_retry_delay)
+
+
+def template_budgets(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The budgets per cause a pod template's labels carry (``mutators.budgets.labels``)."""
+    labels = mapping(mapping(template.get("metadata")).get("labels"))
+
+    def read(key: str, parse: Callable[[str], Any]) -> Any:
+        raw = labels.get(PREFIX + key)
+        try:
+            return parse(raw) if isinstance(raw, str) else None
+        except BadValue:
+            return None
+
+    return {
+        "max_disruptions": read("max-disruptions", parse_count),
+        "max_in_place_restarts": read("max-in-place-restarts", parse_restart_budget),
+        "peer_disruptions": read("peer-disruptions", parse_peer_disruptions),
+    }
 
 
 def job_spec_view(
@@ -274,6 +302,7 @@ def job_spec_view(
             else None
         ),
         delays=pod_delays(pods, subject),
+        **template_budgets(template),
     )
 
 
@@ -290,12 +319,33 @@ def job_bound(
     if outer is None and jobset and owner is not None and owner.get("kind") == "TrainJob":
         outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
     ends_nothing = ""
+    counted = True
     indexed = re.fullmatch(r"replicatedJobs\[([0-9]+)\]", path[1]) if len(path) > 1 else None
     if jobset and outer is None and indexed is not None:
         # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
         at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
         found = jobset_mutator.in_place_bound(subject.final, at, spec, None)
         ends_nothing = "" if found.present else found.unbounded
+        counted = found.replaced_counted
+    budget = template_budgets(mapping(spec.get("template")))["max_in_place_restarts"]
+    if budget is not None and counted:
+        per_index = spec.get("backoffLimitPerIndex")
+        name, limit = (
+            ("backoffLimitPerIndex", per_index)
+            if isinstance(per_index, int)
+            else ("backoffLimit", spec.get("backoffLimit", API_DEFAULT_BACKOFF_LIMIT))
+        )
+        unit = (
+            "per run of the JobSet" if jobset else ("per index" if name != "backoffLimit" else "")
+        )
+        ends_nothing = ""
+        budget_text = (
+            f"max-in-place-restarts {budget}: a pod that restarts in place {budget} times in "
+            f"all is replaced, and its failure counted, so {budget} x ({name} {limit} + 1) = "
+            f"{budget * (limit + 1)} restarts in place at most{' ' + unit if unit else ''}"
+        )
+    else:
+        budget_text = ""
     return inplace.bound_of(
         inplace.deadline_of(spec, original, where),
         inplace.deadline_of(
@@ -306,6 +356,7 @@ def job_bound(
         then="; then the JobSet's failure policy decides" if jobset else "",
         missing=f"{where}.activeDeadlineSeconds",
         ends_nothing=ends_nothing,
+        budget=budget_text,
     )
 
 
@@ -348,6 +399,7 @@ def explain_job_spec(
             delays=view.delays,
         )
     item.notes.extend(_job_notes(view))
+    item.notes.extend(budget_notes(view))
     failure_aware(item, view, subject)
     between_notes(item, view)
     return item
@@ -384,13 +436,43 @@ def _facts_delay(delays: Delays | None, failures: int) -> int:
     return delays.seconds(failures) if delays is not None else 0
 
 
+def budget_notes(view: JobSpecView, unit: str = "") -> list[str]:
+    """What the budgets per cause do, and what only a controller can (they act through
+    it: ``webhook.controller.disruptions``, ``webhook.controller.restarts``)."""
+    notes = []
+    scope = unit or ("each index" if view.per_index is not None else "this Job")
+    n = view.max_disruptions
+    if n is not None:
+        free = {
+            0: f"no disruption of {scope} is free",
+            1: f"the first disruption of {scope} is free",
+        }
+        notes.append(
+            f"max-disruptions {n}: "
+            + free.get(n, f"the first {n} disruptions of {scope} are free")
+            + f"; from disruption {n + 1} on, the controller marks each disrupted pod "
+            f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} and it counts against {view.scope}"
+        )
+    if view.peer_disruptions is not None:
+        does = "are ignored" if view.peer_disruptions == "ignore" else f"count against {view.scope}"
+        notes.append(
+            f"peer-disruptions {view.peer_disruptions}: when a pod is disrupted, the controller "
+            f"marks its running peers {failurepolicy.PEER_DISRUPTED}; their failures {does}, "
+            "whatever their exit codes (simulate one with the event peer)"
+        )
+    return notes
+
+
 def workload_keys(policy: Policy) -> tuple[str, ...]:
     """The settings to list: failure-aware, in-place and between-attempts ones only when
     one is set."""
     keys = WORKLOAD_KEYS
     if any(policy.explicit(name) for name in FAILURE_AWARE_KEYS):
         keys += FAILURE_AWARE_KEYS
-    return keys + in_place_keys(policy) + between_keys(policy)
+    keys += in_place_keys(policy) + between_keys(policy)
+    if any(policy.explicit(name) for name in BUDGET_KEYS):
+        keys += BUDGET_KEYS
+    return keys
 
 
 def between_keys(policy: Policy) -> tuple[str, ...]:
@@ -532,6 +614,9 @@ class JobState:
     #: Failed pods that leave a node to avoid (avoid-failed-nodes; a JobSet's run keeps
     #: them): a disrupted pod was being deleted, and its node did not fail it.
     failed_nodes: int = 0
+    #: Disruptions counted against max-disruptions (a JobSet's budget is the set's: a run
+    #: keeps them).
+    disruptions: int = 0
 
 
 @dataclass(frozen=True)
@@ -604,6 +689,8 @@ class JobSimulator:
         template_memory: Sequence[ContainerMemory] = (),
         avoided_nodes: int | None = None,
         delays: Delays | None = None,
+        max_disruptions: int | None = None,
+        max_in_place_restarts: int | None = None,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -637,6 +724,10 @@ class JobSimulator:
         self.avoided_nodes = avoided_nodes
         #: What each new pod waits after the failure before it (``retry-delay``).
         self.delays = delays
+        #: Budgets per cause: the disruptions that are free, and the restarts in place a
+        #: pod makes before the controller replaces it (``webhook.mutators.budgets``).
+        self.max_disruptions = max_disruptions
+        self.max_in_place_restarts = max_in_place_restarts
 
     def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
         """What the next pod is admitted with, after the failures in ``state``;
@@ -683,12 +774,39 @@ class JobSimulator:
     def action(self, match: Match) -> str:
         return self.action_names.get(match.action, match.action)
 
-    def judge(self, event: Event) -> tuple[Match | None, bool]:
-        """The rule a failure matches and whether it counts (the one shared evaluation)."""
+    def judge(self, event: Event, extra: Sequence[str] = ()) -> tuple[Match | None, bool]:
+        """The rule a failure matches and whether it counts (the one shared evaluation);
+        ``extra``: conditions the controller added to this pod."""
         if self.on_failure and not event.disruption:
             return None, True
-        match = failurepolicy.evaluate(self.rules, event.failure(self.main, self.init))
+        failure = event.failure(self.main, self.init, extra)
+        match = failurepolicy.evaluate(self.rules, failure)
         return match, failurepolicy.counts(match)
+
+    def disruption_budget(self, state: JobState, event: Event) -> tuple[tuple[str, ...], str]:
+        """A disrupted pod against max-disruptions: the condition the controller adds to
+        it past the budget (``webhook.controller.disruptions``), and what to say."""
+        if not event.disruption or self.max_disruptions is None:
+            return (), ""
+        state.disruptions += 1
+        n, budget = state.disruptions, self.max_disruptions
+        if n <= budget:
+            return (), f"disruption {n} of {budget} free"
+        over = f"disruption {n}, over max-disruptions {budget}"
+        return (failurepolicy.DISRUPTION_BUDGET_EXHAUSTED,), over
+
+    def replacement(self, backoff: Backoff, event: Event) -> tuple[Event | None, str]:
+        """After restarts in place: the pod the controller replaces once they reach
+        max-in-place-restarts (marked, deleted, stopped with SIGTERM), and what to say."""
+        n = self.max_in_place_restarts
+        if n is None or backoff.pod_restarts < n:
+            return None, ""
+        replaced = Event(event.token, SIGTERM, None, replaced=True)
+        said = (
+            f"restart {backoff.pod_restarts} of max-in-place-restarts {n} in this pod: the "
+            "controller replaces the pod"
+        )
+        return replaced, said
 
     def judge_exit(self, container: str, code: int) -> tuple[str, str]:
         """What a pod that failed with ``container``'s exit ``code`` does: (outcome,
@@ -805,7 +923,8 @@ class JobSimulator:
         if self.on_failure:
             return self._fail_on_failure(state, event)
         attempt = state.index_counted if self.per_index is not None else state.counted
-        match, counts = self.judge(event)
+        extra, budget = self.disruption_budget(state, event)
+        match, counts = self.judge(event, extra)
         memory = self.oom(state, event)
         if not event.disruption:
             state.failed_nodes += 1
@@ -818,6 +937,8 @@ class JobSimulator:
             if match
             else ("no rule matches" if self.rules else "")
         )
+        if budget:
+            verdict = f"{budget}, {verdict}" if verdict else budget
         ending, message, result = None, "", ""
         if match is not None and match.action == "FailJob":
             result = f"the {self.owner} fails at once"
@@ -900,11 +1021,17 @@ class JobSimulator:
             pod = state.pod if self.on_failure else number - backoff.events
             done = self.restart_in_place(backoff, event)
             facts = self.pod_facts(state, before)
-            if done:
+            replaced, said = self.replacement(backoff, event) if done else (None, "")
+            if done and replaced is None:
                 made = self.in_place_step(pod, before, self.placement(before), event, done)
                 return dataclasses.replace(made, facts=facts), None
-            outcome = self.fail(state, event, pod)
+            outcome = self.fail(state, replaced or event, pod)
+            if replaced is not None:
+                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
             backoff.new_pod()
+            result = lead(outcome.verdict, outcome.result)
+            if replaced is not None:
+                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             made = Step(
                 pod=pod,
                 attempt=number if self.on_failure else outcome.attempt,
@@ -915,8 +1042,10 @@ class JobSimulator:
                 action=outcome.match.action if outcome.match else None,
                 counted=outcome.counted,
                 counted_failures=outcome.used,
-                result=lead(outcome.verdict, outcome.result),
+                result=result,
+                in_place=tuple(done) if replaced is not None else (),
                 facts=facts,
+                replaced=replaced is not None,
             )
             return made, outcome.ending
 

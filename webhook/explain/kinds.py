@@ -602,7 +602,8 @@ class JobSetSimulator:
             pod = number - backoff.events
             done = self.job.restart_in_place(backoff, event)
             facts = self.job.pod_facts(counters.job, counters.restarts)
-            if done:
+            replaced, said = self.job.replacement(backoff, event) if done else (None, "")
+            if done and replaced is None:
                 job = counters.job
                 used = job.index_counted if self.job.per_index is not None else job.counted
                 made = self.job.in_place_step(
@@ -618,9 +619,13 @@ class JobSetSimulator:
                 )
                 return made, None
             where = f"in run {run}, {on_nodes(placed)}"
-            outcome = self.job.fail(counters.job, event, pod, where)
+            outcome = self.job.fail(counters.job, replaced or event, pod, where)
+            if replaced is not None:
+                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
             backoff.new_pod()
             result = lead(outcome.verdict, outcome.result)
+            if replaced is not None:
+                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             ending = None
             if outcome.ending is None and self.in_place and self.rules is not None:
                 result, ending = self._in_place(outcome.verdict, counters)
@@ -643,7 +648,9 @@ class JobSetSimulator:
                 result=result,
                 run=run,
                 restarts=counters.restarts,
+                in_place=tuple(done) if replaced is not None else (),
                 facts=facts,
+                replaced=replaced is not None,
             )
             return made, ending
 
@@ -723,7 +730,11 @@ class JobSetSimulator:
         nodes = on_nodes(self.job.placement(counters.restarts))
         again = "" if whole else " again"
         # A new Job; the set's failure history (its lineage) goes on.
-        counters.job = JobState(ooms=counters.job.ooms, failed_nodes=counters.job.failed_nodes)
+        counters.job = JobState(
+            ooms=counters.job.ooms,
+            failed_nodes=counters.job.failed_nodes,
+            disruptions=counters.job.disruptions,
+        )
         return (
             f"{label}: {what} ({tally}); next: run {counters.restarts + 1}{again}, {nodes}",
             None,

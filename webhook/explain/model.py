@@ -35,6 +35,8 @@ WORKLOAD_KEYS = (
     "non-spot-attempts",
     "error-propagation",
 )
+#: Shown when one is set (budgets per cause, ``webhook.mutators.budgets``).
+BUDGET_KEYS = ("max-disruptions", "peer-disruptions", "max-in-place-restarts")
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
 #: Shown when either is set (``webhook.mutators.between``).
 BETWEEN_KEYS = ("attempt-env", "retry-delay", "retry-delay-factor", "retry-delay-max")
@@ -53,17 +55,20 @@ class ExplainError(ValueError):
 
 _CONTAINER = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _PART = re.compile(
-    rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|disruption"
+    rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|(?P<flag>disruption|peer)"
     rf"|oom:(?P<oomed>{_CONTAINER})"
 )
 ACCEPTED_EVENTS = (
     "accepted: an exit code 0-255 (e.g. 143; 0 where a restart rule restarts on it), "
     "container:code (e.g. main:1), "
     "oom (an OOM kill, exit code 137), container:oom or oom:container, "
-    "or disruption (preemption, eviction, drain), "
+    "disruption (preemption, eviction, drain), "
+    "peer (a pod that fails because a peer was disrupted: exit code 1 unless given), "
     "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137), "
     "events separated by commas"
 )
+#: What a pod our controller marked carries (``webhook.kube.failurepolicy.OUR_CONDITIONS``).
+PEER_EXIT = 1
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,10 @@ class Event:
     implied: bool = False
     #: The containers the OOM killer stopped ("" for the main one): ``oom`` events.
     ooms: tuple[str, ...] = ()
+    #: A running peer of a disrupted pod (``peer-disruptions`` marks it PeerDisrupted).
+    peer: bool = False
+    #: Replaced by the controller after its restarts in place (``max-in-place-restarts``).
+    replaced: bool = False
 
     def oom_killed(self, main: str) -> list[str]:
         return [name or main for name in self.ooms]
@@ -102,13 +111,19 @@ class Event:
             return list(self.others)
         return [(self.container or main, self.exit_code), *self.others]
 
-    def failure(self, main: str, init: Iterable[str] = ()) -> PodFailure:
+    def failure(self, main: str, init: Iterable[str] = (), extra: Iterable[str] = ()) -> PodFailure:
         """The failed pod as the Job controller sees it; ``init`` names the pod's init
-        containers (their statuses are read after the regular containers')."""
+        containers (their statuses are read after the regular containers'); ``extra``, the
+        conditions our controller added (``max-disruptions``: past the budget)."""
         init = set(init)
         exits = tuple(ContainerExit(n, code, n in init) for n, code in self.exits(main))
-        conditions = ((failurepolicy.DISRUPTION_TARGET, "True"),) if self.disruption else ()
-        return PodFailure(exits, conditions)
+        kinds = [failurepolicy.DISRUPTION_TARGET] if self.disruption else []
+        if self.peer:
+            kinds.append(failurepolicy.PEER_DISRUPTED)
+        if self.replaced:
+            kinds.append(failurepolicy.IN_PLACE_BUDGET_EXHAUSTED)
+        kinds.extend(extra)
+        return PodFailure(exits, tuple((kind, "True") for kind in kinds))
 
     def succeeded(self, main: str) -> bool:
         """Every container the event stops exited 0: no failure, unless a restart rule
@@ -119,6 +134,9 @@ class Event:
         if self.disruption:
             stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
             return f"pod disrupted (preemption, eviction, drain; {stopped})"
+        if self.peer:
+            stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
+            return f"a peer of a disrupted pod fails ({stopped})"
         return ", ".join(f"{_code_name(code)} in container {n}" for n, code in self.exits(main))
 
 
@@ -145,17 +163,23 @@ def parse_events(text: str) -> list[Event]:
 
 
 def _parse_event(token: str, where: str) -> Event:
-    disruption = False
+    disruption = peer = False
     exits: list[tuple[str | None, int]] = []
     ooms: list[str] = []
     for part in token.split("+"):
         match = _PART.fullmatch(part)
         if match is None:
             raise ExplainError(f"{where} is not an event; {ACCEPTED_EVENTS}")
-        if match.group("what") is None and match.group("oomed") is None:  # disruption
-            if disruption:
-                raise ExplainError(f"{where} names disruption twice; {ACCEPTED_EVENTS}")
-            disruption = True
+        flag = match.group("flag")
+        if flag is not None:  # disruption, peer
+            if (disruption, peer)[flag == "peer"]:
+                raise ExplainError(f"{where} names {flag} twice; {ACCEPTED_EVENTS}")
+            if disruption or peer:
+                raise ExplainError(
+                    f"{where}: a pod is disrupted or a peer of a disrupted one, not both; "
+                    f"{ACCEPTED_EVENTS}"
+                )
+            disruption, peer = disruption or flag == "disruption", peer or flag == "peer"
             continue
         what = match.group("what")
         if match.group("oomed") is not None:  # oom:container, as container:oom
@@ -175,9 +199,10 @@ def _parse_event(token: str, where: str) -> Event:
     named = tuple((name, code) for name, code in exits if name is not None)
     oomed = tuple(ooms)
     if unnamed:
-        return Event(token, unnamed[0], None, disruption, named, ooms=oomed)
-    if disruption:
-        return Event(token, SIGTERM, None, True, named, implied=True, ooms=oomed)
+        return Event(token, unnamed[0], None, disruption, named, ooms=oomed, peer=peer)
+    if disruption or peer:
+        code = SIGTERM if disruption else PEER_EXIT
+        return Event(token, code, None, disruption, named, implied=True, ooms=oomed, peer=peer)
     (first, code), rest = named[0], named[1:]
     return Event(token, code, first, False, rest, ooms=oomed)
 
@@ -444,6 +469,9 @@ class Step:
     #: What the pod was admitted with (``None``: not known, e.g. restartPolicy OnFailure,
     #: where no new pod is made).
     facts: PodFacts | None = None
+    #: The restarts in place reached max-in-place-restarts: the controller replaced the
+    #: pod, a failure (``in_place`` holds its last restarts).
+    replaced: bool = False
 
 
 @dataclass(frozen=True)

@@ -127,12 +127,37 @@ def describe_when(rule: Mapping[str, Any]) -> str:
                     "the pod was disrupted (preemption, eviction, node drain, or the kubelet's "
                     "node-pressure eviction)"
                 )
+            elif kind in OUR_CONDITION_WORDS and status == "True":
+                phrases.append(OUR_CONDITION_WORDS[kind])
             elif status == "True":
                 phrases.append(f"the pod has condition {kind}")
             else:
                 phrases.append(f"the pod's condition {kind} is {status}")
         return join_words(phrases) if phrases else "no condition (never matches)"
     return "nothing (the rule has neither onExitCodes nor onPodConditions)"
+
+
+#: The conditions the webhook's controller adds (``webhook.mutators.budgets``), in words.
+OUR_CONDITION_WORDS = {
+    failurepolicy.DISRUPTION_BUDGET_EXHAUSTED: (
+        "the pod was disrupted after max-disruptions were used (the controller marks it "
+        f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED})"
+    ),
+    failurepolicy.IN_PLACE_BUDGET_EXHAUSTED: (
+        "the controller replaced the pod after max-in-place-restarts restarts in place "
+        f"({failurepolicy.IN_PLACE_BUDGET_EXHAUSTED})"
+    ),
+    failurepolicy.PEER_DISRUPTED: (
+        "a peer of the pod was disrupted while it ran (the controller marks it "
+        f"{failurepolicy.PEER_DISRUPTED})"
+    ),
+}
+#: The key that adds each rule on a condition of ours.
+OUR_CONDITION_KEYS = {
+    failurepolicy.DISRUPTION_BUDGET_EXHAUSTED: "max-disruptions",
+    failurepolicy.IN_PLACE_BUDGET_EXHAUSTED: "max-in-place-restarts",
+    failurepolicy.PEER_DISRUPTED: "peer-disruptions",
+}
 
 
 def describe_then(action: str, scope: str = "backoffLimit") -> str:
@@ -160,6 +185,9 @@ def rule_lines(
             origin = "your rule"
         elif key == ignore:
             origin = "added by retry-policy for ignore-disruptions"
+        elif failurepolicy.is_ours(rule):
+            kind = rule["onPodConditions"][0]["type"]
+            origin = f"added by retry-policy for {OUR_CONDITION_KEYS.get(kind, 'a budget')}"
         elif key == count or any(
             failurepolicy.is_non_retriable_rule(rule, codes) for codes in inplace.recognised(policy)
         ):

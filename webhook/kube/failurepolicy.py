@@ -13,6 +13,7 @@ status, taking the pod's conditions in their order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -25,6 +26,20 @@ MAX_EXIT_CODE_VALUES = 255
 MAX_POD_CONDITION_PATTERNS = 20
 CONDITION_STATUSES = ("True", "False", "Unknown")
 DISRUPTION_TARGET = "DisruptionTarget"
+#: Pod conditions the webhook's controller adds, each matched by a rule of ours that comes
+#: before every other rule: a pod has one only because its workload asked for it.
+OURS = "retry-policy.dev/"
+#: A disrupted pod of a workload that has used its ``max-disruptions``.
+DISRUPTION_BUDGET_EXHAUSTED = OURS + "DisruptionBudgetExhausted"
+#: A pod replaced after ``max-in-place-restarts`` restarts in place.
+IN_PLACE_BUDGET_EXHAUSTED = OURS + "InPlaceBudgetExhausted"
+#: A running peer of a disrupted pod (``peer-disruptions``).
+PEER_DISRUPTED = OURS + "PeerDisrupted"
+OUR_CONDITIONS = (IN_PLACE_BUDGET_EXHAUSTED, DISRUPTION_BUDGET_EXHAUSTED, PEER_DISRUPTED)
+#: ``ValidateQualifiedName`` (k8s.io/apimachinery pkg/util/validation): an optional DNS
+#: subdomain prefix and a name of at most 63 characters, alphanumeric at both ends.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def non_retriable_rule(
@@ -109,6 +124,30 @@ def count_disruptions_rule() -> dict[str, Any]:
     }
 
 
+def condition_rule(condition: str, action: str = "Count") -> dict[str, Any]:
+    """A rule on one of the conditions our controller adds (``OUR_CONDITIONS``)."""
+    return {"action": action, "onPodConditions": [{"type": condition, "status": "True"}]}
+
+
+def is_ours(rule: Any) -> bool:
+    """Whether ``rule`` is on a condition only our controller adds: such a rule goes before
+    every other (``merge``), and matches no pod but those its workload asked us to mark."""
+    if not isinstance(rule, dict) or not isinstance(rule.get("onPodConditions"), list):
+        return False
+    types = [p.get("type") for p in rule["onPodConditions"] if isinstance(p, dict)]
+    return bool(types) and all(t in OUR_CONDITIONS for t in types)
+
+
+def qualified_name(value: str) -> bool:
+    """``ValidateQualifiedName``: what a pod condition's type must be, and so a rule's
+    (``validatePodFailurePolicyRuleOnPodConditions``; a pod's custom conditions are held to
+    it too by ``validatePodConditions``, pkg/apis/core/validation/validation.go)."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or _DNS_SUBDOMAIN.fullmatch(prefix) is None):
+        return False
+    return len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
 def takes_disruptions(rules: Iterable[Any]) -> bool:
     """Whether a rule of ``rules`` matches a disrupted pod by its condition
     (``DisruptionTarget=True``; a pattern on another status never matches such a pod)
@@ -157,7 +196,10 @@ def _int_list(values: Any) -> TypeGuard[list[int]]:
 
 
 def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any], list[dict]]:
-    """The user's rules first (their order is their intent), then ours not already there.
+    """The user's rules first (their order is their intent), then ours not already there;
+    but the rules on conditions only our controller adds (``is_ours``) come before all:
+    the user asked for them by annotation, and a pod matches them only once our
+    controller marked it so (a rule of the user's first would decide that pod instead).
 
     A rule of ours the input already holds (a manifest copied from a Job an earlier
     version of the webhook mutated) keeps its place, and the ones we add before it in our
@@ -166,20 +208,32 @@ def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any],
     controller takes the first match). ``ours`` are fresh dicts built for this request;
     they are placed as they are.
     """
-    merged = list(user_rules)
-    keys = [rule_key(rule) for rule in user_rules]
+    merged, added = _place(list(user_rules), [r for r in ours if not is_ours(r)], False)
+    merged, first = _place(merged, [r for r in ours if is_ours(r)], True)
+    return merged, [r for r in ours if any(r is a for a in (*first, *added))]
+
+
+def _place(
+    merged: list[Any], ours: list[dict[str, Any]], leading: bool
+) -> tuple[list[Any], list[dict]]:
+    """Put each of ``ours`` missing from ``merged`` just before the next of ours already
+    there, else after the last (``leading``: after the last of ours placed, or first)."""
+    keys = [rule_key(rule) for rule in merged]
     present = set(keys)
     ours_keys = [rule_key(rule) for rule in ours]
     added = []
+    after = 0
     for position, (rule, key) in enumerate(zip(ours, ours_keys, strict=True)):
         if key in present:
+            after = keys.index(key) + 1
             continue
         later = [keys.index(k) for k in ours_keys[position + 1 :] if k in keys]
-        at = min(later) if later else len(merged)
+        at = min(later) if later else (after if leading else len(merged))
         merged.insert(at, rule)
         keys.insert(at, key)
         present.add(key)
         added.append(rule)
+        after = at + 1
     return merged, added
 
 
@@ -328,6 +382,14 @@ def _validate_conditions(conditions: Any, where: str) -> list[Problem]:
         if not isinstance(pattern, dict) or not isinstance(pattern.get("type"), str):
             problems.append(Problem(f"{where}[{i}]", "needs a condition type"))
             continue
+        if not qualified_name(pattern["type"]):
+            problems.append(
+                Problem(
+                    f"{where}[{i}].type",
+                    f"{pattern['type']!r} is not a qualified name ([prefix/]name, the name "
+                    "at most 63 characters: letters, digits, -, _ and .)",
+                )
+            )
         status = pattern.get("status", "True")
         if status not in CONDITION_STATUSES:
             problems.append(
@@ -449,6 +511,27 @@ def _match_conditions(patterns: list[Any], failure: PodFailure) -> str | None:
         if condition in wanted:
             return condition[0]
     return None
+
+
+def judged_failed(pod: Mapping[str, Any], job_spec: Mapping[str, Any]) -> bool:
+    """Whether the Job controller takes ``pod`` for failed now, and so judges it with its
+    rules, reading its conditions as they are (``isPodFailed`` in
+    pkg/controller/job/job_controller.go): a ``Failed`` pod; and a pod being deleted
+    (``deletionTimestamp``) that has not succeeded, unless only failed pods are replaced
+    (``onlyReplaceFailedPods``: a podFailurePolicy, or ``podReplacementPolicy: Failed``).
+    So with a podFailurePolicy, which every Job our rules are in has, a condition added to
+    a terminating pod before it is ``Failed`` is read when the pod is judged."""
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    phase = status.get("phase")
+    if phase == "Failed":
+        return True
+    only_failed = job_spec.get("podFailurePolicy") is not None or (
+        job_spec.get("podReplacementPolicy") == "Failed"
+    )
+    if only_failed:
+        return False
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    return meta.get("deletionTimestamp") is not None and phase != "Succeeded"
 
 
 # --- the failed pods a policy must be judged against -------------------------------

@@ -41,8 +41,9 @@ POD_SPEC_OWNED: dict[str, Owned] = {
     "containers": Each(_CONTAINER_OWNED),
     "affinity": ALL,
 }
-#: ``set_annotation``'s part of an object's metadata: the annotations' own keys.
-METADATA_OWNED: dict[str, Owned] = {"annotations": SHALLOW}
+#: ``set_annotation``'s and ``set_label``'s part of an object's metadata: the annotations'
+#: and the labels' own keys.
+METADATA_OWNED: dict[str, Owned] = {"annotations": SHALLOW, "labels": SHALLOW}
 
 
 def containers(pod_spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -224,15 +225,24 @@ def _pins_spot(expression: Any, spot_labels: Mapping[str, tuple[str, ...]]) -> s
 def set_annotation(metadata: Any, key: str, value: str) -> bool:
     """Set one annotation; ``False`` when it was already so, or there is no metadata
     mapping to hold it (a malformed object, refused by the API server anyway)."""
+    return _set_in(metadata, "annotations", key, value)
+
+
+def set_label(metadata: Any, key: str, value: str) -> bool:
+    """Set one label (as ``set_annotation``); a pod made from a template carries it."""
+    return _set_in(metadata, "labels", key, value)
+
+
+def _set_in(metadata: Any, field: str, key: str, value: str) -> bool:
     if not isinstance(metadata, dict):
         return False
-    annotations = metadata.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = {}
-    if annotations.get(key) == value:
+    values = metadata.get(field)
+    if not isinstance(values, dict):
+        values = {}
+    if values.get(key) == value:
         return False
-    annotations[key] = value
-    metadata["annotations"] = annotations
+    values[key] = value
+    metadata[field] = values
     return True
 
 

@@ -276,6 +276,12 @@ def applied_record(policy: Policy) -> str:
     if policy.in_place_exit_codes:
         record["inPlaceExitCodes"] = list(policy.in_place_exit_codes)
         record["inPlaceScope"] = policy.in_place_scope
+        if policy.max_in_place_restarts is not None:
+            record["maxInPlaceRestarts"] = policy.max_in_place_restarts
+    if policy.ignore_disruptions and policy.max_disruptions is not None:
+        record["maxDisruptions"] = policy.max_disruptions
+    if policy.peer_disruptions is not None:
+        record["peerDisruptions"] = policy.peer_disruptions
     if policy.attempt_env:
         record["attemptEnv"] = True
     if policy.retry_delay is not None:

@@ -44,6 +44,7 @@ What the raw API makes easy to get wrong is checked here:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,23 @@ class Bound:
     present: bool
     fields: str
     unbounded: str = ""
+    #: Whether a pod that fails once restarted in place is counted where it runs out:
+    #: then ``max-in-place-restarts`` bounds them too (``with_budget``). Not when a JobSet
+    #: rule restarts the set without counting once the Job runs out of retries.
+    replaced_counted: bool = True
+    #: Set when ``max-in-place-restarts`` is what ends them.
+    budget: int | None = None
+
+
+def with_budget(bound: Bound, policy: Policy) -> Bound:
+    """``bound``, ended by ``max-in-place-restarts`` too: each pod is replaced after N
+    restarts in place and its failure counted (``webhook.controller.restarts``), so the
+    retry budget ends them, N x (retries + 1) at most; the deadline stays the bound when
+    the key is absent."""
+    n = policy.max_in_place_restarts
+    if n is None or not bound.replaced_counted:
+        return bound
+    return dataclasses.replace(bound, present=True, budget=n)
 
 
 def deadline_set(value: Any) -> bool:

@@ -28,6 +28,7 @@ from webhook.mutators import (
     affected_unannotated,
     applied_record,
     between,
+    budgets,
     controller_of,
     failureaware,
     has_policy_annotations,
@@ -68,6 +69,13 @@ POD_KEYS = (
 )
 #: Sources whose values the webhook writes into the spec (the user's own spec is kept).
 WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
+#: The settings that add podFailurePolicy rules of their own (so need what one needs).
+RULE_KEYS = (
+    "fail-non-retriable",
+    "ignore-disruptions",
+    "peer-disruptions",
+    "max-in-place-restarts",
+)
 JOBSET_GROUP = "jobset.x-k8s.io"
 #: The fields of a Job's spec whose intent (written, or defaulted?) ``apply_job_spec`` asks
 #: ``webhook.kube.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
@@ -441,7 +449,7 @@ def check_not_applicable(
     """Every asked-for setting in ``reasons`` (name -> why not), and ``on-non-retriable:
     fail-index`` (only Indexed Jobs have indexes), through ``not_applicable``."""
     for name, why in reasons.items():
-        if policy.value(name):
+        if policy.asks(name):
             policy = not_applicable(policy, name, kind, why, out)
     if policy.on_non_retriable == "fail-index":
         policy = not_applicable(
@@ -494,8 +502,8 @@ def concurrent_pods(spec: Mapping[str, Any]) -> int:
 def peers_note(pods: int) -> str:
     """Said when non-retriable exits fail a workload of several pods running together."""
     return (
-        f"retry-policy: {pods} pods: a preempted pod's peers exit with their own codes and "
-        "fail it; add those to retriable-exit-codes"
+        f"retry-policy: {pods} pods: a preempted pod's peers fail it with their own exit "
+        "codes; set peer-disruptions"
     )
 
 
@@ -504,8 +512,9 @@ def note_peers(policy: Policy, pods: int, out: Outcome) -> None:
     ``DisruptionTarget`` (the rule that ignores or counts it matches that pod alone,
     ``matchPodFailurePolicy``): the peers it worked with (a distributed training's other
     ranks) lose it and exit with codes of their own (1, a timeout's), which the FailJob
-    rule matches, so one preemption fails the whole workload. Said once per object."""
-    if policy.fail_non_retriable and pods > 1:
+    rule matches, so one preemption fails the whole workload, unless ``peer-disruptions``
+    marks those peers (``mutators.budgets``). Said once per object."""
+    if policy.fail_non_retriable and pods > 1 and policy.peer_disruptions is None:
         note = peers_note(pods)
         if note not in out.notes:
             out.note(note)
@@ -620,9 +629,11 @@ def apply_job_spec(
         outer_bound is not None or inplace.job_spec_bounded(spec),
         f"{where}.activeDeadlineSeconds (or the pod template's)",
     )
+    bound = inplace.with_budget(bound, policy)
     policy, deadline = inplace.check(
         policy, pod_spec, ctx, out, f"{where}.template", bound, _rules(spec)
     )
+    policy = budgets.check(policy, out)  # (in-place restarts turned off here)
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
@@ -649,8 +660,8 @@ def _check_template(
     """Contradictions between the policy and the user's own spec, found before any change."""
     where = intent.dotted(path)
     restart = pod_spec.get("restartPolicy")
-    for name in ("fail-non-retriable", "ignore-disruptions"):
-        if policy.value(name) and restart != "Never":
+    for name in RULE_KEYS:
+        if policy.asks(name) and restart != "Never":
             out.conflict(
                 policy,
                 name,
@@ -658,16 +669,16 @@ def _check_template(
                 "Kubernetes only applies a podFailurePolicy to Jobs that never restart in place",
                 "restart-policy",
             )
-            policy = with_setting(policy, name, Setting(False, policy.setting(name).source))
+            policy = _off(policy, name)
     policy = _check_on_non_retriable(spec, policy, where, out)
-    if policy.fail_non_retriable or policy.ignore_disruptions:
+    if any(policy.asks(name) for name in RULE_KEYS):
         replacement = spec.get("podReplacementPolicy")
         default = "TerminatingOrFailed" if defaulted else None  # without a podFailurePolicy
         if replacement == "TerminatingOrFailed" and intent.explicit(
             obj, (*path, "podReplacementPolicy"), replacement, default
         ):
-            for name in ("fail-non-retriable", "ignore-disruptions"):
-                if policy.value(name):
+            for name in RULE_KEYS:
+                if policy.asks(name):
                     out.conflict(
                         policy,
                         name,
@@ -675,15 +686,17 @@ def _check_template(
                         "with a podFailurePolicy; use Failed or remove the field",
                         "contradiction",
                     )
-                    policy = with_setting(policy, name, Setting(False, policy.setting(name).source))
+                    policy = _off(policy, name)
     user_rules = _rules(spec)
     policy = _check_failure_aware(user_rules, pod_spec, policy, ctx, out, budget, where)
     if policy.fail_non_retriable and user_rules:
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
         policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
+    policy = budgets.check(policy, out)
     policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
+    policy = budgets.check(policy, out)  # (a default skipped for the rule limit)
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
     policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where)
     _check_pod_annotations(spec, policy, where, out, budget)
@@ -840,8 +853,9 @@ def resolve_count(policy: Policy, user_rules: list[Any]) -> Policy:
 
 
 def _off(policy: Policy, name: str) -> Policy:
-    """``policy`` with one boolean setting turned off, keeping where it came from."""
-    return with_setting(policy, name, Setting(False, policy.setting(name).source))
+    """``policy`` with one setting turned off (its ``BUILTIN`` value), keeping where it
+    came from."""
+    return with_setting(policy, name, Setting(BUILTIN[name], policy.setting(name).source))
 
 
 def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
@@ -852,8 +866,9 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
     ``matchPodFailurePolicy`` stops at the first match): Ignore for ignore-disruptions,
     else Count for fail-non-retriable (``Policy.count_disruptions``); then one exit-code
     rule per application container (a regular container's retries the in-place codes
-    too: ``inplace.retriable``)."""
-    ours: list[tuple[dict[str, Any], str]] = []
+    too: ``inplace.retriable``). The rules on the conditions our controller adds
+    (``budgets.rules``) come first of all (``fp.merge`` puts them before the user's too)."""
+    ours = budgets.rules(policy)
     if policy.ignore_disruptions:
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
     if policy.count_disruptions:
@@ -873,7 +888,7 @@ def _check_rule_count(
     When yours and ours together have more, settings from admin defaults are skipped
     first, the last-added first, until the rest fit (a default never breaks a valid
     object); if the rules of settings you annotated still do not fit, they are denied."""
-    most = int(policy.ignore_disruptions or policy.count_disruptions)
+    most = int(policy.ignore_disruptions or policy.count_disruptions) + len(budgets.rules(policy))
     if policy.fail_non_retriable:
         most += len(fp.app_containers(pod_spec)) or 1
     if len(user_rules) + most <= fp.MAX_RULES:
@@ -1052,7 +1067,8 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
     b" (the containers whose codes they read)."""
     codes = rules[0].get("onExitCodes")
     if not isinstance(codes, dict):
-        return f"rule {rules[0]['action']} on {fp.DISRUPTION_TARGET}"
+        conditions = mapping((rules[0].get("onPodConditions") or [{}])[0])
+        return f"rule {rules[0]['action']} on {conditions.get('type', fp.DISRUPTION_TARGET)}"
     plural = "s" if len(rules) > 1 else ""
     text = f"rule{plural} {rules[0]['action']} on exit codes NotIn {codes['values']}"
     names = [str(mapping(r.get("onExitCodes")).get("containerName")) for r in rules]
@@ -1065,14 +1081,16 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
 #: How every warning of ``unbounded_note`` ends (a TrainJob says its own in place of its
 #: JobSet's).
 UNBOUNDED = ": ignored disruptions retry with no cap"
+PEERS_UNBOUNDED = ": ignored peers retry with no cap"
 
 
-def unbounded_note(field: str) -> str:
+def unbounded_note(field: str, ending: str = UNBOUNDED) -> str:
     """The warning when our Ignore rule goes into a Job without a deadline: ignored
     failures never use up backoffLimit, so a Job preempted again and again would never
-    end; ``field`` is the deadline that would end it. (Said with the rule, so a
-    reinvocation that adds nothing stays silent.)"""
-    return f"retry-policy: set {field}{UNBOUNDED}"
+    end (``max-disruptions`` caps the disruptions themselves, not their peers); ``field``
+    is the deadline that would end it. (Said with the rule, so a reinvocation that adds
+    nothing stays silent.)"""
+    return f"retry-policy: set {field}{ending}"
 
 
 def _apply(
@@ -1100,18 +1118,22 @@ def _apply(
                 if id(rule) in added_ids:
                     said.setdefault((name, str(rule["action"])), []).append(rule)
             for (name, action), rules in said.items():
-                # Our Count rule is not required of an object (``engine._unapplied``): one
-                # mutated by a replica that did not add it yet stays valid in an upgrade.
-                setting = None if action == "Count" else policy.setting(name)
+                # Our Count rule on DisruptionTarget is not required of an object
+                # (``engine._unapplied``): one mutated by a replica that did not add it yet
+                # stays valid in an upgrade.
+                counted = action == "Count" and name == "fail-non-retriable"
+                setting = None if counted else policy.setting(name)
                 out.changed(
                     f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
                     setting,
                 )
             if any(name == "fail-non-retriable" for name, _ in said):
                 failureaware.check_oom_signal(policy, out)  # said with the rule, as below
-            ignored = ("ignore-disruptions", "Ignore") in said
+            ignored = ("ignore-disruptions", "Ignore") in said and policy.max_disruptions is None
             if ignored and spec.get("activeDeadlineSeconds") is None:
                 out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
+            if ("peer-disruptions", "Ignore") in said and spec.get("activeDeadlineSeconds") is None:
+                out.note(unbounded_note(f"{where}.activeDeadlineSeconds", PEERS_UNBOUNDED))
             if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
                 spec["podReplacementPolicy"] = "Failed"
                 out.changed(
@@ -1119,6 +1141,7 @@ def _apply(
                     "(required with a podFailurePolicy)"
                 )
         out.problems.extend(fp.validate(spec, where))
+    budgets.apply_labels(template, policy)
     add_error_propagation(pod_spec, "containers", policy, out)
     inplace.apply(pod_spec, policy, out, f"{where}.template")
     pod_values = _pod_annotations(policy, budget)

@@ -139,6 +139,9 @@ NOT_IN_PLACE = {
     "the environment they were created with",
     "retry-delay": "with restartStrategy InPlaceRestart its pods restart in place, already "
     "scheduled: no new pod is made that a delay could hold back",
+    "peer-disruptions": "with restartStrategy InPlaceRestart any pod that fails, a peer of a "
+    "disrupted one too, restarts the whole set in place, and JobSet counts that against "
+    "maxRestarts: no rule of a Job decides it",
 }
 
 
@@ -466,26 +469,30 @@ def in_place_bound(
         (found for r in reasons if (found := _uncounted(rules, name, r, BUDGET_MESSAGES[r]))),
         None,
     )
+    # A pod replaced by max-in-place-restarts counts; the set must count its Job's end too.
+    counted = each is None
     if (inplace.deadline_set(job_spec.get("activeDeadlineSeconds")) and whole is None) or (
         inplace.deadline_set(pod_spec.get("activeDeadlineSeconds")) and each is None
     ):
-        return inplace.Bound(True, fields)
+        return inplace.Bound(True, fields, replaced_counted=counted)
     job_field = f"{where}.activeDeadlineSeconds"
     pod_field = f"{where}.template.spec.activeDeadlineSeconds"
     if whole is None:
-        return inplace.Bound(False, fields if each is None else job_field)
+        return inplace.Bound(False, fields if each is None else job_field, replaced_counted=counted)
     why = (
         f"{job_field} bounds nothing: your spec.failurePolicy.rules[{whole[0]}] ({whole[1]}) "
         "restarts the set without counting when a Job fails with DeadlineExceeded"
     )
     if each is None:
-        return inplace.Bound(False, pod_field, f"{why}; drop the rule or set {pod_field}")
+        return inplace.Bound(False, pod_field, f"{why}; drop the rule or set {pod_field}", counted)
     if each == whole:
         why += " or when its pods run out of retries"
     else:
         why += f", and rules[{each[0]}] ({each[1]}) when its pods run out of retries"
     why += ", so the pod template's deadline bounds nothing either"
-    return inplace.Bound(False, f"{job_field} (after dropping those rules)", f"{why}; drop them")
+    return inplace.Bound(
+        False, f"{job_field} (after dropping those rules)", f"{why}; drop them", counted
+    )
 
 
 def _uncounted(

@@ -74,6 +74,12 @@ NOT_APPLICABLE = {
     "failed pod under the same name), so a retry cannot be told from the first attempt",
     "in-place-exit-codes": "the training operator sets its replicas' restart policy and "
     "restarts or recreates their pods itself (restartPolicy ExitCode, OnFailure)",
+    "max-disruptions": "the training operator has no podFailurePolicy and counts every "
+    "failed pod against runPolicy.backoffLimit, disruptions included",
+    "max-in-place-restarts": "the training operator sets its replicas' restart policy and "
+    "restarts or recreates their pods itself",
+    "peer-disruptions": "the training operator has no podFailurePolicy: no rule decides a "
+    "failed pod, a disrupted pod's peer or not",
 }
 #: Where kubeflow/trainer#2045 (runPolicy.backoffLimit not enforced under ExitCode) is told.
 UNENFORCED = "kubeflow/trainer#2045"

@@ -57,6 +57,12 @@ NOT_APPLICABLE = {
     "so the pods of a retry cannot be told from the first",
     "in-place-exit-codes": "KubeRay makes its pods from the RayCluster's templates and "
     "manages their restarts itself; set restart rules in those templates",
+    "max-disruptions": "it has no podFailurePolicy; KubeRay counts every failed RayJob "
+    "attempt against backoffLimit, disruptions included",
+    "max-in-place-restarts": "KubeRay makes its pods from the RayCluster's templates and "
+    "manages their restarts itself",
+    "peer-disruptions": "it has no podFailurePolicy; KubeRay retries a failed RayJob on a "
+    "new RayCluster whatever failed in it",
 }
 
 

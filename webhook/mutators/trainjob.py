@@ -46,6 +46,7 @@ from webhook.cluster import runtimes as rt
 from webhook.mutators import Change, Context, Outcome, inplace, items, mapping, register
 from webhook.mutators.job import (
     JOBSET_GROUP,
+    PEERS_UNBOUNDED,
     UNBOUNDED,
     WorkloadMutator,
     get_path,
@@ -510,7 +511,15 @@ class TrainJobMutator(WorkloadMutator):
             _check_ttl(found, out)
         else:
             out.policies["spec"] = inplace.check_version(check_unsupported(policy, out), ctx, out)
-            unbounded = out.policies["spec"].ignore_disruptions
+            resolved = out.policies["spec"]
+            unbounded = [
+                ending
+                for ending, on in (
+                    (UNBOUNDED, resolved.ignore_disruptions and resolved.max_disruptions is None),
+                    (PEERS_UNBOUNDED, resolved.peer_disruptions == "ignore"),
+                )
+                if on
+            ]
             out.note(
                 f"retry-policy: {label} not read ({found.reason}): the policy is checked "
                 "against it when the trainer creates the JobSet (a denial then shows in "
@@ -518,9 +527,10 @@ class TrainJobMutator(WorkloadMutator):
             )
             nodes = get_path(changed_spec, ("trainer", "numNodes"))
             note_peers(out.policies["spec"], pod_count(nodes, 1), out)
-        if unbounded and changed_spec.get("activeDeadlineSeconds") is None:
+        if changed_spec.get("activeDeadlineSeconds") is None:
             # The trainer fails the TrainJob at its deadline (KEP-2899), whatever its Jobs'.
-            out.note(unbounded_note("spec.activeDeadlineSeconds"))
+            for ending in unbounded:
+                out.note(unbounded_note("spec.activeDeadlineSeconds", ending))
         if out.problems or changed_spec == spec:
             return out
         trainjob["spec"] = changed_spec
@@ -541,14 +551,15 @@ class TrainJobMutator(WorkloadMutator):
         label: str,
         ctx: Context,
         out: Outcome,
-    ) -> bool:
+    ) -> list[str]:
         """Run the JobSet mutator on the JobSet the trainer will make: its problems are
         the TrainJob's, its changes said as what the JobSet will get. When the Trainer's
         release is not known and the two ways it may give ``resourcesPerNode`` make
         different JobSets, both are judged: what both deny is denied, what one denies is
-        a warning naming that release. Returns whether one of its Jobs ignores
-        disruptions without a deadline of its own: the JobSet's warning names a field of
-        the runtime, the TrainJob's user is told of its own."""
+        a warning naming that release. Returns the endings of the warnings that one of its
+        Jobs ignores disruptions (or peers) without a deadline of its own
+        (``unbounded_note``): the JobSet's names a field of the runtime, the TrainJob's
+        user is told of its own."""
         built: list[tuple[bool, dict[str, Any]]] = []
         for merged in resource_modes(trainer):
             jobset = jobset_for(trainjob, runtime, merged)
@@ -572,15 +583,16 @@ class TrainJobMutator(WorkloadMutator):
                         f"retry-policy: Trainer's release is not known; under "
                         f"{_release_words(merged)} the JobSet would be denied: {shown}"
                     )
-        unbounded = False
+        unbounded: list[str] = []
         for _, outcome in reversed(judged):  # the newest release's first
             for change in outcome.changes:
                 text = f"retry-policy: JobSet: {change.text.removeprefix('retry-policy: ')}"
                 if text not in (c.text for c in out.changes):
                     out.changed(text)
             for note in outcome.notes:
-                if note.endswith(UNBOUNDED):
-                    unbounded = True
+                ending = next((e for e in (UNBOUNDED, PEERS_UNBOUNDED) if note.endswith(e)), "")
+                if ending:
+                    unbounded += [ending] if ending not in unbounded else []
                 elif note not in out.notes:
                     out.note(note)
         out.policies.update({f"jobset.{k}": v for k, v in judged[-1][1].policies.items()})

@@ -43,7 +43,31 @@ DEFAULT_SPOT_NODE_LABELS: dict[str, tuple[str, ...]] = {
     "kubernetes.azure.com/scalesetpriority": ("spot",),
 }
 
-_TOP_KEYS = ("defaults", "guardRails", "spotNodeLabels", "namespaces", "kubernetesVersion")
+#: Whose pod deletions are disruptions (``disruptors``): the users and groups that
+#: delete pods to reclaim or drain nodes without the Eviction API, so that the pod gets
+#: no ``DisruptionTarget`` condition (Karpenter's forced termination: kubernetes#141316,
+#: karpenter#3218). Karpenter's Helm chart names its ServiceAccount after the release
+#: (``karpenter.serviceAccountName``: the fullname, ``karpenter`` for the release its docs
+#: install) in the release's namespace, ``kube-system`` in its current docs and
+#: ``karpenter`` in older ones; its ClusterRole grants ``pods`` ``delete``. The cluster
+#: autoscaler's example manifests (cloudprovider/aws/examples in kubernetes/autoscaler)
+#: run it as ``cluster-autoscaler`` in ``kube-system``; it drains by eviction, so only a
+#: deletion it is granted (none in those manifests) counts.
+DEFAULT_DISRUPTOR_USERS: tuple[str, ...] = (
+    "system:serviceaccount:kube-system:karpenter",
+    "system:serviceaccount:karpenter:karpenter",
+    "system:serviceaccount:kube-system:cluster-autoscaler",
+)
+
+_TOP_KEYS = (
+    "defaults",
+    "guardRails",
+    "spotNodeLabels",
+    "namespaces",
+    "kubernetesVersion",
+    "disruptors",
+)
+_DISRUPTOR_KEYS = ("users", "groups")
 _NS_KEYS = ("defaults", "guardRails")
 _GUARD_KEYS = (
     "maxBackoffLimit",
@@ -62,6 +86,17 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+@dataclass(frozen=True)
+class Disruptors:
+    """Users and groups whose pod deletions are disruptions (``disruptors``)."""
+
+    users: frozenset[str] = frozenset(DEFAULT_DISRUPTOR_USERS)
+    groups: frozenset[str] = frozenset()
+
+    def deleted_by(self, user: str | None, groups: tuple[str, ...] = ()) -> bool:
+        return (user is not None and user in self.users) or any(g in self.groups for g in groups)
 
 
 class ConfigError(Exception):
@@ -109,6 +144,7 @@ class Config:
     #: Pinned by the admin for a cluster whose feature gates differ from its version's
     #: defaults; otherwise the server asks the API server (``webhook.cluster.version``).
     kubernetes_version: KubeVersion | None = None
+    disruptors: Disruptors = field(default_factory=Disruptors)
 
     def layers(self, namespace: str | None) -> list[Layer]:
         """Default layers below the object's own annotations, highest precedence first."""
@@ -198,6 +234,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         namespaces=namespaces,
         source=source,
         kubernetes_version=_kubernetes_version(data.get("kubernetesVersion"), problems),
+        disruptors=_disruptors(data.get("disruptors", None), problems),
     )
     problems.extend(_consistency(config))
     if problems:
@@ -351,6 +388,31 @@ def _kubernetes_version(raw: Any, problems: list[Problem]) -> KubeVersion | None
     except ValueError as err:
         problems.append(Problem("kubernetesVersion", f"{raw!r} is not valid; {err}"))
         return None
+
+
+def _disruptors(raw: Any, problems: list[Problem]) -> Disruptors:
+    """``disruptors: {users: [...], groups: [...]}``; given, it replaces the defaults
+    whole (``users: []`` turns them off)."""
+    if raw is None:
+        return Disruptors()
+    if not isinstance(raw, dict):
+        problems.append(Problem("disruptors", "must be a mapping with users and/or groups"))
+        return Disruptors()
+    _unknown_keys(raw, _DISRUPTOR_KEYS, "disruptors.", problems)
+    found: dict[str, frozenset[str]] = {}
+    for key in _DISRUPTOR_KEYS:
+        values = raw.get(key) or []
+        if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+            problems.append(
+                Problem(
+                    f"disruptors.{key}",
+                    "must be a list of names as the API server authenticates them, e.g. "
+                    "system:serviceaccount:kube-system:karpenter",
+                )
+            )
+            values = []
+        found[key] = frozenset(values)
+    return Disruptors(found["users"], found["groups"])
 
 
 def _spot_labels(raw: Any, problems: list[Problem]) -> dict[str, tuple[str, ...]]:

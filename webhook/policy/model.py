@@ -127,6 +127,29 @@ def parse_any(text: str) -> str:
     return text
 
 
+def parse_restart_budget(text: str) -> int:
+    """In-place restarts a pod may make in all before it is replaced (at least 1)."""
+    if _UINT.fullmatch(text) is None or not 1 <= int(text) <= INT32_MAX:
+        raise BadValue(
+            f"accepted: a whole number from 1 to {INT32_MAX} (0 would replace every pod at "
+            "its first restart in place: remove in-place-exit-codes instead)"
+        )
+    return int(text)
+
+
+def parse_peer_disruptions(text: str) -> str | None:
+    """What the failure of a disrupted pod's peers does: ignored, or counted like any
+    retriable failure; ``none`` turns off a default."""
+    if text in ("ignore", "count"):
+        return text
+    if text == "none":
+        return None
+    raise BadValue(
+        "accepted: ignore (a disrupted pod's peers fail free), count (they count against "
+        "the retry budget), or none to turn off a default"
+    )
+
+
 #: Where carried defaults came from (``defaults`` annotation), in precedence order.
 CARRIED_SOURCES = ("namespace", "cluster")
 
@@ -311,6 +334,18 @@ KEYS: dict[str, KeySpec] = {
             "preemptions and drains do not consume the retry budget",
         ),
         KeySpec(
+            "max-disruptions",
+            parse_count,
+            frozenset({Scope.WORKLOAD}),
+            "with ignore-disruptions: the first N disruptions are free, later ones count",
+        ),
+        KeySpec(
+            "peer-disruptions",
+            parse_peer_disruptions,
+            frozenset({Scope.WORKLOAD}),
+            "ignore or count: what the failures of a disrupted pod's running peers do",
+        ),
+        KeySpec(
             "non-spot-attempts", parse_count, _BOTH, "the last N attempts run on non-spot nodes"
         ),
         KeySpec(
@@ -380,6 +415,12 @@ KEYS: dict[str, KeySpec] = {
             frozenset({Scope.POD}),
             "written by the webhook on a pod it holds back (retry-delay): when it may be scheduled",
             settable_default=False,
+        ),
+        KeySpec(
+            "max-in-place-restarts",
+            parse_restart_budget,
+            frozenset({Scope.WORKLOAD}),
+            "with in-place-exit-codes: a pod is replaced after N restarts in place in all",
         ),
         KeySpec(
             "jobset-uid",
@@ -519,6 +560,9 @@ BUILTIN: dict[str, Any] = {
     "avoid-failed-nodes": False,
     "in-place-exit-codes": None,
     "in-place-scope": "container",
+    "max-disruptions": None,
+    "max-in-place-restarts": None,
+    "peer-disruptions": None,
     "attempt": None,
     "attempt-env": False,
     "retry-delay": None,
@@ -631,6 +675,28 @@ class Policy:
         return retry_delays(self, rail).seconds(failures)
 
     @property
+    def max_disruptions(self) -> int | None:
+        """Free disruptions (``None``: every disruption is free with ignore-disruptions)."""
+        value = self.value("max-disruptions")
+        return value if isinstance(value, int) else None
+
+    @property
+    def max_in_place_restarts(self) -> int | None:
+        value = self.value("max-in-place-restarts")
+        return value if isinstance(value, int) else None
+
+    @property
+    def peer_disruptions(self) -> str | None:
+        """``ignore`` or ``count``: the rule on a disrupted pod's peers (``None``: none)."""
+        return self.value("peer-disruptions")
+
+    def asks(self, name: str) -> bool:
+        """Whether the setting is on: not its off value (``BUILTIN``). A setting whose off
+        value is ``None`` is on with any value, 0 included (``max-disruptions: 0``)."""
+        value = self.value(name)
+        return value is not None if BUILTIN[name] is None else bool(value)
+
+    @property
     def failure_aware(self) -> bool:
         """Whether pods learn from earlier attempts (more memory, other nodes)."""
         return self.oom_memory_factor is not None or self.avoid_failed_nodes
@@ -653,6 +719,7 @@ class Policy:
             or bool(self.in_place_exit_codes)
             or self.attempt_env
             or self.retry_delay is not None
+            or self.peer_disruptions is not None
         )
 
 
@@ -692,6 +759,8 @@ def format_value(name: str, value: Any) -> str:
         return format_factor(Fraction(value))
     if name in ("retry-delay", "retry-delay-max"):
         return format_duration(value)
+    if name == "peer-disruptions":
+        return "none" if value is None else str(value)
     return str(value)
 
 

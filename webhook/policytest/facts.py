@@ -44,7 +44,7 @@ class Pod:
     def failure(self) -> Step | None:
         """The event the pod failed with (``None``: it did not fail)."""
         last = self.steps[-1] if self.steps else None
-        return last if last is not None and not last.in_place else None
+        return last if last is not None and (last.replaced or not last.in_place) else None
 
     def position(self) -> str:
         run = f", run {self.run}" if self.run is not None else ""
@@ -209,6 +209,13 @@ FACTS: dict[str, Fact] = {
             "seconds of the kubelet's back-off before those restarts, in all",
             lambda pod: sum(r.delay_seconds for step in pod.steps for r in step.in_place),
             _count,
+        ),
+        Fact(
+            "replaced",
+            "the controller replaced the pod once its restarts in place reached "
+            "max-in-place-restarts (its failure is then judged like any other)",
+            lambda pod: bool(pod.steps and pod.steps[-1].replaced),
+            _bool,
         ),
         Fact(
             "counted",

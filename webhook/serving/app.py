@@ -64,6 +64,8 @@ class State:
     leadership: LeaderNote | NoLeader = field(default_factory=NoLeader)
     #: Where the decisions that shape new pods go, as Events (``webhook.cluster.events``).
     events: EventSink = field(default_factory=NoEvents)
+    #: Marks the pods disruptors delete (``webhook.cluster.deletions``); ``None``: no cluster.
+    deletions: Any = None
 
 
 _JSON = "application/json"
@@ -127,6 +129,8 @@ def create_app(state: State | None = None) -> Flask:
             log.exception("unexpected error", extra={"uid": review.uid, "endpoint": endpoint})
             verdict = Verdict(warnings=["retry-policy: internal error; request admitted unchanged"])
         outcome = "error" if errored else _outcome(verdict)
+        if verdict.deleted is not None and not review.dry_run and state.deletions is not None:
+            state.deletions.submit(verdict.deleted)  # (only queued: never waits)
         try:
             _log_decision(endpoint, review, verdict, outcome, started)
         except Exception:  # a logging fault must never fail an admission

@@ -168,6 +168,8 @@ class Metrics:
         self.events = _events_counter(r)
         self._events_seen: dict[str, int] = {}
         self._cache_seen: dict[str, float] = {}
+        self._deletions: Any = None
+        self._deletions_seen: dict[str, int] = {}
         self._lock = threading.Lock()
         #: Latency observations not yet written: labels -> [sum, count per bucket...].
         self._timings: dict[tuple[str, str, str], list[float]] = {}
@@ -243,6 +245,17 @@ class Metrics:
         """The Event recorder's counts (``webhook.cluster.events``), sampled."""
         with self._lock:
             _sample_events(self.events, stats, self._events_seen)
+
+    # --- pods disruptors deleted (webhook.cluster.deletions), sampled like the cache ---
+    def sample_deletions(self, stats: Mapping[str, Any]) -> None:
+        with self._lock:
+            if self._deletions is None:
+                self._deletions = _deletions_counter(self.registry)
+            for result, total in stats.items():
+                delta = int(total) - self._deletions_seen.get(result, 0)
+                if delta > 0:
+                    self._deletions.labels(result).inc(delta)
+                self._deletions_seen[result] = int(total)
 
     # --- the attempt cache (sampled: its counters live in each worker's memory) ---
     def sample_cache(self, stats: Mapping[str, Any]) -> None:
@@ -364,6 +377,7 @@ class ControllerMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self._budget_counters: tuple[Any, Any] | None = None
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
@@ -375,9 +389,71 @@ class ControllerMetrics:
         if reason in GATE_RELEASES:
             self.released.labels(reason).inc()
 
+    # --- budgets per cause (webhook.controller.disruptions, webhook.controller.restarts) ---
+    def condition(self, kind: str, result: str) -> None:
+        if kind in CONDITIONS and result in CONDITION_RESULTS:
+            self._budgets()[0].labels(kind.removeprefix("retry-policy.dev/"), result).inc()
+
+    def disruption(self, result: str) -> None:
+        if result in ("free", "over"):
+            self._budgets()[1].labels(result).inc()
+
+    def _budgets(self) -> tuple[Any, Any]:
+        """The budgets' counters, made on first use (a controller that never counts a
+        disruption exports none)."""
+        if self._budget_counters is None:
+            self._budget_counters = _budget_counters(self.registry)
+        return self._budget_counters
+
     def flush(self) -> None:
         if self._events_stats is not None:
             _sample_events(self.events, self._events_stats(), self._events_seen)
+
+
+#: The conditions the controller adds (``webhook.kube.failurepolicy.OUR_CONDITIONS``), and
+#: what became of each.
+CONDITIONS = (
+    "retry-policy.dev/DisruptionBudgetExhausted",
+    "retry-policy.dev/InPlaceBudgetExhausted",
+    "retry-policy.dev/PeerDisrupted",
+)
+CONDITION_RESULTS = ("added", "late", "missed")
+
+
+def _deletions_counter(registry: Any) -> Any:
+    from prometheus_client import Counter
+
+    return Counter(
+        PREFIX + "deletions_recognized_total",
+        "Pods a disruptor deleted (config disruptors) that the webhook marked "
+        "DisruptionTarget, by result: marked; late (the pod had already failed: the Job "
+        "controller may have counted it); missed (already judged: not marked); gone, "
+        "not_deleted, already (disrupted); dropped (queue full, or the API failing).",
+        ["result"],
+        registry=registry,
+    )
+
+
+def _budget_counters(registry: Any) -> tuple[Any, Any]:
+    from prometheus_client import Counter
+
+    conditions = Counter(
+        PREFIX + "controller_conditions_total",
+        "Pod conditions the controller added for budgets per cause, by condition "
+        "(DisruptionBudgetExhausted, InPlaceBudgetExhausted, PeerDisrupted) and result: "
+        "added (before the pod failed), late (on a pod already Failed: the Job controller "
+        "may have judged it without), missed (the Job controller had judged it: not added).",
+        ["condition", "result"],
+        registry=registry,
+    )
+    disruptions = Counter(
+        PREFIX + "controller_disruptions_total",
+        "Disruptions counted against max-disruptions: result=free (within the budget), "
+        "over (past it: the pod counts against the retry budget).",
+        ["result"],
+        registry=registry,
+    )
+    return conditions, disruptions
 
 
 _METRICS: Metrics | None = None
@@ -463,12 +539,34 @@ def stop_exposition(proc: Any) -> None:
         proc.kill()
 
 
+class _SettledCollector:
+    """``MultiProcessCollector``, tried again when a file is caught being created: a
+    process that records its first value of a metric makes the file, then sizes it
+    (``MmapedDict``), and a scrape in between reads an empty file (``struct.error``), which
+    would fail the whole scrape."""
+
+    def collect(self) -> Any:
+        import struct
+        import time
+
+        from prometheus_client import multiprocess
+
+        for attempt in range(5):
+            try:
+                return list(multiprocess.MultiProcessCollector(None).collect())
+            except struct.error:
+                if attempt == 4:
+                    raise
+                time.sleep(0.02)
+        return []
+
+
 def _serve(fd: int, parent: int) -> None:
-    from prometheus_client import CollectorRegistry, multiprocess
+    from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import MetricsHandler
 
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
+    registry.register(_SettledCollector())
 
     class Handler(MetricsHandler.factory(registry)):  # type: ignore[misc]
         def do_GET(self) -> None:

@@ -65,6 +65,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from webhook.admission import engine
 from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
+from webhook.cluster.deletions import DeletionMarker
 from webhook.cluster.events import instance_name, recorder_for
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import LeaderNote, LeaderState, NoLeader
@@ -527,6 +528,9 @@ class WorkerRuntime:
         # recorder's own thread (started by the first one).
         if clients is not None:
             self.state.events = recorder_for(clients[0].api_client, instance_name())[0]
+            # Marks the pods disruptors delete, off the admission path (cluster/deletions.py),
+            # telling it with the worker's Events.
+            self.state.deletions = DeletionMarker(clients[1], self.state.events)
         # Asked now, before the worker serves, then every few minutes (``tick``).
         self.version: ServerVersion | None = None
         if clients is not None:
@@ -564,6 +568,8 @@ class WorkerRuntime:
             self.version.poll()
         self.metrics.sample_cache(self.state.attempts.stats())
         self.metrics.sample_events(self.state.events.stats())
+        if self.state.deletions is not None:
+            self.metrics.sample_deletions(self.state.deletions.stats())
         self.metrics.flush()
         logs.flush_decisions()
 

@@ -161,7 +161,8 @@ the trainer, kubectl apply) can leave out what the webhook added at creation.
 
 {{/*
 matchConditions (CEL). The rules only ever contain CREATE and UPDATE, so `object` is
-never null here (it is null only for DELETE) and `oldObject` is set exactly on UPDATE.
+never null here (it is null only for DELETE) and `oldObject` is set exactly on UPDATE;
+but for the pod deletions' webhook (below), whose rule is DELETE: there only `oldObject`.
 */}}
 
 {{/* Mirror pods (static pods shown by the kubelet) must never be touched. */}}
@@ -227,6 +228,45 @@ rails (then nothing can change or deny an unannotated Job, so it need not be sen
 */}}
 {{- define "rpw.cel.podCreateHasPolicy" -}}
 request.operation != 'CREATE' || (has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('retry-policy.dev/')))
+{{- end -}}
+
+{{/*
+Pod deletions by disruptors (webhook/admission/deletions.py): only a disruptor's, as the
+config names them (config.disruptors; else the defaults of webhook/policy/config.py,
+DEFAULT_DISRUPTOR_USERS), of a pod not yet disrupted and not yet terminal. The webhook
+checks the same again: this only keeps every other deletion from reaching it.
+*/}}
+{{- define "rpw.disruptorUsers" -}}
+{{- $d := (.Values.config | default dict).disruptors -}}
+{{- if $d -}}
+{{- toJson ($d.users | default list) -}}
+{{- else -}}
+{{- toJson (list "system:serviceaccount:kube-system:karpenter" "system:serviceaccount:karpenter:karpenter" "system:serviceaccount:kube-system:cluster-autoscaler") -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rpw.disruptorGroups" -}}
+{{- $d := (.Values.config | default dict).disruptors -}}
+{{- toJson (($d | default dict).groups | default list) -}}
+{{- end -}}
+
+{{/* A DELETE carries the pod as oldObject (object is null): the pods of workloads that
+ignore disruptions carry the label the webhook puts on their templates
+(webhook/mutators/budgets.py). */}}
+{{- define "rpw.cel.ignoresDisruptions" -}}
+has(oldObject.metadata.labels) && 'retry-policy.dev/ignore-disruptions' in oldObject.metadata.labels
+{{- end -}}
+
+{{- define "rpw.cel.deletedByDisruptor" -}}
+request.userInfo.username in {{ include "rpw.disruptorUsers" . }} || (has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in {{ include "rpw.disruptorGroups" . }}))
+{{- end -}}
+
+{{- define "rpw.cel.notDisruptedYet" -}}
+!has(oldObject.status) || !has(oldObject.status.conditions) || !oldObject.status.conditions.exists(c, c.type == 'DisruptionTarget' && c.status == 'True')
+{{- end -}}
+
+{{- define "rpw.cel.notTerminal" -}}
+!has(oldObject.status) || !has(oldObject.status.phase) || !(oldObject.status.phase in ['Succeeded', 'Failed'])
 {{- end -}}
 
 {{/* "true" when the config can change or deny workloads that carry no annotations. */}}

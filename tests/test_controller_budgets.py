@@ -1,0 +1,395 @@
+"""The controller's budgets per cause against the HTTP test API, with the real
+``kubernetes`` client: the test plays the scheduler, the kubelet and the Job controller
+(``tests/jobsim.py``), the reconcilers (``webhook.controller.disruptions``,
+``webhook.controller.restarts``) act on what they see, and the Job's own rules, as the
+webhook wrote them, judge each pod."""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+
+import pytest
+from conftest import P, job, stored
+from fakeapi import FakeAPI, write_kubeconfig
+from jobsim import JobRun
+from kubernetes import config
+from serverproc import eventually
+from workloads import mutate
+
+from webhook.cluster.events import EventRecorder
+from webhook.cluster.record import Record
+from webhook.controller.disruptions import Disruptions
+from webhook.controller.restarts import InPlaceBudget, restarts
+from webhook.kube import failurepolicy as fp
+from webhook.kube.versions import KubeVersion
+from webhook.policy.config import Config
+
+V136 = Config(kubernetes_version=KubeVersion.parse("1.36"))
+
+
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
+
+
+def client_of(fake: FakeAPI, tmp_path):
+    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
+    return config.new_client_from_config(str(path))
+
+
+class Counted:
+    """The controller's metrics, as calls."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, ...]] = []
+
+    def condition(self, kind: str, result: str) -> None:
+        self.calls.append(("condition", kind, result))
+
+    def disruption(self, result: str) -> None:
+        self.calls.append(("disruption", result))
+
+
+class Running:
+    def __init__(self, reconciler):
+        self.reconciler = reconciler
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=reconciler.run, args=(self.stop,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        time.sleep(0.3)  # it lists, then watches
+        return self.reconciler
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(5)
+
+
+def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:
+    verdict, out = mutate(job(annotations, name=name, spec=spec or None), V136)
+    assert verdict.allowed, verdict.message
+    return stored(out)
+
+
+def events_of(fake: FakeAPI, reason: str) -> list[dict]:
+    with fake.lock:
+        found = [dict(v) for v in fake.named["events"].values() if v.get("reason") == reason]
+    return sorted(found, key=lambda e: e["note"])
+
+
+def record_of(fake: FakeAPI, uid: str, resource: str = "jobs") -> Record | None:
+    with fake.lock:
+        return Record.of(copy.deepcopy(fake.objects[resource][uid]))
+
+
+def disruptions(fake, tmp_path, metrics=None) -> Disruptions:
+    client = client_of(fake, tmp_path)
+    events = EventRecorder(__import__("kubernetes").client.EventsV1Api(client), "test")
+    return Disruptions(client, events, metrics, window=0.05)
+
+
+DISRUPTIONS = {
+    P + "ignore-disruptions": "true",
+    P + "max-disruptions": "2",
+    P + "backoff-limit": "0",
+}
+
+
+def preempt(run: JobRun, reconciler=None) -> tuple[dict, str]:
+    """One pod preempted: the condition, the reconciler's turn, then the kubelet's and the
+    Job controller's; the pod as the Job controller judged it, and its action."""
+    pod = run.new_pod()
+    run.disrupt(pod)
+    if reconciler is not None:
+        eventually(lambda: pod["metadata"]["uid"] in _handled(reconciler), 10)
+    failed = run.fail(pod)
+    return failed, run.judge(pod)
+
+
+def _handled(reconciler: Disruptions) -> set[str]:
+    with reconciler._lock:
+        return {uid for what, uid in reconciler._handled if what == "budget"}
+
+
+# --- max-disruptions --------------------------------------------------------------------------
+
+
+def test_two_preemptions_are_free_and_the_third_counts(api, tmp_path):
+    """backoffLimit 0 and max-disruptions 2: two preempted pods are ignored as any
+    disruption; the third gets DisruptionBudgetExhausted while it terminates, the Job's
+    first rule counts it, and the Job fails (BackoffLimitExceeded)."""
+    run = JobRun.store(api, admitted_job(DISRUPTIONS))
+    metrics = Counted()
+    with Running(disruptions(api, tmp_path, metrics)) as reconciler:
+        assert [preempt(run, reconciler)[1] for _ in range(2)] == ["Ignore", "Ignore"]
+        assert run.counted == 0 and not run.ended
+        third, action = preempt(run, reconciler)
+        assert action == "Count" and run.ended == "BackoffLimitExceeded"
+        assert fp.DISRUPTION_BUDGET_EXHAUSTED in [c["type"] for c in third["status"]["conditions"]]
+        record = eventually(
+            lambda: (r := record_of(api, run.uid)) and r.disruptions_of() == 3 and r, 10
+        )
+        assert record.disrupted(third["metadata"]["uid"]) == "over"
+        reconciler.events.flush()
+    assert ("condition", fp.DISRUPTION_BUDGET_EXHAUSTED, "added") in metrics.calls
+    assert metrics.calls.count(("disruption", "free")) == 2
+    counted = events_of(api, "RetryDisruptionCounted")
+    assert [e["type"] for e in counted].count("Normal") == 2
+    (over,) = [e for e in counted if e["type"] == "Warning"]
+    assert (
+        "disruption 3, over max-disruptions 2: it counts against the retry budget" in (over["note"])
+    )
+    assert over["regarding"]["kind"] == "Job" and over["regarding"]["uid"] == run.uid
+    assert any("disruption 1 of 2 free" in e["note"] for e in counted)
+
+
+def test_the_count_survives_a_controller_restart_and_the_pods_going(api, tmp_path):
+    """Two disruptions counted by one controller; their pods judged and deleted; a new
+    controller (a restart, or another replica's) reads the count from the Job."""
+    run = JobRun.store(api, admitted_job(DISRUPTIONS))
+    with Running(disruptions(api, tmp_path)) as first:
+        pods = [preempt(run, first)[0] for _ in range(2)]
+        eventually(lambda: (r := record_of(api, run.uid)) and r.disruptions_of() == 2, 10)
+    assert all(api.pod(pod["metadata"]["uid"]) is None for pod in pods)  # judged, deleted
+    with Running(disruptions(api, tmp_path)) as second:
+        assert preempt(run, second)[1] == "Count"
+
+
+def test_a_pod_counted_over_before_a_restart_gets_its_condition_again(api, tmp_path):
+    """The count was written but the condition lost (say the controller stopped in
+    between): the record's mark says over, so the next controller adds it."""
+    run = JobRun.store(api, admitted_job(DISRUPTIONS))
+    pod = run.new_pod()
+    run.disrupt(pod)
+    record = Record()
+    for _ in range(2):
+        record = record.add_disruption({"metadata": {"uid": f"gone-{_}"}}, False)
+    record = record.add_disruption(run.current(pod), True)
+    with api.lock:
+        api.objects["jobs"][run.uid]["metadata"].setdefault("annotations", {})[
+            "retry-policy.dev/history"
+        ] = record.text()
+    with Running(disruptions(api, tmp_path)):
+        eventually(
+            lambda: (
+                fp.DISRUPTION_BUDGET_EXHAUSTED
+                in [c["type"] for c in run.current(pod)["status"]["conditions"]]
+            ),
+            10,
+        )
+    assert record_of(api, run.uid).disruptions_of() == 3  # not counted twice
+
+
+def test_an_indexed_job_counts_per_index(api, tmp_path):
+    """backoffLimitPerIndex: each index has its own N (its pods carry
+    job-index-failure-count, ``addIndexFailureCountAnnotation``)."""
+    spec = {
+        "completionMode": "Indexed",
+        "completions": 2,
+        "parallelism": 2,
+        "backoffLimitPerIndex": 1,
+    }
+    annotations = {P + "ignore-disruptions": "true", P + "max-disruptions": "1"}
+    run = JobRun.store(api, admitted_job(annotations, **spec))
+    with Running(disruptions(api, tmp_path)) as reconciler:
+        judged = []
+        for index in (0, 1, 0):
+            pod = run.new_pod(index, 0)
+            run.disrupt(pod)
+            eventually(lambda p=pod: p["metadata"]["uid"] in _handled(reconciler), 10)
+            run.fail(pod)
+            judged.append(run.judge(pod))
+    assert judged == ["Ignore", "Ignore", "Count"]  # index 1's was its own first
+    record = eventually(lambda: (r := record_of(api, run.uid)) and r.disruptions_of() == 3 and r)
+    assert record.disruptions == {"0": 2, "1": 1}
+
+
+def test_a_jobsets_budget_is_the_sets_across_its_runs(api, tmp_path):
+    from test_jobset import jobset
+
+    verdict, out = mutate(jobset({P + "ignore-disruptions": "true", P + "max-disruptions": "1"}))
+    assert verdict.allowed
+    jobset_obj = stored(out, uid="uid-pretrain")
+    api.put("jobsets", jobset_obj)
+    runs = []
+    for run_number in (0, 1):
+        child = copy.deepcopy(jobset_obj["spec"]["replicatedJobs"][1]["template"])
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": "pretrain",
+            "jobset.sigs.k8s.io/jobset-uid": "uid-pretrain",
+            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "jobset.sigs.k8s.io/job-index": "0",
+            "jobset.sigs.k8s.io/restart-attempt": str(run_number),
+        }
+        child["spec"]["template"]["metadata"]["labels"].update(labels)
+        child["metadata"] = {"name": f"pretrain-workers-0-r{run_number}", "namespace": "ml"}
+        child["apiVersion"], child["kind"] = "batch/v1", "Job"
+        child["spec"]["backoffLimit"] = 0
+        runs.append(JobRun.store(api, child, uid=f"child-{run_number}"))
+    with Running(disruptions(api, tmp_path)) as reconciler:
+        assert preempt(runs[0], reconciler)[1] == "Ignore"
+        assert preempt(runs[1], reconciler)[1] == "Count"  # the set's second, in a new run
+    record = eventually(lambda: (r := record_of(api, "uid-pretrain", "jobsets")) and r)
+    assert record.disruptions_of() == 2 and record.disruptions == {"workers/0": 2}
+
+
+# --- peer-disruptions -----------------------------------------------------------------------
+
+
+def test_the_running_peers_of_a_preempted_pod_are_marked_and_ignored(api, tmp_path):
+    """One of four workers preempted; torchrun's static rendezvous makes the others exit 1:
+    with fail-non-retriable that would be FailJob, with peer-disruptions they are ignored.
+    A peer that had already failed and been judged is not marked (missed)."""
+    annotations = {
+        P + "fail-non-retriable": "true",
+        P + "ignore-disruptions": "true",
+        P + "peer-disruptions": "ignore",
+    }
+    run = JobRun.store(api, admitted_job(annotations, parallelism=5, completions=5))
+    metrics = Counted()
+    pods = [run.new_pod() for _ in range(5)]
+    done = run.fail(pods[4], 1)  # failed for its own reason earlier, judged: FailJob
+    with Running(disruptions(api, tmp_path, metrics)) as reconciler:
+        assert run.judge(done) == "FailJob"
+        run.ended = ""  # (for the test: the rest is judged as if it had not failed the Job)
+        run.disrupt(pods[0], "EvictionByEvictionAPI")
+        eventually(
+            lambda: all(
+                fp.PEER_DISRUPTED in [c["type"] for c in run.current(p)["status"]["conditions"]]
+                for p in pods[1:4]
+            ),
+            10,
+        )
+        reconciler.events.flush()
+    disrupted = run.current(pods[0])["status"]["conditions"]
+    assert fp.PEER_DISRUPTED not in [c["type"] for c in disrupted]
+    for peer in pods[1:4]:
+        run.fail(peer, 1)
+        assert run.judge(peer) == "Ignore"
+    run.fail(pods[0])
+    assert run.judge(pods[0]) == "Ignore"
+    assert metrics.calls.count(("condition", fp.PEER_DISRUPTED, "added")) == 3
+    (event,) = events_of(api, "RetryDisruptionCounted")
+    assert "3 of its peers marked retry-policy.dev/PeerDisrupted" in event["note"]
+
+
+def test_a_jobsets_peers_are_its_runs_pods_only(api, tmp_path):
+    """The same JobSet run (restart-attempt) across its replicated Jobs; not an older run."""
+    from webhook.controller.disruptions import peer_group
+
+    def pod(run: str, job_name: str) -> dict:
+        labels = {
+            "jobset.sigs.k8s.io/jobset-uid": "set",
+            "jobset.sigs.k8s.io/restart-attempt": run,
+            "batch.kubernetes.io/controller-uid": job_name,
+        }
+        return {"metadata": {"labels": labels}}
+
+    assert peer_group(pod("1", "leader")) == peer_group(pod("1", "workers"))
+    assert peer_group(pod("0", "workers")) != peer_group(pod("1", "workers"))
+    plain = {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "j"}}}
+    assert peer_group(plain) == ("job", "j")
+
+
+# --- max-in-place-restarts --------------------------------------------------------------------
+
+
+IN_PLACE = {
+    P + "in-place-exit-codes": "42",
+    P + "max-in-place-restarts": "5",
+    P + "backoff-limit": "1",
+    P + "fail-non-retriable": "true",
+}
+
+
+def in_place(fake, tmp_path, metrics=None) -> InPlaceBudget:
+    client = client_of(fake, tmp_path)
+    events = EventRecorder(__import__("kubernetes").client.EventsV1Api(client), "test")
+    return InPlaceBudget(client, events, metrics)
+
+
+def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, tmp_path):
+    """Each pod restarts in place five times, is marked, deleted with its grace period,
+    fails (143) and is counted by the Job's first rule (not FailJob, not Ignore); with
+    backoffLimit 1 the second replaced pod ends the Job: 5 x (1 + 1) restarts in all."""
+    run = JobRun.store(api, admitted_job(IN_PLACE))
+    metrics = Counted()
+    total = 0
+    with Running(in_place(api, tmp_path, metrics)) as reconciler:
+        while not run.ended:
+            pod = run.new_pod()
+            for count in range(1, 6):
+                run.restart(pod, count)
+                total += 1
+                if count < 5:
+                    time.sleep(0.05)
+                    assert run.current(pod)["metadata"].get("deletionTimestamp") is None
+            eventually(lambda p=pod: run.current(p)["metadata"].get("deletionTimestamp"), 10)
+            marked = run.current(pod)
+            assert fp.IN_PLACE_BUDGET_EXHAUSTED in [
+                c["type"] for c in marked["status"]["conditions"]
+            ]
+            run.fail(pod, 143)  # the kubelet stops it: SIGTERM
+            assert run.judge(pod) == "Count"
+        reconciler.events.flush()
+    assert run.ended == "BackoffLimitExceeded" and total == 10
+    assert [d[2] for d in api.deletions] == [30, 30]  # the pod's terminationGracePeriodSeconds
+    assert metrics.calls.count(("condition", fp.IN_PLACE_BUDGET_EXHAUSTED, "added")) == 2
+    notes = [e["note"] for e in events_of(api, "RetryInPlaceBudgetExhausted")]
+    assert len(notes) == 2 and all("5 restarts in place reach" in n for n in notes)
+
+
+def test_a_pod_that_failed_on_its_own_meanwhile_is_not_marked(api, tmp_path):
+    """The mark carries the resourceVersion the controller saw: a pod that failed with a
+    non-retriable code in between answers 409, is read again, and is left to its rules."""
+    run = JobRun.store(api, admitted_job(IN_PLACE))
+    pod = run.restart(run.new_pod(), 5)
+    reconciler = in_place(api, tmp_path)
+    run.fail(pod, 3)  # after the controller saw 5 restarts, before it acts
+    assert reconciler.replace(pod) is False
+    assert reconciler.counters["conflicts"] == 1
+    assert run.judge(pod) == "FailJob"
+    assert api.deletions == []
+
+
+def test_restarts_in_all_and_of_a_whole_pod():
+    def pod(counts, whole=False):
+        rule = {"action": "RestartAllContainers" if whole else "Restart"}
+        containers = [{"name": f"c{n}", "restartPolicyRules": [rule]} for n in range(len(counts))]
+        statuses = [{"name": f"c{n}", "restartCount": c} for n, c in enumerate(counts)]
+        return {"spec": {"containers": containers}, "status": {"containerStatuses": statuses}}
+
+    assert restarts(pod([2, 3])) == 5
+    assert restarts(pod([3, 3], whole=True)) == 3  # each restart of the pod restarts both
+
+
+def test_a_condition_after_the_pod_failed_is_late_and_after_judgement_missed(api, tmp_path):
+    """The window: the third disruption's pod already Failed when the controller gets to
+    it. Not yet judged (its tracking finalizer on): the condition still decides it, but is
+    counted late; judged already: nothing is written, counted missed."""
+    spent = Record()
+    for n in range(2):
+        spent = spent.add_disruption({"metadata": {"uid": f"earlier-{n}"}}, False)
+    metrics = Counted()
+    for judged_first, result, action in ((False, "late", "Count"), (True, "missed", "Ignore")):
+        admitted = admitted_job(DISRUPTIONS)
+        admitted["metadata"]["name"] = f"train-{result}"
+        admitted["metadata"].setdefault("annotations", {})["retry-policy.dev/history"] = (
+            spent.text()
+        )
+        run = JobRun.store(api, admitted, uid=f"uid-{result}")
+        pod = run.new_pod()
+        run.disrupt(pod, "TerminationByKubelet", delete=False)
+        failed = run.fail(pod)
+        if judged_first:
+            assert run.judge(pod) == action  # before the controller: the Ignore rule's
+        with Running(disruptions(api, tmp_path, metrics)) as reconciler:
+            eventually(lambda p=failed: p["metadata"]["uid"] in _handled(reconciler), 10)
+        if not judged_first:
+            assert run.judge(pod) == action
+        assert ("condition", fp.DISRUPTION_BUDGET_EXHAUSTED, result) in metrics.calls

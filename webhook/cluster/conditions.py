@@ -1,0 +1,148 @@
+"""Pod conditions the webhook adds, as the API takes them, and what a pod says of itself.
+
+A condition is added with a strategic merge patch of ``pods/status``: ``status.conditions``
+merges by ``type`` (``patchMergeKey: type`` on ``PodStatus.Conditions``, k8s.io/api
+core/v1/types.go), so the kubelet's own conditions stay, and adding ours twice is one
+condition. A custom condition's type must be a qualified name (``validatePodConditions``,
+from ``ValidatePodStatusUpdate`` in pkg/apis/core/validation/validation.go): ours are
+``retry-policy.dev/...`` (``webhook.kube.failurepolicy.OUR_CONDITIONS``), and
+``DisruptionTarget``, which the webhook adds to a pod a disruptor deleted
+(``webhook.cluster.deletions``).
+
+When it must land: the Job controller reads a pod's conditions when it judges the pod,
+which, for a Job with a podFailurePolicy, is once the pod's phase is ``Failed``
+(``isPodFailed``: ``onlyReplaceFailedPods`` is true with a podFailurePolicy, so a
+terminating pod is not failed before), in its next sync of the Job after that update
+(``updatePod`` queues one ``syncJobBatchPeriod``, 1 s, later), and then removes its
+``batch.kubernetes.io/job-tracking`` finalizer. A condition added while the pod
+terminates is always read; one added after ``Failed`` is read only if that sync has not
+run yet (the finalizer still on: ``judged``); later, it changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.cluster.events import Regarding
+from webhook.kube.objects import controller_of, items, mapping
+
+STRATEGIC = "application/strategic-merge-patch+json"
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+TERMINAL = ("Succeeded", "Failed")
+
+
+def condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The pod's condition of type ``kind`` when its status is True."""
+    for found in items(mapping(pod.get("status")).get("conditions")):
+        if isinstance(found, dict) and found.get("type") == kind and found.get("status") == "True":
+            return found
+    return None
+
+
+def terminal(pod: Mapping[str, Any]) -> bool:
+    return mapping(pod.get("status")).get("phase") in TERMINAL
+
+
+def judged(pod: Mapping[str, Any]) -> bool:
+    """Whether the Job controller has judged this failed pod already: it removes its
+    tracking finalizer once it counted (or ignored) it (``trackJobStatusAndRemoveFinalizers``
+    in pkg/controller/job/job_controller.go)."""
+    finalizers = items(mapping(pod.get("metadata")).get("finalizers"))
+    return terminal(pod) and JOB_TRACKING not in finalizers
+
+
+def terminating(pod: Mapping[str, Any]) -> bool:
+    return mapping(pod.get("metadata")).get("deletionTimestamp") is not None
+
+
+def now_rfc3339(when: float) -> str:
+    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_patch(kind: str, reason: str, message: str, when: float) -> dict[str, Any]:
+    """The strategic merge patch that adds (or sets) one True condition."""
+    return {
+        "status": {
+            "conditions": [
+                {
+                    "type": kind,
+                    "status": "True",
+                    "reason": reason,
+                    "message": message[:1024],
+                    "lastTransitionTime": now_rfc3339(when),
+                }
+            ]
+        }
+    }
+
+
+def add_condition(
+    core_api: Any,
+    pod: Mapping[str, Any],
+    body: dict[str, Any],
+    version: str | None = None,
+    timeout: float = 5.0,
+) -> dict[str, Any]:
+    """Patch ``pods/status`` of ``pod`` with ``body``; with ``version``, only if the pod is
+    still at that resourceVersion (else the API answers 409 Conflict). The pod as patched."""
+    meta = mapping(pod.get("metadata"))
+    if version is not None:
+        body = {**body, "metadata": {"resourceVersion": version}}
+    resp = core_api.patch_namespaced_pod_status(
+        meta.get("name"),
+        meta.get("namespace"),
+        body,
+        _content_type=STRATEGIC,
+        _preload_content=False,
+        _request_timeout=(timeout, timeout),
+    )
+    result: dict[str, Any] = json.loads(resp.data)
+    return result
+
+
+def workload_of(pod: Mapping[str, Any]) -> Regarding | None:
+    """The workload a Job's pod belongs to, for its Events and its budget: its JobSet (the
+    labels JobSet puts on every pod, ``labelAndAnnotateObject``; the UID since v0.9.0),
+    else its Job (its controller owner)."""
+    meta = mapping(pod.get("metadata"))
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str):
+        return None
+    labels = mapping(meta.get("labels"))
+    name, uid = labels.get(JOBSET_NAME), labels.get(JOBSET_UID)
+    if isinstance(name, str) and isinstance(uid, str) and name and uid:
+        return Regarding("jobset.x-k8s.io/v1alpha2", "JobSet", namespace, name, uid)
+    owner = controller_of(meta)
+    if owner is None or owner.get("kind") != "Job":
+        return None
+    name, uid = owner.get("name"), owner.get("uid")
+    if not (isinstance(name, str) and isinstance(uid, str) and name and uid):
+        return None
+    return Regarding("batch/v1", "Job", namespace, name, uid)
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    return str(mapping(pod.get("metadata")).get("name") or "")
+
+
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    return str(mapping(pod.get("metadata")).get("uid") or "")
+
+
+def label(pod: Mapping[str, Any], key: str) -> str | None:
+    value = mapping(mapping(pod.get("metadata")).get("labels")).get(key)
+    return value if isinstance(value, str) else None
+
+
+def label_value(pod: Mapping[str, Any], key: str, parse: Callable[[str], Any]) -> Any:
+    """A label of ours in its key's grammar (``parse``); ``None`` when absent or bad."""
+    raw = label(pod, key)
+    try:
+        return parse(raw) if raw is not None else None
+    except ValueError:
+        return None

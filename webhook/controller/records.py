@@ -1,0 +1,63 @@
+"""Reading a workload and writing its record (``webhook.cluster.record``): the one place
+the controller's reconcilers do either, so every writer of the annotation writes it the
+same way: a merge patch of that one annotation carrying the ``resourceVersion`` the record
+was computed from, which the API server refuses (409 Conflict) when the workload changed
+since. A writer then reads it again and recomputes, so no writer's change is lost."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from webhook.cluster.record import ANNOTATION, JOBSET_GROUP, JOBSET_VERSION, JOBSETS
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class Workloads:
+    """Jobs and JobSets, read and patched through one API client."""
+
+    def __init__(self, api_client: Any):
+        from kubernetes import client
+
+        self.batch = client.BatchV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The workload (``kind`` "job" or "jobset"), or ``None`` when it is gone."""
+        try:
+            if kind == "job":
+                resp = self.batch.read_namespaced_job(name, namespace, _preload_content=False)
+            else:
+                resp = self.custom.get_namespaced_custom_object(
+                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name, _preload_content=False
+                )
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+        result: dict[str, Any] = json.loads(resp.data)
+        return result
+
+    def write_record(
+        self, kind: str, namespace: str, name: str, text: str, version: str
+    ) -> dict[str, Any]:
+        """Our one annotation, with the resourceVersion it was computed from."""
+        body = {"metadata": {"resourceVersion": version, "annotations": {ANNOTATION: text}}}
+        if kind == "job":
+            resp = self.batch.patch_namespaced_job(
+                name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False
+            )
+        else:
+            resp = self.custom.patch_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                namespace,
+                JOBSETS,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+            )
+        result: dict[str, Any] = json.loads(resp.data)
+        return result

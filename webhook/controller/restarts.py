@@ -1,0 +1,218 @@
+"""The leader replaces a pod whose containers restarted in place ``max-in-place-restarts``
+times in all (``webhook.mutators.budgets``).
+
+A restart in place is not a pod failure: the Job controller counts none of them under a
+pod ``restartPolicy: Never`` (``pastBackoffLimitOnFailure`` counts restarts only under
+OnFailure), and upstream gives no cap (KEP-3322's ``maxRestartTimes`` was abandoned;
+KEP-5307 lists it as a non-goal). So the controller watches the pods labelled
+``retry-policy.dev/max-in-place-restarts`` and, when one's restarts reach N, adds
+``retry-policy.dev/InPlaceBudgetExhausted`` (only if the pod is still as it saw it: a
+``resourceVersion`` precondition, so a pod that failed on its own meanwhile is judged by
+its own exit) and deletes it, with its grace period. The pod stops, fails, and the Job's
+first rule counts it (Count on that condition): the Job controller replaces it while the
+retry budget lasts, so in-place restarts end after N x (retries + 1) at most, with no
+deadline.
+
+Restarts "in all": the sum of the regular containers' ``restartCount``; for a pod whose
+rules restart the whole pod (``RestartAllContainers``, in-place-scope pod), the most of one
+container's, as each restart of the pod restarts them all. Sidecars' restarts are theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook.cluster.conditions import (
+    add_condition,
+    condition,
+    label_value,
+    pod_name,
+    pod_uid,
+    status_patch,
+    terminal,
+    terminating,
+    workload_of,
+)
+from webhook.cluster.events import Event
+from webhook.cluster.informer import Informer, short_error
+from webhook.controller.disruptions import MOST, Metrics
+from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED, named_containers
+from webhook.kube.objects import items, mapping
+from webhook.mutators.budgets import MAX_RESTARTS_LABEL
+from webhook.policy.model import parse_restart_budget
+
+log = logging.getLogger(__name__)
+
+REASON = "RetryInPlaceBudgetExhausted"
+TRIES = 5
+
+
+def restarts(pod: Mapping[str, Any]) -> int:
+    """The pod's restarts in place in all (see the module's doc)."""
+    counts = [
+        s.get("restartCount")
+        for s in items(mapping(pod.get("status")).get("containerStatuses"))
+        if isinstance(s, dict)
+    ]
+    counts = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
+    if not counts:
+        return 0
+    whole = any(
+        mapping(rule).get("action") == "RestartAllContainers"
+        for c in named_containers(mapping(pod.get("spec")), "containers")
+        for rule in items(c.get("restartPolicyRules"))
+    )
+    return max(counts) if whole else sum(counts)
+
+
+class InPlaceBudget:
+    """A reconciler (``webhook.controller.manager.Reconciler``)."""
+
+    name = "in-place-budget"
+
+    def __init__(
+        self,
+        api_client: Any,
+        events: Any,
+        metrics: Any = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.events = events
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self._queue: queue.Queue[Mapping[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self.counters = {"replaced": 0, "conflicts": 0}
+
+    def run(self, stop: threading.Event) -> None:
+        informer = Informer(
+            "in-place-budget",
+            self.core.list_pod_for_all_namespaces,
+            lambda: None,
+            self._event,
+            {"label_selector": MAX_RESTARTS_LABEL},
+            stop,
+            "controller",
+        )
+        threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
+        while not stop.is_set():
+            try:
+                pod = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            try:
+                self.replace(pod)
+            except Exception as err:  # the loop must outlive any one pod
+                log.warning("pod %s not replaced: %s", pod_name(pod), short_error(err))
+
+    def _event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        if kind == "DELETED" or terminal(pod) or terminating(pod):
+            return
+        budget = _budget_of(pod)
+        if budget is None or restarts(pod) < budget:
+            return
+        with self._lock:
+            if pod_uid(pod) in self._done:
+                return
+        self._queue.put(pod)
+
+    def replace(self, pod: Mapping[str, Any]) -> bool:
+        """Mark and delete one pod that used its budget; whether it did."""
+        with self._lock:
+            if pod_uid(pod) in self._done:
+                return False  # (queued twice: once more after its mark)
+        budget = _budget_of(pod)
+        for _ in range(TRIES):
+            if budget is None or terminal(pod) or terminating(pod):
+                return False
+            used = restarts(pod)
+            if used < budget:
+                return False
+            if condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is None:
+                message = (
+                    f"{used} restarts in place, max-in-place-restarts {budget}: the pod is "
+                    "replaced, and its failure counts against the retry budget"
+                )
+                version = str(mapping(pod.get("metadata")).get("resourceVersion") or "")
+                body = status_patch(
+                    IN_PLACE_BUDGET_EXHAUSTED, "MaxInPlaceRestartsReached", message, self.clock()
+                )
+                try:
+                    add_condition(self.core, pod, body, version or None)
+                except Exception as err:
+                    status = getattr(err, "status", None)
+                    if status == 404:
+                        return False
+                    if status != 409:
+                        raise
+                    self.counters["conflicts"] += 1
+                    pod = self._read(pod)  # changed since (a restart, its failure): again
+                    if pod is None:
+                        return False
+                    continue
+                self.metrics.condition(IN_PLACE_BUDGET_EXHAUSTED, "added")
+            self._delete(pod)
+            self._remember(pod_uid(pod))
+            self.counters["replaced"] += 1
+            regarding = workload_of(pod)
+            if regarding is not None:
+                note = (
+                    f"pod {pod_name(pod)}: {used} restarts in place reach max-in-place-restarts "
+                    f"{budget}: deleted, to be replaced; its failure counts against the retry "
+                    "budget"
+                )
+                self.events.emit(Event(regarding, "Warning", REASON, note, action="Replace"))
+            return True
+        return False
+
+    def _read(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        meta = mapping(pod.get("metadata"))
+        try:
+            resp = self.core.read_namespaced_pod(
+                meta.get("name"), meta.get("namespace"), _preload_content=False
+            )
+        except Exception as err:
+            if getattr(err, "status", None) == 404:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(resp.data)
+        return found if mapping(found.get("metadata")).get("uid") == meta.get("uid") else None
+
+    def _delete(self, pod: Mapping[str, Any]) -> None:
+        """Delete with the pod's own grace period (none given: the API server takes the
+        pod's ``terminationGracePeriodSeconds``), and only this pod (its UID)."""
+        meta = mapping(pod.get("metadata"))
+        try:
+            self.core.delete_namespaced_pod(
+                meta.get("name"),
+                meta.get("namespace"),
+                body={"preconditions": {"uid": meta.get("uid")}},
+                _preload_content=False,
+            )
+        except Exception as err:
+            if getattr(err, "status", None) not in (404, 409):
+                raise
+
+    def _remember(self, uid: str) -> None:
+        with self._lock:
+            self._done[uid] = None
+            while len(self._done) > MOST:
+                self._done.popitem(last=False)
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counters)
+
+
+def _budget_of(pod: Mapping[str, Any]) -> int | None:
+    return label_value(pod, MAX_RESTARTS_LABEL, parse_restart_budget)

@@ -1,0 +1,115 @@
+"""Budgets per cause: ``max-disruptions``, ``max-in-place-restarts``, ``peer-disruptions``.
+
+``ignore-disruptions`` and ``in-place-exit-codes`` take failures out of a Job's retry
+budget with no limit (an ``Ignore`` rule has none, and a restart in place is no pod
+failure at all), and a disrupted pod's peers fail a workload through their own exit
+codes. Each of these keys puts a limit, or a rule, back by a pod condition the webhook's
+controller adds (``webhook.controller.disruptions``, ``webhook.controller.restarts``) and
+a podFailurePolicy rule on it, placed before every other rule (``failurepolicy.merge``):
+no pod has such a condition unless its workload asked for it, and a rule of the user's
+placed first would decide the pod the condition was added to.
+
+- ``max-disruptions: N`` (with ``ignore-disruptions``): ``Count`` on
+  ``retry-policy.dev/DisruptionBudgetExhausted``, which the controller adds to a disrupted
+  pod (``DisruptionTarget=True``) of a workload that has used its N; the Ignore rule on
+  DisruptionTarget takes the first N. Per index for an Indexed Job with
+  ``backoffLimitPerIndex``, per JobSet for a JobSet's pods.
+- ``max-in-place-restarts: N`` (with ``in-place-exit-codes``): ``Count`` on
+  ``retry-policy.dev/InPlaceBudgetExhausted``, which the controller adds to a pod whose
+  containers restarted in place N times in all, before deleting it: the pod is replaced and
+  counted, so restarts in place are bounded by N x (retries + 1) without a deadline.
+- ``peer-disruptions: ignore|count``: ``Ignore`` (or ``Count``) on
+  ``retry-policy.dev/PeerDisrupted``, which the controller adds to the running peers of a
+  disrupted pod (the same Job; a JobSet's same run) while that pod terminates.
+
+The controller finds the pods to act on by labels on the pod template (``labels``: a pod
+carries its template's), named as the keys, valued in their grammar: it watches by label
+selector, and the chart sends the webhook the DELETE of a pod only when its workload
+ignores disruptions (an objectSelector on ``retry-policy.dev/ignore-disruptions``).
+Labels, not annotations: annotations of ours would send every pod's CREATE to the pod
+webhook, and these pods need nothing there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.kube import failurepolicy as fp
+from webhook.kube import podspec
+from webhook.mutators.base import Outcome
+from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
+
+#: The template labels, by key: what the controller and the chart select pods by.
+LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")
+IGNORE_LABEL = PREFIX + "ignore-disruptions"
+MAX_DISRUPTIONS_LABEL = PREFIX + "max-disruptions"
+MAX_RESTARTS_LABEL = PREFIX + "max-in-place-restarts"
+PEERS_LABEL = PREFIX + "peer-disruptions"
+
+
+def rules(policy: Policy) -> list[tuple[dict[str, Any], str]]:
+    """The rules on our conditions ``policy`` adds, each with the setting that adds it, in
+    their order: the replaced pod first (neither fail-non-retriable nor
+    ignore-disruptions may decide it), then the disrupted pod over its budget, then peers."""
+    ours: list[tuple[dict[str, Any], str]] = []
+    if policy.max_in_place_restarts is not None and policy.in_place_exit_codes:
+        ours.append((fp.condition_rule(fp.IN_PLACE_BUDGET_EXHAUSTED), "max-in-place-restarts"))
+    if policy.max_disruptions is not None and policy.ignore_disruptions:
+        ours.append((fp.condition_rule(fp.DISRUPTION_BUDGET_EXHAUSTED), "max-disruptions"))
+    peers = policy.peer_disruptions
+    if peers is not None:
+        action = "Ignore" if peers == "ignore" else "Count"
+        ours.append((fp.condition_rule(fp.PEER_DISRUPTED, action), "peer-disruptions"))
+    return ours
+
+
+#: (the key, the one it needs, why): a budget over what another key takes out.
+NEEDS = (
+    ("max-disruptions", "ignore-disruptions", "every disruption counts without it"),
+    ("max-in-place-restarts", "in-place-exit-codes", "nothing restarts in place without it"),
+)
+
+
+def check(policy: Policy, out: Outcome) -> Policy:
+    """A budget needs the key whose failures it counts: denied without it when annotated,
+    skipped with a warning when an admin's default (``Outcome.conflict``). Called again
+    after the checks that may turn that key off here."""
+    for name, needed, why in NEEDS:
+        if policy.asks(name) and not policy.asks(needed):
+            off = "not set" if not policy.explicit(needed) else "not applied here"
+            out.conflict(policy, name, f"needs {needed}, {off}: {why}", f"needs-{needed}")
+            policy = with_setting(policy, name, Setting(BUILTIN[name], policy.setting(name).source))
+    return policy
+
+
+def labels(policy: Policy) -> dict[str, str]:
+    """The template labels ``policy`` asks for (``LABEL_KEYS``), in annotation grammar."""
+    wanted: dict[str, str] = {}
+    if policy.ignore_disruptions:
+        wanted["ignore-disruptions"] = "true"
+        if policy.max_disruptions is not None:
+            wanted["max-disruptions"] = str(policy.max_disruptions)
+    if policy.max_in_place_restarts is not None and policy.in_place_exit_codes:
+        wanted["max-in-place-restarts"] = str(policy.max_in_place_restarts)
+    if policy.peer_disruptions is not None:
+        wanted["peer-disruptions"] = format_value("peer-disruptions", policy.peer_disruptions)
+    return wanted
+
+
+def apply_labels(template: dict[str, Any], policy: Policy) -> bool:
+    """Label a pod template for the controller and the chart (bookkeeping: said by the
+    rules it goes with, not in a warning of its own); whether it changed."""
+    wanted = labels(policy)
+    if not wanted:
+        return False
+    meta = template.get("metadata")
+    if not isinstance(meta, dict):
+        meta = template["metadata"] = {}
+    changed = [podspec.set_label(meta, PREFIX + k, v) for k, v in wanted.items()]
+    return any(changed)
+
+
+def restarts_bound(policy: Policy) -> str:
+    """How many restarts in place ``max-in-place-restarts`` allows, in words."""
+    n = policy.max_in_place_restarts
+    return f"{n} x (retries + 1) restarts in place at most (max-in-place-restarts {n})"
