@@ -412,6 +412,21 @@ def test_without_a_leader_a_retry_runs_at_once_with_a_warning(api, tmp_path):
         assert logged and not any(
             "retry_delayed" in (line.get("retry_actions") or {}) for line in logged
         )
+
+        def warned():
+            found = [
+                e
+                for (ns, _), e in api.named["events"].items()
+                if ns == "ml" and e.get("reason") == "RetryDelaySkipped"
+            ]
+            return found or None
+
+        # The worker writes it (no leader is needed for an Event), about the Job.
+        (event,) = eventually(warned, 10)
+        assert event["type"] == "Warning"
+        assert event["regarding"]["kind"] == "Job" and event["regarding"]["name"] == "unled"
+        assert event["reportingController"] == "retry-policy.dev/webhook"
+        assert event["note"].startswith("attempt 2 of 4: not held back for its 2s retry-delay")
     finally:
         stop(lone)
 

@@ -18,7 +18,7 @@ from conftest import P, apply, job, job_owner, pod, review, stored
 
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.cluster import leadership
+from webhook.cluster import events, leadership
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.leadership import LeaderState
@@ -384,19 +384,40 @@ def test_the_first_attempt_is_not_delayed_and_is_told_it_is_the_first():
     assert env(out) == {between.ATTEMPT: "0", between.MAX_ATTEMPTS: "7", between.LAST_FAILURE: ""}
 
 
-def test_no_leader_no_gate_a_warning_and_no_decision():
+def test_no_leader_no_gate_a_warning_and_a_warning_event():
     source = Source(failures=1)
     made = job_pod()
     source.fail(made, NOW - 1)
     verdict, out = admit(made, source, live=False)
     assert verdict.allowed and "schedulingGates" not in out["spec"]
     assert gates.NOT_BEFORE not in out["metadata"]["annotations"]
-    assert verdict.decisions == ()
+    assert verdict.decisions == (
+        (
+            "RetryDelaySkipped",
+            "attempt 2 of 7: not held back for its 30s retry-delay: no controller of the "
+            "webhook leads to end it; it runs at once",
+        ),
+    )
+    assert events.decision_type("RetryDelaySkipped") == "Warning"
     assert (
         "retry-policy: attempt 2 of 7 not held back for its 30s retry-delay: no controller "
         "leads to end it"
     ) in verdict.warnings
     assert env(out)[between.ATTEMPT] == "1"  # attempt-env needs no controller
+
+
+def test_no_leader_is_told_even_when_the_delay_was_the_only_change():
+    """Nothing else changes the pod, so the patch is empty: the warning and the Event
+    must not depend on a patch (``emit_decisions`` writes them)."""
+    source = Source(failures=1)
+    made = job_pod({P + "attempt-env": "false"})
+    source.fail(made, NOW - 1)
+    live, _ = admit(made, source)
+    assert [d[0] for d in live.decisions] == ["RetryDelayed"]
+    verdict, out = admit(made, source, live=False)
+    assert verdict.patch == [] and out == made
+    assert [d[0] for d in verdict.decisions] == ["RetryDelaySkipped"]
+    assert any("no controller leads to end it" in w for w in verdict.warnings)
 
 
 def test_a_remembered_gate_is_not_replayed_under_another_leadership_or_time(fixed_time):

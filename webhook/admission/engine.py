@@ -25,6 +25,7 @@ from webhook.admission.jsondiff import diff
 from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_key
 from webhook.admission.review import Request, Verdict, freeze
 from webhook.admission.view import view_of
+from webhook.cluster import events
 from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import Clock, LeaderSource
@@ -259,7 +260,13 @@ def _run(
         warnings = [*warnings, EXPLAIN_HINT]
     names = policy_keys(original.get("metadata")) if patch else ()
     actions = tuple(sorted(outcome.actions.items())) if patch else ()
-    decisions = tuple((d.reason, d.note) for d in outcome.decisions) if patch else ()
+    # A decision is told once, with the change it made (a no-op reinvocation stays
+    # silent); a warning that nothing was done has no change to ride on.
+    decisions = tuple(
+        (d.reason, d.note)
+        for d in outcome.decisions
+        if patch or d.reason in events.WARNING_DECISIONS
+    )
     verdict = Verdict(
         patch=patch, warnings=warnings, annotations=names, actions=actions, decisions=decisions
     )

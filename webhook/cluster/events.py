@@ -63,12 +63,22 @@ REASONS = frozenset(
         "RetryNodesAvoided",
         "RetryOnNonSpot",
         "RetryDelayed",
+        "RetryDelaySkipped",
         "RetryPolicyFailedJob",
         "RetryDisruptionCounted",
         "RetryInPlaceBudgetExhausted",
         "RetryDisruptionRecognized",
     }
 )
+#: Decisions that are Warnings: a retry delay asked for but not kept (no controller led to
+#: end its gate, so the pod ran at once). Every other decision is Normal.
+WARNING_DECISIONS = frozenset({"RetryDelaySkipped"})
+
+
+def decision_type(reason: str) -> str:
+    return "Warning" if reason in WARNING_DECISIONS else "Normal"
+
+
 #: The ``result`` label of the Events metric: a new Event created, a repeat counted into
 #: an existing one's series, an Event lost (queue full, rate limit, API errors).
 RESULTS = ("written", "aggregated", "dropped")

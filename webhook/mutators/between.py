@@ -188,9 +188,16 @@ def hold(
         why = "a bare Pod's is not known" if bare else f"unknown: {attempt.history_reason}"
         counted = f"from admission (previous failure: {why})"
     if not ctx.clock.ask(LeaderLive()):
+        # A gate nobody removes would hold the pod forever: run it now, and say so where
+        # the user looks (a Warning Event on the workload), not only to the Job controller.
         out.note(
             f"retry-policy: {attempt.label()} not held back for its {wait} retry-delay: "
             "no controller leads to end it"
+        )
+        out.decided(
+            "RetryDelaySkipped",
+            f"{attempt.label()}: not held back for its {wait} retry-delay: no controller "
+            "of the webhook leads to end it; it runs at once",
         )
         return None
     stamp = format_time(due)

@@ -23,7 +23,7 @@ from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.admission.review import ReviewError, Verdict
 from webhook.cluster.attempts import AttemptSource, NoCluster
-from webhook.cluster.events import Event, EventSink, NoEvents, workload_of_pod
+from webhook.cluster.events import Event, EventSink, NoEvents, decision_type, workload_of_pod
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
@@ -286,7 +286,8 @@ def emit_decisions(events: EventSink, review: codec.Request, verdict: Verdict) -
     if regarding is None:
         return 0
     return sum(
-        events.emit(Event(regarding, "Normal", reason, note)) for reason, note in verdict.decisions
+        events.emit(Event(regarding, decision_type(reason), reason, note))
+        for reason, note in verdict.decisions
     )
 
 
