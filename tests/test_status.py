@@ -814,7 +814,8 @@ def test_the_json_keys_are_the_documented_ones(cluster):
     }  # fmt: skip
     assert set(job["attempts"][0]) == {
         "pod", "phase", "node", "created", "index", "run", "finished", "cause", "container",
-        "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied",
+        "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied", "deletedBy",
+        "disruptionBudget", "peerDisrupted", "inPlace",
     }  # fmt: skip
     assert set(job["next"]) == {
         "unit", "attempt", "attempts", "nonSpot", "memory", "avoidedNodes", "avoidedBy",
