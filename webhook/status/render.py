@@ -78,7 +78,8 @@ def _attempt(number: int, a: Attempt, job: JobStory) -> list[str]:
     head = f"{a.pod}{index}: {a.phase}{where}"
     if a.phase != "Failed":
         got = _got(a.applied)
-        said = "".join(f"; {part}" for part in _per_cause(a))
+        said = f"; being disrupted ({a.disruption})" if a.disruption else ""
+        said += "".join(f"; {part}" for part in _per_cause(a))
         return _fill(head + (f" ({got})" if got else "") + said, f"  {number}. ")
     head += f" at {a.finished}" if a.finished else ""
     said = "".join(f"; {part}" for part in _per_cause(a))

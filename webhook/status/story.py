@@ -18,6 +18,7 @@ admission, whose settings that no annotation made are taken as the admins' defau
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -48,10 +49,12 @@ from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.objects import items, mapping
 from webhook.kube.scheduling import Placement
+from webhook.kube.versions import KubeVersion
 from webhook.mutators import has_policy_annotations
 from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, MAX_RESTARTS_LABEL, PEERS_LABEL
 from webhook.mutators.jobset import RULE_NAME
 from webhook.mutators.pod import INDEX_FAILURE_COUNT
+from webhook.offline.review import version_for
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
 from webhook.status.reader import Tree
@@ -324,8 +327,11 @@ def tell(
     config: Config | None = None,
     lookups: Lookups | None = None,
     now: float | None = None,
+    kubernetes_version: KubeVersion | None = None,
 ) -> Story:
-    """The whole story; ``config`` is the cluster defaults file when an admin gives one."""
+    """The whole story; ``config`` is the cluster defaults file when an admin gives one,
+    ``kubernetes_version`` the cluster's (its ``/version``), which in-place restarts are
+    judged by, as the webhook judges them (the config's pin first)."""
     lookups = lookups if lookups is not None else Lookups()
     now = now if now is not None else dt.datetime.now(dt.timezone.utc).timestamp()
     workload = tree.workload
@@ -333,7 +339,17 @@ def tell(
     namespace = str(meta.get("namespace") or "")
     explained = tree.jobset if tree.jobset is not None else workload
     judged_by = config if config is not None else recorded_config(explained)
+    assumed = ""
+    if judged_by.kubernetes_version is None:
+        version, assumed_ = version_for(kubernetes_version, judged_by, [explained])
+        judged_by = dataclasses.replace(judged_by, kubernetes_version=version.version)
+        if assumed_:
+            assumed = (
+                f"the cluster's Kubernetes version was not read: in-place restarts are "
+                f"judged for Kubernetes {version.version}"
+            )
     plan, source, notes = _plan(explained, judged_by, namespace, given=config is not None)
+    notes += [assumed] if assumed else []
     story = Story(
         kind=tree.kind.kind,
         api_version=str(workload.get("apiVersion") or tree.kind.api_version),
@@ -769,12 +785,12 @@ def _attempt(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
     )
     if meta.get("deletionTimestamp") and phase not in ("Failed", "Succeeded"):
         attempt.phase = "Terminating"
+    attempt.disruption = failures.disruption(pod)  # (also of a pod still stopping)
     if phase != "Failed":
         return attempt
     cause, when = failures.failure_cause(pod)
     attempt.cause = cause
     attempt.finished = _time(when)
-    attempt.disruption = failures.disruption(pod)
     attempt.node_failed = failures.failed_node(pod) is not None
     what, _, rest = cause.partition(":")
     if what == "oom-killed":
@@ -1075,8 +1091,8 @@ def _in_place_budgets(attempts: Sequence[Attempt], job: str) -> list[Budget]:
     budgets = []
     for a in attempts:
         facts = a.in_place
-        if facts is None or facts.limit is None or a.phase in ("Failed", "Succeeded"):
-            continue
+        if facts is None or facts.limit is None or a.phase not in ("Running", "Pending"):
+            continue  # (a pod ended, or being deleted, restarts in place no more)
         text = f"max-in-place-restarts {facts.limit}, pod {a.pod}: {_in_place_used(facts)}"
         field_ = PREFIX + "max-in-place-restarts"
         budgets.append(Budget(f"Pod {a.pod}", field_, facts.limit, facts.restarts, text))
