@@ -311,6 +311,15 @@ def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):  # 
     # No Job of the set says a budget of its own: the set's is the one counted.
     assert all(b["field"] != P + "max-disruptions" for j in story["jobs"] for b in j["budgets"])
     assert any(e["reason"] == "RetryDisruptionCounted" for e in story["events"])
+    # The rules on the controller's conditions, in each replicated Job, are the webhook's.
+    assert not any("would change it" in n or "stored rules" in n for n in story["notes"])
+    assert len(story["plan"]["items"]) == 3  # the JobSet, then each replicated Job
+    for item in story["plan"]["items"][1:]:
+        origins = [r["origin"] for r in item["rules"]]
+        assert origins[:2] == [
+            "added by retry-policy for max-disruptions",
+            "added by retry-policy for peer-disruptions",
+        ], origins
     flat = " ".join(run(kubeconfig, "jobset/llm-pretrain", "-n", NS).stdout.split())
     assert (
         "exit code 1 in container trainer; not counted: rule 2 (Ignore); "
