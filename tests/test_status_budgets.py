@@ -220,6 +220,42 @@ def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F8
     assert "Next disruption: free: disruption 2 of the 2 max-disruptions allows" in flat
 
 
+def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path):  # noqa: F811
+    """The window: the third disruption's pod failed and was judged (Ignore) before the
+    controller got to it; the controller counts it over the budget but writes no
+    condition (``missed``). Status says both: over in the count, not counted by the Job."""
+    api, kubeconfig = cluster
+    job = store_job(api, job_manifest("train", DISRUPTIONS), {})
+    jobrun = JobRun.store(api, job)
+    reconciler = disruptions(api, tmp_path)
+    for n in range(2):
+        pod = running(api, controller_pod(job, 0, _at(n)), f"spot-{n}")
+        jobrun.disrupt(pod)
+        counted(reconciler, jobrun, pod)
+        jobrun.fail(pod)
+        assert jobrun.judge(pod) == "Ignore"  # free; judged, the deleted pod goes
+    late = running(api, controller_pod(job, 0, _at(3)), "spot-3")
+    jobrun.disrupt(late, "TerminationByKubelet", delete=False)
+    jobrun.fail(late)
+    assert jobrun.judge(late) == "Ignore"  # the kubelet's eviction deletes nothing: it stays
+    counted(reconciler, jobrun, late)
+    assert fp.DISRUPTION_BUDGET_EXHAUSTED not in json.dumps(jobrun.current(late))
+    story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
+    (attempt,) = story["jobs"][0]["attempts"]
+    assert attempt["counted"] is False
+    assert attempt["disruptionBudget"] == {
+        "result": "counted",
+        "limit": 2,
+        "number": None,
+        "marked": False,
+    }
+    flat = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
+    assert (
+        "not counted: rule 2 (Ignore); over max-disruptions 2 in the controller's count, but "
+        "not marked: judged without the mark"
+    ) in flat
+
+
 def test_a_finished_job_says_no_next_disruption(cluster, tmp_path):  # noqa: F811
     api, kubeconfig = cluster
     job, _ = disrupted_job(api, tmp_path)

@@ -97,10 +97,12 @@ def _per_cause(a: Attempt) -> list[str]:
         limit = f"max-disruptions {count.limit}"
         if count.result == "free":
             parts.append(f"a free disruption ({limit})")
-        elif count.result == "counted" or count.marked:
+        elif count.marked:
             number = f"disruption {count.number}, " if count.number is not None else ""
-            marked = "" if count.marked else " (recorded so, but the pod was not marked in time)"
-            parts.append(f"{number}over {limit}: counted against the retry budget{marked}")
+            parts.append(f"{number}over {limit}: counted against the retry budget")
+        elif count.result == "counted":  # the mark missed its window, or is still to come
+            when = "not yet" if a.counted is None else "judged without the mark"
+            parts.append(f"over {limit} in the controller's count, but not marked: {when}")
         else:
             parts.append(f"not counted against {limit} by the controller (yet)")
     peer = a.peer
