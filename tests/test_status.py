@@ -58,14 +58,16 @@ def _at(minute: int) -> str:
 # --- the cluster, as its controllers build it ------------------------------------------------
 
 
-def admit(manifest: dict[str, Any], attempts: Any = None) -> dict[str, Any]:
+def admit(
+    manifest: dict[str, Any], attempts: Any = None, config: Config | None = None
+) -> dict[str, Any]:
     """What the API server stores for ``manifest`` created in ``NS``: API defaults, then
-    the webhook's mutation (the real engine), then the system fields."""
+    the webhook's mutation (the real engine, with ``config``), then the system fields."""
     obj = copy.deepcopy(manifest)
     obj.setdefault("metadata", {}).setdefault("namespace", NS)
     defaulting.apply_defaults(obj)
     kwargs = {"attempts": attempts} if attempts is not None else {}
-    verdict, result = engine.review_object(obj, Config(), NS, **kwargs)
+    verdict, result = engine.review_object(obj, config or Config(), NS, **kwargs)
     assert verdict.allowed, verdict.message
     meta = result["metadata"]
     if not meta.get("name"):
@@ -80,10 +82,12 @@ def admit(manifest: dict[str, Any], attempts: Any = None) -> dict[str, Any]:
     return result
 
 
-def store_job(api: FakeAPI, manifest: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+def store_job(
+    api: FakeAPI, manifest: dict[str, Any], status: dict[str, Any], config: Config | None = None
+) -> dict[str, Any]:
     """A Job as stored: the webhook's mutation, then ``generateSelector``
     (pkg/registry/batch/job/strategy.go): the selector and the template's labels."""
-    job = admit(manifest)
+    job = admit(manifest, config=config)
     uid, name = job["metadata"]["uid"], job["metadata"]["name"]
     labels = {
         JOB_UID_LABEL: uid,
@@ -471,10 +475,15 @@ def test_a_rule_the_user_wrote_is_named_theirs(cluster):
 
 
 def jobset_cluster(
-    api: FakeAPI, status: dict[str, Any], child_status: dict[str, Any]
+    api: FakeAPI,
+    status: dict[str, Any],
+    child_status: dict[str, Any],
+    annotations: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """examples/jobset.yaml admitted, with ``status``, and its child Jobs of run 1."""
+    """examples/jobset.yaml (with ``annotations`` added) admitted, with ``status``, and its
+    child Jobs of run 1."""
     manifest = yaml.safe_load((ROOT / "examples" / "jobset.yaml").read_text())
+    manifest["metadata"]["annotations"].update(annotations or {})
     jobset = admit(manifest)
     jobset["status"] = status
     api.store("jobsets", jobset)
@@ -814,7 +823,8 @@ def test_the_json_keys_are_the_documented_ones(cluster):
     }  # fmt: skip
     assert set(job["attempts"][0]) == {
         "pod", "phase", "node", "created", "index", "run", "finished", "cause", "container",
-        "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied",
+        "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied", "deletedBy",
+        "disruptionBudget", "peerDisrupted", "inPlace",
     }  # fmt: skip
     assert set(job["next"]) == {
         "unit", "attempt", "attempts", "nonSpot", "memory", "avoidedNodes", "avoidedBy",

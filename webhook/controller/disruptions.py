@@ -231,7 +231,7 @@ class Disruptions:
         if seen is not None:
             self._handle("budget", uid)
             return
-        scope = _scope(pod)
+        scope = disruption_scope(pod)
         number = state.record.disruptions_of(scope) + 1
         over = number > budget
         where = f" of index {scope}" if scope is not None else ""
@@ -387,7 +387,7 @@ class Disruptions:
         return dict(self.counters)
 
 
-def _scope(pod: Mapping[str, Any]) -> str | None:
+def disruption_scope(pod: Mapping[str, Any]) -> str | None:
     """The lineage a disruption counts against: the index, for an Indexed Job's pod with a
     budget per index (only then does it carry ``job-index-failure-count``); ``None``: the
     whole workload (a Job, a JobSet)."""

@@ -17,8 +17,10 @@ from typing import Any
 
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
+from webhook.cluster.version import ServerVersion
 from webhook.kube.limitrange import memory_limits
 from webhook.kube.scheduling import Placement, fits, node_of
+from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
 from webhook.status.reader import Reader, StatusError, Unreadable, connect, parse_ref, read_tree
 from webhook.status.render import render_text, to_json
@@ -80,6 +82,14 @@ class LiveLookups(Lookups):
         return NodeAnswer(True, any(fits(node, question) for node in self._nodes))
 
 
+def cluster_version(connection: Any) -> KubeVersion | None:
+    """The cluster's version, as the webhook reads it (``/version``, readable by everyone:
+    ``system:public-info-viewer``); ``None`` when it does not answer."""
+    version = ServerVersion(connection.api)
+    version.poll()
+    return version.kubernetes_version()
+
+
 def status(
     reference: str,
     namespace: str | None = None,
@@ -92,5 +102,5 @@ def status(
     connection = connect(kubeconfig, context, namespace)
     reader = Reader(connection.api)
     tree = read_tree(reader, ref, connection.namespace)
-    story = tell(tree, config, LiveLookups(reader))
+    story = tell(tree, config, LiveLookups(reader), kubernetes_version=cluster_version(connection))
     return story, EXIT_PARTIAL if story.unread else EXIT_OK

@@ -33,6 +33,7 @@ def render_text(story: Story) -> str:
     if story.budgets:
         out += ["", "Budget:"]
         out += [line for b in story.budgets for line in _fill(f"{b.what}: {b.text}")]
+    out += _next_disruption(story.next_disruption)
     if story.decision is not None:
         out += ["", *_decision(story.decision)]
     for job in story.jobs:
@@ -61,6 +62,7 @@ def _job(job: JobStory, several: bool) -> list[str]:
     lines.append("Attempts:" if job.attempts else "Attempts: no pod of this Job exists now")
     for number, attempt in enumerate(job.attempts, 1):
         lines += _attempt(number, attempt, job)
+    lines += _next_disruption(job.next_disruption)
     if job.next is not None:
         lines += _next(job.next)
     if job.decision is not None:
@@ -76,9 +78,63 @@ def _attempt(number: int, a: Attempt, job: JobStory) -> list[str]:
     head = f"{a.pod}{index}: {a.phase}{where}"
     if a.phase != "Failed":
         got = _got(a.applied)
-        return _fill(head + (f" ({got})" if got else ""), f"  {number}. ")
+        said = f"; being disrupted ({a.disruption})" if a.disruption else ""
+        said += "".join(f"; {part}" for part in _per_cause(a))
+        return _fill(head + (f" ({got})" if got else "") + said, f"  {number}. ")
     head += f" at {a.finished}" if a.finished else ""
-    return _fill(f"{head}; {_cause(a)}; {_counted(a)}", f"  {number}. ")
+    said = "".join(f"; {part}" for part in _per_cause(a))
+    return _fill(f"{head}; {_cause(a)}; {_counted(a)}{said}", f"  {number}. ")
+
+
+def _per_cause(a: Attempt) -> list[str]:
+    """What the budgets per cause say of the pod: a disruptor's deletion, its disruption's
+    count, its PeerDisrupted mark, its restarts in place."""
+    parts = []
+    if a.deleted_by is not None:
+        parts.append(f"deleted by {a.deleted_by}, a disruptor: marked a disruption by retry-policy")
+    count = a.disruption_count
+    if count is not None:
+        limit = f"max-disruptions {count.limit}"
+        if count.result == "free":
+            parts.append(f"a free disruption ({limit})")
+        elif count.marked:
+            number = f"disruption {count.number}, " if count.number is not None else ""
+            parts.append(f"{number}over {limit}: counted against the retry budget")
+        elif count.result == "counted":  # the mark missed its window, or is still to come
+            when = "not yet" if a.counted is None else "judged without the mark"
+            parts.append(f"over {limit} in the controller's count, but not marked: {when}")
+        else:
+            parts.append(f"not counted against {limit} by the controller (yet)")
+    peer = a.peer
+    if peer is not None:
+        whose = f"peer {peer.peer} was disrupted" if peer.peer else "a peer was disrupted"
+        whose += f" ({peer.cause})" if peer.cause else ""
+        setting = f"peer-disruptions {peer.setting}" if peer.setting else "peer-disruptions"
+        if a.counted is None:
+            how = "ignored" if peer.setting == "ignore" else "counted"
+            outcome = f"its failure will be {how} ({setting})"
+        elif peer.by_rule:
+            outcome = f"{'counted' if a.counted else 'ignored'} ({setting})"
+        else:
+            outcome = f"decided by rule {a.rule + 1 if a.rule is not None else '?'} first"
+        parts.append(f"{whose}: marked PeerDisrupted, {outcome}")
+    in_place = a.in_place
+    if in_place is not None:
+        limit = f" of max-in-place-restarts {in_place.limit}" if in_place.limit is not None else ""
+        used = f"{in_place.restarts} restart{'' if in_place.restarts == 1 else 's'} in place"
+        if in_place.replaced:
+            parts.append(f"replaced after {used}{limit}: its budget was used")
+        else:
+            parts.append(f"{used}{limit} used" if limit else used)
+    return parts
+
+
+def _next_disruption(lines: list[str]) -> list[str]:
+    if not lines:
+        return []
+    if len(lines) == 1:
+        return _fill(f"Next disruption: {lines[0]}", "", "  ")
+    return ["Next disruption:", *[line for said in lines for line in _fill(said)]]
 
 
 def _got(applied: dict[str, Any]) -> str:
@@ -203,7 +259,11 @@ def to_json(story: Story) -> dict[str, Any]:
 
 
 def _budget(b: Budget) -> dict[str, Any]:
-    return {"object": b.what, "field": b.field, "limit": b.limit, "used": b.used, "text": b.text}
+    out = {"object": b.what, "field": b.field, "limit": b.limit, "used": b.used, "text": b.text}
+    if b.disruptions is not None:
+        facts = b.disruptions
+        out.update(free=facts.free, counted=facts.counted, index=facts.index, next=facts.next)
+    return out
 
 
 def _decision_json(d: Decision | None) -> dict[str, Any] | None:
@@ -264,6 +324,30 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
         "rule": None if a.rule is None else {"index": a.rule, "action": a.action},
         "nodeFailed": a.node_failed,
         "applied": a.applied,
+        "deletedBy": a.deleted_by,
+        "disruptionBudget": None
+        if a.disruption_count is None
+        else {
+            "result": a.disruption_count.result,
+            "limit": a.disruption_count.limit,
+            "number": a.disruption_count.number,
+            "marked": a.disruption_count.marked,
+        },
+        "peerDisrupted": None
+        if a.peer is None
+        else {
+            "peer": a.peer.peer,
+            "cause": a.peer.cause,
+            "setting": a.peer.setting,
+            "byRule": a.peer.by_rule,
+        },
+        "inPlace": None
+        if a.in_place is None
+        else {
+            "restarts": a.in_place.restarts,
+            "limit": a.in_place.limit,
+            "replaced": a.in_place.replaced,
+        },
     }
 
 

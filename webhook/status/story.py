@@ -18,6 +18,7 @@ admission, whose settings that no annotation made are taken as the admins' defau
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -35,18 +36,27 @@ from webhook.cluster.attempts import (
     placement_budget,
     terminating_pods,
 )
+from webhook.cluster.conditions import condition as pod_condition
+from webhook.cluster.conditions import label_value
+from webhook.cluster.deletions import REASON as DELETION_BY_DISRUPTOR
 from webhook.cluster.history import COMPLETION_INDEX, FailureHistory, HistoryKey, HistoryLookup
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
+from webhook.cluster.record import Record
+from webhook.controller.disruptions import disruption_scope
+from webhook.controller.restarts import restarts
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.objects import items, mapping
 from webhook.kube.scheduling import Placement
+from webhook.kube.versions import KubeVersion
 from webhook.mutators import has_policy_annotations
+from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, MAX_RESTARTS_LABEL, PEERS_LABEL
 from webhook.mutators.jobset import RULE_NAME
 from webhook.mutators.pod import INDEX_FAILURE_COUNT
+from webhook.offline.review import version_for
 from webhook.policy.config import Config, ConfigError, parse_config
-from webhook.policy.model import APPLIED, PREFIX
+from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
 from webhook.status.reader import Tree
 
 #: The scheduling gate and pod annotation of retry delays (``retry-policy.dev/retry-delay``):
@@ -78,10 +88,57 @@ _RECORDED = {
     "oomMemoryFactor": "oom-memory-factor",
     "oomMemoryLimit": "oom-memory-limit",
     "inPlaceScope": "in-place-scope",
+    "maxDisruptions": "max-disruptions",
+    "maxInPlaceRestarts": "max-in-place-restarts",
+    "peerDisruptions": "peer-disruptions",
 }
+
+#: The rules on our controller's conditions (``webhook.mutators.budgets.rules``): the
+#: record key that says the webhook wrote one, its annotation, and the condition.
+_CONDITION_RULES = (
+    ("maxInPlaceRestarts", "max-in-place-restarts", failurepolicy.IN_PLACE_BUDGET_EXHAUSTED),
+    ("maxDisruptions", "max-disruptions", failurepolicy.DISRUPTION_BUDGET_EXHAUSTED),
+    ("peerDisruptions", "peer-disruptions", failurepolicy.PEER_DISRUPTED),
+)
 
 
 # --- the model -------------------------------------------------------------------------
+
+
+@dataclass
+class DisruptionCount:
+    """How the controller counted a disrupted pod against ``max-disruptions``."""
+
+    #: "free", "counted" (over the budget), or ``None``: not in the workload's record
+    #: (the controller has not counted it, or not yet written the count).
+    result: str | None
+    limit: int
+    #: Its number (from its ``DisruptionBudgetExhausted`` condition); ``None`` for a free one.
+    number: int | None = None
+    #: Whether it carries ``retry-policy.dev/DisruptionBudgetExhausted``.
+    marked: bool = False
+
+
+@dataclass
+class PeerMark:
+    """A pod marked ``retry-policy.dev/PeerDisrupted``: whose disruption, and the setting."""
+
+    peer: str | None
+    cause: str | None
+    #: ``peer-disruptions`` as the pod's label says: "ignore" or "count".
+    setting: str | None
+    #: Whether the rule on PeerDisrupted decided the failed pod (not an earlier rule).
+    by_rule: bool = False
+
+
+@dataclass
+class InPlace:
+    """A pod's restarts in place (as ``max-in-place-restarts`` counts them)."""
+
+    restarts: int
+    limit: int | None
+    #: Marked ``retry-policy.dev/InPlaceBudgetExhausted``: replaced for using its budget.
+    replaced: bool = False
 
 
 @dataclass
@@ -112,6 +169,11 @@ class Attempt:
     applied: dict[str, Any] = field(default_factory=dict)
     #: A JobSet's pod: the run (``restart-attempt``) it belongs to.
     run: int | None = None
+    #: The disruptor whose deletion of it the webhook marked a disruption.
+    deleted_by: str | None = None
+    disruption_count: DisruptionCount | None = None
+    peer: PeerMark | None = None
+    in_place: InPlace | None = None
 
 
 @dataclass
@@ -121,6 +183,18 @@ class Budget:
     limit: int | None
     used: int
     text: str
+    #: ``max-disruptions`` only: the disruptions free and counted, the index (an Indexed
+    #: Job's with a budget per index), and what the next one does ("free", "counted";
+    #: ``None`` when the workload has ended).
+    disruptions: DisruptionBudget | None = None
+
+
+@dataclass
+class DisruptionBudget:
+    free: int
+    counted: int
+    index: int | None
+    next: str | None
 
 
 @dataclass
@@ -190,6 +264,8 @@ class JobStory:
     #: JobSet: which replicated Job it is; CronJob: when it was scheduled.
     role: str = ""
     notes: list[str] = field(default_factory=list)
+    #: What the next disruption does, in words (``max-disruptions``, while it runs).
+    next_disruption: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -221,6 +297,8 @@ class Story:
     unread: list[str] = field(default_factory=list)
     #: A CronJob's Jobs not shown (older than the latest few).
     older_jobs: list[str] = field(default_factory=list)
+    #: A JobSet's: what its next disruption does (its budget is the set's).
+    next_disruption: list[str] = field(default_factory=list)
 
 
 class Lookups:
@@ -249,8 +327,11 @@ def tell(
     config: Config | None = None,
     lookups: Lookups | None = None,
     now: float | None = None,
+    kubernetes_version: KubeVersion | None = None,
 ) -> Story:
-    """The whole story; ``config`` is the cluster defaults file when an admin gives one."""
+    """The whole story; ``config`` is the cluster defaults file when an admin gives one,
+    ``kubernetes_version`` the cluster's (its ``/version``), which in-place restarts are
+    judged by, as the webhook judges them (the config's pin first)."""
     lookups = lookups if lookups is not None else Lookups()
     now = now if now is not None else dt.datetime.now(dt.timezone.utc).timestamp()
     workload = tree.workload
@@ -258,7 +339,17 @@ def tell(
     namespace = str(meta.get("namespace") or "")
     explained = tree.jobset if tree.jobset is not None else workload
     judged_by = config if config is not None else recorded_config(explained)
+    assumed = ""
+    if judged_by.kubernetes_version is None:
+        version, assumed_ = version_for(kubernetes_version, judged_by, [explained])
+        judged_by = dataclasses.replace(judged_by, kubernetes_version=version.version)
+        if assumed_:
+            assumed = (
+                f"the cluster's Kubernetes version was not read: in-place restarts are "
+                f"judged for Kubernetes {version.version}"
+            )
     plan, source, notes = _plan(explained, judged_by, namespace, given=config is not None)
+    notes += [assumed] if assumed else []
     story = Story(
         kind=tree.kind.kind,
         api_version=str(workload.get("apiVersion") or tree.kind.api_version),
@@ -273,17 +364,23 @@ def tell(
         older_jobs=list(tree.older_jobs),
     )
     record = applied_record(explained)
+    causes: _Causes | None = None  # a JobSet's: the set's record counts its pods
     if tree.kind.kind == "JobSet" or tree.jobset is not None:
         jobset = tree.jobset if tree.jobset is not None else workload
         story.budgets = _jobset_budgets(jobset)
         story.decision = _jobset_decision(jobset)
+        causes = _causes(jobset, f"JobSet {mapping(jobset.get('metadata')).get('name')}")
+        running = _state(tree) in ("Running", "Pending")
+        counted = _disruption_budgets(causes, running)
+        story.budgets += counted
+        story.next_disruption = _next_disruption(causes, counted) if running else []
     elif tree.kind.kind == "TrainJob":
         story.decision = _final_condition(workload, f"TrainJob {story.name}", ("Complete",))
         story.notes.append("the trainer has not made this TrainJob's JobSet (yet)")
     source_of_next = _LiveAttempts(tree, lookups)
     nexts: set[str] = set()
     for job in tree.jobs:
-        job_story = _job_story(job, tree, record, judged_by, source_of_next, now)
+        job_story = _job_story(job, tree, record, judged_by, source_of_next, now, causes)
         group = _next_group(job)
         if job_story.next is not None and group in nexts:
             job_story.next = None  # one replacement per replicated Job is enough to show
@@ -416,6 +513,14 @@ def ours(rule: Any, record: Mapping[str, Any]) -> str | None:
     ignore = failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule())
     if record.get("ignoreDisruptions") is True and failurepolicy.rule_key(rule) == ignore:
         return "ignore-disruptions"
+    for key, name, kind in _CONDITION_RULES:
+        if key not in record:
+            continue
+        action = "Ignore" if record.get(key) == "ignore" else "Count"
+        if failurepolicy.rule_key(rule) == failurepolicy.rule_key(
+            failurepolicy.condition_rule(kind, action)
+        ):
+            return name
     return None
 
 
@@ -614,6 +719,7 @@ def _job_story(
     config: Config,
     source: _LiveAttempts,
     now: float,
+    causes: _Causes | None = None,
 ) -> JobStory:
     meta = mapping(job.get("metadata"))
     spec = mapping(job.get("spec"))
@@ -621,7 +727,13 @@ def _job_story(
     name = str(meta.get("name") or "")
     pods = tree.pods.get(uid)
     rules = _rules(job)
-    attempts = [_attempt(p, name, rules) for p in sorted(pods or (), key=_created)]
+    own = causes is None  # a Job's own record, not its JobSet's
+    causes = causes if causes is not None else _causes(job, f"Job {name}")
+    attempts = []
+    for pod in sorted(pods or (), key=_created):
+        attempt = _attempt(pod, name, rules)
+        _budget_facts(attempt, pod, rules, causes)
+        attempts.append(attempt)
     counted_pods = sum(1 for a in attempts if a.counted)
     counted = max(job_failed_count(job), counted_pods)
     ignored = sum(1 for a in attempts if a.counted is False)
@@ -635,6 +747,12 @@ def _job_story(
     elif tree.kind.kind == "CronJob":
         story.role = f"created {_created(job)}"
     story.budgets = _job_budgets(job, attempts, counted, pods)
+    running = story.state in ("Running", "Pending")
+    if own:
+        disruptions = _disruption_budgets(causes, running)
+        story.budgets += disruptions
+        story.next_disruption = _next_disruption(causes, disruptions) if running else []
+    story.budgets += _in_place_budgets(attempts, name)
     if pods is None:
         story.notes.append("its pods could not be read: failed attempts are not shown")
     if story.state in ("Failed", "Succeeded", "Failing", "Succeeding"):
@@ -667,12 +785,12 @@ def _attempt(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
     )
     if meta.get("deletionTimestamp") and phase not in ("Failed", "Succeeded"):
         attempt.phase = "Terminating"
+    attempt.disruption = failures.disruption(pod)  # (also of a pod still stopping)
     if phase != "Failed":
         return attempt
     cause, when = failures.failure_cause(pod)
     attempt.cause = cause
     attempt.finished = _time(when)
-    attempt.disruption = failures.disruption(pod)
     attempt.node_failed = failures.failed_node(pod) is not None
     what, _, rest = cause.partition(":")
     if what == "oom-killed":
@@ -842,6 +960,197 @@ def _job_decision(
     )
     decision.annotation = PREFIX + key if key else None
     return decision
+
+
+# --- budgets per cause -------------------------------------------------------------------
+
+#: What the webhook and its controller write in their conditions' messages (read back here;
+#: the tests make them with the writers): ``DeletionMarker.mark``
+#: (webhook/cluster/deletions.py), ``Disruptions.count`` and ``Disruptions.mark_peers``
+#: (webhook/controller/disruptions.py).
+_DISRUPTOR = re.compile(r"(?:forced )?deletion by (?P<user>.+?), a disruptor \(retry-policy")
+_OVER = re.compile(r"disruption (?P<number>\d+)(?: of index \S+)?, over max-disruptions")
+_PEER = re.compile(
+    r"peer pod (?P<pod>\S+) was disrupted \((?P<cause>[^)]*)\); peer-disruptions (?P<how>\w+)"
+)
+
+
+@dataclass
+class _Causes:
+    """What the controller counts a workload's disruptions against
+    (``webhook.controller.disruptions``): the workload's record (a Job's own; a JobSet's
+    for all its Jobs' pods) and ``max-disruptions``, per index or not."""
+
+    subject: str
+    record: Record
+    max_disruptions: int | None
+    per_index: bool
+
+
+def _causes(obj: Mapping[str, Any], subject: str) -> _Causes:
+    """``obj``'s budget as its pods carry it: the template label the controller reads
+    (``max-disruptions``), else the applied record's; per index as the controller scopes
+    the pods the Job creates (``disruption_scope``: an Indexed Job's with
+    ``backoffLimitPerIndex`` carry ``job-index-failure-count``)."""
+    limit = None
+    for spec in _job_specs(obj):
+        template = mapping(spec.get("template"))
+        limit = label_value(template, MAX_DISRUPTIONS_LABEL, parse_count)
+        if limit is not None:
+            break
+    recorded = applied_record(obj).get("maxDisruptions")
+    if limit is None and isinstance(recorded, int) and not isinstance(recorded, bool):
+        limit = recorded
+    per_index = False
+    if obj.get("kind") == "Job":
+        indexed = mapping(obj.get("spec")).get("completionMode") == "Indexed"
+        per_index = disruption_scope(next_pod(obj, 0 if indexed else None)) is not None
+    return _Causes(subject, Record.of(obj) or Record(), limit, per_index)
+
+
+def _disruption_budgets(causes: _Causes, running: bool) -> list[Budget]:
+    """Disruptions counted against ``max-disruptions``, as the controller counts them: the
+    workload's (``Record.disruptions_of``), or each index's."""
+    limit = causes.max_disruptions
+    if limit is None:
+        return []
+    if not causes.per_index:
+        return [_disruption_budget(causes, limit, causes.record.disruptions_of(), None, running)]
+    counts = sorted(
+        (int(key), used) for key, used in causes.record.disruptions.items() if key.isdigit()
+    )
+    if counts:
+        return [_disruption_budget(causes, limit, used, i, running) for i, used in counts]
+    text = f"max-disruptions {limit} per index: no disruption counted yet"
+    return [
+        Budget(
+            causes.subject,
+            PREFIX + "max-disruptions",
+            limit,
+            0,
+            text,
+            DisruptionBudget(0, 0, None, ("free" if limit > 0 else "counted") if running else None),
+        )
+    ]
+
+
+def _disruption_budget(
+    causes: _Causes, limit: int, used: int, index: int | None, running: bool
+) -> Budget:
+    free, counted = min(used, limit), max(0, used - limit)
+    where = f", index {index}" if index is not None else ""
+    text = f"max-disruptions {limit}{where}: {used} disruption{'' if used == 1 else 's'}"
+    text += f" counted: {free} free, {counted} counted against the retry budget"
+    if used < limit:
+        text += f" ({limit - used} free left)"
+    after = None
+    if running:
+        after = "free" if used < limit else "counted"
+    return Budget(
+        causes.subject,
+        PREFIX + "max-disruptions",
+        limit,
+        used,
+        text,
+        DisruptionBudget(free, counted, index, after),
+    )
+
+
+def _next_disruption(causes: _Causes, budgets: Sequence[Budget]) -> list[str]:
+    """What the next disruption does, as ``Disruptions.count`` decides it: free while the
+    count is under ``max-disruptions``; from N + 1 on, its pod is marked and counted."""
+    lines = []
+    for budget in budgets:
+        facts = budget.disruptions
+        if facts is None or facts.next is None or budget.limit is None:
+            continue
+        number = budget.used + 1
+        where = f"of index {facts.index}: " if facts.index is not None else ""
+        if facts.index is None and causes.per_index:
+            where = "of any index: "
+        if facts.next == "free":
+            lines.append(
+                f"{where}free: disruption {number} of the {budget.limit} max-disruptions "
+                "allows (the Ignore rule on DisruptionTarget takes its pod)"
+            )
+        else:
+            lines.append(
+                f"{where}counted: disruption {number}, over max-disruptions {budget.limit}: "
+                f"the controller marks its pod {failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} "
+                "and it counts against the retry budget"
+            )
+    limit = causes.max_disruptions
+    listed = [b for b in budgets if b.disruptions is not None and b.disruptions.index is not None]
+    if lines and limit and listed:
+        lines.append(f"of an index not listed: free (each index's first {limit} are)")
+    return lines
+
+
+def _in_place_budgets(attempts: Sequence[Attempt], job: str) -> list[Budget]:
+    """Each pod still running against ``max-in-place-restarts`` (its own budget)."""
+    budgets = []
+    for a in attempts:
+        facts = a.in_place
+        if facts is None or facts.limit is None or a.phase not in ("Running", "Pending"):
+            continue  # (a pod ended, or being deleted, restarts in place no more)
+        text = f"max-in-place-restarts {facts.limit}, pod {a.pod}: {_in_place_used(facts)}"
+        field_ = PREFIX + "max-in-place-restarts"
+        budgets.append(Budget(f"Pod {a.pod}", field_, facts.limit, facts.restarts, text))
+    return budgets
+
+
+def _in_place_used(facts: InPlace) -> str:
+    used = f"{facts.restarts} restart{'' if facts.restarts == 1 else 's'} in place"
+    if facts.limit is None:
+        return used
+    if facts.replaced or facts.restarts >= facts.limit:
+        return f"{used}: the budget is used, the controller replaces the pod"
+    left = facts.limit - facts.restarts
+    return f"{used}, {left} left before the controller replaces the pod"
+
+
+def _budget_facts(
+    attempt: Attempt, pod: Mapping[str, Any], rules: Sequence[Any], causes: _Causes
+) -> None:
+    """What the budgets per cause say of one pod: a disruptor's deletion the webhook
+    marked, how the controller counted its disruption, its PeerDisrupted mark, and its
+    restarts in place; each from the conditions, labels and record the webhook and its
+    controller write."""
+    meta = mapping(pod.get("metadata"))
+    target = pod_condition(pod, failurepolicy.DISRUPTION_TARGET)
+    if target is not None and target.get("reason") == DELETION_BY_DISRUPTOR:
+        found = _DISRUPTOR.match(str(target.get("message") or ""))
+        attempt.deleted_by = found.group("user") if found else "a disruptor"
+    limit = label_value(pod, MAX_DISRUPTIONS_LABEL, parse_count)
+    if target is not None and limit is not None:
+        uid = meta.get("uid")
+        seen = causes.record.disrupted(uid) if isinstance(uid, str) and uid else None
+        exhausted = pod_condition(pod, failurepolicy.DISRUPTION_BUDGET_EXHAUSTED)
+        over = _OVER.match(str(mapping(exhausted).get("message") or ""))
+        attempt.disruption_count = DisruptionCount(
+            {"free": "free", "over": "counted"}.get(seen or ""),
+            limit,
+            int(over.group("number")) if over else None,
+            exhausted is not None,
+        )
+    peer = pod_condition(pod, failurepolicy.PEER_DISRUPTED)
+    if peer is not None:
+        said = _PEER.match(str(peer.get("message") or ""))
+        rule = mapping(rules[attempt.rule]) if attempt.rule is not None else {}
+        on = {mapping(c).get("type") for c in items(rule.get("onPodConditions"))}
+        attempt.peer = PeerMark(
+            said.group("pod") if said else None,
+            said.group("cause") if said else None,
+            label_value(pod, PEERS_LABEL, str),
+            failurepolicy.PEER_DISRUPTED in on,
+        )
+    budget = label_value(pod, MAX_RESTARTS_LABEL, parse_restart_budget)
+    used = restarts(pod)
+    replaced = pod_condition(pod, failurepolicy.IN_PLACE_BUDGET_EXHAUSTED) is not None
+    spec = mapping(pod.get("spec"))
+    in_place = any(items(c.get("restartPolicyRules")) for c in podspec.containers(spec))
+    if budget is not None or replaced or (used and in_place):
+        attempt.in_place = InPlace(used, budget, replaced)
 
 
 # --- the next attempt -------------------------------------------------------------------
