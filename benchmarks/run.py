@@ -227,9 +227,9 @@ def controller_cpu_rows(r: dict | None) -> list[str]:
         else ""
     )
     case = (
-        f"{s['case']} at {s['offered_rps']} req/s, {s['pod_steps_per_second']:g} pod "
-        f"failures/s over {s.get('annotated_jobs', '?')} annotated Jobs, {s['rounds']} "
-        f"rounds of {s['seconds']} s"
+        f"{s['case']} at {s['offered_rps']} req/s; {s['pod_steps_per_second']:g} pods/s "
+        f"OOM-killed, preempted or gated, of {s.get('annotated_jobs', '?')} annotated Jobs; "
+        f"{s['rounds']} rounds of {s['seconds']} s"
     )
     return [
         f"| controller leading vs `--no-controller`, admission CPU a request / p99 | {case} | "
@@ -240,7 +240,7 @@ def controller_cpu_rows(r: dict | None) -> list[str]:
         f"x{paired['admission_cpu_us']:.2f} / x{paired['p99_ms']:.2f}{calibration} "
         f"| <= {limit}x both | {verdict(ok)} |",
         f"| controller's own CPU while leading | {case} | {with_['controller_cores']:.3f} "
-        f"cores ({with_['controller_cpu_ms_per_pod']:.1f} ms a pod failure); wrote "
+        f"cores ({with_['controller_cpu_ms_per_pod']:.1f} ms a pod); wrote "
         f"{writes.get('events_created', 0)} Events, {writes.get('job_patches', 0)} Job "
         f"patches, {writes.get('pod_patches', 0)} pod patches, at work in "
         f"{with_['rounds_it_worked']} of {s['rounds']} rounds | (none) | |",
