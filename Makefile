@@ -33,8 +33,8 @@ lint: install
 test: install tools lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
 
-## Benchmarks (not part of `make test`): needs wrk and hey (apt-get install wrk hey); the
-## gunicorn floor is installed from the `bench` extra.
+## Benchmarks (not part of `make test`), the controller's cost included: needs wrk and hey
+## (apt-get install wrk hey); the gunicorn floor is installed from the `bench` extra.
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks.run

@@ -157,18 +157,30 @@ class Served:
     """A server process (the webhook or a floor) on a free port."""
 
     def __init__(
-        self, which: str, cert_dir: Path, workers: int, threads: int, extra: tuple[str, ...] = ()
+        self,
+        which: str,
+        cert_dir: Path,
+        workers: int,
+        threads: int,
+        extra: tuple[str, ...] = (),
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.which = which
         self.port = _free_port()
-        cmd = server_command(which, cert_dir, self.port, workers, threads, extra)
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=ROOT,  # benchmarks.floor:app, for the servers started on a module path
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        self.cmd = server_command(which, cert_dir, self.port, workers, threads, extra)
+        out = open(log, "w") if log else subprocess.DEVNULL  # the child keeps its copy
+        try:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+                cwd=ROOT,  # benchmarks.floor:app, for the servers started on a module path
+                env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            )
+        finally:
+            if log:
+                out.close()
         try:
             _wait_healthy(self.port, cert_dir / "ca.crt", self.proc)
         except BaseException:
@@ -177,15 +189,7 @@ class Served:
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) of the server and its worker processes so far."""
-        ticks = 0
-        for pid in [self.proc.pid, *_children(self.proc.pid)]:
-            try:
-                with open(f"/proc/{pid}/stat") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return sum(map(cpu_seconds, [self.proc.pid, *_children(self.proc.pid)]))
 
     @property
     def url(self) -> str:
@@ -197,6 +201,16 @@ class Served:
             self.proc.wait(20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of one process so far; 0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def _children(pid: int) -> list[int]:

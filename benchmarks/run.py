@@ -16,7 +16,7 @@ import platform
 import time
 from pathlib import Path
 
-from benchmarks import compute, controller, https, scale, slowclients
+from benchmarks import compute, controller, controller_cpu, https, scale, slowclients
 
 RESULTS = Path(__file__).parent / "results"
 #: The last run on the gunicorn server: "today" for the latency target.
@@ -45,6 +45,9 @@ TARGETS = {
     #: cost each admission worker.
     "controller_100k_mb": 50,
     "records_100k_mb": 25,
+    #: Admission CPU a request and p99 at a fixed rate with the controller leading (under
+    #: a stream of pod failures), against the same server with ``--no-controller``.
+    "controller_cpu_ratio": 1.05,
 }
 #: Streams a cluster repeats (the memo answers all but the first of each view).
 REPEATED = ("job-plain", "job-annotated", "pod-last-attempt", "pod-last-attempt-new")
@@ -92,9 +95,8 @@ def _splits(splits: list[list[int]]) -> str:
     return " ".join("/".join(map(str, split)) or "?" for split in splits)
 
 
-def markdown(results: dict) -> str:
-    m = results["machine"]
-    lines = [
+def _machine_line(m: dict) -> str:
+    return (
         f"Run {m['date']} on {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
         f"load average {m['load_average_at_start']:.2f} at start; "
         + (
@@ -103,11 +105,24 @@ def markdown(results: dict) -> str:
             else ""
         )
         + "load generator on the same machine"
-        + ("; compiled hot modules (mypyc)." if m.get("native") else "."),
-        "",
-        "| measure | case | result | target | |",
-        "|---|---|---|---|---|",
-    ]
+        + ("; compiled hot modules (mypyc)." if m.get("native") else ".")
+    )
+
+
+HEADER = ["| measure | case | result | target | |", "|---|---|---|---|---|"]
+
+
+def controller_markdown(results: dict) -> str:
+    """``benchmarks/results/controller.md``: the controller's cost alone."""
+    lines = [_machine_line(results["machine"]), "", *HEADER]
+    lines.extend(controller_cpu_rows(results.get("controller_cpu")))
+    lines.extend(controller_rows(results.get("controller_memory") or []))
+    return "\n".join(lines) + "\n"
+
+
+def markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [_machine_line(m), "", *HEADER]
     for name, r in results["compute"].items():
         floor = f"floor {r['floor_median_us']:.0f} µs, x{r['vs_floor']:.1f}"
         if name == "pod-1MiB":
@@ -141,6 +156,7 @@ def markdown(results: dict) -> str:
         )
     lines.extend(history_rows(results.get("history") or []))
     lines.extend(controller_rows(results.get("controller_memory") or []))
+    lines.extend(controller_cpu_rows(results.get("controller_cpu")))
     if len(sizes) > 1:
         growth = scale.flat(sizes)
         lines.append(
@@ -183,6 +199,52 @@ def controller_rows(rows_in: list[dict]) -> list[str]:
             f"{verdict(ok)} |"
         )
     return rows
+
+
+def controller_cpu_rows(r: dict | None) -> list[str]:
+    """The leading controller's cost to admission (``benchmarks.controller_cpu``): the
+    ratios with / without it, the calibration pair beside them, and what it did."""
+    if not r:
+        return []
+    limit = TARGETS["controller_cpu_ratio"]
+    s, arms = r["settings"], r["arms"]
+    with_, without = arms["with"], arms["without"]
+    ratio, paired = r["with"]["ratio"], r["with"]["paired"]
+    writes = with_["controller_writes"]
+    worked = with_["rounds_it_worked"] == s["rounds"]
+    ok = (
+        worked
+        and ratio["admission_cpu_us"] <= limit
+        and ratio["p99_ms"] <= limit
+        and with_["errors"] == 0
+        and with_["min_achieved_rps"] >= 0.95 * s["offered_rps"]
+    )
+    twin = r.get("twin", {}).get("ratio")
+    calibration = (
+        f"; a second server without it: x{twin['admission_cpu_us']:.2f} CPU, "
+        f"x{twin['p99_ms']:.2f} p99"
+        if twin
+        else ""
+    )
+    case = (
+        f"{s['case']} at {s['offered_rps']} req/s; {s['pod_steps_per_second']:g} pods/s "
+        f"OOM-killed, preempted or gated, of {s.get('annotated_jobs', '?')} annotated Jobs; "
+        f"{s['rounds']} rounds of {s['seconds']} s"
+    )
+    return [
+        f"| controller leading vs `--no-controller`, admission CPU a request / p99 | {case} | "
+        f"x{ratio['admission_cpu_us']:.2f} ({with_['admission_cpu_us']:.0f} vs "
+        f"{without['admission_cpu_us']:.0f} µs) / x{ratio['p99_ms']:.2f} "
+        f"({with_['p99_ms']:.1f} vs {without['p99_ms']:.1f} ms; p50 "
+        f"{with_['p50_ms']:.1f} vs {without['p50_ms']:.1f} ms); paired rounds "
+        f"x{paired['admission_cpu_us']:.2f} / x{paired['p99_ms']:.2f}{calibration} "
+        f"| <= {limit}x both | {verdict(ok)} |",
+        f"| controller's own CPU while leading | {case} | {with_['controller_cores']:.3f} "
+        f"cores ({with_['controller_cpu_ms_per_pod']:.1f} ms a pod); wrote "
+        f"{writes.get('events_created', 0)} Events, {writes.get('job_patches', 0)} Job "
+        f"patches, {writes.get('pod_patches', 0)} pod patches, at work in "
+        f"{with_['rounds_it_worked']} of {s['rounds']} rounds | (none) | |",
+    ]
 
 
 def _before() -> dict:
@@ -327,6 +389,9 @@ def main() -> None:
     results["scale"] = scale.run()
     results["history"] = scale.run_history()
     results["controller_memory"] = controller.run()
+    results["controller_cpu"] = controller_cpu.run(
+        **({"rounds": 2, "seconds": 3} if args.quick else {})
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)

@@ -277,3 +277,102 @@ def test_the_failure_history_benchmark_measures_what_its_report_says() -> None:
     (line,) = history_rows([row])
     assert "1100 bytes a Job: 105 MB per 100k Jobs" in line
     assert line.endswith("| **misses target** |")
+
+
+def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path) -> None:
+    """The comparison with and without the controller means something only if the feeder's
+    stream makes the leader work: one step of each kind against a leading server (the real
+    ``serve`` against the HTTP test API) gets a disruption Event, the failure history of the
+    OOM-killed pod on its Job, and the retry pod's gate released."""
+    from fakeapi import FakeAPI, write_kubeconfig
+    from serverproc import eventually
+
+    from benchmarks.controller_cpu import Feeder, Replica, controller_writes, worked
+    from webhook.cluster.record import Record
+    from webhook.kube import gates
+
+    api = FakeAPI(page_size=500).start()
+    try:
+        cert_dir = tmp_path / "certs"
+        certs.generate(cert_dir, extra_dns=["localhost"])
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        feeder = Feeder(api, jobs_per_kind=1)
+        feeder.gate_delay = 0.5
+        replica = Replica(cert_dir, kubeconfig, tmp_path / "with.log", True, 1)
+        try:
+            replica.wait_leading(True)
+            assert replica.controller_pid() in https._children(replica.proc.pid)
+            first = len(api.requests)
+            for kind, runs in feeder.runs.items():
+                getattr(feeder, kind)(runs[0])
+            writes = eventually(lambda: worked(w := controller_writes(api, first)) and w, 20)
+        finally:
+            replica.stop()
+        assert writes["events_created"] >= 1
+        oom_pod, disrupted_pod = feeder.made[0][1], feeder.made[1][1]
+        with api.lock:
+            oom = Record.of(api.objects["jobs"][feeder.runs["oom"][0].uid])
+            disrupted = Record.of(api.objects["jobs"][feeder.runs["disrupted"][0].uid])
+        assert oom is not None and oom.seen(oom_pod)  # the OOM kill, on its Job's record
+        assert disrupted is not None and disrupted.disrupted(disrupted_pod)
+        (delayed,) = feeder.runs["delayed"]
+        with api.lock:
+            pods = [
+                p
+                for p in api.objects["pods"].values()
+                if p["metadata"]["labels"].get("job-name") == delayed.name
+            ]
+        (gated,) = pods
+        assert gates.GATE not in [g["name"] for g in gated["spec"].get("schedulingGates") or []]
+        assert gates.GATED_LABEL not in gated["metadata"]["labels"]
+    finally:
+        api.stop()
+
+
+def test_the_controller_cpu_row_misses_when_the_controller_idled_a_round() -> None:
+    """Ratios within 1.05 prove nothing for a round in which the leader wrote nothing."""
+    from benchmarks.controller_cpu import summary
+    from benchmarks.run import controller_cpu_rows
+
+    def window(order: int, cpu: float, writes: dict) -> dict:
+        return {
+            "order": order,
+            "admission_cpu_us": cpu,
+            "p50_ms": 1.0,
+            "p99_ms": 3.0,
+            "admission_cores": 0.4,
+            "controller_cores": 0.05,
+            "controller_cpu_ms_per_pod": 4.0,
+            "cluster_cores": 0.1,
+            "errors": 0,
+            "achieved_rps": 500.0,
+            "pod_steps": 120,
+            "controller_writes": writes,
+        }
+
+    busy = {"events_created": 40, "job_patches": 80, "pod_patches": 40}
+    rounds = {
+        "with": [window(0, 1010.0, busy), window(2, 1030.0, {})],
+        "without": [window(1, 1000.0, {}), window(3, 1000.0, {})],
+    }
+    result = {
+        "settings": {
+            "rounds": 2,
+            "seconds": 10,
+            "offered_rps": 500,
+            "pod_steps_per_second": 12.0,
+            "case": "job-annotated",
+            "annotated_jobs": 90,
+        },
+        **summary(rounds),
+    }
+    # Each window against the windows without the controller around it.
+    assert result["with"]["paired"]["admission_cpu_us"] == pytest.approx(1.02)
+    assert result["with"]["ratio"]["admission_cpu_us"] == pytest.approx(1.02)
+    assert result["arms"]["with"]["rounds_it_worked"] == 1
+    ratio_row, own_row = controller_cpu_rows(result)
+    assert ratio_row.endswith("| **misses target** |")
+    assert "at work in 1 of 2 rounds" in own_row
+    rounds["with"][1]["controller_writes"] = busy
+    ratio_row, _ = controller_cpu_rows({**result, **summary(rounds)})
+    assert ratio_row.endswith("| meets target |")

@@ -185,6 +185,39 @@ def test_the_manager_runs_reconcilers_only_while_leading_and_publishes(api, tmp_
     assert "holderIdentity" not in lease(api)["spec"]  # released on a clean stop
 
 
+def test_a_leading_manager_waits_between_its_rounds(api, tmp_path):
+    """While it leads, the manager's loop flushes its metrics every 0.2 s, no more: a loop
+    that waited on ``leading`` (set the whole time) spun a core (benchmarks/controller_cpu.py
+    found it)."""
+    flushes = []
+
+    class Counting:
+        def leader(self, leading: bool) -> None:
+            pass
+
+        def flush(self) -> None:
+            flushes.append(time.monotonic())
+
+    class Probe:
+        name = "probe"
+
+        def run(self, stop):
+            stop.wait()
+
+    options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **FAST)
+    manager = Manager(coordination(api, tmp_path), options, [Probe()], recorder=Counting())
+    thread = threading.Thread(target=manager.run, daemon=True)
+    thread.start()
+    eventually(lambda: manager._threads, 5)
+    seen = len(flushes)
+    for _ in range(5):  # five of its rounds, at most, meanwhile
+        manager.stop.wait(0.2)
+    later = len(flushes)
+    manager.stop.set()
+    thread.join(10)
+    assert later - seen <= 10  # a spinning loop flushed tens of thousands of times
+
+
 def test_a_note_that_stops_being_written_means_no_live_leader():
     state = LeaderState(enabled=True, leader=True, holder="a", renewed_at=100, written_at=100)
     assert state.recently_renewed(now=110)

@@ -114,7 +114,10 @@ class Manager:
         )
         elector.start()
         while not self.stop.is_set() and not self.lost.is_set():
-            if self.elector.leading.wait(0.2) and not self._threads:
+            if self._threads:
+                # Leading: ``leading`` stays set, so waiting on it would spin.
+                self.stop.wait(0.2)
+            elif self.elector.leading.wait(0.2):
                 self._start_reconcilers()
             self.recorder.flush()
         self._stop_reconcilers()
