@@ -532,3 +532,22 @@ def _find_helm() -> str:
     from conftest import tool
 
     return tool("helm")
+
+
+def test_without_a_cluster_the_controller_is_off_and_says_why(tmp_path):
+    """No cluster connection: the controller process exits at once and stays off, and
+    /readyz says why (not that it is restarting, which it never will)."""
+    home = tmp_path / "home"  # no ~/.kube/config, no KUBECONFIG, not in a pod
+    home.mkdir()
+    lone = start(
+        tmp_path / "certs",
+        "--kube",
+        "auto",
+        log_path=tmp_path / "lone.log",
+        env={"HOME": str(home), "KUBECONFIG": "", "KUBERNETES_SERVICE_HOST": ""},
+    )
+    try:
+        eventually(lambda: "controller off: no cluster connection" in lone.output(), 10)
+        assert readyz(lone) == {"enabled": False, "reason": "no cluster connection"}
+    finally:
+        stop(lone)

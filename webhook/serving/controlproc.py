@@ -69,15 +69,19 @@ class ControllerProcess:
         code = os.waitstatus_to_exitcode(status)
         self.exits.append(code)
         self.pid = None
-        self.note.write(LeaderState(reason="the controller is restarting"))
+        if code == DISABLED:
+            # Said after the child's own note, which this must not overwrite: /readyz
+            # tells why no controller runs, not that one is coming back.
+            self.note.write(LeaderState(reason="no cluster connection"))
+            log.info("controller off: no cluster connection")
+            return
+        why = "the server is stopping" if self.stopping else "the controller is restarting"
+        self.note.write(LeaderState(reason=why))
         if self.stopping:
             return
         lived = now - self.started
         # Exit 1: it lost the Lease and comes back as a standby at once; anything else
         # is a crash, restarted with a growing delay when it keeps crashing early.
-        if code == DISABLED:
-            log.info("controller off: no cluster connection")
-            return
         self.failures = 0 if code == 1 or lived >= 30 else self.failures + 1
         delay = 0.0 if self.failures <= 1 else min(30.0, 0.5 * 2 ** (self.failures - 1))
         self.respawn_at = now + delay
