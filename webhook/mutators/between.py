@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.cluster.leadership import LeaderLive, Now, Passed
-from webhook.kube import gates, podspec
+from webhook.kube import gates, jobsetplacement, podspec
 from webhook.kube.owned import ALL, SHALLOW, Owned
 from webhook.mutators.base import Context, Outcome
 from webhook.policy.model import (
@@ -113,6 +113,27 @@ def check(policy: Policy, ctx: Context, where: str) -> list[Problem]:
     return problems
 
 
+def pinned(spec: Mapping[str, Any]) -> str | None:
+    """The node a pod spec names (``spec.nodeName``), if any. Such a pod is never gated:
+    the API server refuses to create a pod that has both a node and scheduling gates
+    (``ValidatePodCreate`` in pkg/apis/core/validation/validation.go: "nodeName: cannot be
+    set until all schedulingGates have been cleared"), so a gated retry would never exist
+    (``FailedCreate``, and the Job would wait for it forever)."""
+    node = spec.get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def pinned_message(node: str, delay: int, where: str) -> str:
+    """Why ``retry-delay`` cannot hold back the pods of a spec that names ``node``."""
+    return (
+        f"{format_duration(delay)} cannot hold back a pod that names its node: {where}.nodeName "
+        f"is {node!r}, and the API server refuses a pod with both nodeName and a scheduling "
+        "gate (nodeName: cannot be set until all schedulingGates have been cleared), so no "
+        "delayed retry could be created; accepted: no retry-delay here, or node affinity (a "
+        f"nodeSelector) on kubernetes.io/hostname in place of {where}.nodeName"
+    )
+
+
 def add_env(spec: dict[str, Any], attempt: Attempt, out: Outcome, setting: Any, bare: bool) -> None:
     """The attempt env vars in every container (init containers too) that does not set
     them already; unknown values are left out, with a warning (a bare Pod's previous
@@ -175,6 +196,10 @@ def hold(
         return None
     if attempt.failures == 0:
         return None
+    why = ungateable(pod, attempt)
+    if why:
+        out.note(f"retry-policy: {attempt.label()} not held back for its retry-delay: {why}")
+        return None
     rail = ctx.config.rails(ctx.namespace).max_retry_delay
     seconds = retry_delays(policy, rail).seconds(attempt.failures)
     wait = format_duration(seconds)
@@ -210,6 +235,23 @@ def hold(
     out.decided("RetryDelayed", f"{attempt.label()}: waits {wait} until {stamp}")
     out.actions["retry_delayed"] = out.actions.get("retry_delayed", 0) + 1
     return {"retryDelaySeconds": seconds}
+
+
+def ungateable(pod: Mapping[str, Any], attempt: Attempt) -> str:
+    """Why this pod must not get our gate ("" when it may): it names its node (``pinned``),
+    or it is a follower of a JobSet's exclusive placement whose delay would count from its
+    own admission (``jobsetplacement``: JobSet admits a follower only once its leader is
+    scheduled, so the leader's gate held it back already)."""
+    spec = pod.get("spec")
+    node = pinned(spec) if isinstance(spec, dict) else None
+    if node is not None:
+        return f"spec.nodeName is {node!r}, and the API server refuses a gated pod with a node"
+    if attempt.last_failed_at is None and jobsetplacement.follower(pod):
+        return (
+            "JobSet created this follower only once its leader was scheduled, past the "
+            "leader's own delay (exclusive placement)"
+        )
+    return ""
 
 
 def env_in(container: Mapping[str, Any]) -> dict[str, str]:
