@@ -87,6 +87,20 @@ class Kueue:
             )
         return self.timeout, f"timeout {format_duration(self.timeout)}"
 
+    def describe(self) -> str:
+        """What the webhook does with ``retry-delay`` on a queued workload, in a line."""
+        if not self.stated:
+            return "waitForPodsReady not stated: retry-delay is only warned of"
+        if not self.enabled:
+            return "waitForPodsReady off: retry-delay is not checked"
+        _, name = self.bound()
+        then = "capped" if self.retry_delay == "cap" else "denied (a default: capped)"
+        return (
+            f"a retry waits at most {format_duration(self.longest_wait())} (waitForPodsReady "
+            f"{name} less startupAllowance {format_duration(self.startup_allowance)}); a "
+            f"longer retry-delay is {then}"
+        )
+
     def longest_wait(self) -> int:
         """The longest a retry may be held back: the bound less the startup allowance."""
         return self.bound()[0] - self.startup_allowance
