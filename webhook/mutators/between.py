@@ -6,7 +6,10 @@ its attempt from its environment:
 
 - ``RETRY_POLICY_ATTEMPT``: the failures counted before this pod (0 for the first), as its
   workload counts them: a Job's counted failures, an Indexed Job's index's, a JobSet's
-  restarts (its pods' ``restart-attempt``), a bare Pod's ``retry-policy.dev/attempt``;
+  restarts (its pods' ``restart-attempt``), a bare Pod's ``retry-policy.dev/attempt``. The
+  pods of a NonIndexed Job with ``parallelism`` above 1 share it: it is the Job's count
+  when the pod was admitted, not a number of the pod's own (pods running side by side read
+  the same, two replacements after one failure too);
 - ``RETRY_POLICY_MAX_ATTEMPTS``: the attempts its budget allows, where that is known (a
   Job's ``backoffLimit`` + 1, an index's ``backoffLimitPerIndex`` + 1, a JobSet's
   ``maxRestarts`` + 1, a Pod's ``backoff-limit`` + 1; not an Indexed Job whose budget is
@@ -23,7 +26,13 @@ one set through ``envFrom`` is; set it in ``env`` to keep yours).
 attempt's failure: the webhook gives it the scheduling gate and ``not-before``
 (``webhook.kube.gates``), and the controller removes the gate when the time comes. No gate
 is added while no controller leads (it would never be removed), nor when the time has
-passed already.
+passed already, nor (``ungateable``) on a pod the API server would refuse gated (one with
+``spec.nodeName``) or on a follower of JobSet's exclusive placement whose wait would count
+from its own admission (its leader's gate held it back already).
+
+A gated pod has no node: deleted by anyone but its Job controller, it is deleted at once
+and marked ``Failed`` by PodGC (``gcUnscheduledTerminating`` in pkg/controller/podgc), and
+the Job controller counts it as a failed attempt (to let it go early, remove the gate).
 """
 
 from __future__ import annotations

@@ -1068,9 +1068,11 @@ def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
 
 def delay_text(policy: Policy, ctx: Context, what: str = "retries") -> str:
     """The warning for ``retry-delay``: how long retries wait, and that the Job
-    controller's own back-off still comes first (``getRemainingTimeForFailuresCount`` in
-    pkg/controller/job/backoff_utils.go: 10 s doubling, at most 10 minutes, counted from
-    the same failure: the longer of the two wins)."""
+    controller's own back-off still comes first when it has one
+    (``getRemainingTimeForFailuresCount`` in pkg/controller/job/backoff_utils.go: 10 s
+    doubling per failure since the Job's last success, at most 10 minutes, counted from the
+    same failure: the longer of the two wins). That back-off is no floor: it is kept in the
+    controller-manager's memory only (lost on its restart) and per Job."""
     delays = retry_delays(policy, ctx.config.rails(ctx.namespace).max_retry_delay)
     text = f"retry-policy: {what} wait {format_duration(delays.first)}"
     if policy.retry_delay_factor != 1:
