@@ -240,3 +240,18 @@ def test_no_retry_delay_no_placement_note(annotations):
     obj["metadata"].setdefault("annotations", {}).update(EXCLUSIVE)
     verdict, _ = mutate(obj)
     assert not any("placed exclusively" in w for w in verdict.warnings)
+
+
+def test_a_trainjob_whose_runtime_pins_the_node_is_denied_on_apply():
+    """The runtime's pod template names its node: the JobSet the trainer makes from it
+    is judged at the TrainJob's admission, where the user can still act."""
+    from test_trainjob import runtime, trainjob
+    from test_trainjob import validate as validate_trainjob
+
+    from webhook.cluster.runtimes import GivenRuntimes
+
+    pinned = runtime(pod_spec=PINNED)
+    verdict = validate_trainjob(trainjob(DELAY), GivenRuntimes([pinned]))
+    assert not verdict.allowed
+    assert "nodeName is 'gpu-node-7'" in verdict.message
+    assert "annotation retry-policy.dev/retry-delay: 30s cannot hold back" in verdict.message
