@@ -262,6 +262,9 @@ def test_cronjob_jobs_are_queued_by_their_template_label_and_jobsets_by_their_ow
     restarts = {P + "retry-delay": "10m", P + "backoff-limit": "2"}
     verdict, out = mutate(queued(jobset(restarts)), config)
     assert verdict.allowed, verdict.message
+    # Said once for the JobSet, though each replicated Job is checked (and capped).
+    assert sum("retry-delay capped at 4m" in w for w in verdict.warnings) == 1
+    assert len(notes(mutate(queued(jobset(restarts)))[0])) == 1
     for child in out["spec"]["replicatedJobs"]:
         annotations = child["template"]["spec"]["template"]["metadata"]["annotations"]
         assert annotations[P + "retry-delay-max"] == "4m"

@@ -77,21 +77,23 @@ def check(
     longest = retry_delays(policy, rail).seconds(_UNBOUNDED if retries is None else retries)
     head = f"retry-policy: queued by Kueue ({QUEUE_LABEL}: {queue}): "
     if not kueue.stated:
-        out.note(
+        _say(
+            out,
             head + f"while a retry waits (up to {format_duration(longest)}, retry-delay) the "
             "workload is PodsReady=False, and Kueue's waitForPodsReady evicts and requeues "
             "it whole past its timeout (30m by default) or recoveryTimeout; state them in the "
-            "webhook's config (kueue.waitForPodsReady) to have retry-delay checked"
+            "webhook's config (kueue.waitForPodsReady) to have retry-delay checked",
         )
         return policy
     limit = kueue.longest_wait()
     _, bound = kueue.bound()
     allowance = format_duration(kueue.startup_allowance)
     if longest <= limit:
-        out.note(
+        _say(
+            out,
             head + f"a retry waits at most {format_duration(longest)} (retry-delay), within "
             f"Kueue's waitForPodsReady {bound} less {allowance} to start "
-            "(kueue.startupAllowance)"
+            "(kueue.startupAllowance)",
         )
         return policy
     why = (
@@ -104,19 +106,27 @@ def check(
         out.problems.append(_too_long(policy, blame, longest, limit, queue, why))
         return policy
     if not can_cap:
-        out.note(
+        _say(
+            out,
             head + f"a retry may wait {format_duration(longest)} (retry-delay): {why}; set "
             f"retry-delay-max {format_duration(limit)} or less (not capped here: the JobSet "
-            "its trainer makes carries your annotations)"
+            "its trainer makes carries your annotations)",
         )
         return policy
     setting = Setting(limit, Source.CLUSTER, "(kueue.waitForPodsReady)")
-    out.changed(
+    text = (
         f"retry-policy: retry-delay capped at {format_duration(limit)} (a retry would wait "
-        f"{format_duration(longest)}), as queued by Kueue ({QUEUE_LABEL}: {queue}): {why}",
-        setting,
+        f"{format_duration(longest)}), as queued by Kueue ({QUEUE_LABEL}: {queue}): {why}"
     )
+    if all(change.text != text for change in out.changes):
+        out.changed(text, setting)
     return cap(policy, setting)
+
+
+def _say(out: Outcome, text: str) -> None:
+    """A warning once per workload (a JobSet's replicated Jobs are checked one by one)."""
+    if text not in out.notes:
+        out.note(text)
 
 
 def cap(policy: Policy, setting: Setting) -> Policy:
