@@ -249,6 +249,10 @@ def test_deny_caps_an_admin_default_instead():
 
 
 def test_cronjob_jobs_are_queued_by_their_template_label_and_jobsets_by_their_own():
+    # upstream: QueueNameForObject (pkg/controller/jobframework/utils.go) reads the label
+    # of the object Kueue manages: the Job a CronJob makes (its jobTemplate's labels), a
+    # JobSet; PodsReady (pkg/controller/jobs/jobset/jobset_controller.go) counts the
+    # JobSet's ready replicated Jobs, so a held-back run leaves it not ready.
     config = parse_config(STATED)
     cron = cronjob(TEN_MINUTES)
     cron["spec"]["jobTemplate"].setdefault("metadata", {})["labels"] = {QUEUE_LABEL: "nightly"}
