@@ -181,6 +181,11 @@ RICH_CONFIG = {
             "guardRails": {"maxBackoffLimit": 6},
         }
     },
+    "kueue": {
+        "waitForPodsReady": {"timeout": "10m", "recoveryTimeout": "5m"},
+        "startupAllowance": "90s",
+        "retryDelay": "deny",
+    },
 }
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -1745,6 +1750,12 @@ BAD_VALUES = [
     ({"config": {"defaults": {"backof-limit": 3}}}, "/config/defaults"),
     ({"config": {"defaults": {"backoff-limit": -1}}}, "/config/defaults/backoff-limit"),
     ({"config": {"guardRails": {"maxBackoffLimit": "ten"}}}, "/config/guardRails/maxBackoffLimit"),
+    ({"config": {"kueue": {"retryDelay": "warn"}}}, "/config/kueue/retryDelay"),
+    (
+        {"config": {"kueue": {"waitForPodsReady": {"timeout": 600}}}},
+        "/config/kueue/waitForPodsReady/timeout",
+    ),
+    ({"config": {"kueue": {"waitForPodsReady": {"timeout": "10 min"}}}}, "/config/kueue"),
     ({"replicas": 2}, ""),
     ({"autoscaling": {"minReplicas": 0}}, "/autoscaling/minReplicas"),
     ({"autoscaling": {"targetCPU": "0"}}, "/autoscaling/targetCPU"),

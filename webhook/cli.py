@@ -398,6 +398,7 @@ def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> in
         f"{len(config.spot_node_labels)} spot node labels)",
         file=stdout,
     )
+    print(f"kueue: {config.kueue.describe()}", file=stdout)
     return EXIT_OK
 
 

@@ -11,11 +11,12 @@ any other (``isPodFailed``: a terminating pod is failed only once ``Failed``).
 
 Only admission knows who deletes a pod (the API server records no deleter on the object),
 so the validating webhook receives the DELETE of the pods whose workloads ignore
-disruptions (the chart's objectSelector on ``retry-policy.dev/ignore-disruptions``, and
-matchConditions that keep out every deleter but the disruptors, pods already disrupted
-and pods already terminal), always allows it, and when the deleter is one of the config's
-``disruptors`` hands the pod to ``webhook.cluster.deletions``, which adds the condition
-once the deletion is stored. Not on the admission path: the answer waits for nothing.
+disruptions (the chart's matchConditions: the pod's label
+``retry-policy.dev/ignore-disruptions``, and conditions that keep out every deleter but
+the disruptors, pods already disrupted and pods already terminal), always allows it,
+and when the deleter is one of the config's ``disruptors`` hands the pod to
+``webhook.cluster.deletions``, which adds the condition once the deletion is stored. Not
+on the admission path: the answer waits for nothing.
 
 What is left alone, and why:
 

@@ -9,7 +9,8 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
 - metadata: the namespace, our annotations (``retry-policy.dev/...``; a pod also keeps
   the JobSet restart-attempt and index failure-count it takes attempts from, and a pod
   that learns from earlier attempts its completion index and JobSet labels, the set's UID
-  among them), the
+  among them, and one that may be held back JobSet's exclusive placement annotations), a
+  Job's Kueue queue label (``mutators.queued``), the
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
@@ -45,10 +46,12 @@ from typing import Any
 import orjson
 
 from webhook.cluster import history
+from webhook.kube import jobsetplacement
 from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.job import INTENT_FIELDS
 from webhook.mutators.pod import INDEX_FAILURE_COUNT, RESTART_ATTEMPT
 from webhook.policy.config import Config
+from webhook.policy.kueue import QUEUE_LABEL
 from webhook.policy.model import PREFIX
 
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
@@ -74,7 +77,16 @@ IN_PLACE = PREFIX + "in-place-exit-codes"
 #: its completion index and, in a JobSet, its replicated Job and job index.
 POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
 POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
+#: A pod that may be held back also reads whether it follows a leader
+#: (``webhook.kube.jobsetplacement``).
+POD_GATED_ANNOTATIONS = (
+    jobsetplacement.JOBSET_NAME,
+    jobsetplacement.EXCLUSIVE,
+    jobsetplacement.NODE_SELECTOR_STRATEGY,
+)
 POD_LABELS = (RESTART_ATTEMPT,)
+#: Of a Job's labels, the one that queues it in Kueue (``mutators.queued``).
+JOB_LABELS = (QUEUE_LABEL,)
 POD_HISTORY_LABELS = (
     *POD_LABELS,
     history.REPLICATED_JOB,
@@ -109,7 +121,7 @@ def job_view(job: Mapping[str, Any], config: Config | None = None) -> dict[str, 
     )
     return _top(
         job,
-        _metadata(metadata, (), reduce_owners=True, intent=True),
+        _metadata(metadata, (), reduce_owners=True, labels=JOB_LABELS, intent=True),
         {
             k: _template(v, memory, restarts) if k == "template" and isinstance(v, dict) else v
             for k, v in spec.items()
@@ -127,9 +139,10 @@ def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, 
         annotations = {}
     learns = any(k in annotations for k in (OOM_FACTOR, AVOID_NODES, ATTEMPT_ENV, RETRY_DELAY))
     gated = RETRY_DELAY in annotations
+    also = POD_HISTORY_ANNOTATIONS if learns else POD_ANNOTATIONS
     meta = _metadata(
         metadata,
-        POD_HISTORY_ANNOTATIONS if learns else POD_ANNOTATIONS,
+        (*also, *POD_GATED_ANNOTATIONS) if gated else also,
         reduce_owners=ATTEMPT in annotations and not learns,
         labels=POD_HISTORY_LABELS if learns else POD_LABELS,
         keep_labels=gated,

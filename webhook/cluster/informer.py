@@ -68,6 +68,15 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
     def _list(self) -> str:
+        """One full list, in pages of 500. It sets no ``resourceVersion`` nor
+        ``resourceVersionMatch``: a consistent read (the latest state), which the API server
+        serves from etcd on 1.30 (``shouldDelegateList`` in
+        staging/src/k8s.io/apiserver/pkg/storage/cacher) and from its watch cache from 1.31,
+        where ``ConsistentListFromCache`` is on by default and etcd answers progress
+        requests; later pages (``continue``) still go to etcd unless the server serves
+        pagination from its cache (KEP-4988). The watch that follows, from the list's
+        ``resourceVersion``, is always served from the watch cache. (``resourceVersion=0``
+        would be served from the cache on 1.30 too, but may be stale and ignores ``limit``.)"""
         token = None
         items: list[Mapping[str, Any]] = []
         while True:

@@ -13,8 +13,14 @@ no deletion of pods loses anything.
 The record is small and bounded (``MAX_LINEAGES``, ``MAX_NODES``, ``MAX_MARKS``: under
 8 KiB as written), only the controller writes it (with the ``resourceVersion`` it read as
 a precondition), and it is merged with what a worker saw itself, so a decision made
-between a failure and its record (the controller writes within a second or two; the Job
-controller waits at least 10 s before the replacement pod) still counts it.
+between a failure and its record (the controller writes within a second or two) still
+counts it when that worker saw the failure. The replacement pod usually comes after the
+record, held back by the Job controller's back-off (10 s and up), but nothing guarantees
+it: that back-off is kept only in the leading kube-controller-manager's memory (a restart
+or a new leader creates the replacement at once: ``backoffStore`` in
+pkg/controller/job/backoff_utils.go) and per Job (a JobSet's restart makes new child Jobs,
+whose pods come at once). A worker that saw neither the failed pod nor the record then
+decides without it, and says so where it can (a JobSet pod's warning).
 
 Merging is idempotent: per container the most OOM kills and the largest memory killed at,
 the union of failed nodes, the later last failure. A failure seen both in the record and

@@ -149,8 +149,9 @@ def _render_plan(plan: Plan) -> list[str]:
         lines.extend(
             _fill(
                 "waits: held back after the failure before it (retry-delay); the Job "
-                "controller's own back-off (10s, doubling, at most 10m) counts from the same "
-                "failure, and the longer of the two wins."
+                "controller's own back-off (10s, doubling per failure since the Job's last "
+                "success, at most 10m; none after a controller-manager restart) counts from "
+                "the same failure, and the longer of the two wins."
             )
         )
     return lines

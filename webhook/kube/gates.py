@@ -10,8 +10,11 @@ controller removes it, and nothing ever adds it back.
 Beside the gate the webhook writes two things: the annotation ``retry-policy.dev/not-before``
 (when the pod may go, RFC 3339 in UTC: the users' contract) and the label ``GATED_LABEL``,
 which lets the controller, and ``retry-webhook release-gates``, list and watch exactly the
-pods it holds (a label selector, answered by the API server's watch cache) rather than
-every pod of the cluster. The label goes with the gate.
+pods it holds (a label selector) rather than every pod of the cluster. The watch is served
+from the API server's watch cache; the list (no ``resourceVersion``: a consistent read) is
+served from etcd on 1.30, where the API server reads every pod and filters by the label
+itself, and from the watch cache from 1.31 (``ConsistentListFromCache``; see
+``webhook.cluster.informer``). The label goes with the gate.
 
 Removing the gate is a JSON patch that first ``test``s that the gate is still at the index
 it was read at, then removes that entry and the label: a gate of someone else's (Kueue's,

@@ -6,7 +6,10 @@ its attempt from its environment:
 
 - ``RETRY_POLICY_ATTEMPT``: the failures counted before this pod (0 for the first), as its
   workload counts them: a Job's counted failures, an Indexed Job's index's, a JobSet's
-  restarts (its pods' ``restart-attempt``), a bare Pod's ``retry-policy.dev/attempt``;
+  restarts (its pods' ``restart-attempt``), a bare Pod's ``retry-policy.dev/attempt``. The
+  pods of a NonIndexed Job with ``parallelism`` above 1 share it: it is the Job's count
+  when the pod was admitted, not a number of the pod's own (pods running side by side read
+  the same, two replacements after one failure too);
 - ``RETRY_POLICY_MAX_ATTEMPTS``: the attempts its budget allows, where that is known (a
   Job's ``backoffLimit`` + 1, an index's ``backoffLimitPerIndex`` + 1, a JobSet's
   ``maxRestarts`` + 1, a Pod's ``backoff-limit`` + 1; not an Indexed Job whose budget is
@@ -23,7 +26,13 @@ one set through ``envFrom`` is; set it in ``env`` to keep yours).
 attempt's failure: the webhook gives it the scheduling gate and ``not-before``
 (``webhook.kube.gates``), and the controller removes the gate when the time comes. No gate
 is added while no controller leads (it would never be removed), nor when the time has
-passed already.
+passed already, nor (``ungateable``) on a pod the API server would refuse gated (one with
+``spec.nodeName``) or on a follower of JobSet's exclusive placement whose wait would count
+from its own admission (its leader's gate held it back already).
+
+A gated pod has no node: deleted by anyone but its Job controller, it is deleted at once
+and marked ``Failed`` by PodGC (``gcUnscheduledTerminating`` in pkg/controller/podgc), and
+the Job controller counts it as a failed attempt (to let it go early, remove the gate).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.cluster.leadership import LeaderLive, Now, Passed
-from webhook.kube import gates, podspec
+from webhook.kube import gates, jobsetplacement, podspec
 from webhook.kube.owned import ALL, SHALLOW, Owned
 from webhook.mutators.base import Context, Outcome
 from webhook.policy.model import (
@@ -113,6 +122,27 @@ def check(policy: Policy, ctx: Context, where: str) -> list[Problem]:
     return problems
 
 
+def pinned(spec: Mapping[str, Any]) -> str | None:
+    """The node a pod spec names (``spec.nodeName``), if any. Such a pod is never gated:
+    the API server refuses to create a pod that has both a node and scheduling gates
+    (``ValidatePodCreate`` in pkg/apis/core/validation/validation.go: "nodeName: cannot be
+    set until all schedulingGates have been cleared"), so a gated retry would never exist
+    (``FailedCreate``, and the Job would wait for it forever)."""
+    node = spec.get("nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def pinned_message(node: str, delay: int, where: str) -> str:
+    """Why ``retry-delay`` cannot hold back the pods of a spec that names ``node``."""
+    return (
+        f"{format_duration(delay)} cannot hold back a pod that names its node: {where}.nodeName "
+        f"is {node!r}, and the API server refuses a pod with both nodeName and a scheduling "
+        "gate (nodeName: cannot be set until all schedulingGates have been cleared), so no "
+        "delayed retry could be created; accepted: no retry-delay here, or node affinity (a "
+        f"nodeSelector) on kubernetes.io/hostname in place of {where}.nodeName"
+    )
+
+
 def add_env(spec: dict[str, Any], attempt: Attempt, out: Outcome, setting: Any, bare: bool) -> None:
     """The attempt env vars in every container (init containers too) that does not set
     them already; unknown values are left out, with a warning (a bare Pod's previous
@@ -175,6 +205,10 @@ def hold(
         return None
     if attempt.failures == 0:
         return None
+    why = ungateable(pod, attempt)
+    if why:
+        out.note(f"retry-policy: {attempt.label()} not held back for its retry-delay: {why}")
+        return None
     rail = ctx.config.rails(ctx.namespace).max_retry_delay
     seconds = retry_delays(policy, rail).seconds(attempt.failures)
     wait = format_duration(seconds)
@@ -210,6 +244,23 @@ def hold(
     out.decided("RetryDelayed", f"{attempt.label()}: waits {wait} until {stamp}")
     out.actions["retry_delayed"] = out.actions.get("retry_delayed", 0) + 1
     return {"retryDelaySeconds": seconds}
+
+
+def ungateable(pod: Mapping[str, Any], attempt: Attempt) -> str:
+    """Why this pod must not get our gate ("" when it may): it names its node (``pinned``),
+    or it is a follower of a JobSet's exclusive placement whose delay would count from its
+    own admission (``jobsetplacement``: JobSet admits a follower only once its leader is
+    scheduled, so the leader's gate held it back already)."""
+    spec = pod.get("spec")
+    node = pinned(spec) if isinstance(spec, dict) else None
+    if node is not None:
+        return f"spec.nodeName is {node!r}, and the API server refuses a gated pod with a node"
+    if attempt.last_failed_at is None and jobsetplacement.follower(pod):
+        return (
+            "JobSet created this follower only once its leader was scheduled, past the "
+            "leader's own delay (exclusive placement)"
+        )
+    return ""
 
 
 def env_in(container: Mapping[str, Any]) -> dict[str, str]:

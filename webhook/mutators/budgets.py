@@ -25,7 +25,9 @@ placed first would decide the pod the condition was added to.
 The controller finds the pods to act on by labels on the pod template (``labels``: a pod
 carries its template's), named as the keys, valued in their grammar: it watches by label
 selector, and the chart sends the webhook the DELETE of a pod only when its workload
-ignores disruptions (an objectSelector on ``retry-policy.dev/ignore-disruptions``).
+ignores disruptions (a matchCondition on the pod's label
+``retry-policy.dev/ignore-disruptions``: ``rpw.cel.ignoresDisruptions`` in the chart's
+_helpers.tpl; a DELETE carries the pod as ``oldObject``).
 Labels, not annotations: annotations of ours would send every pod's CREATE to the pod
 webhook, and these pods need nothing there.
 """

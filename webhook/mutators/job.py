@@ -34,6 +34,7 @@ from webhook.mutators import (
     has_policy_annotations,
     inplace,
     mapping,
+    queued,
     register,
     workload_policy,
 )
@@ -698,7 +699,8 @@ def _check_template(
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
     policy = budgets.check(policy, out)  # (a default skipped for the rule limit)
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
-    policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where)
+    queue = queued.queue_of(obj, path)
+    policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where, queue)
     _check_pod_annotations(spec, policy, where, out, budget)
     return policy
 
@@ -711,11 +713,14 @@ def _check_between(
     out: Outcome,
     budget: Budget,
     where: str,
+    queue: str | None = None,
 ) -> Policy:
     """``attempt-env`` and ``retry-delay`` (``webhook.mutators.between``): a new pod for
     each attempt (not ``restartPolicy: OnFailure``, except in a JobSet, whose every run
-    makes new pods), ``retry-delay-max`` not below ``retry-delay``, the guard rail, and
-    a warning when the delays cannot fit in the deadline."""
+    makes new pods), ``retry-delay-max`` not below ``retry-delay``, the guard rail, no
+    ``nodeName`` on the template, Kueue's ``waitForPodsReady`` when ``queue`` (its
+    LocalQueue) is set (``webhook.mutators.queued``), and a warning when the delays cannot
+    fit in the deadline."""
     if not between.wanted(policy):
         for name in ("retry-delay-factor", "retry-delay-max"):
             if policy.setting(name).source is Source.ANNOTATION:
@@ -739,9 +744,22 @@ def _check_between(
         else:
             out.conflict(policy, "retry-delay-max", problem.message, problem.reason)
             policy = with_setting(policy, "retry-delay-max", Setting(None, Source.BUILTIN))
+    policy = _check_pinned(pod_spec, policy, out, where)
+    policy = queued.check(policy, queue, ctx, out, budget.steps - 1)
     if policy.retry_delay is not None:
         _check_deadline(spec, policy, ctx, out, budget, where)
     return policy
+
+
+def _check_pinned(pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str) -> Policy:
+    """No ``retry-delay`` on a template that names its node: its gated pods could not be
+    created (``between.pinned``). Denied when annotated, a default skipped."""
+    node = between.pinned(pod_spec)
+    if node is None or policy.retry_delay is None:
+        return policy
+    message = between.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
+    out.conflict(policy, "retry-delay", message, "node-name")
+    return with_setting(policy, "retry-delay", Setting(None, Source.BUILTIN))
 
 
 def _check_deadline(
@@ -1050,9 +1068,11 @@ def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
 
 def delay_text(policy: Policy, ctx: Context, what: str = "retries") -> str:
     """The warning for ``retry-delay``: how long retries wait, and that the Job
-    controller's own back-off still comes first (``getRemainingTimeForFailuresCount`` in
-    pkg/controller/job/backoff_utils.go: 10 s doubling, at most 10 minutes, counted from
-    the same failure: the longer of the two wins)."""
+    controller's own back-off still comes first when it has one
+    (``getRemainingTimeForFailuresCount`` in pkg/controller/job/backoff_utils.go: 10 s
+    doubling per failure since the Job's last success, at most 10 minutes, counted from the
+    same failure: the longer of the two wins). That back-off is no floor: it is kept in the
+    controller-manager's memory only (lost on its restart) and per Job."""
     delays = retry_delays(policy, ctx.config.rails(ctx.namespace).max_retry_delay)
     text = f"retry-policy: {what} wait {format_duration(delays.first)}"
     if policy.retry_delay_factor != 1:

@@ -58,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.kube import failurepolicy as fp
-from webhook.kube import intent
+from webhook.kube import intent, jobsetplacement
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
 from webhook.kube.owned import deep_copy
 from webhook.mutators import (
@@ -559,6 +559,7 @@ def _apply_replicated_job(
         outer_bound=outer,
         in_place_bound=in_place_bound(jobset, path, job_spec, outer),
     )
+    _note_leader_first(jobset, index, resolved, out)
     if reverted is None:
         return resolved
     rp_path = intent.dotted((*path, "template", "spec", "restartPolicy"))
@@ -582,6 +583,22 @@ def _apply_replicated_job(
         else:
             pod_spec.pop("restartPolicy", None)
     return resolved
+
+
+def _note_leader_first(jobset: Mapping[str, Any], index: int, policy: Policy, out: Outcome):
+    """Under JobSet's exclusive placement a gated leader keeps its Job's followers from
+    being created (``webhook.kube.jobsetplacement``): say so where retry-delay is asked."""
+    template = mapping(get_path(jobset, ("spec", "replicatedJobs", index, "template")))
+    topology = jobsetplacement.exclusive_of(jobset, template)
+    if topology is None or policy.retry_delay is None or out.problems:
+        return
+    name = get_path(jobset, ("spec", "replicatedJobs", index, "name"))
+    out.note(
+        f"retry-policy: replicated Job {name} is placed exclusively per {topology} "
+        f"({jobsetplacement.EXCLUSIVE}): JobSet creates a Job's other pods only once its "
+        "leader (index 0) is scheduled, so while retry-delay holds a leader back they are "
+        "refused (FailedCreate, tried again up to a minute apart) and start after it"
+    )
 
 
 def _child_policy(

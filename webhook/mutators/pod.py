@@ -261,6 +261,11 @@ class PodMutator:
                             "missing-attempt",
                         )
                     )
+        node = between.pinned(spec)
+        if owner is None and node is not None and policy.retry_delay is not None:
+            # (A controller's pod is only never gated: ``between.hold``.)
+            message = between.pinned_message(node, policy.retry_delay, "spec")
+            problems.append(Problem(f"annotation {PREFIX}retry-delay", message, "node-name"))
         if problems:
             self._report(out, problems, owner)
             if owner is None or any(p.reason != "guard-rail" for p in problems):

@@ -43,7 +43,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster import runtimes as rt
-from webhook.mutators import Change, Context, Outcome, inplace, items, mapping, register
+from webhook.mutators import (
+    Change,
+    Context,
+    Outcome,
+    inplace,
+    items,
+    mapping,
+    queued,
+    register,
+)
 from webhook.mutators.job import (
     JOBSET_GROUP,
     PEERS_UNBOUNDED,
@@ -481,6 +490,8 @@ class TrainJobMutator(WorkloadMutator):
             return out
         policy = self.policy(trainjob, ctx, out)
         out.policies["spec"] = policy
+        # Kueue queues the TrainJob, not the JobSet its trainer makes: checked here.
+        queued.check(policy, queued.queue_of(trainjob, ("spec",)), ctx, out, None, can_cap=False)
         if out.problems:
             return out
         changed_spec = copy.deepcopy(spec)

@@ -20,6 +20,7 @@ import yaml
 
 from webhook.kube import quantity
 from webhook.kube.versions import KubeVersion
+from webhook.policy import kueue as kq
 from webhook.policy.model import (
     KEYS,
     BadValue,
@@ -66,6 +67,7 @@ _TOP_KEYS = (
     "namespaces",
     "kubernetesVersion",
     "disruptors",
+    "kueue",
 )
 _DISRUPTOR_KEYS = ("users", "groups")
 _NS_KEYS = ("defaults", "guardRails")
@@ -145,6 +147,8 @@ class Config:
     #: defaults; otherwise the server asks the API server (``webhook.cluster.version``).
     kubernetes_version: KubeVersion | None = None
     disruptors: Disruptors = field(default_factory=Disruptors)
+    #: The cluster's Kueue, as the admin states it (``webhook.policy.kueue``).
+    kueue: kq.Kueue = field(default_factory=kq.Kueue)
 
     def layers(self, namespace: str | None) -> list[Layer]:
         """Default layers below the object's own annotations, highest precedence first."""
@@ -235,6 +239,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         source=source,
         kubernetes_version=_kubernetes_version(data.get("kubernetesVersion"), problems),
         disruptors=_disruptors(data.get("disruptors", None), problems),
+        kueue=_kueue(data.get("kueue"), problems),
     )
     problems.extend(_consistency(config))
     if problems:
@@ -413,6 +418,69 @@ def _disruptors(raw: Any, problems: list[Problem]) -> Disruptors:
             values = []
         found[key] = frozenset(values)
     return Disruptors(found["users"], found["groups"])
+
+
+def _kueue(raw: Any, problems: list[Problem]) -> kq.Kueue:
+    """``kueue: {waitForPodsReady: {enable, timeout, recoveryTimeout}, startupAllowance,
+    retryDelay}`` (``webhook.policy.kueue``)."""
+    if raw is None:
+        return kq.Kueue()
+    if not isinstance(raw, dict):
+        problems.append(Problem("kueue", "must be a mapping with waitForPodsReady"))
+        return kq.Kueue()
+    _unknown_keys(raw, kq.KEYS, "kueue.", problems)
+    found: dict[str, Any] = {}
+    mode = raw.get("retryDelay", "cap")
+    if mode in kq.MODES:
+        found["retry_delay"] = mode
+    else:
+        problems.append(
+            Problem("kueue.retryDelay", f"{mode!r} is not valid; accepted: cap or deny")
+        )
+    if "startupAllowance" in raw:
+        found["startup_allowance"] = _go_seconds(raw, "startupAllowance", "kueue.", problems)
+    wait = raw.get("waitForPodsReady")
+    if isinstance(wait, dict):
+        where = "kueue.waitForPodsReady."
+        _unknown_keys(wait, kq.WAIT_KEYS, where, problems)
+        found["stated"] = True
+        found["enabled"] = wait.get("enable", True)
+        if not isinstance(found["enabled"], bool):
+            problems.append(Problem(where + "enable", f"{found['enabled']!r} is not true or false"))
+        # Kueue's defaults: a zero or absent timeout is 30m; recoveryTimeout is the timeout.
+        found["timeout"] = _go_seconds(wait, "timeout", where, problems) or kq.DEFAULT_TIMEOUT
+        found["recovery_timeout"] = found["timeout"]
+        if wait.get("recoveryTimeout") is not None:
+            found["recovery_timeout"] = _go_seconds(wait, "recoveryTimeout", where, problems)
+    elif wait is not None:
+        problems.append(Problem("kueue.waitForPodsReady", "must be a mapping"))
+    kueue = kq.Kueue(**{k: v for k, v in found.items() if v is not None})
+    if kueue.stated and kueue.enabled is True and kueue.longest_wait() < 1:
+        bound, name = kueue.bound()
+        problems.append(
+            Problem(
+                "kueue.startupAllowance",
+                f"{format_duration(kueue.startup_allowance)} leaves no time to wait within "
+                f"Kueue's {name}; accepted: a duration below {format_duration(bound)}",
+            )
+        )
+    return kueue
+
+
+def _go_seconds(raw: dict, key: str, where: str, problems: list[Problem]) -> int | None:
+    """``raw[key]``, a Go duration as Kueue reads one, in whole seconds (rounded down)."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise ValueError(f"{value!r} is not a quoted duration")
+        return int(kq.parse_go_duration(value))
+    except ValueError as err:
+        problems.append(
+            Problem(f"{where}{key}", f"{err}; accepted: a Go duration such as 5m, 1h30m or 90s")
+        )
+        return None
 
 
 def _spot_labels(raw: Any, problems: list[Problem]) -> dict[str, tuple[str, ...]]:
