@@ -170,3 +170,21 @@ def test_certs_command_writes_files(tmp_path):
     code, out, _ = run(["certs", "--cert-dir", str(tmp_path), "--service", "s", "--namespace", "n"])
     assert code == 0 and "tls.key" in out
     assert {p.name for p in tmp_path.iterdir()} == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+
+
+def test_version_is_the_package_metadata():
+    from importlib import metadata
+
+    wanted = metadata.version("retry-policy-webhook")
+    for name, prog in (
+        ("retry-webhook", "retry-webhook"),
+        ("kubectl-retry_policy", "kubectl retry-policy"),
+    ):
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / name), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0 and done.stdout == f"{prog} {wanted}\n", done

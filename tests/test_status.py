@@ -770,6 +770,18 @@ def test_kubectl_finds_and_runs_the_plugin(cluster):
         [kubectl, "retry-policy", "--help"], capture_output=True, text=True, env=env, check=False
     )
     assert "usage: kubectl retry-policy" in usage.stdout
+    # The plugin is the user's: their workloads' commands, not the server's.
+    offered = usage.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert offered == ["status", "explain", "dry-run", "test"]
+    for command in ("serve", "certs", "release-gates", "check-config"):
+        refused = subprocess.run(
+            [kubectl, "retry-policy", command, "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert refused.returncode == 2 and "invalid choice" in refused.stderr, command
 
 
 # --- retry delays, Events in time order, the JSON shape, TrainJobs, per-index budgets -------

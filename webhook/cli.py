@@ -591,13 +591,7 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "retry-webhook",
-        description="Kubernetes admission webhook for retry and failure policy.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _serve_parser(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run the HTTPS admission server")
     serve.add_argument("--config", help="cluster defaults YAML (default: built-in defaults)")
     serve.add_argument("--cert-dir", default="certs", help="tls.crt/tls.key (generated if absent)")
@@ -722,6 +716,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=run_server)
 
+
+def _dry_run_parser(sub: Any) -> None:
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
     _input_options(dry)
     dry.add_argument("--config", help="cluster defaults YAML")
@@ -737,6 +733,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     _version_option(dry)
     dry.set_defaults(func=dry_run)
 
+
+def _explain_parser(sub: Any) -> None:
     why = sub.add_parser(
         "explain",
         help="show each workload's retry plan: settings and their sources, failure rules, "
@@ -755,6 +753,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     _version_option(why)
     why.set_defaults(func=explain_cmd)
 
+
+def _status_parser(sub: Any) -> None:
     live = sub.add_parser(
         "status",
         help="a running or finished workload's story: plan, attempts used, failed attempts, "
@@ -774,6 +774,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     live.add_argument("-o", "--output", choices=("text", "json"), default="text")
     live.set_defaults(func=status_cmd)
 
+
+def _test_parser(sub: Any) -> None:
     test = sub.add_parser(
         "test",
         help="run test suites: how manifests are admitted and how they behave when they fail",
@@ -793,10 +795,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     test.set_defaults(func=test_cmd)
 
+
+def _check_config_parser(sub: Any) -> None:
     check = sub.add_parser("check-config", help="validate a cluster defaults file")
     check.add_argument("config")
     check.set_defaults(func=check_config)
 
+
+def _certs_parser(sub: Any) -> None:
     cert = sub.add_parser(
         "certs",
         help="generate a CA and serving certificate (files, or a Secret with --in-cluster)",
@@ -844,6 +850,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     cert.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
     cert.set_defaults(func=make_certs)
 
+
+def _release_gates_parser(sub: Any) -> None:
     release = sub.add_parser(
         "release-gates",
         help="remove the retry-delay scheduling gates of every pod the webhook holds back",
@@ -858,11 +866,51 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     release.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
     release.set_defaults(func=release_gates)
+
+
+#: Every subcommand, in the order ``--help`` lists them.
+COMMANDS = {
+    "serve": _serve_parser,
+    "dry-run": _dry_run_parser,
+    "explain": _explain_parser,
+    "status": _status_parser,
+    "test": _test_parser,
+    "check-config": _check_config_parser,
+    "certs": _certs_parser,
+    "release-gates": _release_gates_parser,
+}
+#: What ``kubectl retry-policy`` offers: a user's commands about workloads. Serving,
+#: certificates and releasing every gate are the operator's (``retry-webhook``).
+PLUGIN_COMMANDS = ("status", "explain", "dry-run", "test")
+DESCRIPTION = "Kubernetes admission webhook for retry and failure policy."
+PLUGIN_DESCRIPTION = (
+    "Your workloads' retry and failure policy, as the retry-policy webhook makes it: a "
+    "workload's story in the cluster, its retry plan, what admission does to a manifest, "
+    "test suites. (Serving and certificates: retry-webhook.)"
+)
+
+
+def build_parser(
+    prog: str | None = None, commands: Sequence[str] = tuple(COMMANDS)
+) -> argparse.ArgumentParser:
+    plugin = set(commands) <= set(PLUGIN_COMMANDS)
+    parser = argparse.ArgumentParser(
+        prog=prog or "retry-webhook",
+        description=PLUGIN_DESCRIPTION if plugin else DESCRIPTION,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {reports.version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in commands:
+        COMMANDS[name](sub)
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+def main(
+    argv: list[str] | None = None,
+    prog: str | None = None,
+    commands: Sequence[str] = tuple(COMMANDS),
+) -> int:
+    args = build_parser(prog, commands).parse_args(argv)
     try:
         code = int(args.func(args, sys.stdout, sys.stderr))
         sys.stdout.flush()
@@ -877,8 +925,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 def plugin_main() -> int:
     """``kubectl retry-policy ...``: kubectl runs ``kubectl-retry_policy`` from PATH with
     the words after ``retry-policy`` (its plugin mechanism maps ``-`` in a command to ``_``
-    in the file name)."""
-    return main(prog="kubectl retry-policy")
+    in the file name). It offers the user's commands only (``PLUGIN_COMMANDS``)."""
+    return main(prog="kubectl retry-policy", commands=PLUGIN_COMMANDS)
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def sarif(
         "tool": {
             "driver": {
                 "name": TOOL,
-                "version": _version(),
+                "version": version(),
                 "rules": [
                     {"id": rule, "shortDescription": {"text": text}} for rule, text in rules.items()
                 ],
@@ -109,7 +109,8 @@ def sarif(
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
-def _version() -> str:
+def version() -> str:
+    """The installed package's version (its metadata), as ``--version`` and reports say it."""
     from importlib import metadata
 
     try:
