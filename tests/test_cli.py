@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -188,3 +191,49 @@ def test_version_is_the_package_metadata():
             check=False,
         )
         assert done.returncode == 0 and done.stdout == f"{prog} {wanted}\n", done
+
+
+def test_make_dry_run_prints_only_yaml_even_while_it_installs(tmp_path):
+    """``make dry-run`` on a fresh clone: the install runs first, and whatever it prints
+    (pip, venv, make's own echo of a command) must stay off stdout, which is the YAML.
+    The installer here is a stand-in that is noisy on both streams; the CLI is the real
+    one."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    venv = tmp_path / "venv"
+    noisy = 'echo "noise on stdout: $*"; echo "noise on stderr: $*" >&2\n'
+    installer = tmp_path / "python3"
+    installer.write_text(
+        "#!/bin/sh\n"
+        + noisy
+        + f'mkdir -p "{venv}/bin"\n'
+        + f"printf '#!/bin/sh\\n{noisy.replace(chr(10), '')}\\n' > \"{venv}/bin/python\"\n"
+        + f'printf \'#!/bin/sh\\nexec {BIN} "$@"\\n\' > "{venv}/bin/retry-webhook"\n'
+        + f'chmod +x "{venv}/bin/python" "{venv}/bin/retry-webhook"\n'
+    )
+    installer.chmod(0o755)
+    # Not a sub-make of whatever runs the tests: make would announce its directory.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run(
+        [make, "dry-run", f"VENV={venv}", f"PYTHON={installer}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (venv / "bin" / ".installed").exists()  # the install did run
+    assert "noise on stderr: -m pip install" in done.stderr
+    direct = subprocess.run(
+        [str(BIN), "dry-run", "-f", "examples/job.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout == direct.stdout
+    assert [d["kind"] for d in yaml.safe_load_all(done.stdout)] == ["Job"]
