@@ -27,7 +27,14 @@ from webhook.cluster.version import GivenVersion
 from webhook.kube.versions import KubeVersion
 from webhook.offline import inputs, reports
 from webhook.offline.inputs import Document, label
-from webhook.offline.review import ASSUMED_VERSION, IN_PLACE_KEY, check, prepare, version_for
+from webhook.offline.review import (
+    ASSUMED_VERSION,
+    IN_PLACE_KEY,
+    admission_review,
+    check,
+    prepare,
+    version_for,
+)
 from webhook.policy.config import Config, ConfigError, load_config
 from webhook.tls import certs
 
@@ -151,6 +158,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     results: list[dict[str, Any]] = []
     patches: list[dict[str, Any]] = []
     found: list[reports.Result] = []
+    reviews: list[dict[str, Any]] = []
     code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
     limits = GivenLimits(objects, args.namespace)
@@ -162,6 +170,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             code = EXIT_INPUT
             continue
         obj = doc.obj
+        reviews.append(admission_review(obj, args.namespace))
         where = _where(doc, labelled)
         checked = check(obj, config, args.namespace, runtimes, version, limits)
         verdict = checked.verdict
@@ -201,6 +210,10 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     elif args.output == "sarif":
         json.dump(reports.sarif(found, DRY_RUN_RULES, code), stdout, indent=2)
         stdout.write("\n")
+    elif args.output == "review":
+        for review in reviews:  # the request, whatever the verdict: post it to see that
+            json.dump(review, stdout, indent=2)
+            stdout.write("\n")
     else:
         yaml.safe_dump_all(results, stdout, sort_keys=False, default_flow_style=False)
     return code
@@ -725,10 +738,12 @@ def _dry_run_parser(sub: Any) -> None:
     dry.add_argument(
         "-o",
         "--output",
-        choices=("yaml", "json", "patch", "name", "junit", "sarif"),
+        choices=("yaml", "json", "patch", "name", "junit", "sarif", "review"),
         default="yaml",
-        help="the admitted objects (yaml, json, or their kind.group/name), their patches, or "
-        "a report of every object for CI: JUnit XML or SARIF 2.1.0",
+        help="the admitted objects (yaml, json, or their kind.group/name), their patches, "
+        "a report of every object for CI (JUnit XML or SARIF 2.1.0), or the AdmissionReview "
+        "the API server would send the webhook for each object (review: JSON, one per "
+        "object, to post to a running server's /mutate)",
     )
     _version_option(dry)
     dry.set_defaults(func=dry_run)
