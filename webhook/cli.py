@@ -24,6 +24,7 @@ import yaml
 from webhook.cluster.limits import GivenLimits
 from webhook.cluster.runtimes import GivenRuntimes, is_runtime
 from webhook.cluster.version import GivenVersion
+from webhook.kube import apiclient
 from webhook.kube.versions import KubeVersion
 from webhook.offline import inputs, reports
 from webhook.offline.inputs import Document, label
@@ -360,7 +361,7 @@ def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config) if args.config else None
         story, code = status.status(
-            args.workload, args.namespace, args.kubeconfig, args.context, config
+            args.workload, args.namespace, args.kubeconfig, args.context, config, args.filename
         )
     except (status.StatusError, ConfigError) as err:
         print(f"Error: {err}", file=stderr)
@@ -369,7 +370,7 @@ def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         json.dump(status.to_json(story), stdout, indent=2)
         stdout.write("\n")
     else:
-        stdout.write(status.render_text(story))
+        stdout.write(status.render_text(story, plan=args.plan))
     for what in story.unread:
         print(f"Warning: could not read {what}", file=stderr)
     return code
@@ -457,8 +458,9 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 def release_gates(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Remove every retry-delay gate of ours (webhook/controller/gates.py): for an
-    uninstall (the chart's delete hook) or a controller that is off. Exit 2: no API or
-    no scope given; 1: some pods could not be released (run it again)."""
+    uninstall (the chart's delete hook) or a controller that is off. Exit 2: no scope, no
+    API, or credentials that may not list pods; 1: the API failed the list, or some pods
+    could not be released (run it again)."""
     from webhook.controller import gates
     from webhook.tls import incluster
 
@@ -471,10 +473,13 @@ def release_gates(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> i
     except incluster.SyncError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
-    except Exception as err:  # the list itself failed
-        status = getattr(err, "status", None)
-        print(f"Error: cannot list pods: {f'HTTP {status}' if status else err}", file=stderr)
-        return EXIT_FAILED
+    except Exception as err:  # the list itself failed: in status's words
+        status, detail = apiclient.describe(err)
+        where = f"in namespace {args.namespace}" if args.namespace else "in all namespaces"
+        print(f"Error: cannot list pods {where}: {detail}", file=stderr)
+        # No API, or credentials that may not list pods: fix the setup (2); anything
+        # else the API failed (a 5xx, a 429): run it again (1).
+        return EXIT_INPUT if status in (None, 401, 403) else EXIT_FAILED
     for item in done:
         print(item, file=stdout)
     for error in errors:
@@ -772,10 +777,11 @@ def _explain_parser(sub: Any) -> None:
 def _status_parser(sub: Any) -> None:
     live = sub.add_parser(
         "status",
-        help="a running or finished workload's story: plan, attempts used, failed attempts, "
-        "what the next attempt gets, what decided it (reads the cluster as you)",
+        help="a running or finished workload's story: attempts used, failed attempts, what "
+        "the next attempt gets, what decided it, Events (reads the cluster as you)",
         epilog="exit status: 0 told; 1 told, but a part could not be read (named); 2 nothing "
-        "could be told (no cluster, not found, forbidden, a bad KIND/NAME). docs/STATUS.md",
+        "could be told (no cluster, not found, forbidden, a bad KIND/NAME or file). "
+        "docs/STATUS.md",
     )
     live.add_argument(
         "workload",
@@ -786,6 +792,18 @@ def _status_parser(sub: Any) -> None:
     live.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     live.add_argument("--context", help="the kubeconfig context to use")
     live.add_argument("--config", help="the cluster defaults YAML to judge the plan with (admins)")
+    live.add_argument(
+        "-f",
+        "--filename",
+        metavar="RECORDED",
+        help="read the workload, its Jobs, pods and Events from this file (what kubectl get "
+        "-o yaml wrote; - for stdin) instead of a cluster",
+    )
+    live.add_argument(
+        "--plan",
+        action="store_true",
+        help="end the text with the retry plan (explain's; -o json always has it)",
+    )
     live.add_argument("-o", "--output", choices=("text", "json"), default="text")
     live.set_defaults(func=status_cmd)
 
@@ -870,6 +888,8 @@ def _release_gates_parser(sub: Any) -> None:
     release = sub.add_parser(
         "release-gates",
         help="remove the retry-delay scheduling gates of every pod the webhook holds back",
+        epilog="exit status: 0 released; 1 the API failed the list or a pod's patch (run it "
+        "again); 2 no scope, no API, or credentials that may not list pods",
     )
     scope = release.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="only the pods of this namespace")

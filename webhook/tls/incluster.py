@@ -52,6 +52,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from webhook.kube import apiclient
 from webhook.tls import certs
 
 log = logging.getLogger(__name__)
@@ -292,11 +293,12 @@ def api_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
             config.load_incluster_config(client_configuration=configuration)
         else:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (config.ConfigException, OSError, TypeError) as err:
+    except (config.ConfigException, OSError, TypeError, ValueError) as err:
         raise SyncError(
-            "no Kubernetes API: not running in a pod and no usable kubeconfig "
-            f"({err}); set KUBECONFIG or --kubeconfig"
+            "no Kubernetes API: not running in a pod, and "
+            f"{apiclient.kubeconfig_problem(kubeconfig, err)}; set KUBECONFIG or --kubeconfig"
         ) from None
+    apiclient.quiet(configuration)
     api = client.ApiClient(configuration)
     return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
 
