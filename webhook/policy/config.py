@@ -33,8 +33,14 @@ from webhook.policy.model import (
 )
 from webhook.problems import Problem
 
-#: Spot/preemptible node labels by provider (FACTS.md). A node without the label is
-#: not spot, which is why non-spot placement uses ``NotIn`` rather than ``In``.
+#: Spot/preemptible node labels by provider, as each one's source gives them: GKE's
+#: (``hasPreemptiblePricing``, kubernetes/autoscaler
+#: cluster-autoscaler/cloudprovider/gce/gce_price_model.go), EKS managed node groups'
+#: (awsdocs/amazon-eks-user-guide doc_source/managed-node-groups.md, "capacity types"),
+#: Karpenter's (``CapacityTypeLabelKey``, ``CapacityTypeSpot``: kubernetes-sigs/karpenter
+#: pkg/apis/v1/labels.go), AKS spot node pools' (MicrosoftDocs/azure-aks-docs
+#: articles/aks/spot-node-pool.md). A node without the label is not spot, which is why
+#: non-spot placement uses ``NotIn`` rather than ``In``.
 DEFAULT_SPOT_NODE_LABELS: dict[str, tuple[str, ...]] = {
     "cloud.google.com/gke-spot": ("true",),
     "cloud.google.com/gke-preemptible": ("true",),
