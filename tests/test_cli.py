@@ -169,6 +169,28 @@ def test_check_config(tmp_path):
     assert code == 1 and "defaults.backoff-limit" in err
 
 
+def configmap(name: str, config: str) -> str:
+    """A ConfigMap as the chart renders its config (``toYaml`` under ``config.yaml``)."""
+    body = yaml.safe_dump({"config.yaml": config}, default_style="|")
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n" + "".join(
+        f"  {line}\n" for line in body.splitlines()
+    )
+
+
+def test_check_config_reads_the_charts_configmap_from_stdin():
+    other = "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc}\n"
+    rendered = configmap("rpw", "defaults:\n  backoff-limit: 2\n") + other
+    code, out, _ = run(["check-config", "-"], stdin=rendered)
+    assert code == 0 and out.startswith("stdin: ConfigMap rpw: OK (1 cluster defaults")
+    code, _, err = run(["check-config", "-"], stdin=configmap("rpw", "defaults: {x: 1}\n"))
+    assert code == 1 and "invalid config stdin: ConfigMap rpw" in err
+    two = configmap("a", "{}\n") + "---\n" + configmap("b", "{}\n")
+    code, _, err = run(["check-config", "-"], stdin=two)
+    assert code == 1 and "holds 2 ConfigMaps with a config.yaml: a, b" in err
+    code, _, err = run(["check-config", "-"], stdin="")
+    assert code == 1 and err == "Error: stdin is empty: nothing to check\n"
+
+
 def test_certs_command_writes_files(tmp_path):
     code, out, _ = run(["certs", "--cert-dir", str(tmp_path), "--service", "s", "--namespace", "n"])
     assert code == 0 and "tls.key" in out

@@ -36,7 +36,7 @@ from webhook.offline.review import (
     prepare,
     version_for,
 )
-from webhook.policy.config import Config, ConfigError, load_config
+from webhook.policy.config import Config, ConfigError, load_config, parse_config_or_configmap
 from webhook.tls import certs
 
 __all__ = ["ASSUMED_VERSION", "IN_PLACE_KEY", "main", "prepare"]
@@ -401,8 +401,19 @@ def test_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """A config file, or the chart's rendered ConfigMap (``-``: stdin). Exit 0 valid, 1
+    not (every problem said)."""
+    source = "stdin" if args.config == "-" else args.config
     try:
-        config = load_config(args.config)
+        text = sys.stdin.read() if args.config == "-" else _read_text(args.config)
+        if args.config == "-" and not text.strip():
+            # An empty file means "built-in defaults"; an empty pipe, a command that failed.
+            print("Error: stdin is empty: nothing to check", file=stderr)
+            return EXIT_DENIED
+        config = parse_config_or_configmap(text, source)
+    except OSError as err:
+        print(f"Error: cannot read {source}: {err.strerror or err}", file=stderr)
+        return EXIT_DENIED
     except ConfigError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_DENIED
@@ -413,6 +424,14 @@ def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> in
         file=stdout,
     )
     return EXIT_OK
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except UnicodeDecodeError as err:
+        raise OSError(f"not UTF-8 text ({err.reason})") from None
 
 
 def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -830,8 +849,16 @@ def _test_parser(sub: Any) -> None:
 
 
 def _check_config_parser(sub: Any) -> None:
-    check = sub.add_parser("check-config", help="validate a cluster defaults file")
-    check.add_argument("config")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a cluster defaults file, or the chart's rendered ConfigMap holding one",
+    )
+    check.add_argument(
+        "config",
+        metavar="FILE",
+        help="the config file; or what `helm template ... --show-only "
+        "templates/configmap.yaml` prints; - for stdin",
+    )
     check.set_defaults(func=check_config)
 
 
