@@ -1896,6 +1896,32 @@ def test_every_value_is_documented():
     assert missing == []
 
 
+def test_chart_yaml_describes_every_kind_its_webhooks_receive(helm):
+    """Chart.yaml is what chart indexes show: it names each kind the webhooks take."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    described = " ".join(chart["description"].split())
+    resources = {
+        resource
+        for d in render(helm, {})
+        if d["kind"] == "MutatingWebhookConfiguration"
+        for w in d["webhooks"]
+        for rule in w["rules"]
+        for resource in rule["resources"]
+    }
+    kinds = {
+        "jobs": "Jobs",
+        "pods": "Pods",
+        "cronjobs": "CronJobs",
+        "jobsets": "JobSets",
+        "rayjobs": "RayJobs",
+        "pytorchjobs": "PyTorchJobs",
+        "trainjobs": "TrainJobs",
+    }
+    assert resources == set(kinds)
+    assert [kinds[r] for r in sorted(resources) if kinds[r] not in described] == []
+    assert {"jobset", "kuberay", "kubeflow", "trainjob"} <= set(chart["keywords"])
+
+
 def test_install_md_lists_every_webhook_the_chart_renders(helm):
     docs = render(helm, {})
     rendered = {
