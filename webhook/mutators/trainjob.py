@@ -43,7 +43,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster import runtimes as rt
-from webhook.mutators import Change, Context, Outcome, inplace, items, mapping, register
+from webhook.mutators import (
+    Change,
+    Context,
+    Outcome,
+    budgets,
+    failureaware,
+    inplace,
+    items,
+    mapping,
+    register,
+)
 from webhook.mutators.job import (
     JOBSET_GROUP,
     PEERS_UNBOUNDED,
@@ -482,6 +492,9 @@ class TrainJobMutator(WorkloadMutator):
         policy = self.policy(trainjob, ctx, out)
         out.policies["spec"] = policy
         if out.problems:
+            # The needs between the valid keys are said with them: one apply shows all.
+            failureaware.lacks_limit(policy, out)
+            budgets.check(policy, out)
             return out
         changed_spec = copy.deepcopy(spec)
         label, found = find_runtime(trainjob, ctx)
