@@ -37,6 +37,7 @@ from webhook.offline.review import (
     version_for,
 )
 from webhook.policy.config import Config, ConfigError, load_config, parse_config_or_configmap
+from webhook.policy.model import PREFIX
 from webhook.tls import certs
 
 __all__ = ["ASSUMED_VERSION", "IN_PLACE_KEY", "main", "prepare"]
@@ -231,6 +232,11 @@ def _dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.
     }
     name = _name(doc)
     if not verdict.allowed:
+        # Each problem at the line it is about: the annotation (or field) it names.
+        found = tuple(
+            reports.Finding(f"retry-policy: {p}", inputs.line_of(doc, p.where))
+            for p in verdict.problems
+        )
         return reports.Result(
             doc.source.path,
             name,
@@ -238,13 +244,24 @@ def _dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.
             "denied",
             verdict.message,
             level="error",
+            findings=found,
             **common,
         )
     if checked.warnings:
         status = reports.FAILED if fail_on_warn else reports.PASSED
         text = "; ".join(checked.warnings)
+        found = tuple(
+            reports.Finding(w, inputs.line_named(doc, w, PREFIX)) for w in checked.warnings
+        )
         return reports.Result(
-            doc.source.path, name, status, "warning", text, level="warning", **common
+            doc.source.path,
+            name,
+            status,
+            "warning",
+            text,
+            level="warning",
+            findings=found,
+            **common,
         )
     changes = len(checked.changes)
     text = f"admitted; the webhook makes {changes} change(s)" if changes else "admitted unchanged"
