@@ -214,3 +214,14 @@ def test_linked_pages_misses_an_unlinked_page(tmp_path):
 )
 def test_opening_check_needs_both_commands_first(text, ok):
     assert has_the_two_commands(opening_commands(text)) is ok
+
+
+def test_the_license_declared_everywhere_is_the_one_shipped():
+    """pyproject.toml, the image's label and the build context all name Apache-2.0; the
+    LICENSE file is its text (the wheel and the image carry it)."""
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"]
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text().splitlines()
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in (ROOT / "Dockerfile").read_text()
+    assert "!LICENSE" in (ROOT / ".dockerignore").read_text().splitlines()
