@@ -26,7 +26,7 @@ from webhook.cluster.runtimes import GivenRuntimes, is_runtime
 from webhook.cluster.version import GivenVersion
 from webhook.kube import apiclient
 from webhook.kube.versions import KubeVersion
-from webhook.offline import inputs, reports
+from webhook.offline import inputs, outcomes, reports
 from webhook.offline.inputs import Document, label
 from webhook.offline.review import (
     ASSUMED_VERSION,
@@ -37,7 +37,6 @@ from webhook.offline.review import (
     version_for,
 )
 from webhook.policy.config import Config, ConfigError, load_config, parse_config_or_configmap
-from webhook.policy.model import PREFIX
 from webhook.tls import certs
 
 __all__ = ["ASSUMED_VERSION", "IN_PLACE_KEY", "main", "prepare"]
@@ -47,13 +46,6 @@ EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it
 #: The reader of the output went away (``retry-webhook dry-run ... | head``): 128 + SIGPIPE,
 #: what a shell reports for a command the closed pipe stopped.
 EXIT_PIPE = 141
-#: The rule ids of dry-run's reports, and what each means.
-DRY_RUN_RULES = {
-    "denied": "The webhook would deny the object",
-    "warning": "The webhook would admit the object with warnings",
-    "admitted": "The webhook would admit the object",
-    "input": "The input could not be read as Kubernetes objects",
-}
 
 
 class InputError(Exception):
@@ -108,44 +100,6 @@ def _where(doc: Document, labelled: bool) -> str:
     return f"{doc.source}: {label(obj)}: " if labelled else ""
 
 
-def _name(doc: Document) -> str:
-    """A report's name for one object: ``Job/train (document 2)``."""
-    source = doc.source
-    if doc.obj is None:
-        return f"document {source.document}" if source.document else "the file"
-    where = f"document {source.document}" + (
-        f", item {source.item}" if source.item is not None else ""
-    )
-    return f"{label(doc.obj)} ({where})"
-
-
-def _properties(doc: Document) -> dict[str, Any]:
-    obj = doc.obj or {}
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    found = {
-        "document": doc.source.document,
-        "item": doc.source.item,
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "namespace": metadata.get("namespace"),
-        "name": metadata.get("name") or metadata.get("generateName"),
-    }
-    return {k: v for k, v in found.items() if v is not None}
-
-
-def _input_result(doc: Document) -> reports.Result:
-    return reports.Result(
-        doc.source.path,
-        _name(doc),
-        reports.ERROR,
-        "input",
-        doc.error,
-        line=doc.source.line,
-        level="error",
-        properties=_properties(doc),
-    )
-
-
 def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config)
@@ -168,7 +122,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     for doc in docs:
         if doc.obj is None:
             print(f"Error: {doc.error}", file=stderr)
-            found.append(_input_result(doc))
+            found.append(outcomes.input_result(doc))
             code = EXIT_INPUT
             continue
         obj = doc.obj
@@ -178,7 +132,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         verdict = checked.verdict
         for warning in verdict.warnings:
             print(f"Warning: {where}{warning}", file=stderr)
-        result = _dry_run_result(doc, checked, args.fail_on_warn)
+        result = outcomes.dry_run_result(doc, checked, args.fail_on_warn)
         found.append(result)
         if result.status == reports.FAILED:
             code = max(code, EXIT_DENIED)
@@ -197,7 +151,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             }
         )
     if labelled:
-        print(_summary(docs, found), file=stderr)
+        print(outcomes.summary(docs, found), file=stderr)
     if args.output == "json":
         json.dump({"apiVersion": "v1", "kind": "List", "items": results}, stdout, indent=2)
         stdout.write("\n")
@@ -206,11 +160,11 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         stdout.write("\n")
     elif args.output == "name":
         for obj in results:
-            stdout.write(_kubectl_name(obj) + "\n")
+            stdout.write(outcomes.kubectl_name(obj) + "\n")
     elif args.output == "junit":
         stdout.write(reports.junit(found, "retry-webhook dry-run"))
     elif args.output == "sarif":
-        json.dump(reports.sarif(found, DRY_RUN_RULES, code), stdout, indent=2)
+        json.dump(reports.sarif(found, outcomes.RULES, code), stdout, indent=2)
         stdout.write("\n")
     elif args.output == "review":
         for review in reviews:  # the request, whatever the verdict: post it to see that
@@ -219,76 +173,6 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     else:
         yaml.safe_dump_all(results, stdout, sort_keys=False, default_flow_style=False)
     return code
-
-
-def _dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.Result:
-    """One object's line in the reports: denied, warned (a failure with
-    ``--fail-on-warn``), or admitted with the changes the webhook makes."""
-    verdict = checked.verdict
-    common: dict[str, Any] = {
-        "line": doc.source.line,
-        "properties": _properties(doc),
-        "output": tuple(verdict.warnings),
-    }
-    name = _name(doc)
-    if not verdict.allowed:
-        # Each problem at the line it is about: the annotation (or field) it names.
-        found = tuple(
-            reports.Finding(f"retry-policy: {p}", inputs.line_of(doc, p.where))
-            for p in verdict.problems
-        )
-        return reports.Result(
-            doc.source.path,
-            name,
-            reports.FAILED,
-            "denied",
-            verdict.message,
-            level="error",
-            findings=found,
-            **common,
-        )
-    if checked.warnings:
-        status = reports.FAILED if fail_on_warn else reports.PASSED
-        text = "; ".join(checked.warnings)
-        found = tuple(
-            reports.Finding(w, inputs.line_named(doc, w, PREFIX)) for w in checked.warnings
-        )
-        return reports.Result(
-            doc.source.path,
-            name,
-            status,
-            "warning",
-            text,
-            level="warning",
-            findings=found,
-            **common,
-        )
-    changes = len(checked.changes)
-    text = f"admitted; the webhook makes {changes} change(s)" if changes else "admitted unchanged"
-    return reports.Result(doc.source.path, name, reports.PASSED, "admitted", text, **common)
-
-
-def _kubectl_name(obj: dict[str, Any]) -> str:
-    """``kubectl -o name``'s form: ``job.batch/train``, ``pod/x``."""
-    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
-    kind = str(obj.get("kind") or "").lower()
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    name = metadata.get("name") or metadata.get("generateName") or ""
-    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
-
-
-def _summary(docs: Sequence[Document], found: Sequence[reports.Result]) -> str:
-    """The last line on stderr when many files were read."""
-    files = len({d.source.path for d in docs})
-    objects = sum(d.obj is not None for d in docs)
-    counts = {
-        "admitted": sum(r.rule in ("admitted", "warning") for r in found),
-        "denied": sum(r.rule == "denied" for r in found),
-        "with warnings": sum(r.rule == "warning" for r in found),
-        "input errors": sum(r.rule == "input" for r in found),
-    }
-    said = ", ".join(f"{n} {what}" for what, n in counts.items() if n or what == "admitted")
-    return f"Checked {objects} object(s) in {files} file(s): {said}"
 
 
 def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
