@@ -71,10 +71,12 @@ def kubeconfig_problem(kubeconfig: str | None, err: Exception) -> str:
     return f"cannot use kubeconfig {named} ({origin}): {short(err)}"
 
 
-def quiet(configuration: Any) -> None:
-    """No urllib3 warning for each request: a kubeconfig that skips TLS verification
-    (``insecure-skip-tls-verify``) is the user's choice, which kubectl honours silently."""
-    if getattr(configuration, "verify_ssl", True) is False:
-        import urllib3
+def quiet() -> None:
+    """No urllib3 warning on the screen, whatever the transport makes of the user's setup:
+    a kubeconfig that skips TLS verification (``insecure-skip-tls-verify``, which kubectl
+    honours silently) would otherwise print ``InsecureRequestWarning`` at every request,
+    and an SSL library urllib3 does not expect a warning at its import. By the module
+    that issues them, so urllib3 need not be imported first."""
+    import warnings
 
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    warnings.filterwarnings("ignore", module=r"urllib3(\.|$)")

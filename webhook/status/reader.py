@@ -134,6 +134,7 @@ def connect(
 ) -> Connection:
     """The user's API connection and namespace: ``namespace``, else the kubeconfig
     context's, else the pod's (in a cluster), else ``default`` (as kubectl)."""
+    apiclient.quiet()
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -158,7 +159,6 @@ def connect(
     except (config.ConfigException, OSError, TypeError, ValueError) as err:
         where = apiclient.kubeconfig_problem(kubeconfig, err) if has_file else str(err)
         raise StatusError(f"no Kubernetes API: {where}; {hint}") from None
-    apiclient.quiet(configuration)
     return Connection(
         client.ApiClient(configuration),
         namespace or found_namespace or "default",

@@ -285,6 +285,7 @@ def _serving_problem(
 def api_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
     """CoreV1Api and AdmissionregistrationV1Api: the pod's ServiceAccount, else a kubeconfig
     (``--kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``)."""
+    apiclient.quiet()
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -298,7 +299,6 @@ def api_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
             "no Kubernetes API: not running in a pod, and "
             f"{apiclient.kubeconfig_problem(kubeconfig, err)}; set KUBECONFIG or --kubeconfig"
         ) from None
-    apiclient.quiet(configuration)
     api = client.ApiClient(configuration)
     return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
 
