@@ -6,24 +6,30 @@ BIN    := $(VENV)/bin
 
 .PHONY: install tools run dry-run test lint bench bench-instructions fuzz clean
 
+# Quiet, and on stderr: `make dry-run` prints only YAML on stdout, even on its first run.
 $(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
-	touch $@
+	@echo "Installing the package and its test extra into $(VENV) ..." >&2
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip >&2
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]' >&2
+	@touch $@
 
 install: $(BIN)/.installed
 
 tools: install
 	PYTHON=$(BIN)/python .ci/get-k8s-tools
 
-## Run the webhook locally: HTTPS on :8443 with generated dev certificates (certs/).
+## Run the webhook locally, for this machine only: HTTPS on 127.0.0.1:8443 with generated
+## dev certificates (certs/), Prometheus metrics on plain HTTP, 127.0.0.1:9090.
 run: install
-	$(BIN)/retry-webhook serve --cert-dir certs --port 8443
+	@echo "Serving https://127.0.0.1:8443 (/mutate, /validate; this machine only; CA: certs/ca.crt)"
+	@echo "Metrics on http://127.0.0.1:9090/metrics (plain HTTP). Ctrl-C stops."
+	$(BIN)/retry-webhook serve --cert-dir certs --host 127.0.0.1 --port 8443
 
-## Show what the webhook does to a shipped example, offline.
+## Show what the webhook does to a shipped example, offline: the admitted object as YAML on
+## stdout (nothing else), the warnings kubectl would print on stderr.
 dry-run: install
-	$(BIN)/retry-webhook dry-run -f examples/job.yaml
+	@$(BIN)/retry-webhook dry-run -f examples/job.yaml
 
 lint: install
 	$(BIN)/ruff check .

@@ -186,13 +186,25 @@ class FakeAPI:
         self.deletions: list[tuple[str, str, int]] = []  # pods: (namespace, name, grace)
         self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
+        self.scheme = "http"
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server.server_address[1]}"
+
+    def use_tls(self, cert: Path, key: Path) -> FakeAPI:
+        """Serve HTTPS with this certificate from now on (call before ``start``), as every
+        API server does: a kubeconfig then trusts its CA or skips verification."""
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.scheme = "https"
+        return self
 
     def start(self) -> FakeAPI:
         self.thread.start()

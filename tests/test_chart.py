@@ -1714,6 +1714,39 @@ def test_semantic_config_errors_are_left_to_the_loader(helm):
     assert "maxBackoffLimit=5" in result.stderr
 
 
+def test_install_md_checks_a_values_file_as_the_chart_renders_it(helm, tmp_path):
+    """INSTALL.md's recipe, run as written (with no YAML tool between helm and
+    check-config): a good values file passes, one whose meaning is wrong fails with its
+    problem, one the schema refuses fails on the empty pipe."""
+    text = (ROOT / "docs" / "INSTALL.md").read_text()
+    recipe = text.split("check the meaning too before you upgrade:\n\n```sh\n", 1)[1]
+    recipe = recipe.split("```", 1)[0].replace("\\\n", " ").strip()
+    assert "yq" not in recipe
+    binaries = f"{Path(helm).parent}{os.pathsep}{Path(sys.executable).parent}"
+    cases = {
+        "good": ({"config": {"defaults": {"backoff-limit": 3}}}, 0, "1 cluster defaults"),
+        "meaning": (
+            {"config": {"defaults": {"backoff-limit": 12}, "guardRails": {"maxBackoffLimit": 5}}},
+            1,
+            "maxBackoffLimit=5",
+        ),
+        "schema": ({"config": {"defaults": {"backoff-limit": "x"}}}, 1, "stdin is empty"),
+    }
+    for name, (values, code, said) in cases.items():
+        (tmp_path / "my-values.yaml").write_text(yaml.safe_dump(values))
+        done = subprocess.run(
+            ["/bin/sh", "-c", recipe.replace("charts/", f"{ROOT}/charts/")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PATH": f"{binaries}{os.pathsep}{os.environ['PATH']}"},
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == code, (name, done.stdout, done.stderr)
+        assert said in done.stdout + done.stderr, name
+
+
 def test_schema_knows_exactly_the_config_keys_of_the_loader():
     from webhook.policy import config as loader
     from webhook.policy.model import KEYS
@@ -1872,6 +1905,47 @@ def test_every_value_is_documented():
     docs = (ROOT / "docs" / "INSTALL.md").read_text()
     missing = [key for key in _leaf_keys(values) if f"`{key}`" not in docs]
     assert missing == []
+
+
+def test_chart_yaml_describes_every_kind_its_webhooks_receive(helm):
+    """Chart.yaml is what chart indexes show: it names each kind the webhooks take."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    described = " ".join(chart["description"].split())
+    resources = {
+        resource
+        for d in render(helm, {})
+        if d["kind"] == "MutatingWebhookConfiguration"
+        for w in d["webhooks"]
+        for rule in w["rules"]
+        for resource in rule["resources"]
+    }
+    kinds = {
+        "jobs": "Jobs",
+        "pods": "Pods",
+        "cronjobs": "CronJobs",
+        "jobsets": "JobSets",
+        "rayjobs": "RayJobs",
+        "pytorchjobs": "PyTorchJobs",
+        "trainjobs": "TrainJobs",
+    }
+    assert resources == set(kinds)
+    assert [kinds[r] for r in sorted(resources) if kinds[r] not in described] == []
+    assert {"jobset", "kuberay", "kubeflow", "trainjob"} <= set(chart["keywords"])
+
+
+def test_install_md_lists_every_webhook_the_chart_renders(helm):
+    docs = render(helm, {})
+    rendered = {
+        d["kind"]: sorted(w["name"] for w in d["webhooks"])
+        for d in docs
+        if d["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    }
+    text = (ROOT / "docs" / "INSTALL.md").read_text()
+    listed = re.findall(r"^\| `([a-z-]+\.(?:mutate|validate)\.retry-policy\.dev)` \|", text, re.M)
+    assert sorted(listed) == sorted(n for names in rendered.values() for n in names)
+    counts = {kind: len(names) for kind, names in rendered.items()}
+    assert counts == {"MutatingWebhookConfiguration": 2, "ValidatingWebhookConfiguration": 3}
+    assert "The mutating configuration holds two webhooks, the validating one three" in text
 
 
 # --- metrics --------------------------------------------------------------------------

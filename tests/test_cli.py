@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -166,7 +169,93 @@ def test_check_config(tmp_path):
     assert code == 1 and "defaults.backoff-limit" in err
 
 
+def configmap(name: str, config: str) -> str:
+    """A ConfigMap as the chart renders its config (``toYaml`` under ``config.yaml``)."""
+    body = yaml.safe_dump({"config.yaml": config}, default_style="|")
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n" + "".join(
+        f"  {line}\n" for line in body.splitlines()
+    )
+
+
+def test_check_config_reads_the_charts_configmap_from_stdin():
+    other = "---\napiVersion: v1\nkind: Service\nmetadata: {name: svc}\n"
+    rendered = configmap("rpw", "defaults:\n  backoff-limit: 2\n") + other
+    code, out, _ = run(["check-config", "-"], stdin=rendered)
+    assert code == 0 and out.startswith("stdin: ConfigMap rpw: OK (1 cluster defaults")
+    code, _, err = run(["check-config", "-"], stdin=configmap("rpw", "defaults: {x: 1}\n"))
+    assert code == 1 and "invalid config stdin: ConfigMap rpw" in err
+    two = configmap("a", "{}\n") + "---\n" + configmap("b", "{}\n")
+    code, _, err = run(["check-config", "-"], stdin=two)
+    assert code == 1 and "holds 2 ConfigMaps with a config.yaml: a, b" in err
+    code, _, err = run(["check-config", "-"], stdin="")
+    assert code == 1 and err == "Error: stdin is empty: nothing to check\n"
+
+
 def test_certs_command_writes_files(tmp_path):
     code, out, _ = run(["certs", "--cert-dir", str(tmp_path), "--service", "s", "--namespace", "n"])
     assert code == 0 and "tls.key" in out
     assert {p.name for p in tmp_path.iterdir()} == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+
+
+def test_version_is_the_package_metadata():
+    from importlib import metadata
+
+    wanted = metadata.version("retry-policy-webhook")
+    for name, prog in (
+        ("retry-webhook", "retry-webhook"),
+        ("kubectl-retry_policy", "kubectl retry-policy"),
+    ):
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / name), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0 and done.stdout == f"{prog} {wanted}\n", done
+
+
+def test_make_dry_run_prints_only_yaml_even_while_it_installs(tmp_path):
+    """``make dry-run`` on a fresh clone: the install runs first, and whatever it prints
+    (pip, venv, make's own echo of a command) must stay off stdout, which is the YAML.
+    The installer here is a stand-in that is noisy on both streams; the CLI is the real
+    one."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    venv = tmp_path / "venv"
+    noisy = 'echo "noise on stdout: $*"; echo "noise on stderr: $*" >&2\n'
+    installer = tmp_path / "python3"
+    installer.write_text(
+        "#!/bin/sh\n"
+        + noisy
+        + f'mkdir -p "{venv}/bin"\n'
+        + f"printf '#!/bin/sh\\n{noisy.replace(chr(10), '')}\\n' > \"{venv}/bin/python\"\n"
+        + f'printf \'#!/bin/sh\\nexec {BIN} "$@"\\n\' > "{venv}/bin/retry-webhook"\n'
+        + f'chmod +x "{venv}/bin/python" "{venv}/bin/retry-webhook"\n'
+    )
+    installer.chmod(0o755)
+    # Not a sub-make of whatever runs the tests: make would announce its directory.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run(
+        [make, "dry-run", f"VENV={venv}", f"PYTHON={installer}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (venv / "bin" / ".installed").exists()  # the install did run
+    assert "noise on stderr: -m pip install" in done.stderr
+    direct = subprocess.run(
+        [str(BIN), "dry-run", "-f", "examples/job.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout == direct.stdout
+    assert [d["kind"] for d in yaml.safe_load_all(done.stdout)] == ["Job"]

@@ -132,6 +132,35 @@ def test_every_docs_page_is_linked_from_the_readme():
     assert [p.name for p in DOCS if p.resolve() not in linked_pages(README)] == []
 
 
+#: Notes kept outside the repository, which a reader of a clone cannot open.
+OUTSIDE = ("FACTS" + ".md", "../" + "shared/")
+
+
+def outside_citations(root: Path) -> list[str]:
+    """Each line of the code, tests, CI scripts and docs that cites a file outside the
+    repository: a fact cites the upstream source it rests on, or a doc in this one."""
+    found = []
+    for folder in ("webhook", "tests", ".ci", "docs", "charts", "examples"):
+        for path in sorted((root / folder).rglob("*")):
+            if not path.is_file() or path.suffix in (".pyc", ".whl", ".tgz"):
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            for number, line in enumerate(text.splitlines(), 1):
+                if any(name in line for name in OUTSIDE):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    return found
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    assert outside_citations(ROOT) == []
+
+
+def test_a_citation_of_a_file_outside_is_found(tmp_path):
+    (tmp_path / "webhook").mkdir()
+    (tmp_path / "webhook" / "x.py").write_text("# Counting follows " + OUTSIDE[0] + ".\n")
+    assert outside_citations(tmp_path) == [f"webhook/x.py:1: # Counting follows {OUTSIDE[0]}."]
+
+
 # --- the checks find what is broken ---------------------------------------------------------
 
 
@@ -185,3 +214,14 @@ def test_linked_pages_misses_an_unlinked_page(tmp_path):
 )
 def test_opening_check_needs_both_commands_first(text, ok):
     assert has_the_two_commands(opening_commands(text)) is ok
+
+
+def test_the_license_declared_everywhere_is_the_one_shipped():
+    """pyproject.toml, the image's label and the build context all name Apache-2.0; the
+    LICENSE file is its text (the wheel and the image carry it)."""
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"]
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text().splitlines()
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in (ROOT / "Dockerfile").read_text()
+    assert "!LICENSE" in (ROOT / ".dockerignore").read_text().splitlines()

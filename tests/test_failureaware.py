@@ -86,6 +86,38 @@ def test_a_factor_needs_a_limit_unless_an_admin_default_sets_one():
     assert annotations[P + "oom-memory-limit"] == "16Gi"
 
 
+NEEDS_LIMIT = f"annotation {P}oom-memory-factor: needs {P}oom-memory-limit"
+
+
+def test_a_factor_needs_its_limit_whatever_else_is_wrong_with_the_job():
+    """Every problem at once: the limit the factor needs is said even when the pod
+    template's restartPolicy turns the factor off first, and with the other key's
+    problem it comes with (validation runs the same mutation: it says the same)."""
+    obj = job(
+        {P + "oom-memory-factor": "1.5", P + "fail-non-retriable": "true"},
+        restart_policy="OnFailure",
+        containers=[trainer()],
+    )
+    message = denied(mutate(obj)[0])
+    assert "3 problems" in message
+    assert NEEDS_LIMIT in message
+    assert f"annotation {P}oom-memory-factor: spec.template.spec.restartPolicy is OnFailure" in (
+        message
+    )
+    assert f"annotation {P}fail-non-retriable: needs spec.template.spec.restartPolicy" in message
+    assert validate(obj).message == message
+
+
+def test_a_factor_needs_its_limit_beside_a_pods_bad_value():
+    """A pod's bad value stops its admission before anything is given to it; the needs
+    of its other keys are said with it."""
+    obj = pod({P + "oom-memory-factor": "1.5", P + "attempt": "x"})
+    message = denied(mutate(obj)[0])
+    assert message.startswith("retry-policy: 2 problems: ")
+    assert f"annotation {P}attempt: 'x' is not valid" in message
+    assert NEEDS_LIMIT in message
+
+
 def test_a_limit_below_a_containers_memory_request_is_denied():
     obj = job({**FACTOR, P + "oom-memory-limit": "1Gi"}, containers=[trainer("2Gi")])
     message = denied(mutate(obj)[0])

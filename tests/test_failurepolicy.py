@@ -1,4 +1,6 @@
-"""podFailurePolicy: the API server's validation rules (FACTS.md) and rule evaluation."""
+"""podFailurePolicy: the API server's validation rules (``validatePodFailurePolicyRule``,
+pkg/apis/batch/validation/validation.go) and rule evaluation (``matchPodFailurePolicy``,
+pkg/controller/job/pod_failure_policy.go)."""
 
 from __future__ import annotations
 

@@ -219,7 +219,24 @@ def test_release_gates_reports_an_api_that_fails(api, tmp_path):
     api.put("pods", gated_pod("a", time.time()))
     api.fail_lists = 1
     failed = release_gates(api, tmp_path, "-A")
-    assert failed.returncode == 1 and "Error: cannot list pods: HTTP 500" in failed.stderr
+    assert failed.returncode == 1  # the API failed: run it again
+    assert "Error: cannot list pods in all namespaces: HTTP 500 error" in failed.stderr
+
+
+def test_release_gates_words_api_errors_as_status_does(api, tmp_path):
+    """The same words as ``status`` (webhook/kube/apiclient.py); exit 2 for what running
+    it again cannot fix: credentials that may not list pods, or no API at all."""
+    api.forbidden.add(("pods", ""))
+    refused = release_gates(api, tmp_path, "-n", "ml")
+    assert refused.returncode == 2
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("Error: cannot list pods in namespace ml: HTTP 403 forbidden: ")
+    down = FakeAPI().start()
+    down.stop()  # nothing listens at its address any more
+    gone = release_gates(down, tmp_path, "-A")
+    assert gone.returncode == 2
+    assert "cannot list pods in all namespaces: the API server did not answer (" in gone.stderr
+    assert "Traceback" not in refused.stderr + gone.stderr
 
 
 def test_a_pod_deleted_between_list_and_patch_is_gone_not_an_error(api, tmp_path):

@@ -34,7 +34,9 @@ def indexed(annotations=None, spec=PER_INDEX, **kw):
 
 
 def test_api_default_of_backoff_limit_with_per_index_is_int32_max():
-    # The defaulting the written-or-defaulted rule must see through (FACTS.md).
+    # The defaulting the written-or-defaulted rule must see through.
+    # upstream: SetDefaults_Job (pkg/apis/batch/v1/defaults.go): math.MaxInt32 with
+    # backoffLimitPerIndex, else 6.
     assert indexed()["spec"]["backoffLimit"] == INT32_MAX
     assert job(spec=INDEXED)["spec"]["backoffLimit"] == 6
 

@@ -99,6 +99,18 @@ def test_full_policy():
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
 
 
+def test_a_problem_of_the_policy_is_said_once_not_once_per_replicated_job():
+    """Each replicated Job is judged with the set's policy; a problem of the policy itself
+    (the factor's missing limit) is one problem, whichever Jobs found it."""
+    verdict, _ = mutate(jobset({P + "oom-memory-factor": "1.5"}))
+    assert not verdict.allowed
+    assert verdict.message == (
+        f"retry-policy: annotation {P}oom-memory-factor: needs {P}oom-memory-limit, the "
+        "most memory a container may get (e.g. 16Gi)"
+    )
+    assert len(verdict.problems) == 1
+
+
 def test_user_rules_stay_first_and_ours_is_named_apart():
     mine = {
         "name": "failOnDeadline",

@@ -92,7 +92,7 @@ def test_documents_carry_their_file_document_item_and_line(repo):
     assert [(d.source.document, d.source.item, d.source.line) for d in docs] == [
         (1, None, 4),
         (2, None, 17),
-        (3, 1, 29),
+        (3, 1, 31),  # the item's own line, inside the List that starts on 29
     ]
     assert [inputs.label(d.obj) for d in docs] == ["Job/one", "Job/denied", "Job/warned"]
     (bad,) = inputs.read(str(repo / "values.yaml"))
@@ -215,30 +215,89 @@ def test_junit_report_is_valid_for_ci_and_says_what_failed_where(repo):
     ]
 
 
-def test_sarif_report_is_valid_sarif_2_1_0_with_a_result_per_object(repo):
+def line_of(path: Path, text: str) -> int:
+    """The 1-based line of ``path`` that holds ``text`` (once)."""
+    (number,) = [n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line]
+    return number
+
+
+def kind_and_level_agree(result: dict) -> bool:
+    """SARIF 2.1.0 §3.27.9 and §3.27.10: ``kind: fail`` has a level other than ``none``;
+    any other kind has ``none`` (absent, a level defaults to ``warning``, and a kind to
+    ``fail``)."""
+    kind, level = result.get("kind", "fail"), result.get("level", "warning")
+    return (level != "none") if kind == "fail" else (level == "none")
+
+
+def test_sarif_report_is_valid_sarif_2_1_0_with_each_finding_at_its_line(repo):
     _, out, _ = cli("dry-run", "-R", "-f", "repo", "-o", "sarif", cwd=repo.parent)
     log = json.loads(out)
     jsonschema.Draft4Validator(SARIF).validate(log)
     (run,) = log["runs"]
     results = run["results"]
     assert len(results) == 8
+    assert [r for r in results if not kind_and_level_agree(r)] == []
     rules = [r["id"] for r in run["tool"]["driver"]["rules"]]
     assert all(rules[r["ruleIndex"]] == r["ruleId"] for r in results)
     by_name = {r["locations"][0]["logicalLocations"][0]["name"]: r for r in results}
+    multi = repo / "apps" / "multi.yml"
     denied = by_name["Job/denied (document 2)"]
     assert (denied["level"], denied["kind"], denied["ruleId"]) == ("error", "fail", "denied")
     place = denied["locations"][0]["physicalLocation"]
+    # At the annotation the problem is about, not where its document starts (17).
     assert place == {
         "artifactLocation": {"uri": "repo/apps/multi.yml"},
-        "region": {"startLine": 17},
+        "region": {"startLine": line_of(multi, 'backoff-limit: "x"')},
     }
     assert "retry-policy.dev/backoff-limit" in denied["message"]["text"]
     warned = by_name["Job/warned (document 3, item 1)"]
-    assert (warned["level"], warned["ruleId"]) == ("warning", "warning")
+    # A warning that does not fail the run is still a finding: kind fail, level warning.
+    assert (warned["level"], warned["kind"], warned["ruleId"]) == ("warning", "fail", "warning")
     assert warned["message"]["text"] == NO_EFFECT
+    region = warned["locations"][0]["physicalLocation"]["region"]
+    assert region == {"startLine": line_of(multi, "on-non-retriable: fail-index")}
     good = by_name["Job/good (document 1)"]
     assert (good["level"], good["kind"]) == ("none", "pass")
     assert run["invocations"] == [{"executionSuccessful": False, "exitCode": 2}]
+
+
+def test_sarif_gives_each_problem_of_an_object_its_own_result_at_its_line(tmp_path):
+    """Every problem at once (a bad value, and what another key needs), each where a
+    reviewer would fix it: a code-scanning alert per line."""
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        JOB.format(name="two", limit="x").replace(
+            "    retry-policy.dev/backoff-limit",
+            "    retry-policy.dev/oom-memory-factor: '1.5'\n    retry-policy.dev/backoff-limit",
+        )
+    )
+    code, out, _ = cli("dry-run", "-f", str(manifest), "-o", "sarif")
+    assert code == 1
+    log = json.loads(out)
+    jsonschema.Draft4Validator(SARIF).validate(log)
+    results = log["runs"][0]["results"]
+    found = [
+        (r["locations"][0]["physicalLocation"]["region"]["startLine"], r["message"]["text"])
+        for r in results
+    ]
+    assert [line for line, _ in found] == [
+        line_of(manifest, "backoff-limit"),
+        line_of(manifest, "oom-memory-factor"),
+    ]
+    assert "retry-policy.dev/backoff-limit: 'x' is not valid" in found[0][1]
+    assert "oom-memory-factor: needs retry-policy.dev/oom-memory-limit" in found[1][1]
+    assert all(kind_and_level_agree(r) and r["kind"] == "fail" for r in results)
+
+
+def test_kind_and_level_agree_for_every_status_and_level():
+    for status in (reports.PASSED, reports.FAILED, reports.ERROR):
+        for level in ("none", "note", "warning", "error"):
+            log = reports.sarif(
+                [reports.Result("f.yaml", "Job/x", status, "r", "m", level=level)], {}
+            )
+            jsonschema.Draft4Validator(SARIF).validate(log)
+            (result,) = log["runs"][0]["results"]
+            assert kind_and_level_agree(result), (status, level, result)
 
 
 def test_report_text_xml_cannot_carry_is_replaced_not_lost():

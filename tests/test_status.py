@@ -367,8 +367,13 @@ def test_the_text_reads_as_a_story_in_short_lines(cluster):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert max(len(line) for line in text.splitlines()) <= 80
-    for heading in ("Retry plan,", "Budget:", "Attempts:", "Next attempt:", "Events from"):
-        assert heading in text
+    # The story an operator came for comes first, in this order; the plan only on ask.
+    assert text.startswith("Job ml/train: Running\n")
+    headings = ("Budget:", "Attempts:", "Next attempt:", "Events from")
+    at = [text.index(heading) for heading in headings]
+    assert at == sorted(at)
+    assert text.rstrip().splitlines()[-1] == "Retry plan: add --plan to see it."
+    assert "When a pod fails" not in text
     assert "backoffLimit 3: 1 counted failure, 2 retries left" in text
     assert f"{first['metadata']['name']}: Failed on node-a" in text
     flat = " ".join(text.split())
@@ -377,8 +382,11 @@ def test_the_text_reads_as_a_story_in_short_lines(cluster):
     assert "attempt 2 of 4, on non-spot nodes only" in text
     assert "memory request of trainer: 2Gi -> 3Gi" in text
     assert "keeps off node-a (required)" in text
-    # The text is ``explain``'s plan as it stands (the section is its renderer's output).
-    assert "When a pod fails, Kubernetes checks these rules in order" in text
+    # With --plan, ``explain``'s plan as it stands (its renderer's output) ends the story.
+    planned = run(kubeconfig, "job/train", "-n", NS, "--plan").stdout
+    assert planned.startswith(text[: text.index("Retry plan:")])
+    tail = planned[planned.index("Retry plan,") :]
+    assert "When a pod fails, Kubernetes checks these rules in order" in tail
 
 
 # --- a Job our FailJob rule failed ----------------------------------------------------------
@@ -709,6 +717,55 @@ def test_no_cluster_is_exit_2(tmp_path):
     done = run(tmp_path / "missing", "job/train", env={"HOME": str(tmp_path)})
     assert done.returncode == 2
     assert "no Kubernetes API" in done.stderr and "Traceback" not in done.stderr
+    assert f"kubeconfig {tmp_path / 'missing'} ($KUBECONFIG) does not exist" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["--kubeconfig", "$KUBECONFIG"])
+@pytest.mark.parametrize("content", ["a directory", "not YAML: [", "no current-context"])
+def test_an_unusable_kubeconfig_is_named(tmp_path, how, content):
+    """Whatever is wrong with it, the error names the file and where it came from."""
+    path = tmp_path / "config"
+    if content == "a directory":
+        path.mkdir()
+    else:
+        path.write_text("apiVersion: v1\nkind: Config\n" if content.startswith("no") else content)
+    flag = ["--kubeconfig", str(path)] if how == "--kubeconfig" else []
+    done = subprocess.run(
+        [str(BIN / "retry-webhook"), "status", "job/train", *flag],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(path) if not flag else "", "HOME": str(tmp_path)},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"Error: no Kubernetes API: cannot use kubeconfig {path} ({how}): ")
+
+
+def test_a_kubeconfig_that_skips_tls_verification_puts_no_warning_on_screen(tmp_path):
+    """``insecure-skip-tls-verify: true`` is the user's choice; kubectl honours it
+    silently, and urllib3's InsecureRequestWarning on every request would bury the story."""
+    from webhook.tls import certs
+
+    paths = certs.generate(tmp_path / "certs", "api", "default")
+    api = FakeAPI().use_tls(paths.cert, paths.key).start()
+    try:
+        running_job(api)
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+            f"clusters: [{{name: fake, cluster: {{server: '{api.url}', "
+            "insecure-skip-tls-verify: true}}]\n"
+            "users: [{name: fake, user: {token: test}}]\n"
+            "contexts: [{name: fake, context: {cluster: fake, user: fake}}]\n"
+        )
+        done = run(kubeconfig, "job/train", "-n", NS)
+    finally:
+        api.stop()
+    assert api.url.startswith("https://")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
 
 
 def test_an_api_server_that_does_not_answer_is_exit_2(tmp_path):
@@ -770,6 +827,18 @@ def test_kubectl_finds_and_runs_the_plugin(cluster):
         [kubectl, "retry-policy", "--help"], capture_output=True, text=True, env=env, check=False
     )
     assert "usage: kubectl retry-policy" in usage.stdout
+    # The plugin is the user's: their workloads' commands, not the server's.
+    offered = usage.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert offered == ["status", "explain", "dry-run", "test"]
+    for command in ("serve", "certs", "release-gates", "check-config"):
+        refused = subprocess.run(
+            [kubectl, "retry-policy", command, "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert refused.returncode == 2 and "invalid choice" in refused.stderr, command
 
 
 # --- retry delays, Events in time order, the JSON shape, TrainJobs, per-index budgets -------

@@ -243,6 +243,18 @@ def test_a_bad_value_is_denied_on_apply(runtimes):
     assert not mutate(obj, runtimes)[0].allowed
 
 
+def test_a_bad_value_comes_with_the_needs_of_the_other_keys():
+    """Every problem at once: a bad value does not hide what another key needs."""
+    obj = trainjob(
+        {P + "backoff-limit": "x", P + "oom-memory-factor": "1.5", P + "max-disruptions": "2"}
+    )
+    message = mutate(obj, GivenRuntimes([runtime()]))[0].message
+    assert message.startswith("retry-policy: 3 problems: ")
+    assert f"annotation {P}backoff-limit: 'x' is not valid" in message
+    assert f"annotation {P}oom-memory-factor: needs {P}oom-memory-limit" in message
+    assert f"annotation {P}max-disruptions: needs ignore-disruptions, not set" in message
+
+
 def test_what_no_jobset_can_honour_is_denied_without_the_runtime():
     """error-propagation (PyTorchJob only) and fail-index: the JobSet could not either."""
     obj = trainjob(

@@ -24,11 +24,19 @@ import yaml
 from webhook.cluster.limits import GivenLimits
 from webhook.cluster.runtimes import GivenRuntimes, is_runtime
 from webhook.cluster.version import GivenVersion
+from webhook.kube import apiclient
 from webhook.kube.versions import KubeVersion
-from webhook.offline import inputs, reports
+from webhook.offline import inputs, outcomes, reports
 from webhook.offline.inputs import Document, label
-from webhook.offline.review import ASSUMED_VERSION, IN_PLACE_KEY, check, prepare, version_for
-from webhook.policy.config import Config, ConfigError, load_config
+from webhook.offline.review import (
+    ASSUMED_VERSION,
+    IN_PLACE_KEY,
+    admission_review,
+    check,
+    prepare,
+    version_for,
+)
+from webhook.policy.config import Config, ConfigError, load_config, parse_config_or_configmap
 from webhook.tls import certs
 
 __all__ = ["ASSUMED_VERSION", "IN_PLACE_KEY", "main", "prepare"]
@@ -38,13 +46,6 @@ EXIT_FAILED = 1  # a command that could not finish (e.g. the API failed): run it
 #: The reader of the output went away (``retry-webhook dry-run ... | head``): 128 + SIGPIPE,
 #: what a shell reports for a command the closed pipe stopped.
 EXIT_PIPE = 141
-#: The rule ids of dry-run's reports, and what each means.
-DRY_RUN_RULES = {
-    "denied": "The webhook would deny the object",
-    "warning": "The webhook would admit the object with warnings",
-    "admitted": "The webhook would admit the object",
-    "input": "The input could not be read as Kubernetes objects",
-}
 
 
 class InputError(Exception):
@@ -99,44 +100,6 @@ def _where(doc: Document, labelled: bool) -> str:
     return f"{doc.source}: {label(obj)}: " if labelled else ""
 
 
-def _name(doc: Document) -> str:
-    """A report's name for one object: ``Job/train (document 2)``."""
-    source = doc.source
-    if doc.obj is None:
-        return f"document {source.document}" if source.document else "the file"
-    where = f"document {source.document}" + (
-        f", item {source.item}" if source.item is not None else ""
-    )
-    return f"{label(doc.obj)} ({where})"
-
-
-def _properties(doc: Document) -> dict[str, Any]:
-    obj = doc.obj or {}
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    found = {
-        "document": doc.source.document,
-        "item": doc.source.item,
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "namespace": metadata.get("namespace"),
-        "name": metadata.get("name") or metadata.get("generateName"),
-    }
-    return {k: v for k, v in found.items() if v is not None}
-
-
-def _input_result(doc: Document) -> reports.Result:
-    return reports.Result(
-        doc.source.path,
-        _name(doc),
-        reports.ERROR,
-        "input",
-        doc.error,
-        line=doc.source.line,
-        level="error",
-        properties=_properties(doc),
-    )
-
-
 def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config)
@@ -151,6 +114,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     results: list[dict[str, Any]] = []
     patches: list[dict[str, Any]] = []
     found: list[reports.Result] = []
+    reviews: list[dict[str, Any]] = []
     code = EXIT_OK
     runtimes = GivenRuntimes(objects, args.namespace)
     limits = GivenLimits(objects, args.namespace)
@@ -158,16 +122,17 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     for doc in docs:
         if doc.obj is None:
             print(f"Error: {doc.error}", file=stderr)
-            found.append(_input_result(doc))
+            found.append(outcomes.input_result(doc))
             code = EXIT_INPUT
             continue
         obj = doc.obj
+        reviews.append(admission_review(obj, args.namespace))
         where = _where(doc, labelled)
         checked = check(obj, config, args.namespace, runtimes, version, limits)
         verdict = checked.verdict
         for warning in verdict.warnings:
             print(f"Warning: {where}{warning}", file=stderr)
-        result = _dry_run_result(doc, checked, args.fail_on_warn)
+        result = outcomes.dry_run_result(doc, checked, args.fail_on_warn)
         found.append(result)
         if result.status == reports.FAILED:
             code = max(code, EXIT_DENIED)
@@ -186,7 +151,7 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
             }
         )
     if labelled:
-        print(_summary(docs, found), file=stderr)
+        print(outcomes.summary(docs, found), file=stderr)
     if args.output == "json":
         json.dump({"apiVersion": "v1", "kind": "List", "items": results}, stdout, indent=2)
         stdout.write("\n")
@@ -195,69 +160,19 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         stdout.write("\n")
     elif args.output == "name":
         for obj in results:
-            stdout.write(_kubectl_name(obj) + "\n")
+            stdout.write(outcomes.kubectl_name(obj) + "\n")
     elif args.output == "junit":
         stdout.write(reports.junit(found, "retry-webhook dry-run"))
     elif args.output == "sarif":
-        json.dump(reports.sarif(found, DRY_RUN_RULES, code), stdout, indent=2)
+        json.dump(reports.sarif(found, outcomes.RULES, code), stdout, indent=2)
         stdout.write("\n")
+    elif args.output == "review":
+        for review in reviews:  # the request, whatever the verdict: post it to see that
+            json.dump(review, stdout, indent=2)
+            stdout.write("\n")
     else:
         yaml.safe_dump_all(results, stdout, sort_keys=False, default_flow_style=False)
     return code
-
-
-def _dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.Result:
-    """One object's line in the reports: denied, warned (a failure with
-    ``--fail-on-warn``), or admitted with the changes the webhook makes."""
-    verdict = checked.verdict
-    common: dict[str, Any] = {
-        "line": doc.source.line,
-        "properties": _properties(doc),
-        "output": tuple(verdict.warnings),
-    }
-    name = _name(doc)
-    if not verdict.allowed:
-        return reports.Result(
-            doc.source.path,
-            name,
-            reports.FAILED,
-            "denied",
-            verdict.message,
-            level="error",
-            **common,
-        )
-    if checked.warnings:
-        status = reports.FAILED if fail_on_warn else reports.PASSED
-        text = "; ".join(checked.warnings)
-        return reports.Result(
-            doc.source.path, name, status, "warning", text, level="warning", **common
-        )
-    changes = len(checked.changes)
-    text = f"admitted; the webhook makes {changes} change(s)" if changes else "admitted unchanged"
-    return reports.Result(doc.source.path, name, reports.PASSED, "admitted", text, **common)
-
-
-def _kubectl_name(obj: dict[str, Any]) -> str:
-    """``kubectl -o name``'s form: ``job.batch/train``, ``pod/x``."""
-    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
-    kind = str(obj.get("kind") or "").lower()
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    name = metadata.get("name") or metadata.get("generateName") or ""
-    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
-
-
-def _summary(docs: Sequence[Document], found: Sequence[reports.Result]) -> str:
-    """The last line on stderr when many files were read."""
-    files = len({d.source.path for d in docs})
-    objects = sum(d.obj is not None for d in docs)
-    counts = {
-        "admitted": sum(r.rule in ("admitted", "warning") for r in found),
-        "denied": sum(r.rule == "denied" for r in found),
-        "with warnings": sum(r.rule == "warning" for r in found),
-        "input errors": sum(r.rule == "input" for r in found),
-    }
-    said = ", ".join(f"{n} {what}" for what, n in counts.items() if n or what == "admitted")
-    return f"Checked {objects} object(s) in {files} file(s): {said}"
 
 
 def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -347,7 +262,7 @@ def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config) if args.config else None
         story, code = status.status(
-            args.workload, args.namespace, args.kubeconfig, args.context, config
+            args.workload, args.namespace, args.kubeconfig, args.context, config, args.filename
         )
     except (status.StatusError, ConfigError) as err:
         print(f"Error: {err}", file=stderr)
@@ -356,7 +271,7 @@ def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         json.dump(status.to_json(story), stdout, indent=2)
         stdout.write("\n")
     else:
-        stdout.write(status.render_text(story))
+        stdout.write(status.render_text(story, plan=args.plan))
     for what in story.unread:
         print(f"Warning: could not read {what}", file=stderr)
     return code
@@ -387,8 +302,19 @@ def test_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 
 def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """A config file, or the chart's rendered ConfigMap (``-``: stdin). Exit 0 valid, 1
+    not (every problem said)."""
+    source = "stdin" if args.config == "-" else args.config
     try:
-        config = load_config(args.config)
+        text = sys.stdin.read() if args.config == "-" else _read_text(args.config)
+        if args.config == "-" and not text.strip():
+            # An empty file means "built-in defaults"; an empty pipe, a command that failed.
+            print("Error: stdin is empty: nothing to check", file=stderr)
+            return EXIT_DENIED
+        config = parse_config_or_configmap(text, source)
+    except OSError as err:
+        print(f"Error: cannot read {source}: {err.strerror or err}", file=stderr)
+        return EXIT_DENIED
     except ConfigError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_DENIED
@@ -400,6 +326,14 @@ def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> in
     )
     print(f"kueue: {config.kueue.describe()}", file=stdout)
     return EXIT_OK
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except UnicodeDecodeError as err:
+        raise OSError(f"not UTF-8 text ({err.reason})") from None
 
 
 def make_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -445,8 +379,9 @@ def sync_certs(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
 
 def release_gates(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Remove every retry-delay gate of ours (webhook/controller/gates.py): for an
-    uninstall (the chart's delete hook) or a controller that is off. Exit 2: no API or
-    no scope given; 1: some pods could not be released (run it again)."""
+    uninstall (the chart's delete hook) or a controller that is off. Exit 2: no scope, no
+    API, or credentials that may not list pods; 1: the API failed the list, or some pods
+    could not be released (run it again)."""
     from webhook.controller import gates
     from webhook.tls import incluster
 
@@ -459,10 +394,13 @@ def release_gates(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> i
     except incluster.SyncError as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT
-    except Exception as err:  # the list itself failed
-        status = getattr(err, "status", None)
-        print(f"Error: cannot list pods: {f'HTTP {status}' if status else err}", file=stderr)
-        return EXIT_FAILED
+    except Exception as err:  # the list itself failed: in status's words
+        status, detail = apiclient.describe(err)
+        where = f"in namespace {args.namespace}" if args.namespace else "in all namespaces"
+        print(f"Error: cannot list pods {where}: {detail}", file=stderr)
+        # No API, or credentials that may not list pods: fix the setup (2); anything
+        # else the API failed (a 5xx, a 429): run it again (1).
+        return EXIT_INPUT if status in (None, 401, 403) else EXIT_FAILED
     for item in done:
         print(item, file=stdout)
     for error in errors:
@@ -592,13 +530,7 @@ def _input_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog or "retry-webhook",
-        description="Kubernetes admission webhook for retry and failure policy.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _serve_parser(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run the HTTPS admission server")
     serve.add_argument("--config", help="cluster defaults YAML (default: built-in defaults)")
     serve.add_argument("--cert-dir", default="certs", help="tls.crt/tls.key (generated if absent)")
@@ -723,6 +655,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=run_server)
 
+
+def _dry_run_parser(sub: Any) -> None:
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
     _input_options(dry)
     dry.add_argument("--config", help="cluster defaults YAML")
@@ -730,14 +664,18 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     dry.add_argument(
         "-o",
         "--output",
-        choices=("yaml", "json", "patch", "name", "junit", "sarif"),
+        choices=("yaml", "json", "patch", "name", "junit", "sarif", "review"),
         default="yaml",
-        help="the admitted objects (yaml, json, or their kind.group/name), their patches, or "
-        "a report of every object for CI: JUnit XML or SARIF 2.1.0",
+        help="the admitted objects (yaml, json, or their kind.group/name), their patches, "
+        "a report of every object for CI (JUnit XML or SARIF 2.1.0), or the AdmissionReview "
+        "the API server would send the webhook for each object (review: JSON, one per "
+        "object, to post to a running server's /mutate)",
     )
     _version_option(dry)
     dry.set_defaults(func=dry_run)
 
+
+def _explain_parser(sub: Any) -> None:
     why = sub.add_parser(
         "explain",
         help="show each workload's retry plan: settings and their sources, failure rules, "
@@ -756,12 +694,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     _version_option(why)
     why.set_defaults(func=explain_cmd)
 
+
+def _status_parser(sub: Any) -> None:
     live = sub.add_parser(
         "status",
-        help="a running or finished workload's story: plan, attempts used, failed attempts, "
-        "what the next attempt gets, what decided it (reads the cluster as you)",
+        help="a running or finished workload's story: attempts used, failed attempts, what "
+        "the next attempt gets, what decided it, Events (reads the cluster as you)",
         epilog="exit status: 0 told; 1 told, but a part could not be read (named); 2 nothing "
-        "could be told (no cluster, not found, forbidden, a bad KIND/NAME). docs/STATUS.md",
+        "could be told (no cluster, not found, forbidden, a bad KIND/NAME or file). "
+        "docs/STATUS.md",
     )
     live.add_argument(
         "workload",
@@ -772,9 +713,23 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     live.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     live.add_argument("--context", help="the kubeconfig context to use")
     live.add_argument("--config", help="the cluster defaults YAML to judge the plan with (admins)")
+    live.add_argument(
+        "-f",
+        "--filename",
+        metavar="RECORDED",
+        help="read the workload, its Jobs, pods and Events from this file (what kubectl get "
+        "-o yaml wrote; - for stdin) instead of a cluster",
+    )
+    live.add_argument(
+        "--plan",
+        action="store_true",
+        help="end the text with the retry plan (explain's; -o json always has it)",
+    )
     live.add_argument("-o", "--output", choices=("text", "json"), default="text")
     live.set_defaults(func=status_cmd)
 
+
+def _test_parser(sub: Any) -> None:
     test = sub.add_parser(
         "test",
         help="run test suites: how manifests are admitted and how they behave when they fail",
@@ -794,10 +749,22 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     test.set_defaults(func=test_cmd)
 
-    check = sub.add_parser("check-config", help="validate a cluster defaults file")
-    check.add_argument("config")
+
+def _check_config_parser(sub: Any) -> None:
+    check = sub.add_parser(
+        "check-config",
+        help="validate a cluster defaults file, or the chart's rendered ConfigMap holding one",
+    )
+    check.add_argument(
+        "config",
+        metavar="FILE",
+        help="the config file; or what `helm template ... --show-only "
+        "templates/configmap.yaml` prints; - for stdin",
+    )
     check.set_defaults(func=check_config)
 
+
+def _certs_parser(sub: Any) -> None:
     cert = sub.add_parser(
         "certs",
         help="generate a CA and serving certificate (files, or a Secret with --in-cluster)",
@@ -845,9 +812,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     cert.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
     cert.set_defaults(func=make_certs)
 
+
+def _release_gates_parser(sub: Any) -> None:
     release = sub.add_parser(
         "release-gates",
         help="remove the retry-delay scheduling gates of every pod the webhook holds back",
+        epilog="exit status: 0 released; 1 the API failed the list or a pod's patch (run it "
+        "again); 2 no scope, no API, or credentials that may not list pods",
     )
     scope = release.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="only the pods of this namespace")
@@ -859,11 +830,51 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     release.add_argument("--kubeconfig", help="kubeconfig outside a pod (default: in-cluster)")
     release.set_defaults(func=release_gates)
+
+
+#: Every subcommand, in the order ``--help`` lists them.
+COMMANDS = {
+    "serve": _serve_parser,
+    "dry-run": _dry_run_parser,
+    "explain": _explain_parser,
+    "status": _status_parser,
+    "test": _test_parser,
+    "check-config": _check_config_parser,
+    "certs": _certs_parser,
+    "release-gates": _release_gates_parser,
+}
+#: What ``kubectl retry-policy`` offers: a user's commands about workloads. Serving,
+#: certificates and releasing every gate are the operator's (``retry-webhook``).
+PLUGIN_COMMANDS = ("status", "explain", "dry-run", "test")
+DESCRIPTION = "Kubernetes admission webhook for retry and failure policy."
+PLUGIN_DESCRIPTION = (
+    "Your workloads' retry and failure policy, as the retry-policy webhook makes it: a "
+    "workload's story in the cluster, its retry plan, what admission does to a manifest, "
+    "test suites. (Serving and certificates: retry-webhook.)"
+)
+
+
+def build_parser(
+    prog: str | None = None, commands: Sequence[str] = tuple(COMMANDS)
+) -> argparse.ArgumentParser:
+    plugin = set(commands) <= set(PLUGIN_COMMANDS)
+    parser = argparse.ArgumentParser(
+        prog=prog or "retry-webhook",
+        description=PLUGIN_DESCRIPTION if plugin else DESCRIPTION,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {reports.version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in commands:
+        COMMANDS[name](sub)
     return parser
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    args = build_parser(prog).parse_args(argv)
+def main(
+    argv: list[str] | None = None,
+    prog: str | None = None,
+    commands: Sequence[str] = tuple(COMMANDS),
+) -> int:
+    args = build_parser(prog, commands).parse_args(argv)
     try:
         code = int(args.func(args, sys.stdout, sys.stderr))
         sys.stdout.flush()
@@ -878,8 +889,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 def plugin_main() -> int:
     """``kubectl retry-policy ...``: kubectl runs ``kubectl-retry_policy`` from PATH with
     the words after ``retry-policy`` (its plugin mechanism maps ``-`` in a command to ``_``
-    in the file name)."""
-    return main(prog="kubectl retry-policy")
+    in the file name). It offers the user's commands only (``PLUGIN_COMMANDS``)."""
+    return main(prog="kubectl retry-policy", commands=PLUGIN_COMMANDS)
 
 
 if __name__ == "__main__":

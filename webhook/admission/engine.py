@@ -476,6 +476,8 @@ def _namespace(request: Request) -> str | None:
 
 
 def _deny(problems: list[Problem], warnings: list[str]) -> Verdict:
+    # Once each: a JobSet's replicated Jobs, say, each find the same problem of the policy.
+    problems = list(dict.fromkeys(problems))
     guard_rail_only = all(p.reason == "guard-rail" for p in problems)
     return Verdict(
         allowed=False,

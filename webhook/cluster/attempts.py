@@ -7,8 +7,11 @@ is there one bounded GET; when the API cannot answer, the caller admits the pod
 unchanged with a warning. A short circuit breaker keeps an unreachable API server from
 adding its timeout to every admission.
 
-Counting follows FACTS.md: ``max(status.failed + len(status.uncountedTerminatedPods.failed),
-the Job's own Failed pods that matched no Ignore rule)``.
+Counting follows the Job controller (``syncJob``, pkg/controller/job/job_controller.go:
+``status.failed`` plus the failures not yet counted in it, ``uncountedTerminatedPods``, and
+new failed pods that no ``Ignore`` rule matched): ``max(status.failed +
+len(status.uncountedTerminatedPods.failed), the Job's own Failed pods that matched no
+Ignore rule)``.
 """
 
 from __future__ import annotations

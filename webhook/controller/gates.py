@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.cluster.informer import Informer
-from webhook.kube import gates
+from webhook.kube import apiclient, gates
 from webhook.policy.model import BadValue, parse_time
 
 log = logging.getLogger(__name__)
@@ -65,8 +65,7 @@ def _status(err: Exception) -> int | None:
 
 
 def _describe(err: Exception) -> str:
-    status = _status(err)
-    return f"HTTP {status}" if status else f"{type(err).__name__}: {err}"
+    return apiclient.describe(err)[1]
 
 
 def read_pod(core: Any, namespace: str, name: str) -> dict[str, Any] | None:

@@ -275,7 +275,9 @@ def container_names(pod_spec: Mapping[str, Any]) -> set[str]:
 
 
 def validate(job_spec: Mapping[str, Any], where: str = "spec") -> list[Problem]:
-    """Every API-server rule for ``podFailurePolicy`` (FACTS.md), as problems.
+    """Every API-server rule for ``podFailurePolicy`` (``validatePodFailurePolicy`` and
+    ``validatePodFailurePolicyRule``, pkg/apis/batch/validation/validation.go), as
+    problems.
 
     Running these before the API server does lets the denial name the annotation that
     caused the breach instead of a field the user never wrote.

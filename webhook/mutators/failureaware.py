@@ -51,6 +51,21 @@ def named(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield name, container
 
 
+def lacks_limit(policy: Policy, out: Outcome) -> bool:
+    """``oom-memory-factor`` without ``oom-memory-limit``, said (the caller turns the factor
+    off). A need between two keys, which the spec cannot change: callers say it before the
+    spec's own problems turn the factor off, so one apply shows both."""
+    if policy.oom_memory_factor is None or policy.oom_memory_limit is not None:
+        return False
+    out.conflict(
+        policy,
+        "oom-memory-factor",
+        f"needs {PREFIX}oom-memory-limit, the most memory a container may get (e.g. 16Gi)",
+        "missing-memory-limit",
+    )
+    return True
+
+
 def check_memory(
     pod_spec: Mapping[str, Any], policy: Policy, ctx: Context, out: Outcome, where: str
 ) -> Policy:
@@ -65,12 +80,7 @@ def check_memory(
             out.note("retry-policy: oom-memory-limit has no effect without oom-memory-factor")
         return policy
     if limit is None:
-        out.conflict(
-            policy,
-            "oom-memory-factor",
-            f"needs {PREFIX}oom-memory-limit, the most memory a container may get (e.g. 16Gi)",
-            "missing-memory-limit",
-        )
+        lacks_limit(policy, out)
         return off(policy, "oom-memory-factor")
     shared = podspec.memory_of(pod_spec, "limits") or podspec.memory_of(pod_spec, "requests")
     if shared is not None:

@@ -802,8 +802,11 @@ def _check_failure_aware(
     met, and OOM kills that are retried."""
     if not policy.failure_aware:
         return policy
+    lacking = failureaware.lacks_limit(policy, out)  # said whatever else is wrong below
     if not budget.runs:
         policy = failureaware.check_restart_policy(pod_spec, policy, out, where)
+    if lacking:
+        policy = failureaware.off(policy, "oom-memory-factor")
     policy = failureaware.check_memory(pod_spec, policy, ctx, out, f"{where}.template")
     failureaware.check_limit_ranges(policy, ctx, out)
     return failureaware.check_oom_retried(user_rules, pod_spec, policy, out, where)

@@ -70,7 +70,10 @@ class PodMutator:
         owner = controller_of(metadata)
         policy, problems = pod_policy(metadata.get("annotations"))
         if problems:
-            self._report(out, problems, owner)
+            # The needs between the valid keys are said with them: one apply shows all.
+            needs = Outcome()
+            failureaware.lacks_limit(policy, needs)
+            self._report(out, [*problems, *needs.problems], owner)
             return out
         spec = pod.get("spec")
         if not isinstance(spec, dict):

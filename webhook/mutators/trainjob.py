@@ -47,6 +47,8 @@ from webhook.mutators import (
     Change,
     Context,
     Outcome,
+    budgets,
+    failureaware,
     inplace,
     items,
     mapping,
@@ -493,6 +495,9 @@ class TrainJobMutator(WorkloadMutator):
         # Kueue queues the TrainJob, not the JobSet its trainer makes: checked here.
         queued.check(policy, queued.queue_of(trainjob, ("spec",)), ctx, out, None, can_cap=False)
         if out.problems:
+            # The needs between the valid keys are said with them: one apply shows all.
+            failureaware.lacks_limit(policy, out)
+            budgets.check(policy, out)
             return out
         changed_spec = copy.deepcopy(spec)
         label, found = find_runtime(trainjob, ctx)

@@ -27,6 +27,15 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One thing found about a result's object, at the line of its file it is about (the
+    annotation a problem names): SARIF gives each its own result there."""
+
+    message: str
+    line: int
+
+
+@dataclass(frozen=True)
 class Result:
     """One checked object or test case, as every report shows it.
 
@@ -34,7 +43,8 @@ class Result:
     it is; ``status`` passed, failed or error (could not be checked); ``rule`` a short id
     of why (``denied``, ``warning``, ``input``, ...); ``message`` the one line a CI
     system shows, ``details`` the rest; ``output`` lines worth keeping (warnings,
-    changes); ``level`` the SARIF level (error, warning, note, none)."""
+    changes); ``level`` the SARIF level (error, warning, note, none); ``findings``,
+    each problem or warning at its own line (SARIF only; JUnit has one case per result)."""
 
     file: str
     name: str
@@ -46,6 +56,7 @@ class Result:
     line: int = 1
     level: str = "none"
     properties: Mapping[str, Any] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
 
 
 def _text(value: str) -> str:
@@ -89,19 +100,24 @@ def sarif(
     results: Sequence[Result], rules: Mapping[str, str], exit_code: int | None = None
 ) -> dict[str, Any]:
     """A SARIF 2.1.0 log with one run: every result, located in its file (``-`` for
-    stdin) at the line its document starts. ``rules`` describes each rule id used."""
+    stdin) at the line its object starts, or one per finding at the finding's line.
+    ``rules`` describes each rule id used."""
     ids = list(rules)
     run: dict[str, Any] = {
         "tool": {
             "driver": {
                 "name": TOOL,
-                "version": _version(),
+                "version": version(),
                 "rules": [
                     {"id": rule, "shortDescription": {"text": text}} for rule, text in rules.items()
                 ],
             }
         },
-        "results": [_sarif_result(r, ids) for r in results],
+        "results": [
+            _sarif_result(r, ids, finding)
+            for r in results
+            for finding in r.findings or (Finding(_text_of(r), r.line),)
+        ],
         "columnKind": "unicodeCodePoints",
     }
     if exit_code is not None:
@@ -109,7 +125,8 @@ def sarif(
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
-def _version() -> str:
+def version() -> str:
+    """The installed package's version (its metadata), as ``--version`` and reports say it."""
     from importlib import metadata
 
     try:
@@ -118,20 +135,35 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _sarif_result(result: Result, ids: list[str]) -> dict[str, Any]:
+def _text_of(result: Result) -> str:
+    return result.message + (f"\n{result.details}" if result.details else "")
+
+
+def kind_and_level(result: Result) -> tuple[str, str]:
+    """SARIF 2.1.0 ``kind`` and ``level``, which must agree (§3.27.9, §3.27.10): a result
+    with a level other than ``none`` is a ``fail`` (a warning that does not fail the run
+    too), and a ``fail`` has a level (``error`` unless given); a pass has ``none``."""
+    if result.level != "none":
+        return "fail", result.level
+    if result.status == PASSED:
+        return "pass", "none"
+    return "fail", "error"
+
+
+def _sarif_result(result: Result, ids: list[str], finding: Finding) -> dict[str, Any]:
     location: dict[str, Any] = {
         "physicalLocation": {
             "artifactLocation": {"uri": _uri(result.file)},
-            "region": {"startLine": max(result.line, 1)},
+            "region": {"startLine": max(finding.line, 1)},
         },
         "logicalLocations": [{"name": result.name, "kind": "resource"}],
     }
-    text = result.message + (f"\n{result.details}" if result.details else "")
+    kind, level = kind_and_level(result)
     out: dict[str, Any] = {
         "ruleId": result.rule,
-        "level": result.level,
-        "kind": "pass" if result.status == PASSED else "fail",
-        "message": {"text": text},
+        "level": level,
+        "kind": kind,
+        "message": {"text": finding.message},
         "locations": [location],
     }
     if result.rule in ids:

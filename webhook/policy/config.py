@@ -34,8 +34,14 @@ from webhook.policy.model import (
 )
 from webhook.problems import Problem
 
-#: Spot/preemptible node labels by provider (FACTS.md). A node without the label is
-#: not spot, which is why non-spot placement uses ``NotIn`` rather than ``In``.
+#: Spot/preemptible node labels by provider, as each one's source gives them: GKE's
+#: (``hasPreemptiblePricing``, kubernetes/autoscaler
+#: cluster-autoscaler/cloudprovider/gce/gce_price_model.go), EKS managed node groups'
+#: (awsdocs/amazon-eks-user-guide doc_source/managed-node-groups.md, "capacity types"),
+#: Karpenter's (``CapacityTypeLabelKey``, ``CapacityTypeSpot``: kubernetes-sigs/karpenter
+#: pkg/apis/v1/labels.go), AKS spot node pools' (MicrosoftDocs/azure-aks-docs
+#: articles/aks/spot-node-pool.md). A node without the label is not spot, which is why
+#: non-spot placement uses ``NotIn`` rather than ``In``.
 DEFAULT_SPOT_NODE_LABELS: dict[str, tuple[str, ...]] = {
     "cloud.google.com/gke-spot": ("true",),
     "cloud.google.com/gke-preemptible": ("true",),
@@ -198,6 +204,37 @@ def load_config(path: str | Path | None) -> Config:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(source, [Problem(source, f"cannot read: {err}")]) from err
     return parse_config(text, source)
+
+
+#: The key of the chart's ConfigMap that holds the config file.
+CONFIGMAP_KEY = "config.yaml"
+
+
+def parse_config_or_configmap(text: str, source: str) -> Config:
+    """A config file, or the Helm chart's rendered ConfigMap holding one (its
+    ``config.yaml``), alone or among the chart's other objects, as ``helm template``
+    prints them: so a values file is checked as the chart renders it, with no YAML tool
+    between."""
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError:
+        return parse_config(text, source)  # says what is wrong with it
+    held = [
+        d
+        for d in documents
+        if isinstance(d, dict)
+        and d.get("kind") == "ConfigMap"
+        and isinstance(d.get("data"), dict)
+        and CONFIGMAP_KEY in d["data"]
+    ]
+    if not held:
+        return parse_config(text, source)
+    if len(held) > 1:
+        names = ", ".join(str((d.get("metadata") or {}).get("name")) for d in held)
+        problem = f"holds {len(held)} ConfigMaps with a {CONFIGMAP_KEY}: {names}; give one"
+        raise ConfigError(source, [Problem(source, problem)])
+    name = (held[0].get("metadata") or {}).get("name")
+    return parse_config(str(held[0]["data"][CONFIGMAP_KEY]), f"{source}: ConfigMap {name}")
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:

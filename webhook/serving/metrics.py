@@ -502,7 +502,10 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        raise OSError(f"cannot listen for metrics on {host}:{port}: {err.strerror}") from None
+        raise OSError(
+            f"cannot listen for metrics on {host}:{port}: {err.strerror}; give "
+            "--metrics-port a free port, or --metrics-port 0 to serve without metrics"
+        ) from None
     sock.listen(16)
     sock.set_inheritable(True)
     return sock

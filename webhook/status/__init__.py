@@ -23,6 +23,8 @@ from webhook.kube.scheduling import Placement, fits, node_of
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
 from webhook.status.reader import Reader, StatusError, Unreadable, connect, parse_ref, read_tree
+from webhook.status.recorded import RecordedReader
+from webhook.status.recorded import read as read_recorded
 from webhook.status.render import render_text, to_json
 from webhook.status.story import Lookups, Story, tell
 
@@ -46,7 +48,7 @@ class LiveLookups(Lookups):
     the next attempt's admission asks (a user who may not list Nodes gets what the
     webhook does when it cannot: failed nodes avoided by preference only)."""
 
-    def __init__(self, reader: Reader):
+    def __init__(self, reader: Reader | RecordedReader):
         super().__init__()
         self.reader = reader
         self.core_api = reader.core
@@ -96,11 +98,22 @@ def status(
     kubeconfig: str | None = None,
     context: str | None = None,
     config: Config | None = None,
+    recorded: str | None = None,
 ) -> tuple[Story, int]:
-    """Read and tell; ``StatusError`` when nothing can be told."""
+    """Read and tell; ``StatusError`` when nothing can be told. With ``recorded`` (a file
+    ``kubectl get -o yaml`` wrote), the objects are read from it instead of a cluster."""
     ref = parse_ref(reference)
+    if recorded is not None:
+        reader: Any = RecordedReader(read_recorded(recorded), recorded)
+        where = namespace or reader.namespace_of(ref.kind, ref.name) or "default"
+        tree = read_tree(reader, ref, where)
+        return _told(tell(tree, config, LiveLookups(reader)))
     connection = connect(kubeconfig, context, namespace)
     reader = Reader(connection.api)
     tree = read_tree(reader, ref, connection.namespace)
-    story = tell(tree, config, LiveLookups(reader), kubernetes_version=cluster_version(connection))
+    version = cluster_version(connection)
+    return _told(tell(tree, config, LiveLookups(reader), kubernetes_version=version))
+
+
+def _told(story: Story) -> tuple[Story, int]:
     return story, EXIT_PARTIAL if story.unread else EXIT_OK

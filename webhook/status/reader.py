@@ -40,6 +40,7 @@ from typing import Any
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import REPORTING_CONTROLLER
 from webhook.cluster.history import JOBSET_UID
+from webhook.kube import apiclient
 from webhook.kube.objects import controller_of, mapping
 
 #: Seconds for one request (connect, read).
@@ -133,11 +134,13 @@ def connect(
 ) -> Connection:
     """The user's API connection and namespace: ``namespace``, else the kubeconfig
     context's, else the pod's (in a cluster), else ``default`` (as kubectl)."""
+    apiclient.quiet()
     from kubernetes import client, config
 
     configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    has_file = bool(kubeconfig or os.environ.get("KUBECONFIG")) or os.path.exists(path)
+    paths = apiclient.kubeconfig_paths(kubeconfig)
+    has_file = bool(kubeconfig or os.environ.get("KUBECONFIG")) or os.path.exists(paths[0])
+    hint = "set KUBECONFIG or --kubeconfig (as for kubectl)"
     found_namespace = None
     try:
         if has_file:
@@ -149,11 +152,13 @@ def connect(
             config.load_incluster_config(client_configuration=configuration)
             found_namespace = _file_text(SERVICE_ACCOUNT_NAMESPACE)
         else:
-            raise config.ConfigException("no kubeconfig file and not running in a pod")
+            raise StatusError(
+                f"no Kubernetes API: no kubeconfig ({paths[0]} does not exist) and not "
+                f"running in a pod; {hint}"
+            )
     except (config.ConfigException, OSError, TypeError, ValueError) as err:
-        raise StatusError(
-            f"no Kubernetes API: {err}; set KUBECONFIG or --kubeconfig (as for kubectl)"
-        ) from None
+        where = apiclient.kubeconfig_problem(kubeconfig, err) if has_file else str(err)
+        raise StatusError(f"no Kubernetes API: {where}; {hint}") from None
     return Connection(
         client.ApiClient(configuration),
         namespace or found_namespace or "default",
@@ -194,28 +199,8 @@ def _call(what: str, request: Callable[[], Any]) -> Any:
         resp = request()
         return json.loads(resp.data)
     except Exception as err:
-        status = getattr(err, "status", None)
-        if isinstance(status, int) and status:
-            raise Unreadable(what, status, _api_message(err, status)) from None
-        reason = getattr(err, "reason", None) or err
-        raise Unreadable(what, None, f"the API server did not answer ({_short(reason)})") from None
-
-
-def _api_message(err: Exception, status: int) -> str:
-    body = getattr(err, "body", None)
-    message = ""
-    if isinstance(body, (bytes, str)):
-        try:
-            message = str(json.loads(body).get("message") or "")
-        except (ValueError, AttributeError):
-            message = ""
-    words = {403: "forbidden", 404: "not found", 401: "unauthorized"}.get(status, "error")
-    return f"HTTP {status} {words}" + (f": {message}" if message else "")
-
-
-def _short(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= 160 else text[:157] + "..."
+        status, detail = apiclient.describe(err)
+        raise Unreadable(what, status, detail) from None
 
 
 class Reader:

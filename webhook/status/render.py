@@ -25,11 +25,11 @@ def _title(text: str) -> list[str]:
     return [*_fill(text, "", ""), "=" * min(len(text), WIDTH)]
 
 
-def render_text(story: Story) -> str:
+def render_text(story: Story, plan: bool = False) -> str:
+    """The story an operator came for first (state, budgets, attempts, the next attempt,
+    what decided it, Events), then notes; the retry plan, long and the same for every
+    run, last and only with ``plan`` (``--plan``)."""
     out = _title(f"{story.kind} {story.namespace}/{story.name}: {story.state}")
-    out += ["", *_fill(f"Retry plan, {story.plan_source}:", "", "")]
-    if story.plan:
-        out += ["", *explain.render_text(story.plan).rstrip("\n").split("\n")]
     if story.budgets:
         out += ["", "Budget:"]
         out += [line for b in story.budgets for line in _fill(f"{b.what}: {b.text}")]
@@ -47,7 +47,17 @@ def render_text(story: Story) -> str:
     if story.unread:
         out += ["", "Could not read (the story above is told without it):"]
         out += [line for what in story.unread for line in _fill(what)]
+    out += ["", *_plan(story, plan)]
     return "\n".join(out) + "\n"
+
+
+def _plan(story: Story, shown: bool) -> list[str]:
+    if not shown:
+        return ["Retry plan: add --plan to see it."]
+    lines = _fill(f"Retry plan, {story.plan_source}:", "", "")
+    if story.plan:
+        lines += ["", *explain.render_text(story.plan).rstrip("\n").split("\n")]
+    return lines
 
 
 def _job(job: JobStory, several: bool) -> list[str]:

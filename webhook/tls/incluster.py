@@ -52,6 +52,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from webhook.kube import apiclient
 from webhook.tls import certs
 
 log = logging.getLogger(__name__)
@@ -284,6 +285,7 @@ def _serving_problem(
 def api_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
     """CoreV1Api and AdmissionregistrationV1Api: the pod's ServiceAccount, else a kubeconfig
     (``--kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``)."""
+    apiclient.quiet()
     from kubernetes import client, config
 
     configuration = client.Configuration()
@@ -292,10 +294,10 @@ def api_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
             config.load_incluster_config(client_configuration=configuration)
         else:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    except (config.ConfigException, OSError, TypeError) as err:
+    except (config.ConfigException, OSError, TypeError, ValueError) as err:
         raise SyncError(
-            "no Kubernetes API: not running in a pod and no usable kubeconfig "
-            f"({err}); set KUBECONFIG or --kubeconfig"
+            "no Kubernetes API: not running in a pod, and "
+            f"{apiclient.kubeconfig_problem(kubeconfig, err)}; set KUBECONFIG or --kubeconfig"
         ) from None
     api = client.ApiClient(configuration)
     return client.CoreV1Api(api), client.AdmissionregistrationV1Api(api)
