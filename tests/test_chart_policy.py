@@ -363,386 +363,108 @@ WHERE = {
     "action": "may not ",
 }
 
-# (id, user, operation, resource, subresource, the stored object's maker, the change, the
-# validations that deny it: WHERE keys, none when allowed). Pods: "pod" a running pod of a
-# Job with every budget's label, "gated" one held back, "plain" one without our labels.
+HISTORY_PATH = ("metadata", "annotations", HISTORY)
+
+
+def case(name, stored, change, denied=(), *, user=WEBHOOK, op="UPDATE", sub="", kind="pods"):
+    """A write of ``user`` to the object ``stored`` names (see ``_objects``), changed by
+    ``change``, and the validations that deny it (``WHERE``'s keys; none: allowed)."""
+    return pytest.param(user, op, kind, sub, stored, change, list(denied), id=name)
+
+
+def status(name, stored, change, denied=(), **kw):
+    return case(name, stored, change, denied, sub="status", **kw)
+
+
+TARGET = _condition(fp.DISRUPTION_TARGET, "DeletionByDisruptor")
+IN_PLACE_DONE = _condition(fp.IN_PLACE_BUDGET_EXHAUSTED)
+UNLABEL = {gates.GATED_LABEL: None}
+# Pods: "pod" a running pod of a Job with every budget's label, "gated" one held back behind
+# Kueue's gate, "plain" one without our labels, "terminating" the pod being deleted,
+# "exhausted" it with InPlaceBudgetExhausted, "deadline" it with activeDeadlineSeconds 3600.
 CASES = [
     # What the code does: allowed.
-    ("release our gate and label", WEBHOOK, "UPDATE", "pods", "", "gated", _released, []),
-    ("the hook releases them too", HOOK, "UPDATE", "pods", "", "gated", _released, []),
-    (
-        "only the label left",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        lambda p: _labelled(p, **{gates.GATED_LABEL: None}),
-        [],
-    ),
-    (
-        "set activeDeadlineSeconds",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _spec(activeDeadlineSeconds=1),
-        [],
-    ),
-    ("a no-op update", WEBHOOK, "UPDATE", "pods", "", "pod", copy.deepcopy, []),
-    (
-        "InPlaceBudgetExhausted",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition(fp.IN_PLACE_BUDGET_EXHAUSTED),
-        [],
-    ),
-    (
-        "DisruptionBudgetExhausted",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition(fp.DISRUPTION_BUDGET_EXHAUSTED),
-        [],
-    ),
-    (
-        "PeerDisrupted",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition(fp.PEER_DISRUPTED),
-        [],
-    ),
-    (
-        "DisruptionTarget on a deletion",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "terminating",
-        _condition(fp.DISRUPTION_TARGET, "DeletionByDisruptor"),
-        [],
-    ),
-    (
-        "our condition set again",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "exhausted",
-        _condition(fp.IN_PLACE_BUDGET_EXHAUSTED, "Again"),
-        [],
-    ),
-    ("delete a pod that used its restarts", WEBHOOK, "DELETE", "pods", "", "exhausted", None, []),
+    case("release our gate and label", "gated", _released),
+    case("the hook releases them too", "gated", _released, user=HOOK),
+    case("only the label left", "pod", lambda p: _labelled(p, **UNLABEL)),
+    case("set activeDeadlineSeconds", "pod", _spec(activeDeadlineSeconds=1)),
+    case("lower activeDeadlineSeconds", "deadline", _spec(activeDeadlineSeconds=60)),
+    case("a no-op update", "pod", copy.deepcopy),
+    status("InPlaceBudgetExhausted", "pod", IN_PLACE_DONE),
+    status("DisruptionBudgetExhausted", "pod", _condition(fp.DISRUPTION_BUDGET_EXHAUSTED)),
+    status("PeerDisrupted", "pod", _condition(fp.PEER_DISRUPTED)),
+    status("DisruptionTarget on a deletion", "terminating", TARGET),
+    status("our condition set again", "exhausted", _condition(fp.IN_PLACE_BUDGET_EXHAUSTED, "A")),
+    case("delete a pod that used its restarts", "exhausted", None, op="DELETE"),
     # Pod updates the code never makes.
-    (
-        "swap an image",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _edit("spec.containers.0.image", "evil:latest"),
-        ["pod"],
-    ),
-    (
-        "move to another node",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _spec(nodeName="node-evil"),
-        ["pod"],
-    ),
-    (
-        "add a toleration",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _spec(tolerations=[{"operator": "Exists"}]),
-        ["pod"],
-    ),
-    (
-        "add a label",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        lambda p: _labelled(p, app="frontend"),
-        ["labels"],
-    ),
-    (
-        "change a label",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        lambda p: _labelled(p, **{"job-name": "other"}),
-        ["labels"],
-    ),
-    (
-        "remove a label",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        lambda p: _labelled(p, **{"job-name": None}),
-        ["labels"],
-    ),
-    (
+    case("swap an image", "pod", _edit("spec.containers.0.image", "evil:latest"), ["pod"]),
+    case("move to another node", "pod", _spec(nodeName="node-evil"), ["pod"]),
+    case("add a toleration", "pod", _spec(tolerations=[{"operator": "Exists"}]), ["pod"]),
+    case("add a label", "pod", lambda p: _labelled(p, app="frontend"), ["labels"]),
+    case("change a label", "pod", lambda p: _labelled(p, **{"job-name": "x"}), ["labels"]),
+    case("remove a label", "pod", lambda p: _labelled(p, **{"job-name": None}), ["labels"]),
+    case(
         "remove a budget label",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
         "pod",
         lambda p: _labelled(p, **{P + "max-disruptions": None}),
         ["labels"],
     ),
-    (
+    case(
         "change an annotation",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
         "gated",
         _edit(("metadata", "annotations", gates.NOT_BEFORE), "2099-01-01T00:00:00Z"),
         ["pod"],
     ),
-    (
-        "drop the owner",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _edit("metadata.ownerReferences", None),
-        ["pod"],
-    ),
-    (
-        "drop the finalizer",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _edit("metadata.finalizers", None),
-        ["pod"],
-    ),
-    (
+    case("drop the owner", "pod", _edit("metadata.ownerReferences", None), ["pod"]),
+    case("drop the finalizer", "pod", _edit("metadata.finalizers", None), ["pod"]),
+    case(
         "remove Kueue's gate",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
         "gated",
         _edit("spec.schedulingGates", [{"name": gates.GATE}]),
         ["gates"],
     ),
-    (
-        "remove every gate",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "gated",
-        _edit("spec.schedulingGates", None),
-        ["gates"],
-    ),
-    (
-        "activeDeadlineSeconds of a plain pod",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "plain",
-        _spec(activeDeadlineSeconds=1),
-        ["deadline"],
-    ),
-    (
-        "activeDeadlineSeconds by the hook",
-        HOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "pod",
-        _spec(activeDeadlineSeconds=1),
-        ["deadline"],
-    ),
-    (
-        "raise activeDeadlineSeconds",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "",
-        "deadline",
-        _spec(activeDeadlineSeconds=7200),
-        ["deadline"],
-    ),
+    case("remove every gate", "gated", _edit("spec.schedulingGates", None), ["gates"]),
+    case("deadline of a plain pod", "plain", _spec(activeDeadlineSeconds=1), ["deadline"]),
+    case("deadline by the hook", "pod", _spec(activeDeadlineSeconds=1), ["deadline"], user=HOOK),
+    case("raise the deadline", "deadline", _spec(activeDeadlineSeconds=7200), ["deadline"]),
     # Status writes the code never makes.
-    (
-        "relabel through status",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        lambda p: _labelled(p, app="x"),
-        ["status"],
-    ),
-    (
-        "annotate through status",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _edit("metadata.annotations.x", "y"),
-        ["status"],
-    ),
-    (
-        "fail the pod",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _edit("status.phase", "Failed"),
-        ["status"],
-    ),
-    (
-        "rewrite a container's state",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
+    status("relabel through status", "pod", lambda p: _labelled(p, app="x"), ["status"]),
+    status("annotate through status", "pod", _edit("metadata.annotations.x", "y"), ["status"]),
+    status("fail the pod", "pod", _edit("status.phase", "Failed"), ["status"]),
+    status(
+        "rewrite a restart count",
         "pod",
         _edit("status.containerStatuses.0.restartCount", 9),
         ["status"],
     ),
-    (
-        "make it unready",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition("Ready", status="False"),
-        ["conditions"],
+    status("make it unready", "pod", _condition("Ready", status="False"), ["conditions"]),
+    status("drop the kubelet's conditions", "pod", _edit("status.conditions", []), ["conditions"]),
+    status("another condition type", "pod", _condition("example.com/Healthy"), ["conditions"]),
+    status(
+        "our condition, False", "pod", _condition(fp.PEER_DISRUPTED, status="False"), ["conditions"]
     ),
-    (
-        "drop a kubelet condition",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _edit("status.conditions", []),
-        ["conditions"],
-    ),
-    (
-        "another condition type",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition("example.com/Healthy"),
-        ["conditions"],
-    ),
-    (
-        "our condition, False",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition(fp.PEER_DISRUPTED, status="False"),
-        ["conditions"],
-    ),
-    (
-        "our condition, unlabelled pod",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "plain",
-        _condition(fp.IN_PLACE_BUDGET_EXHAUSTED),
-        ["conditions"],
-    ),
-    (
-        "DisruptionTarget on a running pod",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition(fp.DISRUPTION_TARGET, "DeletionByDisruptor"),
-        ["conditions"],
-    ),
-    (
+    status("our condition, unlabelled pod", "plain", IN_PLACE_DONE, ["conditions"]),
+    status("DisruptionTarget on a running pod", "pod", TARGET, ["conditions"]),
+    status(
         "DisruptionTarget, upstream's reason",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
         "terminating",
         _condition(fp.DISRUPTION_TARGET, "PreemptionByScheduler"),
         ["conditions"],
     ),
-    (
-        "DisruptionTarget, no ignore-disruptions",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "terminating-plain",
-        _condition(fp.DISRUPTION_TARGET, "DeletionByDisruptor"),
-        ["conditions"],
-    ),
-    (
-        "the hook adds a condition",
-        HOOK,
-        "UPDATE",
-        "pods",
-        "status",
-        "pod",
-        _condition(fp.PEER_DISRUPTED),
-        ["action"],
+    status("DisruptionTarget, no ignore-disruptions", "terminating-plain", TARGET, ["conditions"]),
+    status(
+        "the hook adds a condition", "pod", _condition(fp.PEER_DISRUPTED), ["action"], user=HOOK
     ),
     # Deletions, and what else a client can ask of pods.
-    ("delete an unmarked pod", WEBHOOK, "DELETE", "pods", "", "pod", None, ["delete"]),
-    ("delete a plain pod", WEBHOOK, "DELETE", "pods", "", "plain", None, ["delete"]),
-    ("the hook deletes", HOOK, "DELETE", "pods", "", "exhausted", None, ["action"]),
-    ("create a pod", WEBHOOK, "CREATE", "pods", "", None, None, ["action"]),
-    ("evict", WEBHOOK, "CREATE", "pods", "eviction", None, None, ["action"]),
-    ("bind", WEBHOOK, "CREATE", "pods", "binding", None, None, ["action"]),
-    ("exec", WEBHOOK, "CONNECT", "pods", "exec", None, None, ["action"]),
-    (
-        "ephemeral container",
-        WEBHOOK,
-        "UPDATE",
-        "pods",
-        "ephemeralcontainers",
-        "pod",
-        copy.deepcopy,
-        ["action"],
-    ),
-    ("resize", WEBHOOK, "UPDATE", "pods", "resize", "pod", copy.deepcopy, ["action"]),
+    case("delete an unmarked pod", "pod", None, ["delete"], op="DELETE"),
+    case("delete a plain pod", "plain", None, ["delete"], op="DELETE"),
+    case("the hook deletes", "exhausted", None, ["action"], op="DELETE", user=HOOK),
+    case("create a pod", None, None, ["action"], op="CREATE"),
+    case("evict", None, None, ["action"], op="CREATE", sub="eviction"),
+    case("bind", None, None, ["action"], op="CREATE", sub="binding"),
+    case("exec", None, None, ["action"], op="CONNECT", sub="exec"),
+    case("ephemeral container", "pod", copy.deepcopy, ["action"], sub="ephemeralcontainers"),
+    case("resize", "pod", copy.deepcopy, ["action"], sub="resize"),
 ]
 
 
@@ -764,24 +486,22 @@ def _objects(fake: FakeAPI) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("case", "user", "operation", "resource", "sub", "stored", "change", "denied"),
-    CASES,
-    ids=[c[0] for c in CASES],
+    ("user", "operation", "resource", "sub", "stored", "change", "denied"), CASES
 )
-def test_pod_writes(api, policy, case, user, operation, resource, sub, stored, change, denied):
+def test_pod_writes(api, policy, user, operation, resource, sub, stored, change, denied):
     old = _objects(api)[stored]
     new = change(old) if change is not None and old is not None else None
     if old is None:  # a new pod, an Eviction, a Binding, PodExecOptions: not compared
         new = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "ml"}}
-    judged(case, review(policy, user, operation, resource, sub, new, old), denied)
+    judged(review(policy, user, operation, resource, sub, new, old), denied)
 
 
-def judged(case: str, verdict, denied: list[str]) -> None:
+def judged(verdict, denied: list[str]) -> None:
     """``verdict`` allows, or denies by exactly the validations ``denied`` names."""
     assert verdict.matched
-    assert len(verdict.denials) == len(denied), (case, verdict.denials)
+    assert len(verdict.denials) == len(denied), verdict.denials
     for key in denied:
-        assert any(WHERE[key] in d for d in verdict.denials), (case, verdict.denials)
+        assert any(WHERE[key] in d for d in verdict.denials), verdict.denials
 
 
 def a_job(fake: FakeAPI) -> dict:
@@ -793,60 +513,53 @@ def a_job(fake: FakeAPI) -> dict:
     return copy.deepcopy(run.job)
 
 
+RECORD = _edit(HISTORY_PATH, '{"v":2}')
 JOB_CASES = [
-    ("write the record", "jobs", "", _edit(("metadata", "annotations", HISTORY), '{"v":2}'), []),
-    ("lower backoffLimit by one", "jobs", "", _edit("spec.backoffLimit", 0), []),
-    (
-        "both at once",
-        "jobs",
-        "",
-        lambda j: _edit("spec.backoffLimit", 0)(
-            _edit(("metadata", "annotations", HISTORY), "{}")(j)
-        ),
-        [],
-    ),
-    (
-        "remove the record",
-        "jobs",
-        "",
-        _edit(("metadata", "annotations", HISTORY), None),
+    case("write the record", None, RECORD, kind="jobs"),
+    case("lower backoffLimit by one", None, _edit("spec.backoffLimit", 0), kind="jobs"),
+    case("both at once", None, lambda j: _edit("spec.backoffLimit", 0)(RECORD(j)), kind="jobs"),
+    case("remove the record", None, _edit(HISTORY_PATH, None), ["annotations"], kind="jobs"),
+    case(
+        "another annotation",
+        None,
+        _edit("metadata.annotations.x", "y"),
         ["annotations"],
+        kind="jobs",
     ),
-    ("another annotation", "jobs", "", _edit("metadata.annotations.x", "y"), ["annotations"]),
-    (
-        "change a policy annotation",
-        "jobs",
-        "",
+    case(
+        "a policy annotation",
+        None,
         _edit(("metadata", "annotations", P + "backoff-limit"), "9"),
         ["annotations"],
+        kind="jobs",
     ),
-    ("a label", "jobs", "", _edit("metadata.labels", {"a": "b"}), ["workload"]),
-    ("raise backoffLimit", "jobs", "", _edit("spec.backoffLimit", 2), ["backoff"]),
-    ("lower backoffLimit by two", "jobs", "", _edit("spec.backoffLimit", -1), ["backoff"]),
-    ("suspend it", "jobs", "", _edit("spec.suspend", True), ["workload"]),
-    ("a deadline", "jobs", "", _edit("spec.activeDeadlineSeconds", 1), ["workload"]),
-    ("its status", "jobs", "status", _edit("status.failed", 9), ["action"]),
-    ("a JobSet's record", "jobsets", "", _edit(("metadata", "annotations", HISTORY), "{}"), []),
-    ("a JobSet's spec", "jobsets", "", _edit("spec.suspend", True), ["workload"]),
-    (
-        "a RayJob's record",
-        "rayjobs",
-        "",
-        _edit(("metadata", "annotations", HISTORY), "{}"),
-        ["action"],
+    case("a label", None, _edit("metadata.labels", {"a": "b"}), ["workload"], kind="jobs"),
+    case("raise backoffLimit", None, _edit("spec.backoffLimit", 2), ["backoff"], kind="jobs"),
+    case("lower it by two", None, _edit("spec.backoffLimit", -1), ["backoff"], kind="jobs"),
+    case("suspend it", None, _edit("spec.suspend", True), ["workload"], kind="jobs"),
+    case("a deadline", None, _edit("spec.activeDeadlineSeconds", 1), ["workload"], kind="jobs"),
+    case("its status", None, _edit("status.failed", 9), ["action"], kind="jobs", sub="status"),
+    case("a JobSet's record", None, RECORD, kind="jobsets"),
+    case("a JobSet's spec", None, _edit("spec.suspend", True), ["workload"], kind="jobsets"),
+    case("a RayJob's record", None, RECORD, ["action"], kind="rayjobs"),
+    case(
+        "a CronJob",
+        None,
+        _edit("metadata.annotations.x", "y"),
+        ["action", "annotations"],
+        kind="cronjobs",
     ),
-    ("a CronJob", "cronjobs", "", _edit("metadata.annotations.x", "y"), ["action", "annotations"]),
 ]
 
 
 @pytest.mark.parametrize(
-    ("case", "resource", "sub", "change", "denied"), JOB_CASES, ids=[c[0] for c in JOB_CASES]
+    ("user", "operation", "resource", "sub", "stored", "change", "denied"), JOB_CASES
 )
-def test_workload_writes(api, policy, case, resource, sub, change, denied):
+def test_workload_writes(api, policy, user, operation, resource, sub, stored, change, denied):
     old = a_job(api)
     if resource != "jobs":  # the same shape serves: only metadata and spec are compared
         old = {**old, "apiVersion": "x/v1", "kind": "Other", "spec": {"suspend": False}}
-    judged(case, review(policy, WEBHOOK, "UPDATE", resource, sub, change(old), old), denied)
+    judged(review(policy, user, operation, resource, sub, change(old), old), denied)
     assert not review(policy, WEBHOOK, "CREATE", resource, "", old, None).allowed
     assert not review(policy, WEBHOOK, "DELETE", resource, "", None, old).allowed
 
