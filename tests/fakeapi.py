@@ -184,6 +184,13 @@ class FakeAPI:
         self.write_status: dict[str, int] = {}
         self.write_delay: dict[str, float] = {}
         self.deletions: list[tuple[str, str, int]] = []  # pods: (namespace, name, grace)
+        #: Validating admission of the writes clients send to pods, Jobs and JobSets (a
+        #: PATCH, as the UPDATE it is, and a pod's DELETE; not the test's own changes):
+        #: called with (operation, resource, subresource, object, oldObject) before the
+        #: write is stored, it returns why the write is refused (403 Forbidden, nothing
+        #: changes) or None (``tests/vap.py``).
+        self.admit = None
+        self.refused: list[tuple[str, str, str]] = []  # (operation, resource, why)
         self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.scheme = "http"
@@ -425,6 +432,9 @@ class FakeAPI:
             patched["status"] = copy.deepcopy(current.get("status"))
         for key in ("uid", "name", "namespace", "creationTimestamp"):
             patched["metadata"][key] = current["metadata"].get(key)
+        why = self._admit("UPDATE", resource, sub, copy.deepcopy(patched), current)
+        if why is not None:
+            return 403, _status_body(403, "Forbidden", why, name)
         if _comparable(patched) == _comparable(current):
             return 200, copy.deepcopy(current)
         self.version += 1
@@ -461,6 +471,15 @@ class FakeAPI:
             self._send("pods", {"type": "MODIFIED", "object": copy.deepcopy(current)})
         self.deletions.append((namespace, name, grace))
         return 200, copy.deepcopy(current)
+
+    def _admit(self, operation: str, resource: str, sub: str, obj: Any, old: dict) -> str | None:
+        """Validating admission of one write (lock held); why it is refused, or None."""
+        if self.admit is None:
+            return None
+        why = self.admit(operation, resource, sub, obj, copy.deepcopy(old))
+        if why is not None:
+            self.refused.append((operation, f"{resource}/{sub}" if sub else resource, why))
+        return why
 
     def remove_finalizer(self, uid: str) -> None:
         """The Job controller's removal of its tracking finalizer once it judged the pod;
@@ -572,6 +591,10 @@ class FakeAPI:
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
                 with api.lock:
+                    current = api._named_pod(parts[3], parts[5])
+                    why = current and api._admit("DELETE", "pods", "", None, current)
+                    if why:
+                        return self._send(403, _status_body(403, "Forbidden", why, parts[5]))
                     status, answer = api.delete_pod(
                         parts[3], parts[5], None if grace is None else int(grace)
                     )

@@ -111,3 +111,42 @@ def denied(docs: list[dict], account: str, namespace: str, made: set[Call]) -> l
             for scope, rule in rules
         )
     )
+
+
+# --- the parts that write, and the chart's switches for them ---------------------------------
+
+#: The pod writes each part of the webhook makes (``charts/.../templates/_writes.tpl``):
+#: the controller's (gates released, budgets' conditions, a pod that used its restarts in
+#: place deleted) and the workers' marks of pods a disruptor deleted. The tests that run a
+#: part against the test API check that its calls are among these.
+POD_WRITES: dict[str, set[tuple[str, str]]] = {
+    "controller": {("patch", "pods"), ("delete", "pods"), ("patch", "pods/status")},
+    "deletions": {("patch", "pods/status")},
+}
+
+
+def combinations() -> list[tuple[str, dict, frozenset[str]]]:
+    """Every combination of the chart's switches for the parts that write, with a cluster
+    connection: (a name, the values, the parts that are on). ``controller.enabled`` turns
+    the controller on or off; ``webhook.deletions.enabled`` the deletion marks."""
+    out = []
+    for controller in (True, False):
+        for deletions in (True, False):
+            values = {
+                "controller": {"enabled": controller},
+                "webhook": {"deletions": {"enabled": deletions}},
+            }
+            on = frozenset(
+                part
+                for part, flag in (("controller", controller), ("deletions", deletions))
+                if flag
+            )
+            state = {True: "on", False: "off"}
+            name = f"controller-{state[controller]}-deletions-{state[deletions]}"
+            out.append((name, values, on))
+    return out
+
+
+def pod_writes(parts: frozenset[str]) -> set[tuple[str, str]]:
+    """The pod writes ``parts`` make together."""
+    return set().union(*(POD_WRITES[p] for p in parts)) if parts else set()

@@ -411,6 +411,14 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # A pod held back by a retry-delay gate whose time has come: the gate releaser
     # (webhook/controller/gates.py) lists, watches and patches it.
     api.put("pods", gated_pod("overdue", time.time() - 60))
+    # The chart's admission policy in front of its pod and workload writes, as the API
+    # server runs it (tests/vap.py): every write below must be one it lets through.
+    from test_chart import one
+    from vap import Policy, gate
+
+    chart = render(helm_path, {})
+    user = f"system:serviceaccount:{CHART_NS}:{deployment_pod(chart)['spec']['serviceAccountName']}"
+    api.admit = gate(Policy(one(chart, "ValidatingAdmissionPolicy")), user)
     api.requests.clear()
     path = write_kubeconfig(tmp_path / "kubeconfig-rbac", api.url)
     api_client = config.new_client_from_config(str(path))
@@ -492,6 +500,16 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     docs = render(helm_path, {})
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
+    assert api.refused == []
+    # Its pod writes are the controller's (tests/rbac.py), granted whatever the other
+    # switches say.
+    from rbac import POD_WRITES, combinations
+
+    writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete", "update")}
+    assert {w for w in writes if w[1].startswith("pods")} == POD_WRITES["controller"]
+    for name, values, on in combinations():
+        if "controller" in on:
+            assert denied(render(helm_path, values), account, CHART_NS, made) == [], name
     # The check bites: a chart whose Lease is another would refuse this one.
     other = render(helm_path, {"controller": {"leaseName": "another"}})
     assert "update coordination.k8s.io/leases retry-policy-webhook-controller in " + (

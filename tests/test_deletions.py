@@ -222,12 +222,17 @@ def test_a_pod_that_failed_first_is_late_and_one_judged_is_missed(api, tmp_path)
 
 def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path):
     """The server as deployed answers the DELETE at once and marks the pod off the
-    admission path; a dry run marks nothing; the chart grants every call the worker made."""
+    admission path; a dry run marks nothing; the chart grants every call the worker made,
+    and its admission policy lets the mark through (``tests/vap.py``)."""
     from rbac import calls, denied
     from test_chart import NAMESPACE as CHART_NS
-    from test_chart import deployment_pod, render
+    from test_chart import deployment_pod, one, render
     from test_controller import _find_helm
+    from vap import Policy, gate
 
+    chart = render(_find_helm(), {"controller": {"enabled": False}})
+    user = f"system:serviceaccount:{CHART_NS}:{deployment_pod(chart)['spec']['serviceAccountName']}"
+    api.admit = gate(Policy(one(chart, "ValidatingAdmissionPolicy")), user)
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
     server = start(
         tmp_path / "certs",
@@ -272,3 +277,12 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
     docs = render(_find_helm(), {})
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
+    assert api.refused == []
+    # Its pod writes are the marks' (tests/rbac.py), granted while they are on.
+    from rbac import POD_WRITES, combinations
+
+    pod_writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete")}
+    assert pod_writes == POD_WRITES["deletions"]
+    for name, values, on in combinations():
+        if "deletions" in on:
+            assert denied(render(_find_helm(), values), account, CHART_NS, made) == [], name

@@ -1,0 +1,731 @@
+"""The power of the webhook's ServiceAccount token, stated and narrowed.
+
+- RBAC: the chart grants pod writes only for the parts that are on (the controller, the
+  marks of pods disruptors delete: ``tests/rbac.py``'s combinations of the switches).
+- The ValidatingAdmissionPolicy (``templates/admission-policy.yaml``), as the real helm
+  renders it: valid against the Kubernetes 1.30 (its first GA release) and 1.37 schemas,
+  rendered where the cluster serves it, and evaluated with cel-python (``tests/vap.py``,
+  the API server's way) on the writes the controller's own code makes through the HTTP test
+  API (gates released, budgets' conditions, a disruptor's deletion marked, a pod replaced,
+  records written) and on the writes it must refuse (an image swap, a label, a nodeName, a
+  status rewrite, another condition, a deletion of an unmarked pod...).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import kubernetes_validate
+import pytest
+from conftest import P
+from fakeapi import FakeAPI, write_kubeconfig
+from jobsim import JobRun
+from kubernetes import client, config
+from rbac import POD_WRITES, combinations, granted, pod_writes
+from test_chart import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    WRITE_VERBS,
+    _run_helm,
+    deployment_pod,
+    helm,  # noqa: F401 (the fixture)
+    one,
+    render,
+    render_fails,
+)
+from test_controller_budgets import IN_PLACE, admitted_job
+from vap import Policy, admitted, gate, request
+
+from webhook.cluster.conditions import add_condition, status_patch
+from webhook.cluster.deletions import DeletionMarker
+from webhook.cluster.events import EventRecorder
+from webhook.cluster.record import ANNOTATION as HISTORY
+from webhook.controller.gates import release_all
+from webhook.controller.records import Workloads
+from webhook.controller.restarts import InPlaceBudget
+from webhook.kube import failurepolicy as fp
+from webhook.kube import gates
+
+pytestmark = pytest.mark.tools
+
+FULL = f"{RELEASE}-retry-policy-webhook"
+WEBHOOK = f"system:serviceaccount:{NAMESPACE}:{FULL}"
+HOOK = f"system:serviceaccount:{NAMESPACE}:{FULL}-release-gates"
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+KUEUE_GATE = {"name": "kueue.x-k8s.io/admission"}
+BUDGETS = {
+    **IN_PLACE,
+    P + "ignore-disruptions": "true",
+    P + "max-disruptions": "1",
+    P + "peer-disruptions": "ignore",
+}
+T0 = "2026-11-26T10:00:00Z"
+
+
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
+
+
+def policy_of(docs: list[dict]) -> Policy:
+    return Policy(one(docs, "ValidatingAdmissionPolicy"))
+
+
+@pytest.fixture
+def policy(helm) -> Policy:  # noqa: F811
+    return policy_of(render(helm, {}))
+
+
+def core_of(fake: FakeAPI, tmp_path):
+    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
+    return config.new_client_from_config(str(path))
+
+
+# --- objects as the API server stores them ------------------------------------------------------
+
+
+def dressed(pod: dict) -> dict:
+    """A Job's pod (``tests/jobsim.py``) with what the API server and the kubelet add to a
+    stored, running pod: its generation, managed fields, QoS class, addresses, start."""
+    pod = copy.deepcopy(pod)
+    meta = pod["metadata"]
+    meta.setdefault("creationTimestamp", T0)
+    meta["generation"] = 1
+    meta["managedFields"] = [
+        {
+            "manager": "kube-controller-manager",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": T0,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {}},
+        },
+        {
+            "manager": "kubelet",
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": T0,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:status": {"f:conditions": {}}},
+            "subresource": "status",
+        },
+    ]
+    pod["spec"].setdefault("terminationGracePeriodSeconds", 30)
+    pod["spec"].setdefault(
+        "tolerations",
+        [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+    )
+    status = pod["status"]
+    for cs, container in zip(status["containerStatuses"], pod["spec"]["containers"], strict=True):
+        cs.update(
+            image=container["image"],
+            imageID=f"docker.io/library/{container['image']}@sha256:{'4' * 64}",
+            containerID=f"containerd://{'c' * 64}",
+            ready=True,
+            started=True,
+        )
+    status.update(
+        {"qosClass": "BestEffort", "hostIP": "10.0.3.7", "podIP": "10.244.3.12", "startTime": T0}
+    )
+    status["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": T0},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": T0},
+        {"type": "Ready", "status": "True", "lastTransitionTime": T0},
+    ]
+    return pod
+
+
+def stored_pod(fake: FakeAPI, annotations: dict | None = None, gated: bool = False) -> dict:
+    """A running pod of a Job admitted with ``annotations`` (the budgets' by default), as
+    stored; ``gated``: held back by our retry-delay gate behind Kueue's."""
+    run = JobRun.store(fake, admitted_job(BUDGETS if annotations is None else annotations))
+    pod = dressed(run.new_pod())
+    if gated:
+        pod["spec"].pop("nodeName")
+        pod["spec"]["schedulingGates"] = [KUEUE_GATE]
+        assert gates.add_gate(pod, "2026-11-26T10:01:00Z")
+        pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    fake.put("pods", pod)
+    return fake.pod(pod["metadata"]["uid"])
+
+
+def review(policy: Policy, user: str, operation: str, resource: str, sub: str, new, old):
+    """The policy's verdict on a write as the API server would admit it."""
+    obj = admitted(resource, sub, new, old) if new is not None and old is not None else new
+    meta = (old or new)["metadata"]
+    return policy.review(
+        request(user, operation, resource, sub, meta["name"], meta["namespace"]), obj, old
+    )
+
+
+# --- RBAC: pod writes only for the parts that are on --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
+)
+def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, values, on):  # noqa: F811
+    docs = render(helm, values)
+    account = deployment_pod(docs)["spec"]["serviceAccountName"]
+    rules = granted(docs, account, NAMESPACE)
+    writes = {
+        (verb, resource)
+        for _, rule in rules
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        if verb in WRITE_VERBS
+    }
+    assert {w for w in writes if w[1].startswith("pods")} == pod_writes(on), name
+    workloads = {("patch", "jobs"), ("patch", "jobsets")}
+    assert writes & workloads == (workloads if "controller" in on else set()), name
+
+
+def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):  # noqa: F811
+    docs = render(helm, {"server": {"kube": "off"}})
+    assert granted(docs, FULL, NAMESPACE) == []
+
+
+# --- the policy's objects ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.30", "1.37"])
+def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):  # noqa: F811
+    """``admissionregistration.k8s.io/v1`` ValidatingAdmissionPolicy is GA from 1.30, the
+    chart's kubeVersion floor."""
+    for values in ({}, {"controller": {"enabled": False}}, {"server": {"kube": "off"}}):
+        docs = render(helm, values)
+        for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+            kubernetes_validate.validate(one(docs, kind), version, strict=True)
+
+
+def test_the_binding_denies_with_the_policy_for_the_release(helm):  # noqa: F811
+    docs = render(helm, {})
+    policy, binding = (
+        one(docs, "ValidatingAdmissionPolicy"),
+        one(docs, "ValidatingAdmissionPolicyBinding"),
+    )
+    assert policy["metadata"]["name"] == binding["metadata"]["name"] == f"{FULL}-writes"
+    assert "namespace" not in policy["metadata"]  # cluster-scoped
+    assert binding["spec"] == {"policyName": f"{FULL}-writes", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [
+        f"request.userInfo.username in ['{WEBHOOK}', '{HOOK}']"
+    ]
+    audit = render(helm, {"rbac": {"admissionPolicy": {"validationActions": ["Warn", "Audit"]}}})
+    assert one(audit, "ValidatingAdmissionPolicyBinding")["spec"]["validationActions"] == [
+        "Warn",
+        "Audit",
+    ]
+    off = render(helm, {"rbac": {"admissionPolicy": {"enabled": False}}})
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    # Its own ServiceAccount's name, however it is given.
+    named = render(helm, {"serviceAccount": {"create": False, "name": "shared"}})
+    (condition,) = one(named, "ValidatingAdmissionPolicy")["spec"]["matchConditions"]
+    assert f"'system:serviceaccount:{NAMESPACE}:shared'" in condition["expression"]
+
+
+@pytest.mark.parametrize("actions", [["Deny", "Warn"], [], ["Block"], ["Audit", "Audit"]], ids=str)
+def test_the_schema_refuses_validation_actions_kubernetes_refuses(helm, actions):  # noqa: F811
+    # upstream: validateValidationActions (pkg/apis/admissionregistration/validation/validation.go)
+    stderr = render_fails(helm, {"rbac": {"admissionPolicy": {"validationActions": actions}}})
+    assert "validationActions" in stderr
+
+
+def _kinds(helm_path: str, *args: str) -> set[str]:
+    result = _run_helm(helm_path, "template", RELEASE, str(CHART), "-n", NAMESPACE, *args)
+    assert result.returncode == 0, result.stderr
+    return {
+        line.split(":", 1)[1].strip()
+        for line in result.stdout.splitlines()
+        if line.startswith("kind:")
+    }
+
+
+def test_the_policy_is_rendered_where_the_cluster_serves_it(helm):  # noqa: F811
+    """Against a cluster, helm reads the API server's discovery (kinds included,
+    ``GetVersionSet`` in helm pkg/action/action.go); `helm template` knows no kinds and
+    falls back to the Kubernetes version."""
+    vap = "ValidatingAdmissionPolicy"
+    assert vap in _kinds(helm)
+    assert vap in _kinds(helm, "--kube-version", "1.30.0")
+    # A cluster whose discovery lists no ValidatingAdmissionPolicy (switched off).
+    assert vap not in _kinds(helm, "--api-versions", "v1/Pod")
+    served = (
+        "--api-versions",
+        "v1/Pod",
+        "--api-versions",
+        f"admissionregistration.k8s.io/v1/{vap}",
+    )
+    assert vap in _kinds(helm, *served)
+
+
+# --- the policy's verdicts ------------------------------------------------------------------------
+
+
+def test_other_users_are_not_evaluated(api, policy):
+    pod = stored_pod(api)
+    swapped = copy.deepcopy(pod)
+    swapped["spec"]["containers"][0]["image"] = "evil:latest"
+    for user in (JOB_CONTROLLER, "system:node:node-1", "alice"):
+        verdict = review(policy, user, "UPDATE", "pods", "", swapped, pod)
+        assert not verdict.matched and verdict.allowed
+    verdict = review(policy, WEBHOOK, "UPDATE", "pods", "", swapped, pod)
+    assert verdict.matched and not verdict.allowed
+
+
+def _labelled(pod: dict, **changes) -> dict:
+    pod = copy.deepcopy(pod)
+    for key, value in changes.items():
+        if value is None:
+            pod["metadata"]["labels"].pop(key, None)
+        else:
+            pod["metadata"]["labels"][key] = value
+    return pod
+
+
+def _spec(**fields):
+    def change(pod: dict) -> dict:
+        pod = copy.deepcopy(pod)
+        pod["spec"].update(fields)
+        return pod
+
+    return change
+
+
+def _edit(path: str | tuple[str, ...], value):
+    """Set the field at ``path`` (dotted, or the keys; list indexes as numbers); ``None``
+    removes it."""
+
+    def change(obj: dict) -> dict:
+        obj = copy.deepcopy(obj)
+        *parents, last = path.split(".") if isinstance(path, str) else path
+        node = obj
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+        return obj
+
+    return change
+
+
+def _released(pod: dict) -> dict:
+    import jsonpatch
+
+    return jsonpatch.apply_patch(pod, gates.release_patch(pod))
+
+
+def _condition(kind: str, reason: str = "Reason", status: str = "True"):
+    def change(pod: dict) -> dict:
+        pod = copy.deepcopy(pod)
+        body = status_patch(kind, reason, "message", 0)["status"]["conditions"][0]
+        body["status"] = status
+        kept = [c for c in pod["status"]["conditions"] if c["type"] != kind]
+        pod["status"]["conditions"] = [*kept, body]
+        return pod
+
+    return change
+
+
+def _terminating(pod: dict) -> dict:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["deletionTimestamp"] = "2026-11-26T10:00:30Z"
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30
+    return pod
+
+
+WHERE = {
+    "gates": "spec.schedulingGates",
+    "labels": "only its gate label",
+    "deadline": "activeDeadlineSeconds",
+    "pod": "nothing else of a pod",
+    "conditions": "may only gain its own conditions",
+    "status": "may change nothing but conditions",
+    "delete": "may delete only",
+    "annotations": "only its record",
+    "backoff": "backoffLimit may only be lowered",
+    "workload": "nothing else of a workload",
+    "action": "may not ",
+}
+
+HISTORY_PATH = ("metadata", "annotations", HISTORY)
+
+
+def case(name, stored, change, denied=(), *, user=WEBHOOK, op="UPDATE", sub="", kind="pods"):
+    """A write of ``user`` to the object ``stored`` names (see ``_objects``), changed by
+    ``change``, and the validations that deny it (``WHERE``'s keys; none: allowed)."""
+    return pytest.param(user, op, kind, sub, stored, change, list(denied), id=name)
+
+
+def status(name, stored, change, denied=(), **kw):
+    return case(name, stored, change, denied, sub="status", **kw)
+
+
+TARGET = _condition(fp.DISRUPTION_TARGET, "DeletionByDisruptor")
+IN_PLACE_DONE = _condition(fp.IN_PLACE_BUDGET_EXHAUSTED)
+UNLABEL = {gates.GATED_LABEL: None}
+# Pods: "pod" a running pod of a Job with every budget's label, "gated" one held back behind
+# Kueue's gate, "plain" one without our labels, "terminating" the pod being deleted,
+# "exhausted" it with InPlaceBudgetExhausted, "deadline" it with activeDeadlineSeconds 3600.
+CASES = [
+    # What the code does: allowed.
+    case("release our gate and label", "gated", _released),
+    case("the hook releases them too", "gated", _released, user=HOOK),
+    case("only the label left", "pod", lambda p: _labelled(p, **UNLABEL)),
+    case("set activeDeadlineSeconds", "pod", _spec(activeDeadlineSeconds=1)),
+    case("lower activeDeadlineSeconds", "deadline", _spec(activeDeadlineSeconds=60)),
+    case("a no-op update", "pod", copy.deepcopy),
+    status("InPlaceBudgetExhausted", "pod", IN_PLACE_DONE),
+    status("DisruptionBudgetExhausted", "pod", _condition(fp.DISRUPTION_BUDGET_EXHAUSTED)),
+    status("PeerDisrupted", "pod", _condition(fp.PEER_DISRUPTED)),
+    status("DisruptionTarget on a deletion", "terminating", TARGET),
+    status("our condition set again", "exhausted", _condition(fp.IN_PLACE_BUDGET_EXHAUSTED, "A")),
+    case("delete a pod that used its restarts", "exhausted", None, op="DELETE"),
+    # Pod updates the code never makes.
+    case("swap an image", "pod", _edit("spec.containers.0.image", "evil:latest"), ["pod"]),
+    case("move to another node", "pod", _spec(nodeName="node-evil"), ["pod"]),
+    case("add a toleration", "pod", _spec(tolerations=[{"operator": "Exists"}]), ["pod"]),
+    case("add a label", "pod", lambda p: _labelled(p, app="frontend"), ["labels"]),
+    case("change a label", "pod", lambda p: _labelled(p, **{"job-name": "x"}), ["labels"]),
+    case("remove a label", "pod", lambda p: _labelled(p, **{"job-name": None}), ["labels"]),
+    case(
+        "remove a budget label",
+        "pod",
+        lambda p: _labelled(p, **{P + "max-disruptions": None}),
+        ["labels"],
+    ),
+    case(
+        "change an annotation",
+        "gated",
+        _edit(("metadata", "annotations", gates.NOT_BEFORE), "2099-01-01T00:00:00Z"),
+        ["pod"],
+    ),
+    case("drop the owner", "pod", _edit("metadata.ownerReferences", None), ["pod"]),
+    case("drop the finalizer", "pod", _edit("metadata.finalizers", None), ["pod"]),
+    case(
+        "remove Kueue's gate",
+        "gated",
+        _edit("spec.schedulingGates", [{"name": gates.GATE}]),
+        ["gates"],
+    ),
+    case("remove every gate", "gated", _edit("spec.schedulingGates", None), ["gates"]),
+    case("deadline of a plain pod", "plain", _spec(activeDeadlineSeconds=1), ["deadline"]),
+    case("deadline by the hook", "pod", _spec(activeDeadlineSeconds=1), ["deadline"], user=HOOK),
+    case("raise the deadline", "deadline", _spec(activeDeadlineSeconds=7200), ["deadline"]),
+    # Status writes the code never makes.
+    status("relabel through status", "pod", lambda p: _labelled(p, app="x"), ["status"]),
+    status("annotate through status", "pod", _edit("metadata.annotations.x", "y"), ["status"]),
+    status("fail the pod", "pod", _edit("status.phase", "Failed"), ["status"]),
+    status(
+        "rewrite a restart count",
+        "pod",
+        _edit("status.containerStatuses.0.restartCount", 9),
+        ["status"],
+    ),
+    status("make it unready", "pod", _condition("Ready", status="False"), ["conditions"]),
+    status("drop the kubelet's conditions", "pod", _edit("status.conditions", []), ["conditions"]),
+    status("another condition type", "pod", _condition("example.com/Healthy"), ["conditions"]),
+    status(
+        "our condition, False", "pod", _condition(fp.PEER_DISRUPTED, status="False"), ["conditions"]
+    ),
+    status("our condition, unlabelled pod", "plain", IN_PLACE_DONE, ["conditions"]),
+    status("DisruptionTarget on a running pod", "pod", TARGET, ["conditions"]),
+    status(
+        "DisruptionTarget, upstream's reason",
+        "terminating",
+        _condition(fp.DISRUPTION_TARGET, "PreemptionByScheduler"),
+        ["conditions"],
+    ),
+    status("DisruptionTarget, no ignore-disruptions", "terminating-plain", TARGET, ["conditions"]),
+    status(
+        "the hook adds a condition", "pod", _condition(fp.PEER_DISRUPTED), ["action"], user=HOOK
+    ),
+    # Deletions, and what else a client can ask of pods.
+    case("delete an unmarked pod", "pod", None, ["delete"], op="DELETE"),
+    case("delete a plain pod", "plain", None, ["delete"], op="DELETE"),
+    case("the hook deletes", "exhausted", None, ["action"], op="DELETE", user=HOOK),
+    case("create a pod", None, None, ["action"], op="CREATE"),
+    case("evict", None, None, ["action"], op="CREATE", sub="eviction"),
+    case("bind", None, None, ["action"], op="CREATE", sub="binding"),
+    case("exec", None, None, ["action"], op="CONNECT", sub="exec"),
+    case("ephemeral container", "pod", copy.deepcopy, ["action"], sub="ephemeralcontainers"),
+    case("resize", "pod", copy.deepcopy, ["action"], sub="resize"),
+]
+
+
+def _objects(fake: FakeAPI) -> dict:
+    pod = stored_pod(fake)
+    terminating = _terminating(pod)
+    exhausted = _condition(fp.IN_PLACE_BUDGET_EXHAUSTED, "MaxInPlaceRestartsReached")(pod)
+    plain = stored_pod(fake, {P + "backoff-limit": "2"})
+    return {
+        "pod": pod,
+        "gated": stored_pod(fake, gated=True),
+        "plain": plain,
+        "terminating": terminating,
+        "terminating-plain": _terminating(plain),
+        "exhausted": exhausted,
+        "deadline": _spec(activeDeadlineSeconds=3600)(pod),
+        None: None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("user", "operation", "resource", "sub", "stored", "change", "denied"), CASES
+)
+def test_pod_writes(api, policy, user, operation, resource, sub, stored, change, denied):
+    old = _objects(api)[stored]
+    new = change(old) if change is not None and old is not None else None
+    if old is None:  # a new pod, an Eviction, a Binding, PodExecOptions: not compared
+        new = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "ml"}}
+    judged(review(policy, user, operation, resource, sub, new, old), denied)
+
+
+def judged(verdict, denied: list[str]) -> None:
+    """``verdict`` allows, or denies by exactly the validations ``denied`` names."""
+    assert verdict.matched
+    assert len(verdict.denials) == len(denied), verdict.denials
+    for key in denied:
+        assert any(WHERE[key] in d for d in verdict.denials), verdict.denials
+
+
+def a_job(fake: FakeAPI) -> dict:
+    job = admitted_job(BUDGETS, "trainer")
+    job["metadata"]["annotations"][HISTORY] = '{"v":1}'
+    job["metadata"]["generation"] = 1
+    job["status"] = {"active": 1, "startTime": T0}
+    run = JobRun.store(fake, job)
+    return copy.deepcopy(run.job)
+
+
+RECORD = _edit(HISTORY_PATH, '{"v":2}')
+JOB_CASES = [
+    case("write the record", None, RECORD, kind="jobs"),
+    case("lower backoffLimit by one", None, _edit("spec.backoffLimit", 0), kind="jobs"),
+    case("both at once", None, lambda j: _edit("spec.backoffLimit", 0)(RECORD(j)), kind="jobs"),
+    case("remove the record", None, _edit(HISTORY_PATH, None), ["annotations"], kind="jobs"),
+    case(
+        "another annotation",
+        None,
+        _edit("metadata.annotations.x", "y"),
+        ["annotations"],
+        kind="jobs",
+    ),
+    case(
+        "a policy annotation",
+        None,
+        _edit(("metadata", "annotations", P + "backoff-limit"), "9"),
+        ["annotations"],
+        kind="jobs",
+    ),
+    case("a label", None, _edit("metadata.labels", {"a": "b"}), ["workload"], kind="jobs"),
+    case("raise backoffLimit", None, _edit("spec.backoffLimit", 2), ["backoff"], kind="jobs"),
+    case("lower it by two", None, _edit("spec.backoffLimit", -1), ["backoff"], kind="jobs"),
+    case("suspend it", None, _edit("spec.suspend", True), ["workload"], kind="jobs"),
+    case("a deadline", None, _edit("spec.activeDeadlineSeconds", 1), ["workload"], kind="jobs"),
+    case("its status", None, _edit("status.failed", 9), ["action"], kind="jobs", sub="status"),
+    case("a JobSet's record", None, RECORD, kind="jobsets"),
+    case("a JobSet's spec", None, _edit("spec.suspend", True), ["workload"], kind="jobsets"),
+    case("a RayJob's record", None, RECORD, ["action"], kind="rayjobs"),
+    case(
+        "a CronJob",
+        None,
+        _edit("metadata.annotations.x", "y"),
+        ["action", "annotations"],
+        kind="cronjobs",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("user", "operation", "resource", "sub", "stored", "change", "denied"), JOB_CASES
+)
+def test_workload_writes(api, policy, user, operation, resource, sub, stored, change, denied):
+    old = a_job(api)
+    if resource != "jobs":  # the same shape serves: only metadata and spec are compared
+        old = {**old, "apiVersion": "x/v1", "kind": "Other", "spec": {"suspend": False}}
+    judged(review(policy, user, operation, resource, sub, change(old), old), denied)
+    assert not review(policy, WEBHOOK, "CREATE", resource, "", old, None).allowed
+    assert not review(policy, WEBHOOK, "DELETE", resource, "", None, old).allowed
+
+
+@pytest.mark.parametrize(
+    ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
+)
+def test_the_policy_allows_the_writes_of_the_parts_that_are_on(api, helm, name, values, on):  # noqa: F811
+    """RBAC and the policy agree: a part switched off loses its writes in both."""
+    policy = policy_of(render(helm, values))
+    objects = _objects(api)
+    terminating, pod, job = objects["terminating"], objects["pod"], a_job(api)
+    marked = _condition(fp.DISRUPTION_TARGET, "DeletionByDisruptor")(terminating)
+    writes = [  # (part, RBAC verb, resource, operation, subresource, object, oldObject)
+        (
+            "controller",
+            "patch",
+            "pods",
+            "UPDATE",
+            "",
+            _released(objects["gated"]),
+            objects["gated"],
+        ),
+        ("controller", "delete", "pods", "DELETE", "", None, objects["exhausted"]),
+        (
+            "controller",
+            "patch",
+            "pods/status",
+            "UPDATE",
+            "status",
+            _condition(fp.PEER_DISRUPTED)(pod),
+            pod,
+        ),
+        (
+            "controller",
+            "patch",
+            "jobs",
+            "UPDATE",
+            "",
+            _edit(("metadata", "annotations", HISTORY), "{}")(job),
+            job,
+        ),
+        ("deletions", "patch", "pods/status", "UPDATE", "status", marked, terminating),
+    ]
+    allowed = set()
+    for part, verb, resource, operation, sub, new, old in writes:
+        kind = resource.split("/")[0]
+        verdict = review(policy, WEBHOOK, operation, kind, sub, new, old)
+        assert verdict.allowed is (part in on), (name, part, verb, resource, verdict.denials)
+        if verdict.allowed and kind == "pods":
+            allowed.add((verb, resource))
+    assert allowed == pod_writes(on)
+    assert {w[0] for w in writes} == set(POD_WRITES)
+    # The hook releases gates whatever the switches (it runs when the controller is off).
+    gated_pod = objects["gated"]
+    assert review(policy, HOOK, "UPDATE", "pods", "", _released(gated_pod), gated_pod).allowed
+
+
+# --- the code's own writes, through the HTTP test API with the policy in front -------------------
+
+
+def gated(fake: FakeAPI, policy: Policy, user: str = WEBHOOK) -> FakeAPI:
+    fake.admit = gate(policy, user)
+    return fake
+
+
+def test_releasing_gates_passes_as_the_webhook_and_as_the_hook(api, policy, tmp_path):
+    """``retry-webhook release-gates`` (the hook's and the controller's ``release``)."""
+    first, second = stored_pod(api, gated=True), stored_pod(api, gated=True)
+    core = client.CoreV1Api(core_of(api, tmp_path))
+    gated(api, policy, HOOK)
+    done, errors = release_all(core, "ml")
+    assert errors == [] and api.refused == []
+    assert sorted(d.result for d in done) == ["released", "released"]
+    for pod in (first, second):
+        now = api.pod(pod["metadata"]["uid"])
+        assert now["spec"]["schedulingGates"] == [KUEUE_GATE]
+        assert gates.GATED_LABEL not in now["metadata"]["labels"]
+    third = stored_pod(api, gated=True)
+    gated(api, policy, WEBHOOK)
+    done, errors = release_all(core, "ml")
+    assert errors == [] and api.refused == [] and [d.result for d in done] == ["released"]
+    assert api.pod(third["metadata"]["uid"])["spec"]["schedulingGates"] == [KUEUE_GATE]
+
+
+def test_a_pod_that_used_its_restarts_is_marked_and_deleted(api, policy, tmp_path):
+    """``webhook.controller.restarts``: the condition, then the deletion."""
+    pod = stored_pod(api)
+    pod["status"]["containerStatuses"][0]["restartCount"] = 5
+    api.put("pods", pod)
+    api_client = core_of(api, tmp_path)
+    events = EventRecorder(client.EventsV1Api(api_client), "test")
+    gated(api, policy)
+    assert InPlaceBudget(api_client, events).replace(api.pod(pod["metadata"]["uid"]))
+    assert api.refused == []
+    assert ("DELETE", "pods", pod["metadata"]["name"]) in api.writes
+    now = api.pod(pod["metadata"]["uid"])
+    assert fp.IN_PLACE_BUDGET_EXHAUSTED in {c["type"] for c in now["status"]["conditions"]}
+
+
+def test_a_disruptors_deletion_is_marked(api, policy, tmp_path):
+    """``webhook.cluster.deletions``: DisruptionTarget on the pod being deleted."""
+    from webhook.admission.deletions import Deleted
+
+    pod = stored_pod(api)
+    with api.lock:
+        api.delete_pod("ml", pod["metadata"]["name"], 30)  # the disruptor's, not ours
+    api_client = core_of(api, tmp_path)
+    events = EventRecorder(client.EventsV1Api(api_client), "test")
+    marker = DeletionMarker(client.CoreV1Api(api_client), events, wait=1.0)
+    gated(api, policy)
+    karpenter = "system:serviceaccount:kube-system:karpenter"
+    deleted = Deleted("ml", pod["metadata"]["name"], pod["metadata"]["uid"], karpenter, 30)
+    assert marker.mark(deleted) == "marked"
+    assert api.refused == []
+
+
+def test_the_budgets_conditions_are_added(api, policy, tmp_path):
+    """Every condition the controller adds goes through ``add_condition``."""
+    core = client.CoreV1Api(core_of(api, tmp_path))
+    gated(api, policy)
+    for kind in (fp.DISRUPTION_BUDGET_EXHAUSTED, fp.PEER_DISRUPTED, fp.IN_PLACE_BUDGET_EXHAUSTED):
+        pod = stored_pod(api)
+        add_condition(core, pod, status_patch(kind, "Test", "message", time.time()))
+        assert kind in {c["type"] for c in api.pod(pod["metadata"]["uid"])["status"]["conditions"]}
+    plain = stored_pod(api, {P + "backoff-limit": "2"})
+    with pytest.raises(client.ApiException) as refused:
+        add_condition(core, plain, status_patch(fp.PEER_DISRUPTED, "Test", "message", 0))
+    assert refused.value.status == 403
+    assert [(op, res) for op, res, _ in api.refused] == [("UPDATE", "pods/status")]
+
+
+def test_records_and_a_lowered_backoff_limit_are_written(api, policy, tmp_path):
+    api_client = core_of(api, tmp_path)
+    job = a_job(api)
+    gated(api, policy)
+    written = Workloads(api_client).write_record(
+        "job", "ml", job["metadata"]["name"], '{"v":2}', job["metadata"]["resourceVersion"]
+    )
+    assert written["metadata"]["annotations"][HISTORY] == '{"v":2}'
+    batch = client.BatchV1Api(api_client)
+    name, limit = job["metadata"]["name"], job["spec"]["backoffLimit"]
+    batch.patch_namespaced_job(
+        name, "ml", {"spec": {"backoffLimit": limit - 1}}, _preload_content=False
+    )
+    assert api.refused == []
+    with pytest.raises(client.ApiException) as refused:
+        batch.patch_namespaced_job(
+            name, "ml", {"spec": {"backoffLimit": limit + 5}}, _preload_content=False
+        )
+    assert refused.value.status == 403 and "backoffLimit" in refused.value.body
+
+
+def test_a_pods_deadline_is_set_and_lowered_only_where_it_may_be(api, policy, tmp_path):
+    core = client.CoreV1Api(core_of(api, tmp_path))
+    pod, plain = stored_pod(api), stored_pod(api, {P + "backoff-limit": "2"})
+    gated(api, policy)
+    name = pod["metadata"]["name"]
+    for seconds in (600, 60):
+        deadline = {"spec": {"activeDeadlineSeconds": seconds}}
+        core.patch_namespaced_pod(name, "ml", deadline, _preload_content=False)
+    assert api.refused == []
+    for target, seconds in ((name, 6000), (plain["metadata"]["name"], 1)):
+        with pytest.raises(client.ApiException) as refused:
+            deadline = {"spec": {"activeDeadlineSeconds": seconds}}
+            core.patch_namespaced_pod(target, "ml", deadline, _preload_content=False)
+        assert refused.value.status == 403
+    assert len(api.refused) == 2
+    assert api.pod(pod["metadata"]["uid"])["spec"]["activeDeadlineSeconds"] == 60
