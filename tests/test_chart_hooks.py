@@ -125,7 +125,7 @@ def test_an_api_that_fails_is_reported_and_the_hook_succeeds(api, helm, tmp_path
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
     done, _ = run_script(script, [Path(sys.executable).parent], env, KUBECONFIG=str(kubeconfig))
     assert done.returncode == 0
-    assert "Error: cannot list pods: HTTP 500" in done.stderr
+    assert "Error: cannot list pods in all namespaces: HTTP 500" in done.stderr
     assert "retry-webhook release-gates failed (exit status 1)" in done.stderr
     assert "run 'retry-webhook release-gates --all-namespaces'" in done.stderr
 
