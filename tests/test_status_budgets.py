@@ -60,6 +60,7 @@ def running(api, pod: dict[str, Any], node: str) -> dict[str, Any]:
     out["spec"]["nodeName"] = node
     out["status"] = {
         "phase": "Running",
+        "startTime": T0,
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": T0}],
         "containerStatuses": [
             {
@@ -374,8 +375,9 @@ IN_PLACE = {
 
 
 def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # noqa: F811
-    """A pod whose container restarted in place 3 times is marked and deleted by the
-    controller (its grace period still running); another runs after one restart."""
+    """A pod whose container restarted in place 3 times is marked by the controller and
+    its deadline set to end it (the kubelet has not stopped it yet); another runs after
+    one restart."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", IN_PLACE), {"active": 1}, V136)
     jobrun = JobRun.store(api, job)
@@ -390,7 +392,8 @@ def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # 
     (told,) = story["jobs"]
     attempts = {a["pod"]: a for a in told["attempts"]}
     replaced = attempts[spent["metadata"]["name"]]
-    assert replaced["phase"] == "Terminating"
+    assert replaced["phase"] == "Running"
+    assert api.pod(spent["metadata"]["uid"])["spec"]["activeDeadlineSeconds"] == 1
     assert replaced["inPlace"] == {"restarts": 3, "limit": 3, "replaced": True}
     assert attempts[again["metadata"]["name"]]["inPlace"] == {
         "restarts": 1,
@@ -416,9 +419,11 @@ def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # 
         f"max-in-place-restarts 3, pod {again['metadata']['name']}: 1 restart in place, 2 left "
         "before the controller replaces the pod"
     ) in flat
-    # The kubelet stops it (SIGTERM) and reports it Failed: the Count rule on
-    # InPlaceBudgetExhausted counts it (upstream: matchPodFailurePolicy), before FailJob.
-    failed = jobrun.fail(spent, 143)
+    # Past its deadline the kubelet stops it (SIGTERM) and fails it, DeadlineExceeded: the
+    # Count rule on InPlaceBudgetExhausted counts it (upstream: matchPodFailurePolicy),
+    # before FailJob.
+    failed = jobrun.terminate(spent, 143)
+    assert failed["status"]["reason"] == "DeadlineExceeded"
     pods = [failed, api.pod(again["metadata"]["uid"])]
     later = tell(_tree(current(api, "jobs", job), pods))
     (attempt, _) = later.jobs[0].attempts

@@ -41,6 +41,11 @@ that counted may be another replica's by the next disruption. The marks make a c
 survive a restart of the controller between the condition it added and the count it
 wrote: a pod marked over the budget gets its condition again, one marked free nothing,
 and a pod marked neither is counted anew from the count as written.
+
+A pod over the budget that had failed before its condition could land (the kubelet's and
+PodGC's disruptions arrive with ``Failed``) is counted another way, once: ``late`` marks
+it, and ``lowered`` says by how much the controller lowered the Job's ``backoffLimit`` in
+all, each mark and its one lowering written in the same patch.
 """
 
 from __future__ import annotations
@@ -181,6 +186,10 @@ class Record:
     #: Disrupted pods counted free, and over the budget.
     free: bytes = b""
     over: bytes = b""
+    #: Pods over the budget that had failed unmarked, settled once (``add_late``), and
+    #: how much the controller lowered the Job's backoffLimit for them in all.
+    late: bytes = b""
+    lowered: int = 0
 
     # --- reading -------------------------------------------------------------------------
     @classmethod
@@ -217,6 +226,8 @@ class Record:
             },
             _marks(data.get("disrupted")),
             _marks(data.get("overBudget")),
+            _marks(data.get("late")),
+            data["lowered"] if _count(data.get("lowered")) else 0,
         )
 
     @classmethod
@@ -232,6 +243,18 @@ class Record:
         if marked(self.over, mark):
             return "over"
         return "free" if marked(self.free, mark) else None
+
+    def settled(self, pod_uid: str) -> bool:
+        """Whether a pod over the budget that failed unmarked was counted another way."""
+        return marked(self.late, pod_mark(pod_uid))
+
+    def add_late(self, pod_uid: str, lowered: bool) -> Record:
+        """This record with one more such pod, and the backoffLimit one lower if
+        ``lowered`` (unchanged when it holds that pod)."""
+        if not pod_uid or self.settled(pod_uid):
+            return self
+        late = (self.late + pod_mark(pod_uid))[-MAX_DISRUPTED_MARKS * MARK :]
+        return replace(self, late=late, lowered=self.lowered + int(lowered))
 
     def disruptions_of(self, lineage: str | None = None) -> int:
         """Disruptions counted: the workload's (``None``), or one lineage's."""
@@ -292,6 +315,10 @@ class Record:
             data["disruptions"] = dict(sorted(self.disruptions.items()))
             data["disrupted"] = base64.b64encode(self.free).decode()
             data["overBudget"] = base64.b64encode(self.over).decode()
+        if self.late:
+            data["late"] = base64.b64encode(self.late).decode()
+        if self.lowered:
+            data["lowered"] = self.lowered
         return json.dumps(data, separators=(",", ":"))
 
 

@@ -1093,6 +1093,8 @@ def _in_place_budgets(attempts: Sequence[Attempt], job: str) -> list[Budget]:
         facts = a.in_place
         if facts is None or facts.limit is None or a.phase not in ("Running", "Pending"):
             continue  # (a pod ended, or being deleted, restarts in place no more)
+        if facts.replaced:
+            continue  # (nor one replaced: its deadline ends it)
         text = f"max-in-place-restarts {facts.limit}, pod {a.pod}: {_in_place_used(facts)}"
         field_ = PREFIX + "max-in-place-restarts"
         budgets.append(Budget(f"Pod {a.pod}", field_, facts.limit, facts.restarts, text))
