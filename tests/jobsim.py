@@ -94,6 +94,8 @@ class JobRun:
     ended: str = ""
     judged: list[str] = field(default_factory=list)
     succeeded: int = 0
+    #: Pod UID -> the action ``sync`` judged it with.
+    verdicts: dict[str, str] = field(default_factory=dict)
     _syncs: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -158,15 +160,21 @@ class JobRun:
         assert found is not None, "the pod is gone"
         return found
 
+    def update(self, pod: dict[str, Any], change: Any) -> dict[str, Any]:
+        """One write of the pod by the kubelet or a controller: ``change`` applied to the
+        pod as stored, at once, so that what others wrote meanwhile stays (the kubelet's
+        status patch keeps the conditions it does not own: ``mergePodStatus``)."""
+        uid = pod["metadata"]["uid"]
+        assert self.api.pod(uid) is not None, "the pod is gone"
+        return self.api.modify("pods", uid, change)
+
     def disrupt(
         self, pod: dict[str, Any], reason: str = "PreemptionByScheduler", delete: bool = True
     ) -> dict:
         """Preemption or eviction: ``DisruptionTarget=True`` on the running pod, then its
         deletion (``addConditionAndDeletePod``; the preemptor's ``PrepareCandidate``). The
         kubelet's node-pressure eviction (``TerminationByKubelet``) deletes nothing."""
-        pod = self.current(pod)
-        pod["status"].setdefault("conditions", []).append(_disruption(reason))
-        self.api.put("pods", pod)
+        pod = self.update(pod, lambda p: p["status"]["conditions"].append(_disruption(reason)))
         if delete:
             with self.api.lock:
                 self.api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], None)
@@ -174,20 +182,20 @@ class JobRun:
 
     def restart(self, pod: dict[str, Any], count: int) -> dict[str, Any]:
         """The kubelet restarted its main container in place ``count`` times so far."""
-        pod = self.current(pod)
-        pod["status"]["containerStatuses"][0]["restartCount"] = count
-        self.api.put("pods", pod)
-        return pod
+
+        def change(p: dict[str, Any]) -> None:
+            p["status"]["containerStatuses"][0]["restartCount"] = count
+
+        return self.update(pod, change)
 
     def fail(self, pod: dict[str, Any], code: int = 143) -> dict[str, Any]:
         """The kubelet: the containers stopped, the pod ``Failed``."""
-        pod = self.current(pod)
-        status = pod["status"]
-        status["phase"] = "Failed"
-        for cs in status["containerStatuses"]:
-            cs["state"] = {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": T0}}
-        self.api.put("pods", pod)
-        return pod
+
+        def change(p: dict[str, Any]) -> None:
+            _stopped(p["status"], code)
+            p["status"]["phase"] = "Failed"
+
+        return self.update(pod, change)
 
     def judge(self, pod: dict[str, Any]) -> str:
         """The Job controller's sync on a failed pod: its rules as they read it now;
@@ -213,20 +221,18 @@ class JobRun:
         """The kubelet stops a pod it must stop, deleted or past its deadline: the
         containers exit with ``code`` (0: the application handled SIGTERM), and the pod
         gets the phase ``kubelet_phase`` says, once they stopped."""
-        pod = self.current(pod)
-        deleted = pod["metadata"].get("deletionTimestamp") is not None
-        assert deleted or past_deadline(pod), "the kubelet has no reason to stop this pod"
-        status = pod["status"]
-        for cs in status["containerStatuses"]:
-            why = "Completed" if code == 0 else "Error"
-            cs["state"] = {"terminated": {"exitCode": code, "reason": why, "finishedAt": T0}}
-        status["phase"], reason = kubelet_phase(pod, [code] * len(status["containerStatuses"]))
-        if reason is not None:
-            status["reason"] = reason
-            status["message"] = "Pod was active on the node longer than the specified deadline"
-        _not_ready(status)
-        self.api.put("pods", pod)
-        return pod
+
+        def change(p: dict[str, Any]) -> None:
+            deleted = p["metadata"].get("deletionTimestamp") is not None
+            assert deleted or past_deadline(p), "the kubelet has no reason to stop this pod"
+            status = p["status"]
+            _stopped(status, code)
+            status["phase"], reason = kubelet_phase(p, [code] * len(status["containerStatuses"]))
+            if reason is not None:
+                status["reason"] = reason
+                status["message"] = "Pod was active on the node longer than the specified deadline"
+
+        return self.update(pod, change)
 
     def evict_by_kubelet(
         self, pod: dict[str, Any], code: int = 137, why: str = "Evicted"
@@ -234,25 +240,26 @@ class JobRun:
         """Node-pressure eviction (``Evicted``) or graceful node shutdown (``Terminated``):
         one status update with the containers stopped, ``Failed`` and ``DisruptionTarget``
         (``TerminationByKubelet``) together; nothing deletes the pod."""
-        pod = self.current(pod)
-        status = pod["status"]
-        for cs in status["containerStatuses"]:
-            cs["state"] = {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": T0}}
-        status.update(phase="Failed", reason=why, message=f"The node {why.lower()} the pod")
-        _not_ready(status)
-        status["conditions"].append(_disruption("TerminationByKubelet"))
-        self.api.put("pods", pod)
-        return pod
+
+        def change(p: dict[str, Any]) -> None:
+            status = p["status"]
+            _stopped(status, code)
+            status.update(phase="Failed", reason=why, message=f"The node {why.lower()} the pod")
+            status["conditions"].append(_disruption("TerminationByKubelet"))
+
+        return self.update(pod, change)
 
     def podgc(self, pod: dict[str, Any]) -> dict[str, Any]:
         """PodGC, the pod's node gone: ``Failed`` and ``DisruptionTarget``
         (``DeletionByPodGC``) in one status patch (its containers' statuses as they were:
         no kubelet reports them), then a deletion with no grace period, which the tracking
         finalizer holds until the Job controller has judged the pod."""
-        pod = self.current(pod)
-        pod["status"]["phase"] = "Failed"
-        pod["status"]["conditions"].append(_disruption("DeletionByPodGC"))
-        self.api.put("pods", pod)
+
+        def change(p: dict[str, Any]) -> None:
+            p["status"]["phase"] = "Failed"
+            p["status"]["conditions"].append(_disruption("DeletionByPodGC"))
+
+        pod = self.update(pod, change)
         with self.api.lock:
             self.api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], 0)
         return self.api.pod(pod["metadata"]["uid"]) or pod
@@ -283,6 +290,7 @@ class JobRun:
                         continue  # judged once
                     match = fp.evaluate(rules, fp.PodFailure.from_pod(pod))
                     actions.append(match.action if match else "none")
+                    self.verdicts[uid] = actions[-1]
                     if match is not None and match.action == "FailJob":
                         self.ended = self.ended or "PodFailurePolicy"
                     failed += [uid] if fp.counts(match) else []
@@ -364,8 +372,12 @@ def _disruption(reason: str) -> dict[str, Any]:
     }
 
 
-def _not_ready(status: dict[str, Any]) -> None:
-    """A terminal phase: Ready False (``mergePodStatus``)."""
+def _stopped(status: dict[str, Any], code: int) -> None:
+    """Every container terminated with ``code``; the pod no longer Ready (a terminal pod is
+    not: ``mergePodStatus``)."""
+    for cs in status["containerStatuses"]:
+        why = "Completed" if code == 0 else "Error"
+        cs["state"] = {"terminated": {"exitCode": code, "reason": why, "finishedAt": T0}}
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":
             c["status"] = "False"

@@ -123,14 +123,17 @@ def _handled(reconciler: Disruptions) -> set[str]:
 
 
 def acted(reconciler: Disruptions, pod: dict) -> bool:
-    """Whether the reconciler is done with a disrupted pod: counted it, and marked it
-    when it counted it over the budget (its workers write the condition)."""
+    """Whether the reconciler is done with a disrupted pod: counted it, and when it
+    counted it over the budget, marked it (its workers write the condition) or, the pod
+    failed first, settled it another way (``settle_late``)."""
     uid = pod["metadata"]["uid"]
     if uid not in _handled(reconciler):
         return False
-    seen = {s.record.disrupted(uid) for s in list(reconciler._budgets.values())}
+    states = list(reconciler._budgets.values())
+    seen = {s.record.disrupted(uid) for s in states}
     marked = fp.DISRUPTION_BUDGET_EXHAUSTED in [c["type"] for c in pod["status"]["conditions"]]
-    return "over" not in seen or marked
+    settled = any(s.record.settled(uid) or any(x.uid == uid for x in s.late) for s in states)
+    return "over" not in seen or marked or settled
 
 
 # --- max-disruptions --------------------------------------------------------------------------
