@@ -308,6 +308,7 @@ def test_what_cannot_be_lowered_is_said_and_counted(api, tmp_path, annotations, 
         pod = run.new_pod(0, n) if indexed else run.new_pod()
         reconciler.count(run.evict_by_kubelet(pod))
     reconciler.flush()
+    assert record_of(api, run.uid).late_lowered(pod["metadata"]["uid"]) is False
     reconciler.events.flush()
     assert metrics.calls.count(("uncovered", reason)) == 1
     assert ("lowered",) not in metrics.calls
@@ -435,3 +436,48 @@ def test_a_pod_listed_in_uncounted_terminated_pods_is_judged(api, tmp_path):
         eventually(lambda: fp.PEER_DISRUPTED in conditions(run.current(running)), 10)
     assert fp.PEER_DISRUPTED not in conditions(run.current(listed))
     assert metrics.calls.count(("condition", fp.PEER_DISRUPTED, "added")) == 1
+
+
+def test_the_metrics_of_what_was_lowered_and_what_was_not():
+    """``retry_webhook_controller_backoff_limit_lowered_total`` and
+    ``retry_webhook_controller_disruptions_uncovered_total{reason}``, beside the
+    controller's other budget counters; an unknown reason is no series."""
+    from prometheus_client import generate_latest
+
+    from webhook.serving.metrics import ControllerMetrics
+
+    metrics = ControllerMetrics()
+    metrics.lowered()
+    metrics.lowered()
+    for reason in ("jobset", "per_index", "backoff_limit_zero", "made-up"):
+        metrics.uncovered(reason)
+    text = generate_latest(metrics.registry).decode()
+    assert "retry_webhook_controller_backoff_limit_lowered_total 2.0" in text
+    for reason in ("jobset", "per_index", "backoff_limit_zero"):
+        assert (
+            f'retry_webhook_controller_disruptions_uncovered_total{{reason="{reason}"}} 1.0' in text
+        )
+    assert "made-up" not in text
+
+
+def test_status_tells_a_disruption_counted_by_lowering_the_backoff_limit(api, tmp_path):
+    """``retry-webhook status`` reads the record's ``late`` mark: the pod over the budget
+    that failed unmarked was counted by lowering backoffLimit, not missed."""
+    from test_status import _tree
+
+    from webhook.status.render import render_text, to_json
+    from webhook.status.story import tell
+
+    run = JobRun.store(api, admitted_job(LATE))
+    pods = [run.evict_by_kubelet(run.new_pod()) for _ in range(2)]
+    reconciler = disruptions(api, tmp_path)
+    for pod in pods:
+        reconciler.count(pod)
+    reconciler.flush()
+    run.sync()
+    story = tell(_tree(job_of(api, run), [run.current(p) for p in pods]))
+    told = to_json(story)["jobs"][0]["attempts"]
+    late = next(a for a in told if a["pod"] == pods[1]["metadata"]["name"])
+    assert late["disruptionBudget"]["late"] == "lowered" and late["counted"] is False
+    flat = " ".join(render_text(story).split())
+    assert "failed before it could be marked: counted by the controller lowering" in flat

@@ -163,6 +163,7 @@ def test_disruptions_used_against_max_disruptions_and_what_each_pod_got(cluster,
         "limit": 2,
         "number": 3,
         "marked": True,
+        "late": None,
     }
     assert over["deletedBy"] is None
     reclaimed = attempts[fourth["metadata"]["name"]]
@@ -213,7 +214,7 @@ def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F8
     assert (spent["used"], spent["free"], spent["counted"], spent["next"]) == (1, 1, 0, "free")
     attempts = {a["pod"]: a for a in told["attempts"]}
     free = attempts[pod["metadata"]["name"]]["disruptionBudget"]
-    assert free == {"result": "free", "limit": 2, "number": None, "marked": False}
+    assert free == {"result": "free", "limit": 2, "number": None, "marked": False, "late": None}
     assert attempts[unseen["metadata"]["name"]]["disruptionBudget"]["result"] is None
     flat = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
     assert "a free disruption (max-disruptions 2)" in flat
@@ -222,9 +223,10 @@ def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F8
 
 
 def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path):  # noqa: F811
-    """The window: the third disruption's pod failed and was judged (Ignore) before the
-    controller got to it; the controller counts it over the budget but writes no
-    condition (``missed``). Status says both: over in the count, not counted by the Job."""
+    """The third disruption's pod failed and was judged (Ignore) before the controller got
+    to it; the controller counts it over the budget, writes no condition, and lowers the
+    Job's backoffLimit instead. Status says so: over in the count, ignored by the rules,
+    counted by the lowered backoffLimit."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", DISRUPTIONS), {})
     jobrun = JobRun.store(api, job)
@@ -249,12 +251,14 @@ def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path
         "limit": 2,
         "number": None,
         "marked": False,
+        "late": "lowered",
     }
     flat = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
     assert (
-        "not counted: rule 2 (Ignore); over max-disruptions 2 in the controller's count, but "
-        "not marked: judged without the mark"
+        "not counted: rule 2 (Ignore); over max-disruptions 2, failed before it could be "
+        "marked: counted by the controller lowering backoffLimit by one"
     ) in flat
+    assert current(api, "jobs", job)["spec"]["backoffLimit"] == 1
 
 
 def test_a_finished_job_says_no_next_disruption(cluster, tmp_path):  # noqa: F811

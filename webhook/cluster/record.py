@@ -186,9 +186,11 @@ class Record:
     #: Disrupted pods counted free, and over the budget.
     free: bytes = b""
     over: bytes = b""
-    #: Pods over the budget that had failed unmarked, settled once (``add_late``), and
-    #: how much the controller lowered the Job's backoffLimit for them in all.
+    #: Pods over the budget that had failed unmarked, settled once (``add_late``): those
+    #: the controller lowered the Job's backoffLimit for, the others, and how much it
+    #: lowered it in all.
     late: bytes = b""
+    late_other: bytes = b""
     lowered: int = 0
 
     # --- reading -------------------------------------------------------------------------
@@ -227,6 +229,7 @@ class Record:
             _marks(data.get("disrupted")),
             _marks(data.get("overBudget")),
             _marks(data.get("late")),
+            _marks(data.get("lateOther")),
             data["lowered"] if _count(data.get("lowered")) else 0,
         )
 
@@ -245,7 +248,16 @@ class Record:
         return "free" if marked(self.free, mark) else None
 
     def settled(self, pod_uid: str) -> bool:
-        """Whether a pod over the budget that failed unmarked was counted another way."""
+        """Whether a pod over the budget that failed unmarked was settled: counted
+        another way, or found not countable (``late_lowered`` tells which)."""
+        mark = pod_mark(pod_uid)
+        return marked(self.late, mark) or marked(self.late_other, mark)
+
+    def late_lowered(self, pod_uid: str) -> bool | None:
+        """For such a pod, whether the Job's backoffLimit was lowered for it (``None``:
+        not such a pod)."""
+        if not self.settled(pod_uid):
+            return None
         return marked(self.late, pod_mark(pod_uid))
 
     def add_late(self, pod_uid: str, lowered: bool) -> Record:
@@ -253,8 +265,10 @@ class Record:
         ``lowered`` (unchanged when it holds that pod)."""
         if not pod_uid or self.settled(pod_uid):
             return self
-        late = (self.late + pod_mark(pod_uid))[-MAX_DISRUPTED_MARKS * MARK :]
-        return replace(self, late=late, lowered=self.lowered + int(lowered))
+        keep, mark = MAX_DISRUPTED_MARKS * MARK, pod_mark(pod_uid)
+        if lowered:
+            return replace(self, late=(self.late + mark)[-keep:], lowered=self.lowered + 1)
+        return replace(self, late_other=(self.late_other + mark)[-keep:])
 
     def disruptions_of(self, lineage: str | None = None) -> int:
         """Disruptions counted: the workload's (``None``), or one lineage's."""
@@ -317,6 +331,8 @@ class Record:
             data["overBudget"] = base64.b64encode(self.over).decode()
         if self.late:
             data["late"] = base64.b64encode(self.late).decode()
+        if self.late_other:
+            data["lateOther"] = base64.b64encode(self.late_other).decode()
         if self.lowered:
             data["lowered"] = self.lowered
         return json.dumps(data, separators=(",", ":"))
