@@ -13,7 +13,12 @@ pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Node
 the Kubeflow Trainer runtimes. Pods also take PATCH of ``status`` (a strategic merge patch
 merges ``status.conditions`` by type: ``MERGE_KEYS``) and DELETE as the API server makes
 it: ``deletionTimestamp`` while finalizers remain (a Job's pod keeps the Job controller's
-until ``remove_finalizer``), gone at once without.
+until ``remove_finalizer``), gone at once without. A PATCH of a pod or a Job (not of its
+status) is validated as the API server validates those updates (``_update_error``: a pod's
+``activeDeadlineSeconds`` only set or lowered, a Job's ``backoffLimit`` the one spec field
+of those that changes), then admitted by ``admit_update`` (a test's validating webhook);
+``modify`` is one in-process write of a listed object (the Job controller's status, the
+kubelet's).
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a

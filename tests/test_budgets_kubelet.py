@@ -141,6 +141,8 @@ def test_the_deadline_is_only_lowered_and_set_after_the_mark(api, tmp_path):
         assert run.current(pod)["spec"]["activeDeadlineSeconds"] == 1
     assert [c["message"] for c in run.current(marked)["status"]["conditions"][1:]] == ["earlier"]
     assert metrics.calls == [("condition", fp.IN_PLACE_BUDGET_EXHAUSTED, "added")]  # own's
+    restarted = in_place(api, tmp_path)  # a new leader: both done already, nothing to say
+    assert not any(restarted.replace(run.current(pod)) for pod in (own, marked))
     core = client.CoreV1Api(client_of(api, tmp_path))
     for deadline in (5, None, 0):
         with pytest.raises(ApiException) as refused:

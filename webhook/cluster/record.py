@@ -44,8 +44,9 @@ and a pod marked neither is counted anew from the count as written.
 
 A pod over the budget that had failed before its condition could land (the kubelet's and
 PodGC's disruptions arrive with ``Failed``) is counted another way, once: ``late`` marks
-it, and ``lowered`` says by how much the controller lowered the Job's ``backoffLimit`` in
-all, each mark and its one lowering written in the same patch.
+it when the controller lowered the Job's ``backoffLimit`` for it (``lateOther`` when its
+rules counted it, or nothing could be lowered), and ``lowered`` says by how much in all,
+each mark and its one lowering written in the same patch.
 """
 
 from __future__ import annotations

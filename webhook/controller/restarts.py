@@ -155,15 +155,18 @@ class InPlaceBudget:
             used = restarts(pod)
             if used < budget:
                 return False
-            if condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is None:
+            marked = condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is not None
+            if not marked:
                 found = self._mark(pod, used, budget)
                 if found is None:
                     return False
                 if found is not pod:
                     pod = found  # changed since (a restart, its failure): again
                     continue
-            self._expire(pod)
+            expired = self._expire(pod)
             self._remember(pod_uid(pod))
+            if marked and not expired:
+                return False  # (replaced before a restart of the controller: said then)
             self.counters["replaced"] += 1
             regarding = workload_of(pod)
             if regarding is not None:
@@ -200,14 +203,14 @@ class InPlaceBudget:
         self.metrics.condition(IN_PLACE_BUDGET_EXHAUSTED, "added")
         return pod
 
-    def _expire(self, pod: Mapping[str, Any]) -> None:
+    def _expire(self, pod: Mapping[str, Any]) -> bool:
         """Set the pod's ``activeDeadlineSeconds`` to ``DEADLINE`` (a merge patch of that one
-        field of its spec), unless it is that low already. Only after the condition: the
-        pod fails past it, and must carry the condition when it does."""
+        field of its spec), unless it is that low already; whether it wrote. Only after
+        the condition: the pod fails past it, and must carry the condition when it does."""
         meta = mapping(pod.get("metadata"))
         current = mapping(pod.get("spec")).get("activeDeadlineSeconds")
         if isinstance(current, int) and not isinstance(current, bool) and current <= DEADLINE:
-            return
+            return False
         try:
             self.core.patch_namespaced_pod(
                 meta.get("name"),
@@ -219,6 +222,8 @@ class InPlaceBudget:
         except Exception as err:
             if getattr(err, "status", None) != 404:
                 raise
+            return False
+        return True
 
     def _remember(self, uid: str) -> None:
         with self._lock:
