@@ -13,7 +13,12 @@ pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Node
 the Kubeflow Trainer runtimes. Pods also take PATCH of ``status`` (a strategic merge patch
 merges ``status.conditions`` by type: ``MERGE_KEYS``) and DELETE as the API server makes
 it: ``deletionTimestamp`` while finalizers remain (a Job's pod keeps the Job controller's
-until ``remove_finalizer``), gone at once without.
+until ``remove_finalizer``), gone at once without. A PATCH of a pod or a Job (not of its
+status) is validated as the API server validates those updates (``_update_error``: a pod's
+``activeDeadlineSeconds`` only set or lowered, a Job's ``backoffLimit`` the one spec field
+of those that changes), then admitted by ``admit_update`` (a test's validating webhook);
+``modify`` is one in-process write of a listed object (the Job controller's status, the
+kubelet's).
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a
@@ -191,6 +196,10 @@ class FakeAPI:
         #: changes) or None (``tests/vap.py``).
         self.admit = None
         self.refused: list[tuple[str, str, str]] = []  # (operation, resource, why)
+        #: resource -> the validating admission of a PATCH of one of its objects (not of
+        #: its status): called with (stored, patched), it answers (code, message) to
+        #: refuse, as a webhook's denial, or None (tests wire the webhook's engine in).
+        self.admit_update: dict[str, Any] = {}
         self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.scheme = "http"
@@ -233,6 +242,18 @@ class FakeAPI:
             event = kind or ("MODIFIED" if uid in self.objects[resource] else "ADDED")
             self.objects[resource][uid] = obj
             self._send(resource, {"type": event, "object": copy.deepcopy(obj)})
+
+    def modify(self, resource: str, uid: str, change: Any) -> dict[str, Any]:
+        """``change`` applied to the stored object in place, under the lock, as one write
+        (a controller's update of what only it writes: the Job controller's status);
+        returns a copy of the object as stored."""
+        with self.lock:
+            obj = self.objects[resource][uid]
+            change(obj)
+            self.version += 1
+            obj["metadata"]["resourceVersion"] = str(self.version)
+            self._send(resource, {"type": "MODIFIED", "object": copy.deepcopy(obj)})
+            return copy.deepcopy(obj)
 
     def delete(self, resource: str, uid: str) -> None:
         with self.lock:
@@ -432,6 +453,15 @@ class FakeAPI:
             patched["status"] = copy.deepcopy(current.get("status"))
         for key in ("uid", "name", "namespace", "creationTimestamp"):
             patched["metadata"][key] = current["metadata"].get(key)
+        if sub != "status":
+            # API validation first, then the validating webhooks.
+            refused = _update_error(resource, patched, current)
+            admit = self.admit_update.get(resource)
+            refused = refused or (admit(current, patched) if admit is not None else None)
+            if refused is not None:
+                code, message = refused
+                reason = "Invalid" if code == 422 else "Forbidden" if code == 403 else "BadRequest"
+                return code, _status_body(code, reason, message, name)
         why = self._admit("UPDATE", resource, sub, copy.deepcopy(patched), current)
         if why is not None:
             return 403, _status_body(403, "Forbidden", why, name)
@@ -970,6 +1000,72 @@ def _strategic(target: Any, patch: Any, key: str = "") -> Any:
         else:
             target[name] = _strategic(target.get(name), value, name)
     return target
+
+
+#: Pod spec fields an update may change (``updatablePodSpecFields``, ``ValidatePodUpdate``
+#: in pkg/apis/core/validation/validation.go), each checked by ``_pod_update_error``.
+POD_UPDATABLE = ("activeDeadlineSeconds", "tolerations", "schedulingGates")
+#: Job spec fields an update may not change (``ValidateJobSpecUpdate`` in
+#: pkg/apis/batch/validation/validation.go); ``backoffLimit`` may change, to >= 0.
+JOB_IMMUTABLE = (
+    "selector",
+    "template",
+    "completionMode",
+    "podFailurePolicy",
+    "backoffLimitPerIndex",
+    "managedBy",
+    "successPolicy",
+)
+
+
+def _update_error(resource: str, new: dict, current: dict) -> tuple[int, str] | None:
+    """The API's validation of an update of a pod or a Job, for the fields tests change."""
+    if resource == "pods":
+        return _pod_update_error(new.get("spec") or {}, current.get("spec") or {})
+    if resource == "jobs":
+        spec, old = new.get("spec") or {}, current.get("spec") or {}
+        for key in JOB_IMMUTABLE:
+            if spec.get(key) != old.get(key):
+                return 422, f"spec.{key}: Invalid value: field is immutable"
+        limit = spec.get("backoffLimit")
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            return (
+                422,
+                f"spec.backoffLimit: Invalid value: {limit}: must be greater than or equal to 0",
+            )
+    return None
+
+
+def _pod_update_error(spec: dict, old: dict) -> tuple[int, str] | None:
+    """``ValidatePodUpdate``: ``activeDeadlineSeconds`` may be set, or lowered, never raised
+    or removed, and is 1 to MaxInt32 (``ValidatePodSpec``); tolerations may only be added,
+    scheduling gates only removed; containers' images may change; nothing else."""
+    new_deadline, old_deadline = spec.get("activeDeadlineSeconds"), old.get("activeDeadlineSeconds")
+    where = "spec.activeDeadlineSeconds: Invalid value"
+    if new_deadline is None and old_deadline is not None:
+        return 422, f"{where}: null: must not update from a positive integer to nil value"
+    if new_deadline is not None and not (
+        isinstance(new_deadline, int) and 1 <= new_deadline <= 2**31 - 1
+    ):
+        return 422, f"{where}: {new_deadline}: must be between 1 and 2147483647, inclusive"
+    if old_deadline is not None and new_deadline > old_deadline:
+        return 422, f"{where}: {new_deadline}: must be less than or equal to previous value"
+    tolerations = spec.get("tolerations") or []
+    if tolerations[: len(old.get("tolerations") or [])] != (old.get("tolerations") or []):
+        return 422, "spec.tolerations: Forbidden: existing toleration can not be modified"
+    gates = [
+        g for g in spec.get("schedulingGates") or [] if g not in (old.get("schedulingGates") or [])
+    ]
+    if gates:
+        return 422, "spec.schedulingGates: Forbidden: only deletion is allowed"
+    rest = {k: v for k, v in spec.items() if k not in POD_UPDATABLE}
+    before = {k: v for k, v in old.items() if k not in POD_UPDATABLE}
+    for group in ("containers", "initContainers"):
+        for side in (rest, before):
+            side[group] = [{**c, "image": None} for c in side.get(group) or []]
+    if rest != before:
+        return 422, "spec: Forbidden: pod updates may not change fields other than those allowed"
+    return None
 
 
 def _comparable(obj: dict) -> dict:

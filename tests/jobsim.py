@@ -1,7 +1,7 @@
 """The Job controller's and the kubelet's part, played against the HTTP test API
 (``tests/fakeapi.py``) for the controller's tests: pods made from a Job's template as the
-Job controller makes them, the conditions and states the scheduler, the Eviction API and
-the kubelet give them, and the Job controller's judgement of a failed pod.
+Job controller makes them, the conditions and states the scheduler, the Eviction API,
+PodGC and the kubelet give them, and the Job controller's judgement of a failed pod.
 
 What is reproduced, from upstream:
 
@@ -10,21 +10,41 @@ What is reproduced, from upstream:
   ``backoffLimitPerIndex``, ``job-index-failure-count``; its controller owner reference and
   the ``batch.kubernetes.io/job-tracking`` finalizer (``getPodsForJob``,
   ``addCompletionIndexAnnotation``, ``addIndexFailureCountAnnotation`` in
-  pkg/controller/job);
+  pkg/controller/job); the kubelet's ``status.startTime`` once it runs;
 - preemption and the Eviction API add ``DisruptionTarget=True`` (reasons
   ``PreemptionByScheduler``, ``EvictionByEvictionAPI``) before the pod is deleted, while it
   runs; the kubelet then stops its containers (143) and sets phase ``Failed``;
+- the kubelet's node-pressure eviction and graceful node shutdown send
+  ``DisruptionTarget`` (``TerminationByKubelet``) in the very update that makes the pod
+  ``Failed``, once its containers stopped (``mergePodStatus`` in
+  pkg/kubelet/status/status_manager.go: ``evict_by_kubelet``); PodGC fails a pod whose
+  node is gone with ``DisruptionTarget`` (``DeletionByPodGC``) in one status patch, then
+  deletes it (``markFailedAndDeletePodWithCondition`` in pkg/controller/podgc: ``podgc``);
+- the phase the kubelet gives a pod it stops because it was deleted or passed its
+  ``activeDeadlineSeconds`` (``terminate``): ``getPhase`` (pkg/kubelet/kubelet_pods.go),
+  ``Succeeded`` when every container exited 0, else ``Failed``; past the deadline
+  ``activeDeadlineHandler.ShouldEvict`` (pkg/kubelet/active_deadline.go) overrides it:
+  ``Failed``, reason ``DeadlineExceeded``, whatever the containers exited with;
 - the Job controller judges a failed pod with its podFailurePolicy (the one evaluation,
-  ``webhook.kube.failurepolicy.evaluate``, as ``matchPodFailurePolicy``) once it is
-  ``Failed`` (``isPodFailed`` with a podFailurePolicy), reading its conditions as they are
-  then, counts every failure but an Ignore rule's, fails the Job past ``backoffLimit``
-  (``BackoffLimitExceeded``) or on FailJob, and removes its finalizer.
+  ``webhook.kube.failurepolicy.evaluate``, as ``matchPodFailurePolicy``: the first rule
+  that matches) once it is ``Failed`` (``isPodFailed`` with a podFailurePolicy), reading
+  its conditions as they are then, counts every failure but an Ignore rule's, fails the
+  Job past ``backoffLimit`` (``BackoffLimitExceeded``: ``failed > backoffLimit``, read
+  from the Job at each sync) or on FailJob, and removes its finalizer. ``judge`` does
+  this for one pod; ``sync`` as ``syncJob`` does for all (``trackJobStatusAndRemoveFinalizers``:
+  a counted pod's UID goes into ``status.uncountedTerminatedPods`` before its finalizer is
+  removed, and a pod is judged once), and ``syncing`` runs it beside a test, each sync at
+  most a batch period after the last (``syncJobBatchPeriod``, 1 s).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +57,31 @@ JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 T0 = "2026-11-26T10:00:00Z"
+#: The kubelet's clock when it stops a pod: a minute after the pods started.
+KUBELET_NOW = dt.datetime(2026, 11, 26, 10, 1, tzinfo=dt.timezone.utc)
+
+
+def past_deadline(pod: dict[str, Any], now: dt.datetime = KUBELET_NOW) -> bool:
+    """``pastActiveDeadline`` (pkg/kubelet/active_deadline.go): the pod has a deadline and
+    has run that long since its ``status.startTime``."""
+    deadline = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    started = (pod.get("status") or {}).get("startTime")
+    if deadline is None or not started:
+        return False
+    start = dt.datetime.strptime(started, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return (now - start).total_seconds() >= deadline
+
+
+def kubelet_phase(pod: dict[str, Any], codes: list[int]) -> tuple[str, str | None]:
+    """The phase and reason the kubelet gives a pod it stopped, its regular containers
+    having exited with ``codes``: ``getPhase`` with ``podIsTerminal`` (every container
+    exited 0: ``Succeeded``; else ``Failed``), then ``generateAPIPodStatus`` lets the pod
+    sync handlers' ``ShouldEvict`` override it (past its deadline: ``Failed``,
+    ``DeadlineExceeded``)."""
+    phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+    if past_deadline(pod):
+        return "Failed", "DeadlineExceeded"
+    return phase, None
 
 
 @dataclass
@@ -48,6 +93,10 @@ class JobRun:
     counted: int = 0
     ended: str = ""
     judged: list[str] = field(default_factory=list)
+    succeeded: int = 0
+    #: Pod UID -> the action ``sync`` judged it with.
+    verdicts: dict[str, str] = field(default_factory=dict)
+    _syncs: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def store(cls, api: FakeAPI, admitted: dict[str, Any], uid: str | None = None) -> JobRun:
@@ -95,6 +144,7 @@ class JobRun:
             "spec": spec,
             "status": {
                 "phase": "Running",
+                "startTime": T0,
                 "conditions": [{"type": "Ready", "status": "True"}],
                 "containerStatuses": [
                     {"name": c["name"], "restartCount": 0, "state": {"running": {"startedAt": T0}}}
@@ -110,23 +160,21 @@ class JobRun:
         assert found is not None, "the pod is gone"
         return found
 
+    def update(self, pod: dict[str, Any], change: Any) -> dict[str, Any]:
+        """One write of the pod by the kubelet or a controller: ``change`` applied to the
+        pod as stored, at once, so that what others wrote meanwhile stays (the kubelet's
+        status patch keeps the conditions it does not own: ``mergePodStatus``)."""
+        uid = pod["metadata"]["uid"]
+        assert self.api.pod(uid) is not None, "the pod is gone"
+        return self.api.modify("pods", uid, change)
+
     def disrupt(
         self, pod: dict[str, Any], reason: str = "PreemptionByScheduler", delete: bool = True
     ) -> dict:
         """Preemption or eviction: ``DisruptionTarget=True`` on the running pod, then its
         deletion (``addConditionAndDeletePod``; the preemptor's ``PrepareCandidate``). The
         kubelet's node-pressure eviction (``TerminationByKubelet``) deletes nothing."""
-        pod = self.current(pod)
-        pod["status"].setdefault("conditions", []).append(
-            {
-                "type": fp.DISRUPTION_TARGET,
-                "status": "True",
-                "reason": reason,
-                "message": "disrupted",
-                "lastTransitionTime": T0,
-            }
-        )
-        self.api.put("pods", pod)
+        pod = self.update(pod, lambda p: p["status"]["conditions"].append(_disruption(reason)))
         if delete:
             with self.api.lock:
                 self.api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], None)
@@ -134,20 +182,20 @@ class JobRun:
 
     def restart(self, pod: dict[str, Any], count: int) -> dict[str, Any]:
         """The kubelet restarted its main container in place ``count`` times so far."""
-        pod = self.current(pod)
-        pod["status"]["containerStatuses"][0]["restartCount"] = count
-        self.api.put("pods", pod)
-        return pod
+
+        def change(p: dict[str, Any]) -> None:
+            p["status"]["containerStatuses"][0]["restartCount"] = count
+
+        return self.update(pod, change)
 
     def fail(self, pod: dict[str, Any], code: int = 143) -> dict[str, Any]:
         """The kubelet: the containers stopped, the pod ``Failed``."""
-        pod = self.current(pod)
-        status = pod["status"]
-        status["phase"] = "Failed"
-        for cs in status["containerStatuses"]:
-            cs["state"] = {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": T0}}
-        self.api.put("pods", pod)
-        return pod
+
+        def change(p: dict[str, Any]) -> None:
+            _stopped(p["status"], code)
+            p["status"]["phase"] = "Failed"
+
+        return self.update(pod, change)
 
     def judge(self, pod: dict[str, Any]) -> str:
         """The Job controller's sync on a failed pod: its rules as they read it now;
@@ -167,3 +215,169 @@ class JobRun:
         self.judged.append(action)
         self.api.remove_finalizer(pod["metadata"]["uid"])
         return action
+
+    # --- the kubelet and PodGC ---------------------------------------------------------------
+    def terminate(self, pod: dict[str, Any], code: int = 0) -> dict[str, Any]:
+        """The kubelet stops a pod it must stop, deleted or past its deadline: the
+        containers exit with ``code`` (0: the application handled SIGTERM), and the pod
+        gets the phase ``kubelet_phase`` says, once they stopped."""
+
+        def change(p: dict[str, Any]) -> None:
+            deleted = p["metadata"].get("deletionTimestamp") is not None
+            assert deleted or past_deadline(p), "the kubelet has no reason to stop this pod"
+            status = p["status"]
+            _stopped(status, code)
+            status["phase"], reason = kubelet_phase(p, [code] * len(status["containerStatuses"]))
+            if reason is not None:
+                status["reason"] = reason
+                status["message"] = "Pod was active on the node longer than the specified deadline"
+
+        return self.update(pod, change)
+
+    def evict_by_kubelet(
+        self, pod: dict[str, Any], code: int = 137, why: str = "Evicted"
+    ) -> dict[str, Any]:
+        """Node-pressure eviction (``Evicted``) or graceful node shutdown (``Terminated``):
+        one status update with the containers stopped, ``Failed`` and ``DisruptionTarget``
+        (``TerminationByKubelet``) together; nothing deletes the pod."""
+
+        def change(p: dict[str, Any]) -> None:
+            status = p["status"]
+            _stopped(status, code)
+            status.update(phase="Failed", reason=why, message=f"The node {why.lower()} the pod")
+            status["conditions"].append(_disruption("TerminationByKubelet"))
+
+        return self.update(pod, change)
+
+    def podgc(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """PodGC, the pod's node gone: ``Failed`` and ``DisruptionTarget``
+        (``DeletionByPodGC``) in one status patch (its containers' statuses as they were:
+        no kubelet reports them), then a deletion with no grace period, which the tracking
+        finalizer holds until the Job controller has judged the pod."""
+
+        def change(p: dict[str, Any]) -> None:
+            p["status"]["phase"] = "Failed"
+            p["status"]["conditions"].append(_disruption("DeletionByPodGC"))
+
+        pod = self.update(pod, change)
+        with self.api.lock:
+            self.api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], 0)
+        return self.api.pod(pod["metadata"]["uid"]) or pod
+
+    # --- the Job controller's sync -------------------------------------------------------------
+    def sync(self) -> list[str]:
+        """One ``syncJob``: each finished pod that keeps its tracking finalizer is judged
+        once (a failed one by the rules, as it reads now; one already listed in
+        ``uncountedTerminatedPods`` is not judged again), a counted pod's UID goes into
+        ``uncountedTerminatedPods`` (one status write), the finalizers go, the counts move
+        to ``failed`` and ``succeeded`` (another); then the Job fails when ``failed`` is
+        more than its ``backoffLimit`` as it is now, or completes. The actions judged."""
+        with self._syncs:
+            job = self._job()
+            spec = job["spec"]
+            rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
+            uncounted = (job.get("status") or {}).get("uncountedTerminatedPods") or {}
+            known = set(uncounted.get("failed") or []) | set(uncounted.get("succeeded") or [])
+            failed, succeeded, judged, actions = [], [], [], []
+            for pod in self._tracked():
+                uid = pod["metadata"]["uid"]
+                if pod["status"].get("phase") == "Succeeded":
+                    judged.append(uid)
+                    succeeded += [] if uid in known else [uid]
+                elif fp.judged_failed(pod, spec):
+                    judged.append(uid)
+                    if uid in known:
+                        continue  # judged once
+                    match = fp.evaluate(rules, fp.PodFailure.from_pod(pod))
+                    actions.append(match.action if match else "none")
+                    self.verdicts[uid] = actions[-1]
+                    if match is not None and match.action == "FailJob":
+                        self.ended = self.ended or "PodFailurePolicy"
+                    failed += [uid] if fp.counts(match) else []
+            if failed or succeeded:
+                self.api.modify("jobs", self.uid, _uncount(failed, succeeded))
+            for uid in judged:
+                self.api.remove_finalizer(uid)
+            if failed or succeeded or uncounted:
+                job = self.api.modify("jobs", self.uid, _flush_uncounted)
+            else:
+                job = self._job()  # (its backoffLimit may have changed)
+            self.judged += actions
+            status = job.get("status") or {}
+            self.counted, self.succeeded = status.get("failed", 0), status.get("succeeded", 0)
+            if not self.ended and self.counted > job["spec"]["backoffLimit"]:
+                self.ended = "BackoffLimitExceeded"
+            if not self.ended and self.succeeded >= (job["spec"].get("completions") or 1):
+                self.ended = "Complete"
+            return actions
+
+    @contextmanager
+    def syncing(self, period: float = 1.0) -> Iterator[JobRun]:
+        """The Job controller beside the test: a sync at most ``period`` after the last
+        (``syncJobBatchPeriod``: pod updates are batched), and one more at the end."""
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(period):
+                self.sync()
+
+        thread = threading.Thread(target=loop, name="job-controller", daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join(10)
+            self.sync()
+
+    def _job(self) -> dict[str, Any]:
+        with self.api.lock:
+            return copy.deepcopy(self.api.objects["jobs"][self.uid])
+
+    def _tracked(self) -> list[dict[str, Any]]:
+        """The Job's pods that keep its tracking finalizer."""
+        with self.api.lock:
+            return [
+                copy.deepcopy(p)
+                for p in self.api.objects["pods"].values()
+                if p["metadata"]["labels"].get(JOB_UID_LABEL) == self.uid
+                and JOB_TRACKING in (p["metadata"].get("finalizers") or [])
+            ]
+
+
+def _uncount(failed: list[str], succeeded: list[str]):
+    def change(job: dict[str, Any]) -> None:
+        status = job.setdefault("status", {})
+        uncounted = status.setdefault("uncountedTerminatedPods", {})
+        uncounted["failed"] = [*(uncounted.get("failed") or []), *failed]
+        uncounted["succeeded"] = [*(uncounted.get("succeeded") or []), *succeeded]
+
+    return change
+
+
+def _flush_uncounted(job: dict[str, Any]) -> None:
+    status = job.setdefault("status", {})
+    uncounted = status.pop("uncountedTerminatedPods", None) or {}
+    status["failed"] = status.get("failed", 0) + len(uncounted.get("failed") or [])
+    status["succeeded"] = status.get("succeeded", 0) + len(uncounted.get("succeeded") or [])
+
+
+def _disruption(reason: str) -> dict[str, Any]:
+    return {
+        "type": fp.DISRUPTION_TARGET,
+        "status": "True",
+        "reason": reason,
+        "message": "disrupted",
+        "lastTransitionTime": T0,
+    }
+
+
+def _stopped(status: dict[str, Any], code: int) -> None:
+    """Every container terminated with ``code``; the pod no longer Ready (a terminal pod is
+    not: ``mergePodStatus``)."""
+    for cs in status["containerStatuses"]:
+        why = "Completed" if code == 0 else "Error"
+        cs["state"] = {"terminated": {"exitCode": code, "reason": why, "finishedAt": T0}}
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            c["status"] = "False"

@@ -117,10 +117,10 @@ def denied(docs: list[dict], account: str, namespace: str, made: set[Call]) -> l
 
 #: The pod writes each part of the webhook makes (``charts/.../templates/_writes.tpl``):
 #: the controller's (gates released, budgets' conditions, a pod that used its restarts in
-#: place deleted) and the workers' marks of pods a disruptor deleted. The tests that run a
+#: place given a deadline) and the workers' marks of pods a disruptor deleted. The tests that run a
 #: part against the test API check that its calls are among these.
 POD_WRITES: dict[str, set[tuple[str, str]]] = {
-    "controller": {("patch", "pods"), ("delete", "pods"), ("patch", "pods/status")},
+    "controller": {("patch", "pods"), ("patch", "pods/status")},
     "deletions": {("patch", "pods/status")},
 }
 

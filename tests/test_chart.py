@@ -52,8 +52,8 @@ UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
     (["pods"], ["patch"]),
     # Budgets per cause (webhook/controller/disruptions.py, restarts.py) and disruptions by
     # deletion (webhook/cluster/deletions.py): a condition on any pod of a workload that
-    # asked, the deletion of a pod that used its restarts in place.
-    (["pods"], ["delete", "patch"]),
+    # asked, the deadline of a pod that used its restarts in place.
+    (["pods"], ["patch"]),
     (["pods/status"], ["patch"]),
 ]
 DELETIONS_HOOK = "pod-deletions.validate.retry-policy.dev"
@@ -1429,11 +1429,11 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
         # Pods: the failed-pod watch; read before marked (budgets, disruptions by deletion);
         # retry-delay gates removed (webhook/controller/gates.py); a pod that used its
-        # restarts in place deleted (webhook/controller/restarts.py).
+        # restarts in place given a deadline (webhook/controller/restarts.py).
         {
             "apiGroups": [""],
             "resources": ["pods"],
-            "verbs": ["get", "list", "watch", "patch", "delete"],
+            "verbs": ["get", "list", "watch", "patch"],
         },
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         # The controller's record of a workload's failures (webhook/controller/recorder.py),

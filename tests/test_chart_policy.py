@@ -356,7 +356,6 @@ WHERE = {
     "pod": "nothing else of a pod",
     "conditions": "may only gain its own conditions",
     "status": "may change nothing but conditions",
-    "delete": "may delete only",
     "annotations": "only its record",
     "backoff": "backoffLimit may only be lowered",
     "workload": "nothing else of a workload",
@@ -395,7 +394,6 @@ CASES = [
     status("PeerDisrupted", "pod", _condition(fp.PEER_DISRUPTED)),
     status("DisruptionTarget on a deletion", "terminating", TARGET),
     status("our condition set again", "exhausted", _condition(fp.IN_PLACE_BUDGET_EXHAUSTED, "A")),
-    case("delete a pod that used its restarts", "exhausted", None, op="DELETE"),
     # Pod updates the code never makes.
     case("swap an image", "pod", _edit("spec.containers.0.image", "evil:latest"), ["pod"]),
     case("move to another node", "pod", _spec(nodeName="node-evil"), ["pod"]),
@@ -456,8 +454,10 @@ CASES = [
         "the hook adds a condition", "pod", _condition(fp.PEER_DISRUPTED), ["action"], user=HOOK
     ),
     # Deletions, and what else a client can ask of pods.
-    case("delete an unmarked pod", "pod", None, ["delete"], op="DELETE"),
-    case("delete a plain pod", "plain", None, ["delete"], op="DELETE"),
+    # No part deletes a pod (a replaced pod ends by its deadline): every DELETE is refused.
+    case("delete a pod that used its restarts", "exhausted", None, ["action"], op="DELETE"),
+    case("delete an unmarked pod", "pod", None, ["action"], op="DELETE"),
+    case("delete a plain pod", "plain", None, ["action"], op="DELETE"),
     case("the hook deletes", "exhausted", None, ["action"], op="DELETE", user=HOOK),
     case("create a pod", None, None, ["action"], op="CREATE"),
     case("evict", None, None, ["action"], op="CREATE", sub="eviction"),
@@ -583,7 +583,6 @@ def test_the_policy_allows_the_writes_of_the_parts_that_are_on(api, helm, name, 
             _released(objects["gated"]),
             objects["gated"],
         ),
-        ("controller", "delete", "pods", "DELETE", "", None, objects["exhausted"]),
         (
             "controller",
             "patch",
@@ -645,8 +644,9 @@ def test_releasing_gates_passes_as_the_webhook_and_as_the_hook(api, policy, tmp_
     assert api.pod(third["metadata"]["uid"])["spec"]["schedulingGates"] == [KUEUE_GATE]
 
 
-def test_a_pod_that_used_its_restarts_is_marked_and_deleted(api, policy, tmp_path):
-    """``webhook.controller.restarts``: the condition, then the deletion."""
+def test_a_pod_that_used_its_restarts_is_marked_and_given_a_deadline(api, policy, tmp_path):
+    """``webhook.controller.restarts``: the condition, then the pod's own deadline lowered
+    (a pods PATCH the policy allows on a labelled pod); no deletion."""
     pod = stored_pod(api)
     pod["status"]["containerStatuses"][0]["restartCount"] = 5
     api.put("pods", pod)
@@ -655,9 +655,10 @@ def test_a_pod_that_used_its_restarts_is_marked_and_deleted(api, policy, tmp_pat
     gated(api, policy)
     assert InPlaceBudget(api_client, events).replace(api.pod(pod["metadata"]["uid"]))
     assert api.refused == []
-    assert ("DELETE", "pods", pod["metadata"]["name"]) in api.writes
+    assert not any(w[0] == "DELETE" for w in api.writes), api.writes
     now = api.pod(pod["metadata"]["uid"])
     assert fp.IN_PLACE_BUDGET_EXHAUSTED in {c["type"] for c in now["status"]["conditions"]}
+    assert now["spec"]["activeDeadlineSeconds"] == 1
 
 
 def test_a_disruptors_deletion_is_marked(api, policy, tmp_path):
@@ -722,10 +723,12 @@ def test_a_pods_deadline_is_set_and_lowered_only_where_it_may_be(api, policy, tm
         deadline = {"spec": {"activeDeadlineSeconds": seconds}}
         core.patch_namespaced_pod(name, "ml", deadline, _preload_content=False)
     assert api.refused == []
-    for target, seconds in ((name, 6000), (plain["metadata"]["name"], 1)):
+    # Raising it is refused by the API's own validation (ValidatePodUpdate, before any
+    # admission: 422); the policy refuses a deadline on a pod not labelled for it (403).
+    for target, seconds, code in ((name, 6000, 422), (plain["metadata"]["name"], 1, 403)):
         with pytest.raises(client.ApiException) as refused:
             deadline = {"spec": {"activeDeadlineSeconds": seconds}}
             core.patch_namespaced_pod(target, "ml", deadline, _preload_content=False)
-        assert refused.value.status == 403
-    assert len(api.refused) == 2
+        assert refused.value.status == code
+    assert len(api.refused) == 1
     assert api.pod(pod["metadata"]["uid"])["spec"]["activeDeadlineSeconds"] == 60

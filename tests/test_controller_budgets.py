@@ -53,6 +53,12 @@ class Counted:
     def disruption(self, result: str) -> None:
         self.calls.append(("disruption", result))
 
+    def lowered(self) -> None:
+        self.calls.append(("lowered",))
+
+    def uncovered(self, reason: str) -> None:
+        self.calls.append(("uncovered", reason))
+
 
 class Running:
     def __init__(self, reconciler):
@@ -106,7 +112,7 @@ def preempt(run: JobRun, reconciler=None) -> tuple[dict, str]:
     pod = run.new_pod()
     run.disrupt(pod)
     if reconciler is not None:
-        eventually(lambda: pod["metadata"]["uid"] in _handled(reconciler), 10)
+        eventually(lambda: acted(reconciler, run.current(pod)), 10)
     failed = run.fail(pod)
     return failed, run.judge(pod)
 
@@ -114,6 +120,20 @@ def preempt(run: JobRun, reconciler=None) -> tuple[dict, str]:
 def _handled(reconciler: Disruptions) -> set[str]:
     with reconciler._lock:
         return {uid for what, uid in reconciler._handled if what == "budget"}
+
+
+def acted(reconciler: Disruptions, pod: dict) -> bool:
+    """Whether the reconciler is done with a disrupted pod: counted it, and when it
+    counted it over the budget, marked it (its workers write the condition) or, the pod
+    failed first, settled it another way (``settle_late``)."""
+    uid = pod["metadata"]["uid"]
+    if uid not in _handled(reconciler):
+        return False
+    states = list(reconciler._budgets.values())
+    seen = {s.record.disrupted(uid) for s in states}
+    marked = fp.DISRUPTION_BUDGET_EXHAUSTED in [c["type"] for c in pod["status"]["conditions"]]
+    settled = any(s.record.settled(uid) or any(x.uid == uid for x in s.late) for s in states)
+    return "over" not in seen or marked or settled
 
 
 # --- max-disruptions --------------------------------------------------------------------------
@@ -201,7 +221,7 @@ def test_an_indexed_job_counts_per_index(api, tmp_path):
         for index in (0, 1, 0):
             pod = run.new_pod(index, 0)
             run.disrupt(pod)
-            eventually(lambda p=pod: p["metadata"]["uid"] in _handled(reconciler), 10)
+            eventually(lambda p=pod: acted(reconciler, run.current(p)), 10)
             run.fail(pod)
             judged.append(run.judge(pod))
     assert judged == ["Ignore", "Ignore", "Count"]  # index 1's was its own first
@@ -314,9 +334,10 @@ def in_place(fake, tmp_path, metrics=None) -> InPlaceBudget:
 
 
 def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, tmp_path):
-    """Each pod restarts in place five times, is marked, deleted with its grace period,
-    fails (143) and is counted by the Job's first rule (not FailJob, not Ignore); with
-    backoffLimit 1 the second replaced pod ends the Job: 5 x (1 + 1) restarts in all."""
+    """Each pod restarts in place five times, is marked, ended by its deadline (no
+    deletion), stopped (SIGTERM: 143) and failed by the kubelet, and counted by the Job's
+    first rule (not FailJob, not Ignore); with backoffLimit 1 the second replaced pod ends
+    the Job: 5 x (1 + 1) restarts in all."""
     run = JobRun.store(api, admitted_job(IN_PLACE))
     metrics = Counted()
     total = 0
@@ -328,20 +349,21 @@ def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, t
                 total += 1
                 if count < 5:
                     time.sleep(0.05)
-                    assert run.current(pod)["metadata"].get("deletionTimestamp") is None
-            eventually(lambda p=pod: run.current(p)["metadata"].get("deletionTimestamp"), 10)
+                    assert run.current(pod)["spec"].get("activeDeadlineSeconds") is None
+            eventually(lambda p=pod: run.current(p)["spec"].get("activeDeadlineSeconds"), 10)
             marked = run.current(pod)
             assert fp.IN_PLACE_BUDGET_EXHAUSTED in [
                 c["type"] for c in marked["status"]["conditions"]
             ]
-            run.fail(pod, 143)  # the kubelet stops it: SIGTERM
-            assert run.judge(pod) == "Count"
+            assert run.terminate(pod, 143)["status"]["reason"] == "DeadlineExceeded"
+            assert run.sync() == ["Count"]
         reconciler.events.flush()
     assert run.ended == "BackoffLimitExceeded" and total == 10
-    assert [d[2] for d in api.deletions] == [30, 30]  # the pod's terminationGracePeriodSeconds
+    assert api.deletions == []  # ended by their deadline, and kept as failed pods are
     assert metrics.calls.count(("condition", fp.IN_PLACE_BUDGET_EXHAUSTED, "added")) == 2
     notes = [e["note"] for e in events_of(api, "RetryInPlaceBudgetExhausted")]
     assert len(notes) == 2 and all("5 restarts in place reach" in n for n in notes)
+    assert all("ended by its deadline (activeDeadlineSeconds 1)" in n for n in notes)
 
 
 def test_a_pod_that_failed_on_its_own_meanwhile_is_not_marked(api, tmp_path):
@@ -354,6 +376,7 @@ def test_a_pod_that_failed_on_its_own_meanwhile_is_not_marked(api, tmp_path):
     assert reconciler.replace(pod) is False
     assert reconciler.counters["conflicts"] == 1
     assert run.judge(pod) == "FailJob"
+    assert run.current(pod)["spec"].get("activeDeadlineSeconds") is None
     assert api.deletions == []
 
 
@@ -366,30 +389,3 @@ def test_restarts_in_all_and_of_a_whole_pod():
 
     assert restarts(pod([2, 3])) == 5
     assert restarts(pod([3, 3], whole=True)) == 3  # each restart of the pod restarts both
-
-
-def test_a_condition_after_the_pod_failed_is_late_and_after_judgement_missed(api, tmp_path):
-    """The window: the third disruption's pod already Failed when the controller gets to
-    it. Not yet judged (its tracking finalizer on): the condition still decides it, but is
-    counted late; judged already: nothing is written, counted missed."""
-    spent = Record()
-    for n in range(2):
-        spent = spent.add_disruption({"metadata": {"uid": f"earlier-{n}"}}, False)
-    metrics = Counted()
-    for judged_first, result, action in ((False, "late", "Count"), (True, "missed", "Ignore")):
-        admitted = admitted_job(DISRUPTIONS)
-        admitted["metadata"]["name"] = f"train-{result}"
-        admitted["metadata"].setdefault("annotations", {})["retry-policy.dev/history"] = (
-            spent.text()
-        )
-        run = JobRun.store(api, admitted, uid=f"uid-{result}")
-        pod = run.new_pod()
-        run.disrupt(pod, "TerminationByKubelet", delete=False)
-        failed = run.fail(pod)
-        if judged_first:
-            assert run.judge(pod) == action  # before the controller: the Ignore rule's
-        with Running(disruptions(api, tmp_path, metrics)) as reconciler:
-            eventually(lambda p=failed: p["metadata"]["uid"] in _handled(reconciler), 10)
-        if not judged_first:
-            assert run.judge(pod) == action
-        assert ("condition", fp.DISRUPTION_BUDGET_EXHAUSTED, result) in metrics.calls

@@ -60,6 +60,7 @@ def running(api, pod: dict[str, Any], node: str) -> dict[str, Any]:
     out["spec"]["nodeName"] = node
     out["status"] = {
         "phase": "Running",
+        "startTime": T0,
         "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": T0}],
         "containerStatuses": [
             {
@@ -162,6 +163,7 @@ def test_disruptions_used_against_max_disruptions_and_what_each_pod_got(cluster,
         "limit": 2,
         "number": 3,
         "marked": True,
+        "late": None,
     }
     assert over["deletedBy"] is None
     reclaimed = attempts[fourth["metadata"]["name"]]
@@ -212,7 +214,7 @@ def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F8
     assert (spent["used"], spent["free"], spent["counted"], spent["next"]) == (1, 1, 0, "free")
     attempts = {a["pod"]: a for a in told["attempts"]}
     free = attempts[pod["metadata"]["name"]]["disruptionBudget"]
-    assert free == {"result": "free", "limit": 2, "number": None, "marked": False}
+    assert free == {"result": "free", "limit": 2, "number": None, "marked": False, "late": None}
     assert attempts[unseen["metadata"]["name"]]["disruptionBudget"]["result"] is None
     flat = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
     assert "a free disruption (max-disruptions 2)" in flat
@@ -221,9 +223,10 @@ def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F8
 
 
 def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path):  # noqa: F811
-    """The window: the third disruption's pod failed and was judged (Ignore) before the
-    controller got to it; the controller counts it over the budget but writes no
-    condition (``missed``). Status says both: over in the count, not counted by the Job."""
+    """The third disruption's pod failed and was judged (Ignore) before the controller got
+    to it; the controller counts it over the budget, writes no condition, and lowers the
+    Job's backoffLimit instead. Status says so: over in the count, ignored by the rules,
+    counted by the lowered backoffLimit."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", DISRUPTIONS), {})
     jobrun = JobRun.store(api, job)
@@ -248,12 +251,14 @@ def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path
         "limit": 2,
         "number": None,
         "marked": False,
+        "late": "lowered",
     }
     flat = " ".join(run(kubeconfig, "job/train", "-n", NS).stdout.split())
     assert (
-        "not counted: rule 2 (Ignore); over max-disruptions 2 in the controller's count, but "
-        "not marked: judged without the mark"
+        "not counted: rule 2 (Ignore); over max-disruptions 2, failed before it could be "
+        "marked: counted by the controller lowering backoffLimit by one"
     ) in flat
+    assert current(api, "jobs", job)["spec"]["backoffLimit"] == 1
 
 
 def test_a_finished_job_says_no_next_disruption(cluster, tmp_path):  # noqa: F811
@@ -374,8 +379,9 @@ IN_PLACE = {
 
 
 def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # noqa: F811
-    """A pod whose container restarted in place 3 times is marked and deleted by the
-    controller (its grace period still running); another runs after one restart."""
+    """A pod whose container restarted in place 3 times is marked by the controller and
+    its deadline set to end it (the kubelet has not stopped it yet); another runs after
+    one restart."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", IN_PLACE), {"active": 1}, V136)
     jobrun = JobRun.store(api, job)
@@ -390,7 +396,8 @@ def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # 
     (told,) = story["jobs"]
     attempts = {a["pod"]: a for a in told["attempts"]}
     replaced = attempts[spent["metadata"]["name"]]
-    assert replaced["phase"] == "Terminating"
+    assert replaced["phase"] == "Running"
+    assert api.pod(spent["metadata"]["uid"])["spec"]["activeDeadlineSeconds"] == 1
     assert replaced["inPlace"] == {"restarts": 3, "limit": 3, "replaced": True}
     assert attempts[again["metadata"]["name"]]["inPlace"] == {
         "restarts": 1,
@@ -416,9 +423,11 @@ def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # 
         f"max-in-place-restarts 3, pod {again['metadata']['name']}: 1 restart in place, 2 left "
         "before the controller replaces the pod"
     ) in flat
-    # The kubelet stops it (SIGTERM) and reports it Failed: the Count rule on
-    # InPlaceBudgetExhausted counts it (upstream: matchPodFailurePolicy), before FailJob.
-    failed = jobrun.fail(spent, 143)
+    # Past its deadline the kubelet stops it (SIGTERM) and fails it, DeadlineExceeded: the
+    # Count rule on InPlaceBudgetExhausted counts it (upstream: matchPodFailurePolicy),
+    # before FailJob.
+    failed = jobrun.terminate(spent, 143)
+    assert failed["status"]["reason"] == "DeadlineExceeded"
     pods = [failed, api.pod(again["metadata"]["uid"])]
     later = tell(_tree(current(api, "jobs", job), pods))
     (attempt, _) = later.jobs[0].attempts

@@ -16,14 +16,18 @@ terminating pod is not failed before), in its next sync of the Job after that up
 (``updatePod`` queues one ``syncJobBatchPeriod``, 1 s, later), and then removes its
 ``batch.kubernetes.io/job-tracking`` finalizer. A condition added while the pod
 terminates is always read; one added after ``Failed`` is read only if that sync has not
-run yet (the finalizer still on: ``judged``); later, it changes nothing.
+run yet (``judged``); later, it changes nothing. Whether a condition added after
+``Failed`` is read is a race the writer cannot see the end of: a writer that must count
+exactly once writes only with a ``resourceVersion`` precondition on a pod it saw not yet
+``Failed`` (every ``Failed`` version of the pod then carries the condition), and counts a
+pod that failed first some other way (``webhook.controller.disruptions``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from webhook.cluster.events import Regarding
@@ -48,12 +52,27 @@ def terminal(pod: Mapping[str, Any]) -> bool:
     return mapping(pod.get("status")).get("phase") in TERMINAL
 
 
-def judged(pod: Mapping[str, Any]) -> bool:
-    """Whether the Job controller has judged this failed pod already: it removes its
-    tracking finalizer once it counted (or ignored) it (``trackJobStatusAndRemoveFinalizers``
-    in pkg/controller/job/job_controller.go)."""
+def judged(pod: Mapping[str, Any], uncounted: Collection[str] = ()) -> bool:
+    """Whether the Job controller has judged this finished pod already
+    (``trackJobStatusAndRemoveFinalizers`` in pkg/controller/job/job_controller.go): a pod
+    it counts goes into the Job's ``status.uncountedTerminatedPods`` (``uncounted``, from
+    ``uncounted_of``) before it removes the pod's tracking finalizer, and a listed pod is
+    never judged again; a pod it ignores only loses the finalizer."""
+    if not terminal(pod):
+        return False
     finalizers = items(mapping(pod.get("metadata")).get("finalizers"))
-    return terminal(pod) and JOB_TRACKING not in finalizers
+    return JOB_TRACKING not in finalizers or pod_uid(pod) in uncounted
+
+
+def uncounted_of(job: Mapping[str, Any] | None) -> frozenset[str]:
+    """The pod UIDs in a Job's ``status.uncountedTerminatedPods`` (failed and succeeded)."""
+    found = mapping(mapping(mapping(job).get("status")).get("uncountedTerminatedPods"))
+    return frozenset(
+        uid
+        for key in ("failed", "succeeded")
+        for uid in items(found.get(key))
+        if isinstance(uid, str) and uid
+    )
 
 
 def terminating(pod: Mapping[str, Any]) -> bool:
@@ -103,6 +122,21 @@ def add_condition(
     )
     result: dict[str, Any] = json.loads(resp.data)
     return result
+
+
+def read_pod(core_api: Any, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod as it is now; ``None`` when it is gone (or its name is another pod's)."""
+    meta = mapping(pod.get("metadata"))
+    try:
+        resp = core_api.read_namespaced_pod(
+            meta.get("name"), meta.get("namespace"), _preload_content=False
+        )
+    except Exception as err:
+        if getattr(err, "status", None) == 404:
+            return None
+        raise
+    found: dict[str, Any] = json.loads(resp.data)
+    return found if mapping(found.get("metadata")).get("uid") == meta.get("uid") else None
 
 
 def workload_of(pod: Mapping[str, Any]) -> Regarding | None:

@@ -47,6 +47,12 @@ that counted may be another replica's by the next disruption. The marks make a c
 survive a restart of the controller between the condition it added and the count it
 wrote: a pod marked over the budget gets its condition again, one marked free nothing,
 and a pod marked neither is counted anew from the count as written.
+
+A pod over the budget that had failed before its condition could land (the kubelet's and
+PodGC's disruptions arrive with ``Failed``) is counted another way, once: ``late`` marks
+it when the controller lowered the Job's ``backoffLimit`` for it (``lateOther`` when its
+rules counted it, or nothing could be lowered), and ``lowered`` says by how much in all,
+each mark and its one lowering written in the same patch.
 """
 
 from __future__ import annotations
@@ -187,6 +193,12 @@ class Record:
     #: Disrupted pods counted free, and over the budget.
     free: bytes = b""
     over: bytes = b""
+    #: Pods over the budget that had failed unmarked, settled once (``add_late``): those
+    #: the controller lowered the Job's backoffLimit for, the others, and how much it
+    #: lowered it in all.
+    late: bytes = b""
+    late_other: bytes = b""
+    lowered: int = 0
 
     # --- reading -------------------------------------------------------------------------
     @classmethod
@@ -223,6 +235,9 @@ class Record:
             },
             _marks(data.get("disrupted")),
             _marks(data.get("overBudget")),
+            _marks(data.get("late")),
+            _marks(data.get("lateOther")),
+            data["lowered"] if _count(data.get("lowered")) else 0,
         )
 
     @classmethod
@@ -238,6 +253,29 @@ class Record:
         if marked(self.over, mark):
             return "over"
         return "free" if marked(self.free, mark) else None
+
+    def settled(self, pod_uid: str) -> bool:
+        """Whether a pod over the budget that failed unmarked was settled: counted
+        another way, or found not countable (``late_lowered`` tells which)."""
+        mark = pod_mark(pod_uid)
+        return marked(self.late, mark) or marked(self.late_other, mark)
+
+    def late_lowered(self, pod_uid: str) -> bool | None:
+        """For such a pod, whether the Job's backoffLimit was lowered for it (``None``:
+        not such a pod)."""
+        if not self.settled(pod_uid):
+            return None
+        return marked(self.late, pod_mark(pod_uid))
+
+    def add_late(self, pod_uid: str, lowered: bool) -> Record:
+        """This record with one more such pod, and the backoffLimit one lower if
+        ``lowered`` (unchanged when it holds that pod)."""
+        if not pod_uid or self.settled(pod_uid):
+            return self
+        keep, mark = MAX_DISRUPTED_MARKS * MARK, pod_mark(pod_uid)
+        if lowered:
+            return replace(self, late=(self.late + mark)[-keep:], lowered=self.lowered + 1)
+        return replace(self, late_other=(self.late_other + mark)[-keep:])
 
     def disruptions_of(self, lineage: str | None = None) -> int:
         """Disruptions counted: the workload's (``None``), or one lineage's."""
@@ -298,6 +336,12 @@ class Record:
             data["disruptions"] = dict(sorted(self.disruptions.items()))
             data["disrupted"] = base64.b64encode(self.free).decode()
             data["overBudget"] = base64.b64encode(self.over).decode()
+        if self.late:
+            data["late"] = base64.b64encode(self.late).decode()
+        if self.late_other:
+            data["lateOther"] = base64.b64encode(self.late_other).decode()
+        if self.lowered:
+            data["lowered"] = self.lowered
         return json.dumps(data, separators=(",", ":"))
 
 

@@ -5,26 +5,42 @@ meet).
 It watches the pods labelled for either (``retry-policy.dev/max-disruptions``,
 ``retry-policy.dev/peer-disruptions``: the webhook labels their templates) and acts when
 one gets ``DisruptionTarget=True``, which the scheduler's preemption, the Eviction API,
-the taint manager, PodGC and the kubelet add before the pod stops (and the webhook
-itself when a disruptor deletes it: ``webhook.cluster.deletions``):
+the taint manager, PodGC and the kubelet add (and the webhook itself when a disruptor
+deletes a pod: ``webhook.cluster.deletions``):
 
 - **max-disruptions N**: the disruption is the workload's next; the first N are free
-  (the Ignore rule on DisruptionTarget takes them), and from N + 1 on the pod gets
-  ``retry-policy.dev/DisruptionBudgetExhausted`` (Count, before that Ignore rule). The count
-  is per JobSet for a JobSet's pods, per index for an Indexed Job with
-  ``backoffLimitPerIndex`` (its pods carry ``job-index-failure-count``), else per Job, and
-  is kept on the workload (``webhook.cluster.record``: why there), decided here from the
-  count as last written plus those not written yet, so that the condition goes out at
-  once; the count follows within ``window`` seconds.
+  (the Ignore rule on DisruptionTarget takes them), and from N + 1 on each counts once
+  against the retry budget. The count is per JobSet for a JobSet's pods, per index for an
+  Indexed Job with ``backoffLimitPerIndex`` (its pods carry ``job-index-failure-count``),
+  else per Job, and is kept on the workload (``webhook.cluster.record``: why there),
+  decided here from the count as last written plus those not written yet; the count
+  follows within ``window`` seconds. How a disruption over the budget counts:
+
+  - a pod not yet ``Failed`` gets ``retry-policy.dev/DisruptionBudgetExhausted`` (Count,
+    before that Ignore rule), written only with the ``resourceVersion`` of a version seen
+    not ``Failed``: it then is on every ``Failed`` version of the pod (the kubelet keeps
+    conditions it does not own: ``mergePodStatus`` in pkg/kubelet/status), which is all the
+    Job controller judges (``isPodFailed``: only ``Failed`` pods, with a podFailurePolicy);
+  - a pod that is ``Failed`` first (the kubelet's node-pressure eviction and node shutdown,
+    and PodGC, add ``DisruptionTarget`` in the update that fails the pod; or the write
+    lost the race) gets no condition, which the Job controller might or might not read:
+    the Job's ``spec.backoffLimit`` is lowered by one instead (``exceedsBackoffLimit`` is
+    ``failed > backoffLimit``: the same as one more counted failure), in the patch that
+    writes the record with the pod marked ``late``, so it happens once. Unless the Job's
+    rules count that pod already, or nothing can be lowered: a JobSet's pod, a Job with
+    ``backoffLimitPerIndex`` (immutable, as ``podFailurePolicy``: ``ValidateJobSpecUpdate``
+    in pkg/apis/batch/validation), or a ``backoffLimit`` of 0; those are counted in
+    ``retry_webhook_controller_disruptions_uncovered_total{reason}`` and said in an Event.
+
+  The conditions are written by ``workers`` threads at once: a node that goes takes many
+  pods with it.
 - **peer-disruptions**: every other pod of the same Job (for a JobSet's pods, of the same
   JobSet run: ``jobset-uid`` and ``restart-attempt``) that is still running, or failed but
   not yet judged, gets ``retry-policy.dev/PeerDisrupted``, several at once (``workers``).
-
-Each condition must land before the Job controller judges the pod
-(``webhook.cluster.conditions``: once it is ``Failed``, in its next sync, at most a second
-later); one that lands on a ``Failed`` pod is counted ``late``, one the Job controller had
-already judged (its tracking finalizer gone) ``missed`` and not written
-(``retry_webhook_controller_conditions_total``).
+  A peer mark is best effort: one that lands on a ``Failed`` pod is counted ``late`` (the
+  Job controller may judge it without), one the Job controller had already judged (its
+  tracking finalizer gone, or listed in the Job's ``uncountedTerminatedPods``) ``missed``
+  and not written (``retry_webhook_controller_conditions_total``).
 """
 
 from __future__ import annotations
@@ -40,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.conditions import (
+    JOB_TRACKING,
     add_condition,
     condition,
     judged,
@@ -47,8 +64,10 @@ from webhook.cluster.conditions import (
     label_value,
     pod_name,
     pod_uid,
+    read_pod,
     status_patch,
     terminal,
+    uncounted_of,
     workload_of,
 )
 from webhook.cluster.events import Event, Regarding
@@ -60,8 +79,11 @@ from webhook.kube.failurepolicy import (
     DISRUPTION_BUDGET_EXHAUSTED,
     DISRUPTION_TARGET,
     PEER_DISRUPTED,
+    PodFailure,
+    counts,
+    evaluate,
 )
-from webhook.kube.objects import controller_of, mapping
+from webhook.kube.objects import controller_of, items, mapping
 from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, PEERS_LABEL
 from webhook.policy.model import parse_count
 
@@ -85,6 +107,12 @@ class Metrics:
     def disruption(self, result: str) -> None:
         pass
 
+    def lowered(self) -> None:
+        pass
+
+    def uncovered(self, reason: str) -> None:
+        pass
+
 
 @dataclass
 class _Budget:
@@ -96,6 +124,40 @@ class _Budget:
     version: str
     record: Record
     pending: list[tuple[Mapping[str, Any], bool]] = field(default_factory=list)
+    #: Pods over the budget that failed unmarked, to write (``Late``).
+    late: list[Late] = field(default_factory=list)
+    #: What a Job's spec says of them (a JobSet's state has none): its rules,
+    #: ``backoffLimit`` and whether it has ``backoffLimitPerIndex``.
+    rules: list[Any] = field(default_factory=list)
+    limit: int | None = None
+    per_index: bool = False
+
+    def facts(self, obj: Mapping[str, Any]) -> None:
+        """Take the Job's spec as read or written."""
+        spec = mapping(obj.get("spec"))
+        self.rules = items(mapping(spec.get("podFailurePolicy")).get("rules"))
+        limit = spec.get("backoffLimit")
+        self.limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        self.per_index = spec.get("backoffLimitPerIndex") is not None
+
+
+@dataclass(frozen=True)
+class Late:
+    """A pod over the budget that failed unmarked, and how it counts: ``lower`` (the Job's
+    backoffLimit, by one), else not by us: ``counted`` (the Job's rules count it),
+    ``succeeded`` (no failure), or uncovered (``UNCOVERED``)."""
+
+    uid: str
+    name: str
+    how: str
+
+
+#: Why a pod over the budget that failed unmarked is not counted (the metric's reasons).
+UNCOVERED = {
+    "jobset": "a JobSet's retry budget cannot be lowered",
+    "per_index": "a per-index budget (backoffLimitPerIndex) cannot be lowered",
+    "backoff_limit_zero": "the Job's backoffLimit is 0 already",
+}
 
 
 class Disruptions:
@@ -127,7 +189,17 @@ class Disruptions:
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
         #: Peer groups -> pod UID -> the pod (the peer-disruptions watch's store).
         self._groups: dict[tuple[str, ...], dict[str, Mapping[str, Any]]] = {}
-        self.counters = {"counted": 0, "over": 0, "peers": 0, "writes": 0, "conflicts": 0}
+        #: The workers that write conditions (while ``run`` runs; else, inline).
+        self._pool: ThreadPoolExecutor | None = None
+        self.counters = {
+            "counted": 0,
+            "over": 0,
+            "peers": 0,
+            "writes": 0,
+            "conflicts": 0,
+            "lowered": 0,
+            "uncovered": 0,
+        }
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -154,7 +226,7 @@ class Disruptions:
         ]
         for informer in watches:
             threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
-        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="peers")
+        pool = self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="marks")
         try:
             flushed = time.monotonic()
             while not stop.is_set():
@@ -164,13 +236,22 @@ class Disruptions:
                     what, pod = "", {}
                 if what == "budget":
                     self._guarded(self.count, pod)
+                elif what == "late":
+                    self._guarded(self.settle_late, pod)
                 elif what == "peers":
                     self._guarded(self.mark_peers, pod, pool)
                 if time.monotonic() - flushed >= self.window:
                     self.flush()
                     flushed = time.monotonic()
+            pool.shutdown(wait=True)
+            self._pool = None
+            while not self._queue.empty():  # what the workers found late meanwhile
+                what, pod = self._queue.get()
+                if what == "late":
+                    self._guarded(self.settle_late, pod)
             self.flush()
         finally:
+            self._pool = None
             pool.shutdown(wait=True)
 
     def _guarded(self, act: Callable[..., None], *args: Any) -> None:
@@ -213,9 +294,14 @@ class Disruptions:
             while len(self._handled) > 5 * MOST:
                 self._handled.popitem(last=False)
 
+    def _unhandle(self, what: str, uid: str) -> None:
+        with self._lock:
+            self._handled.pop((what, uid), None)
+
     # --- max-disruptions ----------------------------------------------------------------
     def count(self, pod: Mapping[str, Any]) -> None:
-        """Count one disrupted pod against its workload's budget; past it, mark the pod."""
+        """Count one disrupted pod against its workload's budget; past it, count the pod
+        against the retry budget (``_over``)."""
         uid = pod_uid(pod)
         if self._was_handled("budget", uid):
             return
@@ -226,27 +312,28 @@ class Disruptions:
             self._handle("budget", uid)  # nothing to count against (or gone)
             return
         seen = state.record.disrupted(uid)
-        if seen == "over" and condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is None:
-            self._mark(pod, DISRUPTION_BUDGET_EXHAUSTED, "MaxDisruptionsExceeded", "")
-        if seen is not None:
+        if seen is not None or _phase(pod) == "Succeeded":  # (a success is no failure)
             self._handle("budget", uid)
+            if seen == "over" and not self._settled(state, uid):
+                # Counted over before a restart, its condition or lowering lost: again.
+                self._settle(
+                    pod, f"over max-disruptions {budget}: counted against the retry budget"
+                )
             return
         scope = disruption_scope(pod)
         number = state.record.disruptions_of(scope) + 1
         over = number > budget
         where = f" of index {scope}" if scope is not None else ""
         cause = str(mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption")
-        if over:
-            self._mark(
-                pod,
-                DISRUPTION_BUDGET_EXHAUSTED,
-                "MaxDisruptionsExceeded",
-                f"disruption {number}{where}, over max-disruptions {budget}: counted against "
-                "the retry budget",
-            )
         state.record = state.record.add_disruption(pod, over)
         state.pending.append((pod, over))
         self._handle("budget", uid)
+        if over:
+            self._settle(
+                pod,
+                f"disruption {number}{where}, over max-disruptions {budget}: counted against "
+                "the retry budget",
+            )
         self.counters["counted"] += 1
         self.counters["over"] += int(over)
         self.metrics.disruption("over" if over else "free")
@@ -263,6 +350,89 @@ class Disruptions:
         kind = "Warning" if over else "Normal"
         self.events.emit(Event(state.regarding, kind, REASON, note, action="Count"))
 
+    def _settled(self, state: _Budget, uid: str) -> bool:
+        return state.record.settled(uid) or any(late.uid == uid for late in state.late)
+
+    def _settle(self, pod: Mapping[str, Any], message: str) -> None:
+        """Count a pod over the budget: by ``_over``, on a worker while ``run`` runs."""
+        if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
+            return  # (marked before a restart of the controller)
+        pool = self._pool
+        if pool is None:
+            self._over(pod, message)
+        else:
+            pool.submit(self._guarded, self._over, pod, message)
+
+    def _over(self, pod: Mapping[str, Any], message: str) -> str:
+        """Add ``DisruptionBudgetExhausted`` with the resourceVersion of a version seen not
+        ``Failed``; a pod ``Failed`` first is handed to ``settle_late`` (through the queue:
+        the workloads' state is the loop's). "added", "late", "gone", or "error"."""
+        for _ in range(TRIES):
+            if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
+                return "added"  # (an earlier write of ours whose answer was lost)
+            if terminal(pod):
+                self._late(pod)
+                return "late"
+            version = str(mapping(pod.get("metadata")).get("resourceVersion") or "")
+            body = status_patch(
+                DISRUPTION_BUDGET_EXHAUSTED, "MaxDisruptionsExceeded", message, self.clock()
+            )
+            try:
+                if not version:
+                    raise LookupError("no resourceVersion")  # (never sent without one)
+                add_condition(self.core, pod, body, version)
+            except Exception as err:
+                status = getattr(err, "status", None)
+                if status == 404:
+                    return self._gone(pod)
+                if status == 409:
+                    with self._lock:
+                        self.counters["conflicts"] += 1
+                else:
+                    log.warning("%s not added to pod %s: %s", body, pod_name(pod), short_error(err))
+                found = read_pod(self.core, pod)
+                if found is None:
+                    return self._gone(pod)
+                pod = found
+                continue
+            self.metrics.condition(DISRUPTION_BUDGET_EXHAUSTED, "added")
+            return "added"
+        self._unhandle("budget", pod_uid(pod))  # its next update tries again
+        return "error"
+
+    def _late(self, pod: Mapping[str, Any]) -> None:
+        if self._pool is None:
+            self.settle_late(pod)
+        else:
+            self._queue.put(("late", pod))
+
+    def _gone(self, pod: Mapping[str, Any]) -> str:
+        """A pod gone before it was marked: it was judged (its finalizer removed) without
+        the condition, so it counts as one that failed unmarked."""
+        status = {**mapping(pod.get("status")), "phase": "Failed"}
+        self._late({**pod, "status": status})
+        return "gone"
+
+    def settle_late(self, pod: Mapping[str, Any]) -> None:
+        """A pod over the budget that is ``Failed`` without its condition (it can never
+        get it now: every write carried the resourceVersion of a version not ``Failed``):
+        count it once more another way (``Late``), in the record's next write."""
+        uid, regarding = pod_uid(pod), workload_of(pod)
+        state = self._state(regarding) if regarding is not None else None
+        if state is None or self._settled(state, uid):
+            return
+        if _phase(pod) == "Succeeded":
+            how = "succeeded"
+        elif state.kind != "job":
+            how = "jobset"
+        elif counts(evaluate(state.rules, PodFailure.from_pod(pod))):
+            how = "counted"  # (its rules count it already: a second count would be wrong)
+        elif state.per_index:
+            how = "per_index"
+        else:
+            how = "lower"
+        state.late.append(Late(uid, pod_name(pod), how))
+
     def _state(self, regarding: Regarding) -> _Budget | None:
         """The workload's budget state: cached, else read (``None``: it is gone)."""
         known = self._budgets.get(regarding.uid)
@@ -277,17 +447,19 @@ class Disruptions:
         state = _Budget(
             kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()
         )
+        if kind == "job":
+            state.facts(obj)
         self._budgets[regarding.uid] = state
         while len(self._budgets) > MOST:
             oldest = next(iter(self._budgets))
-            if self._budgets[oldest].pending:
+            if self._budgets[oldest].pending or self._budgets[oldest].late:
                 break
             del self._budgets[oldest]
         return state
 
     def flush(self) -> None:
         """Write the disruptions counted since the last write, each workload's at once."""
-        for state in [s for s in list(self._budgets.values()) if s.pending]:
+        for state in [s for s in list(self._budgets.values()) if s.pending or s.late]:
             try:
                 self._write(state)
             except Exception as err:
@@ -302,9 +474,10 @@ class Disruptions:
     def _write(self, state: _Budget) -> None:
         ref = state.regarding
         for _ in range(TRIES):
+            record, limit, said = self._with_late(state)
             try:
                 written = self.workloads.write_record(
-                    state.kind, ref.namespace, ref.name, state.record.text(), state.version
+                    state.kind, ref.namespace, ref.name, record.text(), state.version, limit
                 )
             except Exception as err:
                 status = getattr(err, "status", None)
@@ -323,12 +496,57 @@ class Disruptions:
                 for pod, over in state.pending:
                     record = record.add_disruption(pod, over)
                 state.record, state.version = record, str(meta.get("resourceVersion") or "")
+                if state.kind == "job":
+                    state.facts(obj)  # the backoffLimit to lower from, as it is now
                 continue
             self.counters["writes"] += 1
             state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
             state.pending.clear()
+            if state.kind == "job":
+                state.facts(written)
+            self._wrote_late(state, record, said)
             return
         raise RuntimeError(f"{TRIES} conflicting writes in a row")
+
+    # --- pods over the budget that failed unmarked (``settle_late``) ------------------------
+    def _with_late(self, state: _Budget) -> tuple[Record, int | None, list[tuple[Late, str]]]:
+        """The record to write with the late pods marked, the Job's backoffLimit one lower
+        for each that lowers it (``None``: not written), and how each counts, from the
+        record and limit as last read (a pod the record marks already was written: an
+        answer lost). Each lowering and its mark go in one patch: exactly once."""
+        record, limit, lowered, said = state.record, state.limit, 0, []
+        for late in state.late:
+            if record.settled(late.uid):
+                continue
+            how = late.how
+            if how == "lower" and (limit is None or limit - lowered <= 0):
+                how = "backoff_limit_zero"
+            record = record.add_late(late.uid, how == "lower")
+            lowered += int(how == "lower")
+            said.append((late, how if how != "lower" else f"lower:{limit - lowered}"))
+        return record, (limit - lowered if lowered and limit is not None else None), said
+
+    def _wrote_late(self, state: _Budget, record: Record, said: list[tuple[Late, str]]) -> None:
+        """After the write: the record as written, and each late pod said."""
+        state.record = record
+        state.late.clear()
+        ref = state.regarding
+        for late, how in said:
+            head = f"pod {late.name} had failed before it could be marked over max-disruptions"
+            if how.startswith("lower:"):
+                self.counters["lowered"] += 1
+                self.metrics.lowered()
+                note = (
+                    f"{head}: counted by lowering the Job's backoffLimit by one, to "
+                    f"{how.partition(':')[2]}"
+                )
+                self.events.emit(Event(ref, "Normal", REASON, note, action="LowerBackoffLimit"))
+            elif how in UNCOVERED:
+                self.counters["uncovered"] += 1
+                self.metrics.uncovered(how)
+                note = f"{head}, and {UNCOVERED[how]}: this disruption is not counted"
+                log.warning("%s %s/%s: %s", ref.kind, ref.namespace, ref.name, note)
+                self.events.emit(Event(ref, "Warning", REASON, note, action="Count"))
 
     # --- peer-disruptions ---------------------------------------------------------------
     def mark_peers(self, pod: Mapping[str, Any], pool: ThreadPoolExecutor | None = None) -> None:
@@ -340,18 +558,17 @@ class Disruptions:
         group = peer_group(pod)
         with self._lock:
             members = list(self._groups.get(group or (), {}).values())
-        peers = [p for p in members if pod_uid(p) != uid and _unmarked_peer(p)]
+        others = [p for p in members if pod_uid(p) != uid]
+        uncounted = self._uncounted(others)
+        peers = [p for p in others if _unmarked_peer(p, uncounted)]
         how = label(pod, PEERS_LABEL)
         cause = str(mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption")
         message = f"peer pod {pod_name(pod)} was disrupted ({cause}); peer-disruptions {how}"
+        mark = (PEER_DISRUPTED, "PeerPodDisrupted", message, uncounted)
         if pool is None:
-            results = [self._mark(p, PEER_DISRUPTED, "PeerPodDisrupted", message) for p in peers]
+            results = [self._mark(p, *mark) for p in peers]
         else:
-            futures = [
-                pool.submit(self._mark, p, PEER_DISRUPTED, "PeerPodDisrupted", message)
-                for p in peers
-            ]
-            results = [f.result() for f in futures]
+            results = [f.result() for f in [pool.submit(self._mark, p, *mark) for p in peers]]
         marked = sum(1 for r in results if r in ("added", "late"))
         self.counters["peers"] += marked
         regarding = workload_of(pod)
@@ -363,11 +580,36 @@ class Disruptions:
             )
             self.events.emit(Event(regarding, "Normal", REASON, note, action="Mark"))
 
+    def _uncounted(self, pods: list[Mapping[str, Any]]) -> frozenset[str]:
+        """The ``uncountedTerminatedPods`` of the Jobs of those pods that finished and keep
+        their tracking finalizer: only for them does the list tell whether they were
+        judged (read once per Job, and only then)."""
+        jobs = set()
+        for pod in pods:
+            meta = mapping(pod.get("metadata"))
+            owner = controller_of(meta)
+            if terminal(pod) and JOB_TRACKING in items(meta.get("finalizers")) and owner:
+                jobs.add((str(meta.get("namespace")), str(owner.get("name"))))
+        found: set[str] = set()
+        for namespace, name in jobs:
+            try:
+                found |= uncounted_of(self.workloads.read("job", namespace, name))
+            except Exception as err:  # unknown: the finalizer alone decides
+                log.warning("Job %s/%s not read: %s", namespace, name, short_error(err))
+        return frozenset(found)
+
     # --- one condition ----------------------------------------------------------------------
-    def _mark(self, pod: Mapping[str, Any], kind: str, reason: str, message: str) -> str:
+    def _mark(
+        self,
+        pod: Mapping[str, Any],
+        kind: str,
+        reason: str,
+        message: str,
+        uncounted: frozenset[str] = frozenset(),
+    ) -> str:
         """Add a condition to ``pod``: "added", "late" (the pod had failed: the Job
         controller may judge it without), "missed" (judged already: not written), or "gone"."""
-        if judged(pod):
+        if judged(pod, uncounted):
             self.metrics.condition(kind, "missed")
             return "missed"
         try:
@@ -413,15 +655,19 @@ def peer_group(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
     return ("job", str(job)) if job else None
 
 
-def _unmarked_peer(pod: Mapping[str, Any]) -> bool:
+def _unmarked_peer(pod: Mapping[str, Any], uncounted: frozenset[str] = frozenset()) -> bool:
     """A peer to mark: not disrupted itself (its own rule decides it), not marked yet,
     and not judged by the Job controller already."""
     return (
         condition(pod, DISRUPTION_TARGET) is None
         and condition(pod, PEER_DISRUPTED) is None
-        and not judged(pod)
-        and mapping(pod.get("status")).get("phase") != "Succeeded"
+        and not judged(pod, uncounted)
+        and _phase(pod) != "Succeeded"
     )
+
+
+def _phase(pod: Mapping[str, Any]) -> Any:
+    return mapping(pod.get("status")).get("phase")
 
 
 def _kept(pod: Mapping[str, Any]) -> dict[str, Any]:

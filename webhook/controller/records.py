@@ -40,10 +40,22 @@ class Workloads:
         return result
 
     def write_record(
-        self, kind: str, namespace: str, name: str, text: str, version: str
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        text: str,
+        version: str,
+        backoff_limit: int | None = None,
     ) -> dict[str, Any]:
-        """Our one annotation, with the resourceVersion it was computed from."""
-        body = {"metadata": {"resourceVersion": version, "annotations": {ANNOTATION: text}}}
+        """Our one annotation, with the resourceVersion it was computed from; and with
+        ``backoff_limit``, a Job's ``spec.backoffLimit`` in the same patch (mutable:
+        ``ValidateJobSpecUpdate``), so that the record says exactly what was lowered."""
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": version, "annotations": {ANNOTATION: text}}
+        }
+        if backoff_limit is not None and kind == "job":
+            body["spec"] = {"backoffLimit": backoff_limit}
         if kind == "job":
             resp = self.batch.patch_namespaced_job(
                 name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False

@@ -8,10 +8,22 @@ KEP-5307 lists it as a non-goal). So the controller watches the pods labelled
 ``retry-policy.dev/max-in-place-restarts`` and, when one's restarts reach N, adds
 ``retry-policy.dev/InPlaceBudgetExhausted`` (only if the pod is still as it saw it: a
 ``resourceVersion`` precondition, so a pod that failed on its own meanwhile is judged by
-its own exit) and deletes it, with its grace period. The pod stops, fails, and the Job's
-first rule counts it (Count on that condition): the Job controller replaces it while the
-retry budget lasts, so in-place restarts end after N x (retries + 1) at most, with no
-deadline.
+its own exit), then ends the pod by its own deadline: ``spec.activeDeadlineSeconds: 1``
+(a pod's deadline may be set, or lowered, on a running pod: ``ValidatePodUpdate`` in
+pkg/apis/core/validation; at least 1, ``ValidatePodSpec``). Past it the kubelet stops the
+containers with the pod's grace period and fails the pod, reason ``DeadlineExceeded``,
+whatever they exit with (``activeDeadlineHandler.ShouldEvict`` in
+pkg/kubelet/active_deadline.go, which ``generateAPIPodStatus`` applies after ``getPhase``).
+The Job's first rule counts it (Count on that condition): the Job controller replaces it
+while the retry budget lasts, so in-place restarts end after N x (retries + 1) at most,
+with no deadline of the user's.
+
+Not a deletion: the kubelet's ``getPhase`` (pkg/kubelet/kubelet_pods.go) makes a deleted
+pod whose containers all exit 0 ``Succeeded``, so an application that handles SIGTERM
+and exits 0 would complete the Job (or its index) and no rule would look at the
+condition. Past its deadline the pod is ``Failed`` in every update the kubelet sends
+(``ShouldEvict`` overrides the phase), the condition already on it; and it stays, as
+every failed pod of a Job does, its logs and exit codes with it.
 
 Restarts "in all": the sum of the regular containers' ``restartCount``; for a pod whose
 rules restart the whole pod (``RestartAllContainers``, in-place-scope pod), the most of one
@@ -20,7 +32,6 @@ container's, as each restart of the pod restarts them all. Sidecars' restarts ar
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -35,6 +46,7 @@ from webhook.cluster.conditions import (
     label_value,
     pod_name,
     pod_uid,
+    read_pod,
     status_patch,
     terminal,
     terminating,
@@ -43,6 +55,7 @@ from webhook.cluster.conditions import (
 from webhook.cluster.events import Event
 from webhook.cluster.informer import Informer, short_error
 from webhook.controller.disruptions import MOST, Metrics
+from webhook.controller.records import MERGE_PATCH
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED, named_containers
 from webhook.kube.objects import items, mapping
 from webhook.mutators.budgets import MAX_RESTARTS_LABEL
@@ -52,6 +65,9 @@ log = logging.getLogger(__name__)
 
 REASON = "RetryInPlaceBudgetExhausted"
 TRIES = 5
+#: The deadline that ends a replaced pod: the least the API takes, and past already for a
+#: pod that has restarted in place (its ``status.startTime`` is its first start).
+DEADLINE = 1
 
 
 def restarts(pod: Mapping[str, Any]) -> int:
@@ -128,7 +144,7 @@ class InPlaceBudget:
         self._queue.put(pod)
 
     def replace(self, pod: Mapping[str, Any]) -> bool:
-        """Mark and delete one pod that used its budget; whether it did."""
+        """Mark one pod that used its budget and end it by its deadline; whether it did."""
         with self._lock:
             if pod_uid(pod) in self._done:
                 return False  # (queued twice: once more after its mark)
@@ -139,70 +155,75 @@ class InPlaceBudget:
             used = restarts(pod)
             if used < budget:
                 return False
-            if condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is None:
-                message = (
-                    f"{used} restarts in place, max-in-place-restarts {budget}: the pod is "
-                    "replaced, and its failure counts against the retry budget"
-                )
-                version = str(mapping(pod.get("metadata")).get("resourceVersion") or "")
-                body = status_patch(
-                    IN_PLACE_BUDGET_EXHAUSTED, "MaxInPlaceRestartsReached", message, self.clock()
-                )
-                try:
-                    add_condition(self.core, pod, body, version or None)
-                except Exception as err:
-                    status = getattr(err, "status", None)
-                    if status == 404:
-                        return False
-                    if status != 409:
-                        raise
-                    self.counters["conflicts"] += 1
-                    pod = self._read(pod)  # changed since (a restart, its failure): again
-                    if pod is None:
-                        return False
+            marked = condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is not None
+            if not marked:
+                found = self._mark(pod, used, budget)
+                if found is None:
+                    return False
+                if found is not pod:
+                    pod = found  # changed since (a restart, its failure): again
                     continue
-                self.metrics.condition(IN_PLACE_BUDGET_EXHAUSTED, "added")
-            self._delete(pod)
+            expired = self._expire(pod)
             self._remember(pod_uid(pod))
+            if marked and not expired:
+                return False  # (replaced before a restart of the controller: said then)
             self.counters["replaced"] += 1
             regarding = workload_of(pod)
             if regarding is not None:
                 note = (
                     f"pod {pod_name(pod)}: {used} restarts in place reach max-in-place-restarts "
-                    f"{budget}: deleted, to be replaced; its failure counts against the retry "
-                    "budget"
+                    f"{budget}: ended by its deadline (activeDeadlineSeconds {DEADLINE}), it "
+                    "fails and is replaced; its failure counts against the retry budget"
                 )
                 self.events.emit(Event(regarding, "Warning", REASON, note, action="Replace"))
             return True
         return False
 
-    def _read(self, pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        meta = mapping(pod.get("metadata"))
+    def _mark(self, pod: Mapping[str, Any], used: int, budget: int) -> Mapping[str, Any] | None:
+        """Add the condition if the pod is still at the version seen: ``pod`` when added,
+        the pod as it is now when it changed since (409), ``None`` when it is gone."""
+        message = (
+            f"{used} restarts in place, max-in-place-restarts {budget}: the pod is "
+            "replaced, and its failure counts against the retry budget"
+        )
+        version = str(mapping(pod.get("metadata")).get("resourceVersion") or "")
+        body = status_patch(
+            IN_PLACE_BUDGET_EXHAUSTED, "MaxInPlaceRestartsReached", message, self.clock()
+        )
         try:
-            resp = self.core.read_namespaced_pod(
-                meta.get("name"), meta.get("namespace"), _preload_content=False
-            )
+            add_condition(self.core, pod, body, version or None)
         except Exception as err:
-            if getattr(err, "status", None) == 404:
+            status = getattr(err, "status", None)
+            if status == 404:
                 return None
-            raise
-        found: dict[str, Any] = json.loads(resp.data)
-        return found if mapping(found.get("metadata")).get("uid") == meta.get("uid") else None
+            if status != 409:
+                raise
+            self.counters["conflicts"] += 1
+            return read_pod(self.core, pod)
+        self.metrics.condition(IN_PLACE_BUDGET_EXHAUSTED, "added")
+        return pod
 
-    def _delete(self, pod: Mapping[str, Any]) -> None:
-        """Delete with the pod's own grace period (none given: the API server takes the
-        pod's ``terminationGracePeriodSeconds``), and only this pod (its UID)."""
+    def _expire(self, pod: Mapping[str, Any]) -> bool:
+        """Set the pod's ``activeDeadlineSeconds`` to ``DEADLINE`` (a merge patch of that one
+        field of its spec), unless it is that low already; whether it wrote. Only after
+        the condition: the pod fails past it, and must carry the condition when it does."""
         meta = mapping(pod.get("metadata"))
+        current = mapping(pod.get("spec")).get("activeDeadlineSeconds")
+        if isinstance(current, int) and not isinstance(current, bool) and current <= DEADLINE:
+            return False
         try:
-            self.core.delete_namespaced_pod(
+            self.core.patch_namespaced_pod(
                 meta.get("name"),
                 meta.get("namespace"),
-                body={"preconditions": {"uid": meta.get("uid")}},
+                {"spec": {"activeDeadlineSeconds": DEADLINE}},
+                _content_type=MERGE_PATCH,
                 _preload_content=False,
             )
         except Exception as err:
-            if getattr(err, "status", None) not in (404, 409):
+            if getattr(err, "status", None) != 404:
                 raise
+            return False
+        return True
 
     def _remember(self, uid: str) -> None:
         with self._lock:

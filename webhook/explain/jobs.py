@@ -797,7 +797,7 @@ class JobSimulator:
 
     def replacement(self, backoff: Backoff, event: Event) -> tuple[Event | None, str]:
         """After restarts in place: the pod the controller replaces once they reach
-        max-in-place-restarts (marked, deleted, stopped with SIGTERM), and what to say."""
+        max-in-place-restarts (marked, ended by its deadline: SIGTERM), and what to say."""
         n = self.max_in_place_restarts
         if n is None or backoff.pod_restarts < n:
             return None, ""

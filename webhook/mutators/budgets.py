@@ -16,8 +16,9 @@ placed first would decide the pod the condition was added to.
   ``backoffLimitPerIndex``, per JobSet for a JobSet's pods.
 - ``max-in-place-restarts: N`` (with ``in-place-exit-codes``): ``Count`` on
   ``retry-policy.dev/InPlaceBudgetExhausted``, which the controller adds to a pod whose
-  containers restarted in place N times in all, before deleting it: the pod is replaced and
-  counted, so restarts in place are bounded by N x (retries + 1) without a deadline.
+  containers restarted in place N times in all, before ending it by its own
+  ``activeDeadlineSeconds``: the pod fails, is replaced and counted, so restarts in place
+  are bounded by N x (retries + 1) without a deadline of the user's.
 - ``peer-disruptions: ignore|count``: ``Ignore`` (or ``Count``) on
   ``retry-policy.dev/PeerDisrupted``, which the controller adds to the running peers of a
   disrupted pod (the same Job; a JobSet's same run) while that pod terminates.

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.cluster.record import Record
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, podspec
 from webhook.kube.owned import ALL, Owned
@@ -176,11 +177,31 @@ class JobMutator(WorkloadMutator):
         return job_limit_field(("spec",), spec)
 
     def check_update(self, job: Mapping[str, Any], old: Mapping[str, Any]) -> UpdateCheck:
+        if lowered_by_controller(job, old):
+            return [], [], {"history"}
         problems, warnings, current = super().check_update(job, old)
         field = self.budget_field(job)
         if field is not None and get_path(job, field.path) != get_path(old, field.path):
             problems.extend(_non_spot_update(job, old, field, warnings))
         return problems, warnings, current
+
+
+def lowered_by_controller(job: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Whether an update is the controller's count of disruptions past max-disruptions
+    whose pods failed unmarked (``webhook.controller.disruptions``): ``backoffLimit``
+    lowered by exactly what the record, written in the same patch, says it lowered more.
+    The annotation keeps the budget asked for; the record says what was spent from it."""
+    new_limit, old_limit = (
+        get_path(job, ("spec", "backoffLimit")),
+        get_path(old, ("spec", "backoffLimit")),
+    )
+    if not isinstance(new_limit, int) or not isinstance(old_limit, int) or new_limit >= old_limit:
+        return False
+    new_record, old_record = Record.of(job), Record.of(old)
+    if new_record is None:
+        return False
+    before = old_record.lowered if old_record is not None else 0
+    return new_record.lowered - before == old_limit - new_limit
 
 
 #: Kinds whose Jobs are made from a template this webhook already applied the policy to.

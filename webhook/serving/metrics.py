@@ -377,7 +377,7 @@ class ControllerMetrics:
             ["reason"],
             registry=self.registry,
         )
-        self._budget_counters: tuple[Any, Any] | None = None
+        self._budget_counters: tuple[Any, Any, Any, Any] | None = None
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
@@ -398,7 +398,14 @@ class ControllerMetrics:
         if result in ("free", "over"):
             self._budgets()[1].labels(result).inc()
 
-    def _budgets(self) -> tuple[Any, Any]:
+    def lowered(self) -> None:
+        self._budgets()[2].inc()
+
+    def uncovered(self, reason: str) -> None:
+        if reason in UNCOVERED_REASONS:
+            self._budgets()[3].labels(reason).inc()
+
+    def _budgets(self) -> tuple[Any, Any, Any, Any]:
         """The budgets' counters, made on first use (a controller that never counts a
         disruption exports none)."""
         if self._budget_counters is None:
@@ -418,6 +425,9 @@ CONDITIONS = (
     "retry-policy.dev/PeerDisrupted",
 )
 CONDITION_RESULTS = ("added", "late", "missed")
+#: Why a disruption over max-disruptions whose pod failed unmarked is not counted
+#: (``webhook.controller.disruptions.UNCOVERED``).
+UNCOVERED_REASONS = ("jobset", "per_index", "backoff_limit_zero")
 
 
 def _deletions_counter(registry: Any) -> Any:
@@ -434,7 +444,7 @@ def _deletions_counter(registry: Any) -> Any:
     )
 
 
-def _budget_counters(registry: Any) -> tuple[Any, Any]:
+def _budget_counters(registry: Any) -> tuple[Any, Any, Any, Any]:
     from prometheus_client import Counter
 
     conditions = Counter(
@@ -453,7 +463,21 @@ def _budget_counters(registry: Any) -> tuple[Any, Any]:
         ["result"],
         registry=registry,
     )
-    return conditions, disruptions
+    lowered = Counter(
+        PREFIX + "controller_backoff_limit_lowered_total",
+        "Disruptions over max-disruptions whose pod had failed before it could be marked, "
+        "counted by lowering the Job's spec.backoffLimit by one.",
+        registry=registry,
+    )
+    uncovered = Counter(
+        PREFIX + "controller_disruptions_uncovered_total",
+        "Disruptions over max-disruptions whose pod had failed before it could be marked "
+        "and that could not be counted, by reason: jobset (a JobSet's pod), per_index "
+        "(backoffLimitPerIndex), backoff_limit_zero (nothing left to lower).",
+        ["reason"],
+        registry=registry,
+    )
+    return conditions, disruptions, lowered, uncovered
 
 
 _METRICS: Metrics | None = None

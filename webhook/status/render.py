@@ -110,6 +110,14 @@ def _per_cause(a: Attempt) -> list[str]:
         elif count.marked:
             number = f"disruption {count.number}, " if count.number is not None else ""
             parts.append(f"{number}over {limit}: counted against the retry budget")
+        elif count.result == "counted" and count.late is not None:
+            head = f"over {limit}, failed before it could be marked"
+            if count.late == "lowered":
+                parts.append(f"{head}: counted by the controller lowering backoffLimit by one")
+            elif a.counted:
+                parts.append(f"{head}: counted by its rule")
+            else:
+                parts.append(f"{head}, and nothing could be lowered for it: not counted")
         elif count.result == "counted":  # the mark missed its window, or is still to come
             when = "not yet" if a.counted is None else "judged without the mark"
             parts.append(f"over {limit} in the controller's count, but not marked: {when}")
@@ -342,6 +350,7 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
             "limit": a.disruption_count.limit,
             "number": a.disruption_count.number,
             "marked": a.disruption_count.marked,
+            "late": a.disruption_count.late,
         },
         "peerDisrupted": None
         if a.peer is None

@@ -117,6 +117,10 @@ class DisruptionCount:
     number: int | None = None
     #: Whether it carries ``retry-policy.dev/DisruptionBudgetExhausted``.
     marked: bool = False
+    #: Over the budget but ``Failed`` before it could be marked (the record's late marks):
+    #: "lowered" (the controller lowered the Job's backoffLimit for it), "other" (its
+    #: rules counted it, or nothing could be lowered), ``None``: neither.
+    late: str | None = None
 
 
 @dataclass
@@ -1093,10 +1097,16 @@ def _in_place_budgets(attempts: Sequence[Attempt], job: str) -> list[Budget]:
         facts = a.in_place
         if facts is None or facts.limit is None or a.phase not in ("Running", "Pending"):
             continue  # (a pod ended, or being deleted, restarts in place no more)
+        if facts.replaced:
+            continue  # (nor one replaced: its deadline ends it)
         text = f"max-in-place-restarts {facts.limit}, pod {a.pod}: {_in_place_used(facts)}"
         field_ = PREFIX + "max-in-place-restarts"
         budgets.append(Budget(f"Pod {a.pod}", field_, facts.limit, facts.restarts, text))
     return budgets
+
+
+def _late(lowered: bool | None) -> str | None:
+    return None if lowered is None else "lowered" if lowered else "other"
 
 
 def _in_place_used(facts: InPlace) -> str:
@@ -1132,6 +1142,7 @@ def _budget_facts(
             limit,
             int(over.group("number")) if over else None,
             exhausted is not None,
+            _late(causes.record.late_lowered(str(uid or ""))),
         )
     peer = pod_condition(pod, failurepolicy.PEER_DISRUPTED)
     if peer is not None:

@@ -6,7 +6,7 @@ that a part switched off loses its writes in both.
   controller  the leader-elected controller (webhook/controller/): it needs a cluster
               (server.kube) and is on unless controller.enabled is false. It removes its
               retry-delay gates (patch pods), adds the budgets' conditions (patch
-              pods/status), ends a pod that used its restarts in place (delete pods), and
+              pods/status), ends a pod that used its restarts in place by its deadline (patch pods), and
               writes each workload's record (patch Jobs and JobSets).
   deletions   the workers' marks of the pods a disruptor deleted (webhook/cluster/
               deletions.py): DisruptionTarget by patch of pods/status. Only pod DELETEs the
