@@ -13,7 +13,9 @@ pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Node
 the Kubeflow Trainer runtimes. Pods also take PATCH of ``status`` (a strategic merge patch
 merges ``status.conditions`` by type: ``MERGE_KEYS``) and DELETE as the API server makes
 it: ``deletionTimestamp`` while finalizers remain (a Job's pod keeps the Job controller's
-until ``remove_finalizer``), gone at once without.
+until ``remove_finalizer``), gone at once without. A PATCH that would leave an object's
+annotations over 256 KiB together is 422 Invalid (``ValidateAnnotations``), and
+``write_status`` fails every write of a resource, listed ones' PATCHes too.
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a
@@ -411,6 +413,9 @@ class FakeAPI:
             patched = {**copy.deepcopy(current), "status": patched.get("status")}
         else:
             patched["status"] = copy.deepcopy(current.get("status"))
+        too_long = _annotations_too_long(resource, name, patched)
+        if too_long:
+            return too_long
         for key in ("uid", "name", "namespace", "creationTimestamp"):
             patched["metadata"][key] = current["metadata"].get(key)
         if _comparable(patched) == _comparable(current):
@@ -589,6 +594,11 @@ class FakeAPI:
                         ctype = (self.headers.get("Content-Type") or "").split(";")[0]
                         if api.before_write is not None:
                             api.before_write(method, listed[0], listed[2])
+                        if api.write_status.get(listed[0]):
+                            code = api.write_status[listed[0]]
+                            with api.lock:
+                                api.failed_writes.append((method, listed[2], code))
+                            return self._status(code, "InternalError", f"{listed[0]} writes fail")
                         with api.lock:
                             status, answer = api._patch_listed(*listed, body, ctype)
                             if status < 300:
@@ -935,6 +945,24 @@ def _strategic(target: Any, patch: Any, key: str = "") -> Any:
         else:
             target[name] = _strategic(target.get(name), value, name)
     return target
+
+
+#: ``TotalAnnotationSizeLimitB`` (k8s.io/apimachinery pkg/api/validation/objectmeta.go).
+ANNOTATIONS_LIMIT = 256 * (1 << 10)
+
+
+def _annotations_too_long(resource: str, name: str, obj: dict) -> tuple[int, dict] | None:
+    """``ValidateAnnotations``: every key and value together at most 256 KiB, else 422
+    Invalid (``field.TooLong`` on ``metadata.annotations``)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    size = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if size <= ANNOTATIONS_LIMIT:
+        return None
+    message = (
+        f'{resource} "{name}" is invalid: metadata.annotations: Too long: may not be more '
+        f"than {ANNOTATIONS_LIMIT} bytes"
+    )
+    return 422, _status_body(422, "Invalid", message, name)
 
 
 def _comparable(obj: dict) -> dict:

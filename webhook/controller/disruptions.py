@@ -56,6 +56,7 @@ from webhook.cluster.history import COMPLETION_INDEX, RESTART_ATTEMPT
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record, lineage_key
 from webhook.controller.records import Workloads
+from webhook.controller.writes import Writes, persist, rewrite
 from webhook.kube.failurepolicy import (
     DISRUPTION_BUDGET_EXHAUSTED,
     DISRUPTION_TARGET,
@@ -70,10 +71,11 @@ log = logging.getLogger(__name__)
 REASON = "RetryDisruptionCounted"
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-#: Tries of one record write against concurrent writers (the history recorder).
-TRIES = 5
 #: Pods and workloads remembered at most (the oldest go first).
 MOST = 10_000
+#: Seconds a pod condition is tried again for after transient errors: past them the Job
+#: controller has judged the pod (``webhook.cluster.conditions``).
+MARK_PATIENCE = 5.0
 
 
 class Metrics:
@@ -124,10 +126,15 @@ class Disruptions:
         self._queue: queue.Queue[tuple[str, Mapping[str, Any]]] = queue.Queue()
         self._lock = threading.Lock()
         self._handled: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._budgets: OrderedDict[str, _Budget] = OrderedDict()
+        #: (namespace, UID) of a workload -> its budget state: a pod names its workload by
+        #: UID labels it could carry in any namespace, so the namespace is part of the key.
+        self._budgets: OrderedDict[tuple[str, str], _Budget] = OrderedDict()
         #: Peer groups -> pod UID -> the pod (the peer-disruptions watch's store).
         self._groups: dict[tuple[str, ...], dict[str, Mapping[str, Any]]] = {}
         self.counters = {"counted": 0, "over": 0, "peers": 0, "writes": 0, "conflicts": 0}
+        #: The record writes' and the pod conditions' failures (``webhook.controller.writes``).
+        self.writes = Writes("disruptions", events, self.metrics)
+        self.conditions = Writes("conditions", events, self.metrics)
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -265,9 +272,9 @@ class Disruptions:
 
     def _state(self, regarding: Regarding) -> _Budget | None:
         """The workload's budget state: cached, else read (``None``: it is gone)."""
-        known = self._budgets.get(regarding.uid)
+        known = self._budgets.get(_key(regarding))
         if known is not None:
-            self._budgets.move_to_end(regarding.uid)
+            self._budgets.move_to_end(_key(regarding))
             return known
         kind = "jobset" if regarding.kind == "JobSet" else "job"
         obj = self.workloads.read(kind, regarding.namespace, regarding.name)
@@ -277,7 +284,7 @@ class Disruptions:
         state = _Budget(
             kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()
         )
-        self._budgets[regarding.uid] = state
+        self._budgets[_key(regarding)] = state
         while len(self._budgets) > MOST:
             oldest = next(iter(self._budgets))
             if self._budgets[oldest].pending:
@@ -286,49 +293,57 @@ class Disruptions:
         return state
 
     def flush(self) -> None:
-        """Write the disruptions counted since the last write, each workload's at once."""
+        """Write the disruptions counted since the last write, each workload's at once; a
+        write that failed waits for its back-off, one refused is given up
+        (``webhook.controller.writes``)."""
         for state in [s for s in list(self._budgets.values()) if s.pending]:
-            try:
-                self._write(state)
-            except Exception as err:
-                log.warning(
-                    "disruptions of %s %s/%s not written: %s",
-                    state.kind,
-                    state.regarding.namespace,
-                    state.regarding.name,
-                    short_error(err),
-                )
-
-    def _write(self, state: _Budget) -> None:
-        ref = state.regarding
-        for _ in range(TRIES):
-            try:
-                written = self.workloads.write_record(
-                    state.kind, ref.namespace, ref.name, state.record.text(), state.version
-                )
-            except Exception as err:
-                status = getattr(err, "status", None)
-                if status == 404:
-                    self._budgets.pop(ref.uid, None)
-                    return
-                if status != 409:
-                    raise
-                self.counters["conflicts"] += 1
-                obj = self.workloads.read(state.kind, ref.namespace, ref.name)
-                meta = mapping((obj or {}).get("metadata"))
-                if obj is None or meta.get("uid") != ref.uid:
-                    self._budgets.pop(ref.uid, None)
-                    return
-                record = Record.of(obj) or Record()
-                for pod, over in state.pending:
-                    record = record.add_disruption(pod, over)
-                state.record, state.version = record, str(meta.get("resourceVersion") or "")
+            key = _key(state.regarding)
+            if not self.writes.ready(key):
                 continue
-            self.counters["writes"] += 1
-            state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
-            state.pending.clear()
-            return
-        raise RuntimeError(f"{TRIES} conflicting writes in a row")
+            try:
+                written = self._write(state)
+            except Exception as err:
+                if not self.writes.failed(key, err, state.regarding, _unwritten(state)):
+                    self._budgets.pop(key, None)  # given up, or gone: read afresh next time
+                continue
+            if written:
+                self.writes.landed(key)
+            else:
+                self.writes.forget(key)
+
+    def _write(self, state: _Budget) -> bool:
+        """Write the record with the pending disruptions; on a conflict, read the workload
+        again and apply them to its record (``rewrite``). ``False``: the workload is gone."""
+        ref = state.regarding
+
+        def write() -> dict[str, Any]:
+            return self.workloads.write_record(
+                state.kind, ref.namespace, ref.name, state.record.text(), state.version
+            )
+
+        def reread() -> bool:
+            obj = self.workloads.read(state.kind, ref.namespace, ref.name)
+            meta = mapping((obj or {}).get("metadata"))
+            if obj is None or meta.get("uid") != ref.uid:
+                return False
+            record = Record.of(obj) or Record()
+            for pod, over in state.pending:
+                record = record.add_disruption(pod, over)
+            state.record, state.version = record, str(meta.get("resourceVersion") or "")
+            return True
+
+        written = rewrite(write, reread, self._conflict)
+        if written is None:
+            self._budgets.pop(_key(ref), None)
+            return False
+        self.counters["writes"] += 1
+        state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
+        state.pending.clear()
+        return True
+
+    def _conflict(self) -> None:
+        self.counters["conflicts"] += 1
+        self.writes.conflict()
 
     # --- peer-disruptions ---------------------------------------------------------------
     def mark_peers(self, pod: Mapping[str, Any], pool: ThreadPoolExecutor | None = None) -> None:
@@ -370,9 +385,17 @@ class Disruptions:
         if judged(pod):
             self.metrics.condition(kind, "missed")
             return "missed"
+        what = f"condition {kind} on pod {pod_name(pod)}"
         try:
-            patched = add_condition(
-                self.core, pod, status_patch(kind, reason, message, self.clock())
+            patched = persist(
+                self.conditions,
+                pod_uid(pod),
+                lambda: add_condition(
+                    self.core, pod, status_patch(kind, reason, message, self.clock())
+                ),
+                workload_of(pod),
+                what,
+                MARK_PATIENCE,
             )
         except Exception as err:
             if getattr(err, "status", None) == 404:
@@ -385,6 +408,21 @@ class Disruptions:
 
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
+
+
+def _key(regarding: Regarding) -> tuple[str, str]:
+    return (regarding.namespace, regarding.uid)
+
+
+def _unwritten(state: _Budget) -> str:
+    """What a record write that failed would have written, for the log and the Event."""
+    ref = state.regarding
+    pods = ", ".join(pod_name(pod) for pod, _ in state.pending[:5])
+    more = f" and {len(state.pending) - 5} more" if len(state.pending) > 5 else ""
+    return (
+        f"the disruption count on {ref.kind} {ref.namespace}/{ref.name} "
+        f"({len(state.pending)} disruptions: pods {pods}{more})"
+    )
 
 
 def disruption_scope(pod: Mapping[str, Any]) -> str | None:
@@ -402,15 +440,20 @@ def disruption_scope(pod: Mapping[str, Any]) -> str | None:
 
 
 def peer_group(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The pods a pod runs with: its JobSet's run, else its Job."""
+    """The pods a pod runs with: its JobSet's run, else its Job, in its namespace (a pod
+    elsewhere that carries the same UID labels is no peer: a JobSet's and a Job's pods
+    are all in its namespace)."""
     meta = mapping(pod.get("metadata"))
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        return None
     labels = mapping(meta.get("labels"))
     jobset = labels.get("jobset.sigs.k8s.io/jobset-uid")
     if isinstance(jobset, str) and jobset:
-        return ("jobset", jobset, str(labels.get(RESTART_ATTEMPT) or "0"))
+        return ("jobset", namespace, jobset, str(labels.get(RESTART_ATTEMPT) or "0"))
     owner = controller_of(meta)
     job = labels.get(JOB_UID_LABEL) or (owner or {}).get("uid")
-    return ("job", str(job)) if job else None
+    return ("job", namespace, str(job)) if job else None
 
 
 def _unmarked_peer(pod: Mapping[str, Any]) -> bool:

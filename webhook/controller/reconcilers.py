@@ -28,7 +28,7 @@ def build(
     if events is None:
         events, resolver = recorder_for(api_client, instance_name())
     return [
-        HistoryRecorder(api_client),
+        HistoryRecorder(api_client, events=events, metrics=recorder),
         FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
         GateReleaser(client.CoreV1Api(api_client), recorder),
         # The budgets per cause (``webhook.mutators.budgets``).
