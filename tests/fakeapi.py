@@ -596,9 +596,10 @@ class FakeAPI:
                             api.before_write(method, listed[0], listed[2])
                         if api.write_status.get(listed[0]):
                             code = api.write_status[listed[0]]
+                            message = f"{listed[0]} writes fail"
                             with api.lock:
                                 api.failed_writes.append((method, listed[2], code))
-                            return self._status(code, "InternalError", f"{listed[0]} writes fail")
+                            return self._status(code, _REASONS.get(code, "InternalError"), message)
                         with api.lock:
                             status, answer = api._patch_listed(*listed, body, ctype)
                             if status < 300:
@@ -613,7 +614,8 @@ class FakeAPI:
                     code = api.write_status[resource]
                     with api.lock:
                         api.failed_writes.append((method, name, code))
-                    return self._status(code, "InternalError", f"{resource} writes fail")
+                    reason = _REASONS.get(code, "InternalError")
+                    return self._status(code, reason, f"{resource} writes fail")
                 if api.before_write is not None:
                     api.before_write(method, resource, name or (body or {}).get("metadata", {}))
                 with api.lock:
@@ -877,6 +879,10 @@ def _listed_target(path: str) -> tuple[str, str, str, str] | None:
             if rest[2] == resource:
                 return resource, rest[1], rest[3], rest[4] if len(rest) == 5 else ""
     return None
+
+
+#: A Status's reason for the codes ``write_status`` answers with (metav1.StatusReason).
+_REASONS = {403: "Forbidden", 422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}
 
 
 def _status_body(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict:

@@ -16,6 +16,11 @@ to anyone who knows Kubernetes controllers:
 - on a clean stop, the leader releases the Lease (``release``: empty holder, duration
   1 s) so a standby takes over within a retry period instead of a lease duration.
 
+The leader also says on the Lease whether its retry-delay gates are being released
+(``GATES_ANNOTATION``: "ok", else why not; ``health``), written with each renewal: the
+admission workers of every replica gate pods only while it says "ok", and the standbys'
+controllers, which read the Lease every retry period anyway, pass it on to theirs.
+
 The Python client ships a leader elector too, but it neither releases on stop nor says
 what it observed; this one publishes every observation (``LeaderState``) for the
 admission workers.
@@ -35,6 +40,10 @@ from typing import Any
 from webhook.cluster.leadership import LeaderState
 
 log = logging.getLogger(__name__)
+
+#: On the Lease: whether the leader's retry-delay gates are being released ("ok"), else
+#: why not (``webhook.controller.gates.GateReleaser.health``).
+GATES_ANNOTATION = "retry-policy.dev/gate-releases"
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,13 @@ class LeaderElector:
         publish: Callable[[LeaderState], None] = lambda state: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        health: Callable[[], str] = lambda: "",
     ):
         self.api = api  # a kubernetes.client.CoordinationV1Api
         self.config = config
         self.publish = publish
+        #: While leading: "" when its gates are being released, else why not.
+        self.health = health
         self.clock = clock
         self.wall = wall
         self.leading = threading.Event()
@@ -85,6 +97,9 @@ class LeaderElector:
         self._observed_wall = 0.0
         self._observed_seconds = config.lease_seconds
         self._holder = ""
+        #: What the holder last said of its gate releases ("" : they work, or it says
+        #: nothing: a version of the webhook before it did).
+        self._gates = ""
         self._transitions = 0
         self._acquired = ""
         self._last_renew = 0.0
@@ -147,6 +162,9 @@ class LeaderElector:
         metadata: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace}
         if lease is not None:
             metadata = dict(lease.get("metadata") or {}, **metadata)
+        annotations = dict(metadata.get("annotations") or {})
+        annotations[GATES_ANNOTATION] = self.health() or "ok"
+        metadata["annotations"] = annotations
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -164,6 +182,8 @@ class LeaderElector:
         seconds = spec.get("leaseDurationSeconds")
         self._observed_seconds = float(seconds) if isinstance(seconds, int) else 0.0
         self._holder = holder
+        said = ((lease.get("metadata") or {}).get("annotations") or {}).get(GATES_ANNOTATION)
+        self._gates = said if isinstance(said, str) and said != "ok" else ""
 
     def release(self) -> bool:
         """Give the Lease up (client-go's ``tryRelease``): holder empty, 1 s duration."""
@@ -225,6 +245,7 @@ class LeaderElector:
             renewed_at=self._observed_wall,
             written_at=self.wall(),
             lease_seconds=self._observed_seconds or self.config.lease_seconds,
+            gates=self.health() if leader else self._gates,
         )
 
     # --- the API, as raw JSON ---------------------------------------------------------------

@@ -94,8 +94,10 @@ class Manager:
         self.options = options
         self.note = note
         self.recorder = recorder or _NoMetrics()
-        self.elector = LeaderElector(coordination_api, options.lease(), self._publish)
         self.reconcilers = list(reconcilers)
+        self.elector = LeaderElector(
+            coordination_api, options.lease(), self._publish, health=self._health
+        )
         self.stop = threading.Event()
         self.lost = threading.Event()
         self._leading_stop = threading.Event()
@@ -105,6 +107,12 @@ class Manager:
         if self.note is not None:
             self.note.write(state)
         self.recorder.leader(state.leader)
+
+    def _health(self) -> str:
+        """What the reconcilers that report it say is wrong ("" : nothing): the gate
+        releaser's, which admission gates by (``webhook.controller.gates``)."""
+        problems = [check() for r in self.reconcilers if (check := getattr(r, "health", None))]
+        return "; ".join(p for p in problems if p)
 
     def run(self) -> int:
         """Until ``stop`` (SIGTERM) or the Lease is lost; 0 on a clean stop, 1 after a loss
