@@ -400,7 +400,7 @@ class LoopAttempts:
 
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
         if threading.get_ident() == self.loop_thread:
-            answer = self.cache.answer_at_once(uid)
+            answer = self.cache.answer_at_once(uid, namespace)
             if answer is None:
                 raise NeedsThread
             return answer
