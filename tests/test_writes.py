@@ -17,11 +17,13 @@ from kubernetes.client.exceptions import ApiException
 from serverproc import eventually
 from test_controller_budgets import (
     DISRUPTIONS,
+    IN_PLACE,
     Counted,
     Running,
     admitted_job,
     disruptions,
     events_of,
+    in_place,
     preempt,
     record_of,
 )
@@ -263,3 +265,37 @@ def test_a_history_the_api_refuses_is_given_up_with_an_event_on_the_job(api, tmp
     assert event["note"].startswith("the failure history on Job ml/train (1 failed pods: train-")
     assert "later attempts do not learn from them" in event["note"]
     assert Record.of(stored_job(api, "uid-train")) is None
+
+
+# --- the in-place budget ------------------------------------------------------------------------
+
+
+def test_a_replacement_the_api_fails_is_tried_again_without_another_pod_event(api, tmp_path):
+    """The pod reached max-in-place-restarts while the API failed pod writes (503): the
+    replacement is tried again after its back-off, with no further change of the pod to
+    bring it back (before, it waited for one that might never come)."""
+    run = JobRun.store(api, admitted_job(IN_PLACE))
+    api.write_status["pods"] = 503
+    metrics = Metrics()
+    with Running(in_place(api, tmp_path, metrics)):
+        pod = run.new_pod()
+        run.restart(pod, 5)
+        eventually(lambda: len(api.failed_writes) >= 2, 10)
+        del api.write_status["pods"]
+        eventually(lambda: run.current(pod)["metadata"].get("deletionTimestamp"), 10)
+    assert ("write", "in_place", "retried") in metrics.calls
+    assert ("write", "in_place", "written") in metrics.calls
+
+
+def test_a_replacement_the_api_refuses_is_told_and_not_sent_again(api, tmp_path):
+    run = JobRun.store(api, admitted_job(IN_PLACE))
+    api.write_status["pods"] = 403
+    reconciler = in_place(api, tmp_path)
+    with Running(reconciler):
+        pod = run.new_pod()
+        run.restart(pod, 5)
+        (event,) = eventually(lambda: events_of(api, writes.REASON), 10)
+    assert [code for _, _, code in api.failed_writes] == [403]
+    assert event["regarding"]["name"] == run.name and "HTTP 403" in event["note"]
+    assert event["note"].startswith(f"the replacement of pod {pod['metadata']['name']}")
+    assert run.current(pod)["metadata"].get("deletionTimestamp") is None
