@@ -12,7 +12,9 @@ to anyone who knows Kubernetes controllers:
   clocks may disagree);
 - take or renew it with an update that carries the ``resourceVersion`` read: of two
   replicas that try at once, one gets 409 Conflict and stays a standby;
-- a leader that cannot renew for ``renew_deadline`` stops leading;
+- a leader may act until its last successful renewal *started* plus ``renew_deadline``
+  (``fence``: ``webhook.controller.fence``), and stops leading then, whatever call it is
+  blocked in (client-go's ``renew`` runs each renewal under that deadline);
 - on a clean stop, the leader releases the Lease (``release``: empty holder, duration
   1 s) so a standby takes over within a retry period instead of a lease duration.
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.cluster.leadership import LeaderState
+from webhook.controller.fence import Fence
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         health: Callable[[], str] = lambda: "",
+        fence: Fence | None = None,
     ):
         self.api = api  # a kubernetes.client.CoordinationV1Api
         self.config = config
@@ -89,6 +93,9 @@ class LeaderElector:
         self.health = health
         self.clock = clock
         self.wall = wall
+        #: Until when this replica may act: each successful acquisition or renewal extends
+        #: it to when the attempt started plus ``renew_deadline`` (on ``clock``).
+        self.fence = fence if fence is not None else Fence(clock)
         self.leading = threading.Event()
         #: The record last observed, when (this replica's clock, and wall clock), and
         #: its duration and holder.
@@ -102,7 +109,6 @@ class LeaderElector:
         self._gates = ""
         self._transitions = 0
         self._acquired = ""
-        self._last_renew = 0.0
         self.errors = 0
         self.transitions_seen = 0
 
@@ -125,6 +131,7 @@ class LeaderElector:
                 log.info("cannot create Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
                 return False
             self._observe(body, now, wall)
+            self.fence.extend(now + cfg.renew_deadline)
             return True
         record = _record(lease)
         if record != self._observed:
@@ -145,6 +152,9 @@ class LeaderElector:
             log.info("cannot take or renew Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
             return False
         self._observe(body, now, wall)
+        # From when the attempt started, not when it returned: a standby counts the lease
+        # from when it saw this renewal, which was after it was sent.
+        self.fence.extend(now + cfg.renew_deadline)
         return True
 
     def _body(self, lease: dict[str, Any] | None, wall: float, acquire: bool) -> dict[str, Any]:
@@ -189,6 +199,7 @@ class LeaderElector:
         """Give the Lease up (client-go's ``tryRelease``): holder empty, 1 s duration."""
         if not self.leading.is_set():
             return True
+        self.fence.close()  # nothing acts once the Lease may be another's
         cfg = self.config
         try:
             lease = self._get()
@@ -214,26 +225,30 @@ class LeaderElector:
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self, stop: threading.Event, on_lost: Callable[[], None] = lambda: None) -> None:
-        """Acquire, then renew every retry period; stop leading (``on_lost``) when no
-        renewal succeeded for ``renew_deadline``. Returns when ``stop`` is set, after
-        releasing the Lease if it led."""
+        """Acquire, then renew every retry period; stop leading (``on_lost``) once the
+        fence passed with no renewal (``renew_deadline`` after the last one started).
+        Returns when ``stop`` is set, after releasing the Lease if it led."""
         cfg = self.config
-        while not stop.is_set():
+        while not stop.is_set() and not self.fence.closed:  # a leader lost is done
             ok = self.try_acquire_or_renew()
-            now = self.clock()
-            if ok:
-                self._last_renew = now
+            if ok and self.fence.holds():
                 if not self.leading.is_set():
                     log.info("leading", extra={"lease": f"{cfg.namespace}/{cfg.name}"})
                     self.leading.set()
-            elif self.leading.is_set() and now - self._last_renew > cfg.renew_deadline:
-                log.warning("lost the Lease: no renewal for %.0fs", now - self._last_renew)
-                self.leading.clear()
-                self.publish(self.state())
-                on_lost()
+            elif self.leading.is_set() and not self.fence.holds():
+                self.lose(on_lost)
             self.publish(self.state())
             stop.wait(cfg.retry_period)
         self.release()
+
+    def lose(self, on_lost: Callable[[], None] = lambda: None) -> None:
+        """Stop leading: the fence closes, the note says so, ``on_lost`` is told."""
+        self.fence.close()
+        if self.leading.is_set():
+            log.warning("lost the Lease: no renewal within %.1fs", self.config.renew_deadline)
+            self.leading.clear()
+            self.publish(self.state())
+        on_lost()
 
     def state(self) -> LeaderState:
         leader = self.leading.is_set()

@@ -20,6 +20,8 @@ By the API's answer (``outcome``):
   would be refused again. Given up at once, counted, and told where users look: a Warning
   Event ``RetryPolicyWriteFailed`` on the workload, saying what was not written and why.
 - **404**: the object is gone: nothing to write on.
+- **the fence** (``webhook.controller.fence``): this replica no longer leads; the write is
+  not sent, and left to the new leader, which finds the same work in its own watches.
 
 Every outcome is counted (``retry_webhook_controller_writes_total{writer,result}``:
 ``written``, ``conflict``, ``retried``, ``refused``).
@@ -38,6 +40,7 @@ from typing import Any, TypeVar
 
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import short_error
+from webhook.controller.fence import FenceClosed
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ REASON = "RetryPolicyWriteFailed"
 WRITERS = ("history", "disruptions", "gates", "in_place", "conditions")
 RESULTS = ("written", "conflict", "retried", "refused")
 #: Outcomes of one failed write.
-CONFLICT, GONE, TRANSIENT, REFUSED = "conflict", "gone", "transient", "refused"
+CONFLICT, GONE, TRANSIENT, REFUSED, FENCED = "conflict", "gone", "transient", "refused", "fenced"
 #: Conflicts in a row one try rewrites through before yielding (then: the next try).
 CONFLICTS = 5
 #: Keys whose back-off is remembered at most (the oldest go first).
@@ -67,6 +70,8 @@ def status_of(err: BaseException) -> int | None:
 def outcome(err: BaseException) -> str:
     """What a failed write's error means for the write (see the module's doc)."""
     status = status_of(err)
+    if isinstance(err, FenceClosed):
+        return FENCED
     if status == 404:
         return GONE
     if status == 409 or isinstance(err, Conflicting):
@@ -214,7 +219,7 @@ class Writes:
         (after ``due(key)``), ``False`` when it is given up (refused, or the object gone).
         ``what`` says what was not written, for the log and the Event."""
         kind = outcome(err)
-        if kind == GONE:
+        if kind in (GONE, FENCED):
             self.forget(key)
             return False
         if kind == REFUSED:
