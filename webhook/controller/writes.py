@@ -240,7 +240,8 @@ class Writes:
             while len(self._backoff) > MOST:
                 self._backoff.popitem(last=False)
         if kind == CONFLICT:
-            self._count("conflict")
+            if not isinstance(err, Conflicting):  # (``rewrite`` counted each of those)
+                self._count("conflict")
         else:
             self._count("retried")
             log.info("%s not written (%s): again in %.1fs", what, short_error(err), delay)
