@@ -18,7 +18,9 @@ status) is validated as the API server validates those updates (``_update_error`
 ``activeDeadlineSeconds`` only set or lowered, a Job's ``backoffLimit`` the one spec field
 of those that changes), then admitted by ``admit_update`` (a test's validating webhook);
 ``modify`` is one in-process write of a listed object (the Job controller's status, the
-kubelet's).
+kubelet's). A PATCH that would leave an object's annotations over 256 KiB together is 422
+Invalid (``ValidateAnnotations``), and ``write_status`` fails every write of a resource,
+listed ones' PATCHes too.
 
 ``GET /version`` answers the API server's ``version.Info`` (``version_info``), settable
 per test (``server_version``); ``version_status`` makes it fail: an HTTP error with a
@@ -451,6 +453,9 @@ class FakeAPI:
             patched = {**copy.deepcopy(current), "status": patched.get("status")}
         else:
             patched["status"] = copy.deepcopy(current.get("status"))
+        too_long = _annotations_too_long(resource, name, patched)
+        if too_long:
+            return too_long
         for key in ("uid", "name", "namespace", "creationTimestamp"):
             patched["metadata"][key] = current["metadata"].get(key)
         if sub != "status":
@@ -654,6 +659,12 @@ class FakeAPI:
                         ctype = (self.headers.get("Content-Type") or "").split(";")[0]
                         if api.before_write is not None:
                             api.before_write(method, listed[0], listed[2])
+                        if api.write_status.get(listed[0]):
+                            code = api.write_status[listed[0]]
+                            message = f"{listed[0]} writes fail"
+                            with api.lock:
+                                api.failed_writes.append((method, listed[2], code))
+                            return self._status(code, _REASONS.get(code, "InternalError"), message)
                         with api.lock:
                             status, answer = api._patch_listed(*listed, body, ctype)
                             if status < 300:
@@ -668,7 +679,8 @@ class FakeAPI:
                     code = api.write_status[resource]
                     with api.lock:
                         api.failed_writes.append((method, name, code))
-                    return self._status(code, "InternalError", f"{resource} writes fail")
+                    reason = _REASONS.get(code, "InternalError")
+                    return self._status(code, reason, f"{resource} writes fail")
                 if api.before_write is not None:
                     api.before_write(method, resource, name or (body or {}).get("metadata", {}))
                 with api.lock:
@@ -934,6 +946,10 @@ def _listed_target(path: str) -> tuple[str, str, str, str] | None:
     return None
 
 
+#: A Status's reason for the codes ``write_status`` answers with (metav1.StatusReason).
+_REASONS = {403: "Forbidden", 422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}
+
+
 def _status_body(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict:
     body: dict[str, Any] = {
         "kind": "Status",
@@ -1066,6 +1082,24 @@ def _pod_update_error(spec: dict, old: dict) -> tuple[int, str] | None:
     if rest != before:
         return 422, "spec: Forbidden: pod updates may not change fields other than those allowed"
     return None
+
+
+#: ``TotalAnnotationSizeLimitB`` (k8s.io/apimachinery pkg/api/validation/objectmeta.go).
+ANNOTATIONS_LIMIT = 256 * (1 << 10)
+
+
+def _annotations_too_long(resource: str, name: str, obj: dict) -> tuple[int, dict] | None:
+    """``ValidateAnnotations``: every key and value together at most 256 KiB, else 422
+    Invalid (``field.TooLong`` on ``metadata.annotations``)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    size = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
+    if size <= ANNOTATIONS_LIMIT:
+        return None
+    message = (
+        f'{resource} "{name}" is invalid: metadata.annotations: Too long: may not be more '
+        f"than {ANNOTATIONS_LIMIT} bytes"
+    )
+    return 422, _status_body(422, "Invalid", message, name)
 
 
 def _comparable(obj: dict) -> dict:

@@ -151,15 +151,19 @@ def test_a_released_lease_is_taken_within_a_retry_period(api, tmp_path):
 
 
 def test_a_leader_that_cannot_renew_stops_leading(api, tmp_path):
+    # upstream: renew (k8s.io/client-go tools/leaderelection/leaderelection.go): the
+    # elector stops leading when no renewal succeeds within RenewDeadline
     a = elector(api, tmp_path, "a")
     stop_event, lost = threading.Event(), threading.Event()
     thread = threading.Thread(target=a.run, args=(stop_event, lost.set), daemon=True)
     thread.start()
     assert a.leading.wait(5)
     api.forbidden.add(("leases", "retry-policy-webhook-controller"))  # the API refuses
-    assert lost.wait(5) and not a.leading.is_set()
+    assert lost.wait(5) and not a.leading.is_set() and a.fence.closed
+    api.forbidden.clear()
+    thread.join(5)  # it ends on its own: a lost leader is done (its process exits)
+    assert not thread.is_alive() and not a.leading.is_set()
     stop_event.set()
-    thread.join(5)
 
 
 def test_the_manager_runs_reconcilers_only_while_leading_and_publishes(api, tmp_path):

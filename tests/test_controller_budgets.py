@@ -302,18 +302,20 @@ def test_a_jobsets_peers_are_its_runs_pods_only(api, tmp_path):
     """The same JobSet run (restart-attempt) across its replicated Jobs; not an older run."""
     from webhook.controller.disruptions import peer_group
 
-    def pod(run: str, job_name: str) -> dict:
+    def pod(run: str, job_name: str, namespace: str = "ml") -> dict:
         labels = {
             "jobset.sigs.k8s.io/jobset-uid": "set",
             "jobset.sigs.k8s.io/restart-attempt": run,
             "batch.kubernetes.io/controller-uid": job_name,
         }
-        return {"metadata": {"labels": labels}}
+        return {"metadata": {"namespace": namespace, "labels": labels}}
 
     assert peer_group(pod("1", "leader")) == peer_group(pod("1", "workers"))
     assert peer_group(pod("0", "workers")) != peer_group(pod("1", "workers"))
-    plain = {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "j"}}}
-    assert peer_group(plain) == ("job", "j")
+    # The same UID labels in another namespace: another group.
+    assert peer_group(pod("1", "workers", "other")) != peer_group(pod("1", "workers"))
+    plain = {"metadata": {"namespace": "ml", "labels": {"batch.kubernetes.io/controller-uid": "j"}}}
+    assert peer_group(plain) == ("job", "ml", "j")
 
 
 # --- max-in-place-restarts --------------------------------------------------------------------

@@ -1112,7 +1112,7 @@ def key(expected, uid="job-1", lineage=None, index=None, per_index=False):
 
 def failed_pod(uid="p1", node="node-a", oom=True, job_uid="job-1", annotations=None):
     return {
-        "metadata": {"uid": uid, "annotations": annotations or dict(AVOID)},
+        "metadata": {"uid": uid, "namespace": "ml", "annotations": annotations or dict(AVOID)},
         "spec": {"nodeName": node},
         "status": {
             "phase": "Failed",
@@ -1197,8 +1197,8 @@ def test_a_deleted_job_takes_its_history_a_jobsets_lineage_stays():
         "jobset.sigs.k8s.io/job-index": "0",
     }
     h.record(set_pod, "child", True)
-    h.forget_job("job-1")
-    h.forget_job("child")
+    h.forget_job("job-1", "ml")
+    h.forget_job("child", "ml")
     assert h.lookup(key(0)).nodes == ()
     assert h.lookup(key(0, uid="child2", lineage="set/w/0")).nodes == ("node-a",)
 

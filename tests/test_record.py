@@ -205,6 +205,24 @@ def running(recorder: HistoryRecorder):
     return stop, thread
 
 
+def concurrent_writer(fake: FakeAPI, uid: str, times: int) -> list[str]:
+    """Another writer that changes the Job ``uid`` (a label ``team``) right before each of
+    the next ``times`` PATCHes of Jobs: each of those is then 409 Conflict."""
+    touched: list[str] = []
+
+    def change(method, resource, name):
+        if resource == "jobs" and method == "PATCH" and len(touched) < times:
+            touched.append(name)
+            with fake.lock:
+                job = fake.objects["jobs"][uid]
+                job["metadata"].setdefault("labels", {})["team"] = f"t{len(touched)}"
+                fake.version += 1
+                job["metadata"]["resourceVersion"] = str(fake.version)
+
+    fake.before_write = change
+    return touched
+
+
 def record_of(obj: dict) -> Record | None:
     return Record.of(obj)
 
@@ -250,24 +268,13 @@ def test_a_concurrent_writer_is_never_overwritten(api, tmp_path):
     """The write carries the resourceVersion it was computed from; when another writer
     changed the Job first, the API answers 409 and the recorder reads it again."""
     api.put("jobs", a_job())
-    touched = []
-
-    def other_writer(method, resource, name):
-        if resource == "jobs" and method == "PATCH" and not touched:
-            touched.append(name)
-            with api.lock:
-                job = api.objects["jobs"]["uid-train"]
-                job["metadata"].setdefault("labels", {})["team"] = "ml"
-                api.version += 1
-                job["metadata"]["resourceVersion"] = str(api.version)
-
-    api.before_write = other_writer
+    concurrent_writer(api, "uid-train", 1)
     recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05)
     stop, thread = running(recorder)
     try:
         api.put("pods", failed_pod("uid-train"))
         job = eventually(lambda: (j := stored_job(api, "uid-train")) and record_of(j) and j, 10)
-        assert job["metadata"]["labels"] == {"team": "ml"}  # the other writer's change kept
+        assert job["metadata"]["labels"] == {"team": "t1"}  # the other writer's change kept
         assert record_of(job).lineages[""].counted == 1
         assert any(status == 409 for _, _, status in api.failed_writes)
         assert recorder.stats()["conflicts"] >= 1

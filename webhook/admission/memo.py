@@ -40,7 +40,7 @@ from webhook.admission.review import Verdict
 from webhook.cluster import history, limits, nodes
 from webhook.cluster.attempts import AttemptLookup, AttemptSource
 from webhook.cluster.history import HistoryKey, HistoryLookup
-from webhook.cluster.leadership import Clock, LeaderLive, Now, Passed
+from webhook.cluster.leadership import Clock, GateReleases, LeaderLive, Now, Passed
 from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.intent import LAST_APPLIED
@@ -111,10 +111,10 @@ def view_key(view: Mapping[str, Any]) -> bytes | None:
 #: (namespace, name, uid)), a lineage's failure history (the question is its key), a
 #: namespace's LimitRanges (``LimitQuestion``), whether a node remains for a pod's
 #: placement (``Placement``), and what a retry-delay gate asks of leadership and time
-#: (``LeaderLive``, ``Passed``, ``Now``: a remembered gate is not replayed once a
-#: controller stopped leading or the delay ran out).
+#: (``LeaderLive``, ``GateReleases``, ``Passed``, ``Now``: a remembered gate is not
+#: replayed once a controller stopped leading or releasing, or the delay ran out).
 Call = tuple[Any, Any]
-CLOCK_QUESTIONS = (LeaderLive, Passed, Now)
+CLOCK_QUESTIONS = (LeaderLive, GateReleases, Passed, Now)
 
 
 def ask(source: AttemptSource, question: Any, clock: Any = None) -> Any:

@@ -31,6 +31,7 @@ from webhook.cluster.history import (
     FailureHistory,
     HistoryKey,
     HistoryLookup,
+    scoped,
     unknown,
     wants_history,
 )
@@ -154,6 +155,9 @@ class JobCache(Informers):
         self._terminating: dict[str, int] = {}
         self._rules: dict[str, tuple] = {}
         self._rule_sets: dict[bytes, tuple] = {}
+        #: Failed pods -> (their Job, counted), and Jobs -> their counted failed pods, the
+        #: Jobs as "namespace/UID" (``scoped``): a pod in another namespace naming a Job's
+        #: UID counts nothing for that Job.
         self._pod_job: dict[str, tuple[str, bool]] = {}
         self._pod_counts: dict[str, int] = {}
         #: The controller's records on Jobs (``webhook.cluster.record``), and on JobSets
@@ -226,7 +230,7 @@ class JobCache(Informers):
                 self._rules.pop(uid, None)
                 self._terminating.pop(uid, None)
                 self._records.pop(uid, None)
-                self.history.forget_job(uid)
+                self.history.forget_job(uid, str((job.get("metadata") or {}).get("namespace")))
                 return
             self._jobs[uid] = job_failed_count(job)
             record = text_of(job)
@@ -274,9 +278,10 @@ class JobCache(Informers):
                 return
             rules = self._rules.get(job_uid)
             counted = counts(evaluate(rules, PodFailure.from_pod(pod))) if rules else True
-            self._pod_job[uid] = (job_uid, counted)
+            job = scoped(str(meta.get("namespace")), job_uid)
+            self._pod_job[uid] = (job, counted)
             if counted:
-                self._pod_counts[job_uid] = self._pod_counts.get(job_uid, 0) + 1
+                self._pod_counts[job] = self._pod_counts.get(job, 0) + 1
             self.history.record(pod, job_uid, counted)
 
     def _counted(self, job_uid: str, pod: Mapping[str, Any]) -> bool:
@@ -287,19 +292,19 @@ class JobCache(Informers):
 
     # --- lookups (hot path) ------------------------------------------------------
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
-        answer = self.answer_at_once(uid)
+        answer = self.answer_at_once(uid, namespace)
         if answer is not None:
             return answer
         return self._fallback(namespace, name, uid)
 
-    def answer_at_once(self, uid: str) -> AttemptLookup | None:
+    def answer_at_once(self, uid: str, namespace: str) -> AttemptLookup | None:
         """The answer when it needs no request to the API (a cache hit, or the breaker
         open after recent errors); ``None`` when it needs the one bounded GET, which
         ``job_failures`` makes. The server answers on its event loop only what this
         answers, and hands the rest to a thread (``webhook/serving/server.py``)."""
         with self._lock:
             failed = self._jobs.get(uid)
-            pods = self._pod_counts.get(uid, 0)
+            pods = self._pod_counts.get(scoped(namespace, uid), 0)
             budget = self._budgets.get(uid)
             terminating = self._terminating.get(uid, 0)
         if failed is not None:
@@ -316,7 +321,7 @@ class JobCache(Informers):
     def _fallback(self, namespace: str, name: str, uid: str) -> AttemptLookup:
         self._counters["misses"] += 1
         with self._lock:
-            pods = self._pod_counts.get(uid, 0)
+            pods = self._pod_counts.get(scoped(namespace, uid), 0)
         half = self.lookup_timeout / 2
         try:
             resp = self.batch_api.read_namespaced_job(

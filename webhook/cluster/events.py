@@ -68,6 +68,7 @@ REASONS = frozenset(
         "RetryDisruptionCounted",
         "RetryInPlaceBudgetExhausted",
         "RetryDisruptionRecognized",
+        "RetryPolicyWriteFailed",
     }
 )
 #: Decisions that are Warnings: a retry delay asked for but not kept (no controller led to

@@ -7,13 +7,18 @@ The attempt cache (``webhook.cluster.attempts.JobCache``) already watches the fa
 it hands each one to ``FailureHistory.record``, which keeps, per *lineage*, what a later
 pod needs and nothing else, so a pod's admission is a dictionary lookup:
 
-- a lineage is one Job (its UID), or for an Indexed Job one index of it; for a JobSet, one
+- a lineage is one Job (its namespace and UID), or for an Indexed Job one index of it;
+  for a JobSet (its namespace and UID), one
   replicated Job and job index of the set, across the set's restarts: a restart recreates
   the child Jobs under new UIDs, so their pods are found by the labels JobSet puts on
   every pod (``labelAndAnnotateObject`` in jobset pkg/controllers/jobset_controller.go,
   since v0.9.0): ``jobset.sigs.k8s.io/jobset-uid`` (the JobSet's UID) with
   ``replicatedjob-name`` and ``job-index``. The JobSet's own admission cannot say: on
-  CREATE its ``metadata.uid`` is not assigned yet (``rest.WipeObjectMetaSystemFields``);
+  CREATE its ``metadata.uid`` is not assigned yet (``rest.WipeObjectMetaSystemFields``).
+  The namespace is part of every key: a pod elsewhere can carry the same labels (a
+  ``jobset-uid`` or ``controller-uid`` copied by hand, or an owner reference naming a UID
+  of another namespace, which the API server does not refuse), and must feed nothing
+  into that workload's history;
 - a JobSet run's pods (``restart-attempt`` N > 0) need the earlier runs' failures, whose
   child Jobs and pods the restart deleted: when no failed pod of run N-1 was recorded
   here, the lookup says so (``earlier_runs_unseen``) and the pod is told in a warning;
@@ -410,6 +415,12 @@ def _key(lineage: str, index: int | None) -> _Key:
     return lineage if index is None else (lineage, index)
 
 
+def scoped(namespace: str, uid: str) -> str:
+    """A workload's (or lineage's) key here: its namespace with it (a namespace holds no
+    "/", so the pair reads back unambiguously)."""
+    return f"{namespace}/{uid}"
+
+
 class FailureHistory:
     """The failure history of the Jobs whose pods asked for it (see the module's doc)."""
 
@@ -458,11 +469,12 @@ class FailureHistory:
         meta = pod.get("metadata")
         if not isinstance(meta, dict) or not wants_history(meta):
             return False
-        uid = meta.get("uid")
-        if not isinstance(uid, str) or not uid:
+        uid, namespace = meta.get("uid"), meta.get("namespace")
+        if not isinstance(uid, str) or not uid or not isinstance(namespace, str):
             return False
         lineage, index = pod_lineage(meta, job_uid)
-        key = _key(lineage, index)
+        key = _key(scoped(namespace, lineage), index)
+        job_uid = scoped(namespace, job_uid)
         mark = pod_mark(uid)
         node = failed_node(pod)
         killed = killed_at(pod)
@@ -470,15 +482,15 @@ class FailureHistory:
         cause, when = failure_cause(pod)
         with self._lock:
             if place is not None:
-                run = jobset_run(meta)
-                if len(self._runs) >= MAX_LISTED and place[0] not in self._runs:
+                run, jobset = jobset_run(meta), scoped(namespace, place[0])
+                if len(self._runs) >= MAX_LISTED and jobset not in self._runs:
                     self._runs.clear()
-                self._runs[place[0]] = max(run, self._runs.get(place[0], -1))
-                latest = self._set_last.get(place[0], ("", None))
+                self._runs[jobset] = max(run, self._runs.get(jobset, -1))
+                latest = self._set_last.get(jobset, ("", None))
                 if latest[1] is None or (when is not None and when >= latest[1]):
-                    if len(self._set_last) >= MAX_LISTED and place[0] not in self._set_last:
+                    if len(self._set_last) >= MAX_LISTED and jobset not in self._set_last:
                         self._set_last.clear()
-                    self._set_last[place[0]] = (self._intern(cause), when)
+                    self._set_last[jobset] = (self._intern(cause), when)
             marks, ooms, nodes, last = self._lineages.pop(key, _EMPTY)
             if marked(marks, mark):
                 self._lineages[key] = (marks, ooms, nodes, last)
@@ -555,8 +567,9 @@ class FailureHistory:
             shared = self._interned[text] = text
         return shared
 
-    def forget_job(self, uid: str) -> None:
+    def forget_job(self, uid: str, namespace: str) -> None:
         """The Job was deleted: its history goes (a JobSet's lineages stay, see above)."""
+        uid = scoped(namespace, uid)
         with self._lock:
             job = self._jobs.pop(uid, None)
             self._listed.pop(uid, None)
@@ -571,10 +584,11 @@ class FailureHistory:
         (``fetch`` lists them)."""
         if key.expected is None:
             return unknown("the Job's failure count is unknown")
+        job = scoped(key.namespace, key.uid)
         with self._lock:
-            record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
-            seen = self._counted(key.uid, key.index, key.per_index)
-            listed = self._listed.get(key.uid, -1)
+            record = self._lineages.get(_key(scoped(key.namespace, key.lineage), key.index), _EMPTY)
+            seen = self._counted(job, key.index, key.per_index)
+            listed = self._listed.get(job, -1)
         seen = max(seen, self.recorded(key))
         if seen < key.expected and listed < key.expected:
             return None
@@ -587,12 +601,13 @@ class FailureHistory:
         index_failures = 0
         with self._lock:
             if key.jobset is not None:
-                unseen = key.run > 0 and self._runs.get(key.jobset, -1) < key.run - 1
-                latest = self._set_last.get(key.jobset)
+                jobset = scoped(key.namespace, key.jobset)
+                unseen = key.run > 0 and self._runs.get(jobset, -1) < key.run - 1
+                latest = self._set_last.get(jobset)
                 if latest is not None and (when is None or (latest[1] or 0) > when):
                     cause, when = latest
             if key.index is not None:
-                index_failures = self._counted(key.uid, key.index, True)
+                index_failures = self._counted(scoped(key.namespace, key.uid), key.index, True)
         return HistoryLookup(
             True,
             ooms,
@@ -639,12 +654,13 @@ class FailureHistory:
         for pod in pods:
             if isinstance(pod, dict):
                 self.record(pod, key.uid, self.counts(key.uid, pod))
+        job = scoped(key.namespace, key.uid)
         with self._lock:
             if len(self._listed) >= MAX_LISTED:
                 self._listed.clear()
-            self._listed[key.uid] = key.expected or 0
-            record = self._lineages.get(_key(key.lineage, key.index), _EMPTY)
-            seen = self._counted(key.uid, key.index, key.per_index)
+            self._listed[job] = key.expected or 0
+            record = self._lineages.get(_key(scoped(key.namespace, key.lineage), key.index), _EMPTY)
+            seen = self._counted(job, key.index, key.per_index)
         return self._answer(record, key, max(seen, self.recorded(key)), "failed pods (API)")
 
     def at_once(self, key: HistoryKey) -> HistoryLookup | None:

@@ -5,8 +5,11 @@ workers; it holds or watches the ``coordination.k8s.io/v1`` Lease and writes wha
 into a few bytes of memory shared across the fork (``LeaderNote``). Workers read it, with
 no request to the API, for ``/readyz``, metrics, and the one admission decision that
 depends on a live controller: a pod is given a retry-delay scheduling gate only while
-some replica's controller has renewed the Lease recently, so that a gate is never added
-that no controller would remove (``recently_renewed``).
+some replica's controller has renewed the Lease recently (``recently_renewed``) *and* the
+leader says its gate releases work (``gates``), so that a gate is never added that no
+controller would remove. The leader tells the second in a note on the Lease it renews
+(``webhook.controller.lease``): every replica's controller reads the Lease anyway, so
+standbys learn it with no request of their own.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ class LeaderState:
     written_at: float = 0.0
     lease_seconds: float = 15.0
     reason: str = ""
+    #: Why the leader's retry-delay gates are not being released now ("" while they are:
+    #: ``webhook.controller.gates.GateReleaser.health``), as the leader last said.
+    gates: str = ""
 
     def recently_renewed(self, now: float | None = None) -> bool:
         """Whether a controller (this replica's or another's) holds a live Lease, as far as
@@ -59,6 +65,7 @@ class LeaderState:
             "identity": self.identity,
             "holder": self.holder or None,
             "leaseLive": self.recently_renewed(now),
+            "gateReleases": self.gates or "ok",
         }
 
 
@@ -115,6 +122,11 @@ class LeaderLive:
 
 
 @dataclass(frozen=True)
+class GateReleases:
+    """Does the leader release gates? "" when it does, else why not (its own words)."""
+
+
+@dataclass(frozen=True)
 class Passed:
     """Has the time ``at`` (Unix time) come?"""
 
@@ -126,7 +138,7 @@ class Now:
     """The time now, in whole seconds (a delay counted from admission starts here)."""
 
 
-ClockQuestion = LeaderLive | Passed | Now
+ClockQuestion = LeaderLive | GateReleases | Passed | Now
 
 
 def wall() -> float:
@@ -148,6 +160,8 @@ class Clock:
     def ask(self, question: ClockQuestion) -> Any:
         if isinstance(question, LeaderLive):
             return self.leadership.read().recently_renewed(self.now())
+        if isinstance(question, GateReleases):
+            return self.leadership.read().gates
         if isinstance(question, Passed):
             return self.now() >= question.at
         return int(self.now())

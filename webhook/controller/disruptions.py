@@ -75,6 +75,16 @@ from webhook.cluster.history import COMPLETION_INDEX, RESTART_ATTEMPT
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record, lineage_key
 from webhook.controller.records import Workloads
+from webhook.controller.writes import (
+    CONFLICT,
+    FENCED,
+    GONE,
+    REFUSED,
+    Writes,
+    outcome,
+    persist,
+    rewrite,
+)
 from webhook.kube.failurepolicy import (
     DISRUPTION_BUDGET_EXHAUSTED,
     DISRUPTION_TARGET,
@@ -92,10 +102,14 @@ log = logging.getLogger(__name__)
 REASON = "RetryDisruptionCounted"
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-#: Tries of one record write against concurrent writers (the history recorder).
-TRIES = 5
+#: Failed writes of one over-budget condition other than conflicts before the pod's next
+#: update is left to try again.
+TRANSIENT_TRIES = 5
 #: Pods and workloads remembered at most (the oldest go first).
 MOST = 10_000
+#: Seconds a pod condition is tried again for after transient errors: past them the Job
+#: controller has judged the pod (``webhook.cluster.conditions``).
+MARK_PATIENCE = 5.0
 
 
 class Metrics:
@@ -186,7 +200,9 @@ class Disruptions:
         self._queue: queue.Queue[tuple[str, Mapping[str, Any]]] = queue.Queue()
         self._lock = threading.Lock()
         self._handled: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._budgets: OrderedDict[str, _Budget] = OrderedDict()
+        #: (namespace, UID) of a workload -> its budget state: a pod names its workload by
+        #: UID labels it could carry in any namespace, so the namespace is part of the key.
+        self._budgets: OrderedDict[tuple[str, str], _Budget] = OrderedDict()
         #: Peer groups -> pod UID -> the pod (the peer-disruptions watch's store).
         self._groups: dict[tuple[str, ...], dict[str, Mapping[str, Any]]] = {}
         #: The workers that write conditions (while ``run`` runs; else, inline).
@@ -200,6 +216,9 @@ class Disruptions:
             "lowered": 0,
             "uncovered": 0,
         }
+        #: The record writes' and the pod conditions' failures (``webhook.controller.writes``).
+        self.writes = Writes("disruptions", events, self.metrics)
+        self.conditions = Writes("conditions", events, self.metrics)
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -367,7 +386,8 @@ class Disruptions:
         """Add ``DisruptionBudgetExhausted`` with the resourceVersion of a version seen not
         ``Failed``; a pod ``Failed`` first is handed to ``settle_late`` (through the queue:
         the workloads' state is the loop's). "added", "late", "gone", or "error"."""
-        for _ in range(TRIES):
+        errors = 0
+        while errors < TRANSIENT_TRIES:  # a conflict (the pod changed) never ends the loop
             if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
                 return "added"  # (an earlier write of ours whose answer was lost)
             if terminal(pod):
@@ -382,13 +402,19 @@ class Disruptions:
                     raise LookupError("no resourceVersion")  # (never sent without one)
                 add_condition(self.core, pod, body, version)
             except Exception as err:
-                status = getattr(err, "status", None)
-                if status == 404:
+                kind = outcome(err)
+                if kind == GONE:
                     return self._gone(pod)
-                if status == 409:
+                if kind == CONFLICT:
                     with self._lock:
                         self.counters["conflicts"] += 1
+                    self.conditions.conflict()
+                elif kind in (REFUSED, FENCED):
+                    what = f"condition {DISRUPTION_BUDGET_EXHAUSTED} on pod {pod_name(pod)}"
+                    self.conditions.failed(pod_uid(pod), err, workload_of(pod), what)
+                    return "error"
                 else:
+                    errors += 1
                     log.warning("%s not added to pod %s: %s", body, pod_name(pod), short_error(err))
                 found = read_pod(self.core, pod)
                 if found is None:
@@ -435,9 +461,9 @@ class Disruptions:
 
     def _state(self, regarding: Regarding) -> _Budget | None:
         """The workload's budget state: cached, else read (``None``: it is gone)."""
-        known = self._budgets.get(regarding.uid)
+        known = self._budgets.get(_key(regarding))
         if known is not None:
-            self._budgets.move_to_end(regarding.uid)
+            self._budgets.move_to_end(_key(regarding))
             return known
         kind = "jobset" if regarding.kind == "JobSet" else "job"
         obj = self.workloads.read(kind, regarding.namespace, regarding.name)
@@ -449,7 +475,7 @@ class Disruptions:
         )
         if kind == "job":
             state.facts(obj)
-        self._budgets[regarding.uid] = state
+        self._budgets[_key(regarding)] = state
         while len(self._budgets) > MOST:
             oldest = next(iter(self._budgets))
             if self._budgets[oldest].pending or self._budgets[oldest].late:
@@ -458,55 +484,68 @@ class Disruptions:
         return state
 
     def flush(self) -> None:
-        """Write the disruptions counted since the last write, each workload's at once."""
+        """Write the disruptions counted since the last write, each workload's at once; a
+        write that failed waits for its back-off, one refused is given up
+        (``webhook.controller.writes``)."""
         for state in [s for s in list(self._budgets.values()) if s.pending or s.late]:
-            try:
-                self._write(state)
-            except Exception as err:
-                log.warning(
-                    "disruptions of %s %s/%s not written: %s",
-                    state.kind,
-                    state.regarding.namespace,
-                    state.regarding.name,
-                    short_error(err),
-                )
-
-    def _write(self, state: _Budget) -> None:
-        ref = state.regarding
-        for _ in range(TRIES):
-            record, limit, said = self._with_late(state)
-            try:
-                written = self.workloads.write_record(
-                    state.kind, ref.namespace, ref.name, record.text(), state.version, limit
-                )
-            except Exception as err:
-                status = getattr(err, "status", None)
-                if status == 404:
-                    self._budgets.pop(ref.uid, None)
-                    return
-                if status != 409:
-                    raise
-                self.counters["conflicts"] += 1
-                obj = self.workloads.read(state.kind, ref.namespace, ref.name)
-                meta = mapping((obj or {}).get("metadata"))
-                if obj is None or meta.get("uid") != ref.uid:
-                    self._budgets.pop(ref.uid, None)
-                    return
-                record = Record.of(obj) or Record()
-                for pod, over in state.pending:
-                    record = record.add_disruption(pod, over)
-                state.record, state.version = record, str(meta.get("resourceVersion") or "")
-                if state.kind == "job":
-                    state.facts(obj)  # the backoffLimit to lower from, as it is now
+            key = _key(state.regarding)
+            if not self.writes.ready(key):
                 continue
-            self.counters["writes"] += 1
-            state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
-            state.pending.clear()
+            try:
+                written = self._write(state)
+            except Exception as err:
+                if not self.writes.failed(key, err, state.regarding, _unwritten(state)):
+                    self._budgets.pop(key, None)  # given up, or gone: read afresh next time
+                continue
+            if written:
+                self.writes.landed(key)
+            else:
+                self.writes.forget(key)
+
+    def _write(self, state: _Budget) -> bool:
+        """Write the record with the pending disruptions and the late pods (the Job's
+        backoffLimit lowered in the same patch); on a conflict, read the workload again
+        and apply them to its record and limit as they are now (``rewrite``). ``False``:
+        the workload is gone."""
+        ref = state.regarding
+        said: list[tuple[Late, str]] = []
+        record = state.record
+
+        def write() -> dict[str, Any]:
+            nonlocal record, said
+            record, limit, said = self._with_late(state)
+            return self.workloads.write_record(
+                state.kind, ref.namespace, ref.name, record.text(), state.version, limit
+            )
+
+        def reread() -> bool:
+            obj = self.workloads.read(state.kind, ref.namespace, ref.name)
+            meta = mapping((obj or {}).get("metadata"))
+            if obj is None or meta.get("uid") != ref.uid:
+                return False
+            fresh = Record.of(obj) or Record()
+            for pod, over in state.pending:
+                fresh = fresh.add_disruption(pod, over)
+            state.record, state.version = fresh, str(meta.get("resourceVersion") or "")
             if state.kind == "job":
-                state.facts(written)
-            self._wrote_late(state, record, said)
-            return
-        raise RuntimeError(f"{TRIES} conflicting writes in a row")
+                state.facts(obj)  # the backoffLimit to lower from, as it is now
+            return True
+
+        written = rewrite(write, reread, self._conflict)
+        if written is None:
+            self._budgets.pop(_key(ref), None)
+            return False
+        self.counters["writes"] += 1
+        state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
+        state.pending.clear()
+        if state.kind == "job":
+            state.facts(written)
+        self._wrote_late(state, record, said)
+        return True
+
+    def _conflict(self) -> None:
+        self.counters["conflicts"] += 1
+        self.writes.conflict()
 
     # --- pods over the budget that failed unmarked (``settle_late``) ------------------------
     def _with_late(self, state: _Budget) -> tuple[Record, int | None, list[tuple[Late, str]]]:
@@ -612,9 +651,17 @@ class Disruptions:
         if judged(pod, uncounted):
             self.metrics.condition(kind, "missed")
             return "missed"
+        what = f"condition {kind} on pod {pod_name(pod)}"
         try:
-            patched = add_condition(
-                self.core, pod, status_patch(kind, reason, message, self.clock())
+            patched = persist(
+                self.conditions,
+                pod_uid(pod),
+                lambda: add_condition(
+                    self.core, pod, status_patch(kind, reason, message, self.clock())
+                ),
+                workload_of(pod),
+                what,
+                MARK_PATIENCE,
             )
         except Exception as err:
             if getattr(err, "status", None) == 404:
@@ -627,6 +674,21 @@ class Disruptions:
 
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
+
+
+def _key(regarding: Regarding) -> tuple[str, str]:
+    return (regarding.namespace, regarding.uid)
+
+
+def _unwritten(state: _Budget) -> str:
+    """What a record write that failed would have written, for the log and the Event."""
+    ref = state.regarding
+    pods = ", ".join(pod_name(pod) for pod, _ in state.pending[:5])
+    more = f" and {len(state.pending) - 5} more" if len(state.pending) > 5 else ""
+    return (
+        f"the disruption count on {ref.kind} {ref.namespace}/{ref.name} "
+        f"({len(state.pending)} disruptions: pods {pods}{more})"
+    )
 
 
 def disruption_scope(pod: Mapping[str, Any]) -> str | None:
@@ -644,15 +706,20 @@ def disruption_scope(pod: Mapping[str, Any]) -> str | None:
 
 
 def peer_group(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The pods a pod runs with: its JobSet's run, else its Job."""
+    """The pods a pod runs with: its JobSet's run, else its Job, in its namespace (a pod
+    elsewhere that carries the same UID labels is no peer: a JobSet's and a Job's pods
+    are all in its namespace)."""
     meta = mapping(pod.get("metadata"))
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        return None
     labels = mapping(meta.get("labels"))
     jobset = labels.get("jobset.sigs.k8s.io/jobset-uid")
     if isinstance(jobset, str) and jobset:
-        return ("jobset", jobset, str(labels.get(RESTART_ATTEMPT) or "0"))
+        return ("jobset", namespace, jobset, str(labels.get(RESTART_ATTEMPT) or "0"))
     owner = controller_of(meta)
     job = labels.get(JOB_UID_LABEL) or (owner or {}).get("uid")
-    return ("job", str(job)) if job else None
+    return ("job", namespace, str(job)) if job else None
 
 
 def _unmarked_peer(pod: Mapping[str, Any], uncounted: frozenset[str] = frozenset()) -> bool:

@@ -21,11 +21,15 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.cluster.informer import Informer
+from webhook.cluster.conditions import workload_of
+from webhook.cluster.events import Regarding
+from webhook.cluster.informer import Informer, short_error
+from webhook.controller.writes import Writes
 from webhook.kube import apiclient, gates
 from webhook.policy.model import BadValue, parse_time
 
@@ -35,14 +39,18 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 #: A gate released this long after its time was overdue (its leader was away).
 OVERDUE_SECONDS = 10.0
+#: Seconds after a failed release during which no gate is added, unless one succeeds.
+COOLDOWN = 60.0
 
 
 class ReleaseError(Exception):
-    """The API refused or failed a release (``status``: its HTTP status, if any)."""
+    """The API refused or failed a release (``status``: its HTTP status, if any; ``body``:
+    the API's Status, for what the release says of it)."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, body: Any = None):
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,10 @@ def read_pod(core: Any, namespace: str, name: str) -> dict[str, Any] | None:
 
 def release(core: Any, pod: Mapping[str, Any], dry_run: bool = False) -> Released:
     """Remove our gate and label from ``pod`` (as read), reading it again after a
-    conflict; raises ``ReleaseError`` when the API fails."""
+    conflict (409, or 422 from the patch's ``test``: the gates moved); raises
+    ``ReleaseError`` when the API fails or refuses it (a 422 on a pod that did not change
+    since it was read is a refusal: an admission webhook or policy), or when the pod is
+    still changing after ``MAX_ATTEMPTS`` reads (status 409: to be tried again)."""
     meta = pod.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     when = gates.not_before(pod)
@@ -110,13 +121,26 @@ def release(core: Any, pod: Mapping[str, Any], dry_run: bool = False) -> Release
             status = _status(err)
             if status == 404:
                 return Released(namespace, name, "gone", when)
+            refused = ReleaseError(f"pod {namespace}/{name}: {_describe(err)}", status, _body(err))
             if status not in (409, 422):
-                raise ReleaseError(f"pod {namespace}/{name}: {_describe(err)}", status) from None
+                raise refused from None
         try:  # it changed since it was read: read it again
-            current = read_pod(core, namespace, name)
+            fresh = read_pod(core, namespace, name)
         except Exception as err:
             raise ReleaseError(f"pod {namespace}/{name}: {_describe(err)}", _status(err)) from None
-    raise ReleaseError(f"pod {namespace}/{name}: still changing after {MAX_ATTEMPTS} reads")
+        if status == 422 and fresh is not None and _version(fresh) == _version(current):
+            raise refused
+        current = fresh
+    message = f"pod {namespace}/{name}: still changing after {MAX_ATTEMPTS} reads"
+    raise ReleaseError(message, 409)
+
+
+def _version(pod: Mapping[str, Any]) -> Any:
+    return (pod.get("metadata") or {}).get("resourceVersion")
+
+
+def _body(err: Exception) -> Any:
+    return getattr(err, "body", None)
 
 
 def gated_pods(core: Any, namespace: str | None = None) -> Iterator[dict[str, Any]]:
@@ -188,7 +212,15 @@ class _NoRecorder:
 class _Pending:
     pod: Mapping[str, Any]
     due: float
-    tries: int = 0
+
+
+@dataclass
+class _Failing:
+    """Releases failing since ``first``, the last at ``last``, for ``why``."""
+
+    first: float
+    last: float
+    why: str
 
 
 class GateReleaser:
@@ -201,6 +233,7 @@ class GateReleaser:
         core: Any,
         recorder: Recorder | None = None,
         clock: Callable[[], float] = time.time,
+        events: Any = None,
     ):
         self.core = core
         self.recorder = recorder or _NoRecorder()
@@ -210,6 +243,13 @@ class GateReleaser:
         #: (due, uid): the next to release first; stale entries are skipped.
         self._queue: list[tuple[float, str]] = []
         self.released = 0
+        #: Failed releases, each pod's back-off, and the ones refused (given up).
+        self.writes = Writes("gates", events, recorder, clock=clock)
+        #: UID -> resourceVersion of pods whose release was refused: not tried again until
+        #: the pod changes.
+        self._refused: OrderedDict[str, str] = OrderedDict()
+        self._failing: _Failing | None = None
+        self._informer: Informer | None = None
 
     # --- what the watch delivers (its thread) ---------------------------------------------
     def _reset(self) -> None:
@@ -223,19 +263,55 @@ class GateReleaser:
         if not isinstance(uid, str):
             return
         with self._lock:
+            refused = self._refused.get(uid)
             if kind == "DELETED" or meta.get("deletionTimestamp") or not gates.held(pod):
                 self._pending.pop(uid, None)
-            else:
+            elif refused is None or refused != meta.get("resourceVersion"):
                 due = due_time(pod)
-                before = self._pending.get(uid)
-                self._pending[uid] = _Pending(pod, due, before.tries if before else 0)
+                if not self.writes.ready(uid):  # a failed release's back-off still runs
+                    due = max(due, self.writes.due(uid))
+                self._pending[uid] = _Pending(pod, due)
                 heapq.heappush(self._queue, (due, uid))
             self.recorder.gates_pending(len(self._pending))
             self._lock.notify_all()
 
+    # --- whether gates are being released: what admission gates by ---------------------
+    def health(self) -> str:
+        """ "" while gates are being released (or there are none to release); else why not.
+        Admission adds no gate then (``webhook.cluster.leadership``): a gate must never be
+        added that nobody removes. Not healthy: the watch of gated pods has not listed, or
+        fails; a release failed and none succeeded since (for ``COOLDOWN`` seconds after
+        the last failure: a pod refused for its own sake must not stop gating for good);
+        a gate overdue by more than ``OVERDUE_SECONDS`` (the releases are stuck)."""
+        informer = self._informer
+        if informer is None or not informer.synced.is_set():
+            return "the gated pods are not listed yet"
+        if informer.last_error:
+            return f"the watch of gated pods fails ({informer.last_error})"
+        now = self.clock()
+        with self._lock:
+            failing = self._failing
+            overdue = sum(1 for e in self._pending.values() if now - e.due > OVERDUE_SECONDS)
+        if failing is not None and now - failing.last < COOLDOWN:
+            return f"gate releases fail ({failing.why})"
+        if overdue:
+            return f"{overdue} gates overdue by more than {OVERDUE_SECONDS:.0f}s"
+        return ""
+
+    def _outcome(self, failed: str | None) -> None:
+        """A release went through (``None``) or failed (why)."""
+        now = self.clock()
+        with self._lock:
+            if failed is None:
+                self._failing = None
+            elif self._failing is None:
+                self._failing = _Failing(now, now, failed)
+            else:
+                self._failing.last, self._failing.why = now, failed
+
     # --- the loop ------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        informer = Informer(
+        informer = self._informer = Informer(
             "gated-pods",
             self.core.list_pod_for_all_namespaces,
             self._reset,
@@ -285,14 +361,25 @@ class GateReleaser:
         try:
             done = release(self.core, entry.pod)
         except ReleaseError as err:
-            entry.tries += 1
-            retry = min(30.0, 0.5 * 2**entry.tries)
-            log.warning("cannot release a retry-delay gate: %s; again in %.1fs", err, retry)
+            self._outcome(short_error(err))  # (short: it goes on the Lease and in warnings)
+            what = f"the release of the retry-delay gate of pod {_name(entry.pod)}"
+            retry = self.writes.failed(uid, err, _workload(entry.pod), what)
             with self._lock:
-                if self._pending.get(uid) is entry:
-                    entry.due = self.clock() + retry
+                if self._pending.get(uid) is not entry:
+                    return
+                if retry:  # after its back-off
+                    entry.due = self.writes.due(uid)
                     heapq.heappush(self._queue, (entry.due, uid))
+                    return
+                del self._pending[uid]  # refused: until the pod changes
+                meta = entry.pod.get("metadata") or {}
+                self._refused[uid] = str(meta.get("resourceVersion") or "")
+                while len(self._refused) > 10_000:
+                    self._refused.popitem(last=False)
+                self.recorder.gates_pending(len(self._pending))
             return
+        self._outcome(None)
+        self.writes.landed(uid)
         with self._lock:
             if self._pending.get(uid) is entry:
                 del self._pending[uid]
@@ -314,3 +401,21 @@ class GateReleaser:
     def pending(self) -> int:
         with self._lock:
             return len(self._pending)
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def _workload(pod: Mapping[str, Any]) -> Regarding | None:
+    """What a gate's Event regards: the pod's Job or JobSet, else the pod (a bare pod is
+    its own workload)."""
+    found = workload_of(pod)
+    if found is not None:
+        return found
+    meta = pod.get("metadata") or {}
+    fields = [meta.get(k) for k in ("namespace", "name", "uid")]
+    if not all(isinstance(v, str) and v for v in fields):
+        return None
+    return Regarding("v1", "Pod", *fields)

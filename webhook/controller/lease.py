@@ -12,9 +12,16 @@ to anyone who knows Kubernetes controllers:
   clocks may disagree);
 - take or renew it with an update that carries the ``resourceVersion`` read: of two
   replicas that try at once, one gets 409 Conflict and stays a standby;
-- a leader that cannot renew for ``renew_deadline`` stops leading;
+- a leader may act until its last successful renewal *started* plus ``renew_deadline``
+  (``fence``: ``webhook.controller.fence``), and stops leading then, whatever call it is
+  blocked in (client-go's ``renew`` runs each renewal under that deadline);
 - on a clean stop, the leader releases the Lease (``release``: empty holder, duration
   1 s) so a standby takes over within a retry period instead of a lease duration.
+
+The leader also says on the Lease whether its retry-delay gates are being released
+(``GATES_ANNOTATION``: "ok", else why not; ``health``), written with each renewal: the
+admission workers of every replica gate pods only while it says "ok", and the standbys'
+controllers, which read the Lease every retry period anyway, pass it on to theirs.
 
 The Python client ships a leader elector too, but it neither releases on stop nor says
 what it observed; this one publishes every observation (``LeaderState``) for the
@@ -33,8 +40,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.cluster.leadership import LeaderState
+from webhook.controller.fence import Fence
 
 log = logging.getLogger(__name__)
+
+#: On the Lease: whether the leader's retry-delay gates are being released ("ok"), else
+#: why not (``webhook.controller.gates.GateReleaser.health``).
+GATES_ANNOTATION = "retry-policy.dev/gate-releases"
 
 
 @dataclass(frozen=True)
@@ -71,12 +83,19 @@ class LeaderElector:
         publish: Callable[[LeaderState], None] = lambda state: None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        health: Callable[[], str] = lambda: "",
+        fence: Fence | None = None,
     ):
         self.api = api  # a kubernetes.client.CoordinationV1Api
         self.config = config
         self.publish = publish
+        #: While leading: "" when its gates are being released, else why not.
+        self.health = health
         self.clock = clock
         self.wall = wall
+        #: Until when this replica may act: each successful acquisition or renewal extends
+        #: it to when the attempt started plus ``renew_deadline`` (on ``clock``).
+        self.fence = fence if fence is not None else Fence(clock)
         self.leading = threading.Event()
         #: The record last observed, when (this replica's clock, and wall clock), and
         #: its duration and holder.
@@ -85,9 +104,11 @@ class LeaderElector:
         self._observed_wall = 0.0
         self._observed_seconds = config.lease_seconds
         self._holder = ""
+        #: What the holder last said of its gate releases ("" : they work, or it says
+        #: nothing: a version of the webhook before it did).
+        self._gates = ""
         self._transitions = 0
         self._acquired = ""
-        self._last_renew = 0.0
         self.errors = 0
         self.transitions_seen = 0
 
@@ -110,6 +131,7 @@ class LeaderElector:
                 log.info("cannot create Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
                 return False
             self._observe(body, now, wall)
+            self.fence.extend(now + cfg.renew_deadline)
             return True
         record = _record(lease)
         if record != self._observed:
@@ -130,6 +152,9 @@ class LeaderElector:
             log.info("cannot take or renew Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
             return False
         self._observe(body, now, wall)
+        # From when the attempt started, not when it returned: a standby counts the lease
+        # from when it saw this renewal, which was after it was sent.
+        self.fence.extend(now + cfg.renew_deadline)
         return True
 
     def _body(self, lease: dict[str, Any] | None, wall: float, acquire: bool) -> dict[str, Any]:
@@ -147,6 +172,9 @@ class LeaderElector:
         metadata: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace}
         if lease is not None:
             metadata = dict(lease.get("metadata") or {}, **metadata)
+        annotations = dict(metadata.get("annotations") or {})
+        annotations[GATES_ANNOTATION] = self.health() or "ok"
+        metadata["annotations"] = annotations
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -164,11 +192,14 @@ class LeaderElector:
         seconds = spec.get("leaseDurationSeconds")
         self._observed_seconds = float(seconds) if isinstance(seconds, int) else 0.0
         self._holder = holder
+        said = ((lease.get("metadata") or {}).get("annotations") or {}).get(GATES_ANNOTATION)
+        self._gates = said if isinstance(said, str) and said != "ok" else ""
 
     def release(self) -> bool:
         """Give the Lease up (client-go's ``tryRelease``): holder empty, 1 s duration."""
         if not self.leading.is_set():
             return True
+        self.fence.close()  # nothing acts once the Lease may be another's
         cfg = self.config
         try:
             lease = self._get()
@@ -194,26 +225,30 @@ class LeaderElector:
 
     # --- the loop ---------------------------------------------------------------------------
     def run(self, stop: threading.Event, on_lost: Callable[[], None] = lambda: None) -> None:
-        """Acquire, then renew every retry period; stop leading (``on_lost``) when no
-        renewal succeeded for ``renew_deadline``. Returns when ``stop`` is set, after
-        releasing the Lease if it led."""
+        """Acquire, then renew every retry period; stop leading (``on_lost``) once the
+        fence passed with no renewal (``renew_deadline`` after the last one started).
+        Returns when ``stop`` is set, after releasing the Lease if it led."""
         cfg = self.config
-        while not stop.is_set():
+        while not stop.is_set() and not self.fence.closed:  # a leader lost is done
             ok = self.try_acquire_or_renew()
-            now = self.clock()
-            if ok:
-                self._last_renew = now
+            if ok and self.fence.holds():
                 if not self.leading.is_set():
                     log.info("leading", extra={"lease": f"{cfg.namespace}/{cfg.name}"})
                     self.leading.set()
-            elif self.leading.is_set() and now - self._last_renew > cfg.renew_deadline:
-                log.warning("lost the Lease: no renewal for %.0fs", now - self._last_renew)
-                self.leading.clear()
-                self.publish(self.state())
-                on_lost()
+            elif self.leading.is_set() and not self.fence.holds():
+                self.lose(on_lost)
             self.publish(self.state())
             stop.wait(cfg.retry_period)
         self.release()
+
+    def lose(self, on_lost: Callable[[], None] = lambda: None) -> None:
+        """Stop leading: the fence closes, the note says so, ``on_lost`` is told."""
+        self.fence.close()
+        if self.leading.is_set():
+            log.warning("lost the Lease: no renewal within %.1fs", self.config.renew_deadline)
+            self.leading.clear()
+            self.publish(self.state())
+        on_lost()
 
     def state(self) -> LeaderState:
         leader = self.leading.is_set()
@@ -225,6 +260,7 @@ class LeaderElector:
             renewed_at=self._observed_wall,
             written_at=self.wall(),
             lease_seconds=self._observed_seconds or self.config.lease_seconds,
+            gates=self.health() if leader else self._gates,
         )
 
     # --- the API, as raw JSON ---------------------------------------------------------------

@@ -5,7 +5,11 @@ a cluster connection (``--no-controller`` turns it off). Every replica runs one;
 that holds the Lease starts the reconcilers (``Reconciler``), the others only watch the
 Lease. A replica that loses the Lease exits this process, and the supervisor starts a
 fresh one, a standby: as controller-runtime's manager exits on lost leadership, so that
-no reconciler of a former leader can act beside the new one.
+no reconciler of a former leader can act beside the new one. It loses it at its fence
+(``webhook.controller.fence``: its last renewal's start plus ``renew_deadline``), watched
+here, not by the elector's thread, which may be blocked in a call the API never answers:
+the reconcilers' writes stop at the fence (their API client refuses them), and ``run``
+returns then without waiting for any thread.
 
 Nothing here runs on the admission path: the workers only read what this process
 publishes (``webhook.cluster.leadership``).
@@ -18,12 +22,14 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.cluster.leadership import LeaderNote, LeaderState
+from webhook.controller.fence import Fence
 from webhook.controller.lease import LeaderElector, LeaseConfig
 
 log = logging.getLogger(__name__)
@@ -90,12 +96,17 @@ class Manager:
         reconcilers: Sequence[Reconciler],
         note: LeaderNote | None = None,
         recorder: Recorder | None = None,
+        fence: Fence | None = None,
     ):
         self.options = options
         self.note = note
         self.recorder = recorder or _NoMetrics()
-        self.elector = LeaderElector(coordination_api, options.lease(), self._publish)
         self.reconcilers = list(reconcilers)
+        self.elector = LeaderElector(
+            coordination_api, options.lease(), self._publish, health=self._health, fence=fence
+        )
+        #: What the reconcilers' writes are fenced by (``webhook.controller.fence``).
+        self.fence = self.elector.fence
         self.stop = threading.Event()
         self.lost = threading.Event()
         self._leading_stop = threading.Event()
@@ -106,6 +117,12 @@ class Manager:
             self.note.write(state)
         self.recorder.leader(state.leader)
 
+    def _health(self) -> str:
+        """What the reconcilers that report it say is wrong ("" : nothing): the gate
+        releaser's, which admission gates by (``webhook.controller.gates``)."""
+        problems = [check() for r in self.reconcilers if (check := getattr(r, "health", None))]
+        return "; ".join(p for p in problems if p)
+
     def run(self) -> int:
         """Until ``stop`` (SIGTERM) or the Lease is lost; 0 on a clean stop, 1 after a loss
         (the supervisor starts a new standby either way when it still serves)."""
@@ -115,18 +132,30 @@ class Manager:
         elector.start()
         while not self.stop.is_set() and not self.lost.is_set():
             if self._threads:
+                if not self.fence.holds():  # whatever the elector's thread is blocked in
+                    self.elector.lose(self._on_lost)
+                    break
                 # Leading: ``leading`` stays set, so waiting on it would spin.
-                self.stop.wait(0.2)
-            elif self.elector.leading.wait(0.2):
+                self.stop.wait(min(0.2, self.fence.remaining()))
+            elif self.elector.leading.wait(0.2) and self.fence.holds():
                 self._start_reconcilers()
             self.recorder.flush()
+        if self.lost.is_set():
+            # Fenced: no write of theirs goes out; the process ends without waiting for a
+            # thread a hung call holds (the supervisor starts a standby).
+            self._leading_stop.set()
+            self.stop.set()
+            self.recorder.flush()
+            return 1
         self._stop_reconcilers()
+        self.fence.close()  # before the Lease is released: nothing acts after
         self.stop.set()
         elector.join(timeout=self.options.renew_deadline + 5)
         self.recorder.flush()
-        return 1 if self.lost.is_set() else 0
+        return 0
 
     def _on_lost(self) -> None:
+        self.fence.close()
         self._leading_stop.set()
         self.lost.set()
 
@@ -141,10 +170,13 @@ class Manager:
             self._threads.append(thread)
         log.info("reconcilers started", extra={"reconcilers": [r.name for r in self.reconcilers]})
 
-    def _stop_reconcilers(self) -> None:
+    def _stop_reconcilers(self, timeout: float = 5.0) -> None:
+        """Stop the reconcilers, waiting ``timeout`` seconds for them all (a write still
+        running when the fence closes is refused, not waited for)."""
         self._leading_stop.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def _guarded(reconciler: Reconciler, stop: threading.Event) -> Callable[[], None]:

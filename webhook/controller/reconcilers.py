@@ -28,9 +28,9 @@ def build(
     if events is None:
         events, resolver = recorder_for(api_client, instance_name())
     return [
-        HistoryRecorder(api_client),
+        HistoryRecorder(api_client, events=events, metrics=recorder),
         FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
-        GateReleaser(client.CoreV1Api(api_client), recorder),
+        GateReleaser(client.CoreV1Api(api_client), recorder, events=events),
         # The budgets per cause (``webhook.mutators.budgets``).
         Disruptions(api_client, events, recorder),
         InPlaceBudget(api_client, events, recorder),

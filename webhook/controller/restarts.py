@@ -32,6 +32,7 @@ container's, as each restart of the pod restarts them all. Sidecars' restarts ar
 
 from __future__ import annotations
 
+import heapq
 import logging
 import queue
 import threading
@@ -53,9 +54,10 @@ from webhook.cluster.conditions import (
     workload_of,
 )
 from webhook.cluster.events import Event
-from webhook.cluster.informer import Informer, short_error
+from webhook.cluster.informer import Informer
 from webhook.controller.disruptions import MOST, Metrics
 from webhook.controller.records import MERGE_PATCH
+from webhook.controller.writes import Writes
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED, named_containers
 from webhook.kube.objects import items, mapping
 from webhook.mutators.budgets import MAX_RESTARTS_LABEL
@@ -110,6 +112,10 @@ class InPlaceBudget:
         self._lock = threading.Lock()
         self._done: OrderedDict[str, None] = OrderedDict()
         self.counters = {"replaced": 0, "conflicts": 0}
+        #: Failed replacements: tried again after their back-off (``_later``, when due), or
+        #: given up when refused (``webhook.controller.writes``).
+        self.writes = Writes("in_place", events, self.metrics)
+        self._later: list[tuple[float, int, Mapping[str, Any]]] = []
 
     def run(self, stop: threading.Event) -> None:
         informer = Informer(
@@ -123,14 +129,24 @@ class InPlaceBudget:
         )
         threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
         while not stop.is_set():
+            while self._later and self._later[0][0] <= self.writes.clock():
+                self._queue.put(heapq.heappop(self._later)[2])
             try:
                 pod = self._queue.get(timeout=0.1)
             except queue.Empty:
                 continue
             try:
-                self.replace(pod)
+                if self.replace(pod):
+                    self.writes.landed(pod_uid(pod))
             except Exception as err:  # the loop must outlive any one pod
-                log.warning("pod %s not replaced: %s", pod_name(pod), short_error(err))
+                self._failed(pod, err)
+
+    def _failed(self, pod: Mapping[str, Any], err: Exception) -> None:
+        """A replacement the API failed: again after its back-off; refused: told."""
+        uid = pod_uid(pod)
+        what = f"the replacement of pod {pod_name(pod)} (max-in-place-restarts)"
+        if self.writes.failed(uid, err, workload_of(pod), what):
+            heapq.heappush(self._later, (self.writes.due(uid), id(pod), pod))
 
     def _event(self, kind: str, pod: Mapping[str, Any]) -> None:
         if kind == "DELETED" or terminal(pod) or terminating(pod):

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.leadership import LeaderLive, Now, Passed
+from webhook.cluster.leadership import GateReleases, LeaderLive, Now, Passed
 from webhook.kube import gates, jobsetplacement, podspec
 from webhook.kube.owned import ALL, SHALLOW, Owned
 from webhook.mutators.base import Context, Outcome
@@ -232,6 +232,18 @@ def hold(
             "RetryDelaySkipped",
             f"{attempt.label()}: not held back for its {wait} retry-delay: no controller "
             "of the webhook leads to end it; it runs at once",
+        )
+        return None
+    problem = ctx.clock.ask(GateReleases())
+    if problem:  # a leader whose releases fail would not end it either
+        out.note(
+            f"retry-policy: {attempt.label()} not held back for its {wait} retry-delay: the "
+            f"controller is not releasing gates now ({problem})"
+        )
+        out.decided(
+            "RetryDelaySkipped",
+            f"{attempt.label()}: not held back for its {wait} retry-delay: the controller of "
+            f"the webhook is not releasing gates now ({problem}); it runs at once",
         )
         return None
     stamp = format_time(due)

@@ -105,7 +105,7 @@ def dry_run_result(doc: Document, checked: Any, fail_on_warn: bool) -> reports.R
     return reports.Result(doc.source.path, name, reports.PASSED, "admitted", text, **common)
 
 
-def _kubectlname_of(obj: dict[str, Any]) -> str:
+def kubectl_name(obj: dict[str, Any]) -> str:
     """``kubectl -o name``'s form: ``job.batch/train``, ``pod/x``."""
     group = str(obj.get("apiVersion") or "").rpartition("/")[0]
     kind = str(obj.get("kind") or "").lower()

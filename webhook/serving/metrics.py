@@ -378,6 +378,15 @@ class ControllerMetrics:
             registry=self.registry,
         )
         self._budget_counters: tuple[Any, Any, Any, Any] | None = None
+        self.writes = Counter(
+            PREFIX + "controller_writes_total",
+            "The controller's writes (writer: history, disruptions, gates, in_place, "
+            "conditions), by result: written; conflict (409: read again and written again, "
+            "never dropped); retried (429, 5xx or no answer: again after a back-off); "
+            "refused (any other 4xx: given up, with a RetryPolicyWriteFailed Event).",
+            ["writer", "result"],
+            registry=self.registry,
+        )
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
@@ -404,6 +413,13 @@ class ControllerMetrics:
     def uncovered(self, reason: str) -> None:
         if reason in UNCOVERED_REASONS:
             self._budgets()[3].labels(reason).inc()
+
+    def write(self, writer: str, result: str) -> None:
+        """A write's outcome (``webhook.controller.writes``)."""
+        from webhook.controller.writes import RESULTS, WRITERS
+
+        if writer in WRITERS and result in RESULTS:
+            self.writes.labels(writer, result).inc()
 
     def _budgets(self) -> tuple[Any, Any, Any, Any]:
         """The budgets' counters, made on first use (a controller that never counts a

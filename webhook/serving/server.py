@@ -75,6 +75,7 @@ from webhook.cluster.nodes import NodeAnswer, NodeCache
 from webhook.cluster.nodes import ask as node_lookup
 from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
 from webhook.cluster.version import ServerVersion
+from webhook.controller.fence import Fence, fenced_client
 from webhook.controller.manager import ControllerOptions, Manager, install_signal_handlers
 from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config, load_config
@@ -400,7 +401,7 @@ class LoopAttempts:
 
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
         if threading.get_ident() == self.loop_thread:
-            answer = self.cache.answer_at_once(uid)
+            answer = self.cache.answer_at_once(uid, namespace)
             if answer is None:
                 raise NeedsThread
             return answer
@@ -1046,14 +1047,19 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     from webhook.controller import reconcilers
 
     api_client = clients[0].api_client
-    events, resolver = recorder_for(api_client, instance_name())
+    # The Lease is written through its own client; everything the reconcilers (and their
+    # Events) write goes through one the fence guards (``webhook.controller.fence``).
+    fence = Fence()
+    acting = fenced_client(api_client.configuration, fence)
+    events, resolver = recorder_for(acting, instance_name())
     recorder = metrics.ControllerMetrics(events.stats) if options.metrics_port else None
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options.controller_options(),
-        reconcilers.build(api_client, options.controller_options(), events, resolver, recorder),
+        reconcilers.build(acting, options.controller_options(), events, resolver, recorder),
         note,
         recorder,
+        fence,
     )
     install_signal_handlers(manager.stop)
     parent = os.getppid()
@@ -1065,7 +1071,8 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
 
     threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
     code = manager.run()
-    events.flush(2.0)  # the Events still queued, briefly
+    if code == 0:  # a clean stop; after a loss the fence refuses them anyway
+        events.flush(2.0)  # the Events still queued, briefly
     if recorder is not None:
         recorder.flush()
     return code
