@@ -2,11 +2,13 @@
 supervisor does, however it ends: SIGKILL and an OOM kill leave it no last act.
 
 A child takes the supervisor's pid as it was *before the fork* (read afterwards, a dead
-parent's pid is already the reaper's), asks Linux to send it SIGTERM when its parent dies
-(``PR_SET_PDEATHSIG``), then checks the parent is still that pid: one that died before
-the request sends nothing. The signal fires when the *thread* that forked the child
-ends; the supervisor starts no thread, so that is its main thread, for as long as it
-lives. Where there is no prctl, a thread polls the parent's pid instead.
+parent's pid is already the reaper's) and asks Linux to send it SIGTERM when its parent
+dies (``PR_SET_PDEATHSIG``; it fires when the *thread* that forked the child ends, and
+the supervisor starts no thread, so that is its main thread, for as long as it lives). A
+thread polls the parent's pid too: where there is no prctl, when the parent died before
+the request, and because a SIGTERM that comes before the process can act on it (a worker
+whose server is not listening for it yet) is lost: it sends SIGTERM again until the
+process is gone.
 
 SIGTERM, not SIGKILL: a leading controller releases its Lease and a worker finishes the
 requests in flight, as when the supervisor stops them itself.
@@ -24,8 +26,9 @@ from typing import Any
 
 #: ``PR_SET_PDEATHSIG`` from <linux/prctl.h>.
 PR_SET_PDEATHSIG = 1
-#: How often a child without prctl looks for its parent.
+#: How often a child looks for its parent, and how often it asks itself again to stop.
 POLL_SECONDS = 0.5
+RESEND_SECONDS = 2.0
 
 
 def _find_prctl() -> Any:
@@ -52,13 +55,14 @@ def forked_from(parent: int) -> None:
 
 def bind(parent: int) -> None:
     """SIGTERM to this process once ``parent`` is gone, from now on."""
-    if _PRCTL is None or _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
-        threading.Thread(target=_poll, args=(parent,), name="parent-watch", daemon=True).start()
-    if os.getppid() != parent:  # it died before the request: nothing will tell us
-        os.kill(os.getpid(), signal.SIGTERM)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    threading.Thread(target=_watch, args=(parent,), name="parent-watch", daemon=True).start()
 
 
-def _poll(parent: int) -> None:
+def _watch(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(POLL_SECONDS)
-    os.kill(os.getpid(), signal.SIGTERM)
+    while True:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(RESEND_SECONDS)
