@@ -283,9 +283,10 @@ def kill_group(server: Server) -> None:
     server.proc.wait(scaled(10))
 
 
-def marked(mark: str) -> list[int]:
-    """Live processes (zombies are not) whose environment has ``RPW_TEST_SERVER=mark``."""
-    wanted = f"{MARK_ENV}={mark}".encode()
+def marked(mark: str, name: str = MARK_ENV) -> list[int]:
+    """Live processes (not zombies) that started with ``name=mark`` in their environment:
+    the processes of one server (``RPW_TEST_SERVER``), or all a pytest process started."""
+    wanted = f"{name}={mark}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -300,6 +301,15 @@ def marked(mark: str) -> list[int]:
         except (OSError, IndexError):
             continue  # gone meanwhile, or not ours to read
     return found
+
+
+def command(pid: int) -> str:
+    """A process's command line, for a message."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
 
 
 OTHER = {

@@ -14,7 +14,7 @@ import signal
 
 import pytest
 from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, free_port, marked, scaled, start, start_slot
+from serverproc import command, eventually, free_port, marked, scaled, start, start_slot
 
 #: Where in the start-up the supervisor dies: the log line it is killed at.
 POINTS = {
@@ -84,11 +84,3 @@ def test_nothing_outlives_a_supervisor_killed(point, api, tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         assert not left, f"still running after the supervisor died: {left}"
-
-
-def command(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return "?"
