@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from serverproc import scaled
 
 from benchmarks import https, lower_bound, scale
 from benchmarks.cases import streams
@@ -256,7 +257,7 @@ def test_the_floor_is_served_by_our_server_and_answers_allowed(tmp_path: Path) -
             served.url, body, {"Content-Type": "application/json"}, method="POST"
         )
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        with urllib.request.urlopen(request, context=context, timeout=scaled(10)) as answer:
             assert answer.headers["server"] == "granian"
             response = json.loads(answer.read())["response"]
         assert response == {"uid": json.loads(body)["request"]["uid"], "allowed": True}

@@ -15,7 +15,7 @@ from conftest import P, job, stored
 from fakeapi import FakeAPI, write_kubeconfig
 from jobsim import JobRun
 from kubernetes import config
-from serverproc import eventually
+from serverproc import eventually, scaled
 from workloads import mutate
 
 from webhook.cluster.events import EventRecorder
@@ -61,13 +61,12 @@ class Running:
         self.thread = threading.Thread(target=reconciler.run, args=(self.stop,), daemon=True)
 
     def __enter__(self):
-        self.thread.start()
-        time.sleep(0.3)  # it lists, then watches
+        self.thread.start()  # it watches from the version it lists: nothing is missed
         return self.reconciler
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join(5)
+        self.thread.join(scaled(5))
 
 
 def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:

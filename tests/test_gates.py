@@ -26,7 +26,7 @@ import pytest
 from conftest import P, decode_patch, job_owner, pod, review, stored
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, free_port, metric, stop
+from serverproc import eventually, free_port, metric, scaled, stop
 from test_controller import gated_pod, readyz, replica
 from workloads import kubectl_patch, validate_schema
 
@@ -78,7 +78,7 @@ class Running:
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
-        self.thread.join(5)
+        self.thread.join(scaled(5))
 
 
 class Recorded:
@@ -164,7 +164,7 @@ def release_gates(fake: FakeAPI, tmp_path: Path, *args: str) -> subprocess.Compl
         [str(BIN), "release-gates", "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
         env={k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"},
     )
@@ -357,7 +357,7 @@ def test_a_retry_waits_as_asked_and_is_let_go_by_the_leader_or_its_successor(api
         fail(api, job, new_pod(job), time.time())
         _, made, patch = admit_gated(leader, new_pod(job))
         os.killpg(leader.proc.pid, signal.SIGKILL)
-        leader.proc.wait(5)
+        leader.proc.wait(scaled(5))
         gated = store(api, made, patch, tmp_path)
         uid, due = gated["metadata"]["uid"], parse_time(gates.not_before(gated) or "")
         eventually(lambda: readyz(standby)["leader"], 15)
