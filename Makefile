@@ -4,7 +4,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools run dry-run test lint bench bench-instructions fuzz clean
+.PHONY: install tools run dry-run test test-fast lint bench bench-instructions fuzz clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ lint: install
 ## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm).
 test: install tools lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
+
+## A contributor's loop: the tests that start no server, run no program and wait on no
+## clock, with fewer hypothesis examples (docs/DEVELOPMENT.md, "How it is tested").
+test-fast: install tools
+	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not slow"
 
 ## Benchmarks (not part of `make test`), the controller's cost included: needs wrk and hey
 ## (apt-get install wrk hey); the gunicorn floor is installed from the `bench` extra.
