@@ -29,9 +29,10 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm).
+## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm), a test
+## file per CPU at once (servers still start a few at a time: tests/serverproc.py).
 test: install tools lint
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile
 
 ## A contributor's loop: the tests that start no server, run no program and wait on no
 ## clock, with fewer hypothesis examples (docs/DEVELOPMENT.md, "How it is tested").
