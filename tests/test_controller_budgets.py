@@ -312,6 +312,19 @@ def in_place(fake, tmp_path, metrics=None) -> InPlaceBudget:
     return InPlaceBudget(client, events, metrics)
 
 
+def judging(reconciler: InPlaceBudget) -> list[str]:
+    """The pod versions the reconciler has judged (queued for replacing, or let be)."""
+    judged: list[str] = []
+    judge = reconciler._event
+
+    def recorded(kind: str, pod: dict) -> None:
+        judge(kind, pod)
+        judged.append(pod["metadata"]["resourceVersion"])
+
+    reconciler._event = recorded  # read by its informer when it starts
+    return judged
+
+
 def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, tmp_path):
     """Each pod restarts in place five times, is marked, deleted with its grace period,
     fails (143) and is counted by the Job's first rule (not FailJob, not Ignore); with
@@ -319,14 +332,16 @@ def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, t
     run = JobRun.store(api, admitted_job(IN_PLACE))
     metrics = Counted()
     total = 0
-    with Running(in_place(api, tmp_path, metrics)) as reconciler:
+    reconciler = in_place(api, tmp_path, metrics)
+    judged = judging(reconciler)
+    with Running(reconciler):
         while not run.ended:
             pod = run.new_pod()
             for count in range(1, 6):
-                run.restart(pod, count)
+                version = run.restart(pod, count)["metadata"]["resourceVersion"]
                 total += 1
                 if count < 5:
-                    time.sleep(0.05)
+                    eventually(lambda v=version: v in judged)  # seen, and let be
                     assert run.current(pod)["metadata"].get("deletionTimestamp") is None
             eventually(lambda p=pod: run.current(p)["metadata"].get("deletionTimestamp"), 10)
             marked = run.current(pod)
