@@ -403,6 +403,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             pass
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
+        reporter.write_line("")
         reporter.write_sep("=", "processes the tests left running (now killed)", red=True)
         for line in described:
             reporter.write_line(line)
