@@ -277,7 +277,7 @@ def _slow_entry_points() -> set[int]:
 
 
 _OURS = (str(ROOT / "tests"), str(ROOT / "benchmarks"))
-_verdicts: dict[Any, bool] = {}
+_verdicts: dict[tuple[int, int], bool] = {}
 
 
 def _ours(obj: Any) -> bool:
@@ -285,42 +285,67 @@ def _ours(obj: Any) -> bool:
     return code is not None and code.co_filename.startswith(_OURS)
 
 
+def _called(code: Any, names: dict[str, Any]) -> Any:
+    """What ``code`` loads that it may call: the globals it reads (not attribute names that
+    happen to be spelled like one), what it imports, and attributes of modules and classes
+    it reads (``subprocess.run``, ``https.Served``)."""
+    import dis
+    import sys
+
+    last, imported, local = None, None, {}
+    for instruction in dis.get_instructions(code):
+        op, name = instruction.opname, instruction.argval
+        if op in ("STORE_FAST", "STORE_DEREF", "STORE_NAME") and last is not None:
+            local[name] = last  # ``import subprocess`` inside a function, say
+            last = None
+            continue
+        if op in ("LOAD_FAST", "LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST_CHECK"):
+            last = local.get(name)
+        elif op in ("LOAD_GLOBAL", "LOAD_NAME"):
+            last = names.get(name)
+        elif op == "IMPORT_NAME":
+            imported = sys.modules.get(name)  # what a ``from`` takes its names from
+            last = sys.modules.get(name.partition(".")[0])  # what ``import a.b`` binds
+        elif op == "IMPORT_FROM":
+            last = getattr(imported, name, None)
+        elif op in ("LOAD_ATTR", "LOAD_METHOD") and isinstance(last, type | type(sys)):
+            last = getattr(last, name, None)
+        else:
+            last = None
+            continue
+        yield last
+
+
 def _reaches(code: Any, names: dict[str, Any], slow: set[int]) -> bool:
     """Whether ``code`` (resolving names in ``names``, its globals) can call a slow entry
     point, directly or through our own functions, classes and nested functions."""
-    if code in _verdicts:
-        return _verdicts[code]
-    _verdicts[code] = False  # recursion: assume not while looking
     import inspect
-    import sys
 
+    # By identity: equal code objects (the same few lines at the same line of two files)
+    # may resolve their names in different globals.
+    key = (id(code), id(names))
+    if key in _verdicts:
+        return _verdicts[key]
+    _verdicts[key] = False  # recursion: assume not while looking
     found = False
-    attributes = set(code.co_names)
-    for name in code.co_names:
-        target = names.get(name, sys.modules.get(name))  # also ``from x import y`` inside
-        candidates = [target]
-        if inspect.ismodule(target):
-            candidates = [getattr(target, attr, None) for attr in attributes]
-        for obj in candidates:
-            if id(obj) in slow:
-                found = True
-            elif inspect.isclass(obj) and obj.__module__ in sys.modules:
-                found = any(
-                    _reaches(f.__code__, f.__globals__, slow)
-                    for f in vars(obj).values()
-                    if inspect.isfunction(f) and _ours(f)
-                )
-            elif inspect.isfunction(obj) and _ours(obj):
-                found = _reaches(obj.__code__, obj.__globals__, slow)
-            if found:
-                break
+    for obj in _called(code, names):
+        if id(obj) in slow:
+            found = True
+        elif inspect.isclass(obj):
+            found = any(
+                _reaches(f.__code__, f.__globals__, slow)
+                for f in vars(obj).values()
+                if inspect.isfunction(f) and _ours(f)
+            )
+        elif inspect.isfunction(obj) and _ours(obj):
+            found = _reaches(obj.__code__, obj.__globals__, slow)
         if found:
             break
     if not found:
         found = any(
             _reaches(const, names, slow) for const in code.co_consts if inspect.iscode(const)
         )
-    _verdicts[code] = found
+    _verdicts[key] = found
     return found
 
 
@@ -337,6 +362,13 @@ def _is_slow(item: pytest.Item, slow: set[int]) -> bool:
             if _reaches(function.__code__, function.__globals__, slow):
                 return True
     return False
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before the test's fixtures: a test found fast that starts a server anyway fails."""
+    import serverproc
+
+    serverproc.IN_FAST_TEST = item.get_closest_marker("slow") is None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -418,7 +450,8 @@ _slow_unmarked: list[tuple[str, float]] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" and "slow" not in report.keywords:
+    # (Property tests are as long as their profile makes them: ``dev`` for a short loop.)
+    if report.when == "call" and not {"slow", "hypothesis"} & set(report.keywords):
         from serverproc import scaled
 
         if report.duration > scaled(FAST_SECONDS):

@@ -43,6 +43,8 @@ STARTS_ENV = "RPW_TEST_SERVER_STARTS"
 MARK_ENV = "RPW_TEST_SERVER"
 #: The deadline of a start on an idle machine; see ``start_deadline``.
 START_SECONDS = 30.0
+#: Set by tests/conftest.py while a test outside the ``slow`` tier runs: it may not start one.
+IN_FAST_TEST = False
 
 
 def time_factor() -> float:
@@ -153,6 +155,7 @@ def start(
 ) -> Server:
     """``retry-webhook serve`` in a session of its own; with ``wait``, once it is ready
     (every worker answering), holding one of the start slots meanwhile."""
+    assert not IN_FAST_TEST, "a test that starts a server must be marked slow (tests/conftest.py)"
     port = free_port()
     log_path = log_path or cert_dir.parent / f"server-{port}.log"
     mark = uuid.uuid4().hex
