@@ -205,11 +205,11 @@ def running(recorder: HistoryRecorder):
     return stop, thread
 
 
-def pod_watches(api) -> int:
-    """The watches of pods opened so far: an informer opens one after applying a list."""
-    return sum(
-        1 for path, query in list(api.requests) if path.endswith("/pods") and "watch" in query
-    )
+def relisted(api, since: int) -> bool:
+    """Whether pods were listed again since request ``since`` and watched after that: an
+    informer applies what it lists before it watches."""
+    watches = [("watch" in q) for p, q in list(api.requests)[since:] if p.endswith("/pods")]
+    return False in watches and True in watches[watches.index(False) :]
 
 
 def record_of(obj: dict) -> Record | None:
@@ -244,9 +244,9 @@ def test_the_leader_writes_a_jobs_failures_on_the_job_once_each(api, tmp_path):
         assert (line.counted, line.ignored) == (1, 1)  # the Ignore rule's, as the Job controller
         assert line.nodes == ("node-a",)  # a preempted pod's node did not fail it
         writes = recorder.stats()["writes"]
-        watches = pod_watches(api)
+        since = len(api.requests)
         api.expire("pods")  # the watch ends with 410; the recorder lists every pod again
-        eventually(lambda: pod_watches(api) > watches)  # listed (and applied) before it
+        eventually(lambda: relisted(api, since))
         recorder.flush()
         after = record_of(stored_job(api, "uid-train"))
         assert after == record and recorder.stats()["writes"] == writes
