@@ -326,6 +326,14 @@ def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **k
     resolver = WorkloadResolver(client.CustomObjectsApi(api))
     recorder.resolve = resolver.resolve
     reconciler = FailedJobs(client.BatchV1Api(api), client.CoreV1Api(api), recorder, resolver, **kw)
+    handled: set[str] = set()  # judged, and its Event (if any) handed to the recorder
+    seen = reconciler._seen
+
+    def handling(kind: str, job: dict) -> None:
+        seen(kind, job)
+        handled.add(job["metadata"]["uid"])
+
+    reconciler._seen = handling  # read by its informer when it starts
     stop_event = threading.Event()
     thread = threading.Thread(target=reconciler.run, args=(stop_event,), daemon=True)
     thread.start()
@@ -339,7 +347,7 @@ def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **k
                 for c in fake.objects["jobs"][uid]["status"].get("conditions", [])
             )
         }
-    eventually(lambda: failed_uids <= set(reconciler._done), 10)
+    eventually(lambda: failed_uids <= handled, 10)  # (``_done`` is set before the emit)
     assert recorder.flush()
     stop_event.set()
     return recorder
