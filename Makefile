@@ -4,7 +4,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools run dry-run test lint bench bench-instructions fuzz clean
+.PHONY: install tools run dry-run test test-fast lint bench bench-instructions fuzz clean
 
 # Quiet, and on stderr: `make dry-run` prints only YAML on stdout, even on its first run.
 $(BIN)/.installed: pyproject.toml
@@ -35,9 +35,15 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm).
+## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm), a test
+## file per CPU at once (servers still start a few at a time: tests/serverproc.py).
 test: install tools lint
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile
+
+## A contributor's loop: the tests that start no server, run no program and wait on no
+## clock, with fewer hypothesis examples (docs/DEVELOPMENT.md, "How it is tested").
+test-fast: install tools
+	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not slow"
 
 ## Benchmarks (not part of `make test`), the controller's cost included: needs wrk and hey
 ## (apt-get install wrk hey); the gunicorn floor is installed from the `bench` extra.

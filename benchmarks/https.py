@@ -68,8 +68,12 @@ def _get(port: int, ca: Path, path: str, timeout: float) -> bytes:
         return answer.read()
 
 
+#: How long a server may take to start (the tests make it longer on a busy machine).
+START_SECONDS = 30.0
+
+
 def _wait_healthy(port: int, ca: Path, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + START_SECONDS
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited: {proc.stderr.read() if proc.stderr else ''}")

@@ -1155,3 +1155,19 @@ def _invalid(resource: str, obj: Any, current: dict | None) -> tuple[int, dict] 
                     f"webhooks[{index}].clientConfig.caBundle: illegal base64 data",
                 )
     return None
+
+
+def applied(cache: Any) -> list[str]:
+    """The ``resourceVersion`` of each watch event the cache's informers apply from now on:
+    a sync point for a test that asserts a change made no difference (waiting for the
+    change to be applied, not for a time it might take)."""
+    seen: list[str] = []
+    for informer in cache._informers:
+        apply = informer.apply
+
+        def recording(kind: str, obj: dict[str, Any], apply: Any = apply) -> None:
+            apply(kind, obj)
+            seen.append((obj.get("metadata") or {}).get("resourceVersion"))
+
+        informer.apply = recording
+    return seen

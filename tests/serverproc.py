@@ -1,24 +1,66 @@
 """The real server as deployed (``retry-webhook serve``: granian workers, TLS) in a subprocess,
 and HTTPS/metrics clients for it. Logs go to a file (a pipe nobody reads would fill up
-and block the server under load); ``logs()`` reads them back as JSON lines."""
+and block the server under load); ``logs()`` reads them back as JSON lines.
+
+Deadlines here and in the tests scale with the machine (``scaled``): a busy machine
+makes a start or an answer slower, never wrong. Servers start a few at a time
+(``start_slot``), across every pytest process of this user, so a suite on a loaded
+machine does not start them all at once and time them all out together. Each server
+runs in a session (process group) of its own, killed whole when it fails to start."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
 import http.client
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 BIN = Path(sys.executable).parent / "retry-webhook"
+
+#: Every deadline of the tests is multiplied by this (``.ci/run`` sets it for CI runners).
+TIME_FACTOR_ENV = "RPW_TEST_TIME_FACTOR"
+#: How many servers may be starting at once, across pytest processes (default: a CPU of
+#: two per start).
+STARTS_ENV = "RPW_TEST_SERVER_STARTS"
+#: Set in each server's environment (and so its workers', controller's and metrics
+#: process's): ``marked`` finds them by it.
+MARK_ENV = "RPW_TEST_SERVER"
+#: The deadline of a start on an idle machine; see ``start_deadline``.
+START_SECONDS = 30.0
+#: Set by tests/conftest.py while a test outside the ``slow`` tier runs: it may not start one.
+IN_FAST_TEST = False
+
+
+def time_factor() -> float:
+    """How much longer than on an idle machine a wait may take: ``RPW_TEST_TIME_FACTOR``
+    (default 1) times the load per CPU over the last minute, when that is above 1."""
+    try:
+        given = float(os.environ.get(TIME_FACTOR_ENV) or 1.0)
+    except ValueError:
+        given = 1.0
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return max(1.0, given) * max(1.0, load)
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` of an idle machine, as a deadline on this one now."""
+    return seconds * time_factor()
 
 
 def free_port() -> int:
@@ -35,6 +77,7 @@ class Server:
         proc: subprocess.Popen,
         log_path: Path,
         metrics_port: int = 0,
+        mark: str = "",
     ):
         self.cert_dir = cert_dir
         self.port = port
@@ -42,9 +85,13 @@ class Server:
         self.log_path = log_path
         self.metrics_port = metrics_port
         self.context: ssl.SSLContext | None = None
+        #: This server's ``RPW_TEST_SERVER``: its processes are ``marked(server.mark)``.
+        self.mark = mark
 
     def request(self, method, path, body=None, headers=None, host="localhost"):
-        conn = http.client.HTTPSConnection(host, self.port, context=self.context, timeout=10)
+        conn = http.client.HTTPSConnection(
+            host, self.port, context=self.context, timeout=scaled(10)
+        )
         try:
             conn.request(method, path, body=body, headers=headers or {})
             response = conn.getresponse()
@@ -77,7 +124,7 @@ class Server:
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """One scrape: {(sample name, sorted labels): value}."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=10)
+        conn = http.client.HTTPConnection("127.0.0.1", self.metrics_port, timeout=scaled(10))
         try:
             conn.request("GET", "/metrics")
             response = conn.getresponse()
@@ -106,51 +153,166 @@ def start(
     env: dict[str, str] | None = None,
     preexec_fn=None,
 ) -> Server:
+    """``retry-webhook serve`` in a session of its own; with ``wait``, once it is ready
+    (every worker answering), holding one of the start slots meanwhile."""
+    assert not IN_FAST_TEST, "a test that starts a server must be marked slow (tests/conftest.py)"
     port = free_port()
     log_path = log_path or cert_dir.parent / f"server-{port}.log"
+    mark = uuid.uuid4().hex
+    if preexec_fn is os.setsid:
+        preexec_fn = None  # every server has a session of its own already
     handle = open(log_path, "w", encoding="utf-8")
-    proc = subprocess.Popen(
-        [
-            str(BIN),
-            "serve",
-            "--cert-dir",
-            str(cert_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--kube",
-            "off",
-            "--workers",
-            str(workers),
-            "--threads",
-            "4",
-            "--metrics-port",
-            str(metrics_port),
-            *extra,
-        ],
-        stdout=handle,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})},
-        preexec_fn=preexec_fn,
-    )
-    handle.close()
-    server = Server(cert_dir, port, proc, log_path, metrics_port)
-    if not wait:
-        return server
-    deadline = time.monotonic() + 30
+    with start_slot() if wait else contextlib.nullcontext():
+        began = time.monotonic()
+        proc = subprocess.Popen(
+            [
+                str(BIN),
+                "serve",
+                "--cert-dir",
+                str(cert_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--kube",
+                "off",
+                "--workers",
+                str(workers),
+                "--threads",
+                "4",
+                "--metrics-port",
+                str(metrics_port),
+                *extra,
+            ],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {}), MARK_ENV: mark},
+            start_new_session=True,
+            preexec_fn=_with_parent_death(preexec_fn),
+        )
+        handle.close()
+        server = Server(cert_dir, port, proc, log_path, metrics_port, mark)
+        if wait:
+            try:
+                _await_ready(server, workers, start_deadline())
+            except BaseException:
+                kill_group(server)  # nothing of a failed start outlives it
+                raise
+            _STARTS.append(time.monotonic() - began)
+    return server
+
+
+#: How long each start of this process took (``start_deadline`` allows a multiple).
+_STARTS: list[float] = []
+
+
+def start_deadline() -> float:
+    """How long a start may take: ``START_SECONDS`` scaled, or five times the slowest
+    start so far when that is longer (the machine has shown how slow it is)."""
+    return max(scaled(START_SECONDS), 5 * max(_STARTS, default=0.0))
+
+
+def _await_ready(server: Server, workers: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        if server.proc.poll() is not None:
             raise AssertionError(f"server exited: {server.output()}")
         try:
-            server.context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+            server.context = ssl.create_default_context(cafile=str(server.cert_dir / "ca.crt"))
             if server.request("GET", "/readyz")[0] == 200:
-                all_workers_serving(server, workers)
-                return server
+                all_workers_serving(server, workers, deadline)
+                return
         except (OSError, ssl.SSLError):
             time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("server did not become ready")
+    tail = server.output()[-4000:]
+    raise AssertionError(f"server not ready within {seconds:.0f} s; its log ends:\n{tail}")
+
+
+@contextlib.contextmanager
+def start_slot() -> Iterator[None]:
+    """One of ``RPW_TEST_SERVER_STARTS`` slots (a CPU of two per start by default), as a
+    file lock shared by every pytest process of this user (xdist workers, threads)."""
+    try:
+        slots = int(os.environ.get(STARTS_ENV) or 0)
+    except ValueError:
+        slots = 0
+    slots = slots if slots > 0 else max(1, (os.cpu_count() or 1) // 2)
+    directory = Path(tempfile.gettempdir()) / f"rpw-test-starts-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    # The others' starts are bounded by their own deadlines (or their process's end).
+    deadline = time.monotonic() + scaled(20 * START_SECONDS)
+    while True:
+        for index in range(slots):
+            fd = os.open(directory / f"slot-{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+            finally:
+                os.close(fd)  # releases the lock
+            return
+        assert time.monotonic() < deadline, f"no server start slot free in {directory}"
+        time.sleep(0.05)
+
+
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def _with_parent_death(preexec_fn):
+    """A server started from the main thread gets SIGTERM when pytest dies (even by
+    SIGKILL). Not from another thread: the signal comes when the thread that started
+    the process ends (``PR_SET_PDEATHSIG``), long before the test is done with it."""
+    if _PRCTL is None or threading.current_thread() is not threading.main_thread():
+        return preexec_fn
+    prctl, term = _PRCTL, int(signal.SIGTERM)
+
+    def child() -> None:
+        prctl(1, term, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if preexec_fn is not None:
+            preexec_fn()
+
+    return child
+
+
+def kill_group(server: Server) -> None:
+    """SIGKILL to the server's whole session (workers, controller, metrics process), then
+    the server reaped. Only while it is not reaped yet: its pid is the group's name."""
+    if server.proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(scaled(10))
+
+
+def marked(mark: str, name: str = MARK_ENV) -> list[int]:
+    """Live processes (not zombies) that started with ``name=mark`` in their environment:
+    the processes of one server (``RPW_TEST_SERVER``), or all a pytest process started."""
+    wanted = f"{name}={mark}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                if stat.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def command(pid: int) -> str:
+    """A process's command line, for a message."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
 
 
 OTHER = {
@@ -165,27 +327,28 @@ OTHER = {
 }
 
 
-def all_workers_serving(server: Server, workers: int) -> None:
+def all_workers_serving(server: Server, workers: int, deadline: float | None = None) -> None:
     """Until every worker has loaded the app and answered (their pids in the decision
     logs): a test that changes files must not race a worker still starting up."""
     if workers < 2:
         return
-    for _ in range(400):
+    deadline = deadline or time.monotonic() + scaled(10)
+    while True:
         server.review("/mutate", OTHER)
         pids = {line["pid"] for line in server.logs() if line.get("msg") == "admission decision"}
         if len(pids) >= workers:
             return
+        assert time.monotonic() < deadline, f"only {len(pids)} of {workers} workers answered"
         time.sleep(0.02)
-    raise AssertionError(f"only {len(pids)} of {workers} workers answered")
 
 
 def stop(server: Server) -> None:
+    """SIGTERM, as a rolling update stops it; its whole session killed if it lingers."""
     server.proc.terminate()
     try:
-        server.proc.wait(15)
+        server.proc.wait(scaled(15))
     except subprocess.TimeoutExpired:
-        server.proc.kill()
-        server.proc.wait(5)
+        kill_group(server)
 
 
 def run_serve(cert_dir: Path, *extra: str, port: int = 0) -> subprocess.CompletedProcess:
@@ -208,7 +371,7 @@ def run_serve(cert_dir: Path, *extra: str, port: int = 0) -> subprocess.Complete
         ],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
 
@@ -242,14 +405,15 @@ class KubeletVolume:
 
 
 def eventually(check, timeout: float = 15.0, interval: float = 0.1):
-    """Poll ``check`` until it returns a truthy value (returned) or the time is up."""
-    deadline = time.monotonic() + timeout
+    """Poll ``check`` until it returns a truthy value (returned) or the time is up
+    (``timeout`` seconds of an idle machine, ``scaled``)."""
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {scaled(timeout):.0f}s")
         time.sleep(interval)
 
 
@@ -269,4 +433,4 @@ class Threads:
     def __exit__(self, *exc) -> None:
         self.stop.set()
         for thread in self.threads:
-            thread.join(self.join_timeout)
+            thread.join(scaled(self.join_timeout))

@@ -6,8 +6,9 @@ import time
 import uuid
 
 import pytest
-from fakeapi import FakeAPI
+from fakeapi import FakeAPI, applied
 from kubernetes import client
+from serverproc import scaled
 
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
 from webhook.cluster.history import Killed
@@ -74,12 +75,12 @@ def cache_for(api, **kwargs):
     api_client = client.ApiClient(configuration)
     cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client), **kwargs)
     cache.start()
-    assert cache.wait_synced(10)
+    assert cache.wait_synced(scaled(10))
     return cache
 
 
 def eventually(check, timeout=5.0):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if check():
             return True
@@ -172,11 +173,11 @@ def test_api_errors_open_the_breaker(api):
 def test_slow_api_is_bounded(api):
     cache = cache_for(api, lookup_timeout=0.4)
     try:
-        api.get_delay = 3
+        api.get_delay = scaled(3)
         started = time.monotonic()
         found = lookup(cache, make_job("slow"))
         assert found.failures is None
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < api.get_delay * 0.8  # not the API's answer
     finally:
         cache.stop()
 
@@ -214,7 +215,7 @@ def test_list_errors_are_retried(api):
     api_client = client.ApiClient(configuration)
     cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client)).start()
     try:
-        assert cache.wait_synced(10)
+        assert cache.wait_synced(scaled(10))
         assert cache.stats()["watch_errors"] == 1
     finally:
         cache.stop()
@@ -238,10 +239,11 @@ def test_the_failure_history_counts_each_failed_pod_once_across_relists(api):
         assert eventually(lambda: api.watcher_count("pods") == 1)
         lists = [q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q]
         assert len(lists) >= 2
+        seen = applied(cache)
         api.put("pods", oom)  # MODIFIED
         key = HistoryKey("ml", "h", job["metadata"]["uid"], job["metadata"]["uid"], None, 1)
-        assert eventually(lambda: cache.stats()["failed_pods"] == 1)
-        time.sleep(0.2)
+        assert eventually(lambda: oom["metadata"]["resourceVersion"] in seen)
+        assert cache.stats()["failed_pods"] == 1
         answer = cache.job_history(key)
         assert answer.oom_kills == (Killed("main", 1),) and answer.nodes == ("node-a",)
         assert cache.stats()["history"]["lists"] == 0  # the watch had it: no list
@@ -336,7 +338,7 @@ def test_limit_ranges_are_watched_and_a_relist_is_swapped_in_whole(api):
     api.put("limitranges", limit_range("loose", "8Gi"))
     cache = LimitRangeCache(core_api(api)).start()
     try:
-        assert cache.wait_synced(10)
+        assert cache.wait_synced(scaled(10))
         bounds = cache.limit_ranges("ml")
         assert bounds.known and bounds.limits.container_max.text == "4Gi"
         assert cache.limit_ranges("other").limits.container_max is None
@@ -353,7 +355,7 @@ def test_limit_ranges_are_watched_and_a_relist_is_swapped_in_whole(api):
 
         before, seen = lists(), set()
         api.expire("limitranges")
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while time.monotonic() < deadline and lists() == before:
             seen.add(cache.limit_ranges("ml").limits.container_max.text)
         assert lists() > before and cache.stats()["watch_errors"] >= 1  # the 410, a relist
@@ -406,13 +408,14 @@ def test_the_node_cache_starts_with_the_first_question_and_follows_the_nodes(api
     cache = NodeCache(core_api(api), lookup_timeout=5.0)
     question = placement({"nodeSelector": {"pool": "gpu"}}, ("g1",))
     try:
-        time.sleep(0.2)
-        assert not any(path == "/api/v1/nodes" for path, _ in api.requests)  # not yet
+        assert not cache.stats()["started"]  # not yet: nothing lists
+        assert not any(path == "/api/v1/nodes" for path, _ in api.requests)
         assert cache.placement(question).fits  # waited for the first list
         assert cache.stats()["evaluated"] == 1
         g2 = a_node("g2", heartbeat="t1")
+        seen = applied(cache)
         api.put("nodes", g2)  # a heartbeat: nothing placement reads
-        time.sleep(0.3)
+        assert eventually(lambda: g2["metadata"]["resourceVersion"] in seen)
         assert cache.placement(question).fits and cache.stats()["evaluated"] == 1
         api.put("nodes", a_node("g2", ready=False))
         assert eventually(lambda: not cache.placement(question).fits)
@@ -433,7 +436,7 @@ def test_nodes_that_cannot_be_listed_are_unknown_at_once(api):
     try:
         started = time.monotonic()
         answer = cache.placement(placement({}, ("g1",)))
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < scaled(2)
         assert not answer.known and answer.reason.startswith("Nodes unreadable")
     finally:
         api.fail_lists = 0

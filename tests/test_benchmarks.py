@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from serverproc import scaled, start_slot
 
 from benchmarks import https, lower_bound, scale
 from benchmarks.cases import streams
@@ -242,21 +243,23 @@ def test_each_stream_is_held_to_the_issues_target_for_it() -> None:
     assert _row(table, p99, "job-annotated").endswith("| meets target |")
 
 
-def test_the_floor_is_served_by_our_server_and_answers_allowed(tmp_path: Path) -> None:
+def test_the_floor_is_served_by_our_server_and_answers_allowed(tmp_path: Path, monkeypatch) -> None:
     """The floor the repeated streams are held to runs on the webhook's own server (the
     supervisor and granian workers), with an app that only parses and allows."""
     import ssl
     import urllib.request
 
     certs.generate(tmp_path, extra_dns=["localhost"])
-    served = https.Served("floor", tmp_path, workers=1, threads=1)
+    monkeypatch.setattr(https, "START_SECONDS", scaled(https.START_SECONDS))
+    with start_slot():
+        served = https.Served("floor", tmp_path, workers=1, threads=1)
     try:
         body = streams(1)["job-annotated"][0]
         request = urllib.request.Request(
             served.url, body, {"Content-Type": "application/json"}, method="POST"
         )
         context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
-        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+        with urllib.request.urlopen(request, context=context, timeout=scaled(10)) as answer:
             assert answer.headers["server"] == "granian"
             response = json.loads(answer.read())["response"]
         assert response == {"uid": json.loads(body)["request"]["uid"], "allowed": True}
@@ -279,7 +282,7 @@ def test_the_failure_history_benchmark_measures_what_its_report_says() -> None:
     assert line.endswith("| **misses target** |")
 
 
-def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path) -> None:
+def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkeypatch) -> None:
     """The comparison with and without the controller means something only if the feeder's
     stream makes the leader work: one step of each kind against a leading server (the real
     ``serve`` against the HTTP test API) gets a disruption Event, the failure history of the
@@ -298,9 +301,11 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path) -> Non
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
         feeder = Feeder(api, jobs_per_kind=1)
         feeder.gate_delay = 0.5
-        replica = Replica(cert_dir, kubeconfig, tmp_path / "with.log", True, 1)
+        monkeypatch.setattr(https, "START_SECONDS", scaled(https.START_SECONDS))
+        with start_slot():
+            replica = Replica(cert_dir, kubeconfig, tmp_path / "with.log", True, 1)
         try:
-            replica.wait_leading(True)
+            replica.wait_leading(True, timeout=scaled(30))
             assert replica.controller_pid() in https._children(replica.proc.pid)
             first = len(api.requests)
             for kind, runs in feeder.runs.items():

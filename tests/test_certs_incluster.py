@@ -19,6 +19,7 @@ import pytest
 from cryptography import x509
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client
+from serverproc import scaled
 
 from webhook.tls import certs
 from webhook.tls import incluster as certsync
@@ -134,7 +135,7 @@ def handshake(cert_pem: bytes, key_pem: bytes, ca_bundle: bytes, hostname: str) 
         with client_ctx.wrap_socket(right, server_hostname=hostname) as tls:
             tls.sendall(b"x")
     finally:
-        thread.join(5)
+        thread.join(scaled(5))
     assert not errors, errors
 
 
@@ -404,7 +405,7 @@ def certs_cli(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProce
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
 

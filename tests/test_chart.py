@@ -25,6 +25,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from serverproc import scaled
 
 pytestmark = pytest.mark.tools
 
@@ -90,7 +91,7 @@ def _run_helm(helm: str, *args: str, values: dict[str, Any] | None = None):
             path.write_text(yaml.safe_dump(values), encoding="utf-8")
             extra = ["-f", str(path)]
         return subprocess.run(
-            [helm, *args, *extra], capture_output=True, text=True, timeout=60, check=False
+            [helm, *args, *extra], capture_output=True, text=True, timeout=scaled(60), check=False
         )
 
 
@@ -1695,7 +1696,7 @@ def _check_config(text: str) -> subprocess.CompletedProcess:
             [*command, "check-config", str(path)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
             check=False,
         )
 

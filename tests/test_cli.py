@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT
+from serverproc import scaled
 
 from webhook import cli
 
@@ -50,7 +51,7 @@ def test_example_dry_run_end_to_end_as_installed():
         [str(BIN), "dry-run", "-f", str(ROOT / "examples" / "job.yaml")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ import pytest
 from conftest import P
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, start, stop
+from serverproc import eventually, scaled, start, stop
 
 from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.lease import LeaderElector, LeaseConfig
@@ -126,7 +126,8 @@ def test_of_two_replicas_taking_a_lapsed_lease_at_once_one_wins(api, tmp_path):
         results[name] = e.try_acquire_or_renew()
 
     threads = [threading.Thread(target=take, args=(n, e)) for n, e in (("b", b), ("c", c))]
-    api.before_write = lambda method, resource, name: time.sleep(0.05)  # both read first
+    both_read = threading.Barrier(2, timeout=scaled(10))
+    api.before_write = lambda method, resource, name: both_read.wait()  # both read first
     for t in threads:
         t.start()
     for t in threads:
@@ -157,11 +158,11 @@ def test_a_leader_that_cannot_renew_stops_leading(api, tmp_path):
     stop_event, lost = threading.Event(), threading.Event()
     thread = threading.Thread(target=a.run, args=(stop_event, lost.set), daemon=True)
     thread.start()
-    assert a.leading.wait(5)
+    assert a.leading.wait(scaled(5))
     api.forbidden.add(("leases", "retry-policy-webhook-controller"))  # the API refuses
-    assert lost.wait(5) and not a.leading.is_set() and a.fence.closed
+    assert lost.wait(scaled(5)) and not a.leading.is_set() and a.fence.closed
     api.forbidden.clear()
-    thread.join(5)  # it ends on its own: a lost leader is done (its process exits)
+    thread.join(scaled(5))  # it ends on its own: a lost leader is done (its process exits)
     assert not thread.is_alive() and not a.leading.is_set()
     stop_event.set()
 
@@ -181,11 +182,11 @@ def test_the_manager_runs_reconcilers_only_while_leading_and_publishes(api, tmp_
     manager = Manager(coordination(api, tmp_path), options, [Probe()], note)
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
-    assert ran.wait(5)
+    assert ran.wait(scaled(5))
     state = eventually(lambda: note.read() if note.read().leader else None, 5)
     assert state.holder == "a" and state.recently_renewed()
     manager.stop.set()
-    thread.join(10)
+    thread.join(scaled(10))
     assert "holderIdentity" not in lease(api)["spec"]  # released on a clean stop
 
 
@@ -218,7 +219,7 @@ def test_a_leading_manager_waits_between_its_rounds(api, tmp_path):
         manager.stop.wait(0.2)
     later = len(flushes)
     manager.stop.set()
-    thread.join(10)
+    thread.join(scaled(10))
     assert later - seen <= 10  # a spinning loop flushed tens of thousands of times
 
 
@@ -272,7 +273,7 @@ def test_two_replicas_elect_one_and_the_other_takes_over_when_it_dies(api, tmp_p
         assert readyz(leader)["leader"] and not readyz(standby)["leader"]
         assert readyz(standby)["leaseLive"]
         os.killpg(leader.proc.pid, signal.SIGKILL)  # no release: the Lease must lapse
-        leader.proc.wait(5)
+        leader.proc.wait(scaled(5))
         taken = eventually(lambda: readyz(standby)["leader"], 15)
         assert taken and lease(api)["spec"]["holderIdentity"].startswith(
             "two_" if standby is two else "one_"
@@ -296,7 +297,7 @@ def test_a_stopped_leader_hands_over_at_once_and_no_controller_is_off(api, tmp_p
         started = time.monotonic()
         stop(leader)  # SIGTERM: the controller releases its Lease
         assert eventually(lambda: readyz(standby)["leader"], 10)
-        assert time.monotonic() - started < 10  # well within the 30 s lease
+        assert time.monotonic() - started < min(scaled(10), 25)  # well within the 30 s lease
     finally:
         for server in (one, two, off):
             if server.proc.poll() is None:
@@ -387,7 +388,7 @@ def test_an_api_that_fails_event_writes_loses_them_without_blocking_emit(api, tm
     api.stop()  # nothing listens any more: every write is a connection error
     started = time.monotonic()
     accepted = [recorder.emit(Event(JOB, "Normal", "RetryDelayed", f"n{n}")) for n in range(50)]
-    assert time.monotonic() - started < 0.5  # emit never waits on the API
+    assert time.monotonic() - started < scaled(0.5)  # emit never waits on the API
     assert accepted.count(True) >= 2 and accepted.count(False) >= 40
     assert recorder.flush(10)
     assert recorder.stats()["written"] == 0 and recorder.stats()["dropped"] == 50
@@ -435,7 +436,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     )
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()
-    assert manager.elector.leading.wait(5)
+    assert manager.elector.leading.wait(scaled(5))
     # What the reconcilers act on: a Job's and a JobSet's failed pods (their histories).
     from test_record import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
 
@@ -443,7 +444,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     api.put("jobsets", a_jobset())
     child = child_job(0)
     api.put("jobs", child)
-    time.sleep(0.5)  # the reconcilers list and watch
+    # A reconciler watches from the version it listed: it sees these whenever it starts.
     api.put("pods", failed_pod("uid-recorded", "recorded"))
     labels = {**JOBSET_LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"}
     api.put("pods", failed_pod(child["metadata"]["uid"], child["metadata"]["name"], labels=labels))
@@ -472,7 +473,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     eventually(lambda: sum(1 for m, r, _ in api.writes if m == "PATCH" and r == "pods") >= 3, 10)
     eventually(lambda: any(m == "POST" and r == "events" for m, r, _ in api.writes), 10)
     manager.stop.set()
-    thread.join(10)
+    thread.join(scaled(10))
     worker, _ = recorder_for(api_client, "webhook-0")  # a worker's, as WorkerRuntime makes it
     regarding = Regarding("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "llama", "set-1")
     for _ in range(2):

@@ -15,7 +15,7 @@ from conftest import P, job, stored
 from fakeapi import FakeAPI, write_kubeconfig
 from jobsim import JobRun
 from kubernetes import config
-from serverproc import eventually
+from serverproc import eventually, scaled
 from workloads import mutate
 
 from webhook.cluster.events import EventRecorder
@@ -67,13 +67,12 @@ class Running:
         self.thread = threading.Thread(target=reconciler.run, args=(self.stop,), daemon=True)
 
     def __enter__(self):
-        self.thread.start()
-        time.sleep(0.3)  # it lists, then watches
+        self.thread.start()  # it watches from the version it lists: nothing is missed
         return self.reconciler
 
     def __exit__(self, *exc):
         self.stop.set()
-        self.thread.join(5)
+        self.thread.join(scaled(5))
 
 
 def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:
@@ -335,6 +334,19 @@ def in_place(fake, tmp_path, metrics=None) -> InPlaceBudget:
     return InPlaceBudget(client, events, metrics)
 
 
+def judging(reconciler: InPlaceBudget) -> list[str]:
+    """The pod versions the reconciler has judged (queued for replacing, or let be)."""
+    judged: list[str] = []
+    judge = reconciler._event
+
+    def recorded(kind: str, pod: dict) -> None:
+        judge(kind, pod)
+        judged.append(pod["metadata"]["resourceVersion"])
+
+    reconciler._event = recorded  # read by its informer when it starts
+    return judged
+
+
 def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, tmp_path):
     """Each pod restarts in place five times, is marked, ended by its deadline (no
     deletion), stopped (SIGTERM: 143) and failed by the kubelet, and counted by the Job's
@@ -343,14 +355,16 @@ def test_a_container_that_always_exits_42_is_replaced_after_five_restarts(api, t
     run = JobRun.store(api, admitted_job(IN_PLACE))
     metrics = Counted()
     total = 0
-    with Running(in_place(api, tmp_path, metrics)) as reconciler:
+    reconciler = in_place(api, tmp_path, metrics)
+    judged = judging(reconciler)
+    with Running(reconciler):
         while not run.ended:
             pod = run.new_pod()
             for count in range(1, 6):
-                run.restart(pod, count)
+                version = run.restart(pod, count)["metadata"]["resourceVersion"]
                 total += 1
                 if count < 5:
-                    time.sleep(0.05)
+                    eventually(lambda v=version: v in judged)  # seen, and let be
                     assert run.current(pod)["spec"].get("activeDeadlineSeconds") is None
             eventually(lambda p=pod: run.current(p)["spec"].get("activeDeadlineSeconds"), 10)
             marked = run.current(pod)

@@ -17,7 +17,7 @@ from conftest import P
 from fakeapi import FakeAPI, write_kubeconfig
 from jobsim import JobRun
 from kubernetes import client, config
-from serverproc import eventually, start, stop
+from serverproc import eventually, scaled, start, stop
 from test_controller_budgets import admitted_job
 
 from webhook.admission import engine
@@ -252,13 +252,11 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
         started = time.monotonic()
         answer = server.review("/validate", deletion(copy.deepcopy(pod), grace=30))
         assert answer["response"] == {"uid": answer["response"]["uid"], "allowed": True}
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < scaled(1.0)
         with api.lock:
             api.delete_pod("ml", pod["metadata"]["name"], 30)
             api.delete_pod("ml", dry["metadata"]["name"], 30)
         eventually(lambda: fp.DISRUPTION_TARGET in conditions(run.current(pod)), 10)
-        time.sleep(0.5)
-        assert fp.DISRUPTION_TARGET not in conditions(run.current(dry))
         run.fail(pod)
         assert run.judge(pod) == "Ignore"
         samples = eventually(
@@ -270,6 +268,7 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
             15,
         )
         assert samples[("retry_webhook_deletions_recognized_total", (("result", "marked"),))] == 1
+        assert fp.DISRUPTION_TARGET not in conditions(run.current(dry))  # marked: one, not it
     finally:
         stop(server)
     made = {c for c in calls(list(api.requests)) if c.resource.startswith(("pods", "events"))}

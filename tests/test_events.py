@@ -22,7 +22,7 @@ import pytest
 from conftest import P, job, job_owner, pod, review, stored
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, free_port, metric, start, stop
+from serverproc import eventually, free_port, metric, scaled, start, stop
 from test_controller import replica
 from test_failureaware import FACTOR, Source, job_pod, trainer
 from test_failureaware_server import a_job, admit, admitted_until, failed, new_pod, with_spare_nodes
@@ -239,12 +239,13 @@ def test_repeats_still_queued_are_one_write_with_their_count(api, tmp_path):
     events_api = client.EventsV1Api(api_client(api, tmp_path))
     recorder = EventRecorder(events_api, "webhook-0")
     gate = threading.Event()
-    api.before_write = lambda method, resource, name: gate.wait(5)  # the API is slow
+    writing = threading.Event()
+    api.before_write = lambda method, resource, name: writing.set() or gate.wait(scaled(5))
     job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
     first = Event(job_, "Normal", "RetryNodesAvoided", "attempt 2 of 4: keeping off 1 node(s)")
     burst = Event(job_, "Normal", "RetryMemoryIncreased", "attempt 2 of 4: container x 1 -> 2")
     recorder.emit(first)
-    time.sleep(0.2)  # the writer holds ``first`` in its POST
+    assert writing.wait(scaled(5))  # the writer holds ``first`` in its POST (the API is slow)
     for _ in range(5):
         assert recorder.emit(burst)  # a thousand pods' same decision, here five
     gate.set()
@@ -325,6 +326,14 @@ def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **k
     resolver = WorkloadResolver(client.CustomObjectsApi(api))
     recorder.resolve = resolver.resolve
     reconciler = FailedJobs(client.BatchV1Api(api), client.CoreV1Api(api), recorder, resolver, **kw)
+    handled: set[str] = set()  # judged, and its Event (if any) handed to the recorder
+    seen = reconciler._seen
+
+    def handling(kind: str, job: dict) -> None:
+        seen(kind, job)
+        handled.add(job["metadata"]["uid"])
+
+    reconciler._seen = handling  # read by its informer when it starts
     stop_event = threading.Event()
     thread = threading.Thread(target=reconciler.run, args=(stop_event,), daemon=True)
     thread.start()
@@ -338,7 +347,7 @@ def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **k
                 for c in fake.objects["jobs"][uid]["status"].get("conditions", [])
             )
         }
-    eventually(lambda: failed_uids <= set(reconciler._done), 10)
+    eventually(lambda: failed_uids <= handled, 10)  # (``_done`` is set before the emit)
     assert recorder.flush()
     stop_event.set()
     return recorder
@@ -617,7 +626,6 @@ def test_a_dry_run_writes_none_and_a_repeat_counts_into_the_same_event(server, c
     # One worker writes in order: the dry run came before the repeat, so had it been
     # written, the count would be 3 by now.
     eventually(counted_twice, 10)
-    time.sleep(0.3)
     counts = [e["series"]["count"] for e in events_of(cluster, "ev-dry").values()]
     assert counts == [2, 2]
 
@@ -628,14 +636,14 @@ def test_an_api_failing_event_writes_neither_slows_nor_fails_admission(server, c
     admitted_until(server, pod_, raised)
     eventually(lambda: len(events_of(cluster, "ev-down")) == 2, 10)
     cluster.write_status["events"] = 500
-    cluster.write_delay["events"] = 1.0  # and slow: each write takes 1 s before failing
+    cluster.write_delay["events"] = scaled(1.0)  # and slow: each write waits before failing
     try:
         other = once_oom_killed(cluster, "ev-down-2")
         admitted_until(server, new_pod(other), raised)
         for _ in range(3):
             started = time.monotonic()
             response, out = admit(server, new_pod(other))
-            assert time.monotonic() - started < 1.5, "admission waited on an Event write"
+            assert time.monotonic() - started < 1.5 * cluster.write_delay["events"], "it waited"
             assert raised(out) and response["allowed"]
 
         def dropped():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, P, job, job_owner, pod, review
+from serverproc import scaled
 from test_cli import run
 
 from webhook import cli, explain
@@ -660,7 +661,7 @@ def test_cli_example_end_to_end_as_installed():
         [str(BIN), "explain", "-f", str(EXAMPLE), "--simulate", "143,disruption,1"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert result.returncode == 0, result.stderr

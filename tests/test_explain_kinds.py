@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import FULL, ROOT, P, job_owner, pod, review
+from serverproc import scaled
 from test_cli import run
 from test_explain import assert_text_and_json_agree, doc_block, explained, rows, setting
 
@@ -854,7 +855,7 @@ def test_every_example_through_the_installed_cli(path):
             [str(BIN), "explain", "-f", str(path), "--kubernetes-version", "1.36", *extra],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
             check=False,
         )
         assert result.returncode == 0, result.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import P
+from serverproc import scaled
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 
@@ -24,7 +25,7 @@ def explain(tmp_path, manifest, *extra):
         [str(BIN), "explain", "-f", str(path), *extra],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     return result.returncode, " ".join(result.stdout.split()), result.stderr

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import P, job, job_owner, pod, stored
+from serverproc import scaled
 from workloads import admitted, assert_idempotent, kubectl_patch, mutate, validate, validate_schema
 
 from webhook.cluster import history
@@ -1258,12 +1259,14 @@ def test_the_cli_denies_pod_level_memory_and_warns_of_non_137_oom_kills(tmp_path
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(pod_level))
     argv = [str(binary), "dry-run", "-f", str(path)]
-    denied_run = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    denied_run = subprocess.run(
+        argv, capture_output=True, text=True, timeout=scaled(60), check=False
+    )
     assert denied_run.returncode != 0
     assert "spec.template.spec.resources sets pod-level memory (4Gi)" in denied_run.stderr
     del pod_level["spec"]["template"]["spec"]["resources"]
     path.write_text(yaml.safe_dump(pod_level))
-    allowed = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    allowed = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60), check=False)
     assert allowed.returncode == 0, allowed.stderr
     assert f"Warning: {OOM_SIGNAL}" in allowed.stderr.splitlines()
 
@@ -1433,11 +1436,11 @@ def test_the_cli_warns_of_a_limitrange_given_in_its_input(tmp_path):
     path = tmp_path / "all.yaml"
     path.write_text(yaml.safe_dump_all([limit_range, job_]))
     argv = [str(binary), "dry-run", "-f", str(path), "-o", "name"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60), check=False)
     assert done.returncode == 0, done.stderr
     warning = "oom-memory-limit 8Gi is above LimitRange ml/caps's container max 4Gi"
     assert warning in done.stderr
     limit_range["metadata"]["namespace"] = "other"  # another namespace's: not ours
     path.write_text(yaml.safe_dump_all([limit_range, job_]))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60), check=False)
     assert done.returncode == 0 and "LimitRange" not in done.stderr

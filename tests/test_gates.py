@@ -26,7 +26,7 @@ import pytest
 from conftest import P, decode_patch, job_owner, pod, review, stored
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, free_port, metric, stop
+from serverproc import eventually, free_port, metric, scaled, stop
 from test_controller import gated_pod, readyz, replica
 from workloads import kubectl_patch, validate_schema
 
@@ -78,7 +78,7 @@ class Running:
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
-        self.thread.join(5)
+        self.thread.join(scaled(5))
 
 
 class Recorded:
@@ -96,12 +96,13 @@ class Recorded:
 # --- the controller's releaser ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits for a not-before to come
 def test_overdue_gates_go_at_once_others_on_time_and_only_ours(api, tmp_path):
     """A leader that starts (or returns) releases what is overdue at once; the rest when
     their not-before comes, never before; another controller's gate stays."""
     now = time.time()
     api.put("pods", gated_pod("overdue", now - 120))
-    api.put("pods", gated_pod("soon", now + 2))
+    api.put("pods", gated_pod("soon", now + scaled(2)))  # not yet when the others go
     api.put("pods", gated_pod("elsewhere", now - 60, namespace="batch"))
     recorded = Recorded()
     with Running(GateReleaser(core(api, tmp_path), recorded)):
@@ -111,7 +112,7 @@ def test_overdue_gates_go_at_once_others_on_time_and_only_ours(api, tmp_path):
         eventually(lambda: gates.GATE not in gate_names(stored_pod(api, "uid-soon")), 5, 0.02)
         released_at = time.time()
     due = parse_time(gates.not_before(stored_pod(api, "uid-soon")))
-    assert due <= released_at < due + 2.5  # on time: not before, and within a wait or two
+    assert due <= released_at < due + scaled(2.5)  # on time: not before, within a wait or two
     for uid in ("uid-overdue", "uid-soon", "uid-elsewhere"):
         obj = stored_pod(api, uid)
         assert gate_names(obj) == [QUOTA["name"]]  # Kueue's (or anyone's) gate stays
@@ -164,7 +165,7 @@ def release_gates(fake: FakeAPI, tmp_path: Path, *args: str) -> subprocess.Compl
         [str(BIN), "release-gates", "--kubeconfig", str(kubeconfig), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
         env={k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"},
     )
@@ -374,7 +375,7 @@ def test_a_retry_waits_as_asked_and_is_let_go_by_the_leader_or_its_successor(api
         fail(api, job, new_pod(job), time.time())
         _, made, patch = admit_gated(leader, new_pod(job))
         os.killpg(leader.proc.pid, signal.SIGKILL)
-        leader.proc.wait(5)
+        leader.proc.wait(scaled(5))
         gated = store(api, made, patch, tmp_path)
         uid, due = gated["metadata"]["uid"], parse_time(gates.not_before(gated) or "")
         eventually(lambda: readyz(standby)["leader"], 15)

@@ -39,7 +39,7 @@ from conftest import P, apply, decode_patch, job, pod, review
 from fakeapi import VERSION_DOWN, FakeAPI, version_info, write_kubeconfig
 from kubernetes import client
 from kubernetes import config as kube_config
-from serverproc import BIN, Server, eventually, free_port, metric, start, stop
+from serverproc import BIN, Server, eventually, free_port, metric, scaled, start, stop
 from test_cronjob import cronjob
 from test_jobset import child, jobset, replicated
 from workloads import kubectl_patch, validate_schema
@@ -548,7 +548,7 @@ def explain_json(tmp: Path, obj: dict[str, Any], events: str) -> dict[str, Any]:
     result = subprocess.run(
         [str(BIN), "explain", "-f", str(source), "--kubernetes-version", "1.36", "-o", "json",
          "--simulate", events],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=scaled(60), check=False,
     )  # fmt: skip
     assert result.returncode == cli.EXIT_OK, result.stderr
     (item,) = json.loads(result.stdout)["items"]
@@ -594,7 +594,7 @@ def test_explain_cli_success_restarts_and_sidecars(tmp_path):
     source = _write(tmp_path, [_manifest("plain", CODES, **DEADLINE)])
     refused = subprocess.run(
         [str(BIN), "explain", "-f", str(source), "--kubernetes-version", "1.36", "--simulate", "0"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=scaled(60), check=False,
     )  # fmt: skip
     assert refused.returncode == cli.EXIT_INPUT
     assert "exit code 0 is success and no restart rule restarts on it" in refused.stderr
@@ -807,7 +807,11 @@ def _manifest(name: str, annotations: dict[str, str], **spec: Any) -> dict[str, 
 
 def dry_run(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(BIN), "dry-run", *argv], capture_output=True, text=True, timeout=60, check=False
+        [str(BIN), "dry-run", *argv],
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=False,
     )
 
 
@@ -827,7 +831,7 @@ def test_dry_run_into_a_pipe_closed_early_stops_quietly(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     assert result.stdout == "apiVersion: batch/v1\n"

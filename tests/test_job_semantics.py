@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import P, apply, decode_patch, job, job_owner, pod, review
 from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import start, stop
+from serverproc import eventually, start, stop
 from test_cli import run
 from test_cronjob import cronjob
 from test_explain import manifest, one
@@ -1175,13 +1175,7 @@ def test_server_places_by_the_live_budget_from_the_cluster(server, cluster):
         {P + "backoff-limit": "3", P + "non-spot-attempts": "1"},
         owner=job_owner("lowered", "uid-lowered"),
     )
-    for _ in range(50):
-        response = answer(server, "/mutate", obj)
-        if response.get("patch"):
-            break
-        import time
-
-        time.sleep(0.1)
+    response = eventually(lambda: (r := answer(server, "/mutate", obj)).get("patch") and r, 5)
     out = patched(obj, response)
     terms = out["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"

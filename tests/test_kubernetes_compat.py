@@ -9,6 +9,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 from conftest import FULL, P, apply, job, job_owner, pod, review, tool
+from serverproc import scaled
 
 from webhook.admission import engine
 from webhook.admission import review as admission
@@ -113,7 +114,7 @@ def test_patch_applies_with_go_json_patch_and_result_is_schema_valid(name, obj, 
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert result.returncode == 0, result.stderr

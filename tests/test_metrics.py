@@ -12,7 +12,7 @@ import pytest
 from conftest import P, job, job_owner, pod, review
 from fakeapi import FakeAPI, write_kubeconfig
 from prometheus_client.parser import text_string_to_metric_families
-from serverproc import eventually, free_port, metric, start, stop
+from serverproc import eventually, free_port, metric, scaled, start, stop
 
 from webhook.admission.review import Verdict
 from webhook.problems import Problem
@@ -82,9 +82,12 @@ def settled(server) -> dict:
     second): two scrapes a flush interval apart that agree."""
     import time
 
+    from serverproc import scaled
+
     previous = server.metrics()
-    for _ in range(10):
-        time.sleep(1.2)
+    deadline = time.monotonic() + scaled(12)
+    while time.monotonic() < deadline:
+        time.sleep(1.2)  # a flush interval: no deadline, the least time to tell
         current = server.metrics()
         if current == previous:
             return current
@@ -250,11 +253,11 @@ def test_every_line_of_the_process_is_json(server):
 def test_metrics_port_serves_only_metrics(server):
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=scaled(10))
     conn.request("GET", "/secret-stuff")
     assert conn.getresponse().status == 404
     conn.close()
-    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=scaled(10))
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     conn.close()

@@ -19,6 +19,7 @@ import pytest
 from conftest import tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serverproc import scaled
 
 from webhook.kube import quantity
 from webhook.kube.quantity import (
@@ -55,7 +56,7 @@ def kubectl_values(values: list[str], tmp: Path) -> list[str | None]:
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp)},
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     if result.returncode == 0:

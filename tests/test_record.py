@@ -16,7 +16,7 @@ import pytest
 from conftest import P, apply, decode_patch, job_owner, pod, review
 from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, start, stop
+from serverproc import eventually, scaled, start, stop
 
 from webhook.cluster import history
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
@@ -223,6 +223,13 @@ def concurrent_writer(fake: FakeAPI, uid: str, times: int) -> list[str]:
     return touched
 
 
+def relisted(api, since: int) -> bool:
+    """Whether pods were listed again since request ``since`` and watched after that: an
+    informer applies what it lists before it watches."""
+    watches = [("watch" in q) for p, q in list(api.requests)[since:] if p.endswith("/pods")]
+    return False in watches and True in watches[watches.index(False) :]
+
+
 def record_of(obj: dict) -> Record | None:
     return Record.of(obj)
 
@@ -255,13 +262,15 @@ def test_the_leader_writes_a_jobs_failures_on_the_job_once_each(api, tmp_path):
         assert (line.counted, line.ignored) == (1, 1)  # the Ignore rule's, as the Job controller
         assert line.nodes == ("node-a",)  # a preempted pod's node did not fail it
         writes = recorder.stats()["writes"]
+        since = len(api.requests)
         api.expire("pods")  # the watch ends with 410; the recorder lists every pod again
-        time.sleep(1.0)
+        eventually(lambda: relisted(api, since))
+        recorder.flush()
         after = record_of(stored_job(api, "uid-train"))
         assert after == record and recorder.stats()["writes"] == writes
     finally:
         stop.set()
-        thread.join(5)
+        thread.join(scaled(5))
 
 
 def test_a_concurrent_writer_is_never_overwritten(api, tmp_path):
@@ -280,7 +289,7 @@ def test_a_concurrent_writer_is_never_overwritten(api, tmp_path):
         assert recorder.stats()["conflicts"] >= 1
     finally:
         stop.set()
-        thread.join(5)
+        thread.join(scaled(5))
 
 
 JOBSET_LABELS = {
@@ -329,7 +338,7 @@ def test_a_jobsets_record_outlives_its_restarts_and_a_new_replica_reads_it(api, 
         assert record.run == 0 and record.lineages["workers/0"].oom_kills[0].kills == 1
     finally:
         stop.set()
-        thread.join(5)
+        thread.join(scaled(5))
     # The restart: child Job and pod deleted, run 1 made.
     api.delete("pods", dead["metadata"]["uid"])
     api.delete("jobs", run0["metadata"]["uid"])
@@ -337,7 +346,7 @@ def test_a_jobsets_record_outlives_its_restarts_and_a_new_replica_reads_it(api, 
     api.put("jobs", run1)
     cache = JobCache(*_clients(api, tmp_path)).start()
     try:
-        assert cache.wait_synced(10)
+        assert cache.wait_synced(scaled(10))
         key = HistoryKey(
             "ml",
             run1["metadata"]["name"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FULL, job, review
-from serverproc import Threads, start, stop
+from serverproc import Threads, eventually, scaled, start, stop
 
 from benchmarks.slowclients import read_response
 from webhook.tls import certs
@@ -140,7 +140,7 @@ def test_client_certificate_authentication(tmp_path):
 
     srv = start(tmp_path / "certs", "--client-ca", str(ca_file), wait=False)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while not (tmp_path / "certs" / "ca.crt").exists():
             assert time.monotonic() < deadline and srv.proc.poll() is None, srv.output()
             time.sleep(0.05)
@@ -164,7 +164,7 @@ def test_client_certificate_authentication(tmp_path):
         # The bundle changes (the API server's client certificate now comes from the other
         # CA): new workers take it, and the callers swap places within seconds.
         certs.write_public(ca_file, certs.cert_pem(other_ca))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while answered(srv, good) or not answered(srv, intruder):
             assert time.monotonic() < deadline, srv.output()[-2000:]
             time.sleep(0.2)
@@ -212,7 +212,7 @@ class Load(Threads):
             sent_at = None
             try:
                 if sock is None:
-                    sock = tls(self.server, timeout=2)
+                    sock = tls(self.server, timeout=scaled(2))
                 sock.sendall(raw_request())
                 sent_at = time.monotonic()
                 status, _ = read_response(sock)
@@ -240,15 +240,16 @@ def test_a_killed_worker_loses_only_its_in_flight_requests(tmp_path):
         before = worker_pids(srv.proc.pid)
         assert len(before) == 2
         with Load(srv, threads=4) as load:
-            time.sleep(1.0)
+            eventually(lambda: sum(ok for _, ok in load.results) > 20)  # both serving
             victim = min(before)
             os.kill(victim, signal.SIGKILL)
             killed_at = time.monotonic()
-            time.sleep(2.0)
+            eventually(lambda: victim not in worker_pids(srv.proc.pid))
+            eventually(lambda: sum(ok for t, ok in load.results if t > killed_at) > 20)
         after = worker_pids(srv.proc.pid)
         assert victim not in after and len(after) == 2  # replaced
         failures = [t for t, ok in load.results if not ok]
-        late = [t for t in failures if t > killed_at + 0.5]
+        late = [t for t in failures if t > killed_at + scaled(0.5)]
         assert len(failures) <= 4, failures  # at most the connections the victim held
         assert late == []  # nothing fails once the kill has happened
         assert sum(ok for _, ok in load.results if _ > killed_at) > 20  # still serving
@@ -267,16 +268,16 @@ def test_sigterm_under_load_completes_in_flight_requests(tmp_path):
     with tls(srv) as slow:
         slow.sendall(half)
         with Load(srv, threads=4) as load:
-            time.sleep(0.8)
+            eventually(lambda: sum(ok for _, ok in load.results) > 10)
             srv.proc.send_signal(signal.SIGTERM)
             signalled = time.monotonic()
-            time.sleep(0.5)
+            eventually(lambda: "stopping: finishing" in srv.output())  # the workers told
             slow.sendall(request[len(half) :])
             status, body = read_response(slow)
     assert status == 200 and json.loads(body)["response"]["allowed"] is True
     before = [ok for sent, ok in load.results if sent < signalled]
     assert len(before) > 10 and all(before)
-    assert srv.proc.wait(30) == 0
+    assert srv.proc.wait(scaled(30)) == 0
 
 
 def test_no_eval_or_unsafe_yaml_in_the_code():
@@ -314,8 +315,8 @@ def test_workers_do_not_outlive_their_supervisor(tmp_path):
     workers = worker_pids(srv.proc.pid)
     assert len(workers) == 2
     srv.proc.kill()
-    srv.proc.wait(10)
-    deadline = time.monotonic() + 15
+    srv.proc.wait(scaled(10))
+    deadline = time.monotonic() + scaled(15)
     while any(os.path.exists(f"/proc/{pid}") for pid in workers):
         assert time.monotonic() < deadline, "workers still running without their supervisor"
         time.sleep(0.2)

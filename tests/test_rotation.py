@@ -23,7 +23,7 @@ from pathlib import Path
 
 from conftest import P, job, review
 from cryptography import x509
-from serverproc import KubeletVolume, Threads, eventually, free_port, metric, start, stop
+from serverproc import KubeletVolume, Threads, eventually, free_port, metric, scaled, start, stop
 
 from webhook.tls import certs
 
@@ -53,7 +53,9 @@ class Load(Threads):
         self.threads += [threading.Thread(target=self._fresh) for _ in range(2)]
 
     def _connection(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("localhost", self.port, context=self.context, timeout=10)
+        return http.client.HTTPSConnection(
+            "localhost", self.port, context=self.context, timeout=scaled(10)
+        )
 
     def _send(self, conn: http.client.HTTPSConnection) -> None:
         body = review(job(BODY))

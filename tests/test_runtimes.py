@@ -12,6 +12,7 @@ import pytest
 from conftest import FULL
 from fakeapi import TRAINER, FakeAPI
 from kubernetes import client
+from serverproc import scaled
 from test_trainjob import mutate, runtime, trainjob
 
 from webhook.cluster.runtimes import RuntimeCache
@@ -79,14 +80,14 @@ def test_starts_with_the_first_lookup_then_answers_from_its_watch(api):
         # A runtime created later arrives through the watch: no GET.
         late = stored(runtime(name="late"))
         api.put("clustertrainingruntimes", late)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while cache.stats()["runtimes"] < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         before = len(gets(api))
         assert cache.runtime("ClusterTrainingRuntime", None, "late").runtime is not None
         assert len(gets(api)) == before
         api.delete("clustertrainingruntimes", late["metadata"]["uid"])
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while cache.stats()["runtimes"] > 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert cache.runtime("ClusterTrainingRuntime", None, "late").missing
@@ -124,7 +125,7 @@ def test_an_api_that_cannot_answer_fails_open_fast(api):
         assert "unreadable: HTTP 500" in first.reason
         second = cache.runtime("ClusterTrainingRuntime", None, "torch-distributed")
         assert "Kubernetes API unavailable" in second.reason
-        assert time.monotonic() - started < 2  # a first wait, then the breaker: no timeouts
+        assert time.monotonic() - started < scaled(2)  # a first wait, then the breaker
         assert len(gets(api)) == 1
         stats = cache.stats()
         assert not stats["synced"] and stats["breaker_skips"] == 1
@@ -161,7 +162,7 @@ def test_the_event_loop_never_waits_for_the_api(api):
         with pytest.raises(NeedsThread):  # not listed yet: it would wait
             loop.runtime("ClusterTrainingRuntime", None, "torch-distributed")
         assert loop.cache.started
-        assert loop.cache.wait_synced(10)
+        assert loop.cache.wait_synced(scaled(10))
         found = loop.runtime("ClusterTrainingRuntime", None, "torch-distributed")
         assert found.runtime is not None
         with pytest.raises(NeedsThread):  # a miss needs the GET
@@ -171,7 +172,7 @@ def test_the_event_loop_never_waits_for_the_api(api):
             target=lambda: answers.append(loop.runtime("ClusterTrainingRuntime", None, "other"))
         )
         worker.start()
-        worker.join(10)
+        worker.join(scaled(10))
         assert answers and answers[0].missing
     finally:
         loop.cache.stop()
@@ -225,14 +226,14 @@ def test_the_trainer_release_comes_from_its_public_configmap(api):
             "/api/v1/namespaces/kubeflow/configmaps/kubeflow-trainer-public",
         ]
         api.store("configmaps", trainer_configmap("v2.2.0", "kubeflow"))  # an upgrade
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while cache.trainer != "v2.2.0" and time.monotonic() < deadline:
             time.sleep(0.02)
         assert cache.runtime("ClusterTrainingRuntime", None, "torch-distributed").trainer == (
             "v2.2.0"
         )
         api.forbidden.add(("configmaps", "kubeflow-trainer-public"))  # no RoleBinding
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while cache.trainer is not None and time.monotonic() < deadline:
             time.sleep(0.02)
         stats = cache.stats()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import P, apply, decode_patch, job, review
-from serverproc import Server, free_port, run_serve, start, stop  # noqa: F401 - re-exported
+from serverproc import Server, free_port, run_serve, scaled, start, stop  # noqa: F401 - re-exported
 
 from webhook.tls import certs
 
@@ -121,7 +121,7 @@ def test_wrong_method_and_path(server):
 
 
 def test_oversized_body_is_refused_before_it_is_read(server):
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=scaled(10)) as raw:
         with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
             tls.sendall(
                 b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n"
@@ -130,13 +130,13 @@ def test_oversized_body_is_refused_before_it_is_read(server):
             started = time.monotonic()
             reply = tls.recv(4096).decode()
     assert reply.startswith("HTTP/1.1 413")
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < scaled(5)
 
 
 def _exchange(server, head: bytes, body_parts: list[bytes]) -> tuple[int, dict]:
     """One raw HTTP/1.1 exchange over TLS (for what http.client does not send: chunked
     bodies, bodies shorter than their Content-Length); the status and the JSON answer."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=scaled(10)) as raw:
         with server.context.wrap_socket(raw, server_hostname="localhost") as tls:
             tls.sendall(head)
             for part in body_parts:
@@ -267,7 +267,7 @@ def test_tls_1_1_is_refused(server):
         context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let the client really offer TLS 1.1
     except (ValueError, ssl.SSLError):
         pytest.skip("this OpenSSL cannot even offer TLS 1.1")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=scaled(10)) as raw:
         with pytest.raises((ssl.SSLError, ConnectionResetError)):
             with context.wrap_socket(raw, server_hostname="localhost") as tls:
                 tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -278,7 +278,7 @@ def test_tls_1_1_is_refused(server):
 def test_tls_1_2_and_1_3_with_forward_secret_aead(server, version):
     context = ssl.create_default_context(cafile=str(server.cert_dir / "ca.crt"))
     context.minimum_version = context.maximum_version = version
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=scaled(10)) as raw:
         with context.wrap_socket(raw, server_hostname="localhost") as tls:
             name, protocol, _ = tls.cipher()
     assert protocol == version.name.replace("v", "v").replace("_", ".")
@@ -287,7 +287,7 @@ def test_tls_1_2_and_1_3_with_forward_secret_aead(server, version):
 
 
 def test_plaintext_http_gets_no_answer(server):
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=scaled(5))
     with pytest.raises((http.client.HTTPException, OSError)):
         conn.request("GET", "/healthz")
         conn.getresponse().read()

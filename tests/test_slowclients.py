@@ -16,7 +16,7 @@ import uuid
 import pytest
 from conftest import FULL, job, job_owner, pod, review
 from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, start, stop
+from serverproc import eventually, scaled, start, stop
 
 from benchmarks import slowclients
 from benchmarks.slowclients import raise_file_limit, read_response, request_bytes
@@ -73,14 +73,14 @@ def test_headers_that_do_not_arrive_in_time_close_the_connection(tmp_path):
         idle = tls(srv)
         idle.sendall(request_bytes())
         assert read_response(idle)[0] == 200  # answered, then idle
-        assert closed_by_server(partial, 6) and closed_by_server(idle, 6)
+        assert closed_by_server(partial, scaled(6)) and closed_by_server(idle, scaled(6))
         # A client that keeps sending, but never finishes its headers, is closed too:
         # the limit is on the headers' arrival, not on silence.
         trickling = tls(srv)
         trickling.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Slow: a")
         started = time.monotonic()
         closed = False
-        while time.monotonic() - started < 6 and not closed:
+        while time.monotonic() - started < scaled(6) and not closed:
             try:
                 trickling.sendall(b"a")
             except OSError:
@@ -128,7 +128,7 @@ def test_at_the_connection_bound_new_connections_wait_and_existing_ones_are_serv
         for sock in held:
             sock.sendall(request_bytes())
             assert read_response(sock)[0] == 200
-        raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        raw = socket.create_connection(("127.0.0.1", srv.port), timeout=scaled(10))
         waiting = srv.context.wrap_socket(
             raw, server_hostname="localhost", do_handshake_on_connect=False
         )
@@ -212,7 +212,7 @@ def test_a_request_waiting_on_the_api_does_not_hold_up_the_others(tmp_path):
             answer = srv.review("/mutate", review(job(FULL)))["response"]
             others.append((time.monotonic(), answer["allowed"]))
         assert thread.is_alive()  # the first is still waiting on the API...
-        thread.join(15)
+        thread.join(scaled(15))
         assert all(ok for _, ok in others)
         assert all(at < waiting["at"] for at, _ in others)  # ...and all 10 came first
         assert any("attempt number unknown" in w for w in waiting["answer"]["warnings"])
@@ -251,8 +251,8 @@ def test_a_connection_that_never_starts_its_tls_handshake_is_closed(tmp_path):
         assert one_review(srv) == 200  # the one slot is free: the idle ones hold none
         started = time.monotonic()
         for sock in idle:
-            sock.settimeout(20)
+            sock.settimeout(scaled(20))
             assert sock.recv(1) == b""
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < scaled(15)
     finally:
         stop(srv)

@@ -30,6 +30,7 @@ import pytest
 import yaml
 from conftest import FULL, P, tool
 from fakeapi import FakeAPI, write_kubeconfig
+from serverproc import scaled
 
 from webhook.admission import engine
 from webhook.cluster.attempts import JOB_UID_LABEL
@@ -283,7 +284,7 @@ def run(kubeconfig: Path, *args: str, env: dict | None = None) -> subprocess.Com
         capture_output=True,
         text=True,
         env={**os.environ, "KUBECONFIG": str(kubeconfig), **(env or {})},
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
 
@@ -818,7 +819,7 @@ def test_kubectl_finds_and_runs_the_plugin(cluster):
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -26,6 +26,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 from conftest import apply, review, tool
+from serverproc import scaled
 
 from webhook.admission import engine
 from webhook.admission import review as admission
@@ -145,7 +146,7 @@ def kubectl_patch(obj: dict[str, Any], patch: list[dict[str, Any]], tmp: Path) -
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp)},
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert result.returncode == 0, result.stderr

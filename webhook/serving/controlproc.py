@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.leadership import LeaderNote, LeaderState
+from webhook.serving import lifeline
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,12 @@ class ControllerProcess:
 
     def spawn(self, now: float) -> None:
         self.respawn_at = None
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the controller
             code = 3
             try:
+                lifeline.forked_from(supervisor)  # before its slow start-up, not after
                 code = int(self.run() or 0)
             except BaseException:
                 log.exception("controller failed")

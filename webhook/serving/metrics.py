@@ -604,7 +604,7 @@ class _SettledCollector:
         return []
 
 
-def _serve(fd: int, parent: int) -> None:
+def _serve(fd: int) -> None:
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import MetricsHandler
 
@@ -628,12 +628,11 @@ def _serve(fd: int, parent: int) -> None:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())  # lifeline: the server died
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     log.info("serving metrics", extra={"dir": os.environ.get(ENV)})
     while not stop.wait(1.0):
-        if os.getppid() != parent:  # the server is gone (even by SIGKILL): go too
-            break
+        pass
     server.shutdown()
 
 
@@ -643,13 +642,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, required=True, help="exit when this pid is gone")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    from webhook.serving import logs
+    from webhook.serving import lifeline, logs
+
+    lifeline.bind(args.parent)  # first: the imports and the set-up below take a while
 
     logs.setup(args.log_level)
     if not os.environ.get(ENV):
         log.error("%s is not set: nothing to serve", ENV)
         return 2
-    _serve(args.fd, args.parent)
+    _serve(args.fd)
     return 0
 
 

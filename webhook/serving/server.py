@@ -79,7 +79,7 @@ from webhook.controller.fence import Fence, fenced_client
 from webhook.controller.manager import ControllerOptions, Manager, install_signal_handlers
 from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config, load_config
-from webhook.serving import logs, metrics
+from webhook.serving import lifeline, logs, metrics
 from webhook.serving.app import MAX_BODY_BYTES, State, create_app
 from webhook.serving.controlproc import DISABLED, ControllerProcess
 from webhook.serving.reload import ConfigReloader, files_stamp
@@ -496,7 +496,6 @@ class WorkerRuntime:
         self.certificate = certificate
         self.metrics = recorder
         self.started = time.monotonic()
-        self.parent = os.getppid()
         self.leader = leader or NoLeader("--no-controller" if not options.controller else "off")
         self.state = State(metrics=recorder, readiness=self.readiness, leadership=self.leader)
         engine.MEMO.max_entries = options.memo_entries
@@ -553,10 +552,6 @@ class WorkerRuntime:
     def _loop(self) -> None:
         while True:
             time.sleep(self.options.check_interval)
-            if os.getppid() != self.parent:  # the supervisor is gone (even by SIGKILL)
-                log.error("supervisor gone; stopping")
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
             try:
                 self.tick()
             except Exception:  # the loop must outlive any one failure
@@ -859,8 +854,10 @@ class Supervisor:
             self.note,
             self.leader_note,
         )
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the worker
+            lifeline.forked_from(supervisor)
             _worker_process(self.options, spec, self.app_factory, self.fallback_config)
         worker = Worker(pid, slot, generation, time.monotonic())
         self.workers[pid] = worker
@@ -1061,15 +1058,7 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
         recorder,
         fence,
     )
-    install_signal_handlers(manager.stop)
-    parent = os.getppid()
-
-    def orphaned() -> None:  # the supervisor is gone (even by SIGKILL): stop too
-        while not manager.stop.wait(1.0):
-            if os.getppid() != parent:
-                manager.stop.set()
-
-    threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
+    install_signal_handlers(manager.stop)  # SIGTERM, the supervisor's death too (lifeline)
     code = manager.run()
     if code == 0:  # a clean stop; after a loss the fence refuses them anyway
         events.flush(2.0)  # the Events still queued, briefly
