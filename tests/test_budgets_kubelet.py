@@ -344,6 +344,7 @@ def test_a_pod_its_rules_count_already_lowers_nothing(api, tmp_path):
     assert metrics.calls.count(("lowered",)) == 0
 
 
+@pytest.mark.slow  # real back-off and races: wall-clock time
 def test_a_node_lost_with_many_pods_counts_each_disruption_over_the_budget_once(api, tmp_path):
     """A node goes with 16 pods of a Job at once: some are preempted first
     (DisruptionTarget while they run, stopped a moment later), the rest failed by the

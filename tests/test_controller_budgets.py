@@ -67,12 +67,21 @@ class Running:
         self.thread = threading.Thread(target=reconciler.run, args=(self.stop,), daemon=True)
 
     def __enter__(self):
-        self.thread.start()  # it watches from the version it lists: nothing is missed
+        self.thread.start()
+        # It sees only what is there when it lists, then what changes: a pod gone before
+        # that (PodGC's) is never seen, so a test acts once every watch has listed.
+        eventually(lambda: watching(self.reconciler), 10)
         return self.reconciler
 
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(scaled(5))
+
+
+def watching(reconciler) -> bool:
+    """Whether every watch the reconciler started has listed (``Reconciler.watches``)."""
+    watches = getattr(reconciler, "watches", None)
+    return bool(watches) and all(w.synced.is_set() for w in watches)
 
 
 def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:

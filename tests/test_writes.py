@@ -201,6 +201,7 @@ def failing_patches(fake, resource: str) -> list[float]:
     return times
 
 
+@pytest.mark.slow  # real back-off and races: wall-clock time
 def test_a_history_the_api_fails_is_tried_again_with_growing_gaps_until_it_lands(api, tmp_path):
     """An API failing every write (503): the failure stays pending, tried again after
     0.5 s, 1 s, 2 s...; once the API answers again it lands (before this change, one

@@ -243,6 +243,7 @@ class Disruptions:
                 "controller",
             ),
         ]
+        self.watches = watches
         for informer in watches:
             threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
         pool = self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="marks")

@@ -121,6 +121,7 @@ class FailedJobs:
             stop,
             label="failed-jobs reconciler",
         )
+        self.watches = [informer]
         informer.run()
 
     def _seen(self, kind: str, job: Mapping[str, Any]) -> None:

@@ -320,6 +320,7 @@ class GateReleaser:
             stop,
             label="retry-delay gates",
         )
+        self.watches = [informer]
         watch = threading.Thread(target=informer.run, name="watch-gated-pods", daemon=True)
         watch.start()
         # Wake on stop too (the condition is not the event).

@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 
 
 class Reconciler(Protocol):
-    """What runs while this replica leads: ``run`` until ``stop`` is set."""
+    """What runs while this replica leads: ``run`` until ``stop`` is set. ``run`` sets
+    ``watches``, its informers (``webhook.cluster.informer.Informer``), as it starts them:
+    whether they have listed is whether it has seen the cluster yet."""
 
     name: str
 

@@ -155,6 +155,7 @@ class HistoryRecorder:
             "controller",
         )
         self._stop = stop
+        self.watches = [jobs, pods]
         threading.Thread(target=jobs.run, name="recorder-jobs", daemon=True).start()
         jobs.synced.wait(30)  # a pod's Job (its rules) before the pod, where it can
         threading.Thread(target=pods.run, name="recorder-pods", daemon=True).start()

@@ -127,6 +127,7 @@ class InPlaceBudget:
             stop,
             "controller",
         )
+        self.watches = [informer]
         threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
         while not stop.is_set():
             while self._later and self._later[0][0] <= self.writes.clock():
