@@ -112,8 +112,12 @@ class Server:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def logs(self) -> list[dict[str, Any]]:
-        """The output as JSON objects; fails on any line that is not JSON."""
-        lines = [line for line in self.output().splitlines() if line.strip()]
+        """The output as JSON objects; fails on any line that is not JSON. A last line
+        without its newline is still being written (the server runs on): left for later."""
+        text = self.output()
+        if not text.endswith("\n"):
+            text = text.rpartition("\n")[0]
+        lines = [line for line in text.splitlines() if line.strip()]
         out = []
         for line in lines:
             try:
