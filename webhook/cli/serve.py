@@ -11,7 +11,8 @@ from webhook.tls import certs
 
 
 def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    from webhook.serving.server import ServeOptions, serve
+    from webhook.serving.options import ServeOptions
+    from webhook.serving.server import serve
 
     options = ServeOptions(
         config_path=args.config,
