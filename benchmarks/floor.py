@@ -43,7 +43,8 @@ app = create_floor_app()
 
 
 def main() -> None:
-    from webhook.serving.server import ServeOptions, serve
+    from webhook.serving.options import ServeOptions
+    from webhook.serving.server import serve
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", choices=["new"], default="new")

@@ -206,7 +206,7 @@ def test_the_wsgi_environ_carries_the_request():
 
 
 class BlockingAttempts:
-    """An attempt source that, like the server's (``webhook.serving.server.LoopAttempts``), may
+    """An attempt source that, like the server's (``webhook.serving.worker.LoopAttempts``), may
     not block the event loop's thread: there it raises ``NeedsThread``."""
 
     def __init__(self):

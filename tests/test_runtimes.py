@@ -153,7 +153,7 @@ def test_the_event_loop_never_waits_for_the_api(api):
     import threading
 
     from webhook.serving.rsgi import NeedsThread
-    from webhook.serving.server import LoopRuntimes
+    from webhook.serving.worker import LoopRuntimes
 
     api.put("clustertrainingruntimes", stored(runtime()))
     loop = LoopRuntimes(cache_for(api, lookup_timeout=5))

@@ -418,10 +418,10 @@ def test_jobs_of_one_template_are_answered_from_memory(tmp_path, flags, memo):
 def test_workers_move_their_startup_heap_out_of_the_collectors_reach():
     import gc
 
-    from webhook.serving import server as srv
+    from webhook.serving.worker import settle_heap
 
     try:
-        srv.settle_heap()
+        settle_heap()
         assert gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()
@@ -442,7 +442,7 @@ def test_connections_are_spread_over_the_workers(tmp_path):
     srv = start(tmp_path / "certs", workers=2)
     try:
         # One per worker, none shared; twice: the serving generation's, and the next's
-        # (webhook.serving.server.Listeners).
+        # (webhook.serving.listeners.Listeners).
         assert _listening_sockets(srv.port) == 4
         # As a load generator (or an API server under a burst) opens them: all at once.
         sockets = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(40)]

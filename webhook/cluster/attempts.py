@@ -301,7 +301,7 @@ class JobCache(Informers):
         """The answer when it needs no request to the API (a cache hit, or the breaker
         open after recent errors); ``None`` when it needs the one bounded GET, which
         ``job_failures`` makes. The server answers on its event loop only what this
-        answers, and hands the rest to a thread (``webhook/serving/server.py``)."""
+        answers, and hands the rest to a thread (``webhook/serving/worker.py``)."""
         with self._lock:
             failed = self._jobs.get(uid)
             pods = self._pod_counts.get(scoped(namespace, uid), 0)

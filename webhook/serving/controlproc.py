@@ -4,7 +4,8 @@ The supervisor starts no thread (it forks), so the controller, which needs threa
 its watches and its Lease, runs in a process of its own (``webhook.controller.manager``),
 started before the first workers and started again when it exits: after it lost the
 Lease (it exits then, to come back as a standby), or after a crash (with a back-off).
-It shares the ``LeaderNote`` with the workers through the fork.
+It shares the ``LeaderNote`` with the workers through the fork. ``run_controller`` is the
+process's body.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cluster.attempts import connect
+from webhook.cluster.events import instance_name, recorder_for
 from webhook.cluster.leadership import LeaderNote, LeaderState
-from webhook.serving import lifeline
+from webhook.controller.fence import Fence, fenced_client
+from webhook.controller.manager import Manager, install_signal_handlers
+from webhook.serving import lifeline, metrics
+from webhook.serving.options import ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -118,3 +124,40 @@ class ControllerProcess:
         except ChildProcessError:
             pass
         self.pid = None
+
+
+def run_controller(options: ServeOptions, note: LeaderNote) -> int:
+    """The controller process's body (``ControllerProcess.run``, as the supervisor builds
+    it): leader election and, while leading, the reconcilers; exits ``DISABLED`` without a
+    cluster connection."""
+    metrics.reset_after_fork()
+    clients = connect(options.kube)
+    if clients is None:
+        note.write(LeaderState(reason="no cluster connection"))
+        return DISABLED
+    from kubernetes import client
+
+    from webhook.controller import reconcilers
+
+    api_client = clients[0].api_client
+    # The Lease is written through its own client; everything the reconcilers (and their
+    # Events) write goes through one the fence guards (``webhook.controller.fence``).
+    fence = Fence()
+    acting = fenced_client(api_client.configuration, fence)
+    events, resolver = recorder_for(acting, instance_name())
+    recorder = metrics.ControllerMetrics(events.stats) if options.metrics_port else None
+    manager = Manager(
+        client.CoordinationV1Api(api_client),
+        options.controller_options(),
+        reconcilers.build(acting, options.controller_options(), events, resolver, recorder),
+        note,
+        recorder,
+        fence,
+    )
+    install_signal_handlers(manager.stop)  # SIGTERM, the supervisor's death too (lifeline)
+    code = manager.run()
+    if code == 0:  # a clean stop; after a loss the fence refuses them anyway
+        events.flush(2.0)  # the Events still queued, briefly
+    if recorder is not None:
+        recorder.flush()
+    return code

@@ -23,6 +23,11 @@ from types import TracebackType
 
 import orjson
 
+#: The logger of the server's own lines: the supervisor's, the workers', the certificate's
+#: and the sockets' (``webhook.serving``'s supervisor, worker, certwatch and listeners). One
+#: name, kept from when they were one module: log queries select lines by it.
+SERVER_LOGGER = "webhook.serving.server"
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 

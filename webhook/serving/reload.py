@@ -1,5 +1,5 @@
 """Live reloading of mounted files: the cluster defaults file (and, through
-``files_stamp``, the serving certificate in ``webhook/serving/server.py``).
+``files_stamp``, the serving certificate in ``webhook/serving/certwatch.py``).
 
 Kubernetes updates a mounted ConfigMap or Secret by writing a new timestamped directory
 and atomically swapping the ``..data`` symlink; the visible paths are symlinks into it

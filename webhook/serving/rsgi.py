@@ -19,11 +19,11 @@ and each of those answers closes the connection (the rest of its body is never r
 The app runs on the event loop's thread: admission work is CPU-bound, and the GIL would
 serialise threads anyway, so a hand-over to a thread would only add its cost to every
 request. The one exception is an answer that has to wait for the Kubernetes API (an
-attempt-cache miss: ``webhook/serving/server.py``), which raises ``NeedsThread`` on the loop
+attempt-cache miss: ``webhook/serving/worker.py``), which raises ``NeedsThread`` on the loop
 thread before it would block; the request is then run again, from the start, on a thread
 of ``pool``.
 
-While the worker is being replaced (a new certificate: ``webhook/serving/server.py``), every
+While the worker is being replaced (a new certificate: ``webhook/serving/supervisor.py``), every
 answer carries ``Connection: close``: each kept-alive connection is closed by the server
 right after a response, the one moment a client never reuses it, instead of while idle,
 when a client may be sending a request on it at that very moment.

@@ -20,7 +20,7 @@ One run, and why it is safe to repeat:
    differs (a configuration that does not exist yet, as in ``pre-install``, is skipped;
    the ``post-install`` run fills it in).
 3. Write the Secret, last. The kubelet then updates the mounted files and the server
-   reloads them (``webhook/serving/server.py``).
+   reloads them (``webhook/serving/certwatch.py``).
 
 A CA rollover (the CA is due) never has a moment where the API server distrusts what a
 pod serves: the new bundle is ``new CA + old CA`` and is patched into the configurations
