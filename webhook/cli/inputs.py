@@ -5,7 +5,7 @@ against."""
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
+from typing import TextIO
 
 from webhook.cluster.version import GivenVersion
 from webhook.kube.versions import KubeVersion
@@ -13,22 +13,6 @@ from webhook.offline import inputs
 from webhook.offline.inputs import Document, label
 from webhook.offline.review import ASSUMED_VERSION, version_for
 from webhook.policy.config import Config
-
-
-class InputError(Exception):
-    pass
-
-
-def read_documents(path: str, stdin: TextIO | None = None) -> list[dict[str, Any]]:
-    """The objects of one file (``-``: stdin); ``InputError`` for the first document
-    that cannot be used."""
-    objects = []
-    for doc in inputs.read(path, stdin):
-        if doc.error:
-            raise InputError(doc.error)
-        assert doc.obj is not None
-        objects.append(doc.obj)
-    return objects
 
 
 def read_inputs(args: argparse.Namespace, stderr: TextIO) -> tuple[list[Document], bool] | None:
