@@ -5,7 +5,7 @@ against."""
 from __future__ import annotations
 
 import argparse
-from typing import TextIO
+from typing import Any, TextIO
 
 from webhook.cluster.version import GivenVersion
 from webhook.kube.versions import KubeVersion
