@@ -23,19 +23,12 @@ import yaml
 
 from webhook.cluster.limits import GivenLimits
 from webhook.cluster.runtimes import GivenRuntimes, is_runtime
-from webhook.cluster.version import GivenVersion
+from webhook.cluster.version import ASSUMED_VERSION, IN_PLACE_KEY, GivenVersion, version_for
 from webhook.kube import apiclient
 from webhook.kube.versions import KubeVersion
 from webhook.offline import inputs, outcomes, reports
 from webhook.offline.inputs import Document, label
-from webhook.offline.review import (
-    ASSUMED_VERSION,
-    IN_PLACE_KEY,
-    admission_review,
-    check,
-    prepare,
-    version_for,
-)
+from webhook.offline.review import admission_review, check, prepare
 from webhook.policy.config import Config, ConfigError, load_config, parse_config_or_configmap
 from webhook.tls import certs
 
