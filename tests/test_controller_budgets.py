@@ -21,8 +21,9 @@ from workloads import mutate
 from webhook.cluster.events import EventRecorder
 from webhook.cluster.record import Record
 from webhook.controller.disruptions import Disruptions
-from webhook.controller.restarts import InPlaceBudget, restarts
+from webhook.controller.restarts import InPlaceBudget
 from webhook.kube import failurepolicy as fp
+from webhook.kube.restartrules import restarts
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
 

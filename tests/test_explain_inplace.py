@@ -34,9 +34,8 @@ from test_trainjob import runtime, trainjob
 
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion
-from webhook.explain.inplace import restart_delay
+from webhook.kube.restartrules import BACKOFF_MAX_SECONDS, restart_delay
 from webhook.kube.versions import KubeVersion
-from webhook.mutators import inplace
 from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"
@@ -292,7 +291,7 @@ def test_back_off_doubles_and_caps_at_max_container_backoff():
     item = one(job(), events=",".join(["42"] * 9))
     delays = [s.in_place[0].delay_seconds for s in item.simulation.steps]
     assert delays == [0, 10, 20, 40, 80, 160, 300, 300, 300]
-    assert max(delays) == inplace.BACKOFF_MAX_SECONDS
+    assert max(delays) == BACKOFF_MAX_SECONDS
     assert [restart_delay(n) for n in (1, 2, 3, 7, 100)] == [0, 10, 20, 300, 300]
     assert item.simulation.in_place.backoff_seconds == sum(delays)
     # Nothing was counted: the Job would go on (until its deadline).

@@ -23,6 +23,7 @@ from webhook.admission import review as admission
 from webhook.cluster.runtimes import GivenRuntimes
 from webhook.cluster.version import GivenVersion
 from webhook.kube import failurepolicy as fp
+from webhook.kube import restartrules
 from webhook.kube.versions import KubeVersion
 from webhook.mutators import inplace
 from webhook.policy.config import Config, ConfigError, parse_config
@@ -466,7 +467,7 @@ def test_a_pod_templates_own_in_place_annotation_is_the_wrong_place():
 def test_kubelet_back_off_doubles_from_10_seconds_up_to_5_minutes():
     """The kubelet's crash-loop back-off after each restart (``doBackOff``;
     ``MaxContainerBackOff``: 300 s); the first restart is at once."""
-    assert [inplace.backoff_seconds(n) for n in range(1, 8)] == [10, 20, 40, 80, 160, 300, 300]
+    assert [restartrules.backoff_seconds(n) for n in range(1, 8)] == [10, 20, 40, 80, 160, 300, 300]
 
 
 # --- other kinds -----------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from workloads import assert_idempotent, mutate, validate
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.kube import gates
+from webhook.kube.wellknown import QUEUE_LABEL
 from webhook.policy.config import ConfigError, parse_config
-from webhook.policy.kueue import DEFAULT_TIMEOUT, QUEUE_LABEL, Kueue, parse_go_duration
+from webhook.policy.kueue import DEFAULT_TIMEOUT, Kueue, parse_go_duration
 from webhook.policy.model import format_time
 
 TEN_MINUTES = {P + "retry-delay": "10m", P + "backoff-limit": "3"}

@@ -43,8 +43,13 @@ from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import Clock, GateReleases, LeaderLive, Now, Passed
 from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
-from webhook.kube.intent import LAST_APPLIED
 from webhook.kube.scheduling import Placement
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    CRONJOB_SCHEDULED_TIMESTAMP,
+    LAST_APPLIED,
+    POD_INDEX_LABEL,
+)
 
 #: Per-object identity the API server or a controller gives each object of one template.
 IGNORED_METADATA = frozenset(
@@ -52,18 +57,8 @@ IGNORED_METADATA = frozenset(
 )
 #: Per-pod or per-run labels and annotations set by the Job, StatefulSet and CronJob
 #: controllers (our attempt sources, e.g. ``job-index-failure-count``, are not here).
-IGNORED_LABELS = frozenset(
-    {
-        "batch.kubernetes.io/job-completion-index",
-        "apps.kubernetes.io/pod-index",
-    }
-)
-IGNORED_ANNOTATIONS = frozenset(
-    {
-        "batch.kubernetes.io/job-completion-index",
-        "batch.kubernetes.io/cronjob-scheduled-timestamp",
-    }
-)
+IGNORED_LABELS = frozenset({COMPLETION_INDEX, POD_INDEX_LABEL})
+IGNORED_ANNOTATIONS = frozenset({COMPLETION_INDEX, CRONJOB_SCHEDULED_TIMESTAMP})
 #: An Indexed Job's pods are named ``<job>-<index>`` in ``spec.hostname``.
 IGNORED_POD_SPEC = frozenset({"hostname"})
 

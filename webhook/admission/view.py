@@ -46,12 +46,21 @@ from typing import Any
 import orjson
 
 from webhook.cluster import history
-from webhook.kube import jobsetplacement
-from webhook.kube.intent import LAST_APPLIED
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    EXCLUSIVE_TOPOLOGY,
+    INDEX_FAILURE_COUNT,
+    JOBSET_JOB_INDEX,
+    JOBSET_NAME,
+    JOBSET_UID,
+    LAST_APPLIED,
+    NODE_SELECTOR_STRATEGY,
+    QUEUE_LABEL,
+    REPLICATED_JOB,
+    RESTART_ATTEMPT,
+)
 from webhook.mutators.job import INTENT_FIELDS
-from webhook.mutators.pod import INDEX_FAILURE_COUNT, RESTART_ATTEMPT
 from webhook.policy.config import Config
-from webhook.policy.kueue import QUEUE_LABEL
 from webhook.policy.model import PREFIX
 
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
@@ -76,22 +85,18 @@ IN_PLACE = PREFIX + "in-place-exit-codes"
 #: that learns from earlier attempts (``webhook.cluster.history``) also reads where it belongs:
 #: its completion index and, in a JobSet, its replicated Job and job index.
 POD_ANNOTATIONS = (RESTART_ATTEMPT, INDEX_FAILURE_COUNT)
-POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, history.COMPLETION_INDEX)
+POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, COMPLETION_INDEX)
 #: A pod that may be held back also reads whether it follows a leader
 #: (``webhook.kube.jobsetplacement``).
-POD_GATED_ANNOTATIONS = (
-    jobsetplacement.JOBSET_NAME,
-    jobsetplacement.EXCLUSIVE,
-    jobsetplacement.NODE_SELECTOR_STRATEGY,
-)
+POD_GATED_ANNOTATIONS = (JOBSET_NAME, EXCLUSIVE_TOPOLOGY, NODE_SELECTOR_STRATEGY)
 POD_LABELS = (RESTART_ATTEMPT,)
 #: Of a Job's labels, the one that queues it in Kueue (``mutators.queued``).
 JOB_LABELS = (QUEUE_LABEL,)
 POD_HISTORY_LABELS = (
     *POD_LABELS,
-    history.REPLICATED_JOB,
-    history.JOBSET_JOB_INDEX,
-    history.JOBSET_UID,
+    REPLICATED_JOB,
+    JOBSET_JOB_INDEX,
+    JOBSET_UID,
 )
 #: Of an owner reference: what tells the controller and its kind.
 OWNER_READ = ("apiVersion", "kind", "controller")

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 
 from webhook.cli import admin, dryrun, explain, serve, status, test
 from webhook.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_INPUT, EXIT_OK, EXIT_PIPE
+from webhook.cluster.version import ASSUMED_VERSION, IN_PLACE_KEY
 from webhook.offline import reports
-from webhook.offline.review import ASSUMED_VERSION, IN_PLACE_KEY, prepare
+from webhook.offline.review import prepare
 
 __all__ = [
     "ASSUMED_VERSION",

@@ -7,11 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from webhook.cluster.version import GivenVersion
+from webhook.cluster.version import ASSUMED_VERSION, GivenVersion, version_for
 from webhook.kube.versions import KubeVersion
 from webhook.offline import inputs
 from webhook.offline.inputs import Document, label
-from webhook.offline.review import ASSUMED_VERSION, version_for
 from webhook.policy.config import Config
 
 

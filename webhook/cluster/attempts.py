@@ -38,10 +38,9 @@ from webhook.cluster.history import (
 from webhook.cluster.informer import Informer, Informers, short_error
 from webhook.cluster.record import JobSetRecords, Record, lineage_of, merge, parsed, text_of
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
+from webhook.kube.wellknown import JOB_UID_LABEL
 
 log = logging.getLogger(__name__)
-
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 
 
 @dataclass(frozen=True)

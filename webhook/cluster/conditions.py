@@ -32,11 +32,9 @@ from typing import Any
 
 from webhook.cluster.events import Regarding
 from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.wellknown import JOB_TRACKING, JOBSET_API_VERSION, JOBSET_NAME, JOBSET_UID
 
 STRATEGIC = "application/strategic-merge-patch+json"
-JOB_TRACKING = "batch.kubernetes.io/job-tracking"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -150,7 +148,7 @@ def workload_of(pod: Mapping[str, Any]) -> Regarding | None:
     labels = mapping(meta.get("labels"))
     name, uid = labels.get(JOBSET_NAME), labels.get(JOBSET_UID)
     if isinstance(name, str) and isinstance(uid, str) and name and uid:
-        return Regarding("jobset.x-k8s.io/v1alpha2", "JobSet", namespace, name, uid)
+        return Regarding(JOBSET_API_VERSION, "JobSet", namespace, name, uid)
     owner = controller_of(meta)
     if owner is None or owner.get("kind") != "Job":
         return None

@@ -50,6 +50,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.kube.objects import controller_of, mapping
+from webhook.kube.wellknown import (
+    JOBSET_API_VERSION,
+    JOBSET_GROUP,
+    JOBSET_NAME,
+    JOBSET_UID,
+    TRAINER_GROUP,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +92,6 @@ def decision_type(reason: str) -> str:
 RESULTS = ("written", "aggregated", "dropped")
 
 JOB_API = "batch/v1"
-JOBSET_API = "jobset.x-k8s.io/v1alpha2"
-JOBSET_GROUP = "jobset.x-k8s.io"
-#: Set by JobSet on its child Jobs and their pods (``labelAndAnnotateObject`` in
-#: pkg/controllers/jobset_controller.go; the UID since v0.9.0).
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
-TRAINER_GROUP = "trainer.kubeflow.org"
 #: The webhook's annotations (``webhook.policy.model.PREFIX``): what a JobSet is read for
 #: besides its owner.
 PREFIX = "retry-policy.dev/"
@@ -396,7 +396,9 @@ def workload_of_pod(metadata: Any, namespace: str | None) -> Regarding | None:
     jobset = labels.get(JOBSET_NAME)
     if owner.get("kind") == "Job" and isinstance(jobset, str) and jobset:
         uid = labels.get(JOBSET_UID)
-        return Regarding(JOBSET_API, "JobSet", ns, jobset, uid if isinstance(uid, str) else "")
+        return Regarding(
+            JOBSET_API_VERSION, "JobSet", ns, jobset, uid if isinstance(uid, str) else ""
+        )
     return _owner(owner, ns)
 
 
@@ -473,7 +475,7 @@ class WorkloadResolver:
         return found
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        group, _, version = JOBSET_API.partition("/")
+        group, _, version = JOBSET_API_VERSION.partition("/")
         try:
             resp = self.api.get_namespaced_custom_object(
                 group,

@@ -53,6 +53,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from webhook.kube import quantity
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    JOB_UID_LABEL,
+    JOBSET_JOB_INDEX,
+    JOBSET_UID,
+    REPLICATED_JOB,
+    RESTART_ATTEMPT,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +70,6 @@ WANTS_HISTORY = (PREFIX + "oom-memory-factor", PREFIX + "avoid-failed-nodes")
 #: On a pod: every key that makes its failures worth recording (the pods of later attempts
 #: are told the last failure's cause, and wait from its time).
 RECORDED = (*WANTS_HISTORY, PREFIX + "attempt-env", PREFIX + "retry-delay")
-#: JobSet's labels on every pod of a child Job (since JobSet v0.9.0).
-JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
-RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
-JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 OOM_KILLED = "OOMKilled"
 
 #: Bounds: failed nodes per lineage, and lineages in all (each lineage remembers every
@@ -427,7 +429,7 @@ class FailureHistory:
     def __init__(
         self,
         core_api: Any = None,
-        job_label: str = "batch.kubernetes.io/controller-uid",
+        job_label: str = JOB_UID_LABEL,
         counts: Callable[[str, Mapping[str, Any]], bool] | None = None,
         lookup_timeout: float = 0.5,
         breaker_seconds: float = 10.0,

@@ -68,7 +68,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.cluster.history import (
-    COMPLETION_INDEX,
     MARK,
     MAX_NODES,
     HistoryKey,
@@ -84,6 +83,14 @@ from webhook.cluster.history import (
     pod_mark,
 )
 from webhook.cluster.informer import Informer, Informers
+from webhook.kube.objects import mapping
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    INDEX_FAILURE_COUNT,
+    JOBSET_GROUP,
+    JOBSET_UID,
+    JOBSET_VERSION,
+)
 
 ANNOTATION = "retry-policy.dev/history"
 VERSION = 1
@@ -373,6 +380,20 @@ def lineage_key(metadata: Mapping[str, Any]) -> str:
     return "/".join(parts)
 
 
+def disruption_scope(pod: Mapping[str, Any]) -> str | None:
+    """The lineage a disruption counts against: the index, for an Indexed Job's pod with a
+    budget per index (only then does it carry ``job-index-failure-count``); ``None``: the
+    whole workload (a Job, a JobSet)."""
+    meta = mapping(pod.get("metadata"))
+    annotations = mapping(meta.get("annotations"))
+    labels = mapping(meta.get("labels"))
+    if labels.get(JOBSET_UID):
+        return None
+    if INDEX_FAILURE_COUNT in annotations and COMPLETION_INDEX in annotations:
+        return lineage_key(meta)
+    return None
+
+
 def merge(local: HistoryLookup, lineage: Lineage | None) -> HistoryLookup:
     """A worker's own answer with the record's lineage (idempotent: see the module's
     doc). The record's counts stand in for failures whose pods the worker never saw."""
@@ -453,7 +474,7 @@ def _rfc3339(when: float | None) -> str | None:
     return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-JOBSET_GROUP, JOBSET_VERSION, JOBSETS = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+JOBSETS = "jobsets"
 
 
 class JobSetRecords(Informers):

@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from webhook.cluster.informer import Informer, Informers
+from webhook.kube.wellknown import TRAINER_GROUP
 
 log = logging.getLogger(__name__)
 
-GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 #: Runtime kinds and their resources; a TrainJob's ``runtimeRef.kind`` defaults to the
 #: cluster-scoped one (``RuntimeRef`` in pkg/apis/trainer/v1alpha1/trainjob_types.go).
@@ -114,7 +114,7 @@ class NoRuntimes:
 
 def is_runtime(obj: Mapping[str, Any]) -> bool:
     api_version = str(obj.get("apiVersion") or "")
-    return api_version.rpartition("/")[0] == GROUP and obj.get("kind") in PLURALS
+    return api_version.rpartition("/")[0] == TRAINER_GROUP and obj.get("kind") in PLURALS
 
 
 def trainer_version_of(obj: Mapping[str, Any]) -> str | None:
@@ -297,7 +297,7 @@ class RuntimeCache(Informers):
         )
 
     def _list(self, plural: str, **kwargs: Any) -> Any:
-        return self.custom_api.list_cluster_custom_object(GROUP, VERSION, plural, **kwargs)
+        return self.custom_api.list_cluster_custom_object(TRAINER_GROUP, VERSION, plural, **kwargs)
 
     def _recording(self, plural: str, list_fn: Any) -> Any:
         """``list_fn``, remembering its last failure (a lookup says why it knows nothing)."""
@@ -381,11 +381,11 @@ class RuntimeCache(Informers):
         try:
             if kind == CLUSTER_KIND:
                 resp = self.custom_api.get_cluster_custom_object(
-                    GROUP, VERSION, PLURALS[kind], name, **options
+                    TRAINER_GROUP, VERSION, PLURALS[kind], name, **options
                 )
             else:
                 resp = self.custom_api.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace or "default", PLURALS[kind], name, **options
+                    TRAINER_GROUP, VERSION, namespace or "default", PLURALS[kind], name, **options
                 )
             obj = json.loads(resp.data)
         except Exception as err:

@@ -12,15 +12,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from webhook.kube.objects import mapping
 from webhook.kube.versions import KubeVersion
+from webhook.policy.config import Config
+from webhook.policy.model import KEYS
 
 log = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 600.0
 #: After a failure, ask again sooner than a full refresh.
 RETRY_SECONDS = 30.0
+#: What the offline commands assume without ``--kubernetes-version`` or a config pin: the
+#: newest release whose gated fields the policy knows.
+ASSUMED_VERSION = KubeVersion(1, 36)
+IN_PLACE_KEY = KEYS["in-place-exit-codes"].annotation
 
 
 class VersionSource(Protocol):
@@ -115,3 +123,19 @@ def _gates_version(info: Any) -> tuple[str, str, str]:
     if major and minor:
         return major, minor, ""
     return info.major, info.minor, info.git_version or ""
+
+
+def version_for(
+    given: KubeVersion | None, config: Config, objects: Iterable[Mapping[str, Any]]
+) -> tuple[GivenVersion, bool]:
+    """The version the offline commands judge against: ``given`` (``--kubernetes-version``),
+    else the config's pin, else ``ASSUMED_VERSION``; and whether it was assumed for a
+    policy that depends on it (in-place restarts), which is worth a note."""
+    if given is not None:
+        return GivenVersion(given), False
+    if config.kubernetes_version is not None:
+        return GivenVersion(config.kubernetes_version), False
+    annotated = any(
+        IN_PLACE_KEY in mapping(mapping(o.get("metadata")).get("annotations")) for o in objects
+    )
+    return GivenVersion(ASSUMED_VERSION), annotated or config.has_default("in-place-exit-codes")

@@ -56,7 +56,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.conditions import (
-    JOB_TRACKING,
     add_condition,
     condition,
     judged,
@@ -71,9 +70,8 @@ from webhook.cluster.conditions import (
     workload_of,
 )
 from webhook.cluster.events import Event, Regarding
-from webhook.cluster.history import COMPLETION_INDEX, RESTART_ATTEMPT
 from webhook.cluster.informer import Informer, short_error
-from webhook.cluster.record import Record, lineage_key
+from webhook.cluster.record import Record, disruption_scope
 from webhook.controller.records import Workloads
 from webhook.controller.writes import (
     CONFLICT,
@@ -94,14 +92,13 @@ from webhook.kube.failurepolicy import (
     evaluate,
 )
 from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.wellknown import JOB_TRACKING, JOB_UID_LABEL, JOBSET_UID, RESTART_ATTEMPT
 from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, PEERS_LABEL
 from webhook.policy.model import parse_count
 
 log = logging.getLogger(__name__)
 
 REASON = "RetryDisruptionCounted"
-INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 #: Failed writes of one over-budget condition other than conflicts before the pod's next
 #: update is left to try again.
 TRANSIENT_TRIES = 5
@@ -692,20 +689,6 @@ def _unwritten(state: _Budget) -> str:
     )
 
 
-def disruption_scope(pod: Mapping[str, Any]) -> str | None:
-    """The lineage a disruption counts against: the index, for an Indexed Job's pod with a
-    budget per index (only then does it carry ``job-index-failure-count``); ``None``: the
-    whole workload (a Job, a JobSet)."""
-    meta = mapping(pod.get("metadata"))
-    annotations = mapping(meta.get("annotations"))
-    labels = mapping(meta.get("labels"))
-    if labels.get("jobset.sigs.k8s.io/jobset-uid"):
-        return None
-    if INDEX_FAILURE_COUNT in annotations and COMPLETION_INDEX in annotations:
-        return lineage_key(meta)
-    return None
-
-
 def peer_group(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The pods a pod runs with: its JobSet's run, else its Job, in its namespace (a pod
     elsewhere that carries the same UID labels is no peer: a JobSet's and a Job's pods
@@ -715,7 +698,7 @@ def peer_group(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
     if not isinstance(namespace, str) or not namespace:
         return None
     labels = mapping(meta.get("labels"))
-    jobset = labels.get("jobset.sigs.k8s.io/jobset-uid")
+    jobset = labels.get(JOBSET_UID)
     if isinstance(jobset, str) and jobset:
         return ("jobset", namespace, jobset, str(labels.get(RESTART_ATTEMPT) or "0"))
     owner = controller_of(meta)

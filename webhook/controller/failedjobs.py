@@ -15,7 +15,8 @@ What the Job controller writes, and how it is read here:
   ``Container <c> for pod <ns>/<pod> failed with exit code <n> matching FailJob rule at
   index <i>`` (``matchPodFailurePolicy`` in pkg/controller/job/pod_failure_policy.go, made
   the condition's message by ``syncJob`` in job_controller.go, through the interim
-  ``FailureTarget`` condition); rule ``i`` of the Job's ``podFailurePolicy`` is the one.
+  ``FailureTarget`` condition; read by ``webhook.kube.jobcontroller``); rule ``i`` of the
+  Job's ``podFailurePolicy`` is the one.
 - ``FailIndex`` (``on-non-retriable: fail-index``): the index fails, the Job goes on, and
   fails at the end with reason ``FailedIndexes`` ("Job has failed indexes") or
   ``MaxFailedIndexesExceeded``; no message names a pod, so the Job's failed pods are
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -48,28 +48,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import (
     Event,
     EventSink,
     WorkloadResolver,
     workload_of_job,
 )
-from webhook.cluster.history import COMPLETION_INDEX
 from webhook.cluster.history import parse_time as stamp
 from webhook.cluster.informer import Informer
 from webhook.kube import failurepolicy as fp
+from webhook.kube.jobcontroller import parse_failjob_message
 from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.wellknown import COMPLETION_INDEX, JOB_UID_LABEL
 from webhook.policy.model import APPLIED
 
 log = logging.getLogger(__name__)
 
 REASON = "RetryPolicyFailedJob"
-#: ``matchPodFailurePolicy``'s message for a FailJob rule on exit codes.
-FAIL_JOB_MESSAGE = re.compile(
-    r"^Container (?P<container>\S+) for pod (?P<namespace>[^/\s]+)/(?P<pod>\S+) failed with "
-    r"exit code (?P<code>-?\d+) matching (?P<action>\w+) rule at index (?P<index>\d+)$"
-)
 #: The Job failure reasons our rules can be behind (``batch.JobReason*``).
 BY_POLICY = "PodFailurePolicy"
 BY_FAILED_INDEXES = ("FailedIndexes", "MaxFailedIndexesExceeded")
@@ -251,13 +246,15 @@ class FailedJobs:
 def failed_by_rule(message: str, rules: list[Any]) -> list[Exit]:
     """The exit a ``FailJob`` rule matched, from the condition's message, when that rule
     (by its index) has our shape."""
-    found = FAIL_JOB_MESSAGE.match(message)
-    if found is None or found["action"] != "FailJob":
+    found = parse_failjob_message(message)
+    if found is None or found.action != "FailJob":
         return []
-    index = int(found["index"])
+    if found.container is None or found.exit_code is None:
+        return []  # a rule on pod conditions: fail-non-retriable writes exit-code rules
+    index = found.index
     if index >= len(rules) or not fp.is_non_retriable_rule(rules[index]):
         return []
-    return [Exit(found["container"], int(found["code"]))]
+    return [Exit(found.container, found.exit_code)]
 
 
 def failed_condition(job: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -32,12 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cluster.events import JOB_API, JOBSET_API, Regarding
-from webhook.cluster.history import JOBSET_UID, jobset_place, wants_history
+from webhook.cluster.events import JOB_API, Regarding
+from webhook.cluster.history import jobset_place, wants_history
 from webhook.cluster.informer import Informer
 from webhook.cluster.record import (
-    JOBSET_GROUP,
-    JOBSET_VERSION,
     JOBSETS,
     MAX_MARKS,
     Record,
@@ -47,16 +45,21 @@ from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 from webhook.kube.objects import controller_of
+from webhook.kube.wellknown import (
+    JOB_UID_LABEL,
+    JOBSET_API_VERSION,
+    JOBSET_GROUP,
+    JOBSET_NAME,
+    JOBSET_UID,
+    JOBSET_VERSION,
+    REPLICATED_JOB,
+)
 
 log = logging.getLogger(__name__)
 
 
 def _annotation(meta: Mapping[str, Any]) -> str | None:
     return text_of({"metadata": meta})
-
-
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 
 
 @dataclass(slots=True)
@@ -94,7 +97,7 @@ class _Pending:
         kind, namespace, uid = self.workload
         if kind == "job":
             return Regarding(JOB_API, "Job", namespace, self.name, uid)
-        return Regarding(JOBSET_API, "JobSet", namespace, self.name, uid)
+        return Regarding(JOBSET_API_VERSION, "JobSet", namespace, self.name, uid)
 
     def unwritten(self) -> str:
         """What a write that failed would have recorded (the log's and Event's words)."""
@@ -259,7 +262,7 @@ class HistoryRecorder:
         if place is not None and isinstance(labels.get(JOBSET_NAME), str):
             key, name = ("jobset", namespace, place[0]), labels[JOBSET_NAME]
             self._watch_jobsets()
-        elif labels.get("jobset.sigs.k8s.io/replicatedjob-name") and not labels.get(JOBSET_UID):
+        elif labels.get(REPLICATED_JOB) and not labels.get(JOBSET_UID):
             return  # a JobSet older than v0.9.0: no record can outlive its child Jobs
         else:
             key, name = ("job", namespace, str(owner["uid"])), str(owner.get("name") or "")

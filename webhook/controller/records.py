@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from webhook.cluster.record import ANNOTATION, JOBSET_GROUP, JOBSET_VERSION, JOBSETS
+from webhook.cluster.record import ANNOTATION, JOBSETS
+from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
 

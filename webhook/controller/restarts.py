@@ -25,9 +25,9 @@ condition. Past its deadline the pod is ``Failed`` in every update the kubelet s
 (``ShouldEvict`` overrides the phase), the condition already on it; and it stays, as
 every failed pod of a Job does, its logs and exit codes with it.
 
-Restarts "in all": the sum of the regular containers' ``restartCount``; for a pod whose
-rules restart the whole pod (``RestartAllContainers``, in-place-scope pod), the most of one
-container's, as each restart of the pod restarts them all. Sidecars' restarts are theirs.
+Restarts "in all", as ``webhook.kube.restartrules.restarts`` counts them: the sum of the
+regular containers' ``restartCount``; for a pod whose rules restart the whole pod
+(``RestartAllContainers``, in-place-scope pod), the most of one container's.
 """
 
 from __future__ import annotations
@@ -58,8 +58,9 @@ from webhook.cluster.informer import Informer
 from webhook.controller.disruptions import MOST, Metrics
 from webhook.controller.records import MERGE_PATCH
 from webhook.controller.writes import Writes
-from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED, named_containers
-from webhook.kube.objects import items, mapping
+from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED
+from webhook.kube.objects import mapping
+from webhook.kube.restartrules import restarts
 from webhook.mutators.budgets import MAX_RESTARTS_LABEL
 from webhook.policy.model import parse_restart_budget
 
@@ -70,24 +71,6 @@ TRIES = 5
 #: The deadline that ends a replaced pod: the least the API takes, and past already for a
 #: pod that has restarted in place (its ``status.startTime`` is its first start).
 DEADLINE = 1
-
-
-def restarts(pod: Mapping[str, Any]) -> int:
-    """The pod's restarts in place in all (see the module's doc)."""
-    counts = [
-        s.get("restartCount")
-        for s in items(mapping(pod.get("status")).get("containerStatuses"))
-        if isinstance(s, dict)
-    ]
-    counts = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
-    if not counts:
-        return 0
-    whole = any(
-        mapping(rule).get("action") == "RestartAllContainers"
-        for c in named_containers(mapping(pod.get("spec")), "containers")
-        for rule in items(c.get("restartPolicyRules"))
-    )
-    return max(counts) if whole else sum(counts)
 
 
 class InPlaceBudget:

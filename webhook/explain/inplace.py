@@ -1,33 +1,14 @@
 """Restarts in place, in words: what each regular container does with each exit code,
-read from the final object as the kubelet reads it, what ends those restarts, and the
-kubelet's back-off before each one (``in-place-exit-codes``, ``webhook.mutators.inplace``).
+read from the final object as the kubelet reads it (``webhook.kube.restartrules``), what
+ends those restarts, and the kubelet's back-off before each one (``in-place-exit-codes``,
+``webhook.mutators.inplace``).
 
 Everything here is read from the rules the object carries (the user's own rules come
-first and win), never from the annotations:
-
-- The kubelet takes a container's first rule whose exit codes match, ``In`` or ``NotIn``
-  (``findMatchingContainerRestartRule`` in pkg/api/v1/pod/util.go), and reads rules only
-  of a container with a restartPolicy of its own. ``Restart`` restarts the container,
-  ``RestartAllContainers`` the whole pod (KEP-5532: init containers run again;
-  ``ShouldAllContainersRestart`` in pkg/kubelet/container/helpers.go); a rule whose
-  action it does not know, or no match, falls back to that restartPolicy
-  (``ContainerShouldRestart``: OnFailure restarts on a non-zero exit, Always on every
-  exit). Exit code 0 is matched like any other: a ``NotIn`` rule restarts a container
-  that succeeded, so it never completes, nor does its pod.
-- A native sidecar (an init container with restartPolicy Always) may carry rules too:
-  one whose action is RestartAllContainers restarts the pod in place; any other exit
-  restarts the sidecar. Neither is a pod failure.
-- A restart in place is not a pod failure: the Job controller judges a pod only once it
-  is terminal, and counts container restarts against backoffLimit only under
-  restartPolicy OnFailure (``pastBackoffLimitOnFailure``). Only activeDeadlineSeconds
-  ends them.
-- The kubelet delays restarts with its crash-loop back-off (``doBackOff`` in
-  pkg/kubelet/kuberuntime, a client-go ``flowcontrol.Backoff`` capped at
-  ``MaxContainerBackOff``): a container's first restart finds no back-off entry and
-  happens at once; each later one waits 10 s, doubling, at most 300 s. The entry is
-  keyed by the pod's UID and the container, so a new pod starts over, and so does a
-  container that ran 10 minutes (twice the cap). A disrupted pod never restarts in
-  place: it is being deleted.
+first and win), never from the annotations. A restart in place is not a pod failure: the
+Job controller judges a pod only once it is terminal, and counts container restarts
+against backoffLimit only under restartPolicy OnFailure (``pastBackoffLimitOnFailure``).
+Only activeDeadlineSeconds ends them, or ``max-in-place-restarts``. A disrupted pod never
+restarts in place: it is being deleted.
 """
 
 from __future__ import annotations
@@ -45,53 +26,41 @@ from webhook.explain.model import (
     InPlaceSummary,
 )
 from webhook.explain.words import count_of, join_words, ranges
-from webhook.kube.failurepolicy import named_containers
-from webhook.kube.objects import items, mapping
+from webhook.kube.objects import mapping
+from webhook.kube.restartrules import (
+    ALL_CODES,
+    BACKOFF_MAX_SECONDS,
+    BACKOFF_START_SECONDS,
+    EXIT_CODES,
+    YOUR_RULE,
+    ContainerRules,
+    Decision,
+    PodRestarts,
+    dropped,
+    restart_delay,
+)
 from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
 from webhook.mutators import inplace
 from webhook.policy.config import GuardRails
 
-#: The actions that restart in place (KEP-5307, KEP-5532).
-RESTART, RESTART_ALL = "Restart", "RestartAllContainers"
-EXIT_CODES = range(1, 256)
-#: With success, which a rule may restart too.
-ALL_CODES = range(256)
 SUCCESS = (
     "exit code 0 is success: the container never completes, nor does its pod; only "
     "activeDeadlineSeconds ends it"
 )
 BACKOFF_TEXT = (
     f"the kubelet's back-off before each restart in place: none before a container's "
-    f"first, then {inplace.BACKOFF_START_SECONDS} s, doubling, at most "
-    f"{inplace.BACKOFF_MAX_SECONDS} s (a node's kubelet may set a lower cap); it starts "
+    f"first, then {BACKOFF_START_SECONDS} s, doubling, at most "
+    f"{BACKOFF_MAX_SECONDS} s (a node's kubelet may set a lower cap); it starts "
     "over in a new pod, and after 10 minutes of running. A disrupted pod (preemption, "
     "eviction, drain) never restarts in place: it is being deleted"
 )
 
 
-def restart_delay(restart: int) -> int:
-    """Seconds the kubelet waits before a container's in-place restart number ``restart``
-    (1-based) in one pod: none before the first (no back-off entry yet), then the
-    back-off ``inplace.backoff_seconds`` gives the restarts after it."""
-    return 0 if restart <= 1 else inplace.backoff_seconds(restart - 1)
+# --- the rules, in words ------------------------------------------------------------------
 
 
-# --- the rules, as the kubelet reads them ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Why a container restarts in place on an exit code."""
-
-    whole_pod: bool
-    #: The matching rule (1-based) of the container's restartPolicyRules; ``None`` when
-    #: its own restartPolicy restarts it.
-    rule: int | None
-    origin: str
-
-    @property
-    def why(self) -> str:
-        return rule_words(self.rule, self.origin)
+def _why(decision: Decision) -> str:
+    return rule_words(decision.rule, decision.origin)
 
 
 def rule_words(rule: int | None, origin: str) -> str:
@@ -99,131 +68,9 @@ def rule_words(rule: int | None, origin: str) -> str:
     "restart rule 2, added by retry-policy", or "its restartPolicy Always"."""
     if rule is None:
         return origin
-    if origin == "your rule":
+    if origin == YOUR_RULE:
         return f"your restart rule {rule}"
     return f"restart rule {rule}, {origin}"
-
-
-@dataclass(frozen=True)
-class ContainerRules:
-    """One regular container's (or native sidecar's) restartPolicy and
-    restartPolicyRules, and which of the rules its author wrote (``yours``, from the
-    object before the webhook)."""
-
-    name: str
-    restart_policy: str | None
-    rules: tuple[Any, ...]
-    yours: tuple[Any, ...] = ()
-    sidecar: bool = False
-
-    def decide(self, code: int) -> Decision | None:
-        """How the kubelet treats exit ``code`` (``ContainerShouldRestart``); ``None``:
-        the container stays stopped."""
-        if self.restart_policy is None:
-            return None  # rules are read only beside a restartPolicy of the container's
-        for number, rule in enumerate(self.rules, 1):
-            if not matches(rule, code):
-                continue
-            action = mapping(rule).get("action")
-            if action in (RESTART, RESTART_ALL):
-                origin = "your rule" if rule in self.yours else "added by retry-policy"
-                return Decision(action == RESTART_ALL, number, origin)
-            break  # an action it does not know: its restartPolicy decides
-        if self.restart_policy == "Always" or (self.restart_policy == "OnFailure" and code):
-            return Decision(False, None, f"its restartPolicy {self.restart_policy}")
-        return None
-
-    @property
-    def restarts(self) -> bool:
-        return any(self.decide(code) is not None for code in ALL_CODES)
-
-
-def matches(rule: Any, code: int) -> bool:
-    """``findMatchingContainerRestartRule`` for one rule: In and NotIn; other operators
-    never match."""
-    codes = mapping(mapping(rule).get("exitCodes"))
-    values = items(codes.get("values"))
-    if codes.get("operator") == "In":
-        return code in values
-    if codes.get("operator") == "NotIn":
-        return code not in values
-    return False
-
-
-@dataclass(frozen=True)
-class PodRestarts:
-    """The restart rules of a pod template whose restartPolicy is Never."""
-
-    containers: tuple[ContainerRules, ...]
-    #: Its init containers (their exits are not the application's: see ``restarted``),
-    #: and those of them that are native sidecars.
-    init: frozenset[str] = frozenset()
-    sidecars: frozenset[str] = frozenset()
-    #: The native sidecars' own restart rules (those that have some).
-    sidecar_rules: tuple[ContainerRules, ...] = ()
-
-    def of(self, name: str) -> ContainerRules | None:
-        found = (*self.containers, *self.sidecar_rules)
-        return next((c for c in found if c.name == name), None)
-
-    def decide_sidecar(self, name: str, code: int) -> Decision:
-        """A native sidecar's exit: its rules, else its restartPolicy Always; always a
-        restart (of the sidecar, or of the pod)."""
-        rules = self.of(name) or ContainerRules(name, "Always", (), sidecar=True)
-        return rules.decide(code) or Decision(False, None, "its restartPolicy Always")
-
-    def decide(self, name: str, code: int) -> Decision | None:
-        rules = self.of(name)
-        return rules.decide(code) if rules is not None else None
-
-
-def pod_restarts(
-    pod_spec: Mapping[str, Any], original: Any, version: KubeVersion | None
-) -> PodRestarts | None:
-    """The restart rules of ``pod_spec`` (the final template; ``original`` the one the
-    user wrote), or ``None`` when no container can restart in place: a pod restartPolicy
-    other than Never (OnFailure restarts every failed container, and is explained as
-    such), no rule, or a cluster whose API server drops the rules (``dropped_note``)."""
-    if pod_spec.get("restartPolicy", "Always") != "Never" or dropped(pod_spec, version):
-        return None
-    written = {
-        c["name"]: c
-        for group in ("containers", "initContainers")
-        for c in named_containers(mapping(original), group)
-    }
-
-    def rules_of(c: Mapping[str, Any], sidecar: bool = False) -> ContainerRules:
-        return ContainerRules(
-            c["name"],
-            c.get("restartPolicy") if isinstance(c.get("restartPolicy"), str) else None,
-            tuple(items(c.get("restartPolicyRules"))),
-            tuple(items(mapping(written.get(c["name"])).get("restartPolicyRules"))),
-            sidecar,
-        )
-
-    containers = tuple(rules_of(c) for c in named_containers(pod_spec, "containers"))
-    init = named_containers(pod_spec, "initContainers")
-    sidecars = [c for c in init if c.get("restartPolicy") == "Always"]
-    with_rules = tuple(rules_of(c, True) for c in sidecars if items(c.get("restartPolicyRules")))
-    if not any(c.restarts for c in containers) and not with_rules:
-        return None
-    return PodRestarts(
-        containers,
-        frozenset(c["name"] for c in init),
-        frozenset(c["name"] for c in sidecars),
-        with_rules,
-    )
-
-
-def dropped(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> bool:
-    """Whether the cluster's API server drops the regular containers' rules (feature gate
-    off before ``CONTAINER_RESTART_RULES.on_since``)."""
-    has_rules = any(
-        items(c.get("restartPolicyRules"))
-        for group in ("containers", "initContainers")
-        for c in named_containers(pod_spec, group)
-    )
-    return has_rules and version is not None and version < CONTAINER_RESTART_RULES.on_since
 
 
 def dropped_note(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> list[str]:
@@ -377,9 +224,9 @@ def _groups(rules: ContainerRules, judge: Judge) -> list[CodeGroup]:
         if decision is None:
             key = judge(rules.name, code)
         elif decision.whole_pod:
-            key = ("restart-pod", f"the whole pod restarts in place ({decision.why})")
+            key = ("restart-pod", f"the whole pod restarts in place ({_why(decision)})")
         else:
-            key = ("restart", f"restarts in place ({decision.why})")
+            key = ("restart", f"restarts in place ({_why(decision)})")
         found.setdefault(key, []).append(code)
     restarting = [k for k in found if k[0].startswith("restart")]
     others = sorted((k for k in found if k not in restarting), key=lambda k: len(found[k]))
@@ -423,7 +270,7 @@ class Backoff:
     pod_waited: int = 0
     most_in_a_pod: int = 0
     #: Restarts in place of the running pod in all (a whole pod's restart is one), as
-    #: max-in-place-restarts counts them (``webhook.controller.restarts``).
+    #: max-in-place-restarts counts them (``webhook.kube.restartrules.restarts``).
     pod_restarts: int = 0
 
     def restart(self, container: str, code: int, decision: Decision) -> InPlaceRestart:

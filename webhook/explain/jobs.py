@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.explain import inplace
-from webhook.explain.inplace import Backoff, Bound, PodRestarts
+from webhook.explain.inplace import Backoff, Bound
 from webhook.explain.model import (
     BETWEEN_KEYS,
     BUDGET_KEYS,
     FAILURE_AWARE_KEYS,
     IN_PLACE_KEYS,
-    INDEX_FAILURE_COUNT,
     POD_KEYS,
     SIGKILL,
     SIGTERM,
@@ -50,8 +49,10 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
-from webhook.kube import failurepolicy
+from webhook.kube import failurepolicy, jobcontroller, restartrules
 from webhook.kube.failurepolicy import Match, named_containers
+from webhook.kube.restartrules import PodRestarts
+from webhook.kube.wellknown import INDEX_FAILURE_COUNT
 from webhook.mutators import Outcome, controller_of, items, mapping, workload_policy
 from webhook.mutators import jobset as jobset_mutator
 from webhook.mutators.job import (
@@ -292,7 +293,7 @@ def job_spec_view(
         sidecars=failurepolicy.sidecar_containers(pod_spec),
         placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
         memory=memory_plan(pod_spec, pods),
-        restarts=inplace.pod_restarts(pod_spec, written, version),
+        restarts=restartrules.pod_restarts(pod_spec, written, version),
         bound=job_bound(subject, path, spec, pod_spec),
         dropped=inplace.dropped_note(pod_spec, version),
         template_memory=template_memory(pod_spec),
@@ -1132,14 +1133,13 @@ def failjob_message(match: Match) -> str:
     """The Job condition message the controller writes for a FailJob match (the text a
     JobSet's ``onJobFailureMessagePatterns`` are matched against); the pod's name is not
     known offline and is shown as ``<pod>``."""
-    where = "<namespace>/<pod>"
     if match.container is not None:
-        return (
-            f"Container {match.container.name} for pod {where} failed with exit code "
-            f"{match.container.exit_code} matching FailJob rule at index {match.index}"
+        exit_ = match.container
+        return jobcontroller.failjob_message(
+            "<namespace>", "<pod>", match.index, container=exit_.name, code=exit_.exit_code
         )
-    return (
-        f"Pod {where} has condition {match.condition} matching FailJob rule at index {match.index}"
+    return jobcontroller.failjob_message(
+        "<namespace>", "<pod>", match.index, condition=match.condition
     )
 
 
@@ -1194,7 +1194,7 @@ def _pod_in_place(item: Explanation, subject: Subject) -> None:
     pod_spec = subject.spec
     version = subject.ctx.kubernetes_version
     item.notes.extend(inplace.dropped_note(pod_spec, version))
-    restarts = inplace.pod_restarts(pod_spec, subject.original.get("spec"), version)
+    restarts = restartrules.pod_restarts(pod_spec, subject.original.get("spec"), version)
     if restarts is None:
         return
     bound = inplace.bound_of(

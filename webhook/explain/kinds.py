@@ -84,6 +84,7 @@ from webhook.explain.words import (
     source_text,
 )
 from webhook.kube.goregexp import Piece, Wild
+from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
 from webhook.mutators import (
     Outcome,
     items,
@@ -93,7 +94,7 @@ from webhook.mutators import (
     trainjob,
     workload_policy,
 )
-from webhook.mutators.job import JOBSET_GROUP, WRITTEN_SOURCES, LimitField, get_path
+from webhook.mutators.job import WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
     ACTIONS as JOBSET_ACTIONS,
 )
@@ -787,7 +788,7 @@ class JobSetSimulator:
 RAYJOB_DEFAULT = "RayJob default"
 
 
-@explainer("ray.io", "RayJob")
+@explainer(RAY_GROUP, "RayJob")
 def explain_rayjob(subject: Subject) -> list[Explanation]:
     spec = subject.spec
     keys = ("backoff-limit", "error-propagation")
@@ -857,7 +858,7 @@ OPERATOR_DEFAULT_RESTART_POLICY = "OnFailure"
 PYTORCH_FAILED = "PyTorchJobFailed"
 
 
-@explainer("kubeflow.org", "PyTorchJob")
+@explainer(KUBEFLOW_GROUP, "PyTorchJob")
 def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     spec = subject.spec
     keys = ("backoff-limit", "fail-non-retriable", "retriable-exit-codes", "error-propagation")
@@ -1068,7 +1069,7 @@ RECREATED_JOBSET = (
 )
 
 
-@explainer(trainjob.GROUP, trainjob.KIND)
+@explainer(TRAINER_GROUP, trainjob.KIND)
 def explain_trainjob(subject: Subject) -> list[Explanation]:
     """The TrainJob's settings, then the JobSet the trainer makes from its runtime (when
     the runtime is given) explained as any JobSet: its admission applies the policy."""

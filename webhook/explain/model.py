@@ -24,7 +24,6 @@ MAX_EVENTS = 1000
 #: Plans longer than this show their first and last rows and the non-spot boundary.
 MAX_PLAN_ROWS = 12
 
-INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 SIGTERM, SIGKILL = 143, 137
 
 WORKLOAD_KEYS = (

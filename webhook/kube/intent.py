@@ -27,8 +27,7 @@ from typing import Any
 
 import orjson
 
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
+from webhook.kube.wellknown import LAST_APPLIED
 
 Path = Sequence[str | int]
 

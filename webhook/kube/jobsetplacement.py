@@ -26,11 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
-NODE_SELECTOR_STRATEGY = "alpha.jobset.sigs.k8s.io/node-selector"
-#: On every pod of a JobSet (``JobSetNameKey``): what JobSet's pod webhooks look for.
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+from webhook.kube.wellknown import COMPLETION_INDEX, JOBSET_NAME, NODE_SELECTOR_STRATEGY
+from webhook.kube.wellknown import EXCLUSIVE_TOPOLOGY as EXCLUSIVE
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:

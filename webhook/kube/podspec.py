@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.kube import quantity
 from webhook.kube.owned import ALL, SHALLOW, Each, Owned
+from webhook.kube.wellknown import HOSTNAME_LABEL
 
 WORKER_NAME = "FLYTE_INTERNAL_WORKER_NAME"
 ERROR_STRATEGY = "FLYTE_INTERNAL_DIST_ERROR_STRATEGY"
@@ -249,7 +250,6 @@ def _set_in(metadata: Any, field: str, key: str, value: str) -> bool:
 # --- failure-aware retries: another node, more memory ----------------------------------
 
 NODE_NAME_FIELD = "metadata.name"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def node_requirements(nodes: list[str]) -> list[dict[str, Any]]:

@@ -37,9 +37,9 @@ from typing import Any
 import orjson
 
 from webhook.kube import podspec
+from webhook.kube.wellknown import UNSCHEDULABLE_TAINT
 
 NODE_NAME_FIELD = "metadata.name"
-UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 #: The taint effects the scheduler filters on (``DoNotScheduleTaintsFilterFunc``).
 FILTERED_EFFECTS = ("NoSchedule", "NoExecute")
 

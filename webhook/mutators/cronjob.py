@@ -24,6 +24,8 @@ from typing import Any
 
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent
+from webhook.kube.restartrules import RESTART
+from webhook.kube.wellknown import LAST_APPLIED
 from webhook.mutators import (
     Context,
     Outcome,
@@ -201,7 +203,7 @@ def _forget_restart_rules(
     codes = _codes(record.get("inPlaceExitCodes"))
     if codes is None:
         return
-    action = inplace.ACTIONS.get(str(record.get("inPlaceScope")), "Restart")
+    action = inplace.ACTIONS.get(str(record.get("inPlaceScope")), RESTART)
     previous = {"action": action, "exitCodes": {"operator": "In", "values": codes}}
     template = (*JOB_SPEC, "template", "spec", "containers")
     written = {
@@ -229,6 +231,6 @@ def _manifest(cronjob: Mapping[str, Any]) -> Any:
     """The manifest ``kubectl apply`` recorded, if any."""
     annotations = mapping(mapping(cronjob.get("metadata")).get("annotations"))
     try:
-        return json.loads(annotations.get(intent.LAST_APPLIED) or "{}")
+        return json.loads(annotations.get(LAST_APPLIED) or "{}")
     except ValueError:
         return {}

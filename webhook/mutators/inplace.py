@@ -51,24 +51,12 @@ from typing import Any
 
 from webhook.kube import failurepolicy as fp
 from webhook.kube.objects import items, mapping
+from webhook.kube.restartrules import MAX_CONTAINER_RULES, RESTART, RESTART_ALL
 from webhook.kube.versions import CONTAINER_RESTART_RULES, RESTART_ALL_CONTAINERS
 from webhook.mutators.base import Context, Outcome
 from webhook.policy.model import Policy, Setting, Source, format_value, with_setting
 
-#: A container's restart rules, at most (``validateContainerRestartPolicy``).
-MAX_CONTAINER_RULES = 20
-#: The kubelet's crash-loop back-off: the first restart is at once, the next after 10 s,
-#: doubling, at most 5 minutes (``doBackOff``; ``MaxContainerBackOff`` in
-#: pkg/kubelet/kubelet.go), reset after a container ran 10 minutes.
-BACKOFF_START_SECONDS = 10
-BACKOFF_MAX_SECONDS = 300
-ACTIONS = {"container": "Restart", "pod": "RestartAllContainers"}
-
-
-def backoff_seconds(restart: int) -> int:
-    """The kubelet's back-off after in-place restart number ``restart`` (1-based): the
-    delay before the next one."""
-    return min(BACKOFF_START_SECONDS * 2 ** (restart - 1), BACKOFF_MAX_SECONDS)
+ACTIONS = {"container": RESTART, "pod": RESTART_ALL}
 
 
 def retriable(policy: Policy) -> tuple[int, ...]:

@@ -23,6 +23,7 @@ from webhook.cluster.record import Record
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, podspec
 from webhook.kube.owned import ALL, Owned
+from webhook.kube.wellknown import JOBSET_GROUP
 from webhook.mutators import (
     Context,
     Outcome,
@@ -78,7 +79,6 @@ RULE_KEYS = (
     "peer-disruptions",
     "max-in-place-restarts",
 )
-JOBSET_GROUP = "jobset.x-k8s.io"
 #: The fields of a Job's spec whose intent (written, or defaulted?) ``apply_job_spec`` asks
 #: ``webhook.kube.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
 #: view (``webhook.admission.view``) keeps only these of its records of intent.

@@ -58,9 +58,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.kube import failurepolicy as fp
-from webhook.kube import intent, jobsetplacement
+from webhook.kube import intent, jobcontroller, jobsetplacement
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
 from webhook.kube.owned import deep_copy
+from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
 from webhook.mutators import (
     Context,
     Outcome,
@@ -73,7 +74,6 @@ from webhook.mutators import (
     register,
 )
 from webhook.mutators.job import (
-    JOBSET_GROUP,
     WRITTEN_SOURCES,
     LimitField,
     WorkloadMutator,
@@ -99,6 +99,10 @@ from webhook.problems import Problem
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
 RULE_NAME = "retryPolicyFailNonRetriable"
 POD_FAILURE_POLICY = "PodFailurePolicy"
+#: The message a FailJob rule on exit codes fails a Job with, in words.
+FAILJOB_SHAPE = jobcontroller.failjob_message(
+    "<namespace>", "<pod>", "<i>", container="<name>", code="<code>"
+)
 ACTIONS = (
     "FailJobSet",
     "RestartJobSet",
@@ -145,13 +149,9 @@ NOT_IN_PLACE = {
 }
 
 
-#: The label Kubeflow Trainer's runtimes put on a replicated Job's template to say which step
-#: of the TrainJob it runs (``LabelTrainJobAncestor`` in pkg/constants/constants.go).
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 #: Steps that fetch a TrainJob's data and model before the trainer runs (``dependsOn``):
 #: the policy, written for the training, is not theirs.
 INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
-TRAINER_GROUP = "trainer.kubeflow.org"
 
 
 def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
@@ -656,18 +656,9 @@ def failjob_message(
     containers: Piece, namespace: Piece, pod: Sequence[Piece], codes: Piece, index: int
 ) -> list[Piece]:
     """The Job controller's condition message for a FailJob match on an exit code
-    (``matchPodFailurePolicy`` in pkg/controller/job/pod_failure_policy.go), as pieces."""
-    return [
-        "Container ",
-        containers,
-        " for pod ",
-        namespace,
-        "/",
-        *pod,
-        " failed with exit code ",
-        codes,
-        f" matching FailJob rule at index {index}",
-    ]
+    (``webhook.kube.jobcontroller``), as pieces."""
+    fields = {"container": containers, "namespace": namespace, "pod": list(pod), "code": codes}
+    return jobcontroller.failjob_pieces({**fields, "action": "FailJob", "index": str(index)})
 
 
 def failjob_messages(
@@ -795,11 +786,7 @@ def _check_rules(
             if pattern and why:
                 how = f" (its pattern /{pattern}/ is taken to match: {why})"
             elif pattern:
-                how = (
-                    f" (its pattern /{pattern}/ matches the Job's message: Container <name> "
-                    "for pod <namespace>/<pod> failed with exit code <code> matching FailJob "
-                    "rule at index <i>)"
-                )
+                how = f" (its pattern /{pattern}/ matches the Job's message: {FAILJOB_SHAPE})"
             out.conflict(
                 policy,
                 "fail-non-retriable",

@@ -21,6 +21,13 @@ from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
 from webhook.kube import limitrange, podspec, scheduling
 from webhook.kube.owned import Owned
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    INDEX_FAILURE_COUNT,
+    JOBSET_UID,
+    KUBEFLOW_GROUP,
+    RESTART_ATTEMPT,
+)
 from webhook.mutators import (
     Context,
     Outcome,
@@ -41,10 +48,6 @@ from webhook.policy.model import (
     parse_count,
 )
 from webhook.problems import Problem
-
-INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
-#: Set by JobSet on its child Jobs and their pods: the JobSet's ``status.restarts``.
-RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 
 
 @register
@@ -331,7 +334,7 @@ class PodMutator:
         metadata = pod.get("metadata") or {}
         if history.jobset_without_uid(metadata):
             out.note(
-                f"retry-policy: no {history.JOBSET_UID} label (JobSet < v0.9.0): "
+                f"retry-policy: no {JOBSET_UID} label (JobSet < v0.9.0): "
                 "earlier runs unknown, this run's failures only"
             )
         elif lookup.earlier_runs_unseen:
@@ -532,7 +535,7 @@ def _which_attempt(
     its history is its index's (an Indexed Job's pods)."""
     words = attempt_words(attempt_of(pod, policy, owner, ctx), policy)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    index = annotations.get(history.COMPLETION_INDEX) if isinstance(annotations, dict) else None
+    index = annotations.get(COMPLETION_INDEX) if isinstance(annotations, dict) else None
     return f"index {index}, {words}" if isinstance(index, str) and index.isdigit() else words
 
 
@@ -620,7 +623,7 @@ def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:
     applies there only: ``podspec.NOT_A_PYTORCHJOB``)."""
     if owner is None or owner.get("kind") != "PyTorchJob":
         return False
-    return str(owner.get("apiVersion") or "").startswith("kubeflow.org/")
+    return str(owner.get("apiVersion") or "").startswith(f"{KUBEFLOW_GROUP}/")
 
 
 def namespace_of(metadata: Mapping[str, Any], ctx: Context) -> str:
@@ -689,7 +692,7 @@ def attempt_here(
         and RESTART_ATTEMPT not in labels
         and RESTART_ATTEMPT not in annotations
         and INDEX_FAILURE_COUNT not in annotations
-        and history.COMPLETION_INDEX in annotations
+        and COMPLETION_INDEX in annotations
     )
     failures = lookup.failures
     budget = policy.backoff_limit

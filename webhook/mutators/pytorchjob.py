@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.kube.wellknown import KUBEFLOW_GROUP
 from webhook.mutators import Context, Outcome, mapping, register
 from webhook.mutators.job import (
     WRITTEN_SOURCES,
@@ -87,7 +88,7 @@ UNENFORCED = "kubeflow/trainer#2045"
 
 @register
 class PyTorchJobMutator(WorkloadMutator):
-    group = "kubeflow.org"
+    group = KUBEFLOW_GROUP
     kind = KIND
 
     def budget_field(self, obj: Mapping[str, Any]) -> LimitField | None:

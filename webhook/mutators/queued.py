@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.kube.objects import mapping
+from webhook.kube.wellknown import QUEUE_LABEL
 from webhook.mutators.base import Context, Outcome
-from webhook.policy.kueue import QUEUE_LABEL
 from webhook.policy.model import (
     PREFIX,
     Policy,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.kube.wellknown import RAY_GROUP
 from webhook.mutators import Context, Outcome, register
 from webhook.mutators.job import (
     WRITTEN_SOURCES,
@@ -68,7 +69,7 @@ NOT_APPLICABLE = {
 
 @register
 class RayJobMutator(WorkloadMutator):
-    group = "ray.io"
+    group = RAY_GROUP
     kind = KIND
 
     def budget_field(self, obj: Mapping[str, Any]) -> LimitField | None:

@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster import runtimes as rt
+from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_API_VERSION, TRAINER_GROUP
 from webhook.mutators import (
     Change,
     Context,
@@ -56,7 +57,6 @@ from webhook.mutators import (
     register,
 )
 from webhook.mutators.job import (
-    JOBSET_GROUP,
     PEERS_UNBOUNDED,
     UNBOUNDED,
     WorkloadMutator,
@@ -66,7 +66,6 @@ from webhook.mutators.job import (
     unbounded_note,
 )
 from webhook.mutators.jobset import (
-    ANCESTOR_LABEL,
     INITIALIZER_STEPS,
     JobSetMutator,
     check_unsupported,
@@ -85,7 +84,6 @@ from webhook.policy.model import (
 from webhook.problems import Problem
 
 KIND = "TrainJob"
-GROUP = rt.GROUP
 #: The runtime patch the webhook owns (a domain-prefixed path, as Trainer requires of a
 #: manager: ``IsDomainPrefixedPath`` in its JobSet plugin's ``Validate``).
 MANAGER = "retry-policy.dev/webhook"
@@ -95,7 +93,6 @@ MAX_RUNTIME_PATCHES = 16
 #: The field manager of the trainer's server-side apply (``reconcileObjects`` in
 #: pkg/controller/trainjob_controller.go).
 TRAINER_FIELD_MANAGER = "trainer"
-JOBSET_API_VERSION = f"{JOBSET_GROUP}/v1alpha2"
 #: The step, and the Job and container names, of the TrainJob's ``spec.trainer``
 #: (``AncestorTrainer``, ``Node`` in pkg/constants/constants.go).
 TRAINER_STEP = "trainer"
@@ -147,7 +144,7 @@ def runtime_ref(trainjob: Mapping[str, Any]) -> tuple[str, str, str] | None:
     if not isinstance(name, str) or not name:
         return None
     kind = ref.get("kind") if isinstance(ref.get("kind"), str) else rt.CLUSTER_KIND
-    group = ref.get("apiGroup") if isinstance(ref.get("apiGroup"), str) else GROUP
+    group = ref.get("apiGroup") if isinstance(ref.get("apiGroup"), str) else TRAINER_GROUP
     return str(kind), str(group), name
 
 
@@ -159,7 +156,7 @@ def find_runtime(trainjob: Mapping[str, Any], ctx: Context) -> tuple[str, rt.Run
     kind, group, name = ref
     namespace = mapping(trainjob.get("metadata")).get("namespace") or ctx.namespace
     label = rt.describe(kind, namespace, name)
-    if group != GROUP or kind not in rt.PLURALS:
+    if group != TRAINER_GROUP or kind not in rt.PLURALS:
         return label, rt.RuntimeLookup(None, f"{group} {kind} is not a Kubeflow Trainer runtime")
     return label, ctx.runtimes.runtime(kind, namespace, name)
 
@@ -337,7 +334,7 @@ def jobset_for(
         applied["annotations"] = annotations
     applied["ownerReferences"] = [
         {
-            "apiVersion": f"{GROUP}/{rt.VERSION}",
+            "apiVersion": f"{TRAINER_GROUP}/{rt.VERSION}",
             "kind": KIND,
             "name": meta.get("name"),
             "uid": meta.get("uid"),
@@ -477,7 +474,7 @@ def _annotated(policy: Policy) -> Setting | None:
 
 @register
 class TrainJobMutator(WorkloadMutator):
-    group = GROUP
+    group = TRAINER_GROUP
     kind = KIND
     #: The answer depends on the runtime, not on the TrainJob alone: never remembered.
     remember = False

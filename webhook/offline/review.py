@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,18 +15,16 @@ from webhook.admission import engine
 from webhook.admission.review import Verdict
 from webhook.cluster.attempts import AttemptSource, NoCluster
 from webhook.cluster.runtimes import RuntimeSource
-from webhook.cluster.version import GivenVersion, VersionSource
+from webhook.cluster.version import VersionSource
 from webhook.kube import defaulting
-from webhook.kube.intent import LAST_APPLIED
-from webhook.kube.objects import mapping
-from webhook.kube.versions import KubeVersion
+from webhook.kube.wellknown import (
+    JOBSET_GROUP,
+    KUBEFLOW_GROUP,
+    LAST_APPLIED,
+    RAY_GROUP,
+    TRAINER_GROUP,
+)
 from webhook.policy.config import Config
-from webhook.policy.model import KEYS
-
-#: What the offline commands assume without ``--kubernetes-version`` or a config pin: the
-#: newest release whose gated fields the policy knows.
-ASSUMED_VERSION = KubeVersion(1, 36)
-IN_PLACE_KEY = KEYS["in-place-exit-codes"].annotation
 
 
 def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any], bool]:
@@ -57,10 +54,10 @@ RESOURCES = {
     ("", "Pod"): "pods",
     ("batch", "Job"): "jobs",
     ("batch", "CronJob"): "cronjobs",
-    ("jobset.x-k8s.io", "JobSet"): "jobsets",
-    ("ray.io", "RayJob"): "rayjobs",
-    ("kubeflow.org", "PyTorchJob"): "pytorchjobs",
-    ("trainer.kubeflow.org", "TrainJob"): "trainjobs",
+    (JOBSET_GROUP, "JobSet"): "jobsets",
+    (RAY_GROUP, "RayJob"): "rayjobs",
+    (KUBEFLOW_GROUP, "PyTorchJob"): "pytorchjobs",
+    (TRAINER_GROUP, "TrainJob"): "trainjobs",
 }
 #: Who sends the manifest in a printed review: a kubeadm cluster's admin (the webhook
 #: reads a requester only on a pod's DELETE).
@@ -129,22 +126,6 @@ def strip(obj: dict[str, Any], synthetic: bool) -> dict[str, Any]:
         if not annotations:
             obj["metadata"].pop("annotations", None)
     return obj
-
-
-def version_for(
-    given: KubeVersion | None, config: Config, objects: Iterable[Mapping[str, Any]]
-) -> tuple[GivenVersion, bool]:
-    """The version the offline commands judge against: ``given`` (``--kubernetes-version``),
-    else the config's pin, else ``ASSUMED_VERSION``; and whether it was assumed for a
-    policy that depends on it (in-place restarts), which is worth a note."""
-    if given is not None:
-        return GivenVersion(given), False
-    if config.kubernetes_version is not None:
-        return GivenVersion(config.kubernetes_version), False
-    annotated = any(
-        IN_PLACE_KEY in mapping(mapping(o.get("metadata")).get("annotations")) for o in objects
-    )
-    return GivenVersion(ASSUMED_VERSION), annotated or config.has_default("in-place-exit-codes")
 
 
 @dataclass

@@ -40,10 +40,8 @@ from decimal import Decimal, InvalidOperation
 
 from webhook.policy.model import format_duration
 
-#: The label that queues a workload in a Kueue LocalQueue (``QueueLabel`` in
-#: pkg/controller/constants/constants.go; read by ``QueueNameForObject`` in
-#: pkg/controller/jobframework/utils.go).
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: ``QUEUE_LABEL`` queues a workload in a Kueue LocalQueue (read by
+#: ``QueueNameForObject`` in pkg/controller/jobframework/utils.go).
 #: Kueue's ``DefaultWaitForPodsReadyTimeout`` (apis/config/v1beta2/defaults.go).
 DEFAULT_TIMEOUT = 30 * 60
 DEFAULT_STARTUP_ALLOWANCE = 60

@@ -9,9 +9,9 @@ from typing import Any
 
 from webhook import explain
 from webhook.cluster.runtimes import GivenRuntimes
-from webhook.cluster.version import GivenVersion
+from webhook.cluster.version import ASSUMED_VERSION, GivenVersion
 from webhook.offline import reports
-from webhook.offline.review import ASSUMED_VERSION, check, prepare
+from webhook.offline.review import check, prepare
 from webhook.policytest import facts
 from webhook.policytest.suite import Case, Suite
 

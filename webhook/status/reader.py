@@ -37,15 +37,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import REPORTING_CONTROLLER
-from webhook.cluster.history import JOBSET_UID
 from webhook.kube import apiclient
 from webhook.kube.objects import controller_of, mapping
+from webhook.kube.wellknown import (
+    JOB_UID_LABEL,
+    JOBSET_GROUP,
+    JOBSET_NAME,
+    JOBSET_UID,
+    JOBSET_VERSION,
+    TRAINER_GROUP,
+)
 
 #: Seconds for one request (connect, read).
 TIMEOUT = (5, 20)
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 #: A CronJob's Jobs shown: the latest ones (by creation).
 LATEST_JOBS = 3
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -77,14 +82,14 @@ KINDS = (
     ),
     Kind(
         "JobSet",
-        "jobset.x-k8s.io",
-        "v1alpha2",
+        JOBSET_GROUP,
+        JOBSET_VERSION,
         "jobsets",
         ("jobset", "jobsets", "js", "jobset.jobset.x-k8s.io", "jobsets.jobset.x-k8s.io"),
     ),
     Kind(
         "TrainJob",
-        "trainer.kubeflow.org",
+        TRAINER_GROUP,
         "v1alpha1",
         "trainjobs",
         (
@@ -382,7 +387,7 @@ def _cronjob_jobs(reader: Reader, tree: Tree, namespace: str, uid: Any) -> None:
 def _jobset_jobs(reader: Reader, tree: Tree, namespace: str, jobset: Mapping[str, Any]) -> None:
     meta = mapping(jobset.get("metadata"))
     try:
-        jobs = reader.jobs(namespace, f"{JOBSET_NAME_LABEL}={meta.get('name')}")
+        jobs = reader.jobs(namespace, f"{JOBSET_NAME}={meta.get('name')}")
     except Unreadable as err:
         tree.unread.append(str(err))
         return

@@ -30,7 +30,6 @@ from webhook import explain
 from webhook.admission import engine
 from webhook.cluster import history as failures
 from webhook.cluster.attempts import (
-    JOB_UID_LABEL,
     AttemptLookup,
     job_failed_count,
     placement_budget,
@@ -39,42 +38,34 @@ from webhook.cluster.attempts import (
 from webhook.cluster.conditions import condition as pod_condition
 from webhook.cluster.conditions import label_value
 from webhook.cluster.deletions import REASON as DELETION_BY_DISRUPTOR
-from webhook.cluster.history import COMPLETION_INDEX, FailureHistory, HistoryKey, HistoryLookup
+from webhook.cluster.history import FailureHistory, HistoryKey, HistoryLookup
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
-from webhook.cluster.record import Record
-from webhook.controller.disruptions import disruption_scope
-from webhook.controller.restarts import restarts
+from webhook.cluster.record import Record, disruption_scope
+from webhook.cluster.version import version_for
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import PodFailure
+from webhook.kube.gates import GATE as RETRY_DELAY_GATE
+from webhook.kube.gates import NOT_BEFORE
+from webhook.kube.jobcontroller import parse_failjob_message, pod_from_template
 from webhook.kube.objects import items, mapping
+from webhook.kube.restartrules import restarts
 from webhook.kube.scheduling import Placement
 from webhook.kube.versions import KubeVersion
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    JOB_UID_LABEL,
+    JOBSET_JOB_INDEX,
+    REPLICATED_JOB,
+    RESTART_ATTEMPT,
+)
 from webhook.mutators import has_policy_annotations
 from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, MAX_RESTARTS_LABEL, PEERS_LABEL
 from webhook.mutators.jobset import RULE_NAME
-from webhook.mutators.pod import INDEX_FAILURE_COUNT
-from webhook.offline.review import version_for
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
 from webhook.status.reader import Tree
 
-#: The scheduling gate and pod annotation of retry delays (``retry-policy.dev/retry-delay``):
-#: a pod held back carries the gate and the time it may start.
-RETRY_DELAY_GATE = PREFIX + "retry-delay"
-NOT_BEFORE = PREFIX + "not-before"
-JOB_TRACKING = "batch.kubernetes.io/job-tracking"
-
-#: The Job controller's messages for a FailJob match (``matchPodFailurePolicy`` in
-#: pkg/controller/job/pod_failure_policy.go).
-_EXIT_MESSAGE = re.compile(
-    r"Container (?P<container>\S+) for pod (?P<namespace>[^/\s]+)/(?P<pod>\S+) failed with "
-    r"exit code (?P<code>\d+) matching (?P<action>\w+) rule at index (?P<index>\d+)"
-)
-_CONDITION_MESSAGE = re.compile(
-    r"Pod (?P<namespace>[^/\s]+)/(?P<pod>\S+) has condition (?P<condition>\S+) matching "
-    r"(?P<action>\w+) rule at index (?P<index>\d+)"
-)
 #: A Job's conditions that end it, then those that say it is ending (pods terminating).
 _FINAL = {"Failed": "Failed", "Complete": "Succeeded"}
 _ENDING = {"FailureTarget": "Failing", "SuccessCriteriaMet": "Succeeding"}
@@ -705,7 +696,7 @@ def _final_condition(obj: Mapping[str, Any], subject: str, done: Sequence[str]) 
 
 def _next_group(job: Mapping[str, Any]) -> str:
     labels = mapping(mapping(job.get("metadata")).get("labels"))
-    return str(labels.get(failures.REPLICATED_JOB) or mapping(job.get("metadata")).get("uid"))
+    return str(labels.get(REPLICATED_JOB) or mapping(job.get("metadata")).get("uid"))
 
 
 def _rules(job: Mapping[str, Any]) -> list[Any]:
@@ -743,10 +734,10 @@ def _job_story(
     ignored = sum(1 for a in attempts if a.counted is False)
     story = JobStory(name, uid, job_state(job), counted, ignored, attempts=attempts)
     labels = mapping(meta.get("labels"))
-    if labels.get(failures.REPLICATED_JOB):
-        index = labels.get(failures.JOBSET_JOB_INDEX, "?")
-        run = labels.get(failures.RESTART_ATTEMPT, "0")
-        rjob = labels[failures.REPLICATED_JOB]
+    if labels.get(REPLICATED_JOB):
+        index = labels.get(JOBSET_JOB_INDEX, "?")
+        run = labels.get(RESTART_ATTEMPT, "0")
+        rjob = labels[REPLICATED_JOB]
         story.role = f"replicatedJob {rjob}, job index {index}, run {run}"
     elif tree.kind.kind == "CronJob":
         story.role = f"created {_created(job)}"
@@ -776,7 +767,7 @@ def _attempt(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
     annotations = mapping(meta.get("annotations"))
     raw_index = annotations.get(COMPLETION_INDEX)
     labels = mapping(meta.get("labels"))
-    run = labels.get(failures.RESTART_ATTEMPT)
+    run = labels.get(RESTART_ATTEMPT)
     attempt = Attempt(
         pod=str(meta.get("name") or ""),
         job=job,
@@ -946,16 +937,15 @@ def _job_decision(
                 break
     if decision is None or decision.reason != "PodFailurePolicy":
         return decision
-    found = _EXIT_MESSAGE.search(decision.message) or _CONDITION_MESSAGE.search(decision.message)
+    found = parse_failjob_message(decision.message)
     if found is None:
         return decision
-    parts = found.groupdict()
-    decision.rule = int(parts["index"])
-    decision.action = parts["action"]
-    decision.pod = parts["pod"]
-    decision.container = parts.get("container")
-    decision.exit_code = int(parts["code"]) if parts.get("code") else None
-    decision.pod_condition = parts.get("condition")
+    decision.rule = found.index
+    decision.action = found.action
+    decision.pod = found.pod
+    decision.container = found.container
+    decision.exit_code = found.exit_code
+    decision.pod_condition = found.condition
     rule = rules[decision.rule] if decision.rule < len(rules) else None
     own = record if record else applied_record(job)
     key = ours(rule, own)
@@ -1008,7 +998,7 @@ def _causes(obj: Mapping[str, Any], subject: str) -> _Causes:
     per_index = False
     if obj.get("kind") == "Job":
         indexed = mapping(obj.get("spec")).get("completionMode") == "Indexed"
-        per_index = disruption_scope(next_pod(obj, 0 if indexed else None)) is not None
+        per_index = disruption_scope(pod_from_template(obj, 0 if indexed else None)) is not None
     return _Causes(subject, Record.of(obj) or Record(), limit, per_index)
 
 
@@ -1222,49 +1212,6 @@ class _LiveAttempts:
         return {}
 
 
-def next_pod(job: Mapping[str, Any], index: int | None = None, index_failures: int = 0) -> dict:
-    """The pod the Job controller would create now from ``job``'s template
-    (``GetPodFromTemplate`` in pkg/controller/controller_utils.go, and the Job
-    controller's additions in pkg/controller/job: its finalizer, and for an Indexed Job
-    the completion index and, with a per-index budget, the index's failures so far), as
-    its CREATE reaches the webhook: ``generateName``, no name, no uid."""
-    meta = mapping(job.get("metadata"))
-    spec = mapping(job.get("spec"))
-    template = copy.deepcopy(mapping(spec.get("template")))
-    tmeta = mapping(template.get("metadata"))
-    name = str(meta.get("name"))
-    labels = dict(mapping(tmeta.get("labels")))
-    annotations = dict(mapping(tmeta.get("annotations")))
-    generate = f"{name}-"
-    if index is not None:
-        generate = f"{name}-{index}-"
-        annotations[COMPLETION_INDEX] = labels[COMPLETION_INDEX] = str(index)
-        if spec.get("backoffLimitPerIndex") is not None:
-            annotations[INDEX_FAILURE_COUNT] = str(index_failures)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": generate,
-            "namespace": meta.get("namespace"),
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": name,
-                    "uid": meta.get("uid"),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "finalizers": [JOB_TRACKING],
-        },
-        "spec": mapping(template.get("spec")),
-    }
-
-
 def _next_attempt(
     job: Mapping[str, Any],
     attempts: Sequence[Attempt],
@@ -1280,7 +1227,7 @@ def _next_attempt(
     if indexed:
         failed = [a for a in attempts if a.phase == "Failed" and a.index is not None]
         index = failed[-1].index if failed else 0
-    pod = next_pod(job, index, _index_failures(attempts).get(index or 0, 0))
+    pod = pod_from_template(job, index, _index_failures(attempts).get(index or 0, 0))
     source.last = None
     reviewed = engine.review(pod, config, str(meta.get("namespace") or ""), attempts=source)
     result = reviewed.result
@@ -1296,7 +1243,7 @@ def _next_attempt(
             if w != engine.EXPLAIN_HINT
         ],
     )
-    if mapping(mapping(pod.get("metadata")).get("labels")).get(failures.RESTART_ATTEMPT):
+    if mapping(mapping(pod.get("metadata")).get("labels")).get(RESTART_ATTEMPT):
         out.unit = "JobSet run"  # its pods place themselves by the set's runs
     if out.attempt is None:
         counted = source.job_failures("", "", str(meta.get("uid"))).failures
@@ -1410,7 +1357,6 @@ __all__ = [
     "delay_of",
     "events_of",
     "job_state",
-    "next_pod",
     "recorded_config",
     "tell",
     "without_ours",

@@ -1,0 +1,181 @@
+"""The Job controller's words and pods (pkg/controller/job), written once here: the message
+it fails a Job with when a FailJob rule of its podFailurePolicy matches, read back by one
+parser, and the pod it makes from a Job's template.
+
+- The message: ``matchPodFailurePolicy`` (pod_failure_policy.go) formats "Container %s for
+  pod %s/%s failed with exit code %v matching %v rule at index %d" for a rule on exit codes
+  (the container ``matchOnExitCodes`` found: ``getMatchingContainerFromList``), and "Pod
+  %s/%s has condition %v matching %v rule at index %d" for one on pod conditions. ``syncJob``
+  (job_controller.go) makes it the message of the Job's ``FailureTarget`` condition, then
+  of its ``Failed`` one, reason ``PodFailurePolicy``. JobSet matches its
+  ``onJobFailureMessagePatterns`` against it, so the mutator checks those patterns against
+  it as pieces (``failjob_pieces``); explain shows it, status and the controller read it.
+- The pod: ``GetPodFromTemplate`` (pkg/controller/controller_utils.go) copies the template's
+  labels, annotations and spec under ``generateName``, owned by the Job; the Job controller
+  adds its tracking finalizer and, for an Indexed Job, the completion index (annotation and
+  label: ``addCompletionIndexAnnotation``, ``addCompletionIndexLabel``,
+  ``podGenerateNameWithIndex`` in indexed_job_utils.go) and, with ``backoffLimitPerIndex``,
+  the index's failures so far (``addIndexFailureCountAnnotation``, there too).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.kube.objects import mapping
+from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOB_TRACKING
+
+#: ``matchPodFailurePolicy``'s messages: a rule on exit codes, a rule on pod conditions.
+EXIT_MESSAGE = (
+    "Container {container} for pod {namespace}/{pod} failed with exit code {code} "
+    "matching {action} rule at index {index}"
+)
+CONDITION_MESSAGE = (
+    "Pod {namespace}/{pod} has condition {condition} matching {action} rule at index {index}"
+)
+#: What each field can hold, for reading a message back: names without spaces, a
+#: namespace without a slash, the exit code an int32 (``%v``), the action a word.
+_FIELDS = {
+    "container": r"\S+",
+    "namespace": r"[^/\s]+",
+    "pod": r"\S+",
+    "code": r"-?\d+",
+    "condition": r"\S+",
+    "action": r"\w+",
+    "index": r"\d+",
+}
+
+
+@dataclass(frozen=True)
+class FailJobMatch:
+    """A FailJob message read back: the pod, the rule (its index in the Job's
+    ``podFailurePolicy.rules``) and what matched it (a container's exit code, or a pod
+    condition)."""
+
+    namespace: str
+    pod: str
+    action: str
+    index: int
+    container: str | None = None
+    exit_code: int | None = None
+    condition: str | None = None
+
+
+def failjob_message(
+    namespace: str,
+    pod: str,
+    index: int | str,
+    *,
+    container: str | None = None,
+    code: int | str | None = None,
+    condition: str | None = None,
+    action: str = "FailJob",
+) -> str:
+    """The message for a rule on exit codes (``container`` and ``code`` given), else for one
+    on pod conditions."""
+    if container is not None:
+        return EXIT_MESSAGE.format(
+            container=container, namespace=namespace, pod=pod, code=code, action=action, index=index
+        )
+    return CONDITION_MESSAGE.format(
+        namespace=namespace, pod=pod, condition=condition, action=action, index=index
+    )
+
+
+def failjob_pieces(fields: Mapping[str, Any], template: str = EXIT_MESSAGE) -> list[Any]:
+    """The message as pieces: its text, with each field's value as given (any object; a
+    list stands for several pieces in a row), adjacent strings joined."""
+    pieces: list[Any] = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        parts: list[Any] = [literal] if literal else []
+        if name is not None:
+            value = fields[name]
+            parts += value if isinstance(value, list) else [value]
+        for part in parts:
+            if isinstance(part, str) and pieces and isinstance(pieces[-1], str):
+                pieces[-1] += part
+            else:
+                pieces.append(part)
+    return pieces
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    parts = []
+    for literal, name, _, _ in string.Formatter().parse(template):
+        parts.append(re.escape(literal))
+        if name is not None:
+            parts.append(f"(?P<{name}>{_FIELDS[name]})")
+    return re.compile("".join(parts))
+
+
+_PARSERS = (_pattern(EXIT_MESSAGE), _pattern(CONDITION_MESSAGE))
+
+
+def parse_failjob_message(text: str) -> FailJobMatch | None:
+    """``text`` read as one of ``matchPodFailurePolicy``'s messages, whole; ``None``:
+    it is not one."""
+    for pattern in _PARSERS:
+        found = pattern.fullmatch(text)
+        if found is None:
+            continue
+        parts = found.groupdict()
+        code = parts.get("code")
+        return FailJobMatch(
+            parts["namespace"],
+            parts["pod"],
+            parts["action"],
+            int(parts["index"]),
+            parts.get("container"),
+            int(code) if code is not None else None,
+            parts.get("condition"),
+        )
+    return None
+
+
+def pod_from_template(
+    job: Mapping[str, Any], index: int | None = None, index_failures: int = 0
+) -> dict:
+    """The pod the Job controller would create now from ``job``'s template (see the
+    module's doc: for an Indexed Job the completion index and, with a per-index budget,
+    the index's failures so far), as its CREATE reaches a webhook: ``generateName``, no
+    name, no uid."""
+    meta = mapping(job.get("metadata"))
+    spec = mapping(job.get("spec"))
+    template = copy.deepcopy(mapping(spec.get("template")))
+    tmeta = mapping(template.get("metadata"))
+    name = str(meta.get("name"))
+    labels = dict(mapping(tmeta.get("labels")))
+    annotations = dict(mapping(tmeta.get("annotations")))
+    generate = f"{name}-"
+    if index is not None:
+        generate = f"{name}-{index}-"
+        annotations[COMPLETION_INDEX] = labels[COMPLETION_INDEX] = str(index)
+        if spec.get("backoffLimitPerIndex") is not None:
+            annotations[INDEX_FAILURE_COUNT] = str(index_failures)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": generate,
+            "namespace": meta.get("namespace"),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name,
+                    "uid": meta.get("uid"),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+            "finalizers": [JOB_TRACKING],
+        },
+        "spec": mapping(template.get("spec")),
+    }
