@@ -378,6 +378,7 @@ class ControllerMetrics:
             registry=self.registry,
         )
         self._budget_counters: tuple[Any, Any, Any, Any] | None = None
+        self._wasted: Any = None
         self.writes = Counter(
             PREFIX + "controller_writes_total",
             "The controller's writes (writer: history, disruptions, gates, in_place, "
@@ -390,6 +391,18 @@ class ControllerMetrics:
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
+
+    def wasted(self, namespace: str, cause: str, resource: str, amount: float) -> None:
+        """What a failed attempt held (``webhook.cluster.waste``): counted once per pod, when
+        its workload's record marks it. The labels are bounded: namespaces, the five
+        causes, and the resources the cluster's nodes offer (a pod that ran was given
+        each one it requested)."""
+        from webhook.cluster.waste import CAUSES
+
+        if cause in CAUSES and amount > 0:
+            if self._wasted is None:
+                self._wasted = _wasted_counter(self.registry)
+            self._wasted.labels(namespace, cause, resource).inc(amount)
 
     def gates_pending(self, count: int) -> None:
         self.pending.set(count)
@@ -456,6 +469,21 @@ def _deletions_counter(registry: Any) -> Any:
         "controller may have counted it); missed (already judged: not marked); gone, "
         "not_deleted, already (disrupted); dropped (queue full, or the API failing).",
         ["result"],
+        registry=registry,
+    )
+
+
+def _wasted_counter(registry: Any) -> Any:
+    from prometheus_client import Counter
+
+    return Counter(
+        PREFIX + "wasted_resource_seconds",
+        "What failed attempts of workloads with a retry plan held, for as long as they ran "
+        "(the pod's effective requests times startTime to its containers' last finishedAt), "
+        "by the workload's namespace, cause (oom-killed, exit-code, disruption, deadline, "
+        "other) and resource: cpu in core-seconds, memory in GiB-seconds, extended "
+        "resources (nvidia.com/gpu) in device-seconds. Each failed pod counted once.",
+        ["namespace", "cause", "resource"],
         registry=registry,
     )
 
