@@ -21,6 +21,7 @@ from workloads import mutate
 
 from webhook.cluster import waste
 from webhook.cluster.record import Record
+from webhook.controller import recorder as recorder_module
 from webhook.controller.recorder import HistoryRecorder
 from webhook.kube.podresources import is_extended, pod_requests
 from webhook.policy.model import APPLIED
@@ -326,6 +327,38 @@ def test_a_job_without_a_plan_is_neither_recorded_nor_counted(api, tmp_path):
         assert record_of(api, "jobs", planned.uid) is not None
         assert record_of(api, "jobs", plain.uid) is None
         assert leader.total() == sum(PER_POD.values())
+
+
+def test_a_pod_that_failed_before_its_job_was_seen_is_counted_once_it_is(api, tmp_path):
+    """A Job comes before its pods, but on another watch: a failed pod whose Job the
+    recorder has not seen yet is held until the Job comes (and only so long)."""
+    early = JobRun(api, planned_job("early"))  # not stored yet
+    with Running(api, tmp_path, ONLY_FLUSHED) as leader:
+        early.fail(early.new_pod(), code=1)
+        eventually(lambda: leader.recorder._held, 10)
+        leader.recorder.flush()
+        assert record_of_job(api, early.uid) is None
+        api.put("jobs", early.job)
+        eventually(lambda: not leader.recorder._held, 10)
+        leader.recorder.flush()
+        assert len(record_of(api, "jobs", early.uid).marks) == 6
+        assert leader.total() == sum(PER_POD.values())
+
+
+def test_a_held_pod_whose_job_never_comes_is_dropped(api, tmp_path, monkeypatch):
+    gone = JobRun(api, planned_job("gone"))
+    with Running(api, tmp_path, ONLY_FLUSHED) as leader:
+        gone.fail(gone.new_pod(), code=1)
+        eventually(lambda: leader.recorder._held, 10)
+        monkeypatch.setattr(recorder_module, "HOLD_SECONDS", 0.0)
+        leader.recorder.flush()
+        assert not leader.recorder._held and leader.total() == 0
+
+
+def record_of_job(fake: FakeAPI, uid: str) -> Record | None:
+    with fake.lock:
+        found = fake.objects["jobs"].get(uid)
+    return Record.of(found) if found else None
 
 
 def cronjob(name: str, annotations: dict) -> dict:

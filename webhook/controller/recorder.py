@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,11 @@ def _annotation(meta: Mapping[str, Any]) -> str | None:
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+#: A failed pod whose Job the watch has not delivered yet is held until it does, this long
+#: at most (a Job is created before its pods, but comes on another watch: its event can be
+#: late, or in a relist after a 410), for at most this many Jobs.
+HOLD_SECONDS = 10.0
+MAX_HELD = 256
 
 
 @dataclass(slots=True)
@@ -161,6 +167,8 @@ class HistoryRecorder:
         #: template carries a recorded key; every JobSet, once one of its pods asked).
         self._workloads: dict[Key, _Workload] = {}
         self._pending: dict[Key, _Pending] = {}
+        #: Job key -> (since when, its name, its failed pods by UID), until the Job comes.
+        self._held: dict[Key, tuple[float, str, dict[str, Mapping[str, Any]]]] = {}
         self._rule_sets: dict[str, tuple] = {}
         self._jobsets: Informer | None = None
         self.counters = {"writes": 0, "conflicts": 0, "errors": 0, "recorded": 0}
@@ -215,6 +223,13 @@ class HistoryRecorder:
                 self._workloads.pop(key, None)
             else:
                 self._workloads[key] = found
+            held = self._held.pop(key, None)
+        if held is not None and found is not None:
+            for uid, pod in held[2].items():
+                counted = (
+                    counts(evaluate(found.rules, PodFailure.from_pod(pod))) if found.rules else True
+                )
+                self._add(_Pending(key, held[1], {uid: (pod, counted, False)}))
 
     def _job_workload(self, job: Mapping[str, Any], known: _Workload | None) -> _Workload | None:
         """What is kept of a Job (called with the lock held): one with a plan, or one a
@@ -315,11 +330,32 @@ class HistoryRecorder:
             return  # a JobSet older than v0.9.0: no record can outlive its child Jobs
         elif wanted or (job is not None and job.managed is not False):
             key, name = ("job", namespace, str(owner["uid"])), str(owner.get("name") or "")
+        elif job is None:
+            self._hold(("job", namespace, str(owner["uid"])), str(owner.get("name") or ""), pod)
+            return
         else:
             return  # a Job without a plan
         rules = job.rules if job is not None else ()
         counted = counts(evaluate(rules, PodFailure.from_pod(pod))) if rules else True
         self._add(_Pending(key, name, {str(meta.get("uid") or ""): (pod, counted, wanted)}))
+
+    def _hold(self, key: Key, name: str, pod: Mapping[str, Any]) -> None:
+        """Keep a failed pod of a Job not seen yet until it is (``_apply_job``)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            since, _, pods = self._held.pop(key, None) or (time.monotonic(), name, {})
+            if len(pods) < MAX_MARKS:
+                pods[uid] = pod
+            self._held[key] = (since, name, pods)
+            while len(self._held) > MAX_HELD:
+                del self._held[next(iter(self._held))]
+
+    def _expire_held(self) -> None:
+        """Drop the pods whose Job did not come in time: a Job without a plan, or gone."""
+        cutoff = time.monotonic() - HOLD_SECONDS
+        with self._lock:
+            for key in [k for k, (since, *_) in self._held.items() if since < cutoff]:
+                del self._held[key]
 
     def _add(self, pending: _Pending) -> None:
         """Queue ``pending``'s pods after those already queued for its workload (each pod
@@ -336,6 +372,7 @@ class HistoryRecorder:
     def flush(self) -> None:
         """Write each workload's pending failures; a write that failed stays pending (its
         back-off, then again), one refused is given up (``webhook.controller.writes``)."""
+        self._expire_held()
         with self._lock:
             batch, self._pending = self._pending, {}
         for key, pending in batch.items():
