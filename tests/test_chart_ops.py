@@ -11,13 +11,14 @@ import re
 import time
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 from conftest import P, job, review, tool
 from fakeapi import FakeAPI, write_kubeconfig
 from jobsim import JobRun
 from serverproc import eventually, free_port, start, stop
-from test_chart import NAMESPACE, one, render, render_fails
+from test_chart import CHART, K8S_VERSION, NAMESPACE, _run_helm, one, render, render_fails
 from test_controller import gated_pod
 from test_docs import anchors
 from test_waste import MAIN, WASTED, planned_job
@@ -163,6 +164,12 @@ def test_the_pack_is_off_by_default(helm):
     docs = render(helm, {})
     assert not [d for d in docs if d["kind"] == "PrometheusRule"]
     assert not [d for d in docs if "grafana_dashboard" in d["metadata"].get("labels", {})]
+
+
+def test_the_pack_lints_and_its_configmap_is_valid_kubernetes(helm):
+    result = _run_helm(helm, "lint", "--strict", str(CHART), values=PACK)
+    assert result.returncode == 0, result.stdout + result.stderr
+    kubernetes_validate.validate(dashboard_map(helm), K8S_VERSION, strict=True)
 
 
 def test_the_pack_needs_the_metrics_port(helm):

@@ -391,16 +391,19 @@ def cronjobs_job(cron: dict) -> dict:
 def test_a_cronjobs_jobs_are_counted_when_the_cronjob_has_a_plan(api, tmp_path):
     with_plan = cronjob("nightly", {APPLIED: '{"backoffLimit":3}'})
     without = cronjob("hourly", {})
+    deleted = cronjob("weekly", {APPLIED: "{}"})  # never stored: its Jobs were orphaned
     for cron in (with_plan, without):
         api.store("cronjobs", cron)
-    runs = [JobRun.store(api, cronjobs_job(c)) for c in (with_plan, without)]
+    runs = [JobRun.store(api, cronjobs_job(c)) for c in (with_plan, without, deleted)]
     for run in runs:
         run.fail(run.new_pod(), code=1)
     with Running(api, tmp_path, ONLY_FLUSHED) as leader:
         leader.recorder.flush()
         assert record_of(api, "jobs", runs[0].uid) is not None
         assert record_of(api, "jobs", runs[1].uid) is None
+        assert record_of(api, "jobs", runs[2].uid) is None
         assert leader.wasted("ml", "exit-code", "nvidia.com/gpu") == RUN
+        assert leader.recorder.stats()["errors"] == 0
 
 
 def a_jobset(name: str, uid: str, annotations: dict) -> dict:
