@@ -191,9 +191,10 @@ def test_run_time_is_start_to_the_last_finish_else_what_tells():
     # PodGC failed it when its node went: its containers never stopped for a kubelet.
     lost = failed(conditions=[{**DISRUPTED, "lastTransitionTime": "2026-11-26T10:05:00Z"}])
     assert waste.run_seconds(lost) == 300
-    # Never started, or no end known: nothing.
+    # Never started, or no end known (the kubelet rejected it: only its conditions moved).
     assert waste.run_seconds(failed(exited(1), start=None)) == 0
-    assert waste.run_seconds(failed()) == 0
+    ready = {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-26T10:05:00Z"}
+    assert waste.run_seconds(failed(conditions=[ready])) == 0
     # A clock that went back counts nothing, never less than nothing.
     assert waste.run_seconds(failed(exited(1, at="2026-11-26T09:00:00Z"))) == 0
 

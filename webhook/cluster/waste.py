@@ -8,9 +8,8 @@
 - **Run time**: from ``status.startTime`` (the kubelet's, once it accepted the pod; else
   the earliest ``startedAt`` of its containers) to the latest ``finishedAt`` of its
   containers, init containers included (else the ``DisruptionTarget`` condition's time:
-  a pod PodGC failed when its node went keeps its containers ``running``; else its
-  latest condition's). A pod with neither end known, or one that never started (failed
-  at admission by the kubelet), counts nothing.
+  a pod PodGC failed when its node went keeps its containers ``running``). A pod with
+  either end unknown (one the kubelet rejected before any container ran) counts nothing.
 - **Cause**, the first that holds:
 
   1. ``disruption``: ``DisruptionTarget`` True (preempted, evicted, its node lost or under
@@ -75,13 +74,7 @@ def run_seconds(pod: Mapping[str, Any]) -> float:
             for s in ("terminated", "running")
         ]
         started = min((b for b in begun if b is not None), default=None)
-    _, ended = failure_cause(pod)
-    if ended is None:
-        times = [
-            parse_time(mapping(c).get("lastTransitionTime"))
-            for c in items(status.get("conditions"))
-        ]
-        ended = max((t for t in times if t is not None), default=None)
+    _, ended = failure_cause(pod)  # the last finishedAt, else DisruptionTarget's time
     if started is None or ended is None:
         return 0.0
     return max(0.0, ended - started)
