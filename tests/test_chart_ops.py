@@ -21,7 +21,7 @@ from serverproc import eventually, free_port, start, stop
 from test_chart import CHART, K8S_VERSION, NAMESPACE, _run_helm, one, render, render_fails
 from test_controller import gated_pod
 from test_docs import anchors
-from test_waste import MAIN, WASTED, planned_job
+from test_waste import MAIN, WASTED
 from workloads import mutate, validate_schema
 
 pytestmark = pytest.mark.tools
@@ -399,7 +399,6 @@ def test_every_metric_the_pack_queries_is_one_the_server_exports(helm, tmp_path)
     assert WASTED in wanted and "retry_webhook_controller_leader" in wanted
     api = FakeAPI().start()
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
-    JobRun.store(api, planned_job())
     srv = start(
         tmp_path / "certs",
         "--kube",
