@@ -163,8 +163,8 @@ class HistoryRecorder:
         self.workloads = Workloads(api_client)
         self.window = window
         self._lock = threading.Lock()
-        #: (kind, namespace, uid) -> the workloads whose pods are recorded (Jobs whose
-        #: template carries a recorded key; every JobSet, once one of its pods asked).
+        #: (kind, namespace, uid) -> the workloads whose pods may be recorded (Jobs with a
+        #: plan, and a CronJob's Jobs; every JobSet, once one of its pods failed).
         self._workloads: dict[Key, _Workload] = {}
         self._pending: dict[Key, _Pending] = {}
         #: Job key -> (since when, its name, its failed pods by UID), until the Job comes.
