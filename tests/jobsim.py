@@ -10,7 +10,8 @@ What is reproduced, from upstream:
   ``backoffLimitPerIndex``, ``job-index-failure-count``; its controller owner reference and
   the ``batch.kubernetes.io/job-tracking`` finalizer (``getPodsForJob``,
   ``addCompletionIndexAnnotation``, ``addIndexFailureCountAnnotation`` in
-  pkg/controller/job); the kubelet's ``status.startTime`` once it runs;
+  pkg/controller/job); the kubelet's ``status.startTime`` once it runs, and a stopped
+  container's ``startedAt`` and ``finishedAt`` (``KUBELET_NOW``: a minute later);
 - preemption and the Eviction API add ``DisruptionTarget=True`` (reasons
   ``PreemptionByScheduler``, ``EvictionByEvictionAPI``) before the pod is deleted, while it
   runs; the kubelet then stops its containers (143) and sets phase ``Failed``;
@@ -59,6 +60,7 @@ INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 T0 = "2026-11-26T10:00:00Z"
 #: The kubelet's clock when it stops a pod: a minute after the pods started.
 KUBELET_NOW = dt.datetime(2026, 11, 26, 10, 1, tzinfo=dt.timezone.utc)
+STOPPED = KUBELET_NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def past_deadline(pod: dict[str, Any], now: dt.datetime = KUBELET_NOW) -> bool:
@@ -377,7 +379,9 @@ def _stopped(status: dict[str, Any], code: int) -> None:
     not: ``mergePodStatus``)."""
     for cs in status["containerStatuses"]:
         why = "Completed" if code == 0 else "Error"
-        cs["state"] = {"terminated": {"exitCode": code, "reason": why, "finishedAt": T0}}
+        cs["state"] = {
+            "terminated": {"exitCode": code, "reason": why, "startedAt": T0, "finishedAt": STOPPED}
+        }
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":
             c["status"] = "False"

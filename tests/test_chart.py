@@ -1986,7 +1986,7 @@ def test_metrics_service_monitor(helm):
     monitor = one(docs, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["endpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "30s"}
+        {"port": "metrics", "path": "/metrics", "interval": "30s", "honorLabels": True}
     ]
     service = one(docs, "Service")
     selector = monitor["spec"]["selector"]["matchLabels"]

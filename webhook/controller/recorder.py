@@ -21,6 +21,17 @@ the workload of that UID in its own namespace.
 Whether a failure counted is the Job controller's judgement, made the same way here: the
 child Job's rules on the pod (``matchPodFailurePolicy``; an ``Ignore`` rule's failures do
 not count).
+
+Every failed pod of a workload the webhook applied a retry plan to is recorded, not only
+those whose later attempts learn from it, so that what the failures wasted
+(``webhook.cluster.waste``) is counted once each: when the write that marks the pod in
+the record lands. A pod the record already marks is never counted again (a relist, a
+restarted controller, a new leader); a write whose answer was lost counts nothing (the
+next one finds the pod marked), so a failure is counted at most once. A workload has a
+plan when it carries ``retry-policy.dev/applied``, or its pod template our annotations or
+labels; a CronJob's Jobs carry the CronJob's plan in their spec, not its record, which is
+read from the CronJob (one GET per Job, at its first failure), and a JobSet's (or
+TrainJob's) pods are its JobSet's, which carries the record.
 """
 
 from __future__ import annotations
@@ -28,10 +39,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cluster import waste
 from webhook.cluster.events import JOB_API, Regarding
 from webhook.cluster.history import jobset_place, wants_history
 from webhook.cluster.informer import Informer
@@ -44,7 +57,7 @@ from webhook.cluster.record import (
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
-from webhook.kube.objects import controller_of
+from webhook.kube.objects import controller_of, mapping
 from webhook.kube.wellknown import (
     JOB_UID_LABEL,
     JOBSET_API_VERSION,
@@ -54,12 +67,20 @@ from webhook.kube.wellknown import (
     JOBSET_VERSION,
     REPLICATED_JOB,
 )
+from webhook.policy.model import APPLIED, PREFIX
 
 log = logging.getLogger(__name__)
 
 
 def _annotation(meta: Mapping[str, Any]) -> str | None:
     return text_of({"metadata": meta})
+
+
+#: A failed pod whose Job the watch has not delivered yet is held until it does, this long
+#: at most (a Job is created before its pods, but comes on another watch: its event can be
+#: late, or in a relist after a 410), for at most this many Jobs.
+HOLD_SECONDS = 10.0
+MAX_HELD = 256
 
 
 @dataclass(slots=True)
@@ -76,6 +97,10 @@ class _Workload:
     #: A Job's rules, when an Ignore rule makes counting depend on them (one shared copy
     #: of each distinct list).
     rules: tuple = ()
+    #: Whether the webhook applied a retry plan to it (``planned``); ``None``: a Job a
+    #: CronJob made (``cronjob``: its name), whose plan its CronJob's record tells.
+    managed: bool | None = True
+    cronjob: str = ""
 
     @property
     def record(self) -> Record | None:
@@ -86,12 +111,27 @@ class _Workload:
 Key = tuple[str, str, str]
 
 
+def planned(metadata: Mapping[str, Any], template: Mapping[str, Any] | None = None) -> bool:
+    """Whether the webhook applied a retry plan to a workload: its ``applied`` record, or
+    (for a Job) our annotations or labels on its pod template, which a Job made from a
+    CronJob's or JobSet's template carries too."""
+    if APPLIED in mapping(metadata.get("annotations")):
+        return True
+    template = template or {}
+    return any(
+        isinstance(k, str) and k.startswith(PREFIX)
+        for field_ in ("annotations", "labels")
+        for k in mapping(template.get(field_))
+    )
+
+
 @dataclass
 class _Pending:
     workload: Key
     name: str
-    #: Pod UID -> (the failed pod, whether it counted), oldest first.
-    pods: dict[str, tuple[Mapping[str, Any], bool]] = field(default_factory=dict)
+    #: Pod UID -> (the failed pod, whether it counted, whether it is recorded whatever its
+    #: workload: its own keys ask for history), oldest first.
+    pods: dict[str, tuple[Mapping[str, Any], bool, bool]] = field(default_factory=dict)
 
     def regarding(self) -> Regarding:
         kind, namespace, uid = self.workload
@@ -103,7 +143,7 @@ class _Pending:
         """What a write that failed would have recorded (the log's and Event's words)."""
         ref = self.regarding()
         names = [
-            str((pod.get("metadata") or {}).get("name") or "") for pod, _ in self.pods.values()
+            str((pod.get("metadata") or {}).get("name") or "") for pod, *_ in self.pods.values()
         ]
         more = f" and {len(names) - 5} more" if len(names) > 5 else ""
         return (
@@ -128,14 +168,18 @@ class HistoryRecorder:
         self.workloads = Workloads(api_client)
         self.window = window
         self._lock = threading.Lock()
-        #: (kind, namespace, uid) -> the workloads whose pods are recorded (Jobs whose
-        #: template carries a recorded key; every JobSet, once one of its pods asked).
+        #: (kind, namespace, uid) -> the workloads whose pods may be recorded (Jobs with a
+        #: plan, and a CronJob's Jobs; every JobSet, once one of its pods failed).
         self._workloads: dict[Key, _Workload] = {}
         self._pending: dict[Key, _Pending] = {}
+        #: Job key -> (since when, its name, its failed pods by UID), until the Job comes.
+        self._held: dict[Key, tuple[float, str, dict[str, Mapping[str, Any]]]] = {}
         self._rule_sets: dict[str, tuple] = {}
         self._jobsets: Informer | None = None
         self.counters = {"writes": 0, "conflicts": 0, "errors": 0, "recorded": 0}
         self.writes = Writes("history", events, metrics)
+        #: The controller's metrics, when they count waste (``ControllerMetrics.wasted``).
+        self.metrics = metrics if hasattr(metrics, "wasted") else None
 
     # --- the watches ------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -177,22 +221,49 @@ class HistoryRecorder:
         if not isinstance(uid, str):
             return
         key = ("job", str(meta.get("namespace") or ""), uid)
-        template = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
         with self._lock:
-            if event == "DELETED" or not wants_history(template):
+            known = self._workloads.get(key)
+            found = None if event == "DELETED" else self._job_workload(job, known)
+            if found is None:
                 self._workloads.pop(key, None)
-                return
-            policy = (job.get("spec") or {}).get("podFailurePolicy") or {}
-            rules = tuple(policy.get("rules") or ())
-            ignores = any(isinstance(r, dict) and r.get("action") == "Ignore" for r in rules)
-            self._workloads[key] = _Workload(
-                "job",
-                str(meta.get("namespace") or ""),
-                str(meta.get("name") or ""),
-                str(meta.get("resourceVersion") or ""),
-                _annotation(meta),
-                self._shared(rules) if ignores else (),
-            )
+            else:
+                self._workloads[key] = found
+            held = self._held.pop(key, None)
+        if held is not None and found is not None:
+            for uid, pod in held[2].items():
+                counted = (
+                    counts(evaluate(found.rules, PodFailure.from_pod(pod))) if found.rules else True
+                )
+                self._add(_Pending(key, held[1], {uid: (pod, counted, False)}))
+
+    def _job_workload(self, job: Mapping[str, Any], known: _Workload | None) -> _Workload | None:
+        """What is kept of a Job (called with the lock held): one with a plan, or one a
+        CronJob made (its CronJob's record, once read, kept from ``known``); ``None``
+        for any other."""
+        meta = job.get("metadata") or {}
+        template = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        owner = controller_of(meta) or {}
+        made_by_cronjob = owner.get("kind") == "CronJob" and str(
+            owner.get("apiVersion") or ""
+        ).startswith("batch/")
+        managed: bool | None = wants_history(template) or planned(meta, template)
+        if not managed:
+            if not made_by_cronjob:
+                return None
+            managed = known.managed if known is not None else None
+        policy = (job.get("spec") or {}).get("podFailurePolicy") or {}
+        rules = tuple(policy.get("rules") or ())
+        ignores = any(isinstance(r, dict) and r.get("action") == "Ignore" for r in rules)
+        return _Workload(
+            "job",
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("resourceVersion") or ""),
+            _annotation(meta),
+            self._shared(rules) if ignores else (),
+            managed,
+            str(owner.get("name") or "") if made_by_cronjob else "",
+        )
 
     def _shared(self, rules: tuple) -> tuple:
         """One copy of each distinct rule list (called with the lock held): the Jobs of
@@ -215,13 +286,7 @@ class HistoryRecorder:
             if event == "DELETED":
                 self._workloads.pop(key, None)
                 return
-            self._workloads[key] = _Workload(
-                "jobset",
-                str(meta.get("namespace") or ""),
-                str(meta.get("name") or ""),
-                str(meta.get("resourceVersion") or ""),
-                _annotation(meta),
-            )
+            self._workloads[key] = _jobset_workload(jobset)
 
     def _watch_jobsets(self) -> None:
         """JobSets are watched from the first JobSet pod that asks (else never)."""
@@ -248,7 +313,7 @@ class HistoryRecorder:
         meta = pod.get("metadata") or {}
         if event == "DELETED" or (pod.get("status") or {}).get("phase") != "Failed":
             return
-        if not wants_history(meta) or not meta.get("uid"):
+        if not meta.get("uid"):
             return
         owner = controller_of(meta)
         if owner is None or owner.get("kind") != "Job" or not owner.get("uid"):
@@ -256,21 +321,46 @@ class HistoryRecorder:
         namespace = str(meta.get("namespace") or "")
         if not namespace:
             return
+        wanted = wants_history(meta)
         place = jobset_place(meta)
         labels = meta.get("labels") or {}
+        with self._lock:
+            job = self._workloads.get(("job", namespace, str(owner["uid"])))
         key: Key
         if place is not None and isinstance(labels.get(JOBSET_NAME), str):
+            # Whether its JobSet has a plan is read from the JobSet when it is written.
             key, name = ("jobset", namespace, place[0]), labels[JOBSET_NAME]
             self._watch_jobsets()
         elif labels.get(REPLICATED_JOB) and not labels.get(JOBSET_UID):
             return  # a JobSet older than v0.9.0: no record can outlive its child Jobs
-        else:
+        elif wanted or (job is not None and job.managed is not False):
             key, name = ("job", namespace, str(owner["uid"])), str(owner.get("name") or "")
-        with self._lock:
-            job = self._workloads.get(("job", namespace, str(owner["uid"])))
-            rules = job.rules if job is not None else ()
+        elif job is None:
+            self._hold(("job", namespace, str(owner["uid"])), str(owner.get("name") or ""), pod)
+            return
+        else:
+            return  # a Job without a plan
+        rules = job.rules if job is not None else ()
         counted = counts(evaluate(rules, PodFailure.from_pod(pod))) if rules else True
-        self._add(_Pending(key, name, {str(meta.get("uid") or ""): (pod, counted)}))
+        self._add(_Pending(key, name, {str(meta.get("uid") or ""): (pod, counted, wanted)}))
+
+    def _hold(self, key: Key, name: str, pod: Mapping[str, Any]) -> None:
+        """Keep a failed pod of a Job not seen yet until it is (``_apply_job``)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            since, _, pods = self._held.pop(key, None) or (time.monotonic(), name, {})
+            if len(pods) < MAX_MARKS:
+                pods[uid] = pod
+            self._held[key] = (since, name, pods)
+            while len(self._held) > MAX_HELD:
+                del self._held[next(iter(self._held))]
+
+    def _expire_held(self) -> None:
+        """Drop the pods whose Job did not come in time: a Job without a plan, or gone."""
+        cutoff = time.monotonic() - HOLD_SECONDS
+        with self._lock:
+            for key in [k for k, (since, *_) in self._held.items() if since < cutoff]:
+                del self._held[key]
 
     def _add(self, pending: _Pending) -> None:
         """Queue ``pending``'s pods after those already queued for its workload (each pod
@@ -287,6 +377,7 @@ class HistoryRecorder:
     def flush(self) -> None:
         """Write each workload's pending failures; a write that failed stays pending (its
         back-off, then again), one refused is given up (``webhook.controller.writes``)."""
+        self._expire_held()
         with self._lock:
             batch, self._pending = self._pending, {}
         for key, pending in batch.items():
@@ -316,26 +407,34 @@ class HistoryRecorder:
     def _write(self, pending: _Pending) -> bool:
         """Write the record with ``pending``'s pods, from the workload as the watch last
         delivered it, else as read; after a conflict, read again and recompute
-        (``rewrite``). ``False``: the workload is gone (or replaced)."""
+        (``rewrite``). ``False``: the workload is gone (or replaced). What the pods it
+        marked wasted is counted once it lands."""
         with self._lock:
             known = self._workloads.get(pending.workload)
-        base = (known.version, known.record) if known is not None and known.version else None
-        if base is None:
-            base = self._read_record(pending)
-            if base is None:
+        if known is None or not known.version:
+            known = self._read_workload(pending)
+            if known is None:
                 return False
+        if not self._keep_planned(pending, known):
+            return True  # nothing of a workload without a plan is recorded
+        base = (known.version, known.record)
+        marked: list[Mapping[str, Any]] = []
 
         def reread() -> bool:
             nonlocal base
-            fresh = self._read_record(pending)
-            base = fresh if fresh is not None else base
+            fresh = self._read_workload(pending)
+            base = (fresh.version, fresh.record) if fresh is not None else base
             return fresh is not None
 
         def write() -> dict[str, Any]:
             version, current = base
             record = current or Record()
-            for pod, counted in pending.pods.values():
-                record = record.add(pod, counted)
+            marked.clear()
+            for pod, counted, _ in pending.pods.values():
+                added = record.add(pod, counted)
+                if added is not record:
+                    marked.append(pod)
+                record = added
             if current is not None and record == current:
                 return {}  # every pod already recorded
             return self._patch(pending, record.text(), version)
@@ -346,24 +445,66 @@ class HistoryRecorder:
         if written:
             self.counters["writes"] += 1
             self.counters["recorded"] += len(pending.pods)
+            self._count_waste(pending.workload[1], marked)
             meta = written.get("metadata") or {}
             with self._lock:
-                if known is not None:
-                    known.version = str(meta.get("resourceVersion") or "")
-                    known.text = _annotation(meta)
+                known.version = str(meta.get("resourceVersion") or "")
+                known.text = _annotation(meta)
         return True
+
+    def _keep_planned(self, pending: _Pending, workload: _Workload) -> bool:
+        """Leave in ``pending`` the pods to record: all of them when the workload has a plan
+        (a CronJob's Job: its CronJob's record, read once), else those whose own keys ask
+        for history. Whether any are left."""
+        if all(wanted for *_, wanted in pending.pods.values()):
+            return True
+        if workload.managed is None:
+            workload.managed = self._cronjob_planned(workload.namespace, workload.cronjob)
+        if not workload.managed:
+            pending.pods = {uid: e for uid, e in pending.pods.items() if e[2]}
+        return bool(pending.pods)
+
+    def _cronjob_planned(self, namespace: str, name: str) -> bool:
+        """Whether the CronJob has a plan (its ``applied`` record). Gone, or not ours to
+        read (403: the chart grants it only with ``webhook.kinds.cronJobs``, without which
+        no CronJob has a plan): no. Raises when the API fails (the pods stay pending, tried
+        again after a back-off: ``webhook.controller.writes``)."""
+        try:
+            resp = self.batch.read_namespaced_cron_job(name, namespace, _preload_content=False)
+        except Exception as err:
+            if getattr(err, "status", None) in (403, 404):
+                return False
+            raise
+        return planned(mapping(json.loads(resp.data).get("metadata")))
+
+    def _count_waste(self, namespace: str, pods: list[Mapping[str, Any]]) -> None:
+        """What the pods just marked wasted (``webhook.cluster.waste``), once each."""
+        if self.metrics is None:
+            return
+        for pod in pods:
+            why = waste.cause(pod)
+            for resource, amount in waste.wasted(pod).items():
+                self.metrics.wasted(namespace, why, resource, amount)
 
     def _conflict(self) -> None:
         self.counters["conflicts"] += 1
         self.writes.conflict()
 
-    def _read_record(self, pending: _Pending) -> tuple[str, Record | None] | None:
-        """The workload's resourceVersion and record, read; ``None``: gone or replaced."""
+    def _read_workload(self, pending: _Pending) -> _Workload | None:
+        """The workload as read (its resourceVersion, record and plan); ``None``: gone or
+        replaced."""
         kind, namespace, uid = pending.workload
         obj = self._read(kind, namespace, pending.name)
         if obj is None or (obj.get("metadata") or {}).get("uid") != uid:
             return None
-        return str(obj["metadata"].get("resourceVersion") or ""), Record.of(obj)
+        if kind == "jobset":
+            return _jobset_workload(obj)
+        with self._lock:
+            found = self._job_workload(obj, self._workloads.get(pending.workload))
+        # A Job without a plan: its pods' own keys are what is recorded.
+        return found or _Workload(
+            "job", namespace, pending.name, *_version_and_text(obj), managed=False
+        )
 
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         return self.workloads.read(kind, namespace, name)
@@ -377,3 +518,19 @@ class HistoryRecorder:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {**self.counters, "workloads": len(self._workloads)}
+
+
+def _version_and_text(obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("resourceVersion") or ""), _annotation(meta)
+
+
+def _jobset_workload(jobset: Mapping[str, Any]) -> _Workload:
+    meta = jobset.get("metadata") or {}
+    return _Workload(
+        "jobset",
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        *_version_and_text(jobset),
+        managed=planned(meta),
+    )

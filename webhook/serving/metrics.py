@@ -346,7 +346,11 @@ class SupervisorMetrics:
 class ControllerMetrics:
     """What the controller process records: whether it leads, and its reconcilers' work.
     Its gauges are ``liveall``: one series per controller process (pid), dropped when the
-    process ends, so a scrape of a replica shows its current controller only."""
+    process ends, so a scrape of a replica shows its current controller only.
+
+    The counters the chart's alerts watch start at 0 for every label value they can take
+    (all known in advance): a series that appeared at 1 would show no ``increase()``, and
+    the first refused write or late condition would go unalerted."""
 
     def __init__(self, events: Callable[[], Mapping[str, Any]] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -377,7 +381,8 @@ class ControllerMetrics:
             ["reason"],
             registry=self.registry,
         )
-        self._budget_counters: tuple[Any, Any, Any, Any] | None = None
+        self._budget_counters = _budget_counters(self.registry)
+        self._wasted: Any = None
         self.writes = Counter(
             PREFIX + "controller_writes_total",
             "The controller's writes (writer: history, disruptions, gates, in_place, "
@@ -387,9 +392,40 @@ class ControllerMetrics:
             ["writer", "result"],
             registry=self.registry,
         )
+        self._zeros()
+
+    def _zeros(self) -> None:
+        """Every series of the counters alerts watch, at 0 (see the class's doc)."""
+        from webhook.controller.writes import RESULTS, WRITERS
+
+        for writer in WRITERS:
+            for result in RESULTS:
+                self.writes.labels(writer, result)
+        for reason in GATE_RELEASES:
+            self.released.labels(reason)
+        conditions, disruptions, _, uncovered = self._budget_counters
+        for kind in CONDITIONS:
+            for result in CONDITION_RESULTS:
+                conditions.labels(kind.removeprefix("retry-policy.dev/"), result)
+        for result in ("free", "over"):
+            disruptions.labels(result)
+        for reason in UNCOVERED_REASONS:
+            uncovered.labels(reason)
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
+
+    def wasted(self, namespace: str, cause: str, resource: str, amount: float) -> None:
+        """What a failed attempt held (``webhook.cluster.waste``): counted once per pod, when
+        its workload's record marks it. The labels are bounded: namespaces, the five
+        causes, and the resources the cluster's nodes offer (a pod that ran was given
+        each one it requested)."""
+        from webhook.cluster.waste import CAUSES
+
+        if cause in CAUSES and amount > 0:
+            if self._wasted is None:
+                self._wasted = _wasted_counter(self.registry)
+            self._wasted.labels(namespace, cause, resource).inc(amount)
 
     def gates_pending(self, count: int) -> None:
         self.pending.set(count)
@@ -401,18 +437,18 @@ class ControllerMetrics:
     # --- budgets per cause (webhook.controller.disruptions, webhook.controller.restarts) ---
     def condition(self, kind: str, result: str) -> None:
         if kind in CONDITIONS and result in CONDITION_RESULTS:
-            self._budgets()[0].labels(kind.removeprefix("retry-policy.dev/"), result).inc()
+            self._budget_counters[0].labels(kind.removeprefix("retry-policy.dev/"), result).inc()
 
     def disruption(self, result: str) -> None:
         if result in ("free", "over"):
-            self._budgets()[1].labels(result).inc()
+            self._budget_counters[1].labels(result).inc()
 
     def lowered(self) -> None:
-        self._budgets()[2].inc()
+        self._budget_counters[2].inc()
 
     def uncovered(self, reason: str) -> None:
         if reason in UNCOVERED_REASONS:
-            self._budgets()[3].labels(reason).inc()
+            self._budget_counters[3].labels(reason).inc()
 
     def write(self, writer: str, result: str) -> None:
         """A write's outcome (``webhook.controller.writes``)."""
@@ -420,13 +456,6 @@ class ControllerMetrics:
 
         if writer in WRITERS and result in RESULTS:
             self.writes.labels(writer, result).inc()
-
-    def _budgets(self) -> tuple[Any, Any, Any, Any]:
-        """The budgets' counters, made on first use (a controller that never counts a
-        disruption exports none)."""
-        if self._budget_counters is None:
-            self._budget_counters = _budget_counters(self.registry)
-        return self._budget_counters
 
     def flush(self) -> None:
         if self._events_stats is not None:
@@ -456,6 +485,21 @@ def _deletions_counter(registry: Any) -> Any:
         "controller may have counted it); missed (already judged: not marked); gone, "
         "not_deleted, already (disrupted); dropped (queue full, or the API failing).",
         ["result"],
+        registry=registry,
+    )
+
+
+def _wasted_counter(registry: Any) -> Any:
+    from prometheus_client import Counter
+
+    return Counter(
+        PREFIX + "wasted_resource_seconds",
+        "What failed attempts of workloads with a retry plan held, for as long as they ran "
+        "(the pod's effective requests times startTime to its containers' last finishedAt), "
+        "by the workload's namespace, cause (oom-killed, exit-code, disruption, deadline, "
+        "other) and resource: cpu in core-seconds, memory in GiB-seconds, extended "
+        "resources (nvidia.com/gpu) in device-seconds. Each failed pod counted once.",
+        ["namespace", "cause", "resource"],
         registry=registry,
     )
 
