@@ -6,10 +6,10 @@ import time
 import uuid
 
 import pytest
-from fakeapi import FakeAPI, applied
 from kubernetes import client
-from serverproc import scaled
 
+from testkit.fakeapi import FakeAPI, applied
+from testkit.servers import scaled
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
 from webhook.cluster.history import Killed
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from serverproc import scaled, start_slot
 
 from benchmarks import https, lower_bound, scale
 from benchmarks.cases import streams
 from benchmarks.https import fixed_rate_report, ratios
 from benchmarks.instructions import _totals
 from benchmarks.run import markdown
+from testkit.servers import scaled, start_slot
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.policy.config import Config
@@ -287,10 +287,9 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkey
     stream makes the leader work: one step of each kind against a leading server (the real
     ``serve`` against the HTTP test API) gets a disruption Event, the failure history of the
     OOM-killed pod on its Job, and the retry pod's gate released."""
-    from fakeapi import FakeAPI, write_kubeconfig
-    from serverproc import eventually
-
     from benchmarks.controller_cpu import Feeder, Replica, controller_writes, worked
+    from testkit.fakeapi import FakeAPI, write_kubeconfig
+    from testkit.servers import eventually
     from webhook.cluster.record import Record
     from webhook.kube import gates
 

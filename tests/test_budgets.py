@@ -6,15 +6,15 @@ pods by, and the upstream facts the rules rely on."""
 from __future__ import annotations
 
 import pytest
-from conftest import P, job, stored
-from workloads import (
+
+from testkit.builders import P, job, stored
+from testkit.workloads import (
     assert_idempotent,
     kubectl_patch,
     mutate,
     validate,
     validate_schema,
 )
-
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.versions import KubeVersion
@@ -311,7 +311,7 @@ def test_the_policy_record_is_no_policy_of_the_update_webhook():
 
 
 def test_bare_pods_cannot_carry_the_budgets():
-    from conftest import pod
+    from testkit.builders import pod
 
     verdict = validate(pod({P + "max-disruptions": "1"}))
     assert not verdict.allowed

@@ -18,12 +18,8 @@ import random
 import threading
 
 import pytest
-from conftest import P, review
-from fakeapi import FakeAPI
-from jobsim import JOB_TRACKING, JobRun
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from serverproc import eventually
 from test_controller_budgets import (
     Counted,
     Running,
@@ -36,6 +32,10 @@ from test_controller_budgets import (
     record_of,
 )
 
+from testkit.builders import P, review
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JOB_TRACKING, JobRun
+from testkit.servers import eventually
 from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.cluster.conditions import judged, status_patch, uncounted_of

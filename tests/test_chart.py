@@ -25,7 +25,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from serverproc import scaled
+
+from testkit.servers import scaled
 
 pytestmark = pytest.mark.tools
 

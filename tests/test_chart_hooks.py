@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fakeapi import FakeAPI, write_kubeconfig
 from test_chart import NAMESPACE, RELEASE, helm, hook_events, one, render  # noqa: F401
 from test_controller import gated_pod
-from vap import Policy, gate
 
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.vap import Policy, gate
 from webhook.kube import gates
 
 pytestmark = pytest.mark.tools

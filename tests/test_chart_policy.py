@@ -18,11 +18,7 @@ import time
 
 import kubernetes_validate
 import pytest
-from conftest import P
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import JobRun
 from kubernetes import client, config
-from rbac import POD_WRITES, combinations, granted, pod_writes
 from test_chart import (
     CHART,
     NAMESPACE,
@@ -36,8 +32,12 @@ from test_chart import (
     render_fails,
 )
 from test_controller_budgets import IN_PLACE, admitted_job
-from vap import Policy, admitted, gate, request
 
+from testkit.builders import P
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import JobRun
+from testkit.rbac import POD_WRITES, combinations, granted, pod_writes
+from testkit.vap import Policy, admitted, gate, request
 from webhook.cluster.conditions import add_condition, status_patch
 from webhook.cluster.deletions import DeletionMarker
 from webhook.cluster.events import EventRecorder

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
-from serverproc import scaled
 
+from testkit.servers import scaled
+from testkit.tools import ROOT
 from webhook import cli
 
 BIN = Path(sys.executable).parent / "retry-webhook"

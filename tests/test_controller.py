@@ -17,11 +17,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import P
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, scaled, start, stop
 
+from testkit.builders import P
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, scaled, start, stop
 from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.lease import LeaderElector, LeaseConfig
 from webhook.controller.manager import ControllerOptions, Manager
@@ -403,11 +403,11 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     writes (a JobSet's pod's decision, twice: created, then counted); then each request
     made is checked against the rendered chart's RBAC for the webhook's ServiceAccount
     (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
-    from rbac import calls, denied
     from test_chart import NAMESPACE as CHART_NS
     from test_chart import deployment_pod, render
     from test_events import put_failed_jobs, stored_events
 
+    from testkit.rbac import calls, denied
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
 
@@ -419,7 +419,8 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # The chart's admission policy in front of its pod and workload writes, as the API
     # server runs it (tests/vap.py): every write below must be one it lets through.
     from test_chart import one
-    from vap import Policy, gate
+
+    from testkit.vap import Policy, gate
 
     chart = render(helm_path, {})
     user = f"system:serviceaccount:{CHART_NS}:{deployment_pod(chart)['spec']['serviceAccountName']}"
@@ -456,8 +457,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # The budgets per cause: a disruption past max-disruptions (its Job read and written,
     # the pod marked), its peers marked, a pod replaced after its restarts in place, and
     # the Events that say so.
-    from jobsim import JobRun
     from test_controller_budgets import IN_PLACE, admitted_job
+
+    from testkit.jobsim import JobRun
 
     budgets = {
         P + "ignore-disruptions": "true",
@@ -509,7 +511,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     assert api.refused == []
     # Its pod writes are the controller's (tests/rbac.py), granted whatever the other
     # switches say.
-    from rbac import POD_WRITES, combinations
+    from testkit.rbac import POD_WRITES, combinations
 
     writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete", "update")}
     assert {w for w in writes if w[1].startswith("pods")} == POD_WRITES["controller"]
@@ -553,7 +555,7 @@ def gated_pod(name: str, not_before: float, namespace: str = "ml") -> dict:
 
 
 def _find_helm() -> str:
-    from conftest import tool
+    from testkit.tools import tool
 
     return tool("helm")
 

@@ -11,13 +11,13 @@ import threading
 import time
 
 import pytest
-from conftest import P, job, stored
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import JobRun
 from kubernetes import config
-from serverproc import eventually, scaled
-from workloads import mutate
 
+from testkit.builders import P, job, stored
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import JobRun
+from testkit.servers import eventually, scaled
+from testkit.workloads import mutate
 from webhook.cluster.events import EventRecorder
 from webhook.cluster.record import Record
 from webhook.controller.disruptions import Disruptions

@@ -6,8 +6,9 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P
-from workloads import (
+
+from testkit.builders import FULL, P
+from testkit.workloads import (
     admitted,
     assert_idempotent,
     kubectl_patch,
@@ -16,7 +17,6 @@ from workloads import (
     validate,
     validate_schema,
 )
-
 from webhook.kube import defaulting as defaults
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,

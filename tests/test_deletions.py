@@ -13,13 +13,13 @@ import time
 import uuid
 
 import pytest
-from conftest import P
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import JobRun
 from kubernetes import client, config
-from serverproc import eventually, scaled, start, stop
 from test_controller_budgets import admitted_job
 
+from testkit.builders import P
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import JobRun
+from testkit.servers import eventually, free_port, scaled, start, stop
 from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.admission.deletions import Deleted
@@ -224,11 +224,12 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
     """The server as deployed answers the DELETE at once and marks the pod off the
     admission path; a dry run marks nothing; the chart grants every call the worker made,
     and its admission policy lets the mark through (``tests/vap.py``)."""
-    from rbac import calls, denied
     from test_chart import NAMESPACE as CHART_NS
     from test_chart import deployment_pod, one, render
     from test_controller import _find_helm
-    from vap import Policy, gate
+
+    from testkit.rbac import calls, denied
+    from testkit.vap import Policy, gate
 
     chart = render(_find_helm(), {"controller": {"enabled": False}})
     user = f"system:serviceaccount:{CHART_NS}:{deployment_pod(chart)['spec']['serviceAccountName']}"
@@ -240,7 +241,7 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
         "kubeconfig",
         "--no-controller",
         env={"KUBECONFIG": str(kubeconfig)},
-        metrics_port=__import__("serverproc").free_port(),
+        metrics_port=free_port(),
     )
     try:
         run = JobRun.store(api, admitted_job(IGNORE))
@@ -278,7 +279,7 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
     assert denied(docs, account, CHART_NS, made) == []
     assert api.refused == []
     # Its pod writes are the marks' (tests/rbac.py), granted while they are on.
-    from rbac import POD_WRITES, combinations
+    from testkit.rbac import POD_WRITES, combinations
 
     pod_writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete")}
     assert pod_writes == POD_WRITES["deletions"]

@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+from testkit.tools import ROOT
 
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))

@@ -14,8 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SYSTEM_FIELDS, apply, decode_patch
-from serverproc import start, stop
+
+from testkit.builders import SYSTEM_FIELDS, apply, decode_patch
+from testkit.servers import start, stop
+from testkit.tools import ROOT
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 EXAMPLE = "examples/job.yaml"

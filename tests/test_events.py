@@ -19,15 +19,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import P, job, job_owner, pod, review, stored
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, free_port, metric, scaled, start, stop
 from test_controller import replica
 from test_failureaware import FACTOR, Source, job_pod, trainer
 from test_failureaware_server import a_job, admit, admitted_until, failed, new_pod, with_spare_nodes
-from workloads import mutate
 
+from testkit.builders import P, job, job_owner, pod, review, stored
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, free_port, metric, scaled, start, stop
+from testkit.workloads import mutate
 from webhook.cluster.attempts import JOB_UID_LABEL, AttemptLookup
 from webhook.cluster.events import (
     Event,

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, P, job, job_owner, pod, review
-from serverproc import scaled
 from test_cli import run
 
+from testkit.builders import P, job, job_owner, pod, review
+from testkit.servers import scaled
+from testkit.tools import ROOT
 from webhook import cli, explain
 from webhook.admission import engine
 from webhook.admission import review as admission
@@ -744,7 +745,7 @@ def test_pointer_warning_once_when_something_changed_and_never_on_reinvocation()
     first = mutate(job(FULL))
     assert first.warnings.count(engine.EXPLAIN_HINT) == 1
     assert len(engine.EXPLAIN_HINT) < 120
-    from conftest import apply
+    from testkit.builders import apply
 
     again = mutate(apply(job(FULL), first.patch))
     assert again.patch == [] and again.warnings == []

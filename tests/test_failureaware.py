@@ -14,10 +14,17 @@ import json
 from typing import Any
 
 import pytest
-from conftest import P, job, job_owner, pod, stored
-from serverproc import scaled
-from workloads import admitted, assert_idempotent, kubectl_patch, mutate, validate, validate_schema
 
+from testkit.builders import P, job, job_owner, pod, stored
+from testkit.servers import scaled
+from testkit.workloads import (
+    admitted,
+    assert_idempotent,
+    kubectl_patch,
+    mutate,
+    validate,
+    validate_schema,
+)
 from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import FailureHistory, HistoryKey, Killed

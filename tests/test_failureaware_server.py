@@ -13,11 +13,11 @@ import uuid
 from urllib.parse import parse_qs
 
 import pytest
-from conftest import P, apply, decode_patch, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, free_port, metric, scaled, start, stop
-from workloads import validate_schema
 
+from testkit.builders import P, apply, decode_patch, job_owner, pod, review
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, free_port, metric, scaled, start, stop
+from testkit.workloads import validate_schema
 from webhook.cluster.attempts import JOB_UID_LABEL
 
 POLICY = {

@@ -4,8 +4,9 @@ why and names the upstream functions); every test that uses them relies on this.
 from __future__ import annotations
 
 import pytest
-from conftest import job, job_owner, pod, review, stored
-from workloads import admitted
+
+from testkit.builders import job, job_owner, pod, review, stored
+from testkit.workloads import admitted
 
 
 def test_a_create_review_carries_no_system_fields():

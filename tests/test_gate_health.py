@@ -17,10 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import apply, decode_patch, job_owner, review
-from fakeapi import FakeAPI
 from kubernetes import client
-from serverproc import eventually, stop
 from test_controller import NS, elector, gated_pod, lease, readyz, replica
 from test_controller_budgets import events_of
 from test_gates import (
@@ -36,6 +33,9 @@ from test_gates import (
 )
 from test_retry_delay import NOW, Source, job_pod
 
+from testkit.builders import apply, decode_patch, job_owner, review
+from testkit.fakeapi import FakeAPI
+from testkit.servers import eventually, stop
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster import leadership

@@ -23,13 +23,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import P, decode_patch, job_owner, pod, review, stored
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, free_port, metric, scaled, stop
 from test_controller import gated_pod, readyz, replica
-from workloads import kubectl_patch, validate_schema
 
+from testkit.builders import P, decode_patch, job_owner, pod, review, stored
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, free_port, metric, scaled, stop
+from testkit.workloads import kubectl_patch, validate_schema
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.controller.gates import GateReleaser, release_all
 from webhook.kube import gates
@@ -200,9 +200,10 @@ def test_release_gates_releases_them_all_and_says_so(api, tmp_path):
         assert gate_names(stored_pod(api, uid)) == [QUOTA["name"]]
     assert gate_names(stored_pod(api, "uid-theirs")) == [QUOTA["name"]]
     # Its calls, as RBAC reads them, are what the chart's delete hook may make.
-    from conftest import tool
-    from rbac import calls, denied
     from test_chart import NAMESPACE, render
+
+    from testkit.rbac import calls, denied
+    from testkit.tools import tool
 
     made = calls(list(api.requests))
     assert {(c.verb, c.resource, c.namespace) for c in made} == {

@@ -16,17 +16,17 @@ import json
 
 import pytest
 import yaml
-from conftest import P, apply, decode_patch, job, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, start, stop
 from test_cli import run
 from test_cronjob import cronjob
 from test_explain import manifest, one
 from test_jobset import child, jobset, replicated
 from test_pytorchjob import pytorchjob
 from test_rayjob import rayjob
-from workloads import kubectl_patch, mutate, validate, validate_schema
 
+from testkit.builders import P, apply, decode_patch, job, job_owner, pod, review
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, start, stop
+from testkit.workloads import kubectl_patch, mutate, validate, validate_schema
 from webhook.cluster.attempts import AttemptLookup, placement_budget
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure

@@ -6,8 +6,9 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P, job, job_owner, pod
-from workloads import (
+
+from testkit.builders import FULL, P, job, job_owner, pod
+from testkit.workloads import (
     FixedAttempts,
     admitted,
     assert_idempotent,
@@ -17,7 +18,6 @@ from workloads import (
     validate,
     validate_schema,
 )
-
 from webhook.kube import intent
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,

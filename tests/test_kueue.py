@@ -8,14 +8,14 @@ import json
 from decimal import Decimal
 
 import pytest
-from conftest import P, apply, decode_patch, job, review
-from serverproc import start, stop
 from test_cli import run
 from test_cronjob import cronjob
 from test_jobset import jobset
 from test_retry_delay import NOW, Source, admit, fixed_time, job_pod  # noqa: F401 - fixture
-from workloads import assert_idempotent, mutate, validate
 
+from testkit.builders import P, apply, decode_patch, job, review
+from testkit.servers import start, stop
+from testkit.workloads import assert_idempotent, mutate, validate
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.kube import gates

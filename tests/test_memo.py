@@ -8,12 +8,12 @@ import json
 import uuid
 
 import pytest
-from conftest import FULL, P, job, job_owner, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_properties import CONFIGS, _pick, objects
-from workloads import FixedAttempts
 
+from testkit.builders import FULL, P, job, job_owner, pod, review
+from testkit.workloads import FixedAttempts
 from webhook.admission import engine, memo
 from webhook.admission import review as admission
 from webhook.policy.config import Config, parse_config

@@ -19,10 +19,6 @@ import dataclasses
 import uuid
 
 import pytest
-from conftest import P
-from fakeapi import FakeAPI
-from jobsim import JobRun
-from serverproc import eventually
 from test_attempts import cache_for, failed_pod, lookup, make_job
 from test_controller_budgets import (
     DISRUPTIONS,
@@ -37,6 +33,10 @@ from test_record import JOBSET_LABELS, a_job, a_jobset, api_client, running, sto
 from test_record import failed_pod as history_pod
 from test_writes import counting_flushes
 
+from testkit.builders import P
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JobRun
+from testkit.servers import eventually
 from webhook.cluster.history import FailureHistory, HistoryKey
 from webhook.cluster.record import Record
 from webhook.controller.recorder import HistoryRecorder

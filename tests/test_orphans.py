@@ -13,8 +13,9 @@ import os
 import signal
 
 import pytest
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import command, eventually, free_port, marked, scaled, start, start_slot
+
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import command, eventually, free_port, marked, scaled, start, start_slot
 
 #: Where in the start-up the supervisor dies: the log line it is killed at.
 POINTS = {

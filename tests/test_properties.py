@@ -17,10 +17,10 @@ from typing import Any
 
 import jsonpatch
 import yaml
-from conftest import P, job, job_owner, leaves, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from testkit.builders import P, job, job_owner, leaves, pod, review
 from webhook import explain
 from webhook.admission import engine
 from webhook.admission.review import decode

@@ -8,8 +8,9 @@ import copy
 import json
 
 import pytest
-from conftest import P
-from workloads import (
+
+from testkit.builders import P
+from testkit.workloads import (
     STRATEGY,
     WORKER_NAME,
     admitted,
@@ -20,7 +21,6 @@ from workloads import (
     validate,
     validate_schema,
 )
-
 from webhook.admission import engine
 from webhook.mutators.job import peers_note
 from webhook.policy.config import parse_config

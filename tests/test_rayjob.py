@@ -6,8 +6,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import P
-from workloads import (
+
+from testkit.builders import P
+from testkit.workloads import (
     admitted,
     assert_idempotent,
     kubectl_patch,
@@ -16,7 +17,6 @@ from workloads import (
     validate,
     validate_schema,
 )
-
 from webhook.admission import engine
 from webhook.policy.config import parse_config
 

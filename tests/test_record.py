@@ -13,11 +13,11 @@ import time
 import uuid
 
 import pytest
-from conftest import P, apply, decode_patch, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, scaled, start, stop
 
+from testkit.builders import P, apply, decode_patch, job_owner, pod, review
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, scaled, start, stop
 from webhook.cluster import history
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
@@ -432,8 +432,8 @@ def test_a_replica_started_after_a_restart_raises_memory_as_the_others(api, tmp_
 def test_the_record_is_no_policy_of_the_webhooks():
     """The controller's writes (and a manifest copied from ``kubectl get -o yaml``) carry
     the record: neither webhook denies or changes anything for it."""
-    from conftest import job, stored
-    from workloads import mutate, validate
+    from testkit.builders import job, stored
+    from testkit.workloads import mutate, validate
 
     old = stored(job({P + "backoff-limit": "2"}))
     new = copy.deepcopy(old)

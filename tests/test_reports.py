@@ -18,9 +18,9 @@ import jsonschema
 import pytest
 import xmlschema
 import yaml
-from conftest import ROOT
 from test_cli import JOB
 
+from testkit.tools import ROOT
 from webhook.offline import inputs, reports
 
 BIN = Path(sys.executable).parent / "retry-webhook"

@@ -14,8 +14,8 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from conftest import P, apply, job, job_owner, pod, review, stored
 
+from testkit.builders import P, apply, job, job_owner, pod, review, stored
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster import events, leadership
@@ -314,7 +314,7 @@ def test_a_max_below_the_delay_and_on_failure_pods_are_refused():
 
 
 def test_kinds_whose_pods_carry_no_attempt_deny_it():
-    from workloads import admitted
+    from testkit.workloads import admitted
 
     rayjob = admitted(
         {
@@ -599,7 +599,7 @@ def test_every_pod_the_webhook_changes_is_valid_and_patched_as_go_patches_it(tmp
     """Each kind's pod, gated and told its attempt: the patch applied by Go's json-patch
     (``kubectl patch --local``) gives what the engine says, valid under the strict 1.35 and
     1.36 schemas."""
-    from workloads import kubectl_patch, validate_schema
+    from testkit.workloads import kubectl_patch, validate_schema
 
     source = Source(failures=1, budget=3)
     job_made = job_pod()

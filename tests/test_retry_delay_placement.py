@@ -7,13 +7,13 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import P, job, pod, review
-from serverproc import start, stop
 from test_cronjob import cronjob
 from test_jobset import jobset, replicated
 from test_retry_delay import DELAY, NOW, Source, admit, fixed_time, job_pod  # noqa: F401
-from workloads import mutate, validate
 
+from testkit.builders import P, job, pod, review
+from testkit.servers import start, stop
+from testkit.workloads import mutate, validate
 from webhook.kube import gates, jobsetplacement
 from webhook.mutators import between
 from webhook.policy.config import parse_config

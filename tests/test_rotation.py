@@ -21,10 +21,19 @@ import ssl
 import threading
 from pathlib import Path
 
-from conftest import P, job, review
 from cryptography import x509
-from serverproc import KubeletVolume, Threads, eventually, free_port, metric, scaled, start, stop
 
+from testkit.builders import P, job, review
+from testkit.servers import (
+    KubeletVolume,
+    Threads,
+    eventually,
+    free_port,
+    metric,
+    scaled,
+    start,
+    stop,
+)
 from webhook.tls import certs
 
 NAMES = ["localhost", *certs.service_dns_names(certs.DEFAULT_SERVICE, certs.DEFAULT_NAMESPACE)]

@@ -28,10 +28,11 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import FULL, P, tool
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import scaled
 
+from testkit.builders import FULL, P
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import scaled
+from testkit.tools import tool
 from webhook.admission import engine
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import Event, EventRecorder, Regarding

@@ -18,9 +18,6 @@ import json
 import uuid
 from typing import Any
 
-from conftest import P
-from jobsim import JobRun
-from serverproc import eventually
 from test_controller_budgets import Running, disruptions, in_place
 from test_deletions import KARPENTER, deletion, marker, verdict_of
 from test_status import (
@@ -36,6 +33,9 @@ from test_status import (
     store_job,
 )
 
+from testkit.builders import P
+from testkit.jobsim import JobRun
+from testkit.servers import eventually
 from webhook.admission import engine
 from webhook.cluster.record import Record
 from webhook.kube import defaulting

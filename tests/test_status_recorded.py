@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT
-from fakeapi import FakeAPI, write_kubeconfig
 from test_status import BIN, NS, client_for, emit, run, running_job
+
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.tools import ROOT
 
 EXAMPLE = "examples/status/train-resnet.yaml"
 

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ssa
 import yaml
-from conftest import FULL, P, apply, review
-from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 
+from testkit import ssa
+from testkit.builders import FULL, P, apply, review
+from testkit.workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes

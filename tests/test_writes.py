@@ -11,10 +11,7 @@ import itertools
 import time
 
 import pytest
-from fakeapi import ANNOTATIONS_LIMIT
-from jobsim import JobRun
 from kubernetes.client.exceptions import ApiException
-from serverproc import eventually
 from test_controller_budgets import (
     DISRUPTIONS,
     IN_PLACE,
@@ -29,6 +26,9 @@ from test_controller_budgets import (
 )
 from test_record import a_job, api_client, concurrent_writer, failed_pod, running, stored_job
 
+from testkit.fakeapi import ANNOTATIONS_LIMIT
+from testkit.jobsim import JobRun
+from testkit.servers import eventually
 from webhook.cluster.events import Event, EventRecorder, Regarding
 from webhook.cluster.record import Record
 from webhook.controller import writes
@@ -63,7 +63,7 @@ def refusal(status: int | None, body: str = "", retry_after: str | None = None) 
 
 @pytest.fixture
 def api():
-    from fakeapi import FakeAPI
+    from testkit.fakeapi import FakeAPI
 
     fake = FakeAPI().start()
     yield fake

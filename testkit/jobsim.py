@@ -48,9 +48,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from conftest import job_owner
-from fakeapi import JOB_TRACKING, FakeAPI
-
+from testkit.builders import job_owner
+from testkit.fakeapi import JOB_TRACKING, FakeAPI
 from webhook.kube import failurepolicy as fp
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"

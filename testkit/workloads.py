@@ -25,9 +25,10 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
-from conftest import apply, review, tool
-from serverproc import scaled
 
+from testkit.builders import apply, review
+from testkit.servers import scaled
+from testkit.tools import ROOT, tool
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup, NoCluster
@@ -36,7 +37,7 @@ from webhook.kube import defaulting as defaults
 from webhook.kube.intent import LAST_APPLIED
 from webhook.policy.config import Config
 
-CRDS = Path(__file__).resolve().parent / "data" / "crds"
+CRDS = ROOT / "tests" / "data" / "crds"
 SCHEMAS = {
     ("jobset.x-k8s.io", "JobSet"): "jobsets.jobset.x-k8s.io.v1alpha2.yaml",
     ("ray.io", "RayJob"): "rayjobs.ray.io.v1.yaml",
