@@ -238,7 +238,7 @@ def test_an_indexed_job_counts_per_index(api, tmp_path):
 
 
 def test_a_jobsets_budget_is_the_sets_across_its_runs(api, tmp_path):
-    from test_jobset import jobset
+    from testkit.kinds import jobset
 
     verdict, out = mutate(jobset({P + "ignore-disruptions": "true", P + "max-disruptions": "1"}))
     assert verdict.allowed

@@ -103,7 +103,7 @@ def test_simulate_restarts_in_place_replaced_at_the_budget():
 
 
 def test_a_jobsets_disruption_budget_is_the_sets_across_restarts():
-    from test_jobset import jobset
+    from testkit.kinds import jobset
 
     obj = jobset(
         {P + "ignore-disruptions": "true", P + "max-disruptions": "1", P + "backoff-limit": "2"}

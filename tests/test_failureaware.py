@@ -389,8 +389,7 @@ def test_a_jobset_rule_that_fails_the_set_when_an_oom_ends_a_child_is_a_contradi
 
 @pytest.mark.parametrize("kind", ["RayJob", "PyTorchJob"])
 def test_kinds_whose_pods_belong_to_no_job_deny_it(kind):
-    from test_pytorchjob import pytorchjob
-    from test_rayjob import rayjob
+    from testkit.kinds import pytorchjob, rayjob
 
     obj = rayjob(FACTOR) if kind == "RayJob" else pytorchjob(FACTOR)
     assert f"annotation {P}oom-memory-factor: cannot apply to a {kind}" in denied(mutate(obj)[0])

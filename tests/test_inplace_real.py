@@ -37,11 +37,10 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
-from test_cronjob import cronjob
-from test_jobset import child, jobset, replicated
 
 from testkit.builders import P, apply, decode_patch, job, pod, review
 from testkit.fakeapi import VERSION_DOWN, FakeAPI, version_info, write_kubeconfig
+from testkit.kinds import child, cronjob, jobset, replicated
 from testkit.servers import BIN, Server, eventually, free_port, metric, scaled, start, stop
 from testkit.workloads import kubectl_patch, validate_schema
 from webhook import cli

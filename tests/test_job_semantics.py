@@ -17,14 +17,11 @@ import json
 import pytest
 import yaml
 from test_cli import run
-from test_cronjob import cronjob
 from test_explain import manifest, one
-from test_jobset import child, jobset, replicated
-from test_pytorchjob import pytorchjob
-from test_rayjob import rayjob
 
 from testkit.builders import P, apply, decode_patch, job, job_owner, pod, review
 from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.kinds import child, cronjob, jobset, pytorchjob, rayjob, replicated
 from testkit.servers import eventually, start, stop
 from testkit.workloads import kubectl_patch, mutate, validate, validate_schema
 from webhook.cluster.attempts import AttemptLookup, placement_budget
@@ -1246,7 +1243,7 @@ def test_a_cronjobs_job_is_left_to_the_policy_of_its_template():
     # jobTemplate's annotations and spec into the Job and sets a controller reference to
     # the CronJob; the policy was applied to that template, and defaults do not apply
     # again to what a controller made.
-    from test_cronjob import job_from
+    from testkit.kinds import job_from
 
     _, template = mutate(cronjob({P + "fail-non-retriable": "true"}), DEFAULTS)
     made = job_from(template)

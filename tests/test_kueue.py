@@ -9,11 +9,10 @@ from decimal import Decimal
 
 import pytest
 from test_cli import run
-from test_cronjob import cronjob
-from test_jobset import jobset
 from test_retry_delay import NOW, Source, admit, fixed_time, job_pod  # noqa: F401 - fixture
 
 from testkit.builders import P, apply, decode_patch, job, review
+from testkit.kinds import cronjob, jobset
 from testkit.servers import start, stop
 from testkit.workloads import assert_idempotent, mutate, validate
 from webhook.admission import engine
