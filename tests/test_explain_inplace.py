@@ -29,9 +29,9 @@ import pytest
 import yaml
 from test_cli import run
 from test_explain import assert_text_and_json_agree, manifest
-from test_trainjob import runtime, trainjob
 
 from testkit.builders import P
+from testkit.trainer import runtime, trainjob
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion
 from webhook.explain.inplace import restart_delay

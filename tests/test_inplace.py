@@ -13,10 +13,10 @@ import json
 from typing import Any
 
 import pytest
-from test_trainjob import carried, runtime, trainjob
 
 from testkit.builders import P, apply, job, job_owner, pod, review
 from testkit.kinds import child, jobset, replicated
+from testkit.trainer import carried, runtime, trainjob
 from testkit.workloads import admitted, mutate, pod_template
 from webhook.admission import engine
 from webhook.admission import review as admission

@@ -301,7 +301,7 @@ def test_explain_and_dry_run_show_the_cap(tmp_path):
 
 
 def test_a_trainjob_is_warned_and_denied_but_not_capped():
-    from test_trainjob import trainjob
+    from testkit.trainer import trainjob
 
     verdict, _ = mutate(queued(trainjob(TEN_MINUTES)), parse_config(STATED))
     assert verdict.allowed, verdict.message

@@ -244,9 +244,8 @@ def test_no_retry_delay_no_placement_note(annotations):
 def test_a_trainjob_whose_runtime_pins_the_node_is_denied_on_apply():
     """The runtime's pod template names its node: the JobSet the trainer makes from it
     is judged at the TrainJob's admission, where the user can still act."""
-    from test_trainjob import runtime, trainjob
-    from test_trainjob import validate as validate_trainjob
-
+    from testkit.trainer import runtime, trainjob
+    from testkit.trainer import validate as validate_trainjob
     from webhook.cluster.runtimes import GivenRuntimes
 
     pinned = runtime(pod_spec=PINNED)

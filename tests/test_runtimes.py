@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 from kubernetes import client
-from test_trainjob import mutate, runtime, trainjob
 
 from testkit.builders import FULL
 from testkit.fakeapi import TRAINER, FakeAPI
 from testkit.servers import scaled
+from testkit.trainer import mutate, runtime, trainjob
 from webhook.cluster.runtimes import RuntimeCache
 
 #: A runtime's maxRestarts against the TrainJob's backoff-limit, named as the runtime's field.
@@ -259,11 +259,10 @@ def test_the_server_judges_resources_per_node_as_the_clusters_trainer(tmp_path, 
     32Gi), one asking 64Gi is denied (above oom-memory-limit 16Gi); one naming a shipped
     runtime is warned of its initializers, its TTL and its pods; under v2.3.0 the first
     is denied (the 32Gi stays)."""
-    from test_trainjob import GPU, OOM, memory_runtime, shipped, submitted
-
     from testkit.builders import review
     from testkit.fakeapi import write_kubeconfig
     from testkit.servers import start, stop
+    from testkit.trainer import GPU, OOM, memory_runtime, shipped, submitted
     from webhook.mutators.job import peers_note
     from webhook.mutators.trainjob import TTL_NOTE
 
