@@ -5,9 +5,9 @@ the controller does (``webhook.controller.disruptions``, ``webhook.controller.re
 from __future__ import annotations
 
 import pytest
-from test_explain import manifest
 
 from testkit.builders import P
+from testkit.explain import manifest
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion
 from webhook.explain.model import ExplainError, parse_events

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_cli import run
-from test_explain import assert_text_and_json_agree, manifest
 
 from testkit.builders import P
+from testkit.cli import run
+from testkit.explain import assert_text_and_json_agree, manifest
 from testkit.trainer import runtime, trainjob
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion

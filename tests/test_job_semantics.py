@@ -16,10 +16,10 @@ import json
 
 import pytest
 import yaml
-from test_cli import run
-from test_explain import manifest, one
 
 from testkit.builders import P, apply, decode_patch, job, job_owner, pod, review
+from testkit.cli import run
+from testkit.explain import manifest, one
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.kinds import child, cronjob, jobset, pytorchjob, rayjob, replicated
 from testkit.servers import eventually, start, stop
