@@ -18,6 +18,7 @@ from hypothesis import settings
 os.environ.setdefault("RPW_CHECK_VIEWS", "1")
 
 from testkit import servers
+from testkit.chart import helm  # noqa: F401 (a fixture: the real helm, found once a session)
 from testkit.tools import ROOT
 from webhook.policy.config import Config
 

@@ -19,21 +19,20 @@ import time
 import kubernetes_validate
 import pytest
 from kubernetes import client, config
-from test_chart import (
+from test_controller_budgets import IN_PLACE, admitted_job
+
+from testkit.builders import P
+from testkit.chart import (
     CHART,
     NAMESPACE,
     RELEASE,
     WRITE_VERBS,
-    _run_helm,
     deployment_pod,
-    helm,  # noqa: F401 (the fixture)
     one,
     render,
     render_fails,
+    run_helm,
 )
-from test_controller_budgets import IN_PLACE, admitted_job
-
-from testkit.builders import P
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.jobsim import JobRun
 from testkit.rbac import POD_WRITES, combinations, granted, pod_writes
@@ -76,7 +75,7 @@ def policy_of(docs: list[dict]) -> Policy:
 
 
 @pytest.fixture
-def policy(helm) -> Policy:  # noqa: F811
+def policy(helm) -> Policy:
     return policy_of(render(helm, {}))
 
 
@@ -175,7 +174,7 @@ def review(policy: Policy, user: str, operation: str, resource: str, sub: str, n
 @pytest.mark.parametrize(
     ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
 )
-def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, values, on):  # noqa: F811
+def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, values, on):
     docs = render(helm, values)
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     rules = granted(docs, account, NAMESPACE)
@@ -191,7 +190,7 @@ def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, value
     assert writes & workloads == (workloads if "controller" in on else set()), name
 
 
-def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):  # noqa: F811
+def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):
     docs = render(helm, {"server": {"kube": "off"}})
     assert granted(docs, FULL, NAMESPACE) == []
 
@@ -200,7 +199,7 @@ def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):  # noqa: F81
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.37"])
-def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):  # noqa: F811
+def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):
     """``admissionregistration.k8s.io/v1`` ValidatingAdmissionPolicy is GA from 1.30, the
     chart's kubeVersion floor."""
     for values in ({}, {"controller": {"enabled": False}}, {"server": {"kube": "off"}}):
@@ -209,7 +208,7 @@ def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):  # noqa
             kubernetes_validate.validate(one(docs, kind), version, strict=True)
 
 
-def test_the_binding_denies_with_the_policy_for_the_release(helm):  # noqa: F811
+def test_the_binding_denies_with_the_policy_for_the_release(helm):
     docs = render(helm, {})
     policy, binding = (
         one(docs, "ValidatingAdmissionPolicy"),
@@ -236,14 +235,14 @@ def test_the_binding_denies_with_the_policy_for_the_release(helm):  # noqa: F811
 
 
 @pytest.mark.parametrize("actions", [["Deny", "Warn"], [], ["Block"], ["Audit", "Audit"]], ids=str)
-def test_the_schema_refuses_validation_actions_kubernetes_refuses(helm, actions):  # noqa: F811
+def test_the_schema_refuses_validation_actions_kubernetes_refuses(helm, actions):
     # upstream: validateValidationActions (pkg/apis/admissionregistration/validation/validation.go)
     stderr = render_fails(helm, {"rbac": {"admissionPolicy": {"validationActions": actions}}})
     assert "validationActions" in stderr
 
 
 def _kinds(helm_path: str, *args: str) -> set[str]:
-    result = _run_helm(helm_path, "template", RELEASE, str(CHART), "-n", NAMESPACE, *args)
+    result = run_helm(helm_path, "template", RELEASE, str(CHART), "-n", NAMESPACE, *args)
     assert result.returncode == 0, result.stderr
     return {
         line.split(":", 1)[1].strip()
@@ -252,7 +251,7 @@ def _kinds(helm_path: str, *args: str) -> set[str]:
     }
 
 
-def test_the_policy_is_rendered_where_the_cluster_serves_it(helm):  # noqa: F811
+def test_the_policy_is_rendered_where_the_cluster_serves_it(helm):
     """Against a cluster, helm reads the API server's discovery (kinds included,
     ``GetVersionSet`` in helm pkg/action/action.go); `helm template` knows no kinds and
     falls back to the Kubernetes version."""
@@ -567,7 +566,7 @@ def test_workload_writes(api, policy, user, operation, resource, sub, stored, ch
 @pytest.mark.parametrize(
     ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
 )
-def test_the_policy_allows_the_writes_of_the_parts_that_are_on(api, helm, name, values, on):  # noqa: F811
+def test_the_policy_allows_the_writes_of_the_parts_that_are_on(api, helm, name, values, on):
     """RBAC and the policy agree: a part switched off loses its writes in both."""
     policy = policy_of(render(helm, values))
     objects = _objects(api)

@@ -403,10 +403,10 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     writes (a JobSet's pod's decision, twice: created, then counted); then each request
     made is checked against the rendered chart's RBAC for the webhook's ServiceAccount
     (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
-    from test_chart import NAMESPACE as CHART_NS
-    from test_chart import deployment_pod, render
     from test_events import put_failed_jobs, stored_events
 
+    from testkit.chart import NAMESPACE as CHART_NS
+    from testkit.chart import deployment_pod, render
     from testkit.rbac import calls, denied
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
@@ -418,8 +418,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     api.put("pods", gated_pod("overdue", time.time() - 60))
     # The chart's admission policy in front of its pod and workload writes, as the API
     # server runs it (tests/vap.py): every write below must be one it lets through.
-    from test_chart import one
-
+    from testkit.chart import one
     from testkit.vap import Policy, gate
 
     chart = render(helm_path, {})

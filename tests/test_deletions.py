@@ -224,10 +224,10 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
     """The server as deployed answers the DELETE at once and marks the pod off the
     admission path; a dry run marks nothing; the chart grants every call the worker made,
     and its admission policy lets the mark through (``tests/vap.py``)."""
-    from test_chart import NAMESPACE as CHART_NS
-    from test_chart import deployment_pod, one, render
     from test_controller import _find_helm
 
+    from testkit.chart import NAMESPACE as CHART_NS
+    from testkit.chart import deployment_pod, one, render
     from testkit.rbac import calls, denied
     from testkit.vap import Policy, gate
 

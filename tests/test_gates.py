@@ -200,8 +200,7 @@ def test_release_gates_releases_them_all_and_says_so(api, tmp_path):
         assert gate_names(stored_pod(api, uid)) == [QUOTA["name"]]
     assert gate_names(stored_pod(api, "uid-theirs")) == [QUOTA["name"]]
     # Its calls, as RBAC reads them, are what the chart's delete hook may make.
-    from test_chart import NAMESPACE, render
-
+    from testkit.chart import NAMESPACE, render
     from testkit.rbac import calls, denied
     from testkit.tools import tool
 
