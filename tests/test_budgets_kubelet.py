@@ -20,7 +20,9 @@ import threading
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from test_controller_budgets import (
+
+from testkit.builders import P, review
+from testkit.controllers import (
     Counted,
     Running,
     acted,
@@ -31,8 +33,6 @@ from test_controller_budgets import (
     in_place,
     record_of,
 )
-
-from testkit.builders import P, review
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JOB_TRACKING, JobRun
 from testkit.servers import eventually

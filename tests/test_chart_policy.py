@@ -19,7 +19,6 @@ import time
 import kubernetes_validate
 import pytest
 from kubernetes import client, config
-from test_controller_budgets import IN_PLACE, admitted_job
 
 from testkit.builders import P
 from testkit.chart import (
@@ -33,6 +32,7 @@ from testkit.chart import (
     render_fails,
     run_helm,
 )
+from testkit.controllers import IN_PLACE, admitted_job
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.jobsim import JobRun
 from testkit.rbac import POD_WRITES, combinations, granted, pod_writes

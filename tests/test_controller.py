@@ -438,7 +438,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     thread.start()
     assert manager.elector.leading.wait(scaled(5))
     # What the reconcilers act on: a Job's and a JobSet's failed pods (their histories).
-    from test_record import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
+    from testkit.records import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
 
     api.put("jobs", a_job("recorded"))
     api.put("jobsets", a_jobset())
@@ -456,8 +456,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # The budgets per cause: a disruption past max-disruptions (its Job read and written,
     # the pod marked), its peers marked, a pod replaced after its restarts in place, and
     # the Events that say so.
-    from test_controller_budgets import IN_PLACE, admitted_job
-
+    from testkit.controllers import IN_PLACE, admitted_job
     from testkit.jobsim import JobRun
 
     budgets = {

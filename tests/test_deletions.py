@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 from kubernetes import client, config
-from test_controller_budgets import admitted_job
 
 from testkit.builders import P
+from testkit.controllers import admitted_job
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.jobsim import JobRun
 from testkit.servers import eventually, free_port, scaled, start, stop

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from test_controller import NS, elector, gated_pod, lease, readyz, replica
-from test_controller_budgets import events_of
 from test_gates import (
     QUOTA,
     Running,
@@ -34,6 +33,7 @@ from test_gates import (
 from test_retry_delay import NOW, Source, job_pod
 
 from testkit.builders import apply, decode_patch, job_owner, review
+from testkit.controllers import events_of
 from testkit.fakeapi import FakeAPI
 from testkit.servers import eventually, stop
 from webhook.admission import engine
