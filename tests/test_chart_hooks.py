@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-from test_controller import gated_pod
 
 from testkit.chart import NAMESPACE, RELEASE, hook_events, one, render
 from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.gates import gated_pod
 from testkit.vap import Policy, gate
 from webhook.kube import gates
 

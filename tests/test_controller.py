@@ -8,7 +8,6 @@ replicas as deployed, with their controller processes.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -21,13 +20,12 @@ from kubernetes import client, config
 
 from testkit.builders import P
 from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.gates import gated_pod
+from testkit.replicas import FAST, NS, coordination, elector, lease, readyz, replica
 from testkit.servers import eventually, scaled, start, stop
 from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.lease import LeaderElector, LeaseConfig
 from webhook.controller.manager import ControllerOptions, Manager
-
-NS = "retry-policy-system"
-FAST = {"lease_seconds": 1.5, "renew_deadline": 1.0, "retry_period": 0.1}
 
 
 @pytest.fixture
@@ -35,22 +33,6 @@ def api():
     fake = FakeAPI().start()
     yield fake
     fake.stop()
-
-
-def coordination(fake: FakeAPI, tmp_path: Path) -> client.CoordinationV1Api:
-    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
-    return client.CoordinationV1Api(config.new_client_from_config(str(path)))
-
-
-def elector(fake, tmp_path, identity, **kw) -> LeaderElector:
-    cfg = LeaseConfig(NS, "retry-policy-webhook-controller", identity, **{**FAST, **kw})
-    return LeaderElector(coordination(fake, tmp_path), cfg)
-
-
-def lease(fake: FakeAPI) -> dict:
-    found = fake.get("leases", "retry-policy-webhook-controller", NS)
-    assert found is not None
-    return found
 
 
 def test_the_first_replica_creates_the_lease_and_holds_it(api, tmp_path):
@@ -233,34 +215,6 @@ def test_a_note_that_stops_being_written_means_no_live_leader():
 
 
 # --- through the real server -------------------------------------------------------------
-
-
-def readyz(server) -> dict:
-    status, _, raw = server.request("GET", "/readyz")
-    assert status == 200, raw
-    return json.loads(raw)["controller"]
-
-
-def replica(tmp_path, fake, name, *extra):
-    kubeconfig = write_kubeconfig(tmp_path / f"kubeconfig-{name}", fake.url)
-    certs = tmp_path / "certs"
-    return start(
-        certs,
-        "--kube",
-        "kubeconfig",
-        "--lease-namespace",
-        NS,
-        "--lease-duration",
-        "2",
-        "--renew-deadline",
-        "1.5",
-        "--retry-period",
-        "0.2",
-        *extra,
-        log_path=tmp_path / f"{name}.log",
-        env={"KUBECONFIG": str(kubeconfig), "POD_NAME": name},
-        preexec_fn=os.setsid,  # a group of its own: killed whole below
-    )
 
 
 def test_two_replicas_elect_one_and_the_other_takes_over_when_it_dies(api, tmp_path):
@@ -526,30 +480,6 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     refused = denied(render(helm_path, {"webhook": {"kinds": fewer}}), account, CHART_NS, made)
     assert "get jobset.x-k8s.io/jobsets llama in ml" in refused
     assert "get batch/cronjobs nightly in ml" in refused
-
-
-def gated_pod(name: str, not_before: float, namespace: str = "ml") -> dict:
-    """A pod as stored after the webhook held it back (``webhook.kube.gates``), behind
-    another controller's gate."""
-    from webhook.kube import gates
-    from webhook.policy.model import format_time
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": f"uid-{name}",
-            "labels": {gates.GATED_LABEL: gates.GATED_VALUE},
-            "annotations": {gates.NOT_BEFORE: format_time(not_before)},
-        },
-        "spec": {
-            "schedulingGates": [{"name": "example.com/quota"}, {"name": gates.GATE}],
-            "containers": [{"name": "main", "image": "busybox:1.36"}],
-        },
-        "status": {"phase": "Pending"},
-    }
 
 
 def _find_helm() -> str:

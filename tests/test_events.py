@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from test_controller import replica
 from test_failureaware import FACTOR, Source, job_pod, trainer
 from test_failureaware_server import a_job, admit, admitted_until, failed, new_pod, with_spare_nodes
 
 from testkit.builders import P, job, job_owner, pod, review, stored
 from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.replicas import replica
 from testkit.servers import eventually, free_port, metric, scaled, start, stop
 from testkit.workloads import mutate
 from webhook.cluster.attempts import JOB_UID_LABEL, AttemptLookup

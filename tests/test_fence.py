@@ -15,9 +15,9 @@ import time
 
 import pytest
 from kubernetes import client
-from test_controller import FAST, NS, coordination, lease, readyz, replica
 
 from testkit.fakeapi import FakeAPI
+from testkit.replicas import FAST, NS, coordination, lease, readyz, replica
 from testkit.servers import eventually, stop
 from webhook.controller.fence import Fence, FenceClosed, fenced_client
 from webhook.controller.lease import LeaderElector, LeaseConfig

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from test_controller import NS, elector, gated_pod, lease, readyz, replica
-from test_gates import (
+
+from testkit.builders import apply, decode_patch, job_owner, review
+from testkit.controllers import events_of
+from testkit.delays import NOW, Source, job_pod
+from testkit.fakeapi import FakeAPI
+from testkit.gates import (
     QUOTA,
     Running,
     a_job,
@@ -27,14 +31,11 @@ from test_gates import (
     core,
     fail,
     gate_names,
+    gated_pod,
     new_pod,
     stored_pod,
 )
-from test_retry_delay import NOW, Source, job_pod
-
-from testkit.builders import apply, decode_patch, job_owner, review
-from testkit.controllers import events_of
-from testkit.fakeapi import FakeAPI
+from testkit.replicas import NS, elector, lease, readyz, replica
 from testkit.servers import eventually, stop
 from webhook.admission import engine
 from webhook.admission import review as admission

@@ -928,7 +928,7 @@ def test_the_attempt_cache_keeps_the_budget_of_jobs_placed_by_it():
 
 
 def test_the_attempt_cache_follows_a_changed_backoff_limit():
-    from test_attempts import cache_for, eventually, lookup, make_job
+    from testkit.attempts import cache_for, eventually, lookup, make_job
 
     api = FakeAPI().start()
     try:

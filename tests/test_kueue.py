@@ -8,10 +8,10 @@ import json
 from decimal import Decimal
 
 import pytest
-from test_retry_delay import NOW, Source, admit, fixed_time, job_pod  # noqa: F401 - fixture
 
 from testkit.builders import P, apply, decode_patch, job, review
 from testkit.cli import run
+from testkit.delays import NOW, Source, admit, fixed_time, job_pod  # noqa: F401 - fixture
 from testkit.kinds import cronjob, jobset
 from testkit.servers import start, stop
 from testkit.workloads import assert_idempotent, mutate, validate

@@ -19,8 +19,8 @@ import dataclasses
 import uuid
 
 import pytest
-from test_attempts import cache_for, failed_pod, lookup, make_job
 
+from testkit.attempts import cache_for, failed_pod, lookup, make_job
 from testkit.builders import P
 from testkit.controllers import (
     DISRUPTIONS,

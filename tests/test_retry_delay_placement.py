@@ -7,9 +7,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-from test_retry_delay import DELAY, NOW, Source, admit, fixed_time, job_pod  # noqa: F401
 
 from testkit.builders import P, job, pod, review
+from testkit.delays import DELAY, NOW, Source, admit, fixed_time, job_pod  # noqa: F401
 from testkit.kinds import cronjob, jobset, replicated
 from testkit.servers import start, stop
 from testkit.workloads import mutate, validate

@@ -18,7 +18,6 @@ import json
 import uuid
 from typing import Any
 
-from test_deletions import KARPENTER, deletion, marker, verdict_of
 from test_status import (
     NS,
     T0,
@@ -34,6 +33,7 @@ from test_status import (
 
 from testkit.builders import P
 from testkit.controllers import Running, disruptions, in_place
+from testkit.deletions import KARPENTER, deletion, marker, verdict_of
 from testkit.jobsim import JobRun
 from testkit.servers import eventually
 from webhook.admission import engine
