@@ -18,7 +18,8 @@ from hypothesis import settings
 os.environ.setdefault("RPW_CHECK_VIEWS", "1")
 
 from testkit import servers
-from testkit.chart import helm  # noqa: F401 (a fixture: the real helm, found once a session)
+from testkit.chart import helm  # noqa: F401 (a fixture for every module: helm, once a session)
+from testkit.clusters import cluster  # noqa: F401 (a fixture: the test API, Nodes, kubeconfig)
 from testkit.tools import ROOT
 from webhook.policy.config import Config
 

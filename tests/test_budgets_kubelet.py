@@ -466,8 +466,7 @@ def test_the_metrics_of_what_was_lowered_and_what_was_not():
 def test_status_tells_a_disruption_counted_by_lowering_the_backoff_limit(api, tmp_path):
     """``retry-webhook status`` reads the record's ``late`` mark: the pod over the budget
     that failed unmarked was counted by lowering backoffLimit, not missed."""
-    from test_status import _tree
-
+    from testkit.clusters import tree
     from webhook.status.render import render_text, to_json
     from webhook.status.story import tell
 
@@ -478,7 +477,7 @@ def test_status_tells_a_disruption_counted_by_lowering_the_backoff_limit(api, tm
         reconciler.count(pod)
     reconciler.flush()
     run.sync()
-    story = tell(_tree(job_of(api, run), [run.current(p) for p in pods]))
+    story = tell(tree(job_of(api, run), [run.current(p) for p in pods]))
     told = to_json(story)["jobs"][0]["attempts"]
     late = next(a for a in told if a["pod"] == pods[1]["metadata"]["name"])
     assert late["disruptionBudget"]["late"] == "lowered" and late["counted"] is False

@@ -357,10 +357,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     writes (a JobSet's pod's decision, twice: created, then counted); then each request
     made is checked against the rendered chart's RBAC for the webhook's ServiceAccount
     (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
-    from test_events import put_failed_jobs, stored_events
-
     from testkit.chart import NAMESPACE as CHART_NS
     from testkit.chart import deployment_pod, render
+    from testkit.events import put_failed_jobs, stored_events
     from testkit.rbac import calls, denied
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers

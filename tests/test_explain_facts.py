@@ -7,9 +7,8 @@ from __future__ import annotations
 import copy
 import json
 
-from test_failureaware import AVOID, FACTOR, Source, job_pod, sidecar, trainer
-
 from testkit.builders import P
+from testkit.failureaware import AVOID, FACTOR, Source, job_pod, sidecar, trainer
 from testkit.workloads import mutate
 from webhook import cli, explain
 from webhook.explain.model import ContainerMemory, NextPod, PodFacts

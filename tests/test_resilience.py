@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from benchmarks.slowclients import read_response
 from testkit.builders import FULL, job, review
-from testkit.servers import Threads, eventually, scaled, start, stop
+from testkit.servers import Threads, eventually, scaled, start, stop, worker_pids
 from webhook.tls import certs
 
 BODY = json.dumps(review(job(FULL))).encode()
@@ -187,13 +186,6 @@ def test_missing_client_ca_is_refused_at_start(tmp_path):
 
     result = run_serve(tmp_path / "certs", "--client-ca", str(tmp_path / "nope.crt"))
     assert result.returncode == 2 and "client CA bundle" in result.stderr
-
-
-def worker_pids(master: int) -> set[int]:
-    out = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True, check=False
-    ).stdout
-    return {int(pid) for pid in out.split()}
 
 
 class Load(Threads):

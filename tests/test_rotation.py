@@ -201,7 +201,7 @@ def test_sighup_replaces_every_worker_without_failing_a_request(tmp_path):
     import os
     import signal
 
-    from test_resilience import worker_pids
+    from testkit.servers import worker_pids
 
     server = start(tmp_path / "certs", workers=2)
     try:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from test_status import BIN, NS, client_for, emit, run, running_job
 
+from testkit.clusters import BIN, NS, client_for, emit, run, running_job
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.tools import ROOT
 
