@@ -34,7 +34,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from benchmarks import https
+from benchmarks import https, report
 from benchmarks.cases import streams
 from testkit.builders import P, job
 from testkit.fakeapi import FakeAPI, write_kubeconfig
@@ -419,7 +419,6 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="also write results/controller.*")
     args = parser.parse_args()
     from benchmarks import controller
-    from benchmarks import run as bench
 
     if args.quick:
         result = run(rounds=2, seconds=3, rate=args.rate)
@@ -429,11 +428,11 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     # The controller's cost alone, beside the full run's latest.*: its CPU and memory.
-    results = {"machine": bench.machine(), "controller_cpu": result}
+    results = {"machine": report.machine(), "controller_cpu": result}
     results["controller_memory"] = controller.run()
-    (bench.RESULTS / "controller.json").write_text(json.dumps(results, indent=2) + "\n")
-    table = bench.controller_markdown(results)
-    (bench.RESULTS / "controller.md").write_text(table)
+    (report.RESULTS / "controller.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = report.controller_markdown(results)
+    (report.RESULTS / "controller.md").write_text(table)
     print(table)
 
 
