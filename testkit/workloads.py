@@ -1,11 +1,11 @@
-"""Builders and checks shared by the workload tests (Indexed Jobs, CronJob, JobSet, RayJob,
-PyTorchJob, examples).
+"""Workloads admitted and checked, for the workload tests (Indexed Jobs, CronJob, JobSet,
+RayJob, PyTorchJob, TrainJob, examples; their builders are in ``testkit.kinds``).
 
 Objects are built the way admission sees them on CREATE: API defaults applied (for custom
 resources, the ``default`` values of their CRD schema, which the API server applies before
-any webhook), no ``uid``, ``resourceVersion`` or ``creationTimestamp`` (see conftest), and
-a ``last-applied-configuration`` record when the test says the object came from ``kubectl
-apply``. Results are checked with real parts: the Go json-patch
+any webhook), no ``uid``, ``resourceVersion`` or ``creationTimestamp`` (see
+``testkit.builders``), and a ``last-applied-configuration`` record when the test says the
+object came from ``kubectl apply``. Results are checked with real parts: the Go json-patch
 of ``kubectl patch --local``, ``kubernetes_validate`` (strict) for batch kinds and for the
 Kubernetes types embedded in custom resources, and ``jsonschema`` against the vendored CRD
 schemas (tests/data/crds, made strict about unknown fields as the API server's

@@ -1,5 +1,5 @@
 """The controller's budgets per cause against what the kubelet, PodGC and the Job
-controller do (``tests/jobsim.py``), through the real reconcilers
+controller do (``testkit/jobsim.py``), through the real reconcilers
 (``webhook.controller.restarts``, ``webhook.controller.disruptions``) and the real
 ``kubernetes`` client against the HTTP test API:
 

@@ -1,10 +1,10 @@
 """The power of the webhook's ServiceAccount token, stated and narrowed.
 
 - RBAC: the chart grants pod writes only for the parts that are on (the controller, the
-  marks of pods disruptors delete: ``tests/rbac.py``'s combinations of the switches).
+  marks of pods disruptors delete: ``testkit/rbac.py``'s combinations of the switches).
 - The ValidatingAdmissionPolicy (``templates/admission-policy.yaml``), as the real helm
   renders it: valid against the Kubernetes 1.30 (its first GA release) and 1.37 schemas,
-  rendered where the cluster serves it, and evaluated with cel-python (``tests/vap.py``,
+  rendered where the cluster serves it, and evaluated with cel-python (``testkit/vap.py``,
   the API server's way) on the writes the controller's own code makes through the HTTP test
   API (gates released, budgets' conditions, a disruptor's deletion marked, a pod replaced,
   records written) and on the writes it must refuse (an image swap, a label, a nodeName, a
@@ -88,7 +88,7 @@ def core_of(fake: FakeAPI, tmp_path):
 
 
 def dressed(pod: dict) -> dict:
-    """A Job's pod (``tests/jobsim.py``) with what the API server and the kubelet add to a
+    """A Job's pod (``testkit/jobsim.py``) with what the API server and the kubelet add to a
     stored, running pod: its generation, managed fields, QoS class, addresses, start."""
     pod = copy.deepcopy(pod)
     meta = pod["metadata"]

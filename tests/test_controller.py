@@ -356,7 +356,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     of each kind our rules fail (``test_events.put_failed_jobs``), and a worker's Event
     writes (a JobSet's pod's decision, twice: created, then counted); then each request
     made is checked against the rendered chart's RBAC for the webhook's ServiceAccount
-    (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
+    (``testkit/rbac.py`` reads requests as the API server's RBAC does)."""
     from testkit.chart import NAMESPACE as CHART_NS
     from testkit.chart import deployment_pod, render
     from testkit.events import put_failed_jobs, stored_events
@@ -370,7 +370,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # (webhook/controller/gates.py) lists, watches and patches it.
     api.put("pods", gated_pod("overdue", time.time() - 60))
     # The chart's admission policy in front of its pod and workload writes, as the API
-    # server runs it (tests/vap.py): every write below must be one it lets through.
+    # server runs it (testkit/vap.py): every write below must be one it lets through.
     from testkit.chart import one
     from testkit.vap import Policy, gate
 
@@ -460,7 +460,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
     assert api.refused == []
-    # Its pod writes are the controller's (tests/rbac.py), granted whatever the other
+    # Its pod writes are the controller's (testkit/rbac.py), granted whatever the other
     # switches say.
     from testkit.rbac import POD_WRITES, combinations
 

@@ -1,6 +1,6 @@
 """The controller's budgets per cause against the HTTP test API, with the real
 ``kubernetes`` client: the test plays the scheduler, the kubelet and the Job controller
-(``tests/jobsim.py``), the reconcilers (``webhook.controller.disruptions``,
+(``testkit/jobsim.py``), the reconcilers (``webhook.controller.disruptions``,
 ``webhook.controller.restarts``) act on what they see, and the Job's own rules, as the
 webhook wrote them, judge each pod."""
 

@@ -175,7 +175,7 @@ def test_a_pod_that_failed_first_is_late_and_one_judged_is_missed(api, tmp_path)
 def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path):
     """The server as deployed answers the DELETE at once and marks the pod off the
     admission path; a dry run marks nothing; the chart grants every call the worker made,
-    and its admission policy lets the mark through (``tests/vap.py``)."""
+    and its admission policy lets the mark through (``testkit/vap.py``)."""
     from testkit.chart import NAMESPACE as CHART_NS
     from testkit.chart import deployment_pod, one, render
     from testkit.rbac import calls, denied
@@ -229,7 +229,7 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
     assert api.refused == []
-    # Its pod writes are the marks' (tests/rbac.py), granted while they are on.
+    # Its pod writes are the marks' (testkit/rbac.py), granted while they are on.
     from testkit.rbac import POD_WRITES, combinations
 
     pod_writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete")}

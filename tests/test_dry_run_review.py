@@ -1,6 +1,6 @@
 """One review by hand: ``retry-webhook dry-run -o review`` prints the AdmissionReview the API
 server would send for a manifest, and the README's ``curl`` line posts it to a running
-server. Posted to the real server (tests/serverproc.py), it is answered with the very
+server. Posted to the real server (testkit/servers.py), it is answered with the very
 patch ``dry-run -o patch`` shows."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The test suite's builders make objects as a cluster sends them (conftest's doc says
-why and names the upstream functions); every test that uses them relies on this."""
+"""The test suite's builders make objects as a cluster sends them (testkit/builders.py's doc
+says why and names the upstream functions); every test that uses them relies on this."""
 
 from __future__ import annotations
 

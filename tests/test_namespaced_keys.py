@@ -10,7 +10,7 @@ workload's history, its attempt count or its disruption budget, nor mark its pod
 and no namespace: records already written read as before.
 
 Against the HTTP test API with the real ``kubernetes`` client, the test playing the
-kubelet and the Job controller (``tests/jobsim.py``)."""
+kubelet and the Job controller (``testkit/jobsim.py``)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ disruptor's DELETE judged by the validating webhook (``webhook.admission.deletio
 the pod marked by ``DeletionMarker``; disruptions counted, the record written and peers
 marked by ``Disruptions``; a pod replaced by ``InPlaceBudget``; their Events by the
 ``EventRecorder``. The Job controller's judgement of each failed pod is ``JobRun.judge``
-(tests/jobsim.py: the podFailurePolicy evaluation, as ``matchPodFailurePolicy``).
+(testkit/jobsim.py: the podFailurePolicy evaluation, as ``matchPodFailurePolicy``).
 """
 
 from __future__ import annotations
