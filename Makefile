@@ -36,7 +36,7 @@ lint: install
 	$(BIN)/ruff format --check .
 
 ## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm), a test
-## file per CPU at once (servers still start a few at a time: tests/serverproc.py).
+## file per CPU at once (servers still start a few at a time: testkit/servers.py).
 test: install tools lint
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile
 

@@ -1,11 +1,11 @@
 """What the leading controller costs admission: ``python -m benchmarks.controller_cpu``.
 
 The real server (``retry-webhook serve``: granian workers, TLS, a log line per decision)
-with a cluster connection, the test suite's HTTP Kubernetes API (``tests/fakeapi.py``)
+with a cluster connection, the test suite's HTTP Kubernetes API (``testkit/fakeapi.py``)
 read by the real ``kubernetes`` client, is started in turn with its controller (which
 takes the Lease and leads) and with ``--no-controller``, round after round, against the
 same API. While each runs, ``Feeder`` plays a cluster whose annotated Jobs keep losing
-pods (the Job controller's and the kubelet's part from ``tests/jobsim.py``): pods
+pods (the Job controller's and the kubelet's part from ``testkit/jobsim.py``): pods
 OOM-killed (the leader writes the Job's failure history), pods preempted
 (``DisruptionTarget``: the leader counts the disruption on the Job and writes an Event)
 and retry pods held behind our scheduling gate (the leader releases each when its
@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -36,27 +34,15 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from benchmarks import https
+from benchmarks import https, report
 from benchmarks.cases import streams
-from webhook.admission import engine  # noqa: F401 (before conftest: see below)
+from testkit.builders import P, job
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import T0, JobRun
+from testkit.workloads import mutate
+from webhook.kube import gates
+from webhook.policy.model import format_time
 from webhook.tls import certs
-
-ROOT = Path(__file__).resolve().parent.parent
-# The test suite's conftest turns on the double-checking of views (RPW_CHECK_VIEWS) for
-# the engine and every server started after it: the engine was imported above with the
-# environment as it was, and the servers started here get that environment back.
-_CHECK_VIEWS = os.environ.get("RPW_CHECK_VIEWS")
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import P, job  # noqa: E402
-from fakeapi import FakeAPI, write_kubeconfig  # noqa: E402
-from jobsim import T0, JobRun  # noqa: E402
-from workloads import mutate  # noqa: E402
-
-from webhook.kube import gates  # noqa: E402
-from webhook.policy.model import format_time  # noqa: E402
-
-if _CHECK_VIEWS is None:
-    os.environ.pop("RPW_CHECK_VIEWS", None)
 
 #: The three kinds of annotated Jobs the feeder's pods belong to.
 OOM = {
@@ -433,7 +419,6 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="also write results/controller.*")
     args = parser.parse_args()
     from benchmarks import controller
-    from benchmarks import run as bench
 
     if args.quick:
         result = run(rounds=2, seconds=3, rate=args.rate)
@@ -443,11 +428,11 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     # The controller's cost alone, beside the full run's latest.*: its CPU and memory.
-    results = {"machine": bench.machine(), "controller_cpu": result}
+    results = {"machine": report.machine(), "controller_cpu": result}
     results["controller_memory"] = controller.run()
-    (bench.RESULTS / "controller.json").write_text(json.dumps(results, indent=2) + "\n")
-    table = bench.controller_markdown(results)
-    (bench.RESULTS / "controller.md").write_text(table)
+    (report.RESULTS / "controller.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = report.controller_markdown(results)
+    (report.RESULTS / "controller.md").write_text(table)
     print(table)
 
 

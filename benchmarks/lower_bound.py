@@ -203,7 +203,7 @@ def measure(requests: int) -> dict[str, Any]:
     """Instructions a request of ``answer``: a run with every body decoded and none
     answered, taken from one that answers ``requests`` of them."""
     from benchmarks.cases import streams
-    from benchmarks.run import TARGETS
+    from benchmarks.report import TARGETS
 
     with tempfile.TemporaryDirectory(prefix="rpw-bound-") as tmp:
         bodies_file = Path(tmp) / "bodies"

@@ -1,31 +1,15 @@
-"""Shared builders and fixtures.
+"""The suite's fixtures and hooks: the environment every test runs in, the fast tier found
+from the code, a smaller hypothesis profile, and nothing left running.
 
-Fixtures are built here, in code, the way the API server sends them: defaulted objects,
-a ``last-applied-configuration`` when the test says the object came from ``kubectl
-apply``, and on CREATE no ``uid``, ``creationTimestamp`` or ``resourceVersion``: the create
-handler wipes the first two before admission and the store assigns them after
-(``rest.WipeObjectMetaSystemFields`` in k8s.io/apiserver pkg/endpoints/handlers/create.go,
-``rest.FillObjectMetaSystemFields`` in ``Store.create``), and a client that sends a
-``resourceVersion`` is refused by the store. ``managedFields`` *are* there: the same
-handler runs ``FieldManager.UpdateNoErrors`` before ``mutatingAdmission.Admit``. A
-controller's pod has ``generateName`` and no ``name`` (the name is
-generated in ``BeforeCreate``, after admission). Objects that exist already (UPDATE,
-DELETE, what a watch delivers) get their system fields from ``stored``. No recorded
-documents are copied.
+The builders, the HTTP Kubernetes API, the played Job controller and kubelet, the server
+helpers and the RBAC and admission-policy checks are in ``testkit/``.
 """
 
 from __future__ import annotations
 
-import base64
-import copy
-import json
 import os
-import shutil
-import uuid
-from pathlib import Path
 from typing import Any
 
-import jsonpatch
 import pytest
 from hypothesis import settings
 
@@ -33,11 +17,12 @@ from hypothesis import settings
 # object (``webhook.admission.view``) on the whole object too, and fails on any difference.
 os.environ.setdefault("RPW_CHECK_VIEWS", "1")
 
-from webhook.kube import defaulting as defaults
-from webhook.kube.intent import LAST_APPLIED
+from testkit import servers
+from testkit.chart import helm  # noqa: F401 (a fixture for every module: helm, once a session)
+from testkit.clusters import cluster  # noqa: F401 (a fixture: the test API, Nodes, kubeconfig)
+from testkit.tools import ROOT
 from webhook.policy.config import Config
 
-ROOT = Path(__file__).resolve().parent.parent
 # The pinned kubectl and helm (``make tools``) before whatever else is on PATH, for the
 # tests and for every process they start (``kubectl retry-policy``'s plugin discovery).
 if (ROOT / ".tools" / "bin").is_dir():
@@ -46,204 +31,11 @@ if (ROOT / ".tools" / "bin").is_dir():
 # what is left of it). Set, not inherited: each xdist worker owns what it starts.
 OWNER_ENV = "RPW_TEST_OWNER"
 os.environ[OWNER_ENV] = str(os.getpid())
-P = "retry-policy.dev/"
-#: Every annotation a Job takes at once: the policy most tests start from
-#: (error-propagation belongs to PyTorchJobs only: ``podspec.NOT_A_PYTORCHJOB``).
-FULL = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "137,143",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
-    P + "non-spot-attempts": "1",
-}
-
-
-def job(
-    annotations: dict[str, str] | None = None,
-    *,
-    name: str = "train",
-    namespace: str = "ml",
-    restart_policy: str = "Never",
-    containers: list[dict[str, Any]] | None = None,
-    spec: dict[str, Any] | None = None,
-    template_annotations: dict[str, str] | None = None,
-    applied: bool = False,
-    default: bool = True,
-) -> dict[str, Any]:
-    """A batch/v1 Job as admission sees it: defaulted, and with a last-applied record
-    of the manifest when ``applied`` (it came from ``kubectl apply``)."""
-    manifest: dict[str, Any] = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "template": {
-                "spec": {
-                    "restartPolicy": restart_policy,
-                    "containers": containers or [{"name": "main", "image": "busybox:1.36"}],
-                }
-            }
-        },
-    }
-    if annotations:
-        manifest["metadata"]["annotations"] = dict(annotations)
-    if template_annotations:
-        manifest["spec"]["template"]["metadata"] = {"annotations": dict(template_annotations)}
-    if spec:
-        manifest["spec"].update(copy.deepcopy(spec))
-    obj = copy.deepcopy(manifest)
-    if applied:
-        obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
-    if default:
-        defaults.apply_defaults(obj)
-    return obj
-
-
-def pod(
-    annotations: dict[str, str] | None = None,
-    *,
-    name: str | None = None,
-    namespace: str = "ml",
-    owner: dict[str, Any] | None = None,
-    spec: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A Pod as admission sees it on CREATE: a controller's pod (``owner``) has
-    ``generateName`` (the Job controller's is ``<job>-``) and no name; a bare pod has the
-    name its author wrote (``name``, default ``train-abcde``)."""
-    metadata: dict[str, Any] = {"namespace": namespace}
-    if owner and name is None:
-        metadata["generateName"] = f"{owner.get('name', 'train')}-"
-    else:
-        metadata["name"] = name or "train-abcde"
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "busybox:1.36"}],
-        },
-    }
-    if annotations:
-        obj["metadata"]["annotations"] = dict(annotations)
-    if owner:
-        obj["metadata"]["ownerReferences"] = [owner]
-    if spec:
-        obj["spec"].update(copy.deepcopy(spec))
-    defaults.apply_defaults(obj)
-    return obj
-
-
-def stored(obj: dict[str, Any], *, uid: str | None = None, version: str = "1") -> dict[str, Any]:
-    """``obj`` as it is once stored (an UPDATE's objects, a watch event): the system
-    fields ``rest.FillObjectMetaSystemFields`` assigns, and a name for a generated one."""
-    obj = copy.deepcopy(obj)
-    meta = obj.setdefault("metadata", {})
-    if not meta.get("name") and meta.get("generateName"):
-        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-    meta.setdefault("uid", uid or str(uuid.uuid4()))
-    meta.setdefault("resourceVersion", version)
-    meta.setdefault("creationTimestamp", "2026-11-22T00:00:00Z")
-    return obj
-
-
-def job_owner(name: str = "train", uid: str = "job-uid-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def review(
-    obj: dict[str, Any] | None,
-    *,
-    operation: str = "CREATE",
-    old: dict[str, Any] | None = None,
-    uid: str | None = None,
-    dry_run: bool = False,
-) -> dict[str, Any]:
-    """An AdmissionReview request for ``obj`` as the API server sends it. On CREATE the
-    object must be shaped as the create handler hands it over (no system fields: see the
-    module's doc); a test that needs otherwise builds the review itself."""
-    if operation == "CREATE" and obj is not None:
-        present = SYSTEM_FIELDS.intersection(obj.get("metadata") or {})
-        assert not present, f"a CREATE review's object carries no {sorted(present)}"
-    source = obj or old or {}
-    api_version = source.get("apiVersion", "v1")
-    group, _, version = api_version.rpartition("/")
-    kind = source.get("kind", "Pod")
-    plural = kind.lower() + "s"
-    metadata = source.get("metadata") or {}
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid or str(uuid.uuid4()),
-            "kind": {"group": group, "version": version, "kind": kind},
-            "resource": {"group": group, "version": version, "resource": plural},
-            "requestKind": {"group": group, "version": version, "kind": kind},
-            "requestResource": {"group": group, "version": version, "resource": plural},
-            "name": metadata.get("name", ""),
-            "namespace": metadata.get("namespace"),
-            "operation": operation,
-            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-            "object": obj,
-            "oldObject": old,
-            "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-        },
-    }
-
-
-#: What the API server assigns only after admission on CREATE.
-SYSTEM_FIELDS = frozenset({"uid", "resourceVersion", "creationTimestamp"})
-
-
-def leaves(value: Any, path: tuple = ()):
-    """Every (path, scalar) of a document; nulls are skipped (null means unset in
-    Kubernetes: filling one in loses nothing)."""
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from leaves(child, (*path, key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from leaves(child, (*path, index))
-    elif value is not None:
-        yield path, value
-
-
-def decode_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
-    body = response["response"]
-    if "patch" not in body:
-        return []
-    assert body["patchType"] == "JSONPatch"
-    return json.loads(base64.b64decode(body["patch"]))
-
-
-def apply(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    return jsonpatch.apply_patch(obj, patch) if patch else copy.deepcopy(obj)
 
 
 @pytest.fixture
 def config() -> Config:
     return Config()
-
-
-def tool(name: str) -> str:
-    """Path of a real binary (kubectl, helm), the pinned one first; skip when absent unless
-    CI requires it."""
-    pinned = ROOT / ".tools" / "bin" / name
-    found = str(pinned) if pinned.exists() else shutil.which(name)
-    if found:
-        return found
-    if os.environ.get("RPW_REQUIRE_TOOLS") == "1":
-        pytest.fail(f"{name} is required (run .ci/get-k8s-tools)")
-    pytest.skip(f"{name} not installed (run .ci/get-k8s-tools)")
-    raise AssertionError("unreachable")
 
 
 @pytest.fixture(autouse=True)
@@ -260,7 +52,7 @@ def _forget_remembered_verdicts():
 #
 # ``slow``: a test that starts a real server, runs a program (the CLI, kubectl, helm) or
 # waits on the clock. Found by what the test and its fixtures can reach among the
-# functions of tests/ and benchmarks/: a new server test is classified without anyone
+# functions of tests/, testkit/ and benchmarks/: a new server test is classified without anyone
 # remembering. ``@pytest.mark.slow`` marks the rest (waits on the clock); ``fast``
 # (``@pytest.mark.fast``) overrides the finding for a test that reaches a program only
 # on a path it does not take.
@@ -269,14 +61,12 @@ def _forget_remembered_verdicts():
 def _slow_entry_points() -> set[int]:
     import subprocess
 
-    import serverproc
-
-    calls = [serverproc.start, serverproc.run_serve, subprocess.run, subprocess.Popen]
+    calls = [servers.start, servers.run_serve, subprocess.run, subprocess.Popen]
     calls += [subprocess.check_output, subprocess.check_call, subprocess.call]
     return {id(call) for call in calls}
 
 
-_OURS = (str(ROOT / "tests"), str(ROOT / "benchmarks"))
+_OURS = (str(ROOT / "tests"), str(ROOT / "testkit"), str(ROOT / "benchmarks"))
 _verdicts: dict[tuple[int, int], bool] = {}
 
 
@@ -366,9 +156,7 @@ def _is_slow(item: pytest.Item, slow: set[int]) -> bool:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before the test's fixtures: a test found fast that starts a server anyway fails."""
-    import serverproc
-
-    serverproc.IN_FAST_TEST = item.get_closest_marker("slow") is None
+    servers.IN_FAST_TEST = item.get_closest_marker("slow") is None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -413,21 +201,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     import signal
     import time
 
-    from serverproc import command, marked, scaled
-
     if session.config.getoption("dist", "no") != "no" and not hasattr(
         session.config, "workerinput"
     ):
         return  # an xdist controller: its workers started whatever ran
     mine = str(os.getpid())
-    deadline = time.monotonic() + scaled(10)
-    left = [pid for pid in marked(mine, OWNER_ENV) if pid != os.getpid()]
+    deadline = time.monotonic() + servers.scaled(10)
+    left = [pid for pid in servers.marked(mine, OWNER_ENV) if pid != os.getpid()]
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = [pid for pid in marked(mine, OWNER_ENV) if pid != os.getpid()]
+        left = [pid for pid in servers.marked(mine, OWNER_ENV) if pid != os.getpid()]
     if not left:
         return
-    described = [f"{pid}: {command(pid)}" for pid in left]
+    described = [f"{pid}: {servers.command(pid)}" for pid in left]
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -452,9 +238,7 @@ _slow_unmarked: list[tuple[str, float]] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # (Property tests are as long as their profile makes them: ``dev`` for a short loop.)
     if report.when == "call" and not {"slow", "hypothesis"} & set(report.keywords):
-        from serverproc import scaled
-
-        if report.duration > scaled(FAST_SECONDS):
+        if report.duration > servers.scaled(FAST_SECONDS):
             _slow_unmarked.append((report.nodeid, report.duration))
 
 

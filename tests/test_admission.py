@@ -6,8 +6,8 @@ import base64
 import json
 
 import pytest
-from conftest import job, review
 
+from testkit.builders import job, review
 from webhook.admission import review as admission
 from webhook.admission.review import ReviewError, Verdict
 

@@ -6,61 +6,13 @@ import time
 import uuid
 
 import pytest
-from fakeapi import FakeAPI, applied
 from kubernetes import client
-from serverproc import scaled
 
-from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
+from testkit.attempts import cache_for, eventually, failed_pod, lookup, make_job
+from testkit.fakeapi import FakeAPI, applied
+from testkit.servers import scaled
+from webhook.cluster.attempts import JobCache
 from webhook.cluster.history import Killed
-
-
-def make_job(name, failed=0, uncounted=(), ignore_rule=False, uid=None):
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "uid": uid or str(uuid.uuid4())},
-        "spec": {},
-        "status": {"failed": failed, "uncountedTerminatedPods": {"failed": list(uncounted)}},
-    }
-    if ignore_rule:
-        job["spec"]["podFailurePolicy"] = {
-            "rules": [
-                {
-                    "action": "Ignore",
-                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                }
-            ]
-        }
-    return job
-
-
-def failed_pod(job, disrupted=False, exit_code=1):
-    conditions = [{"type": "DisruptionTarget", "status": "True"}] if disrupted else []
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{job['metadata']['name']}-{uuid.uuid4().hex[:5]}",
-            "namespace": "ml",
-            "uid": str(uuid.uuid4()),
-            "labels": {JOB_UID_LABEL: job["metadata"]["uid"]},
-            "ownerReferences": [
-                {
-                    "kind": "Job",
-                    "name": job["metadata"]["name"],
-                    "uid": job["metadata"]["uid"],
-                    "controller": True,
-                }
-            ],
-        },
-        "status": {
-            "phase": "Failed",
-            "conditions": conditions,
-            "containerStatuses": [
-                {"name": "main", "state": {"terminated": {"exitCode": exit_code}}}
-            ],
-        },
-    }
 
 
 @pytest.fixture
@@ -68,29 +20,6 @@ def api():
     fake = FakeAPI().start()
     yield fake
     fake.stop()
-
-
-def cache_for(api, **kwargs):
-    configuration = client.Configuration(host=api.url)
-    api_client = client.ApiClient(configuration)
-    cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client), **kwargs)
-    cache.start()
-    assert cache.wait_synced(scaled(10))
-    return cache
-
-
-def eventually(check, timeout=5.0):
-    deadline = time.monotonic() + scaled(timeout)
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
-
-
-def lookup(cache, job):
-    meta = job["metadata"]
-    return cache.job_failures(meta["namespace"], meta["name"], meta["uid"])
 
 
 def test_initial_list_is_paginated_and_counts_uncounted(api):

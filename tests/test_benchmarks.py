@@ -14,13 +14,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from serverproc import scaled, start_slot
 
 from benchmarks import https, lower_bound, scale
 from benchmarks.cases import streams
 from benchmarks.https import fixed_rate_report, ratios
 from benchmarks.instructions import _totals
-from benchmarks.run import markdown
+from benchmarks.report import markdown
+from testkit.servers import scaled, start_slot
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.policy.config import Config
@@ -272,7 +272,7 @@ def test_the_floor_is_served_by_our_server_and_answers_allowed(tmp_path: Path, m
 def test_the_failure_history_benchmark_measures_what_its_report_says() -> None:
     """One lineage per Job, fed as the pod watch feeds it; the report's figure per 100k
     Jobs is the bytes a Job times 100,000, against the target."""
-    from benchmarks.run import history_rows
+    from benchmarks.report import history_rows
 
     result = scale.measure_history(50, 3, 2)
     assert result["lineages"] == 50 and result["held_mb"] >= 0
@@ -287,10 +287,9 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkey
     stream makes the leader work: one step of each kind against a leading server (the real
     ``serve`` against the HTTP test API) gets a disruption Event, the failure history of the
     OOM-killed pod on its Job, and the retry pod's gate released."""
-    from fakeapi import FakeAPI, write_kubeconfig
-    from serverproc import eventually
-
     from benchmarks.controller_cpu import Feeder, Replica, controller_writes, worked
+    from testkit.fakeapi import FakeAPI, write_kubeconfig
+    from testkit.servers import eventually
     from webhook.cluster.record import Record
     from webhook.kube import gates
 
@@ -337,7 +336,7 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkey
 def test_the_controller_cpu_row_misses_when_the_controller_idled_a_round() -> None:
     """Ratios within 1.05 prove nothing for a round in which the leader wrote nothing."""
     from benchmarks.controller_cpu import summary
-    from benchmarks.run import controller_cpu_rows
+    from benchmarks.report import controller_cpu_rows
 
     def window(order: int, cpu: float, writes: dict) -> dict:
         return {

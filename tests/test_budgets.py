@@ -6,15 +6,15 @@ pods by, and the upstream facts the rules rely on."""
 from __future__ import annotations
 
 import pytest
-from conftest import P, job, stored
-from workloads import (
+
+from testkit.builders import P, job, stored
+from testkit.workloads import (
     assert_idempotent,
     kubectl_patch,
     mutate,
     validate,
     validate_schema,
 )
-
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.versions import KubeVersion
@@ -101,8 +101,7 @@ def test_ignore_disruptions_turned_off_here_takes_max_disruptions_with_it():
 @pytest.mark.parametrize("kind", ["RayJob", "PyTorchJob"])
 @pytest.mark.parametrize("key", ["max-disruptions", "max-in-place-restarts", "peer-disruptions"])
 def test_kinds_without_a_pod_failure_policy_deny_each_key(kind, key):
-    from test_pytorchjob import pytorchjob
-    from test_rayjob import rayjob
+    from testkit.kinds import pytorchjob, rayjob
 
     value = {"max-disruptions": "0", "max-in-place-restarts": "2", "peer-disruptions": "count"}
     obj = (rayjob if kind == "RayJob" else pytorchjob)({P + key: value[key]})
@@ -241,7 +240,7 @@ def test_a_template_without_labels_gets_them_and_ignore_disruptions_alone_gets_o
 
 
 def test_a_jobsets_replicated_jobs_are_labelled():
-    from test_jobset import jobset
+    from testkit.kinds import jobset
 
     obj = jobset({P + "ignore-disruptions": "true", P + "max-disruptions": "3"})
     verdict, out = mutate(obj)
@@ -311,7 +310,7 @@ def test_the_policy_record_is_no_policy_of_the_update_webhook():
 
 
 def test_bare_pods_cannot_carry_the_budgets():
-    from conftest import pod
+    from testkit.builders import pod
 
     verdict = validate(pod({P + "max-disruptions": "1"}))
     assert not verdict.allowed
@@ -319,7 +318,7 @@ def test_bare_pods_cannot_carry_the_budgets():
 
 
 def test_a_cronjobs_jobs_get_the_rules_and_labels():
-    from test_cronjob import cronjob
+    from testkit.kinds import cronjob
 
     verdict, out = mutate(cronjob({P + "ignore-disruptions": "true", P + "max-disruptions": "0"}))
     assert verdict.allowed, verdict.message

@@ -1,5 +1,5 @@
 """The controller's budgets per cause against what the kubelet, PodGC and the Job
-controller do (``tests/jobsim.py``), through the real reconcilers
+controller do (``testkit/jobsim.py``), through the real reconcilers
 (``webhook.controller.restarts``, ``webhook.controller.disruptions``) and the real
 ``kubernetes`` client against the HTTP test API:
 
@@ -18,13 +18,11 @@ import random
 import threading
 
 import pytest
-from conftest import P, review
-from fakeapi import FakeAPI
-from jobsim import JOB_TRACKING, JobRun
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from serverproc import eventually
-from test_controller_budgets import (
+
+from testkit.builders import P, review
+from testkit.controllers import (
     Counted,
     Running,
     acted,
@@ -35,7 +33,9 @@ from test_controller_budgets import (
     in_place,
     record_of,
 )
-
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JOB_TRACKING, JobRun
+from testkit.servers import eventually
 from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.cluster.conditions import judged, status_patch, uncounted_of
@@ -466,8 +466,7 @@ def test_the_metrics_of_what_was_lowered_and_what_was_not():
 def test_status_tells_a_disruption_counted_by_lowering_the_backoff_limit(api, tmp_path):
     """``retry-webhook status`` reads the record's ``late`` mark: the pod over the budget
     that failed unmarked was counted by lowering backoffLimit, not missed."""
-    from test_status import _tree
-
+    from testkit.clusters import tree
     from webhook.status.render import render_text, to_json
     from webhook.status.story import tell
 
@@ -478,7 +477,7 @@ def test_status_tells_a_disruption_counted_by_lowering_the_backoff_limit(api, tm
         reconciler.count(pod)
     reconciler.flush()
     run.sync()
-    story = tell(_tree(job_of(api, run), [run.current(p) for p in pods]))
+    story = tell(tree(job_of(api, run), [run.current(p) for p in pods]))
     told = to_json(story)["jobs"][0]["attempts"]
     late = next(a for a in told if a["pod"] == pods[1]["metadata"]["name"])
     assert late["disruptionBudget"]["late"] == "lowered" and late["counted"] is False

@@ -1,5 +1,5 @@
 """``retry-webhook certs --in-cluster``: the real ``kubernetes`` client against an HTTP
-Kubernetes API (tests/fakeapi.py) that stores Secrets and webhook configurations with the
+Kubernetes API (testkit/fakeapi.py) that stores Secrets and webhook configurations with the
 API's write semantics (404, 409 AlreadyExists/Conflict, resourceVersion preconditions)."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client
-from serverproc import scaled
 
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import scaled
 from webhook.tls import certs
 from webhook.tls import incluster as certsync
 
@@ -446,7 +446,7 @@ def test_command_line_errors_exit_2_with_the_reason(api, tmp_path):
 
 
 def test_unreachable_api_exits_1_so_the_job_retries(tmp_path):
-    from serverproc import free_port
+    from testkit.servers import free_port
 
     closed = f"http://127.0.0.1:{free_port()}"  # nothing listens here
     result = certs_cli(tmp_path, closed, "--secret", SECRET, "--namespace", NS)

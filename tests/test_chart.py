@@ -11,11 +11,9 @@ names the property it protects.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,17 +23,27 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from serverproc import scaled
+
+from testkit.chart import (
+    CHART,
+    K8S_VERSION,
+    NAMESPACE,
+    RELEASE,
+    WRITE_VERBS,
+    deployment_pod,
+    hook_events,
+    objects,
+    one,
+    render,
+    render_fails,
+    run_helm,
+)
+from testkit.servers import scaled
 
 pytestmark = pytest.mark.tools
 
 ROOT = Path(__file__).resolve().parents[1]
-CHART = ROOT / "charts" / "retry-policy-webhook"
-RELEASE = "rpw"
-NAMESPACE = "rpw-system"
-K8S_VERSION = "1.37"
 PREFIX = "retry-policy.dev/"
-WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "escalate", "bind"}
 #: Writes the webhook's identity holds cluster-wide, unscoped by name, each for a reason
 #: the controller's docs give: (resources, sorted verbs).
 UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
@@ -64,91 +72,14 @@ SCHEMA_ERROR = "don't meet the specifications of the schema"
 # --- tools and rendering -----------------------------------------------------------
 
 
-def _find_tool(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    local = ROOT / ".tools" / "bin" / name
-    return str(local) if local.is_file() and os.access(local, os.X_OK) else None
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    path = _find_tool("helm")
-    if path is None:
-        message = "helm not found on PATH or in .tools/bin (run .ci/get-k8s-tools)"
-        if os.environ.get("RPW_REQUIRE_TOOLS") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def _run_helm(helm: str, *args: str, values: dict[str, Any] | None = None):
-    with tempfile.TemporaryDirectory() as tmp:
-        extra: list[str] = []
-        if values is not None:
-            path = Path(tmp) / "values.yaml"
-            path.write_text(yaml.safe_dump(values), encoding="utf-8")
-            extra = ["-f", str(path)]
-        return subprocess.run(
-            [helm, *args, *extra], capture_output=True, text=True, timeout=scaled(60), check=False
-        )
-
-
-@functools.cache
-def _render_cached(helm: str, values_json: str, namespace: str) -> str:
-    result = _run_helm(
-        helm,
-        "template",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        namespace,
-        values=json.loads(values_json),
-    )
-    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
-    return result.stdout
-
-
-def render(helm: str, values: dict[str, Any], namespace: str = NAMESPACE) -> list[dict]:
-    """Rendered manifests (fresh copies: tests may edit them)."""
-    text = _render_cached(helm, json.dumps(values, sort_keys=True), namespace)
-    return [doc for doc in yaml.safe_load_all(text) if doc]
-
-
-def render_fails(helm: str, values: dict[str, Any], *args: str) -> str:
-    result = _run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, *args, values=values)
-    assert result.returncode != 0, f"helm template accepted {values} {args}"
-    return result.stderr
-
-
-def objects(docs: list[dict], kind: str) -> list[dict]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
-    found = [d for d in objects(docs, kind) if name is None or d["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
-
-
 def webhooks(docs: list[dict], kind: str) -> dict[str, dict]:
     return {w["name"]: w for w in one(docs, kind)["webhooks"]}
-
-
-def deployment_pod(docs: list[dict]) -> dict:
-    return one(docs, "Deployment")["spec"]["template"]
 
 
 def container(docs: list[dict]) -> dict:
     containers = deployment_pod(docs)["spec"]["containers"]
     assert [c["name"] for c in containers] == ["webhook"]
     return containers[0]
-
-
-def hook_events(obj: dict) -> set[str]:
-    value = (obj["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
-    return {e.strip() for e in value.split(",") if e.strip()}
 
 
 def merged(*layers: dict) -> dict:
@@ -290,7 +221,7 @@ def value_set(request) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("name", ["defaults", "cert-manager", "opt-in", "config", "network-policy"])
 def test_helm_lint_strict(helm, name):
-    result = _run_helm(helm, "lint", "--strict", str(CHART), values=VALUE_SETS[name])
+    result = run_helm(helm, "lint", "--strict", str(CHART), values=VALUE_SETS[name])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 chart(s) failed" in result.stdout
 
@@ -1843,14 +1774,14 @@ def test_kubernetes_older_than_1_30_is_refused(helm):
 
 
 def test_notes_explain_the_server_side_dry_run(helm):
-    result = _run_helm(helm, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client")
+    result = run_helm(helm, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client")
     assert result.returncode == 0, result.stderr
     notes = result.stdout.split("NOTES:", 1)[1]
     assert "kubectl apply --dry-run=server" in notes
     assert f"{RELEASE}-retry-policy-webhook-mutating" in notes
     assert f"{RELEASE}-retry-policy-webhook-validating" in notes
     assert "WARNING" not in notes
-    result = _run_helm(helm, "install", RELEASE, str(CHART), "-n", "default", "--dry-run=client")
+    result = run_helm(helm, "install", RELEASE, str(CHART), "-n", "default", "--dry-run=client")
     assert 'this release is in\n"default"' in result.stdout.split("NOTES:", 1)[1]
 
 

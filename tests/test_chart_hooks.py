@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from fakeapi import FakeAPI, write_kubeconfig
-from test_chart import NAMESPACE, RELEASE, helm, hook_events, one, render  # noqa: F401
-from test_controller import gated_pod
-from vap import Policy, gate
 
+from testkit.chart import NAMESPACE, RELEASE, hook_events, one, render
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.gates import gated_pod
+from testkit.vap import Policy, gate
 from webhook.kube import gates
 
 pytestmark = pytest.mark.tools
@@ -76,7 +76,7 @@ def stand_in(tmp_path: Path, body: str) -> Path:
     return folder
 
 
-def test_the_hook_job_is_bounded_and_its_log_shown(helm):  # noqa: F811
+def test_the_hook_job_is_bounded_and_its_log_shown(helm):
     job = hook_job(helm)
     command, script, env = script_of(job)
     assert command == [SH, "-c"]
@@ -104,7 +104,7 @@ def test_the_hook_job_is_bounded_and_its_log_shown(helm):  # noqa: F811
     assert lines[0].startswith('timeout -k 5 "$RELEASE_GATES_SECONDS" retry-webhook release-gates')
 
 
-def test_the_real_command_releases_the_gates_and_the_hook_succeeds(api, helm, tmp_path):  # noqa: F811
+def test_the_real_command_releases_the_gates_and_the_hook_succeeds(api, helm, tmp_path):
     _, script, env = script_of(hook_job(helm))
     api.admit = gate(Policy(one(render(helm, {}), "ValidatingAdmissionPolicy")), HOOK_USER)
     for name, namespace in (("a", "ml"), ("b", "batch")):
@@ -118,7 +118,7 @@ def test_the_real_command_releases_the_gates_and_the_hook_succeeds(api, helm, tm
         assert gates.GATE not in [g["name"] for g in api.pod(uid)["spec"]["schedulingGates"]]
 
 
-def test_an_api_that_fails_is_reported_and_the_hook_succeeds(api, helm, tmp_path):  # noqa: F811
+def test_an_api_that_fails_is_reported_and_the_hook_succeeds(api, helm, tmp_path):
     _, script, env = script_of(hook_job(helm))
     api.put("pods", gated_pod("a", time.time() + 3600))
     api.fail_lists = 1
@@ -145,7 +145,7 @@ def test_an_api_that_fails_is_reported_and_the_hook_succeeds(api, helm, tmp_path
         ),
     ],
 )
-def test_whatever_the_command_does_the_hook_succeeds(helm, tmp_path, case, body, said):  # noqa: F811
+def test_whatever_the_command_does_the_hook_succeeds(helm, tmp_path, case, body, said):
     _, script, env = script_of(hook_job(helm))
     folder = stand_in(tmp_path, body)
     done, took = run_script(script, [folder], {**env, "RELEASE_GATES_SECONDS": "1"})
@@ -158,7 +158,7 @@ def test_whatever_the_command_does_the_hook_succeeds(helm, tmp_path, case, body,
     assert took < 60  # bounded by the script's own timeout (1 s, then SIGKILL 5 s later)
 
 
-def test_a_missing_command_is_reported_and_the_hook_succeeds(helm, tmp_path):  # noqa: F811
+def test_a_missing_command_is_reported_and_the_hook_succeeds(helm, tmp_path):
     _, script, env = script_of(hook_job(helm))
     empty = tmp_path / "empty"
     empty.mkdir()

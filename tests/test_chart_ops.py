@@ -14,15 +14,17 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import P, job, review, tool
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import JobRun
-from serverproc import eventually, free_port, start, stop
-from test_chart import CHART, K8S_VERSION, NAMESPACE, _run_helm, one, render, render_fails
-from test_controller import gated_pod
-from test_docs import anchors
-from test_waste import MAIN, WASTED
-from workloads import mutate, validate_schema
+
+from testkit.builders import P, job, review
+from testkit.chart import CHART, K8S_VERSION, NAMESPACE, one, render, render_fails, run_helm
+from testkit.docs import anchors
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.gates import gated_pod
+from testkit.jobsim import JobRun
+from testkit.servers import eventually, free_port, start, stop
+from testkit.tools import tool
+from testkit.waste import MAIN, WASTED
+from testkit.workloads import mutate, validate_schema
 
 pytestmark = pytest.mark.tools
 
@@ -167,7 +169,7 @@ def test_the_pack_is_off_by_default(helm):
 
 
 def test_the_pack_lints_and_its_configmap_is_valid_kubernetes(helm):
-    result = _run_helm(helm, "lint", "--strict", str(CHART), values=PACK)
+    result = run_helm(helm, "lint", "--strict", str(CHART), values=PACK)
     assert result.returncode == 0, result.stdout + result.stderr
     kubernetes_validate.validate(dashboard_map(helm), K8S_VERSION, strict=True)
 

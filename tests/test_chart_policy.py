@@ -1,10 +1,10 @@
 """The power of the webhook's ServiceAccount token, stated and narrowed.
 
 - RBAC: the chart grants pod writes only for the parts that are on (the controller, the
-  marks of pods disruptors delete: ``tests/rbac.py``'s combinations of the switches).
+  marks of pods disruptors delete: ``testkit/rbac.py``'s combinations of the switches).
 - The ValidatingAdmissionPolicy (``templates/admission-policy.yaml``), as the real helm
   renders it: valid against the Kubernetes 1.30 (its first GA release) and 1.37 schemas,
-  rendered where the cluster serves it, and evaluated with cel-python (``tests/vap.py``,
+  rendered where the cluster serves it, and evaluated with cel-python (``testkit/vap.py``,
   the API server's way) on the writes the controller's own code makes through the HTTP test
   API (gates released, budgets' conditions, a disruptor's deletion marked, a pod replaced,
   records written) and on the writes it must refuse (an image swap, a label, a nodeName, a
@@ -18,26 +18,25 @@ import time
 
 import kubernetes_validate
 import pytest
-from conftest import P
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import JobRun
 from kubernetes import client, config
-from rbac import POD_WRITES, combinations, granted, pod_writes
-from test_chart import (
+
+from testkit.builders import P
+from testkit.chart import (
     CHART,
     NAMESPACE,
     RELEASE,
     WRITE_VERBS,
-    _run_helm,
     deployment_pod,
-    helm,  # noqa: F401 (the fixture)
     one,
     render,
     render_fails,
+    run_helm,
 )
-from test_controller_budgets import IN_PLACE, admitted_job
-from vap import Policy, admitted, gate, request
-
+from testkit.controllers import IN_PLACE, admitted_job
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import JobRun
+from testkit.rbac import POD_WRITES, combinations, granted, pod_writes
+from testkit.vap import Policy, admitted, gate, request
 from webhook.cluster.conditions import add_condition, status_patch
 from webhook.cluster.deletions import DeletionMarker
 from webhook.cluster.events import EventRecorder
@@ -76,7 +75,7 @@ def policy_of(docs: list[dict]) -> Policy:
 
 
 @pytest.fixture
-def policy(helm) -> Policy:  # noqa: F811
+def policy(helm) -> Policy:
     return policy_of(render(helm, {}))
 
 
@@ -89,7 +88,7 @@ def core_of(fake: FakeAPI, tmp_path):
 
 
 def dressed(pod: dict) -> dict:
-    """A Job's pod (``tests/jobsim.py``) with what the API server and the kubelet add to a
+    """A Job's pod (``testkit/jobsim.py``) with what the API server and the kubelet add to a
     stored, running pod: its generation, managed fields, QoS class, addresses, start."""
     pod = copy.deepcopy(pod)
     meta = pod["metadata"]
@@ -175,7 +174,7 @@ def review(policy: Policy, user: str, operation: str, resource: str, sub: str, n
 @pytest.mark.parametrize(
     ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
 )
-def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, values, on):  # noqa: F811
+def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, values, on):
     docs = render(helm, values)
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     rules = granted(docs, account, NAMESPACE)
@@ -191,7 +190,7 @@ def test_pod_writes_are_granted_only_for_the_parts_that_are_on(helm, name, value
     assert writes & workloads == (workloads if "controller" in on else set()), name
 
 
-def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):  # noqa: F811
+def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):
     docs = render(helm, {"server": {"kube": "off"}})
     assert granted(docs, FULL, NAMESPACE) == []
 
@@ -200,7 +199,7 @@ def test_without_a_cluster_the_webhook_identity_gets_nothing(helm):  # noqa: F81
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.37"])
-def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):  # noqa: F811
+def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):
     """``admissionregistration.k8s.io/v1`` ValidatingAdmissionPolicy is GA from 1.30, the
     chart's kubeVersion floor."""
     for values in ({}, {"controller": {"enabled": False}}, {"server": {"kube": "off"}}):
@@ -209,7 +208,7 @@ def test_the_policy_and_its_binding_are_valid_kubernetes(helm, version):  # noqa
             kubernetes_validate.validate(one(docs, kind), version, strict=True)
 
 
-def test_the_binding_denies_with_the_policy_for_the_release(helm):  # noqa: F811
+def test_the_binding_denies_with_the_policy_for_the_release(helm):
     docs = render(helm, {})
     policy, binding = (
         one(docs, "ValidatingAdmissionPolicy"),
@@ -236,14 +235,14 @@ def test_the_binding_denies_with_the_policy_for_the_release(helm):  # noqa: F811
 
 
 @pytest.mark.parametrize("actions", [["Deny", "Warn"], [], ["Block"], ["Audit", "Audit"]], ids=str)
-def test_the_schema_refuses_validation_actions_kubernetes_refuses(helm, actions):  # noqa: F811
+def test_the_schema_refuses_validation_actions_kubernetes_refuses(helm, actions):
     # upstream: validateValidationActions (pkg/apis/admissionregistration/validation/validation.go)
     stderr = render_fails(helm, {"rbac": {"admissionPolicy": {"validationActions": actions}}})
     assert "validationActions" in stderr
 
 
 def _kinds(helm_path: str, *args: str) -> set[str]:
-    result = _run_helm(helm_path, "template", RELEASE, str(CHART), "-n", NAMESPACE, *args)
+    result = run_helm(helm_path, "template", RELEASE, str(CHART), "-n", NAMESPACE, *args)
     assert result.returncode == 0, result.stderr
     return {
         line.split(":", 1)[1].strip()
@@ -252,7 +251,7 @@ def _kinds(helm_path: str, *args: str) -> set[str]:
     }
 
 
-def test_the_policy_is_rendered_where_the_cluster_serves_it(helm):  # noqa: F811
+def test_the_policy_is_rendered_where_the_cluster_serves_it(helm):
     """Against a cluster, helm reads the API server's discovery (kinds included,
     ``GetVersionSet`` in helm pkg/action/action.go); `helm template` knows no kinds and
     falls back to the Kubernetes version."""
@@ -567,7 +566,7 @@ def test_workload_writes(api, policy, user, operation, resource, sub, stored, ch
 @pytest.mark.parametrize(
     ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
 )
-def test_the_policy_allows_the_writes_of_the_parts_that_are_on(api, helm, name, values, on):  # noqa: F811
+def test_the_policy_allows_the_writes_of_the_parts_that_are_on(api, helm, name, values, on):
     """RBAC and the policy agree: a part switched off loses its writes in both."""
     policy = policy_of(render(helm, values))
     objects = _objects(api)

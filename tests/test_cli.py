@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -12,38 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
-from serverproc import scaled
 
-from webhook import cli
+from testkit.cli import JOB, run
+from testkit.servers import scaled
+from testkit.tools import ROOT
 
 BIN = Path(sys.executable).parent / "retry-webhook"
-
-JOB = """
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  annotations:
-    retry-policy.dev/backoff-limit: "{limit}"
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers: [{{name: main, image: busybox:1.36}}]
-"""
-
-
-def run(argv, stdin=""):
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stdin
-    sys.stdin = io.StringIO(stdin)
-    try:
-        args = cli.build_parser().parse_args(argv)
-        code = args.func(args, out, err)
-    finally:
-        sys.stdin = old
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_example_dry_run_end_to_end_as_installed():

@@ -8,7 +8,6 @@ replicas as deployed, with their controller processes.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -17,17 +16,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import P
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, scaled, start, stop
 
+from testkit.builders import P
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.gates import gated_pod
+from testkit.replicas import FAST, NS, coordination, elector, lease, readyz, replica
+from testkit.servers import eventually, scaled, start, stop
 from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.lease import LeaderElector, LeaseConfig
 from webhook.controller.manager import ControllerOptions, Manager
-
-NS = "retry-policy-system"
-FAST = {"lease_seconds": 1.5, "renew_deadline": 1.0, "retry_period": 0.1}
 
 
 @pytest.fixture
@@ -35,22 +33,6 @@ def api():
     fake = FakeAPI().start()
     yield fake
     fake.stop()
-
-
-def coordination(fake: FakeAPI, tmp_path: Path) -> client.CoordinationV1Api:
-    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
-    return client.CoordinationV1Api(config.new_client_from_config(str(path)))
-
-
-def elector(fake, tmp_path, identity, **kw) -> LeaderElector:
-    cfg = LeaseConfig(NS, "retry-policy-webhook-controller", identity, **{**FAST, **kw})
-    return LeaderElector(coordination(fake, tmp_path), cfg)
-
-
-def lease(fake: FakeAPI) -> dict:
-    found = fake.get("leases", "retry-policy-webhook-controller", NS)
-    assert found is not None
-    return found
 
 
 def test_the_first_replica_creates_the_lease_and_holds_it(api, tmp_path):
@@ -235,34 +217,6 @@ def test_a_note_that_stops_being_written_means_no_live_leader():
 # --- through the real server -------------------------------------------------------------
 
 
-def readyz(server) -> dict:
-    status, _, raw = server.request("GET", "/readyz")
-    assert status == 200, raw
-    return json.loads(raw)["controller"]
-
-
-def replica(tmp_path, fake, name, *extra):
-    kubeconfig = write_kubeconfig(tmp_path / f"kubeconfig-{name}", fake.url)
-    certs = tmp_path / "certs"
-    return start(
-        certs,
-        "--kube",
-        "kubeconfig",
-        "--lease-namespace",
-        NS,
-        "--lease-duration",
-        "2",
-        "--renew-deadline",
-        "1.5",
-        "--retry-period",
-        "0.2",
-        *extra,
-        log_path=tmp_path / f"{name}.log",
-        env={"KUBECONFIG": str(kubeconfig), "POD_NAME": name},
-        preexec_fn=os.setsid,  # a group of its own: killed whole below
-    )
-
-
 def test_two_replicas_elect_one_and_the_other_takes_over_when_it_dies(api, tmp_path):
     one = replica(tmp_path, api, "one")
     two = replica(tmp_path, api, "two")
@@ -402,12 +356,11 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     of each kind our rules fail (``test_events.put_failed_jobs``), and a worker's Event
     writes (a JobSet's pod's decision, twice: created, then counted); then each request
     made is checked against the rendered chart's RBAC for the webhook's ServiceAccount
-    (``tests/rbac.py`` reads requests as the API server's RBAC does)."""
-    from rbac import calls, denied
-    from test_chart import NAMESPACE as CHART_NS
-    from test_chart import deployment_pod, render
-    from test_events import put_failed_jobs, stored_events
-
+    (``testkit/rbac.py`` reads requests as the API server's RBAC does)."""
+    from testkit.chart import NAMESPACE as CHART_NS
+    from testkit.chart import deployment_pod, render
+    from testkit.events import put_failed_jobs, stored_events
+    from testkit.rbac import calls, denied
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
 
@@ -417,9 +370,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # (webhook/controller/gates.py) lists, watches and patches it.
     api.put("pods", gated_pod("overdue", time.time() - 60))
     # The chart's admission policy in front of its pod and workload writes, as the API
-    # server runs it (tests/vap.py): every write below must be one it lets through.
-    from test_chart import one
-    from vap import Policy, gate
+    # server runs it (testkit/vap.py): every write below must be one it lets through.
+    from testkit.chart import one
+    from testkit.vap import Policy, gate
 
     chart = render(helm_path, {})
     user = f"system:serviceaccount:{CHART_NS}:{deployment_pod(chart)['spec']['serviceAccountName']}"
@@ -438,7 +391,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     thread.start()
     assert manager.elector.leading.wait(scaled(5))
     # What the reconcilers act on: a Job's and a JobSet's failed pods (their histories).
-    from test_record import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
+    from testkit.records import JOBSET_LABELS, a_job, a_jobset, child_job, failed_pod
 
     api.put("jobs", a_job("recorded"))
     api.put("jobsets", a_jobset())
@@ -456,8 +409,8 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     # The budgets per cause: a disruption past max-disruptions (its Job read and written,
     # the pod marked), its peers marked, a pod replaced after its restarts in place, and
     # the Events that say so.
-    from jobsim import JobRun
-    from test_controller_budgets import IN_PLACE, admitted_job
+    from testkit.controllers import IN_PLACE, admitted_job
+    from testkit.jobsim import JobRun
 
     budgets = {
         P + "ignore-disruptions": "true",
@@ -507,9 +460,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
     assert api.refused == []
-    # Its pod writes are the controller's (tests/rbac.py), granted whatever the other
+    # Its pod writes are the controller's (testkit/rbac.py), granted whatever the other
     # switches say.
-    from rbac import POD_WRITES, combinations
+    from testkit.rbac import POD_WRITES, combinations
 
     writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete", "update")}
     assert {w for w in writes if w[1].startswith("pods")} == POD_WRITES["controller"]
@@ -528,32 +481,8 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     assert "get batch/cronjobs nightly in ml" in refused
 
 
-def gated_pod(name: str, not_before: float, namespace: str = "ml") -> dict:
-    """A pod as stored after the webhook held it back (``webhook.kube.gates``), behind
-    another controller's gate."""
-    from webhook.kube import gates
-    from webhook.policy.model import format_time
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "uid": f"uid-{name}",
-            "labels": {gates.GATED_LABEL: gates.GATED_VALUE},
-            "annotations": {gates.NOT_BEFORE: format_time(not_before)},
-        },
-        "spec": {
-            "schedulingGates": [{"name": "example.com/quota"}, {"name": gates.GATE}],
-            "containers": [{"name": "main", "image": "busybox:1.36"}],
-        },
-        "status": {"phase": "Pending"},
-    }
-
-
 def _find_helm() -> str:
-    from conftest import tool
+    from testkit.tools import tool
 
     return tool("helm")
 

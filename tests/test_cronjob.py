@@ -6,17 +6,16 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P
-from workloads import (
-    admitted,
+
+from testkit.builders import FULL, P
+from testkit.kinds import cronjob, job_from
+from testkit.workloads import (
     assert_idempotent,
     kubectl_patch,
     mutate,
-    pod_template,
     validate,
     validate_schema,
 )
-
 from webhook.kube import defaulting as defaults
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
@@ -32,51 +31,6 @@ POLICY = {
     P + "backoff-limit": "2",
     P + "ignore-disruptions": "true",
 }
-
-
-def cronjob(annotations=None, *, job_spec=None, template_annotations=None, applied=False):
-    manifest = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": "nightly", "namespace": "ml"},
-        "spec": {
-            "schedule": "0 3 * * *",
-            "jobTemplate": {"spec": {"template": pod_template("eval", restart_policy="Never")}},
-        },
-    }
-    if annotations:
-        manifest["metadata"]["annotations"] = dict(annotations)
-    if template_annotations:
-        manifest["spec"]["jobTemplate"]["metadata"] = {"annotations": template_annotations}
-    if job_spec:
-        manifest["spec"]["jobTemplate"]["spec"].update(copy.deepcopy(job_spec))
-    return admitted(manifest, applied=applied)
-
-
-def job_from(cronjob_obj):
-    """The Job the CronJob controller creates from the template, as its admission sees it."""
-    template = copy.deepcopy(cronjob_obj["spec"]["jobTemplate"])
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": "nightly-29000000",
-            "namespace": "ml",
-            "annotations": (template.get("metadata") or {}).get("annotations", {}),
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "CronJob",
-                    "name": "nightly",
-                    # the stored CronJob's (its CREATE review had none)
-                    "uid": cronjob_obj["metadata"].get("uid", "cronjob-uid"),
-                    "controller": True,
-                }
-            ],
-        },
-        "spec": template["spec"],
-    }
-    return admitted(job)
 
 
 def test_api_defaulting_leaves_the_job_template_spec_alone():

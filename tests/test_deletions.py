@@ -8,27 +8,21 @@ the Job controller's finalizer is on)."""
 from __future__ import annotations
 
 import copy
-import json
 import time
-import uuid
 
 import pytest
-from conftest import P
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import JobRun
-from kubernetes import client, config
-from serverproc import eventually, scaled, start, stop
-from test_controller_budgets import admitted_job
 
-from webhook.admission import engine
+from testkit.builders import P
+from testkit.controllers import admitted_job
+from testkit.deletions import KARPENTER, deletion, marker, verdict_of
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import JobRun
+from testkit.servers import eventually, free_port, scaled, start, stop
 from webhook.admission import review as codec
 from webhook.admission.deletions import Deleted
-from webhook.cluster.deletions import DeletionMarker
-from webhook.cluster.events import EventRecorder
 from webhook.kube import failurepolicy as fp
-from webhook.policy.config import Config, parse_config
+from webhook.policy.config import parse_config
 
-KARPENTER = "system:serviceaccount:kube-system:karpenter"
 IGNORE = {P + "ignore-disruptions": "true", P + "backoff-limit": "0"}
 
 
@@ -37,48 +31,6 @@ def api():
     fake = FakeAPI().start()
     yield fake
     fake.stop()
-
-
-def deletion(pod: dict, user: str = KARPENTER, grace: int | None = None, dry_run=False) -> dict:
-    """The DELETE AdmissionReview the API server sends for ``pod``."""
-    options: dict = {"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"}
-    if grace is not None:
-        options["gracePeriodSeconds"] = grace
-    meta = pod["metadata"]
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "operation": "DELETE",
-            "userInfo": {
-                "username": user,
-                "uid": str(uuid.uuid4()),
-                "groups": ["system:serviceaccounts", "system:authenticated"],
-            },
-            "object": None,
-            "oldObject": pod,
-            "dryRun": dry_run,
-            "options": options,
-        },
-    }
-
-
-def verdict_of(review: dict, cfg: Config | None = None):
-    return engine.validate(codec.decode(json.dumps(review)), cfg or Config())
-
-
-def marker(fake: FakeAPI, tmp_path) -> DeletionMarker:
-    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
-    api_client = config.new_client_from_config(str(path))
-    events = EventRecorder(client.EventsV1Api(api_client), "test")
-    return DeletionMarker(client.CoreV1Api(api_client), events, wait=1.0)
 
 
 def conditions(pod: dict) -> dict[str, dict]:
@@ -223,14 +175,14 @@ def test_a_pod_that_failed_first_is_late_and_one_judged_is_missed(api, tmp_path)
 def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path):
     """The server as deployed answers the DELETE at once and marks the pod off the
     admission path; a dry run marks nothing; the chart grants every call the worker made,
-    and its admission policy lets the mark through (``tests/vap.py``)."""
-    from rbac import calls, denied
-    from test_chart import NAMESPACE as CHART_NS
-    from test_chart import deployment_pod, one, render
-    from test_controller import _find_helm
-    from vap import Policy, gate
+    and its admission policy lets the mark through (``testkit/vap.py``)."""
+    from testkit.chart import NAMESPACE as CHART_NS
+    from testkit.chart import deployment_pod, one, render
+    from testkit.rbac import calls, denied
+    from testkit.tools import tool
+    from testkit.vap import Policy, gate
 
-    chart = render(_find_helm(), {"controller": {"enabled": False}})
+    chart = render(tool("helm"), {"controller": {"enabled": False}})
     user = f"system:serviceaccount:{CHART_NS}:{deployment_pod(chart)['spec']['serviceAccountName']}"
     api.admit = gate(Policy(one(chart, "ValidatingAdmissionPolicy")), user)
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
@@ -240,7 +192,7 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
         "kubeconfig",
         "--no-controller",
         env={"KUBECONFIG": str(kubeconfig)},
-        metrics_port=__import__("serverproc").free_port(),
+        metrics_port=free_port(),
     )
     try:
         run = JobRun.store(api, admitted_job(IGNORE))
@@ -273,15 +225,15 @@ def test_the_server_marks_a_pod_a_disruptor_deletes_and_counts_it(api, tmp_path)
         stop(server)
     made = {c for c in calls(list(api.requests)) if c.resource.startswith(("pods", "events"))}
     assert {(c.verb, c.resource) for c in made} >= {("get", "pods"), ("patch", "pods/status")}
-    docs = render(_find_helm(), {})
+    docs = render(tool("helm"), {})
     account = deployment_pod(docs)["spec"]["serviceAccountName"]
     assert denied(docs, account, CHART_NS, made) == []
     assert api.refused == []
-    # Its pod writes are the marks' (tests/rbac.py), granted while they are on.
-    from rbac import POD_WRITES, combinations
+    # Its pod writes are the marks' (testkit/rbac.py), granted while they are on.
+    from testkit.rbac import POD_WRITES, combinations
 
     pod_writes = {(c.verb, c.resource) for c in made if c.verb in ("patch", "delete")}
     assert pod_writes == POD_WRITES["deletions"]
     for name, values, on in combinations():
         if "deletions" in on:
-            assert denied(render(_find_helm(), values), account, CHART_NS, made) == [], name
+            assert denied(render(tool("helm"), values), account, CHART_NS, made) == [], name

@@ -13,7 +13,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+from testkit.docs import anchors, prose, slug
+from testkit.tools import ROOT
 
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -21,45 +23,10 @@ PAGES = [README, *DOCS]
 #: The issue's bound: a README a newcomer reads, not a manual.
 README_LIMIT = 20_000
 
-FENCE = re.compile(r"^\s*(```|~~~)")
-HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 INLINE_CODE = re.compile(r"(`+).*?\1")
 #: Inline links and images: [text](target "title"); reference links are not used here.
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
-
-
-def prose(text: str) -> list[str]:
-    """The lines outside fenced code blocks, where Markdown reads links and headings."""
-    lines, fenced = [], False
-    for line in text.splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        if not fenced:
-            lines.append(line)
-    return lines
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor for a heading's text."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text only
-    text = re.sub(r"[^\w\- ]", "", text.lower())
-    return text.replace(" ", "-")
-
-
-def anchors(text: str) -> set[str]:
-    found: set[str] = set()
-    seen: dict[str, int] = {}
-    for line in prose(text):
-        match = HEADING.match(line)
-        if not match:
-            continue
-        base = slug(match.group(2))
-        count = seen.get(base, 0)
-        seen[base] = count + 1
-        found.add(base if count == 0 else f"{base}-{count}")
-    return found
 
 
 def links(text: str) -> list[str]:

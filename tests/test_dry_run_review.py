@@ -1,6 +1,6 @@
 """One review by hand: ``retry-webhook dry-run -o review`` prints the AdmissionReview the API
 server would send for a manifest, and the README's ``curl`` line posts it to a running
-server. Posted to the real server (tests/serverproc.py), it is answered with the very
+server. Posted to the real server (testkit/servers.py), it is answered with the very
 patch ``dry-run -o patch`` shows."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SYSTEM_FIELDS, apply, decode_patch
-from serverproc import start, stop
+
+from testkit.builders import SYSTEM_FIELDS, apply, decode_patch
+from testkit.servers import start, stop
+from testkit.tools import ROOT
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 EXAMPLE = "examples/job.yaml"

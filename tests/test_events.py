@@ -4,31 +4,44 @@ Event on the workload the user applied, and a Job our rules failed gets one Warn
 The decisions are the pod mutator's (run by the engine as admission runs it); the
 workload is told from the pod as its CREATE review carries it, and a JobSet's TrainJob by
 the real ``kubernetes`` client against the test suite's HTTP Kubernetes API
-(tests/fakeapi.py), which stores the Events; the server tests run ``retry-webhook serve``
+(testkit/fakeapi.py), which stores the Events; the server tests run ``retry-webhook serve``
 as deployed, its workers writing Events and its controller judging failed Jobs.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import threading
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from conftest import P, job, job_owner, pod, review, stored
-from fakeapi import FakeAPI, write_kubeconfig
 from kubernetes import client, config
-from serverproc import eventually, free_port, metric, scaled, start, stop
-from test_controller import replica
-from test_failureaware import FACTOR, Source, job_pod, trainer
-from test_failureaware_server import a_job, admit, admitted_until, failed, new_pod, with_spare_nodes
-from workloads import mutate
 
-from webhook.cluster.attempts import JOB_UID_LABEL, AttemptLookup
+from testkit.builders import P, job, job_owner, pod, review, stored
+from testkit.events import (
+    FAIL_NON_RETRIABLE,
+    JOBSET,
+    NS,
+    TRAINER,
+    a_jobset,
+    admitted_job,
+    failed_by_policy,
+    message_for,
+    owner,
+    put_cronjob_child,
+    put_failed_indexes,
+    put_trainjob_child,
+    stored_events,
+)
+from testkit.failedpods import a_job, admit, admitted_until, failed, new_pod, with_spare_nodes
+from testkit.failureaware import FACTOR, Source, job_pod, trainer
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.replicas import replica
+from testkit.servers import eventually, free_port, metric, scaled, start, stop
+from testkit.workloads import mutate
+from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.events import (
     Event,
     EventRecorder,
@@ -38,22 +51,6 @@ from webhook.cluster.events import (
     workload_of_pod,
 )
 from webhook.controller.failedjobs import FailedJobs
-
-NS = "ml"
-JOBSET = "jobset.x-k8s.io/v1alpha2"
-TRAINER = "trainer.kubeflow.org/v1alpha1"
-
-
-def owner(api_version: str, kind: str, name: str, uid: str) -> dict:
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
 
 # --- decisions in the pod mutator ---------------------------------------------------------
 
@@ -193,15 +190,6 @@ def api_client(fake: FakeAPI, tmp_path: Path):
     return config.new_client_from_config(str(path))
 
 
-def a_jobset(name: str, uid: str, trainjob: tuple[str, str] | None = None, **annotations) -> dict:
-    """A JobSet as stored; a TrainJob's as the trainer builds it: named after the
-    TrainJob, which is its controller owner."""
-    meta: dict = {"name": name, "namespace": NS, "uid": uid, "annotations": dict(annotations)}
-    if trainjob is not None:
-        meta["ownerReferences"] = [owner(TRAINER, "TrainJob", *trainjob)]
-    return {"apiVersion": JOBSET, "kind": "JobSet", "metadata": meta, "spec": {}}
-
-
 def test_a_trainjobs_jobset_stands_for_the_trainjob(api, tmp_path):
     # upstream: JobSet.Build (kubeflow/trainer pkg/runtime/framework/plugins/jobset/
     # jobset.go, v2.2 and v2.3): the JobSet is named after the TrainJob and owned by it
@@ -228,11 +216,6 @@ def test_a_trainjobs_jobset_stands_for_the_trainjob(api, tmp_path):
 
 
 # --- the recorder: repeats still queued count into one write ------------------------------
-
-
-def stored_events(fake: FakeAPI, namespace: str = NS) -> list[dict]:
-    with fake.lock:
-        return [copy.deepcopy(v) for (ns, _), v in fake.named["events"].items() if ns == namespace]
 
 
 def test_repeats_still_queued_are_one_write_with_their_count(api, tmp_path):
@@ -272,51 +255,6 @@ def test_an_event_said_once_is_not_counted_again(api, tmp_path):
 
 
 # --- RetryPolicyFailedJob: the controller's reconciler --------------------------------------
-
-
-def now_stamp(ago: float = 0.0) -> str:
-    when = datetime.now(timezone.utc) - timedelta(seconds=ago)
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:
-    """A Job as the webhook admitted it and the API server stored it."""
-    verdict, out = mutate(job(annotations, name=name, spec=spec or None))
-    assert verdict.allowed, verdict.message
-    return stored(out)
-
-
-def failed_by_policy(job_: dict, message: str, ago: float = 5.0) -> dict:
-    """``job_`` failed as the Job controller writes it: the interim ``FailureTarget``
-    condition, then ``Failed`` with the same reason and message."""
-    # upstream: syncJob (pkg/controller/job/job_controller.go): getFailJobMessage ->
-    # FailureTarget (reason PodFailurePolicy), then newFailedConditionForFailureTarget.
-    out = copy.deepcopy(job_)
-    conditions = [
-        {
-            "type": kind,
-            "status": "True",
-            "reason": "PodFailurePolicy",
-            "message": message,
-            "lastProbeTime": now_stamp(ago),
-            "lastTransitionTime": now_stamp(ago),
-        }
-        for kind in ("FailureTarget", "Failed")
-    ]
-    out["status"] = {"failed": 1, "conditions": conditions, "startTime": now_stamp(60)}
-    return out
-
-
-FAIL_NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "143"}
-
-
-def message_for(job_: dict, container: str = "main", code: int = 42, index: int = 1) -> str:
-    # upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go).
-    pod_name = job_["metadata"]["name"] + "-x7k2p"
-    return (
-        f"Container {container} for pod {NS}/{pod_name} failed with exit code {code} "
-        f"matching FailJob rule at index {index}"
-    )
 
 
 def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **kw):
@@ -415,85 +353,6 @@ def test_only_our_rules_within_the_window_get_a_warning(api, tmp_path):
     api.put("jobs", failed_by_policy(hand, message_for(hand, index=0)))
     reconcile(api, tmp_path)
     assert stored_events(api) == []
-
-
-def put_trainjob_child(api: FakeAPI) -> None:
-    """A TrainJob's JobSet, and its child Job failed by the rule the JobSet's admission
-    wrote (JobSet copies its template's annotations to its Jobs: the record stays on the
-    JobSet)."""
-    record = json.dumps({"failNonRetriable": [143], "countDisruptions": True})
-    api.store(
-        "jobsets",
-        a_jobset("llama", "set-1", trainjob=("llama", "tj-uid"), **{P + "applied": record}),
-    )
-    child = admitted_job(FAIL_NON_RETRIABLE, name="llama-node-0")
-    del child["metadata"]["annotations"]
-    child["metadata"]["ownerReferences"] = [owner(JOBSET, "JobSet", "llama", "set-1")]
-    api.put("jobs", failed_by_policy(child, message_for(child, container="main", code=1)))
-
-
-def put_cronjob_child(api: FakeAPI) -> None:
-    """A CronJob (its record of what the webhook applied) and its Job failed by our rule."""
-    record = json.dumps({"failNonRetriable": [137, 143]})
-    api.store(
-        "cronjobs",
-        {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {
-                "name": "nightly",
-                "namespace": NS,
-                "annotations": {P + "applied": record},
-            },
-        },
-    )
-    made = admitted_job({**FAIL_NON_RETRIABLE, P + "retriable-exit-codes": "137,143"}, "nightly-1")
-    del made["metadata"]["annotations"]
-    made["metadata"]["ownerReferences"] = [owner("batch/v1", "CronJob", "nightly", "cj-uid")]
-    api.put("jobs", failed_by_policy(made, message_for(made, code=2)))
-
-
-def put_failed_indexes(api: FakeAPI) -> None:
-    """An Indexed Job (``on-non-retriable: fail-index``) that failed with reason
-    FailedIndexes, whose message names no pod, and its failed pods: index 2 by our
-    FailIndex rule (exit 42), index 0 retriably (143, retried)."""
-    # upstream: syncJob (pkg/controller/job/job_controller.go): "Job has failed indexes".
-    annotations = {**FAIL_NON_RETRIABLE, P + "on-non-retriable": "fail-index"}
-    indexed = admitted_job(
-        annotations,
-        name="indexed",
-        completionMode="Indexed",
-        completions=3,
-        backoffLimitPerIndex=1,
-    )
-    uid = indexed["metadata"]["uid"]
-    ended = failed_by_policy(indexed, "Job has failed indexes")
-    for condition in ended["status"]["conditions"]:
-        condition["reason"] = "FailedIndexes"
-    for index, code in ((2, 42), (0, 143)):
-        failed_pod = stored(pod({}, owner=job_owner("indexed", uid)))
-        failed_pod["metadata"]["labels"] = {JOB_UID_LABEL: uid}
-        failed_pod["metadata"]["annotations"] = {
-            "batch.kubernetes.io/job-completion-index": str(index)
-        }
-        failed_pod["status"] = {
-            "phase": "Failed",
-            "containerStatuses": [
-                {"name": "main", "state": {"terminated": {"exitCode": code, "reason": "Error"}}}
-            ],
-        }
-        api.put("pods", failed_pod)
-    api.put("jobs", ended)
-
-
-def put_failed_jobs(api: FakeAPI) -> int:
-    """Every kind of Job our rules fail, in one API; how many Warnings they make."""
-    train = admitted_job({**FAIL_NON_RETRIABLE, P + "backoff-limit": "3"})
-    api.put("jobs", failed_by_policy(train, message_for(train, index=1)))
-    put_trainjob_child(api)
-    put_cronjob_child(api)
-    put_failed_indexes(api)
-    return 4
 
 
 def test_a_jobset_child_job_warns_on_the_trainjob_the_user_applied(api, tmp_path):

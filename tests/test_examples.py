@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, P
-from workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
 
+from testkit.builders import P
+from testkit.tools import ROOT
+from testkit.workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
 from webhook import cli
 from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
 from webhook.kube.intent import LAST_APPLIED

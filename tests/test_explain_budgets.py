@@ -5,9 +5,9 @@ the controller does (``webhook.controller.disruptions``, ``webhook.controller.re
 from __future__ import annotations
 
 import pytest
-from conftest import P
-from test_explain import manifest
 
+from testkit.builders import P
+from testkit.explain import manifest
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion
 from webhook.explain.model import ExplainError, parse_events
@@ -103,7 +103,7 @@ def test_simulate_restarts_in_place_replaced_at_the_budget():
 
 
 def test_a_jobsets_disruption_budget_is_the_sets_across_restarts():
-    from test_jobset import jobset
+    from testkit.kinds import jobset
 
     obj = jobset(
         {P + "ignore-disruptions": "true", P + "max-disruptions": "1", P + "backoff-limit": "2"}

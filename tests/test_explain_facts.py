@@ -7,10 +7,9 @@ from __future__ import annotations
 import copy
 import json
 
-from conftest import P
-from test_failureaware import AVOID, FACTOR, Source, job_pod, sidecar, trainer
-from workloads import mutate
-
+from testkit.builders import P
+from testkit.failureaware import AVOID, FACTOR, Source, job_pod, sidecar, trainer
+from testkit.workloads import mutate
 from webhook import cli, explain
 from webhook.explain.model import ContainerMemory, NextPod, PodFacts
 from webhook.kube.podspec import spot_requirements

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import P
-from test_cli import run
-from test_explain import assert_text_and_json_agree, manifest
-from test_trainjob import runtime, trainjob
 
+from testkit.builders import P
+from testkit.cli import run
+from testkit.explain import assert_text_and_json_agree, manifest
+from testkit.trainer import runtime, trainjob
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion
 from webhook.kube.restartrules import BACKOFF_MAX_SECONDS, restart_delay

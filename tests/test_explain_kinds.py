@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FULL, ROOT, P, job_owner, pod, review
-from serverproc import scaled
-from test_cli import run
-from test_explain import assert_text_and_json_agree, doc_block, explained, rows, setting
 
+from testkit.builders import FULL, P, job_owner, pod, review
+from testkit.cli import run
+from testkit.explain import assert_text_and_json_agree, doc_block, explained, rows, setting
+from testkit.servers import scaled
+from testkit.tools import ROOT
 from webhook import cli, explain
 from webhook.admission import engine
 from webhook.admission import review as admission

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import P
-from serverproc import scaled
+
+from testkit.builders import P
+from testkit.servers import scaled
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 

@@ -11,41 +11,26 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
 
 import pytest
-from conftest import P, job, job_owner, pod, stored
-from serverproc import scaled
-from workloads import admitted, assert_idempotent, kubectl_patch, mutate, validate, validate_schema
 
+from testkit.builders import P, job, pod
+from testkit.failureaware import AVOID, FACTOR, Source, job_pod, node, sidecar, trainer
+from testkit.servers import scaled
+from testkit.workloads import (
+    admitted,
+    assert_idempotent,
+    kubectl_patch,
+    mutate,
+    validate,
+    validate_schema,
+)
 from webhook.cluster import history
-from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import FailureHistory, HistoryKey, Killed
-from webhook.cluster.limits import LimitLookup
-from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.failurepolicy import count_disruptions_rule
 from webhook.kube.limitrange import memory_limits
 from webhook.kube.podspec import spot_requirements
-from webhook.kube.scheduling import fits, node_of
 from webhook.policy.config import ConfigError, parse_config
-
-FACTOR = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "8Gi"}
-AVOID = {P + "avoid-failed-nodes": "true"}
-
-
-def trainer(memory: str = "2Gi", limit: str | None = "2Gi", name: str = "trainer") -> dict:
-    resources: dict = {"requests": {"cpu": "1", "memory": memory}}
-    if limit is not None:
-        resources["limits"] = {"memory": limit}
-    return {"name": name, "image": "ghcr.io/example/train:1.0.0", "resources": resources}
-
-
-def sidecar() -> dict:
-    return {
-        "name": "logger",
-        "image": "busybox:1.36",
-        "resources": {"requests": {"memory": "64Mi"}},
-    }
 
 
 def denied(verdict) -> str:
@@ -382,105 +367,13 @@ def test_a_jobset_rule_that_fails_the_set_when_an_oom_ends_a_child_is_a_contradi
 
 @pytest.mark.parametrize("kind", ["RayJob", "PyTorchJob"])
 def test_kinds_whose_pods_belong_to_no_job_deny_it(kind):
-    from test_pytorchjob import pytorchjob
-    from test_rayjob import rayjob
+    from testkit.kinds import pytorchjob, rayjob
 
     obj = rayjob(FACTOR) if kind == "RayJob" else pytorchjob(FACTOR)
     assert f"annotation {P}oom-memory-factor: cannot apply to a {kind}" in denied(mutate(obj)[0])
 
 
 # --- pod admission ------------------------------------------------------------------------
-
-
-def node(name, labels=None, taints=None, ready=True, unschedulable=False):
-    """A Node object as the API returns it (the parts placement reads)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "spec": {"taints": taints or [], **({"unschedulable": True} if unschedulable else {})},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
-
-
-class Source:
-    """The attempt cache's answers: a Job's counted failures (fixed here), the failure
-    history (the real ``FailureHistory``, fed failed pods by ``fail``), the namespace's
-    LimitRanges (the real bounds of ``limit_ranges``' objects; unknown when ``None``) and
-    whether a node remains (the real ``fits`` on ``nodes``; unknown when ``None``)."""
-
-    def __init__(
-        self, failures: int | None = 0, limit_ranges: list | None = (), nodes: Any = "spare"
-    ):
-        self.failures = failures
-        self.history = FailureHistory()
-        self.ranges = limit_ranges
-        #: Node objects (``None``: unknown); by default two Ready nodes nobody failed on.
-        self.nodes = [node("spare-1"), node("spare-2")] if nodes == "spare" else nodes
-
-    def job_failures(self, namespace, name, uid):
-        if self.failures is None:
-            return AttemptLookup(None, "none", "Job unreadable")
-        return AttemptLookup(self.failures, "Job status (cache)")
-
-    def job_history(self, key):
-        return self.history.fetch(key)
-
-    def limit_ranges(self, namespace):
-        if self.ranges is None:
-            return LimitLookup(False, reason="LimitRanges unreadable: HTTP 403")
-        return LimitLookup(True, memory_limits(self.ranges))
-
-    def placement(self, question):
-        if self.nodes is None:
-            return NodeAnswer(False, reason="Nodes unreadable: HTTP 403")
-        return NodeAnswer(True, any(fits(node_of(n), question) for n in self.nodes))
-
-    def stats(self):
-        return {}
-
-    def fail(self, admitted, node="node-a", oom=("trainer",), job_uid="job-1", **status):
-        """``admitted`` (a pod as the webhook let it through) failed on ``node``: its
-        containers in ``oom`` OOM-killed, the others exited 0; ``status`` is added to
-        its status (conditions, a reason) and ``deleting`` sets a deletionTimestamp."""
-        failed = stored(admitted)  # as the watch delivers it: named, with a UID
-        failed["spec"]["nodeName"] = node
-        if status.pop("deleting", False):
-            failed["metadata"]["deletionTimestamp"] = "2026-11-22T00:00:00Z"
-        failed["status"] = {
-            "phase": "Failed",
-            "containerStatuses": [
-                {
-                    "name": c["name"],
-                    "state": {
-                        "terminated": {
-                            "exitCode": 137 if c["name"] in oom else 0,
-                            "reason": "OOMKilled" if c["name"] in oom else "Completed",
-                        }
-                    },
-                }
-                for c in failed["spec"]["containers"]
-            ],
-            **status,
-        }
-        assert self.history.record(failed, job_uid, True)
-        self.failures = (self.failures or 0) + 1
-        return failed
-
-
-def job_pod(annotations=None, containers=None, job_uid="job-1", spec=None, meta=None):
-    """A Job's pod as its CREATE review carries it: ``generateName``, no name or uid."""
-    made = pod(
-        {**FACTOR, **AVOID} if annotations is None else annotations,
-        owner=job_owner("train", job_uid),
-        spec={"containers": containers or [trainer(), sidecar()], **(spec or {})},
-    )
-    for key in ("name", "uid", "creationTimestamp"):
-        made["metadata"].pop(key, None)
-    made["metadata"]["generateName"] = "train-"
-    for key, value in (meta or {}).items():
-        made["metadata"].setdefault(key, {}).update(value)
-    return made
 
 
 def memory(obj, name="trainer"):
@@ -1171,8 +1064,8 @@ def test_the_tally_is_small_json():
 
 def test_nodes_are_distinct_most_recent_last_and_bounded():
     h = FailureHistory()
-    for i, node in enumerate(["a", "b", "a", *[f"n{j}" for j in range(20)]]):
-        h.record(failed_pod(f"p{i}", node), "job-1", True)
+    for i, name in enumerate(["a", "b", "a", *[f"n{j}" for j in range(20)]]):
+        h.record(failed_pod(f"p{i}", name), "job-1", True)
     nodes = h.lookup(key(0)).nodes
     assert len(nodes) == history.MAX_NODES and nodes[-1] == "n19" and len(set(nodes)) == len(nodes)
 

@@ -1,81 +1,34 @@
 """Failure-aware retries through the real server (``retry-webhook serve`` as deployed),
 whose attempt cache lists and watches Jobs and failed pods of the test suite's HTTP
-Kubernetes API (tests/fakeapi.py) with the real ``kubernetes`` client: a Job OOM-killed
+Kubernetes API (testkit/fakeapi.py) with the real ``kubernetes`` client: a Job OOM-killed
 once gets its next pod with more memory, an Indexed Job per index, failed nodes are
 avoided; a failed pod that reaches the watch after the Job's status counted it is
 listed; an API that goes away leaves pods admitted unchanged, with a warning."""
 
 from __future__ import annotations
 
-import copy
 import time
 import uuid
 from urllib.parse import parse_qs
 
 import pytest
-from conftest import P, apply, decode_patch, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, free_port, metric, scaled, start, stop
-from workloads import validate_schema
 
+from testkit.failedpods import (
+    a_job,
+    admit,
+    admitted_until,
+    failed,
+    gpu_node,
+    new_pod,
+    with_spare_nodes,
+)
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, free_port, metric, scaled, start, stop
+from testkit.workloads import validate_schema
 from webhook.cluster.attempts import JOB_UID_LABEL
 
-POLICY = {
-    P + "oom-memory-factor": "1.5",
-    P + "oom-memory-limit": "8Gi",
-    P + "avoid-failed-nodes": "true",
-}
 INDEX = "batch.kubernetes.io/job-completion-index"
 INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
-
-
-def trainer() -> dict:
-    return {
-        "name": "trainer",
-        "image": "ghcr.io/example/train:1.0.0",
-        "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "2Gi"}},
-    }
-
-
-def a_job(name: str, failed: int = 0, **spec) -> dict:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}-{uuid.uuid4().hex[:6]}"},
-        "spec": {"template": {"metadata": {"annotations": dict(POLICY)}}, **spec},
-        "status": {"failed": failed},
-    }
-
-
-def new_pod(job: dict, annotations: dict | None = None, spec: dict | None = None) -> dict:
-    """A pod of ``job`` as its CREATE review carries it (``generateName``, no name or uid)."""
-    meta = job["metadata"]
-    made = pod(
-        {**POLICY, **(annotations or {})},
-        namespace=meta["namespace"],
-        owner=job_owner(meta["name"], meta["uid"]),
-        spec={"containers": [trainer()], **(spec or {})},
-    )
-    for key in ("name", "uid", "creationTimestamp"):
-        made["metadata"].pop(key, None)
-    made["metadata"]["generateName"] = meta["name"] + "-"
-    made["metadata"]["labels"] = {JOB_UID_LABEL: meta["uid"]}
-    return made
-
-
-def failed(made: dict, node: str, oom: bool = True) -> dict:
-    out = copy.deepcopy(made)
-    out["metadata"]["uid"] = str(uuid.uuid4())
-    out["metadata"]["name"] = out["metadata"]["generateName"] + out["metadata"]["uid"][:5]
-    out["spec"]["nodeName"] = node
-    reason = "OOMKilled" if oom else "Error"
-    out["status"] = {
-        "phase": "Failed",
-        "containerStatuses": [
-            {"name": "trainer", "state": {"terminated": {"exitCode": 137, "reason": reason}}}
-        ],
-    }
-    return out
 
 
 def memory(obj: dict) -> tuple[str, str]:
@@ -91,31 +44,6 @@ def avoided(obj: dict) -> list[str]:
     if not terms:
         return []
     return [r["values"][0] for r in terms["nodeSelectorTerms"][0]["matchFields"]]
-
-
-def admit(server, obj: dict) -> tuple[dict, dict]:
-    response = server.review("/mutate", review(obj))["response"]
-    assert response["allowed"] is True, response
-    out = apply(obj, decode_patch({"response": response})) if "patch" in response else obj
-    return response, out
-
-
-def admitted_until(server, obj: dict, check, timeout: float = 15.0) -> tuple[dict, dict]:
-    """Admit ``obj`` until the answer passes ``check`` (the watch delivers events a
-    moment after they happen)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        response, out = admit(server, obj)
-        if check(out) or time.monotonic() > deadline:
-            return response, out
-        time.sleep(0.1)
-
-
-def with_spare_nodes(api: FakeAPI) -> FakeAPI:
-    """Two Ready nodes nobody fails on: a pod kept off failed nodes has somewhere to go."""
-    for name in ("spare-1", "spare-2"):
-        api.put("nodes", {**gpu_node(name), "metadata": {"name": name, "uid": name}})
-    return api
 
 
 @pytest.fixture(scope="module")
@@ -257,16 +185,6 @@ def test_the_namespaces_limitrange_and_nodes_shape_the_next_attempt(server, clus
     cluster.put("nodes", gpu_node("g2"))
     _, out = admitted_until(server, second, lambda o: avoided(o) == ["g1"])
     assert avoided(out) == ["g1"]
-
-
-def gpu_node(name: str) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": f"node-{name}", "labels": {"pool": "gpu"}},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
 
 
 def test_failures_whose_pods_are_terminating_or_gone_are_named_so(server, cluster):

@@ -20,8 +20,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from test_explain import manifest
 
+from testkit.explain import manifest
 from webhook import cli, explain
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure

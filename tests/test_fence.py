@@ -14,11 +14,11 @@ import threading
 import time
 
 import pytest
-from fakeapi import FakeAPI
 from kubernetes import client
-from serverproc import eventually, stop
-from test_controller import FAST, NS, coordination, lease, readyz, replica
 
+from testkit.fakeapi import FakeAPI
+from testkit.replicas import FAST, NS, coordination, lease, readyz, replica
+from testkit.servers import eventually, stop
 from webhook.controller.fence import Fence, FenceClosed, fenced_client
 from webhook.controller.lease import LeaderElector, LeaseConfig
 from webhook.controller.manager import ControllerOptions, Manager

@@ -1,11 +1,12 @@
-"""The test suite's builders make objects as a cluster sends them (conftest's doc says
-why and names the upstream functions); every test that uses them relies on this."""
+"""The test suite's builders make objects as a cluster sends them (testkit/builders.py's doc
+says why and names the upstream functions); every test that uses them relies on this."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import job, job_owner, pod, review, stored
-from workloads import admitted
+
+from testkit.builders import job, job_owner, pod, review, stored
+from testkit.workloads import admitted
 
 
 def test_a_create_review_carries_no_system_fields():

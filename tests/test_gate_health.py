@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import apply, decode_patch, job_owner, review
-from fakeapi import FakeAPI
 from kubernetes import client
-from serverproc import eventually, stop
-from test_controller import NS, elector, gated_pod, lease, readyz, replica
-from test_controller_budgets import events_of
-from test_gates import (
+
+from testkit.builders import apply, decode_patch, job_owner, review
+from testkit.controllers import events_of
+from testkit.delays import NOW, Source, job_pod
+from testkit.fakeapi import FakeAPI
+from testkit.gates import (
     QUOTA,
     Running,
     a_job,
@@ -31,11 +31,12 @@ from test_gates import (
     core,
     fail,
     gate_names,
+    gated_pod,
     new_pod,
     stored_pod,
 )
-from test_retry_delay import NOW, Source, job_pod
-
+from testkit.replicas import NS, elector, lease, readyz, replica
+from testkit.servers import eventually, stop
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster import leadership

@@ -4,7 +4,7 @@ what is overdue, and ``retry-webhook release-gates`` releases them all.
 
 Real parts: the controller's ``GateReleaser`` and the servers (``retry-webhook serve``,
 two replicas electing a leader on the Lease) against the HTTP test API
-(tests/fakeapi.py) with the real ``kubernetes`` client; every pod the webhook changes is
+(testkit/fakeapi.py) with the real ``kubernetes`` client; every pod the webhook changes is
 patched with the real ``kubectl patch --local`` and validated against the strict 1.35
 and 1.36 schemas; the chart's RBAC (rendered by the real ``helm``) is checked against the
 calls ``release-gates`` makes.
@@ -12,32 +12,38 @@ calls ``release-gates`` makes.
 
 from __future__ import annotations
 
-import copy
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-from conftest import P, decode_patch, job_owner, pod, review, stored
-from fakeapi import FakeAPI, write_kubeconfig
-from kubernetes import client, config
-from serverproc import eventually, free_port, metric, scaled, stop
-from test_controller import gated_pod, readyz, replica
-from workloads import kubectl_patch, validate_schema
 
-from webhook.cluster.attempts import JOB_UID_LABEL
+from testkit.builders import decode_patch, review, stored
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.gates import (
+    QUOTA,
+    Running,
+    a_job,
+    admit_gated,
+    core,
+    fail,
+    gate_names,
+    gated_pod,
+    new_pod,
+    stored_pod,
+)
+from testkit.replicas import readyz, replica
+from testkit.servers import eventually, free_port, metric, scaled, stop
+from testkit.workloads import kubectl_patch, validate_schema
 from webhook.controller.gates import GateReleaser, release_all
 from webhook.kube import gates
 from webhook.mutators import between
 from webhook.policy.model import format_time, parse_time
 
 BIN = Path(sys.executable).parent / "retry-webhook"
-QUOTA = {"name": "example.com/quota"}
 LEASE = "retry-policy-webhook-controller"
 GAUGE = "retry_webhook_retry_delay_gates_pending"
 RELEASED = "retry_webhook_retry_delay_gates_released_total"
@@ -48,37 +54,6 @@ def api():
     fake = FakeAPI().start()
     yield fake
     fake.stop()
-
-
-def core(fake: FakeAPI, tmp_path: Path) -> client.CoreV1Api:
-    path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
-    return client.CoreV1Api(config.new_client_from_config(str(path)))
-
-
-def stored_pod(fake: FakeAPI, uid: str) -> dict:
-    with fake.lock:
-        return copy.deepcopy(fake.objects["pods"][uid])
-
-
-def gate_names(obj: dict) -> list[str]:
-    return [g["name"] for g in obj["spec"].get("schedulingGates") or []]
-
-
-class Running:
-    """A ``GateReleaser`` on a thread, as the Manager runs it while leading."""
-
-    def __init__(self, releaser: GateReleaser):
-        self.releaser = releaser
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=releaser.run, args=(self.stop,), daemon=True)
-
-    def __enter__(self) -> GateReleaser:
-        self.thread.start()
-        return self.releaser
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(scaled(5))
 
 
 class Recorded:
@@ -200,9 +175,9 @@ def test_release_gates_releases_them_all_and_says_so(api, tmp_path):
         assert gate_names(stored_pod(api, uid)) == [QUOTA["name"]]
     assert gate_names(stored_pod(api, "uid-theirs")) == [QUOTA["name"]]
     # Its calls, as RBAC reads them, are what the chart's delete hook may make.
-    from conftest import tool
-    from rbac import calls, denied
-    from test_chart import NAMESPACE, render
+    from testkit.chart import NAMESPACE, render
+    from testkit.rbac import calls, denied
+    from testkit.tools import tool
 
     made = calls(list(api.requests))
     assert {(c.verb, c.resource, c.namespace) for c in made} == {
@@ -248,64 +223,6 @@ def test_a_pod_deleted_between_list_and_patch_is_gone_not_an_error(api, tmp_path
 
 
 # --- through the real servers -------------------------------------------------------------------
-
-DELAY = {P + "retry-delay": "2s", P + "attempt-env": "true", P + "backoff-limit": "3"}
-
-
-def a_job(name: str) -> dict:
-    uid = f"uid-{name}-{uuid.uuid4().hex[:6]}"
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "ml", "uid": uid},
-        "spec": {"backoffLimit": 3, "template": {"metadata": {"annotations": dict(DELAY)}}},
-        "status": {"failed": 0},
-    }
-
-
-def new_pod(job: dict) -> dict:
-    """A pod of ``job`` as its CREATE review carries it (``generateName``, no name or
-    uid), behind a queue's gate of its own."""
-    meta = job["metadata"]
-    made = pod(
-        dict(DELAY),
-        namespace="ml",
-        owner=job_owner(meta["name"], meta["uid"]),
-        spec={"schedulingGates": [dict(QUOTA)]},
-    )
-    made["metadata"]["labels"] = {JOB_UID_LABEL: meta["uid"]}
-    return made
-
-
-def fail(fake: FakeAPI, job: dict, made: dict, at: float, code: int = 2) -> None:
-    """``made`` ran and failed at ``at``; the Job controller counted it."""
-    failed = stored(made)
-    failed["spec"].pop("schedulingGates", None)
-    failed["status"] = {
-        "phase": "Failed",
-        "containerStatuses": [
-            {
-                "name": "main",
-                "state": {"terminated": {"exitCode": code, "finishedAt": format_time(at)}},
-            }
-        ],
-    }
-    fake.put("pods", failed)
-    job["status"]["failed"] += 1
-    fake.put("jobs", job)
-
-
-def admit_gated(server, made: dict, timeout: float = 15.0) -> tuple[dict, dict, list]:
-    """Admit ``made`` until the webhook's caches have seen the failure (it is gated)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        response = server.review("/mutate", review(made))["response"]
-        assert response["allowed"] is True, response
-        patch = decode_patch({"response": response})
-        if any(op["path"].startswith("/spec/schedulingGates") for op in patch):
-            return response, made, patch
-        assert time.monotonic() < deadline, response
-        time.sleep(0.1)
 
 
 def store(fake: FakeAPI, made: dict, patch: list, tmp_path: Path) -> dict:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import P, job, job_owner, pod
-from workloads import (
+
+from testkit.builders import P, job, job_owner, pod
+from testkit.workloads import (
     FixedAttempts,
     assert_idempotent,
     kubectl_patch,
@@ -14,7 +15,6 @@ from workloads import (
     validate,
     validate_schema,
 )
-
 from webhook.admission import engine
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,

@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 import pytest
-from conftest import P, apply, job, job_owner, pod, review
-from test_jobset import child, jobset, replicated
-from test_trainjob import carried, runtime, trainjob
-from workloads import admitted, mutate, pod_template
 
+from testkit.builders import P, apply, job, job_owner, pod, review
+from testkit.kinds import child, jobset, replicated
+from testkit.trainer import carried, runtime, trainjob
+from testkit.workloads import admitted, mutate, pod_template
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.runtimes import GivenRuntimes

@@ -1,7 +1,7 @@
 """In-place retries (``in-place-exit-codes``, ``in-place-scope``) against real parts.
 
 - The real server (``retry-webhook serve`` as deployed, TLS, one worker) whose kubeconfig
-  points at the test suite's HTTP Kubernetes API (tests/fakeapi.py), asked for
+  points at the test suite's HTTP Kubernetes API (testkit/fakeapi.py), asked for
   ``/version`` by the real ``kubernetes`` client: 1.34, 1.35 (in GKE's form, minor
   ``35+``), 1.36, and an API server that is down.
 - Every mutated Job, CronJob, Pod (and JobSet, through its vendored CRD schema) is
@@ -35,15 +35,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import P, apply, decode_patch, job, pod, review
-from fakeapi import VERSION_DOWN, FakeAPI, version_info, write_kubeconfig
 from kubernetes import client
 from kubernetes import config as kube_config
-from serverproc import BIN, Server, eventually, free_port, metric, scaled, start, stop
-from test_cronjob import cronjob
-from test_jobset import child, jobset, replicated
-from workloads import kubectl_patch, validate_schema
 
+from testkit.builders import P, apply, decode_patch, job, pod, review
+from testkit.fakeapi import VERSION_DOWN, FakeAPI, version_info, write_kubeconfig
+from testkit.kinds import child, cronjob, jobset, replicated
+from testkit.servers import BIN, Server, eventually, free_port, metric, scaled, start, stop
+from testkit.workloads import kubectl_patch, validate_schema
 from webhook import cli
 from webhook.cluster.version import REFRESH_SECONDS, RETRY_SECONDS, ServerVersion
 from webhook.kube.intent import LAST_APPLIED

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import job
 
+from testkit.builders import job
 from webhook.kube.intent import LAST_APPLIED, user_wrote
 
 

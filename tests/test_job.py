@@ -6,8 +6,8 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P, apply, job, leaves, review
 
+from testkit.builders import FULL, P, apply, job, leaves, review
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.kube.failurepolicy import (

@@ -16,17 +16,14 @@ import json
 
 import pytest
 import yaml
-from conftest import P, apply, decode_patch, job, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, start, stop
-from test_cli import run
-from test_cronjob import cronjob
-from test_explain import manifest, one
-from test_jobset import child, jobset, replicated
-from test_pytorchjob import pytorchjob
-from test_rayjob import rayjob
-from workloads import kubectl_patch, mutate, validate, validate_schema
 
+from testkit.builders import P, apply, decode_patch, job, job_owner, pod, review
+from testkit.cli import run
+from testkit.explain import manifest, one
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.kinds import child, cronjob, jobset, pytorchjob, rayjob, replicated
+from testkit.servers import eventually, start, stop
+from testkit.workloads import kubectl_patch, mutate, validate, validate_schema
 from webhook.cluster.attempts import AttemptLookup, placement_budget
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
@@ -931,7 +928,7 @@ def test_the_attempt_cache_keeps_the_budget_of_jobs_placed_by_it():
 
 
 def test_the_attempt_cache_follows_a_changed_backoff_limit():
-    from test_attempts import cache_for, eventually, lookup, make_job
+    from testkit.attempts import cache_for, eventually, lookup, make_job
 
     api = FakeAPI().start()
     try:
@@ -1246,7 +1243,7 @@ def test_a_cronjobs_job_is_left_to_the_policy_of_its_template():
     # jobTemplate's annotations and spec into the Job and sets a controller reference to
     # the CronJob; the policy was applied to that template, and defaults do not apply
     # again to what a controller made.
-    from test_cronjob import job_from
+    from testkit.kinds import job_from
 
     _, template = mutate(cronjob({P + "fail-non-retriable": "true"}), DEFAULTS)
     made = job_from(template)

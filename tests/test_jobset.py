@@ -6,10 +6,11 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P, job, job_owner, pod
-from workloads import (
+
+from testkit.builders import FULL, P, job, job_owner, pod
+from testkit.kinds import child, jobset, replicated
+from testkit.workloads import (
     FixedAttempts,
-    admitted,
     assert_idempotent,
     kubectl_patch,
     mutate,
@@ -17,7 +18,6 @@ from workloads import (
     validate,
     validate_schema,
 )
-
 from webhook.kube import intent
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
@@ -31,39 +31,6 @@ from webhook.policy.config import Config, parse_config
 # upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) sets it to the
 # JobSet's status.restarts on each child Job and its pod template.
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-
-
-def replicated(name, restart_policy=None, **job_spec):
-    return {
-        "name": name,
-        "replicas": 2,
-        "template": {
-            "spec": {
-                "parallelism": 2,
-                "completions": 2,
-                **job_spec,
-                "template": pod_template("trainer", restart_policy=restart_policy),
-            }
-        },
-    }
-
-
-def jobset(annotations=None, *, jobs=None, failure_policy=None, applied=False, **spec):
-    manifest = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": "pretrain", "namespace": "ml"},
-        "spec": {"replicatedJobs": jobs or [replicated("leader"), replicated("workers")], **spec},
-    }
-    if annotations:
-        manifest["metadata"]["annotations"] = dict(annotations)
-    if failure_policy is not None:
-        manifest["spec"]["failurePolicy"] = failure_policy
-    return admitted(manifest, applied=applied)
-
-
-def child(obj, index):
-    return obj["spec"]["replicatedJobs"][index]["template"]["spec"]
 
 
 def test_full_policy():

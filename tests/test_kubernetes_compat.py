@@ -8,9 +8,10 @@ import subprocess
 
 import kubernetes_validate
 import pytest
-from conftest import FULL, P, apply, job, job_owner, pod, review, tool
-from serverproc import scaled
 
+from testkit.builders import FULL, P, apply, job, job_owner, pod, review
+from testkit.servers import scaled
+from testkit.tools import tool
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.policy.config import Config, parse_config

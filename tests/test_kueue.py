@@ -8,14 +8,13 @@ import json
 from decimal import Decimal
 
 import pytest
-from conftest import P, apply, decode_patch, job, review
-from serverproc import start, stop
-from test_cli import run
-from test_cronjob import cronjob
-from test_jobset import jobset
-from test_retry_delay import NOW, Source, admit, fixed_time, job_pod  # noqa: F401 - fixture
-from workloads import assert_idempotent, mutate, validate
 
+from testkit.builders import P, apply, decode_patch, job, review
+from testkit.cli import run
+from testkit.delays import NOW, Source, admit, fixed_time, job_pod  # noqa: F401 - fixture
+from testkit.kinds import cronjob, jobset
+from testkit.servers import start, stop
+from testkit.workloads import assert_idempotent, mutate, validate
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.kube import gates
@@ -303,7 +302,7 @@ def test_explain_and_dry_run_show_the_cap(tmp_path):
 
 
 def test_a_trainjob_is_warned_and_denied_but_not_capped():
-    from test_trainjob import trainjob
+    from testkit.trainer import trainjob
 
     verdict, _ = mutate(queued(trainjob(TEN_MINUTES)), parse_config(STATED))
     assert verdict.allowed, verdict.message

@@ -5,6 +5,10 @@ above. That also rules out import circles between modules, which this checks on 
 (a circle inside one package is allowed by the layers but not by the design). And it
 holds the size rule: no module over 800 lines, no function over 120 (``KNOWN_OVERSIZE``:
 what is still to be split).
+
+Beside the package, the tools stand in ``TOOLS``, above it: the benchmarks, then the
+tests' kit (``testkit/``). Each imports the package (any layer) and the tools under it,
+never the tests; the tests import the kit, never each other or ``conftest``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "webhook"
+TESTS = ROOT / "tests"
 
 #: The size rule (issue 40): rooms a person can live in.
 MAX_MODULE_LINES = 800
@@ -42,11 +47,16 @@ LAYERS = [
     {"kube", "tls"},
     {"problems"},
 ]
+#: Beside the package, from the top down: each may import ``webhook`` and the tools under it.
+TOOLS = [
+    {"benchmarks"},
+    {"testkit"},
+]
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package.rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         found[name] = path
@@ -92,8 +102,7 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
     assert not upward, upward
 
 
-def test_no_import_circles_between_modules() -> None:
-    modules = _modules()
+def _circles(modules: dict[str, Path]) -> list[list[str]]:
     graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
     # A package's __init__ and its own modules may name each other (re-exports).
     state: dict[str, int] = {}
@@ -113,14 +122,21 @@ def test_no_import_circles_between_modules() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
+    return circles
+
+
+def test_no_import_circles_between_modules() -> None:
+    circles = _circles(_modules())
     assert not circles, circles
 
 
 def test_no_import_path_tricks() -> None:
-    """Modules are found where they are: no ``__path__`` or ``sys.path`` edits."""
+    """Modules are found where they are: no ``__path__`` or ``sys.path`` edits, in the
+    package or the tools (``python -m benchmarks.run`` and pytest run from the root)."""
     offenders = [
         str(path.relative_to(ROOT))
-        for path in PACKAGE.rglob("*.py")
+        for folder in (PACKAGE, *(ROOT / name for layer in TOOLS for name in layer))
+        for path in folder.rglob("*.py")
         if "__path__" in path.read_text() or "sys.path" in path.read_text()
     ]
     assert not offenders, offenders
@@ -183,3 +199,60 @@ def test_the_size_rule_finds_long_modules_and_functions_nested_ones_too(tmp_path
         "pkg/nested.py::outer": lines + 3,
         "pkg/nested.py::outer.inner": lines + 1,
     }
+
+
+# --- the tools beside the package -----------------------------------------------------------
+
+
+def _tool(name: str) -> int:
+    for index, layer in enumerate(TOOLS):
+        if name in layer:
+            return index
+    raise AssertionError(f"{name} is no tool: add it to TOOLS")
+
+
+def _top_names(path: Path) -> set[str]:
+    """The top-level names of what ``path`` imports, at any depth of its code."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+#: What the tests' own modules are imported as (pytest puts tests/ on the path).
+TEST_MODULES = {"tests"} | {path.stem for path in TESTS.glob("*.py")}
+
+
+def _tool_modules() -> dict[str, Path]:
+    return {n: p for layer in TOOLS for tool in layer for n, p in _modules(ROOT / tool).items()}
+
+
+def test_tools_import_the_package_and_the_tools_under_them_never_the_tests() -> None:
+    wrong = []
+    for name, path in _tool_modules().items():
+        own = _tool(name.split(".")[0])
+        for imported in _top_names(path):
+            if imported in TEST_MODULES:
+                wrong.append(f"{name} -> {imported} (a test module)")
+            elif any(imported in layer for layer in TOOLS) and _tool(imported) < own:
+                wrong.append(f"{name} -> {imported} (a tool above)")
+    assert not wrong, wrong
+
+
+def test_no_import_circles_between_the_tools_modules() -> None:
+    circles = _circles(_tool_modules())
+    assert not circles, circles
+
+
+def test_tests_take_shared_helpers_from_testkit() -> None:
+    """A test module imports no other test module, ``conftest`` included: what tests share
+    is in ``testkit/`` (fixtures and hooks stay in conftest.py, which pytest loads)."""
+    wrong = [
+        f"{path.name} -> {imported}"
+        for path in sorted(TESTS.glob("*.py"))
+        for imported in _top_names(path) & TEST_MODULES
+    ]
+    assert not wrong, wrong

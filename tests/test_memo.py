@@ -8,12 +8,12 @@ import json
 import uuid
 
 import pytest
-from conftest import FULL, P, job, job_owner, pod, review
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from test_properties import CONFIGS, _pick, objects
-from workloads import FixedAttempts
 
+from testkit.builders import FULL, P, job, job_owner, pod, review
+from testkit.strategies import CONFIGS, objects, pick
+from testkit.workloads import FixedAttempts
 from webhook.admission import engine, memo
 from webhook.admission import review as admission
 from webhook.policy.config import Config, parse_config
@@ -228,7 +228,7 @@ def variants(draw) -> tuple[dict, dict]:
     obj = draw(objects())
     other = copy.deepcopy(obj)
     for _ in range(draw(st.integers(1, 2))):
-        node, key = _pick(draw, other)
+        node, key = pick(draw, other)
         if key is None:
             continue
         if isinstance(node, dict) and draw(st.booleans()):

@@ -1,5 +1,5 @@
 """Metrics and logs of the real server (2 workers, attempt cache against the
-HTTP Kubernetes API of tests/fakeapi.py), scraped from its metrics port after sending
+HTTP Kubernetes API of testkit/fakeapi.py), scraped from its metrics port after sending
 real AdmissionReviews; and no secret of a request ever reaches the output."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import os
 import uuid
 
 import pytest
-from conftest import P, job, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
 from prometheus_client.parser import text_string_to_metric_families
-from serverproc import eventually, free_port, metric, scaled, start, stop
 
+from testkit.builders import P, job, job_owner, pod, review
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, free_port, metric, scaled, start, stop
 from webhook.admission.review import Verdict
 from webhook.problems import Problem
 from webhook.serving.app import denial_reasons
@@ -82,7 +82,7 @@ def settled(server) -> dict:
     second): two scrapes a flush interval apart that agree."""
     import time
 
-    from serverproc import scaled
+    from testkit.servers import scaled
 
     previous = server.metrics()
     deadline = time.monotonic() + scaled(12)
@@ -281,7 +281,7 @@ def test_denial_reasons_are_problem_reasons():
 def test_metrics_port_taken_fails_the_start_clearly(tmp_path):
     import socket
 
-    from serverproc import run_serve
+    from testkit.servers import run_serve
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

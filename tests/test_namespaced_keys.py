@@ -10,7 +10,7 @@ workload's history, its attempt count or its disruption budget, nor mark its pod
 and no namespace: records already written read as before.
 
 Against the HTTP test API with the real ``kubernetes`` client, the test playing the
-kubelet and the Job controller (``tests/jobsim.py``)."""
+kubelet and the Job controller (``testkit/jobsim.py``)."""
 
 from __future__ import annotations
 
@@ -19,24 +19,24 @@ import dataclasses
 import uuid
 
 import pytest
-from conftest import P
-from fakeapi import FakeAPI
-from jobsim import JobRun
-from serverproc import eventually
-from test_attempts import cache_for, failed_pod, lookup, make_job
-from test_controller_budgets import (
+
+from testkit.attempts import cache_for, failed_pod, lookup, make_job
+from testkit.builders import P
+from testkit.controllers import (
     DISRUPTIONS,
     Running,
-    _handled,
     admitted_job,
+    counting_flushes,
     disruptions,
+    handled,
     preempt,
     record_of,
 )
-from test_record import JOBSET_LABELS, a_job, a_jobset, api_client, running, stored_job
-from test_record import failed_pod as history_pod
-from test_writes import counting_flushes
-
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JobRun
+from testkit.records import JOBSET_LABELS, a_job, a_jobset, api_client, running, stored_job
+from testkit.records import failed_pod as history_pod
+from testkit.servers import eventually
 from webhook.cluster.history import FailureHistory, HistoryKey
 from webhook.cluster.record import Record
 from webhook.controller.recorder import HistoryRecorder
@@ -142,7 +142,7 @@ def test_a_disruption_elsewhere_takes_nothing_from_a_jobs_budget(api, tmp_path):
         theirs = elsewhere(made)
         api.put("pods", theirs)
         run.disrupt(theirs)
-        eventually(lambda: theirs["metadata"]["uid"] in _handled(reconciler), 10)
+        eventually(lambda: theirs["metadata"]["uid"] in handled(reconciler), 10)
         assert preempt(run, reconciler)[1] == "Ignore"  # its second: free
         record = eventually(
             lambda: (r := record_of(api, run.uid)) and r.disruptions_of() == 2 and r, 10

@@ -1,7 +1,7 @@
 """Nothing outlives the supervisor: SIGKILLed (an OOM kill, a test run killed) at any
 point of its start-up or after, its metrics process, controller and workers all end.
 
-Each server's processes carry ``RPW_TEST_SERVER`` in their environment (``serverproc``),
+Each server's processes carry ``RPW_TEST_SERVER`` in their environment (``testkit.servers``),
 so the ones left are found by walking /proc, whoever their parent is by then.
 """
 
@@ -13,8 +13,9 @@ import os
 import signal
 
 import pytest
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import command, eventually, free_port, marked, scaled, start, start_slot
+
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import command, eventually, free_port, marked, scaled, start, start_slot
 
 #: Where in the start-up the supervisor dies: the log line it is killed at.
 POINTS = {

@@ -13,11 +13,11 @@ from typing import Any
 import orjson
 import pytest
 import yaml
-from conftest import P, job, job_owner, pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_properties import CONFIGS, objects
 
+from testkit.builders import P, job, job_owner, pod
+from testkit.strategies import CONFIGS, objects
 from webhook.admission import engine
 from webhook.admission.jsondiff import diff
 from webhook.cluster.attempts import AttemptLookup

@@ -17,11 +17,11 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import FULL, P, job
-from test_trainjob import mutate as mutate_trainjob
-from test_trainjob import runtime, trainjob
-from workloads import admitted, mutate, pod_template
 
+from testkit.builders import FULL, P, job
+from testkit.trainer import mutate as mutate_trainjob
+from testkit.trainer import runtime, trainjob
+from testkit.workloads import admitted, mutate, pod_template
 from webhook.cluster.runtimes import GivenRuntimes
 from webhook.mutators.job import concurrent_pods, peers_note
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import P, apply, job_owner, pod, review
 
+from testkit.builders import P, apply, job_owner, pod, review
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup

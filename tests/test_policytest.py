@@ -16,9 +16,9 @@ from xml.etree import ElementTree as ET
 import pytest
 import xmlschema
 import yaml
-from conftest import ROOT
-from test_reports import NO_EFFECT, WARNED
 
+from testkit.cli import NO_EFFECT, WARNED
+from testkit.tools import ROOT
 from webhook.policytest import FACTS, facts, suite
 from webhook.policytest.runner import run_case
 

@@ -8,19 +8,18 @@ import copy
 import json
 
 import pytest
-from conftest import P
-from workloads import (
+
+from testkit.builders import P
+from testkit.kinds import pytorchjob
+from testkit.workloads import (
     STRATEGY,
     WORKER_NAME,
-    admitted,
     assert_idempotent,
     kubectl_patch,
     mutate,
-    pod_template,
     validate,
     validate_schema,
 )
-
 from webhook.admission import engine
 from webhook.mutators.job import peers_note
 from webhook.policy.config import parse_config
@@ -31,25 +30,6 @@ POLICY = {
     P + "error-propagation": "earliest",
 }
 ALL_SIGNALS = ",".join(str(code) for code in range(128, 256))
-
-
-def pytorchjob(
-    annotations=None, *, applied=False, restart_policy=None, container="pytorch", **spec
-):
-    replicas = {}
-    for rtype, count in (("Master", 1), ("Worker", 3)):
-        replicas[rtype] = {"replicas": count, "template": pod_template(container)}
-        if restart_policy:
-            replicas[rtype]["restartPolicy"] = restart_policy
-    manifest = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "finetune", "namespace": "ml"},
-        "spec": {"pytorchReplicaSpecs": replicas, **spec},
-    }
-    if annotations:
-        manifest["metadata"]["annotations"] = dict(annotations)
-    return admitted(manifest, applied=applied)
 
 
 def test_full_policy():

@@ -16,11 +16,11 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import tool
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serverproc import scaled
 
+from testkit.servers import scaled
+from testkit.tools import tool
 from webhook.kube import quantity
 from webhook.kube.quantity import (
     BINARY,

@@ -6,47 +6,18 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import P
-from workloads import (
-    admitted,
+
+from testkit.builders import P
+from testkit.kinds import rayjob
+from testkit.workloads import (
     assert_idempotent,
     kubectl_patch,
     mutate,
-    pod_template,
     validate,
     validate_schema,
 )
-
 from webhook.admission import engine
 from webhook.policy.config import parse_config
-
-
-def rayjob(annotations=None, *, applied=False, **spec):
-    manifest = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayJob",
-        "metadata": {"name": "tune", "namespace": "ml"},
-        "spec": {
-            "entrypoint": "python /home/ray/tune.py",
-            "rayClusterSpec": {
-                "headGroupSpec": {"rayStartParams": {}, "template": pod_template("ray-head")},
-                "workerGroupSpecs": [
-                    {
-                        "groupName": group,
-                        "minReplicas": 1,
-                        "maxReplicas": 4,
-                        "rayStartParams": {},
-                        "template": pod_template("ray-worker", "sidecar"),
-                    }
-                    for group in ("cpu", "gpu")
-                ],
-            },
-            **spec,
-        },
-    }
-    if annotations:
-        manifest["metadata"]["annotations"] = dict(annotations)
-    return admitted(manifest, applied=applied)
 
 
 def selector_mode(annotations):

@@ -7,9 +7,8 @@ import json
 import os
 import signal
 
-from conftest import apply, decode_patch, job, review
-from serverproc import KubeletVolume, eventually, free_port, metric, start, stop
-
+from testkit.builders import apply, decode_patch, job, review
+from testkit.servers import KubeletVolume, eventually, free_port, metric, start, stop
 from webhook.policy.config import Config
 from webhook.serving.reload import ConfigReloader
 

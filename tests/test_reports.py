@@ -18,21 +18,15 @@ import jsonschema
 import pytest
 import xmlschema
 import yaml
-from conftest import ROOT
-from test_cli import JOB
 
+from testkit.cli import JOB, NO_EFFECT, WARNED
+from testkit.tools import ROOT
 from webhook.offline import inputs, reports
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 DATA = ROOT / "tests" / "data" / "reports"
 JUNIT = xmlschema.XMLSchema10(DATA / "jenkins-junit.xsd")
 SARIF = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
-
-#: Admitted, with a warning that the setting does nothing (not a change).
-WARNED = JOB.replace(
-    '"{limit}"', '"{limit}"\n    retry-policy.dev/on-non-retriable: fail-index'
-).format(name="warned", limit=1)
-NO_EFFECT = "retry-policy: on-non-retriable has no effect without fail-non-retriable"
 
 
 def cli(*argv, cwd=None, stdin=""):

@@ -8,16 +8,15 @@ import os
 import signal
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import FULL, job, review
-from serverproc import Threads, eventually, scaled, start, stop
 
 from benchmarks.slowclients import read_response
+from testkit.builders import FULL, job, review
+from testkit.servers import Threads, eventually, scaled, start, stop, worker_pids
 from webhook.tls import certs
 
 BODY = json.dumps(review(job(FULL))).encode()
@@ -183,17 +182,10 @@ def answered(srv, context) -> bool:
 
 
 def test_missing_client_ca_is_refused_at_start(tmp_path):
-    from serverproc import run_serve
+    from testkit.servers import run_serve
 
     result = run_serve(tmp_path / "certs", "--client-ca", str(tmp_path / "nope.crt"))
     assert result.returncode == 2 and "client CA bundle" in result.stderr
-
-
-def worker_pids(master: int) -> set[int]:
-    out = subprocess.run(
-        ["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True, check=False
-    ).stdout
-    return {int(pid) for pid in out.split()}
 
 
 class Load(Threads):
@@ -300,7 +292,7 @@ def test_a_worker_that_cannot_start_fails_the_start_clearly(tmp_path):
     """--kube incluster outside a cluster: each worker fails while loading (the attempt
     cache has no in-cluster config); the server does not keep restarting them, it exits
     1 saying so, and the worker's own error is in the log."""
-    from serverproc import run_serve
+    from testkit.servers import run_serve
 
     result = run_serve(tmp_path / "certs", "--kube", "incluster")
     assert result.returncode == 1, result.stderr[-2000:]

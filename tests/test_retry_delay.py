@@ -11,17 +11,23 @@ from __future__ import annotations
 import copy
 import json
 from fractions import Fraction
-from typing import Any
 
 import pytest
-from conftest import P, apply, job, job_owner, pod, review, stored
 
+from testkit.builders import P, apply, job, pod, review, stored
+from testkit.delays import (
+    DELAY,
+    NO_CONFIG,
+    NOW,
+    Source,
+    admit,
+    fixed_time,  # noqa: F401 - fixture
+    job_pod,
+)
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.cluster import events, leadership
+from webhook.cluster import events
 from webhook.cluster.attempts import AttemptLookup
-from webhook.cluster.history import FailureHistory
-from webhook.cluster.leadership import LeaderState
 from webhook.kube import gates
 from webhook.mutators import between
 from webhook.policy.config import ConfigError, parse_config
@@ -38,84 +44,9 @@ from webhook.policy.model import (
     parse_time,
 )
 
-NOW = 1_795_000_000.0  # 2026-11-18T...: a fixed wall clock for every admission here
-DELAY = {P + "retry-delay": "30s", P + "attempt-env": "true"}
 INDEX = "batch.kubernetes.io/job-completion-index"
 INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
 RESTART = "jobset.sigs.k8s.io/restart-attempt"
-
-
-@pytest.fixture(autouse=True)
-def fixed_time(monkeypatch):
-    """Admission reads the wall clock through ``leadership.wall``: fixed here (the
-    controller's own clock is the real one, in test_gates.py)."""
-    now = [NOW]
-    monkeypatch.setattr(leadership, "wall", lambda: now[0])
-    return now
-
-
-class Leading:
-    """A leadership note: a controller renewed the Lease just now (or never)."""
-
-    def __init__(self, live: bool = True):
-        self.live = live
-
-    def read(self) -> LeaderState:
-        if not self.live:
-            return LeaderState(enabled=True, holder="", reason="standby")
-        t = leadership.wall()
-        return LeaderState(enabled=True, leader=True, holder="a", renewed_at=t, written_at=t)
-
-
-class Source:
-    """A Job's counted failures and budget (fixed), and the real failure history."""
-
-    def __init__(self, failures: int = 0, budget: int | None = 6):
-        self.failures = failures
-        self.budget = budget
-        self.history = FailureHistory()
-
-    def job_failures(self, namespace, name, uid):
-        return AttemptLookup(self.failures, "Job status (cache)", budget=self.budget)
-
-    def job_history(self, key):
-        return self.history.fetch(key)
-
-    def stats(self):
-        return {}
-
-    def fail(self, made: dict, at: float, code: int = 1, oom: bool = False, uid="job-1"):
-        """``made`` failed at ``at``: its container exited ``code`` (or was OOM-killed)."""
-        failed = stored(made)
-        stamp = format_time(at)
-        terminated = {"exitCode": 137 if oom else code, "finishedAt": stamp}
-        if oom:
-            terminated["reason"] = "OOMKilled"
-        failed["status"] = {
-            "phase": "Failed",
-            "containerStatuses": [{"name": "main", "state": {"terminated": terminated}}],
-        }
-        assert self.history.record(failed, uid, True)
-
-
-def job_pod(policy: dict | None = None, uid: str = "job-1", **meta) -> dict:
-    """A pod of Job ``train`` as its CREATE review carries it; ``meta``: more
-    annotations and labels."""
-    made = pod({**DELAY, **(policy or {})}, owner=job_owner("train", uid))
-    for key, value in meta.items():
-        made["metadata"].setdefault(key, {}).update(value)
-    return made
-
-
-NO_CONFIG = parse_config("{}")
-
-
-def admit(obj: dict, source: Any = None, live: bool = True, config=None):
-    request = admission.decode(json.dumps(review(obj)))
-    verdict = engine.mutate(
-        request, config or NO_CONFIG, source or Source(), leadership=Leading(live)
-    )
-    return verdict, apply(obj, verdict.patch)
 
 
 def env(obj: dict, container: int = 0) -> dict[str, str]:
@@ -314,7 +245,7 @@ def test_a_max_below_the_delay_and_on_failure_pods_are_refused():
 
 
 def test_kinds_whose_pods_carry_no_attempt_deny_it():
-    from workloads import admitted
+    from testkit.workloads import admitted
 
     rayjob = admitted(
         {
@@ -420,7 +351,7 @@ def test_no_leader_is_told_even_when_the_delay_was_the_only_change():
     assert any("no controller leads to end it" in w for w in verdict.warnings)
 
 
-def test_a_remembered_gate_is_not_replayed_under_another_leadership_or_time(fixed_time):
+def test_a_remembered_gate_is_not_replayed_under_another_leadership_or_time(fixed_time):  # noqa: F811
     """The memo keys on the pod's view; leadership and time are recorded lookups, so a
     verdict is replayed only while both answer as they did."""
     source = Source(failures=1)
@@ -599,7 +530,7 @@ def test_every_pod_the_webhook_changes_is_valid_and_patched_as_go_patches_it(tmp
     """Each kind's pod, gated and told its attempt: the patch applied by Go's json-patch
     (``kubectl patch --local``) gives what the engine says, valid under the strict 1.35 and
     1.36 schemas."""
-    from workloads import kubectl_patch, validate_schema
+    from testkit.workloads import kubectl_patch, validate_schema
 
     source = Source(failures=1, budget=3)
     job_made = job_pod()

@@ -7,13 +7,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-from conftest import P, job, pod, review
-from serverproc import start, stop
-from test_cronjob import cronjob
-from test_jobset import jobset, replicated
-from test_retry_delay import DELAY, NOW, Source, admit, fixed_time, job_pod  # noqa: F401
-from workloads import mutate, validate
 
+from testkit.builders import P, job, pod, review
+from testkit.delays import DELAY, NOW, Source, admit, fixed_time, job_pod  # noqa: F401
+from testkit.kinds import cronjob, jobset, replicated
+from testkit.servers import start, stop
+from testkit.workloads import mutate, validate
 from webhook.kube import gates, jobsetplacement
 from webhook.mutators import between
 from webhook.policy.config import parse_config
@@ -245,9 +244,8 @@ def test_no_retry_delay_no_placement_note(annotations):
 def test_a_trainjob_whose_runtime_pins_the_node_is_denied_on_apply():
     """The runtime's pod template names its node: the JobSet the trainer makes from it
     is judged at the TrainJob's admission, where the user can still act."""
-    from test_trainjob import runtime, trainjob
-    from test_trainjob import validate as validate_trainjob
-
+    from testkit.trainer import runtime, trainjob
+    from testkit.trainer import validate as validate_trainjob
     from webhook.cluster.runtimes import GivenRuntimes
 
     pinned = runtime(pod_spec=PINNED)

@@ -21,10 +21,19 @@ import ssl
 import threading
 from pathlib import Path
 
-from conftest import P, job, review
 from cryptography import x509
-from serverproc import KubeletVolume, Threads, eventually, free_port, metric, scaled, start, stop
 
+from testkit.builders import P, job, review
+from testkit.servers import (
+    KubeletVolume,
+    Threads,
+    eventually,
+    free_port,
+    metric,
+    scaled,
+    start,
+    stop,
+)
 from webhook.tls import certs
 
 NAMES = ["localhost", *certs.service_dns_names(certs.DEFAULT_SERVICE, certs.DEFAULT_NAMESPACE)]
@@ -192,7 +201,7 @@ def test_sighup_replaces_every_worker_without_failing_a_request(tmp_path):
     import os
     import signal
 
-    from test_resilience import worker_pids
+    from testkit.servers import worker_pids
 
     server = start(tmp_path / "certs", workers=2)
     try:

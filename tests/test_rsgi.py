@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import FULL, job, review
 
+from testkit.builders import FULL, job, review
 from webhook.cluster.attempts import AttemptLookup
 from webhook.serving.app import MAX_BODY_BYTES, TOO_LARGE, State, create_app
 from webhook.serving.rsgi import NeedsThread, WsgiOverRsgi
@@ -226,8 +226,7 @@ class BlockingAttempts:
 def test_a_request_that_must_wait_on_the_api_is_answered_on_a_thread():
     """The one request that needs the API is run again on a pool thread, whole: the
     answer is the one a blocking lookup gives, and nothing was recorded twice."""
-    from conftest import job_owner, pod
-
+    from testkit.builders import job_owner, pod
     from webhook.serving import metrics as metrics_module
 
     attempts = BlockingAttempts()

@@ -1,5 +1,5 @@
 """The runtime cache (webhook/cluster/runtimes.py) with the real ``kubernetes`` client against an
-HTTP Kubernetes API (tests/fakeapi.py): lists and watches of (Cluster)TrainingRuntimes,
+HTTP Kubernetes API (testkit/fakeapi.py): lists and watches of (Cluster)TrainingRuntimes,
 one GET on a miss, failing open when the API cannot answer."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 import uuid
 
 import pytest
-from conftest import FULL
-from fakeapi import TRAINER, FakeAPI
 from kubernetes import client
-from serverproc import scaled
-from test_trainjob import mutate, runtime, trainjob
 
+from testkit.builders import FULL
+from testkit.fakeapi import TRAINER, FakeAPI
+from testkit.servers import scaled
+from testkit.trainer import mutate, runtime, trainjob
 from webhook.cluster.runtimes import RuntimeCache
 
 #: A runtime's maxRestarts against the TrainJob's backoff-limit, named as the runtime's field.
@@ -182,9 +182,9 @@ def test_through_the_real_server(tmp_path, api):
     """``retry-webhook serve`` as deployed, its API access the test's HTTP Kubernetes API:
     a TrainJob that contradicts its runtime is denied by /validate and by /mutate, one
     that fits gets the runtime patch; the runtime cache started with the first one."""
-    from conftest import apply, decode_patch, review
-    from fakeapi import write_kubeconfig
-    from serverproc import start, stop
+    from testkit.builders import apply, decode_patch, review
+    from testkit.fakeapi import write_kubeconfig
+    from testkit.servers import start, stop
 
     api.put("clustertrainingruntimes", stored(runtime(failure_policy={"maxRestarts": 5})))
     api.put("clustertrainingruntimes", stored(runtime(name="plain")))
@@ -259,11 +259,10 @@ def test_the_server_judges_resources_per_node_as_the_clusters_trainer(tmp_path, 
     32Gi), one asking 64Gi is denied (above oom-memory-limit 16Gi); one naming a shipped
     runtime is warned of its initializers, its TTL and its pods; under v2.3.0 the first
     is denied (the 32Gi stays)."""
-    from conftest import review
-    from fakeapi import write_kubeconfig
-    from serverproc import start, stop
-    from test_trainjob import GPU, OOM, memory_runtime, shipped, submitted
-
+    from testkit.builders import review
+    from testkit.fakeapi import write_kubeconfig
+    from testkit.servers import start, stop
+    from testkit.trainer import GPU, OOM, memory_runtime, shipped, submitted
     from webhook.mutators.job import peers_note
     from webhook.mutators.trainjob import TTL_NOTE
 

@@ -15,9 +15,9 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import P, apply, decode_patch, job, review
-from serverproc import Server, free_port, run_serve, scaled, start, stop  # noqa: F401 - re-exported
 
+from testkit.builders import P, apply, decode_patch, job, review
+from testkit.servers import Server, free_port, run_serve, scaled, start, stop  # noqa: F401 - re-exported
 from webhook.tls import certs
 
 
@@ -488,7 +488,7 @@ def _listening_sockets(port: int) -> int:
 
 
 def _admitted(manifest):
-    from workloads import admitted
+    from testkit.workloads import admitted
 
     return admitted(manifest)
 

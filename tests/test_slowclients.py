@@ -14,12 +14,12 @@ import time
 import uuid
 
 import pytest
-from conftest import FULL, job, job_owner, pod, review
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import eventually, scaled, start, stop
 
 from benchmarks import slowclients
 from benchmarks.slowclients import raise_file_limit, read_response, request_bytes
+from testkit.builders import FULL, job, job_owner, pod, review
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import eventually, scaled, start, stop
 
 
 def tls(server, timeout: float = 10, context: ssl.SSLContext | None = None) -> ssl.SSLSocket:

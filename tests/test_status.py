@@ -1,5 +1,5 @@
 """``retry-webhook status`` (webhook/status) against the test suite's HTTP Kubernetes API
-(tests/fakeapi.py), read by the real ``kubernetes`` client through a kubeconfig, and run
+(testkit/fakeapi.py), read by the real ``kubernetes`` client through a kubeconfig, and run
 as installed: ``.venv/bin/retry-webhook`` and, through the real ``kubectl`` binary's
 plugin discovery, ``kubectl retry-policy``.
 
@@ -21,299 +21,44 @@ import copy
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from conftest import FULL, P, tool
-from fakeapi import FakeAPI, write_kubeconfig
-from serverproc import scaled
 
+from testkit.builders import P
+from testkit.clusters import (
+    BIN,
+    NS,
+    POLICY,
+    T0,
+    admit,
+    at_minute,
+    client_for,
+    controller_pod,
+    emit,
+    failed,
+    job_manifest,
+    jobset_cluster,
+    owner_of,
+    run,
+    running_job,
+    store_job,
+    tree,
+)
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.servers import scaled
+from testkit.tools import tool
 from webhook.admission import engine
-from webhook.cluster.attempts import JOB_UID_LABEL
-from webhook.cluster.events import Event, EventRecorder, Regarding
 from webhook.kube import defaulting
 from webhook.policy.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-NS = "ml"
-T0 = "2026-11-26T10:00:00Z"
-
-POLICY = {
-    **FULL,
-    P + "non-spot-attempts": "3",
-    P + "oom-memory-factor": "1.5",
-    P + "oom-memory-limit": "8Gi",
-    P + "avoid-failed-nodes": "true",
-}
-
-
-def _at(minute: int) -> str:
-    return f"2026-11-26T10:{minute:02d}:00Z"
-
-
-# --- the cluster, as its controllers build it ------------------------------------------------
-
-
-def admit(
-    manifest: dict[str, Any], attempts: Any = None, config: Config | None = None
-) -> dict[str, Any]:
-    """What the API server stores for ``manifest`` created in ``NS``: API defaults, then
-    the webhook's mutation (the real engine, with ``config``), then the system fields."""
-    obj = copy.deepcopy(manifest)
-    obj.setdefault("metadata", {}).setdefault("namespace", NS)
-    defaulting.apply_defaults(obj)
-    kwargs = {"attempts": attempts} if attempts is not None else {}
-    verdict, result = engine.review_object(obj, config or Config(), NS, **kwargs)
-    assert verdict.allowed, verdict.message
-    meta = result["metadata"]
-    if not meta.get("name"):
-        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-    meta.update(
-        uid=str(uuid.uuid4()),
-        resourceVersion="1",
-        creationTimestamp=T0,
-        generation=1,
-        managedFields=[{"manager": "kubectl-client-side-apply", "operation": "Update"}],
-    )
-    return result
-
-
-def store_job(
-    api: FakeAPI, manifest: dict[str, Any], status: dict[str, Any], config: Config | None = None
-) -> dict[str, Any]:
-    """A Job as stored: the webhook's mutation, then ``generateSelector``
-    (pkg/registry/batch/job/strategy.go): the selector and the template's labels."""
-    job = admit(manifest, config=config)
-    uid, name = job["metadata"]["uid"], job["metadata"]["name"]
-    labels = {
-        JOB_UID_LABEL: uid,
-        "batch.kubernetes.io/job-name": name,
-        "controller-uid": uid,
-        "job-name": name,
-    }
-    job["spec"]["selector"] = {"matchLabels": {JOB_UID_LABEL: uid}}
-    template_meta = job["spec"]["template"].setdefault("metadata", {})
-    template_meta.setdefault("labels", {}).update(labels)
-    job["status"] = status
-    api.put("jobs", job)
-    return job
-
-
-class Attempts:
-    """What the webhook's attempt cache answers for these pods (the test's own count)."""
-
-    def __init__(self, failures: int):
-        self.failures = failures
-
-    def job_failures(self, namespace: str, name: str, uid: str):
-        from webhook.cluster.attempts import AttemptLookup
-
-        return AttemptLookup(self.failures, "test")
-
-    def job_history(self, key):
-        from webhook.cluster.history import HistoryLookup
-
-        return HistoryLookup(True)
-
-    def stats(self):
-        return {}
-
-
-def owner_of(obj: dict[str, Any]) -> dict[str, Any]:
-    """The controller ownerReference a controller puts on what it makes."""
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def controller_pod(job: dict[str, Any], failures: int, created: str) -> dict[str, Any]:
-    """A pod the Job controller creates (``GetPodFromTemplate``, pkg/controller), admitted
-    by the pod webhook, then stored with its generated name."""
-    template = job["spec"]["template"]
-    meta = job["metadata"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": meta["name"] + "-",
-            "namespace": meta["namespace"],
-            "labels": dict(template["metadata"].get("labels") or {}),
-            "annotations": dict(template["metadata"].get("annotations") or {}),
-            "ownerReferences": [owner_of(job)],
-            "finalizers": ["batch.kubernetes.io/job-tracking"],
-        },
-        "spec": copy.deepcopy(template["spec"]),
-    }
-    stored = admit(pod, Attempts(failures))
-    stored["metadata"]["creationTimestamp"] = created
-    return stored
-
-
-def failed(pod: dict[str, Any], node: str, container: str, code: int, at: str, *, oom=False):
-    """The pod as the kubelet reports it failed on ``node``."""
-    out = copy.deepcopy(pod)
-    out["spec"]["nodeName"] = node
-    out["status"] = {
-        "phase": "Failed",
-        "conditions": [
-            {"type": "Ready", "status": "False", "lastTransitionTime": at},
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": at},
-        ],
-        "containerStatuses": [
-            {
-                "name": container,
-                "ready": False,
-                "restartCount": 0,
-                "image": "ghcr.io/example/train:1.0.0",
-                "state": {
-                    "terminated": {
-                        "exitCode": code,
-                        "reason": "OOMKilled" if oom else "Error",
-                        "startedAt": T0,
-                        "finishedAt": at,
-                    }
-                },
-            }
-        ],
-    }
-    return out
-
-
-def preempted(pod: dict[str, Any], node: str, container: str, at: str) -> dict[str, Any]:
-    """Preempted by the scheduler: ``DisruptionTarget`` (reason PreemptionByScheduler),
-    then SIGTERM (143)."""
-    out = failed(pod, node, container, 143, at)
-    out["status"]["conditions"].insert(
-        0,
-        {
-            "type": "DisruptionTarget",
-            "status": "True",
-            "reason": "PreemptionByScheduler",
-            "message": "default-scheduler: preempting to accommodate a higher priority pod",
-            "lastTransitionTime": at,
-        },
-    )
-    return out
-
-
-def pending(pod: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(pod)
-    out["status"] = {
-        "phase": "Pending",
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-    }
-    return out
-
-
-def trainer(memory: str = "2Gi") -> dict[str, Any]:
-    return {
-        "name": "trainer",
-        "image": "ghcr.io/example/train:1.0.0",
-        "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}},
-    }
-
-
-def job_manifest(name: str, annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NS, "annotations": dict(annotations)},
-        "spec": {
-            "activeDeadlineSeconds": 86400,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [trainer()]}},
-        },
-    }
-
-
-def emit(
-    api_client: Any, kind: str, obj: dict[str, Any], reason: str, note: str, at: float = 0.0
-) -> None:
-    """An Event as the webhook's recorder writes it (the real ``EventRecorder``), at ``at``
-    (Unix time; now when 0)."""
-    from kubernetes import client
-
-    clock = {"clock": lambda: at} if at else {}
-    recorder = EventRecorder(client.EventsV1Api(api_client), "retry-policy-webhook-0", **clock)
-    meta = obj["metadata"]
-    api_version = obj["apiVersion"]
-    regarding = Regarding(api_version, kind, meta["namespace"], meta["name"], meta["uid"])
-    kind_of = "Warning" if reason == "RetryPolicyFailedJob" else "Normal"
-    recorder.emit(Event(regarding, kind_of, reason, note))
-    assert recorder.flush()
-    recorder.stop()
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    api = FakeAPI().start()
-    for name in ("od-1", "od-2"):
-        api.put(
-            "nodes",
-            {
-                "metadata": {"name": name, "uid": name, "labels": {"kubernetes.io/hostname": name}},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-            },
-        )
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
-    yield api, kubeconfig
-    api.stop()
-
-
-def client_for(url: str):
-    from kubernetes import client
-
-    configuration = client.Configuration()
-    configuration.host = url
-    return client.ApiClient(configuration)
-
-
-def run(kubeconfig: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The installed CLI, as a user runs it."""
-    return subprocess.run(
-        [str(BIN / "retry-webhook"), "status", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), **(env or {})},
-        timeout=scaled(60),
-        check=False,
-    )
 
 
 # --- a running Job: an OOM kill, a preemption -----------------------------------------------
-
-
-def running_job(api: FakeAPI) -> tuple[dict, list[dict]]:
-    """Attempt 1 OOM-killed on node-a (counted), attempt 2 preempted on spot-2 (ignored by
-    the Ignore rule on DisruptionTarget), attempt 3 pending."""
-    job = store_job(api, job_manifest("train", POLICY), {})
-    first = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 137, _at(5), oom=True)
-    second = preempted(controller_pod(job, 1, _at(6)), "spot-2", "trainer", _at(9))
-    third = pending(controller_pod(job, 1, _at(10)))
-    pods = [first, second, third]
-    for pod in pods:
-        pod["metadata"]["uid"] = str(uuid.uuid4())
-        api.put("pods", pod)
-    # The Job controller's status: one counted failure (the Ignore'd one is not), one active.
-    job["status"] = {
-        "startTime": T0,
-        "active": 1,
-        "failed": 1,
-        "ready": 0,
-        "terminating": 0,
-        "uncountedTerminatedPods": {},
-    }
-    api.put("jobs", job)
-    return job, pods
 
 
 def test_a_running_job_tells_its_attempts_and_what_the_next_one_gets(cluster):
@@ -396,8 +141,8 @@ def test_the_text_reads_as_a_story_in_short_lines(cluster):
 def test_a_job_failed_by_our_failjob_rule_names_the_rule_and_its_annotation(cluster):
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", POLICY), {})
-    pod = controller_pod(job, 0, _at(0))
-    pod = failed(pod, "node-a", "trainer", 1, _at(3))
+    pod = controller_pod(job, 0, at_minute(0))
+    pod = failed(pod, "node-a", "trainer", 1, at_minute(3))
     pod["metadata"]["uid"] = str(uuid.uuid4())
     api.put("pods", pod)
     name = pod["metadata"]["name"]
@@ -415,7 +160,7 @@ def test_a_job_failed_by_our_failjob_rule_names_the_rule_and_its_annotation(clus
             "status": "True",
             "reason": "PodFailurePolicy",
             "message": message,
-            "lastTransitionTime": _at(3),
+            "lastTransitionTime": at_minute(3),
         }
         for t in ("FailureTarget", "Failed")
     ]
@@ -461,7 +206,7 @@ def test_a_rule_the_user_wrote_is_named_theirs(cluster):
         "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]
     }
     job = store_job(api, manifest, {})
-    pod = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 42, _at(2))
+    pod = failed(controller_pod(job, 0, at_minute(0)), "node-a", "trainer", 42, at_minute(2))
     pod["metadata"]["uid"] = str(uuid.uuid4())
     api.put("pods", pod)
     message = (
@@ -483,53 +228,10 @@ def test_a_rule_the_user_wrote_is_named_theirs(cluster):
 # --- a JobSet that restarted once -----------------------------------------------------------
 
 
-def jobset_cluster(
-    api: FakeAPI,
-    status: dict[str, Any],
-    child_status: dict[str, Any],
-    annotations: dict[str, str] | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """examples/jobset.yaml (with ``annotations`` added) admitted, with ``status``, and its
-    child Jobs of run 1."""
-    manifest = yaml.safe_load((ROOT / "examples" / "jobset.yaml").read_text())
-    manifest["metadata"]["annotations"].update(annotations or {})
-    jobset = admit(manifest)
-    jobset["status"] = status
-    api.store("jobsets", jobset)
-    uid, name = jobset["metadata"]["uid"], jobset["metadata"]["name"]
-    jobs = []
-    # JobSet's child Jobs of run 1 (``constructJob`` and ``labelAndAnnotateObject`` in
-    # jobset pkg/controllers/jobset_controller.go): named <set>-<rjob>-<index>, labelled
-    # and annotated, their pod templates too.
-    for rjob in jobset["spec"]["replicatedJobs"]:
-        child = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": f"{name}-{rjob['name']}-0",
-                "namespace": NS,
-                "ownerReferences": [owner_of(jobset)],
-            },
-            "spec": copy.deepcopy(rjob["template"]["spec"]),
-        }
-        labels = {
-            "jobset.sigs.k8s.io/jobset-name": name,
-            "jobset.sigs.k8s.io/jobset-uid": uid,
-            "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
-            "jobset.sigs.k8s.io/job-index": "0",
-            "jobset.sigs.k8s.io/restart-attempt": "1",
-        }
-        child["metadata"]["labels"] = dict(labels)
-        template = child["spec"]["template"].setdefault("metadata", {})
-        template.setdefault("labels", {}).update(labels)
-        jobs.append(store_job(api, child, copy.deepcopy(child_status)))
-    return jobset, jobs
-
-
 def test_a_jobset_counts_its_restarts_and_its_current_run(cluster):
     api, kubeconfig = cluster
     status = {"restarts": 1, "restartsCountTowardsMax": 1}
-    jobset, jobs = jobset_cluster(api, status, {"active": 1, "startTime": _at(20)})
+    jobset, jobs = jobset_cluster(api, status, {"active": 1, "startTime": at_minute(20)})
     name = jobset["metadata"]["name"]
     done = run(kubeconfig, f"jobset/{name}", "-n", NS, "-o", "json")
     assert done.returncode == 0, done.stderr
@@ -575,9 +277,9 @@ def test_a_jobset_our_rule_failed_names_the_rule_in_its_job(cluster):
     }
     _, jobs = jobset_cluster(api, status, {})
     workers = next(j for j in jobs if "workers" in j["metadata"]["name"])
-    pod = controller_pod(workers, 0, _at(0))
+    pod = controller_pod(workers, 0, at_minute(0))
     pod["metadata"]["uid"] = str(uuid.uuid4())
-    api.put("pods", failed(pod, "node-b", "trainer", 2, _at(4)))
+    api.put("pods", failed(pod, "node-b", "trainer", 2, at_minute(4)))
     message = (
         f"Container trainer for pod {NS}/{pod['metadata']['name']} failed with exit code 2 "
         "matching FailJob rule at index 1"
@@ -615,7 +317,7 @@ def test_a_cronjob_tells_its_latest_jobs(cluster):
     api, kubeconfig = cluster
     manifest = yaml.safe_load((ROOT / "examples" / "cronjob.yaml").read_text())
     cron = admit(manifest)
-    cron["status"] = {"lastScheduleTime": _at(0)}
+    cron["status"] = {"lastScheduleTime": at_minute(0)}
     api.store("cronjobs", cron)
     owner = owner_of(cron)
     made = []
@@ -633,7 +335,7 @@ def test_a_cronjob_tells_its_latest_jobs(cluster):
             },
             "spec": copy.deepcopy(template["spec"]),
         }
-        job = store_job(api, child, {"active": 1} if n == 4 else completed(_at(n)))
+        job = store_job(api, child, {"active": 1} if n == 4 else completed(at_minute(n)))
         job["metadata"]["creationTimestamp"] = f"2026-11-2{n}T03:00:00Z"
         api.put("jobs", job)
         made.append(job)
@@ -956,22 +658,16 @@ def test_an_indexed_job_counts_each_index_against_its_own_budget(cluster):
     )  # fmt: skip
     job = store_job(api, manifest, {"active": 4, "failed": 2})
     for index, code in ((1, 137), (1, 143)):
-        pod = controller_pod(job, 0, _at(index))
+        pod = controller_pod(job, 0, at_minute(index))
         pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(index)
         pod["metadata"]["uid"] = str(uuid.uuid4())
-        api.put("pods", failed(pod, "node-a", "trainer", code, _at(index + 1)))
+        api.put("pods", failed(pod, "node-a", "trainer", code, at_minute(index + 1)))
     story = json.loads(run(kubeconfig, "job/shards", "-n", NS, "-o", "json").stdout)
     budgets = {b["field"]: (b["limit"], b["used"]) for b in story["jobs"][0]["budgets"]}
     assert budgets == {"index 1": (2, 2), "spec.maxFailedIndexes": (1, 0)}
 
 
 # --- the plan without the cluster's defaults file ---------------------------------------------
-
-
-def _tree(job: dict[str, Any], pods: list[dict[str, Any]] | None = None):
-    from webhook.status.reader import KINDS, Tree
-
-    return Tree(KINDS[0], job, jobs=[job], pods={job["metadata"]["uid"]: pods or []})
 
 
 def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
@@ -985,14 +681,14 @@ def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
     verdict, job = engine.review_object(obj, defaults, NS)
     assert verdict.allowed and P + "applied" in job["metadata"]["annotations"]
     job["metadata"]["uid"] = "uid-plain"
-    story = tell(_tree(job))
+    story = tell(tree(job))
     (plan,) = story.plan
     told = {s.name: (s.value, s.source) for s in plan.settings}
     assert told["ignore-disruptions"] == ("true", "cluster default")
     assert told["backoff-limit"] == ("2", "cluster default")
     assert [r.origin for r in plan.rules] == ["added by retry-policy for ignore-disruptions"]
     # An admin's real file judges it the same way.
-    (again,) = tell(_tree(job), defaults).plan
+    (again,) = tell(tree(job), defaults).plan
     assert [r.origin for r in again.rules] == [r.origin for r in plan.rules]
 
 
@@ -1008,7 +704,7 @@ def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
     # admitted today, it would get the rule with the name too (podFailurePolicy is
     # immutable: the stored rules are the ones the Job controller reads).
     del job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["containerName"]
-    story = tell(_tree(job))
+    story = tell(tree(job))
     (plan,) = story.plan
     assert any("would change it" in n for n in story.notes)
     assert [r.action for r in plan.rules] == ["Ignore", "FailJob"]
@@ -1023,7 +719,9 @@ def test_counted_failures_whose_pods_are_gone_are_said_and_listed_again(cluster)
     (``FailureHistory.fetch``), and says what it could not examine."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", POLICY), {})
-    pod = failed(controller_pod(job, 0, _at(0)), "node-a", "trainer", 137, _at(5), oom=True)
+    pod = failed(
+        controller_pod(job, 0, at_minute(0)), "node-a", "trainer", 137, at_minute(5), oom=True
+    )
     pod["metadata"]["uid"] = str(uuid.uuid4())
     api.put("pods", pod)
     job["status"] = {"active": 0, "failed": 2, "startTime": T0}
@@ -1043,7 +741,7 @@ def test_a_job_restarting_containers_in_place_counts_their_restarts(cluster):
     manifest = job_manifest("onfail", {P + "backoff-limit": "4"})
     manifest["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
     job = store_job(api, manifest, {"active": 1, "startTime": T0})
-    pod = controller_pod(job, 0, _at(0))
+    pod = controller_pod(job, 0, at_minute(0))
     pod["metadata"]["uid"] = str(uuid.uuid4())
     pod["spec"]["nodeName"] = "node-a"
     pod["status"] = {
@@ -1053,7 +751,7 @@ def test_a_job_restarting_containers_in_place_counts_their_restarts(cluster):
                 "name": "trainer",
                 "restartCount": 3,
                 "ready": True,
-                "state": {"running": {"startedAt": _at(9)}},
+                "state": {"running": {"startedAt": at_minute(9)}},
                 "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
             }
         ],

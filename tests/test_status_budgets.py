@@ -8,7 +8,7 @@ disruptor's DELETE judged by the validating webhook (``webhook.admission.deletio
 the pod marked by ``DeletionMarker``; disruptions counted, the record written and peers
 marked by ``Disruptions``; a pod replaced by ``InPlaceBudget``; their Events by the
 ``EventRecorder``. The Job controller's judgement of each failed pod is ``JobRun.judge``
-(tests/jobsim.py: the podFailurePolicy evaluation, as ``matchPodFailurePolicy``).
+(testkit/jobsim.py: the podFailurePolicy evaluation, as ``matchPodFailurePolicy``).
 """
 
 from __future__ import annotations
@@ -18,24 +18,22 @@ import json
 import uuid
 from typing import Any
 
-from conftest import P
-from jobsim import JobRun
-from serverproc import eventually
-from test_controller_budgets import Running, disruptions, in_place
-from test_deletions import KARPENTER, deletion, marker, verdict_of
-from test_status import (
+from testkit.builders import P
+from testkit.clusters import (
     NS,
     T0,
-    _at,
-    _tree,
-    cluster,  # noqa: F401  (the fixture)
+    at_minute,
     controller_pod,
     job_manifest,
     jobset_cluster,
     run,
     store_job,
+    tree,
 )
-
+from testkit.controllers import Running, disruptions, in_place
+from testkit.deletions import KARPENTER, deletion, marker, verdict_of
+from testkit.jobsim import JobRun
+from testkit.servers import eventually
 from webhook.admission import engine
 from webhook.cluster.record import Record
 from webhook.kube import defaulting
@@ -110,7 +108,7 @@ def disrupted_job(api, tmp_path):
     jobrun = JobRun.store(api, job)
     reconciler = disruptions(api, tmp_path)
     marks = marker(api, tmp_path)
-    pods = [running(api, controller_pod(job, 0, _at(n)), f"spot-{n}") for n in range(5)]
+    pods = [running(api, controller_pod(job, 0, at_minute(n)), f"spot-{n}") for n in range(5)]
     first, second, third, fourth, _ = pods
     jobrun.disrupt(first, "PreemptionByScheduler")
     counted(reconciler, jobrun, first)
@@ -135,7 +133,7 @@ def disrupted_job(api, tmp_path):
     return job, pods
 
 
-def test_disruptions_used_against_max_disruptions_and_what_each_pod_got(cluster, tmp_path):  # noqa: F811
+def test_disruptions_used_against_max_disruptions_and_what_each_pod_got(cluster, tmp_path):
     api, kubeconfig = cluster
     job, (first, second, third, fourth, fifth) = disrupted_job(api, tmp_path)
     # The count the controller wrote on the Job (the first two pods are gone).
@@ -197,16 +195,16 @@ def test_disruptions_used_against_max_disruptions_and_what_each_pod_got(cluster,
     ) in flat
 
 
-def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F811
+def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):
     """One disruption of two: the pod counted free (the record's mark), the next free."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", DISRUPTIONS), {})
     jobrun = JobRun.store(api, job)
     reconciler = disruptions(api, tmp_path)
-    pod = running(api, controller_pod(job, 0, _at(0)), "spot-0")
+    pod = running(api, controller_pod(job, 0, at_minute(0)), "spot-0")
     deleted_by_karpenter(api, marker(api, tmp_path), pod)
     counted(reconciler, jobrun, pod)
-    unseen = running(api, controller_pod(job, 0, _at(1)), "spot-1")
+    unseen = running(api, controller_pod(job, 0, at_minute(1)), "spot-1")
     jobrun.disrupt(unseen, "EvictionByEvictionAPI")  # the controller has not counted it yet
     story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
     (told,) = story["jobs"]
@@ -222,7 +220,7 @@ def test_a_free_disruption_and_the_next_one_free(cluster, tmp_path):  # noqa: F8
     assert "Next disruption: free: disruption 2 of the 2 max-disruptions allows" in flat
 
 
-def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path):  # noqa: F811
+def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path):
     """The third disruption's pod failed and was judged (Ignore) before the controller got
     to it; the controller counts it over the budget, writes no condition, and lowers the
     Job's backoffLimit instead. Status says so: over in the count, ignored by the rules,
@@ -232,12 +230,12 @@ def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path
     jobrun = JobRun.store(api, job)
     reconciler = disruptions(api, tmp_path)
     for n in range(2):
-        pod = running(api, controller_pod(job, 0, _at(n)), f"spot-{n}")
+        pod = running(api, controller_pod(job, 0, at_minute(n)), f"spot-{n}")
         jobrun.disrupt(pod)
         counted(reconciler, jobrun, pod)
         jobrun.fail(pod)
         assert jobrun.judge(pod) == "Ignore"  # free; judged, the deleted pod goes
-    late = running(api, controller_pod(job, 0, _at(3)), "spot-3")
+    late = running(api, controller_pod(job, 0, at_minute(3)), "spot-3")
     jobrun.disrupt(late, "TerminationByKubelet", delete=False)
     jobrun.fail(late)
     assert jobrun.judge(late) == "Ignore"  # the kubelet's eviction deletes nothing: it stays
@@ -261,7 +259,7 @@ def test_a_pod_counted_over_but_judged_before_its_mark_says_so(cluster, tmp_path
     assert current(api, "jobs", job)["spec"]["backoffLimit"] == 1
 
 
-def test_a_finished_job_says_no_next_disruption(cluster, tmp_path):  # noqa: F811
+def test_a_finished_job_says_no_next_disruption(cluster, tmp_path):
     api, kubeconfig = cluster
     job, _ = disrupted_job(api, tmp_path)
     job["status"]["conditions"] = [
@@ -275,7 +273,7 @@ def test_a_finished_job_says_no_next_disruption(cluster, tmp_path):  # noqa: F81
     assert "Next disruption" not in run(kubeconfig, "job/train", "-n", NS).stdout
 
 
-def test_an_indexed_job_counts_disruptions_per_index(cluster, tmp_path):  # noqa: F811
+def test_an_indexed_job_counts_disruptions_per_index(cluster, tmp_path):
     """backoffLimitPerIndex: the controller counts each index's disruptions (its pods
     carry job-index-failure-count: ``addIndexFailureCountAnnotation``)."""
     api, kubeconfig = cluster
@@ -302,7 +300,7 @@ def test_an_indexed_job_counts_disruptions_per_index(cluster, tmp_path):  # noqa
     assert "of an index not listed: free (each index's first 1 are)" in flat
 
 
-def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):  # noqa: F811
+def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):
     """The set's budget (its record, across its Jobs), and peer-disruptions: a worker
     evicted, its running peers in the same run marked PeerDisrupted by the controller;
     one then fails (exit 1, torchrun's rendezvous broken) and the rule on PeerDisrupted
@@ -313,9 +311,9 @@ def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):  # 
     jobset, jobs = jobset_cluster(api, status, {"active": 1}, annotations)
     leader = next(j for j in jobs if "leader" in j["metadata"]["name"])
     workers = next(j for j in jobs if "workers" in j["metadata"]["name"])
-    evicted = running(api, controller_pod(workers, 0, _at(0)), "spot-0")
-    peer = running(api, controller_pod(leader, 0, _at(0)), "node-a")
-    other = running(api, controller_pod(workers, 0, _at(0)), "spot-1")
+    evicted = running(api, controller_pod(workers, 0, at_minute(0)), "spot-0")
+    peer = running(api, controller_pod(leader, 0, at_minute(0)), "node-a")
+    other = running(api, controller_pod(workers, 0, at_minute(0)), "spot-1")
     evicted_run = JobRun(api, workers)
     with Running(disruptions(api, tmp_path)) as reconciler:
         evicted_run.disrupt(evicted, "EvictionByEvictionAPI")
@@ -378,19 +376,19 @@ IN_PLACE = {
 }
 
 
-def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # noqa: F811
+def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):
     """A pod whose container restarted in place 3 times is marked by the controller and
     its deadline set to end it (the kubelet has not stopped it yet); another runs after
     one restart."""
     api, kubeconfig = cluster
     job = store_job(api, job_manifest("train", IN_PLACE), {"active": 1}, V136)
     jobrun = JobRun.store(api, job)
-    spent = running(api, controller_pod(job, 0, _at(0)), "node-a")
+    spent = running(api, controller_pod(job, 0, at_minute(0)), "node-a")
     jobrun.restart(spent, 3)
     reconciler = in_place(api, tmp_path)
     assert reconciler.replace(jobrun.current(spent)) is True
     assert reconciler.events.flush()
-    again = running(api, controller_pod(job, 0, _at(5)), "node-b")
+    again = running(api, controller_pod(job, 0, at_minute(5)), "node-b")
     jobrun.restart(again, 1)
     story = json.loads(run(kubeconfig, "job/train", "-n", NS, "-o", "json").stdout)
     (told,) = story["jobs"]
@@ -429,7 +427,7 @@ def test_restarts_in_place_against_max_in_place_restarts(cluster, tmp_path):  # 
     failed = jobrun.terminate(spent, 143)
     assert failed["status"]["reason"] == "DeadlineExceeded"
     pods = [failed, api.pod(again["metadata"]["uid"])]
-    later = tell(_tree(current(api, "jobs", job), pods))
+    later = tell(tree(current(api, "jobs", job), pods))
     (attempt, _) = later.jobs[0].attempts
     assert (attempt.counted, attempt.action, attempt.rule) == (True, "Count", 0)
     assert to_json(later)["jobs"][0]["attempts"][0]["inPlace"]["replaced"] is True
@@ -448,7 +446,7 @@ def test_admin_defaults_of_the_budgets_are_told_as_cluster_defaults():
     verdict, job = engine.review_object(obj, defaults, NS)
     assert verdict.allowed
     job["metadata"]["uid"] = "uid-plain"
-    story = tell(_tree(job))
+    story = tell(tree(job))
     (plan,) = story.plan
     told = {s.name: (s.value, s.source) for s in plan.settings}
     assert told["max-disruptions"] == ("3", "cluster default")
@@ -462,7 +460,7 @@ def test_admin_defaults_of_the_budgets_are_told_as_cluster_defaults():
     assert (budget.limit, budget.used) == (3, 0)
 
 
-def test_without_the_clusters_version_in_place_is_judged_for_the_assumed_one(cluster):  # noqa: F811
+def test_without_the_clusters_version_in_place_is_judged_for_the_assumed_one(cluster):
     """/version unanswered: the plan is judged for 1.36 (what the offline commands assume),
     and a note says so, rather than a plan that reads the Job as one the webhook denies."""
     api, kubeconfig = cluster

@@ -3,7 +3,7 @@
 ``status`` first (docs/STATUS.md) or attaches a story to a bug report.
 
 The recording is made from a cluster the test suite builds as its controllers build it
-(tests/test_status.py: the webhook's own admission, the Job controller's pods, the
+(testkit/clusters.py: the webhook's own admission, the Job controller's pods, the
 kubelet's failures, the webhook's EventRecorder), and the story told from the file must be
 the one told live from the same cluster. Events are recorded as ``kubectl get events``
 prints them, core v1, which the API server converts to events.k8s.io/v1 for a live read.
@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT
-from fakeapi import FakeAPI, write_kubeconfig
-from test_status import BIN, NS, client_for, emit, run, running_job
+
+from testkit.clusters import BIN, NS, client_for, emit, run, running_job
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.tools import ROOT
 
 EXAMPLE = "examples/status/train-resnet.yaml"
 

@@ -27,13 +27,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ssa
 import yaml
-from conftest import FULL, P, apply, review
-from workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 
+from testkit import ssa
+from testkit.builders import FULL, P
+from testkit.trainer import (
+    ANCESTOR_LABEL,
+    GPU,
+    OOM,
+    RUNTIMES,
+    TRAINER,
+    carried,
+    memory_runtime,
+    mutate,
+    runtime,
+    shipped,
+    submitted,
+    trainjob,
+    validate,
+)
+from testkit.workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 from webhook.admission import engine
-from webhook.admission import review as admission
 from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
@@ -53,10 +67,7 @@ from webhook.mutators.trainjob import (
 )
 from webhook.policy.config import Config, parse_config
 
-TRAINER = "trainer.kubeflow.org/v1alpha1"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
-ANCESTOR = {ANCESTOR_LABEL: "trainer"}
 #: The rule a runtime's JobSet template may have, and a child Job rule of the runtime's.
 RUNTIME_RULE = {
     "name": "failOnDeadline",
@@ -64,105 +75,6 @@ RUNTIME_RULE = {
     "onJobFailureReasons": ["DeadlineExceeded"],
 }
 TEMPFAIL_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [75]}}
-
-
-def runtime(
-    *,
-    kind: str = "ClusterTrainingRuntime",
-    name: str = "torch-distributed",
-    failure_policy: dict[str, Any] | None = None,
-    job_spec: dict[str, Any] | None = None,
-    pod_spec: dict[str, Any] | None = None,
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    """A (Cluster)TrainingRuntime whose template has one replicated Job ``node`` (the
-    shape of Trainer's own torch-distributed runtime), with the given extras."""
-    pod = {"containers": [{"name": "node", "image": "pytorch/pytorch:2.10.0"}], **(pod_spec or {})}
-    template_spec: dict[str, Any] = {
-        "replicatedJobs": [
-            {
-                "name": "node",
-                "template": {
-                    "metadata": {"labels": dict(ANCESTOR)},
-                    "spec": {**(job_spec or {}), "template": {"spec": pod}},
-                },
-            }
-        ],
-        **spec,
-    }
-    if failure_policy is not None:
-        template_spec["failurePolicy"] = failure_policy
-    template: dict[str, Any] = {"spec": template_spec}
-    if annotations:
-        template["metadata"] = {"annotations": dict(annotations)}
-    meta: dict[str, Any] = {"name": name, "uid": str(uuid.uuid4())}
-    if kind == "TrainingRuntime":
-        meta["namespace"] = "ml"
-    return {
-        "apiVersion": TRAINER,
-        "kind": kind,
-        "metadata": meta,
-        "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": template},
-    }
-
-
-def trainjob(
-    annotations: dict[str, str] | None = None,
-    *,
-    ref: dict[str, str] | None = None,
-    patches: list[dict[str, Any]] | None = None,
-    applied: bool = True,
-    suspend: bool | None = None,
-) -> dict[str, Any]:
-    """A TrainJob as admission sees it on ``kubectl apply``: the CRD's defaults
-    (runtimeRef kind and apiGroup, suspend, managedBy) applied, a last-applied record."""
-    manifest: dict[str, Any] = {
-        "apiVersion": TRAINER,
-        "kind": "TrainJob",
-        "metadata": {"name": "llm-finetune", "namespace": "ml"},
-        "spec": {
-            "runtimeRef": ref or {"name": "torch-distributed"},
-            "trainer": {"numNodes": 4, "image": "ghcr.io/example/finetune:2.0.1"},
-        },
-    }
-    if annotations:
-        manifest["metadata"]["annotations"] = dict(annotations)
-    if patches is not None:
-        manifest["spec"]["runtimePatches"] = copy.deepcopy(patches)
-    if suspend is not None:
-        manifest["spec"]["suspend"] = suspend
-    obj = copy.deepcopy(manifest)
-    if applied:
-        obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = json.dumps(manifest)
-    crd_defaults(crd_schema(obj), obj)
-    return obj
-
-
-def request(obj, operation="CREATE", old=None):
-    return admission.decode(json.dumps(review(obj, operation=operation, old=old)))
-
-
-def mutate(obj, runtimes=None, config=None, operation="CREATE", old=None):
-    verdict = engine.mutate(
-        request(obj, operation, old), config or Config(), runtimes=runtimes or NoRuntimes()
-    )
-    return verdict, apply(obj, verdict.patch)
-
-
-def validate(obj, runtimes=None, config=None, operation="CREATE", old=None):
-    return engine.validate(
-        request(obj, operation, old), config or Config(), runtimes or NoRuntimes()
-    )
-
-
-def ours(obj: dict[str, Any]) -> dict[str, Any]:
-    (entry,) = [p for p in obj["spec"]["runtimePatches"] if p["manager"] == MANAGER]
-    return entry
-
-
-def carried(obj: dict[str, Any]) -> dict[str, str]:
-    return ours(obj)["trainingRuntimeSpec"]["template"]["metadata"]["annotations"]
 
 
 # --- the TrainJob's own admission --------------------------------------------------------
@@ -1094,7 +1006,6 @@ def test_explain_without_the_runtime_says_what_it_needs(tmp_path):
 
 # --- Kubeflow Trainer's shipped runtimes, as v2.2 and v2.3 build their JobSets -------------
 
-RUNTIMES = Path(__file__).parent / "data" / "runtimes"
 RELEASES = ("v2.2.0", "v2.3.0")
 INITIALIZERS = ("dataset-initializer", "model-initializer")
 #: The JobSet release each Trainer release requires (``sigs.k8s.io/jobset`` in go.mod).
@@ -1108,27 +1019,9 @@ def jobset_schema(release: str) -> dict[str, Any]:
     return yaml.safe_load((JOBSET_SCHEMAS / name).read_text())
 
 
-def shipped(release: str, name: str) -> dict[str, Any]:
-    """A runtime Kubeflow Trainer installs (tests/data/runtimes/README.md), as stored."""
-    rt = yaml.safe_load((RUNTIMES / release / f"{name}.yaml").read_text())
-    rt["metadata"]["uid"] = str(uuid.uuid4())
-    return rt
-
-
 SHIPPED = sorted(
     (release, path.stem) for release in RELEASES for path in (RUNTIMES / release).glob("*.yaml")
 )
-
-
-def submitted(
-    annotations: dict[str, str] | None, rt: dict[str, Any], **trainer: Any
-) -> dict[str, Any]:
-    """A TrainJob naming ``rt`` as its CREATE review carries it: CRD defaults, no uid nor
-    creationTimestamp (assigned after admission); ``trainer`` replaces fields of
-    ``spec.trainer``."""
-    obj = trainjob(annotations, ref={"name": rt["metadata"]["name"], "kind": rt["kind"]})
-    obj["spec"]["trainer"].update(copy.deepcopy(trainer))
-    return obj
 
 
 def as_stored(tj: dict[str, Any]) -> dict[str, Any]:
@@ -1227,9 +1120,6 @@ def test_a_trainjob_counts_the_pods_the_trainer_runs():
                 assert jobs[job_name].get("replicas") == replicas, (name, job_name)
 
 
-GPU = {"limits": {"nvidia.com/gpu": 1}}
-
-
 @pytest.mark.parametrize("release", RELEASES)
 def test_resources_per_node_as_each_release_applies_it(release):
     """``spec.trainer.resourcesPerNode`` on the ``node`` container: v2.2 gives it exactly
@@ -1251,18 +1141,6 @@ def test_resources_per_node_as_each_release_applies_it(release):
     built = jobset_for(as_stored(submitted(FULL, mpi, resourcesPerNode=GPU)), mpi, merged)
     assert node_resources_of(built, "launcher") == GPU
     assert node_resources_of(built, "node") == GPU
-
-
-#: A runtime whose node container asks for memory (the shipped ones do not).
-def memory_runtime(release: str) -> dict[str, Any]:
-    rt = shipped(release, "torch_distributed")
-    (rjob,) = rt["spec"]["template"]["spec"]["replicatedJobs"]
-    (node,) = rjob["template"]["spec"]["template"]["spec"]["containers"]
-    node["resources"] = {"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}}
-    return rt
-
-
-OOM = {P + "oom-memory-factor": "2", P + "oom-memory-limit": "16Gi", P + "backoff-limit": "3"}
 
 
 @pytest.mark.parametrize(

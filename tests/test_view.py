@@ -7,9 +7,9 @@ import copy
 import json
 
 import pytest
-from conftest import FULL, P, job, job_owner, pod, review
-from workloads import FixedAttempts
 
+from testkit.builders import FULL, P, job, job_owner, pod, review
+from testkit.workloads import FixedAttempts
 from webhook.admission import engine, view
 from webhook.admission import review as admission
 from webhook.kube.intent import LAST_APPLIED, user_wrote

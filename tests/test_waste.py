@@ -11,14 +11,15 @@ import threading
 from fractions import Fraction
 
 import pytest
-from conftest import P, job, stored
-from fakeapi import FakeAPI, write_kubeconfig
-from jobsim import T0, JobRun
-from serverproc import eventually, free_port, metric, scaled, start, stop
-from test_controller_budgets import client_of
-from test_record import JOBSET_LABELS, failed_pod, relisted
-from workloads import mutate
 
+from testkit.builders import P, job, stored
+from testkit.controllers import client_of
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from testkit.jobsim import T0, JobRun
+from testkit.records import JOBSET_LABELS, failed_pod, relisted
+from testkit.servers import eventually, free_port, metric, scaled, start, stop
+from testkit.waste import MAIN, WASTED
+from testkit.workloads import mutate
 from webhook.cluster import waste
 from webhook.cluster.record import Record
 from webhook.controller import recorder as recorder_module
@@ -27,18 +28,9 @@ from webhook.kube.podresources import is_extended, pod_requests
 from webhook.policy.model import APPLIED
 from webhook.serving.metrics import ControllerMetrics
 
-WASTED = "retry_webhook_wasted_resource_seconds_total"
 GI = 2**30
 #: What jobsim's kubelet gives a pod: started at T0, stopped a minute later.
 RUN = 60.0
-MAIN = {
-    "name": "main",
-    "image": "ghcr.io/example/train:1.0.0",
-    "resources": {
-        "requests": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"},
-        "limits": {"memory": "4Gi", "nvidia.com/gpu": "1"},
-    },
-}
 #: A recorder's batching window no test outlasts: it writes when the test flushes.
 ONLY_FLUSHED = 3600.0
 #: What one failed pod of such a Job wastes in a minute: cores, GiB, GPUs.

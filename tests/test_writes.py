@@ -11,24 +11,25 @@ import itertools
 import time
 
 import pytest
-from fakeapi import ANNOTATIONS_LIMIT
-from jobsim import JobRun
 from kubernetes.client.exceptions import ApiException
-from serverproc import eventually
-from test_controller_budgets import (
+
+from testkit.controllers import (
     DISRUPTIONS,
     IN_PLACE,
     Counted,
     Running,
     admitted_job,
+    counting_flushes,
     disruptions,
     events_of,
     in_place,
     preempt,
     record_of,
 )
-from test_record import a_job, api_client, concurrent_writer, failed_pod, running, stored_job
-
+from testkit.fakeapi import ANNOTATIONS_LIMIT
+from testkit.jobsim import JobRun
+from testkit.records import a_job, api_client, concurrent_writer, failed_pod, running, stored_job
+from testkit.servers import eventually
 from webhook.cluster.events import Event, EventRecorder, Regarding
 from webhook.cluster.record import Record
 from webhook.controller import writes
@@ -63,7 +64,7 @@ def refusal(status: int | None, body: str = "", retry_after: str | None = None) 
 
 @pytest.fixture
 def api():
-    from fakeapi import FakeAPI
+    from testkit.fakeapi import FakeAPI
 
     fake = FakeAPI().start()
     yield fake
@@ -148,18 +149,6 @@ def near_the_annotation_limit(obj: dict) -> dict:
     used = sum(len(k) + len(v) for k, v in annotations.items())
     annotations["example.com/notes"] = "x" * (ANNOTATIONS_LIMIT - used - 100)
     return obj
-
-
-def counting_flushes(reconciler) -> list[int]:
-    flushes: list[int] = []
-    flush = reconciler.flush
-
-    def counted() -> None:
-        flushes.append(1)
-        flush()
-
-    reconciler.flush = counted
-    return flushes
 
 
 def test_a_disruption_count_the_api_refuses_is_told_once_and_never_sent_again(api, tmp_path):

@@ -438,3 +438,10 @@ class Threads:
         self.stop.set()
         for thread in self.threads:
             thread.join(scaled(self.join_timeout))
+
+
+def worker_pids(master: int) -> set[int]:
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True, check=False
+    ).stdout
+    return {int(pid) for pid in out.split()}

@@ -1,5 +1,5 @@
 """The Job controller's and the kubelet's part, played against the HTTP test API
-(``tests/fakeapi.py``) for the controller's tests: pods made from a Job's template as the
+(``testkit/fakeapi.py``) for the controller's tests: pods made from a Job's template as the
 Job controller makes them, the conditions and states the scheduler, the Eviction API,
 PodGC and the kubelet give them, and the Job controller's judgement of a failed pod.
 
@@ -49,9 +49,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from conftest import job_owner
-from fakeapi import JOB_TRACKING, FakeAPI
-
+from testkit.builders import job_owner
+from testkit.fakeapi import JOB_TRACKING, FakeAPI
 from webhook.kube import failurepolicy as fp
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"

@@ -195,7 +195,7 @@ class FakeAPI:
         #: PATCH, as the UPDATE it is, and a pod's DELETE; not the test's own changes):
         #: called with (operation, resource, subresource, object, oldObject) before the
         #: write is stored, it returns why the write is refused (403 Forbidden, nothing
-        #: changes) or None (``tests/vap.py``).
+        #: changes) or None (``testkit/vap.py``).
         self.admit = None
         self.refused: list[tuple[str, str, str]] = []  # (operation, resource, why)
         #: resource -> the validating admission of a PATCH of one of its objects (not of

@@ -1,11 +1,11 @@
-"""Builders and checks shared by the workload tests (Indexed Jobs, CronJob, JobSet, RayJob,
-PyTorchJob, examples).
+"""Workloads admitted and checked, for the workload tests (Indexed Jobs, CronJob, JobSet,
+RayJob, PyTorchJob, TrainJob, examples; their builders are in ``testkit.kinds``).
 
 Objects are built the way admission sees them on CREATE: API defaults applied (for custom
 resources, the ``default`` values of their CRD schema, which the API server applies before
-any webhook), no ``uid``, ``resourceVersion`` or ``creationTimestamp`` (see conftest), and
-a ``last-applied-configuration`` record when the test says the object came from ``kubectl
-apply``. Results are checked with real parts: the Go json-patch
+any webhook), no ``uid``, ``resourceVersion`` or ``creationTimestamp`` (see
+``testkit.builders``), and a ``last-applied-configuration`` record when the test says the
+object came from ``kubectl apply``. Results are checked with real parts: the Go json-patch
 of ``kubectl patch --local``, ``kubernetes_validate`` (strict) for batch kinds and for the
 Kubernetes types embedded in custom resources, and ``jsonschema`` against the vendored CRD
 schemas (tests/data/crds, made strict about unknown fields as the API server's
@@ -25,9 +25,10 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 import yaml
-from conftest import apply, review, tool
-from serverproc import scaled
 
+from testkit.builders import apply, review
+from testkit.servers import scaled
+from testkit.tools import ROOT, tool
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup, NoCluster
@@ -36,7 +37,7 @@ from webhook.kube import defaulting as defaults
 from webhook.kube.intent import LAST_APPLIED
 from webhook.policy.config import Config
 
-CRDS = Path(__file__).resolve().parent / "data" / "crds"
+CRDS = ROOT / "tests" / "data" / "crds"
 SCHEMAS = {
     ("jobset.x-k8s.io", "JobSet"): "jobsets.jobset.x-k8s.io.v1alpha2.yaml",
     ("ray.io", "RayJob"): "rayjobs.ray.io.v1.yaml",
