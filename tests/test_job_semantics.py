@@ -28,6 +28,7 @@ from test_rayjob import rayjob
 from workloads import kubectl_patch, mutate, validate, validate_schema
 
 from webhook.cluster.attempts import AttemptLookup, placement_budget
+from webhook.cluster.facts import NoCluster
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.podspec import add_non_spot_affinity, requires_spot, spot_requirements
@@ -881,7 +882,7 @@ def test_a_rayjob_or_pytorchjob_budget_changed_against_the_annotation_is_denied(
     assert validate(new, operation="UPDATE", old=old).allowed
 
 
-class LiveBudget:
+class LiveBudget(NoCluster):
     """The attempt cache's answer for a Job whose backoffLimit was lowered to 1."""
 
     def __init__(self, failures, budget):

@@ -13,10 +13,11 @@ from serverproc import scaled
 
 from webhook.admission import engine
 from webhook.admission import review as admission
+from webhook.cluster.facts import NoCluster
 from webhook.policy.config import Config, parse_config
 
 
-class Attempts:
+class Attempts(NoCluster):
     def job_failures(self, namespace, name, uid):
         from webhook.cluster.attempts import AttemptLookup
 

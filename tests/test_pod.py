@@ -10,11 +10,12 @@ from conftest import P, apply, job_owner, pod, review
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import NoCluster
 from webhook.kube.podspec import spot_requirements
 from webhook.policy.config import Config, parse_config
 
 
-class FixedAttempts:
+class FixedAttempts(NoCluster):
     """An attempt source answering a fixed count: stands in for the cluster cache,
     which has its own tests against an HTTP Kubernetes API (test_attempts.py)."""
 

@@ -35,6 +35,7 @@ from serverproc import scaled
 from webhook.admission import engine
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import Event, EventRecorder, Regarding
+from webhook.cluster.facts import NoCluster
 from webhook.kube import defaulting
 from webhook.policy.config import Config
 
@@ -104,7 +105,7 @@ def store_job(
     return job
 
 
-class Attempts:
+class Attempts(NoCluster):
     """What the webhook's attempt cache answers for these pods (the test's own count)."""
 
     def __init__(self, failures: int):

@@ -26,7 +26,8 @@ from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_ke
 from webhook.admission.review import Request, Verdict, freeze
 from webhook.admission.view import view_of
 from webhook.cluster import events
-from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import Clock, LeaderSource
 from webhook.cluster.limits import LimitLookup, LimitQuestion
@@ -70,7 +71,7 @@ EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your
 def mutate(
     request: Request,
     config: Config,
-    attempts: AttemptSource = _NO_CLUSTER,
+    attempts: ClusterFacts = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
     leadership: LeaderSource | None = None,
@@ -86,7 +87,7 @@ def mutate(
     if remembered is not None:
         return remembered
     recording = RecordingAttempts(attempts)
-    ctx.attempts = recording
+    ctx.cluster = recording
     ctx.clock = recording.clocked(ctx.clock)
     verdict, outcome = _apply(mutator, ctx, original, request, subject)
     if key is not None and outcome is not None:
@@ -101,7 +102,7 @@ def mutate(
 def _mutate(
     request: Request,
     config: Config,
-    attempts: AttemptSource,
+    attempts: ClusterFacts,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
     leadership: LeaderSource | None = None,
@@ -118,7 +119,7 @@ def _mutate(
 def _mutator_for(
     request: Request,
     config: Config,
-    attempts: AttemptSource,
+    attempts: ClusterFacts,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
     leadership: LeaderSource | None = None,
@@ -173,13 +174,13 @@ def _apply(
     subject = original if subject is None else subject
     if not CHECK_VIEWS or subject is original:
         return _run(mutator, ctx, subject, request)
-    recording = ctx.attempts
+    recording = ctx.cluster
     if not isinstance(recording, RecordingAttempts):
-        recording = ctx.attempts = RecordingAttempts(recording)
+        recording = ctx.cluster = RecordingAttempts(recording)
         ctx.clock = recording.clocked(ctx.clock)
     verdict, outcome = _run(mutator, ctx, subject, request)
     again = _Replay(recording, request)
-    replay = dataclasses.replace(ctx, attempts=again, clock=again)
+    replay = dataclasses.replace(ctx, cluster=again, clock=again)
     _same_answer(request, verdict, _run(mutator, replay, original, request)[0])
     return verdict, outcome
 
@@ -298,17 +299,17 @@ def _recall(
         ctx.operation,
         ctx.namespace,
         id(ctx.config),
-        id(ctx.attempts),
+        id(ctx.cluster),
         ctx.kubernetes_version,
         shape,
     )
-    remembered = MEMO.get(key, ctx.attempts, ctx.clock)
+    remembered = MEMO.get(key, ctx.cluster, ctx.clock)
     return key, (remembered.fresh() if remembered is not None else None)
 
 
 def _context(
     config: Config,
-    attempts: AttemptSource,
+    attempts: ClusterFacts,
     request: Request,
     runtimes: RuntimeSource,
     version: VersionSource,
@@ -505,7 +506,7 @@ def review(
     obj: dict[str, Any],
     config: Config,
     namespace: str | None = None,
-    attempts: AttemptSource = _NO_CLUSTER,
+    attempts: ClusterFacts = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
 ) -> Review:
@@ -540,7 +541,7 @@ def review_object(
     obj: dict[str, Any],
     config: Config,
     namespace: str | None = None,
-    attempts: AttemptSource = _NO_CLUSTER,
+    attempts: ClusterFacts = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
 ) -> tuple[Verdict, dict[str, Any]]:

@@ -682,12 +682,3 @@ class FailureHistory:
 
 def _most(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
-
-
-def ask(source: Any, key: HistoryKey) -> HistoryLookup:
-    """``source.job_history(key)``, or unknown from a source that keeps no history."""
-    method = getattr(source, "job_history", None)
-    if method is None:
-        return unknown("no failure history is kept here")
-    answer: HistoryLookup = method(key)
-    return answer

@@ -45,13 +45,8 @@ class NodeAnswer:
     reason: str = ""
 
 
-def ask(source: Any, question: Placement) -> NodeAnswer:
-    """``source.placement(question)``, or unknown from a source that keeps no Nodes."""
-    method = getattr(source, "placement", None)
-    if method is None:
-        return NodeAnswer(False, reason="no Nodes are read here")
-    answer: NodeAnswer = method(question)
-    return answer
+#: What a process that reads no Nodes answers (the offline CLI, ``status``).
+NO_NODES = NodeAnswer(False, reason="no Nodes are read here")
 
 
 class NodeCache(ListedWhole):

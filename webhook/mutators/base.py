@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.leadership import Clock
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.kube.objects import controller_of
@@ -34,11 +34,12 @@ from webhook.problems import Problem
 
 @dataclass
 class Context:
-    """What a mutator may consult besides the object: config, the attempt cache and the
+    """What a mutator may consult besides the object: config, the cluster's facts (a Job's
+    counted failures, failure history, LimitRanges, Nodes: ``ClusterFacts``) and the
     Kubeflow Trainer runtimes (a TrainJob's JobSet is made from one)."""
 
     config: Config
-    attempts: AttemptSource = field(default_factory=NoCluster)
+    cluster: ClusterFacts = field(default_factory=NoCluster)
     namespace: str | None = None
     operation: str = "CREATE"
     runtimes: RuntimeSource = field(default_factory=NoRuntimes)
@@ -54,8 +55,8 @@ class Context:
 
     def __post_init__(self) -> None:
         # Callers without a cluster may pass None for either source.
-        if self.attempts is None:
-            self.attempts = NoCluster()
+        if self.cluster is None:
+            self.cluster = NoCluster()
         if self.runtimes is None:
             self.runtimes = NoRuntimes()
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from webhook.cluster import limits
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec, quantity
 from webhook.mutators.base import Context, Outcome
@@ -126,7 +125,7 @@ def check_limit_ranges(policy: Policy, ctx: Context, out: Outcome) -> None:
     limit = policy.oom_memory_limit
     if policy.oom_memory_factor is None or limit is None:
         return
-    bounds = limits.ask(ctx.attempts, ctx.namespace or "").limits
+    bounds = ctx.cluster.limit_ranges(ctx.namespace or "").limits
     for what, bound in (("container", bounds.container_max), ("pod", bounds.pod_max)):
         if bound is not None and bound.value < limit.value:
             out.note(

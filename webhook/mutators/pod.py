@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from webhook.cluster import history, limits
-from webhook.cluster import nodes as placement
+from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
 from webhook.kube import limitrange, podspec, scheduling
@@ -365,7 +364,7 @@ class PodMutator:
         if isinstance(raised, dict):
             return {"memoryRaised": raised}  # done at this pod's first admission
         namespace = ctx.namespace or ""
-        bounds = limits.ask(ctx.attempts, namespace)
+        bounds = ctx.cluster.limit_ranges(namespace)
         if not bounds.known:
             out.note(
                 f"retry-policy: memory not raised after OOM kills: the LimitRanges of "
@@ -459,7 +458,7 @@ class PodMutator:
                 f"only run there ({pinned}); not avoided"
             )
             return {}
-        answer = placement.ask(ctx.attempts, scheduling.placement(spec, nodes))
+        answer = ctx.cluster.placement(scheduling.placement(spec, nodes))
         record: dict[str, Any] = {"avoidedNodes": len(nodes)}
         if answer.known and answer.fits:
             changed = podspec.avoid_nodes(spec, nodes)
@@ -599,7 +598,7 @@ def failure_history(
         except BadValue:
             pass
     if not per_index:
-        counted = ctx.attempts.job_failures(namespace, name, uid)
+        counted = ctx.cluster.job_failures(namespace, name, uid)
         if counted.failures is None:
             return history.unknown(counted.reason), 0
         expected, terminating = counted.failures, counted.terminating
@@ -615,7 +614,7 @@ def failure_history(
         jobset=place[0] if place else None,
         run=history.jobset_run(metadata) if place else 0,
     )
-    return history.ask(ctx.attempts, key), terminating
+    return ctx.cluster.job_history(key), terminating
 
 
 def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:
@@ -670,7 +669,7 @@ def attempt_of(
             pass
     if owner is not None and owner.get("kind") == "Job" and owner.get("uid"):
         namespace = namespace_of(metadata, ctx)
-        return ctx.attempts.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
+        return ctx.cluster.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
     return AttemptLookup(None, "none", f"no {PREFIX}attempt annotation and no owning Job")
 
 

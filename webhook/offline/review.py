@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.admission import engine
 from webhook.admission.review import Verdict
-from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.runtimes import RuntimeSource
 from webhook.cluster.version import VersionSource
 from webhook.kube import defaulting
@@ -148,7 +148,7 @@ def check(
     namespace: str | None,
     runtimes: RuntimeSource,
     version: VersionSource,
-    attempts: AttemptSource | None = None,
+    attempts: ClusterFacts | None = None,
 ) -> Checked:
     """Prepare ``obj`` and review it (mutate, then validate) as admission would
     (``attempts``: what the input tells of the cluster, its LimitRanges)."""
