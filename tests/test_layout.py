@@ -38,6 +38,7 @@ LAYERS = [
     {"serving", "explain", "offline"},
     {"admission", "controller"},
     {"mutators"},
+    {"plan"},
     {"cluster", "policy"},
     {"kube", "tls"},
     {"problems"},

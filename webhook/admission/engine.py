@@ -34,16 +34,12 @@ from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
+from webhook.kube.objects import controller_of
 from webhook.kube.owned import ALL, copy_owned
 from webhook.kube.scheduling import Placement
-from webhook.mutators import (
-    Context,
-    Outcome,
-    controller_of,
-    has_policy_annotations,
-    lookup,
-    policy_keys,
-)
+from webhook.mutators import lookup
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import has_policy_annotations, policy_keys
 from webhook.policy.config import Config
 from webhook.policy.model import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize

@@ -51,9 +51,9 @@ from webhook.explain.words import (
 )
 from webhook.kube import failurepolicy, jobcontroller, restartrules
 from webhook.kube.failurepolicy import Match, named_containers
+from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.restartrules import PodRestarts
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
-from webhook.mutators import Outcome, controller_of, items, mapping, workload_policy
 from webhook.mutators import jobset as jobset_mutator
 from webhook.mutators.job import (
     API_DEFAULT_BACKOFF_LIMIT,
@@ -61,6 +61,8 @@ from webhook.mutators.job import (
     job_limit_field,
     resolve_limit,
 )
+from webhook.plan.outcome import Outcome
+from webhook.plan.policies import workload_policy
 from webhook.policy.model import (
     INT32_MAX,
     PREFIX,

@@ -84,16 +84,9 @@ from webhook.explain.words import (
     source_text,
 )
 from webhook.kube.goregexp import Piece, Wild
+from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
-from webhook.mutators import (
-    Outcome,
-    items,
-    mapping,
-    pytorchjob,
-    rayjob,
-    trainjob,
-    workload_policy,
-)
+from webhook.mutators import pytorchjob, rayjob, trainjob
 from webhook.mutators.job import WRITTEN_SOURCES, LimitField, get_path
 from webhook.mutators.jobset import (
     ACTIONS as JOBSET_ACTIONS,
@@ -106,6 +99,8 @@ from webhook.mutators.jobset import (
     initializers,
     pattern_applies,
 )
+from webhook.plan.outcome import Outcome
+from webhook.plan.policies import workload_policy
 from webhook.policy.model import INT32_MAX, Policy, Source
 
 

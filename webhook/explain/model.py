@@ -12,8 +12,9 @@ from typing import Any, Protocol
 from webhook.admission import engine
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
+from webhook.kube.objects import mapping
 from webhook.kube.quantity import Quantity
-from webhook.mutators import Context, Outcome, mapping
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import (
     Policy,
     format_value,

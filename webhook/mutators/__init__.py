@@ -14,19 +14,16 @@ from typing import Any, Protocol
 
 # What mutators share; imported from here by every kind.
 from webhook.kube.objects import controller_of, items, mapping
-from webhook.mutators.base import (
-    Change,
-    Context,
-    Decision,
-    Outcome,
+from webhook.plan.outcome import Change, Context, Decision, Outcome
+from webhook.plan.policies import (
     affected_unannotated,
-    applied_record,
     default_layers,
     has_policy_annotations,
     pod_policy,
     policy_keys,
     workload_policy,
 )
+from webhook.plan.record import applied_record
 
 __all__ = [
     "Change",

@@ -39,7 +39,7 @@ from typing import Any
 
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec
-from webhook.mutators.base import Outcome
+from webhook.plan.outcome import Outcome
 from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
 
 #: The template labels, by key: what the controller and the chart select pods by.

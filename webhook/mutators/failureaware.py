@@ -22,7 +22,7 @@ from typing import Any
 
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec, quantity
-from webhook.mutators.base import Context, Outcome
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import PREFIX, Policy, Setting, Source, format_value, with_setting
 from webhook.problems import Problem
 

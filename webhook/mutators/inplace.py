@@ -53,7 +53,7 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube.objects import items, mapping
 from webhook.kube.restartrules import MAX_CONTAINER_RULES, RESTART, RESTART_ALL
 from webhook.kube.versions import CONTAINER_RESTART_RULES, RESTART_ALL_CONTAINERS
-from webhook.mutators.base import Context, Outcome
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import Policy, Setting, Source, format_value, with_setting
 
 ACTIONS = {"container": RESTART, "pod": RESTART_ALL}

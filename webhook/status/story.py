@@ -59,9 +59,9 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
-from webhook.mutators import has_policy_annotations
 from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, MAX_RESTARTS_LABEL, PEERS_LABEL
 from webhook.mutators.jobset import RULE_NAME
+from webhook.plan.policies import has_policy_annotations
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
 from webhook.status.reader import Tree
