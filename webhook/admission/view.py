@@ -213,7 +213,7 @@ def _metadata(
 ) -> dict[str, Any]:
     """``keep_labels``: the labels mapping stays, reduced to ``labels``, even when none of
     them is there (a mutator writes into it). ``ours``: a pod template's, whose
-    ``retry-policy.dev/`` labels the Job mutator writes (``mutators.budgets``): they, and
+    ``retry-policy.dev/`` labels the Job mutator writes (``plan.causes``): they, and
     the labels mapping itself, are kept."""
     meta: dict[str, Any] = {}
     for key, value in metadata.items():

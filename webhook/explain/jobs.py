@@ -61,6 +61,7 @@ from webhook.mutators.job import (
     job_limit_field,
     resolve_limit,
 )
+from webhook.plan import causes
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
 from webhook.policy.model import (
@@ -172,7 +173,7 @@ class JobSpecView:
     #: What its pods wait after a failure (``retry-delay``; ``None``: no delay).
     delays: Delays | None = None
     #: The budgets per cause its pods carry (their template's labels, as the controller
-    #: reads them: ``webhook.mutators.budgets``); ``None``: none.
+    #: reads them: ``webhook.plan.causes``); ``None``: none.
     max_disruptions: int | None = None
     max_in_place_restarts: int | None = None
     peer_disruptions: str | None = None
@@ -242,7 +243,7 @@ def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
 
 
 def template_budgets(template: Mapping[str, Any]) -> dict[str, Any]:
-    """The budgets per cause a pod template's labels carry (``mutators.budgets.labels``)."""
+    """The budgets per cause a pod template's labels carry (``plan.causes.labels``)."""
     labels = mapping(mapping(template.get("metadata")).get("labels"))
 
     def read(key: str, parse: Callable[[str], Any]) -> Any:
@@ -728,7 +729,7 @@ class JobSimulator:
         #: What each new pod waits after the failure before it (``retry-delay``).
         self.delays = delays
         #: Budgets per cause: the disruptions that are free, and the restarts in place a
-        #: pod makes before the controller replaces it (``webhook.mutators.budgets``).
+        #: pod makes before the controller replaces it (``webhook.plan.causes``).
         self.max_disruptions = max_disruptions
         self.max_in_place_restarts = max_in_place_restarts
 
@@ -793,7 +794,7 @@ class JobSimulator:
             return (), ""
         state.disruptions += 1
         n, budget = state.disruptions, self.max_disruptions
-        if n <= budget:
+        if causes.disruption(n, budget) == "free":
             return (), f"disruption {n} of {budget} free"
         over = f"disruption {n}, over max-disruptions {budget}"
         return (failurepolicy.DISRUPTION_BUDGET_EXHAUSTED,), over
@@ -802,7 +803,7 @@ class JobSimulator:
         """After restarts in place: the pod the controller replaces once they reach
         max-in-place-restarts (marked, ended by its deadline: SIGTERM), and what to say."""
         n = self.max_in_place_restarts
-        if n is None or backoff.pod_restarts < n:
+        if not causes.replaced(backoff.pod_restarts, n):
             return None, ""
         replaced = Event(event.token, SIGTERM, None, replaced=True)
         said = (

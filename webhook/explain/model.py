@@ -35,7 +35,7 @@ WORKLOAD_KEYS = (
     "non-spot-attempts",
     "error-propagation",
 )
-#: Shown when one is set (budgets per cause, ``webhook.mutators.budgets``).
+#: Shown when one is set (budgets per cause, ``webhook.plan.causes``).
 BUDGET_KEYS = ("max-disruptions", "peer-disruptions", "max-in-place-restarts")
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
 #: Shown when either is set (``webhook.mutators.between``).

@@ -138,7 +138,7 @@ def describe_when(rule: Mapping[str, Any]) -> str:
     return "nothing (the rule has neither onExitCodes nor onPodConditions)"
 
 
-#: The conditions the webhook's controller adds (``webhook.mutators.budgets``), in words.
+#: The conditions the webhook's controller adds (``webhook.plan.causes``), in words.
 OUR_CONDITION_WORDS = {
     failurepolicy.DISRUPTION_BUDGET_EXHAUSTED: (
         "the pod was disrupted after max-disruptions were used (the controller marks it "

@@ -30,7 +30,6 @@ from webhook.mutators import (
     affected_unannotated,
     applied_record,
     between,
-    budgets,
     controller_of,
     failureaware,
     has_policy_annotations,
@@ -40,6 +39,7 @@ from webhook.mutators import (
     register,
     workload_policy,
 )
+from webhook.plan import causes
 from webhook.policy.model import (
     APPLIED,
     BUILTIN,
@@ -535,7 +535,7 @@ def note_peers(policy: Policy, pods: int, out: Outcome) -> None:
     ``matchPodFailurePolicy``): the peers it worked with (a distributed training's other
     ranks) lose it and exit with codes of their own (1, a timeout's), which the FailJob
     rule matches, so one preemption fails the whole workload, unless ``peer-disruptions``
-    marks those peers (``mutators.budgets``). Said once per object."""
+    marks those peers (``plan.causes``). Said once per object."""
     if policy.fail_non_retriable and pods > 1 and policy.peer_disruptions is None:
         note = peers_note(pods)
         if note not in out.notes:
@@ -655,7 +655,7 @@ def apply_job_spec(
     policy, deadline = inplace.check(
         policy, pod_spec, ctx, out, f"{where}.template", bound, _rules(spec)
     )
-    policy = budgets.check(policy, out)  # (in-place restarts turned off here)
+    policy = causes.check(policy, out)  # (in-place restarts turned off here)
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
@@ -715,10 +715,10 @@ def _check_template(
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
         policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
-    policy = budgets.check(policy, out)
+    policy = causes.check(policy, out)
     policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
-    policy = budgets.check(policy, out)  # (a default skipped for the rule limit)
+    policy = causes.check(policy, out)  # (a default skipped for the rule limit)
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
     queue = queued.queue_of(obj, path)
     policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where, queue)
@@ -909,8 +909,8 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
     else Count for fail-non-retriable (``Policy.count_disruptions``); then one exit-code
     rule per application container (a regular container's retries the in-place codes
     too: ``inplace.retriable``). The rules on the conditions our controller adds
-    (``budgets.rules``) come first of all (``fp.merge`` puts them before the user's too)."""
-    ours = budgets.rules(policy)
+    (``causes.rules``) come first of all (``fp.merge`` puts them before the user's too)."""
+    ours = causes.rules(policy)
     if policy.ignore_disruptions:
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
     if policy.count_disruptions:
@@ -930,7 +930,7 @@ def _check_rule_count(
     When yours and ours together have more, settings from admin defaults are skipped
     first, the last-added first, until the rest fit (a default never breaks a valid
     object); if the rules of settings you annotated still do not fit, they are denied."""
-    most = int(policy.ignore_disruptions or policy.count_disruptions) + len(budgets.rules(policy))
+    most = int(policy.ignore_disruptions or policy.count_disruptions) + len(causes.rules(policy))
     if policy.fail_non_retriable:
         most += len(fp.app_containers(pod_spec)) or 1
     if len(user_rules) + most <= fp.MAX_RULES:
@@ -1185,7 +1185,7 @@ def _apply(
                     "(required with a podFailurePolicy)"
                 )
         out.problems.extend(fp.validate(spec, where))
-    budgets.apply_labels(template, policy)
+    causes.apply_labels(template, policy)
     add_error_propagation(pod_spec, "containers", policy, out)
     inplace.apply(pod_spec, policy, out, f"{where}.template")
     pod_values = _pod_annotations(policy, budget)

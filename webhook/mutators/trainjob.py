@@ -48,7 +48,6 @@ from webhook.mutators import (
     Change,
     Context,
     Outcome,
-    budgets,
     failureaware,
     inplace,
     items,
@@ -72,6 +71,7 @@ from webhook.mutators.jobset import (
     in_place_bound,
     initializers,
 )
+from webhook.plan import causes
 from webhook.policy.model import (
     APPLIED,
     CARRIED_SOURCES,
@@ -494,7 +494,7 @@ class TrainJobMutator(WorkloadMutator):
         if out.problems:
             # The needs between the valid keys are said with them: one apply shows all.
             failureaware.lacks_limit(policy, out)
-            budgets.check(policy, out)
+            causes.check(policy, out)
             return out
         changed_spec = copy.deepcopy(spec)
         label, found = find_runtime(trainjob, ctx)

@@ -41,7 +41,7 @@ from webhook.cluster.deletions import REASON as DELETION_BY_DISRUPTOR
 from webhook.cluster.history import FailureHistory, HistoryKey, HistoryLookup
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
-from webhook.cluster.record import Record, disruption_scope
+from webhook.cluster.record import Record
 from webhook.cluster.version import version_for
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import PodFailure
@@ -59,8 +59,14 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
-from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, MAX_RESTARTS_LABEL, PEERS_LABEL
 from webhook.mutators.jobset import RULE_NAME
+from webhook.plan import causes as per_cause
+from webhook.plan.causes import (
+    MAX_DISRUPTIONS_LABEL,
+    MAX_RESTARTS_LABEL,
+    PEERS_LABEL,
+    disruption_scope,
+)
 from webhook.plan.policies import has_policy_annotations
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
@@ -84,7 +90,7 @@ _RECORDED = {
     "peerDisruptions": "peer-disruptions",
 }
 
-#: The rules on our controller's conditions (``webhook.mutators.budgets.rules``): the
+#: The rules on our controller's conditions (``webhook.plan.causes.rules``): the
 #: record key that says the webhook wrote one, its annotation, and the condition.
 _CONDITION_RULES = (
     ("maxInPlaceRestarts", "max-in-place-restarts", failurepolicy.IN_PLACE_BUDGET_EXHAUSTED),
@@ -1023,7 +1029,7 @@ def _disruption_budgets(causes: _Causes, running: bool) -> list[Budget]:
             limit,
             0,
             text,
-            DisruptionBudget(0, 0, None, ("free" if limit > 0 else "counted") if running else None),
+            DisruptionBudget(0, 0, None, per_cause.disruption(1, limit) if running else None),
         )
     ]
 
@@ -1037,9 +1043,7 @@ def _disruption_budget(
     text += f" counted: {free} free, {counted} counted against the retry budget"
     if used < limit:
         text += f" ({limit - used} free left)"
-    after = None
-    if running:
-        after = "free" if used < limit else "counted"
+    after = per_cause.disruption(used + 1, limit) if running else None
     return Budget(
         causes.subject,
         PREFIX + "max-disruptions",
@@ -1103,7 +1107,7 @@ def _in_place_used(facts: InPlace) -> str:
     used = f"{facts.restarts} restart{'' if facts.restarts == 1 else 's'} in place"
     if facts.limit is None:
         return used
-    if facts.replaced or facts.restarts >= facts.limit:
+    if facts.replaced or per_cause.replaced(facts.restarts, facts.limit):
         return f"{used}: the budget is used, the controller replaces the pod"
     left = facts.limit - facts.restarts
     return f"{used}, {left} left before the controller replaces the pod"

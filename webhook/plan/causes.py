@@ -1,4 +1,7 @@
-"""Budgets per cause: ``max-disruptions``, ``max-in-place-restarts``, ``peer-disruptions``.
+"""Budgets per cause: ``max-disruptions``, ``max-in-place-restarts``, ``peer-disruptions``:
+the rules admission writes, the controller enforces (``webhook.controller.disruptions``,
+``webhook.controller.restarts``), ``explain``'s simulation predicts and ``status`` reports,
+each stated once here (``disruption``, ``replaced``, ``disruption_scope``).
 
 ``ignore-disruptions`` and ``in-place-exit-codes`` take failures out of a Job's retry
 budget with no limit (an ``Ignore`` rule has none, and a restart in place is no pod
@@ -35,10 +38,14 @@ webhook, and these pods need nothing there.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
+from webhook.cluster.record import lineage_key
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec
+from webhook.kube.objects import mapping
+from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOBSET_UID
 from webhook.plan.outcome import Outcome
 from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
 
@@ -48,6 +55,42 @@ IGNORE_LABEL = PREFIX + "ignore-disruptions"
 MAX_DISRUPTIONS_LABEL = PREFIX + "max-disruptions"
 MAX_RESTARTS_LABEL = PREFIX + "max-in-place-restarts"
 PEERS_LABEL = PREFIX + "peer-disruptions"
+
+
+# --- the rules the controller enforces ---------------------------------------------------
+
+
+def disruption(number: int, limit: int) -> Literal["free", "counted"]:
+    """What disruption ``number`` (1-based, in its scope: ``disruption_scope``) of a
+    workload with ``max-disruptions: limit`` is: the first ``limit`` are free (the Ignore
+    rule on DisruptionTarget takes their pods), each one after is counted (the
+    controller marks its pod ``DisruptionBudgetExhausted``, which a Count rule takes)."""
+    return "free" if number <= limit else "counted"
+
+
+def replaced(restarts: int, limit: int | None) -> bool:
+    """Whether a pod that restarted in place ``restarts`` times in all has used its
+    ``max-in-place-restarts: limit`` (``None``: no such budget): the controller then
+    marks it ``InPlaceBudgetExhausted`` and ends it by its deadline, and its replacement
+    is counted."""
+    return limit is not None and restarts >= limit
+
+
+def disruption_scope(pod: Mapping[str, Any]) -> str | None:
+    """The lineage a disruption counts against: the index, for an Indexed Job's pod with a
+    budget per index (only then does it carry ``job-index-failure-count``); ``None``: the
+    whole workload (a Job, a JobSet)."""
+    meta = mapping(pod.get("metadata"))
+    annotations = mapping(meta.get("annotations"))
+    labels = mapping(meta.get("labels"))
+    if labels.get(JOBSET_UID):
+        return None
+    if INDEX_FAILURE_COUNT in annotations and COMPLETION_INDEX in annotations:
+        return lineage_key(meta)
+    return None
+
+
+# --- what admission writes for them ------------------------------------------------------
 
 
 def rules(policy: Policy) -> list[tuple[dict[str, Any], str]]:
