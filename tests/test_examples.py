@@ -22,6 +22,7 @@ from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_ru
 from webhook.kube.intent import LAST_APPLIED
 from webhook.mutators.jobset import our_rule
 from webhook.mutators.trainjob import MANAGER, jobset_for
+from webhook.plan.record import rule_id
 
 EXAMPLES = ROOT / "examples"
 NAMES = ["job", "indexed-job", "cronjob", "jobset", "rayjob", "pytorchjob"]
@@ -108,6 +109,11 @@ def test_cronjob_example():
         "backoffLimit": 2,
         "failNonRetriable": [143],
         "ignoreDisruptions": True,
+        "origins": {
+            "fail-non-retriable": rule_id(non_retriable_rule([143], "FailJob", "eval")),
+            "ignore-disruptions": rule_id(ignore_disruptions_rule()),
+        },
+        "v": 2,
     }
 
 
@@ -141,7 +147,7 @@ def test_rayjob_example():
     cluster = spec["rayClusterSpec"]
     (group,) = cluster["workerGroupSpecs"]
     assert group["replicas"] == 2
-    assert applied(rayjob) == {"backoffLimit": 2}
+    assert applied(rayjob) == {"backoffLimit": 2, "v": 2}
 
 
 def test_pytorchjob_example():

@@ -189,6 +189,7 @@ def test_a_job_passes_the_settings_to_its_pods_and_says_what_they_do():
         "backoffLimit": 6,
         "oomMemoryFactor": "1.5",
         "oomMemoryLimit": "8Gi",
+        "v": 2,
     }
     validate_schema(once)
     # A Job annotated but not mutated (the mutating webhook did not run) is denied.

@@ -110,6 +110,7 @@ def test_attempt_from_owning_job_via_cache():
     assert source.calls == [("ml", "train", "u-1")]
     assert required_terms(out)
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "v": 2,
         "attempt": 3,
         "attempts": 4,
         "nonSpot": True,

@@ -80,6 +80,7 @@ def test_full_policy():
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
         "errorPropagation": "Earliest",
         "failNonRetriable": [137, 143],
+        "v": 2,
     }
 
 

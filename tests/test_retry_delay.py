@@ -280,6 +280,7 @@ def test_a_job_copies_the_settings_to_its_pods_and_says_what_they_do():
         "retryDelay": "30s",
         "retryDelayFactor": "2",
         "retryDelayMax": "5m",
+        "v": 2,
     }
     again, twice = admit(out)
     assert again.patch == [] and twice == out

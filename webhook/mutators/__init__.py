@@ -23,7 +23,6 @@ from webhook.plan.policies import (
     policy_keys,
     workload_policy,
 )
-from webhook.plan.record import applied_record
 
 __all__ = [
     "Change",
@@ -32,7 +31,6 @@ __all__ = [
     "Mutator",
     "Outcome",
     "affected_unannotated",
-    "applied_record",
     "controller_of",
     "default_layers",
     "has_policy_annotations",

@@ -46,8 +46,8 @@ from webhook.mutators.job import (
     job_limit_field,
     note_peers,
 )
+from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
-    APPLIED,
     PREFIX,
     Layer,
     Policy,
@@ -125,13 +125,10 @@ def _annotations(cronjob: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
 def _forget_previous(cronjob: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
     """Take out of the jobTemplate what the previous admission wrote (its ``applied``
     record says what), unless the user's own manifest has it too."""
-    annotations = mapping(mapping(cronjob.get("metadata")).get("annotations"))
-    try:
-        record = json.loads(annotations.get(APPLIED) or "{}")
-    except ValueError:
+    applied = AppliedRecord.of(cronjob)
+    if applied is None:
         return
-    if not isinstance(record, dict):
-        return
+    record = dict(applied.settings)
     field = job_limit_field(JOB_SPEC, job_spec, defaulted=False)
     if (
         field.path[-1] == "backoffLimit"  # a per-index budget is always the user's own

@@ -399,6 +399,7 @@ def apply(pod_spec: dict[str, Any], policy: Policy, out: Outcome, where: str) ->
             )
             continue
         taking.append(name)
+        out.wrote(wanted, "in-place-exit-codes", wanted not in own)
         if wanted in own and container.get("restartPolicy") == "Never":
             continue
         container["restartPolicy"] = "Never"

@@ -28,7 +28,6 @@ from webhook.mutators import (
     Context,
     Outcome,
     affected_unannotated,
-    applied_record,
     between,
     controller_of,
     failureaware,
@@ -40,8 +39,8 @@ from webhook.mutators import (
     workload_policy,
 )
 from webhook.plan import causes
+from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
-    APPLIED,
     BUILTIN,
     PREFIX,
     Policy,
@@ -229,7 +228,9 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
         return
     if out.changes or policy.active:
         # Bookkeeping, not a change worth a warning of its own.
-        podspec.set_annotation(obj.get("metadata"), APPLIED, applied_record(policy))
+        previous = AppliedRecord.of(obj)
+        record = AppliedRecord.of_policy(policy, out.origins(previous))
+        record.write(obj.get("metadata"), previous)
 
 
 # --- the retry budget field, for every kind ----------------------------------------
@@ -1151,12 +1152,14 @@ def _apply(
     most_avoided = ctx.config.rails(ctx.namespace).max_avoided_nodes
     if ours:
         merged, added = fp.merge(_rules(spec), [rule for rule, _ in ours])
+        added_ids = {id(r) for r in added}  # merge places our rule objects as they are
+        for rule, name in ours:
+            out.wrote(rule, name, id(rule) in added_ids)
         if added:
             pfp = spec.get("podFailurePolicy")
             if not isinstance(pfp, dict):
                 pfp = spec["podFailurePolicy"] = {}
             pfp["rules"] = merged
-            added_ids = {id(r) for r in added}  # merge places our rule objects as they are
             said: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for rule, name in ours:
                 if id(rule) in added_ids:

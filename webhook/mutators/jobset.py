@@ -52,7 +52,6 @@ bounds it, and one we would write is denied (skipped when a default).
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -92,6 +91,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
+from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
 from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
@@ -342,12 +342,8 @@ FROZEN_JOB_FIELDS = (
 
 def _made_without_count(jobset: Mapping[str, Any]) -> bool:
     """Whether the ``applied`` record has fail-non-retriable without ``countDisruptions``."""
-    annotations = mapping(mapping(jobset.get("metadata")).get("annotations"))
-    try:
-        record = json.loads(annotations.get(APPLIED) or "{}")
-    except ValueError:
-        return False
-    if not isinstance(record, dict):
+    record = AppliedRecord.of(jobset)
+    if record is None:
         return False
     return "failNonRetriable" in record and "countDisruptions" not in record
 
@@ -907,9 +903,12 @@ def _add_rule(
     rules = failure_policy.get("rules")
     if not isinstance(rules, list):
         rules = []
+    ours = our_rule(targets)
     if any(_covers(rule, targets) for rule in rules):
+        out.wrote(ours, "fail-non-retriable", added=False)  # (ours, when an earlier run's)
         return
-    failure_policy["rules"] = [*rules, our_rule(targets)]
+    out.wrote(ours, "fail-non-retriable")
+    failure_policy["rules"] = [*rules, ours]
     on = f" of {', '.join(targets)}" if targets else ""
     out.changed(
         f"retry-policy: added failurePolicy rule {RULE_NAME} (FailJobSet on "

@@ -10,7 +10,6 @@ them and the workload was already validated; they are admitted with a warning
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -38,6 +37,7 @@ from webhook.mutators import (
     pod_policy,
     register,
 )
+from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     APPLIED,
     PREFIX,
@@ -118,8 +118,8 @@ class PodMutator:
             if held:
                 record = {**(record or {}), **held}
         if record is not None and not out.problems:
-            text = json.dumps(record, sort_keys=True, separators=(",", ":"))
-            podspec.set_annotation(metadata, APPLIED, text)
+            previous = AppliedRecord.of(pod)
+            AppliedRecord(record, out.origins(previous)).write(metadata, previous)
         return out
 
     def _in_place(
@@ -566,11 +566,8 @@ def _applied(metadata: Any) -> dict[str, Any]:
     """What this webhook recorded on the pod before (a reinvocation sees it)."""
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     raw = annotations.get(APPLIED) if isinstance(annotations, dict) else None
-    try:
-        record = json.loads(raw) if isinstance(raw, str) else {}
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+    record = AppliedRecord.parse(raw)
+    return dict(record.settings) if record is not None else {}
 
 
 def failure_history(

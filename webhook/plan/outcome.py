@@ -4,6 +4,7 @@ values."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.leadership import Clock
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.kube.versions import KubeVersion
+from webhook.plan.record import AppliedRecord, rule_id
 from webhook.policy.config import Config
 from webhook.policy.model import (
     PREFIX,
@@ -83,6 +85,27 @@ class Outcome:
     actions: dict[str, int] = field(default_factory=dict)
     #: What a user should read on the workload (an Event each), in the order decided.
     decisions: list[Decision] = field(default_factory=list)
+    #: The webhook's rules in the object, by id (``record.rule_id``): the annotation that
+    #: wants each, and whether this run wrote it (else it was there already).
+    rules: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+    def wrote(self, rule: Mapping[str, Any], name: str, added: bool = True) -> None:
+        """Rule ``rule`` of annotation ``name`` is in the object: ``added`` by this run,
+        or there already (an earlier admission's, or the user's own)."""
+        rid = rule_id(rule)
+        _, before = self.rules.get(rid, (name, False))
+        self.rules[rid] = (name, added or before)
+
+    def origins(self, previous: AppliedRecord | None) -> dict[str, str]:
+        """The rules the webhook wrote, by id, for the applied record: those this run
+        added, and those there already that ``previous`` (the object's record) says an
+        earlier admission wrote; never a rule of the user's that equals one of ours."""
+        known = previous.origins if previous is not None else {}
+        return {
+            rid: name
+            for rid, (name, added) in self.rules.items()
+            if added or known.get(rid) == name
+        }
 
     def decided(self, reason: str, note: str) -> None:
         self.decisions.append(Decision(reason, note))

@@ -68,6 +68,7 @@ from webhook.plan.causes import (
     disruption_scope,
 )
 from webhook.plan.policies import has_policy_annotations
+from webhook.plan.record import AppliedRecord
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
 from webhook.status.reader import Tree
@@ -457,14 +458,9 @@ def job_state(job: Mapping[str, Any]) -> str:
 # --- the plan ----------------------------------------------------------------------------
 
 
-def applied_record(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``retry-policy.dev/applied`` record on ``obj`` (``{}``: none, or unreadable)."""
-    raw = mapping(mapping(obj.get("metadata")).get("annotations")).get(APPLIED)
-    try:
-        record = json.loads(raw) if isinstance(raw, str) else {}
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+def applied_record(obj: Mapping[str, Any]) -> AppliedRecord:
+    """The ``retry-policy.dev/applied`` record on ``obj`` (empty: none, or unreadable)."""
+    return AppliedRecord.of(obj) or AppliedRecord({}, {}, 1)
 
 
 def recorded_config(obj: Mapping[str, Any]) -> Config:
@@ -476,7 +472,7 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
     defaults: dict[str, str] = {}
     for key, name in _RECORDED.items():
         if key in record:
-            defaults[name] = str(record[key])
+            defaults[name] = str(record.get(key))
     for key, name in (
         ("ignoreDisruptions", "ignore-disruptions"),
         ("avoidFailedNodes", "avoid-failed-nodes"),
@@ -499,11 +495,15 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
         return Config()
 
 
-def ours(rule: Any, record: Mapping[str, Any]) -> str | None:
+def ours(rule: Any, record: AppliedRecord) -> str | None:
     """The annotation for which this webhook wrote ``rule`` (a podFailurePolicy rule, or a
-    JobSet failure policy rule), as the applied record says; ``None``: not ours."""
+    JobSet failure policy rule), as the applied record says; ``None``: not ours. A record
+    that keeps the rules' origins says so itself; an older one (version 1) by the shape of
+    the rules its settings write."""
     if not isinstance(rule, dict):
         return None
+    if record.version >= 2:
+        return record.origin(rule)
     if "failNonRetriable" in record and (
         rule.get("name") == RULE_NAME
         or failurepolicy.is_non_retriable_rule(rule)
@@ -570,7 +570,7 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
     the re-admission adds back is then told as the webhook's, not the user's."""
     out = copy.deepcopy(dict(obj))
     record = applied_record(out)
-    if not record:
+    if not record.settings:
         return out
     for spec in _job_specs(out):
         policy = mapping(spec.get("podFailurePolicy"))
@@ -716,7 +716,7 @@ def _created(obj: Mapping[str, Any]) -> str:
 def _job_story(
     job: Mapping[str, Any],
     tree: Tree,
-    record: Mapping[str, Any],
+    record: AppliedRecord,
     config: Config,
     source: _LiveAttempts,
     now: float,
@@ -781,7 +781,7 @@ def _attempt(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
         node=spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None,
         created=_created(pod),
         index=int(raw_index) if isinstance(raw_index, str) and raw_index.isdigit() else None,
-        applied=applied_record(pod),
+        applied=dict(applied_record(pod).settings),
         run=int(run) if isinstance(run, str) and run.isdigit() else None,
     )
     if meta.get("deletionTimestamp") and phase not in ("Failed", "Succeeded"):
@@ -925,7 +925,7 @@ def _index_count(intervals: str) -> int:
 
 
 def _job_decision(
-    job: Mapping[str, Any], rules: Sequence[Any], record: Mapping[str, Any]
+    job: Mapping[str, Any], rules: Sequence[Any], record: AppliedRecord
 ) -> Decision | None:
     name = f"Job {mapping(job.get('metadata')).get('name')}"
     decision = _final_condition(job, name, ("Complete",))
@@ -953,7 +953,7 @@ def _job_decision(
     decision.exit_code = found.exit_code
     decision.pod_condition = found.condition
     rule = rules[decision.rule] if decision.rule < len(rules) else None
-    own = record if record else applied_record(job)
+    own = record if record.settings else applied_record(job)
     key = ours(rule, own)
     decision.origin = (
         f"added by retry-policy for {key}" if key else ("your rule" if rule else "unknown rule")
@@ -1238,7 +1238,7 @@ def _next_attempt(
     record = applied_record(result)
     out = NextAttempt(
         job=str(meta.get("name")),
-        attempt=record["attempt"] + 1 if isinstance(record.get("attempt"), int) else None,
+        attempt=record.get("attempt") + 1 if isinstance(record.get("attempt"), int) else None,
         attempts=record.get("attempts") if isinstance(record.get("attempts"), int) else None,
         non_spot=record.get("nonSpot") if isinstance(record.get("nonSpot"), bool) else None,
         changes=[
