@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 
-from conftest import P, job
+from conftest import FULL, P, job
 from test_cronjob import cronjob
 from test_jobset import jobset
 from workloads import mutate
@@ -22,13 +22,7 @@ V1_JOB = (
     '{"backoffLimit":3,"failNonRetriable":[137,143],"ignoreDisruptions":true,"nonSpotAttempts":1}'
 )
 V1_POD = '{"attempt":3,"attempts":4,"nonSpot":true}'
-POLICY = {
-    P + "fail-non-retriable": "true",
-    P + "retriable-exit-codes": "143,137",
-    P + "backoff-limit": "3",
-    P + "ignore-disruptions": "true",
-    P + "non-spot-attempts": "1",
-}
+POLICY = FULL
 
 
 def with_record(obj: dict, text: str) -> dict:
