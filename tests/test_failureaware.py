@@ -251,7 +251,7 @@ def test_where_an_oom_kill_may_not_exit_137_fail_non_retriable_says_so(annotatio
     # singleProcessOOMKill; NewMainKubelet (pkg/kubelet/kubelet.go) makes it true on
     # cgroup v1. One process killed, the container may exit with another code, which
     # matchOnExitCodes (pkg/controller/job/pod_failure_policy.go) takes as it is.
-    from webhook.mutators.failureaware import OOM_SIGNAL
+    from webhook.plan.failureaware import OOM_SIGNAL
 
     verdict, out = mutate(job(annotations, containers=[trainer()]))
     assert verdict.allowed
@@ -1252,7 +1252,7 @@ def test_the_cli_denies_pod_level_memory_and_warns_of_non_137_oom_kills(tmp_path
 
     import yaml
 
-    from webhook.mutators.failureaware import OOM_SIGNAL
+    from webhook.plan.failureaware import OOM_SIGNAL
 
     binary = Path(sys.executable).parent / "retry-webhook"
     pod_level = manifest({**FACTOR, P + "fail-non-retriable": "true"})

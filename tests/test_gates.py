@@ -33,7 +33,7 @@ from workloads import kubectl_patch, validate_schema
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.controller.gates import GateReleaser, release_all
 from webhook.kube import gates
-from webhook.mutators import between
+from webhook.plan import delays as between
 from webhook.policy.model import format_time, parse_time
 
 BIN = Path(sys.executable).parent / "retry-webhook"

@@ -25,7 +25,7 @@ from webhook.cluster.version import GivenVersion
 from webhook.kube import failurepolicy as fp
 from webhook.kube import restartrules
 from webhook.kube.versions import KubeVersion
-from webhook.mutators import inplace
+from webhook.plan import inplace
 from webhook.plan.record import rule_id
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import Layer, Policy, Scope, Source, parse_annotations, resolve

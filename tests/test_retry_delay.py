@@ -24,7 +24,7 @@ from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.leadership import LeaderState
 from webhook.kube import gates
-from webhook.mutators import between
+from webhook.plan import delays as between
 from webhook.policy.config import ConfigError, parse_config
 from webhook.policy.model import (
     BadValue,

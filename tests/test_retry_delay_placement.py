@@ -15,7 +15,7 @@ from test_retry_delay import DELAY, NOW, Source, admit, fixed_time, job_pod  # n
 from workloads import mutate, validate
 
 from webhook.kube import gates, jobsetplacement
-from webhook.mutators import between
+from webhook.plan import delays as between
 from webhook.policy.config import parse_config
 from webhook.policy.model import format_time
 

@@ -10,7 +10,7 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   the JobSet restart-attempt and index failure-count it takes attempts from, and a pod
   that learns from earlier attempts its completion index and JobSet labels, the set's UID
   among them, and one that may be held back JobSet's exclusive placement annotations), a
-  Job's Kueue queue label (``mutators.queued``), the
+  Job's Kueue queue label (``plan.queued``), the
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
@@ -66,10 +66,10 @@ from webhook.policy.model import PREFIX
 #: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
 #: The keys that make a pod learn from earlier attempts (``history.wants_history``);
-#: containers' memory is read only for the first (``webhook.mutators.failureaware``).
+#: containers' memory is read only for the first (``webhook.plan.failureaware``).
 OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 #: The keys that make a pod read its attempt and the previous failure
-#: (``webhook.mutators.between``): as one that learns from earlier attempts, and with
+#: (``webhook.plan.delays``): as one that learns from earlier attempts, and with
 #: ``retry-delay`` its scheduling gates and labels, which the gate is written into.
 ATTEMPT_ENV, RETRY_DELAY = PREFIX + "attempt-env", PREFIX + "retry-delay"
 
@@ -79,7 +79,7 @@ POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName", "activ
 CONTAINER_GROUPS = ("initContainers", "containers")
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy", "restartPolicyRules")
-#: The key that makes a mutator write containers' restart fields (``mutators.inplace``).
+#: The key that makes a mutator write containers' restart fields (``plan.inplace``).
 IN_PLACE = PREFIX + "in-place-exit-codes"
 #: Of a pod's annotations and labels besides ours, those it takes its attempt from; one
 #: that learns from earlier attempts (``webhook.cluster.history``) also reads where it belongs:
@@ -90,7 +90,7 @@ POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, COMPLETION_INDEX)
 #: (``webhook.kube.jobsetplacement``).
 POD_GATED_ANNOTATIONS = (JOBSET_NAME, EXCLUSIVE_TOPOLOGY, NODE_SELECTOR_STRATEGY)
 POD_LABELS = (RESTART_ATTEMPT,)
-#: Of a Job's labels, the one that queues it in Kueue (``mutators.queued``).
+#: Of a Job's labels, the one that queues it in Kueue (``plan.queued``).
 JOB_LABELS = (QUEUE_LABEL,)
 POD_HISTORY_LABELS = (
     *POD_LABELS,

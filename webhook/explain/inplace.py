@@ -1,7 +1,7 @@
 """Restarts in place, in words: what each regular container does with each exit code,
 read from the final object as the kubelet reads it (``webhook.kube.restartrules``), what
 ends those restarts, and the kubelet's back-off before each one (``in-place-exit-codes``,
-``webhook.mutators.inplace``).
+``webhook.plan.inplace``).
 
 Everything here is read from the rules the object carries (the user's own rules come
 first and win), never from the annotations. A restart in place is not a pod failure: the
@@ -40,7 +40,7 @@ from webhook.kube.restartrules import (
     restart_delay,
 )
 from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
-from webhook.mutators import inplace
+from webhook.plan import inplace
 from webhook.policy.config import GuardRails
 
 SUCCESS = (

@@ -38,11 +38,11 @@ WORKLOAD_KEYS = (
 #: Shown when one is set (budgets per cause, ``webhook.plan.causes``).
 BUDGET_KEYS = ("max-disruptions", "peer-disruptions", "max-in-place-restarts")
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
-#: Shown when either is set (``webhook.mutators.between``).
+#: Shown when either is set (``webhook.plan.delays``).
 BETWEEN_KEYS = ("attempt-env", "retry-delay", "retry-delay-factor", "retry-delay-max")
-#: Shown when any of them is set (failure-aware retries, ``webhook.mutators.failureaware``).
+#: Shown when any of them is set (failure-aware retries, ``webhook.plan.failureaware``).
 FAILURE_AWARE_KEYS = ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
-#: Shown when in-place restarts are asked for (``webhook.mutators.inplace``).
+#: Shown when in-place restarts are asked for (``webhook.plan.inplace``).
 IN_PLACE_KEYS = ("in-place-exit-codes", "in-place-scope")
 
 

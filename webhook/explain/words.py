@@ -8,7 +8,7 @@ from typing import Any
 from webhook.explain.model import MAX_PLAN_ROWS, Plan, PlanGap, PlanRow, RuleLine, SettingLine
 from webhook.kube import failurepolicy
 from webhook.kube.objects import items
-from webhook.mutators import inplace
+from webhook.plan import inplace
 from webhook.policy.model import (
     PREFIX,
     Delays,

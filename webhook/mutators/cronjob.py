@@ -31,7 +31,6 @@ from webhook.mutators import (
     Outcome,
     default_layers,
     has_policy_annotations,
-    inplace,
     items,
     mapping,
     register,
@@ -46,6 +45,7 @@ from webhook.mutators.job import (
     job_limit_field,
     note_peers,
 )
+from webhook.plan import inplace
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     PREFIX,
@@ -195,7 +195,7 @@ def _codes(value: Any) -> list[int] | None:
 def _forget_restart_rules(
     cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: dict
 ) -> None:
-    """The previous policy's container restart rule (``mutators.inplace``), and the
+    """The previous policy's container restart rule (``plan.inplace``), and the
     container ``restartPolicy: Never`` it came with, where the manifest has neither."""
     codes = _codes(record.get("inPlaceExitCodes"))
     if codes is None:

@@ -28,17 +28,14 @@ from webhook.mutators import (
     Context,
     Outcome,
     affected_unannotated,
-    between,
     controller_of,
-    failureaware,
     has_policy_annotations,
-    inplace,
     mapping,
-    queued,
     register,
     workload_policy,
 )
-from webhook.plan import causes
+from webhook.mutators import inplace as in_place_rules
+from webhook.plan import causes, delays, failureaware, inplace, queued
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     BUILTIN,
@@ -661,7 +658,7 @@ def apply_job_spec(
         return policy
     write_limit(obj, field, policy, out)
     if deadline is not None:
-        inplace.write_deadline(
+        in_place_rules.write_deadline(
             spec, "activeDeadlineSeconds", deadline, f"{where}.activeDeadlineSeconds", out
         )
     _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
@@ -737,13 +734,13 @@ def _check_between(
     where: str,
     queue: str | None = None,
 ) -> Policy:
-    """``attempt-env`` and ``retry-delay`` (``webhook.mutators.between``): a new pod for
+    """``attempt-env`` and ``retry-delay`` (``webhook.plan.delays``): a new pod for
     each attempt (not ``restartPolicy: OnFailure``, except in a JobSet, whose every run
     makes new pods), ``retry-delay-max`` not below ``retry-delay``, the guard rail, no
     ``nodeName`` on the template, Kueue's ``waitForPodsReady`` when ``queue`` (its
-    LocalQueue) is set (``webhook.mutators.queued``), and a warning when the delays cannot
+    LocalQueue) is set (``webhook.plan.queued``), and a warning when the delays cannot
     fit in the deadline."""
-    if not between.wanted(policy):
+    if not delays.wanted(policy):
         for name in ("retry-delay-factor", "retry-delay-max"):
             if policy.setting(name).source is Source.ANNOTATION:
                 out.note(f"retry-policy: {name} has no effect without retry-delay")
@@ -760,7 +757,7 @@ def _check_between(
                     "restart-policy",
                 )
                 policy = with_setting(policy, name, Setting(BUILTIN[name], Source.BUILTIN))
-    for problem in between.check(policy, ctx, "annotation"):
+    for problem in delays.check(policy, ctx, "annotation"):
         if problem.reason == "guard-rail":
             out.problems.append(problem)
         else:
@@ -775,11 +772,11 @@ def _check_between(
 
 def _check_pinned(pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str) -> Policy:
     """No ``retry-delay`` on a template that names its node: its gated pods could not be
-    created (``between.pinned``). Denied when annotated, a default skipped."""
-    node = between.pinned(pod_spec)
+    created (``delays.pinned``). Denied when annotated, a default skipped."""
+    node = delays.pinned(pod_spec)
     if node is None or policy.retry_delay is None:
         return policy
-    message = between.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
+    message = delays.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
     out.conflict(policy, "retry-delay", message, "node-name")
     return with_setting(policy, "retry-delay", Setting(None, Source.BUILTIN))
 
@@ -819,7 +816,7 @@ def _check_failure_aware(
     budget: Budget,
     where: str,
 ) -> Policy:
-    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.mutators.failureaware``): pods
+    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.plan.failureaware``): pods
     made anew for later attempts (a JobSet's runs always are), a memory limit that can be
     met, and OOM kills that are retried."""
     if not policy.failure_aware:
@@ -1190,7 +1187,7 @@ def _apply(
         out.problems.extend(fp.validate(spec, where))
     causes.apply_labels(template, policy)
     add_error_propagation(pod_spec, "containers", policy, out)
-    inplace.apply(pod_spec, policy, out, f"{where}.template")
+    in_place_rules.apply(pod_spec, policy, out, f"{where}.template")
     pod_values = _pod_annotations(policy, budget)
     if pod_values:
         meta = template.get("metadata")

@@ -65,9 +65,7 @@ from webhook.mutators import (
     Context,
     Outcome,
     controller_of,
-    failureaware,
     has_policy_annotations,
-    inplace,
     items,
     mapping,
     register,
@@ -91,6 +89,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
+from webhook.plan import failureaware, inplace
 from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
 from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting

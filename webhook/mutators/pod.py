@@ -29,14 +29,13 @@ from webhook.kube.wellknown import (
 from webhook.mutators import (
     Context,
     Outcome,
-    between,
     controller_of,
-    failureaware,
     has_policy_annotations,
-    inplace,
     pod_policy,
     register,
 )
+from webhook.mutators import inplace as in_place_rules
+from webhook.plan import delays, failureaware, inplace
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     APPLIED,
@@ -57,8 +56,8 @@ class PodMutator:
     enforce_applied = False
     #: All this mutator writes (``webhook.kube.owned``): the copy it edits shares the rest.
     owns: Owned = {
-        "metadata": {**podspec.METADATA_OWNED, **between.METADATA_OWNED},
-        "spec": {**podspec.POD_SPEC_OWNED, **between.SPEC_OWNED},
+        "metadata": {**podspec.METADATA_OWNED, **delays.METADATA_OWNED},
+        "spec": {**podspec.POD_SPEC_OWNED, **delays.SPEC_OWNED},
     }
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
@@ -113,7 +112,7 @@ class PodMutator:
             learned = self._learn(pod, spec, policy, owner, ctx, out)
             if learned:
                 record = {**(record or {}), **learned}
-        if between.wanted(policy):
+        if delays.wanted(policy):
             held = self._between(pod, spec, policy, owner, ctx, out)
             if held:
                 record = {**(record or {}), **held}
@@ -125,7 +124,7 @@ class PodMutator:
     def _in_place(
         self, spec: dict[str, Any], policy: Policy, owner: Any, ctx: Context, out: Outcome
     ) -> dict[str, Any] | None:
-        """A bare Pod's own in-place restarts (``webhook.mutators.inplace``). A controller's
+        """A bare Pod's own in-place restarts (``webhook.plan.inplace``). A controller's
         pods get them from the workload's template, where the whole policy is checked."""
         if owner is not None:
             problem = Problem(
@@ -143,10 +142,10 @@ class PodMutator:
         if out.problems or not policy.in_place_exit_codes:
             return None
         if deadline is not None:
-            inplace.write_deadline(
+            in_place_rules.write_deadline(
                 spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
             )
-        inplace.apply(spec, policy, out, "")
+        in_place_rules.apply(spec, policy, out, "")
         return {
             "inPlaceExitCodes": list(policy.in_place_exit_codes),
             "inPlaceScope": policy.in_place_scope,
@@ -243,7 +242,7 @@ class PodMutator:
             )
         return record
 
-    # --- between attempts (``webhook.mutators.between``) ------------------------------------------
+    # --- between attempts (``webhook.plan.delays``) ------------------------------------------
     def _between(
         self,
         pod: dict[str, Any],
@@ -254,7 +253,7 @@ class PodMutator:
         out: Outcome,
     ) -> dict[str, Any] | None:
         """The attempt env vars (``attempt-env``) and the retry-delay gate."""
-        problems = between.check(policy, ctx, "annotation")
+        problems = delays.check(policy, ctx, "annotation")
         if owner is None and policy.attempt is None:
             for name in ("attempt-env", "retry-delay"):
                 if policy.explicit(name) and policy.value(name) not in (False, None):
@@ -266,10 +265,10 @@ class PodMutator:
                             "missing-attempt",
                         )
                     )
-        node = between.pinned(spec)
+        node = delays.pinned(spec)
         if owner is None and node is not None and policy.retry_delay is not None:
-            # (A controller's pod is only never gated: ``between.hold``.)
-            message = between.pinned_message(node, policy.retry_delay, "spec")
+            # (A controller's pod is only never gated: ``delays.hold``.)
+            message = delays.pinned_message(node, policy.retry_delay, "spec")
             problems.append(Problem(f"annotation {PREFIX}retry-delay", message, "node-name"))
         if problems:
             self._report(out, problems, owner)
@@ -282,10 +281,10 @@ class PodMutator:
                 f"{attempt.unseen} earlier failure(s) of this Job were not examined"
             )
         if policy.attempt_env:
-            between.add_env(spec, attempt, out, policy.setting("attempt-env"), owner is None)
-        return between.hold(pod, policy, attempt, ctx, out, owner is None)
+            delays.add_env(spec, attempt, out, policy.setting("attempt-env"), owner is None)
+        return delays.hold(pod, policy, attempt, ctx, out, owner is None)
 
-    # --- failure-aware retries (``webhook.mutators.failureaware``) -------------------------------
+    # --- failure-aware retries (``webhook.plan.failureaware``) -------------------------------
     def _learn(
         self,
         pod: dict[str, Any],
@@ -672,7 +671,7 @@ def attempt_of(
 
 def attempt_here(
     pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
-) -> between.Attempt:
+) -> delays.Attempt:
     """Which attempt a pod is, of how many, and what the previous one failed of, when:
     its failures from ``attempt_of``, but for an Indexed Job whose budget the indexes
     share, the failures of its own index (the failure history counts them); its budget
@@ -700,19 +699,17 @@ def attempt_here(
     needs_history = shared_index or (failures or 0) > 0
     if not needs_history or owner is None:
         reason = "a bare Pod's failures are not recorded" if owner is None else ""
-        return between.Attempt(
+        return delays.Attempt(
             failures, lookup.source, lookup.reason, attempts, history_reason=reason
         )
     found, _ = failure_history(pod, owner, ctx)
     if shared_index:
         if not found.known:
-            return between.Attempt(
-                None, "none", found.reason, attempts, history_reason=found.reason
-            )
+            return delays.Attempt(None, "none", found.reason, attempts, history_reason=found.reason)
         failures = found.index_failures
         if failures == 0:
-            return between.Attempt(0, "failure history", "", attempts, history=True)
-    return between.Attempt(
+            return delays.Attempt(0, "failure history", "", attempts, history=True)
+    return delays.Attempt(
         failures,
         lookup.source if not shared_index else "failure history",
         lookup.reason,

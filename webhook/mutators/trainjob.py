@@ -48,13 +48,11 @@ from webhook.mutators import (
     Change,
     Context,
     Outcome,
-    failureaware,
-    inplace,
     items,
     mapping,
-    queued,
     register,
 )
+from webhook.mutators import inplace as in_place_rules
 from webhook.mutators.job import (
     PEERS_UNBOUNDED,
     UNBOUNDED,
@@ -71,7 +69,7 @@ from webhook.mutators.jobset import (
     in_place_bound,
     initializers,
 )
-from webhook.plan import causes
+from webhook.plan import causes, failureaware, inplace, queued
 from webhook.policy.model import (
     APPLIED,
     CARRIED_SOURCES,
@@ -683,7 +681,7 @@ def _bound_in_place(
         policy, inplace.Bound(present, fields), ctx, out, "no retry budget"
     )
     if deadline is not None:
-        inplace.write_deadline(
+        in_place_rules.write_deadline(
             spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
         )
     return policy
