@@ -524,7 +524,7 @@ def test_an_oom_killed_container_gets_more_memory_each_time_up_to_the_limit(tmp_
     ) in verdict.warnings
     assert dict(verdict.actions) == {"memory_raised": 1, "nodes_avoided": 3}
     applied = json.loads(out["metadata"]["annotations"][P + "applied"])
-    assert applied == {"avoidedNodes": 3, "memoryRaised": {"trainer": 4}}
+    assert applied == {"avoidedNodes": 3, "memoryRaised": {"trainer": 4}, "v": 2}
 
 
 def test_memory_is_never_lowered_and_a_missing_limit_stays_missing():

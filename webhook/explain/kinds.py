@@ -49,15 +49,17 @@ from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
 from webhook.explain.jobs import (
     JobSimulator,
-    JobSpecView,
     JobState,
     between_notes,
     container_names,
     explain_job_spec,
     failure_aware,
     job_budget,
-    job_spec_view,
+    job_simulator,
     lead,
+    no_match,
+    part_plan,
+    part_rule_lines,
     restarts_in_place,
     unmanaged_policy,
     walk,
@@ -87,7 +89,10 @@ from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
 from webhook.mutators import pytorchjob, rayjob, trainjob
-from webhook.mutators.job import WRITTEN_SOURCES, LimitField, get_path
+from webhook.mutators.job import (
+    WRITTEN_SOURCES,
+    get_path,
+)
 from webhook.mutators.jobset import (
     ACTIONS as JOBSET_ACTIONS,
 )
@@ -99,6 +104,7 @@ from webhook.mutators.jobset import (
     initializers,
     pattern_applies,
 )
+from webhook.plan.model import LimitField, PartPlan
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
 from webhook.policy.model import INT32_MAX, Policy, Source
@@ -176,7 +182,7 @@ def explain_jobset(subject: Subject) -> list[Explanation]:
     overview, policy = _start(subject, MAX_RESTARTS, WORKLOAD_KEYS, JOBSET_DEFAULT)
     overview.settings = setting_lines(policy, workload_keys(policy), default=JOBSET_DEFAULT)
     views = [
-        (index, rjob, job_spec_view(subject, _child_path(index), defaulted=False))
+        (index, rjob, part_plan(subject, _child_path(index), defaulted=False))
         for index, rjob in enumerate(replicated)
         if isinstance(rjob, dict)
     ]
@@ -214,7 +220,7 @@ def _jobset_overview(
     item: Explanation,
     policy: Policy,
     failure_policy: Mapping[str, Any] | None,
-    views: Sequence[tuple[int, Any, JobSpecView | None]],
+    views: Sequence[tuple[int, Any, PartPlan | None]],
 ) -> None:
     """The set as a whole: its restart budget and its failurePolicy rules."""
     children = ", ".join(
@@ -389,7 +395,7 @@ def _replicated_job(
     subject: Subject,
     index: int,
     rjob: Mapping[str, Any],
-    view: JobSpecView,
+    view: PartPlan,
     failure_policy: Mapping[str, Any] | None,
     set_policy: Policy,
     defaulted_restart: bool,
@@ -401,8 +407,8 @@ def _replicated_job(
     item.budget = _child_budget(
         view, set_policy, failure_policy is not None, in_place, index in initializers(subject.final)
     )
-    item.rules = view.rule_lines()
-    item.no_match = view.no_match()
+    item.rules = part_rule_lines(view)
+    item.no_match = no_match(view)
     max_restarts = _int(mapping(failure_policy).get("maxRestarts")) or 0
     rules = mapping(failure_policy).get("rules")
     metadata = mapping(subject.final.get("metadata"))
@@ -414,7 +420,7 @@ def _replicated_job(
         pod.append(f"{jobset_name}-{name}-")
     pod.append(Wild())
     simulator = JobSetSimulator(
-        view.simulator(),
+        job_simulator(view),
         rules=(rules if isinstance(rules, list) else []) if failure_policy is not None else None,
         max_restarts=max_restarts,
         replicated=name,
@@ -451,7 +457,7 @@ def _replicated_job(
 
 
 def _child_budget(
-    view: JobSpecView,
+    view: PartPlan,
     set_policy: Policy,
     restarts: bool,
     in_place: bool = False,
@@ -499,7 +505,7 @@ def _child_budget(
 
 
 def _child_notes(
-    rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: bool, in_place: bool = False
+    rjob: Mapping[str, Any], view: PartPlan, defaulted_restart: bool, in_place: bool = False
 ) -> list[str]:
     notes = []
     replicas = _int(rjob.get("replicas"))

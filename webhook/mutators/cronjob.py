@@ -42,10 +42,10 @@ from webhook.mutators.job import (
     check_error_propagation,
     concurrent_pods,
     get_path,
-    job_limit_field,
     note_peers,
 )
 from webhook.plan import inplace
+from webhook.plan.model import job_limit_field
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     PREFIX,

@@ -16,7 +16,6 @@ and the guard rail applies to the result.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from webhook.cluster.record import Record
@@ -36,6 +35,7 @@ from webhook.mutators import (
 )
 from webhook.mutators import inplace as in_place_rules
 from webhook.plan import causes, delays, failureaware, inplace, queued
+from webhook.plan.model import BudgetPlan, LimitField, job_limit_field
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     BUILTIN,
@@ -52,7 +52,6 @@ from webhook.policy.model import (
 )
 from webhook.problems import Problem
 
-API_DEFAULT_BACKOFF_LIMIT = 6
 #: Pod-level keys copied onto the pod template so pod admission needs no lookup.
 POD_KEYS = (
     "backoff-limit",
@@ -231,37 +230,6 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
 
 
 # --- the retry budget field, for every kind ----------------------------------------
-
-
-@dataclass(frozen=True)
-class LimitField:
-    """Where a kind keeps the budget ``backoff-limit`` maps onto.
-
-    ``api_default`` is what the API server fills in when the field is unset (so a value
-    equal to it may not have been written); ``absent`` is what the controller uses when
-    the field is missing (``None``: no limit).
-    """
-
-    path: tuple[str | int, ...]
-    api_default: int | None
-    absent: int | None
-
-    @property
-    def name(self) -> str:
-        return intent.dotted(self.path)
-
-
-def job_limit_field(
-    path: Sequence[str | int], spec: Mapping[str, Any], defaulted: bool = True
-) -> LimitField:
-    """A JobSpec's budget: ``backoffLimitPerIndex`` when set (each index has its own
-    budget, and the Job-wide ``backoffLimit``, defaulted to 2147483647, stays as it is),
-    else ``backoffLimit`` (6 when unset; the API server fills that in only in a Job's own
-    spec, so in a template (``defaulted=False``) any value present was written)."""
-    if spec.get("backoffLimitPerIndex") is not None:
-        return LimitField((*path, "backoffLimitPerIndex"), None, None)
-    api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
-    return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
 
 
 #: What an UPDATE check finds: problems (the update is denied), warnings, and the names
@@ -540,58 +508,24 @@ def note_peers(policy: Policy, pods: int, out: Outcome) -> None:
             out.note(note)
 
 
-# --- attempts of a pod, for non-spot placement --------------------------------------
+# --- attempts of a pod, for non-spot placement (``plan.model.BudgetPlan``) ---------
 
 
-@dataclass(frozen=True)
-class Budget:
-    """How the pods of one JobSpec count attempts, for non-spot placement.
-
-    A pod's attempt number counts *steps*. For a Job a step is one pod attempt (``steps``
-    = backoff limit + 1, ``per_step`` = 1). For a JobSet's replicated Job a step is one
-    run of the whole set (``steps`` = maxRestarts + 1, the pod's restart-attempt label),
-    and each run holds ``per_step`` = the child Job's backoffLimit + 1 pod attempts that
-    the pod cannot tell apart: the last ``ceil(N / per_step)`` runs go to non-spot nodes,
-    which covers at least the last N attempts (exactly N when the child backoffLimit is 0).
-    """
-
-    steps: int
-    per_step: int
-    text: str
-    scope: str
-    runs: bool = False
-
-    @classmethod
-    def of(cls, policy: Policy, field: LimitField, restarts: int | None) -> Budget:
-        limit = policy.backoff_limit or 0
-        name = str(field.path[-1])
-        if restarts is None:
-            scope = "each index of this Job has" if name == "backoffLimitPerIndex" else None
-            return cls(limit + 1, 1, f"{name} {limit} + 1", scope or "this Job has")
-        text = f"(maxRestarts {restarts} + 1) x ({name} {limit} + 1)"
-        return cls(restarts + 1, limit + 1, text, "this JobSet has", True)
-
-    @property
-    def total(self) -> int:
-        return self.steps * self.per_step
-
-    def pod_steps(self, n: int) -> int:
-        return -(-n // self.per_step)
-
-    def placement(self, n: int) -> str:
-        if not self.runs:
-            each = " of each index" if self.scope.startswith("each index") else ""
-            return (
-                f"retry-policy: the last {n} of {self.total} attempts{each} "
-                "will run on non-spot nodes"
-            )
-        text = (
-            f"retry-policy: the last {self.pod_steps(n)} of {self.steps} JobSet runs "
+def placement_text(budget: BudgetPlan, n: int) -> str:
+    """The warning for ``non-spot-attempts: n`` on pods that count ``budget``."""
+    if not budget.runs:
+        each = " of each index" if budget.unit == "index" else ""
+        return (
+            f"retry-policy: the last {n} of {budget.total} attempts{each} "
             "will run on non-spot nodes"
         )
-        if self.per_step > 1:
-            text += f" (at least the last {n} of {self.total} attempts)"
-        return text
+    text = (
+        f"retry-policy: the last {budget.pod_steps(n)} of {budget.steps} JobSet runs "
+        "will run on non-spot nodes"
+    )
+    if budget.per_step > 1:
+        text += f" (at least the last {n} of {budget.total} attempts)"
+    return text
 
 
 # --- one JobSpec ---------------------------------------------------------------------
@@ -625,7 +559,7 @@ def apply_job_spec(
 
     ``obj`` is the admitted object and ``path`` the location of ``spec`` in it (keys and
     list indexes). ``restarts`` is set when a parent recreates the Jobs made from this
-    spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``Budget``).
+    spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``BudgetPlan``).
     ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
     own spec but not a CronJob's or JobSet's template: there every value was written.
     ``outer_bound`` names a
@@ -643,7 +577,7 @@ def apply_job_spec(
         out.problems.append(Problem(f"{where}.template.spec", "a Job needs a pod template"))
         return policy
     pod_spec = template["spec"]
-    budget = Budget.of(policy, field, restarts)
+    budget = BudgetPlan.of(policy, field, restarts)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     bound = in_place_bound or inplace.Bound(
         outer_bound is not None or inplace.job_spec_bounded(spec),
@@ -674,7 +608,7 @@ def _check_template(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     defaulted: bool,
 ) -> Policy:
     """Contradictions between the policy and the user's own spec, found before any change."""
@@ -730,7 +664,7 @@ def _check_between(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
     queue: str | None = None,
 ) -> Policy:
@@ -786,7 +720,7 @@ def _check_deadline(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
 ) -> None:
     """A gated pod is active to its Job, whose ``activeDeadlineSeconds`` runs while it
@@ -813,7 +747,7 @@ def _check_failure_aware(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
 ) -> Policy:
     """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.plan.failureaware``): pods
@@ -979,7 +913,7 @@ def _check_non_spot(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
 ) -> Policy:
     n = policy.non_spot_attempts
@@ -1019,7 +953,7 @@ def _check_non_spot(
 
 
 def _check_pod_annotations(
-    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome, budget: Budget
+    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome, budget: BudgetPlan
 ) -> None:
     """Annotations on the pod template must agree with what the webhook would copy there."""
     template_meta = (spec.get("template") or {}).get("metadata")
@@ -1068,7 +1002,7 @@ def _rules(spec: Mapping[str, Any]) -> list[Any]:
     return []
 
 
-def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
+def _pod_annotations(policy: Policy, budget: BudgetPlan) -> dict[str, str]:
     """What a pod of this Job needs to know about the policy, in annotation grammar."""
     values: dict[str, str] = {}
     if policy.non_spot_attempts > 0 or policy.attempt_env:
@@ -1142,7 +1076,7 @@ def _apply(
     policy: Policy,
     out: Outcome,
     where: str,
-    budget: Budget,
+    budget: BudgetPlan,
     ctx: Context,
 ) -> None:
     ours = our_rules(policy, pod_spec)
@@ -1196,7 +1130,8 @@ def _apply(
         copied = {k: podspec.set_annotation(meta, PREFIX + k, v) for k, v in pod_values.items()}
         if any(copied.values()) and policy.non_spot_attempts:
             out.changed(
-                budget.placement(policy.non_spot_attempts), policy.setting("non-spot-attempts")
+                placement_text(budget, policy.non_spot_attempts),
+                policy.setting("non-spot-attempts"),
             )
         factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
         if copied.get("oom-memory-factor") and factor is not None:
@@ -1204,7 +1139,7 @@ def _apply(
                 f"retry-policy: a container OOM-killed gets x"
                 f"{format_value('oom-memory-factor', factor)} the memory it was killed at "
                 "in later attempts"
-                f"{' of its index' if budget.scope.startswith('each index') else ''}, "
+                f"{' of its index' if budget.unit == 'index' else ''}, "
                 f"at most {limit}",
                 policy.setting("oom-memory-factor"),
             )

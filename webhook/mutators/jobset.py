@@ -72,14 +72,12 @@ from webhook.mutators import (
 )
 from webhook.mutators.job import (
     WRITTEN_SOURCES,
-    LimitField,
     WorkloadMutator,
     apply_job_spec,
     check_error_propagation,
     concurrent_pods,
     enforce_rail,
     get_path,
-    job_limit_field,
     keep_spec_limit,
     not_applicable,
     note_peers,
@@ -90,6 +88,7 @@ from webhook.mutators.job import (
     write_limit,
 )
 from webhook.plan import failureaware, inplace
+from webhook.plan.model import LimitField, job_limit_field
 from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
 from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting

@@ -36,6 +36,7 @@ from webhook.mutators import (
 )
 from webhook.mutators import inplace as in_place_rules
 from webhook.plan import delays, failureaware, inplace
+from webhook.plan.model import non_spot as placement_rule
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     APPLIED,
@@ -210,7 +211,7 @@ class PodMutator:
             # backoff-limit was written, and the last attempts are the last of the budget
             # the Job controller enforces (``exceedsBackoffLimit`` reads the live spec).
             attempts = lookup.budget + 1
-        non_spot = failures >= attempts - n
+        non_spot = placement_rule(failures, attempts - 1, n)
         record = {"attempt": failures, "attempts": attempts, "nonSpot": non_spot}
         if not non_spot:
             return record

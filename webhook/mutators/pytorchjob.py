@@ -37,7 +37,6 @@ from webhook.kube.wellknown import KUBEFLOW_GROUP
 from webhook.mutators import Context, Outcome, mapping, register
 from webhook.mutators.job import (
     WRITTEN_SOURCES,
-    LimitField,
     WorkloadMutator,
     add_error_propagation,
     check_not_applicable,
@@ -49,6 +48,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
+from webhook.plan.model import LimitField
 from webhook.policy.model import Policy, Setting, format_value, with_setting
 from webhook.problems import Problem
 

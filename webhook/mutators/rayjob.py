@@ -27,7 +27,6 @@ from webhook.kube.wellknown import RAY_GROUP
 from webhook.mutators import Context, Outcome, register
 from webhook.mutators.job import (
     WRITTEN_SOURCES,
-    LimitField,
     WorkloadMutator,
     check_error_propagation,
     check_not_applicable,
@@ -36,6 +35,7 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
+from webhook.plan.model import LimitField
 from webhook.policy.model import Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 

@@ -38,7 +38,8 @@ webhook, and these pods need nothing there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook.cluster.record import lineage_key
@@ -47,7 +48,18 @@ from webhook.kube import podspec
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOBSET_UID
 from webhook.plan.outcome import Outcome
-from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
+from webhook.policy.model import (
+    BUILTIN,
+    PREFIX,
+    BadValue,
+    Policy,
+    Setting,
+    format_value,
+    parse_count,
+    parse_peer_disruptions,
+    parse_restart_budget,
+    with_setting,
+)
 
 #: The template labels, by key: what the controller and the chart select pods by.
 LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")
@@ -55,6 +67,34 @@ IGNORE_LABEL = PREFIX + "ignore-disruptions"
 MAX_DISRUPTIONS_LABEL = PREFIX + "max-disruptions"
 MAX_RESTARTS_LABEL = PREFIX + "max-in-place-restarts"
 PEERS_LABEL = PREFIX + "peer-disruptions"
+
+
+@dataclass(frozen=True)
+class CauseBudgets:
+    """The budgets per cause the pods of one template carry (its labels, as the controller
+    reads them; ``None``: none)."""
+
+    max_disruptions: int | None = None
+    max_in_place_restarts: int | None = None
+    peer_disruptions: str | None = None
+
+    @classmethod
+    def of(cls, template: Mapping[str, Any]) -> CauseBudgets:
+        """What a pod template's labels say (a label that does not parse says nothing)."""
+        labels = mapping(mapping(template.get("metadata")).get("labels"))
+
+        def read(key: str, parse: Callable[[str], Any]) -> Any:
+            raw = labels.get(PREFIX + key)
+            try:
+                return parse(raw) if isinstance(raw, str) else None
+            except BadValue:
+                return None
+
+        return cls(
+            read("max-disruptions", parse_count),
+            read("max-in-place-restarts", parse_restart_budget),
+            read("peer-disruptions", parse_peer_disruptions),
+        )
 
 
 # --- the rules the controller enforces ---------------------------------------------------

@@ -374,3 +374,47 @@ NODES_NOTE = (
     "retry-policy: in-place-scope pod: pods stay Pending unless a node declares "
     "RestartAllContainersOnContainerExits"
 )
+
+
+# --- what ends them, as the final object says -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deadline:
+    field: str
+    seconds: int
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.field} ({self.seconds} s, {self.source})"
+
+
+@dataclass(frozen=True)
+class InPlaceEnds:
+    """What ends restarts in place that never stop, as the final object says: the deadlines
+    that apply (the whole run's, ``whole``, and each pod's, ``pod``), or an outer one named
+    in words. ``Bound`` is the same fact as admission judges it before writing (whether a
+    deadline is set, what to set); ``explain`` and ``status`` read this one."""
+
+    whole: Deadline | None = None
+    pod: Deadline | None = None
+    #: A deadline outside the object, in words ("": none; e.g. a TrainJob's).
+    outer: str | None = None
+    unbounded_allowed: bool = False
+    #: What fails when the whole run's deadline passes ("the Job").
+    owner: str = "Job"
+    #: What follows that failure, when something outside decides ("; then the JobSet's ...").
+    then: str = ""
+    #: The field to set when nothing bounds them.
+    missing: str = "spec.activeDeadlineSeconds"
+    #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
+    #: set without counting: ``mutators.jobset.in_place_bound``).
+    ends_nothing: str = ""
+    #: ``max-in-place-restarts``, in words, when it ends them (``inplace.with_budget``).
+    budget: str = ""
+
+    @property
+    def bounded(self) -> bool:
+        return bool(self.budget) or (
+            bool(self.whole or self.pod or self.outer) and not self.ends_nothing
+        )
