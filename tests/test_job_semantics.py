@@ -32,6 +32,7 @@ from webhook.cluster.facts import NoCluster
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.podspec import add_non_spot_affinity, requires_spot, spot_requirements
+from webhook.plan.record import rule_id
 from webhook.policy.config import parse_config
 
 DEFAULTS = parse_config(
@@ -393,10 +394,14 @@ def test_matchPodFailurePolicy_counts_a_preempted_pod_before_the_failjob_rules(t
         "main, logger, setup (fail-non-retriable)",
     ]
     assert len(COUNT_ADDED) < 120
-    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+    record = json.loads(out["metadata"]["annotations"][P + "applied"])
+    ours = ",".join(sorted(rule_id(rule) for rule in rules))  # every rule is the webhook's
+    assert record == {
         "backoffLimit": 3,
         "countDisruptions": True,
         "failNonRetriable": [143],
+        "origins": {"fail-non-retriable": ours},
+        "v": 2,
     }
     assert kubectl_patch(obj, verdict.patch, tmp_path) == out
     validate_schema(out)
