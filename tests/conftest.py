@@ -30,10 +30,10 @@ import pytest
 from hypothesis import settings
 
 # Every test, and every server a test starts, runs the mutators that read a view of the
-# object (``webhook.admission.view``) on the whole object too, and fails on any difference.
+# object (``webhook.kinds.view``) on the whole object too, and fails on any difference.
 os.environ.setdefault("RPW_CHECK_VIEWS", "1")
 
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.kube.intent import LAST_APPLIED
 from webhook.policy.config import Config
 

@@ -17,7 +17,7 @@ from workloads import (
     validate_schema,
 )
 
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
     ignore_disruptions_rule,

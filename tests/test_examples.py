@@ -18,10 +18,10 @@ from conftest import ROOT, P
 from workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
 
 from webhook import cli
+from webhook.kinds.jobset.rules import our_rule
+from webhook.kinds.trainjob.mutate import MANAGER, jobset_for
 from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
 from webhook.kube.intent import LAST_APPLIED
-from webhook.mutators.jobset import our_rule
-from webhook.mutators.trainjob import MANAGER, jobset_for
 from webhook.plan.record import rule_id
 
 EXAMPLES = ROOT / "examples"

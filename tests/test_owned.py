@@ -22,9 +22,10 @@ from webhook.admission import engine
 from webhook.admission.jsondiff import diff
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import NoCluster
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
+from webhook.kinds.registry import lookup
 from webhook.kube.owned import ALL, SHALLOW, Each, copy_owned, deep_copy
-from webhook.mutators import Context, lookup
+from webhook.plan.outcome import Context
 
 ROOT = Path(__file__).resolve().parent.parent
 

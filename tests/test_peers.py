@@ -23,7 +23,7 @@ from test_trainjob import runtime, trainjob
 from workloads import admitted, mutate, pod_template
 
 from webhook.cluster.runtimes import GivenRuntimes
-from webhook.mutators.job import concurrent_pods, peers_note
+from webhook.kinds.workload import concurrent_pods, peers_note
 
 NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137,143"}
 

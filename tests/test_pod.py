@@ -281,7 +281,7 @@ def test_validate_does_not_enforce_placement():
 
 
 def test_a_pods_policy_is_resolved_once_per_distinct_annotation_set():
-    from webhook.mutators import pod_policy
+    from webhook.plan.policies import pod_policy
 
     ours = {P + "backoff-limit": "3", P + "non-spot-attempts": "1", "other": "x"}
     first, _ = pod_policy(dict(ours))

@@ -26,7 +26,7 @@ from webhook.admission import engine
 from webhook.admission.review import decode
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import NoCluster
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.policy.config import parse_config
 from webhook.serving.app import State, create_app
 

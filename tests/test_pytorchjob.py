@@ -22,7 +22,7 @@ from workloads import (
 )
 
 from webhook.admission import engine
-from webhook.mutators.job import peers_note
+from webhook.kinds.workload import peers_note
 from webhook.policy.config import parse_config
 
 POLICY = {

@@ -33,7 +33,7 @@ from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup, unknown
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.kube.intent import LAST_APPLIED
 from webhook.policy.config import Config
 

@@ -5,7 +5,7 @@ the copy (``webhook.admission.jsondiff``; never hand-written pointers), so the p
 construction: pointer escaping, parents that must exist, nothing outside what changed. Validation
 runs the very same mutation and denies what it reports, so the two webhooks and the
 dry-run CLI can never disagree. For Jobs and Pods the mutation runs on the object's view,
-what the policy reads of it (``webhook.admission.view``); the patch is the same, and the answer can
+what the policy reads of it (``webhook.kinds.view``); the patch is the same, and the answer can
 be remembered for every object with that view (``webhook.admission.memo``).
 """
 
@@ -24,7 +24,6 @@ from webhook.admission import deletions
 from webhook.admission.jsondiff import diff
 from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_key
 from webhook.admission.review import Request, Verdict, freeze
-from webhook.admission.view import view_of
 from webhook.cluster import events
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import ClusterFacts, NoCluster
@@ -34,10 +33,10 @@ from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
+from webhook.kinds.registry import lookup, view_of
 from webhook.kube.objects import controller_of
 from webhook.kube.owned import ALL, copy_owned
 from webhook.kube.scheduling import Placement
-from webhook.mutators import lookup
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations, policy_keys
 from webhook.policy.config import Config
@@ -50,7 +49,7 @@ _NO_CLUSTER = NoCluster()
 _NO_RUNTIMES = NoRuntimes()
 _NO_VERSION = UnknownVersion()
 
-#: Run every mutator that got a view (``webhook.admission.view``) on the whole object too, and fail
+#: Run every mutator that got a view (``webhook.kinds.view``) on the whole object too, and fail
 #: the request when the answers differ: the tests' check that the views hold all a
 #: mutator reads (set by the test suite; costs a second policy run, never set in service).
 CHECK_VIEWS = os.environ.get("RPW_CHECK_VIEWS") == "1"
@@ -152,7 +151,7 @@ def _restore(request: Request, config: Config) -> Verdict:
 
 
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
-    """What the mutator runs on: the view of the object it reads (``webhook.admission.view``), or
+    """What the mutator runs on: the view of the object it reads (``webhook.kinds.view``), or
     the whole object for kinds without one."""
     view = view_of(request.kind.group, request.kind.kind, obj, config)
     return view if view is not None else obj
@@ -166,7 +165,7 @@ def _apply(
     subject: dict[str, Any] | None = None,
 ) -> tuple[Verdict, Outcome | None]:
     """Copy, mutate, diff: the policy's work for one object (run on ``subject``, the
-    object's view, when given: the patch is the same, see ``webhook.admission.view``)."""
+    object's view, when given: the patch is the same, see ``webhook.kinds.view``)."""
     subject = original if subject is None else subject
     if not CHECK_VIEWS or subject is original:
         return _run(mutator, ctx, subject, request)

@@ -9,7 +9,7 @@ of copy, mutate and diff (``make bench`` measures both paths).
 What makes a remembered verdict correct for a new object:
 
 - The key holds everything the mutation reads. For a Job or a Pod that is its view
-  (``webhook.admission.view``): the mutator runs on the view alone, so every object with the same
+  (``webhook.kinds.view``): the mutator runs on the view alone, so every object with the same
   view gets the same answer by construction, and Jobs that differ in names, images,
   arguments or env values (a pipeline's runs, one manifest applied under new names) share
   one entry. For other kinds it is the whole object (serialised) minus ``IGNORED_*``
@@ -94,7 +94,7 @@ def fingerprint(obj: Mapping[str, Any], kind: str) -> bytes | None:
 
 
 def view_key(view: Mapping[str, Any]) -> bytes | None:
-    """A view (``webhook.admission.view``), serialised, as a key; ``None`` when it cannot be one."""
+    """A view (``webhook.kinds.view``), serialised, as a key; ``None`` when it cannot be one."""
     try:
         key = orjson.dumps(view)
     except (TypeError, orjson.JSONEncodeError):

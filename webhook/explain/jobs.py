@@ -46,15 +46,13 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
+from webhook.kinds.jobset import mutate as jobset_mutator
+from webhook.kinds.workload import resolve_limit
 from webhook.kube import failurepolicy, jobcontroller, restartrules
 from webhook.kube.failurepolicy import Match, named_containers
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.restartrules import PodRestarts
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
-from webhook.mutators import jobset as jobset_mutator
-from webhook.mutators.job import (
-    resolve_limit,
-)
 from webhook.plan import causes
 from webhook.plan.causes import CauseBudgets
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan, memory_plan, template_memory

@@ -85,25 +85,20 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
+from webhook.kinds.jobset.mutate import (
+    JOBSET_DEFAULT_RESTART_POLICY,
+    in_place_restart,
+    initializers,
+)
+from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
+from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, pattern_applies
+from webhook.kinds.pytorchjob import mutate as pytorchjob
+from webhook.kinds.rayjob import mutate as rayjob
+from webhook.kinds.trainjob import mutate as trainjob
+from webhook.kinds.workload import WRITTEN_SOURCES, get_path
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
-from webhook.mutators import pytorchjob, rayjob, trainjob
-from webhook.mutators.job import (
-    WRITTEN_SOURCES,
-    get_path,
-)
-from webhook.mutators.jobset import (
-    ACTIONS as JOBSET_ACTIONS,
-)
-from webhook.mutators.jobset import (
-    JOBSET_DEFAULT_RESTART_POLICY,
-    MAX_RESTARTS,
-    RULE_NAME,
-    in_place_restart,
-    initializers,
-    pattern_applies,
-)
 from webhook.plan.model import LimitField, PartPlan
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy

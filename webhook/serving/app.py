@@ -27,7 +27,7 @@ from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
-from webhook.mutators import lookup
+from webhook.kinds.registry import lookup
 from webhook.policy.config import Config
 from webhook.serving import logs
 from webhook.serving.metrics import Metrics

@@ -43,6 +43,7 @@ from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.record import Record
 from webhook.cluster.version import version_for
+from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.gates import GATE as RETRY_DELAY_GATE
@@ -59,7 +60,6 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
-from webhook.mutators.jobset import RULE_NAME
 from webhook.plan import causes as per_cause
 from webhook.plan.causes import (
     MAX_DISRUPTIONS_LABEL,
@@ -376,6 +376,14 @@ def tell(
         counted = _disruption_budgets(causes, running)
         story.budgets += counted
         story.next_disruption = _next_disruption(causes, counted) if running else []
+    elif tree.kind.kind == "RayJob":
+        story.budgets = _rayjob_budgets(workload)
+        story.decision = _rayjob_decision(workload)
+        if not tree.jobs:
+            story.notes.append(
+                "no submitter Job of this RayJob exists now (KubeRay makes one per attempt "
+                "in K8sJobMode)"
+            )
     elif tree.kind.kind == "TrainJob":
         story.decision = _final_condition(workload, f"TrainJob {story.name}", ("Complete",))
         story.notes.append("the trainer has not made this TrainJob's JobSet (yet)")
@@ -422,6 +430,8 @@ def _state(tree: Tree) -> str:
     obj = tree.jobset if tree.jobset is not None else tree.workload
     if kind == "Job":
         return job_state(tree.workload)
+    if kind == "RayJob":
+        return rayjob_state(tree.workload)
     if kind == "CronJob":
         spec = mapping(tree.workload.get("spec"))
         active = items(mapping(tree.workload.get("status")).get("active"))
@@ -439,6 +449,21 @@ def _state(tree: Tree) -> str:
         if kind_of == "Suspended":
             return "Suspended"
     return "Running" if tree.jobs else "Pending"
+
+
+#: A RayJob's ``status.jobDeploymentStatus`` (KubeRay, ray-operator/apis/ray/v1/
+#: rayjob_types.go), as a state: terminal ones end it; every other is a run or a retry.
+_RAYJOB_STATES = {"Failed": "Failed", "Suspended": "Suspended", "Suspending": "Suspended"}
+
+
+def rayjob_state(rayjob: Mapping[str, Any]) -> str:
+    """Succeeded (Complete, its Ray job SUCCEEDED), Failed, Suspended, Running or
+    Pending (not deployed yet), from the status KubeRay writes."""
+    status = mapping(rayjob.get("status"))
+    deployment = str(status.get("jobDeploymentStatus") or "")
+    if deployment == "Complete":
+        return "Succeeded" if status.get("jobStatus") == "SUCCEEDED" else "Failed"
+    return _RAYJOB_STATES.get(deployment, "Running" if deployment else "Pending")
 
 
 def job_state(job: Mapping[str, Any]) -> str:
@@ -639,6 +664,36 @@ def _plan(
     if isinstance(result, explain.Denial):
         return [result], source, notes
     return list(result), source, notes
+
+
+# --- a RayJob: retried whole, on a new RayCluster ----------------------------------------
+
+
+def _rayjob_budgets(rayjob: Mapping[str, Any]) -> list[Budget]:
+    """``spec.backoffLimit`` against ``status.failed``: KubeRay retries a failed attempt
+    while ``failed < backoffLimit + 1`` (``checkBackoffLimitAndUpdateStatusIfNeeded``)."""
+    spec = mapping(rayjob.get("spec"))
+    limit = _int(spec.get("backoffLimit"))
+    failed = _int(mapping(rayjob.get("status")).get("failed"))
+    name = f"RayJob {mapping(rayjob.get('metadata')).get('name')}"
+    text = f"backoffLimit {limit}: " + _retries(failed, limit).replace("counted ", "", 1)
+    return [Budget(name, "spec.backoffLimit", limit, failed, text)]
+
+
+def _rayjob_decision(rayjob: Mapping[str, Any]) -> Decision | None:
+    """Why a RayJob ended: its deployment status, reason (AppFailed, DeadlineExceeded,
+    SubmissionFailed, ...) and message, as KubeRay writes them."""
+    status = mapping(rayjob.get("status"))
+    deployment = status.get("jobDeploymentStatus")
+    if deployment not in ("Complete", "Failed"):
+        return None
+    return Decision(
+        f"RayJob {mapping(rayjob.get('metadata')).get('name')}",
+        str(deployment),
+        str(status.get("reason") or status.get("jobStatus") or ""),
+        str(status.get("message") or ""),
+        status.get("endTime"),
+    )
 
 
 # --- budgets of a JobSet ----------------------------------------------------------------

@@ -22,30 +22,23 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.kube import failurepolicy as fp
-from webhook.kube import intent
-from webhook.kube.restartrules import RESTART
-from webhook.kube.wellknown import LAST_APPLIED
-from webhook.mutators import (
-    Context,
-    Outcome,
-    default_layers,
-    has_policy_annotations,
-    items,
-    mapping,
-    register,
-)
-from webhook.mutators.job import (
-    POD_KEYS,
+from webhook.kinds.jobspec import POD_KEYS, apply_job_spec
+from webhook.kinds.workload import (
     WorkloadMutator,
-    apply_job_spec,
     check_error_propagation,
     concurrent_pods,
     get_path,
     note_peers,
 )
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent
+from webhook.kube.objects import items, mapping
+from webhook.kube.restartrules import RESTART
+from webhook.kube.wellknown import LAST_APPLIED
 from webhook.plan import inplace
 from webhook.plan.model import job_limit_field
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import default_layers, has_policy_annotations
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     PREFIX,
@@ -63,7 +56,6 @@ JOB_TEMPLATE = ("spec", "jobTemplate")
 JOB_SPEC = (*JOB_TEMPLATE, "spec")
 
 
-@register
 class CronJobMutator(WorkloadMutator):
     group = "batch"
     kind = "CronJob"

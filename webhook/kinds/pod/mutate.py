@@ -17,7 +17,9 @@ from typing import Any
 from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
+from webhook.kinds import inplace as in_place_rules
 from webhook.kube import limitrange, podspec, scheduling
+from webhook.kube.objects import controller_of
 from webhook.kube.owned import Owned
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
@@ -26,17 +28,10 @@ from webhook.kube.wellknown import (
     KUBEFLOW_GROUP,
     RESTART_ATTEMPT,
 )
-from webhook.mutators import (
-    Context,
-    Outcome,
-    controller_of,
-    has_policy_annotations,
-    pod_policy,
-    register,
-)
-from webhook.mutators import inplace as in_place_rules
 from webhook.plan import delays, failureaware, inplace
 from webhook.plan.model import non_spot as placement_rule
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import has_policy_annotations, pod_policy
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     APPLIED,
@@ -49,7 +44,6 @@ from webhook.policy.model import (
 from webhook.problems import Problem
 
 
-@register
 class PodMutator:
     group = ""
     kind = "Pod"

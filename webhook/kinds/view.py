@@ -40,12 +40,13 @@ a mapping) get no view: the mutator then runs on the whole object.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from webhook.cluster import history
+from webhook.kinds.jobspec import INTENT_FIELDS
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
     EXCLUSIVE_TOPOLOGY,
@@ -59,7 +60,6 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
-from webhook.mutators.job import INTENT_FIELDS
 from webhook.policy.config import Config
 from webhook.policy.model import PREFIX
 
@@ -165,24 +165,6 @@ def pod_view(pod: Mapping[str, Any], config: Config | None = None) -> dict[str, 
 def _asks(metadata: Mapping[str, Any], key: str) -> bool:
     annotations = metadata.get("annotations")
     return isinstance(annotations, dict) and key in annotations
-
-
-#: The kinds with a view, by (group, kind): each made from the object and the config.
-VIEWS: dict[
-    tuple[str, str], Callable[[Mapping[str, Any], Config | None], dict[str, Any] | None]
-] = {
-    ("batch", "Job"): job_view,
-    ("", "Pod"): pod_view,
-}
-
-
-def view_of(
-    group: str, kind: str, obj: Mapping[str, Any], config: Config | None = None
-) -> dict[str, Any] | None:
-    """The view of ``obj`` for its kind's mutator under ``config``; ``None``: run on the
-    whole object."""
-    make = VIEWS.get((group, kind))
-    return make(obj, config) if make is not None else None
 
 
 # Every part keeps the order of the object's keys: the patch lists its operations in
