@@ -46,7 +46,7 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
-from webhook.kinds.jobset import mutate as jobset_mutator
+from webhook.kinds.jobset import rules as jobset_rules
 from webhook.kinds.workload import resolve_limit
 from webhook.kube import failurepolicy, jobcontroller, restartrules
 from webhook.kube.failurepolicy import Match, named_containers
@@ -252,7 +252,7 @@ def job_bound(
     if jobset and outer is None and indexed is not None:
         # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
         at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
-        found = jobset_mutator.in_place_bound(subject.final, at, spec, None)
+        found = jobset_rules.in_place_bound(subject.final, at, spec, None)
         ends_nothing = "" if found.present else found.unbounded
         counted = found.replaced_counted
     budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts
