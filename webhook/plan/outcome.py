@@ -85,27 +85,27 @@ class Outcome:
     actions: dict[str, int] = field(default_factory=dict)
     #: What a user should read on the workload (an Event each), in the order decided.
     decisions: list[Decision] = field(default_factory=list)
-    #: The webhook's rules in the object, by id (``record.rule_id``): the annotation that
-    #: wants each, and whether this run wrote it (else it was there already).
-    rules: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    #: The webhook's rules in the object: each with the annotation that wants it, and
+    #: whether this run wrote it (else it was there already).
+    rules: list[tuple[Mapping[str, Any], str, bool]] = field(default_factory=list)
 
     def wrote(self, rule: Mapping[str, Any], name: str, added: bool = True) -> None:
         """Rule ``rule`` of annotation ``name`` is in the object: ``added`` by this run,
         or there already (an earlier admission's, or the user's own)."""
-        rid = rule_id(rule)
-        _, before = self.rules.get(rid, (name, False))
-        self.rules[rid] = (name, added or before)
+        self.rules.append((rule, name, added))
 
     def origins(self, previous: AppliedRecord | None) -> dict[str, str]:
-        """The rules the webhook wrote, by id, for the applied record: those this run
-        added, and those there already that ``previous`` (the object's record) says an
-        earlier admission wrote; never a rule of the user's that equals one of ours."""
+        """The rules the webhook wrote, by id (``record.rule_id``), for the applied record:
+        those this run added, and those there already that ``previous`` (the object's
+        record) says an earlier admission wrote; never a rule of the user's that equals
+        one of ours."""
         known = previous.origins if previous is not None else {}
-        return {
-            rid: name
-            for rid, (name, added) in self.rules.items()
-            if added or known.get(rid) == name
-        }
+        found: dict[str, str] = {}
+        for rule, name, added in self.rules:
+            rid = rule_id(rule)
+            if added or known.get(rid) == name:
+                found[rid] = name
+        return found
 
     def decided(self, reason: str, note: str) -> None:
         self.decisions.append(Decision(reason, note))

@@ -46,7 +46,18 @@ def rule_id(rule: Mapping[str, Any]) -> str:
     """A rule's id in ``origins``: the first 8 hex digits of the SHA-256 of its JSON (keys
     sorted). The rules recorded are the webhook's own, built fresh for each object, so the
     rule as stored (the API server adds nothing to them) has the same id."""
-    return hashlib.sha256(orjson.dumps(rule, option=orjson.OPT_SORT_KEYS)).hexdigest()[:8]
+    text = orjson.dumps(rule, option=orjson.OPT_SORT_KEYS)
+    found = _IDS.get(text)
+    if found is None:
+        if len(_IDS) >= _IDS_MAX:
+            _IDS.clear()
+        found = _IDS[text] = hashlib.sha256(text).hexdigest()[:8]
+    return found
+
+
+#: Rule ids by the rule's JSON: the same few rules are written on every Job of a template.
+_IDS: dict[bytes, str] = {}
+_IDS_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -105,11 +116,11 @@ class AppliedRecord:
         record = dict(self.settings)
         if self.version >= 2:
             record[VERSION_KEY] = self.version
-            grouped: dict[str, list[str]] = {}
-            for rid, name in sorted(self.origins.items()):
-                grouped.setdefault(name, []).append(rid)
-            if grouped:
-                record[ORIGINS_KEY] = {name: ",".join(ids) for name, ids in grouped.items()}
+            if self.origins:
+                grouped: dict[str, list[str]] = {}
+                for rid, name in self.origins.items():
+                    grouped.setdefault(name, []).append(rid)
+                record[ORIGINS_KEY] = {name: ",".join(sorted(ids)) for name, ids in grouped.items()}
         return orjson.dumps(record, option=orjson.OPT_SORT_KEYS).decode()
 
     def says(self, other: AppliedRecord) -> bool:
