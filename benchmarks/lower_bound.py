@@ -142,7 +142,7 @@ def answer(review: dict[str, Any]) -> bytes:
         f"retry-policy: added podFailurePolicy rule{plural} FailJob on exit codes NotIn "
         f"{retriable} in {shown} (fail-non-retriable)"
     )
-    if 137 in retriable:  # webhook.mutators.failureaware.OOM_SIGNAL, said with the rule
+    if 137 in retriable:  # webhook.plan.failureaware.OOM_SIGNAL, said with the rule
         warnings.append(
             "retry-policy: OOM kills exit 137 only on cgroup v2 without singleProcessOOMKill; "
             "else fail-non-retriable may fail them"

@@ -332,7 +332,7 @@ def _vary_outside(obj, where, n: int):
         tmeta = template.get("metadata")
         labels = tmeta.get("labels") if isinstance(tmeta, dict) else None
         # Another value of a label not ours: the labels mapping itself is in the view (the
-        # Job mutator writes our labels into it: ``mutators.budgets``), so it must be there
+        # Job mutator writes our labels into it: ``plan.causes``), so it must be there
         # or not in both objects alike.
         if isinstance(labels, dict):
             labels["run"] = f"r{n}"

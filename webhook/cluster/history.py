@@ -100,7 +100,7 @@ class Killed(NamedTuple):
     """What the OOM killer did to one container of a lineage: how many of its pods it
     stopped, and the most memory (request, limit: whole bytes; ``None`` when unset) the
     container had when it was stopped. A raise starts from that memory
-    (``webhook.mutators.pod``): sibling pods OOM-killed at the same size prove that size
+    (``webhook.kinds.pod``): sibling pods OOM-killed at the same size prove that size
     too small once, not once each."""
 
     container: str

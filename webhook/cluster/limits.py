@@ -1,6 +1,6 @@
 """The LimitRanges of every namespace, for memory raises that LimitRanger lets through.
 
-A raise after an OOM kill (``webhook.mutators.pod``) must stay within the namespace's
+A raise after an OOM kill (``webhook.kinds.pod``) must stay within the namespace's
 LimitRanges (``webhook.kube.limitrange`` says what they refuse), and a workload whose
 ``oom-memory-limit`` is above what they allow is told so at its admission. Admission
 must not ask the API per pod, so ``LimitRangeCache`` lists and watches LimitRanges (a

@@ -3,7 +3,7 @@
 ``avoid-failed-nodes`` makes the exclusion of the failed nodes a requirement only while
 some other Ready node remains that the pod's own placement allows
 (``webhook.kube.scheduling``); otherwise a preference, so that the pod is never left
-Pending for want of a node (``webhook.mutators.pod``). The question is answered from a
+Pending for want of a node (``webhook.kinds.pod``). The question is answered from a
 watch-backed cache of what placement reads of each Node (name, labels, the taints the
 scheduler filters on, cordoned, Ready), never with a request per pod.
 

@@ -15,7 +15,7 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
   reduced to what ``webhook.kube.intent`` is asked of a Job: which of the spec fields in
-  ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
+  ``kinds.jobspec.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
   restartPolicy, nodeSelector, affinity, nodeName, the memory of pod-level resources, the
@@ -63,7 +63,7 @@ from webhook.kube.wellknown import (
 from webhook.policy.config import Config
 from webhook.policy.model import PREFIX
 
-#: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
+#: A pod annotated with its attempt looks nothing up (``kinds.pod.mutate.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
 #: The keys that make a pod learn from earlier attempts (``history.wants_history``);
 #: containers' memory is read only for the first (``webhook.plan.failureaware``).

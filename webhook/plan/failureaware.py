@@ -5,7 +5,7 @@ Two settings make a pod depend on how the earlier attempts of its Job ended
 gives each container the OOM killer stopped the factor times the memory it was stopped
 at, at most the limit and what the namespace's LimitRanges allow; ``avoid-failed-nodes``
 keeps the pod off the nodes where earlier attempts failed (the most recent few). Both act
-on the new pod at its admission (``mutators.pod``); a workload's admission checks that
+on the new pod at its admission (``kinds.pod``); a workload's admission checks that
 they can work (``check_template``) and copies them onto its pod template.
 
 An OOM kill is exit code 137 (the kernel's SIGKILL), and a podFailurePolicy cannot tell it

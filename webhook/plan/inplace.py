@@ -408,7 +408,7 @@ class InPlaceEnds:
     #: The field to set when nothing bounds them.
     missing: str = "spec.activeDeadlineSeconds"
     #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
-    #: set without counting: ``mutators.jobset.in_place_bound``).
+    #: set without counting: ``kinds.jobset.rules.in_place_bound``).
     ends_nothing: str = ""
     #: ``max-in-place-restarts``, in words, when it ends them (``inplace.with_budget``).
     budget: str = ""

@@ -38,7 +38,7 @@ class Context:
     #: whether feature-gated fields may be written (``plan.inplace``).
     kubernetes_version: KubeVersion | None = None
     #: A deadline outside the object that ends its in-place restarts, named: a TrainJob's,
-    #: for the JobSet its controller makes (``mutators.trainjob`` checks it there).
+    #: for the JobSet its controller makes (``kinds.trainjob`` checks it there).
     outer_bound: str | None = None
     #: Leadership and time, as a pod's retry-delay gate asks them
     #: (``webhook.cluster.leadership.Clock``; the engine records the answers).

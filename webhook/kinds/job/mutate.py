@@ -115,7 +115,7 @@ def _non_spot_update(
     job: Mapping[str, Any], old: Mapping[str, Any], field: LimitField, warnings: list[str]
 ) -> list[Problem]:
     """A Job whose pods are placed by ``non-spot-attempts``: its pods read the Job's
-    backoffLimit when they are created (``mutators.pod``), so placement follows the
+    backoffLimit when they are created (``kinds.pod``), so placement follows the
     change; only more non-spot attempts than the new budget has is refused, as at
     creation (when annotated; with a value from a default every attempt goes to
     non-spot nodes, with a warning)."""
