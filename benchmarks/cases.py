@@ -8,7 +8,7 @@ import json
 import uuid
 from typing import Any
 
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 
 P = "retry-policy.dev/"
 
@@ -137,7 +137,7 @@ def pod_last_attempt(padding_bytes: int = 0, index_failures: int | None = None) 
 
 def jobset(replicated: int = 4) -> dict[str, Any] | None:
     """A JobSet, when its mutator is registered (it is added with the workloads issue)."""
-    from webhook.mutators import lookup
+    from webhook.kinds.registry import lookup
 
     if lookup("jobset.x-k8s.io", "JobSet") is None:
         return None
@@ -206,7 +206,7 @@ def streams(count: int = 1000) -> dict[str, list[bytes]]:
     - ``job-plain``: Jobs without annotations (the common case).
     - ``job-annotated``: every Job new: ``kubectl apply`` of one manifest, each run under
       its own name, image tag, arguments, run id and memory request (a pipeline's runs):
-      every body differs, but not in what the policy reads (``webhook.admission.view``), so the
+      every body differs, but not in what the policy reads (``webhook.kinds.view``), so the
       memo answers all but the first.
     - ``job-annotated-distinct``: every Job with a policy of its own (its own
       ``backoff-limit``, 1 to 1000): no two views agree, the full policy runs for each.

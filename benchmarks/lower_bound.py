@@ -20,6 +20,7 @@ quotes it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import subprocess
@@ -37,6 +38,13 @@ _IGNORE = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", 
 _ROOT = Path(__file__).resolve().parent.parent
 RESULTS = _ROOT / "benchmarks" / "results"
 _FLOOR = RESULTS / "instructions.json"
+
+
+def _rule_id(rule: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(rule, option=orjson.OPT_SORT_KEYS)).hexdigest()[:8]
+
+
+_IGNORE_ID = _rule_id(_IGNORE)
 
 
 class OtherShape(ValueError):
@@ -77,11 +85,24 @@ def answer(review: dict[str, Any]) -> bytes:
     if not 0 <= limit <= 1000 or not 0 <= non_spot <= limit + 1:
         raise OtherShape("a policy the engine denies")
     retriable = _exit_codes(annotations[P + "retriable-exit-codes"])
+    # One FailJob rule per application container (no init containers in this shape).
+    names = [container["name"] for container in template["spec"]["containers"]]
+    rules = [
+        {
+            "action": "FailJob",
+            "onExitCodes": {"containerName": name, "operator": "NotIn", "values": retriable},
+        }
+        for name in names
+    ]
+    # The record keeps which annotation wrote which rule (webhook.plan.record.rule_id).
+    failing = ",".join(sorted({_rule_id(rule) for rule in rules}))
     applied = {
         "backoffLimit": limit,
         "failNonRetriable": retriable,
         "ignoreDisruptions": True,
         "nonSpotAttempts": non_spot,
+        "origins": {"fail-non-retriable": failing, "ignore-disruptions": _IGNORE_ID},
+        "v": 2,
     }
     patch: list[dict[str, Any]] = [
         {
@@ -90,7 +111,7 @@ def answer(review: dict[str, Any]) -> bytes:
             "value": orjson.dumps(applied).decode(),
         },
         # The label the controller and the chart select the pods of such a Job by
-        # (webhook.mutators.budgets), beside the template's own.
+        # (webhook.plan.causes), beside the template's own.
         {
             "op": "add",
             "path": "/spec/template/metadata/labels/retry-policy.dev~1ignore-disruptions",
@@ -105,8 +126,6 @@ def answer(review: dict[str, Any]) -> bytes:
             },
         },
     ]
-    # One FailJob rule per application container (no init containers in this shape).
-    names = [container["name"] for container in template["spec"]["containers"]]
     old = spec.get("backoffLimit")
     warnings = []
     if old != limit:
@@ -123,7 +142,7 @@ def answer(review: dict[str, Any]) -> bytes:
         f"retry-policy: added podFailurePolicy rule{plural} FailJob on exit codes NotIn "
         f"{retriable} in {shown} (fail-non-retriable)"
     )
-    if 137 in retriable:  # webhook.mutators.failureaware.OOM_SIGNAL, said with the rule
+    if 137 in retriable:  # webhook.plan.failureaware.OOM_SIGNAL, said with the rule
         warnings.append(
             "retry-policy: OOM kills exit 137 only on cgroup v2 without singleProcessOOMKill; "
             "else fail-non-retriable may fail them"
@@ -141,13 +160,6 @@ def answer(review: dict[str, Any]) -> bytes:
             "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
         )
     warnings.append("retry-policy: see the retry plan: retry-webhook explain -f <your manifest>")
-    rules = [
-        {
-            "action": "FailJob",
-            "onExitCodes": {"containerName": name, "operator": "NotIn", "values": retriable},
-        }
-        for name in names
-    ]
     patch.append(
         {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [_IGNORE, *rules]}}
     )

@@ -24,7 +24,7 @@ from typing import Any
 
 import jsonpatch
 
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.kube.intent import LAST_APPLIED
 
 P = "retry-policy.dev/"

@@ -104,3 +104,7 @@ def deployment_pod(docs: list[dict]) -> dict:
 def hook_events(obj: dict) -> set[str]:
     value = (obj["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
     return {e.strip() for e in value.split(",") if e.strip()}
+
+
+def webhooks(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {w["name"]: w for w in one(docs, kind)["webhooks"]}

@@ -24,7 +24,8 @@ from testkit.tools import ROOT
 from webhook.admission import engine
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import Event, EventRecorder, Regarding
-from webhook.kube import defaulting
+from webhook.cluster.facts import NoCluster
+from webhook.kinds.registry import apply_defaults
 from webhook.policy.config import Config
 
 BIN = Path(sys.executable).parent
@@ -51,7 +52,7 @@ def admit(
     the webhook's mutation (the real engine, with ``config``), then the system fields."""
     obj = copy.deepcopy(manifest)
     obj.setdefault("metadata", {}).setdefault("namespace", NS)
-    defaulting.apply_defaults(obj)
+    apply_defaults(obj)
     kwargs = {"attempts": attempts} if attempts is not None else {}
     verdict, result = engine.review_object(obj, config or Config(), NS, **kwargs)
     assert verdict.allowed, verdict.message
@@ -89,7 +90,7 @@ def store_job(
     return job
 
 
-class Attempts:
+class Attempts(NoCluster):
     """What the webhook's attempt cache answers for these pods (the test's own count)."""
 
     def __init__(self, failures: int):

@@ -15,6 +15,7 @@ from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster import leadership
 from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.leadership import LeaderState
 from webhook.policy.config import parse_config
@@ -46,7 +47,7 @@ class Leading:
         return LeaderState(enabled=True, leader=True, holder="a", renewed_at=t, written_at=t)
 
 
-class Source:
+class Source(NoCluster):
     """A Job's counted failures and budget (fixed), and the real failure history."""
 
     def __init__(self, failures: int = 0, budget: int | None = 6):

@@ -9,6 +9,7 @@ from typing import Any
 
 from testkit.builders import P, job_owner, pod, stored
 from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
@@ -45,7 +46,7 @@ def node(name, labels=None, taints=None, ready=True, unschedulable=False):
     }
 
 
-class Source:
+class Source(NoCluster):
     """The attempt cache's answers: a Job's counted failures (fixed here), the failure
     history (the real ``FailureHistory``, fed failed pods by ``fail``), the namespace's
     LimitRanges (the real bounds of ``limit_ranges``' objects; unknown when ``None``) and

@@ -98,6 +98,7 @@ NAMED = {
     # workloads ``retry-webhook status`` reads (Jobs and JobSets are listed above).
     "cronjobs": ("/apis/batch/v1", True, "CronJob"),
     "trainjobs": ("/apis/trainer.kubeflow.org/v1alpha1", True, "TrainJob"),
+    "rayjobs": ("/apis/ray.io/v1", True, "RayJob"),
 }
 
 #: Field selectors an events.k8s.io/v1 list accepts, and the field each reads: the

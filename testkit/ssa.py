@@ -36,7 +36,7 @@ from typing import Any
 
 #: Map lists and their keys (``x-kubernetes-list-map-keys``), by field name: the webhook's
 #: own table, held to the vendored CRDs by ``test_list_keys_are_the_crds``.
-from webhook.mutators.trainjob import LIST_KEYS
+from webhook.kinds.trainjob.mutate import LIST_KEYS
 
 Path = tuple[tuple[str, str], ...]
 

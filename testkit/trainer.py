@@ -17,8 +17,8 @@ from testkit.workloads import crd_defaults, crd_schema
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.runtimes import NoRuntimes
+from webhook.kinds.trainjob.mutate import MANAGER
 from webhook.kube.intent import LAST_APPLIED
-from webhook.mutators.trainjob import MANAGER
 from webhook.policy.config import Config
 
 TRAINER = "trainer.kubeflow.org/v1alpha1"

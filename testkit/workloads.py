@@ -31,9 +31,10 @@ from testkit.servers import scaled
 from testkit.tools import ROOT, tool
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.cluster.attempts import AttemptLookup, NoCluster
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup, unknown
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.kube.intent import LAST_APPLIED
 from webhook.policy.config import Config
 
@@ -85,7 +86,7 @@ def pod_template(*names: str, restart_policy: str | None = None) -> dict[str, An
 # --- the engine round trip -----------------------------------------------------------
 
 
-class FixedAttempts:
+class FixedAttempts(NoCluster):
     """An attempt source answering a fixed count for every Job (the cache has its own
     tests against an HTTP Kubernetes API in test_attempts.py), and a history in which
     each of those failures was an OOM kill of container ``main`` on its own node."""

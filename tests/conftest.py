@@ -14,7 +14,7 @@ import pytest
 from hypothesis import settings
 
 # Every test, and every server a test starts, runs the mutators that read a view of the
-# object (``webhook.admission.view``) on the whole object too, and fails on any difference.
+# object (``webhook.kinds.view``) on the whole object too, and fails on any difference.
 os.environ.setdefault("RPW_CHECK_VIEWS", "1")
 
 from testkit import servers

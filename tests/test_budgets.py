@@ -1,5 +1,5 @@
 """Budgets per cause at admission: ``max-disruptions``, ``max-in-place-restarts`` and
-``peer-disruptions`` (``webhook.mutators.budgets``): their grammar and what they need, the
+``peer-disruptions`` (``webhook.plan.causes``): their grammar and what they need, the
 rules they add and where those go, the template labels the controller and the chart select
 pods by, and the upstream facts the rules rely on."""
 

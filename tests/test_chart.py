@@ -37,6 +37,7 @@ from testkit.chart import (
     render,
     render_fails,
     run_helm,
+    webhooks,
 )
 from testkit.servers import scaled
 
@@ -70,10 +71,6 @@ SCHEMA_ERROR = "don't meet the specifications of the schema"
 
 
 # --- tools and rendering -----------------------------------------------------------
-
-
-def webhooks(docs: list[dict], kind: str) -> dict[str, dict]:
-    return {w["name"]: w for w in one(docs, kind)["webhooks"]}
 
 
 def container(docs: list[dict]) -> dict:

@@ -16,7 +16,7 @@ from testkit.workloads import (
     validate,
     validate_schema,
 )
-from webhook.kube import defaulting as defaults
+from webhook.kinds import registry as defaults
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
     ignore_disruptions_rule,

@@ -19,10 +19,11 @@ from testkit.builders import P
 from testkit.tools import ROOT
 from testkit.workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
 from webhook import cli
+from webhook.kinds.jobset.rules import our_rule
+from webhook.kinds.trainjob.mutate import MANAGER, jobset_for
 from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
 from webhook.kube.intent import LAST_APPLIED
-from webhook.mutators.jobset import our_rule
-from webhook.mutators.trainjob import MANAGER, jobset_for
+from webhook.plan.record import rule_id
 
 EXAMPLES = ROOT / "examples"
 NAMES = ["job", "indexed-job", "cronjob", "jobset", "rayjob", "pytorchjob"]
@@ -109,6 +110,11 @@ def test_cronjob_example():
         "backoffLimit": 2,
         "failNonRetriable": [143],
         "ignoreDisruptions": True,
+        "origins": {
+            "fail-non-retriable": rule_id(non_retriable_rule([143], "FailJob", "eval")),
+            "ignore-disruptions": rule_id(ignore_disruptions_rule()),
+        },
+        "v": 2,
     }
 
 
@@ -142,7 +148,7 @@ def test_rayjob_example():
     cluster = spec["rayClusterSpec"]
     (group,) = cluster["workerGroupSpecs"]
     assert group["replicas"] == 2
-    assert applied(rayjob) == {"backoffLimit": 2}
+    assert applied(rayjob) == {"backoffLimit": 2, "v": 2}
 
 
 def test_pytorchjob_example():

@@ -630,7 +630,7 @@ def test_cli_kinds_explain_does_not_cover_are_skipped_with_a_note():
 
 
 def test_every_mutated_kind_has_an_explainer():
-    from webhook.mutators import registered
+    from webhook.kinds.registry import registered
 
     assert set(registered()) <= set(explain.explained_kinds())
 
@@ -706,7 +706,7 @@ def test_explain_job_spec_finds_a_nested_job_spec():
     """Kinds that embed JobSpecs (CronJob, JobSet) reuse explain_job_spec with their path."""
     from webhook.explain.jobs import explain_job_spec
     from webhook.explain.model import Subject
-    from webhook.mutators import Context
+    from webhook.plan.outcome import Context
 
     spec = manifest({P + "backoff-limit": "2"})["spec"]
     prepared, _ = cli.prepare(manifest(), None)

@@ -453,7 +453,7 @@ def test_jobset_replicated_jobs_restart_in_place():
 
 
 def test_jobset_deadline_a_rule_restarts_past_uncounted_ends_nothing():
-    """As admission judges (``mutators.jobset.in_place_bound``): a rule ending in
+    """As admission judges (``kinds.jobset.rules.in_place_bound``): a rule ending in
     AndIgnoreMaxRestarts that takes DeadlineExceeded restarts the set without checking
     maxRestarts (``restartJobSetAndIgnoreMaxRestartsActionApplier``); admitted only with
     the admin's permission, and explained as unbounded."""

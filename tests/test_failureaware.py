@@ -174,6 +174,7 @@ def test_a_job_passes_the_settings_to_its_pods_and_says_what_they_do():
         "backoffLimit": 6,
         "oomMemoryFactor": "1.5",
         "oomMemoryLimit": "8Gi",
+        "v": 2,
     }
     validate_schema(once)
     # A Job annotated but not mutated (the mutating webhook did not run) is denied.
@@ -235,7 +236,7 @@ def test_where_an_oom_kill_may_not_exit_137_fail_non_retriable_says_so(annotatio
     # singleProcessOOMKill; NewMainKubelet (pkg/kubelet/kubelet.go) makes it true on
     # cgroup v1. One process killed, the container may exit with another code, which
     # matchOnExitCodes (pkg/controller/job/pod_failure_policy.go) takes as it is.
-    from webhook.mutators.failureaware import OOM_SIGNAL
+    from webhook.plan.failureaware import OOM_SIGNAL
 
     verdict, out = mutate(job(annotations, containers=[trainer()]))
     assert verdict.allowed
@@ -416,7 +417,7 @@ def test_an_oom_killed_container_gets_more_memory_each_time_up_to_the_limit(tmp_
     ) in verdict.warnings
     assert dict(verdict.actions) == {"memory_raised": 1, "nodes_avoided": 3}
     applied = json.loads(out["metadata"]["annotations"][P + "applied"])
-    assert applied == {"avoidedNodes": 3, "memoryRaised": {"trainer": 4}}
+    assert applied == {"avoidedNodes": 3, "memoryRaised": {"trainer": 4}, "v": 2}
 
 
 def test_memory_is_never_lowered_and_a_missing_limit_stays_missing():
@@ -1144,7 +1145,7 @@ def test_the_cli_denies_pod_level_memory_and_warns_of_non_137_oom_kills(tmp_path
 
     import yaml
 
-    from webhook.mutators.failureaware import OOM_SIGNAL
+    from webhook.plan.failureaware import OOM_SIGNAL
 
     binary = Path(sys.executable).parent / "retry-webhook"
     pod_level = manifest({**FACTOR, P + "fail-non-retriable": "true"})

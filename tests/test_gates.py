@@ -40,7 +40,7 @@ from testkit.servers import eventually, free_port, metric, scaled, stop
 from testkit.workloads import kubectl_patch, validate_schema
 from webhook.controller.gates import GateReleaser, release_all
 from webhook.kube import gates
-from webhook.mutators import between
+from webhook.plan import delays as between
 from webhook.policy.model import format_time, parse_time
 
 BIN = Path(sys.executable).parent / "retry-webhook"

@@ -25,7 +25,8 @@ from webhook.cluster.version import GivenVersion
 from webhook.kube import failurepolicy as fp
 from webhook.kube import restartrules
 from webhook.kube.versions import KubeVersion
-from webhook.mutators import inplace
+from webhook.plan import inplace
+from webhook.plan.record import rule_id
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import Layer, Policy, Scope, Source, parse_annotations, resolve
 
@@ -692,6 +693,8 @@ def test_a_bare_pod_restarts_in_place_within_its_deadline():
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
         "inPlaceExitCodes": [42, 75],
         "inPlaceScope": "container",
+        "origins": {"in-place-exit-codes": rule_id(rule())},
+        "v": 2,
     }
 
 

@@ -15,6 +15,7 @@ from webhook.kube.failurepolicy import (
     ignore_disruptions_rule,
     non_retriable_rule,
 )
+from webhook.plan.record import rule_id
 from webhook.policy.config import Config, parse_config
 
 
@@ -128,11 +129,18 @@ def test_applied_record():
             }
         )
     )
+    ignore, failing = out["spec"]["podFailurePolicy"]["rules"]
+    # The record keeps which annotation wrote which rule (their ids), and its format.
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
         "backoffLimit": 3,
         "failNonRetriable": [143],
         "ignoreDisruptions": True,
         "nonSpotAttempts": 1,
+        "origins": {
+            "fail-non-retriable": rule_id(failing),
+            "ignore-disruptions": rule_id(ignore),
+        },
+        "v": 2,
     }
 
 

@@ -25,9 +25,11 @@ from testkit.kinds import child, cronjob, jobset, pytorchjob, rayjob, replicated
 from testkit.servers import eventually, start, stop
 from testkit.workloads import kubectl_patch, mutate, validate, validate_schema
 from webhook.cluster.attempts import AttemptLookup, placement_budget
+from webhook.cluster.facts import NoCluster
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.podspec import add_non_spot_affinity, requires_spot, spot_requirements
+from webhook.plan.record import rule_id
 from webhook.policy.config import parse_config
 
 DEFAULTS = parse_config(
@@ -389,10 +391,14 @@ def test_matchPodFailurePolicy_counts_a_preempted_pod_before_the_failjob_rules(t
         "main, logger, setup (fail-non-retriable)",
     ]
     assert len(COUNT_ADDED) < 120
-    assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+    record = json.loads(out["metadata"]["annotations"][P + "applied"])
+    ours = ",".join(sorted(rule_id(rule) for rule in rules))  # every rule is the webhook's
+    assert record == {
         "backoffLimit": 3,
         "countDisruptions": True,
         "failNonRetriable": [143],
+        "origins": {"fail-non-retriable": ours},
+        "v": 2,
     }
     assert kubectl_patch(obj, verdict.patch, tmp_path) == out
     validate_schema(out)
@@ -878,7 +884,7 @@ def test_a_rayjob_or_pytorchjob_budget_changed_against_the_annotation_is_denied(
     assert validate(new, operation="UPDATE", old=old).allowed
 
 
-class LiveBudget:
+class LiveBudget(NoCluster):
     """The attempt cache's answer for a Job whose backoffLimit was lowered to 1."""
 
     def __init__(self, failures, budget):

@@ -18,6 +18,7 @@ from testkit.workloads import (
     validate,
     validate_schema,
 )
+from webhook.kinds.jobset.rules import RULE_NAME, our_rule, validate_rules
 from webhook.kube import intent
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
@@ -25,7 +26,6 @@ from webhook.kube.failurepolicy import (
     non_retriable_rule,
 )
 from webhook.kube.podspec import spot_requirements
-from webhook.mutators.jobset import RULE_NAME, our_rule, validate_rules
 from webhook.policy.config import Config, parse_config
 
 # upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) sets it to the

@@ -14,10 +14,11 @@ from testkit.servers import scaled
 from testkit.tools import tool
 from webhook.admission import engine
 from webhook.admission import review as admission
+from webhook.cluster.facts import NoCluster
 from webhook.policy.config import Config, parse_config
 
 
-class Attempts:
+class Attempts(NoCluster):
     def job_failures(self, namespace, name, uid):
         from webhook.cluster.attempts import AttemptLookup
 

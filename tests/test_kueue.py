@@ -1,6 +1,6 @@
 """``retry-delay`` on workloads Kueue queues: the ``kueue`` config section (Kueue's
 ``waitForPodsReady`` as the admin states it), and the warning, cap or denial at admission
-(``webhook.mutators.queued``), through the engine, the CLI and the real server."""
+(``webhook.plan.queued``), through the engine, the CLI and the real server."""
 
 from __future__ import annotations
 

@@ -119,9 +119,9 @@ def test_callers_cannot_change_a_remembered_verdict():
 
 
 def test_an_internal_error_is_not_remembered(monkeypatch):
-    from webhook import mutators
+    from webhook.kinds import registry
 
-    real = mutators.lookup("batch", "Job")
+    real = registry.lookup("batch", "Job")
     obj, config = job(FULL), Config()
 
     class Broken:
@@ -135,7 +135,7 @@ def test_an_internal_error_is_not_remembered(monkeypatch):
         def mutate(self, obj, ctx):
             raise RuntimeError("boom")
 
-    monkeypatch.setitem(mutators._REGISTRY, ("batch", "Job"), Broken())
+    monkeypatch.setitem(registry.MUTATORS, ("batch", "Job"), Broken())
     failed = engine.mutate(request_for(obj), config)
     assert failed.patch == [] and "internal error" in failed.warnings[0]
     denied = engine.validate(request_for(obj), config)
@@ -275,7 +275,7 @@ def test_jobs_applied_from_one_manifest_under_new_names_share_one_run():
     assert denied == uncached(written, config)
 
 
-#: Per-object values outside the view (``webhook.admission.view``): names, uids, labels, images,
+#: Per-object values outside the view (``webhook.kinds.view``): names, uids, labels, images,
 #: arguments, env var values, resources, volumes, others' annotations and records.
 OUTSIDE = st.sampled_from(
     [
@@ -332,7 +332,7 @@ def _vary_outside(obj, where, n: int):
         tmeta = template.get("metadata")
         labels = tmeta.get("labels") if isinstance(tmeta, dict) else None
         # Another value of a label not ours: the labels mapping itself is in the view (the
-        # Job mutator writes our labels into it: ``mutators.budgets``), so it must be there
+        # Job mutator writes our labels into it: ``plan.causes``), so it must be there
         # or not in both objects alike.
         if isinstance(labels, dict):
             labels["run"] = f"r{n}"

@@ -21,9 +21,11 @@ from testkit.strategies import CONFIGS, objects
 from webhook.admission import engine
 from webhook.admission.jsondiff import diff
 from webhook.cluster.attempts import AttemptLookup
-from webhook.kube import defaulting as defaults
+from webhook.cluster.facts import NoCluster
+from webhook.kinds import registry as defaults
+from webhook.kinds.registry import lookup
 from webhook.kube.owned import ALL, SHALLOW, Each, copy_owned, deep_copy
-from webhook.mutators import Context, lookup
+from webhook.plan.outcome import Context
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +92,7 @@ def test_deep_copy_shares_only_scalars():
     assert copied["c"] is not value["c"]
 
 
-class FixedAttempts:
+class FixedAttempts(NoCluster):
     """Every Job has failed ``failures`` times (so the last-attempt placement runs)."""
 
     def __init__(self, failures: int):

@@ -1,5 +1,5 @@
 """fail-non-retriable on a workload of several pods that run together: one shared warning
-(``note_peers`` in webhook/mutators/job.py) that a preempted pod's peers fail it.
+(``note_peers`` in webhook/kinds/workload.py) that a preempted pod's peers fail it.
 
 upstream: ``matchPodFailurePolicy`` (pkg/controller/job/pod_failure_policy.go) judges each
 failed pod on its own conditions and exit codes. Only the pod the scheduler preempted (or
@@ -23,7 +23,7 @@ from testkit.trainer import mutate as mutate_trainjob
 from testkit.trainer import runtime, trainjob
 from testkit.workloads import admitted, mutate, pod_template
 from webhook.cluster.runtimes import GivenRuntimes
-from webhook.mutators.job import concurrent_pods, peers_note
+from webhook.kinds.workload import concurrent_pods, peers_note
 
 NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137,143"}
 

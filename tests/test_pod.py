@@ -10,11 +10,12 @@ from testkit.builders import P, apply, job_owner, pod, review
 from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import NoCluster
 from webhook.kube.podspec import spot_requirements
 from webhook.policy.config import Config, parse_config
 
 
-class FixedAttempts:
+class FixedAttempts(NoCluster):
     """An attempt source answering a fixed count: stands in for the cluster cache,
     which has its own tests against an HTTP Kubernetes API (test_attempts.py)."""
 
@@ -109,6 +110,7 @@ def test_attempt_from_owning_job_via_cache():
     assert source.calls == [("ml", "train", "u-1")]
     assert required_terms(out)
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
+        "v": 2,
         "attempt": 3,
         "attempts": 4,
         "nonSpot": True,
@@ -279,7 +281,7 @@ def test_validate_does_not_enforce_placement():
 
 
 def test_a_pods_policy_is_resolved_once_per_distinct_annotation_set():
-    from webhook.mutators import pod_policy
+    from webhook.plan.policies import pod_policy
 
     ours = {P + "backoff-limit": "3", P + "non-spot-attempts": "1", "other": "x"}
     first, _ = pod_policy(dict(ours))

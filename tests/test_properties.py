@@ -26,7 +26,8 @@ from webhook import explain
 from webhook.admission import engine
 from webhook.admission.review import decode
 from webhook.cluster.attempts import AttemptLookup
-from webhook.kube import defaulting as defaults
+from webhook.cluster.facts import NoCluster
+from webhook.kinds import registry as defaults
 from webhook.policy.config import parse_config
 from webhook.serving.app import State, create_app
 
@@ -109,7 +110,7 @@ for _doc in EXAMPLES:
     defaults.apply_defaults(_doc)
 
 
-class TwoFailures:
+class TwoFailures(NoCluster):
     """Every Job has failed twice (so the pods' placement runs)."""
 
     def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:

@@ -21,7 +21,7 @@ from testkit.workloads import (
     validate_schema,
 )
 from webhook.admission import engine
-from webhook.mutators.job import peers_note
+from webhook.kinds.workload import peers_note
 from webhook.policy.config import parse_config
 
 POLICY = {
@@ -60,6 +60,7 @@ def test_full_policy():
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
         "errorPropagation": "Earliest",
         "failNonRetriable": [137, 143],
+        "v": 2,
     }
 
 

@@ -29,7 +29,7 @@ from webhook.admission import review as admission
 from webhook.cluster import events
 from webhook.cluster.attempts import AttemptLookup
 from webhook.kube import gates
-from webhook.mutators import between
+from webhook.plan import delays as between
 from webhook.policy.config import ConfigError, parse_config
 from webhook.policy.model import (
     BadValue,
@@ -210,6 +210,7 @@ def test_a_job_copies_the_settings_to_its_pods_and_says_what_they_do():
         "retryDelay": "30s",
         "retryDelayFactor": "2",
         "retryDelayMax": "5m",
+        "v": 2,
     }
     again, twice = admit(out)
     assert again.patch == [] and twice == out

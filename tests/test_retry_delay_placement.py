@@ -14,7 +14,7 @@ from testkit.kinds import cronjob, jobset, replicated
 from testkit.servers import start, stop
 from testkit.workloads import mutate, validate
 from webhook.kube import gates, jobsetplacement
-from webhook.mutators import between
+from webhook.plan import delays as between
 from webhook.policy.config import parse_config
 from webhook.policy.model import format_time
 

@@ -16,6 +16,7 @@ import pytest
 
 from testkit.builders import FULL, job, review
 from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import NoCluster
 from webhook.serving.app import MAX_BODY_BYTES, TOO_LARGE, State, create_app
 from webhook.serving.rsgi import NeedsThread, WsgiOverRsgi
 
@@ -205,7 +206,7 @@ def test_the_wsgi_environ_carries_the_request():
     assert seen["body"] == b"{}" and seen["wsgi.url_scheme"] == "https"
 
 
-class BlockingAttempts:
+class BlockingAttempts(NoCluster):
     """An attempt source that, like the server's (``webhook.serving.worker.LoopAttempts``), may
     not block the event loop's thread: there it raises ``NeedsThread``."""
 

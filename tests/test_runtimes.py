@@ -263,8 +263,8 @@ def test_the_server_judges_resources_per_node_as_the_clusters_trainer(tmp_path, 
     from testkit.fakeapi import write_kubeconfig
     from testkit.servers import start, stop
     from testkit.trainer import GPU, OOM, memory_runtime, shipped, submitted
-    from webhook.mutators.job import peers_note
-    from webhook.mutators.trainjob import TTL_NOTE
+    from webhook.kinds.trainjob.mutate import TTL_NOTE
+    from webhook.kinds.workload import peers_note
 
     rt = stored(memory_runtime("v2.2.0"))
     api.put("clustertrainingruntimes", rt)

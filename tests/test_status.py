@@ -51,8 +51,9 @@ from testkit.clusters import (
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.servers import scaled
 from testkit.tools import tool
+from testkit.workloads import pod_template
 from webhook.admission import engine
-from webhook.kube import defaulting
+from webhook.kinds.registry import apply_defaults
 from webhook.policy.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -615,7 +616,7 @@ def test_a_trainjob_is_told_by_the_jobset_the_trainer_made(cluster):
     from webhook.cluster.runtimes import GivenRuntimes
 
     obj = copy.deepcopy(manifest)
-    defaulting.apply_defaults(obj)
+    apply_defaults(obj)
     verdict, trainjob = engine.review_object(
         obj, Config(), NS, runtimes=GivenRuntimes([runtime], NS)
     )
@@ -649,6 +650,56 @@ def test_a_trainjob_is_told_by_the_jobset_the_trainer_made(cluster):
     assert (budget["limit"], budget["used"]) == (3, 2)
 
 
+def test_a_rayjob_is_told_by_its_attempts_and_its_submitter_job(cluster):
+    """KubeRay retries a failed RayJob whole, on a new RayCluster, while ``status.failed <
+    backoffLimit + 1`` (upstream: checkBackoffLimitAndUpdateStatusIfNeeded in
+    ray-operator/controllers/ray/rayjob_controller.go), and in K8sJobMode submits each
+    attempt by a Job of the RayJob's name it controls (createNewK8sJob, same file)."""
+    api, kubeconfig = cluster
+    manifest = yaml.safe_load((ROOT / "examples" / "rayjob.yaml").read_text())
+    rayjob = admit(manifest)
+    assert rayjob["spec"]["backoffLimit"] == 2  # (the webhook wrote the annotation's budget)
+    rayjob["status"] = {
+        "jobDeploymentStatus": "Running",
+        "jobStatus": "RUNNING",
+        "failed": 1,
+        "succeeded": 0,
+    }
+    api.store("rayjobs", rayjob)
+    name = rayjob["metadata"]["name"]
+    submitter = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "ray.io/originated-from-cr-name": name,
+                "ray.io/originated-from-crd": "RayJob",
+            },
+            "ownerReferences": [owner_of(rayjob)],
+        },
+        "spec": {"backoffLimit": 2, "template": pod_template("ray-job-submitter")},
+    }
+    job = store_job(api, submitter, {"active": 1, "startTime": at_minute(5)})
+    done = run(kubeconfig, f"rayjob/{name}", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    story = json.loads(done.stdout)
+    assert (story["workload"]["kind"], story["state"]) == ("RayJob", "Running")
+    (budget,) = story["budgets"]
+    assert (budget["field"], budget["limit"], budget["used"]) == ("spec.backoffLimit", 2, 1)
+    assert [j["name"] for j in story["jobs"]] == [job["metadata"]["name"]]
+    assert story["plan"]["items"][0]["kind"] == "RayJob"
+    # Once KubeRay gives up, its reason is the story's end.
+    rayjob["status"].update(
+        jobDeploymentStatus="Failed", jobStatus="FAILED", failed=3, reason="AppFailed"
+    )
+    api.store("rayjobs", rayjob)
+    done = run(kubeconfig, f"rayjobs.ray.io/{name}", "-n", NS, "-o", "json")
+    story = json.loads(done.stdout)
+    assert story["state"] == "Failed"
+    assert (story["decision"]["condition"], story["decision"]["reason"]) == ("Failed", "AppFailed")
+
+
 def test_an_indexed_job_counts_each_index_against_its_own_budget(cluster):
     api, kubeconfig = cluster
     manifest = job_manifest("shards", {P + "fail-non-retriable": "true"})
@@ -677,7 +728,7 @@ def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
     defaults = parse_config("defaults: {ignore-disruptions: 'true', backoff-limit: '2'}")
     obj = job_manifest("plain", {})
     obj["metadata"]["namespace"] = NS
-    defaulting.apply_defaults(obj)
+    apply_defaults(obj)
     verdict, job = engine.review_object(obj, defaults, NS)
     assert verdict.allowed and P + "applied" in job["metadata"]["annotations"]
     job["metadata"]["uid"] = "uid-plain"
@@ -697,7 +748,7 @@ def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
 
     obj = job_manifest("older", POLICY)
     obj["metadata"]["namespace"] = NS
-    defaulting.apply_defaults(obj)
+    apply_defaults(obj)
     _, job = engine.review_object(obj, Config(), NS)
     job["metadata"]["uid"] = "uid-older"
     # Admitted by an older webhook that wrote its FailJob rule without a container name:

@@ -36,7 +36,7 @@ from testkit.jobsim import JobRun
 from testkit.servers import eventually
 from webhook.admission import engine
 from webhook.cluster.record import Record
-from webhook.kube import defaulting
+from webhook.kinds.registry import apply_defaults
 from webhook.kube import failurepolicy as fp
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config, parse_config
@@ -442,7 +442,7 @@ def test_admin_defaults_of_the_budgets_are_told_as_cluster_defaults():
     )
     obj = job_manifest("plain", {})
     obj["metadata"]["namespace"] = NS
-    defaulting.apply_defaults(obj)
+    apply_defaults(obj)
     verdict, job = engine.review_object(obj, defaults, NS)
     assert verdict.allowed
     job["metadata"]["uid"] = "uid-plain"

@@ -49,15 +49,8 @@ from testkit.trainer import (
 from testkit.workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 from webhook.admission import engine
 from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes
-from webhook.kube.failurepolicy import (
-    count_disruptions_rule,
-    ignore_disruptions_rule,
-    non_retriable_rule,
-)
-from webhook.kube.intent import LAST_APPLIED
-from webhook.mutators import Context
-from webhook.mutators.jobset import our_rule
-from webhook.mutators.trainjob import (
+from webhook.kinds.jobset.rules import our_rule
+from webhook.kinds.trainjob.mutate import (
     LIST_KEYS,
     MANAGER,
     TTL_NOTE,
@@ -65,6 +58,13 @@ from webhook.mutators.trainjob import (
     our_patch,
     resource_modes,
 )
+from webhook.kube.failurepolicy import (
+    count_disruptions_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
+from webhook.kube.intent import LAST_APPLIED
+from webhook.plan.outcome import Context
 from webhook.policy.config import Config, parse_config
 
 JOBSET = "jobset.x-k8s.io/v1alpha2"
@@ -737,8 +737,10 @@ def test_a_reapply_restores_the_count_rule_as_the_jobset_was_made(made):
     record = json.loads(stored["metadata"]["annotations"][P + "applied"])
     assert record["countDisruptions"] is True
     if made == "before":
+        # A webhook before the Count rule wrote the version-1 record: no origins.
         del child["podFailurePolicy"]["rules"][1]
-        del record["countDisruptions"]
+        for key in ("countDisruptions", "origins", "v"):
+            del record[key]
         stored["metadata"]["annotations"][P + "applied"] = json.dumps(record, separators=(",", ":"))
         assert validate(stored).allowed  # as a new replica validates what an old one made
     resumed = copy.deepcopy(tj)
@@ -1298,7 +1300,7 @@ def test_a_reapply_keeps_the_initializers_as_the_jobset_was_made(made, monkeypat
     its initializer's Job too; JobSet keeps them immutable (``ValidateUpdate``). The
     trainer's re-apply (Kueue's resume) resets the rule lists it owns; ``restore`` gives
     them back as they were made, either way: never a denial of the trainer's apply."""
-    from webhook.mutators.jobset import JobSetMutator
+    from webhook.kinds.jobset.mutate import JobSetMutator
 
     tj = admitted_trainjob(INIT_RUNTIME)
     if made == "before":
@@ -1377,7 +1379,7 @@ def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
     import io
 
     from webhook import cli
-    from webhook.mutators.job import peers_note
+    from webhook.kinds.workload import peers_note
 
     rt = shipped("v2.3.0", "llama3_2_1B")
     rt["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] = 3600

@@ -139,7 +139,7 @@ def test_other_messages_are_not_failjob_messages(message):
 
 
 def test_the_message_as_pieces_is_the_message():
-    """What JobSet's message patterns are checked against (``mutators.jobset``): the same
+    """What JobSet's message patterns are checked against (``kinds.jobset``): the same
     text, with any field a piece of another kind."""
     fields = {"container": "main", "namespace": "ml", "pod": ["p-", ("a", "b")], "code": "42"}
     pieces = jobcontroller.failjob_pieces({**fields, "action": "FailJob", "index": "3"})

@@ -5,12 +5,15 @@ The packages, from the request inward:
 - ``serving``: the HTTPS server (granian workers under our supervisor), the Flask app,
   metrics, logs, and live reload of mounted files.
 - ``admission``: the AdmissionReview codec and the data path from a request to a verdict
-  (the engine), with its memo, the views it keys on, and the patch by diffing.
+  (the engine), with its memo and the patch by diffing.
 - ``explain``: the same engine offline, as a retry plan in words (``retry-webhook explain``).
 - ``offline``: what the offline commands share: manifests from files and directories,
   objects reviewed as the API server would, JUnit and SARIF reports.
 - ``policytest``: suites of admission and retry-outcome cases (``retry-webhook test``).
-- ``mutators``: one module per workload kind, each editing a copy of the object.
+- ``kinds``: one folder per kind (its mutator, editing a copy of the object), and the one
+  list of kinds (``kinds.registry``); the views a mutator runs on.
+- ``plan``: the retry plan the kinds write and their readers share: the outcome of a
+  policy run, the applied record, the per-cause rules, the plan as typed values.
 - ``policy``: the annotation vocabulary and grammars, and the admins' cluster defaults.
 - ``cluster``: what the server learns from the API server (attempts and failure history
   of Jobs, training runtimes) through watch caches, never on the request path.

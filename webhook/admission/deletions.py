@@ -40,7 +40,7 @@ from typing import Any
 from webhook.admission.review import Request, Verdict
 from webhook.kube.failurepolicy import DISRUPTION_TARGET
 from webhook.kube.objects import items, mapping
-from webhook.mutators.budgets import IGNORE_LABEL
+from webhook.plan.causes import IGNORE_LABEL
 from webhook.policy.config import Config
 
 TERMINAL = ("Succeeded", "Failed")

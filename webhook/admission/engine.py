@@ -5,7 +5,7 @@ the copy (``webhook.admission.jsondiff``; never hand-written pointers), so the p
 construction: pointer escaping, parents that must exist, nothing outside what changed. Validation
 runs the very same mutation and denies what it reports, so the two webhooks and the
 dry-run CLI can never disagree. For Jobs and Pods the mutation runs on the object's view,
-what the policy reads of it (``webhook.admission.view``); the patch is the same, and the answer can
+what the policy reads of it (``webhook.kinds.view``); the patch is the same, and the answer can
 be remembered for every object with that view (``webhook.admission.memo``).
 """
 
@@ -24,25 +24,21 @@ from webhook.admission import deletions
 from webhook.admission.jsondiff import diff
 from webhook.admission.memo import Memo, RecordingAttempts, fingerprint, view_key
 from webhook.admission.review import Request, Verdict, freeze
-from webhook.admission.view import view_of
 from webhook.cluster import events
-from webhook.cluster.attempts import AttemptLookup, AttemptSource, NoCluster
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import Clock, LeaderSource
 from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
+from webhook.kinds.registry import lookup, view_of
+from webhook.kube.objects import controller_of
 from webhook.kube.owned import ALL, copy_owned
 from webhook.kube.scheduling import Placement
-from webhook.mutators import (
-    Context,
-    Outcome,
-    controller_of,
-    has_policy_annotations,
-    lookup,
-    policy_keys,
-)
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import has_policy_annotations, policy_keys
 from webhook.policy.config import Config
 from webhook.policy.model import PREFIX, Scope, Source, parse_annotations
 from webhook.problems import Problem, summarize
@@ -53,7 +49,7 @@ _NO_CLUSTER = NoCluster()
 _NO_RUNTIMES = NoRuntimes()
 _NO_VERSION = UnknownVersion()
 
-#: Run every mutator that got a view (``webhook.admission.view``) on the whole object too, and fail
+#: Run every mutator that got a view (``webhook.kinds.view``) on the whole object too, and fail
 #: the request when the answers differ: the tests' check that the views hold all a
 #: mutator reads (set by the test suite; costs a second policy run, never set in service).
 CHECK_VIEWS = os.environ.get("RPW_CHECK_VIEWS") == "1"
@@ -70,7 +66,7 @@ EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your
 def mutate(
     request: Request,
     config: Config,
-    attempts: AttemptSource = _NO_CLUSTER,
+    attempts: ClusterFacts = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
     leadership: LeaderSource | None = None,
@@ -86,7 +82,7 @@ def mutate(
     if remembered is not None:
         return remembered
     recording = RecordingAttempts(attempts)
-    ctx.attempts = recording
+    ctx.cluster = recording
     ctx.clock = recording.clocked(ctx.clock)
     verdict, outcome = _apply(mutator, ctx, original, request, subject)
     if key is not None and outcome is not None:
@@ -101,7 +97,7 @@ def mutate(
 def _mutate(
     request: Request,
     config: Config,
-    attempts: AttemptSource,
+    attempts: ClusterFacts,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
     leadership: LeaderSource | None = None,
@@ -118,7 +114,7 @@ def _mutate(
 def _mutator_for(
     request: Request,
     config: Config,
-    attempts: AttemptSource,
+    attempts: ClusterFacts,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
     leadership: LeaderSource | None = None,
@@ -155,7 +151,7 @@ def _restore(request: Request, config: Config) -> Verdict:
 
 
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
-    """What the mutator runs on: the view of the object it reads (``webhook.admission.view``), or
+    """What the mutator runs on: the view of the object it reads (``webhook.kinds.view``), or
     the whole object for kinds without one."""
     view = view_of(request.kind.group, request.kind.kind, obj, config)
     return view if view is not None else obj
@@ -169,17 +165,17 @@ def _apply(
     subject: dict[str, Any] | None = None,
 ) -> tuple[Verdict, Outcome | None]:
     """Copy, mutate, diff: the policy's work for one object (run on ``subject``, the
-    object's view, when given: the patch is the same, see ``webhook.admission.view``)."""
+    object's view, when given: the patch is the same, see ``webhook.kinds.view``)."""
     subject = original if subject is None else subject
     if not CHECK_VIEWS or subject is original:
         return _run(mutator, ctx, subject, request)
-    recording = ctx.attempts
+    recording = ctx.cluster
     if not isinstance(recording, RecordingAttempts):
-        recording = ctx.attempts = RecordingAttempts(recording)
+        recording = ctx.cluster = RecordingAttempts(recording)
         ctx.clock = recording.clocked(ctx.clock)
     verdict, outcome = _run(mutator, ctx, subject, request)
     again = _Replay(recording, request)
-    replay = dataclasses.replace(ctx, attempts=again, clock=again)
+    replay = dataclasses.replace(ctx, cluster=again, clock=again)
     _same_answer(request, verdict, _run(mutator, replay, original, request)[0])
     return verdict, outcome
 
@@ -298,17 +294,17 @@ def _recall(
         ctx.operation,
         ctx.namespace,
         id(ctx.config),
-        id(ctx.attempts),
+        id(ctx.cluster),
         ctx.kubernetes_version,
         shape,
     )
-    remembered = MEMO.get(key, ctx.attempts, ctx.clock)
+    remembered = MEMO.get(key, ctx.cluster, ctx.clock)
     return key, (remembered.fresh() if remembered is not None else None)
 
 
 def _context(
     config: Config,
-    attempts: AttemptSource,
+    attempts: ClusterFacts,
     request: Request,
     runtimes: RuntimeSource,
     version: VersionSource,
@@ -505,7 +501,7 @@ def review(
     obj: dict[str, Any],
     config: Config,
     namespace: str | None = None,
-    attempts: AttemptSource = _NO_CLUSTER,
+    attempts: ClusterFacts = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
 ) -> Review:
@@ -540,7 +536,7 @@ def review_object(
     obj: dict[str, Any],
     config: Config,
     namespace: str | None = None,
-    attempts: AttemptSource = _NO_CLUSTER,
+    attempts: ClusterFacts = _NO_CLUSTER,
     runtimes: RuntimeSource = _NO_RUNTIMES,
     version: VersionSource = _NO_VERSION,
 ) -> tuple[Verdict, dict[str, Any]]:

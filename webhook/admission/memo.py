@@ -9,7 +9,7 @@ of copy, mutate and diff (``make bench`` measures both paths).
 What makes a remembered verdict correct for a new object:
 
 - The key holds everything the mutation reads. For a Job or a Pod that is its view
-  (``webhook.admission.view``): the mutator runs on the view alone, so every object with the same
+  (``webhook.kinds.view``): the mutator runs on the view alone, so every object with the same
   view gets the same answer by construction, and Jobs that differ in names, images,
   arguments or env values (a pipeline's runs, one manifest applied under new names) share
   one entry. For other kinds it is the whole object (serialised) minus ``IGNORED_*``
@@ -37,8 +37,8 @@ from typing import Any
 import orjson
 
 from webhook.admission.review import Verdict
-from webhook.cluster import history, limits, nodes
-from webhook.cluster.attempts import AttemptLookup, AttemptSource
+from webhook.cluster.attempts import AttemptLookup
+from webhook.cluster.facts import ClusterFacts
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import Clock, GateReleases, LeaderLive, Now, Passed
 from webhook.cluster.limits import LimitLookup, LimitQuestion
@@ -94,7 +94,7 @@ def fingerprint(obj: Mapping[str, Any], kind: str) -> bytes | None:
 
 
 def view_key(view: Mapping[str, Any]) -> bytes | None:
-    """A view (``webhook.admission.view``), serialised, as a key; ``None`` when it cannot be one."""
+    """A view (``webhook.kinds.view``), serialised, as a key; ``None`` when it cannot be one."""
     try:
         key = orjson.dumps(view)
     except (TypeError, orjson.JSONEncodeError):
@@ -112,24 +112,25 @@ Call = tuple[Any, Any]
 CLOCK_QUESTIONS = (LeaderLive, GateReleases, Passed, Now)
 
 
-def ask(source: AttemptSource, question: Any, clock: Any = None) -> Any:
+def ask(source: ClusterFacts, question: Any, clock: Any = None) -> Any:
     """Ask ``source`` (or ``clock``, for leadership and time) a recorded question again."""
     if isinstance(question, CLOCK_QUESTIONS):
         return (clock if clock is not None else Clock()).ask(question)
     if isinstance(question, HistoryKey):
-        return history.ask(source, question)
+        return source.job_history(question)
     if isinstance(question, LimitQuestion):
-        return limits.ask(source, question.namespace)
+        return source.limit_ranges(question.namespace)
     if isinstance(question, Placement):
-        return nodes.ask(source, question)
+        return source.placement(question)
     namespace, name, uid = question
     return source.job_failures(namespace, name, uid)
 
 
 class RecordingAttempts:
-    """An attempt source that remembers what it was asked and answered."""
+    """The cluster's facts (``ClusterFacts``), remembering what they were asked and
+    answered."""
 
-    def __init__(self, source: AttemptSource):
+    def __init__(self, source: ClusterFacts):
         self.source = source
         self.calls: list[Call] = []
 
@@ -139,17 +140,17 @@ class RecordingAttempts:
         return answer
 
     def job_history(self, key: HistoryKey) -> HistoryLookup:
-        answer = history.ask(self.source, key)
+        answer = self.source.job_history(key)
         self.calls.append((key, answer))
         return answer
 
     def limit_ranges(self, namespace: str) -> LimitLookup:
-        answer = limits.ask(self.source, namespace)
+        answer = self.source.limit_ranges(namespace)
         self.calls.append((LimitQuestion(namespace), answer))
         return answer
 
     def placement(self, question: Placement) -> NodeAnswer:
-        answer = nodes.ask(self.source, question)
+        answer = self.source.placement(question)
         self.calls.append((question, answer))
         return answer
 
@@ -192,7 +193,7 @@ class Memo:
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: tuple, attempts: AttemptSource, clock: Any = None) -> Verdict | None:
+    def get(self, key: tuple, attempts: ClusterFacts, clock: Any = None) -> Verdict | None:
         entry = self._entries.get(key)
         if entry is None:
             self.misses += 1

@@ -157,7 +157,7 @@ class Verdict:
     #: memory was raised, nodes avoided (for metrics and the decision log; never encoded).
     actions: tuple[tuple[str, int], ...] = ()
     #: (reason, note) of each decision that shapes the new pod, for an Event each
-    #: (``webhook.mutators.Decision``; written by the server unless the request is a dry
+    #: (``webhook.plan.outcome.Decision``; written by the server unless the request is a dry
     #: run; never encoded).
     decisions: tuple[tuple[str, str], ...] = ()
     #: A pod a disruptor deleted, for the webhook to mark disrupted

@@ -45,7 +45,7 @@ def add_parser(sub: Any) -> None:
     live.add_argument(
         "workload",
         metavar="KIND/NAME",
-        help="job/NAME, jobset/NAME, trainjob/NAME or cronjob/NAME",
+        help="job/NAME, cronjob/NAME, jobset/NAME, trainjob/NAME or rayjob/NAME",
     )
     live.add_argument("-n", "--namespace", help="default: the kubeconfig context's, else default")
     live.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")

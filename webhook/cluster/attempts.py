@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -32,7 +32,6 @@ from webhook.cluster.history import (
     HistoryKey,
     HistoryLookup,
     scoped,
-    unknown,
     wants_history,
 )
 from webhook.cluster.informer import Informer, Informers, short_error
@@ -58,27 +57,6 @@ class AttemptLookup:
     #: counts such a pod as failed before it is (``isPodFailed`` in
     #: pkg/controller/job/job_controller.go): a failure whose pod is not Failed yet.
     terminating: int = 0
-
-
-class AttemptSource(Protocol):
-    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup: ...
-
-    def job_history(self, key: HistoryKey) -> HistoryLookup: ...
-
-    def stats(self) -> dict[str, Any]: ...
-
-
-class NoCluster:
-    """No API connection (dry-run, local development): every lookup is unknown."""
-
-    def job_failures(self, namespace: str, name: str, uid: str) -> AttemptLookup:
-        return AttemptLookup(None, "none", "no connection to a cluster")
-
-    def job_history(self, key: HistoryKey) -> HistoryLookup:
-        return unknown("no connection to a cluster")
-
-    def stats(self) -> dict[str, Any]:
-        return {"enabled": False}
 
 
 def job_failed_count(job: Mapping[str, Any]) -> int:

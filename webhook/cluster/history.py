@@ -100,7 +100,7 @@ class Killed(NamedTuple):
     """What the OOM killer did to one container of a lineage: how many of its pods it
     stopped, and the most memory (request, limit: whole bytes; ``None`` when unset) the
     container had when it was stopped. A raise starts from that memory
-    (``webhook.mutators.pod``): sibling pods OOM-killed at the same size prove that size
+    (``webhook.kinds.pod``): sibling pods OOM-killed at the same size prove that size
     too small once, not once each."""
 
     container: str
@@ -682,12 +682,3 @@ class FailureHistory:
 
 def _most(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
-
-
-def ask(source: Any, key: HistoryKey) -> HistoryLookup:
-    """``source.job_history(key)``, or unknown from a source that keeps no history."""
-    method = getattr(source, "job_history", None)
-    if method is None:
-        return unknown("no failure history is kept here")
-    answer: HistoryLookup = method(key)
-    return answer

@@ -1,6 +1,6 @@
 """The LimitRanges of every namespace, for memory raises that LimitRanger lets through.
 
-A raise after an OOM kill (``webhook.mutators.pod``) must stay within the namespace's
+A raise after an OOM kill (``webhook.kinds.pod``) must stay within the namespace's
 LimitRanges (``webhook.kube.limitrange`` says what they refuse), and a workload whose
 ``oom-memory-limit`` is above what they allow is told so at its admission. Admission
 must not ask the API per pod, so ``LimitRangeCache`` lists and watches LimitRanges (a
@@ -17,11 +17,10 @@ no lookup sees half a list.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.attempts import NoCluster
 from webhook.cluster.informer import ListedWhole
 from webhook.kube.limitrange import NONE, MemoryLimits, memory_limits
 
@@ -47,33 +46,6 @@ class LimitLookup:
 #: What a source that reads no LimitRanges answers (the offline CLI, tests that model no
 #: namespace): none, as in a namespace without any.
 NO_LIMITS = LimitLookup(True)
-
-
-def ask(source: Any, namespace: str) -> LimitLookup:
-    """``source.limit_ranges(namespace)``, or ``NO_LIMITS`` from a source that keeps none."""
-    method = getattr(source, "limit_ranges", None)
-    if method is None:
-        return NO_LIMITS
-    answer: LimitLookup = method(namespace)
-    return answer
-
-
-class GivenLimits(NoCluster):
-    """The LimitRanges among a set of objects (the documents of one CLI input), as the
-    offline engine's attempt source: a workload is judged against those of its namespace
-    (none given: none, as in a namespace without any)."""
-
-    def __init__(self, objects: Iterable[Mapping[str, Any]], namespace: str | None = None):
-        self._by_namespace: dict[str, list[dict[str, Any]]] = {}
-        for obj in objects:
-            if obj.get("kind") == "LimitRange" and obj.get("apiVersion") == "v1":
-                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-                ns = meta.get("namespace") or namespace or "default"
-                self._by_namespace.setdefault(str(ns), []).append(slim(obj))
-
-    def limit_ranges(self, namespace: str) -> LimitLookup:
-        given = self._by_namespace.get(namespace or "default")
-        return LimitLookup(True, memory_limits(given)) if given else NO_LIMITS
 
 
 def slim(obj: Mapping[str, Any]) -> dict[str, Any]:

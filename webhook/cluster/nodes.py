@@ -3,7 +3,7 @@
 ``avoid-failed-nodes`` makes the exclusion of the failed nodes a requirement only while
 some other Ready node remains that the pod's own placement allows
 (``webhook.kube.scheduling``); otherwise a preference, so that the pod is never left
-Pending for want of a node (``webhook.mutators.pod``). The question is answered from a
+Pending for want of a node (``webhook.kinds.pod``). The question is answered from a
 watch-backed cache of what placement reads of each Node (name, labels, the taints the
 scheduler filters on, cordoned, Ready), never with a request per pod.
 
@@ -45,13 +45,8 @@ class NodeAnswer:
     reason: str = ""
 
 
-def ask(source: Any, question: Placement) -> NodeAnswer:
-    """``source.placement(question)``, or unknown from a source that keeps no Nodes."""
-    method = getattr(source, "placement", None)
-    if method is None:
-        return NodeAnswer(False, reason="no Nodes are read here")
-    answer: NodeAnswer = method(question)
-    return answer
+#: What a process that reads no Nodes answers (the offline CLI, ``status``).
+NO_NODES = NodeAnswer(False, reason="no Nodes are read here")
 
 
 class NodeCache(ListedWhole):

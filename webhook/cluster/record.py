@@ -83,12 +83,9 @@ from webhook.cluster.history import (
     pod_mark,
 )
 from webhook.cluster.informer import Informer, Informers
-from webhook.kube.objects import mapping
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
-    INDEX_FAILURE_COUNT,
     JOBSET_GROUP,
-    JOBSET_UID,
     JOBSET_VERSION,
 )
 
@@ -378,20 +375,6 @@ def lineage_key(metadata: Mapping[str, Any]) -> str:
     if index is not None:
         parts.append(index)
     return "/".join(parts)
-
-
-def disruption_scope(pod: Mapping[str, Any]) -> str | None:
-    """The lineage a disruption counts against: the index, for an Indexed Job's pod with a
-    budget per index (only then does it carry ``job-index-failure-count``); ``None``: the
-    whole workload (a Job, a JobSet)."""
-    meta = mapping(pod.get("metadata"))
-    annotations = mapping(meta.get("annotations"))
-    labels = mapping(meta.get("labels"))
-    if labels.get(JOBSET_UID):
-        return None
-    if INDEX_FAILURE_COUNT in annotations and COMPLETION_INDEX in annotations:
-        return lineage_key(meta)
-    return None
 
 
 def merge(local: HistoryLookup, lineage: Lineage | None) -> HistoryLookup:

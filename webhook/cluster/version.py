@@ -4,7 +4,7 @@ Asked once when a worker starts and again every ``REFRESH_SECONDS`` (a control p
 upgraded under a running webhook), from the maintenance thread: an admission only reads
 the last answer, never waits on the API. When ``/version`` cannot be read the last known
 version is kept; before any answer the version is unknown, and a policy that depends on
-it is not applied (``mutators.inplace``) rather than guessed.
+it is not applied (``plan.inplace``) rather than guessed.
 """
 
 from __future__ import annotations

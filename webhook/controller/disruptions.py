@@ -1,5 +1,5 @@
 """The leader counts disruptions against ``max-disruptions`` and marks a disrupted pod's
-peers for ``peer-disruptions`` (``webhook.mutators.budgets``: the rules these conditions
+peers for ``peer-disruptions`` (``webhook.plan.causes``: the rules these conditions
 meet).
 
 It watches the pods labelled for either (``retry-policy.dev/max-disruptions``,
@@ -71,7 +71,7 @@ from webhook.cluster.conditions import (
 )
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
-from webhook.cluster.record import Record, disruption_scope
+from webhook.cluster.record import Record
 from webhook.controller.records import Workloads
 from webhook.controller.writes import (
     CONFLICT,
@@ -93,7 +93,12 @@ from webhook.kube.failurepolicy import (
 )
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import JOB_TRACKING, JOB_UID_LABEL, JOBSET_UID, RESTART_ATTEMPT
-from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, PEERS_LABEL
+from webhook.plan.causes import (
+    MAX_DISRUPTIONS_LABEL,
+    PEERS_LABEL,
+    disruption,
+    disruption_scope,
+)
 from webhook.policy.model import parse_count
 
 log = logging.getLogger(__name__)
@@ -339,7 +344,7 @@ class Disruptions:
             return
         scope = disruption_scope(pod)
         number = state.record.disruptions_of(scope) + 1
-        over = number > budget
+        over = disruption(number, budget) == "counted"
         where = f" of index {scope}" if scope is not None else ""
         cause = str(mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption")
         state.record = state.record.add_disruption(pod, over)

@@ -60,6 +60,7 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube.jobcontroller import parse_failjob_message
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, JOB_UID_LABEL
+from webhook.plan.record import AppliedRecord
 from webhook.policy.model import APPLIED
 
 log = logging.getLogger(__name__)
@@ -269,12 +270,8 @@ def failed_condition(job: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def applied(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
-    raw = mapping(metadata.get("annotations")).get(APPLIED)
-    try:
-        record = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    record = AppliedRecord.parse(mapping(metadata.get("annotations")).get(APPLIED))
+    return dict(record.settings) if record is not None else None
 
 
 def ours(record: Mapping[str, Any] | None, action: str) -> list[int] | None:

@@ -31,7 +31,7 @@ def build(
         HistoryRecorder(api_client, events=events, metrics=recorder),
         FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
         GateReleaser(client.CoreV1Api(api_client), recorder, events=events),
-        # The budgets per cause (``webhook.mutators.budgets``).
+        # The budgets per cause (``webhook.plan.causes``).
         Disruptions(api_client, events, recorder),
         InPlaceBudget(api_client, events, recorder),
     ]

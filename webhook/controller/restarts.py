@@ -1,5 +1,5 @@
 """The leader replaces a pod whose containers restarted in place ``max-in-place-restarts``
-times in all (``webhook.mutators.budgets``).
+times in all (``webhook.plan.causes``).
 
 A restart in place is not a pod failure: the Job controller counts none of them under a
 pod ``restartPolicy: Never`` (``pastBackoffLimitOnFailure`` counts restarts only under
@@ -61,7 +61,7 @@ from webhook.controller.writes import Writes
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED
 from webhook.kube.objects import mapping
 from webhook.kube.restartrules import restarts
-from webhook.mutators.budgets import MAX_RESTARTS_LABEL
+from webhook.plan.causes import MAX_RESTARTS_LABEL, replaced
 from webhook.policy.model import parse_restart_budget
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class InPlaceBudget:
         if kind == "DELETED" or terminal(pod) or terminating(pod):
             return
         budget = _budget_of(pod)
-        if budget is None or restarts(pod) < budget:
+        if not replaced(restarts(pod), budget):
             return
         with self._lock:
             if pod_uid(pod) in self._done:
@@ -153,7 +153,7 @@ class InPlaceBudget:
             if budget is None or terminal(pod) or terminating(pod):
                 return False
             used = restarts(pod)
-            if used < budget:
+            if not replaced(used, budget):
                 return False
             marked = condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is not None
             if not marked:

@@ -40,7 +40,8 @@ from webhook.explain.model import (
     parse_events,
 )
 from webhook.explain.render import render_text, to_json
-from webhook.mutators import Context, controller_of, mapping
+from webhook.kube.objects import controller_of, mapping
+from webhook.plan.outcome import Context
 from webhook.policy.config import Config
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Restarts in place, in words: what each regular container does with each exit code,
 read from the final object as the kubelet reads it (``webhook.kube.restartrules``), what
 ends those restarts, and the kubelet's back-off before each one (``in-place-exit-codes``,
-``webhook.mutators.inplace``).
+``webhook.plan.inplace``).
 
 Everything here is read from the rules the object carries (the user's own rules come
 first and win), never from the annotations. A restart in place is not a pod failure: the
@@ -40,7 +40,8 @@ from webhook.kube.restartrules import (
     restart_delay,
 )
 from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
-from webhook.mutators import inplace
+from webhook.plan import inplace
+from webhook.plan.inplace import Deadline, InPlaceEnds
 from webhook.policy.config import GuardRails
 
 SUCCESS = (
@@ -86,91 +87,53 @@ def dropped_note(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> li
 # --- what ends them ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Deadline:
-    field: str
-    seconds: int
-    source: str
-
-    def __str__(self) -> str:
-        return f"{self.field} ({self.seconds} s, {self.source})"
-
-
-@dataclass(frozen=True)
-class Bound:
-    """What ends restarts in place that never stop: the deadlines that apply (the whole
-    run's, ``whole``, and each pod's, ``pod``), or an outer one named in words."""
-
-    whole: Deadline | None = None
-    pod: Deadline | None = None
-    #: A deadline outside the object, in words ("": none; e.g. a TrainJob's).
-    outer: str | None = None
-    unbounded_allowed: bool = False
-    #: What fails when the whole run's deadline passes ("the Job").
-    owner: str = "Job"
-    #: What follows that failure, when something outside decides ("; then the JobSet's ...").
-    then: str = ""
-    #: The field to set when nothing bounds them.
-    missing: str = "spec.activeDeadlineSeconds"
-    #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
-    #: set without counting: ``mutators.jobset.in_place_bound``).
-    ends_nothing: str = ""
-    #: ``max-in-place-restarts``, in words, when it ends them (``inplace.with_budget``).
-    budget: str = ""
-
-    @property
-    def bounded(self) -> bool:
-        return bool(self.budget) or (
-            bool(self.whole or self.pod or self.outer) and not self.ends_nothing
+def ends_text(bound: InPlaceEnds) -> str:
+    """What ends restarts in place, in words."""
+    if bound.ends_nothing:
+        allowed = " (guardRails.allowUnboundedInPlace allows it)"
+        return (
+            f"What ends restarts in place: nothing: {bound.ends_nothing}"
+            f"{allowed if bound.unbounded_allowed else ''}. No retry budget does: a "
+            "restart in place is not a pod failure"
         )
-
-    def text(self) -> str:
-        """What ends them, in words."""
-        if self.ends_nothing:
-            allowed = " (guardRails.allowUnboundedInPlace allows it)"
-            return (
-                f"What ends restarts in place: nothing: {self.ends_nothing}"
-                f"{allowed if self.unbounded_allowed else ''}. No retry budget does: a "
-                "restart in place is not a pod failure"
-            )
-        ends = [self.budget] if self.budget else []
-        if self.whole is not None:
-            ends.append(
-                f"{self.whole}: the {self.owner} fails (DeadlineExceeded) once it "
-                f"has run that long, however many restarts there were{self.then}"
-            )
-        if self.pod is not None:
-            ends.append(
-                f"{self.pod}: each pod fails (DeadlineExceeded) once it has run "
-                "that long, and that failure is judged like any other"
-            )
-        if self.outer:
-            ends.append(self.outer)
-        if not ends:
-            ends.append(
-                "nothing: no activeDeadlineSeconds is set"
-                + (
-                    " (guardRails.allowUnboundedInPlace allows it)"
-                    if self.unbounded_allowed
-                    else f"; set {self.missing}"
-                )
-            )
-        tail = (
-            "" if self.budget else ". No retry budget does: a restart in place is not a pod failure"
+    ends = [bound.budget] if bound.budget else []
+    if bound.whole is not None:
+        ends.append(
+            f"{bound.whole}: the {bound.owner} fails (DeadlineExceeded) once it "
+            f"has run that long, however many restarts there were{bound.then}"
         )
-        return "What ends restarts in place: " + "; ".join(ends) + tail
+    if bound.pod is not None:
+        ends.append(
+            f"{bound.pod}: each pod fails (DeadlineExceeded) once it has run "
+            "that long, and that failure is judged like any other"
+        )
+    if bound.outer:
+        ends.append(bound.outer)
+    if not ends:
+        ends.append(
+            "nothing: no activeDeadlineSeconds is set"
+            + (
+                " (guardRails.allowUnboundedInPlace allows it)"
+                if bound.unbounded_allowed
+                else f"; set {bound.missing}"
+            )
+        )
+    tail = "" if bound.budget else ". No retry budget does: a restart in place is not a pod failure"
+    return "What ends restarts in place: " + "; ".join(ends) + tail
 
-    def short(self) -> str:
-        if self.budget:
-            return "max-in-place-restarts ends them, a pod at a time"
-        if self.ends_nothing:
-            return "nothing ends them (a JobSet rule restarts without counting)"
-        names = [f"{d.field} ({d.seconds} s)" for d in (self.whole, self.pod) if d is not None]
-        if self.outer:
-            names.append("the TrainJob's activeDeadlineSeconds")
-        if not names:
-            return "nothing ends them (no activeDeadlineSeconds)"
-        return "only " + join_words(names) + " ends them"
+
+def ends_short(bound: InPlaceEnds) -> str:
+    """What ends restarts in place, briefly."""
+    if bound.budget:
+        return "max-in-place-restarts ends them, a pod at a time"
+    if bound.ends_nothing:
+        return "nothing ends them (a JobSet rule restarts without counting)"
+    names = [f"{d.field} ({d.seconds} s)" for d in (bound.whole, bound.pod) if d is not None]
+    if bound.outer:
+        names.append("the TrainJob's activeDeadlineSeconds")
+    if not names:
+        return "nothing ends them (no activeDeadlineSeconds)"
+    return "only " + join_words(names) + " ends them"
 
 
 def deadline_of(spec: Any, original: Any, where: str) -> Deadline | None:
@@ -190,8 +153,8 @@ def bound_of(
     rails: GuardRails,
     outer: str | None = None,
     **words: str,
-) -> Bound:
-    return Bound(whole, pod, outer, rails.allow_unbounded_in_place, **words)
+) -> InPlaceEnds:
+    return InPlaceEnds(whole, pod, outer, rails.allow_unbounded_in_place, **words)
 
 
 # --- each container's exit codes --------------------------------------------------------
@@ -201,7 +164,7 @@ def bound_of(
 Judge = Callable[[str, int], tuple[str, str]]
 
 
-def plan(restarts: PodRestarts, judge: Judge, bound: Bound) -> InPlacePlan:
+def plan(restarts: PodRestarts, judge: Judge, bound: InPlaceEnds) -> InPlacePlan:
     """Every regular container's exit codes 1-255 (and 0 when a rule restarts on it),
     grouped by what they do; then each native sidecar's that has rules of its own."""
     return InPlacePlan(
@@ -209,7 +172,7 @@ def plan(restarts: PodRestarts, judge: Judge, bound: Bound) -> InPlacePlan:
             ContainerCodes(c.name, _groups(c, judge), c.sidecar)
             for c in (*restarts.containers, *restarts.sidecar_rules)
         ],
-        bound.text(),
+        ends_text(bound),
         bound.bounded,
         BACKOFF_TEXT,
     )
@@ -386,14 +349,14 @@ def example_text(done: Sequence[InPlaceRestart]) -> str:
     return f"{who} ({why}): not a pod failure, not counted"
 
 
-def summary(backoff: Backoff, bound: Bound, owner: str) -> InPlaceSummary | None:
+def summary(backoff: Backoff, bound: InPlaceEnds, owner: str) -> InPlaceSummary | None:
     """What the restarts in place added up to, for the simulation's ending."""
     if not backoff.total:
         return None
     text = (
         f"In place: {count_of(backoff.total, 'restart')}, {backoff.waited} s of back-off "
         "in all; they used none of the retry budget (they are not pod failures), and "
-        f"{bound.short()}."
+        f"{ends_short(bound)}."
     )
     if bound.budget:
         text = (

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.explain import inplace
-from webhook.explain.inplace import Backoff, Bound
+from webhook.explain.inplace import Backoff
 from webhook.explain.model import (
     BETWEEN_KEYS,
     BUDGET_KEYS,
@@ -20,14 +20,12 @@ from webhook.explain.model import (
     SIGKILL,
     SIGTERM,
     WORKLOAD_KEYS,
-    ContainerMemory,
     Ending,
     Event,
     ExplainError,
     Explanation,
     InPlaceRestart,
     InPlaceSummary,
-    MemoryPlan,
     NextPod,
     PodFacts,
     RuleLine,
@@ -35,8 +33,8 @@ from webhook.explain.model import (
     Step,
     Subject,
     explainer,
-    memory_plan,
-    template_memory,
+    memory_table,
+    memory_words,
 )
 from webhook.explain.words import (
     build_plan,
@@ -45,22 +43,30 @@ from webhook.explain.words import (
     nodes_text,
     on_nodes,
     rule_lines,
-    runs_non_spot,
     setting_lines,
     source_text,
 )
+from webhook.kinds.jobset import rules as jobset_rules
+from webhook.kinds.workload import resolve_limit
 from webhook.kube import failurepolicy, jobcontroller, restartrules
 from webhook.kube.failurepolicy import Match, named_containers
+from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.restartrules import PodRestarts
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
-from webhook.mutators import Outcome, controller_of, items, mapping, workload_policy
-from webhook.mutators import jobset as jobset_mutator
-from webhook.mutators.job import (
+from webhook.plan import causes
+from webhook.plan.causes import CauseBudgets
+from webhook.plan.failureaware import ContainerMemory, MemoryPlan, memory_plan, template_memory
+from webhook.plan.inplace import InPlaceEnds
+from webhook.plan.model import (
     API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
+    PartPlan,
+    first_non_spot,
     job_limit_field,
-    resolve_limit,
+    non_spot,
 )
+from webhook.plan.outcome import Outcome
+from webhook.plan.policies import workload_policy
 from webhook.policy.model import (
     INT32_MAX,
     PREFIX,
@@ -73,8 +79,6 @@ from webhook.policy.model import (
     format_duration,
     parse_annotations,
     parse_count,
-    parse_peer_disruptions,
-    parse_restart_budget,
     resolve,
     retry_delays,
 )
@@ -134,100 +138,43 @@ def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
     return resolve_limit(subject.final, field, policy, Outcome())
 
 
-@dataclass
-class JobSpecView:
-    """The retry facts of one batch/v1 JobSpec, as the Job controller will read them."""
+def part_rule_lines(view: PartPlan) -> list[RuleLine]:
+    return rule_lines(view.rules, view.user_rules, view.policy, view.scope)
 
-    where: str
-    policy: Policy
-    #: The template's pod policy (what its pods learn from their annotations).
-    pods: Policy
-    containers: list[str]
-    limit: int
-    per_index: int | None
-    max_failed: int | None
-    rules: list[Any]
-    user_rules: list[Any]
-    on_failure: bool
-    parallelism: Any = None
-    completions: Any = None
-    init: list[str] = field(default_factory=list)
-    sidecars: list[str] = field(default_factory=list)
-    #: Whether its pods take their attempt number from the Job's count of failures (a
-    #: Job's, a CronJob's Jobs'), and then the budget from the Job's backoffLimit too.
-    placed_by_job: bool = True
-    #: What its pods' memory becomes after OOM kills (``oom-memory-factor``).
-    memory: MemoryPlan | None = None
-    #: Its containers' restart rules, when some restart in place, and what ends them.
-    restarts: PodRestarts | None = None
-    bound: Bound = field(default_factory=Bound)
-    #: Said when the cluster drops the restart rules the template has.
-    dropped: list[str] = field(default_factory=list)
-    #: Its containers' memory as written, and how many failed nodes its pods keep off
-    #: (``None``: avoid-failed-nodes is off).
-    template_memory: tuple[ContainerMemory, ...] = ()
-    avoided_nodes: int | None = None
-    #: What its pods wait after a failure (``retry-delay``; ``None``: no delay).
-    delays: Delays | None = None
-    #: The budgets per cause its pods carry (their template's labels, as the controller
-    #: reads them: ``webhook.mutators.budgets``); ``None``: none.
-    max_disruptions: int | None = None
-    max_in_place_restarts: int | None = None
-    peer_disruptions: str | None = None
 
-    @property
-    def placement_limit(self) -> int | None:
-        """The budget pods place themselves by (``mutators.pod``): a Job's pods read the
-        Job's backoffLimit when they are created; an index's pods (per-index budget) and
-        a JobSet's (runs) go by their template's backoff-limit."""
-        if self.pods.backoff_limit is None:
-            return None
-        if self.placed_by_job and self.per_index is None:
-            return self.limit
-        return self.pods.backoff_limit
-
-    @property
-    def scope(self) -> str:
-        return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
-
-    @property
-    def budget(self) -> int:
-        return self.per_index if self.per_index is not None else self.limit
-
-    def rule_lines(self) -> list[RuleLine]:
-        return rule_lines(self.rules, self.user_rules, self.policy, self.scope)
-
-    def no_match(self) -> str:
-        if self.on_failure:
-            return (
-                "with restartPolicy OnFailure, a failed container restarts inside the same pod "
-                "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
-            )
-        if self.rules:
-            return f"anything else (no rule matches): retried, counts against {self.scope}"
-        return f"there are no podFailurePolicy rules: every failure counts against {self.scope}"
-
-    def simulator(self) -> JobSimulator:
-        return JobSimulator(
-            rules=self.rules,
-            backoff_limit=self.limit,
-            per_index=self.per_index,
-            max_failed_indexes=self.max_failed,
-            placement_limit=self.placement_limit,
-            non_spot_attempts=self.pods.non_spot_attempts,
-            containers=self.containers,
-            on_failure=self.on_failure,
-            init=self.init,
-            sidecars=self.sidecars,
-            memory=self.memory,
-            restarts=self.restarts,
-            bound=self.bound,
-            template_memory=self.template_memory,
-            avoided_nodes=self.avoided_nodes,
-            delays=self.delays,
-            max_disruptions=self.max_disruptions,
-            max_in_place_restarts=self.max_in_place_restarts,
+def no_match(view: PartPlan) -> str:
+    if view.on_failure:
+        return (
+            "with restartPolicy OnFailure, a failed container restarts inside the same pod "
+            "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
         )
+    if view.rules:
+        return f"anything else (no rule matches): retried, counts against {view.scope}"
+    return f"there are no podFailurePolicy rules: every failure counts against {view.scope}"
+
+
+def job_simulator(view: PartPlan) -> JobSimulator:
+    """The Job controller's counting of one JobSpec part's pods."""
+    return JobSimulator(
+        rules=view.rules,
+        backoff_limit=view.limit,
+        per_index=view.per_index,
+        max_failed_indexes=view.max_failed,
+        placement_limit=view.placement_limit,
+        non_spot_attempts=view.pods.non_spot_attempts,
+        containers=view.containers,
+        on_failure=view.on_failure,
+        init=view.init,
+        sidecars=view.sidecars,
+        memory=view.memory,
+        restarts=view.restarts,
+        bound=view.bound,
+        template_memory=view.template_memory,
+        avoided_nodes=view.avoided_nodes,
+        delays=view.delays,
+        max_disruptions=view.causes.max_disruptions,
+        max_in_place_restarts=view.causes.max_in_place_restarts,
+    )
 
 
 def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
@@ -239,27 +186,7 @@ def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
     return retry_delays(pods, rails.max_retry_delay)
 
 
-def template_budgets(template: Mapping[str, Any]) -> dict[str, Any]:
-    """The budgets per cause a pod template's labels carry (``mutators.budgets.labels``)."""
-    labels = mapping(mapping(template.get("metadata")).get("labels"))
-
-    def read(key: str, parse: Callable[[str], Any]) -> Any:
-        raw = labels.get(PREFIX + key)
-        try:
-            return parse(raw) if isinstance(raw, str) else None
-        except BadValue:
-            return None
-
-    return {
-        "max_disruptions": read("max-disruptions", parse_count),
-        "max_in_place_restarts": read("max-in-place-restarts", parse_restart_budget),
-        "peer_disruptions": read("peer-disruptions", parse_peer_disruptions),
-    }
-
-
-def job_spec_view(
-    subject: Subject, path: Sequence[str], defaulted: bool = True
-) -> JobSpecView | None:
+def part_plan(subject: Subject, path: Sequence[str], defaulted: bool = True) -> PartPlan | None:
     """The JobSpec at ``path`` of the reviewed object (``None`` when there is none), with
     the policy the mutator recorded for it. ``defaulted`` says whether the API server
     defaults this spec (a Job's own) or not (a template in a CronJob or JobSet)."""
@@ -276,8 +203,8 @@ def job_spec_view(
     pods = template_pod_policy(mapping(template.get("metadata")).get("annotations"))
     version = subject.ctx.kubernetes_version
     written = at_path(subject.original, (*path, "template", "spec"))
-    return JobSpecView(
-        where=where,
+    return PartPlan(
+        path=where,
         policy=policy,
         pods=pods,
         containers=container_names(pod_spec),
@@ -303,13 +230,13 @@ def job_spec_view(
             else None
         ),
         delays=pod_delays(pods, subject),
-        **template_budgets(template),
+        causes=CauseBudgets.of(template),
     )
 
 
 def job_bound(
     subject: Subject, path: Sequence[str], spec: Mapping[str, Any], pod_spec: Mapping[str, Any]
-) -> Bound:
+) -> InPlaceEnds:
     """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
     template's, or (a TrainJob's JobSet) the TrainJob's."""
     where = ".".join(path)
@@ -325,10 +252,10 @@ def job_bound(
     if jobset and outer is None and indexed is not None:
         # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
         at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
-        found = jobset_mutator.in_place_bound(subject.final, at, spec, None)
+        found = jobset_rules.in_place_bound(subject.final, at, spec, None)
         ends_nothing = "" if found.present else found.unbounded
         counted = found.replaced_counted
-    budget = template_budgets(mapping(spec.get("template")))["max_in_place_restarts"]
+    budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts
     if budget is not None and counted:
         per_index = spec.get("backoffLimitPerIndex")
         name, limit = (
@@ -366,7 +293,7 @@ def explain_job_spec(
 ) -> Explanation:
     """Explain the batch/v1 JobSpec at ``path`` of the reviewed object."""
     item = subject.header(part)
-    view = job_spec_view(subject, path, defaulted)
+    view = part_plan(subject, path, defaulted)
     if view is None:
         item.notes.append(f"{'.'.join(path)} is missing: nothing to explain")
         return item
@@ -374,9 +301,9 @@ def explain_job_spec(
     item.settings = setting_lines(policy, workload_keys(policy))
     origin = "from " + source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
     item.budget = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
-    item.rules = view.rule_lines()
-    item.no_match = view.no_match()
-    simulator = view.simulator()
+    item.rules = part_rule_lines(view)
+    item.no_match = no_match(view)
+    simulator = job_simulator(view)
     item.simulator = simulator
     item.examples = simulator.examples()
     restarts_in_place(item, view, simulator)
@@ -392,7 +319,7 @@ def explain_job_spec(
             else "the Job fails (BackoffLimitExceeded)"
         )
         item.plan = build_plan(
-            f"{view.where}.{view.scope}",
+            f"{view.path}.{view.scope}",
             view.budget,
             view.placement_limit,
             view.pods.non_spot_attempts,
@@ -406,7 +333,7 @@ def explain_job_spec(
     return item
 
 
-def between_notes(item: Explanation, view: JobSpecView) -> None:
+def between_notes(item: Explanation, view: PartPlan) -> None:
     """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for."""
     unit = "run of the JobSet" if not view.placed_by_job else "attempt"
     if view.pods.attempt_env:
@@ -437,12 +364,12 @@ def _facts_delay(delays: Delays | None, failures: int) -> int:
     return delays.seconds(failures) if delays is not None else 0
 
 
-def budget_notes(view: JobSpecView, unit: str = "") -> list[str]:
+def budget_notes(view: PartPlan, unit: str = "") -> list[str]:
     """What the budgets per cause do, and what only a controller can (they act through
     it: ``webhook.controller.disruptions``, ``webhook.controller.restarts``)."""
     notes = []
     scope = unit or ("each index" if view.per_index is not None else "this Job")
-    n = view.max_disruptions
+    n = view.causes.max_disruptions
     if n is not None:
         free = {
             0: f"no disruption of {scope} is free",
@@ -454,10 +381,11 @@ def budget_notes(view: JobSpecView, unit: str = "") -> list[str]:
             + f"; from disruption {n + 1} on, the controller marks each disrupted pod "
             f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} and it counts against {view.scope}"
         )
-    if view.peer_disruptions is not None:
-        does = "are ignored" if view.peer_disruptions == "ignore" else f"count against {view.scope}"
+    peers = view.causes.peer_disruptions
+    if peers is not None:
+        does = "are ignored" if peers == "ignore" else f"count against {view.scope}"
         notes.append(
-            f"peer-disruptions {view.peer_disruptions}: when a pod is disrupted, the controller "
+            f"peer-disruptions {peers}: when a pod is disrupted, the controller "
             f"marks its running peers {failurepolicy.PEER_DISRUPTED}; their failures {does}, "
             "whatever their exit codes (simulate one with the event peer)"
         )
@@ -488,7 +416,7 @@ def in_place_keys(policy: Policy) -> tuple[str, ...]:
     return ()
 
 
-def restarts_in_place(item: Explanation, view: JobSpecView, simulator: JobSimulator) -> None:
+def restarts_in_place(item: Explanation, view: PartPlan, simulator: JobSimulator) -> None:
     """Each container's exit codes, when some restart in place, and what that means for
     placement: non-spot-attempts counts pods, and a restart in place makes none."""
     item.notes.extend(view.dropped)
@@ -509,10 +437,10 @@ def restarts_in_place(item: Explanation, view: JobSpecView, simulator: JobSimula
         )
 
 
-def failure_aware(item: Explanation, view: JobSpecView, subject: Subject) -> None:
+def failure_aware(item: Explanation, view: PartPlan, subject: Subject) -> None:
     """The memory each attempt gets after OOM kills, and where failed nodes go."""
     if view.memory is not None:
-        item.memory = view.memory.table()
+        item.memory = memory_table(view.memory)
         if not view.memory.containers:
             item.notes.append(
                 "oom-memory-factor: no container sets a memory request or limit, so none "
@@ -563,7 +491,7 @@ def job_budget(
     )
 
 
-def _job_notes(view: JobSpecView) -> list[str]:
+def _job_notes(view: PartPlan) -> list[str]:
     notes = []
     limit, per_index, pod_policy = view.limit, view.per_index, view.pods
     parallelism, completions = view.parallelism, view.completions
@@ -578,7 +506,7 @@ def _job_notes(view: JobSpecView) -> list[str]:
         )
     n, placement_limit = pod_policy.non_spot_attempts, pod_policy.backoff_limit
     if per_index is not None and n > 0 and placement_limit is not None:
-        boundary = placement_limit + 1 - n
+        boundary = first_non_spot(placement_limit, n)
         if boundary > per_index:
             notes.append(
                 f"non-spot-attempts counts against backoffLimit ({placement_limit}), not "
@@ -686,7 +614,7 @@ class JobSimulator:
         memory: MemoryPlan | None = None,
         replaced_pods_count: bool = True,
         restarts: PodRestarts | None = None,
-        bound: Bound | None = None,
+        bound: InPlaceEnds | None = None,
         template_memory: Sequence[ContainerMemory] = (),
         avoided_nodes: int | None = None,
         delays: Delays | None = None,
@@ -718,7 +646,7 @@ class JobSimulator:
         self.memory = memory
         #: The containers' restart rules (restarts in place), and what ends them.
         self.restarts = restarts
-        self.bound = bound or Bound()
+        self.bound = bound or InPlaceEnds()
         #: For each pod's facts: its containers' memory as written, and the most failed
         #: nodes a pod keeps off (``None``: it keeps off none).
         self.template_memory = tuple(template_memory)
@@ -726,7 +654,7 @@ class JobSimulator:
         #: What each new pod waits after the failure before it (``retry-delay``).
         self.delays = delays
         #: Budgets per cause: the disruptions that are free, and the restarts in place a
-        #: pod makes before the controller replaces it (``webhook.mutators.budgets``).
+        #: pod makes before the controller replaces it (``webhook.plan.causes``).
         self.max_disruptions = max_disruptions
         self.max_in_place_restarts = max_in_place_restarts
 
@@ -755,7 +683,7 @@ class JobSimulator:
         for name in event.oom_killed(self.main):
             state.ooms[name] = state.ooms.get(name, 0) + 1
             if name in self.memory.containers:
-                raised.append(self.memory.text(name, state.ooms[name]))
+                raised.append(memory_words(self.memory, name, state.ooms[name]))
         return ", ".join(raised)
 
     @property
@@ -791,7 +719,7 @@ class JobSimulator:
             return (), ""
         state.disruptions += 1
         n, budget = state.disruptions, self.max_disruptions
-        if n <= budget:
+        if causes.disruption(n, budget) == "free":
             return (), f"disruption {n} of {budget} free"
         over = f"disruption {n}, over max-disruptions {budget}"
         return (failurepolicy.DISRUPTION_BUDGET_EXHAUSTED,), over
@@ -800,7 +728,7 @@ class JobSimulator:
         """After restarts in place: the pod the controller replaces once they reach
         max-in-place-restarts (marked, ended by its deadline: SIGTERM), and what to say."""
         n = self.max_in_place_restarts
-        if n is None or backoff.pod_restarts < n:
+        if not causes.replaced(backoff.pod_restarts, n):
             return None, ""
         replaced = Event(event.token, SIGTERM, None, replaced=True)
         said = (
@@ -910,7 +838,7 @@ class JobSimulator:
         return [f"{e.describe(self.main)}: {self.verdict(e)}" for e in self.example_events()]
 
     def placement(self, failures: int) -> str:
-        return nodes_text(runs_non_spot(failures, self.placement_limit, self.non_spot_attempts))
+        return nodes_text(non_spot(failures, self.placement_limit, self.non_spot_attempts))
 
     def _where(self, failures: int) -> str:
         return self.retry_where or on_nodes(self.placement(failures))
@@ -1171,7 +1099,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
             f"annotation {PREFIX}backoff-limit", limit, limit, n, "no retry left"
         )
         if attempt is not None:
-            where = "non-spot nodes only" if runs_non_spot(attempt, limit, n) else "any node"
+            where = "non-spot nodes only" if non_spot(attempt, limit, n) else "any node"
             item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
     delays = pod_delays(policy, subject)
     if delays is not None and attempt is not None:
@@ -1212,7 +1140,7 @@ class PodSimulator:
     """A bare Pod's containers through ``--simulate``: exits its restart rules match
     restart them in place; any other fails the pod, which nothing retries."""
 
-    def __init__(self, containers: Sequence[str], restarts: PodRestarts, bound: Bound):
+    def __init__(self, containers: Sequence[str], restarts: PodRestarts, bound: InPlaceEnds):
         self.containers = list(containers) or ["main"]
         self.restarts = restarts
         self.bound = bound

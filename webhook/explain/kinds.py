@@ -49,15 +49,17 @@ from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
 from webhook.explain.jobs import (
     JobSimulator,
-    JobSpecView,
     JobState,
     between_notes,
     container_names,
     explain_job_spec,
     failure_aware,
     job_budget,
-    job_spec_view,
+    job_simulator,
     lead,
+    no_match,
+    part_plan,
+    part_rule_lines,
     restarts_in_place,
     unmanaged_policy,
     walk,
@@ -83,29 +85,23 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
-from webhook.kube.goregexp import Piece, Wild
-from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
-from webhook.mutators import (
-    Outcome,
-    items,
-    mapping,
-    pytorchjob,
-    rayjob,
-    trainjob,
-    workload_policy,
-)
-from webhook.mutators.job import WRITTEN_SOURCES, LimitField, get_path
-from webhook.mutators.jobset import (
-    ACTIONS as JOBSET_ACTIONS,
-)
-from webhook.mutators.jobset import (
+from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
-    MAX_RESTARTS,
-    RULE_NAME,
     in_place_restart,
     initializers,
-    pattern_applies,
 )
+from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
+from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, pattern_applies
+from webhook.kinds.pytorchjob import mutate as pytorchjob
+from webhook.kinds.rayjob import mutate as rayjob
+from webhook.kinds.trainjob import mutate as trainjob
+from webhook.kinds.workload import WRITTEN_SOURCES, get_path
+from webhook.kube.goregexp import Piece, Wild
+from webhook.kube.objects import items, mapping
+from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
+from webhook.plan.model import LimitField, PartPlan
+from webhook.plan.outcome import Outcome
+from webhook.plan.policies import workload_policy
 from webhook.policy.model import INT32_MAX, Policy, Source
 
 
@@ -181,7 +177,7 @@ def explain_jobset(subject: Subject) -> list[Explanation]:
     overview, policy = _start(subject, MAX_RESTARTS, WORKLOAD_KEYS, JOBSET_DEFAULT)
     overview.settings = setting_lines(policy, workload_keys(policy), default=JOBSET_DEFAULT)
     views = [
-        (index, rjob, job_spec_view(subject, _child_path(index), defaulted=False))
+        (index, rjob, part_plan(subject, _child_path(index), defaulted=False))
         for index, rjob in enumerate(replicated)
         if isinstance(rjob, dict)
     ]
@@ -219,7 +215,7 @@ def _jobset_overview(
     item: Explanation,
     policy: Policy,
     failure_policy: Mapping[str, Any] | None,
-    views: Sequence[tuple[int, Any, JobSpecView | None]],
+    views: Sequence[tuple[int, Any, PartPlan | None]],
 ) -> None:
     """The set as a whole: its restart budget and its failurePolicy rules."""
     children = ", ".join(
@@ -394,7 +390,7 @@ def _replicated_job(
     subject: Subject,
     index: int,
     rjob: Mapping[str, Any],
-    view: JobSpecView,
+    view: PartPlan,
     failure_policy: Mapping[str, Any] | None,
     set_policy: Policy,
     defaulted_restart: bool,
@@ -406,8 +402,8 @@ def _replicated_job(
     item.budget = _child_budget(
         view, set_policy, failure_policy is not None, in_place, index in initializers(subject.final)
     )
-    item.rules = view.rule_lines()
-    item.no_match = view.no_match()
+    item.rules = part_rule_lines(view)
+    item.no_match = no_match(view)
     max_restarts = _int(mapping(failure_policy).get("maxRestarts")) or 0
     rules = mapping(failure_policy).get("rules")
     metadata = mapping(subject.final.get("metadata"))
@@ -419,7 +415,7 @@ def _replicated_job(
         pod.append(f"{jobset_name}-{name}-")
     pod.append(Wild())
     simulator = JobSetSimulator(
-        view.simulator(),
+        job_simulator(view),
         rules=(rules if isinstance(rules, list) else []) if failure_policy is not None else None,
         max_restarts=max_restarts,
         replicated=name,
@@ -456,7 +452,7 @@ def _replicated_job(
 
 
 def _child_budget(
-    view: JobSpecView,
+    view: PartPlan,
     set_policy: Policy,
     restarts: bool,
     in_place: bool = False,
@@ -504,7 +500,7 @@ def _child_budget(
 
 
 def _child_notes(
-    rjob: Mapping[str, Any], view: JobSpecView, defaulted_restart: bool, in_place: bool = False
+    rjob: Mapping[str, Any], view: PartPlan, defaulted_restart: bool, in_place: bool = False
 ) -> list[str]:
     notes = []
     replicas = _int(rjob.get("replicas"))

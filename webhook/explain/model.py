@@ -6,14 +6,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Protocol
 
-from webhook.admission import engine
-from webhook.kube import failurepolicy, podspec
+from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
-from webhook.kube.quantity import Quantity
-from webhook.mutators import Context, Outcome, mapping
+from webhook.kube.objects import mapping
+from webhook.plan.failureaware import ContainerMemory, MemoryPlan
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import (
     Policy,
     format_value,
@@ -23,6 +22,9 @@ WIDTH = 80
 MAX_EVENTS = 1000
 #: Plans longer than this show their first and last rows and the non-spot boundary.
 MAX_PLAN_ROWS = 12
+#: Rows per container at most in a memory table (a small factor takes many steps to
+#: reach the limit).
+MEMORY_ROWS = 8
 
 SIGTERM, SIGKILL = 143, 137
 
@@ -34,14 +36,14 @@ WORKLOAD_KEYS = (
     "non-spot-attempts",
     "error-propagation",
 )
-#: Shown when one is set (budgets per cause, ``webhook.mutators.budgets``).
+#: Shown when one is set (budgets per cause, ``webhook.plan.causes``).
 BUDGET_KEYS = ("max-disruptions", "peer-disruptions", "max-in-place-restarts")
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
-#: Shown when either is set (``webhook.mutators.between``).
+#: Shown when either is set (``webhook.plan.delays``).
 BETWEEN_KEYS = ("attempt-env", "retry-delay", "retry-delay-factor", "retry-delay-max")
-#: Shown when any of them is set (failure-aware retries, ``webhook.mutators.failureaware``).
+#: Shown when any of them is set (failure-aware retries, ``webhook.plan.failureaware``).
 FAILURE_AWARE_KEYS = ("oom-memory-factor", "oom-memory-limit", "avoid-failed-nodes")
-#: Shown when in-place restarts are asked for (``webhook.mutators.inplace``).
+#: Shown when in-place restarts are asked for (``webhook.plan.inplace``).
 IN_PLACE_KEYS = ("in-place-exit-codes", "in-place-scope")
 
 
@@ -279,75 +281,25 @@ class MemoryTable:
     rows: list[MemoryRow]
 
 
-class MemoryPlan:
-    """What ``oom-memory-factor`` gives each container of a pod template after its OOM
-    kills, one attempt after another, each killed at the memory the one before gave it:
-    the pod webhook's own arithmetic (``podspec.raise_memory``) on a copy."""
-
-    #: Rows per container at most (a small factor takes many steps to reach the limit).
-    MOST = 8
-
-    def __init__(self, pod_spec: Mapping[str, Any], factor: Fraction, cap: Quantity):
-        self.factor = factor
-        self.cap = cap
-        self.containers = {
-            name: engine.json_copy(c)
-            for c in podspec.containers(pod_spec)
-            if isinstance(name := c.get("name"), str)
-            and (podspec.memory_of(c, "requests") or podspec.memory_of(c, "limits"))
-        }
-
-    def at(self, name: str, kills: int) -> tuple[str, str]:
-        """(request, limit) of container ``name`` after ``kills`` OOM kills ("-": unset)."""
-        container = self.containers.get(name)
-        if container is None:
-            return "-", "-"
-        container = engine.json_copy(container)
-        for _ in range(kills):  # each attempt OOM-killed at the memory the last one gave
-            podspec.raise_memory(container, self.factor, self.cap)
-        return memory_text(container)
-
-    def table(self) -> MemoryTable:
-        rows = []
-        for name in self.containers:
-            for kills in range(self.MOST + 1):
-                request, limit = self.at(name, kills)
-                final = kills > 0 and (request, limit) == self.at(name, kills + 1)
-                rows.append(MemoryRow(name, kills, request, limit, final))
-                if final:
-                    break
-        factor = format_value("oom-memory-factor", self.factor)
-        return MemoryTable(factor, str(self.cap), rows)
-
-    def text(self, name: str, kills: int) -> str:
-        request, limit = self.at(name, kills)
-        return f"{name}'s memory {request}" + (f"/{limit}" if limit != "-" else "")
+def memory_table(plan: MemoryPlan) -> MemoryTable:
+    """What each container's memory becomes after its OOM kills, one attempt after another,
+    until it reaches the limit (at most ``MEMORY_ROWS`` rows a container)."""
+    rows = []
+    for name in plan.containers:
+        for kills in range(MEMORY_ROWS + 1):
+            request, limit = plan.at(name, kills)
+            final = kills > 0 and (request, limit) == plan.at(name, kills + 1)
+            rows.append(MemoryRow(name, kills, request, limit, final))
+            if final:
+                break
+    factor = format_value("oom-memory-factor", plan.factor)
+    return MemoryTable(factor, str(plan.cap), rows)
 
 
-def memory_text(container: Mapping[str, Any]) -> tuple[str, str]:
-    """(request, limit) of a container's memory ("-": unset)."""
-    request, limit = (podspec.memory_of(container, k) for k in ("requests", "limits"))
-    return (str(request) if request else "-", str(limit) if limit else "-")
-
-
-def template_memory(pod_spec: Mapping[str, Any]) -> tuple[ContainerMemory, ...]:
-    """The memory of each container of a pod template that sets some, as written."""
-    found = []
-    for container in podspec.containers(pod_spec):
-        name = container.get("name")
-        if isinstance(name, str) and (
-            podspec.memory_of(container, "requests") or podspec.memory_of(container, "limits")
-        ):
-            found.append(ContainerMemory(name, *memory_text(container)))
-    return tuple(found)
-
-
-def memory_plan(pod_spec: Mapping[str, Any], pods: Policy) -> MemoryPlan | None:
-    """The plan of a template whose pods raise memory (its annotations say so)."""
-    factor, cap = pods.oom_memory_factor, pods.oom_memory_limit
-    if factor is None or cap is None:
-        return None
-    return MemoryPlan(pod_spec, factor, cap)
+def memory_words(plan: MemoryPlan, name: str, kills: int) -> str:
+    """A container's memory after ``kills`` OOM kills, in words."""
+    request, limit = plan.at(name, kills)
+    return f"{name}'s memory {request}" + (f"/{limit}" if limit != "-" else "")
 
 
 @dataclass(frozen=True)
@@ -401,15 +353,6 @@ class InPlaceSummary:
     restarts: int
     backoff_seconds: int
     text: str
-
-
-@dataclass(frozen=True)
-class ContainerMemory:
-    """A container's memory in one simulated pod ("-": not set)."""
-
-    container: str
-    request: str
-    limit: str
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ from typing import Any
 
 from webhook.explain.model import MAX_PLAN_ROWS, Plan, PlanGap, PlanRow, RuleLine, SettingLine
 from webhook.kube import failurepolicy
-from webhook.mutators import inplace, items
+from webhook.kube.objects import items
+from webhook.plan import inplace
+from webhook.plan.model import first_non_spot, non_spot
 from webhook.policy.model import (
     PREFIX,
     Delays,
@@ -137,7 +139,7 @@ def describe_when(rule: Mapping[str, Any]) -> str:
     return "nothing (the rule has neither onExitCodes nor onPodConditions)"
 
 
-#: The conditions the webhook's controller adds (``webhook.mutators.budgets``), in words.
+#: The conditions the webhook's controller adds (``webhook.plan.causes``), in words.
 OUR_CONDITION_WORDS = {
     failurepolicy.DISRUPTION_BUDGET_EXHAUSTED: (
         "the pod was disrupted after max-disruptions were used (the controller marks it "
@@ -212,13 +214,6 @@ def rule_lines(
 # --- placement -------------------------------------------------------------------------
 
 
-def runs_non_spot(failures: int, backoff_limit: int | None, non_spot_attempts: int) -> bool:
-    """The pod webhook's rule: attempt ``a`` goes to non-spot nodes when a >= B + 1 - N."""
-    if backoff_limit is None or non_spot_attempts <= 0:
-        return False
-    return failures >= backoff_limit + 1 - non_spot_attempts
-
-
 def nodes_text(non_spot: bool) -> str:
     return "non-spot only" if non_spot else "any node"
 
@@ -250,7 +245,7 @@ def build_plan(
     each attempt waits after the failure before it (``retry-delay``)."""
     keep = set(range(min(3, limit + 1))) | set(range(max(0, limit - 2), limit + 1))
     if non_spot_attempts > 0 and placement_limit is not None:
-        boundary = placement_limit + 1 - non_spot_attempts
+        boundary = first_non_spot(placement_limit, non_spot_attempts)
         keep |= {a for a in (boundary - 1, boundary) if 0 <= a <= limit}
     if limit + 1 <= MAX_PLAN_ROWS:
         keep = set(range(limit + 1))
@@ -264,7 +259,7 @@ def build_plan(
             PlanRow(
                 attempt=a + 1,
                 failures_before=a,
-                nodes=nodes_text(runs_non_spot(a, placement_limit, non_spot_attempts)),
+                nodes=nodes_text(non_spot(a, placement_limit, non_spot_attempts)),
                 if_fails=_again(unit, left) if left else final,
                 retries_left=left or None,
                 waits=(format_duration(delays.seconds(a)) if a else "-") if delays else "",

@@ -11,7 +11,6 @@ engine then says what is wrong, the defaults do not guess).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from webhook.kube.objects import items, mapping
@@ -125,18 +124,3 @@ def default_cronjob(cronjob: dict[str, Any]) -> None:
     template = mapping(mapping(spec.get("jobTemplate")).get("spec")).get("template")
     if isinstance(template, dict):
         default_pod_template(template)
-
-
-#: Defaulting functions by (group, kind); kinds not listed here are left as written.
-DEFAULTERS: dict[tuple[str, str], Callable[[dict[str, Any]], None]] = {
-    ("batch", "Job"): default_job,
-    ("batch", "CronJob"): default_cronjob,
-    ("", "Pod"): default_pod,
-}
-
-
-def apply_defaults(obj: dict[str, Any]) -> None:
-    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
-    defaulter = DEFAULTERS.get((group, str(obj.get("kind") or "")))
-    if defaulter is not None:
-        defaulter(obj)

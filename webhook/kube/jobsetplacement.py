@@ -18,7 +18,7 @@ So while our gate holds a leader back, its Job's followers cannot even be create
 leader's gate holds the whole Job, and a follower created afterwards has had its wait.
 A follower is gated on its own only when its delay counts from the failure (the same
 failure as its leader's, whose time has then passed), never from its own admission,
-which would add a second wait after the leader's (``between.ungateable``).
+which would add a second wait after the leader's (``plan.delays.ungateable``).
 """
 
 from __future__ import annotations

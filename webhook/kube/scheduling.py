@@ -2,7 +2,7 @@
 required node affinity, taints and tolerations, and cordoned nodes.
 
 ``avoid-failed-nodes`` keeps a new attempt off the nodes where earlier ones failed, as a
-requirement only while another node remains that the pod may use (``webhook.mutators.pod``).
+requirement only while another node remains that the pod may use (``webhook.kinds.pod``).
 Whether one remains is decided here, node by node, the way the scheduler's filters decide
 it (a node that passes these may still lack room: resources are left out, since an
 autoscaler or a finished pod can make room, while a rule never changes by itself):

@@ -13,16 +13,12 @@ from typing import Any
 
 from webhook.admission import engine
 from webhook.admission.review import Verdict
-from webhook.cluster.attempts import AttemptSource, NoCluster
+from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.runtimes import RuntimeSource
 from webhook.cluster.version import VersionSource
-from webhook.kube import defaulting
+from webhook.kinds.registry import apply_defaults, spec_for
 from webhook.kube.wellknown import (
-    JOBSET_GROUP,
-    KUBEFLOW_GROUP,
     LAST_APPLIED,
-    RAY_GROUP,
-    TRAINER_GROUP,
 )
 from webhook.policy.config import Config
 
@@ -44,21 +40,10 @@ def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any],
     synthetic = LAST_APPLIED not in annotations
     if synthetic:
         annotations[LAST_APPLIED] = json.dumps(manifest, separators=(",", ":"))
-    defaulting.apply_defaults(prepared)
+    apply_defaults(prepared)
     return prepared, synthetic
 
 
-#: The resource each kind the webhook registers for is served as (the built-in kinds', and
-#: the CRDs' ``spec.names.plural``: tests/data/crds); another kind's guessed the same way.
-RESOURCES = {
-    ("", "Pod"): "pods",
-    ("batch", "Job"): "jobs",
-    ("batch", "CronJob"): "cronjobs",
-    (JOBSET_GROUP, "JobSet"): "jobsets",
-    (RAY_GROUP, "RayJob"): "rayjobs",
-    (KUBEFLOW_GROUP, "PyTorchJob"): "pytorchjobs",
-    (TRAINER_GROUP, "TrainJob"): "trainjobs",
-}
 #: Who sends the manifest in a printed review: a kubeadm cluster's admin (the webhook
 #: reads a requester only on a pod's DELETE).
 REVIEW_USER = {
@@ -92,8 +77,11 @@ def admission_review(obj: dict[str, Any], namespace: str | None) -> dict[str, An
     group, _, version = str(prepared.get("apiVersion") or "").rpartition("/")
     kind = str(prepared.get("kind") or "")
     gvk = {"group": group, "version": version, "kind": kind}
-    gvr = {"group": group, "version": version, "resource": RESOURCES.get((group, kind))}
-    gvr["resource"] = gvr["resource"] or kind.lower() + "s"
+    # The resource each kind is served as (the registry's; a kind it does not list is
+    # guessed as the API server's RESTMapper would: lowercase, plural).
+    spec = spec_for(group, kind)
+    resource = spec.plural if spec is not None else kind.lower() + "s"
+    gvr = {"group": group, "version": version, "resource": resource}
     request: dict[str, Any] = {
         "uid": str(uuid.uuid4()),
         "kind": gvk,
@@ -148,7 +136,7 @@ def check(
     namespace: str | None,
     runtimes: RuntimeSource,
     version: VersionSource,
-    attempts: AttemptSource | None = None,
+    attempts: ClusterFacts | None = None,
 ) -> Checked:
     """Prepare ``obj`` and review it (mutate, then validate) as admission would
     (``attempts``: what the input tells of the cluster, its LimitRanges)."""

@@ -612,7 +612,7 @@ class Policy:
         its exit-code rules (``failurepolicy.count_disruptions_rule``). Not with
         ``ignore-disruptions``, whose Ignore rule takes disrupted pods first. The setting
         behind it is never an annotation: unset (``None``) until a JobSpec's own rules are
-        read (``mutators.job.resolve_count``; kinds without a podFailurePolicy never get
+        read (``kinds.jobspec.resolve_count``; kinds without a podFailurePolicy never get
         it), ``False`` to restore a JobSet made before this rule existed."""
         return (
             self.fail_non_retriable

@@ -22,12 +22,12 @@ from werkzeug.exceptions import HTTPException
 from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.admission.review import ReviewError, Verdict
-from webhook.cluster.attempts import AttemptSource, NoCluster
 from webhook.cluster.events import Event, EventSink, NoEvents, decision_type, workload_of_pod
+from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
-from webhook.mutators import lookup
+from webhook.kinds.registry import lookup
 from webhook.policy.config import Config
 from webhook.serving import logs
 from webhook.serving.metrics import Metrics
@@ -55,7 +55,7 @@ class State:
     tests of the app alone)."""
 
     config: Config = field(default_factory=Config)
-    attempts: AttemptSource = field(default_factory=NoCluster)
+    attempts: ClusterFacts = field(default_factory=NoCluster)
     runtimes: RuntimeSource = field(default_factory=NoRuntimes)
     version: VersionSource = field(default_factory=UnknownVersion)
     readiness: Callable[[], tuple[bool, dict[str, Any]]] = lambda: (True, {})

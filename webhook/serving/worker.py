@@ -18,15 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission import engine
-from webhook.cluster.attempts import AttemptLookup, JobCache, NoCluster, connect
+from webhook.cluster.attempts import AttemptLookup, JobCache, connect
 from webhook.cluster.deletions import DeletionMarker
 from webhook.cluster.events import instance_name, recorder_for
+from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import LeaderNote, NoLeader
-from webhook.cluster.limits import LimitLookup, LimitRangeCache
-from webhook.cluster.limits import ask as limit_lookup
-from webhook.cluster.nodes import NodeAnswer, NodeCache
-from webhook.cluster.nodes import ask as node_lookup
+from webhook.cluster.limits import NO_LIMITS, LimitLookup, LimitRangeCache
+from webhook.cluster.nodes import NO_NODES, NodeAnswer, NodeCache
 from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
 from webhook.cluster.version import ServerVersion
 from webhook.kube.scheduling import Placement
@@ -76,13 +75,13 @@ class LoopAttempts:
 
     def limit_ranges(self, namespace: str) -> LimitLookup:
         """A dictionary lookup, on any thread (``webhook.cluster.limits``)."""
-        return limit_lookup(self.limits, namespace)
+        return self.limits.limit_ranges(namespace) if self.limits is not None else NO_LIMITS
 
     def placement(self, question: Placement) -> NodeAnswer:
         """From the Node cache; its first questions may wait for its first list: on a
         thread (``webhook.cluster.nodes``)."""
         if self.nodes is None:
-            return node_lookup(None, question)
+            return NO_NODES
         if threading.get_ident() == self.loop_thread:
             answer = self.nodes.answer_at_once(question)
             if answer is None:

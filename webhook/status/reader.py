@@ -19,6 +19,9 @@ Requests, by kind (what each controller makes and how its objects are found):
   pkg/controllers/jobset_controller.go), then their pods.
 - TrainJob (trainer.kubeflow.org/v1alpha1): GET it, then its JobSet (same name, controlled
   by the TrainJob), as above.
+- RayJob (ray.io/v1): GET it, then the submitter Job KubeRay makes for it (same name,
+  controlled by the RayJob: ``createNewK8sJob`` in ray-operator/controllers/ray/
+  rayjob_controller.go), then its pods.
 - Events (events.k8s.io/v1): list those regarding the workload and each of its Jobs by
   the field selectors ``regarding.kind`` and ``regarding.name`` (served for
   events.k8s.io/v1 by conversion to ``involvedObject.*``: ``ToSelectableFields`` in
@@ -38,16 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.events import REPORTING_CONTROLLER
+from webhook.kinds import registry
+from webhook.kinds.base import KindSpec
 from webhook.kube import apiclient
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import (
-    JOB_UID_LABEL,
-    JOBSET_GROUP,
-    JOBSET_NAME,
-    JOBSET_UID,
-    JOBSET_VERSION,
-    TRAINER_GROUP,
-)
+from webhook.kube.wellknown import JOB_UID_LABEL, JOBSET_NAME, JOBSET_UID
 
 #: Seconds for one request (connect, read).
 TIMEOUT = (5, 20)
@@ -56,50 +54,11 @@ LATEST_JOBS = 3
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-@dataclass(frozen=True)
-class Kind:
-    """A workload kind ``status`` reads: where it is served and the names users type."""
-
-    kind: str
-    group: str
-    version: str
-    plural: str
-    names: tuple[str, ...]
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-KINDS = (
-    Kind("Job", "batch", "v1", "jobs", ("job", "jobs", "job.batch", "jobs.batch")),
-    Kind(
-        "CronJob",
-        "batch",
-        "v1",
-        "cronjobs",
-        ("cronjob", "cronjobs", "cj", "cronjob.batch", "cronjobs.batch"),
-    ),
-    Kind(
-        "JobSet",
-        JOBSET_GROUP,
-        JOBSET_VERSION,
-        "jobsets",
-        ("jobset", "jobsets", "js", "jobset.jobset.x-k8s.io", "jobsets.jobset.x-k8s.io"),
-    ),
-    Kind(
-        "TrainJob",
-        TRAINER_GROUP,
-        "v1alpha1",
-        "trainjobs",
-        (
-            "trainjob",
-            "trainjobs",
-            "trainjob.trainer.kubeflow.org",
-            "trainjobs.trainer.kubeflow.org",
-        ),
-    ),
-)
+#: A workload kind ``status`` reads: where it is served, the names users type, and how
+#: its Jobs are found (``KindSpec.children``).
+Kind = KindSpec
+#: The kinds ``status`` tells: the registry's that say how their Jobs are found.
+KINDS = tuple(spec for spec in registry.KINDS if spec.children is not None)
 _BY_NAME = {name: kind for kind in KINDS for name in kind.names}
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
@@ -222,9 +181,9 @@ class Reader:
     def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
         what = f"{kind.kind} {namespace}/{name}"
         opts = {"_preload_content": False, "_request_timeout": TIMEOUT}
-        if kind.kind == "Job":
+        if (kind.group, kind.kind) == ("batch", "Job"):
             return _call(what, lambda: self.batch.read_namespaced_job(name, namespace, **opts))
-        if kind.kind == "CronJob":
+        if (kind.group, kind.kind) == ("batch", "CronJob"):
             return _call(what, lambda: self.batch.read_namespaced_cron_job(name, namespace, **opts))
         return _call(
             what,
@@ -316,23 +275,21 @@ def read_tree(reader: Reader, ref: Ref, namespace: str) -> Tree:
         raise StatusError(_workload_error(err, ref, namespace)) from None
     tree = Tree(ref.kind, workload)
     uid = mapping(workload.get("metadata")).get("uid")
-    kind = ref.kind.kind
-    if kind == "Job":
+    children = ref.kind.children
+    if children == "self":
         tree.jobs = [workload]
-    elif kind == "CronJob":
+    elif children == "controlled":
         _cronjob_jobs(reader, tree, namespace, uid)
-    elif kind == "JobSet":
+    elif children == "jobset":
         _jobset_jobs(reader, tree, namespace, workload)
-    else:
-        try:
-            jobset = reader.get(_kind("JobSet"), namespace, ref.name)
-        except Unreadable as err:
-            if err.status != 404:
-                tree.unread.append(str(err))
-            jobset = None
-        if jobset is not None and _owned_by(jobset, uid):
+    elif children == "jobset-of":
+        jobset = _named_child(reader, tree, _kind("JobSet"), namespace, ref.name, uid)
+        if jobset is not None:
             tree.jobset = jobset
             _jobset_jobs(reader, tree, namespace, jobset)
+    elif children == "job-of":
+        job = _named_child(reader, tree, _kind("Job"), namespace, ref.name, uid)
+        tree.jobs = [job] if job is not None else []
     for job in tree.jobs:
         job_uid = mapping(job.get("metadata")).get("uid")
         if not isinstance(job_uid, str) or not job_uid:
@@ -347,6 +304,20 @@ def read_tree(reader: Reader, ref: Ref, namespace: str) -> Tree:
 
 def _kind(name: str) -> Kind:
     return next(k for k in KINDS if k.kind == name)
+
+
+def _named_child(
+    reader: Reader, tree: Tree, kind: Kind, namespace: str, name: str, uid: Any
+) -> dict[str, Any] | None:
+    """The object of ``kind`` named as the workload and controlled by it (a TrainJob's
+    JobSet, a RayJob's submitter Job); ``None``: none (yet), or unreadable (said)."""
+    try:
+        child = reader.get(kind, namespace, name)
+    except Unreadable as err:
+        if err.status != 404:
+            tree.unread.append(str(err))
+        return None
+    return child if _owned_by(child, uid) else None
 
 
 def _workload_error(err: Unreadable, ref: Ref, namespace: str) -> str:

@@ -41,8 +41,9 @@ from webhook.cluster.deletions import REASON as DELETION_BY_DISRUPTOR
 from webhook.cluster.history import FailureHistory, HistoryKey, HistoryLookup
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
-from webhook.cluster.record import Record, disruption_scope
+from webhook.cluster.record import Record
 from webhook.cluster.version import version_for
+from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.gates import GATE as RETRY_DELAY_GATE
@@ -59,9 +60,15 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
-from webhook.mutators import has_policy_annotations
-from webhook.mutators.budgets import MAX_DISRUPTIONS_LABEL, MAX_RESTARTS_LABEL, PEERS_LABEL
-from webhook.mutators.jobset import RULE_NAME
+from webhook.plan import causes as per_cause
+from webhook.plan.causes import (
+    MAX_DISRUPTIONS_LABEL,
+    MAX_RESTARTS_LABEL,
+    PEERS_LABEL,
+    disruption_scope,
+)
+from webhook.plan.policies import has_policy_annotations
+from webhook.plan.record import AppliedRecord
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
 from webhook.status.reader import Tree
@@ -84,7 +91,7 @@ _RECORDED = {
     "peerDisruptions": "peer-disruptions",
 }
 
-#: The rules on our controller's conditions (``webhook.mutators.budgets.rules``): the
+#: The rules on our controller's conditions (``webhook.plan.causes.rules``): the
 #: record key that says the webhook wrote one, its annotation, and the condition.
 _CONDITION_RULES = (
     ("maxInPlaceRestarts", "max-in-place-restarts", failurepolicy.IN_PLACE_BUDGET_EXHAUSTED),
@@ -369,6 +376,14 @@ def tell(
         counted = _disruption_budgets(causes, running)
         story.budgets += counted
         story.next_disruption = _next_disruption(causes, counted) if running else []
+    elif tree.kind.kind == "RayJob":
+        story.budgets = _rayjob_budgets(workload)
+        story.decision = _rayjob_decision(workload)
+        if not tree.jobs:
+            story.notes.append(
+                "no submitter Job of this RayJob exists now (KubeRay makes one per attempt "
+                "in K8sJobMode)"
+            )
     elif tree.kind.kind == "TrainJob":
         story.decision = _final_condition(workload, f"TrainJob {story.name}", ("Complete",))
         story.notes.append("the trainer has not made this TrainJob's JobSet (yet)")
@@ -415,6 +430,8 @@ def _state(tree: Tree) -> str:
     obj = tree.jobset if tree.jobset is not None else tree.workload
     if kind == "Job":
         return job_state(tree.workload)
+    if kind == "RayJob":
+        return rayjob_state(tree.workload)
     if kind == "CronJob":
         spec = mapping(tree.workload.get("spec"))
         active = items(mapping(tree.workload.get("status")).get("active"))
@@ -434,6 +451,21 @@ def _state(tree: Tree) -> str:
     return "Running" if tree.jobs else "Pending"
 
 
+#: A RayJob's ``status.jobDeploymentStatus`` (KubeRay, ray-operator/apis/ray/v1/
+#: rayjob_types.go), as a state: terminal ones end it; every other is a run or a retry.
+_RAYJOB_STATES = {"Failed": "Failed", "Suspended": "Suspended", "Suspending": "Suspended"}
+
+
+def rayjob_state(rayjob: Mapping[str, Any]) -> str:
+    """Succeeded (Complete, its Ray job SUCCEEDED), Failed, Suspended, Running or
+    Pending (not deployed yet), from the status KubeRay writes."""
+    status = mapping(rayjob.get("status"))
+    deployment = str(status.get("jobDeploymentStatus") or "")
+    if deployment == "Complete":
+        return "Succeeded" if status.get("jobStatus") == "SUCCEEDED" else "Failed"
+    return _RAYJOB_STATES.get(deployment, "Running" if deployment else "Pending")
+
+
 def job_state(job: Mapping[str, Any]) -> str:
     """Succeeded, Failed, Succeeding or Failing (ending, pods terminating), Suspended,
     Running or Pending, from the conditions and counts the Job controller writes."""
@@ -451,14 +483,9 @@ def job_state(job: Mapping[str, Any]) -> str:
 # --- the plan ----------------------------------------------------------------------------
 
 
-def applied_record(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``retry-policy.dev/applied`` record on ``obj`` (``{}``: none, or unreadable)."""
-    raw = mapping(mapping(obj.get("metadata")).get("annotations")).get(APPLIED)
-    try:
-        record = json.loads(raw) if isinstance(raw, str) else {}
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+def applied_record(obj: Mapping[str, Any]) -> AppliedRecord:
+    """The ``retry-policy.dev/applied`` record on ``obj`` (empty: none, or unreadable)."""
+    return AppliedRecord.of(obj) or AppliedRecord({}, {}, 1)
 
 
 def recorded_config(obj: Mapping[str, Any]) -> Config:
@@ -470,7 +497,7 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
     defaults: dict[str, str] = {}
     for key, name in _RECORDED.items():
         if key in record:
-            defaults[name] = str(record[key])
+            defaults[name] = str(record.get(key))
     for key, name in (
         ("ignoreDisruptions", "ignore-disruptions"),
         ("avoidFailedNodes", "avoid-failed-nodes"),
@@ -493,11 +520,15 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
         return Config()
 
 
-def ours(rule: Any, record: Mapping[str, Any]) -> str | None:
+def ours(rule: Any, record: AppliedRecord) -> str | None:
     """The annotation for which this webhook wrote ``rule`` (a podFailurePolicy rule, or a
-    JobSet failure policy rule), as the applied record says; ``None``: not ours."""
+    JobSet failure policy rule), as the applied record says; ``None``: not ours. A record
+    that keeps the rules' origins says so itself; an older one (version 1) by the shape of
+    the rules its settings write."""
     if not isinstance(rule, dict):
         return None
+    if record.version >= 2:
+        return record.origin(rule)
     if "failNonRetriable" in record and (
         rule.get("name") == RULE_NAME
         or failurepolicy.is_non_retriable_rule(rule)
@@ -564,7 +595,7 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
     the re-admission adds back is then told as the webhook's, not the user's."""
     out = copy.deepcopy(dict(obj))
     record = applied_record(out)
-    if not record:
+    if not record.settings:
         return out
     for spec in _job_specs(out):
         policy = mapping(spec.get("podFailurePolicy"))
@@ -633,6 +664,36 @@ def _plan(
     if isinstance(result, explain.Denial):
         return [result], source, notes
     return list(result), source, notes
+
+
+# --- a RayJob: retried whole, on a new RayCluster ----------------------------------------
+
+
+def _rayjob_budgets(rayjob: Mapping[str, Any]) -> list[Budget]:
+    """``spec.backoffLimit`` against ``status.failed``: KubeRay retries a failed attempt
+    while ``failed < backoffLimit + 1`` (``checkBackoffLimitAndUpdateStatusIfNeeded``)."""
+    spec = mapping(rayjob.get("spec"))
+    limit = _int(spec.get("backoffLimit"))
+    failed = _int(mapping(rayjob.get("status")).get("failed"))
+    name = f"RayJob {mapping(rayjob.get('metadata')).get('name')}"
+    text = f"backoffLimit {limit}: " + _retries(failed, limit).replace("counted ", "", 1)
+    return [Budget(name, "spec.backoffLimit", limit, failed, text)]
+
+
+def _rayjob_decision(rayjob: Mapping[str, Any]) -> Decision | None:
+    """Why a RayJob ended: its deployment status, reason (AppFailed, DeadlineExceeded,
+    SubmissionFailed, ...) and message, as KubeRay writes them."""
+    status = mapping(rayjob.get("status"))
+    deployment = status.get("jobDeploymentStatus")
+    if deployment not in ("Complete", "Failed"):
+        return None
+    return Decision(
+        f"RayJob {mapping(rayjob.get('metadata')).get('name')}",
+        str(deployment),
+        str(status.get("reason") or status.get("jobStatus") or ""),
+        str(status.get("message") or ""),
+        status.get("endTime"),
+    )
 
 
 # --- budgets of a JobSet ----------------------------------------------------------------
@@ -710,7 +771,7 @@ def _created(obj: Mapping[str, Any]) -> str:
 def _job_story(
     job: Mapping[str, Any],
     tree: Tree,
-    record: Mapping[str, Any],
+    record: AppliedRecord,
     config: Config,
     source: _LiveAttempts,
     now: float,
@@ -775,7 +836,7 @@ def _attempt(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
         node=spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None,
         created=_created(pod),
         index=int(raw_index) if isinstance(raw_index, str) and raw_index.isdigit() else None,
-        applied=applied_record(pod),
+        applied=dict(applied_record(pod).settings),
         run=int(run) if isinstance(run, str) and run.isdigit() else None,
     )
     if meta.get("deletionTimestamp") and phase not in ("Failed", "Succeeded"):
@@ -919,7 +980,7 @@ def _index_count(intervals: str) -> int:
 
 
 def _job_decision(
-    job: Mapping[str, Any], rules: Sequence[Any], record: Mapping[str, Any]
+    job: Mapping[str, Any], rules: Sequence[Any], record: AppliedRecord
 ) -> Decision | None:
     name = f"Job {mapping(job.get('metadata')).get('name')}"
     decision = _final_condition(job, name, ("Complete",))
@@ -947,7 +1008,7 @@ def _job_decision(
     decision.exit_code = found.exit_code
     decision.pod_condition = found.condition
     rule = rules[decision.rule] if decision.rule < len(rules) else None
-    own = record if record else applied_record(job)
+    own = record if record.settings else applied_record(job)
     key = ours(rule, own)
     decision.origin = (
         f"added by retry-policy for {key}" if key else ("your rule" if rule else "unknown rule")
@@ -1023,7 +1084,7 @@ def _disruption_budgets(causes: _Causes, running: bool) -> list[Budget]:
             limit,
             0,
             text,
-            DisruptionBudget(0, 0, None, ("free" if limit > 0 else "counted") if running else None),
+            DisruptionBudget(0, 0, None, per_cause.disruption(1, limit) if running else None),
         )
     ]
 
@@ -1037,9 +1098,7 @@ def _disruption_budget(
     text += f" counted: {free} free, {counted} counted against the retry budget"
     if used < limit:
         text += f" ({limit - used} free left)"
-    after = None
-    if running:
-        after = "free" if used < limit else "counted"
+    after = per_cause.disruption(used + 1, limit) if running else None
     return Budget(
         causes.subject,
         PREFIX + "max-disruptions",
@@ -1103,7 +1162,7 @@ def _in_place_used(facts: InPlace) -> str:
     used = f"{facts.restarts} restart{'' if facts.restarts == 1 else 's'} in place"
     if facts.limit is None:
         return used
-    if facts.replaced or facts.restarts >= facts.limit:
+    if facts.replaced or per_cause.replaced(facts.restarts, facts.limit):
         return f"{used}: the budget is used, the controller replaces the pod"
     left = facts.limit - facts.restarts
     return f"{used}, {left} left before the controller replaces the pod"
@@ -1234,7 +1293,7 @@ def _next_attempt(
     record = applied_record(result)
     out = NextAttempt(
         job=str(meta.get("name")),
-        attempt=record["attempt"] + 1 if isinstance(record.get("attempt"), int) else None,
+        attempt=record.get("attempt") + 1 if isinstance(record.get("attempt"), int) else None,
         attempts=record.get("attempts") if isinstance(record.get("attempts"), int) else None,
         non_spot=record.get("nonSpot") if isinstance(record.get("nonSpot"), bool) else None,
         changes=[

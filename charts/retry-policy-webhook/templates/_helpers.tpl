@@ -252,7 +252,7 @@ checks the same again: this only keeps every other deletion from reaching it.
 
 {{/* A DELETE carries the pod as oldObject (object is null): the pods of workloads that
 ignore disruptions carry the label the webhook puts on their templates
-(webhook/mutators/budgets.py). */}}
+(webhook/plan/causes.py). */}}
 {{- define "rpw.cel.ignoresDisruptions" -}}
 has(oldObject.metadata.labels) && 'retry-policy.dev/ignore-disruptions' in oldObject.metadata.labels
 {{- end -}}

@@ -5,7 +5,7 @@ Two settings make a pod depend on how the earlier attempts of its Job ended
 gives each container the OOM killer stopped the factor times the memory it was stopped
 at, at most the limit and what the namespace's LimitRanges allow; ``avoid-failed-nodes``
 keeps the pod off the nodes where earlier attempts failed (the most recent few). Both act
-on the new pod at its admission (``mutators.pod``); a workload's admission checks that
+on the new pod at its admission (``kinds.pod``); a workload's admission checks that
 they can work (``check_template``) and copies them onto its pod template.
 
 An OOM kill is exit code 137 (the kernel's SIGKILL), and a podFailurePolicy cannot tell it
@@ -18,12 +18,14 @@ came from a default, and is a contradiction when you wrote them without 137.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
-from webhook.cluster import limits
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec, quantity
-from webhook.mutators.base import Context, Outcome
+from webhook.kube.owned import deep_copy
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import PREFIX, Policy, Setting, Source, format_value, with_setting
 from webhook.problems import Problem
 
@@ -126,7 +128,7 @@ def check_limit_ranges(policy: Policy, ctx: Context, out: Outcome) -> None:
     limit = policy.oom_memory_limit
     if policy.oom_memory_factor is None or limit is None:
         return
-    bounds = limits.ask(ctx.attempts, ctx.namespace or "").limits
+    bounds = ctx.cluster.limit_ranges(ctx.namespace or "").limits
     for what, bound in (("container", bounds.container_max), ("pod", bounds.pod_max)):
         if bound is not None and bound.value < limit.value:
             out.note(
@@ -237,3 +239,67 @@ def pod_values(policy: Policy) -> dict[str, str]:
     if policy.avoid_failed_nodes:
         values["avoid-failed-nodes"] = "true"
     return values
+
+
+# --- what the pods' memory becomes ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerMemory:
+    """A container's memory in one pod ("-": not set)."""
+
+    container: str
+    request: str
+    limit: str
+
+
+class MemoryPlan:
+    """What ``oom-memory-factor`` gives each container of a pod template after its OOM
+    kills, one attempt after another, each killed at the memory the one before gave it:
+    the pod webhook's own arithmetic (``podspec.raise_memory``) on a copy."""
+
+    def __init__(self, pod_spec: Mapping[str, Any], factor: Fraction, cap: quantity.Quantity):
+        self.factor = factor
+        self.cap = cap
+        self.containers = {
+            name: deep_copy(c)
+            for c in podspec.containers(pod_spec)
+            if isinstance(name := c.get("name"), str)
+            and (podspec.memory_of(c, "requests") or podspec.memory_of(c, "limits"))
+        }
+
+    def at(self, name: str, kills: int) -> tuple[str, str]:
+        """(request, limit) of container ``name`` after ``kills`` OOM kills ("-": unset)."""
+        container = self.containers.get(name)
+        if container is None:
+            return "-", "-"
+        container = deep_copy(container)
+        for _ in range(kills):  # each attempt OOM-killed at the memory the last one gave
+            podspec.raise_memory(container, self.factor, self.cap)
+        return memory_text(container)
+
+
+def memory_text(container: Mapping[str, Any]) -> tuple[str, str]:
+    """(request, limit) of a container's memory ("-": unset)."""
+    request, limit = (podspec.memory_of(container, k) for k in ("requests", "limits"))
+    return (str(request) if request else "-", str(limit) if limit else "-")
+
+
+def template_memory(pod_spec: Mapping[str, Any]) -> tuple[ContainerMemory, ...]:
+    """The memory of each container of a pod template that sets some, as written."""
+    found = []
+    for container in podspec.containers(pod_spec):
+        name = container.get("name")
+        if isinstance(name, str) and (
+            podspec.memory_of(container, "requests") or podspec.memory_of(container, "limits")
+        ):
+            found.append(ContainerMemory(name, *memory_text(container)))
+    return tuple(found)
+
+
+def memory_plan(pod_spec: Mapping[str, Any], pods: Policy) -> MemoryPlan | None:
+    """The plan of a template whose pods raise memory (its annotations say so)."""
+    factor, cap = pods.oom_memory_factor, pods.oom_memory_limit
+    if factor is None or cap is None:
+        return None
+    return MemoryPlan(pod_spec, factor, cap)

@@ -1,4 +1,7 @@
-"""Budgets per cause: ``max-disruptions``, ``max-in-place-restarts``, ``peer-disruptions``.
+"""Budgets per cause: ``max-disruptions``, ``max-in-place-restarts``, ``peer-disruptions``:
+the rules admission writes, the controller enforces (``webhook.controller.disruptions``,
+``webhook.controller.restarts``), ``explain``'s simulation predicts and ``status`` reports,
+each stated once here (``disruption``, ``replaced``, ``disruption_scope``).
 
 ``ignore-disruptions`` and ``in-place-exit-codes`` take failures out of a Job's retry
 budget with no limit (an ``Ignore`` rule has none, and a restart in place is no pod
@@ -35,12 +38,28 @@ webhook, and these pods need nothing there.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from webhook.cluster.record import lineage_key
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec
-from webhook.mutators.base import Outcome
-from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
+from webhook.kube.objects import mapping
+from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOBSET_UID
+from webhook.plan.outcome import Outcome
+from webhook.policy.model import (
+    BUILTIN,
+    PREFIX,
+    BadValue,
+    Policy,
+    Setting,
+    format_value,
+    parse_count,
+    parse_peer_disruptions,
+    parse_restart_budget,
+    with_setting,
+)
 
 #: The template labels, by key: what the controller and the chart select pods by.
 LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")
@@ -48,6 +67,70 @@ IGNORE_LABEL = PREFIX + "ignore-disruptions"
 MAX_DISRUPTIONS_LABEL = PREFIX + "max-disruptions"
 MAX_RESTARTS_LABEL = PREFIX + "max-in-place-restarts"
 PEERS_LABEL = PREFIX + "peer-disruptions"
+
+
+@dataclass(frozen=True)
+class CauseBudgets:
+    """The budgets per cause the pods of one template carry (its labels, as the controller
+    reads them; ``None``: none)."""
+
+    max_disruptions: int | None = None
+    max_in_place_restarts: int | None = None
+    peer_disruptions: str | None = None
+
+    @classmethod
+    def of(cls, template: Mapping[str, Any]) -> CauseBudgets:
+        """What a pod template's labels say (a label that does not parse says nothing)."""
+        labels = mapping(mapping(template.get("metadata")).get("labels"))
+
+        def read(key: str, parse: Callable[[str], Any]) -> Any:
+            raw = labels.get(PREFIX + key)
+            try:
+                return parse(raw) if isinstance(raw, str) else None
+            except BadValue:
+                return None
+
+        return cls(
+            read("max-disruptions", parse_count),
+            read("max-in-place-restarts", parse_restart_budget),
+            read("peer-disruptions", parse_peer_disruptions),
+        )
+
+
+# --- the rules the controller enforces ---------------------------------------------------
+
+
+def disruption(number: int, limit: int) -> Literal["free", "counted"]:
+    """What disruption ``number`` (1-based, in its scope: ``disruption_scope``) of a
+    workload with ``max-disruptions: limit`` is: the first ``limit`` are free (the Ignore
+    rule on DisruptionTarget takes their pods), each one after is counted (the
+    controller marks its pod ``DisruptionBudgetExhausted``, which a Count rule takes)."""
+    return "free" if number <= limit else "counted"
+
+
+def replaced(restarts: int, limit: int | None) -> bool:
+    """Whether a pod that restarted in place ``restarts`` times in all has used its
+    ``max-in-place-restarts: limit`` (``None``: no such budget): the controller then
+    marks it ``InPlaceBudgetExhausted`` and ends it by its deadline, and its replacement
+    is counted."""
+    return limit is not None and restarts >= limit
+
+
+def disruption_scope(pod: Mapping[str, Any]) -> str | None:
+    """The lineage a disruption counts against: the index, for an Indexed Job's pod with a
+    budget per index (only then does it carry ``job-index-failure-count``); ``None``: the
+    whole workload (a Job, a JobSet)."""
+    meta = mapping(pod.get("metadata"))
+    annotations = mapping(meta.get("annotations"))
+    labels = mapping(meta.get("labels"))
+    if labels.get(JOBSET_UID):
+        return None
+    if INDEX_FAILURE_COUNT in annotations and COMPLETION_INDEX in annotations:
+        return lineage_key(meta)
+    return None
+
+
+# --- what admission writes for them ------------------------------------------------------
 
 
 def rules(policy: Policy) -> list[tuple[dict[str, Any], str]]:

@@ -10,12 +10,12 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   the JobSet restart-attempt and index failure-count it takes attempts from, and a pod
   that learns from earlier attempts its completion index and JobSet labels, the set's UID
   among them, and one that may be held back JobSet's exclusive placement annotations), a
-  Job's Kueue queue label (``mutators.queued``), the
+  Job's Kueue queue label (``plan.queued``), the
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
   reduced to what ``webhook.kube.intent`` is asked of a Job: which of the spec fields in
-  ``mutators.job.INTENT_FIELDS`` the last-applied record and the server-side-apply
+  ``kinds.jobspec.INTENT_FIELDS`` the last-applied record and the server-side-apply
   entries name;
 - the spec (a Job's whole, but its pod template), and of a pod template or a pod spec:
   restartPolicy, nodeSelector, affinity, nodeName, the memory of pod-level resources, the
@@ -40,12 +40,13 @@ a mapping) get no view: the mutator then runs on the whole object.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from webhook.cluster import history
+from webhook.kinds.jobspec import INTENT_FIELDS
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
     EXCLUSIVE_TOPOLOGY,
@@ -59,17 +60,16 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
-from webhook.mutators.job import INTENT_FIELDS
 from webhook.policy.config import Config
 from webhook.policy.model import PREFIX
 
-#: A pod annotated with its attempt looks nothing up (``mutators.pod.attempt_of``).
+#: A pod annotated with its attempt looks nothing up (``kinds.pod.mutate.attempt_of``).
 ATTEMPT = PREFIX + "attempt"
 #: The keys that make a pod learn from earlier attempts (``history.wants_history``);
-#: containers' memory is read only for the first (``webhook.mutators.failureaware``).
+#: containers' memory is read only for the first (``webhook.plan.failureaware``).
 OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 #: The keys that make a pod read its attempt and the previous failure
-#: (``webhook.mutators.between``): as one that learns from earlier attempts, and with
+#: (``webhook.plan.delays``): as one that learns from earlier attempts, and with
 #: ``retry-delay`` its scheduling gates and labels, which the gate is written into.
 ATTEMPT_ENV, RETRY_DELAY = PREFIX + "attempt-env", PREFIX + "retry-delay"
 
@@ -79,7 +79,7 @@ POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName", "activ
 CONTAINER_GROUPS = ("initContainers", "containers")
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy", "restartPolicyRules")
-#: The key that makes a mutator write containers' restart fields (``mutators.inplace``).
+#: The key that makes a mutator write containers' restart fields (``plan.inplace``).
 IN_PLACE = PREFIX + "in-place-exit-codes"
 #: Of a pod's annotations and labels besides ours, those it takes its attempt from; one
 #: that learns from earlier attempts (``webhook.cluster.history``) also reads where it belongs:
@@ -90,7 +90,7 @@ POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, COMPLETION_INDEX)
 #: (``webhook.kube.jobsetplacement``).
 POD_GATED_ANNOTATIONS = (JOBSET_NAME, EXCLUSIVE_TOPOLOGY, NODE_SELECTOR_STRATEGY)
 POD_LABELS = (RESTART_ATTEMPT,)
-#: Of a Job's labels, the one that queues it in Kueue (``mutators.queued``).
+#: Of a Job's labels, the one that queues it in Kueue (``plan.queued``).
 JOB_LABELS = (QUEUE_LABEL,)
 POD_HISTORY_LABELS = (
     *POD_LABELS,
@@ -167,24 +167,6 @@ def _asks(metadata: Mapping[str, Any], key: str) -> bool:
     return isinstance(annotations, dict) and key in annotations
 
 
-#: The kinds with a view, by (group, kind): each made from the object and the config.
-VIEWS: dict[
-    tuple[str, str], Callable[[Mapping[str, Any], Config | None], dict[str, Any] | None]
-] = {
-    ("batch", "Job"): job_view,
-    ("", "Pod"): pod_view,
-}
-
-
-def view_of(
-    group: str, kind: str, obj: Mapping[str, Any], config: Config | None = None
-) -> dict[str, Any] | None:
-    """The view of ``obj`` for its kind's mutator under ``config``; ``None``: run on the
-    whole object."""
-    make = VIEWS.get((group, kind))
-    return make(obj, config) if make is not None else None
-
-
 # Every part keeps the order of the object's keys: the patch lists its operations in
 # that order, and the view's patch must be the object's, operation for operation.
 
@@ -213,7 +195,7 @@ def _metadata(
 ) -> dict[str, Any]:
     """``keep_labels``: the labels mapping stays, reduced to ``labels``, even when none of
     them is there (a mutator writes into it). ``ours``: a pod template's, whose
-    ``retry-policy.dev/`` labels the Job mutator writes (``mutators.budgets``): they, and
+    ``retry-policy.dev/`` labels the Job mutator writes (``plan.causes``): they, and
     the labels mapping itself, are kept."""
     meta: dict[str, Any] = {}
     for key, value in metadata.items():

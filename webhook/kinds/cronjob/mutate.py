@@ -22,32 +22,25 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.kube import failurepolicy as fp
-from webhook.kube import intent
-from webhook.kube.restartrules import RESTART
-from webhook.kube.wellknown import LAST_APPLIED
-from webhook.mutators import (
-    Context,
-    Outcome,
-    default_layers,
-    has_policy_annotations,
-    inplace,
-    items,
-    mapping,
-    register,
-)
-from webhook.mutators.job import (
-    POD_KEYS,
+from webhook.kinds.jobspec import POD_KEYS, apply_job_spec
+from webhook.kinds.workload import (
     WorkloadMutator,
-    apply_job_spec,
     check_error_propagation,
     concurrent_pods,
     get_path,
-    job_limit_field,
     note_peers,
 )
+from webhook.kube import failurepolicy as fp
+from webhook.kube import intent
+from webhook.kube.objects import items, mapping
+from webhook.kube.restartrules import RESTART
+from webhook.kube.wellknown import LAST_APPLIED
+from webhook.plan import inplace
+from webhook.plan.model import job_limit_field
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import default_layers, has_policy_annotations
+from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
-    APPLIED,
     PREFIX,
     Layer,
     Policy,
@@ -63,7 +56,6 @@ JOB_TEMPLATE = ("spec", "jobTemplate")
 JOB_SPEC = (*JOB_TEMPLATE, "spec")
 
 
-@register
 class CronJobMutator(WorkloadMutator):
     group = "batch"
     kind = "CronJob"
@@ -125,13 +117,10 @@ def _annotations(cronjob: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
 def _forget_previous(cronjob: Mapping[str, Any], job_spec: dict[str, Any]) -> None:
     """Take out of the jobTemplate what the previous admission wrote (its ``applied``
     record says what), unless the user's own manifest has it too."""
-    annotations = mapping(mapping(cronjob.get("metadata")).get("annotations"))
-    try:
-        record = json.loads(annotations.get(APPLIED) or "{}")
-    except ValueError:
+    applied = AppliedRecord.of(cronjob)
+    if applied is None:
         return
-    if not isinstance(record, dict):
-        return
+    record = dict(applied.settings)
     field = job_limit_field(JOB_SPEC, job_spec, defaulted=False)
     if (
         field.path[-1] == "backoffLimit"  # a per-index budget is always the user's own
@@ -198,7 +187,7 @@ def _codes(value: Any) -> list[int] | None:
 def _forget_restart_rules(
     cronjob: Mapping[str, Any], job_spec: dict[str, Any], record: dict
 ) -> None:
-    """The previous policy's container restart rule (``mutators.inplace``), and the
+    """The previous policy's container restart rule (``plan.inplace``), and the
     container ``restartPolicy: Never`` it came with, where the manifest has neither."""
     codes = _codes(record.get("inPlaceExitCodes"))
     if codes is None:

@@ -10,16 +10,16 @@ them and the workload was already validated; they are admitted with a warning
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from webhook.cluster import history, limits
-from webhook.cluster import nodes as placement
+from webhook.cluster import history
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
+from webhook.kinds import inplace as in_place_rules
 from webhook.kube import limitrange, podspec, scheduling
+from webhook.kube.objects import controller_of
 from webhook.kube.owned import Owned
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
@@ -28,17 +28,11 @@ from webhook.kube.wellknown import (
     KUBEFLOW_GROUP,
     RESTART_ATTEMPT,
 )
-from webhook.mutators import (
-    Context,
-    Outcome,
-    between,
-    controller_of,
-    failureaware,
-    has_policy_annotations,
-    inplace,
-    pod_policy,
-    register,
-)
+from webhook.plan import delays, failureaware, inplace
+from webhook.plan.model import non_spot as placement_rule
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import has_policy_annotations, pod_policy
+from webhook.plan.record import AppliedRecord
 from webhook.policy.model import (
     APPLIED,
     PREFIX,
@@ -50,7 +44,6 @@ from webhook.policy.model import (
 from webhook.problems import Problem
 
 
-@register
 class PodMutator:
     group = ""
     kind = "Pod"
@@ -58,8 +51,8 @@ class PodMutator:
     enforce_applied = False
     #: All this mutator writes (``webhook.kube.owned``): the copy it edits shares the rest.
     owns: Owned = {
-        "metadata": {**podspec.METADATA_OWNED, **between.METADATA_OWNED},
-        "spec": {**podspec.POD_SPEC_OWNED, **between.SPEC_OWNED},
+        "metadata": {**podspec.METADATA_OWNED, **delays.METADATA_OWNED},
+        "spec": {**podspec.POD_SPEC_OWNED, **delays.SPEC_OWNED},
     }
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
@@ -114,19 +107,19 @@ class PodMutator:
             learned = self._learn(pod, spec, policy, owner, ctx, out)
             if learned:
                 record = {**(record or {}), **learned}
-        if between.wanted(policy):
+        if delays.wanted(policy):
             held = self._between(pod, spec, policy, owner, ctx, out)
             if held:
                 record = {**(record or {}), **held}
         if record is not None and not out.problems:
-            text = json.dumps(record, sort_keys=True, separators=(",", ":"))
-            podspec.set_annotation(metadata, APPLIED, text)
+            previous = AppliedRecord.of(pod)
+            AppliedRecord(record, out.origins(previous)).write(metadata, previous)
         return out
 
     def _in_place(
         self, spec: dict[str, Any], policy: Policy, owner: Any, ctx: Context, out: Outcome
     ) -> dict[str, Any] | None:
-        """A bare Pod's own in-place restarts (``webhook.mutators.inplace``). A controller's
+        """A bare Pod's own in-place restarts (``webhook.plan.inplace``). A controller's
         pods get them from the workload's template, where the whole policy is checked."""
         if owner is not None:
             problem = Problem(
@@ -144,10 +137,10 @@ class PodMutator:
         if out.problems or not policy.in_place_exit_codes:
             return None
         if deadline is not None:
-            inplace.write_deadline(
+            in_place_rules.write_deadline(
                 spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
             )
-        inplace.apply(spec, policy, out, "")
+        in_place_rules.apply(spec, policy, out, "")
         return {
             "inPlaceExitCodes": list(policy.in_place_exit_codes),
             "inPlaceScope": policy.in_place_scope,
@@ -212,7 +205,7 @@ class PodMutator:
             # backoff-limit was written, and the last attempts are the last of the budget
             # the Job controller enforces (``exceedsBackoffLimit`` reads the live spec).
             attempts = lookup.budget + 1
-        non_spot = failures >= attempts - n
+        non_spot = placement_rule(failures, attempts - 1, n)
         record = {"attempt": failures, "attempts": attempts, "nonSpot": non_spot}
         if not non_spot:
             return record
@@ -244,7 +237,7 @@ class PodMutator:
             )
         return record
 
-    # --- between attempts (``webhook.mutators.between``) ------------------------------------------
+    # --- between attempts (``webhook.plan.delays``) ------------------------------------------
     def _between(
         self,
         pod: dict[str, Any],
@@ -255,7 +248,7 @@ class PodMutator:
         out: Outcome,
     ) -> dict[str, Any] | None:
         """The attempt env vars (``attempt-env``) and the retry-delay gate."""
-        problems = between.check(policy, ctx, "annotation")
+        problems = delays.check(policy, ctx, "annotation")
         if owner is None and policy.attempt is None:
             for name in ("attempt-env", "retry-delay"):
                 if policy.explicit(name) and policy.value(name) not in (False, None):
@@ -267,10 +260,10 @@ class PodMutator:
                             "missing-attempt",
                         )
                     )
-        node = between.pinned(spec)
+        node = delays.pinned(spec)
         if owner is None and node is not None and policy.retry_delay is not None:
-            # (A controller's pod is only never gated: ``between.hold``.)
-            message = between.pinned_message(node, policy.retry_delay, "spec")
+            # (A controller's pod is only never gated: ``delays.hold``.)
+            message = delays.pinned_message(node, policy.retry_delay, "spec")
             problems.append(Problem(f"annotation {PREFIX}retry-delay", message, "node-name"))
         if problems:
             self._report(out, problems, owner)
@@ -283,10 +276,10 @@ class PodMutator:
                 f"{attempt.unseen} earlier failure(s) of this Job were not examined"
             )
         if policy.attempt_env:
-            between.add_env(spec, attempt, out, policy.setting("attempt-env"), owner is None)
-        return between.hold(pod, policy, attempt, ctx, out, owner is None)
+            delays.add_env(spec, attempt, out, policy.setting("attempt-env"), owner is None)
+        return delays.hold(pod, policy, attempt, ctx, out, owner is None)
 
-    # --- failure-aware retries (``webhook.mutators.failureaware``) -------------------------------
+    # --- failure-aware retries (``webhook.plan.failureaware``) -------------------------------
     def _learn(
         self,
         pod: dict[str, Any],
@@ -365,7 +358,7 @@ class PodMutator:
         if isinstance(raised, dict):
             return {"memoryRaised": raised}  # done at this pod's first admission
         namespace = ctx.namespace or ""
-        bounds = limits.ask(ctx.attempts, namespace)
+        bounds = ctx.cluster.limit_ranges(namespace)
         if not bounds.known:
             out.note(
                 f"retry-policy: memory not raised after OOM kills: the LimitRanges of "
@@ -459,7 +452,7 @@ class PodMutator:
                 f"only run there ({pinned}); not avoided"
             )
             return {}
-        answer = placement.ask(ctx.attempts, scheduling.placement(spec, nodes))
+        answer = ctx.cluster.placement(scheduling.placement(spec, nodes))
         record: dict[str, Any] = {"avoidedNodes": len(nodes)}
         if answer.known and answer.fits:
             changed = podspec.avoid_nodes(spec, nodes)
@@ -567,11 +560,8 @@ def _applied(metadata: Any) -> dict[str, Any]:
     """What this webhook recorded on the pod before (a reinvocation sees it)."""
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     raw = annotations.get(APPLIED) if isinstance(annotations, dict) else None
-    try:
-        record = json.loads(raw) if isinstance(raw, str) else {}
-    except ValueError:
-        return {}
-    return record if isinstance(record, dict) else {}
+    record = AppliedRecord.parse(raw)
+    return dict(record.settings) if record is not None else {}
 
 
 def failure_history(
@@ -599,7 +589,7 @@ def failure_history(
         except BadValue:
             pass
     if not per_index:
-        counted = ctx.attempts.job_failures(namespace, name, uid)
+        counted = ctx.cluster.job_failures(namespace, name, uid)
         if counted.failures is None:
             return history.unknown(counted.reason), 0
         expected, terminating = counted.failures, counted.terminating
@@ -615,7 +605,7 @@ def failure_history(
         jobset=place[0] if place else None,
         run=history.jobset_run(metadata) if place else 0,
     )
-    return history.ask(ctx.attempts, key), terminating
+    return ctx.cluster.job_history(key), terminating
 
 
 def _pytorchjob_pod(owner: Mapping[str, Any] | None) -> bool:
@@ -670,13 +660,13 @@ def attempt_of(
             pass
     if owner is not None and owner.get("kind") == "Job" and owner.get("uid"):
         namespace = namespace_of(metadata, ctx)
-        return ctx.attempts.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
+        return ctx.cluster.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
     return AttemptLookup(None, "none", f"no {PREFIX}attempt annotation and no owning Job")
 
 
 def attempt_here(
     pod: Mapping[str, Any], policy: Policy, owner: Mapping[str, Any] | None, ctx: Context
-) -> between.Attempt:
+) -> delays.Attempt:
     """Which attempt a pod is, of how many, and what the previous one failed of, when:
     its failures from ``attempt_of``, but for an Indexed Job whose budget the indexes
     share, the failures of its own index (the failure history counts them); its budget
@@ -704,19 +694,17 @@ def attempt_here(
     needs_history = shared_index or (failures or 0) > 0
     if not needs_history or owner is None:
         reason = "a bare Pod's failures are not recorded" if owner is None else ""
-        return between.Attempt(
+        return delays.Attempt(
             failures, lookup.source, lookup.reason, attempts, history_reason=reason
         )
     found, _ = failure_history(pod, owner, ctx)
     if shared_index:
         if not found.known:
-            return between.Attempt(
-                None, "none", found.reason, attempts, history_reason=found.reason
-            )
+            return delays.Attempt(None, "none", found.reason, attempts, history_reason=found.reason)
         failures = found.index_failures
         if failures == 0:
-            return between.Attempt(0, "failure history", "", attempts, history=True)
-    return between.Attempt(
+            return delays.Attempt(0, "failure history", "", attempts, history=True)
+    return delays.Attempt(
         failures,
         lookup.source if not shared_index else "failure history",
         lookup.reason,

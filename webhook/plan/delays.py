@@ -44,7 +44,7 @@ from typing import Any
 from webhook.cluster.leadership import GateReleases, LeaderLive, Now, Passed
 from webhook.kube import gates, jobsetplacement, podspec
 from webhook.kube.owned import ALL, SHALLOW, Owned
-from webhook.mutators.base import Context, Outcome
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import (
     PREFIX,
     Policy,

@@ -28,7 +28,7 @@ from typing import Any
 
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import QUEUE_LABEL
-from webhook.mutators.base import Context, Outcome
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import (
     PREFIX,
     Policy,

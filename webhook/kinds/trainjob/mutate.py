@@ -43,35 +43,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster import runtimes as rt
-from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_API_VERSION, TRAINER_GROUP
-from webhook.mutators import (
-    Change,
-    Context,
-    Outcome,
-    budgets,
-    failureaware,
-    inplace,
-    items,
-    mapping,
-    queued,
-    register,
-)
-from webhook.mutators.job import (
-    PEERS_UNBOUNDED,
-    UNBOUNDED,
-    WorkloadMutator,
-    get_path,
-    note_peers,
-    pod_count,
-    unbounded_note,
-)
-from webhook.mutators.jobset import (
+from webhook.kinds import inplace as in_place_rules
+from webhook.kinds.jobset.mutate import (
     INITIALIZER_STEPS,
     JobSetMutator,
     check_unsupported,
-    in_place_bound,
     initializers,
 )
+from webhook.kinds.jobset.rules import in_place_bound
+from webhook.kinds.jobspec import PEERS_UNBOUNDED, UNBOUNDED, unbounded_note
+from webhook.kinds.workload import WorkloadMutator, get_path, note_peers, pod_count
+from webhook.kube.objects import items, mapping
+from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_API_VERSION, TRAINER_GROUP
+from webhook.plan import causes, failureaware, inplace, queued
+from webhook.plan.outcome import Change, Context, Outcome
 from webhook.policy.model import (
     APPLIED,
     CARRIED_SOURCES,
@@ -472,7 +457,6 @@ def _annotated(policy: Policy) -> Setting | None:
     return next((s for s in policy.settings.values() if s.source is Source.ANNOTATION), None)
 
 
-@register
 class TrainJobMutator(WorkloadMutator):
     group = TRAINER_GROUP
     kind = KIND
@@ -494,7 +478,7 @@ class TrainJobMutator(WorkloadMutator):
         if out.problems:
             # The needs between the valid keys are said with them: one apply shows all.
             failureaware.lacks_limit(policy, out)
-            budgets.check(policy, out)
+            causes.check(policy, out)
             return out
         changed_spec = copy.deepcopy(spec)
         label, found = find_runtime(trainjob, ctx)
@@ -683,7 +667,7 @@ def _bound_in_place(
         policy, inplace.Bound(present, fields), ctx, out, "no retry budget"
     )
     if deadline is not None:
-        inplace.write_deadline(
+        in_place_rules.write_deadline(
             spec, "activeDeadlineSeconds", deadline, "spec.activeDeadlineSeconds", out
         )
     return policy

@@ -1,47 +1,32 @@
-"""batch/v1 Job (Indexed Jobs included), and the JobSpec logic every batch kind reuses.
+"""The JobSpec logic every batch kind reuses: a policy checked against one JobSpec and
+written into it (rules, labels, pod annotations, placement, memory, in-place restarts).
 
 ``apply_job_spec`` works on any JobSpec (a Job's, a CronJob's jobTemplate, a JobSet's
 replicated Job template) so the same annotation means the same thing on all of them;
 its ``path`` names the spec's real location, so messages and the written-or-defaulted
 lookups point at the field the user actually wrote (``spec.jobTemplate.spec.backoffLimit``).
-
-The ``LimitField`` helpers map ``backoff-limit`` onto whichever field holds a kind's
-retry budget (``backoffLimit``, ``backoffLimitPerIndex``, a JobSet's ``maxRestarts``, a
-RayJob's ``backoffLimit``, a PyTorchJob's ``runPolicy.backoffLimit``) with one rule for
-all of them: an annotation wins and contradicting an explicit spec value is denied, a
-value the user wrote beats admin defaults, a value the API server defaulted does not,
-and the guard rail applies to the result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-from webhook.cluster.record import Record
+from webhook.kinds import inplace as in_place_rules
+from webhook.kinds.workload import (
+    add_error_propagation,
+    enforce_rail,
+    resolve_limit,
+    write_limit,
+)
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, podspec
+from webhook.kube.objects import mapping
 from webhook.kube.owned import ALL, Owned
-from webhook.kube.wellknown import JOBSET_GROUP
-from webhook.mutators import (
-    Context,
-    Outcome,
-    affected_unannotated,
-    applied_record,
-    between,
-    budgets,
-    controller_of,
-    failureaware,
-    has_policy_annotations,
-    inplace,
-    mapping,
-    queued,
-    register,
-    workload_policy,
-)
+from webhook.plan import causes, delays, failureaware, inplace, queued
+from webhook.plan.model import BudgetPlan, job_limit_field
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import (
-    APPLIED,
     BUILTIN,
     PREFIX,
     Policy,
@@ -56,7 +41,6 @@ from webhook.policy.model import (
 )
 from webhook.problems import Problem
 
-API_DEFAULT_BACKOFF_LIMIT = 6
 #: Pod-level keys copied onto the pod template so pod admission needs no lookup.
 POD_KEYS = (
     "backoff-limit",
@@ -70,8 +54,8 @@ POD_KEYS = (
     "retry-delay-factor",
     "retry-delay-max",
 )
-#: Sources whose values the webhook writes into the spec (the user's own spec is kept).
-WRITTEN_SOURCES = (Source.ANNOTATION, Source.NAMESPACE, Source.CLUSTER)
+
+
 #: The settings that add podFailurePolicy rules of their own (so need what one needs).
 RULE_KEYS = (
     "fail-non-retriable",
@@ -79,10 +63,13 @@ RULE_KEYS = (
     "peer-disruptions",
     "max-in-place-restarts",
 )
+
+
 #: The fields of a Job's spec whose intent (written, or defaulted?) ``apply_job_spec`` asks
 #: ``webhook.kube.intent`` about: the retry budget's field and podReplacementPolicy. A Job's
-#: view (``webhook.admission.view``) keeps only these of its records of intent.
+#: view (``webhook.kinds.view``) keeps only these of its records of intent.
 INTENT_FIELDS = ("backoffLimit", "backoffLimitPerIndex", "podReplacementPolicy")
+
 
 #: All ``apply_job_spec`` and ``finish`` write in a Job (``webhook.kube.owned``): the copy it
 #: edits shares the rest (the containers' other fields, volumes, managedFields...).
@@ -90,513 +77,26 @@ JOB_SPEC_OWNED: dict[str, Owned] = {
     "podFailurePolicy": ALL,
     "template": {"metadata": podspec.METADATA_OWNED, "spec": podspec.POD_SPEC_OWNED},
 }
+
+
 JOB_OWNED: Owned = {"metadata": podspec.METADATA_OWNED, "spec": JOB_SPEC_OWNED}
 
 
-class WorkloadMutator:
-    """What every workload mutator does around its kind's own part (``apply``): skip
-    objects the policy cannot touch, resolve the policy (annotations over admin defaults),
-    and record what was applied. Subclasses set ``group`` and ``kind`` and are registered
-    with ``@register``; ``applies`` and ``mutate`` are the interface the engine calls."""
-
-    group = ""
-    kind = ""
-    enforce_applied = True
-    #: What ``mutate`` may write (``webhook.kube.owned``); ``ALL``: anything, a full copy.
-    owns: Owned = ALL
-
-    def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
-        metadata = obj.get("metadata")
-        return has_policy_annotations(metadata) or affected_unannotated(metadata, ctx)
-
-    def mutate(self, obj: dict[str, Any], ctx: Context) -> Outcome:
-        out = Outcome()
-        if not self.applies(obj, ctx):
-            return out
-        policy = self.apply(obj, self.policy(obj, ctx, out), ctx, out)
-        finish(obj, policy, out)
-        return out
-
-    def policy(self, obj: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
-        """The object's annotations over namespace and cluster defaults."""
-        policy, problems = workload_policy(obj.get("metadata"), ctx)
-        out.problems.extend(problems)
-        return policy
-
-    def apply(self, obj: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
-        """Check and apply ``policy`` to this kind; return it as resolved against the spec."""
-        raise NotImplementedError
-
-    def budget_field(self, obj: Mapping[str, Any]) -> LimitField | None:
-        """Where this kind keeps a retry budget that may be changed after creation (its
-        UPDATE is checked: ``check_update``); ``None`` when there is none."""
-        return None
-
-    def check_update(self, obj: Mapping[str, Any], old: Mapping[str, Any]) -> UpdateCheck:
-        """On UPDATE: a changed retry budget must still agree with the object's own
-        ``backoff-limit`` annotation, as it must at creation."""
-        field = self.budget_field(obj)
-        if field is None:
-            return [], [], set()
-        return check_budget_update(obj, old, field)
-
-
-@register
-class JobMutator(WorkloadMutator):
-    group = "batch"
-    kind = "Job"
-    owns = JOB_OWNED
-
-    def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
-        if made_from_template(job.get("metadata")):
-            return False
-        # Our keys on the pod template alone are checked too: some belong on the Job.
-        template = get_path(job, ("spec", "template", "metadata"))
-        return super().applies(job, ctx) or has_policy_annotations(template)
-
-    def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
-        spec = job.get("spec")
-        if not isinstance(spec, dict):
-            out.problems.append(Problem("spec", "a Job needs a spec"))
-            return policy
-        policy = check_error_propagation(policy, self.kind, out)
-        policy = apply_job_spec(job, ("spec",), spec, policy, ctx, out)
-        note_peers(policy, concurrent_pods(spec), out)
-        return policy
-
-    def budget_field(self, job: Mapping[str, Any]) -> LimitField | None:
-        """``spec.backoffLimit``, the one budget field the API lets change
-        (``ValidateJobSpecUpdate``: backoffLimitPerIndex and podFailurePolicy are
-        immutable); a per-index Job's annotation is its immutable per-index budget, and the
-        Jobs of a CronJob or JobSet follow their parent's policy."""
-        spec = job.get("spec")
-        if made_from_template(job.get("metadata")) or not isinstance(spec, dict):
-            return None
-        if spec.get("backoffLimitPerIndex") is not None:
-            return None
-        return job_limit_field(("spec",), spec)
-
-    def check_update(self, job: Mapping[str, Any], old: Mapping[str, Any]) -> UpdateCheck:
-        if lowered_by_controller(job, old):
-            return [], [], {"history"}
-        problems, warnings, current = super().check_update(job, old)
-        field = self.budget_field(job)
-        if field is not None and get_path(job, field.path) != get_path(old, field.path):
-            problems.extend(_non_spot_update(job, old, field, warnings))
-        return problems, warnings, current
-
-
-def lowered_by_controller(job: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Whether an update is the controller's count of disruptions past max-disruptions
-    whose pods failed unmarked (``webhook.controller.disruptions``): ``backoffLimit``
-    lowered by exactly what the record, written in the same patch, says it lowered more.
-    The annotation keeps the budget asked for; the record says what was spent from it."""
-    new_limit, old_limit = (
-        get_path(job, ("spec", "backoffLimit")),
-        get_path(old, ("spec", "backoffLimit")),
-    )
-    if not isinstance(new_limit, int) or not isinstance(old_limit, int) or new_limit >= old_limit:
-        return False
-    new_record, old_record = Record.of(job), Record.of(old)
-    if new_record is None:
-        return False
-    before = old_record.lowered if old_record is not None else 0
-    return new_record.lowered - before == old_limit - new_limit
-
-
-#: Kinds whose Jobs are made from a template this webhook already applied the policy to.
-TEMPLATE_OWNERS = {("batch", "CronJob"), (JOBSET_GROUP, "JobSet")}
-
-
-def made_from_template(metadata: Any) -> bool:
-    """Whether a Job was made by a CronJob or a JobSet, whose admission already applied the
-    policy to the template the Job was made from. Its own admission leaves it alone: the
-    policy is already in its spec, applying it again (or an admin default that has changed
-    since) could only disagree with what was validated, and in a JobSet ``backoff-limit``
-    means restarts of the set, not retries of the child Job."""
-    if not isinstance(metadata, dict):
-        return False
-    ref = controller_of(metadata)
-    if ref is None:
-        return False
-    group = str(ref.get("apiVersion") or "").rpartition("/")[0]
-    return (group, str(ref.get("kind"))) in TEMPLATE_OWNERS
-
-
-def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
-    """Record what was applied, unless the object is denied anyway."""
-    if out.problems:
-        return
-    if out.changes or policy.active:
-        # Bookkeeping, not a change worth a warning of its own.
-        podspec.set_annotation(obj.get("metadata"), APPLIED, applied_record(policy))
-
-
-# --- the retry budget field, for every kind ----------------------------------------
-
-
-@dataclass(frozen=True)
-class LimitField:
-    """Where a kind keeps the budget ``backoff-limit`` maps onto.
-
-    ``api_default`` is what the API server fills in when the field is unset (so a value
-    equal to it may not have been written); ``absent`` is what the controller uses when
-    the field is missing (``None``: no limit).
-    """
-
-    path: tuple[str | int, ...]
-    api_default: int | None
-    absent: int | None
-
-    @property
-    def name(self) -> str:
-        return intent.dotted(self.path)
-
-
-def job_limit_field(
-    path: Sequence[str | int], spec: Mapping[str, Any], defaulted: bool = True
-) -> LimitField:
-    """A JobSpec's budget: ``backoffLimitPerIndex`` when set (each index has its own
-    budget, and the Job-wide ``backoffLimit``, defaulted to 2147483647, stays as it is),
-    else ``backoffLimit`` (6 when unset; the API server fills that in only in a Job's own
-    spec, so in a template (``defaulted=False``) any value present was written)."""
-    if spec.get("backoffLimitPerIndex") is not None:
-        return LimitField((*path, "backoffLimitPerIndex"), None, None)
-    api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
-    return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
-
-
-#: What an UPDATE check finds: problems (the update is denied), warnings, and the names
-#: of changed annotations that now describe this object (not only objects made later).
-UpdateCheck = tuple[list[Problem], list[str], set[str]]
-
-
-def check_budget_update(
-    obj: Mapping[str, Any], old: Mapping[str, Any], field: LimitField
-) -> UpdateCheck:
-    """A budget field changed by an UPDATE against the object's ``backoff-limit``
-    annotation: they must agree (change both, or remove the annotation), or the
-    annotation and ``retry-policy.dev/applied`` would promise a budget the controller no
-    longer enforces."""
-    new, before = get_path(obj, field.path), get_path(old, field.path)
-    if new == before:
-        return [], [], set()
-    values, _ = parse_annotations(mapping(obj.get("metadata")).get("annotations"), Scope.WORKLOAD)
-    if "backoff-limit" not in values:
-        return [], [], set()
-    effective = new if isinstance(new, int) else field.absent
-    if values["backoff-limit"] == effective:
-        return [], [], {"backoff-limit"}
-    problem = Problem(
-        f"annotation {PREFIX}backoff-limit",
-        f"{values['backoff-limit']} contradicts {field.name}: {new} (changed from {before}); "
-        "change the annotation with it, or remove the annotation",
-        "contradiction",
-    )
-    return [problem], [], set()
-
-
-def _non_spot_update(
-    job: Mapping[str, Any], old: Mapping[str, Any], field: LimitField, warnings: list[str]
-) -> list[Problem]:
-    """A Job whose pods are placed by ``non-spot-attempts``: its pods read the Job's
-    backoffLimit when they are created (``mutators.pod``), so placement follows the
-    change; only more non-spot attempts than the new budget has is refused, as at
-    creation (when annotated; with a value from a default every attempt goes to
-    non-spot nodes, with a warning)."""
-    template = get_path(job, ("spec", "template", "metadata", "annotations"))
-    pod_values, _ = parse_annotations(template if isinstance(template, dict) else None, Scope.POD)
-    n = pod_values.get("non-spot-attempts")
-    new = get_path(job, field.path)
-    if not n or not isinstance(new, int):
-        return []
-    change = f"{field.name} {get_path(old, field.path)} -> {new}"
-    attempts = new + 1
-    if n <= attempts:
-        warnings.append(
-            f"retry-policy: {change}: the Job's next pods place the last {n} of "
-            f"{attempts} attempts on non-spot nodes"
-        )
-        return []
-    annotated, _ = parse_annotations(
-        mapping(job.get("metadata")).get("annotations"), Scope.WORKLOAD
-    )
-    message = (
-        f"{n} is more than the {attempts} attempts {field.name} {new} + 1 allows "
-        f"(changed from {get_path(old, field.path)}); accepted: 0 to {attempts}"
-    )
-    if "non-spot-attempts" in annotated:
-        return [Problem(f"annotation {PREFIX}non-spot-attempts", message, "too-many-non-spot")]
-    warnings.append(f"retry-policy: {change}: every attempt will run on non-spot nodes")
-    return []
-
-
-def get_path(obj: Any, path: Sequence[str | int]) -> Any:
-    for part in path:
-        if isinstance(part, int):
-            obj = obj[part] if isinstance(obj, list) and 0 <= part < len(obj) else None
-        else:
-            obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
-
-
-def set_path(obj: dict[str, Any], path: Sequence[str | int], value: Any) -> bool:
-    """Set a value, creating missing (or null) parent mappings on the way; ``False`` when
-    a parent is of another type (a value there is the user's, never replaced)."""
-    *parents, last = path
-    node: Any = obj
-    for part in parents:
-        if not _holds(node, part):
-            return False
-        child = node[part] if isinstance(part, int) else node.get(part)
-        if child is None:
-            child = node[part] = {}
-        node = child
-    if not _holds(node, last):
-        return False
-    node[last] = value
-    return True
-
-
-def _holds(node: Any, part: str | int) -> bool:
-    if isinstance(part, int):
-        return isinstance(node, list) and 0 <= part < len(node)
-    return isinstance(node, dict)
-
-
-def resolve_limit(
-    obj: Mapping[str, Any], field: LimitField, policy: Policy, out: Outcome
-) -> Policy:
-    """Settle ``backoff-limit`` against ``field``, telling written values from defaulted ones."""
-    current = get_path(obj, field.path)
-    if current is not None and type(current) is not int:  # (a bool is not a count either)
-        # Only a file can say this (the API server refuses it before admission): dry-run.
-        out.problems.append(
-            Problem(
-                intent.dotted(field.path),
-                f"{current!r} is not a whole number; accepted: a count such as 3",
-                "invalid-spec",
-            )
-        )
-        return policy
-    wrote = intent.explicit(obj, field.path, current, field.api_default)
-    layered = policy.setting("backoff-limit")
-    if layered.source is Source.ANNOTATION:
-        if wrote and current != layered.value:
-            out.problems.append(
-                Problem(
-                    f"annotation {PREFIX}backoff-limit",
-                    f"{layered.value} contradicts {field.name}: {current} in your spec; "
-                    "remove one of them or make them equal",
-                    "contradiction",
-                )
-            )
-        return policy
-    if wrote and current != layered.value:
-        return with_setting(policy, "backoff-limit", Setting(current, Source.SPEC, field.name))
-    if layered.value is not None:
-        return policy
-    value = current if isinstance(current, int) else field.absent
-    return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
-
-
-def keep_spec_limit(obj: Mapping[str, Any], field: LimitField, policy: Policy) -> Policy:
-    """``policy`` with ``backoff-limit`` back to what the spec holds: a budget the webhook
-    must not write after all (a default skipped by a conflict)."""
-    current = get_path(obj, field.path)
-    value = current if isinstance(current, int) else None
-    return with_setting(policy, "backoff-limit", Setting(value, Source.KUBERNETES))
-
-
-def enforce_rail(policy: Policy, field: LimitField, ctx: Context, out: Outcome) -> Policy:
-    """``guardRails.maxBackoffLimit``: deny a budget someone asked for above it; lower one
-    that nobody asked for (an API default) to it."""
-    rails = ctx.config.rails(ctx.namespace)
-    limit = policy.backoff_limit
-    if rails.max_backoff_limit is None or limit is None or limit <= rails.max_backoff_limit:
-        return policy
-    setting = policy.setting("backoff-limit")
-    if setting.source in (Source.KUBERNETES, Source.BUILTIN):
-        return with_setting(
-            policy,
-            "backoff-limit",
-            Setting(rails.max_backoff_limit, Source.CLUSTER, "(guardRails.maxBackoffLimit)"),
-        )
-    subject = (
-        f"annotation {PREFIX}backoff-limit"
-        if setting.source is Source.ANNOTATION
-        else f"{field.name} ({setting.describe()})"
-    )
-    out.problems.append(
-        Problem(
-            subject,
-            f"{limit} is above this cluster's limit; accepted: 0 to "
-            f"{rails.max_backoff_limit} (guardRails.maxBackoffLimit)",
-            "guard-rail",
-        )
-    )
-    return policy
-
-
-def write_limit(obj: Any, field: LimitField, policy: Policy, out: Outcome) -> None:
-    """Write the resolved budget into the spec when the policy (not the user) set it."""
-    setting = policy.setting("backoff-limit")
-    if setting.source not in WRITTEN_SOURCES:
-        return
-    before = get_path(obj, field.path)
-    if before == policy.backoff_limit:
-        return
-    if not set_path(obj, field.path, policy.backoff_limit):
-        where = intent.dotted(field.path[:-1])
-        out.problems.append(Problem(where, "is not a mapping; cannot hold the retry budget"))
-        return
-    shown = "" if before is None else f" {before}"
-    out.changed(
-        f"retry-policy: {field.name}{shown} -> {policy.backoff_limit} "
-        f"({setting.describe('backoff-limit')})",
-        setting,
-    )
-
-
-def not_applicable(policy: Policy, name: str, kind: str, why: str, out: Outcome) -> Policy:
-    """A setting this kind cannot honour: denied when annotated, skipped (with a warning)
-    when an admin default asked for it; never silently ignored."""
-    out.conflict(policy, name, f"cannot apply to a {kind}: {why}", "not-applicable")
-    return with_setting(policy, name, Setting(BUILTIN[name], Source.BUILTIN))
-
-
-def check_not_applicable(
-    policy: Policy, kind: str, reasons: Mapping[str, str], out: Outcome
-) -> Policy:
-    """Every asked-for setting in ``reasons`` (name -> why not), and ``on-non-retriable:
-    fail-index`` (only Indexed Jobs have indexes), through ``not_applicable``."""
-    for name, why in reasons.items():
-        if policy.asks(name):
-            policy = not_applicable(policy, name, kind, why, out)
-    if policy.on_non_retriable == "fail-index":
-        policy = not_applicable(
-            policy, "on-non-retriable", kind, f"a {kind} has no completion indexes", out
-        )
-    return policy
-
-
-def check_error_propagation(policy: Policy, kind: str, out: Outcome) -> Policy:
-    """``error-propagation`` outside a PyTorchJob would hide the task's errors
-    (``podspec.NOT_A_PYTORCHJOB``): denied when annotated, skipped when a default."""
-    if policy.error_propagation:
-        policy = not_applicable(policy, "error-propagation", kind, podspec.NOT_A_PYTORCHJOB, out)
-    return policy
-
-
-def add_error_propagation(pod_spec: Any, label: str, policy: Policy, out: Outcome) -> None:
-    """The error-propagation env vars in every container of one pod template."""
-    if not policy.error_propagation or not isinstance(pod_spec, dict):
-        return
-    names = podspec.add_error_propagation(pod_spec, policy.error_propagation)
-    if names:
-        out.changed(
-            f"retry-policy: error-propagation env vars added to {label} " + ", ".join(names),
-            policy.setting("error-propagation"),
-        )
-
-
-# --- pods that run together ---------------------------------------------------------
-
-
-def pod_count(value: Any, default: int) -> int:
-    """A pod count field: a whole number >= 0, else ``default`` (absent or malformed)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return default
-    return value
-
-
-def concurrent_pods(spec: Mapping[str, Any]) -> int:
-    """How many pods of one JobSpec run at once: ``parallelism`` (1 when unset), at most
-    ``completions`` when set (``SetDefaults_Job`` leaves completions unset for a work
-    queue, where parallelism alone says how many run)."""
-    parallelism = pod_count(spec.get("parallelism"), 1)
-    completions = spec.get("completions")
-    if completions is None:
-        return parallelism
-    return min(parallelism, pod_count(completions, 1))
-
-
-def peers_note(pods: int) -> str:
-    """Said when non-retriable exits fail a workload of several pods running together."""
-    return (
-        f"retry-policy: {pods} pods: a preempted pod's peers fail it with their own exit "
-        "codes; set peer-disruptions"
-    )
-
-
-def note_peers(policy: Policy, pods: int, out: Outcome) -> None:
-    """With ``fail-non-retriable``, only the pod that was disrupted carries
-    ``DisruptionTarget`` (the rule that ignores or counts it matches that pod alone,
-    ``matchPodFailurePolicy``): the peers it worked with (a distributed training's other
-    ranks) lose it and exit with codes of their own (1, a timeout's), which the FailJob
-    rule matches, so one preemption fails the whole workload, unless ``peer-disruptions``
-    marks those peers (``mutators.budgets``). Said once per object."""
-    if policy.fail_non_retriable and pods > 1 and policy.peer_disruptions is None:
-        note = peers_note(pods)
-        if note not in out.notes:
-            out.note(note)
-
-
-# --- attempts of a pod, for non-spot placement --------------------------------------
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How the pods of one JobSpec count attempts, for non-spot placement.
-
-    A pod's attempt number counts *steps*. For a Job a step is one pod attempt (``steps``
-    = backoff limit + 1, ``per_step`` = 1). For a JobSet's replicated Job a step is one
-    run of the whole set (``steps`` = maxRestarts + 1, the pod's restart-attempt label),
-    and each run holds ``per_step`` = the child Job's backoffLimit + 1 pod attempts that
-    the pod cannot tell apart: the last ``ceil(N / per_step)`` runs go to non-spot nodes,
-    which covers at least the last N attempts (exactly N when the child backoffLimit is 0).
-    """
-
-    steps: int
-    per_step: int
-    text: str
-    scope: str
-    runs: bool = False
-
-    @classmethod
-    def of(cls, policy: Policy, field: LimitField, restarts: int | None) -> Budget:
-        limit = policy.backoff_limit or 0
-        name = str(field.path[-1])
-        if restarts is None:
-            scope = "each index of this Job has" if name == "backoffLimitPerIndex" else None
-            return cls(limit + 1, 1, f"{name} {limit} + 1", scope or "this Job has")
-        text = f"(maxRestarts {restarts} + 1) x ({name} {limit} + 1)"
-        return cls(restarts + 1, limit + 1, text, "this JobSet has", True)
-
-    @property
-    def total(self) -> int:
-        return self.steps * self.per_step
-
-    def pod_steps(self, n: int) -> int:
-        return -(-n // self.per_step)
-
-    def placement(self, n: int) -> str:
-        if not self.runs:
-            each = " of each index" if self.scope.startswith("each index") else ""
-            return (
-                f"retry-policy: the last {n} of {self.total} attempts{each} "
-                "will run on non-spot nodes"
-            )
-        text = (
-            f"retry-policy: the last {self.pod_steps(n)} of {self.steps} JobSet runs "
+def placement_text(budget: BudgetPlan, n: int) -> str:
+    """The warning for ``non-spot-attempts: n`` on pods that count ``budget``."""
+    if not budget.runs:
+        each = " of each index" if budget.unit == "index" else ""
+        return (
+            f"retry-policy: the last {n} of {budget.total} attempts{each} "
             "will run on non-spot nodes"
         )
-        if self.per_step > 1:
-            text += f" (at least the last {n} of {self.total} attempts)"
-        return text
-
-
-# --- one JobSpec ---------------------------------------------------------------------
+    text = (
+        f"retry-policy: the last {budget.pod_steps(n)} of {budget.steps} JobSet runs "
+        "will run on non-spot nodes"
+    )
+    if budget.per_step > 1:
+        text += f" (at least the last {n} of {budget.total} attempts)"
+    return text
 
 
 def resolve_backoff_limit(
@@ -627,7 +127,7 @@ def apply_job_spec(
 
     ``obj`` is the admitted object and ``path`` the location of ``spec`` in it (keys and
     list indexes). ``restarts`` is set when a parent recreates the Jobs made from this
-    spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``Budget``).
+    spec as a whole (a JobSet's ``maxRestarts``): pods then count runs (see ``BudgetPlan``).
     ``defaulted`` says whether the API server defaulted this JobSpec, as it does a Job's
     own spec but not a CronJob's or JobSet's template: there every value was written.
     ``outer_bound`` names a
@@ -645,7 +145,7 @@ def apply_job_spec(
         out.problems.append(Problem(f"{where}.template.spec", "a Job needs a pod template"))
         return policy
     pod_spec = template["spec"]
-    budget = Budget.of(policy, field, restarts)
+    budget = BudgetPlan.of(policy, field, restarts)
     policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
     bound = in_place_bound or inplace.Bound(
         outer_bound is not None or inplace.job_spec_bounded(spec),
@@ -655,12 +155,12 @@ def apply_job_spec(
     policy, deadline = inplace.check(
         policy, pod_spec, ctx, out, f"{where}.template", bound, _rules(spec)
     )
-    policy = budgets.check(policy, out)  # (in-place restarts turned off here)
+    policy = causes.check(policy, out)  # (in-place restarts turned off here)
     if out.problems:
         return policy
     write_limit(obj, field, policy, out)
     if deadline is not None:
-        inplace.write_deadline(
+        in_place_rules.write_deadline(
             spec, "activeDeadlineSeconds", deadline, f"{where}.activeDeadlineSeconds", out
         )
     _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
@@ -676,7 +176,7 @@ def _check_template(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     defaulted: bool,
 ) -> Policy:
     """Contradictions between the policy and the user's own spec, found before any change."""
@@ -715,10 +215,10 @@ def _check_template(
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
         policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
-    policy = budgets.check(policy, out)
+    policy = causes.check(policy, out)
     policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
-    policy = budgets.check(policy, out)  # (a default skipped for the rule limit)
+    policy = causes.check(policy, out)  # (a default skipped for the rule limit)
     policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
     queue = queued.queue_of(obj, path)
     policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where, queue)
@@ -732,17 +232,17 @@ def _check_between(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
     queue: str | None = None,
 ) -> Policy:
-    """``attempt-env`` and ``retry-delay`` (``webhook.mutators.between``): a new pod for
+    """``attempt-env`` and ``retry-delay`` (``webhook.plan.delays``): a new pod for
     each attempt (not ``restartPolicy: OnFailure``, except in a JobSet, whose every run
     makes new pods), ``retry-delay-max`` not below ``retry-delay``, the guard rail, no
     ``nodeName`` on the template, Kueue's ``waitForPodsReady`` when ``queue`` (its
-    LocalQueue) is set (``webhook.mutators.queued``), and a warning when the delays cannot
+    LocalQueue) is set (``webhook.plan.queued``), and a warning when the delays cannot
     fit in the deadline."""
-    if not between.wanted(policy):
+    if not delays.wanted(policy):
         for name in ("retry-delay-factor", "retry-delay-max"):
             if policy.setting(name).source is Source.ANNOTATION:
                 out.note(f"retry-policy: {name} has no effect without retry-delay")
@@ -759,7 +259,7 @@ def _check_between(
                     "restart-policy",
                 )
                 policy = with_setting(policy, name, Setting(BUILTIN[name], Source.BUILTIN))
-    for problem in between.check(policy, ctx, "annotation"):
+    for problem in delays.check(policy, ctx, "annotation"):
         if problem.reason == "guard-rail":
             out.problems.append(problem)
         else:
@@ -774,11 +274,11 @@ def _check_between(
 
 def _check_pinned(pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str) -> Policy:
     """No ``retry-delay`` on a template that names its node: its gated pods could not be
-    created (``between.pinned``). Denied when annotated, a default skipped."""
-    node = between.pinned(pod_spec)
+    created (``delays.pinned``). Denied when annotated, a default skipped."""
+    node = delays.pinned(pod_spec)
     if node is None or policy.retry_delay is None:
         return policy
-    message = between.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
+    message = delays.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
     out.conflict(policy, "retry-delay", message, "node-name")
     return with_setting(policy, "retry-delay", Setting(None, Source.BUILTIN))
 
@@ -788,7 +288,7 @@ def _check_deadline(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
 ) -> None:
     """A gated pod is active to its Job, whose ``activeDeadlineSeconds`` runs while it
@@ -815,10 +315,10 @@ def _check_failure_aware(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
 ) -> Policy:
-    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.mutators.failureaware``): pods
+    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.plan.failureaware``): pods
     made anew for later attempts (a JobSet's runs always are), a memory limit that can be
     met, and OOM kills that are retried."""
     if not policy.failure_aware:
@@ -909,8 +409,8 @@ def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[st
     else Count for fail-non-retriable (``Policy.count_disruptions``); then one exit-code
     rule per application container (a regular container's retries the in-place codes
     too: ``inplace.retriable``). The rules on the conditions our controller adds
-    (``budgets.rules``) come first of all (``fp.merge`` puts them before the user's too)."""
-    ours = budgets.rules(policy)
+    (``causes.rules``) come first of all (``fp.merge`` puts them before the user's too)."""
+    ours = causes.rules(policy)
     if policy.ignore_disruptions:
         ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
     if policy.count_disruptions:
@@ -930,7 +430,7 @@ def _check_rule_count(
     When yours and ours together have more, settings from admin defaults are skipped
     first, the last-added first, until the rest fit (a default never breaks a valid
     object); if the rules of settings you annotated still do not fit, they are denied."""
-    most = int(policy.ignore_disruptions or policy.count_disruptions) + len(budgets.rules(policy))
+    most = int(policy.ignore_disruptions or policy.count_disruptions) + len(causes.rules(policy))
     if policy.fail_non_retriable:
         most += len(fp.app_containers(pod_spec)) or 1
     if len(user_rules) + most <= fp.MAX_RULES:
@@ -981,7 +481,7 @@ def _check_non_spot(
     policy: Policy,
     ctx: Context,
     out: Outcome,
-    budget: Budget,
+    budget: BudgetPlan,
     where: str,
 ) -> Policy:
     n = policy.non_spot_attempts
@@ -1021,7 +521,7 @@ def _check_non_spot(
 
 
 def _check_pod_annotations(
-    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome, budget: Budget
+    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome, budget: BudgetPlan
 ) -> None:
     """Annotations on the pod template must agree with what the webhook would copy there."""
     template_meta = (spec.get("template") or {}).get("metadata")
@@ -1070,7 +570,7 @@ def _rules(spec: Mapping[str, Any]) -> list[Any]:
     return []
 
 
-def _pod_annotations(policy: Policy, budget: Budget) -> dict[str, str]:
+def _pod_annotations(policy: Policy, budget: BudgetPlan) -> dict[str, str]:
     """What a pod of this Job needs to know about the policy, in annotation grammar."""
     values: dict[str, str] = {}
     if policy.non_spot_attempts > 0 or policy.attempt_env:
@@ -1125,6 +625,8 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
 #: How every warning of ``unbounded_note`` ends (a TrainJob says its own in place of its
 #: JobSet's).
 UNBOUNDED = ": ignored disruptions retry with no cap"
+
+
 PEERS_UNBOUNDED = ": ignored peers retry with no cap"
 
 
@@ -1144,19 +646,21 @@ def _apply(
     policy: Policy,
     out: Outcome,
     where: str,
-    budget: Budget,
+    budget: BudgetPlan,
     ctx: Context,
 ) -> None:
     ours = our_rules(policy, pod_spec)
     most_avoided = ctx.config.rails(ctx.namespace).max_avoided_nodes
     if ours:
         merged, added = fp.merge(_rules(spec), [rule for rule, _ in ours])
+        added_ids = {id(r) for r in added}  # merge places our rule objects as they are
+        for rule, name in ours:
+            out.wrote(rule, name, id(rule) in added_ids)
         if added:
             pfp = spec.get("podFailurePolicy")
             if not isinstance(pfp, dict):
                 pfp = spec["podFailurePolicy"] = {}
             pfp["rules"] = merged
-            added_ids = {id(r) for r in added}  # merge places our rule objects as they are
             said: dict[tuple[str, str], list[dict[str, Any]]] = {}
             for rule, name in ours:
                 if id(rule) in added_ids:
@@ -1185,9 +689,9 @@ def _apply(
                     "(required with a podFailurePolicy)"
                 )
         out.problems.extend(fp.validate(spec, where))
-    budgets.apply_labels(template, policy)
+    causes.apply_labels(template, policy)
     add_error_propagation(pod_spec, "containers", policy, out)
-    inplace.apply(pod_spec, policy, out, f"{where}.template")
+    in_place_rules.apply(pod_spec, policy, out, f"{where}.template")
     pod_values = _pod_annotations(policy, budget)
     if pod_values:
         meta = template.get("metadata")
@@ -1196,7 +700,8 @@ def _apply(
         copied = {k: podspec.set_annotation(meta, PREFIX + k, v) for k, v in pod_values.items()}
         if any(copied.values()) and policy.non_spot_attempts:
             out.changed(
-                budget.placement(policy.non_spot_attempts), policy.setting("non-spot-attempts")
+                placement_text(budget, policy.non_spot_attempts),
+                policy.setting("non-spot-attempts"),
             )
         factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
         if copied.get("oom-memory-factor") and factor is not None:
@@ -1204,7 +709,7 @@ def _apply(
                 f"retry-policy: a container OOM-killed gets x"
                 f"{format_value('oom-memory-factor', factor)} the memory it was killed at "
                 "in later attempts"
-                f"{' of its index' if budget.scope.startswith('each index') else ''}, "
+                f"{' of its index' if budget.unit == 'index' else ''}, "
                 f"at most {limit}",
                 policy.setting("oom-memory-factor"),
             )

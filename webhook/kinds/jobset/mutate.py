@@ -52,84 +52,52 @@ bounds it, and one we would write is denied (skipped when a default).
 from __future__ import annotations
 
 import dataclasses
-import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.kube import failurepolicy as fp
-from webhook.kube import intent, jobcontroller, jobsetplacement
-from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
-from webhook.kube.owned import deep_copy
-from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
-from webhook.mutators import (
-    Context,
-    Outcome,
-    controller_of,
-    failureaware,
-    has_policy_annotations,
-    inplace,
-    items,
-    mapping,
-    register,
+from webhook.kinds.jobset.rules import (
+    MAX_RESTARTS,
+    add_rule,
+    check_oom_restarts,
+    check_rules,
+    check_single_job_restarts,
+    check_uncounted_restarts,
+    failjob_messages,
+    in_place_bound,
 )
-from webhook.mutators.job import (
+from webhook.kinds.jobspec import apply_job_spec
+from webhook.kinds.workload import (
     WRITTEN_SOURCES,
-    LimitField,
     WorkloadMutator,
-    apply_job_spec,
     check_error_propagation,
     concurrent_pods,
     enforce_rail,
     get_path,
-    job_limit_field,
-    keep_spec_limit,
     not_applicable,
     note_peers,
-    our_rules,
     pod_count,
-    resolve_count,
     resolve_limit,
     write_limit,
 )
+from webhook.kube import intent, jobsetplacement
+from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.owned import deep_copy
+from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
+from webhook.plan.model import job_limit_field
+from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import has_policy_annotations
+from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
 from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
-MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
-RULE_NAME = "retryPolicyFailNonRetriable"
-POD_FAILURE_POLICY = "PodFailurePolicy"
-#: The message a FailJob rule on exit codes fails a Job with, in words.
-FAILJOB_SHAPE = jobcontroller.failjob_message(
-    "<namespace>", "<pod>", "<i>", container="<name>", code="<code>"
-)
-ACTIONS = (
-    "FailJobSet",
-    "RestartJobSet",
-    "RestartJobSetAndIgnoreMaxRestarts",
-    "RestartJob",
-    "RestartJobAndIgnoreMaxRestarts",
-)
-REASONS = (
-    "BackoffLimitExceeded",
-    "DeadlineExceeded",
-    "FailedIndexes",
-    "MaxFailedIndexesExceeded",
-    POD_FAILURE_POLICY,
-)
-RULE_NAME_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
-MAX_RULE_NAME = 128
 #: What JobSet's own webhook writes into a replicated Job's pod template when it is unset.
 JOBSET_DEFAULT_RESTART_POLICY = "OnFailure"
+
+
 IN_PLACE_RESTART = "InPlaceRestart"
-#: The Job controller's condition messages for the reasons a child Job fails with when its
-#: pods run out of retries (pkg/controller/job/job_controller.go).
-BUDGET_MESSAGES = {
-    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
-    "FailedIndexes": "Job has failed indexes",
-    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
-}
-IGNORING_ACTIONS = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
+
+
 NOT_IN_PLACE = {
     "in-place-exit-codes": "with restartStrategy InPlaceRestart JobSet's own agent restarts "
     "its pods in place, and a container rule of ours would restart a container before the "
@@ -152,17 +120,6 @@ NOT_IN_PLACE = {
 #: Steps that fetch a TrainJob's data and model before the trainer runs (``dependsOn``):
 #: the policy, written for the training, is not theirs.
 INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
-
-
-def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
-    rule: dict[str, Any] = {
-        "name": RULE_NAME,
-        "action": "FailJobSet",
-        "onJobFailureReasons": [POD_FAILURE_POLICY],
-    }
-    if targets:
-        rule["targetReplicatedJobs"] = list(targets)
-    return rule
 
 
 def initializers(jobset: Mapping[str, Any]) -> list[int]:
@@ -190,7 +147,6 @@ def _initializers_note(names: Sequence[str]) -> str:
     )
 
 
-@register
 class JobSetMutator(WorkloadMutator):
     group = JOBSET_GROUP
     kind = "JobSet"
@@ -227,20 +183,20 @@ class JobSetMutator(WorkloadMutator):
         rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
         if policy.fail_non_retriable:
             messages = failjob_messages(jobset, scoped, policy, ctx)
-            policy = _check_rules(
+            policy = check_rules(
                 rules if isinstance(rules, list) else [], policy, out, messages, targets
             )
         if policy.non_spot_attempts:
-            policy = _check_single_job_restarts(
+            policy = check_single_job_restarts(
                 rules if isinstance(rules, list) else [], policy, out
             )
         if policy.oom_memory_factor is not None and not in_place:
-            policy = _check_oom_restarts(
+            policy = check_oom_restarts(
                 rules if isinstance(rules, list) else [], scoped, policy, out
             )
         policy = resolve_limit(jobset, MAX_RESTARTS, policy, out)
         policy = enforce_rail(policy, MAX_RESTARTS, ctx, out)
-        policy = _check_uncounted_restarts(
+        policy = check_uncounted_restarts(
             jobset, rules if isinstance(rules, list) else [], policy, out
         )
         if not out.problems:
@@ -254,7 +210,7 @@ class JobSetMutator(WorkloadMutator):
         failing = [c for c in children if c is not None and c.fail_non_retriable]
         if not out.problems and failing:
             names = [r.get("name") for r in replicated if isinstance(r, dict)]
-            _add_rule(jobset, policy, names, out, targets)
+            add_rule(jobset, policy, names, out, targets)
         if failing:
             note_peers(failing[0], _pods(jobset, indexes), out)
         if left_out:
@@ -342,12 +298,8 @@ FROZEN_JOB_FIELDS = (
 
 def _made_without_count(jobset: Mapping[str, Any]) -> bool:
     """Whether the ``applied`` record has fail-non-retriable without ``countDisruptions``."""
-    annotations = mapping(mapping(jobset.get("metadata")).get("annotations"))
-    try:
-        record = json.loads(annotations.get(APPLIED) or "{}")
-    except ValueError:
-        return False
-    if not isinstance(record, dict):
+    record = AppliedRecord.of(jobset)
+    if record is None:
         return False
     return "failNonRetriable" in record and "countDisruptions" not in record
 
@@ -431,87 +383,6 @@ def _outer_bound(jobset: Mapping[str, Any], ctx: Context) -> str | None:
     owner = controller_of(jobset.get("metadata"))
     if owner is not None and owner.get("kind") == "TrainJob":
         return "its TrainJob"
-    return None
-
-
-#: The Job controller's condition message for a Job past its activeDeadlineSeconds
-#: (reason DeadlineExceeded; pkg/controller/job/job_controller.go).
-DEADLINE_MESSAGE = "Job was active longer than specified deadline"
-
-
-def in_place_bound(
-    jobset: Mapping[str, Any], path: tuple[str | int, ...], job_spec: Mapping[str, Any], outer: Any
-) -> inplace.Bound:
-    """What ends the in-place restarts of the replicated Job whose JobSpec is at ``path``.
-
-    Its deadline fails the Job (DeadlineExceeded) and its pod template's fails each pod,
-    so that the Job fails once its pods run out of retries (BackoffLimitExceeded, or
-    FailedIndexes and MaxFailedIndexesExceeded per index). Either ends them only when
-    the JobSet then counts the restart: the first of your rules that applies
-    (``findFirstFailedPolicyRuleAndJob``, ``ruleIsApplicable``) must not be one ending in
-    AndIgnoreMaxRestarts, which restarts the set and never checks maxRestarts
-    (``restartJobSetAndIgnoreMaxRestartsActionApplier``); a rule without reasons applies
-    to every reason. (A pod killed at its deadline may also match a FailJob rule:
-    ``_check_rules`` keeps your JobSet rules from restarting those past ours.)"""
-    where = intent.dotted(path)
-    fields = f"{where}.activeDeadlineSeconds (or the pod template's)"
-    if outer is not None:
-        return inplace.Bound(True, fields)
-    rules = items(get_path(jobset, ("spec", "failurePolicy", "rules")))
-    name = str(mapping(get_path(jobset, path[:3])).get("name"))
-    pod_spec = mapping(get_path(job_spec, ("template", "spec")))
-    whole = _uncounted(rules, name, "DeadlineExceeded", DEADLINE_MESSAGE)
-    per_index = job_spec.get("backoffLimitPerIndex") is not None
-    reasons = ["FailedIndexes"] if per_index else ["BackoffLimitExceeded"]
-    if per_index and job_spec.get("maxFailedIndexes") is not None:
-        reasons.append("MaxFailedIndexesExceeded")
-    each = next(
-        (found for r in reasons if (found := _uncounted(rules, name, r, BUDGET_MESSAGES[r]))),
-        None,
-    )
-    # A pod replaced by max-in-place-restarts counts; the set must count its Job's end too.
-    counted = each is None
-    if (inplace.deadline_set(job_spec.get("activeDeadlineSeconds")) and whole is None) or (
-        inplace.deadline_set(pod_spec.get("activeDeadlineSeconds")) and each is None
-    ):
-        return inplace.Bound(True, fields, replaced_counted=counted)
-    job_field = f"{where}.activeDeadlineSeconds"
-    pod_field = f"{where}.template.spec.activeDeadlineSeconds"
-    if whole is None:
-        return inplace.Bound(False, fields if each is None else job_field, replaced_counted=counted)
-    why = (
-        f"{job_field} bounds nothing: your spec.failurePolicy.rules[{whole[0]}] ({whole[1]}) "
-        "restarts the set without counting when a Job fails with DeadlineExceeded"
-    )
-    if each is None:
-        return inplace.Bound(False, pod_field, f"{why}; drop the rule or set {pod_field}", counted)
-    if each == whole:
-        why += " or when its pods run out of retries"
-    else:
-        why += f", and rules[{each[0]}] ({each[1]}) when its pods run out of retries"
-    why += ", so the pod template's deadline bounds nothing either"
-    return inplace.Bound(
-        False, f"{job_field} (after dropping those rules)", f"{why}; drop them", counted
-    )
-
-
-def _uncounted(
-    rules: Sequence[Any], name: str, reason: str, message: str
-) -> tuple[int, str] | None:
-    """The first of ``rules`` that applies to replicated Job ``name`` failed with ``reason``
-    and ``message``, when it restarts without counting: its index and action. A rule
-    whose pattern cannot be read is taken to apply, but not to take the failure from the
-    rules after it."""
-    for index, rule in enumerate(rules):
-        if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
-            continue
-        applies, _, why = _applies(rule, reason, {name: [[message]]})
-        if not applies:
-            continue
-        if rule["action"] in IGNORING_ACTIONS:
-            return index, str(rule["action"])
-        if not why:
-            return None
     return None
 
 
@@ -650,327 +521,3 @@ def _restart_never(
         return None
     pod_spec["restartPolicy"] = "Never"
     return current or ""
-
-
-def failjob_message(
-    containers: Piece, namespace: Piece, pod: Sequence[Piece], codes: Piece, index: int
-) -> list[Piece]:
-    """The Job controller's condition message for a FailJob match on an exit code
-    (``webhook.kube.jobcontroller``), as pieces."""
-    fields = {"container": containers, "namespace": namespace, "pod": list(pod), "code": codes}
-    return jobcontroller.failjob_pieces({**fields, "action": "FailJob", "index": str(index)})
-
-
-def failjob_messages(
-    jobset: Mapping[str, Any], replicated: list[Any], policy: Policy, ctx: Context
-) -> dict[str, list[list[Piece]]]:
-    """By replicated Job, every message our FailJob rules can fail one of its Jobs with:
-    per rule, its container (one rule per application container) and the index it gets
-    after the user's rules and ours before it (``job.our_rules``: a Count or Ignore rule
-    on DisruptionTarget first), any exit code outside the rule's NotIn list (a regular
-    container's holds the in-place codes too, an init container's not:
-    ``fp.non_retriable_rules``), any pod name."""
-    namespace = get_path(jobset, ("metadata", "namespace")) or ctx.namespace
-    ns: Piece = namespace if isinstance(namespace, str) and namespace else Wild()
-    messages: dict[str, list[list[Piece]]] = {}
-    for rjob in replicated:
-        if not isinstance(rjob, dict):
-            continue
-        spec = get_path(rjob, ("template", "spec"))
-        user_rules = items(get_path(spec, ("podFailurePolicy", "rules")))
-        pod_spec = mapping(get_path(spec, ("template", "spec")))
-        ours = [rule for rule, _ in our_rules(resolve_count(policy, user_rules), pod_spec)]
-        failing = {fp.rule_key(rule) for rule in ours if rule["action"] == "FailJob"}
-        merged, _ = fp.merge(user_rules, ours)
-        found = []
-        for index, rule in enumerate(merged):
-            if fp.rule_key(rule) in failing:
-                on = mapping(rule.get("onExitCodes"))
-                name = on.get("containerName")
-                container: Piece = name if isinstance(name, str) else Wild()
-                kept = set(items(on.get("values")))
-                codes = tuple(str(c) for c in range(1, 256) if c not in kept)
-                found.append(failjob_message(container, ns, [Wild()], codes, index))
-        messages[str(rjob.get("name"))] = found
-    return messages
-
-
-def pattern_applies(pattern: Any, message: Sequence[Piece]) -> tuple[bool, str]:
-    """Whether a message pattern can match ``message`` (``anyMatchFound``), and, when it
-    cannot be read as Go's regexp reads it, why (it is then taken to match)."""
-    try:
-        return compile_go(str(pattern)).search(message), ""
-    except Unsupported as err:
-        return True, str(err)
-
-
-def _applies(
-    rule: Mapping[str, Any], reason: str, messages: Mapping[str, Sequence[Sequence[Piece]]]
-) -> tuple[bool, str, str]:
-    """Whether ``rule`` applies to some Job failed with ``reason`` and one of ``messages``
-    (by replicated Job, each a message as pieces), as ``ruleIsApplicable`` decides; with
-    the pattern that matched, and why it was taken to match when it could not be read."""
-    reasons = rule.get("onJobFailureReasons") or []
-    if not isinstance(reasons, list) or (reasons and reason not in reasons):
-        return False, "", ""
-    targets = rule.get("targetReplicatedJobs") or []
-    patterns = rule.get("onJobFailureMessagePatterns") or []
-    for name, texts in messages.items():
-        if isinstance(targets, list) and targets and name not in targets:
-            continue
-        if not isinstance(patterns, list) or not patterns:
-            return True, "", ""
-        for pattern in patterns:
-            for message in texts:
-                hit, why = pattern_applies(pattern, message)
-                if hit:
-                    return True, str(pattern), why
-    return False, "", ""
-
-
-def _matches_everything(pattern: Any) -> bool:
-    try:
-        return compile_go(str(pattern)).matches_everything()
-    except Unsupported:
-        return False
-
-
-def _covers(rule: Any, targets: Sequence[str] = ()) -> bool:
-    """A rule that already fails the whole JobSet on any podFailurePolicy failure of the
-    Jobs our rules are in: no targets (or all of ``targets``, when our rule has them), and
-    no patterns or one that matches any message (``.*``)."""
-    if not isinstance(rule, dict) or rule.get("action") != "FailJobSet":
-        return False
-    reasons = rule.get("onJobFailureReasons") or []
-    patterns = rule.get("onJobFailureMessagePatterns") or []
-    theirs = rule.get("targetReplicatedJobs") or []
-    return (
-        isinstance(reasons, list)
-        and (not reasons or POD_FAILURE_POLICY in reasons)
-        and (not patterns or any(_matches_everything(p) for p in patterns))
-        and (
-            not theirs
-            or (bool(targets) and isinstance(theirs, list) and set(targets) <= set(theirs))
-        )
-    )
-
-
-def _check_rules(
-    rules: list[Any],
-    policy: Policy,
-    out: Outcome,
-    messages: Mapping[str, Sequence[Sequence[Piece]]],
-    targets: Sequence[str] = (),
-) -> Policy:
-    """The user's rules come first (first match wins): one that restarts on a
-    podFailurePolicy failure with our FailJob rule's message would keep ours from firing."""
-    for index, rule in enumerate(rules):
-        if not isinstance(rule, dict):
-            continue
-        if rule.get("name") == RULE_NAME and not _covers(rule, targets):
-            out.problems.append(
-                Problem(
-                    f"spec.failurePolicy.rules[{index}].name",
-                    f"{RULE_NAME} is the name of the rule this webhook adds; rename your rule",
-                    "contradiction",
-                )
-            )
-            return policy
-        if _covers(rule, targets):
-            return policy
-        if rule.get("action") == "FailJobSet":
-            continue
-        applies, pattern, why = _applies(rule, POD_FAILURE_POLICY, messages)
-        if applies:
-            how = ""
-            if pattern and why:
-                how = f" (its pattern /{pattern}/ is taken to match: {why})"
-            elif pattern:
-                how = f" (its pattern /{pattern}/ matches the Job's message: {FAILJOB_SHAPE})"
-            out.conflict(
-                policy,
-                "fail-non-retriable",
-                f"your spec.failurePolicy.rules[{index}] ({rule.get('action')}) matches Jobs "
-                f"failed by their podFailurePolicy first{how}, so a non-retriable exit would "
-                "not fail the JobSet",
-                "contradiction",
-            )
-            return with_setting(
-                policy,
-                "fail-non-retriable",
-                Setting(False, policy.setting("fail-non-retriable").source),
-            )
-    return policy
-
-
-def _check_uncounted_restarts(
-    jobset: Mapping[str, Any], rules: list[Any], policy: Policy, out: Outcome
-) -> Policy:
-    """A rule of the user's that restarts, uncounted, a Job whose pods ran out of retries
-    would leave the ``backoff-limit`` we write (maxRestarts) nothing to bound."""
-    if policy.setting("backoff-limit").source not in WRITTEN_SOURCES:
-        return policy
-    replicated = get_path(jobset, ("spec", "replicatedJobs"))
-    names = {str(r.get("name")) for r in replicated or [] if isinstance(r, dict)}
-    for reason, message in BUDGET_MESSAGES.items():
-        left = set(names)  # replicated Jobs whose such failures no earlier rule has taken
-        for index, rule in enumerate(rules):
-            if not left:
-                break
-            if not isinstance(rule, dict) or rule.get("action") not in ACTIONS:
-                continue
-            applies, _, why = _applies(rule, reason, {name: [[message]] for name in left})
-            if not applies:
-                continue
-            if rule["action"] in IGNORING_ACTIONS:
-                out.conflict(
-                    policy,
-                    "backoff-limit",
-                    f"{policy.backoff_limit} (maxRestarts) would bound nothing: your "
-                    f"spec.failurePolicy.rules[{index}] ({rule['action']}) restarts without "
-                    f"counting when a Job's pods run out of retries ({reason}), so the set "
-                    "would restart forever; drop the rule or backoff-limit",
-                    "contradiction",
-                )
-                return keep_spec_limit(jobset, MAX_RESTARTS, policy)
-            targets = rule.get("targetReplicatedJobs") or list(names)
-            if not why and isinstance(targets, list):
-                left -= {str(t) for t in targets}
-    return policy
-
-
-#: Actions that recreate one Job without a new ``restart-attempt`` number on its pods.
-SINGLE_JOB_RESTARTS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
-
-
-def _check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
-    """Pods know their attempt from the JobSet's ``restart-attempt`` label, which a
-    RestartJob action leaves unchanged: after one, the last attempts would look like
-    earlier ones and run on spot nodes, the opposite of what was asked."""
-    for index, rule in enumerate(rules):
-        if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS:
-            out.conflict(
-                policy,
-                "non-spot-attempts",
-                f"your spec.failurePolicy.rules[{index}] ({rule['action']}) recreates a Job "
-                "without a new jobset.sigs.k8s.io/restart-attempt, so its last attempts could "
-                "not be told apart and would run on spot nodes; drop the rule or this setting",
-                "contradiction",
-            )
-            return with_setting(
-                policy, "non-spot-attempts", Setting(0, policy.setting("non-spot-attempts").source)
-            )
-    return policy
-
-
-def _check_oom_restarts(
-    rules: list[Any], replicated: list[Any], policy: Policy, out: Outcome
-) -> Policy:
-    """After an OOM kill the child Job fails once its budget is used (by default 0 here:
-    at once; reason FailedIndexes with a per-index budget), and the JobSet must restart
-    it for the next run to get more memory: the first of your rules that applies to that
-    failure (``_applies``, as ``ruleIsApplicable`` decides) must not be FailJobSet."""
-    for rjob in replicated:
-        name = rjob.get("name") if isinstance(rjob, dict) else None
-        spec = get_path(rjob, ("template", "spec"))
-        per_index = isinstance(spec, dict) and spec.get("backoffLimitPerIndex") is not None
-        reason = "FailedIndexes" if per_index else "BackoffLimitExceeded"
-        messages: dict[str, list[list[Piece]]] = {str(name): [[BUDGET_MESSAGES[reason]]]}
-        for index, rule in enumerate(rules):
-            if not isinstance(rule, dict) or not _applies(rule, reason, messages)[0]:
-                continue
-            if rule.get("action") == "FailJobSet":
-                out.conflict(
-                    policy,
-                    "oom-memory-factor",
-                    f"your spec.failurePolicy.rules[{index}] (FailJobSet) applies when "
-                    f"replicated Job {name} fails with {reason}, which is how an OOM kill "
-                    "ends it: the JobSet would fail instead of restarting with more memory",
-                    "contradiction",
-                )
-                return failureaware.off(policy, "oom-memory-factor")
-            break
-    return policy
-
-
-def _add_rule(
-    jobset: dict[str, Any],
-    policy: Policy,
-    names: list[Any],
-    out: Outcome,
-    targets: Sequence[str] = (),
-) -> None:
-    spec = jobset["spec"]
-    failure_policy = spec.get("failurePolicy")
-    if not isinstance(failure_policy, dict):
-        failure_policy = spec["failurePolicy"] = {}
-    rules = failure_policy.get("rules")
-    if not isinstance(rules, list):
-        rules = []
-    if any(_covers(rule, targets) for rule in rules):
-        return
-    failure_policy["rules"] = [*rules, our_rule(targets)]
-    on = f" of {', '.join(targets)}" if targets else ""
-    out.changed(
-        f"retry-policy: added failurePolicy rule {RULE_NAME} (FailJobSet on "
-        f"{POD_FAILURE_POLICY}{on})",
-        policy.setting("fail-non-retriable"),
-    )
-    out.problems.extend(validate_rules(failure_policy["rules"], names))
-
-
-def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
-    """JobSet's own checks of ``failurePolicy.rules`` (its webhook and CRD), as problems.
-
-    Unnamed rules are checked under the name JobSet gives them (``failurePolicyRule<i>``).
-    """
-    problems = []
-    seen: dict[str, int] = {}
-    for index, rule in enumerate(rules):
-        where = f"spec.failurePolicy.rules[{index}]"
-        if not isinstance(rule, dict):
-            problems.append(Problem(where, "must be an object"))
-            continue
-        action = rule.get("action")
-        if action not in ACTIONS:
-            problems.append(
-                Problem(f"{where}.action", f"{action!r} is not one of {', '.join(ACTIONS)}")
-            )
-        name = rule.get("name") or f"failurePolicyRule{index}"
-        if not isinstance(name, str) or not (
-            len(name) <= MAX_RULE_NAME and RULE_NAME_PATTERN.fullmatch(name)
-        ):
-            problems.append(
-                Problem(
-                    f"{where}.name",
-                    f"{name!r} is not a valid rule name: 1 to {MAX_RULE_NAME} characters, "
-                    "a letter first, then letters, digits or _,: (not ending in , or :)",
-                )
-            )
-        elif name in seen:
-            problems.append(
-                Problem(f"{where}.name", f"{name!r} is also the name of rules[{seen[name]}]")
-            )
-        else:
-            seen[name] = index
-        for field in ("onJobFailureReasons", "targetReplicatedJobs"):
-            if not isinstance(rule.get(field) or [], list):
-                problems.append(Problem(f"{where}.{field}", "must be a list of names"))
-        reasons, targets = rule.get("onJobFailureReasons"), rule.get("targetReplicatedJobs")
-        for reason in reasons if isinstance(reasons, list) else []:
-            if not isinstance(reason, str) or reason not in REASONS:
-                problems.append(
-                    Problem(
-                        f"{where}.onJobFailureReasons",
-                        f"{reason!r} is not a Job failure reason; accepted: {', '.join(REASONS)}",
-                    )
-                )
-        for target in targets if isinstance(targets, list) else []:
-            if not isinstance(target, str) or target not in replicated:
-                problems.append(
-                    Problem(
-                        f"{where}.targetReplicatedJobs",
-                        f"{target!r} is not the name of a replicated Job of this JobSet",
-                    )
-                )
-    return problems

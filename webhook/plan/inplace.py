@@ -53,8 +53,8 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube.objects import items, mapping
 from webhook.kube.restartrules import MAX_CONTAINER_RULES, RESTART, RESTART_ALL
 from webhook.kube.versions import CONTAINER_RESTART_RULES, RESTART_ALL_CONTAINERS
-from webhook.mutators.base import Context, Outcome
-from webhook.policy.model import Policy, Setting, Source, format_value, with_setting
+from webhook.plan.outcome import Context, Outcome
+from webhook.policy.model import Policy, Setting, Source, with_setting
 
 ACTIONS = {"container": RESTART, "pod": RESTART_ALL}
 
@@ -376,71 +376,45 @@ NODES_NOTE = (
 )
 
 
-def apply(pod_spec: dict[str, Any], policy: Policy, out: Outcome, where: str) -> None:
-    """Give each regular container of ``pod_spec`` the restart rule, after its own; one
-    with its own restartPolicy OnFailure or Always is left as it is (``takes_rule``).
-    ``where`` is the pod template's path ("" for a Pod's own spec)."""
-    codes = policy.in_place_exit_codes
-    if not codes:
-        return
-    label = where or "spec"
-    wanted = rule(policy)
-    changed, taking = [], []
-    for container in fp.named_containers(pod_spec, "containers"):
-        own = items(container.get("restartPolicyRules"))
-        name = container["name"]
-        if not takes_rule(container):
-            kept = container.get("restartPolicy")
-            when = "any non-zero exit" if kept == "OnFailure" else "every exit, success too"
-            _note_once(
-                out,
-                f"retry-policy: {label}: container {name} keeps its restartPolicy {kept}, "
-                f"which restarts it in place on {when}",
-            )
-            continue
-        taking.append(name)
-        if wanted in own and container.get("restartPolicy") == "Never":
-            continue
-        container["restartPolicy"] = "Never"
-        if wanted not in own:
-            container["restartPolicyRules"] = [*own, rule(policy)]
-        changed.append(name)
-    if taking and policy.in_place_scope == "pod":
-        _note_once(out, NODES_NOTE)
-    if not changed:
-        return
-    out.actions["in_place_rules"] = out.actions.get("in_place_rules", 0) + len(changed)
-    names = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-    noun = "container" if len(changed) == 1 else "containers"
-    text = format_value("in-place-exit-codes", codes)
-    if policy.in_place_scope == "pod":
-        out.changed(
-            f"retry-policy: {label}: the whole pod restarts in place when {noun} {names} "
-            f"exits {text} (in-place-scope pod)",
-            policy.setting("in-place-exit-codes"),
+# --- what ends them, as the final object says -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Deadline:
+    field: str
+    seconds: int
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.field} ({self.seconds} s, {self.source})"
+
+
+@dataclass(frozen=True)
+class InPlaceEnds:
+    """What ends restarts in place that never stop, as the final object says: the deadlines
+    that apply (the whole run's, ``whole``, and each pod's, ``pod``), or an outer one named
+    in words. ``Bound`` is the same fact as admission judges it before writing (whether a
+    deadline is set, what to set); ``explain`` and ``status`` read this one."""
+
+    whole: Deadline | None = None
+    pod: Deadline | None = None
+    #: A deadline outside the object, in words ("": none; e.g. a TrainJob's).
+    outer: str | None = None
+    unbounded_allowed: bool = False
+    #: What fails when the whole run's deadline passes ("the Job").
+    owner: str = "Job"
+    #: What follows that failure, when something outside decides ("; then the JobSet's ...").
+    then: str = ""
+    #: The field to set when nothing bounds them.
+    missing: str = "spec.activeDeadlineSeconds"
+    #: Why the deadlines that are set end nothing (a JobSet rule that then restarts the
+    #: set without counting: ``kinds.jobset.rules.in_place_bound``).
+    ends_nothing: str = ""
+    #: ``max-in-place-restarts``, in words, when it ends them (``inplace.with_budget``).
+    budget: str = ""
+
+    @property
+    def bounded(self) -> bool:
+        return bool(self.budget) or (
+            bool(self.whole or self.pod or self.outer) and not self.ends_nothing
         )
-    else:
-        out.changed(
-            f"retry-policy: {label}: {noun} {names} restarts in place on exit {text} "
-            "(in-place-exit-codes)",
-            policy.setting("in-place-exit-codes"),
-        )
-
-
-def _note_once(out: Outcome, text: str) -> None:
-    """A JobSet's replicated Jobs would each say it."""
-    if text not in out.notes:
-        out.note(text)
-
-
-def write_deadline(
-    target: dict[str, Any], field: str, seconds: int, label: str, out: Outcome
-) -> None:
-    """The admin's default deadline, written where nothing bounds in-place restarts."""
-    if target.get(field) == seconds:
-        return
-    target[field] = seconds
-    out.changed(
-        f"retry-policy: {label} -> {seconds} (guardRails.inPlaceDeadlineSeconds: "
-        "bounds the in-place restarts)"
-    )

@@ -33,11 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.kube.wellknown import KUBEFLOW_GROUP
-from webhook.mutators import Context, Outcome, mapping, register
-from webhook.mutators.job import (
+from webhook.kinds.workload import (
     WRITTEN_SOURCES,
-    LimitField,
     WorkloadMutator,
     add_error_propagation,
     check_not_applicable,
@@ -49,6 +46,10 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
+from webhook.kube.objects import mapping
+from webhook.kube.wellknown import KUBEFLOW_GROUP
+from webhook.plan.model import LimitField
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import Policy, Setting, format_value, with_setting
 from webhook.problems import Problem
 
@@ -86,7 +87,6 @@ NOT_APPLICABLE = {
 UNENFORCED = "kubeflow/trainer#2045"
 
 
-@register
 class PyTorchJobMutator(WorkloadMutator):
     group = KUBEFLOW_GROUP
     kind = KIND

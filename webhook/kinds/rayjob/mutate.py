@@ -23,11 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.kube.wellknown import RAY_GROUP
-from webhook.mutators import Context, Outcome, register
-from webhook.mutators.job import (
+from webhook.kinds.workload import (
     WRITTEN_SOURCES,
-    LimitField,
     WorkloadMutator,
     check_error_propagation,
     check_not_applicable,
@@ -36,6 +33,9 @@ from webhook.mutators.job import (
     resolve_limit,
     write_limit,
 )
+from webhook.kube.wellknown import RAY_GROUP
+from webhook.plan.model import LimitField
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.model import Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
@@ -67,7 +67,6 @@ NOT_APPLICABLE = {
 }
 
 
-@register
 class RayJobMutator(WorkloadMutator):
     group = RAY_GROUP
     kind = KIND

@@ -1,0 +1,142 @@
+"""One list of kinds (``webhook.kinds.registry.KINDS``): a kind is one folder and one line
+there, and what else names the kinds is held to it: the mutators, the views, API
+defaulting, the resources of a printed review, ``status``'s references, ``explain``, and
+the chart's kind switches and webhook rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from testkit.chart import CHART, render, webhooks
+from webhook.explain import explained_kinds
+from webhook.kinds import registry
+from webhook.kinds.registry import KINDS
+from webhook.kube import defaulting
+from webhook.offline.review import admission_review
+from webhook.status.reader import KINDS as STATUS_KINDS
+from webhook.status.reader import parse_ref
+
+KINDS_DIR = Path(__file__).resolve().parent.parent / "webhook" / "kinds"
+
+
+def test_every_kind_folder_is_one_line_of_the_registry():
+    folders = {p.name for p in KINDS_DIR.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == {spec.kind.lower() for spec in KINDS}
+    assert len({(spec.group, spec.kind) for spec in KINDS}) == len(KINDS)
+
+
+def test_each_kinds_mutator_is_its_own_and_is_the_one_the_engine_runs():
+    for spec in KINDS:
+        assert (spec.mutator.group, spec.mutator.kind) == (spec.group, spec.kind)
+        assert registry.lookup(spec.group, spec.kind) is spec.mutator
+    assert registry.registered() == sorted((spec.group, spec.kind) for spec in KINDS)
+    assert registry.lookup("apps", "Deployment") is None
+
+
+def test_explain_covers_every_kind_the_webhook_manages():
+    assert explained_kinds() == registry.registered()
+
+
+def test_the_views_are_the_jobs_and_the_pods():
+    """A view is worth its upkeep on the kinds admitted most: Jobs and their pods."""
+    assert set(registry.VIEWS) == {("batch", "Job"), ("", "Pod")}
+
+
+def test_api_defaulting_is_the_kinds_own():
+    # upstream: SetDefaults_Job (pkg/apis/batch/v1/defaults.go), SetObjectDefaults_CronJob
+    # (zz_generated.defaults.go), SetDefaults_Pod (pkg/apis/core/v1/defaults.go)
+    assert {(s.group, s.kind): s.defaulter for s in KINDS if s.defaulter} == {
+        ("batch", "Job"): defaulting.default_job,
+        ("batch", "CronJob"): defaulting.default_cronjob,
+        ("", "Pod"): defaulting.default_pod,
+    }
+    job = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {}}}}
+    registry.apply_defaults(job)
+    assert job["spec"]["backoffLimit"] == 6
+    custom = {"apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {}}
+    registry.apply_defaults(custom)
+    assert custom == {"apiVersion": "ray.io/v1", "kind": "RayJob", "spec": {}}
+
+
+def test_a_printed_review_names_each_kinds_resource():
+    for spec in KINDS:
+        obj = {"apiVersion": spec.api_version, "kind": spec.kind, "metadata": {"name": "x"}}
+        request = admission_review(obj, "ml")["request"]
+        assert request["resource"] == {
+            "group": spec.group,
+            "version": spec.version,
+            "resource": spec.plural,
+        }
+
+
+def test_status_reads_every_kind_that_says_how_its_jobs_are_found():
+    assert STATUS_KINDS == tuple(spec for spec in KINDS if spec.children is not None)
+    assert {spec.kind for spec in STATUS_KINDS} == {
+        "Job",
+        "CronJob",
+        "JobSet",
+        "TrainJob",
+        "RayJob",
+    }
+    for spec in STATUS_KINDS:
+        for name in spec.names:
+            assert parse_ref(f"{name}/train").kind is spec
+
+
+def test_the_charts_kind_switches_are_the_registrys():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values["webhook"]["kinds"]) == {spec.chart_key for spec in KINDS}
+
+
+def test_the_charts_webhook_rules_send_exactly_the_registrys_kinds(helm):
+    docs = render(helm, {})
+    workloads = [s for s in KINDS if s.kind != "Pod"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        hooks = webhooks(docs, kind)
+        side = "mutate" if kind.startswith("Mutating") else "validate"
+        rules = hooks[f"workloads.{side}.retry-policy.dev"]["rules"]
+        sent = {
+            (group, version, resource, tuple(rule["operations"]))
+            for rule in rules
+            for group in rule["apiGroups"]
+            for version in rule["apiVersions"]
+            for resource in rule["resources"]
+        }
+        # The mutating webhook takes the UPDATEs of the kinds whose mutator re-applies
+        # the policy then (a CronJob's template) or puts back what an update left out.
+        updated = {
+            s.plural
+            for s in workloads
+            if getattr(s.mutator, "reevaluate_on_update", ()) or hasattr(s.mutator, "restore")
+        }
+        assert sent == {
+            (
+                s.group,
+                s.version,
+                s.plural,
+                ("CREATE", "UPDATE") if side == "validate" or s.plural in updated else ("CREATE",),
+            )
+            for s in workloads
+        }
+        pods = hooks[f"pods.{side}.retry-policy.dev"]["rules"]
+        assert {(r["apiGroups"][0], r["apiVersions"][0], r["resources"][0]) for r in pods} == {
+            ("", "v1", "pods")
+        }
+
+
+def test_the_validating_webhook_sends_the_updates_of_every_budget_an_update_may_change(helm):
+    """A kind whose budget may change after creation (``Mutator.budget_field``) has its
+    UPDATE checked against its annotation: the chart must send those UPDATEs."""
+    docs = render(helm, {})
+    hook = webhooks(docs, "ValidatingWebhookConfiguration")["workloads.validate.retry-policy.dev"]
+    cel = " ".join(c["expression"] for c in hook["matchConditions"])
+    for spec in KINDS:
+        obj = {"apiVersion": spec.api_version, "kind": spec.kind, "spec": {}}
+        field = getattr(spec.mutator, "budget_field", lambda _: None)(obj)
+        if field is None:
+            continue
+        assert spec.budget_field == field
+        assert f"'{spec.kind}'" in cel
+        assert "object." + ".".join(map(str, field.path)) in cel

@@ -1,0 +1,73 @@
+"""What a kind is made of: its mutator (``Mutator``) and its entry in the registry
+(``KindSpec``, listed in ``kinds.registry.KINDS``).
+
+A mutator edits a deep copy of the admitted object in place and reports, as values,
+what it changed (each change becomes a warning) and what is wrong (each problem
+becomes part of a denial). The engine diffs the copy against the original for the
+patch, and derives validation from the same run, so the two webhooks cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from webhook.plan.model import LimitField
+from webhook.plan.outcome import Context, Outcome
+from webhook.policy.config import Config
+
+
+class Mutator(Protocol):
+    group: str
+    kind: str
+    #: Whether the validating webhook denies annotation-requested changes it finds missing.
+    enforce_applied: bool
+
+    def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
+        """Cheap test run before any copy: can this object be changed or denied at all?"""
+        ...
+
+    def mutate(self, obj: dict[str, Any], ctx: Context) -> Outcome: ...
+
+
+#: What the policy reads of an object (``kinds.view``); ``None``: run on the whole object.
+View = Callable[[Mapping[str, Any], "Config | None"], "dict[str, Any] | None"]
+#: How ``status`` finds the Jobs a workload's story is told by (``status.reader``):
+#: "self" (a Job), "controlled" (the Jobs it controls: a CronJob's), "jobset" (its Jobs by
+#: the JobSet's name label), "jobset-of" (the JobSet of its name it controls: a TrainJob's),
+#: "job-of" (the Job of its name it controls: a RayJob's submitter).
+Children = Literal["self", "controlled", "jobset", "jobset-of", "job-of"]
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One kind the webhook manages: where it is served, the names users type, its retry
+    budget's field, its mutator, and what the rest of the webhook needs of it."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    #: What a user types for it (``status job/NAME``): singular, plural, short names and
+    #: the names qualified by group, as ``kubectl get`` takes them.
+    names: tuple[str, ...]
+    mutator: Mutator
+    #: Where ``backoff-limit`` goes (``None``: no field of its own; a TrainJob's is its
+    #: JobSet's). A Job's is ``backoffLimitPerIndex`` instead when that is set.
+    budget_field: LimitField | None = None
+    #: The API server's defaulting the offline commands apply first (``kube.defaulting``;
+    #: ``None``: a custom resource whose schema defaults change no result).
+    defaulter: Callable[[dict[str, Any]], None] | None = None
+    view: View | None = None
+    #: How ``status`` finds its Jobs (``None``: ``status`` does not tell this kind).
+    children: Children | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def chart_key(self) -> str:
+        """Its switch in the chart's values (``webhook.kinds``): "jobs", "cronJobs"."""
+        return self.kind[0].lower() + self.kind[1:] + "s"

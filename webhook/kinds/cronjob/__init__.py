@@ -1,0 +1,18 @@
+"""batch/v1 CronJob: the policy goes into the Jobs it creates (``spec.jobTemplate``)."""
+
+from webhook.kinds.base import KindSpec
+from webhook.kinds.cronjob.mutate import JOB_SPEC, CronJobMutator
+from webhook.kube.defaulting import default_cronjob
+from webhook.plan.model import API_DEFAULT_BACKOFF_LIMIT, LimitField
+
+SPEC = KindSpec(
+    "batch",
+    "v1",
+    "CronJob",
+    "cronjobs",
+    ("cronjob", "cronjobs", "cj", "cronjob.batch", "cronjobs.batch"),
+    CronJobMutator(),
+    LimitField((*JOB_SPEC, "backoffLimit"), None, API_DEFAULT_BACKOFF_LIMIT),
+    default_cronjob,
+    children="controlled",
+)

@@ -1,0 +1,20 @@
+"""batch/v1 Job (Indexed Jobs included)."""
+
+from webhook.kinds.base import KindSpec
+from webhook.kinds.job.mutate import JobMutator
+from webhook.kinds.view import job_view
+from webhook.kube.defaulting import default_job
+from webhook.plan.model import API_DEFAULT_BACKOFF_LIMIT, LimitField
+
+SPEC = KindSpec(
+    "batch",
+    "v1",
+    "Job",
+    "jobs",
+    ("job", "jobs", "job.batch", "jobs.batch"),
+    JobMutator(),
+    LimitField(("spec", "backoffLimit"), API_DEFAULT_BACKOFF_LIMIT, API_DEFAULT_BACKOFF_LIMIT),
+    default_job,
+    job_view,
+    "self",
+)

@@ -1,0 +1,17 @@
+"""jobset.x-k8s.io/v1alpha2 JobSet: restarts of the whole set are the retry budget."""
+
+from webhook.kinds.base import KindSpec
+from webhook.kinds.jobset.mutate import JobSetMutator
+from webhook.kinds.jobset.rules import MAX_RESTARTS
+from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION
+
+SPEC = KindSpec(
+    JOBSET_GROUP,
+    JOBSET_VERSION,
+    "JobSet",
+    "jobsets",
+    ("jobset", "jobsets", "js", "jobset.jobset.x-k8s.io", "jobsets.jobset.x-k8s.io"),
+    JobSetMutator(),
+    MAX_RESTARTS,
+    children="jobset",
+)

@@ -1,0 +1,16 @@
+"""ray.io/v1 RayJob: the budget is ``spec.backoffLimit``, retries on a new RayCluster."""
+
+from webhook.kinds.base import KindSpec
+from webhook.kinds.rayjob.mutate import BACKOFF, KIND, RayJobMutator
+from webhook.kube.wellknown import RAY_GROUP
+
+SPEC = KindSpec(
+    RAY_GROUP,
+    "v1",
+    KIND,
+    "rayjobs",
+    ("rayjob", "rayjobs", "rayjob.ray.io", "rayjobs.ray.io"),
+    RayJobMutator(),
+    BACKOFF,
+    children="job-of",
+)

@@ -1,0 +1,66 @@
+"""The one list of kinds (``KINDS``), and what is looked up in it: a kind's mutator, its
+view, its API defaulting, its resource name and the names users type.
+
+Adding a kind is one folder (``kinds/<kind>/``: ``mutate.py``, and ``SPEC`` in its
+``__init__``) and one line here; the chart's kind list is held to this one by
+``tests/test_kinds.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.kinds import cronjob, job, jobset, pod, pytorchjob, rayjob, trainjob
+from webhook.kinds.base import KindSpec, Mutator, View
+from webhook.policy.config import Config
+
+KINDS: tuple[KindSpec, ...] = (
+    job.SPEC,
+    cronjob.SPEC,
+    jobset.SPEC,
+    trainjob.SPEC,
+    rayjob.SPEC,
+    pytorchjob.SPEC,
+    pod.SPEC,
+)
+
+_BY_KIND = {(spec.group, spec.kind): spec for spec in KINDS}
+#: The mutator of each kind, by (group, kind): one instance serves every request (they
+#: are stateless).
+MUTATORS: dict[tuple[str, str], Mutator] = {key: s.mutator for key, s in _BY_KIND.items()}
+#: The view of each kind that has one (``kinds.view``), by (group, kind).
+VIEWS: dict[tuple[str, str], View] = {
+    key: s.view for key, s in _BY_KIND.items() if s.view is not None
+}
+
+
+def spec_for(group: str, kind: str) -> KindSpec | None:
+    return _BY_KIND.get((group, kind))
+
+
+def lookup(group: str, kind: str) -> Mutator | None:
+    """The mutator of a kind (``None``: not one the webhook manages)."""
+    return MUTATORS.get((group, kind))
+
+
+def registered() -> list[tuple[str, str]]:
+    return sorted(MUTATORS)
+
+
+def view_of(
+    group: str, kind: str, obj: Mapping[str, Any], config: Config | None = None
+) -> dict[str, Any] | None:
+    """The view of ``obj`` its kind's mutator runs on under ``config`` (``kinds.view``);
+    ``None``: run on the whole object."""
+    make = VIEWS.get((group, kind))
+    return make(obj, config) if make is not None else None
+
+
+def apply_defaults(obj: dict[str, Any]) -> None:
+    """What the API server fills in before admission, for the offline commands: the
+    kind's defaulting (``kube.defaulting``); kinds without any are left as written."""
+    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
+    spec = _BY_KIND.get((group, str(obj.get("kind") or "")))
+    if spec is not None and spec.defaulter is not None:
+        spec.defaulter(obj)

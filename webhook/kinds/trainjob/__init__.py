@@ -1,0 +1,21 @@
+"""trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2): the policy goes to the
+JobSet the trainer makes from its runtime."""
+
+from webhook.kinds.base import KindSpec
+from webhook.kinds.trainjob.mutate import KIND, TrainJobMutator
+from webhook.kube.wellknown import TRAINER_GROUP
+
+SPEC = KindSpec(
+    TRAINER_GROUP,
+    "v1alpha1",
+    KIND,
+    "trainjobs",
+    (
+        "trainjob",
+        "trainjobs",
+        "trainjob.trainer.kubeflow.org",
+        "trainjobs.trainer.kubeflow.org",
+    ),
+    TrainJobMutator(),
+    children="jobset-of",
+)
