@@ -57,6 +57,7 @@ from webhook.kube.wellknown import (
     JOBSET_UID,
     TRAINER_GROUP,
 )
+from webhook.policy.model import PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +93,6 @@ def decision_type(reason: str) -> str:
 RESULTS = ("written", "aggregated", "dropped")
 
 JOB_API = "batch/v1"
-#: The webhook's annotations (``webhook.policy.model.PREFIX``): what a JobSet is read for
-#: besides its owner.
-PREFIX = "retry-policy.dev/"
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,10 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
     RESTART_ATTEMPT,
 )
+from webhook.policy.model import PREFIX
 
 log = logging.getLogger(__name__)
 
-PREFIX = "retry-policy.dev/"
 #: On a pod: the keys that make its failures worth recording.
 WANTS_HISTORY = (PREFIX + "oom-memory-factor", PREFIX + "avoid-failed-nodes")
 #: On a pod: every key that makes its failures worth recording (the pods of later attempts
