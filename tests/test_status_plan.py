@@ -8,11 +8,14 @@ the object again, through the ``readmit`` the layer above gives (``webhook.cli.s
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
+import yaml
 
 from testkit.builders import P, v1_of
 from testkit.clusters import (
+    NS,
     POLICY,
     T0,
     admit,
@@ -25,8 +28,11 @@ from testkit.clusters import (
 from webhook.admission import engine
 from webhook.cli.status import readmit
 from webhook.plan.record import AppliedRecord
-from webhook.policy.config import parse_config
+from webhook.policy.config import Config, parse_config
+from webhook.status.reader import KINDS, Tree
 from webhook.status.story import tell
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: The admins' defaults at the Job's admission.
 ADMITTED_WITH = "defaults: {ignore-disruptions: 'true', backoff-limit: '2'}"
@@ -35,8 +41,11 @@ ADMITTED_WITH = "defaults: {ignore-disruptions: 'true', backoff-limit: '2'}"
 NOW = "defaults: {fail-non-retriable: 'true', backoff-limit: '5'}"
 
 
-def _job(annotations: dict[str, str], config: str | None = None) -> dict:
-    job = admit(job_manifest("train", annotations), config=parse_config(config or "{}"))
+def _job(
+    annotations: dict[str, str], config_text: str | None = None, config: Config | None = None
+) -> dict:
+    config = config if config is not None else parse_config(config_text or "{}")
+    job = admit(job_manifest("train", annotations), config=config)
     job["status"] = {"startTime": T0, "active": 1, "failed": 1}
     return job
 
@@ -143,3 +152,37 @@ def test_the_rules_the_record_names_are_the_webhooks_and_no_others(monkeypatch):
         ("FailJob", "your rule"),
         ("Ignore", "added by retry-policy for ignore-disruptions"),
     ]
+
+
+def test_an_admins_file_says_which_layer_gave_each_recorded_setting(monkeypatch):
+    config = parse_config(
+        "defaults: {backoff-limit: '2'}\n"
+        f"namespaces:\n  {NS}:\n    defaults: {{ignore-disruptions: 'true'}}\n"
+    )
+    job = _job({}, config_text=None, config=config)
+    _no_admission(monkeypatch)
+    (plan,) = tell(tree(job), config).plan
+    settings = _told(plan)[0]
+    assert settings["backoff-limit"] == ("2", "cluster default")
+    assert settings["ignore-disruptions"] == ("true", "namespace default")
+    # Without the file, a user cannot tell the layers apart: both are the admins'.
+    (plan,) = tell(tree(job)).plan
+    assert _told(plan)[0]["ignore-disruptions"] == ("true", "cluster default")
+
+
+def test_a_jobsets_own_rule_and_its_childrens_are_told_without_admission(monkeypatch):
+    manifest = yaml.safe_load((ROOT / "examples" / "jobset.yaml").read_text())
+    jobset = admit(manifest)
+    kind = next(k for k in KINDS if k.kind == "JobSet")
+    _no_admission(monkeypatch)
+    overview, *children = tell(Tree(kind, jobset)).plan
+    assert [r.origin for r in overview.rules] == [
+        "your rule failOnDeadline",
+        "added by retry-policy for fail-non-retriable (retryPolicyFailNonRetriable)",
+    ]
+    for child in children:
+        assert {r.origin for r in child.rules} <= {
+            f"added by retry-policy for {name}"
+            for name in ("fail-non-retriable", "ignore-disruptions", "max-disruptions")
+        }
+        assert "set by retry-policy: backoff-limit counts runs of the JobSet" in child.budget
