@@ -47,7 +47,7 @@ __all__ = [
 
 class LiveLookups(Lookups):
     """The namespace's LimitRanges and the Nodes, read with the user's credentials when
-    the next attempt's admission asks (a user who may not list Nodes gets what the
+    the next attempt's planner asks (a user who may not list Nodes gets what the
     webhook does when it cannot: failed nodes avoided by preference only)."""
 
     def __init__(self, reader: Reader | RecordedReader):

@@ -137,7 +137,7 @@ class NextAttempt:
     avoided_nodes: list[str] = field(default_factory=list)
     avoided_by: str | None = None
     delay: Delay | None = None
-    #: The warnings the pod's admission gives (what kubectl would show), and notes.
+    #: The warnings the pod's planner gives (what kubectl would show at its admission).
     changes: list[str] = field(default_factory=list)
     #: What ``attempt`` counts: a Job's attempts, or (a JobSet's pod) the set's runs.
     unit: str = "attempt"
@@ -215,7 +215,7 @@ class Story:
 
 
 class Lookups:
-    """What the next attempt's admission asks besides the Job and its pods; this one
+    """What the next attempt's planner asks besides the Job and its pods; this one
     answers as the offline CLI does (no LimitRanges, Nodes unknown)."""
 
     core_api: Any = None

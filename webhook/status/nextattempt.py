@@ -37,7 +37,7 @@ from webhook.status.reader import Tree
 
 
 class LiveAttempts:
-    """The attempt source of the next attempt's admission: the Jobs and pods as read,
+    """The attempt source of the next attempt's planner: the Jobs and pods as read,
     counted as the webhook's attempt cache counts them, and its failure history recorded
     from the failed pods as its pod watch records them."""
 
@@ -179,7 +179,7 @@ def delay_of(pods: Sequence[Mapping[str, Any]], now: float) -> Delay | None:
 
 
 def _planned_delay(pod: Mapping[str, Any], now: float) -> Delay | None:
-    """The delay the next pod's admission gives it (the webhook's retry delays write
+    """The delay the next pod's planner gives it (the webhook's retry delays write
     ``not-before`` on the pod): the hook by which ``status`` shows it once they do."""
     return _delay(mapping(pod.get("metadata")), now)
 
