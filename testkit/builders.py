@@ -128,6 +128,21 @@ def stored(obj: dict[str, Any], *, uid: str | None = None, version: str = "1") -
     return obj
 
 
+def with_record(obj: dict[str, Any], text: str) -> dict[str, Any]:
+    """``obj`` with ``text`` as its ``retry-policy.dev/applied`` record."""
+    changed = copy.deepcopy(obj)
+    changed["metadata"]["annotations"][P + "applied"] = text
+    return changed
+
+
+def v1_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as the previous version mutated it: the same, with its version-1 record
+    (no ``v``, no rules' origins), as written before the record was versioned."""
+    record = json.loads(obj["metadata"]["annotations"][P + "applied"])
+    record.pop("v"), record.pop("origins", None)
+    return with_record(obj, json.dumps(record, sort_keys=True, separators=(",", ":")))
+
+
 def job_owner(name: str = "train", uid: str = "job-uid-1") -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",

@@ -5,9 +5,8 @@ the webhook wrote them before) still read, and never rewritten for the format al
 from __future__ import annotations
 
 import copy
-import json
 
-from testkit.builders import FULL, P, job
+from testkit.builders import FULL, P, job, v1_of
 from testkit.kinds import cronjob, jobset
 from testkit.workloads import mutate
 from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
@@ -21,19 +20,6 @@ V1_JOB = (
 )
 V1_POD = '{"attempt":3,"attempts":4,"nonSpot":true}'
 POLICY = FULL
-
-
-def with_record(obj: dict, text: str) -> dict:
-    changed = copy.deepcopy(obj)
-    changed["metadata"]["annotations"][P + "applied"] = text
-    return changed
-
-
-def v1_of(obj: dict) -> dict:
-    """``obj`` as the previous version mutated it: the same, with its version-1 record."""
-    record = json.loads(obj["metadata"]["annotations"][P + "applied"])
-    record.pop("v"), record.pop("origins", None)
-    return with_record(obj, json.dumps(record, sort_keys=True, separators=(",", ":")))
 
 
 def test_a_version_1_record_is_read_as_it_was_written():

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.builders import P
+from testkit.builders import P, v1_of
 from testkit.clusters import (
     BIN,
     NS,
@@ -744,18 +744,21 @@ def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
 
 
 def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
+    from webhook.cli.status import readmit
     from webhook.status.story import tell
 
     obj = job_manifest("older", POLICY)
     obj["metadata"]["namespace"] = NS
     apply_defaults(obj)
     _, job = engine.review_object(obj, Config(), NS)
+    job = v1_of(job)
     job["metadata"]["uid"] = "uid-older"
-    # Admitted by an older webhook that wrote its FailJob rule without a container name:
-    # admitted today, it would get the rule with the name too (podFailurePolicy is
-    # immutable: the stored rules are the ones the Job controller reads).
+    # Admitted by an older webhook (its record is version 1: no rules' origins) that wrote
+    # its FailJob rule without a container name: admitted today, it would get the rule
+    # with the name too (podFailurePolicy is immutable: the stored rules are the ones the
+    # Job controller reads). Such a plan is found by admitting it again (``readmit``).
     del job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["containerName"]
-    story = tell(tree(job))
+    story = tell(tree(job), readmit=readmit)
     (plan,) = story.plan
     assert any("would change it" in n for n in story.notes)
     assert [r.action for r in plan.rules] == ["Ignore", "FailJob"]

@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from webhook.policy.config import ConfigError, load_config
+from webhook.offline import inputs
+from webhook.policy.config import Config, ConfigError, load_config
 
 
 def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -18,7 +19,14 @@ def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     try:
         config = load_config(args.config) if args.config else None
         story, code = status.status(
-            args.workload, args.namespace, args.kubeconfig, args.context, config, args.filename
+            args.workload,
+            args.namespace,
+            args.kubeconfig,
+            args.context,
+            config,
+            args.filename,
+            documents=inputs.read,
+            readmit=readmit,
         )
     except (status.StatusError, ConfigError) as err:
         print(f"Error: {err}", file=stderr)
@@ -31,6 +39,16 @@ def status_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     for what in story.unread:
         print(f"Warning: could not read {what}", file=stderr)
     return code
+
+
+def readmit(obj: dict[str, Any], config: Config, namespace: str) -> dict[str, Any] | None:
+    """``obj`` admitted again as the webhook would store it (``None``: denied): how status
+    finds the plan of a workload whose applied record keeps no rules' origins (version 1,
+    written before they were recorded). Status itself admits nothing."""
+    from webhook.admission import engine
+
+    again = engine.review(obj, config, namespace)
+    return again.result if again.verdict.allowed else None
 
 
 def add_parser(sub: Any) -> None:

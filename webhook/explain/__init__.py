@@ -20,7 +20,7 @@ are a one-line call to it. Rendering (``render_text``, ``to_json``) is shared by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.admission import engine
@@ -41,7 +41,7 @@ from webhook.explain.model import (
 )
 from webhook.explain.render import render_text, to_json
 from webhook.kube.objects import controller_of, mapping
-from webhook.plan.outcome import Context
+from webhook.plan.outcome import Context, Outcome
 from webhook.policy.config import Config
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "ExplainError",
     "Explanation",
     "explain",
+    "explain_stored",
     "explained_kinds",
     "failjob_message",
     "parse_events",
@@ -110,13 +111,7 @@ def explain(
     )
     subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
     explanations = function(subject)
-    owner = controller_of(metadata)
-    if owner is not None and explanations and config.affects_unannotated(ns):
-        explanations[0].notes.append(
-            f"this {kind} is managed by {owner.get('kind')} {owner.get('name')}: the "
-            "cluster's defaults and guard rails do not apply to it (its controller chose "
-            "its retry behaviour); only annotations on the object itself do"
-        )
+    _managed_note(explanations, metadata, kind, config, ns)
     if events is not None:
         simulated = [item for item in explanations if item.simulator is not None]
         placed = _place_events(simulated, events)
@@ -139,6 +134,45 @@ def explain(
             _check_successes(item, mine)
             item.simulation = item.simulator.run([event for _, event in mine])
     return explanations
+
+
+def explain_stored(
+    original: Mapping[str, Any],
+    stored: Mapping[str, Any],
+    outcome: Outcome,
+    config: Config,
+    namespace: str | None = None,
+) -> list[Explanation] | None:
+    """Explain an object as the webhook stored it, without admitting it again (``retry-
+    webhook status``): ``stored`` is what the webhook wrote, ``original`` the same without
+    what the webhook added (its rules, as its applied record says: those are then told
+    as the webhook's), and ``outcome`` carries what is known of the admission (the rules
+    and, where given, the policies; an explainer resolves a missing policy from the
+    annotations and ``config`` as the mutator would). ``None`` for a kind explain does
+    not cover."""
+    group = str(stored.get("apiVersion") or "").rpartition("/")[0]
+    kind = str(stored.get("kind") or "")
+    function = _EXPLAINERS.get((group, kind))
+    if function is None:
+        return None
+    metadata = mapping(stored.get("metadata"))
+    ns = namespace or metadata.get("namespace")
+    ctx = Context(config, namespace=ns, kubernetes_version=config.kubernetes_version)
+    explanations = function(Subject(original, stored, outcome, ctx, []))
+    _managed_note(explanations, metadata, kind, config, ns)
+    return explanations
+
+
+def _managed_note(
+    explanations: list[Explanation], metadata: Any, kind: str, config: Config, ns: Any
+) -> None:
+    owner = controller_of(metadata)
+    if owner is not None and explanations and config.affects_unannotated(ns):
+        explanations[0].notes.append(
+            f"this {kind} is managed by {owner.get('kind')} {owner.get('name')}: the "
+            "cluster's defaults and guard rails do not apply to it (its controller chose "
+            "its retry behaviour); only annotations on the object itself do"
+        )
 
 
 def _check_successes(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:

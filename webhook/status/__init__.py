@@ -1,10 +1,11 @@
 """``retry-webhook status``: a running or finished workload's story between attempts.
 
 It reads the workload, its Jobs and pods and the webhook's Events with the user's own
-credentials (``reader``), tells the story with the same engine the webhook runs
-(``story``: the plan as ``explain`` gives it, the attempts counted as the Job controller
-counts them, the next attempt as the pod webhook would admit it, the rule that decided a
-finished workload) and prints it (``render``: text, or JSON with stable keys).
+credentials (``reader``), tells the story with the webhook's own parts and admits nothing
+(``story``: the plan rebuilt from the stored object and its applied record, told by
+``explain``; the attempts counted as the Job controller counts them; the next attempt as
+the pod kind's planner gives it; the rule that decided a finished workload) and prints it
+(``render``: text, or JSON with stable keys).
 
 Exit codes: 0 the story was told; 1 told, but a part could not be read (pods, Events,
 child Jobs: each named); 2 nothing could be told (no cluster, the workload not found or
@@ -22,8 +23,9 @@ from webhook.kube.limitrange import memory_limits
 from webhook.kube.scheduling import Placement, fits, node_of
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
+from webhook.status.plan import Readmit
 from webhook.status.reader import Reader, StatusError, Unreadable, connect, parse_ref, read_tree
-from webhook.status.recorded import RecordedReader
+from webhook.status.recorded import Documents, RecordedReader
 from webhook.status.recorded import read as read_recorded
 from webhook.status.render import render_text, to_json
 from webhook.status.story import Lookups, Story, tell
@@ -45,7 +47,7 @@ __all__ = [
 
 class LiveLookups(Lookups):
     """The namespace's LimitRanges and the Nodes, read with the user's credentials when
-    the next attempt's admission asks (a user who may not list Nodes gets what the
+    the next attempt's planner asks (a user who may not list Nodes gets what the
     webhook does when it cannot: failed nodes avoided by preference only)."""
 
     def __init__(self, reader: Reader | RecordedReader):
@@ -99,20 +101,27 @@ def status(
     context: str | None = None,
     config: Config | None = None,
     recorded: str | None = None,
+    documents: Documents | None = None,
+    readmit: Readmit | None = None,
 ) -> tuple[Story, int]:
     """Read and tell; ``StatusError`` when nothing can be told. With ``recorded`` (a file
-    ``kubectl get -o yaml`` wrote), the objects are read from it instead of a cluster."""
+    ``kubectl get -o yaml`` wrote), the objects are read from it by ``documents`` instead
+    of from a cluster. ``readmit`` tells the plan of a workload whose record keeps no
+    rules' origins (``plan.plan_of``); the layer above gives both, status admits nothing."""
     ref = parse_ref(reference)
     if recorded is not None:
-        reader: Any = RecordedReader(read_recorded(recorded), recorded)
+        if documents is None:
+            raise StatusError(f"no reader of recorded objects given for {recorded}")
+        reader: Any = RecordedReader(read_recorded(recorded, documents), recorded)
         where = namespace or reader.namespace_of(ref.kind, ref.name) or "default"
         tree = read_tree(reader, ref, where)
-        return _told(tell(tree, config, LiveLookups(reader)))
+        return _told(tell(tree, config, LiveLookups(reader), readmit=readmit))
     connection = connect(kubeconfig, context, namespace)
     reader = Reader(connection.api)
     tree = read_tree(reader, ref, connection.namespace)
     version = cluster_version(connection)
-    return _told(tell(tree, config, LiveLookups(reader), kubernetes_version=version))
+    lookups = LiveLookups(reader)
+    return _told(tell(tree, config, lookups, kubernetes_version=version, readmit=readmit))
 
 
 def _told(story: Story) -> tuple[Story, int]:

@@ -1,7 +1,7 @@
 """``retry-webhook status -f FILE``: the story told from recorded objects, without a cluster.
 
 The file is what ``kubectl get ... -o yaml`` prints (a ``List``, or documents), read as the
-offline commands read theirs (``webhook.offline.inputs``):
+offline commands read theirs (``webhook.offline.inputs``, given by ``webhook.cli``):
 
     kubectl get jobs,pods,events -n ml -o yaml > recorded.yaml
 
@@ -16,11 +16,10 @@ are unreadable unless the file holds some.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from webhook.kube.objects import mapping
-from webhook.offline import inputs
 from webhook.status.reader import Kind, StatusError, Unreadable
 
 #: Core v1 Event fields and their events.k8s.io/v1 names, as the API server converts them
@@ -37,11 +36,16 @@ CORE_EVENT_FIELDS = {
 }
 
 
-def read(path: str) -> list[dict[str, Any]]:
-    """Every object of the file (``-``: stdin); ``StatusError`` naming the file and the
-    first document that cannot be used."""
+#: What reads a file's documents (``webhook.offline.inputs.read``): each with ``obj``, the
+#: object, or ``error``, what is wrong with the document (or the file) in words.
+Documents = Callable[[str], Iterable[Any]]
+
+
+def read(path: str, documents: Documents) -> list[dict[str, Any]]:
+    """Every object of the file (``-``: stdin) as ``documents`` reads it; ``StatusError``
+    naming the file and the first document that cannot be used."""
     objects = []
-    for doc in inputs.read(path):
+    for doc in documents(path):
         if doc.error:
             raise StatusError(f"{doc.error}; give a file kubectl get -o yaml wrote")
         objects.append(doc.obj)

@@ -8,7 +8,7 @@ from typing import Any
 
 from webhook import explain
 from webhook.explain.model import WIDTH
-from webhook.status.story import Attempt, Budget, Decision, JobStory, NextAttempt, Story
+from webhook.status.model import Attempt, Budget, Decision, JobStory, NextAttempt, Story
 
 #: The version of the JSON shape: raised only when a key changes meaning or goes away.
 SCHEMA = "retry-policy.dev/status/v1"

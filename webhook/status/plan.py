@@ -1,0 +1,318 @@
+"""The plan of a stored workload: the settings its ``retry-policy.dev/applied`` record
+says were applied and which rules are the webhook's, told by ``explain``."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from webhook import explain
+from webhook.kinds.jobset.rules import RULE_NAME
+from webhook.kube import failurepolicy
+from webhook.kube.objects import items, mapping
+from webhook.plan.outcome import Outcome
+from webhook.plan.record import AppliedRecord
+from webhook.policy.config import Config, ConfigError, parse_config
+from webhook.policy.model import APPLIED, PREFIX
+
+#: ``retry-policy.dev/applied`` record key -> the annotations it stands for.
+_RECORDED = {
+    "backoffLimit": "backoff-limit",
+    "onNonRetriable": "on-non-retriable",
+    "nonSpotAttempts": "non-spot-attempts",
+    "errorPropagation": "error-propagation",
+    "oomMemoryFactor": "oom-memory-factor",
+    "oomMemoryLimit": "oom-memory-limit",
+    "inPlaceScope": "in-place-scope",
+    "maxDisruptions": "max-disruptions",
+    "maxInPlaceRestarts": "max-in-place-restarts",
+    "peerDisruptions": "peer-disruptions",
+}
+
+#: The rules on our controller's conditions (``webhook.plan.causes.rules``): the
+#: record key that says the webhook wrote one, its annotation, and the condition.
+_CONDITION_RULES = (
+    ("maxInPlaceRestarts", "max-in-place-restarts", failurepolicy.IN_PLACE_BUDGET_EXHAUSTED),
+    ("maxDisruptions", "max-disruptions", failurepolicy.DISRUPTION_BUDGET_EXHAUSTED),
+    ("peerDisruptions", "peer-disruptions", failurepolicy.PEER_DISRUPTED),
+)
+
+# --- the plan ----------------------------------------------------------------------------
+
+
+def applied_record(obj: Mapping[str, Any]) -> AppliedRecord:
+    """The ``retry-policy.dev/applied`` record on ``obj`` (empty: none, or unreadable)."""
+    return AppliedRecord.of(obj) or AppliedRecord({}, {}, 1)
+
+
+def recorded_config(obj: Mapping[str, Any]) -> Config:
+    """A config whose cluster defaults are the settings of the object's applied record
+    that none of its annotations made (the admins' defaults at its admission)."""
+    record = applied_record(obj)
+    annotations = mapping(mapping(obj.get("metadata")).get("annotations"))
+    written = {k.removeprefix(PREFIX) for k in annotations if isinstance(k, str)}
+    defaults: dict[str, str] = {}
+    for key, name in _RECORDED.items():
+        if key in record:
+            defaults[name] = str(record.get(key))
+    for key, name in (
+        ("ignoreDisruptions", "ignore-disruptions"),
+        ("avoidFailedNodes", "avoid-failed-nodes"),
+    ):
+        if record.get(key) is True:
+            defaults[name] = "true"
+    codes = record.get("failNonRetriable")
+    if isinstance(codes, list):
+        defaults["fail-non-retriable"] = "true"
+        defaults["retriable-exit-codes"] = ",".join(str(c) for c in codes)
+    in_place = record.get("inPlaceExitCodes")
+    if isinstance(in_place, list):
+        defaults["in-place-exit-codes"] = ",".join(str(c) for c in in_place)
+    chosen = {k: v for k, v in defaults.items() if k not in written}
+    if not chosen:
+        return Config()
+    try:
+        return parse_config(json.dumps({"defaults": chosen}), "<the applied record>")
+    except ConfigError:
+        return Config()
+
+
+def ours(rule: Any, record: AppliedRecord) -> str | None:
+    """The annotation for which this webhook wrote ``rule`` (a podFailurePolicy rule, or a
+    JobSet failure policy rule), as the applied record says; ``None``: not ours. A record
+    that keeps the rules' origins says so itself; an older one (version 1) by the shape of
+    the rules its settings write."""
+    if not isinstance(rule, dict):
+        return None
+    if record.version >= 2:
+        return record.origin(rule)
+    if "failNonRetriable" in record and (
+        rule.get("name") == RULE_NAME
+        or failurepolicy.is_non_retriable_rule(rule)
+        or failurepolicy.rule_key(rule)
+        == failurepolicy.rule_key(failurepolicy.count_disruptions_rule())
+    ):
+        return "fail-non-retriable"
+    ignore = failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule())
+    if record.get("ignoreDisruptions") is True and failurepolicy.rule_key(rule) == ignore:
+        return "ignore-disruptions"
+    for key, name, kind in _CONDITION_RULES:
+        if key not in record:
+            continue
+        action = "Ignore" if record.get(key) == "ignore" else "Count"
+        if failurepolicy.rule_key(rule) == failurepolicy.rule_key(
+            failurepolicy.condition_rule(kind, action)
+        ):
+            return name
+    return None
+
+
+#: Set by the API server or the controllers, not by whoever wrote the manifest.
+_SYSTEM_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "finalizers",
+)
+
+
+def as_stored(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The object without its status and system fields: the spec as the controllers read
+    it, with the metadata a manifest has."""
+    out = copy.deepcopy(dict(obj))
+    out.pop("status", None)
+    meta = mapping(out.get("metadata"))
+    for key in _SYSTEM_METADATA:
+        meta.pop(key, None)
+    return out
+
+
+def job_specs(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    kind = obj.get("kind")
+    spec = mapping(obj.get("spec"))
+    if kind == "Job":
+        return [spec]
+    if kind == "CronJob":
+        return [mapping(mapping(spec.get("jobTemplate")).get("spec"))]
+    if kind == "JobSet":
+        return [
+            mapping(mapping(mapping(r).get("template")).get("spec"))
+            for r in items(spec.get("replicatedJobs"))
+        ]
+    return []
+
+
+def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` with the rules the applied record says this webhook wrote taken out: what
+    the re-admission adds back is then told as the webhook's, not the user's."""
+    out = copy.deepcopy(dict(obj))
+    record = applied_record(out)
+    if not record.settings:
+        return out
+    for spec in job_specs(out):
+        policy = mapping(spec.get("podFailurePolicy"))
+        rules = items(policy.get("rules"))
+        kept = [r for r in rules if ours(r, record) is None]
+        if rules and not kept:
+            spec.pop("podFailurePolicy", None)
+        elif rules:
+            policy["rules"] = kept
+    if out.get("kind") == "JobSet":
+        policy = mapping(mapping(out.get("spec")).get("failurePolicy"))
+        rules = items(policy.get("rules"))
+        if rules:
+            policy["rules"] = [r for r in rules if ours(r, record) is None]
+    return out
+
+
+#: What ``status`` tells a version-1 record's plan with (``readmit``, given by the layer
+#: above, ``webhook.cli``: status itself admits nothing): ``obj`` admitted again with
+#: ``config`` in ``namespace``, as it would be stored (``None``: denied).
+Readmit = Callable[[dict[str, Any], Config, str], "dict[str, Any] | None"]
+
+Plan = list[explain.Explanation | explain.Denial]
+
+
+def source_of(config: Config, given: bool) -> str:
+    """What the plan is judged with, in words."""
+    if given:
+        return f"judged with {config.source}"
+    return (
+        f"from the workload's annotations and its {APPLIED} record (what the webhook "
+        "applied at admission); an admin can give the cluster's defaults file with --config"
+    )
+
+
+def plan_of(
+    obj: Mapping[str, Any],
+    config: Config,
+    namespace: str,
+    given: bool,
+    readmit: Readmit | None = None,
+) -> tuple[Plan, str, list[str]]:
+    """The plan of the object as stored, with notes. The object is what the webhook
+    wrote, and its applied record (version 2) says which settings were applied and
+    which rules are the webhook's: the plan is told from them, admitting nothing
+    (``stored_plan``). A version-1 record keeps no rules' origins: with ``readmit`` the
+    plan is found by admitting the object again (``readmitted_plan``); without, it is
+    told from the stored object, the webhook's rules recognised by their shape."""
+    record = AppliedRecord.of(obj)
+    if record is not None and record.version < 2 and readmit is not None:
+        return readmitted_plan(obj, config, namespace, given, readmit)
+    judge = recorded_under(config, obj, namespace) if given else config
+    notes: list[str] = []
+    return stored_plan(obj, judge, namespace, notes), source_of(config, given), notes
+
+
+def recorded_under(config: Config, obj: Mapping[str, Any], namespace: str) -> Config:
+    """An admin's ``config`` with the defaults the object's record says were applied in
+    place of its own (its defaults may have changed since: what was applied is what the
+    object holds). The file still says which layer each came from (its namespace's
+    override when that sets the same value, else the cluster's) and its guard rails."""
+    recorded = dict(recorded_config(obj).defaults)
+    override = config.namespaces.get(namespace)
+    mine = {} if override is None else dict(override.defaults)
+    local = {k: v for k, v in recorded.items() if k in mine and mine[k] == v}
+    namespaces = dict(config.namespaces)
+    if override is not None:
+        namespaces[namespace] = dataclasses.replace(override, defaults=local)
+    cluster = {k: v for k, v in recorded.items() if k not in local}
+    return dataclasses.replace(config, defaults=cluster, namespaces=namespaces)
+
+
+def stored_plan(obj: Mapping[str, Any], config: Config, namespace: str, notes: list[str]) -> Plan:
+    """The plan told from the stored object itself, without admission: the object as the
+    webhook wrote it, and as the user wrote it (without the rules the record says are
+    the webhook's, which are then told as its own); what keeps it from being told goes
+    in ``notes``."""
+    stored = as_stored(obj)
+    record = applied_record(stored)
+    rules = [(rule, name, False) for rule, name in our_rules(stored, record)]
+    return _told(
+        lambda: explain.explain_stored(
+            without_ours(stored), stored, Outcome(rules=rules), config, namespace
+        ),
+        obj,
+        notes,
+    )
+
+
+def our_rules(obj: Mapping[str, Any], record: AppliedRecord) -> list[tuple[Any, str]]:
+    """The rules in ``obj`` the webhook wrote, each with the annotation it wrote it for."""
+    found = []
+    policies = [mapping(spec.get("podFailurePolicy")) for spec in job_specs(obj)]
+    if obj.get("kind") == "JobSet":
+        policies.append(mapping(mapping(obj.get("spec")).get("failurePolicy")))
+    for policy in policies:
+        for rule in items(policy.get("rules")):
+            name = ours(rule, record)
+            if name is not None:
+                found.append((rule, name))
+    return found
+
+
+def readmitted_plan(
+    obj: Mapping[str, Any], config: Config, namespace: str, given: bool, readmit: Readmit
+) -> tuple[Plan, str, list[str]]:
+    """A version-1 record's plan (no rules' origins). ``explain`` admits its input again,
+    so the input is the first of these whose admission gives back exactly the stored spec
+    (what the controllers read: ``podFailurePolicy`` is immutable): the object without the
+    rules the webhook wrote (they are then told as the webhook's); as stored (every rule
+    told as yours); without its retry-policy annotations, judged by the built-in defaults
+    (the webhook would change it today: its settings are not shown)."""
+    stored = as_stored(obj)
+    bare = copy.deepcopy(stored)
+    annotations = mapping(mapping(bare.get("metadata")).get("annotations"))
+    for key in [k for k in annotations if isinstance(k, str) and k.startswith(PREFIX)]:
+        del annotations[key]
+    candidates = [
+        (without_ours(stored), config, ""),
+        (
+            stored,
+            config,
+            "the plan reads the stored rules and cannot tell which of them the webhook wrote",
+        ),
+        (
+            bare,
+            Config(),
+            "admitting this workload again would change it (its annotations, the defaults or "
+            "the webhook changed since): the plan reads its stored spec as it is, without "
+            "its retry-policy settings",
+        ),
+    ]
+    chosen, judge, note = candidates[-1]
+    for candidate, by, said in candidates:
+        again = readmit(copy.deepcopy(candidate), by, namespace)
+        if again is not None and again.get("spec") == stored.get("spec"):
+            chosen, judge, note = candidate, by, said
+            break
+    notes = [note] if note else []
+    plan = _told(lambda: explain.explain(copy.deepcopy(chosen), judge, namespace), obj, notes)
+    return plan, source_of(config, given), notes
+
+
+def _told(
+    explained: Callable[[], list[explain.Explanation] | explain.Denial | None],
+    obj: Mapping[str, Any],
+    notes: list[str],
+) -> Plan:
+    """The plan ``explained`` gives; what keeps it from giving one goes in ``notes``."""
+    try:
+        result = explained()
+    except explain.ExplainError as err:
+        notes.append(f"no plan: {err}")
+        return []
+    if result is None:
+        notes.append(f"explain does not cover a {obj.get('kind')}")
+        return []
+    if isinstance(result, explain.Denial):
+        return [result]
+    return list(result)
