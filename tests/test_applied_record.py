@@ -10,7 +10,14 @@ from testkit.builders import FULL, P, job, v1_of
 from testkit.kinds import cronjob, jobset
 from testkit.workloads import mutate
 from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
-from webhook.plan.record import VERSION, AppliedRecord, rule_id
+from webhook.plan.record import (
+    VERSION,
+    AppliedRecord,
+    policy_settings,
+    rule_id,
+    settings_as_annotations,
+)
+from webhook.policy.model import KEYS, PREFIX, Layer, Scope, Source, parse_annotations, resolve
 from webhook.status import story
 
 #: Records as the webhook wrote them up to version 1 (the examples' and the README's, and
@@ -134,3 +141,47 @@ def test_status_tells_our_rules_by_the_origins_and_an_old_record_by_their_shape(
     ]
     # What the record says the admins' defaults chose reads the same from either.
     assert story.recorded_config(out) == story.recorded_config(v1_of(out))
+
+
+def test_the_records_settings_said_back_as_annotations_give_the_same_record():
+    """``settings_as_annotations`` reads ``policy_settings`` backwards, every setting the
+    record keeps (``status`` judges a stored workload with them)."""
+    annotations = {
+        "backoff-limit": "5",
+        "fail-non-retriable": "true",
+        "retriable-exit-codes": "137,143",
+        "on-non-retriable": "fail-index",
+        "ignore-disruptions": "true",
+        "max-disruptions": "2",
+        "non-spot-attempts": "1",
+        "error-propagation": "earliest",
+        "oom-memory-factor": "1.5",
+        "oom-memory-limit": "8Gi",
+        "avoid-failed-nodes": "true",
+        "in-place-exit-codes": "3",
+        "in-place-scope": "pod",
+        "max-in-place-restarts": "4",
+        "peer-disruptions": "ignore",
+        "attempt-env": "true",
+        "retry-delay": "30s",
+        "retry-delay-factor": "2",
+        "retry-delay-max": "10m",
+    }
+
+    def record_of(said: dict[str, str]) -> dict:
+        values, problems = parse_annotations(
+            {PREFIX + k: v for k, v in said.items()}, Scope.WORKLOAD
+        )
+        assert problems == []
+        return policy_settings(resolve([Layer(Source.ANNOTATION, values)]))
+
+    record = record_of(annotations)
+    assert {"retryDelay", "retryDelayFactor", "retryDelayMax", "attemptEnv"} <= set(record)
+    said = settings_as_annotations(AppliedRecord(record))
+    assert record_of(said) == record
+    assert all(KEYS[name].settable_default for name in said)
+
+
+def test_a_damaged_setting_in_a_record_is_left_out_not_guessed():
+    said = settings_as_annotations(AppliedRecord({"backoffLimit": [3], "attemptEnv": "yes"}))
+    assert said == {}

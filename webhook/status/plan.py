@@ -14,23 +14,9 @@ from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kube import failurepolicy
 from webhook.kube.objects import items, mapping
 from webhook.plan.outcome import Outcome
-from webhook.plan.record import AppliedRecord
+from webhook.plan.record import AppliedRecord, settings_as_annotations
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX
-
-#: ``retry-policy.dev/applied`` record key -> the annotations it stands for.
-_RECORDED = {
-    "backoffLimit": "backoff-limit",
-    "onNonRetriable": "on-non-retriable",
-    "nonSpotAttempts": "non-spot-attempts",
-    "errorPropagation": "error-propagation",
-    "oomMemoryFactor": "oom-memory-factor",
-    "oomMemoryLimit": "oom-memory-limit",
-    "inPlaceScope": "in-place-scope",
-    "maxDisruptions": "max-disruptions",
-    "maxInPlaceRestarts": "max-in-place-restarts",
-    "peerDisruptions": "peer-disruptions",
-}
 
 #: The rules on our controller's conditions (``webhook.plan.causes.rules``): the
 #: record key that says the webhook wrote one, its annotation, and the condition.
@@ -54,23 +40,7 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
     record = applied_record(obj)
     annotations = mapping(mapping(obj.get("metadata")).get("annotations"))
     written = {k.removeprefix(PREFIX) for k in annotations if isinstance(k, str)}
-    defaults: dict[str, str] = {}
-    for key, name in _RECORDED.items():
-        if key in record:
-            defaults[name] = str(record.get(key))
-    for key, name in (
-        ("ignoreDisruptions", "ignore-disruptions"),
-        ("avoidFailedNodes", "avoid-failed-nodes"),
-    ):
-        if record.get(key) is True:
-            defaults[name] = "true"
-    codes = record.get("failNonRetriable")
-    if isinstance(codes, list):
-        defaults["fail-non-retriable"] = "true"
-        defaults["retriable-exit-codes"] = ",".join(str(c) for c in codes)
-    in_place = record.get("inPlaceExitCodes")
-    if isinstance(in_place, list):
-        defaults["in-place-exit-codes"] = ",".join(str(c) for c in in_place)
+    defaults = settings_as_annotations(record)
     chosen = {k: v for k, v in defaults.items() if k not in written}
     if not chosen:
         return Config()
