@@ -4,11 +4,21 @@ and the config that says so (``webhook.kinds.audit``, ``webhook.policy.config``)
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from testkit.builders import P, job
 from testkit.cli import run
-from testkit.workloads import assert_idempotent, mutate, validate
+from testkit.kinds import cronjob, job_from, jobset
+from testkit.workloads import (
+    assert_idempotent,
+    kubectl_patch,
+    mutate,
+    validate,
+    validate_schema,
+)
+from webhook.admission import engine
 from webhook.kube.failurepolicy import count_disruptions_rule, non_retriable_rule
 from webhook.plan.audit import AUDIT, AuditRecord, managed
 from webhook.policy.config import ConfigError, parse_config
@@ -88,3 +98,109 @@ def test_enforced_elsewhere_and_labelled_enforce():
     assert out["spec"]["backoffLimit"] == 2 and out["spec"]["podFailurePolicy"]["rules"]
     assert managed(out) == "enforce"
     assert AUDIT not in out["metadata"]["annotations"]
+
+
+def test_what_its_own_annotations_ask_is_enforced_beside_the_audited_defaults():
+    config = parse_config(AUDITED_NS)
+    obj = job({P + "backoff-limit": "4"})
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["backoffLimit"] == 4  # the annotation's
+    assert "podFailurePolicy" not in out["spec"]  # the default's rules: audited
+    assert managed(out) == "enforce"
+    record = AuditRecord.of(out)
+    assert record.settings == {"fail-non-retriable": "true"}  # backoff-limit: annotated
+    # The record's Job is the whole Job as enforced: the annotated budget, the rules added.
+    assert record.part("spec").backoff_limit == 4
+    assert [r["action"] for r in record.part("spec").rules] == ["Count", "FailJob"]
+    assert validate(out, config).allowed
+    assert_idempotent(obj, config)
+
+
+def test_guard_rails_still_deny_under_audit():
+    config = parse_config(AUDITED_NS + "guardRails: {maxBackoffLimit: 5}\n")
+    verdict, _ = mutate(job({P + "backoff-limit": "9"}), config)
+    assert not verdict.allowed and "guardRails.maxBackoffLimit" in verdict.message
+    # An API default above the rail is lowered to it, as enforced: a rail is no default.
+    verdict, out = mutate(job(), config)
+    assert out["spec"]["backoffLimit"] == 5 and managed(out) == "enforce"
+
+
+def test_defaults_that_would_change_nothing_leave_no_record_and_no_label():
+    config = parse_config("defaults: {backoff-limit: 6}\nrollout: audit\n")
+    obj = job(spec={"backoffLimit": 6})
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed and verdict.patch == []
+    assert managed(out) is None and AuditRecord.of(out) is None
+
+
+def test_the_label_is_the_webhooks_own_and_a_wrong_value_is_replaced_with_a_warning():
+    config = parse_config(AUDITED_NS)
+    obj = job()
+    obj["metadata"]["labels"] = {"app": "train", P + "managed": "yes"}
+    verdict, out = mutate(obj, config)
+    assert out["metadata"]["labels"] == {"app": "train", P + "managed": "audit"}
+    assert "retry-policy: label retry-policy.dev/managed: 'yes' -> 'audit'" in "\n".join(
+        verdict.warnings
+    )
+    # A stale record and label (a manifest exported from another cluster) go when no
+    # policy applies here.
+    verdict, out = mutate(out, parse_config("{}"))
+    assert managed(out) is None and AUDIT not in out["metadata"]["annotations"]
+    assert out["metadata"]["labels"] == {"app": "train"}
+    assert "label retry-policy.dev/managed=audit removed" in "\n".join(verdict.warnings)
+
+
+def test_a_cronjob_records_its_template_and_its_jobs_carry_their_own_record():
+    config = parse_config(AUDITED_NS)
+    obj = cronjob()
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"]["jobTemplate"]["spec"] == obj["spec"]["jobTemplate"]["spec"]
+    record = AuditRecord.of(out)
+    assert [p.path for p in record.parts] == ["spec.jobTemplate.spec"]
+    assert managed(out) == "audit"
+    # The Job the CronJob controller makes: its admission leaves it alone, with the label
+    # and a record of its own spec, so the controller can replay its failures.
+    made = job_from(out)
+    verdict, job_out = mutate(made, config)
+    assert verdict.allowed and verdict.patch == []
+    assert managed(job_out) == "audit"
+    own = AuditRecord.of(job_out)
+    assert own.settings == record.settings
+    assert own.part("spec") == dataclasses.replace(record.parts[0], path="spec")
+    assert validate(out, config).allowed
+    assert_idempotent(obj, config)
+
+
+def test_a_jobset_records_each_replicated_job_by_name():
+    config = parse_config(AUDITED_NS)
+    obj = jobset()
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"] == obj["spec"]
+    record = AuditRecord.of(out)
+    assert [p.path for p in record.parts] == [
+        "spec.replicatedJobs[leader].template.spec",
+        "spec.replicatedJobs[workers].template.spec",
+    ]
+    assert all(p.rules for p in record.parts)
+    assert managed(out) == "audit"
+    assert_idempotent(obj, config)
+
+
+def test_review_as_the_api_server_admits_it_and_validates_the_result():
+    config = parse_config(AUDITED_NS)
+    reviewed = engine.review(job(), config)
+    assert reviewed.verdict.allowed
+    assert managed(reviewed.result) == "audit"
+    assert reviewed.outcome.audited == AuditRecord.of(reviewed.result)
+
+
+def test_a_patch_the_api_server_applies(tmp_path):
+    config = parse_config(AUDITED_NS)
+    obj = job()
+    obj["metadata"]["labels"] = {"app": "train"}
+    verdict, out = mutate(obj, config)
+    assert kubectl_patch(obj, verdict.patch, tmp_path) == out
+    validate_schema(out)
