@@ -5,11 +5,13 @@ and the config that says so (``webhook.kinds.audit``, ``webhook.policy.config``)
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from testkit.builders import P, job
 from testkit.cli import run
+from testkit.explain import assert_text_and_json_agree, manifest, one, setting
 from testkit.kinds import cronjob, job_from, jobset
 from testkit.workloads import (
     assert_idempotent,
@@ -18,6 +20,7 @@ from testkit.workloads import (
     validate,
     validate_schema,
 )
+from webhook import explain
 from webhook.admission import engine
 from webhook.kube.failurepolicy import count_disruptions_rule, non_retriable_rule
 from webhook.plan.audit import AUDIT, AuditRecord, managed
@@ -204,3 +207,25 @@ def test_a_patch_the_api_server_applies(tmp_path):
     verdict, out = mutate(obj, config)
     assert kubectl_patch(obj, verdict.patch, tmp_path) == out
     validate_schema(out)
+
+
+def test_explain_shows_the_audited_settings_in_text_and_json():
+    config = parse_config(
+        AUDITED_NS.replace("rollout: audit", "rollout: audit\n    defaults: {retry-delay: 30s}")
+    )
+    item = one(manifest({P + "backoff-limit": "4"}, namespace="ml"), config)
+    assert [(s.name, s.value, s.text) for s in item.audited] == [
+        ("fail-non-retriable", "true", "cluster default: audited, not applied"),
+        ("retry-delay", "30s", "namespace default (ml): audited, not applied"),
+    ]
+    # What applies is what the workload's own annotations asked.
+    assert setting(item, "backoff-limit").value == "4"
+    assert setting(item, "fail-non-retriable").value == "false"
+    text = explain.render_text([item])
+    assert "Audited, not applied (rollout: audit): what the defaults say:" in text
+    assert re.search(r"^  retry-delay +30s +namespace default \(ml\): audited", text, re.M)
+    (data,) = explain.to_json([item])["items"]
+    assert [a["name"] for a in data["audited"]] == ["fail-non-retriable", "retry-delay"]
+    assert_text_and_json_agree(item)
+    # Enforced elsewhere: nothing audited.
+    assert one(manifest(namespace="web"), config).audited == []

@@ -35,12 +35,14 @@ from webhook.explain.model import (
     Event,
     ExplainError,
     Explanation,
+    SettingLine,
     Subject,
     explained_kinds,
     parse_events,
 )
 from webhook.explain.render import render_text, to_json
 from webhook.kube.objects import controller_of, mapping
+from webhook.plan.audit import AuditRecord
 from webhook.plan.outcome import Context
 from webhook.policy.config import Config
 
@@ -110,6 +112,8 @@ def explain(
     )
     subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
     explanations = function(subject)
+    if explanations and reviewed.outcome is not None and reviewed.outcome.audited is not None:
+        explanations[0].audited = audited_lines(reviewed.outcome.audited, ns)
     owner = controller_of(metadata)
     if owner is not None and explanations and config.affects_unannotated(ns):
         explanations[0].notes.append(
@@ -139,6 +143,18 @@ def explain(
             _check_successes(item, mine)
             item.simulation = item.simulator.run([event for _, event in mine])
     return explanations
+
+
+def audited_lines(record: AuditRecord, namespace: str | None) -> list[SettingLine]:
+    """The settings audit held back, as the record says them (``webhook.kinds.audit``)."""
+    lines = []
+    for name, value in record.settings.items():
+        by = record.by.get(name, "")
+        detail = f"({namespace})" if by == "namespace" and namespace else ""
+        source = f"{by} default"
+        text = f"{source} {detail}".strip() + ": audited, not applied"
+        lines.append(SettingLine(name, value, source, detail, text))
+    return lines
 
 
 def _check_successes(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:
