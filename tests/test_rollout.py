@@ -9,10 +9,11 @@ import re
 
 import pytest
 
-from testkit.builders import P, job
+from testkit.builders import P, apply, decode_patch, job, review
 from testkit.cli import run
 from testkit.explain import assert_text_and_json_agree, manifest, one, setting
 from testkit.kinds import cronjob, job_from, jobset
+from testkit.servers import start, stop
 from testkit.workloads import (
     assert_idempotent,
     kubectl_patch,
@@ -229,3 +230,27 @@ def test_explain_shows_the_audited_settings_in_text_and_json():
     assert_text_and_json_agree(item)
     # Enforced elsewhere: nothing audited.
     assert one(manifest(namespace="web"), config).audited == []
+
+
+def test_the_server_audits_the_namespace_its_config_file_says(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(AUDITED_NS)
+    server = start(tmp_path / "certs", "--config", str(config))
+    try:
+        obj = job()
+        body = server.review("/mutate", review(obj))["response"]
+        assert body["allowed"]
+        out = apply(obj, decode_patch({"response": body}))
+        assert managed(out) == "audit" and out["spec"] == obj["spec"]
+        assert AuditRecord.of(out).part("spec").backoff_limit == 2
+        assert any("audited, not applied" in w for w in body["warnings"])
+        checked = server.review("/validate", review(out))["response"]
+        assert checked["allowed"]
+        again = server.review("/mutate", review(out))["response"]
+        assert decode_patch({"response": again}) == []
+        # Another namespace: enforced.
+        other = job(namespace="web")
+        body = server.review("/mutate", review(other))["response"]
+        assert managed(apply(other, decode_patch({"response": body}))) == "enforce"
+    finally:
+        stop(server)
