@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from testkit import trainer
 from testkit.builders import P, apply, decode_patch, job, review
 from testkit.cli import run
 from testkit.explain import assert_text_and_json_agree, manifest, one, setting
@@ -23,6 +24,8 @@ from testkit.workloads import (
 )
 from webhook import explain
 from webhook.admission import engine
+from webhook.cluster.runtimes import GivenRuntimes
+from webhook.kinds.trainjob.mutate import jobset_for
 from webhook.kube.failurepolicy import count_disruptions_rule, non_retriable_rule
 from webhook.plan.audit import AUDIT, AuditRecord, managed
 from webhook.policy.config import ConfigError, parse_config
@@ -254,3 +257,20 @@ def test_the_server_audits_the_namespace_its_config_file_says(tmp_path):
         assert managed(apply(other, decode_patch({"response": body}))) == "enforce"
     finally:
         stop(server)
+
+
+def test_a_trainjobs_defaults_are_audited_on_the_jobset_its_trainer_makes():
+    """A TrainJob carries the defaults to its JobSet (``retry-policy.dev/defaults``), whose
+    admission, in the same audited namespace, holds them back and records them: the
+    JobSet holds the JobSpecs whose failures the controller replays."""
+    config = parse_config(AUDITED_NS)
+    verdict, out = trainer.mutate(trainer.trainjob(), GivenRuntimes([trainer.runtime()]), config)
+    assert verdict.allowed, verdict.message
+    reviewed = engine.review(jobset_for(out, trainer.runtime()), config, "ml")
+    assert reviewed.verdict.allowed, reviewed.verdict.message
+    made = reviewed.result
+    assert "podFailurePolicy" not in made["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert managed(made) == "audit"
+    record = AuditRecord.of(made)
+    assert record.by == {"backoff-limit": "cluster", "fail-non-retriable": "cluster"}
+    assert record.parts and all(p.rules for p in record.parts)
