@@ -13,7 +13,7 @@ from testkit import trainer
 from testkit.builders import P, apply, decode_patch, job, review
 from testkit.cli import run
 from testkit.explain import assert_text_and_json_agree, manifest, one, setting
-from testkit.kinds import cronjob, job_from, jobset
+from testkit.kinds import cronjob, job_from, jobset, pytorchjob, rayjob
 from testkit.servers import start, stop
 from testkit.workloads import (
     assert_idempotent,
@@ -274,3 +274,14 @@ def test_a_trainjobs_defaults_are_audited_on_the_jobset_its_trainer_makes():
     record = AuditRecord.of(made)
     assert record.by == {"backoff-limit": "cluster", "fail-non-retriable": "cluster"}
     assert record.parts and all(p.rules for p in record.parts)
+
+
+@pytest.mark.parametrize("build", [rayjob, pytorchjob], ids=["RayJob", "PyTorchJob"])
+def test_kinds_without_a_jobspec_get_the_settings_recorded(build):
+    config = parse_config("defaults: {backoff-limit: 2}\nrollout: audit\n")
+    obj = build()
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed and out["spec"] == obj["spec"]
+    assert managed(out) == "audit"
+    assert AuditRecord.of(out) == AuditRecord({"backoff-limit": "2"}, {"backoff-limit": "cluster"})
+    assert_idempotent(obj, config)
