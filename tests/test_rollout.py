@@ -12,7 +12,7 @@ import pytest
 from testkit import trainer
 from testkit.builders import P, apply, decode_patch, job, review
 from testkit.cli import run
-from testkit.explain import assert_text_and_json_agree, manifest, one, setting
+from testkit.explain import assert_text_and_json_agree, doc_block, manifest, one, setting
 from testkit.kinds import cronjob, job_from, jobset, pytorchjob, rayjob
 from testkit.servers import start, stop
 from testkit.workloads import (
@@ -285,3 +285,20 @@ def test_kinds_without_a_jobspec_get_the_settings_recorded(build):
     assert managed(out) == "audit"
     assert AuditRecord.of(out) == AuditRecord({"backoff-limit": "2"}, {"backoff-limit": "cluster"})
     assert_idempotent(obj, config)
+
+
+def test_rollout_md_shows_what_the_commands_print(tmp_path):
+    """docs/ROLLOUT.md's config, and what check-config, kubectl (the warning) and explain
+    print for a Job in its namespace team-b, unedited."""
+    page = "docs/ROLLOUT.md"
+    path = tmp_path / "config.yaml"
+    path.write_text(doc_block("<!-- rollout-config -->", page))
+    code, out, _ = run(["check-config", str(path)])
+    assert code == 0 and out.endswith(doc_block("<!-- rollout-check-config -->", page))
+    config = parse_config(path.read_text())
+    verdict, _ = mutate(job(namespace="team-b"), config)
+    (said,) = [w for w in verdict.warnings if "audited" in w]
+    assert doc_block("<!-- rollout-warning -->", page) == f"Warning: {said}\n"
+    text = explain.render_text([one(manifest(namespace="team-b"), config)])
+    shown = doc_block("<!-- rollout-explain -->", page)
+    assert shown in text
