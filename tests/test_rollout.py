@@ -169,6 +169,8 @@ def test_a_cronjob_records_its_template_and_its_jobs_carry_their_own_record():
     assert managed(out) == "audit"
     # The Job the CronJob controller makes: its admission leaves it alone, with the label
     # and a record of its own spec, so the controller can replay its failures.
+    # upstream: getJobFromTemplate2 (pkg/controller/cronjob/utils.go) copies the
+    # jobTemplate's labels and annotations onto the Job (copyLabels, copyAnnotations).
     made = job_from(out)
     verdict, job_out = mutate(made, config)
     assert verdict.allowed and verdict.patch == []
