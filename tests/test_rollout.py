@@ -266,8 +266,13 @@ def test_a_trainjobs_defaults_are_audited_on_the_jobset_its_trainer_makes():
     admission, in the same audited namespace, holds them back and records them: the
     JobSet holds the JobSpecs whose failures the controller replays."""
     config = parse_config(AUDITED_NS)
-    verdict, out = trainer.mutate(trainer.trainjob(), GivenRuntimes([trainer.runtime()]), config)
+    runtimes = GivenRuntimes([trainer.runtime()])
+    verdict, out = trainer.mutate(trainer.trainjob(), runtimes, config)
     assert verdict.allowed, verdict.message
+    assert managed(out) == "audit"  # (its record is its JobSet's)
+    assert trainer.mutate(out, runtimes, config)[0].patch == []
+    annotated = trainer.mutate(trainer.trainjob({P + "backoff-limit": "1"}), runtimes, config)[1]
+    assert managed(annotated) == "enforce"
     reviewed = engine.review(jobset_for(out, trainer.runtime()), config, "ml")
     assert reviewed.verdict.allowed, reviewed.verdict.message
     made = reviewed.result

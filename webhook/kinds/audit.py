@@ -150,6 +150,20 @@ def write(
     _put(meta, "labels", MANAGED, value, out, where)
 
 
+def label_carried(meta: Any, policy: Policy, ctx: Context, out: Outcome) -> None:
+    """The ``managed`` label of a workload whose policy is carried to the objects its
+    controller makes, which apply (or audit) it there (a TrainJob's JobSet): ``enforce``
+    when a setting is carried to be applied, ``audit`` when only defaults the namespace
+    audits are."""
+    if not isinstance(meta, dict):
+        return
+    auditing = ctx.config.rollout_of(ctx.namespace) == AUDITED
+    applied = without_defaults(policy).active if auditing else policy.active
+    held = auditing and any(policy.asks(name) for name in audited(policy))
+    value = ENFORCE if applied else (AUDITED if held else None)
+    _put(meta, "labels", MANAGED, value, out, "")
+
+
 def _put(
     meta: dict[str, Any],
     field: str,
