@@ -78,6 +78,8 @@ def answer(review: dict[str, Any]) -> bytes:
         or "annotations" in template.get("metadata", {})
         or not isinstance(template.get("metadata", {}).get("labels"), dict)
         or template["spec"].get("initContainers")
+        or not isinstance(obj["metadata"].get("labels"), dict)
+        or P + "managed" in obj["metadata"]["labels"]
     ):
         raise OtherShape("not the worst-case Job stream's shape")
     limit = int(annotations[P + "backoff-limit"])
@@ -104,12 +106,18 @@ def answer(review: dict[str, Any]) -> bytes:
         "origins": {"fail-non-retriable": failing, "ignore-disruptions": _IGNORE_ID},
         "v": 2,
     }
+    recorded = {
+        "op": "add",
+        "path": "/metadata/annotations/retry-policy.dev~1applied",
+        "value": orjson.dumps(applied).decode(),
+    }
+    # The label that finds every managed workload (webhook.kinds.audit), in the order of
+    # the metadata's keys, as the diff walks them.
+    label = {"op": "add", "path": "/metadata/labels/retry-policy.dev~1managed", "value": "enforce"}
+    keys = list(obj["metadata"])
+    first = keys.index("labels") < keys.index("annotations") if "annotations" in keys else False
     patch: list[dict[str, Any]] = [
-        {
-            "op": "add",
-            "path": "/metadata/annotations/retry-policy.dev~1applied",
-            "value": orjson.dumps(applied).decode(),
-        },
+        *([label, recorded] if first else [recorded, label]),
         # The label the controller and the chart select the pods of such a Job by
         # (webhook.plan.causes), beside the template's own.
         {

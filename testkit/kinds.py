@@ -39,6 +39,8 @@ def job_from(cronjob_obj):
             "name": "nightly-29000000",
             "namespace": "ml",
             "annotations": (template.get("metadata") or {}).get("annotations", {}),
+            # (getJobFromTemplate2 copies the template's labels too)
+            "labels": (template.get("metadata") or {}).get("labels", {}),
             "ownerReferences": [
                 {
                     "apiVersion": "batch/v1",

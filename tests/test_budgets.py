@@ -228,7 +228,7 @@ def test_the_pod_template_is_labelled_for_the_controller():
         P + "peer-disruptions": "ignore",
     }
     # One label added at a time: the user's labels are never replaced.
-    ops = [op for op in verdict.patch if "/labels" in op["path"]]
+    ops = [op for op in verdict.patch if "/template/metadata/labels" in op["path"]]
     assert all(op["op"] == "add" and op["path"].count("/labels/") == 1 for op in ops), ops
     assert out["metadata"]["annotations"][P + "applied"].count("maxDisruptions") == 1
 

@@ -108,6 +108,7 @@ RICH_CONFIG = {
         "ml-research": {
             "defaults": {"non-spot-attempts": 1, "error-propagation": "earliest"},
             "guardRails": {"maxBackoffLimit": 6},
+            "rollout": "audit",
         }
     },
     "kueue": {
@@ -115,6 +116,7 @@ RICH_CONFIG = {
         "startupAllowance": "90s",
         "retryDelay": "deny",
     },
+    "rollout": "enforce",
 }
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
@@ -1637,6 +1639,9 @@ def test_rendered_config_passes_the_real_config_loader(helm, name):
     assert result.returncode == 0, result.stdout + result.stderr
     expected = "0 cluster defaults" if name == "defaults" else "4 cluster defaults"
     assert expected in result.stdout
+    if name == "config":  # (the namespace's rollout over the cluster's)
+        assert "rollout in namespace ml-research: audit\n" in result.stdout
+        assert "rollout in every other namespace: enforce\n" in result.stdout
 
 
 def test_semantic_config_errors_are_left_to_the_loader(helm):
@@ -1718,6 +1723,8 @@ BAD_VALUES = [
     ({"config": {"defaults": {"backoff-limit": -1}}}, "/config/defaults/backoff-limit"),
     ({"config": {"guardRails": {"maxBackoffLimit": "ten"}}}, "/config/guardRails/maxBackoffLimit"),
     ({"config": {"kueue": {"retryDelay": "warn"}}}, "/config/kueue/retryDelay"),
+    ({"config": {"rollout": "dry-run"}}, "/config/rollout"),
+    ({"config": {"namespaces": {"ml": {"rollout": "Audit"}}}}, "/config/namespaces/ml/rollout"),
     (
         {"config": {"kueue": {"waitForPodsReady": {"timeout": 600}}}},
         "/config/kueue/waitForPodsReady/timeout",

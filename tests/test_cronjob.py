@@ -53,7 +53,9 @@ def test_policy_is_written_into_the_job_template():
     ]
     # Unset stays unset: the Job API defaults it to Failed once there is a podFailurePolicy.
     assert "podReplacementPolicy" not in job_spec
-    assert "metadata" not in out["spec"]["jobTemplate"]
+    # Only the managed label, which the CronJob controller copies onto each Job it makes.
+    assert out["spec"]["jobTemplate"]["metadata"] == {"labels": {P + "managed": "enforce"}}
+    assert out["metadata"]["labels"] == {P + "managed": "enforce"}
     assert json.loads(out["metadata"]["annotations"][P + "applied"])["backoffLimit"] == 2
     assert verdict.warnings[0] == (
         "retry-policy: spec.jobTemplate.spec.backoffLimit -> 2 "
@@ -152,7 +154,8 @@ def test_admin_defaults_reach_unannotated_cronjobs():
     verdict, out = mutate(cronjob(), config)
     assert verdict.allowed
     assert out["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 3
-    assert "metadata" not in out["spec"]["jobTemplate"]  # nothing annotated, nothing to copy
+    # Nothing annotated, nothing to copy: only the managed label, for the Jobs it makes.
+    assert out["spec"]["jobTemplate"]["metadata"] == {"labels": {P + "managed": "enforce"}}
 
 
 # --- UPDATE: a CronJob is a template, checked again when its template or policy changes

@@ -299,6 +299,8 @@ OUTSIDE = st.sampled_from(
 def _vary_outside(obj, where, n: int):
     """``obj`` with one field outside its view changed (or added), as another object of
     its template would have it."""
+    if where == ("metadata", "labels") and isinstance(obj.get("metadata"), dict):
+        obj["metadata"].setdefault("labels", {"app": "train"})  # (both have the mapping)
     other = copy.deepcopy(obj)
     meta = other.get("metadata")
     spec = other.get("spec")
@@ -321,7 +323,12 @@ def _vary_outside(obj, where, n: int):
             elif isinstance(annotations, dict):  # (adding the mapping is a change in view)
                 annotations[where[2]] = f"run-{n}"
         elif where[1] == "labels" and other["kind"] == "Job":
-            meta["labels"] = {"pipeline.example/run": f"run-{n}"}
+            # Another value of a label not ours: the labels mapping itself is in a Job's
+            # view (the managed label is written into it: ``kinds.audit``), so it must be
+            # there or not in both objects alike.
+            labels = meta.get("labels")
+            if isinstance(labels, dict):
+                labels["pipeline.example/run"] = f"run-{n}"
         elif where[1] == "managedFields" and other["kind"] == "Job":
             managed = meta.get("managedFields")
             entry = {"manager": "x", "operation": "Update", "fieldsV1": {"f:spec": {}}}

@@ -39,7 +39,9 @@ def test_a_job_view_keeps_what_the_policy_reads_and_drops_the_rest():
     before = copy.deepcopy(obj)
     seen = view.job_view(obj)
     assert seen["metadata"]["namespace"] == "ml"
-    assert {"name", "uid", "labels", "creationTimestamp"}.isdisjoint(seen["metadata"])
+    assert {"name", "uid", "creationTimestamp"}.isdisjoint(seen["metadata"])
+    # The labels mapping stays (the managed label is written into it), without the user's.
+    assert seen["metadata"]["labels"] == {}
     annotations = seen["metadata"]["annotations"]
     assert set(annotations) == {*FULL, LAST_APPLIED}
     # The record says only which fields under spec (but the pod template) were written.

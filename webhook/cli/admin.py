@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from webhook.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from webhook.kube import apiclient
-from webhook.policy.config import ConfigError, parse_config_or_configmap
+from webhook.policy.config import Config, ConfigError, parse_config_or_configmap
 from webhook.tls import certs
 
 
@@ -37,7 +37,17 @@ def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> in
         file=stdout,
     )
     print(f"kueue: {config.kueue.describe()}", file=stdout)
+    for line in rollout_lines(config):
+        print(line, file=stdout)
     return EXIT_OK
+
+
+def rollout_lines(config: Config) -> list[str]:
+    """The effective ``rollout`` of the defaults: each namespace the config names, then
+    every other namespace (the cluster's)."""
+    lines = [f"rollout in namespace {ns}: {config.rollout_of(ns)}" for ns in config.namespaces]
+    other = "every other namespace" if lines else "every namespace"
+    return [*lines, f"rollout in {other}: {config.rollout}"]
 
 
 def _read_text(path: str) -> str:

@@ -35,12 +35,14 @@ from webhook.explain.model import (
     Event,
     ExplainError,
     Explanation,
+    SettingLine,
     Subject,
     explained_kinds,
     parse_events,
 )
 from webhook.explain.render import render_text, to_json
 from webhook.kube.objects import controller_of, mapping
+from webhook.plan.audit import AuditRecord
 from webhook.plan.outcome import Context, Outcome
 from webhook.policy.config import Config
 
@@ -111,6 +113,8 @@ def explain(
     )
     subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
     explanations = function(subject)
+    if explanations and reviewed.outcome is not None and reviewed.outcome.audited is not None:
+        explanations[0].audited = audited_lines(reviewed.outcome.audited, ns)
     _managed_note(explanations, metadata, kind, config, ns)
     if events is not None:
         simulated = [item for item in explanations if item.simulator is not None]
@@ -159,6 +163,9 @@ def explain_stored(
     ns = namespace or metadata.get("namespace")
     ctx = Context(config, namespace=ns, kubernetes_version=config.kubernetes_version)
     explanations = function(Subject(original, stored, outcome, ctx, []))
+    audited = AuditRecord.of(stored)
+    if explanations and audited is not None:
+        explanations[0].audited = audited_lines(audited, ns)
     _managed_note(explanations, metadata, kind, config, ns)
     return explanations
 
@@ -173,6 +180,18 @@ def _managed_note(
             "cluster's defaults and guard rails do not apply to it (its controller chose "
             "its retry behaviour); only annotations on the object itself do"
         )
+
+
+def audited_lines(record: AuditRecord, namespace: str | None) -> list[SettingLine]:
+    """The settings audit held back, as the record says them (``webhook.kinds.audit``)."""
+    lines = []
+    for name, value in record.settings.items():
+        by = record.by.get(name, "")
+        detail = f"({namespace})" if by == "namespace" and namespace else ""
+        source = f"{by} default"
+        text = f"{source} {detail}".strip() + ": audited, not applied"
+        lines.append(SettingLine(name, value, source, detail, text))
+    return lines
 
 
 def _check_successes(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:

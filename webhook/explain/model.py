@@ -481,6 +481,8 @@ class Explanation:
     )
     #: Said instead of the generic note when ``--simulate`` is given and there is no simulator.
     simulate_note: str = ""
+    #: Under ``rollout: audit``: the defaults' settings held back (``Outcome.audited``).
+    audited: list[SettingLine] = field(default_factory=list)
 
 
 @dataclass

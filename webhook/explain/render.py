@@ -79,6 +79,10 @@ def _render(item: Explanation) -> list[str]:
         lines += ["", "Retry settings and where each came from:"]
         for s in item.settings:
             lines.extend(_fill(f"{s.name:<21} {s.value:<9} {s.text}", "  ", " " * 34))
+    if item.audited:
+        lines += ["", *_fill("Audited, not applied (rollout: audit): what the defaults say:")]
+        for s in item.audited:
+            lines.extend(_fill(f"{s.name:<21} {s.value:<9} {s.text}", "  ", " " * 34))
     if item.budget:
         lines += ["", *_fill(item.budget)]
     if item.rules or item.no_match:
@@ -267,6 +271,7 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
         "allowed": True,
         "changes": item.changes,
         "settings": [dataclasses.asdict(s) for s in item.settings],
+        "audited": [dataclasses.asdict(s) for s in item.audited],
         "budget": item.budget,
         "rulesIntro": item.rules_intro if item.rules else "",
         "rules": [dataclasses.asdict(r) for r in item.rules],

@@ -10,7 +10,7 @@ new name. The view keeps what the Job and Pod mutators read, and drops the rest:
   the JobSet restart-attempt and index failure-count it takes attempts from, and a pod
   that learns from earlier attempts its completion index and JobSet labels, the set's UID
   among them, and one that may be held back JobSet's exclusive placement annotations), a
-  Job's Kueue queue label (``plan.queued``), the
+  Job's Kueue queue and MultiKueue origin labels and our own labels, the
   controller of each owner reference (a pod keeps its owners whole unless its attempt is
   annotated and it does not learn from earlier attempts: they name the Job whose
   failures it looks up), and the *records of intent*
@@ -55,6 +55,7 @@ from webhook.kube.wellknown import (
     JOBSET_NAME,
     JOBSET_UID,
     LAST_APPLIED,
+    MULTIKUEUE_ORIGIN,
     NODE_SELECTOR_STRATEGY,
     QUEUE_LABEL,
     REPLICATED_JOB,
@@ -90,8 +91,10 @@ POD_HISTORY_ANNOTATIONS = (*POD_ANNOTATIONS, COMPLETION_INDEX)
 #: (``webhook.kube.jobsetplacement``).
 POD_GATED_ANNOTATIONS = (JOBSET_NAME, EXCLUSIVE_TOPOLOGY, NODE_SELECTOR_STRATEGY)
 POD_LABELS = (RESTART_ATTEMPT,)
-#: Of a Job's labels, the one that queues it in Kueue (``plan.queued``).
-JOB_LABELS = (QUEUE_LABEL,)
+#: Of a Job's labels, the one that queues it in Kueue (``plan.queued``) and the one that
+#: makes it a MultiKueue worker's copy (``kinds.audit``); ours (``retry-policy.dev/managed``)
+#: are kept too, and the labels mapping with them, which the label is written into.
+JOB_LABELS = (QUEUE_LABEL, MULTIKUEUE_ORIGIN)
 POD_HISTORY_LABELS = (
     *POD_LABELS,
     REPLICATED_JOB,
@@ -126,7 +129,7 @@ def job_view(job: Mapping[str, Any], config: Config | None = None) -> dict[str, 
     )
     return _top(
         job,
-        _metadata(metadata, (), reduce_owners=True, labels=JOB_LABELS, intent=True),
+        _metadata(metadata, (), reduce_owners=True, labels=JOB_LABELS, intent=True, ours=True),
         {
             k: _template(v, memory, restarts) if k == "template" and isinstance(v, dict) else v
             for k, v in spec.items()

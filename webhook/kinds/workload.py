@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.kinds import audit
 from webhook.kube import intent, podspec
-from webhook.kube.objects import mapping
+from webhook.kube.objects import get_path, mapping
 from webhook.kube.owned import ALL, Owned
+from webhook.plan.audit import AuditRecord
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import affected_unannotated, has_policy_annotations, workload_policy
@@ -50,6 +52,9 @@ class WorkloadMutator:
     enforce_applied = True
     #: What ``mutate`` may write (``webhook.kube.owned``); ``ALL``: anything, a full copy.
     owns: Owned = ALL
+    #: Whether MultiKueue copies this kind to workers, where its copy is left alone
+    #: (``kinds.audit.multikueue_copy``): Kueue's Job and JobSet adapters.
+    multikueue = False
 
     def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
         metadata = obj.get("metadata")
@@ -59,9 +64,35 @@ class WorkloadMutator:
         out = Outcome()
         if not self.applies(obj, ctx):
             return out
-        policy = self.apply(obj, self.policy(obj, ctx, out), ctx, out)
-        finish(obj, policy, out)
+        origin = audit.multikueue_copy(obj) if self.multikueue else None
+        if origin is not None:
+            out.note(audit.multikueue_note(self.kind, origin))
+            return out
+        policy = self.policy(obj, ctx, out)
+        trial = audit.Trial.start(obj, policy, ctx)
+        if trial is not None:
+            policy = audit.without_defaults(policy)
+        policy = self.apply(obj, policy, ctx, out)
+        # (An earlier admission's record counts: a reinvocation may have nothing to add.)
+        applied = finish(obj, policy, out) or AppliedRecord.of(obj) is not None
+        if out.problems:
+            return out
+        record = trial.record(self, obj, ctx, out) if trial is not None else None
+        out.audited = record
+        if record is not None:
+            out.changed(audit.audit_text(record, audit.rollout_where(ctx)))
+        self.label(obj, record, applied, out)
         return out
+
+    def label(
+        self, obj: dict[str, Any], record: AuditRecord | None, applied: bool, out: Outcome
+    ) -> None:
+        """The audit record and the ``managed`` label (``kinds.audit.write``)."""
+        audit.write(obj.get("metadata"), record, applied, out)
+
+    def job_specs(self, obj: Mapping[str, Any]) -> audit.JobSpecs:
+        """The JobSpecs of ``obj`` an audit record describes (none: a kind without)."""
+        return []
 
     def policy(self, obj: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
         """The object's annotations over namespace and cluster defaults."""
@@ -87,15 +118,18 @@ class WorkloadMutator:
         return check_budget_update(obj, old, field)
 
 
-def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> None:
-    """Record what was applied, unless the object is denied anyway."""
+def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> bool:
+    """Record what was applied, unless the object is denied anyway; whether any setting
+    was (the ``managed`` label's ``enforce``)."""
     if out.problems:
-        return
+        return False
     if out.changes or policy.active:
         # Bookkeeping, not a change worth a warning of its own.
         previous = AppliedRecord.of(obj)
         record = AppliedRecord.of_policy(policy, out.origins(previous))
         record.write(obj.get("metadata"), previous)
+        return True
+    return False
 
 
 #: What an UPDATE check finds: problems (the update is denied), warnings, and the names
@@ -126,15 +160,6 @@ def check_budget_update(
         "contradiction",
     )
     return [problem], [], set()
-
-
-def get_path(obj: Any, path: Sequence[str | int]) -> Any:
-    for part in path:
-        if isinstance(part, int):
-            obj = obj[part] if isinstance(obj, list) and 0 <= part < len(obj) else None
-        else:
-            obj = obj.get(part) if isinstance(obj, dict) else None
-    return obj
 
 
 def set_path(obj: dict[str, Any], path: Sequence[str | int], value: Any) -> bool:

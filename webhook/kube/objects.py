@@ -3,6 +3,7 @@ server refuses them), and the dry-run must say what is wrong rather than crash."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -25,3 +26,13 @@ def controller_of(metadata: Any) -> dict[str, Any] | None:
         if isinstance(ref, dict) and ref.get("controller") is True:
             return ref
     return None
+
+
+def get_path(obj: Any, path: Sequence[str | int]) -> Any:
+    """The value at ``path`` (keys and list indexes), ``None`` where it is not there."""
+    for part in path:
+        if isinstance(part, int):
+            obj = obj[part] if isinstance(obj, list) and 0 <= part < len(obj) else None
+        else:
+            obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj

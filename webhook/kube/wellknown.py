@@ -72,6 +72,15 @@ NODE_SELECTOR_STRATEGY = "alpha.jobset.sigs.k8s.io/node-selector"
 
 #: ``QueueLabel`` (pkg/controller/constants/constants.go): the LocalQueue of a workload.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: ``MultiKueueOriginLabel`` (apis/kueue/v1beta1/constants.go): on a worker cluster's copy
+#: of a manager's Job or JobSet, set by the adapters' ``SyncJob``
+#: (pkg/controller/jobs/job/job_multikueue_adapter.go; ``SetMultiKueueMeta`` in
+#: pkg/controller/jobframework for a JobSet's).
+MULTIKUEUE_ORIGIN = "kueue.x-k8s.io/multikueue-origin"
+#: ``MultiKueueControllerName``: a manager's object's ``spec.managedBy`` when MultiKueue
+#: runs it on a worker (the Job controller then skips it: ``managedByExternalController``
+#: in kubernetes pkg/controller/job/job_controller.go).
+MULTIKUEUE_MANAGED_BY = "kueue.x-k8s.io/multikueue"
 
 # --- Kubeflow Trainer (github.com/kubeflow/trainer) ---------------------------------------
 

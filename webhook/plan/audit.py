@@ -34,13 +34,15 @@ from typing import Any
 import orjson
 
 from webhook.kube.objects import mapping
+from webhook.policy.config import AUDITED as AUDITED
+from webhook.policy.config import ENFORCE as ENFORCE
+from webhook.policy.config import ROLLOUTS
 from webhook.policy.model import PREFIX
 
 AUDIT = PREFIX + "audit"
 MANAGED = PREFIX + "managed"
-#: The values of ``MANAGED``, and of a ``rollout`` in the cluster config.
-ENFORCE, AUDITED = "enforce", "audit"
-ROLLOUTS = (ENFORCE, AUDITED)
+#: The values of ``MANAGED`` are those of a ``rollout`` in the cluster config
+#: (``webhook.policy.config``): ``ENFORCE``, ``AUDITED``.
 #: The format this version writes.
 VERSION = 1
 #: Where an audited setting came from.

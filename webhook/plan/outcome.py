@@ -12,6 +12,7 @@ from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.leadership import Clock
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.kube.versions import KubeVersion
+from webhook.plan.audit import AuditRecord
 from webhook.plan.record import AppliedRecord, rule_id
 from webhook.policy.config import Config
 from webhook.policy.model import (
@@ -88,6 +89,9 @@ class Outcome:
     #: The webhook's rules in the object: each with the annotation that wants it, and
     #: whether this run wrote it (else it was there already).
     rules: list[tuple[Mapping[str, Any], str, bool]] = field(default_factory=list)
+    #: Under ``rollout: audit``: what the defaults held back would have done
+    #: (``kinds.audit``), as written in ``retry-policy.dev/audit``; ``explain`` shows it.
+    audited: AuditRecord | None = None
 
     def wrote(self, rule: Mapping[str, Any], name: str, added: bool = True) -> None:
         """Rule ``rule`` of annotation ``name`` is in the object: ``added`` by this run,

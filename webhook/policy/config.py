@@ -74,9 +74,14 @@ _TOP_KEYS = (
     "kubernetesVersion",
     "disruptors",
     "kueue",
+    "rollout",
 )
 _DISRUPTOR_KEYS = ("users", "groups")
-_NS_KEYS = ("defaults", "guardRails")
+_NS_KEYS = ("defaults", "guardRails", "rollout")
+#: ``rollout``: whether the admin defaults are applied (``enforce``), or only recorded on
+#: the workloads they would have changed (``audit``: ``webhook.plan.audit``).
+ENFORCE, AUDITED = "enforce", "audit"
+ROLLOUTS = (ENFORCE, AUDITED)
 _GUARD_KEYS = (
     "maxBackoffLimit",
     "maxOomMemoryLimit",
@@ -138,6 +143,8 @@ class GuardRails:
 class NamespaceOverride:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     guard_rails: Mapping[str, Any] = field(default_factory=dict)
+    #: ``enforce`` or ``audit``; ``None``: the cluster's ``rollout``.
+    rollout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,16 @@ class Config:
     disruptors: Disruptors = field(default_factory=Disruptors)
     #: The cluster's Kueue, as the admin states it (``webhook.policy.kueue``).
     kueue: kq.Kueue = field(default_factory=kq.Kueue)
+    #: Whether the defaults are applied (``enforce``) or audited (``audit``), unless a
+    #: namespace says otherwise (``rollout_of``).
+    rollout: str = ENFORCE
+
+    def rollout_of(self, namespace: str | None) -> str:
+        """The effective rollout of the defaults in ``namespace``."""
+        override = self.namespaces.get(namespace or "")
+        if override is not None and override.rollout is not None:
+            return override.rollout
+        return self.rollout
 
     def layers(self, namespace: str | None) -> list[Layer]:
         """Default layers below the object's own annotations, highest precedence first."""
@@ -262,12 +279,15 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             problems.append(Problem(where, "is not a valid namespace name (RFC 1123 label)"))
             continue
         if not isinstance(body, dict):
-            problems.append(Problem(where, "must be a mapping with defaults and/or guardRails"))
+            problems.append(
+                Problem(where, "must be a mapping with defaults, guardRails and/or rollout")
+            )
             continue
         _unknown_keys(body, _NS_KEYS, where + ".", problems)
         ns_defaults = _defaults(body.get("defaults"), where + ".defaults", problems)
         ns_rails = _guard_rails(body.get("guardRails"), where + ".guardRails", problems)
-        namespaces[name] = NamespaceOverride(ns_defaults, ns_rails)
+        ns_rollout = _rollout(body.get("rollout"), where + ".rollout", problems)
+        namespaces[name] = NamespaceOverride(ns_defaults, ns_rails, ns_rollout)
     config = Config(
         defaults=defaults,
         guard_rails=GuardRails(**rails),
@@ -277,6 +297,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         kubernetes_version=_kubernetes_version(data.get("kubernetesVersion"), problems),
         disruptors=_disruptors(data.get("disruptors", None), problems),
         kueue=_kueue(data.get("kueue"), problems),
+        rollout=_rollout(data.get("rollout"), "rollout", problems) or ENFORCE,
     )
     problems.extend(_consistency(config))
     if problems:
@@ -416,6 +437,16 @@ def _guard_rails(raw: Any, where: str, problems: list[Problem]) -> dict[str, Any
             message = str(err).replace(", or none to turn off a default", "")
             problems.append(Problem(f"{where}.maxRetryDelay", f"{value!r} is not valid; {message}"))
     return rails
+
+
+def _rollout(raw: Any, where: str, problems: list[Problem]) -> str | None:
+    """``enforce`` or ``audit``; ``None`` when not given."""
+    if raw is None or raw in ROLLOUTS:
+        return raw
+    problems.append(
+        Problem(where, f"{raw!r} is not valid; accepted: enforce or audit (default enforce)")
+    )
+    return None
 
 
 def _kubernetes_version(raw: Any, problems: list[Problem]) -> KubeVersion | None:

@@ -264,6 +264,14 @@ KEYS: dict[str, KeySpec] = {
             settable_default=False,
         ),
         KeySpec(
+            "audit",
+            parse_any,
+            frozenset({Scope.WORKLOAD}),
+            "written by the webhook under rollout: audit: what the admin defaults would have "
+            "applied (webhook.plan.audit)",
+            settable_default=False,
+        ),
+        KeySpec(
             "history",
             parse_any,
             _BOTH,

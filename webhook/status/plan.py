@@ -241,8 +241,10 @@ def readmitted_plan(
     stored = as_stored(obj)
     bare = copy.deepcopy(stored)
     annotations = mapping(mapping(bare.get("metadata")).get("annotations"))
-    for key in [k for k in annotations if isinstance(k, str) and k.startswith(PREFIX)]:
-        del annotations[key]
+    labels = mapping(mapping(bare.get("metadata")).get("labels"))
+    for held in (annotations, labels):  # (the managed label is the webhook's too)
+        for key in [k for k in held if isinstance(k, str) and k.startswith(PREFIX)]:
+            del held[key]
     candidates = [
         (without_ours(stored), config, ""),
         (

@@ -18,10 +18,13 @@ and the new policy does not contradict the old one.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.kinds import audit
+from webhook.kinds.audit import JobSpecs
 from webhook.kinds.jobspec import POD_KEYS, apply_job_spec
 from webhook.kinds.workload import (
     WorkloadMutator,
@@ -36,6 +39,7 @@ from webhook.kube.objects import items, mapping
 from webhook.kube.restartrules import RESTART
 from webhook.kube.wellknown import LAST_APPLIED
 from webhook.plan import inplace
+from webhook.plan.audit import AuditRecord
 from webhook.plan.model import job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import default_layers, has_policy_annotations
@@ -66,6 +70,30 @@ class CronJobMutator(WorkloadMutator):
         return super().applies(cronjob, ctx) or has_policy_annotations(
             get_path(cronjob, (*JOB_TEMPLATE, "metadata"))
         )
+
+    def job_specs(self, cronjob: Mapping[str, Any]) -> JobSpecs:
+        return [("spec.jobTemplate.spec", JOB_SPEC)]
+
+    def label(
+        self, cronjob: dict[str, Any], record: AuditRecord | None, applied: bool, out: Outcome
+    ) -> None:
+        """On the CronJob, and on its jobTemplate's metadata, which the CronJob controller
+        copies onto every Job it makes (``getJobFromTemplate2`` in
+        pkg/controller/cronjob/utils.go): each Job is then found by the label too, and
+        carries the record of its own spec (``spec``: the Job's admission leaves a
+        CronJob's Job alone, ``kinds.job.mutate.made_from_template``)."""
+        super().label(cronjob, record, applied, out)
+        template = get_path(cronjob, JOB_TEMPLATE)
+        if not isinstance(template, dict):
+            return
+        meta = template.get("metadata")
+        if meta is None and (applied or record is not None):
+            meta = template["metadata"] = {}
+        if record is not None:
+            part = record.part("spec.jobTemplate.spec")
+            parts = (dataclasses.replace(part, path="spec"),) if part is not None else ()
+            record = dataclasses.replace(record, parts=parts)
+        audit.write(meta, record, applied, out, "spec.jobTemplate: ")
 
     def policy(self, cronjob: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
         values = _annotations(cronjob, out)
@@ -100,7 +128,8 @@ def _annotations(cronjob: Mapping[str, Any], out: Outcome) -> dict[str, Any]:
         where="spec.jobTemplate.metadata annotation",
     )
     out.problems.extend(problems)
-    for name in sorted(own.keys() & inherited.keys() - {"applied"}):
+    # (The jobTemplate's record is of a Job's spec, the CronJob's of its jobTemplate.)
+    for name in sorted(own.keys() & inherited.keys() - {"applied", "audit"}):
         mine, theirs = format_value(name, own[name]), format_value(name, inherited[name])
         if mine != theirs:
             out.problems.append(

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.cluster.record import Record
+from webhook.kinds.audit import JobSpecs
 from webhook.kinds.jobspec import JOB_OWNED, apply_job_spec
 from webhook.kinds.workload import (
     UpdateCheck,
@@ -34,6 +35,7 @@ class JobMutator(WorkloadMutator):
     group = "batch"
     kind = "Job"
     owns = JOB_OWNED
+    multikueue = True
 
     def applies(self, job: Mapping[str, Any], ctx: Context) -> bool:
         if made_from_template(job.get("metadata")):
@@ -51,6 +53,9 @@ class JobMutator(WorkloadMutator):
         policy = apply_job_spec(job, ("spec",), spec, policy, ctx, out)
         note_peers(policy, concurrent_pods(spec), out)
         return policy
+
+    def job_specs(self, job: Mapping[str, Any]) -> JobSpecs:
+        return [("spec", ("spec",))]
 
     def budget_field(self, job: Mapping[str, Any]) -> LimitField | None:
         """``spec.backoffLimit``, the one budget field the API lets change

@@ -55,6 +55,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.kinds.audit import JobSpecs
 from webhook.kinds.jobset.rules import (
     MAX_RESTARTS,
     add_rule,
@@ -150,6 +151,7 @@ def _initializers_note(names: Sequence[str]) -> str:
 class JobSetMutator(WorkloadMutator):
     group = JOBSET_GROUP
     kind = "JobSet"
+    multikueue = True
     #: Whether a TrainJob's initializer Jobs are left out of the policy (``initializers``);
     #: off only to restore a JobSet made before they were (``restore``).
     scope_initializers = True
@@ -223,6 +225,17 @@ class JobSetMutator(WorkloadMutator):
         _say_once(out)
         out.policies["spec"] = policy
         return policy
+
+    def job_specs(self, jobset: Mapping[str, Any]) -> JobSpecs:
+        replicated = get_path(jobset, ("spec", "replicatedJobs"))
+        return [
+            (
+                f"spec.replicatedJobs[{rjob.get('name')}].template.spec",
+                ("spec", "replicatedJobs", i, "template", "spec"),
+            )
+            for i, rjob in enumerate(replicated if isinstance(replicated, list) else [])
+            if isinstance(rjob, dict)
+        ]
 
     def policy(self, jobset: Mapping[str, Any], ctx: Context, out: Outcome) -> Policy:
         """On UPDATE (only ``restore`` applies a policy then): a JobSet whose record says

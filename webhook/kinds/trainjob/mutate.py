@@ -43,6 +43,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster import runtimes as rt
+from webhook.kinds import audit
 from webhook.kinds import inplace as in_place_rules
 from webhook.kinds.jobset.mutate import (
     INITIALIZER_STEPS,
@@ -464,6 +465,14 @@ class TrainJobMutator(WorkloadMutator):
     remember = False
 
     def mutate(self, trainjob: dict[str, Any], ctx: Context) -> Outcome:
+        out = self._mutate(trainjob, ctx)
+        policy = out.policies.get("spec")
+        if policy is not None and not out.problems:
+            # The JobSet its trainer makes gets the record (``kinds.audit``).
+            audit.label_carried(trainjob.get("metadata"), policy, ctx, out)
+        return out
+
+    def _mutate(self, trainjob: dict[str, Any], ctx: Context) -> Outcome:
         out = Outcome()
         if not self.applies(trainjob, ctx):
             return out

@@ -1,0 +1,200 @@
+"""Audited defaults (``rollout: audit``), the ``retry-policy.dev/managed`` label, and the
+MultiKueue worker's copies left alone: what ``WorkloadMutator.mutate`` does around any
+kind's own part.
+
+Under audit a workload is admitted with the settings its own annotations ask for, and the
+settings only the cluster's or its namespace's defaults give (``Source.CLUSTER``,
+``Source.NAMESPACE``) are not applied. The same kind's ``apply`` runs a second time, on
+a copy, with the defaults as they would be enforced (``Trial``): the JobSpecs of that copy
+are what the record says (``webhook.plan.audit``), so ``explain``, the controller's replay
+and admission can never disagree on what enforcing would do. Guard rails are enforced in
+both runs alike (they are no default).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.kube.objects import get_path, mapping
+from webhook.kube.wellknown import MULTIKUEUE_ORIGIN
+from webhook.plan.audit import AUDIT, AUDITED, ENFORCE, MANAGED, AuditedPart, AuditRecord
+from webhook.plan.outcome import Context, Outcome
+from webhook.policy.model import BUILTIN, Policy, Setting, Source, format_value
+from webhook.problems import summarize
+
+#: The sources of the settings audit holds back.
+DEFAULT_SOURCES = (Source.CLUSTER, Source.NAMESPACE)
+_BY = {Source.CLUSTER: "cluster", Source.NAMESPACE: "namespace"}
+
+#: (record path, field path) of each JobSpec of a workload: ``spec``, a CronJob's
+#: ``spec.jobTemplate.spec``, a JobSet's ``spec.replicatedJobs[<name>].template.spec``.
+JobSpecs = list[tuple[str, tuple[str | int, ...]]]
+
+
+def multikueue_copy(obj: Mapping[str, Any]) -> str | None:
+    """The origin when ``obj`` is a MultiKueue worker's copy of a manager's object:
+    Kueue's ``SyncJob`` creates it with the label ``kueue.x-k8s.io/multikueue-origin``
+    (``MultiKueueOriginLabel``)."""
+    labels = mapping(mapping(obj.get("metadata")).get("labels"))
+    origin = labels.get(MULTIKUEUE_ORIGIN)
+    return origin if isinstance(origin, str) else None
+
+
+def multikueue_note(kind: str, origin: str) -> str:
+    return (
+        f"retry-policy: this {kind} is MultiKueue's copy of a manager's (label "
+        f"{MULTIKUEUE_ORIGIN}={origin}): its spec is left as the manager's admission made "
+        "it, since a worker's change strands the manager's workload (kueue#13046); its "
+        "pods still get the settings its pod template carries"
+    )
+
+
+def audited(policy: Policy) -> dict[str, Setting]:
+    """The settings only the admin's defaults give."""
+    return {n: s for n, s in policy.settings.items() if s.source in DEFAULT_SOURCES}
+
+
+def without_defaults(policy: Policy) -> Policy:
+    """``policy`` as enforced under audit: every default-given setting back to off."""
+    held = audited(policy)
+    if not held:
+        return policy
+    settings = dict(policy.settings)
+    for name in held:
+        settings[name] = Setting(BUILTIN[name], Source.BUILTIN)
+    return Policy(settings)
+
+
+@dataclass
+class Trial:
+    """One audited admission: the whole policy, and a copy of the object as it came, to
+    apply the defaults to."""
+
+    policy: Policy
+    copy: dict[str, Any]
+
+    @classmethod
+    def start(cls, obj: Mapping[str, Any], policy: Policy, ctx: Context) -> Trial | None:
+        """A trial when ``policy`` has defaults the namespace audits, else ``None``."""
+        if ctx.config.rollout_of(ctx.namespace) != AUDITED or not audited(policy):
+            return None
+        return cls(policy, copy.deepcopy(dict(obj)))
+
+    def record(
+        self, mutator: Any, obj: Mapping[str, Any], ctx: Context, out: Outcome
+    ) -> AuditRecord | None:
+        """Apply the whole policy to the copy; the record of what it changed that the
+        admitted ``obj`` lacks (``None``: the defaults would change nothing)."""
+        enforced = Outcome()
+        mutator.apply(self.copy, self.policy, ctx, enforced)
+        if enforced.problems:
+            out.note(
+                "retry-policy: audit: enforcing the defaults would deny this workload: "
+                + summarize(enforced.problems)
+            )
+            return None
+        if self.copy.get("spec") == obj.get("spec"):
+            return None
+        held = audited(self.policy)
+        parts = tuple(
+            _part(path, spec)
+            for path, where in mutator.job_specs(self.copy)
+            if (spec := get_path(self.copy, where)) != get_path(obj, where)
+            and isinstance(spec, dict)
+        )
+        return AuditRecord(
+            {name: format_value(name, s.value) for name, s in sorted(held.items())},
+            {name: _BY[s.source] for name, s in sorted(held.items())},
+            parts,
+        )
+
+
+def _part(path: str, spec: Mapping[str, Any]) -> AuditedPart:
+    rules = mapping(spec.get("podFailurePolicy")).get("rules")
+    return AuditedPart(
+        path,
+        _count(spec.get("backoffLimit")),
+        _count(spec.get("backoffLimitPerIndex")),
+        tuple(r for r in rules if isinstance(r, dict)) if isinstance(rules, list) else (),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def audit_text(record: AuditRecord, rollout_where: str) -> str:
+    """The warning of an audited admission."""
+    said = ", ".join(f"{n} {v} ({record.by.get(n)} default)" for n, v in record.settings.items())
+    return (
+        f"retry-policy: audited, not applied ({rollout_where}): {said}; what they would "
+        f"have done is in annotation {AUDIT}"
+    )
+
+
+def write(
+    meta: Any, record: AuditRecord | None, applied: bool, out: Outcome, where: str = ""
+) -> None:
+    """The record and the label on one object's ``meta`` (``where``: whose, in a
+    warning): ``enforce`` when a setting was applied, ``audit`` when only audited
+    defaults touched it, none (and no record) when neither. Both are the webhook's own:
+    a value there that says otherwise is replaced, or removed, with a warning."""
+    if not isinstance(meta, dict):
+        return
+    text = record.to_annotation() if record is not None else None
+    _put(meta, "annotations", AUDIT, text, out, where)
+    value = ENFORCE if applied else (AUDITED if record is not None else None)
+    _put(meta, "labels", MANAGED, value, out, where)
+
+
+def label_carried(meta: Any, policy: Policy, ctx: Context, out: Outcome) -> None:
+    """The ``managed`` label of a workload whose policy is carried to the objects its
+    controller makes, which apply (or audit) it there (a TrainJob's JobSet): ``enforce``
+    when a setting is carried to be applied, ``audit`` when only defaults the namespace
+    audits are."""
+    if not isinstance(meta, dict):
+        return
+    auditing = ctx.config.rollout_of(ctx.namespace) == AUDITED
+    applied = without_defaults(policy).active if auditing else policy.active
+    held = auditing and any(policy.asks(name) for name in audited(policy))
+    value = ENFORCE if applied else (AUDITED if held else None)
+    _put(meta, "labels", MANAGED, value, out, "")
+
+
+def _put(
+    meta: dict[str, Any],
+    field: str,
+    key: str,
+    value: str | None,
+    out: Outcome,
+    where: str,
+) -> None:
+    held = meta.get(field)
+    if held is not None and not isinstance(held, dict):
+        return  # (not ours to repair: the API server refuses it anyway)
+    before = held.get(key) if held is not None else None
+    if before == value:
+        return
+    if value is None:
+        del held[key]  # (held is a mapping: ``before`` was found in it)
+        if field == "labels":
+            out.changed(f"retry-policy: {where}label {key}={before} removed: no policy applies")
+        return
+    if held is None:
+        held = meta[field] = {}
+    held[key] = value
+    if before is not None and field == "labels":
+        out.changed(
+            f"retry-policy: {where}{field[:-1]} {key}: {before!r} -> {value!r} (the webhook's "
+            f"own {field[:-1]}: it says how the workload is managed)"
+        )
+
+
+def rollout_where(ctx: Context) -> str:
+    override = ctx.config.namespaces.get(ctx.namespace or "")
+    if override is not None and override.rollout is not None:
+        return f"rollout: audit in namespace {ctx.namespace}"
+    return "rollout: audit"
