@@ -40,6 +40,7 @@ from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.cluster.conditions import judged, status_patch, uncounted_of
 from webhook.kube import failurepolicy as fp
+from webhook.kube.wellknown import MULTIKUEUE_ORIGIN
 from webhook.policy.config import Config
 
 IN_PLACE = {
@@ -321,6 +322,27 @@ def test_what_cannot_be_lowered_is_said_and_counted(api, tmp_path, annotations, 
         if "this disruption is not counted" in e["note"]
     ]
     assert warning["type"] == "Warning"
+
+
+def test_a_multikueue_workers_copy_keeps_the_managers_backoff_limit(api, tmp_path):
+    """On a MultiKueue worker, the Job is the manager's copy (its metadata cloned, its
+    label ``kueue.x-k8s.io/multikueue-origin`` added): its spec stays the manager's, so a
+    late disruption is said and counted as uncovered, never by lowering backoffLimit."""
+    # upstream: kueue SyncJob (pkg/controller/jobs/job/job_multikueue_adapter.go) creates
+    # the copy with CloneObjectMetaForCreation and the MultiKueueOriginLabel.
+    manager = admitted_job(LATE)
+    manager["metadata"].setdefault("labels", {})[MULTIKUEUE_ORIGIN] = "manager-cluster"
+    run = JobRun.store(api, manager)
+    before = job_of(api, run)["spec"]
+    metrics = Counted()
+    reconciler = disruptions(api, tmp_path, metrics)
+    for _ in range(2):
+        reconciler.count(run.evict_by_kubelet(run.new_pod()))
+    reconciler.flush()
+    reconciler.events.flush()
+    assert metrics.calls.count(("uncovered", "multikueue")) == 1
+    assert ("lowered",) not in metrics.calls
+    assert job_of(api, run)["spec"] == before
 
 
 def test_a_pod_its_rules_count_already_lowers_nothing(api, tmp_path):

@@ -92,7 +92,13 @@ from webhook.kube.failurepolicy import (
     evaluate,
 )
 from webhook.kube.objects import controller_of, items, mapping
-from webhook.kube.wellknown import JOB_TRACKING, JOB_UID_LABEL, JOBSET_UID, RESTART_ATTEMPT
+from webhook.kube.wellknown import (
+    JOB_TRACKING,
+    JOB_UID_LABEL,
+    JOBSET_UID,
+    MULTIKUEUE_ORIGIN,
+    RESTART_ATTEMPT,
+)
 from webhook.plan.causes import (
     MAX_DISRUPTIONS_LABEL,
     PEERS_LABEL,
@@ -147,9 +153,13 @@ class _Budget:
     rules: list[Any] = field(default_factory=list)
     limit: int | None = None
     per_index: bool = False
+    #: A MultiKueue worker's copy of a manager's Job: its spec is the manager's to decide.
+    copy: bool = False
 
     def facts(self, obj: Mapping[str, Any]) -> None:
         """Take the Job's spec as read or written."""
+        labels = mapping(mapping(obj.get("metadata")).get("labels"))
+        self.copy = MULTIKUEUE_ORIGIN in labels
         spec = mapping(obj.get("spec"))
         self.rules = items(mapping(spec.get("podFailurePolicy")).get("rules"))
         limit = spec.get("backoffLimit")
@@ -173,6 +183,8 @@ UNCOVERED = {
     "jobset": "a JobSet's retry budget cannot be lowered",
     "per_index": "a per-index budget (backoffLimitPerIndex) cannot be lowered",
     "backoff_limit_zero": "the Job's backoffLimit is 0 already",
+    # a worker's copy rewritten strands the manager's Job (kueue issue #13046)
+    "multikueue": "a MultiKueue worker's copy of a Job keeps the manager's spec",
 }
 
 
@@ -458,6 +470,8 @@ class Disruptions:
             how = "counted"  # (its rules count it already: a second count would be wrong)
         elif state.per_index:
             how = "per_index"
+        elif state.copy:
+            how = "multikueue"
         else:
             how = "lower"
         state.late.append(Late(uid, pod_name(pod), how))

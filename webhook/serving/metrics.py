@@ -472,7 +472,7 @@ CONDITIONS = (
 CONDITION_RESULTS = ("added", "late", "missed")
 #: Why a disruption over max-disruptions whose pod failed unmarked is not counted
 #: (``webhook.controller.disruptions.UNCOVERED``).
-UNCOVERED_REASONS = ("jobset", "per_index", "backoff_limit_zero")
+UNCOVERED_REASONS = ("jobset", "per_index", "backoff_limit_zero", "multikueue")
 
 
 def _deletions_counter(registry: Any) -> Any:
@@ -533,7 +533,8 @@ def _budget_counters(registry: Any) -> tuple[Any, Any, Any, Any]:
         PREFIX + "controller_disruptions_uncovered_total",
         "Disruptions over max-disruptions whose pod had failed before it could be marked "
         "and that could not be counted, by reason: jobset (a JobSet's pod), per_index "
-        "(backoffLimitPerIndex), backoff_limit_zero (nothing left to lower).",
+        "(backoffLimitPerIndex), backoff_limit_zero (nothing left to lower), multikueue (a "
+        "MultiKueue worker's copy: its spec is the manager's).",
         ["reason"],
         registry=registry,
     )
