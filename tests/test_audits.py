@@ -10,6 +10,7 @@ import threading
 import pytest
 from kubernetes import client as k8s
 
+from testkit.audits import ENDED, SAVED, audit_of, audited_job, fail_until_ended
 from testkit.builders import job, stored
 from testkit.controllers import client_of, events_of, record_of
 from testkit.fakeapi import FakeAPI
@@ -19,32 +20,11 @@ from testkit.waste import MAIN
 from webhook.cluster.events import EventRecorder
 from webhook.controller.audits import REASON, AuditReporter
 from webhook.controller.recorder import HistoryRecorder
-from webhook.kube import failurepolicy as fp
-from webhook.plan.audit import AUDIT, AUDITED, MANAGED, AuditedPart, AuditRecord
+from webhook.plan.audit import AUDIT
 from webhook.serving.metrics import ControllerMetrics
 
-ENDED = "retry_webhook_audited_workloads_total"
-SAVED = "retry_webhook_audit_saved_resource_seconds_total"
-SETTINGS = {"fail-non-retriable": "true", "retriable-exit-codes": "1,143"}
-RULES = (fp.non_retriable_rule([1, 143], "FailJob", "main"),)
 #: What jobsim's attempts hold: a minute of MAIN's 2 cores, 4 GiB and a GPU.
 PER_ATTEMPT = {"cpu": 120.0, "memory": 240.0, "nvidia.com/gpu": 60.0}
-
-
-def audited_job(name: str = "train", backoff_limit: int = 2, part: str = "spec") -> dict:
-    """A Job as admission under ``rollout: audit`` leaves it: its own spec (backoffLimit
-    from the manifest, no rules), the record of what the namespace's defaults would have
-    written, and the label."""
-    manifest = job(name=name, containers=[MAIN])
-    manifest["spec"]["backoffLimit"] = backoff_limit
-    record = AuditRecord(
-        SETTINGS,
-        {k: "namespace" for k in SETTINGS},
-        (AuditedPart(part, backoff_limit=backoff_limit, rules=RULES),),
-    )
-    manifest["metadata"].setdefault("annotations", {})[AUDIT] = record.to_annotation()
-    manifest["metadata"].setdefault("labels", {})[MANAGED] = AUDITED
-    return stored(manifest, uid=f"uid-{name}")
 
 
 @pytest.fixture
@@ -85,14 +65,6 @@ class Leader:
 
     def sample(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-def fail_until_ended(run: JobRun, code: int) -> None:
-    """Pods fail with ``code`` until the Job controller ends the Job; then its end."""
-    while not run.ended:
-        run.fail(run.new_pod(), code=code)
-        run.sync()
-    run.conclude()
 
 
 def test_an_audited_job_that_failed_is_told_what_the_defaults_would_have_saved(api, tmp_path):
@@ -152,7 +124,7 @@ def test_a_job_that_is_not_audited_is_not_told(api, tmp_path):
 
 
 def cronjob_of(name: str) -> dict:
-    audit = audited_job(name, part="spec.jobTemplate.spec")["metadata"]["annotations"][AUDIT]
+    audit = audit_of("spec.jobTemplate.spec")
     return stored(
         {
             "apiVersion": "batch/v1",
