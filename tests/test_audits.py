@@ -5,6 +5,7 @@ the played Job controller and kubelet (``testkit/jobsim.py``) until it ends."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -160,3 +161,27 @@ def test_a_cronjobs_job_is_told_from_the_cronjobs_audit(api, tmp_path):
             "attempt 1 of 3: 2 attempts"
         )
         assert event["regarding"]["name"] == "nightly-29000000"
+
+
+def test_status_shows_what_the_event_says(api, tmp_path):
+    """``retry-webhook status`` replays the same record against the same audit (in
+    process, with the real client against the test API)."""
+    from testkit.cli import run as cli
+    from testkit.fakeapi import write_kubeconfig
+
+    run = JobRun.store(api, audited_job("shown"))
+    with Leader(api, tmp_path):
+        fail_until_ended(run, 42)
+        eventually(lambda: events_of(api, REASON), 10)
+    (event,) = events_of(api, REASON)
+    kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig-status", api.url))
+    code, out, err = cli(["status", "job/shown", "-n", "ml", "--kubeconfig", kubeconfig])
+    assert code == 0, err
+    assert f"  - {event['note']}" in out
+    assert out.index("Audited defaults (not enforced)") < out.index("Events from")
+    code, out, _ = cli(
+        ["status", "job/shown", "-n", "ml", "--kubeconfig", kubeconfig, "-o", "json"]
+    )
+    (line,) = json.loads(out)["audit"]
+    assert line["sentence"] == event["note"] and line["differed"] == "true"
+    assert line["saved"] == {k: 2 * v for k, v in PER_ATTEMPT.items()}

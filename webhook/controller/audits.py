@@ -47,13 +47,11 @@ from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.objects import controller_of, mapping
 from webhook.plan.audit import AuditRecord
-from webhook.plan.replay import Replay, ended, replay
+from webhook.plan.replay import CRONJOB_PART, Replay, ended, replay
 
 log = logging.getLogger(__name__)
 
 REASON = "RetryPolicyAudit"
-#: Where a CronJob's audit record keeps its Jobs' part.
-CRONJOB_PART = "spec.jobTemplate.spec"
 #: Ended Jobs waiting for their record, at most (the oldest go first: told by a relist).
 MAX_WAITING = 10_000
 
@@ -188,7 +186,7 @@ class AuditReporter:
         self.counters["told"] += 1
         namespace = str(mapping(job.get("metadata")).get("namespace") or "")
         if self.metrics is not None:
-            self.metrics.audited(namespace, differed(result), result.saved)
+            self.metrics.audited(namespace, result.verdict, result.saved)
         regarding = workload_of_job(job)
         if self.events is not None and regarding is not None:
             note = result.sentence()
@@ -239,13 +237,6 @@ def candidate(job: Mapping[str, Any]) -> bool:
     if audited(meta):
         return True
     return owner.get("kind") == "CronJob" and record is not None
-
-
-def differed(result: Replay) -> str:
-    """The metric's ``differed``: true, false, or unknown (nothing could be replayed)."""
-    if result.not_replayed:
-        return "unknown"
-    return "true" if result.differed else "false"
 
 
 def _name(job: Mapping[str, Any]) -> str:

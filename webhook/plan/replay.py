@@ -43,6 +43,8 @@ from webhook.plan.audit import AuditedPart
 #: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset.
 DEFAULT_BACKOFF_LIMIT = 6
 COMPLETE, FAILED = "Complete", "Failed"
+#: Where a CronJob's audit record keeps its Jobs' part (``webhook.plan.audit``).
+CRONJOB_PART = "spec.jobTemplate.spec"
 #: The Job controller's reasons for a Job failed by its pods' failures.
 BY_PODS = ("BackoffLimitExceeded", "PodFailurePolicy")
 
@@ -75,6 +77,14 @@ class Replay:
             self.ended_at < self.attempts or self.outcome == COMPLETE
         )
         return earlier or self.longer is not None
+
+    @property
+    def verdict(self) -> str:
+        """Whether it differed, as the metric's ``differed`` says it: true, false, or
+        unknown (nothing could be replayed)."""
+        if self.not_replayed:
+            return "unknown"
+        return "true" if self.differed else "false"
 
     def sentence(self) -> str:
         """The ``RetryPolicyAudit`` Event's note, and what ``status`` shows."""

@@ -71,6 +71,7 @@ from webhook.plan.policies import has_policy_annotations
 from webhook.plan.record import AppliedRecord
 from webhook.policy.config import Config, ConfigError, parse_config
 from webhook.policy.model import APPLIED, PREFIX, parse_count, parse_restart_budget
+from webhook.status import audit as audit_
 from webhook.status.reader import Tree
 
 #: A Job's conditions that end it, then those that say it is ending (pods terminating).
@@ -301,6 +302,8 @@ class Story:
     older_jobs: list[str] = field(default_factory=list)
     #: A JobSet's: what its next disruption does (its budget is the set's).
     next_disruption: list[str] = field(default_factory=list)
+    #: What audited defaults would have done to each ended Job (``webhook.status.audit``).
+    audit: list[audit_.AuditLine] = field(default_factory=list)
 
 
 class Lookups:
@@ -400,6 +403,7 @@ def tell(
     if story.decision is not None and story.decision.condition == "Failed":
         story.notes.extend(_first_failed(story.decision, story.jobs))
     story.events = events_of(tree.events)
+    story.audit = audit_.audit_lines(tree.workload, tree.jobs)
     story.notes.extend(lookups.notes)
     if tree.kind.kind == "CronJob" and not tree.jobs and not tree.unread:
         story.notes.append("no Job of this CronJob exists now")
