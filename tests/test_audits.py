@@ -38,12 +38,14 @@ def api():
 class Leader:
     """The leader's recorder and audit reporter, with real controller metrics and Events."""
 
-    def __init__(self, fake: FakeAPI, tmp_path):
+    def __init__(self, fake: FakeAPI, tmp_path, grace: float = 60.0):
         self.client = client_of(fake, tmp_path)
         self.metrics = ControllerMetrics()
         self.events = EventRecorder(k8s.EventsV1Api(self.client), "test")
         self.recorder = HistoryRecorder(self.client, 0.05, metrics=self.metrics)
-        self.audits = AuditReporter(self.client, self.events, self.metrics, period=0.05)
+        self.audits = AuditReporter(
+            self.client, self.events, self.metrics, grace=grace, period=0.05
+        )
         self.stop = threading.Event()
         self.threads = [
             threading.Thread(target=r.run, args=(self.stop,), daemon=True)
@@ -185,3 +187,27 @@ def test_status_shows_what_the_event_says(api, tmp_path):
     (line,) = json.loads(out)["audit"]
     assert line["sentence"] == event["note"] and line["differed"] == "true"
     assert line["saved"] == {k: 2 * v for k, v in PER_ATTEMPT.items()}
+
+
+def test_a_job_whose_failures_were_never_recorded_is_told_after_the_grace(api, tmp_path):
+    """Its failed pods went before any recorder saw them (a TTL, PodGC): the reporter waits
+    for the record to hold what the Job controller counted, then tells what it knows."""
+    gone = audited_job("gone")
+    gone["status"] = {
+        "failed": 3,
+        "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}],
+    }
+    api.put("jobs", gone)
+    with Leader(api, tmp_path) as waiting:
+        eventually(lambda: waiting.audits.stats()["waiting"] == 1, 10)
+        waiting.audits.flush()
+        assert waiting.audits.stats()["told"] == 0  # a minute's grace
+    with Leader(api, tmp_path, grace=0.0) as leader:
+        eventually(lambda: events_of(api, REASON), 10)
+        (event,) = events_of(api, REASON)
+        assert event["note"] == (
+            "what the defaults would have done is not known: they would not have ended it "
+            "within the 0 failed attempts recorded, and 3 failed attempts never recorded, "
+            "not replayed"
+        )
+        assert leader.sample(ENDED, namespace="ml", differed="unknown") == 1

@@ -158,3 +158,19 @@ def test_what_cannot_be_known_is_said():
     per_index["spec"]["backoffLimitPerIndex"] = 1
     assert not replay(per_index, AuditedPart("spec"), None).differed
     assert "per index" in replay(per_index, AuditedPart("spec"), None).sentence()
+
+
+def test_attempts_never_recorded_leave_a_plan_that_did_not_end_unknown():
+    # The Job controller counted 3 failures, the record holds 1 (its pods went before the
+    # recorder saw them): that the defaults would have let it go on cannot be told.
+    result = replay(
+        ended_job("Failed", "BackoffLimitExceeded", 3, backoff_limit=2),
+        AuditedPart("spec", rules=(FAIL_42,)),
+        recorded(failed(1, 1)),
+        NON_RETRIABLE,
+    )
+    assert result.verdict == "unknown" and not result.differed
+    assert result.sentence() == (
+        "what the defaults would have done is not known: they would not have ended it within "
+        "the 1 failed attempt recorded, and 2 failed attempts never recorded, not replayed"
+    )

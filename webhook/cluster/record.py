@@ -53,6 +53,12 @@ PodGC's disruptions arrive with ``Failed``) is counted another way, once: ``late
 it when the controller lowered the Job's ``backoffLimit`` for it (``lateOther`` when its
 rules counted it, or nothing could be lowered), and ``lowered`` says by how much in all,
 each mark and its one lowering written in the same patch.
+
+An audited workload (``retry-policy.dev/audit``: ``webhook.plan.audit``) keeps, under
+``"audit"``, what the replay of its failures needs (``"tries"``: the first ``MAX_TRIES``
+failed attempts, about 110 bytes each: ``webhook.cluster.tries``; ``"more"``: how many
+were not kept) and whether its ``RetryPolicyAudit`` was told (``"told"``: once, by
+``webhook.controller.audits``, which writes it before the Event).
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ plan when it carries ``retry-policy.dev/applied``, or its pod template our annot
 labels; a CronJob's Jobs carry the CronJob's plan in their spec, not its record, which is
 read from the CronJob (one GET per Job, at its first failure), and a JobSet's (or
 TrainJob's) pods are its JobSet's, which carries the record.
+
+A workload admitted with audited defaults (``retry-policy.dev/audit``, or the label
+``retry-policy.dev/managed=audit``; a CronJob's Job: its CronJob's) counts as having a
+plan, and its record keeps what the replay of its failures needs
+(``webhook.cluster.tries``), for ``webhook.controller.audits`` when it ends.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ are not replayed at all.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.cluster.record import Record
@@ -172,12 +172,19 @@ def _judge(
         counted += fp.counts(match)
         if counted > limit:  # exceedsBackoffLimit
             return _ended(base, tries, number, _budget_words(limit, settings))
+    if base.unknown:
+        n = len(tries)
+        return replace(
+            base,
+            not_replayed=f"they would not have ended it within the {n} failed attempt{_s(n)} "
+            f"recorded, and {'; '.join(base.unknown)}",
+        )
     if base.outcome == FAILED and base.reason in BY_PODS:
         more = limit - counted + 1
         why = _budget_words(limit, settings).replace("past", "within")
         if base.reason == "PodFailurePolicy":
             why = "no rule of the defaults fails it on these failures"
-        return Replay(**{**base.__dict__, "longer": max(more, 1), "why": why})
+        return replace(base, longer=max(more, 1), why=why)
     return base
 
 
@@ -188,15 +195,7 @@ def _ended(base: Replay, tries: list[Try], number: int, why: str) -> Replay:
         for resource, amount in attempt.held.items():
             saved[resource] = saved.get(resource, 0.0) + amount
     seconds = sum(t.seconds for t in after)
-    return Replay(
-        **{
-            **base.__dict__,
-            "ended_at": number,
-            "why": why,
-            "saved_seconds": seconds,
-            "saved": saved,
-        }
-    )
+    return replace(base, ended_at=number, why=why, saved_seconds=seconds, saved=saved)
 
 
 def ended(job: Mapping[str, Any]) -> tuple[str, str]:
