@@ -43,6 +43,11 @@ def failed(n: int, code: int = 42, conditions=()) -> dict:
     }
 
 
+def indexed(pod: dict, index: int) -> dict:
+    pod["metadata"]["annotations"] = {"batch.kubernetes.io/job-completion-index": str(index)}
+    return pod
+
+
 def recorded(*pods: dict, rules=()) -> Record:
     record = Record()
     for pod in pods:
@@ -101,7 +106,7 @@ def test_failjob_on_the_first_attempt_saves_the_later_ones():
 
 
 def test_a_smaller_budget_ends_it_once_counted_failures_exceed_it():
-    # upstream: exceedsBackoffLimit (pkg/controller/job/job_controller.go): failed >
+    # upstream: syncJob (pkg/controller/job/job_controller.go): exceedsBackoffLimit is failed >
     # backoffLimit; an Ignore rule's failure is not counted (countFailed).
     pods = [failed(1, 1, [{"type": "DisruptionTarget", "status": "True"}]), failed(2, 1)]
     pods += [failed(3, 1), failed(4, 1)]
@@ -154,10 +159,10 @@ def test_what_cannot_be_known_is_said():
     # The Job controller counted 3, the record holds 1: two are not replayed.
     result = replay(ended_job("Complete", "", 3), AuditedPart("spec"), recorded(failed(1, 1)))
     assert "2 failed attempts never recorded, not replayed" in result.sentence()
-    per_index = ended_job("Failed", "FailedIndexes", 1)
-    per_index["spec"]["backoffLimitPerIndex"] = 1
-    assert not replay(per_index, AuditedPart("spec"), None).differed
-    assert "per index" in replay(per_index, AuditedPart("spec"), None).sentence()
+    on_failure = ended_job("Failed", "BackoffLimitExceeded", 0)
+    on_failure["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    result = replay(on_failure, AuditedPart("spec"), None)
+    assert result.verdict == "unknown" and "restart in place" in result.sentence()
 
 
 def test_attempts_never_recorded_leave_a_plan_that_did_not_end_unknown():
@@ -174,3 +179,51 @@ def test_attempts_never_recorded_leave_a_plan_that_did_not_end_unknown():
         "what the defaults would have done is not known: they would not have ended it within "
         "the 1 failed attempt recorded, and 2 failed attempts never recorded, not replayed"
     )
+
+
+def per_index_job(how: str, reason: str, failed_indexes: str = "") -> dict:
+    out = ended_job(how, reason, 0)
+    out["spec"].update(completionMode="Indexed", completions=3, backoffLimitPerIndex=2)
+    del out["spec"]["backoffLimit"]
+    if failed_indexes:
+        out["status"]["failedIndexes"] = failed_indexes
+    return out
+
+
+def test_per_index_the_failed_indexes_later_attempts_are_saved():
+    # upstream: isIndexFailed (pkg/controller/job/indexed_job_utils.go): FailIndex fails
+    # the index; a counted failure fails it once its earlier counted failures reach
+    # backoffLimitPerIndex; a failed index gets no more pods. SetDefaults_Job: backoffLimit
+    # is MaxInt32 with backoffLimitPerIndex.
+    fail_index = fp.non_retriable_rule([1, 143], "FailIndex", "main")
+    pods = [indexed(failed(1, 42), 0), indexed(failed(2, 1), 1), indexed(failed(3, 42), 0)]
+    pods += [indexed(failed(4, 42), 0), indexed(failed(5, 1), 1)]
+    result = replay(
+        per_index_job("Failed", "FailedIndexes", "0"),
+        AuditedPart("spec", rules=(fail_index,)),
+        recorded(*pods),
+        NON_RETRIABLE,
+    )
+    assert result.differed and result.saved_attempts == 2
+    assert result.sentence() == (
+        "the defaults would have failed index 0 at once on exit 42 (fail-non-retriable): "
+        "2 attempts, 120 s, 240 core-seconds, 480 GiB-seconds and 120 GPU-seconds saved"
+    )
+    # A smaller per-index budget: index 1's second counted failure fails it.
+    result = replay(
+        per_index_job("Complete", ""),
+        AuditedPart("spec", backoff_limit_per_index=1),
+        recorded(*pods),
+        {"backoff-limit-per-index": "1"},
+    )
+    assert result.indexes == (
+        "index 0 past backoffLimitPerIndex 1",
+        "index 1 past backoffLimitPerIndex 1",
+    )
+    assert result.saved_attempts == 1  # index 0's third attempt
+    assert ", though it completed: 1 failed attempt, 60 s" in result.sentence()
+    # The same plan as the Job's: nothing differs.
+    same = replay(
+        per_index_job("Failed", "FailedIndexes", "0"), AuditedPart("spec"), recorded(*pods[:4])
+    )
+    assert not same.differed, same.sentence()

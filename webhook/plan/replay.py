@@ -8,8 +8,8 @@ job_controller.go): each failed pod is matched against the ``podFailurePolicy`` 
 first match wins (``getMatchingPodFailurePolicyRule`` /``matchPodFailurePolicy`` in
 pod_failure_policy.go: ``webhook.kube.failurepolicy.evaluate``); ``FailJob`` fails the Job
 at once; ``Ignore`` does not count the failure; any other outcome counts, and the Job fails
-once the counted failures exceed ``backoffLimit`` (``exceedsBackoffLimit``: ``failed >
-backoffLimit``). Attempts are taken in the order they finished.
+once the counted failures exceed ``backoffLimit`` (``syncJob``'s ``exceedsBackoffLimit``:
+``failed > backoffLimit``). Attempts are taken in the order they finished.
 
 What it tells:
 
@@ -21,11 +21,14 @@ What it tells:
   extra attempts would have cost, and whether one would have succeeded, cannot be known;
 - **nothing differs**.
 
+An Indexed Job with ``backoffLimitPerIndex`` is judged per index (``per_index_judge``):
+what the audited plan saves there is the later attempts of the indexes it would have
+failed earlier.
+
 What cannot be known is said, never guessed: attempts the record does not hold (failed
-before the recorder saw them, or past ``MAX_TRIES``) are not replayed; an Indexed Job with
-``backoffLimitPerIndex`` and a Job whose pods restart in place (``restartPolicy:
-OnFailure``: ``pastBackoffLimitOnFailure`` counts restarts, which no failed pod records)
-are not replayed at all.
+before the recorder saw them, or past ``MAX_TRIES``) are not replayed; a Job whose pods
+restart in place (``restartPolicy: OnFailure``: ``pastBackoffLimitOnFailure`` counts
+restarts, which no failed pod records) is not replayed at all.
 """
 
 from __future__ import annotations
@@ -40,8 +43,10 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube.objects import items, mapping
 from webhook.plan.audit import AuditedPart
 
-#: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset.
+#: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset (MaxInt32
+#: with backoffLimitPerIndex).
 DEFAULT_BACKOFF_LIMIT = 6
+MAX_INT32 = 2**31 - 1
 COMPLETE, FAILED = "Complete", "Failed"
 #: Where a CronJob's audit record keeps its Jobs' part (``webhook.plan.audit``).
 CRONJOB_PART = "spec.jobTemplate.spec"
@@ -58,6 +63,9 @@ class Replay:
     attempts: int  # failed attempts replayed
     ended_at: int | None = None  # the failed attempt the audited plan would have ended it at
     why: str = ""  # how, in words ("at once on exit 42 (fail-non-retriable)")
+    #: backoffLimitPerIndex: the indexes it would have failed earlier, in words.
+    indexes: tuple[str, ...] = ()
+    saved_count: int = 0  # failed attempts that would not have run
     longer: int | None = None  # attempts more the audited plan would have allowed
     saved_seconds: float = 0.0
     saved: Mapping[str, float] = field(default_factory=dict)
@@ -67,16 +75,14 @@ class Replay:
 
     @property
     def saved_attempts(self) -> int:
-        return self.attempts - self.ended_at if self.ended_at is not None else 0
+        return self.saved_count
 
     @property
     def differed(self) -> bool:
         if self.not_replayed:
             return False
-        earlier = self.ended_at is not None and (
-            self.ended_at < self.attempts or self.outcome == COMPLETE
-        )
-        return earlier or self.longer is not None
+        failed_instead = self.outcome == COMPLETE and (self.ended_at is not None or self.indexes)
+        return self.saved_count > 0 or failed_instead or self.longer is not None
 
     @property
     def verdict(self) -> str:
@@ -92,11 +98,15 @@ class Replay:
             return f"what the defaults would have done is not known: {self.not_replayed}"
         tail = "".join(f"; {u}" for u in self.unknown)
         if self.longer is not None:
+            more = (
+                f", up to {self.longer} more attempt{_s(self.longer)} after attempt "
+                f"{self.attempts} of {self.attempts}"
+                if self.longer
+                else ""
+            )
             return (
-                f"the defaults would have retried longer: {self.why}, up to {self.longer} "
-                f"more attempt{_s(self.longer)} after attempt {self.attempts} of "
-                f"{self.attempts}; what they would have cost, and whether one would have "
-                f"succeeded, cannot be known{tail}"
+                f"the defaults would have retried longer: {self.why}{more}; what they would "
+                f"have cost, and whether one would have succeeded, cannot be known{tail}"
             )
         if not self.differed:
             how = "completed" if self.outcome == COMPLETE else "failed"
@@ -104,6 +114,10 @@ class Replay:
                 f"nothing would have differed under the defaults: it {how} after "
                 f"{self.attempts} failed attempt{_s(self.attempts)} either way{tail}"
             )
+        if self.indexes and self.ended_at is None:
+            said = f"the defaults would have failed {' and '.join(self.indexes)}"
+            said += ", though it completed" if self.outcome == COMPLETE else ""
+            return f"{said}: {self.savings()} saved{tail}"
         total = self.attempts + (1 if self.outcome == COMPLETE else 0)
         said = (
             f"the defaults would have failed it {self.why} after attempt {self.ended_at} of {total}"
@@ -146,17 +160,17 @@ def replay(
             not_replayed="its pods restart in place "
             "(restartPolicy OnFailure: the Job controller counts restarts)",
         )
-    if spec.get("backoffLimitPerIndex") is not None or audited.backoff_limit_per_index is not None:
-        return Replay(
-            outcome,
-            reason,
-            len(tries),
-            not_replayed="backoffLimitPerIndex is "
-            "judged per index, which this version does not replay",
-        )
+    per_index = audited.backoff_limit_per_index
+    if per_index is None:
+        per_index = _int(spec.get("backoffLimitPerIndex"), -1)
     limit = audited.backoff_limit
     if limit is None:
-        limit = _int(spec.get("backoffLimit"), DEFAULT_BACKOFF_LIMIT)
+        # SetDefaults_Job: with backoffLimitPerIndex, backoffLimit defaults to MaxInt32.
+        unset = MAX_INT32 if per_index >= 0 else DEFAULT_BACKOFF_LIMIT
+        limit = _int(spec.get("backoffLimit"), unset)
+    if per_index >= 0:
+        budget = (per_index, _int(spec.get("maxFailedIndexes"), -1), limit)
+        return per_index_judge(base, tries, list(audited.rules), budget, settings, job)
     return _judge(base, tries, list(audited.rules), limit, settings)
 
 
@@ -173,12 +187,7 @@ def _judge(
         if counted > limit:  # exceedsBackoffLimit
             return _ended(base, tries, number, _budget_words(limit, settings))
     if base.unknown:
-        n = len(tries)
-        return replace(
-            base,
-            not_replayed=f"they would not have ended it within the {n} failed attempt{_s(n)} "
-            f"recorded, and {'; '.join(base.unknown)}",
-        )
+        return _unknown_end(base, tries)
     if base.outcome == FAILED and base.reason in BY_PODS:
         more = limit - counted + 1
         why = _budget_words(limit, settings).replace("past", "within")
@@ -188,14 +197,99 @@ def _judge(
     return base
 
 
+def _unknown_end(base: Replay, tries: list[Try]) -> Replay:
+    n = len(tries)
+    return replace(
+        base,
+        not_replayed=f"they would not have ended it within the {n} failed attempt{_s(n)} "
+        f"recorded, and {'; '.join(base.unknown)}",
+    )
+
+
 def _ended(base: Replay, tries: list[Try], number: int, why: str) -> Replay:
-    after = tries[number:]
+    return replace(skipped(base, tries[number:]), ended_at=number, why=why)
+
+
+def skipped(base: Replay, after: list[Try]) -> Replay:
+    """``base`` with the attempts ``after`` saved: their run time and what they held."""
     saved: dict[str, float] = {}
     for attempt in after:
         for resource, amount in attempt.held.items():
             saved[resource] = saved.get(resource, 0.0) + amount
     seconds = sum(t.seconds for t in after)
-    return replace(base, ended_at=number, why=why, saved_seconds=seconds, saved=saved)
+    return replace(base, saved_count=len(after), saved_seconds=seconds, saved=saved)
+
+
+def per_index_judge(
+    base: Replay,
+    tries: list[Try],
+    rules: list[Any],
+    budget: tuple[int, int, int],
+    settings: Mapping[str, str],
+    job: Mapping[str, Any],
+) -> Replay:
+    """An Indexed Job with ``backoffLimitPerIndex``, each attempt judged in order
+    (``isIndexFailed`` in pkg/controller/job/indexed_job_utils.go: a FailIndex match, or a
+    counted failure once the index's earlier counted failures reach the limit, fails the
+    index, whose later attempts then do not run); FailJob, more failed indexes than
+    ``maxFailedIndexes`` or counted failures past ``backoffLimit`` end the Job."""
+    per_index, max_failed, limit = budget
+    counted: dict[str, int] = {}
+    failed: dict[str, str] = {}
+    saved: list[Try] = []
+    for number, attempt in enumerate(tries, 1):
+        index = attempt.lineage
+        if index in failed:
+            saved.append(attempt)
+            continue
+        match = fp.evaluate(rules, attempt.failure)
+        if match is not None and match.action == "FailJob":
+            return _ended_per_index(base, tries, number, saved, _failjob_words(match, settings))
+        before = counted.get(index, 0)
+        counted[index] = before + fp.counts(match)
+        if match is not None and match.action == "FailIndex":
+            failed[index] = f"index {index} {_failjob_words(match, settings)}"
+        elif fp.counts(match) and before >= per_index:
+            failed[index] = f"index {index} past backoffLimitPerIndex {per_index}"
+        if 0 <= max_failed < len(failed):
+            why = f"past maxFailedIndexes {max_failed}"
+            return _ended_per_index(base, tries, number, saved, why)
+        if sum(counted.values()) > limit:
+            return _ended_per_index(base, tries, number, saved, _budget_words(limit, settings))
+    real = _indexes(mapping(job.get("status")).get("failedIndexes"))
+    earlier = {i for i in failed if i not in real} | {t.lineage for t in saved}
+    if earlier:
+        words = tuple(failed[i] for i in sorted(earlier, key=_index_order))
+        return replace(skipped(base, saved), indexes=words)
+    if base.unknown:
+        return _unknown_end(base, tries)
+    if real - set(failed) and base.outcome == FAILED:
+        left = ", ".join(sorted(real - set(failed), key=_index_order))
+        why = f"index {left} would not have failed within backoffLimitPerIndex {per_index}"
+        return replace(base, longer=0, why=why)
+    return base
+
+
+def _ended_per_index(
+    base: Replay, tries: list[Try], number: int, saved: list[Try], why: str
+) -> Replay:
+    after = [*saved, *tries[number:]]
+    return replace(skipped(base, after), ended_at=number, why=why)
+
+
+def _indexes(raw: Any) -> set[str]:
+    """``status.failedIndexes`` (``1,3-5``) as index strings."""
+    out: set[str] = set()
+    for part in str(raw or "").split(","):
+        low, _, high = part.partition("-")
+        if low.strip().isdigit() and (not high or high.strip().isdigit()):
+            first, last = int(low), int(high or low)
+            out |= {str(i) for i in range(first, min(last, first + 100_000) + 1)}
+    return out
+
+
+def _index_order(index: str) -> tuple[int, str]:
+    return (int(index) if index.isdigit() else -1, index)
 
 
 def ended(job: Mapping[str, Any]) -> tuple[str, str]:

@@ -531,7 +531,7 @@ def _audit_counters(registry: Any) -> tuple[Any, Any]:
         "Workloads admitted with audited defaults (rollout: audit) that ended, each counted "
         "once, by namespace and whether the defaults would have differed: true (ended it "
         "earlier, or retried longer), false, unknown (not replayable: restartPolicy "
-        "OnFailure, backoffLimitPerIndex).",
+        "OnFailure, or failures never recorded).",
         ["namespace", "differed"],
         registry=registry,
     )
