@@ -12,8 +12,9 @@ it (``retry_webhook_audited_workloads_total``,
 ``retry_webhook_audit_saved_resource_seconds_total``).
 
 Which Jobs: one carrying the record itself, or the label ``retry-policy.dev/managed=audit``;
-and a CronJob's Job that has a failure record, whose CronJob carries the audit record (its
-part ``spec.jobTemplate.spec``; one GET of the CronJob, when the Job has ended). A
+and a CronJob's Job whose record keeps tries (the recorder keeps them only when its CronJob
+carries the audit record), told from the CronJob's part ``spec.jobTemplate.spec`` (one GET
+of the CronJob, when the Job has ended). A
 CronJob's Job that never failed and carries neither is not told: nothing about it differs.
 
 Its failures first: the last failed pod and the Job's end come on two watches, and the
@@ -236,7 +237,10 @@ def candidate(job: Mapping[str, Any]) -> bool:
         return False  # its JobSet's audit: not replayed yet
     if audited(meta):
         return True
-    return owner.get("kind") == "CronJob" and record is not None
+    # The recorder keeps tries only for an audited workload (a CronJob's Job: its CronJob's
+    # audit, read at the Job's first failure), so a planned CronJob's Jobs cost no GET here.
+    kept = record is not None and (record.tries or record.more_tries)
+    return owner.get("kind") == "CronJob" and bool(kept)
 
 
 def _name(job: Mapping[str, Any]) -> str:
