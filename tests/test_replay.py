@@ -227,3 +227,16 @@ def test_per_index_the_failed_indexes_later_attempts_are_saved():
         per_index_job("Failed", "FailedIndexes", "0"), AuditedPart("spec"), recorded(*pods[:4])
     )
     assert not same.differed, same.sentence()
+
+
+def test_a_sentence_names_a_few_indexes_and_counts_the_rest():
+    pods = [indexed(failed(n, 42), n) for n in range(8)]
+    fail_index = fp.non_retriable_rule([1, 143], "FailIndex", "main")
+    result = replay(
+        per_index_job("Complete", ""), AuditedPart("spec", rules=(fail_index,)), recorded(*pods)
+    )
+    assert len(result.indexes) == 8
+    assert result.sentence().endswith(
+        "index 4 at once on exit 42 and 3 more indexes, though it completed: no attempt saved"
+    )
+    assert len(result.sentence()) < 1024

@@ -50,6 +50,8 @@ MAX_INT32 = 2**31 - 1
 COMPLETE, FAILED = "Complete", "Failed"
 #: Where a CronJob's audit record keeps its Jobs' part (``webhook.plan.audit``).
 CRONJOB_PART = "spec.jobTemplate.spec"
+#: At most this many indexes are named in a sentence (an Event's note is 1 KiB at most).
+MAX_INDEXES_NAMED = 5
 #: The Job controller's reasons for a Job failed by its pods' failures.
 BY_PODS = ("BackoffLimitExceeded", "PodFailurePolicy")
 
@@ -115,7 +117,10 @@ class Replay:
                 f"{self.attempts} failed attempt{_s(self.attempts)} either way{tail}"
             )
         if self.indexes and self.ended_at is None:
-            said = f"the defaults would have failed {' and '.join(self.indexes)}"
+            named = list(self.indexes[:MAX_INDEXES_NAMED])
+            if len(self.indexes) > MAX_INDEXES_NAMED:
+                named.append(f"{len(self.indexes) - MAX_INDEXES_NAMED} more indexes")
+            said = f"the defaults would have failed {' and '.join(named)}"
             said += ", though it completed" if self.outcome == COMPLETE else ""
             return f"{said}: {self.savings()} saved{tail}"
         total = self.attempts + (1 if self.outcome == COMPLETE else 0)
@@ -128,6 +133,8 @@ class Replay:
 
     def savings(self) -> str:
         n = self.saved_attempts
+        if n == 0:
+            return "no attempt"
         parts = [
             f"{n} failed attempt{_s(n)}" if self.outcome == COMPLETE else f"{n} attempt{_s(n)}"
         ]
