@@ -164,6 +164,15 @@ def test_a_cronjobs_job_is_told_from_the_cronjobs_audit(api, tmp_path):
         )
         assert event["regarding"]["name"] == "nightly-29000000"
 
+    # ``retry-webhook status cronjob/nightly`` says it of the CronJob's Job too.
+    from testkit.cli import run as cli
+    from testkit.fakeapi import write_kubeconfig
+
+    kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig-status", api.url))
+    code, out, err = cli(["status", "cronjob/nightly", "-n", "ml", "--kubeconfig", kubeconfig])
+    assert code == 0, err
+    assert f"  - Job nightly-29000000: {event['note']}" in out
+
 
 def test_status_shows_what_the_event_says(api, tmp_path):
     """``retry-webhook status`` replays the same record against the same audit (in
