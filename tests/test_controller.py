@@ -429,7 +429,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     from testkit.audits import audited_job, fail_until_ended
 
     fail_until_ended(JobRun.store(api, audited_job("audited")), 42)
-    eventually(lambda: any(e.get("reason") == "RetryPolicyAudit" for e in stored_events(api)), 10)
+    eventually(lambda: any(e.get("reason") == "RetryPolicyAudit" for e in stored_events(api)), 20)
     manager.stop.set()
     thread.join(scaled(10))
     worker, _ = recorder_for(api_client, "webhook-0")  # a worker's, as WorkerRuntime makes it
