@@ -37,7 +37,8 @@ What is reproduced, from upstream:
   removed, and a pod is judged once), and ``syncing`` runs it beside a test, each sync at
   most a batch period after the last (``syncJobBatchPeriod``, 1 s); ``conclude`` writes
   the Job's end as ``syncJob`` does: ``FailureTarget`` then ``Failed`` (with
-  ``matchPodFailurePolicy``'s message for FailJob), or ``Complete``.
+  ``matchPodFailurePolicy``'s message for FailJob), or ``SuccessCriteriaMet`` then
+  ``Complete``.
 """
 
 from __future__ import annotations
@@ -328,12 +329,14 @@ class JobRun:
 
     def conclude(self) -> dict[str, Any]:
         """The Job's end as ``syncJob`` writes it (pkg/controller/job/job_controller.go),
-        once ``sync`` found it: ``FailureTarget`` (the interim condition), then ``Failed``
-        with the same reason and message (``newFailedConditionForFailureTarget``); or
-        ``Complete``. Each condition in its own status write, as the controller makes them."""
+        once ``sync`` found it, with ``delayTerminalCondition`` (JobManagedBy or
+        JobPodReplacementPolicy, on by default): the interim ``FailureTarget``
+        (``newFailureCondition``), then ``Failed`` with the same reason and message once no
+        pod terminates (``newFailedConditionForFailureTarget``); or ``SuccessCriteriaMet``
+        (``newSuccessCondition``), then ``Complete``. Each in its own status write."""
         assert self.ended, "the Job has not ended"
         if self.ended == "Complete":
-            kinds, reason, message = ("Complete",), "", ""
+            kinds, reason, message = ("SuccessCriteriaMet", "Complete"), "", ""
         else:
             kinds, reason = ("FailureTarget", "Failed"), self.ended
             message = self.message or "Job has reached the specified backoff limit"

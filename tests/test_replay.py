@@ -156,6 +156,11 @@ def test_what_cannot_be_known_is_said():
     running = ended_job("Complete", "", 0)
     running["status"] = {}
     assert replay(running, AuditedPart("spec"), None) is None
+    # upstream: delayTerminalCondition (pkg/controller/job/job_controller.go): the interim
+    # FailureTarget and SuccessCriteriaMet come while pods still terminate; not the end.
+    for interim in ("FailureTarget", "SuccessCriteriaMet"):
+        running["status"] = {"conditions": [{"type": interim, "status": "True"}]}
+        assert replay(running, AuditedPart("spec"), None) is None
     # The Job controller counted 3, the record holds 1: two are not replayed.
     result = replay(ended_job("Complete", "", 3), AuditedPart("spec"), recorded(failed(1, 1)))
     assert "2 failed attempts never recorded, not replayed" in result.sentence()
