@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client as k8s
 
 from testkit.audits import ENDED, SAVED, audit_of, audited_job, fail_until_ended
-from testkit.builders import job, stored
-from testkit.controllers import client_of, events_of, record_of
+from testkit.builders import P, job, stored
+from testkit.controllers import admitted_job, client_of, events_of, record_of
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from testkit.servers import eventually, scaled
@@ -115,14 +115,18 @@ def test_an_audited_job_that_completed_as_the_defaults_would_have_let_it(api, tm
 
 
 def test_a_job_that_is_not_audited_is_not_told(api, tmp_path):
-    plain = stored(job(name="plain", containers=[MAIN]), uid="uid-plain")
-    plain["spec"]["backoffLimit"] = 0
-    run = JobRun.store(api, plain)
+    """A Job with a plan of its own is recorded (its waste counted) without tries, and
+    told nothing when it ends."""
+    planned = admitted_job({P + "backoff-limit": "0"}, "planned")
+    run = JobRun.store(api, planned)
     with Leader(api, tmp_path) as leader:
         fail_until_ended(run, 42)
+        eventually(lambda: record_of(api, run.uid) is not None, 10)
         eventually(lambda: leader.audits.stats()["waiting"] == 0, 10)
         leader.audits.flush()
         assert leader.audits.stats()["told"] == 0
+    recorded = record_of(api, run.uid)
+    assert recorded.tries == () and not recorded.told
     assert events_of(api, REASON) == []
 
 
