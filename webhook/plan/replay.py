@@ -147,13 +147,14 @@ def replay(
     job: Mapping[str, Any],
     audited: AuditedPart,
     record: Record | None,
-    settings: Mapping[str, str] = {},
+    settings: Mapping[str, str] | None = None,
 ) -> Replay | None:
     """The audited part ``audited`` (its rules and budget) against the failures ``record``
     holds of ``job`` (a Job as stored); ``None`` while the Job has not ended."""
     outcome, reason = ended(job)
     if not outcome:
         return None
+    settings = settings or {}
     spec = mapping(job.get("spec"))
     record = record or Record()
     tries = sorted(record.tries, key=lambda t: (t.finished is None, t.finished or 0.0))
