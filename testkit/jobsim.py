@@ -35,7 +35,10 @@ What is reproduced, from upstream:
   this for one pod; ``sync`` as ``syncJob`` does for all (``trackJobStatusAndRemoveFinalizers``:
   a counted pod's UID goes into ``status.uncountedTerminatedPods`` before its finalizer is
   removed, and a pod is judged once), and ``syncing`` runs it beside a test, each sync at
-  most a batch period after the last (``syncJobBatchPeriod``, 1 s).
+  most a batch period after the last (``syncJobBatchPeriod``, 1 s); ``conclude`` writes
+  the Job's end as ``syncJob`` does: ``FailureTarget`` then ``Failed`` (with
+  ``matchPodFailurePolicy``'s message for FailJob), or ``SuccessCriteriaMet`` then
+  ``Complete``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any
 from testkit.builders import job_owner
 from testkit.fakeapi import JOB_TRACKING, FakeAPI
 from webhook.kube import failurepolicy as fp
+from webhook.kube.jobcontroller import failjob_message
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -97,6 +101,8 @@ class JobRun:
     succeeded: int = 0
     #: Pod UID -> the action ``sync`` judged it with.
     verdicts: dict[str, str] = field(default_factory=dict)
+    #: The Failed condition's message, when a FailJob rule ended the Job.
+    message: str = ""
     _syncs: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -292,8 +298,8 @@ class JobRun:
                     match = fp.evaluate(rules, fp.PodFailure.from_pod(pod))
                     actions.append(match.action if match else "none")
                     self.verdicts[uid] = actions[-1]
-                    if match is not None and match.action == "FailJob":
-                        self.ended = self.ended or "PodFailurePolicy"
+                    if match is not None and match.action == "FailJob" and not self.ended:
+                        self.ended, self.message = "PodFailurePolicy", _failjob(pod, match)
                     failed += [uid] if fp.counts(match) else []
             if failed or succeeded:
                 self.api.modify("jobs", self.uid, _uncount(failed, succeeded))
@@ -311,6 +317,39 @@ class JobRun:
             if not self.ended and self.succeeded >= (job["spec"].get("completions") or 1):
                 self.ended = "Complete"
             return actions
+
+    def succeed(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The kubelet: every container exited 0, the pod ``Succeeded``."""
+
+        def change(p: dict[str, Any]) -> None:
+            _stopped(p["status"], 0)
+            p["status"]["phase"] = "Succeeded"
+
+        return self.update(pod, change)
+
+    def conclude(self) -> dict[str, Any]:
+        """The Job's end as ``syncJob`` writes it (pkg/controller/job/job_controller.go),
+        once ``sync`` found it, with ``delayTerminalCondition`` (JobManagedBy or
+        JobPodReplacementPolicy, on by default): the interim ``FailureTarget``
+        (``newFailureCondition``), then ``Failed`` with the same reason and message once no
+        pod terminates (``newFailedConditionForFailureTarget``); or ``SuccessCriteriaMet``
+        (``newSuccessCondition``), then ``Complete``. Each in its own status write."""
+        assert self.ended, "the Job has not ended"
+        if self.ended == "Complete":
+            kinds, reason, message = ("SuccessCriteriaMet", "Complete"), "", ""
+        else:
+            kinds, reason = ("FailureTarget", "Failed"), self.ended
+            message = self.message or "Job has reached the specified backoff limit"
+        stored = self.job
+        for kind in kinds:
+            condition = {"type": kind, "status": "True", "reason": reason, "message": message}
+            condition["lastProbeTime"] = condition["lastTransitionTime"] = STOPPED
+
+            def change(job: dict[str, Any], c: dict[str, Any] = condition) -> None:
+                job.setdefault("status", {}).setdefault("conditions", []).append(c)
+
+            stored = self.api.modify("jobs", self.uid, change)
+        return stored
 
     @contextmanager
     def syncing(self, period: float = 1.0) -> Iterator[JobRun]:
@@ -344,6 +383,20 @@ class JobRun:
                 if p["metadata"]["labels"].get(JOB_UID_LABEL) == self.uid
                 and JOB_TRACKING in (p["metadata"].get("finalizers") or [])
             ]
+
+
+def _failjob(pod: dict[str, Any], match: fp.Match) -> str:
+    """``matchPodFailurePolicy``'s message for the FailJob rule ``match``."""
+    meta = pod["metadata"]
+    if match.container is not None:
+        return failjob_message(
+            meta["namespace"],
+            meta["name"],
+            match.index,
+            container=match.container.name,
+            code=match.container.exit_code,
+        )
+    return failjob_message(meta["namespace"], meta["name"], match.index, condition=match.condition)
 
 
 def _uncount(failed: list[str], succeeded: list[str]):

@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from testkit.audits import ENDED, SAVED, audited_job, fail_until_ended
 from testkit.builders import P, job, review
 from testkit.chart import CHART, K8S_VERSION, NAMESPACE, one, render, render_fails, run_helm
 from testkit.docs import anchors
@@ -357,6 +358,8 @@ SHOWN = {
     "budgets": "retry_webhook_controller_conditions_total",
     "Events written": "retry_webhook_events_total",
     "retry waste by cause and resource": WASTED,
+    "audited workloads, differed or not": ENDED,
+    "audit savings": SAVED,
 }
 
 
@@ -374,7 +377,8 @@ def test_the_dashboard_shows_what_the_issue_asks(helm):
 def exercised(api: FakeAPI, srv) -> None:
     """What makes the server export its metrics: reviews patched and denied, a Job with a
     disruption budget whose pod the kubelet evicts (counted, recorded, what it wasted, an
-    Event), and a pod held by a retry-delay gate, released."""
+    Event), a pod held by a retry-delay gate, released, and an audited Job that fails
+    (what its defaults would have saved)."""
     annotated = job({P + "backoff-limit": "2"}, containers=[MAIN])
     assert srv.review("/mutate", review(annotated))["response"]["allowed"]
     denied = srv.review("/validate", review(job({P + "backoff-limit": "many"})))
@@ -394,6 +398,7 @@ def exercised(api: FakeAPI, srv) -> None:
     run = JobRun.store(api, {**admitted, "metadata": {**admitted["metadata"], "uid": "uid-ev"}})
     run.evict_by_kubelet(run.new_pod())
     api.put("pods", gated_pod("held", time.time() - 1))
+    fail_until_ended(JobRun.store(api, audited_job("audited")), 42)
 
 
 def test_every_metric_the_pack_queries_is_one_the_server_exports(helm, tmp_path):

@@ -425,6 +425,11 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     eventually(lambda: replaced.current(spent)["spec"].get("activeDeadlineSeconds") == 1, 10)
     eventually(lambda: sum(1 for m, r, _ in api.writes if m == "PATCH" and r == "pods") >= 3, 10)
     eventually(lambda: any(m == "POST" and r == "events" for m, r, _ in api.writes), 10)
+    # An audited Job that ends: its record marked told (a patch of the Job), its Event.
+    from testkit.audits import audited_job, fail_until_ended
+
+    fail_until_ended(JobRun.store(api, audited_job("audited")), 42)
+    eventually(lambda: any(e.get("reason") == "RetryPolicyAudit" for e in stored_events(api)), 20)
     manager.stop.set()
     thread.join(scaled(10))
     worker, _ = recorder_for(api_client, "webhook-0")  # a worker's, as WorkerRuntime makes it

@@ -586,7 +586,7 @@ def test_the_json_keys_are_the_documented_ones(cluster):
     assert story["schema"] == "retry-policy.dev/status/v1"
     assert set(story) == {
         "schema", "workload", "state", "plan", "budgets", "decision", "jobs",
-        "olderJobs", "events", "notes", "unread",
+        "olderJobs", "events", "notes", "unread", "audit",
     }  # fmt: skip
     assert set(story["plan"]) == {"source", "items"}
     (job,) = story["jobs"]

@@ -77,6 +77,7 @@ REASONS = frozenset(
         "RetryInPlaceBudgetExhausted",
         "RetryDisruptionRecognized",
         "RetryPolicyWriteFailed",
+        "RetryPolicyAudit",
     }
 )
 #: Decisions that are Warnings: a retry delay asked for but not kept (no controller led to

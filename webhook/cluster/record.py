@@ -53,6 +53,12 @@ PodGC's disruptions arrive with ``Failed``) is counted another way, once: ``late
 it when the controller lowered the Job's ``backoffLimit`` for it (``lateOther`` when its
 rules counted it, or nothing could be lowered), and ``lowered`` says by how much in all,
 each mark and its one lowering written in the same patch.
+
+An audited workload (``retry-policy.dev/audit``: ``webhook.plan.audit``) keeps, under
+``"audit"``, what the replay of its failures needs (``"tries"``: the first ``MAX_TRIES``
+failed attempts, about 110 bytes each: ``webhook.cluster.tries``; ``"more"``: how many
+were not kept) and whether its ``RetryPolicyAudit`` was told (``"told"``: once, by
+``webhook.controller.audits``, which writes it before the Event).
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ from webhook.cluster.history import (
     pod_mark,
 )
 from webhook.cluster.informer import Informer, Informers
+from webhook.cluster.tries import MAX_TRIES, Try
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
     JOBSET_GROUP,
@@ -203,6 +210,12 @@ class Record:
     late: bytes = b""
     late_other: bytes = b""
     lowered: int = 0
+    #: An audited workload's failed attempts, for its replay (``webhook.cluster.tries``):
+    #: the first ``MAX_TRIES``, and how many more were recorded; and whether its
+    #: ``RetryPolicyAudit`` was told (``webhook.controller.audits``).
+    tries: tuple[Try, ...] = ()
+    more_tries: int = 0
+    told: bool = False
 
     # --- reading -------------------------------------------------------------------------
     @classmethod
@@ -242,6 +255,7 @@ class Record:
             _marks(data.get("late")),
             _marks(data.get("lateOther")),
             data["lowered"] if _count(data.get("lowered")) else 0,
+            *_tries(data.get("audit")),
         )
 
     @classmethod
@@ -311,8 +325,9 @@ class Record:
         return sum(line.counted for line in self.lineages.values())
 
     # --- writing -------------------------------------------------------------------------
-    def add(self, pod: Mapping[str, Any], counted: bool) -> Record:
-        """This record with one more failed pod (unchanged when it holds that pod)."""
+    def add(self, pod: Mapping[str, Any], counted: bool, keep: bool = False) -> Record:
+        """This record with one more failed pod (unchanged when it holds that pod); with
+        ``keep`` (an audited workload), what its replay needs of it too."""
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
         uid = meta.get("uid")
         if not isinstance(uid, str) or not uid or self.seen(uid):
@@ -326,7 +341,12 @@ class Record:
                 del lineages[old]
         run = max(self.run, jobset_run(meta)) if jobset_place(meta) else self.run
         marks = (self.marks + pod_mark(uid))[-MAX_MARKS * MARK :]
-        return replace(self, lineages=lineages, run=run, marks=marks)
+        tries, more = self.tries, self.more_tries
+        if keep and len(tries) < MAX_TRIES:
+            tries = (*tries, Try.of(pod, key))
+        elif keep:
+            more += 1
+        return replace(self, lineages=lineages, run=run, marks=marks, tries=tries, more_tries=more)
 
     def text(self) -> str:
         data: dict[str, Any] = {
@@ -346,6 +366,12 @@ class Record:
             data["lateOther"] = base64.b64encode(self.late_other).decode()
         if self.lowered:
             data["lowered"] = self.lowered
+        if self.tries or self.more_tries or self.told:
+            data["audit"] = {"tries": [t.to_json() for t in self.tries]}
+            if self.more_tries:
+                data["audit"]["more"] = self.more_tries
+            if self.told:
+                data["audit"]["told"] = True
         return json.dumps(data, separators=(",", ":"))
 
 
@@ -433,6 +459,18 @@ def records_of(items: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
         if isinstance(uid, str) and record is not None:
             out[uid] = record
     return out
+
+
+def _tries(raw: Any) -> tuple[tuple[Try, ...], int, bool]:
+    """An audited workload's ``tries``, ``more_tries`` and ``told`` (an entry that cannot
+    be read counts among the more)."""
+    if not isinstance(raw, dict):
+        return (), 0, False
+    entries = raw.get("tries") if isinstance(raw.get("tries"), list) else []
+    read = [Try.from_json(e) for e in entries]
+    tries = tuple(t for t in read if t is not None)
+    more = (raw["more"] if _count(raw.get("more")) else 0) + len(read) - len(tries)
+    return tries, more, raw.get("told") is True
 
 
 def _marks(raw: Any) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.cluster.events import EventSink, WorkloadResolver, instance_name, recorder_for
+from webhook.controller.audits import AuditReporter
 from webhook.controller.disruptions import Disruptions
 from webhook.controller.failedjobs import FailedJobs
 from webhook.controller.gates import GateReleaser
@@ -34,4 +35,6 @@ def build(
         # The budgets per cause (``webhook.plan.causes``).
         Disruptions(api_client, events, recorder),
         InPlaceBudget(api_client, events, recorder),
+        # What audited defaults would have done (``webhook.plan.replay``).
+        AuditReporter(api_client, events, recorder),
     ]

@@ -32,6 +32,11 @@ plan when it carries ``retry-policy.dev/applied``, or its pod template our annot
 labels; a CronJob's Jobs carry the CronJob's plan in their spec, not its record, which is
 read from the CronJob (one GET per Job, at its first failure), and a JobSet's (or
 TrainJob's) pods are its JobSet's, which carries the record.
+
+A workload admitted with audited defaults (``retry-policy.dev/audit``, or the label
+``retry-policy.dev/managed=audit``; a CronJob's Job: its CronJob's) counts as having a
+plan, and its record keeps what the replay of its failures needs
+(``webhook.cluster.tries``), for ``webhook.controller.audits`` when it ends.
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from webhook.kube.wellknown import (
     JOBSET_VERSION,
     REPLICATED_JOB,
 )
+from webhook.plan.audit import AUDIT, AUDITED, MANAGED
 from webhook.policy.model import APPLIED, PREFIX
 
 log = logging.getLogger(__name__)
@@ -101,6 +107,10 @@ class _Workload:
     #: CronJob made (``cronjob``: its name), whose plan its CronJob's record tells.
     managed: bool | None = True
     cronjob: str = ""
+    #: Whether its defaults were audited (``webhook.plan.audit``): the record then keeps
+    #: what the replay needs of each failure (``webhook.cluster.tries``). ``None``: a
+    #: CronJob's Job, whose CronJob tells.
+    audited: bool | None = False
 
     @property
     def record(self) -> Record | None:
@@ -114,14 +124,22 @@ Key = tuple[str, str, str]
 def planned(metadata: Mapping[str, Any], template: Mapping[str, Any] | None = None) -> bool:
     """Whether the webhook applied a retry plan to a workload: its ``applied`` record, or
     (for a Job) our annotations or labels on its pod template, which a Job made from a
-    CronJob's or JobSet's template carries too."""
-    if APPLIED in mapping(metadata.get("annotations")):
+    CronJob's or JobSet's template carries too; or one it would have applied, had the
+    defaults been enforced (``audited``)."""
+    if APPLIED in mapping(metadata.get("annotations")) or audited(metadata):
         return True
     template = template or {}
     return any(
         isinstance(k, str) and k.startswith(PREFIX)
         for field_ in ("annotations", "labels")
         for k in mapping(template.get(field_))
+    )
+
+
+def audited(metadata: Mapping[str, Any]) -> bool:
+    """Whether a workload's defaults were audited: its ``audit`` record, or its label."""
+    return AUDIT in mapping(metadata.get("annotations")) or (
+        mapping(metadata.get("labels")).get(MANAGED) == AUDITED
     )
 
 
@@ -247,6 +265,9 @@ class HistoryRecorder:
             owner.get("apiVersion") or ""
         ).startswith("batch/")
         managed: bool | None = wants_history(template) or planned(meta, template)
+        audit: bool | None = audited(meta)
+        if made_by_cronjob and not audit:
+            audit = known.audited if known is not None else None
         if not managed:
             if not made_by_cronjob:
                 return None
@@ -263,6 +284,7 @@ class HistoryRecorder:
             self._shared(rules) if ignores else (),
             managed,
             str(owner.get("name") or "") if made_by_cronjob else "",
+            audit,
         )
 
     def _shared(self, rules: tuple) -> tuple:
@@ -431,7 +453,7 @@ class HistoryRecorder:
             record = current or Record()
             marked.clear()
             for pod, counted, _ in pending.pods.values():
-                added = record.add(pod, counted)
+                added = record.add(pod, counted, bool(known.audited))
                 if added is not record:
                     marked.append(pod)
                 record = added
@@ -456,26 +478,30 @@ class HistoryRecorder:
         """Leave in ``pending`` the pods to record: all of them when the workload has a plan
         (a CronJob's Job: its CronJob's record, read once), else those whose own keys ask
         for history. Whether any are left."""
+        if workload.managed is None or workload.audited is None:
+            plan, audit = self._cronjob_planned(workload.namespace, workload.cronjob)
+            workload.managed = plan if workload.managed is None else workload.managed
+            workload.audited = audit if workload.audited is None else workload.audited
         if all(wanted for *_, wanted in pending.pods.values()):
             return True
-        if workload.managed is None:
-            workload.managed = self._cronjob_planned(workload.namespace, workload.cronjob)
         if not workload.managed:
             pending.pods = {uid: e for uid, e in pending.pods.items() if e[2]}
         return bool(pending.pods)
 
-    def _cronjob_planned(self, namespace: str, name: str) -> bool:
-        """Whether the CronJob has a plan (its ``applied`` record). Gone, or not ours to
-        read (403: the chart grants it only with ``webhook.kinds.cronJobs``, without which
-        no CronJob has a plan): no. Raises when the API fails (the pods stay pending, tried
-        again after a back-off: ``webhook.controller.writes``)."""
+    def _cronjob_planned(self, namespace: str, name: str) -> tuple[bool, bool]:
+        """Whether the CronJob has a plan (its ``applied`` record), and whether its
+        defaults were audited. Gone, or not ours to read (403: the chart grants it only
+        with ``webhook.kinds.cronJobs``, without which no CronJob has a plan): no. Raises
+        when the API fails (the pods stay pending, tried again after a back-off:
+        ``webhook.controller.writes``)."""
         try:
             resp = self.batch.read_namespaced_cron_job(name, namespace, _preload_content=False)
         except Exception as err:
             if getattr(err, "status", None) in (403, 404):
-                return False
+                return False, False
             raise
-        return planned(mapping(json.loads(resp.data).get("metadata")))
+        meta = mapping(json.loads(resp.data).get("metadata"))
+        return planned(meta), audited(meta)
 
     def _count_waste(self, namespace: str, pods: list[Mapping[str, Any]]) -> None:
         """What the pods just marked wasted (``webhook.cluster.waste``), once each."""

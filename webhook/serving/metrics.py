@@ -383,6 +383,7 @@ class ControllerMetrics:
         )
         self._budget_counters = _budget_counters(self.registry)
         self._wasted: Any = None
+        self._audits: Any = None
         self.writes = Counter(
             PREFIX + "controller_writes_total",
             "The controller's writes (writer: history, disruptions, gates, in_place, "
@@ -426,6 +427,20 @@ class ControllerMetrics:
             if self._wasted is None:
                 self._wasted = _wasted_counter(self.registry)
             self._wasted.labels(namespace, cause, resource).inc(amount)
+
+    def audited(self, namespace: str, differed: str, saved: Mapping[str, float]) -> None:
+        """An audited workload ended (``webhook.controller.audits``), counted once: whether
+        its defaults would have differed (true, false, unknown), and the resource-seconds
+        they would have saved (``webhook.plan.replay``; memory in GiB-seconds)."""
+        if differed not in AUDIT_DIFFERED:
+            return
+        if self._audits is None:
+            self._audits = _audit_counters(self.registry)
+        ended, saved_counter = self._audits
+        ended.labels(namespace, differed).inc()
+        for resource, amount in sorted(saved.items()):
+            if amount > 0:
+                saved_counter.labels(namespace, resource).inc(amount)
 
     def gates_pending(self, count: int) -> None:
         self.pending.set(count)
@@ -502,6 +517,34 @@ def _wasted_counter(registry: Any) -> Any:
         ["namespace", "cause", "resource"],
         registry=registry,
     )
+
+
+#: ``retry_webhook_audited_workloads_total``'s ``differed``.
+AUDIT_DIFFERED = ("true", "false", "unknown")
+
+
+def _audit_counters(registry: Any) -> tuple[Any, Any]:
+    from prometheus_client import Counter
+
+    ended = Counter(
+        PREFIX + "audited_workloads",
+        "Workloads admitted with audited defaults (rollout: audit) that ended, each counted "
+        "once, by namespace and whether the defaults would have differed: true (ended it "
+        "earlier, or retried longer), false, unknown (not replayable: restartPolicy "
+        "OnFailure, or failures never recorded).",
+        ["namespace", "differed"],
+        registry=registry,
+    )
+    saved = Counter(
+        PREFIX + "audit_saved_resource_seconds",
+        "What the audited defaults would have saved, had they been enforced: the "
+        "requests times run time of the failed attempts they would not have run, by "
+        "namespace and resource (cpu in core-seconds, memory in GiB-seconds, extended "
+        "resources in device-seconds).",
+        ["namespace", "resource"],
+        registry=registry,
+    )
+    return ended, saved
 
 
 def _budget_counters(registry: Any) -> tuple[Any, Any, Any, Any]:

@@ -10,6 +10,7 @@ from webhook import explain
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
 from webhook.kube.scheduling import Placement
+from webhook.status import audit as audit_
 
 # --- the model -------------------------------------------------------------------------
 
@@ -212,6 +213,8 @@ class Story:
     older_jobs: list[str] = field(default_factory=list)
     #: A JobSet's: what its next disruption does (its budget is the set's).
     next_disruption: list[str] = field(default_factory=list)
+    #: What audited defaults would have done to each ended Job (``webhook.status.audit``).
+    audit: list[audit_.AuditLine] = field(default_factory=list)
 
 
 class Lookups:

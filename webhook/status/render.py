@@ -8,6 +8,7 @@ from typing import Any
 
 from webhook import explain
 from webhook.explain.model import WIDTH
+from webhook.status import audit as audit_
 from webhook.status.model import Attempt, Budget, Decision, JobStory, NextAttempt, Story
 
 #: The version of the JSON shape: raised only when a key changes meaning or goes away.
@@ -40,6 +41,7 @@ def render_text(story: Story, plan: bool = False) -> str:
         out += ["", *_job(job, several=story.kind != "Job")]
     if story.older_jobs:
         out += ["", *_fill("Older Jobs (not shown): " + ", ".join(story.older_jobs), "", "")]
+    out += audit_.render_text(story.audit, several=story.kind != "Job")
     out += ["", *_events(story)]
     if story.notes:
         out += ["", "Notes:"]
@@ -273,6 +275,7 @@ def to_json(story: Story) -> dict[str, Any]:
         ],
         "notes": list(story.notes),
         "unread": list(story.unread),
+        "audit": audit_.to_json(story.audit),
     }
 
 

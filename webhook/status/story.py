@@ -19,6 +19,7 @@ from webhook.cluster.version import version_for
 from webhook.kube.objects import mapping
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
+from webhook.status import audit as audit_
 from webhook.status.causes import Causes, causes_of, disruption_budgets, next_disruption
 from webhook.status.events import events_of
 from webhook.status.jobs import job_story, next_group
@@ -134,6 +135,7 @@ def tell(
     if story.decision is not None and story.decision.condition == "Failed":
         story.notes.extend(_first_failed(story.decision, story.jobs))
     story.events = events_of(tree.events)
+    story.audit = audit_.audit_lines(tree.workload, tree.jobs)
     story.notes.extend(lookups.notes)
     if tree.kind.kind == "CronJob" and not tree.jobs and not tree.unread:
         story.notes.append("no Job of this CronJob exists now")

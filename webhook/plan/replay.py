@@ -1,0 +1,365 @@
+"""What the audited defaults would have done to a workload that ran without them, and what
+they would have saved: its real failures, as its record keeps them
+(``webhook.cluster.tries``), judged again in order as the Job controller would have judged
+them under the audited rules and budget (``webhook.plan.audit``).
+
+The Job controller's judgement, as ``syncJob`` makes it (pkg/controller/job/
+job_controller.go): each failed pod is matched against the ``podFailurePolicy`` rules, the
+first match wins (``getMatchingPodFailurePolicyRule`` /``matchPodFailurePolicy`` in
+pod_failure_policy.go: ``webhook.kube.failurepolicy.evaluate``); ``FailJob`` fails the Job
+at once; ``Ignore`` does not count the failure; any other outcome counts, and the Job fails
+once the counted failures exceed ``backoffLimit`` (``syncJob``'s ``exceedsBackoffLimit``:
+``failed > backoffLimit``). Attempts are taken in the order they finished.
+
+What it tells:
+
+- the audited plan **ends the workload earlier** (a ``FailJob`` rule, or a smaller budget):
+  the failed attempts after that one would not have run, and their run time and what they
+  held (``webhook.cluster.waste``: requests times run time) are saved; a workload that in
+  fact completed would have failed instead, and the sentence says so;
+- it **retries longer** (an ``Ignore`` rule, a bigger budget, no ``FailJob``): what the
+  extra attempts would have cost, and whether one would have succeeded, cannot be known;
+- **nothing differs**.
+
+An Indexed Job with ``backoffLimitPerIndex`` is judged per index (``per_index_judge``):
+what the audited plan saves there is the later attempts of the indexes it would have
+failed earlier.
+
+What cannot be known is said, never guessed: attempts the record does not hold (failed
+before the recorder saw them, or past ``MAX_TRIES``) are not replayed; a Job whose pods
+restart in place (``restartPolicy: OnFailure``: ``pastBackoffLimitOnFailure`` counts
+restarts, which no failed pod records) is not replayed at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from webhook.cluster.record import Record
+from webhook.cluster.tries import Try
+from webhook.kube import failurepolicy as fp
+from webhook.kube.objects import items, mapping
+from webhook.plan.audit import AuditedPart
+
+#: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset (MaxInt32
+#: with backoffLimitPerIndex).
+DEFAULT_BACKOFF_LIMIT = 6
+MAX_INT32 = 2**31 - 1
+COMPLETE, FAILED = "Complete", "Failed"
+#: Where a CronJob's audit record keeps its Jobs' part (``webhook.plan.audit``).
+CRONJOB_PART = "spec.jobTemplate.spec"
+#: At most this many indexes are named in a sentence (an Event's note is 1 KiB at most).
+MAX_INDEXES_NAMED = 5
+#: The Job controller's reasons for a Job failed by its pods' failures.
+BY_PODS = ("BackoffLimitExceeded", "PodFailurePolicy")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The audited plan against a workload's real failures."""
+
+    outcome: str  # how it really ended: Complete or Failed
+    reason: str  # the condition's reason
+    attempts: int  # failed attempts replayed
+    ended_at: int | None = None  # the failed attempt the audited plan would have ended it at
+    why: str = ""  # how, in words ("at once on exit 42 (fail-non-retriable)")
+    #: backoffLimitPerIndex: the indexes it would have failed earlier, in words.
+    indexes: tuple[str, ...] = ()
+    saved_count: int = 0  # failed attempts that would not have run
+    longer: int | None = None  # attempts more the audited plan would have allowed
+    saved_seconds: float = 0.0
+    saved: Mapping[str, float] = field(default_factory=dict)
+    unknown: tuple[str, ...] = ()
+    #: Why nothing could be replayed (then the rest says nothing).
+    not_replayed: str = ""
+
+    @property
+    def saved_attempts(self) -> int:
+        return self.saved_count
+
+    @property
+    def differed(self) -> bool:
+        if self.not_replayed:
+            return False
+        failed_instead = self.outcome == COMPLETE and (self.ended_at is not None or self.indexes)
+        return self.saved_count > 0 or failed_instead or self.longer is not None
+
+    @property
+    def verdict(self) -> str:
+        """Whether it differed, as the metric's ``differed`` says it: true, false, or
+        unknown (nothing could be replayed)."""
+        if self.not_replayed:
+            return "unknown"
+        return "true" if self.differed else "false"
+
+    def sentence(self) -> str:
+        """The ``RetryPolicyAudit`` Event's note, and what ``status`` shows."""
+        if self.not_replayed:
+            return f"what the defaults would have done is not known: {self.not_replayed}"
+        tail = "".join(f"; {u}" for u in self.unknown)
+        if self.longer is not None:
+            more = (
+                f", up to {self.longer} more attempt{_s(self.longer)} after attempt "
+                f"{self.attempts} of {self.attempts}"
+                if self.longer
+                else ""
+            )
+            return (
+                f"the defaults would have retried longer: {self.why}{more}; what they would "
+                f"have cost, and whether one would have succeeded, cannot be known{tail}"
+            )
+        if not self.differed:
+            how = "completed" if self.outcome == COMPLETE else "failed"
+            return (
+                f"nothing would have differed under the defaults: it {how} after "
+                f"{self.attempts} failed attempt{_s(self.attempts)} either way{tail}"
+            )
+        if self.indexes and self.ended_at is None:
+            named = list(self.indexes[:MAX_INDEXES_NAMED])
+            if len(self.indexes) > MAX_INDEXES_NAMED:
+                named.append(f"{len(self.indexes) - MAX_INDEXES_NAMED} more indexes")
+            said = f"the defaults would have failed {' and '.join(named)}"
+            said += ", though it completed" if self.outcome == COMPLETE else ""
+            return f"{said}: {self.savings()} saved{tail}"
+        total = self.attempts + (1 if self.outcome == COMPLETE else 0)
+        said = (
+            f"the defaults would have failed it {self.why} after attempt {self.ended_at} of {total}"
+        )
+        if self.outcome == COMPLETE:
+            said += f", though it completed at attempt {total}"
+        return f"{said}: {self.savings()} saved{tail}"
+
+    def savings(self) -> str:
+        n = self.saved_attempts
+        if n == 0:
+            return "no attempt"
+        parts = [
+            f"{n} failed attempt{_s(n)}" if self.outcome == COMPLETE else f"{n} attempt{_s(n)}"
+        ]
+        parts.append(f"{_amount(self.saved_seconds)} s")
+        parts += [f"{_amount(v)} {unit(k)}" for k, v in sorted(self.saved.items(), key=_order)]
+        return ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
+def replay(
+    job: Mapping[str, Any],
+    audited: AuditedPart,
+    record: Record | None,
+    settings: Mapping[str, str] | None = None,
+) -> Replay | None:
+    """The audited part ``audited`` (its rules and budget) against the failures ``record``
+    holds of ``job`` (a Job as stored); ``None`` while the Job has not ended."""
+    outcome, reason = ended(job)
+    if not outcome:
+        return None
+    settings = settings or {}
+    spec = mapping(job.get("spec"))
+    record = record or Record()
+    tries = sorted(record.tries, key=lambda t: (t.finished is None, t.finished or 0.0))
+    base = Replay(outcome, reason, len(tries), unknown=_unknown(job, record))
+    restart = mapping(mapping(mapping(spec.get("template")).get("spec"))).get("restartPolicy")
+    if restart == "OnFailure":
+        return Replay(
+            outcome,
+            reason,
+            len(tries),
+            not_replayed="its pods restart in place "
+            "(restartPolicy OnFailure: the Job controller counts restarts)",
+        )
+    per_index = audited.backoff_limit_per_index
+    if per_index is None:
+        per_index = _int(spec.get("backoffLimitPerIndex"), -1)
+    limit = audited.backoff_limit
+    if limit is None:
+        # SetDefaults_Job: with backoffLimitPerIndex, backoffLimit defaults to MaxInt32.
+        unset = MAX_INT32 if per_index >= 0 else DEFAULT_BACKOFF_LIMIT
+        limit = _int(spec.get("backoffLimit"), unset)
+    if per_index >= 0:
+        budget = (per_index, _int(spec.get("maxFailedIndexes"), -1), limit)
+        return per_index_judge(base, tries, list(audited.rules), budget, settings, job)
+    return _judge(base, tries, list(audited.rules), limit, settings)
+
+
+def _judge(
+    base: Replay, tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str]
+) -> Replay:
+    """Each failed attempt judged in order (``syncJob``: FailJob first, then the budget)."""
+    counted = 0
+    for number, attempt in enumerate(tries, 1):
+        match = fp.evaluate(rules, attempt.failure)
+        if match is not None and match.action == "FailJob":
+            return _ended(base, tries, number, _failjob_words(match, settings))
+        counted += fp.counts(match)
+        if counted > limit:  # exceedsBackoffLimit
+            return _ended(base, tries, number, _budget_words(limit, settings))
+    if base.unknown:
+        return _unknown_end(base, tries)
+    if base.outcome == FAILED and base.reason in BY_PODS:
+        more = limit - counted + 1
+        why = _budget_words(limit, settings).replace("past", "within")
+        if base.reason == "PodFailurePolicy":
+            why = "no rule of the defaults fails it on these failures"
+        return replace(base, longer=max(more, 1), why=why)
+    return base
+
+
+def _unknown_end(base: Replay, tries: list[Try]) -> Replay:
+    n = len(tries)
+    return replace(
+        base,
+        not_replayed=f"they would not have ended it within the {n} failed attempt{_s(n)} "
+        f"recorded, and {'; '.join(base.unknown)}",
+    )
+
+
+def _ended(base: Replay, tries: list[Try], number: int, why: str) -> Replay:
+    return replace(skipped(base, tries[number:]), ended_at=number, why=why)
+
+
+def skipped(base: Replay, after: list[Try]) -> Replay:
+    """``base`` with the attempts ``after`` saved: their run time and what they held."""
+    saved: dict[str, float] = {}
+    for attempt in after:
+        for resource, amount in attempt.held.items():
+            saved[resource] = saved.get(resource, 0.0) + amount
+    seconds = sum(t.seconds for t in after)
+    return replace(base, saved_count=len(after), saved_seconds=seconds, saved=saved)
+
+
+def per_index_judge(
+    base: Replay,
+    tries: list[Try],
+    rules: list[Any],
+    budget: tuple[int, int, int],
+    settings: Mapping[str, str],
+    job: Mapping[str, Any],
+) -> Replay:
+    """An Indexed Job with ``backoffLimitPerIndex``, each attempt judged in order
+    (``isIndexFailed`` in pkg/controller/job/indexed_job_utils.go: a FailIndex match, or a
+    counted failure once the index's earlier counted failures reach the limit, fails the
+    index, whose later attempts then do not run); FailJob, more failed indexes than
+    ``maxFailedIndexes`` or counted failures past ``backoffLimit`` end the Job."""
+    per_index, max_failed, limit = budget
+    counted: dict[str, int] = {}
+    failed: dict[str, str] = {}
+    saved: list[Try] = []
+    for number, attempt in enumerate(tries, 1):
+        index = attempt.lineage
+        if index in failed:
+            saved.append(attempt)
+            continue
+        match = fp.evaluate(rules, attempt.failure)
+        if match is not None and match.action == "FailJob":
+            return _ended_per_index(base, tries, number, saved, _failjob_words(match, settings))
+        before = counted.get(index, 0)
+        counted[index] = before + fp.counts(match)
+        if match is not None and match.action == "FailIndex":
+            failed[index] = f"index {index} {_failjob_words(match, settings)}"
+        elif fp.counts(match) and before >= per_index:
+            failed[index] = f"index {index} past backoffLimitPerIndex {per_index}"
+        if 0 <= max_failed < len(failed):
+            why = f"past maxFailedIndexes {max_failed}"
+            return _ended_per_index(base, tries, number, saved, why)
+        if sum(counted.values()) > limit:
+            return _ended_per_index(base, tries, number, saved, _budget_words(limit, settings))
+    real = _indexes(mapping(job.get("status")).get("failedIndexes"))
+    earlier = {i for i in failed if i not in real} | {t.lineage for t in saved}
+    if earlier:
+        words = tuple(failed[i] for i in sorted(earlier, key=_index_order))
+        return replace(skipped(base, saved), indexes=words)
+    if base.unknown:
+        return _unknown_end(base, tries)
+    if real - set(failed) and base.outcome == FAILED:
+        left = ", ".join(sorted(real - set(failed), key=_index_order))
+        why = f"index {left} would not have failed within backoffLimitPerIndex {per_index}"
+        return replace(base, longer=0, why=why)
+    return base
+
+
+def _ended_per_index(
+    base: Replay, tries: list[Try], number: int, saved: list[Try], why: str
+) -> Replay:
+    after = [*saved, *tries[number:]]
+    return replace(skipped(base, after), ended_at=number, why=why)
+
+
+def _indexes(raw: Any) -> set[str]:
+    """``status.failedIndexes`` (``1,3-5``) as index strings."""
+    out: set[str] = set()
+    for part in str(raw or "").split(","):
+        low, _, high = part.partition("-")
+        if low.strip().isdigit() and (not high or high.strip().isdigit()):
+            first, last = int(low), int(high or low)
+            out |= {str(i) for i in range(first, min(last, first + 100_000) + 1)}
+    return out
+
+
+def _index_order(index: str) -> tuple[int, str]:
+    return (int(index) if index.isdigit() else -1, index)
+
+
+def ended(job: Mapping[str, Any]) -> tuple[str, str]:
+    """How a Job ended (``Complete`` or ``Failed``, and its reason); ``("", "")`` while it
+    runs."""
+    for condition in items(mapping(job.get("status")).get("conditions")):
+        kind = condition.get("type")
+        if kind in (COMPLETE, FAILED) and condition.get("status") == "True":
+            return str(kind), str(condition.get("reason") or "")
+    return "", ""
+
+
+def _unknown(job: Mapping[str, Any], record: Record) -> tuple[str, ...]:
+    """What the replay cannot see: failures the record counted past what it kept, and
+    those the Job controller counted that the record never did."""
+    out = []
+    if record.more_tries:
+        n = record.more_tries
+        out.append(f"{n} later failed attempt{_s(n)} not kept in the record, not replayed")
+    counted = sum(line.counted for line in record.lineages.values())
+    missing = _int(mapping(job.get("status")).get("failed"), 0) - counted
+    if missing > 0:
+        out.append(f"{missing} failed attempt{_s(missing)} never recorded, not replayed")
+    return tuple(out)
+
+
+def _failjob_words(match: fp.Match, settings: Mapping[str, str]) -> str:
+    if match.container is not None:
+        words = f"at once on exit {match.container.exit_code}"
+        if fp.is_non_retriable_rule(match.rule) and "fail-non-retriable" in settings:
+            words += " (fail-non-retriable)"
+        return words
+    return f"at once on the pod condition {match.condition}"
+
+
+def _budget_words(limit: int, settings: Mapping[str, str]) -> str:
+    named = [k for k in ("backoff-limit", "retries") if k in settings]
+    return f"past backoffLimit {limit}" + (f" ({named[0]})" if named else "")
+
+
+def unit(resource: str) -> str:
+    """A resource-second in words: core-seconds, GiB-seconds, GPU-seconds."""
+    if resource == "cpu":
+        return "core-seconds"
+    if resource == "memory":
+        return "GiB-seconds"
+    if resource.rpartition("/")[2] == "gpu":
+        return "GPU-seconds"
+    return f"{resource}-seconds"
+
+
+def _order(item: tuple[str, float]) -> tuple[int, str]:
+    return ({"cpu": 0, "memory": 1}.get(item[0], 2), item[0])
+
+
+def _amount(value: float) -> str:
+    return f"{value:.0f}" if abs(value) >= 10 or value == int(value) else f"{value:.2g}"
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
