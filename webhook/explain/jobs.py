@@ -4,7 +4,6 @@ simulation of failures the Job controller would judge."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,19 +45,17 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
-from webhook.kinds.jobset import rules as jobset_rules
+from webhook.kinds import planner
 from webhook.kinds.workload import resolve_limit
 from webhook.kube import failurepolicy, jobcontroller, restartrules
-from webhook.kube.failurepolicy import Match, named_containers
-from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.failurepolicy import Match
+from webhook.kube.objects import items, mapping
 from webhook.kube.restartrules import PodRestarts
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
 from webhook.plan import causes
-from webhook.plan.causes import CauseBudgets
-from webhook.plan.failureaware import ContainerMemory, MemoryPlan, memory_plan, template_memory
+from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.inplace import InPlaceEnds
 from webhook.plan.model import (
-    API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
     PartPlan,
     first_non_spot,
@@ -72,55 +69,12 @@ from webhook.policy.model import (
     PREFIX,
     BadValue,
     Delays,
-    Layer,
     Policy,
-    Scope,
-    Source,
     format_duration,
-    parse_annotations,
     parse_count,
-    resolve,
-    retry_delays,
 )
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
-
-
-def at_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
-    """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
-    node: Any = obj
-    for part in path:
-        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part)
-        steps = [indexed.group(1), indexed.group(2)] if indexed else [part]
-        for step in filter(None, steps):
-            if isinstance(node, list) and step.isdigit() and int(step) < len(node):
-                node = node[int(step)]
-            elif isinstance(node, dict):
-                node = node.get(step)
-            else:
-                return None
-    return node
-
-
-def rules_of(spec: Any) -> list[Any]:
-    pfp = spec.get("podFailurePolicy") if isinstance(spec, dict) else None
-    rules = pfp.get("rules") if isinstance(pfp, dict) else None
-    return list(rules) if isinstance(rules, list) else []
-
-
-def container_names(pod_spec: Mapping[str, Any]) -> list[str]:
-    """Regular containers first (the first is the "main" one events default to)."""
-    return [
-        c["name"]
-        for group in ("containers", "initContainers")
-        for c in named_containers(pod_spec, group)
-    ]
-
-
-def template_pod_policy(annotations: Any) -> Policy:
-    """What a pod created from a template learns from its annotations (as the pod webhook)."""
-    values, _ = parse_annotations(annotations if isinstance(annotations, dict) else None, Scope.POD)
-    return resolve([Layer(Source.ANNOTATION, values)])
 
 
 def _unmanaged_policy(
@@ -177,115 +131,16 @@ def job_simulator(view: PartPlan) -> JobSimulator:
     )
 
 
-def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
-    """What a template's pods wait after a failure (their ``retry-delay`` annotations, at
-    most the guard rail), as the pod webhook computes it; ``None``: no delay."""
-    if pods.retry_delay is None:
-        return None
-    rails = subject.ctx.config.rails(subject.ctx.namespace)
-    return retry_delays(pods, rails.max_retry_delay)
-
-
 def part_plan(subject: Subject, path: Sequence[str], defaulted: bool = True) -> PartPlan | None:
-    """The JobSpec at ``path`` of the reviewed object (``None`` when there is none), with
-    the policy the mutator recorded for it. ``defaulted`` says whether the API server
-    defaults this spec (a Job's own) or not (a template in a CronJob or JobSet)."""
-    where = ".".join(path)
-    spec = at_path(subject.final, path)
+    """The plan of the JobSpec at ``path`` of the reviewed object (``None`` when there is
+    none), by the planner, with the policy admission recorded for it (else the one it
+    would have resolved: ``defaulted`` says whether the API server defaults this spec, a
+    Job's own, or not, a template in a CronJob or JobSet)."""
+    spec = planner.at_path(subject.final, path)
     if not isinstance(spec, dict):
         return None
-    policy = subject.policy(where) or _unmanaged_policy(subject, path, spec, defaulted)
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
-    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-    limit = spec.get("backoffLimit")
-    per_index = spec.get("backoffLimitPerIndex")
-    max_failed = spec.get("maxFailedIndexes")
-    pods = template_pod_policy(mapping(template.get("metadata")).get("annotations"))
-    version = subject.ctx.kubernetes_version
-    written = at_path(subject.original, (*path, "template", "spec"))
-    return PartPlan(
-        path=where,
-        policy=policy,
-        pods=pods,
-        containers=container_names(pod_spec),
-        limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
-        per_index=per_index if isinstance(per_index, int) else None,
-        max_failed=max_failed if isinstance(max_failed, int) else None,
-        rules=rules_of(spec),
-        user_rules=rules_of(at_path(subject.original, path)),
-        on_failure=pod_spec.get("restartPolicy") == "OnFailure",
-        parallelism=spec.get("parallelism"),
-        completions=spec.get("completions"),
-        init=[c["name"] for c in named_containers(pod_spec, "initContainers")],
-        sidecars=failurepolicy.sidecar_containers(pod_spec),
-        placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
-        memory=memory_plan(pod_spec, pods),
-        restarts=restartrules.pod_restarts(pod_spec, written, version),
-        bound=job_bound(subject, path, spec, pod_spec),
-        dropped=inplace.dropped_note(pod_spec, version),
-        template_memory=template_memory(pod_spec),
-        avoided_nodes=(
-            subject.ctx.config.rails(subject.ctx.namespace).max_avoided_nodes
-            if pods.avoid_failed_nodes
-            else None
-        ),
-        delays=pod_delays(pods, subject),
-        causes=CauseBudgets.of(template),
-    )
-
-
-def job_bound(
-    subject: Subject, path: Sequence[str], spec: Mapping[str, Any], pod_spec: Mapping[str, Any]
-) -> InPlaceEnds:
-    """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
-    template's, or (a TrainJob's JobSet) the TrainJob's."""
-    where = ".".join(path)
-    original = at_path(subject.original, path)
-    jobset = str(subject.final.get("kind")) == "JobSet"
-    outer = subject.ctx.outer_bound
-    owner = controller_of(subject.final.get("metadata"))
-    if outer is None and jobset and owner is not None and owner.get("kind") == "TrainJob":
-        outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
-    ends_nothing = ""
-    counted = True
-    indexed = re.fullmatch(r"replicatedJobs\[([0-9]+)\]", path[1]) if len(path) > 1 else None
-    if jobset and outer is None and indexed is not None:
-        # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
-        at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
-        found = jobset_rules.in_place_bound(subject.final, at, spec, None)
-        ends_nothing = "" if found.present else found.unbounded
-        counted = found.replaced_counted
-    budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts
-    if budget is not None and counted:
-        per_index = spec.get("backoffLimitPerIndex")
-        name, limit = (
-            ("backoffLimitPerIndex", per_index)
-            if isinstance(per_index, int)
-            else ("backoffLimit", spec.get("backoffLimit", API_DEFAULT_BACKOFF_LIMIT))
-        )
-        unit = (
-            "per run of the JobSet" if jobset else ("per index" if name != "backoffLimit" else "")
-        )
-        ends_nothing = ""
-        budget_text = (
-            f"max-in-place-restarts {budget}: a pod that restarts in place {budget} times in "
-            f"all is replaced, and its failure counted, so {budget} x ({name} {limit} + 1) = "
-            f"{budget * (limit + 1)} restarts in place at most{' ' + unit if unit else ''}"
-        )
-    else:
-        budget_text = ""
-    return inplace.bound_of(
-        inplace.deadline_of(spec, original, where),
-        inplace.deadline_of(
-            pod_spec, at_path(original, ("template", "spec")), f"{where}.template.spec"
-        ),
-        subject.ctx.config.rails(subject.ctx.namespace),
-        outer,
-        then="; then the JobSet's failure policy decides" if jobset else "",
-        missing=f"{where}.activeDeadlineSeconds",
-        ends_nothing=ends_nothing,
-        budget=budget_text,
-    )
+    policy = subject.policy(".".join(path)) or _unmanaged_policy(subject, path, spec, defaulted)
+    return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx)
 
 
 def explain_job_spec(
@@ -1085,7 +940,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
     item = subject.header()
     metadata = mapping(subject.final.get("metadata"))
     annotations = mapping(metadata.get("annotations"))
-    policy = subject.policy("spec") or template_pod_policy(annotations)
+    policy = subject.policy("spec") or planner.template_pod_policy(annotations)
     item.settings = setting_lines(policy, POD_KEYS + in_place_keys(policy) + between_keys(policy))
     limit, n = policy.backoff_limit, policy.non_spot_attempts
     attempt, source = _pod_attempt(policy, annotations)
@@ -1101,7 +956,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
         if attempt is not None:
             where = "non-spot nodes only" if non_spot(attempt, limit, n) else "any node"
             item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
-    delays = pod_delays(policy, subject)
+    delays = planner.pod_delays(policy, subject.ctx)
     if delays is not None and attempt is not None:
         wait = delays.seconds(attempt)
         item.notes.append(
@@ -1121,17 +976,17 @@ def _pod_in_place(item: Explanation, subject: Subject) -> None:
     """A bare Pod's restarts in place: its containers' exit codes, and ``--simulate``."""
     pod_spec = subject.spec
     version = subject.ctx.kubernetes_version
-    item.notes.extend(inplace.dropped_note(pod_spec, version))
+    item.notes.extend(planner.dropped_note(pod_spec, version))
     restarts = restartrules.pod_restarts(pod_spec, subject.original.get("spec"), version)
     if restarts is None:
         return
-    bound = inplace.bound_of(
-        inplace.deadline_of(pod_spec, subject.original.get("spec"), "spec"),
+    bound = planner.bound_of(
+        planner.deadline_of(pod_spec, subject.original.get("spec"), "spec"),
         None,
         subject.ctx.config.rails(subject.ctx.namespace),
         owner="Pod",
     )
-    simulator = PodSimulator(container_names(pod_spec), restarts, bound)
+    simulator = PodSimulator(planner.container_names(pod_spec), restarts, bound)
     item.in_place = inplace.plan(restarts, simulator.judge_exit, bound)
     item.simulator = simulator
 

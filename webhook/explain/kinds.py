@@ -51,7 +51,6 @@ from webhook.explain.jobs import (
     JobSimulator,
     JobState,
     between_notes,
-    container_names,
     explain_job_spec,
     failure_aware,
     job_budget,
@@ -85,6 +84,7 @@ from webhook.explain.words import (
     setting_lines,
     source_text,
 )
+from webhook.kinds import planner
 from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
     in_place_restart,
@@ -820,9 +820,11 @@ def explain_rayjob(subject: Subject) -> list[Explanation]:
     runs = 0 if spec.get("clusterSelector") else limit
     item.plan = build_plan("spec.backoffLimit", runs, None, 0, "the RayJob fails (AppFailed)")
     cluster = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
-    containers = container_names(mapping(get_path(cluster, ("headGroupSpec", "template", "spec"))))
+    containers = planner.container_names(
+        mapping(get_path(cluster, ("headGroupSpec", "template", "spec")))
+    )
     for group in items(cluster.get("workerGroupSpecs")):
-        containers += container_names(mapping(get_path(group, ("template", "spec"))))
+        containers += planner.container_names(mapping(get_path(group, ("template", "spec"))))
     item.simulator = JobSimulator(
         [],
         runs,
@@ -873,7 +875,7 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     who = _restart_origin(replicas, original, restart, primary)
     item.budget = _pytorch_budget(limit, origin, policy_name, who)
     pod_spec = mapping(get_path(replicas.get(primary), ("template", "spec")))
-    names = container_names(pod_spec)
+    names = planner.container_names(pod_spec)
     containers = sorted(names, key=lambda n: n != pytorchjob.DEFAULT_CONTAINER)
     # Under ExitCode only a limit of 0 is enforced (kubeflow/trainer#2045).
     enforced = limit if policy_name != "ExitCode" or limit == 0 else None
@@ -1128,7 +1130,7 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
 def _trainjob_deadline(subject: Subject) -> str:
     """The TrainJob's deadline, which ends its JobSet's restarts in place too ("": none)."""
     original = mapping(subject.original.get("spec"))
-    deadline = inplace.deadline_of(subject.spec, original, "the TrainJob's spec")
+    deadline = planner.deadline_of(subject.spec, original, "the TrainJob's spec")
     if deadline is None:
         return ""
     return (
