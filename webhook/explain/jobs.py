@@ -93,7 +93,7 @@ def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
 
 
 def part_rule_lines(view: PartPlan) -> list[RuleLine]:
-    return rule_lines(view.rules, view.user_rules, view.policy, view.scope)
+    return rule_lines(view.rules, view.user_rules, view.policy, view.scope, view.origins)
 
 
 def no_match(view: PartPlan) -> str:
@@ -133,13 +133,19 @@ def job_simulator(view: PartPlan) -> JobSimulator:
 
 def part_plan(subject: Subject, path: Sequence[str], defaulted: bool = True) -> PartPlan | None:
     """The plan of the JobSpec at ``path`` of the reviewed object (``None`` when there is
-    none), by the planner, with the policy admission recorded for it (else the one it
-    would have resolved: ``defaulted`` says whether the API server defaults this spec, a
-    Job's own, or not, a template in a CronJob or JobSet)."""
+    none): the planner's, from what admission recorded for it (``Outcome.plans``), or,
+    for a part admission did not write, with the policy it would have resolved
+    (``defaulted`` says whether the API server defaults this spec, a Job's own, or not,
+    a template in a CronJob or JobSet)."""
+    planned = subject.planned(".".join(path))
+    if planned is not None:
+        return planner.part_plan(
+            planned.policy, planned.path, subject.original, subject.final, subject.ctx
+        )
     spec = planner.at_path(subject.final, path)
     if not isinstance(spec, dict):
         return None
-    policy = subject.policy(".".join(path)) or _unmanaged_policy(subject, path, spec, defaulted)
+    policy = _unmanaged_policy(subject, path, spec, defaulted)
     return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx)
 
 

@@ -102,6 +102,7 @@ from webhook.kube.wellknown import JOBSET_GROUP, KUBEFLOW_GROUP, RAY_GROUP, TRAI
 from webhook.plan.model import LimitField, PartPlan
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
+from webhook.plan.record import rule_id
 from webhook.policy.model import INT32_MAX, Policy, Source
 
 
@@ -257,7 +258,9 @@ def _jobset_overview(
     rules = failure_policy.get("rules") if isinstance(failure_policy.get("rules"), list) else []
     item.notes.extend(unread_patterns(rules))
     user_fp = get_path(subject.original, ("spec", "failurePolicy", "rules"))
-    item.rules = jobset_rule_lines(rules, user_fp if isinstance(user_fp, list) else [])
+    item.rules = jobset_rule_lines(
+        rules, user_fp if isinstance(user_fp, list) else [], planner.recorded_origins(subject.final)
+    )
     item.rules_intro = (
         "When one of its Jobs fails, JobSet checks these rules in order; the first match wins:"
     )
@@ -307,16 +310,23 @@ def describe_jobset_then(action: str) -> str:
     }.get(action, f"JobSet does not know the action {action!r}")
 
 
-def jobset_rule_lines(rules: Sequence[Any], user_rules: Sequence[Any]) -> list[RuleLine]:
-    """Every ``failurePolicy`` rule of the final spec, with who wrote it."""
+def jobset_rule_lines(
+    rules: Sequence[Any], user_rules: Sequence[Any], origins: Mapping[str, str] | None = None
+) -> list[RuleLine]:
+    """Every ``failurePolicy`` rule of the final spec, with who wrote it: the user, or this
+    webhook for the annotation its applied record names (``origins``, by rule id)."""
     lines = []
     for number, rule in enumerate(rules, 1):
         if not isinstance(rule, dict):
             continue
         name = rule.get("name") or f"failurePolicyRule{number - 1}"
-        if rule in user_rules:
+        recorded = origins.get(rule_id(rule)) if origins is not None else None
+        if recorded:
+            origin = f"added by retry-policy for {recorded} ({name})"
+        elif rule in user_rules:
             origin = f"your rule {name}"
-        elif name == RULE_NAME:
+        elif origins is None and name == RULE_NAME:
+            # A version-1 record names no rule: ours is known by its name.
             origin = f"added by retry-policy for fail-non-retriable ({name})"
         else:
             origin = f"rule {name}"

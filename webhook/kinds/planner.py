@@ -12,12 +12,13 @@ restartPolicy): that is what the Job controller will read.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from webhook.kinds.jobset import rules as jobset_rules
-from webhook.kube import failurepolicy, restartrules
+from webhook.kube import failurepolicy, intent, restartrules
 from webhook.kube.failurepolicy import named_containers
+from webhook.kube.intent import Path
 from webhook.kube.objects import controller_of, mapping
 from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
 from webhook.plan import inplace
@@ -26,6 +27,7 @@ from webhook.plan.failureaware import memory_plan, template_memory
 from webhook.plan.inplace import Deadline, InPlaceEnds
 from webhook.plan.model import API_DEFAULT_BACKOFF_LIMIT, PartPlan
 from webhook.plan.outcome import Context
+from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
 from webhook.policy.model import (
     Delays,
@@ -39,20 +41,40 @@ from webhook.policy.model import (
 )
 
 
-def at_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
-    """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
-    node: Any = obj
+def steps(path: Path) -> tuple[str | int, ...]:
+    """A field path as keys and list indexes: ("spec", "replicatedJobs", 0, ...); an index
+    may be given as "0" or "replicatedJobs[0]"."""
+    found: list[str | int] = []
     for part in path:
-        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part)
-        steps = [indexed.group(1), indexed.group(2)] if indexed else [part]
-        for step in filter(None, steps):
-            if isinstance(node, list) and step.isdigit() and int(step) < len(node):
-                node = node[int(step)]
-            elif isinstance(node, dict):
-                node = node.get(step)
-            else:
-                return None
+        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part) if isinstance(part, str) else None
+        pieces = [indexed.group(1), indexed.group(2)] if indexed else [part]
+        for piece in pieces:
+            if isinstance(piece, str) and piece.isdigit():
+                found.append(int(piece))
+            elif piece != "":
+                found.append(piece)
+    return tuple(found)
+
+
+def at_path(obj: Mapping[str, Any], path: Path) -> Any:
+    """The value at a field path (``steps``)."""
+    node: Any = obj
+    for step in steps(path):
+        if isinstance(node, list) and isinstance(step, int) and step < len(node):
+            node = node[step]
+        elif isinstance(node, dict) and isinstance(step, str):
+            node = node.get(step)
+        else:
+            return None
     return node
+
+
+def recorded_origins(obj: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """Which annotation wrote which of the webhook's rules in ``obj``, by rule id, as its
+    applied record says; ``None`` when it has no record or a version-1 one, which
+    recorded no origins (readers then recognise the webhook's rules by their shape)."""
+    record = AppliedRecord.of(obj)
+    return record.origins if record is not None and record.version >= 2 else None
 
 
 def rules_of(spec: Any) -> list[Any]:
@@ -119,7 +141,7 @@ def bound_of(
 
 def part_plan(
     policy: Policy,
-    path: Sequence[str],
+    path: Path,
     written: Mapping[str, Any],
     final: Mapping[str, Any],
     ctx: Context,
@@ -127,7 +149,8 @@ def part_plan(
     """The plan of the JobSpec at ``path`` (``None`` when there is none) of ``final`` (the
     object as stored), mutated with ``policy``; ``written`` is the object as the user
     wrote it (what is theirs: rules, restart rules, deadlines)."""
-    where = ".".join(path)
+    where = intent.dotted(path)  # (as given: a user reads "replicatedJobs[0]")
+    path = steps(path)
     spec = at_path(final, path)
     if not isinstance(spec, dict):
         return None
@@ -149,6 +172,7 @@ def part_plan(
         max_failed=max_failed if isinstance(max_failed, int) else None,
         rules=rules_of(spec),
         user_rules=rules_of(at_path(written, path)),
+        origins=recorded_origins(final),
         on_failure=pod_spec.get("restartPolicy") == "OnFailure",
         parallelism=spec.get("parallelism"),
         completions=spec.get("completions"),
@@ -159,7 +183,7 @@ def part_plan(
         restarts=restartrules.pod_restarts(
             pod_spec, at_path(written, (*path, "template", "spec")), version
         ),
-        bound=job_bound(path, spec, pod_spec, written, final, ctx),
+        bound=job_bound(path, where, spec, pod_spec, written, final, ctx),
         dropped=dropped_note(pod_spec, version),
         template_memory=template_memory(pod_spec),
         avoided_nodes=rails.max_avoided_nodes if pods.avoid_failed_nodes else None,
@@ -169,7 +193,8 @@ def part_plan(
 
 
 def job_bound(
-    path: Sequence[str],
+    path: tuple[str | int, ...],
+    where: str,
     spec: Mapping[str, Any],
     pod_spec: Mapping[str, Any],
     written: Mapping[str, Any],
@@ -178,7 +203,6 @@ def job_bound(
 ) -> InPlaceEnds:
     """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
     template's, or (a TrainJob's JobSet) the TrainJob's."""
-    where = ".".join(path)
     original = at_path(written, path)
     jobset = str(final.get("kind")) == "JobSet"
     outer = ctx.outer_bound
@@ -187,11 +211,9 @@ def job_bound(
         outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
     ends_nothing = ""
     counted = True
-    indexed = re.fullmatch(r"replicatedJobs\[([0-9]+)\]", path[1]) if len(path) > 1 else None
-    if jobset and outer is None and indexed is not None:
+    if jobset and outer is None and path[1:2] == ("replicatedJobs",) and len(path) > 2:
         # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
-        at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
-        found = jobset_rules.in_place_bound(final, at, spec, None)
+        found = jobset_rules.in_place_bound(final, path, spec, None)
         ends_nothing = "" if found.present else found.unbounded
         counted = found.replaced_counted
     budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts

@@ -188,6 +188,9 @@ class PartPlan:
     rules: list[Any]
     user_rules: list[Any]
     on_failure: bool
+    #: Which annotation wrote which of the webhook's rules, by rule id, as the applied
+    #: record says (``plan.record``); ``None``: a version-1 record, or none.
+    origins: Mapping[str, str] | None = None
     parallelism: Any = None
     completions: Any = None
     init: list[str] = field(default_factory=list)
