@@ -10,7 +10,7 @@ from testkit.builders import P, job
 from testkit.kinds import cronjob, jobset
 from webhook.admission import engine
 from webhook.explain.jobs import explain_job_spec
-from webhook.explain.kinds import jobset_rule_lines
+from webhook.explain.jobset import jobset_rule_lines
 from webhook.explain.model import Subject
 from webhook.kinds import planner
 from webhook.plan.outcome import Context
