@@ -207,7 +207,8 @@ def rule_lines(
 
 def _origin_by_shape(rule: Mapping[str, Any], user_rules: Sequence[Any], policy: Policy) -> str:
     """Who wrote ``rule``, recognised by its shape: only for objects whose applied record
-    is version 1, written before records named the annotation behind each rule."""
+    is version 1 (written before records named the annotation behind each rule), or that
+    have none."""
     key = failurepolicy.rule_key(rule)
     if key in {failurepolicy.rule_key(r) for r in user_rules}:
         return "your rule"
