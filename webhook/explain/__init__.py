@@ -27,7 +27,7 @@ from webhook.admission import engine
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.explain import jobs, kinds  # noqa: F401  (their explainers register)
-from webhook.explain.jobs import failjob_message
+from webhook.explain.jobsim import failjob_message
 from webhook.explain.model import (
     _EXPLAINERS,
     ACCEPTED_EVENTS,

@@ -13,9 +13,8 @@ restarts in place: it is being deleted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from webhook.explain.model import (
     CodeGroup,
@@ -26,7 +25,6 @@ from webhook.explain.model import (
     InPlaceSummary,
 )
 from webhook.explain.words import count_of, join_words, ranges
-from webhook.kube.objects import mapping
 from webhook.kube.restartrules import (
     ALL_CODES,
     BACKOFF_MAX_SECONDS,
@@ -36,13 +34,9 @@ from webhook.kube.restartrules import (
     ContainerRules,
     Decision,
     PodRestarts,
-    dropped,
     restart_delay,
 )
-from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
-from webhook.plan import inplace
 from webhook.plan.inplace import Deadline, InPlaceEnds
-from webhook.policy.config import GuardRails
 
 SUCCESS = (
     "exit code 0 is success: the container never completes, nor does its pod; only "
@@ -72,16 +66,6 @@ def rule_words(rule: int | None, origin: str) -> str:
     if origin == YOUR_RULE:
         return f"your restart rule {rule}"
     return f"restart rule {rule}, {origin}"
-
-
-def dropped_note(pod_spec: Mapping[str, Any], version: KubeVersion | None) -> list[str]:
-    if not dropped(pod_spec, version):
-        return []
-    gate = CONTAINER_RESTART_RULES
-    return [
-        f"restartPolicyRules need Kubernetes {gate.on_since} or newer ({gate.name}); this "
-        f"cluster is {version}, whose API server drops them: no container restarts in place"
-    ]
 
 
 # --- what ends them ---------------------------------------------------------------------
@@ -134,27 +118,6 @@ def ends_short(bound: InPlaceEnds) -> str:
     if not names:
         return "nothing ends them (no activeDeadlineSeconds)"
     return "only " + join_words(names) + " ends them"
-
-
-def deadline_of(spec: Any, original: Any, where: str) -> Deadline | None:
-    """``activeDeadlineSeconds`` of ``spec`` at path ``where``, and who set it: the user,
-    or the webhook from the admin's default (``inplace.write_deadline``)."""
-    value = mapping(spec).get("activeDeadlineSeconds")
-    if not inplace.deadline_set(value):
-        return None
-    yours = mapping(original).get("activeDeadlineSeconds") == value
-    source = "your own" if yours else "set by retry-policy from guardRails.inPlaceDeadlineSeconds"
-    return Deadline(f"{where}.activeDeadlineSeconds", value, source)
-
-
-def bound_of(
-    whole: Deadline | None,
-    pod: Deadline | None,
-    rails: GuardRails,
-    outer: str | None = None,
-    **words: str,
-) -> InPlaceEnds:
-    return InPlaceEnds(whole, pod, outer, rails.allow_unbounded_in_place, **words)
 
 
 # --- each container's exit codes --------------------------------------------------------

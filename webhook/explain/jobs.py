@@ -1,64 +1,39 @@
-"""batch/v1 JobSpecs (a Job's and every kind built on one) and Pods: the plan, and the
-simulation of failures the Job controller would judge."""
+"""batch/v1 JobSpecs (a Job's and every kind built on one) and Pods: each part's plan (made
+by ``kinds.planner``) in words; their simulation is ``explain.jobsim``."""
 
 from __future__ import annotations
 
-import dataclasses
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.explain import inplace
-from webhook.explain.inplace import Backoff
+from webhook.explain.jobsim import JobSimulator, PodSimulator
 from webhook.explain.model import (
     BETWEEN_KEYS,
     BUDGET_KEYS,
     FAILURE_AWARE_KEYS,
     IN_PLACE_KEYS,
     POD_KEYS,
-    SIGKILL,
-    SIGTERM,
     WORKLOAD_KEYS,
-    Ending,
-    Event,
-    ExplainError,
     Explanation,
-    InPlaceRestart,
-    InPlaceSummary,
-    NextPod,
-    PodFacts,
     RuleLine,
-    Simulation,
-    Step,
     Subject,
     explainer,
     memory_table,
-    memory_words,
 )
 from webhook.explain.words import (
     build_plan,
     count_of,
-    describe_then,
-    nodes_text,
-    on_nodes,
     rule_lines,
     setting_lines,
     source_text,
 )
-from webhook.kinds.jobset import rules as jobset_rules
+from webhook.kinds import planner
 from webhook.kinds.workload import resolve_limit
-from webhook.kube import failurepolicy, jobcontroller, restartrules
-from webhook.kube.failurepolicy import Match, named_containers
-from webhook.kube.objects import controller_of, items, mapping
-from webhook.kube.restartrules import PodRestarts
+from webhook.kube import failurepolicy, restartrules
+from webhook.kube.objects import mapping
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
-from webhook.plan import causes
-from webhook.plan.causes import CauseBudgets
-from webhook.plan.failureaware import ContainerMemory, MemoryPlan, memory_plan, template_memory
-from webhook.plan.inplace import InPlaceEnds
 from webhook.plan.model import (
-    API_DEFAULT_BACKOFF_LIMIT,
     LimitField,
     PartPlan,
     first_non_spot,
@@ -68,59 +43,14 @@ from webhook.plan.model import (
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
 from webhook.policy.model import (
-    INT32_MAX,
     PREFIX,
     BadValue,
-    Delays,
-    Layer,
     Policy,
-    Scope,
-    Source,
     format_duration,
-    parse_annotations,
     parse_count,
-    resolve,
-    retry_delays,
 )
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
-
-
-def at_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
-    """The value at a field path; list items as "3" or "replicatedJobs[3]"."""
-    node: Any = obj
-    for part in path:
-        indexed = re.fullmatch(r"(.*)\[([0-9]+)\]", part)
-        steps = [indexed.group(1), indexed.group(2)] if indexed else [part]
-        for step in filter(None, steps):
-            if isinstance(node, list) and step.isdigit() and int(step) < len(node):
-                node = node[int(step)]
-            elif isinstance(node, dict):
-                node = node.get(step)
-            else:
-                return None
-    return node
-
-
-def rules_of(spec: Any) -> list[Any]:
-    pfp = spec.get("podFailurePolicy") if isinstance(spec, dict) else None
-    rules = pfp.get("rules") if isinstance(pfp, dict) else None
-    return list(rules) if isinstance(rules, list) else []
-
-
-def container_names(pod_spec: Mapping[str, Any]) -> list[str]:
-    """Regular containers first (the first is the "main" one events default to)."""
-    return [
-        c["name"]
-        for group in ("containers", "initContainers")
-        for c in named_containers(pod_spec, group)
-    ]
-
-
-def template_pod_policy(annotations: Any) -> Policy:
-    """What a pod created from a template learns from its annotations (as the pod webhook)."""
-    values, _ = parse_annotations(annotations if isinstance(annotations, dict) else None, Scope.POD)
-    return resolve([Layer(Source.ANNOTATION, values)])
 
 
 def _unmanaged_policy(
@@ -139,7 +69,7 @@ def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
 
 
 def part_rule_lines(view: PartPlan) -> list[RuleLine]:
-    return rule_lines(view.rules, view.user_rules, view.policy, view.scope)
+    return rule_lines(view.rules, view.user_rules, view.policy, view.scope, view.origins)
 
 
 def no_match(view: PartPlan) -> str:
@@ -177,115 +107,22 @@ def job_simulator(view: PartPlan) -> JobSimulator:
     )
 
 
-def pod_delays(pods: Policy, subject: Subject) -> Delays | None:
-    """What a template's pods wait after a failure (their ``retry-delay`` annotations, at
-    most the guard rail), as the pod webhook computes it; ``None``: no delay."""
-    if pods.retry_delay is None:
-        return None
-    rails = subject.ctx.config.rails(subject.ctx.namespace)
-    return retry_delays(pods, rails.max_retry_delay)
-
-
 def part_plan(subject: Subject, path: Sequence[str], defaulted: bool = True) -> PartPlan | None:
-    """The JobSpec at ``path`` of the reviewed object (``None`` when there is none), with
-    the policy the mutator recorded for it. ``defaulted`` says whether the API server
-    defaults this spec (a Job's own) or not (a template in a CronJob or JobSet)."""
-    where = ".".join(path)
-    spec = at_path(subject.final, path)
+    """The plan of the JobSpec at ``path`` of the reviewed object (``None`` when there is
+    none): the planner's, from what admission recorded for it (``Outcome.plans``), or,
+    for a part admission did not write, with the policy it would have resolved
+    (``defaulted`` says whether the API server defaults this spec, a Job's own, or not,
+    a template in a CronJob or JobSet)."""
+    planned = subject.planned(".".join(path))
+    if planned is not None:
+        return planner.part_plan(
+            planned.policy, planned.path, subject.original, subject.final, subject.ctx
+        )
+    spec = planner.at_path(subject.final, path)
     if not isinstance(spec, dict):
         return None
-    policy = subject.policy(where) or _unmanaged_policy(subject, path, spec, defaulted)
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
-    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-    limit = spec.get("backoffLimit")
-    per_index = spec.get("backoffLimitPerIndex")
-    max_failed = spec.get("maxFailedIndexes")
-    pods = template_pod_policy(mapping(template.get("metadata")).get("annotations"))
-    version = subject.ctx.kubernetes_version
-    written = at_path(subject.original, (*path, "template", "spec"))
-    return PartPlan(
-        path=where,
-        policy=policy,
-        pods=pods,
-        containers=container_names(pod_spec),
-        limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
-        per_index=per_index if isinstance(per_index, int) else None,
-        max_failed=max_failed if isinstance(max_failed, int) else None,
-        rules=rules_of(spec),
-        user_rules=rules_of(at_path(subject.original, path)),
-        on_failure=pod_spec.get("restartPolicy") == "OnFailure",
-        parallelism=spec.get("parallelism"),
-        completions=spec.get("completions"),
-        init=[c["name"] for c in named_containers(pod_spec, "initContainers")],
-        sidecars=failurepolicy.sidecar_containers(pod_spec),
-        placed_by_job=str(subject.final.get("kind")) in ("Job", "CronJob"),
-        memory=memory_plan(pod_spec, pods),
-        restarts=restartrules.pod_restarts(pod_spec, written, version),
-        bound=job_bound(subject, path, spec, pod_spec),
-        dropped=inplace.dropped_note(pod_spec, version),
-        template_memory=template_memory(pod_spec),
-        avoided_nodes=(
-            subject.ctx.config.rails(subject.ctx.namespace).max_avoided_nodes
-            if pods.avoid_failed_nodes
-            else None
-        ),
-        delays=pod_delays(pods, subject),
-        causes=CauseBudgets.of(template),
-    )
-
-
-def job_bound(
-    subject: Subject, path: Sequence[str], spec: Mapping[str, Any], pod_spec: Mapping[str, Any]
-) -> InPlaceEnds:
-    """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
-    template's, or (a TrainJob's JobSet) the TrainJob's."""
-    where = ".".join(path)
-    original = at_path(subject.original, path)
-    jobset = str(subject.final.get("kind")) == "JobSet"
-    outer = subject.ctx.outer_bound
-    owner = controller_of(subject.final.get("metadata"))
-    if outer is None and jobset and owner is not None and owner.get("kind") == "TrainJob":
-        outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
-    ends_nothing = ""
-    counted = True
-    indexed = re.fullmatch(r"replicatedJobs\[([0-9]+)\]", path[1]) if len(path) > 1 else None
-    if jobset and outer is None and indexed is not None:
-        # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
-        at = ("spec", "replicatedJobs", int(indexed.group(1)), "template", "spec")
-        found = jobset_rules.in_place_bound(subject.final, at, spec, None)
-        ends_nothing = "" if found.present else found.unbounded
-        counted = found.replaced_counted
-    budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts
-    if budget is not None and counted:
-        per_index = spec.get("backoffLimitPerIndex")
-        name, limit = (
-            ("backoffLimitPerIndex", per_index)
-            if isinstance(per_index, int)
-            else ("backoffLimit", spec.get("backoffLimit", API_DEFAULT_BACKOFF_LIMIT))
-        )
-        unit = (
-            "per run of the JobSet" if jobset else ("per index" if name != "backoffLimit" else "")
-        )
-        ends_nothing = ""
-        budget_text = (
-            f"max-in-place-restarts {budget}: a pod that restarts in place {budget} times in "
-            f"all is replaced, and its failure counted, so {budget} x ({name} {limit} + 1) = "
-            f"{budget * (limit + 1)} restarts in place at most{' ' + unit if unit else ''}"
-        )
-    else:
-        budget_text = ""
-    return inplace.bound_of(
-        inplace.deadline_of(spec, original, where),
-        inplace.deadline_of(
-            pod_spec, at_path(original, ("template", "spec")), f"{where}.template.spec"
-        ),
-        subject.ctx.config.rails(subject.ctx.namespace),
-        outer,
-        then="; then the JobSet's failure policy decides" if jobset else "",
-        missing=f"{where}.activeDeadlineSeconds",
-        ends_nothing=ends_nothing,
-        budget=budget_text,
-    )
+    policy = _unmanaged_policy(subject, path, spec, defaulted)
+    return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx)
 
 
 def explain_job_spec(
@@ -358,10 +195,6 @@ def between_notes(item: Explanation, view: PartPlan) -> None:
             f"{format_duration(view.delays.cap)}; a controller removes the gate, and while "
             "none leads retries are not held back"
         )
-
-
-def _facts_delay(delays: Delays | None, failures: int) -> int:
-    return delays.seconds(failures) if delays is not None else 0
 
 
 def budget_notes(view: PartPlan, unit: str = "") -> list[str]:
@@ -526,549 +359,29 @@ def _job_notes(view: PartPlan) -> list[str]:
     return notes
 
 
-@dataclass
-class JobState:
-    """The Job controller's counters for one Job; a JobSet restart starts a fresh one."""
-
-    #: Counted failures (``status.failed`` without the pods an Ignore rule matched).
-    counted: int = 0
-    #: The same, for the one simulated index (Jobs with ``backoffLimitPerIndex``).
-    index_counted: int = 0
-    #: restartPolicy OnFailure: container restarts of the running pod.
-    restarts: int = 0
-    #: restartPolicy OnFailure: the pod running now (a disrupted pod is replaced).
-    pod: int = 1
-    #: OOM kills so far per container (for oom-memory-factor; a JobSet's run keeps them).
-    ooms: dict[str, int] = field(default_factory=dict)
-    #: Failed pods that leave a node to avoid (avoid-failed-nodes; a JobSet's run keeps
-    #: them): a disrupted pod was being deleted, and its node did not fail it.
-    failed_nodes: int = 0
-    #: Disruptions counted against max-disruptions (a JobSet's budget is the set's: a run
-    #: keeps them).
-    disruptions: int = 0
+# --- what the explainers of custom resources share ---------------------------------------
 
 
-@dataclass(frozen=True)
-class PodOutcome:
-    """What one failed pod does to its Job."""
-
-    match: Match | None
-    counted: bool
-    #: The attempt the failed pod was (1-based), and allowed failures used after it.
-    attempt: int
-    used: int
-    #: "rule 2 (FailJob)", "no rule matches", or "" when the kind has no rules at all.
-    verdict: str
-    #: The sentence after the verdict: what the Job does now.
-    result: str
-    #: Set when the Job (or, with a per-index budget, its index) has failed.
-    ending: Ending | None = None
-    #: The condition message the Job controller writes (JobSet rules may match it).
-    message: str = ""
-    #: The memory the next attempt's OOM-killed containers get ("" when none was).
-    memory: str = ""
+def kind_start(
+    subject: Subject, budget: LimitField, keys: Sequence[str], default: str
+) -> tuple[Explanation, Policy]:
+    """The explanation of the object itself, with its settings: the policy the mutator
+    recorded, or (when it did not run) the one it would have resolved against ``budget``,
+    the kind's budget field. ``default`` names whose default an unset budget is."""
+    item = subject.header()
+    policy = subject.policy("spec") or unmanaged_policy(subject, budget)
+    item.settings = setting_lines(policy, keys, default=default)
+    return item, policy
 
 
-class JobSimulator:
-    """The Job controller's bookkeeping for a sequence of failed pods.
-
-    A failure an Ignore rule matches is not counted; any other (Count, FailJob, FailIndex,
-    no match) is. FailJob fails the Job at once (reason PodFailurePolicy); otherwise the Job
-    fails when counted failures exceed backoffLimit (BackoffLimitExceeded), checked in that
-    order as in ``syncJob``. With backoffLimitPerIndex the events are one index's pods: a
-    FailIndex match, or counted failures of the index exceeding the per-index limit, fail
-    the index. With restartPolicy OnFailure, failed containers restart in place and the Job
-    fails when restarts reach backoffLimit (``pastBackoffLimitOnFailure``).
-
-    Controllers that count the same way under other names reuse it: ``owner`` is the kind
-    that fails, ``fail_reason`` and ``limit_reason`` the reasons it then reports (a
-    PyTorchJob reports PyTorchJobFailed for both), ``action_names`` renames rule actions
-    for kinds whose rules are not a podFailurePolicy, ``unit`` is what one event fails
-    ("pod", or "attempt" for a RayJob) and ``retry_where`` where the next attempt runs when
-    placement does not apply ("on a new RayCluster"). ``replaced_pods_count`` False: with
-    restartPolicy OnFailure, a pod that fails as a whole is replaced without counting (the
-    training operator counts only restarts of running pods, unless the limit is 0).
-    """
-
-    def __init__(
-        self,
-        rules: Sequence[Any],
-        backoff_limit: int,
-        per_index: int | None,
-        max_failed_indexes: int | None,
-        placement_limit: int | None,
-        non_spot_attempts: int,
-        containers: Sequence[str],
-        on_failure: bool = False,
-        *,
-        owner: str = "Job",
-        fail_reason: str = "PodFailurePolicy",
-        limit_reason: str = "BackoffLimitExceeded",
-        action_names: Mapping[str, str] | None = None,
-        unit: str = "pod",
-        retry_where: str | None = None,
-        failed_as: str = "condition Failed",
-        limit_field: str | None = None,
-        init: Sequence[str] = (),
-        sidecars: Sequence[str] = (),
-        memory: MemoryPlan | None = None,
-        replaced_pods_count: bool = True,
-        restarts: PodRestarts | None = None,
-        bound: InPlaceEnds | None = None,
-        template_memory: Sequence[ContainerMemory] = (),
-        avoided_nodes: int | None = None,
-        delays: Delays | None = None,
-        max_disruptions: int | None = None,
-        max_in_place_restarts: int | None = None,
-    ):
-        self.rules = list(rules)
-        self.backoff_limit = backoff_limit
-        self.per_index = per_index
-        self.max_failed_indexes = max_failed_indexes
-        self.placement_limit = placement_limit
-        self.non_spot_attempts = non_spot_attempts
-        self.containers = list(containers) or ["main"]
-        self.on_failure = on_failure
-        self.owner = owner
-        self.fail_reason = fail_reason
-        self.limit_reason = limit_reason
-        self.action_names = dict(action_names or {})
-        self.unit = unit
-        self.retry_where = retry_where
-        self.failed_as = failed_as
-        self.limit_field = limit_field
-        #: The pod's init containers (the controller reads their statuses last), and those
-        #: of them that are native sidecars (stopped at pod shutdown).
-        self.init = list(init)
-        self.sidecars = list(sidecars)
-        self.replaced_pods_count = replaced_pods_count
-        #: What OOM-killed containers get in later attempts (``oom-memory-factor``).
-        self.memory = memory
-        #: The containers' restart rules (restarts in place), and what ends them.
-        self.restarts = restarts
-        self.bound = bound or InPlaceEnds()
-        #: For each pod's facts: its containers' memory as written, and the most failed
-        #: nodes a pod keeps off (``None``: it keeps off none).
-        self.template_memory = tuple(template_memory)
-        self.avoided_nodes = avoided_nodes
-        #: What each new pod waits after the failure before it (``retry-delay``).
-        self.delays = delays
-        #: Budgets per cause: the disruptions that are free, and the restarts in place a
-        #: pod makes before the controller replaces it (``webhook.plan.causes``).
-        self.max_disruptions = max_disruptions
-        self.max_in_place_restarts = max_in_place_restarts
-
-    def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
-        """What the next pod is admitted with, after the failures in ``state``;
-        ``placed_by`` is the count its placement reads (counted failures, or a JobSet's
-        restarts). ``None`` under restartPolicy OnFailure: no new pod is made."""
-        if self.on_failure:
-            return None
-        plan = self.memory
-        memory = tuple(
-            ContainerMemory(m.container, *plan.at(m.container, state.ooms.get(m.container, 0)))
-            if plan is not None
-            else m
-            for m in self.template_memory
-        )
-        avoided = min(state.failed_nodes, self.avoided_nodes or 0)
-        delay = _facts_delay(self.delays, placed_by)
-        return PodFacts(self.placement(placed_by) == nodes_text(True), memory, avoided, delay)
-
-    def oom(self, state: JobState, event: Event) -> str:
-        """Count the event's OOM kills; say the memory the next attempt's containers get."""
-        if self.memory is None:
-            return ""
-        raised = []
-        for name in event.oom_killed(self.main):
-            state.ooms[name] = state.ooms.get(name, 0) + 1
-            if name in self.memory.containers:
-                raised.append(memory_words(self.memory, name, state.ooms[name]))
-        return ", ".join(raised)
-
-    @property
-    def main(self) -> str:
-        return self.containers[0]
-
-    @property
-    def scope(self) -> str:
-        if self.limit_field:
-            return self.limit_field
-        return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
-
-    @property
-    def limit(self) -> int:
-        return self.per_index if self.per_index is not None else self.backoff_limit
-
-    def action(self, match: Match) -> str:
-        return self.action_names.get(match.action, match.action)
-
-    def judge(self, event: Event, extra: Sequence[str] = ()) -> tuple[Match | None, bool]:
-        """The rule a failure matches and whether it counts (the one shared evaluation);
-        ``extra``: conditions the controller added to this pod."""
-        if self.on_failure and not event.disruption:
-            return None, True
-        failure = event.failure(self.main, self.init, extra)
-        match = failurepolicy.evaluate(self.rules, failure)
-        return match, failurepolicy.counts(match)
-
-    def disruption_budget(self, state: JobState, event: Event) -> tuple[tuple[str, ...], str]:
-        """A disrupted pod against max-disruptions: the condition the controller adds to
-        it past the budget (``webhook.controller.disruptions``), and what to say."""
-        if not event.disruption or self.max_disruptions is None:
-            return (), ""
-        state.disruptions += 1
-        n, budget = state.disruptions, self.max_disruptions
-        if causes.disruption(n, budget) == "free":
-            return (), f"disruption {n} of {budget} free"
-        over = f"disruption {n}, over max-disruptions {budget}"
-        return (failurepolicy.DISRUPTION_BUDGET_EXHAUSTED,), over
-
-    def replacement(self, backoff: Backoff, event: Event) -> tuple[Event | None, str]:
-        """After restarts in place: the pod the controller replaces once they reach
-        max-in-place-restarts (marked, ended by its deadline: SIGTERM), and what to say."""
-        n = self.max_in_place_restarts
-        if not causes.replaced(backoff.pod_restarts, n):
-            return None, ""
-        replaced = Event(event.token, SIGTERM, None, replaced=True)
-        said = (
-            f"restart {backoff.pod_restarts} of max-in-place-restarts {n} in this pod: the "
-            "controller replaces the pod"
-        )
-        return replaced, said
-
-    def judge_exit(self, container: str, code: int) -> tuple[str, str]:
-        """What a pod that failed with ``container``'s exit ``code`` does: (outcome,
-        words), for the table of each container's exit codes."""
-        event = Event(f"{container}:{code}", code, None if container == self.main else container)
-        match, _ = self.judge(event)
-        if match is None:
-            rule = "no rule matches" if self.rules else "no podFailurePolicy"
-            return "Count", f"a new pod, counts against {self.scope} ({rule})"
-        rule = f"{self.action(match)}, rule {match.index + 1}"
-        if match.action in ("Ignore", "Count"):
-            counts = "not counted" if match.action == "Ignore" else f"counts against {self.scope}"
-            return match.action, f"a new pod, {counts} ({rule})"
-        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
-        return match.action, f"{then} ({rule})"
-
-    def restart_in_place(self, backoff: Backoff, event: Event) -> tuple[InPlaceRestart, ...]:
-        """The restarts in place ``event`` is (none: the pod fails with it)."""
-        done, problem = inplace.restarted(self.restarts, backoff, event, self.main)
-        if problem:
-            raise ExplainError(problem)
-        return done
-
-    def in_place_step(
-        self,
-        pod: int,
-        used: int,
-        nodes: str,
-        event: Event,
-        done: Sequence[InPlaceRestart],
-        **run: Any,
-    ) -> Step:
-        """The step of an event the pod survives: its containers restarted in place."""
-        return Step(
-            pod=pod,
-            attempt=used + 1,
-            nodes=nodes,
-            event=event.token,
-            what=event.describe(self.main),
-            rule=None,
-            action=None,
-            counted=False,
-            counted_failures=run.pop("counted", used),
-            result=inplace.restart_text(done),
-            in_place=tuple(done),
-            **run,
-        )
-
-    def verdict(self, event: Event) -> str:
-        done, _ = inplace.restarted(self.restarts, Backoff(), event, self.main)
-        if done:
-            return inplace.example_text(done)
-        match, _ = self.judge(event)
-        if self.on_failure and not event.disruption:
-            return "the container restarts in place, counts"
-        if match is None:
-            rule = "no rule matches; " if self.rules else ""
-            return f"{rule}retried, counts against {self.scope}"
-        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
-        return f"rule {match.index + 1} matches; {then} ({self.action(match)})"
-
-    def example_events(self) -> list[Event]:
-        """Common failures, and the first codes of the rules' ``In`` lists."""
-        events = [
-            Event("1", 1),
-            Event("oom", SIGKILL),
-            Event(str(SIGTERM), SIGTERM),
-            Event("disruption", SIGTERM, disruption=True),
-            # SIGKILL once the grace period is over: exit-code rules see 137.
-            Event(f"disruption+{self.main}:{SIGKILL}", SIGKILL, self.main, disruption=True),
-        ]
-        for sidecar in self.sidecars[:1]:
-            # A native sidecar stopped at shutdown: SIGKILL if it ignores SIGTERM.
-            events.append(
-                Event(f"{SIGTERM}+{sidecar}:{SIGKILL}", SIGTERM, None, False, ((sidecar, SIGKILL),))
-            )
-        seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
-        restarting = inplace.first_codes(self.restarts, self.containers) if self.restarts else []
-        for name, code in restarting[:2]:
-            key = (None if name == self.main else name, code)
-            if key not in seen:
-                seen.add(key)
-                events.append(Event(f"{name}:{code}" if key[0] else str(code), code, key[0]))
-        for rule in self.rules:
-            codes = rule.get("onExitCodes") if isinstance(rule, dict) else None
-            if not isinstance(codes, dict) or codes.get("operator") != "In":
-                continue
-            container = codes.get("containerName")
-            container = container if container in self.containers else None
-            for code in items(codes.get("values"))[:2]:
-                if isinstance(code, int) and 0 < code < 256:
-                    key = (container if container != self.main else None, code)
-                    if key not in seen and len(events) < 9:
-                        seen.add(key)
-                        events.append(Event(str(code), code, key[0]))
-        return events
-
-    def examples(self) -> list[str]:
-        """What common failures do, each judged like a real one."""
-        return [f"{e.describe(self.main)}: {self.verdict(e)}" for e in self.example_events()]
-
-    def placement(self, failures: int) -> str:
-        return nodes_text(non_spot(failures, self.placement_limit, self.non_spot_attempts))
-
-    def _where(self, failures: int) -> str:
-        return self.retry_where or on_nodes(self.placement(failures))
-
-    def fail(
-        self, state: JobState, event: Event, number: int, where: str | None = None
-    ) -> PodOutcome:
-        """One failed pod (event ``number``, 1-based): update ``state`` and say what the
-        Job does; ``where`` says where the next attempt runs, when the Job's own placement
-        does not decide it (a JobSet's pods are placed by run)."""
-        if self.on_failure:
-            return self._fail_on_failure(state, event)
-        attempt = state.index_counted if self.per_index is not None else state.counted
-        extra, budget = self.disruption_budget(state, event)
-        match, counts = self.judge(event, extra)
-        memory = self.oom(state, event)
-        if not event.disruption:
-            state.failed_nodes += 1
-        if counts:
-            state.counted += 1
-            state.index_counted += 1
-        used = state.index_counted if self.per_index is not None else state.counted
-        verdict = (
-            f"rule {match.index + 1} ({self.action(match)})"
-            if match
-            else ("no rule matches" if self.rules else "")
-        )
-        if budget:
-            verdict = f"{budget}, {verdict}" if verdict else budget
-        ending, message, result = None, "", ""
-        if match is not None and match.action == "FailJob":
-            result = f"the {self.owner} fails at once"
-            message = failjob_message(match)
-            ending = Ending(
-                "Failed",
-                self.fail_reason,
-                f"{self.unit} {number} matched {self.action(match)} rule {match.index + 1}",
-            )
-        elif state.counted > self.backoff_limit:
-            result = f"counted, more than backoffLimit {self.backoff_limit}"
-            message = "Job has reached the specified backoff limit"
-            noun = "failed attempt" if self.unit == "attempt" else "counted failure"
-            ending = Ending(
-                "Failed",
-                self.limit_reason,
-                f"{count_of(state.counted, noun)}, more than backoffLimit {self.backoff_limit}",
-            )
-        elif self.per_index is not None and (
-            (match is not None and match.action == "FailIndex") or state.index_counted > self.limit
-        ):
-            why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
-            result = f"the index fails ({why})"
-            ending = self._index_failed(number, why)
-            message = (
-                "Job has exceeded the specified maximal number of failed indexes"
-                if ending.state == "Failed"
-                else "Job has failed indexes"
-            )
-        else:
-            again = " again" if not counts else ""
-            status = "counted (" if counts else "not counted (still "
-            # With nothing allowed, only an ignored failure gets here: no tally to show.
-            tally = f"{status}{self._tally(used)})" if self.limit else "not counted"
-            result = f"{tally}; next: attempt {used + 1}{again}, {where or self._where(used)}"
-            if memory:
-                result += f", with {memory}"
-        return PodOutcome(
-            match, counts, attempt + 1, used, verdict, result, ending, message, memory
-        )
-
-    def _fail_on_failure(self, state: JobState, event: Event) -> PodOutcome:
-        """restartPolicy OnFailure: restarts of the running pod count (>= backoffLimit, or
-        > 0 when it is 0); a disrupted pod fails as a whole and its replacement starts
-        with no restarts, while the failed pod counts in status.failed (> backoffLimit)."""
-        limit = self.backoff_limit
-        ending = None
-        if event.disruption and not self.replaced_pods_count and limit > 0:
-            state.restarts = 0
-            state.pod += 1
-            result = "the pod fails; not counted, its restarts are forgotten; next: a new pod"
-        elif event.disruption:
-            state.counted += 1
-            state.restarts = 0
-            state.pod += 1
-            failed = count_of(state.counted, "failed pod")
-            result = f"the pod fails; counted ({failed}); next: a new pod"
-            if state.counted > limit:
-                ending = Ending(
-                    "Failed", self.limit_reason, f"{failed}, more than backoffLimit {limit}"
-                )
-        else:
-            state.restarts += 1
-            result = f"the container restarts in place ({count_of(state.restarts, 'restart')})"
-            if state.restarts >= max(limit, 1):
-                ending = Ending(
-                    "Failed",
-                    self.limit_reason,
-                    f"{state.restarts} restarts reach backoffLimit {limit}",
-                )
-        message = "Job has reached the specified backoff limit" if ending else ""
-        return PodOutcome(None, True, state.pod, state.restarts, "", result, ending, message)
-
-    def run(self, events: Sequence[Event]) -> Simulation:
-        state = JobState()
-        backoff = Backoff()
-
-        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            before = state.index_counted if self.per_index is not None else state.counted
-            pod = state.pod if self.on_failure else number - backoff.events
-            done = self.restart_in_place(backoff, event)
-            facts = self.pod_facts(state, before)
-            replaced, said = self.replacement(backoff, event) if done else (None, "")
-            if done and replaced is None:
-                made = self.in_place_step(pod, before, self.placement(before), event, done)
-                return dataclasses.replace(made, facts=facts), None
-            outcome = self.fail(state, replaced or event, pod)
-            if replaced is not None:
-                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
-            backoff.new_pod()
-            result = lead(outcome.verdict, outcome.result)
-            if replaced is not None:
-                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
-            made = Step(
-                pod=pod,
-                attempt=number if self.on_failure else outcome.attempt,
-                nodes="same pod" if self.on_failure else self.placement(before),
-                event=event.token,
-                what=event.describe(self.main),
-                rule=outcome.match.index + 1 if outcome.match else None,
-                action=outcome.match.action if outcome.match else None,
-                counted=outcome.counted,
-                counted_failures=outcome.used,
-                result=result,
-                in_place=tuple(done) if replaced is not None else (),
-                facts=facts,
-                replaced=replaced is not None,
-            )
-            return made, outcome.ending
-
-        steps, ending, unused = walk(events, step)
-        going_on = bool(steps and steps[-1].in_place)
-        used = state.index_counted if self.per_index is not None else state.counted
-        facts = self.pod_facts(state, used)
-        following = None
-        if ending is None and not going_on and facts is not None:
-            following = NextPod(len(events) - backoff.events + 1, used + 1, facts)
-        return Simulation(
-            [e.token for e in events],
-            steps,
-            ending or self._running(state, going_on),
-            unused,
-            self.unit,
-            self.failed_as,
-            self.summary(backoff),
-            following,
-        )
-
-    def summary(self, backoff: Backoff) -> InPlaceSummary | None:
-        return inplace.summary(backoff, self.bound, self.owner)
-
-    def _tally(self, used: int) -> str:
-        if self.limit >= INT32_MAX:  # no limit (a PyTorchJob without runPolicy.backoffLimit)
-            return f"{count_of(used, 'failure')} so far, no limit"
-        return f"{used} of {self.limit} allowed failures used"
-
-    def _running(self, state: JobState, going_on: bool = False) -> Ending:
-        if self.on_failure:
-            return Ending(
-                "Running", None, f"the pod keeps running ({count_of(state.restarts, 'restart')})"
-            )
-        used = state.index_counted if self.per_index is not None else state.counted
-        left = self.limit - used
-        if self.limit >= INT32_MAX:
-            allowed = "there is no limit"
-        elif left:
-            allowed = f"{left} more counted failure{'s are' if left != 1 else ' is'} allowed"
-        else:
-            allowed = "its failure, if counted, ends it"
-        runs = "goes on in the same pod" if going_on else "runs next"
-        return Ending("Running", None, f"attempt {used + 1} {runs}, {self._where(used)}; {allowed}")
-
-    def _index_failed(self, pod: int, why: str) -> Ending:
-        if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:
-            return Ending(
-                "Failed",
-                "MaxFailedIndexesExceeded",
-                f"pod {pod} failed its index ({why}); maxFailedIndexes is "
-                f"{self.max_failed_indexes}",
-            )
-        return Ending(
-            "IndexFailed",
-            "FailedIndexes",
-            f"pod {pod} failed its index ({why}); the other indexes go on, and the Job "
-            "fails with reason FailedIndexes when they are done",
-        )
+def budget_origin(policy: Policy, default: str) -> str:
+    """Where the budget came from, as the parenthesis after its value says it."""
+    setting = policy.setting("backoff-limit")
+    return "from " + source_text("backoff-limit", setting, long=True, default=default)
 
 
-def walk(
-    events: Sequence[Event], step: Callable[[int, Event], tuple[Step, Ending | None]]
-) -> tuple[list[Step], Ending | None, list[str]]:
-    """Each event in turn (numbered from 1) until one ends the workload; the events after
-    that are returned as unused."""
-    steps: list[Step] = []
-    unused: list[str] = []
-    ending: Ending | None = None
-    for number, event in enumerate(events, 1):
-        if ending is not None:
-            unused.append(event.token)
-            continue
-        made, ending = step(number, event)
-        steps.append(made)
-    return steps, ending, unused
-
-
-def lead(verdict: str, result: str) -> str:
-    return f"{verdict}: {result}" if verdict else result
-
-
-def failjob_message(match: Match) -> str:
-    """The Job condition message the controller writes for a FailJob match (the text a
-    JobSet's ``onJobFailureMessagePatterns`` are matched against); the pod's name is not
-    known offline and is shown as ``<pod>``."""
-    if match.container is not None:
-        exit_ = match.container
-        return jobcontroller.failjob_message(
-            "<namespace>", "<pod>", match.index, container=exit_.name, code=exit_.exit_code
-        )
-    return jobcontroller.failjob_message(
-        "<namespace>", "<pod>", match.index, condition=match.condition
-    )
+def as_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @explainer("batch", "Job")
@@ -1085,7 +398,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
     item = subject.header()
     metadata = mapping(subject.final.get("metadata"))
     annotations = mapping(metadata.get("annotations"))
-    policy = subject.policy("spec") or template_pod_policy(annotations)
+    policy = subject.policy("spec") or planner.template_pod_policy(annotations)
     item.settings = setting_lines(policy, POD_KEYS + in_place_keys(policy) + between_keys(policy))
     limit, n = policy.backoff_limit, policy.non_spot_attempts
     attempt, source = _pod_attempt(policy, annotations)
@@ -1101,7 +414,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
         if attempt is not None:
             where = "non-spot nodes only" if non_spot(attempt, limit, n) else "any node"
             item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
-    delays = pod_delays(policy, subject)
+    delays = planner.pod_delays(policy, subject.ctx)
     if delays is not None and attempt is not None:
         wait = delays.seconds(attempt)
         item.notes.append(
@@ -1121,63 +434,19 @@ def _pod_in_place(item: Explanation, subject: Subject) -> None:
     """A bare Pod's restarts in place: its containers' exit codes, and ``--simulate``."""
     pod_spec = subject.spec
     version = subject.ctx.kubernetes_version
-    item.notes.extend(inplace.dropped_note(pod_spec, version))
+    item.notes.extend(planner.dropped_note(pod_spec, version))
     restarts = restartrules.pod_restarts(pod_spec, subject.original.get("spec"), version)
     if restarts is None:
         return
-    bound = inplace.bound_of(
-        inplace.deadline_of(pod_spec, subject.original.get("spec"), "spec"),
+    bound = planner.bound_of(
+        planner.deadline_of(pod_spec, subject.original.get("spec"), "spec"),
         None,
         subject.ctx.config.rails(subject.ctx.namespace),
         owner="Pod",
     )
-    simulator = PodSimulator(container_names(pod_spec), restarts, bound)
+    simulator = PodSimulator(planner.container_names(pod_spec), restarts, bound)
     item.in_place = inplace.plan(restarts, simulator.judge_exit, bound)
     item.simulator = simulator
-
-
-class PodSimulator:
-    """A bare Pod's containers through ``--simulate``: exits its restart rules match
-    restart them in place; any other fails the pod, which nothing retries."""
-
-    def __init__(self, containers: Sequence[str], restarts: PodRestarts, bound: InPlaceEnds):
-        self.containers = list(containers) or ["main"]
-        self.restarts = restarts
-        self.bound = bound
-
-    @staticmethod
-    def judge_exit(container: str, code: int) -> tuple[str, str]:
-        return "pod-fails", "the pod fails; nothing retries a Pod"
-
-    def run(self, events: Sequence[Event]) -> Simulation:
-        backoff = Backoff()
-        main = self.containers[0]
-
-        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            done, problem = inplace.restarted(self.restarts, backoff, event, main)
-            if problem:
-                raise ExplainError(problem)
-            what = event.describe(main)
-            made = Step(1, 1, "", event.token, what, None, None, False, 0, "")
-            if done:
-                result = inplace.restart_text(done)
-                return dataclasses.replace(made, result=result, in_place=done), None
-            result = "the pod fails; nothing retries a Pod"
-            ending = Ending("Failed", None, f"event {number} fails it")
-            return dataclasses.replace(made, result=result), ending
-
-        steps, ending, unused = walk(events, step)
-        still = Ending("Running", None, "the pod goes on")
-        summary = inplace.summary(backoff, self.bound, "Pod")
-        return Simulation(
-            [e.token for e in events],
-            steps,
-            ending or still,
-            unused,
-            "exit",
-            "phase Failed",
-            summary,
-        )
 
 
 def _pod_attempt(policy: Policy, annotations: Mapping[str, Any]) -> tuple[int | None, str]:

@@ -12,7 +12,7 @@ from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.objects import mapping
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
-from webhook.plan.outcome import Context, Outcome
+from webhook.plan.outcome import Context, Outcome, PlannedPart
 from webhook.policy.model import (
     Policy,
     format_value,
@@ -510,6 +510,11 @@ class Subject:
 
     def policy(self, where: str) -> Policy | None:
         return self.outcome.policies.get(where) if self.outcome is not None else None
+
+    def planned(self, where: str) -> PlannedPart | None:
+        """What admission recorded for the JobSpec part at ``where`` (``None``: it wrote no
+        such part, or this subject was not admitted: ``status`` reads a stored object)."""
+        return self.outcome.plans.get(where) if self.outcome is not None else None
 
     @property
     def spec(self) -> Mapping[str, Any]:

@@ -10,6 +10,7 @@ from webhook.kube import failurepolicy
 from webhook.kube.objects import items
 from webhook.plan import inplace
 from webhook.plan.model import first_non_spot, non_spot
+from webhook.plan.record import rule_id
 from webhook.policy.model import (
     PREFIX,
     Delays,
@@ -172,30 +173,23 @@ def describe_then(action: str, scope: str = "backoffLimit") -> str:
 
 
 def rule_lines(
-    rules: Sequence[Any], user_rules: Sequence[Any], policy: Policy, scope: str
+    rules: Sequence[Any],
+    user_rules: Sequence[Any],
+    policy: Policy,
+    scope: str,
+    origins: Mapping[str, str] | None = None,
 ) -> list[RuleLine]:
-    """Every rule of the final spec, with who wrote it: the user, or this webhook."""
-    yours = {failurepolicy.rule_key(rule) for rule in user_rules}
-    ignore = failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule())
-    count = failurepolicy.rule_key(failurepolicy.count_disruptions_rule())
+    """Every rule of the final spec, with who wrote it: the user, or this webhook for the
+    annotation its applied record names (``origins``, by rule id)."""
     lines = []
     for number, rule in enumerate(rules, 1):
         if not isinstance(rule, dict):
             continue
-        key = failurepolicy.rule_key(rule)
-        if key in yours:
-            origin = "your rule"
-        elif key == ignore:
-            origin = "added by retry-policy for ignore-disruptions"
-        elif failurepolicy.is_ours(rule):
-            kind = rule["onPodConditions"][0]["type"]
-            origin = f"added by retry-policy for {OUR_CONDITION_KEYS.get(kind, 'a budget')}"
-        elif key == count or any(
-            failurepolicy.is_non_retriable_rule(rule, codes) for codes in inplace.recognised(policy)
-        ):
-            origin = "added by retry-policy for fail-non-retriable"
+        if origins is None:
+            origin = _origin_by_shape(rule, user_rules, policy)
         else:
-            origin = "added by retry-policy"
+            name = origins.get(rule_id(rule))
+            origin = f"added by retry-policy for {name}" if name else "your rule"
         action = str(rule.get("action"))
         known = action in failurepolicy.ACTIONS
         lines.append(
@@ -209,6 +203,25 @@ def rule_lines(
             )
         )
     return lines
+
+
+def _origin_by_shape(rule: Mapping[str, Any], user_rules: Sequence[Any], policy: Policy) -> str:
+    """Who wrote ``rule``, recognised by its shape: only for objects whose applied record
+    is version 1 (written before records named the annotation behind each rule), or that
+    have none."""
+    key = failurepolicy.rule_key(rule)
+    if key in {failurepolicy.rule_key(r) for r in user_rules}:
+        return "your rule"
+    if key == failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule()):
+        return "added by retry-policy for ignore-disruptions"
+    if failurepolicy.is_ours(rule):
+        kind = rule["onPodConditions"][0]["type"]
+        return f"added by retry-policy for {OUR_CONDITION_KEYS.get(kind, 'a budget')}"
+    if key == failurepolicy.rule_key(failurepolicy.count_disruptions_rule()) or any(
+        failurepolicy.is_non_retriable_rule(rule, codes) for codes in inplace.recognised(policy)
+    ):
+        return "added by retry-policy for fail-non-retriable"
+    return "added by retry-policy"
 
 
 # --- placement -------------------------------------------------------------------------

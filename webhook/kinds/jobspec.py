@@ -164,7 +164,7 @@ def apply_job_spec(
             spec, "activeDeadlineSeconds", deadline, f"{where}.activeDeadlineSeconds", out
         )
     _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
-    out.policies[where] = policy
+    out.wrote_part(path, where, policy)
     return policy
 
 

@@ -10,9 +10,9 @@
   ``maxRestarts`` and failure policy rules);
 - ``WorkloadPlan``: a workload's parts and its set-level plan.
 
-``explain`` reads a ``PartPlan`` of each JobSpec today (built from the final object);
-admission is to settle them while it writes, and ``status`` to rebuild them from the
-applied record (issue 40, step 4).
+Admission records each JobSpec part it writes (``outcome.PlannedPart``: where, with which
+policy); the planner (``kinds.planner.part_plan``) makes its ``PartPlan`` from that over
+the object as stored, for ``explain`` and for a stored object read without admission.
 """
 
 from __future__ import annotations
@@ -188,6 +188,9 @@ class PartPlan:
     rules: list[Any]
     user_rules: list[Any]
     on_failure: bool
+    #: Which annotation wrote which of the webhook's rules, by rule id, as the applied
+    #: record says (``plan.record``); ``None``: a version-1 record, or none.
+    origins: Mapping[str, str] | None = None
     parallelism: Any = None
     completions: Any = None
     init: list[str] = field(default_factory=list)

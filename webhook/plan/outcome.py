@@ -71,6 +71,19 @@ class Decision:
     note: str
 
 
+@dataclass(frozen=True)
+class PlannedPart:
+    """What admission decided for one JobSpec part, recorded where it wrote the part: its
+    location (keys and list indexes) and the policy it was written with. The planner
+    (``kinds.planner.part_plan``) makes its ``plan.model.PartPlan`` from it over the
+    object as stored: the rest of a plan is read from the whole object, which the
+    mutator, running on a view (``kinds.view``), does not see, and admission never
+    reads a plan, so the admission path pays one small record per part."""
+
+    path: tuple[str | int, ...]
+    policy: Policy
+
+
 @dataclass
 class Outcome:
     problems: list[Problem] = field(default_factory=list)
@@ -81,6 +94,8 @@ class Outcome:
     #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
     #: that it shows the policy the webhook applied, not a second resolution of its own.
     policies: dict[str, Policy] = field(default_factory=dict)
+    #: Each JobSpec part admission wrote, by its field path as ``policies``.
+    plans: dict[str, PlannedPart] = field(default_factory=dict)
     #: What failure-aware retries did, for metrics and the decision log: containers whose
     #: memory was raised (``memory_raised``), nodes avoided (``nodes_avoided``).
     actions: dict[str, int] = field(default_factory=dict)
@@ -110,6 +125,11 @@ class Outcome:
             if added or known.get(rid) == name:
                 found[rid] = name
         return found
+
+    def wrote_part(self, path: tuple[str | int, ...], where: str, policy: Policy) -> None:
+        """The JobSpec part at ``path`` (``where``, dotted) was written with ``policy``."""
+        self.policies[where] = policy
+        self.plans[where] = PlannedPart(path, policy)
 
     def decided(self, reason: str, note: str) -> None:
         self.decisions.append(Decision(reason, note))

@@ -1,0 +1,328 @@
+"""The simulation of a JobSet (jobset.x-k8s.io/v1alpha2; ``executeFailurePolicy`` in
+JobSet's pkg/controllers/failure_policy.go, and KEP-262 for the RestartJob actions): the
+events are failures of the pods of one Job of one replicated Job. The child Job counts
+them as any Job does (``explain.jobsim``); when it fails, no ``failurePolicy`` at all fails
+the set (reason FailedJobs); otherwise the first rule whose reasons, message patterns and
+target replicated Jobs all match decides, and no match means RestartJobSet. RestartJobSet
+fails the set once ``restartsCountTowardsMax`` has reached maxRestarts
+(ReachedMaxRestarts), else bumps ``status.restarts`` and that count and recreates every
+Job (their ``status.failed`` starts at 0 again); RestartJobSetAndIgnoreMaxRestarts bumps
+``status.restarts`` only; FailJobSet fails the set (FailJobSetFailurePolicyAction). Pods
+carry ``jobset.sigs.k8s.io/restart-attempt`` = ``status.restarts``, which the pod webhook
+places them by."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.explain import inplace
+from webhook.explain.inplace import Backoff
+from webhook.explain.jobsim import JobSimulator, JobState, lead, walk
+from webhook.explain.model import (
+    Ending,
+    Event,
+    NextPod,
+    Simulation,
+    Step,
+)
+from webhook.explain.words import (
+    count_of,
+    on_nodes,
+)
+from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
+from webhook.kinds.jobset.rules import pattern_applies
+from webhook.kube.goregexp import Piece, Wild
+from webhook.kube.objects import items
+
+FAILED_JOBS, FAIL_ACTION, MAX_REACHED = (
+    "FailedJobs",
+    "FailJobSetFailurePolicyAction",
+    "ReachedMaxRestarts",
+)
+RESTART_ACTIONS = ("RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
+JOB_RESTART_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
+
+
+def jobset_rule_matches(
+    rule: Mapping[str, Any],
+    reason: str,
+    message: str,
+    replicated: str,
+    pod: Sequence[Piece] = (Wild(),),
+) -> bool:
+    """JobSet's ``ruleIsApplicable``: every list the rule has must match (an empty list
+    matches anything); message patterns are Go regexps searched for (``webhook.kube.goregexp``),
+    with the pod's name in ``message`` (``<namespace>/<pod>``) standing for ``pod``: a
+    pattern matches when it does for some such pod. A pattern that cannot be read as Go
+    reads it is taken to match, as admission takes it (``unread_patterns`` says which)."""
+    reasons = items(rule.get("onJobFailureReasons"))
+    targets = items(rule.get("targetReplicatedJobs"))
+    patterns = items(rule.get("onJobFailureMessagePatterns"))
+    if reasons and reason not in reasons:
+        return False
+    if targets and replicated not in targets:
+        return False
+    pieces = message_pieces(message, pod)
+    return not patterns or any(pattern_applies(p, pieces)[0] for p in patterns)
+
+
+#: How ``failjob_message`` shows the failed pod, which is known only at run time.
+POD_PLACEHOLDER = "<namespace>/<pod>"
+
+
+def message_pieces(message: str, pod: Sequence[Piece]) -> list[Piece]:
+    if POD_PLACEHOLDER not in message:
+        return [message]
+    before, after = message.split(POD_PLACEHOLDER, 1)
+    return [before, *pod, after]
+
+
+@dataclass
+class JobSetState:
+    """JobSet's counters: ``status.restarts`` (the restart-attempt label),
+    ``status.restartsCountTowardsMax``, and the simulated Job's own restarts that count
+    (KEP-262 tracks those per Job for the RestartJob actions)."""
+
+    restarts: int = 0
+    toward: int = 0
+    job_toward: int = 0
+    #: The simulated Job's own counters; a restart recreates the Job and starts them again.
+    job: JobState = field(default_factory=JobState)
+
+
+class JobSetSimulator:
+    """Pod failures of one Job of replicated Job ``replicated``, through the child Job's
+    counting (``JobSimulator.fail``) and then, when the Job fails, JobSet's failure policy.
+
+    ``rules`` is ``None`` when the JobSet has no ``failurePolicy``.
+    """
+
+    def __init__(
+        self,
+        job: JobSimulator,
+        rules: Sequence[Any] | None,
+        max_restarts: int,
+        replicated: str,
+        pod: Sequence[Piece] = (Wild(),),
+        in_place: bool = False,
+    ):
+        self.job = job
+        self.rules = list(rules) if rules is not None else None
+        self.max_restarts = max_restarts
+        self.replicated = replicated
+        self.containers = job.containers
+        #: The failed pod's namespace/name as JobSet's message patterns see it.
+        self.pod = list(pod)
+        #: restartStrategy InPlaceRestart: a pod failure the Job survives restarts the set
+        #: in place, counted (``exceededMaxRestarts`` in pkg/controllers/in_place_restart.go).
+        self.in_place = in_place
+
+    def decide(self, reason: str, message: str) -> tuple[int | None, str]:
+        """The first JobSet rule (0-based) that applies to the failed Job, and its action."""
+        for index, rule in enumerate(self.rules or []):
+            if (
+                isinstance(rule, dict)
+                and rule.get("action") in JOBSET_ACTIONS
+                and jobset_rule_matches(rule, reason, message, self.replicated, self.pod)
+            ):
+                return index, str(rule["action"])
+        return None, "RestartJobSet"
+
+    def examples(self) -> list[str]:
+        """What common failures do in the first run, each walked like a real one."""
+        out = []
+        for event in self.job.example_events():
+            (step,) = self.run([event]).steps
+            out.append(f"{step.what}: {step.result}")
+        return out
+
+    def run(self, events: Sequence[Event]) -> Simulation:
+        counters = JobSetState()
+        backoff = Backoff()
+
+        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
+            run = (counters.toward if self.in_place else counters.restarts) + 1
+            placed = self.job.placement(counters.restarts)
+            pod = number - backoff.events
+            done = self.job.restart_in_place(backoff, event)
+            facts = self.job.pod_facts(counters.job, counters.restarts)
+            replaced, said = self.job.replacement(backoff, event) if done else (None, "")
+            if done and replaced is None:
+                job = counters.job
+                used = job.index_counted if self.job.per_index is not None else job.counted
+                made = self.job.in_place_step(
+                    pod,
+                    used,
+                    placed,
+                    event,
+                    done,
+                    counted=counters.toward,
+                    run=run,
+                    restarts=counters.restarts,
+                    facts=facts,
+                )
+                return made, None
+            where = f"in run {run}, {on_nodes(placed)}"
+            outcome = self.job.fail(counters.job, replaced or event, pod, where)
+            if replaced is not None:
+                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
+            backoff.new_pod()
+            result = lead(outcome.verdict, outcome.result)
+            if replaced is not None:
+                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
+            ending = None
+            if outcome.ending is None and self.in_place and self.rules is not None:
+                result, ending = self._in_place(outcome.verdict, counters)
+            elif outcome.ending is not None:
+                reason = str(outcome.ending.reason)
+                text, ending = self._job_failed(reason, outcome.message, counters)
+                if ending is None and outcome.memory:
+                    text += f", with {outcome.memory}"
+                result = f"{lead(outcome.verdict, self._job_text(outcome.result, reason))}; {text}"
+            made = Step(
+                pod=outcome.attempt if self.job.on_failure else pod,
+                attempt=number if self.job.on_failure else outcome.attempt,
+                nodes="same pod" if self.job.on_failure else placed,
+                event=event.token,
+                what=event.describe(self.job.main),
+                rule=outcome.match.index + 1 if outcome.match else None,
+                action=outcome.match.action if outcome.match else None,
+                counted=outcome.counted,
+                counted_failures=counters.toward,
+                result=result,
+                run=run,
+                restarts=counters.restarts,
+                in_place=tuple(done) if replaced is not None else (),
+                facts=facts,
+                replaced=replaced is not None,
+            )
+            return made, ending
+
+        steps, ending, unused = walk(events, step)
+        return Simulation(
+            [e.token for e in events],
+            steps,
+            ending or self._running(counters),
+            unused,
+            in_place=self.job.summary(backoff),
+            next=self._next(counters, len(events) - backoff.events + 1, steps, ending),
+        )
+
+    def _next(
+        self, counters: JobSetState, pod: int, steps: Sequence[Step], ending: Ending | None
+    ) -> NextPod | None:
+        """The pod that runs next, when the JobSet still runs and no pod goes on."""
+        facts = self.job.pod_facts(counters.job, counters.restarts)
+        if ending is not None or (steps and steps[-1].in_place) or facts is None:
+            return None
+        job = counters.job
+        used = job.index_counted if self.job.per_index is not None else job.counted
+        run = (counters.toward if self.in_place else counters.restarts) + 1
+        return NextPod(pod, used + 1, facts, run)
+
+    @staticmethod
+    def _job_text(result: str, reason: str) -> str:
+        if reason == "FailedIndexes":
+            return f"{result}; once its other indexes are done the Job fails (FailedIndexes)"
+        if result.startswith("the Job fails"):
+            return f"{result} ({reason})"
+        return f"{result}: the Job fails ({reason})"
+
+    def _job_failed(
+        self, reason: str, message: str, counters: JobSetState
+    ) -> tuple[str, Ending | None]:
+        """JobSet's reaction to its Job failing: the text, and the JobSet's ending (if it
+        ends); a recreated Job starts counting again (``counters.job``)."""
+        where = f"a Job of {self.replicated} failed with reason {reason}"
+        if self.rules is None:
+            return (
+                f"the JobSet has no failurePolicy: it fails ({FAILED_JOBS})",
+                Ending("Failed", FAILED_JOBS, f"{where}, and there is no failurePolicy"),
+            )
+        index, action = self.decide(reason, message)
+        if index is None:
+            label = "no JobSet rule matches (RestartJobSet)"
+        else:
+            rule = self.rules[index]
+            name = rule.get("name") or f"failurePolicyRule{index}"
+            label = f"JobSet rule {index + 1} {name} ({action})"
+        limit = self.max_restarts
+        if action == "FailJobSet":
+            return (
+                f"{label}: the JobSet fails at once",
+                Ending("Failed", FAIL_ACTION, f"{where}, and rule {index + 1} {name} says so"),
+            )
+        counts = action in ("RestartJobSet", "RestartJob")
+        if counts and max(counters.toward, counters.job_toward) >= limit:
+            used = max(counters.toward, counters.job_toward)
+            return (
+                f"{label}: {used} of {limit} restarts used, the JobSet fails",
+                Ending("Failed", MAX_REACHED, f"{where} after {used} of maxRestarts {limit}"),
+            )
+        whole = action in RESTART_ACTIONS
+        if counts:
+            counters.job_toward += 1
+            counters.toward += 1 if whole else 0
+        if whole:
+            counters.restarts += 1
+        tally = (
+            f"{max(counters.toward, counters.job_toward)} of {limit} restarts used"
+            if counts
+            else f"not counted, still {counters.toward} of {limit} restarts used"
+        )
+        what = "the JobSet restarts" if whole else "only this Job is recreated"
+        nodes = on_nodes(self.job.placement(counters.restarts))
+        again = "" if whole else " again"
+        # A new Job; the set's failure history (its lineage) goes on.
+        counters.job = JobState(
+            ooms=counters.job.ooms,
+            failed_nodes=counters.job.failed_nodes,
+            disruptions=counters.job.disruptions,
+        )
+        return (
+            f"{label}: {what} ({tally}); next: run {counters.restarts + 1}{again}, {nodes}",
+            None,
+        )
+
+    def _in_place(self, verdict: str, counters: JobSetState) -> tuple[str, Ending | None]:
+        """InPlaceRestart: the failed pod is recreated and every other pod restarts in
+        place; JobSet fails once the restarts counted exceed maxRestarts. The pods keep
+        their restart-attempt label (status.restarts does not change)."""
+        limit = self.max_restarts
+        head = lead(verdict, "the Job goes on (its backoffLimit is 2147483647)")
+        if counters.toward >= limit:
+            return (
+                f"{head}; the set would restart in place, but {counters.toward} of {limit} "
+                "restarts are used: the JobSet fails",
+                Ending(
+                    "Failed",
+                    MAX_REACHED,
+                    f"a pod of {self.replicated} failed after {counters.toward} of maxRestarts "
+                    f"{limit} in-place restarts",
+                ),
+            )
+        counters.toward += 1
+        return (
+            f"{head}; the whole set restarts in place ({counters.toward} of {limit} restarts "
+            f"used); next: run {counters.toward + 1}, on the same nodes",
+            None,
+        )
+
+    def _running(self, counters: JobSetState) -> Ending:
+        run = f"run {(counters.toward if self.in_place else counters.restarts) + 1}"
+        if self.rules is None:
+            return Ending("Running", None, f"{run} goes on; the first Job to fail ends it")
+        left = self.max_restarts - counters.toward
+        return Ending(
+            "Running",
+            None,
+            f"{run} goes on (restart-attempt {counters.restarts}), "
+            f"{on_nodes(self.job.placement(counters.restarts))}; "
+            + (
+                f"{count_of(left, 'more restart')} can count before the JobSet fails"
+                if left > 0
+                else "the next Job to fail by a counted restart ends it"
+            ),
+        )
