@@ -309,3 +309,22 @@ def test_rollout_md_shows_what_the_commands_print(tmp_path):
     text = explain.render_text([one(manifest(namespace="team-b"), config)])
     shown = doc_block("<!-- rollout-explain -->", page)
     assert shown in text
+
+
+def test_a_default_enforcing_would_skip_is_said_under_audit_too():
+    """Enforced, a default that conflicts with the spec is skipped with a warning (never a
+    denial); audited, the same warning is said, so the admin learns it before enforcing."""
+    # upstream: ValidateJobSpec (pkg/apis/batch/validation/validation.go) refuses a
+    # podFailurePolicy beside podReplacementPolicy TerminatingOrFailed.
+    obj = cronjob()
+    obj["spec"]["jobTemplate"]["spec"]["podReplacementPolicy"] = "TerminatingOrFailed"
+    config = parse_config(AUDITED_NS)
+    verdict, out = mutate(obj, config)
+    template = obj["spec"]["jobTemplate"]["spec"]
+    assert verdict.allowed and out["spec"]["jobTemplate"]["spec"] == template
+    (part,) = AuditRecord.of(out).parts  # backoff-limit still audited; no rule
+    assert part.backoff_limit == 2 and part.rules == ()
+    (said,) = [w for w in verdict.warnings if "skipped" in w]
+    assert said.startswith("retry-policy: audit: enforced, fail-non-retriable")
+    assert "podReplacementPolicy: TerminatingOrFailed" in said
+    assert_idempotent(obj, config)
