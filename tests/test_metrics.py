@@ -253,22 +253,32 @@ def test_every_line_of_the_process_is_json(server):
 def test_metrics_port_serves_only_metrics(server):
     import http.client
 
+    # (its own admissions: the counters' families appear at their first count, whichever
+    # test of the module ran before)
+    assert server.review("/mutate", review(job(FULL)))["response"]["allowed"]
+    rail = server.review("/validate", review(job({P + "backoff-limit": "9"})))
+    assert rail["response"]["status"]["code"] == 403
     conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=scaled(10))
     conn.request("GET", "/secret-stuff")
     assert conn.getresponse().status == 404
     conn.close()
-    conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=scaled(10))
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    conn.close()
-    names = {f.name for f in text_string_to_metric_families(text)}
-    assert {
+    wanted = {
         "retry_webhook_admission_duration_seconds",
         "retry_webhook_mutations",
         "retry_webhook_denials",
         "retry_webhook_certificate_expiry_timestamp_seconds",
         "retry_webhook_config_last_reload_successful",
-    } <= names
+    }
+
+    def names() -> set[str]:
+        conn = http.client.HTTPConnection("127.0.0.1", server.metrics_port, timeout=scaled(10))
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return {f.name for f in text_string_to_metric_families(text)}
+
+    # (a worker writes its counts at its next interval: wait for them, not for a time)
+    eventually(lambda: wanted <= names())
 
 
 def test_denial_reasons_are_problem_reasons():
