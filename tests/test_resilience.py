@@ -238,8 +238,8 @@ def test_a_killed_worker_loses_only_its_in_flight_requests(tmp_path):
             killed_at = time.monotonic()
             eventually(lambda: victim not in worker_pids(srv.proc.pid))
             eventually(lambda: sum(ok for t, ok in load.results if t > killed_at) > 20)
-        after = worker_pids(srv.proc.pid)
-        assert victim not in after and len(after) == 2  # replaced
+        # replaced (the survivor may answer its 20 before the replacement is up)
+        eventually(lambda: len(worker_pids(srv.proc.pid) - {victim}) == 2)
         failures = [t for t, ok in load.results if not ok]
         late = [t for t in failures if t > killed_at + scaled(0.5)]
         assert len(failures) <= 4, failures  # at most the connections the victim held
