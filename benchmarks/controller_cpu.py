@@ -41,7 +41,7 @@ from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.jobsim import T0, JobRun
 from testkit.workloads import mutate
 from webhook.kube import gates
-from webhook.policy.model import format_time
+from webhook.policy.grammar import format_time
 from webhook.tls import certs
 
 #: The three kinds of annotated Jobs the feeder's pods belong to.

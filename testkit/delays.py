@@ -19,7 +19,7 @@ from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.leadership import LeaderState
 from webhook.policy.config import parse_config
-from webhook.policy.model import format_time
+from webhook.policy.grammar import format_time
 
 NOW = 1_795_000_000.0  # 2026-11-18T...: a fixed wall clock for every admission here
 DELAY = {P + "retry-delay": "30s", P + "attempt-env": "true"}

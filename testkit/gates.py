@@ -19,7 +19,7 @@ from testkit.servers import scaled
 from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.controller.gates import GateReleaser
 from webhook.kube import gates
-from webhook.policy.model import format_time
+from webhook.policy.grammar import format_time
 
 QUOTA = {"name": "example.com/quota"}
 

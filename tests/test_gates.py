@@ -41,7 +41,7 @@ from testkit.workloads import kubectl_patch, validate_schema
 from webhook.controller.gates import GateReleaser, release_all
 from webhook.kube import gates
 from webhook.plan import delays as between
-from webhook.policy.model import format_time, parse_time
+from webhook.policy.grammar import format_time, parse_time
 
 BIN = Path(sys.executable).parent / "retry-webhook"
 LEASE = "retry-policy-webhook-controller"

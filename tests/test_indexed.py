@@ -22,7 +22,7 @@ from webhook.kube.failurepolicy import (
     non_retriable_rule,
 )
 from webhook.policy.config import parse_config
-from webhook.policy.model import INT32_MAX
+from webhook.policy.grammar import INT32_MAX
 
 INDEXED = {"completionMode": "Indexed", "completions": 8, "parallelism": 4}
 PER_INDEX = {**INDEXED, "backoffLimitPerIndex": 2}

@@ -20,8 +20,8 @@ from webhook.admission import review as admission
 from webhook.kube import gates
 from webhook.kube.wellknown import QUEUE_LABEL
 from webhook.policy.config import ConfigError, parse_config
+from webhook.policy.grammar import format_time
 from webhook.policy.kueue import DEFAULT_TIMEOUT, Kueue, parse_go_duration
-from webhook.policy.model import format_time
 
 TEN_MINUTES = {P + "retry-delay": "10m", P + "backoff-limit": "3"}
 #: Kueue evicts past recoveryTimeout 5m; a released pod needs 1m: a retry may wait 4m.

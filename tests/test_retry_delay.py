@@ -31,18 +31,15 @@ from webhook.cluster.attempts import AttemptLookup
 from webhook.kube import gates
 from webhook.plan import delays as between
 from webhook.policy.config import ConfigError, parse_config
-from webhook.policy.model import (
+from webhook.policy.grammar import (
     BadValue,
-    Delays,
-    Scope,
     format_duration,
     format_time,
-    format_value,
-    parse_annotations,
     parse_delay_factor,
     parse_duration,
     parse_time,
 )
+from webhook.policy.model import Delays, Scope, format_value, parse_annotations
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"

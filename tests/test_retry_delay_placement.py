@@ -16,7 +16,7 @@ from testkit.workloads import mutate, validate
 from webhook.kube import gates, jobsetplacement
 from webhook.plan import delays as between
 from webhook.policy.config import parse_config
-from webhook.policy.model import format_time
+from webhook.policy.grammar import format_time
 
 PINNED = {"nodeName": "gpu-node-7"}
 

@@ -105,7 +105,7 @@ from webhook.plan.causes import (
     disruption,
     disruption_scope,
 )
-from webhook.policy.model import parse_count
+from webhook.policy.grammar import parse_count
 
 log = logging.getLogger(__name__)
 

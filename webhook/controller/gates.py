@@ -31,7 +31,7 @@ from webhook.cluster.events import Regarding
 from webhook.cluster.informer import Informer, short_error
 from webhook.controller.writes import Writes
 from webhook.kube import apiclient, gates
-from webhook.policy.model import BadValue, parse_time
+from webhook.policy.grammar import BadValue, parse_time
 
 log = logging.getLogger(__name__)
 

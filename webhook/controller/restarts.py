@@ -62,7 +62,7 @@ from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED
 from webhook.kube.objects import mapping
 from webhook.kube.restartrules import restarts
 from webhook.plan.causes import MAX_RESTARTS_LABEL, replaced
-from webhook.policy.model import parse_restart_budget
+from webhook.policy.grammar import parse_restart_budget
 
 log = logging.getLogger(__name__)
 

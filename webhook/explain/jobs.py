@@ -42,13 +42,8 @@ from webhook.plan.model import (
 )
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
-from webhook.policy.model import (
-    PREFIX,
-    BadValue,
-    Policy,
-    format_duration,
-    parse_count,
-)
+from webhook.policy.grammar import BadValue, format_duration, parse_count
+from webhook.policy.model import PREFIX, Policy
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
 

@@ -41,10 +41,8 @@ from webhook.plan.inplace import InPlaceEnds
 from webhook.plan.model import (
     non_spot,
 )
-from webhook.policy.model import (
-    INT32_MAX,
-    Delays,
-)
+from webhook.policy.grammar import INT32_MAX
+from webhook.policy.model import Delays
 
 
 def _facts_delay(delays: Delays | None, failures: int) -> int:

@@ -61,7 +61,8 @@ from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
-from webhook.policy.model import INT32_MAX, Policy
+from webhook.policy.grammar import INT32_MAX
+from webhook.policy.model import Policy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from webhook.explain.model import (
     Simulation,
     Step,
 )
-from webhook.policy.model import format_duration
+from webhook.policy.grammar import format_duration
 
 # --- rendering ---------------------------------------------------------------------------
 

@@ -11,15 +11,8 @@ from webhook.kube.objects import items
 from webhook.plan import inplace
 from webhook.plan.model import first_non_spot, non_spot
 from webhook.plan.record import rule_id
-from webhook.policy.model import (
-    PREFIX,
-    Delays,
-    Policy,
-    Setting,
-    Source,
-    format_duration,
-    format_value,
-)
+from webhook.policy.grammar import format_duration
+from webhook.policy.model import PREFIX, Delays, Policy, Setting, Source, format_value
 
 # --- settings and their provenance -------------------------------------------------------
 

@@ -26,6 +26,7 @@ from webhook.kube.owned import ALL, Owned
 from webhook.plan import causes, delays, failureaware, inplace, queued
 from webhook.plan.model import BudgetPlan, job_limit_field
 from webhook.plan.outcome import Context, Outcome
+from webhook.policy.grammar import format_duration
 from webhook.policy.model import (
     BUILTIN,
     PREFIX,
@@ -33,7 +34,6 @@ from webhook.policy.model import (
     Scope,
     Setting,
     Source,
-    format_duration,
     format_value,
     parse_annotations,
     retry_delays,

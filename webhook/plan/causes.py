@@ -48,18 +48,13 @@ from webhook.kube import podspec
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOBSET_UID
 from webhook.plan.outcome import Outcome
-from webhook.policy.model import (
-    BUILTIN,
-    PREFIX,
+from webhook.policy.grammar import (
     BadValue,
-    Policy,
-    Setting,
-    format_value,
     parse_count,
     parse_peer_disruptions,
     parse_restart_budget,
-    with_setting,
 )
+from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
 
 #: The template labels, by key: what the controller and the chart select pods by.
 LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")

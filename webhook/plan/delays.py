@@ -45,13 +45,8 @@ from webhook.cluster.leadership import GateReleases, LeaderLive, Now, Passed
 from webhook.kube import gates, jobsetplacement, podspec
 from webhook.kube.owned import ALL, SHALLOW, Owned
 from webhook.plan.outcome import Context, Outcome
-from webhook.policy.model import (
-    PREFIX,
-    Policy,
-    format_duration,
-    format_time,
-    retry_delays,
-)
+from webhook.policy.grammar import format_duration, format_time
+from webhook.policy.model import PREFIX, Policy, retry_delays
 from webhook.problems import Problem
 
 ATTEMPT = "RETRY_POLICY_ATTEMPT"

@@ -29,12 +29,12 @@ from typing import Any
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import QUEUE_LABEL
 from webhook.plan.outcome import Context, Outcome
+from webhook.policy.grammar import format_duration
 from webhook.policy.model import (
     PREFIX,
     Policy,
     Setting,
     Source,
-    format_duration,
     format_value,
     retry_delays,
     with_setting,

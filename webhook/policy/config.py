@@ -21,17 +21,8 @@ import yaml
 from webhook.kube import quantity
 from webhook.kube.versions import KubeVersion
 from webhook.policy import kueue as kq
-from webhook.policy.model import (
-    KEYS,
-    BadValue,
-    Layer,
-    Source,
-    did_you_mean,
-    format_duration,
-    format_value,
-    parse_duration,
-    parse_memory,
-)
+from webhook.policy.grammar import BadValue, format_duration, parse_duration, parse_memory
+from webhook.policy.model import KEYS, Layer, Source, did_you_mean, format_value
 from webhook.problems import Problem
 
 #: Spot/preemptible node labels by provider, as each one's source gives them: GKE's

@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from webhook.policy.model import format_duration
+from webhook.policy.grammar import format_duration
 
 #: ``QUEUE_LABEL`` queues a workload in a Kueue LocalQueue (read by
 #: ``QueueNameForObject`` in pkg/controller/jobframework/utils.go).

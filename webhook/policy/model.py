@@ -19,13 +19,11 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.kube import quantity
-from webhook.policy.grammar import (  # noqa: F401  (the grammars' users import them from here too)
-    INT32_MAX,
+from webhook.policy.grammar import (
     MAX_DELAY_SECONDS,
     BadValue,
     format_duration,
     format_factor,
-    format_time,
     parse_any,
     parse_bool,
     parse_count,

@@ -23,7 +23,8 @@ from webhook.plan.causes import (
     PEERS_LABEL,
     disruption_scope,
 )
-from webhook.policy.model import PREFIX, parse_count, parse_restart_budget
+from webhook.policy.grammar import parse_count, parse_restart_budget
+from webhook.policy.model import PREFIX
 from webhook.status.model import (
     Attempt,
     Budget,

@@ -89,7 +89,8 @@ from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations
 from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
-from webhook.policy.model import APPLIED, INT32_MAX, PREFIX, Policy, Setting, Source, with_setting
+from webhook.policy.grammar import INT32_MAX
+from webhook.policy.model import APPLIED, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
 #: What JobSet's own webhook writes into a replicated Job's pod template when it is unset.

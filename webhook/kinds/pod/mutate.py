@@ -33,14 +33,8 @@ from webhook.plan.model import non_spot as placement_rule
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations, pod_policy
 from webhook.plan.record import AppliedRecord
-from webhook.policy.model import (
-    APPLIED,
-    PREFIX,
-    BadValue,
-    Policy,
-    format_value,
-    parse_count,
-)
+from webhook.policy.grammar import BadValue, parse_count
+from webhook.policy.model import APPLIED, PREFIX, Policy, format_value
 from webhook.problems import Problem
 
 
