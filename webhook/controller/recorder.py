@@ -559,4 +559,5 @@ def _jobset_workload(jobset: Mapping[str, Any]) -> _Workload:
         str(meta.get("name") or ""),
         *_version_and_text(jobset),
         managed=planned(meta),
+        audited=audited(meta),
     )
