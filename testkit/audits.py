@@ -6,11 +6,12 @@ engine under ``rollout: audit``."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 from testkit.builders import job, stored
 from testkit.fakeapi import FakeAPI
-from testkit.jobsim import JobRun
+from testkit.jobsim import T0, JobRun
 from testkit.kinds import cronjob, jobset, replicated
 from testkit.waste import MAIN
 from testkit.workloads import mutate
@@ -71,6 +72,14 @@ def fail_until_ended(run: JobRun, code: int) -> dict:
         run.fail(run.new_pod(), code=code)
         run.sync()
     return run.conclude()
+
+
+def clock(start: float, stop: float) -> tuple[str, str]:
+    """A pod's start and stop (``JobRun.clock``), in minutes after jobsim's ``T0``."""
+    t0 = dt.datetime.strptime(T0, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return tuple(  # type: ignore[return-value]
+        (t0 + dt.timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%SZ") for m in (start, stop)
+    )
 
 
 def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = None) -> dict:

@@ -5,11 +5,9 @@ each failed pod recorded as the recorder records it (``Record.add``)."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
-from testkit.audits import audited_jobset, child_jobs
+from testkit.audits import audited_jobset, child_jobs, clock
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from webhook.cluster.record import Record
@@ -18,7 +16,6 @@ from webhook.kube import failurepolicy as fp
 from webhook.plan.audit import AuditedPart, AuditRecord
 from webhook.plan.jobsetreplay import replay_jobset
 
-T0 = dt.datetime(2026, 11, 26, 10, 0, tzinfo=dt.timezone.utc)
 #: MAIN holds 2 cores, 4 GiB and a GPU: per minute of run time, in resource-seconds.
 PER_MINUTE = {"cpu": 120.0, "memory": 240.0, "nvidia.com/gpu": 60.0}
 
@@ -26,10 +23,6 @@ PER_MINUTE = {"cpu": 120.0, "memory": 240.0, "nvidia.com/gpu": 60.0}
 @pytest.fixture
 def api():
     return FakeAPI()  # not served: the objects are only stored
-
-
-def _stamp(minutes: float) -> str:
-    return (T0 + dt.timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Played:
@@ -43,7 +36,7 @@ class Played:
 
     def fail(self, rjob: str, start: float, stop: float, code: int) -> dict:
         child: JobRun = self.children[rjob]
-        child.clock = (_stamp(start), _stamp(stop))
+        child.clock = clock(start, stop)
         pod = child.fail(child.new_pod(), code=code)
         counted = fp.counts(fp.evaluate([], fp.PodFailure.from_pod(pod)))
         self.record = self.record.add(pod, counted, True)
@@ -57,7 +50,7 @@ class Played:
 
     def succeed(self, rjob: str, start: float, stop: float) -> None:
         child = self.children[rjob]
-        child.clock = (_stamp(start), _stamp(stop))
+        child.clock = clock(start, stop)
         child.succeed(child.new_pod())
 
     def restart(self) -> None:
@@ -206,3 +199,37 @@ def test_a_jobset_pods_try_keeps_its_run(api):
     assert kept.to_json()[-1] == 2
     # A Job's pod: no run, the entry as before.
     assert len(Try(kept.lineage, 1.0, 1.0, kept.failure).to_json()) == 6
+
+
+def test_three_runs_ended_earlier_are_summed_and_the_note_stays_under_1_kib(api):
+    """The Event's note is cut at 1 KiB (``ValidateEventCreate``): two runs are named,
+    the rest counted, and what they saved summed."""
+    jobset = audited_jobset()
+    jobset["metadata"]["name"] = "p" * 63
+    played = Played(api, jobset)
+    for run in range(3):
+        played.fail("workers", 10 * run, 10 * run + 1, 42)
+        played.fail("workers", 10 * run + 2, 10 * run + 3, 42)
+        played.fail("workers", 10 * run + 4, 10 * run + 5, 42)
+        played.restart() if run < 2 else None
+    result = played.replay()
+    sentence = result.sentence()
+    assert "; and 1 more run; in all 6 attempts, 360 s, 720 core-seconds" in sentence
+    assert sentence.count(f"Job {'p' * 63}-workers-0 at once on exit 42") == 2
+    assert len(sentence.encode()) <= 1024
+    assert result.saved == {k: 6 * v for k, v in PER_MINUTE.items()}
+
+
+def test_a_replicated_job_whose_pods_restart_in_place_is_not_replayed(api):
+    """# upstream: pastBackoffLimitOnFailure (kubernetes pkg/controller/job/
+    job_controller.go): with restartPolicy OnFailure the Job controller counts container
+    restarts, which no failed pod records."""
+    jobset = audited_jobset()
+    jobset["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["restartPolicy"] = (
+        "OnFailure"
+    )
+    result = Played(api, jobset).replay()
+    assert result.sentence() == (
+        "what the defaults would have done is not known: the pods of replicated Job workers "
+        "restart in place (restartPolicy OnFailure: the Job controller counts restarts)"
+    )

@@ -49,7 +49,7 @@ COMPLETED, FAILED = "Completed", "Failed"
 #: ``FailurePolicyAction``s that recreate one child Job without a new run.
 RESTART_ONE = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 #: At most this many runs are told in a sentence (an Event's note is 1 KiB at most).
-MAX_RUNS_NAMED = 3
+MAX_RUNS_NAMED = 2
 EARLIER, INSTEAD, LONGER, SAME, UNKNOWN = "earlier", "instead", "longer", "same", "unknown"
 
 
@@ -141,7 +141,8 @@ class JobSetReplay:
             )
         said = [r.words() for r in told[:MAX_RUNS_NAMED]]
         if len(told) > MAX_RUNS_NAMED:
-            said.append(f"and {len(told) - MAX_RUNS_NAMED} more runs")
+            more = len(told) - MAX_RUNS_NAMED
+            said.append(f"and {more} more run{_s(more)}")
         ended = [r for r in self.runs if r.kind in (EARLIER, INSTEAD)]
         if len(ended) > 1:
             count = sum(r.saved_count for r in ended)
