@@ -16,6 +16,12 @@ and a CronJob's Job whose record keeps tries (the recorder keeps them only when 
 carries the audit record), told from the CronJob's part ``spec.jobTemplate.spec`` (one GET
 of the CronJob, when the Job has ended). A
 CronJob's Job that never failed and carries neither is not told: nothing about it differs.
+A JobSet's child Jobs are not told apart: the JobSet is, as a whole, once it ends
+(``Completed`` or ``Failed``), from its own record and audit, run by run
+(``webhook.plan.jobsetreplay``). JobSets are watched from the first child Job seen (a
+cluster without JobSet never lists them); one is told once its record holds as many
+failures of its last run as that run's child Jobs counted, or ``grace`` seconds after it
+ended.
 
 Its failures first: the last failed pod and the Job's end come on two watches, and the
 recorder writes in batches. A Job is told once its record has counted as many failures as
@@ -354,7 +360,7 @@ def candidate(job: Mapping[str, Any]) -> bool:
         return False
     owner = controller_of(meta) or {}
     if owner.get("kind") == "JobSet":
-        return False  # its JobSet's audit: not replayed yet
+        return False  # told with its JobSet (``tell_jobset``)
     if audited(meta):
         return True
     # The recorder keeps tries only for an audited workload (a CronJob's Job: its CronJob's
