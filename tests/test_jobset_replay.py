@@ -233,3 +233,22 @@ def test_a_replicated_job_whose_pods_restart_in_place_is_not_replayed(api):
         "what the defaults would have done is not known: the pods of replicated Job workers "
         "restart in place (restartPolicy OnFailure: the Job controller counts restarts)"
     )
+
+
+def test_a_failure_policy_on_reasons_is_told_the_reason_the_child_would_fail_with(api):
+    """# upstream: ruleIsApplicable (jobset pkg/controllers/failure_policy.go): a rule's
+    ``onJobFailureReasons`` match the child Job's ``Failed`` reason, which a FailJob rule
+    makes ``PodFailurePolicy`` where the budget made it ``BackoffLimitExceeded``
+    (kubernetes pkg/controller/job/job_controller.go)."""
+    rule = {"name": "stop", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+    played = Played(api, audited_jobset(failure_policy={"maxRestarts": 1, "rules": [rule]}))
+    for minute in (0, 2, 4):
+        played.fail("workers", minute, minute + 1, 42)
+    assert (
+        played.replay()
+        .sentence()
+        .endswith(
+            "whether the JobSet then restarts is its failurePolicy's decision, which the defaults "
+            "do not change (its rules would see the child Job failed with reason PodFailurePolicy)"
+        )
+    )

@@ -70,6 +70,10 @@ class RunReplay:
     saved_count: int = 0
     saved_seconds: float = 0.0
     saved: Mapping[str, float] = field(default_factory=dict)
+    #: The child Job's ``Failed`` reason under the audited plan, and the real one ("":
+    #: none recorded), which the JobSet's failurePolicy rules may match on.
+    reason: str = ""
+    real_reason: str = ""
 
     def words(self) -> str:
         if self.kind == UNKNOWN:
@@ -97,6 +101,9 @@ class JobSetReplay:
     attempts: int  # failed attempts replayed
     runs: tuple[RunReplay, ...] = ()
     not_replayed: str = ""
+    #: Whether the JobSet's failurePolicy rules match on the child Job's failure reason
+    #: (``onJobFailureReasons``: ``ruleIsApplicable``).
+    by_reason: bool = False
 
     @property
     def saved(self) -> dict[str, float]:
@@ -149,10 +156,14 @@ class JobSetReplay:
             seconds = sum(r.saved_seconds for r in ended)
             said.append(f"in all {savings(count, seconds, self.saved)} saved")
         if ended:
-            said.append(
+            tail = (
                 "whether the JobSet then restarts is its failurePolicy's decision, which the "
                 "defaults do not change"
             )
+            other = [r.reason for r in ended if r.reason != r.real_reason]
+            if self.by_reason and other:
+                tail += f" (its rules would see the child Job failed with reason {other[0]})"
+            said.append(tail)
         return "the defaults would have differed: " + "; ".join(said)
 
 
@@ -193,7 +204,9 @@ def replay_jobset(
             continue
         final_completed = run == last and outcome == COMPLETED
         runs.append(_run(jobset, audit, run, these, final_completed))
-    return JobSetReplay(outcome, len(tries), tuple(runs))
+    rules = items(mapping(mapping(jobset.get("spec")).get("failurePolicy")).get("rules"))
+    by_reason = any(rule.get("onJobFailureReasons") for rule in rules)
+    return JobSetReplay(outcome, len(tries), tuple(runs), by_reason=by_reason)
 
 
 def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try]) -> str:
@@ -230,8 +243,9 @@ def _run(
     audited one would have."""
     name = str(mapping(jobset.get("metadata")).get("name") or "")
     templates = _templates(jobset)
-    real: list[tuple[int, str, int, str]] = []  # (position in the run, Job, attempt, why)
-    audited: list[tuple[int, str, int, str]] = []
+    # (position in the run, Job, attempt, why, reason)
+    real: list[tuple[int, str, int, str, str]] = []
+    audited: list[tuple[int, str, int, str, str]] = []
     for child, positions in _children(tries).items():
         rjob, index = child
         template = templates.get(rjob, {})
@@ -249,12 +263,13 @@ def _run(
             audited.append((positions[end[0] - 1], job, *end))
     first_real, first_audited = min(real, default=None), min(audited, default=None)
     if first_audited is not None and (first_real is None or first_audited[0] < first_real[0]):
-        position, job, attempt, why = first_audited
+        position, job, attempt, why, reason = first_audited
         kind = INSTEAD if completed else EARLIER
         count, seconds, saved = _after(tries, position)
-        return RunReplay(run, kind, job, attempt, why, count, seconds, saved)
+        real_reason = first_real[4] if first_real is not None else ""
+        return RunReplay(run, kind, job, attempt, why, count, seconds, saved, reason, real_reason)
     if first_real is not None and (first_audited is None or first_audited[0] > first_real[0]):
-        _, job, attempt, why = first_real
+        _, job, attempt, why, _ = first_real
         return RunReplay(run, LONGER, job, attempt, why)
     if first_real is None and not completed:
         what = "the failure that ended it is not in the record"

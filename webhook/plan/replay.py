@@ -189,7 +189,7 @@ def _judge(
     """Each failed attempt judged in order (``syncJob``: FailJob first, then the budget)."""
     end = first_end(tries, rules, limit, settings)
     if end is not None:
-        return _ended(base, tries, *end)
+        return _ended(base, tries, end[0], end[1])
     counted = sum(fp.counts(fp.evaluate(rules, t.failure)) for t in tries)
     if base.unknown:
         return _unknown_end(base, tries)
@@ -204,20 +204,21 @@ def _judge(
 
 def first_end(
     tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str] | None = None
-) -> tuple[int, str] | None:
+) -> tuple[int, str, str] | None:
     """The failed attempt (numbered from 1) at which the Job controller ends a Job with
-    ``rules`` and ``backoffLimit`` ``limit``, and how in words; ``None``: not within
-    ``tries``. ``syncJob``: a FailJob match ends it at once; else a counted failure past
-    ``backoffLimit`` (``exceedsBackoffLimit``: ``failed > backoffLimit``)."""
+    ``rules`` and ``backoffLimit`` ``limit``, how in words, and the reason of its
+    ``Failed`` condition; ``None``: not within ``tries``. ``syncJob``: a FailJob match
+    ends it at once (``PodFailurePolicy``); else a counted failure past ``backoffLimit``
+    (``exceedsBackoffLimit``: ``failed > backoffLimit``; ``BackoffLimitExceeded``)."""
     settings = settings or {}
     counted = 0
     for number, attempt in enumerate(tries, 1):
         match = fp.evaluate(rules, attempt.failure)
         if match is not None and match.action == "FailJob":
-            return number, _failjob_words(match, settings)
+            return number, _failjob_words(match, settings), BY_PODS[1]
         counted += fp.counts(match)
         if counted > limit:
-            return number, _budget_words(limit, settings)
+            return number, _budget_words(limit, settings), BY_PODS[0]
     return None
 
 
