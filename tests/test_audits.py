@@ -291,6 +291,8 @@ def test_an_audited_jobset_is_told_on_the_jobset_once(api, tmp_path):
         recorded = record_of(api, uid, "jobsets")
         assert recorded.told and [t.run for t in recorded.tries] == [0, 0, 0]
     told_once(api, tmp_path, watches=2)
+    # The successor's recorder listed run 0's failed pods again: each is kept once.
+    assert [t.run for t in record_of(api, uid, "jobsets").tries] == [0, 0, 0]
     kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig-status", api.url))
     code, out, err = cli(["status", "jobset/pretrain", "-n", "ml", "--kubeconfig", kubeconfig])
     assert code == 0, err
