@@ -6,13 +6,23 @@ engine under ``rollout: audit``."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 from testkit.builders import job, stored
-from testkit.jobsim import JobRun
-from testkit.kinds import cronjob
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import T0, JobRun
+from testkit.kinds import cronjob, jobset, replicated
 from testkit.waste import MAIN
 from testkit.workloads import mutate
+from webhook.kube.wellknown import (
+    JOBSET_API_VERSION,
+    JOBSET_JOB_INDEX,
+    JOBSET_NAME,
+    JOBSET_UID,
+    REPLICATED_JOB,
+    RESTART_ATTEMPT,
+)
 from webhook.plan.audit import AUDIT, AUDITED, AuditRecord, managed
 from webhook.policy.config import parse_config
 
@@ -62,3 +72,104 @@ def fail_until_ended(run: JobRun, code: int) -> dict:
         run.fail(run.new_pod(), code=code)
         run.sync()
     return run.conclude()
+
+
+def clock(start: float, stop: float) -> tuple[str, str]:
+    """A pod's start and stop (``JobRun.clock``), in minutes after jobsim's ``T0``."""
+    t0 = dt.datetime.strptime(T0, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return tuple(  # type: ignore[return-value]
+        (t0 + dt.timedelta(minutes=m)).strftime("%Y-%m-%dT%H:%M:%SZ") for m in (start, stop)
+    )
+
+
+def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = None) -> dict:
+    """A JobSet admitted under audit and stored: replicated Jobs ``leader`` and ``workers``
+    (one child Job each, one pod at a time, MAIN's requests), their own backoffLimit and no
+    rules; and what the namespace's defaults would have written into each
+    (``spec.replicatedJobs[<name>].template.spec``)."""
+    jobs = []
+    for name in ("leader", "workers"):
+        rjob = replicated(name, restart_policy="Never", backoffLimit=backoff_limit)
+        rjob["replicas"] = 1
+        spec = rjob["template"]["spec"]
+        spec["parallelism"] = spec["completions"] = 1
+        spec["template"]["spec"]["containers"] = [copy.deepcopy(MAIN)]
+        jobs.append(rjob)
+    out = stored(under_audit(jobset(jobs=jobs, failure_policy=failure_policy)), uid="uid-pretrain")
+    out["status"] = {"restarts": 0}
+    return out
+
+
+def child_jobs(api: FakeAPI, stored_jobset: dict, run: int) -> dict[str, JobRun]:
+    """The child Jobs of run ``run``, by replicated Job, as the JobSet controller makes
+    them and stored (``constructJob`` and ``labelAndAnnotateObject`` in jobset
+    pkg/controllers/jobset_controller.go: the template's spec, the JobSet's labels and
+    annotations on the Job and its pod template, the run as ``restart-attempt``; named
+    ``<jobset>-<replicatedJob>-<index>`` by ``GenJobName``, pkg/util/placement)."""
+    meta = stored_jobset["metadata"]
+    out = {}
+    for rjob in stored_jobset["spec"]["replicatedJobs"]:
+        name = f"{meta['name']}-{rjob['name']}-0"
+        labels = {
+            JOBSET_NAME: meta["name"],
+            JOBSET_UID: meta["uid"],
+            REPLICATED_JOB: rjob["name"],
+            JOBSET_JOB_INDEX: "0",
+            RESTART_ATTEMPT: str(run),
+        }
+        child = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": dict(labels),
+                "annotations": dict(labels),
+                "ownerReferences": [
+                    {
+                        "apiVersion": JOBSET_API_VERSION,
+                        "kind": "JobSet",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": copy.deepcopy(rjob["template"]["spec"]),
+        }
+        template = child["spec"]["template"].setdefault("metadata", {})
+        template.setdefault("labels", {}).update(labels)
+        template.setdefault("annotations", {}).update(labels)
+        out[rjob["name"]] = JobRun.store(api, child, uid=f"uid-{name}-run{run}")
+    return out
+
+
+def jobset_status(api: FakeAPI, uid: str, change) -> dict:
+    """One status write of the JobSet controller (``updateJobSetStatus``)."""
+    return api.modify("jobsets", uid, lambda js: change(js.setdefault("status", {})))
+
+
+def restart(api: FakeAPI, uid: str, children: dict[str, JobRun]) -> int:
+    """``RestartJobSet``: ``status.restarts`` + 1 (``failurePolicyRecreateAll``), then the
+    previous run's child Jobs deleted (``getChildJobs``: ``previous``). The new run."""
+
+    def change(status: dict) -> None:
+        status["restarts"] = status.get("restarts", 0) + 1
+
+    restarts = jobset_status(api, uid, change)["status"]["restarts"]
+    for child in children.values():
+        api.delete("jobs", child.uid)
+    return restarts
+
+
+def end_jobset(api: FakeAPI, uid: str, kind: str, reason: str) -> dict:
+    """The JobSet's end (``setJobSetFailedCondition``, or the success policy's
+    ``Completed``), with its ``terminalState``."""
+
+    def change(status: dict) -> None:
+        condition = {"type": kind, "status": "True", "reason": reason, "message": reason}
+        status.setdefault("conditions", []).append(condition)
+        status["terminalState"] = kind
+
+    return jobset_status(api, uid, change)

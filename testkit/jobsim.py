@@ -103,6 +103,9 @@ class JobRun:
     verdicts: dict[str, str] = field(default_factory=dict)
     #: The Failed condition's message, when a FailJob rule ended the Job.
     message: str = ""
+    #: When the next pods start and the kubelet stops them (a test moves it on to play
+    #: attempts one after another).
+    clock: tuple[str, str] = (T0, STOPPED)
     _syncs: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -151,10 +154,14 @@ class JobRun:
             "spec": spec,
             "status": {
                 "phase": "Running",
-                "startTime": T0,
+                "startTime": self.clock[0],
                 "conditions": [{"type": "Ready", "status": "True"}],
                 "containerStatuses": [
-                    {"name": c["name"], "restartCount": 0, "state": {"running": {"startedAt": T0}}}
+                    {
+                        "name": c["name"],
+                        "restartCount": 0,
+                        "state": {"running": {"startedAt": self.clock[0]}},
+                    }
                     for c in spec["containers"]
                 ],
             },
@@ -199,7 +206,7 @@ class JobRun:
         """The kubelet: the containers stopped, the pod ``Failed``."""
 
         def change(p: dict[str, Any]) -> None:
-            _stopped(p["status"], code)
+            _stopped(p["status"], code, self.clock)
             p["status"]["phase"] = "Failed"
 
         return self.update(pod, change)
@@ -233,7 +240,7 @@ class JobRun:
             deleted = p["metadata"].get("deletionTimestamp") is not None
             assert deleted or past_deadline(p), "the kubelet has no reason to stop this pod"
             status = p["status"]
-            _stopped(status, code)
+            _stopped(status, code, self.clock)
             status["phase"], reason = kubelet_phase(p, [code] * len(status["containerStatuses"]))
             if reason is not None:
                 status["reason"] = reason
@@ -250,7 +257,7 @@ class JobRun:
 
         def change(p: dict[str, Any]) -> None:
             status = p["status"]
-            _stopped(status, code)
+            _stopped(status, code, self.clock)
             status.update(phase="Failed", reason=why, message=f"The node {why.lower()} the pod")
             status["conditions"].append(_disruption("TerminationByKubelet"))
 
@@ -322,7 +329,7 @@ class JobRun:
         """The kubelet: every container exited 0, the pod ``Succeeded``."""
 
         def change(p: dict[str, Any]) -> None:
-            _stopped(p["status"], 0)
+            _stopped(p["status"], 0, self.clock)
             p["status"]["phase"] = "Succeeded"
 
         return self.update(pod, change)
@@ -426,13 +433,18 @@ def _disruption(reason: str) -> dict[str, Any]:
     }
 
 
-def _stopped(status: dict[str, Any], code: int) -> None:
+def _stopped(status: dict[str, Any], code: int, clock: tuple[str, str] = (T0, STOPPED)) -> None:
     """Every container terminated with ``code``; the pod no longer Ready (a terminal pod is
     not: ``mergePodStatus``)."""
     for cs in status["containerStatuses"]:
         why = "Completed" if code == 0 else "Error"
         cs["state"] = {
-            "terminated": {"exitCode": code, "reason": why, "startedAt": T0, "finishedAt": STOPPED}
+            "terminated": {
+                "exitCode": code,
+                "reason": why,
+                "startedAt": clock[0],
+                "finishedAt": clock[1],
+            }
         }
     for c in status.get("conditions") or []:
         if c.get("type") == "Ready":

@@ -11,7 +11,18 @@ import threading
 import pytest
 from kubernetes import client as k8s
 
-from testkit.audits import ENDED, SAVED, audit_of, audited_job, fail_until_ended
+from testkit.audits import (
+    ENDED,
+    SAVED,
+    audit_of,
+    audited_job,
+    audited_jobset,
+    child_jobs,
+    clock,
+    end_jobset,
+    fail_until_ended,
+    restart,
+)
 from testkit.builders import P, job, stored
 from testkit.controllers import admitted_job, client_of, events_of, record_of
 from testkit.fakeapi import FakeAPI
@@ -19,6 +30,7 @@ from testkit.jobsim import JobRun
 from testkit.servers import eventually, scaled
 from testkit.waste import MAIN
 from webhook.cluster.events import EventRecorder
+from webhook.cluster.record import Record
 from webhook.controller.audits import REASON, AuditReporter
 from webhook.controller.recorder import HistoryRecorder
 from webhook.plan.audit import AUDIT
@@ -87,8 +99,16 @@ def test_an_audited_job_that_failed_is_told_what_the_defaults_would_have_saved(a
         for resource, amount in PER_ATTEMPT.items():
             assert leader.sample(SAVED, namespace="ml", resource=resource) == 2 * amount
         assert record_of(api, run.uid).told
-    # A new leader (or this one restarted) lists the Job again: told once, counted once.
+    told_once(api, tmp_path)
+
+
+def told_once(api: FakeAPI, tmp_path, watches: int = 1) -> None:
+    """A new leader (or this one restarted) lists the workload again (once its ``watches``
+    have listed: JobSets are watched from their first child Job): told once, counted
+    once."""
     with Leader(api, tmp_path) as successor:
+        found = successor.audits.watches
+        eventually(lambda: len(found) == watches and all(w.synced.is_set() for w in found), 10)
         eventually(lambda: successor.audits.stats()["waiting"] == 0, 10)
         successor.audits.flush()
         assert successor.audits.stats()["told"] == 0
@@ -224,3 +244,56 @@ def test_a_job_whose_failures_were_never_recorded_is_told_after_the_grace(api, t
             "not replayed"
         )
         assert leader.sample(ENDED, namespace="ml", differed="unknown") == 1
+
+
+def test_an_audited_jobset_is_told_on_the_jobset_once(api, tmp_path):
+    """A JobSet admitted under audit, its child Jobs made as the JobSet controller makes
+    them, restarted once: the recorder keeps its pods' tries on the JobSet (with their
+    run), and once the JobSet ends the reporter tells it once, on the JobSet, as the
+    metrics and ``retry-webhook status`` do.
+
+    # upstream: failurePolicyRecreateAll, executeFailurePolicy (jobset
+    # pkg/controllers/failure_policy.go): a failed child Job ends the run; a restart
+    # deletes the run's child Jobs and makes new ones (getChildJobs: ``previous``)."""
+    from testkit.cli import run as cli
+    from testkit.fakeapi import write_kubeconfig
+
+    jobset = api.store("jobsets", audited_jobset(failure_policy={"maxRestarts": 1}))
+    uid = jobset["metadata"]["uid"]
+    with Leader(api, tmp_path) as leader:
+        children = child_jobs(api, jobset, 0)
+        workers = children["workers"]
+        for minute in (0, 2, 4):  # backoffLimit 2: the third failure fails it
+            workers.clock = clock(minute, minute + 1)
+            workers.fail(workers.new_pod(), code=42)
+            workers.sync()
+        workers.conclude()
+        eventually(lambda: len((record_of(api, uid, "jobsets") or Record()).tries) == 3, 10)
+        children = child_jobs(api, jobset, restart(api, uid, children))
+        for child in children.values():
+            child.succeed(child.new_pod())
+            child.sync()
+            child.conclude()
+        end_jobset(api, uid, "Completed", "AllJobsCompleted")
+        eventually(lambda: events_of(api, REASON), 10)
+        (event,) = events_of(api, REASON)
+        assert event["note"] == (
+            "the defaults would have differed: in run 0 they would have failed Job "
+            "pretrain-workers-0 at once on exit 42 (fail-non-retriable) after its attempt 1, "
+            "ending the run earlier: 2 attempts, 120 s, 240 core-seconds, 480 GiB-seconds "
+            "and 120 GPU-seconds saved; whether the JobSet then restarts is "
+            "its failurePolicy's decision, which the defaults do not change"
+        )
+        assert event["regarding"]["kind"] == "JobSet" and event["regarding"]["uid"] == uid
+        assert leader.sample(ENDED, namespace="ml", differed="true") == 1
+        for resource, amount in PER_ATTEMPT.items():
+            assert leader.sample(SAVED, namespace="ml", resource=resource) == 2 * amount
+        recorded = record_of(api, uid, "jobsets")
+        assert recorded.told and [t.run for t in recorded.tries] == [0, 0, 0]
+    told_once(api, tmp_path, watches=2)
+    # The successor's recorder listed run 0's failed pods again: each is kept once.
+    assert [t.run for t in record_of(api, uid, "jobsets").tries] == [0, 0, 0]
+    kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig-status", api.url))
+    code, out, err = cli(["status", "jobset/pretrain", "-n", "ml", "--kubeconfig", kubeconfig])
+    assert code == 0, err
+    assert f"  - {event['note']}" in out

@@ -17,7 +17,10 @@ savings read:
 
 One entry is a short JSON list: ``[lineage, finished, seconds, exits, conditions, held]``,
 e.g. ``["",1795687200,60,[["main",42]],["DisruptionTarget"],{"cpu":120}]`` (an init
-container's exit is ``[name, code, 1]``). At most ``MAX_TRIES`` are kept, the first ones:
+container's exit is ``[name, code, 1]``); a JobSet's pod adds its run, the
+``restart-attempt`` label its child Job was made with (``labelAndAnnotateObject`` in
+jobset pkg/controllers/jobset_controller.go): the JobSet's replay judges each run's child
+Jobs apart (``webhook.plan.jobsetreplay``). At most ``MAX_TRIES`` are kept, the first ones:
 where an audited plan ends a workload early is among its first failures; the record's
 counts say how many more there were.
 """
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster import waste
-from webhook.cluster.history import failure_cause
+from webhook.cluster.history import failure_cause, jobset_place, jobset_run
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 
 MAX_TRIES = 24
@@ -48,6 +51,12 @@ class Try:
     seconds: float
     failure: PodFailure
     held: Mapping[str, float] = field(default_factory=dict)
+    #: A JobSet's pod: the run its child Job belongs to; ``None`` for any other pod.
+    run: int | None = None
+
+    @property
+    def started(self) -> float | None:
+        return None if self.finished is None else self.finished - self.seconds
 
     @classmethod
     def of(cls, pod: Mapping[str, Any], lineage: str) -> Try:
@@ -59,9 +68,11 @@ class Try:
         )
         _, finished = failure_cause(pod)
         held = {k: round(v, 3) for k, v in waste.wasted(pod).items()}
-        return cls(
-            lineage, finished, round(waste.run_seconds(pod), 3), PodFailure(found.exits, kept), held
-        )
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        run = jobset_run(meta) if jobset_place(meta) else None
+        seconds = round(waste.run_seconds(pod), 3)
+        return cls(lineage, finished, seconds, PodFailure(found.exits, kept), held, run)
 
     def to_json(self) -> list[Any]:
         exits = [
@@ -70,14 +81,18 @@ class Try:
         ]
         finished = int(self.finished) if self.finished is not None else None
         conditions = [kind for kind, _ in self.failure.conditions]
-        return [self.lineage, finished, self.seconds, exits, conditions, dict(self.held)]
+        out = [self.lineage, finished, self.seconds, exits, conditions, dict(self.held)]
+        return out if self.run is None else [*out, self.run]
 
     @classmethod
     def from_json(cls, data: Any) -> Try | None:
         """The entry, or ``None`` when it cannot be read (then it is not replayed)."""
-        if not isinstance(data, list) or len(data) != 6:
+        if not isinstance(data, list) or len(data) not in (6, 7):
             return None
-        lineage, finished, seconds, exits, conditions, held = data
+        lineage, finished, seconds, exits, conditions, held, *rest = data
+        run = rest[0] if rest else None
+        if run is not None and not (_int(run) and run >= 0):
+            return None
         if not isinstance(lineage, str) or not _number(seconds) or not isinstance(held, dict):
             return None
         if not (finished is None or _number(finished)):
@@ -99,6 +114,7 @@ class Try:
             float(seconds),
             PodFailure(tuple(read), kinds),
             {str(k): float(v) for k, v in held.items() if _number(v)},
+            run,
         )
 
 

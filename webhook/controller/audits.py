@@ -16,6 +16,12 @@ and a CronJob's Job whose record keeps tries (the recorder keeps them only when 
 carries the audit record), told from the CronJob's part ``spec.jobTemplate.spec`` (one GET
 of the CronJob, when the Job has ended). A
 CronJob's Job that never failed and carries neither is not told: nothing about it differs.
+A JobSet's child Jobs are not told apart: the JobSet is, as a whole, once it ends
+(``Completed`` or ``Failed``), from its own record and audit, run by run
+(``webhook.plan.jobsetreplay``). JobSets are watched from the first child Job seen (a
+cluster without JobSet never lists them); one is told once its record holds as many
+failures of its last run as that run's child Jobs counted, or ``grace`` seconds after it
+ended.
 
 Its failures first: the last failed pod and the Job's end come on two watches, and the
 recorder writes in batches. A Job is told once its record has counted as many failures as
@@ -40,14 +46,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.cluster.events import Event, workload_of_job
+from webhook.cluster.events import Event, Regarding, workload_of_job
 from webhook.cluster.informer import Informer
-from webhook.cluster.record import Record
+from webhook.cluster.record import JOBSETS, Record
 from webhook.controller.recorder import audited
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.objects import controller_of, mapping
+from webhook.kube.wellknown import JOBSET_API_VERSION, JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
+from webhook.plan import jobsetreplay
 from webhook.plan.audit import AuditRecord
+from webhook.plan.jobsetreplay import JobSetReplay, replay_jobset
 from webhook.plan.replay import CRONJOB_PART, Replay, ended, replay
 
 log = logging.getLogger(__name__)
@@ -85,6 +94,10 @@ class AuditReporter:
         #: Job UID -> since when it is seen ended, and the Job as last delivered, until
         #: it is told.
         self._waiting: dict[str, tuple[float, Mapping[str, Any]]] = {}
+        #: JobSet UID -> its child Jobs (UID -> run, ``status.failed``), for whether the
+        #: record holds its last run's failures (``_jobset_ready``).
+        self._children: dict[str, dict[str, tuple[int, int]]] = {}
+        self._jobsets: Informer | None = None
         self.counters = {"told": 0, "errors": 0}
 
     def run(self, stop: threading.Event) -> None:
@@ -97,6 +110,7 @@ class AuditReporter:
             stop,
             "controller",
         )
+        self._stop = stop
         self.watches = [jobs]
         threading.Thread(target=jobs.run, name="audit-jobs", daemon=True).start()
         while not stop.wait(self.period):
@@ -106,6 +120,9 @@ class AuditReporter:
         uid = mapping(job.get("metadata")).get("uid")
         if not isinstance(uid, str):
             return
+        owner = controller_of(mapping(job.get("metadata"))) or {}
+        if owner.get("kind") == "JobSet" and isinstance(owner.get("uid"), str):
+            self._child(event, job, owner["uid"])
         with self._lock:
             if event == "DELETED" or not candidate(job):
                 self._waiting.pop(uid, None)
@@ -124,12 +141,13 @@ class AuditReporter:
         for uid, job in ready:
             if not self.writes.ready(uid):
                 continue
+            jobset = job.get("kind") == "JobSet"
             try:
-                self.tell(job)
-            except Exception as err:  # the loop must outlive any one Job
+                self.tell_jobset(job) if jobset else self.tell(job)
+            except Exception as err:  # the loop must outlive any one workload
                 self.counters["errors"] += 1
-                regarding = workload_of_job(job)
-                what = f"the audit of Job {_name(job)}"
+                regarding = _jobset_regarding(job) if jobset else workload_of_job(job)
+                what = f"the audit of {'JobSet' if jobset else 'Job'} {_name(job)}"
                 if self.writes.failed(uid, err, regarding, what):
                     continue
             with self._lock:
@@ -137,6 +155,8 @@ class AuditReporter:
                     del self._waiting[uid]
 
     def _ready(self, since: float, job: Mapping[str, Any]) -> bool:
+        if job.get("kind") == "JobSet":
+            return self._jobset_ready(job) or self.clock() - since >= self.grace
         record = Record.of(job) or Record()
         counted = sum(line.counted for line in record.lineages.values())
         failed = mapping(job.get("status")).get("failed")
@@ -148,29 +168,64 @@ class AuditReporter:
         """Replay ``job`` against its audit, mark its record told, then write the Event
         and count it; ``None`` when there is nothing to tell (not audited after all,
         already told, gone)."""
-        meta = mapping(job.get("metadata"))
-        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         audit = self._audit(job)
         if audit is None:
             return None
         record, part = audit
-        current = job
-        result: Replay | None = None
+
+        def judge(current: Mapping[str, Any], before: Record) -> Replay | None:
+            return replay(current, part, before, record.settings)
+
+        told = self._mark_told("job", job, judge)
+        if told is None:
+            return None
+        current, result = told
+        regarding = workload_of_job(current)
+        note = result.sentence()
+        if regarding is not None and regarding.kind != "Job":
+            note = f"Job {_name(current)}: {note}"
+        self._told(current, regarding, note, result)
+        return result
+
+    def tell_jobset(self, jobset: Mapping[str, Any]) -> JobSetReplay | None:
+        """As ``tell``, for an ended JobSet (``webhook.plan.jobsetreplay``): the Event on
+        the JobSet."""
+        audit = AuditRecord.of(jobset)
+        if audit is None:
+            return None
+
+        def judge(current: Mapping[str, Any], before: Record) -> JobSetReplay | None:
+            return replay_jobset(current, audit, before)
+
+        told = self._mark_told("jobset", jobset, judge)
+        if told is None:
+            return None
+        current, result = told
+        self._told(current, _jobset_regarding(current), result.sentence(), result)
+        return result
+
+    def _mark_told(self, kind: str, obj: Mapping[str, Any], judge: Callable) -> Any:
+        """``(the workload as written, judge's result)`` once the record's ``told`` mark
+        landed, with the ``resourceVersion`` judged (a 409 reads it again); ``None``: told
+        already, not ended, or gone."""
+        meta = mapping(obj.get("metadata"))
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        current = obj
+        result: Any = None
 
         def write() -> dict[str, Any]:
             nonlocal result
             before = Record.of(current) or Record()
-            result = replay(current, part, before, record.settings)
-            if before.told or result is None:
-                result = None
+            result = None if before.told else judge(current, before)
+            if result is None:
                 return {}
             told = replace(before, told=True)
             version = str(mapping(current.get("metadata")).get("resourceVersion") or "")
-            return self.workloads.write_record("job", namespace, name, told.text(), version)
+            return self.workloads.write_record(kind, namespace, name, told.text(), version)
 
         def reread() -> bool:
             nonlocal current
-            fresh = self.workloads.read("job", namespace, name)
+            fresh = self.workloads.read(kind, namespace, name)
             if fresh is None or mapping(fresh.get("metadata")).get("uid") != meta.get("uid"):
                 return False
             current = fresh
@@ -180,20 +235,91 @@ class AuditReporter:
         if not written or result is None:
             return None
         self.writes.landed(str(meta.get("uid")))
-        self._told(current, result)
-        return result
+        return current, result
 
-    def _told(self, job: Mapping[str, Any], result: Replay) -> None:
+    def _told(
+        self,
+        obj: Mapping[str, Any],
+        regarding: Regarding | None,
+        note: str,
+        result: Replay | JobSetReplay,
+    ) -> None:
         self.counters["told"] += 1
-        namespace = str(mapping(job.get("metadata")).get("namespace") or "")
+        namespace = str(mapping(obj.get("metadata")).get("namespace") or "")
         if self.metrics is not None:
             self.metrics.audited(namespace, result.verdict, result.saved)
-        regarding = workload_of_job(job)
         if self.events is not None and regarding is not None:
-            note = result.sentence()
-            if regarding.kind != "Job":
-                note = f"Job {_name(job)}: {note}"
             self.events.emit(Event(regarding, "Normal", REASON, note, action="Audit", once=True))
+
+    # --- JobSets ------------------------------------------------------------------------
+    def _child(self, event: str, job: Mapping[str, Any], jobset_uid: str) -> None:
+        """Keep a JobSet's child Job's run and failures (its JobSets watched from the
+        first one: a cluster without JobSet never lists them)."""
+        meta = mapping(job.get("metadata"))
+        run = str(mapping(meta.get("labels")).get(RESTART_ATTEMPT) or "")
+        failed = mapping(job.get("status")).get("failed")
+        with self._lock:
+            children = self._children.setdefault(jobset_uid, {})
+            if event == "DELETED":
+                children.pop(str(meta.get("uid")), None)
+                if not children:
+                    del self._children[jobset_uid]
+            elif run.isdigit():
+                children[str(meta.get("uid"))] = (int(run), failed if _count(failed) else 0)
+            while len(self._children) > MAX_WAITING:
+                del self._children[next(iter(self._children))]
+        self._watch_jobsets()
+
+    def _watch_jobsets(self) -> None:
+        if self._jobsets is not None or not hasattr(self, "_stop"):
+            return
+
+        def list_jobsets(**kwargs: Any) -> Any:
+            return self.workloads.custom.list_cluster_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, JOBSETS, **kwargs
+            )
+
+        self._jobsets = Informer(
+            "audit-jobsets",
+            list_jobsets,
+            lambda: None,
+            self._apply_jobset,
+            {},
+            self._stop,
+            "controller",
+        )
+        self.watches.append(self._jobsets)
+        threading.Thread(target=self._jobsets.run, name="audit-jobsets", daemon=True).start()
+
+    def _apply_jobset(self, event: str, jobset: Mapping[str, Any]) -> None:
+        meta = mapping(jobset.get("metadata"))
+        uid = meta.get("uid")
+        if not isinstance(uid, str):
+            return
+        with self._lock:
+            if event == "DELETED" or not jobset_candidate(jobset):
+                self._waiting.pop(uid, None)
+                if event == "DELETED" or jobsetreplay.ended(jobset):
+                    self._children.pop(uid, None)  # gone, told, or not audited
+                return
+            since = self._waiting[uid][0] if uid in self._waiting else self.clock()
+            self._waiting[uid] = (since, {"kind": "JobSet", **jobset})
+            while len(self._waiting) > MAX_WAITING:
+                del self._waiting[next(iter(self._waiting))]
+
+    def _jobset_ready(self, jobset: Mapping[str, Any]) -> bool:
+        """Whether the record holds as many failures of the last run as its child Jobs
+        counted (the last failed pods and the JobSet's end come on different watches).
+        Called with the lock held."""
+        record = Record.of(jobset) or Record()
+        if record.more_tries:
+            return True
+        uid = str(mapping(jobset.get("metadata")).get("uid"))
+        last = mapping(jobset.get("status")).get("restarts")
+        last = last if _count(last) else 0
+        children = self._children.get(uid, {}).values()
+        failed = sum(n for run, n in children if run == last)
+        return sum(t.run == last for t in record.tries) >= failed
 
     def _audit(self, job: Mapping[str, Any]) -> tuple[AuditRecord, Any] | None:
         """The audit that applies to ``job``, and its part: the Job's own, else its
@@ -234,13 +360,33 @@ def candidate(job: Mapping[str, Any]) -> bool:
         return False
     owner = controller_of(meta) or {}
     if owner.get("kind") == "JobSet":
-        return False  # its JobSet's audit: not replayed yet
+        return False  # told with its JobSet (``tell_jobset``)
     if audited(meta):
         return True
     # The recorder keeps tries only for an audited workload (a CronJob's Job: its CronJob's
     # audit, read at the Job's first failure), so a planned CronJob's Jobs cost no GET here.
     kept = record is not None and (record.tries or record.more_tries)
     return owner.get("kind") == "CronJob" and bool(kept)
+
+
+def jobset_candidate(jobset: Mapping[str, Any]) -> bool:
+    """Whether ``jobset`` is an ended JobSet whose defaults were audited, not told yet."""
+    if not jobsetreplay.ended(jobset):
+        return False
+    record = Record.of(jobset)
+    return audited(mapping(jobset.get("metadata"))) and not (record is not None and record.told)
+
+
+def _jobset_regarding(jobset: Mapping[str, Any]) -> Regarding | None:
+    meta = mapping(jobset.get("metadata"))
+    fields = [meta.get(k) for k in ("namespace", "name", "uid")]
+    if not all(isinstance(v, str) and v for v in fields):
+        return None
+    return Regarding(JOBSET_API_VERSION, "JobSet", *fields)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _name(job: Mapping[str, Any]) -> str:

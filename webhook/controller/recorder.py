@@ -36,7 +36,8 @@ TrainJob's) pods are its JobSet's, which carries the record.
 A workload admitted with audited defaults (``retry-policy.dev/audit``, or the label
 ``retry-policy.dev/managed=audit``; a CronJob's Job: its CronJob's) counts as having a
 plan, and its record keeps what the replay of its failures needs
-(``webhook.cluster.tries``), for ``webhook.controller.audits`` when it ends.
+(``webhook.cluster.tries``), for ``webhook.controller.audits`` when it ends: a JobSet's on
+the JobSet, each with the run its child Job belonged to.
 """
 
 from __future__ import annotations
@@ -559,4 +560,5 @@ def _jobset_workload(jobset: Mapping[str, Any]) -> _Workload:
         str(meta.get("name") or ""),
         *_version_and_text(jobset),
         managed=planned(meta),
+        audited=audited(meta),
     )

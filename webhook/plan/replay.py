@@ -132,15 +132,20 @@ class Replay:
         return f"{said}: {self.savings()} saved{tail}"
 
     def savings(self) -> str:
-        n = self.saved_attempts
-        if n == 0:
-            return "no attempt"
-        parts = [
-            f"{n} failed attempt{_s(n)}" if self.outcome == COMPLETE else f"{n} attempt{_s(n)}"
-        ]
-        parts.append(f"{_amount(self.saved_seconds)} s")
-        parts += [f"{_amount(v)} {unit(k)}" for k, v in sorted(self.saved.items(), key=_order)]
-        return ", ".join(parts[:-1]) + f" and {parts[-1]}"
+        return savings(
+            self.saved_attempts, self.saved_seconds, self.saved, self.outcome == COMPLETE
+        )
+
+
+def savings(count: int, seconds: float, saved: Mapping[str, float], failed: bool = False) -> str:
+    """``2 attempts, 120 s and 240 core-seconds``: what would not have run (``failed``:
+    they were failed attempts of a workload that completed)."""
+    if count == 0 and not seconds:
+        return "no attempt"
+    parts = [f"{count} failed attempt{_s(count)}" if failed else f"{count} attempt{_s(count)}"]
+    parts.append(f"{_amount(seconds)} s")
+    parts += [f"{_amount(v)} {unit(k)}" for k, v in sorted(saved.items(), key=_order)]
+    return ", ".join(parts[:-1]) + f" and {parts[-1]}"
 
 
 def replay(
@@ -171,11 +176,7 @@ def replay(
     per_index = audited.backoff_limit_per_index
     if per_index is None:
         per_index = _int(spec.get("backoffLimitPerIndex"), -1)
-    limit = audited.backoff_limit
-    if limit is None:
-        # SetDefaults_Job: with backoffLimitPerIndex, backoffLimit defaults to MaxInt32.
-        unset = MAX_INT32 if per_index >= 0 else DEFAULT_BACKOFF_LIMIT
-        limit = _int(spec.get("backoffLimit"), unset)
+    limit = backoff_limit(spec, audited)
     if per_index >= 0:
         budget = (per_index, _int(spec.get("maxFailedIndexes"), -1), limit)
         return per_index_judge(base, tries, list(audited.rules), budget, settings, job)
@@ -186,14 +187,10 @@ def _judge(
     base: Replay, tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str]
 ) -> Replay:
     """Each failed attempt judged in order (``syncJob``: FailJob first, then the budget)."""
-    counted = 0
-    for number, attempt in enumerate(tries, 1):
-        match = fp.evaluate(rules, attempt.failure)
-        if match is not None and match.action == "FailJob":
-            return _ended(base, tries, number, _failjob_words(match, settings))
-        counted += fp.counts(match)
-        if counted > limit:  # exceedsBackoffLimit
-            return _ended(base, tries, number, _budget_words(limit, settings))
+    end = first_end(tries, rules, limit, settings)
+    if end is not None:
+        return _ended(base, tries, end[0], end[1])
+    counted = sum(fp.counts(fp.evaluate(rules, t.failure)) for t in tries)
     if base.unknown:
         return _unknown_end(base, tries)
     if base.outcome == FAILED and base.reason in BY_PODS:
@@ -203,6 +200,38 @@ def _judge(
             why = "no rule of the defaults fails it on these failures"
         return replace(base, longer=max(more, 1), why=why)
     return base
+
+
+def first_end(
+    tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str] | None = None
+) -> tuple[int, str, str] | None:
+    """The failed attempt (numbered from 1) at which the Job controller ends a Job with
+    ``rules`` and ``backoffLimit`` ``limit``, how in words, and the reason of its
+    ``Failed`` condition; ``None``: not within ``tries``. ``syncJob``: a FailJob match
+    ends it at once (``PodFailurePolicy``); else a counted failure past ``backoffLimit``
+    (``exceedsBackoffLimit``: ``failed > backoffLimit``; ``BackoffLimitExceeded``)."""
+    settings = settings or {}
+    counted = 0
+    for number, attempt in enumerate(tries, 1):
+        match = fp.evaluate(rules, attempt.failure)
+        if match is not None and match.action == "FailJob":
+            return number, _failjob_words(match, settings), BY_PODS[1]
+        counted += fp.counts(match)
+        if counted > limit:
+            return number, _budget_words(limit, settings), BY_PODS[0]
+    return None
+
+
+def backoff_limit(spec: Mapping[str, Any], audited: AuditedPart | None = None) -> int:
+    """A Job's ``backoffLimit``: the audited part's, else the spec's, else its default
+    (``SetDefaults_Job``: 6; MaxInt32 with ``backoffLimitPerIndex``)."""
+    if audited is not None and audited.backoff_limit is not None:
+        return audited.backoff_limit
+    per_index = _int(spec.get("backoffLimitPerIndex"), -1)
+    if audited is not None and audited.backoff_limit_per_index is not None:
+        per_index = audited.backoff_limit_per_index
+    unset = MAX_INT32 if per_index >= 0 else DEFAULT_BACKOFF_LIMIT
+    return _int(spec.get("backoffLimit"), unset)
 
 
 def _unknown_end(base: Replay, tries: list[Try]) -> Replay:

@@ -1,8 +1,9 @@
 """What audited defaults would have done, in ``retry-webhook status``: for each ended Job of
 an audited workload (``retry-policy.dev/audit``), the sentence its ``RetryPolicyAudit``
 Event says (``webhook.plan.replay``, the same replay the controller runs), from the Job and
-its record as read. A Job that runs is told nothing yet; a JobSet's audit is not replayed
-(nor by the controller)."""
+its record as read. A Job that runs is told nothing yet. A JobSet is told as a whole, from
+its own record, once it has ended (``webhook.plan.jobsetreplay``): its child Jobs are its
+runs' parts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from webhook.cluster.record import Record
 from webhook.kube.objects import mapping
 from webhook.plan.audit import AuditRecord
+from webhook.plan.jobsetreplay import replay_jobset
 from webhook.plan.replay import CRONJOB_PART, replay
 
 
@@ -25,7 +27,10 @@ class AuditLine:
 
 
 def audit_lines(workload: Mapping[str, Any], jobs: list[dict[str, Any]]) -> list[AuditLine]:
-    """The sentence for each ended Job of ``workload`` (a Job, or a CronJob's Jobs)."""
+    """The sentence for each ended Job of ``workload`` (a Job, or a CronJob's Jobs), or
+    for ``workload`` itself when it is a JobSet."""
+    if workload.get("kind") == "JobSet":
+        return _jobset_line(workload)
     out = []
     for job in jobs:
         own = AuditRecord.of(job)
@@ -43,13 +48,21 @@ def audit_lines(workload: Mapping[str, Any], jobs: list[dict[str, Any]]) -> list
     return out
 
 
+def _jobset_line(jobset: Mapping[str, Any]) -> list[AuditLine]:
+    audit = AuditRecord.of(jobset)
+    result = replay_jobset(jobset, audit, Record.of(jobset)) if audit is not None else None
+    if result is None:
+        return []
+    return [AuditLine("", result.sentence(), result.verdict, result.saved)]
+
+
 def render_text(lines: list[AuditLine], several: bool) -> list[str]:
     """The ``Audited defaults:`` block (nothing when there is nothing to tell)."""
     if not lines:
         return []
     out = ["", "Audited defaults (not enforced), replayed against the real failures:"]
     for line in lines:
-        out.append(f"  - {f'Job {line.job}: ' if several else ''}{line.sentence}")
+        out.append(f"  - {f'Job {line.job}: ' if several and line.job else ''}{line.sentence}")
     return out
 
 

@@ -1,0 +1,254 @@
+"""The replay of an audited JobSet's real failures, run by run (``webhook.plan.jobsetreplay``):
+a JobSet admitted under audit by the real engine, its child Jobs and pods as the JobSet
+controller and the Job controller make them (``testkit.audits``, ``testkit/jobsim.py``),
+each failed pod recorded as the recorder records it (``Record.add``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testkit.audits import audited_jobset, child_jobs, clock
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JobRun
+from webhook.cluster.record import Record
+from webhook.cluster.tries import MAX_TRIES, Try
+from webhook.kube import failurepolicy as fp
+from webhook.plan.audit import AuditedPart, AuditRecord
+from webhook.plan.jobsetreplay import replay_jobset
+
+#: MAIN holds 2 cores, 4 GiB and a GPU: per minute of run time, in resource-seconds.
+PER_MINUTE = {"cpu": 120.0, "memory": 240.0, "nvidia.com/gpu": 60.0}
+
+
+@pytest.fixture
+def api():
+    return FakeAPI()  # not served: the objects are only stored
+
+
+class Played:
+    """A JobSet's runs played: its child Jobs' pods failed (or succeeded) at given minutes,
+    each failed pod recorded."""
+
+    def __init__(self, api: FakeAPI, jobset: dict):
+        self.api, self.jobset, self.record = api, jobset, Record()
+        self.run = 0
+        self.children = child_jobs(api, jobset, 0)
+
+    def fail(self, rjob: str, start: float, stop: float, code: int) -> dict:
+        child: JobRun = self.children[rjob]
+        child.clock = clock(start, stop)
+        pod = child.fail(child.new_pod(), code=code)
+        counted = fp.counts(fp.evaluate([], fp.PodFailure.from_pod(pod)))
+        self.record = self.record.add(pod, counted, True)
+        return pod
+
+    def three_retriable(self) -> None:
+        """Workers fail with exit 1 (retriable under the defaults too) at minutes 0, 2, 4:
+        past their backoffLimit 2 at the third."""
+        for minute in (0, 2, 4):
+            self.fail("workers", minute, minute + 1, 1)
+
+    def succeed(self, rjob: str, start: float, stop: float) -> None:
+        child = self.children[rjob]
+        child.clock = clock(start, stop)
+        child.succeed(child.new_pod())
+
+    def restart(self) -> None:
+        """``RestartJobSet``: a new run, its child Jobs made anew."""
+        for child in self.children.values():
+            self.api.delete("jobs", child.uid)
+        self.run += 1
+        self.children = child_jobs(self.api, self.jobset, self.run)
+
+    def ended(self, kind: str, reason: str) -> dict:
+        out = dict(self.jobset)
+        condition = {"type": kind, "status": "True", "reason": reason}
+        out["status"] = {"restarts": self.run, "conditions": [condition]}
+        return out
+
+    def replay(self, kind: str = "Failed", reason: str = "ReachedMaxRestarts", audit=None):
+        return replay_jobset(
+            self.ended(kind, reason), audit or AuditRecord.of(self.jobset), self.record
+        )
+
+
+def test_a_child_job_the_defaults_fail_at_once_ends_its_run_earlier(api):
+    """# upstream: executeFailurePolicy, failurePolicyRecreateAll (jobset
+    pkg/controllers/failure_policy.go): a run ends at its first child Job to fail, and a
+    restart makes a new run (``restart-attempt``); the child Job fails past its own
+    backoffLimit (exceedsBackoffLimit, kubernetes pkg/controller/job/job_controller.go)."""
+    played = Played(api, audited_jobset())
+    # Run 0: workers exit 42 (FailJob under the defaults) at minute 1; the leader fails
+    # retriably from 0 to 2; workers fail twice more, and past backoffLimit 2 at minute 5.
+    played.fail("workers", 0, 1, 42)
+    played.fail("leader", 0, 2, 1)
+    played.fail("workers", 2, 3, 42)
+    played.fail("workers", 4, 5, 42)
+    played.restart()
+    # Run 1: a retriable failure, then it completes.
+    played.fail("workers", 6, 7, 1)
+    played.succeed("workers", 8, 9)
+    played.succeed("leader", 6, 9)
+    result = played.replay("Completed", "AllJobsCompleted")
+    # After minute 1: the leader's last minute, and the two later attempts of workers.
+    assert result.sentence() == (
+        "the defaults would have differed: in run 0 they would have failed Job "
+        "pretrain-workers-0 at once on exit 42 (fail-non-retriable) after its attempt 1, "
+        "ending the run earlier: 2 attempts, 180 s, 360 core-seconds, 720 GiB-seconds and "
+        "180 GPU-seconds saved; whether the JobSet then restarts is its failurePolicy's "
+        "decision, which the defaults do not change"
+    )
+    assert result.verdict == "true"
+    assert result.saved == {k: 3 * v for k, v in PER_MINUTE.items()}
+    assert [r.kind for r in result.runs] == ["earlier", "same"]
+
+
+def test_a_run_that_completed_would_have_failed_instead(api):
+    played = Played(api, audited_jobset(backoff_limit=6))
+    played.fail("workers", 0, 1, 42)
+    played.fail("workers", 2, 3, 1)
+    played.succeed("workers", 4, 5)
+    played.succeed("leader", 0, 5)
+    result = played.replay("Completed", "AllJobsCompleted")
+    assert result.sentence().startswith(
+        "the defaults would have differed: in run 0 they would have failed Job "
+        "pretrain-workers-0 at once on exit 42 (fail-non-retriable) after its attempt 1, "
+        "though that run completed: 1 failed attempt, 60 s"
+    )
+    assert result.verdict == "true"
+
+
+def test_nothing_differs_when_every_failure_is_retriable(api):
+    played = Played(api, audited_jobset())
+    played.three_retriable()
+    played.restart()
+    played.succeed("workers", 6, 7)
+    result = played.replay("Completed", "AllJobsCompleted")
+    assert result.sentence() == (
+        "nothing would have differed under the defaults: it completed after 3 failed "
+        "attempts in 2 runs either way"
+    )
+    assert result.verdict == "false" and result.saved == {}
+
+
+def test_a_bigger_budget_retries_longer_and_says_the_cost_is_not_known(api):
+    played = Played(api, audited_jobset())
+    played.three_retriable()
+    audit = AuditRecord.of(played.jobset)
+    bigger = AuditedPart("spec.replicatedJobs[workers].template.spec", backoff_limit=5)
+    audit = AuditRecord(audit.settings, audit.by, (bigger,))
+    result = played.replay(audit=audit)
+    assert result.sentence() == (
+        "the defaults would have differed: in run 0 they would have retried Job "
+        "pretrain-workers-0 past its attempt 3, where it failed (past backoffLimit 2): what "
+        "the longer run would have cost cannot be known"
+    )
+    assert result.verdict == "true" and result.saved == {}
+
+
+def test_a_run_whose_failures_were_never_kept_is_not_known(api):
+    """Restarted once, but the record holds no failure of run 0 (its pods went before
+    any recorder saw them): that run is said not known, never guessed."""
+    played = Played(api, audited_jobset())
+    played.restart()
+    played.succeed("workers", 6, 7)
+    result = played.replay("Completed", "AllJobsCompleted")
+    assert result.sentence() == (
+        "nothing would have differed under the defaults in the runs recorded; run 0 is not "
+        "known (none of its failures is in the record)"
+    )
+    assert result.verdict == "unknown"
+
+
+def test_runs_past_the_tries_kept_are_not_known(api):
+    played = Played(api, audited_jobset(backoff_limit=MAX_TRIES + 4))
+    for n in range(MAX_TRIES + 2):
+        played.fail("workers", 2 * n, 2 * n + 1, 1)
+    assert played.record.more_tries == 2
+    result = played.replay()
+    assert result.sentence().endswith(
+        "run 0 is not known (2 later failed attempts not kept in the record)"
+    )
+    assert result.verdict == "unknown"
+
+
+def test_a_jobset_that_restarts_in_place_is_not_replayed(api):
+    """# upstream: InPlaceRestart (jobset api/jobset/v1alpha2/jobset_types.go): its pods
+    restart in place, so no child Job failure ends a run."""
+    jobset = audited_jobset(failure_policy={"maxRestarts": 3, "restartStrategy": "InPlaceRestart"})
+    played = Played(api, jobset)
+    played.fail("workers", 0, 1, 42)
+    result = played.replay()
+    assert result.sentence() == (
+        "what the defaults would have done is not known: it restarts in place "
+        "(failurePolicy restartStrategy InPlaceRestart)"
+    )
+    assert result.verdict == "unknown"
+
+
+def test_a_jobset_pods_try_keeps_its_run(api):
+    """# upstream: labelAndAnnotateObject (jobset pkg/controllers/jobset_controller.go):
+    the run is the child Job's ``restart-attempt``, on its pod template too."""
+    played = Played(api, audited_jobset())
+    played.restart()
+    played.restart()
+    pod = played.fail("workers", 0, 1, 42)
+    kept = Try.of(pod, "workers/0")
+    assert kept.run == 2
+    assert Try.from_json(kept.to_json()) == kept
+    assert kept.to_json()[-1] == 2
+    # A Job's pod: no run, the entry as before.
+    assert len(Try(kept.lineage, 1.0, 1.0, kept.failure).to_json()) == 6
+
+
+def test_three_runs_ended_earlier_are_summed_and_the_note_stays_under_1_kib(api):
+    """The Event's note is cut at 1 KiB (``ValidateEventCreate``): two runs are named,
+    the rest counted, and what they saved summed."""
+    jobset = audited_jobset()
+    jobset["metadata"]["name"] = "p" * 63
+    played = Played(api, jobset)
+    for run in range(3):
+        played.fail("workers", 10 * run, 10 * run + 1, 42)
+        played.fail("workers", 10 * run + 2, 10 * run + 3, 42)
+        played.fail("workers", 10 * run + 4, 10 * run + 5, 42)
+        played.restart() if run < 2 else None
+    result = played.replay()
+    sentence = result.sentence()
+    assert "; and 1 more run; in all 6 attempts, 360 s, 720 core-seconds" in sentence
+    assert sentence.count(f"Job {'p' * 63}-workers-0 at once on exit 42") == 2
+    assert len(sentence.encode()) <= 1024
+    assert result.saved == {k: 6 * v for k, v in PER_MINUTE.items()}
+
+
+def test_a_replicated_job_whose_pods_restart_in_place_is_not_replayed(api):
+    """# upstream: pastBackoffLimitOnFailure (kubernetes pkg/controller/job/
+    job_controller.go): with restartPolicy OnFailure the Job controller counts container
+    restarts, which no failed pod records."""
+    jobset = audited_jobset()
+    jobset["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"]["restartPolicy"] = (
+        "OnFailure"
+    )
+    result = Played(api, jobset).replay()
+    assert result.sentence() == (
+        "what the defaults would have done is not known: the pods of replicated Job workers "
+        "restart in place (restartPolicy OnFailure: the Job controller counts restarts)"
+    )
+
+
+def test_a_failure_policy_on_reasons_is_told_the_reason_the_child_would_fail_with(api):
+    """# upstream: ruleIsApplicable (jobset pkg/controllers/failure_policy.go): a rule's
+    ``onJobFailureReasons`` match the child Job's ``Failed`` reason, which a FailJob rule
+    makes ``PodFailurePolicy`` where the budget made it ``BackoffLimitExceeded``
+    (kubernetes pkg/controller/job/job_controller.go)."""
+    rule = {"name": "stop", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+    played = Played(api, audited_jobset(failure_policy={"maxRestarts": 1, "rules": [rule]}))
+    for minute in (0, 2, 4):
+        played.fail("workers", minute, minute + 1, 42)
+    assert (
+        played.replay()
+        .sentence()
+        .endswith(
+            "whether the JobSet then restarts is its failurePolicy's decision, which the defaults "
+            "do not change (its rules would see the child Job failed with reason PodFailurePolicy)"
+        )
+    )
