@@ -97,8 +97,8 @@ class Trial:
             )
             return None
         said = set(out.warnings)
-        for text in enforced.notes:  # a default enforcing would skip: said now, not then
-            if " skipped: " in text and text not in said:
+        for text in enforced.skipped:  # a default enforcing would skip: said now, not then
+            if text not in said:
                 out.note("retry-policy: audit: enforced, " + text.removeprefix("retry-policy: "))
         if self.copy.get("spec") == obj.get("spec"):
             return None

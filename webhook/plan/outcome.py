@@ -89,6 +89,9 @@ class Outcome:
     problems: list[Problem] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: The notes of admin defaults skipped as they conflict with the spec (``conflict``),
+    #: also in ``notes``: an audited admission says them of the defaults it holds back.
+    skipped: list[str] = field(default_factory=list)
     #: The policy each spec was mutated with, after the spec was consulted (backoff limit
     #: resolved, settings a conflict skipped turned off), keyed by the spec's field path
     #: ("spec", "spec.jobTemplate.spec"). Not used by admission: ``explain`` reads it so
@@ -152,4 +155,6 @@ class Outcome:
         if setting.source is Source.ANNOTATION:
             self.problems.append(Problem(f"annotation {PREFIX}{name}", message, reason))
         else:
-            self.note(f"retry-policy: {name} ({setting.describe(name)}) skipped: {message}")
+            text = f"retry-policy: {name} ({setting.describe(name)}) skipped: {message}"
+            self.note(text)
+            self.skipped.append(text)
