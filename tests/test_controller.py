@@ -351,6 +351,7 @@ def test_an_api_that_fails_event_writes_loses_them_without_blocking_emit(api, tm
 # --- RBAC: the chart grants every call the controller makes --------------------------------
 
 
+@pytest.mark.slow  # renders the chart with helm, through a cached helper the finder misses
 def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     """The controller, with every reconciler it runs, against the test API holding a Job
     of each kind our rules fail (``test_events.put_failed_jobs``), and a worker's Event
