@@ -476,7 +476,8 @@ def test_an_api_server_that_does_not_answer_is_exit_2(tmp_path):
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:9")
     done = run(kubeconfig, "job/train", "-n", NS)
     assert done.returncode == 2
-    assert "did not answer" in done.stderr and "Traceback" not in done.stderr
+    assert "did not answer (connection refused at http://127.0.0.1:9)" in done.stderr
+    assert "Traceback" not in done.stderr and "HTTPConnection" not in done.stderr
 
 
 @pytest.mark.parametrize("ref", ["train", "pod/train", "job/", "job/Bad_Name"])

@@ -25,8 +25,38 @@ def describe(err: Exception) -> tuple[int | None, str]:
     status = getattr(err, "status", None)
     if isinstance(status, int) and status:
         return status, http_error(status, getattr(err, "body", None))
+    return None, f"the API server did not answer ({no_answer(err)})"
+
+
+def no_answer(err: Exception) -> str:
+    """Why no answer came, in a user's words, with where it was asked when known
+    (urllib3's ``MaxRetryError`` names the pool; its ``reason`` the failure): e.g.
+    ``connection refused at http://127.0.0.1:6443``, as kubectl says it, rather than
+    urllib3's repr of a connection object."""
+    from urllib3 import exceptions as u3
+
     reason = getattr(err, "reason", None) or err
-    return None, f"the API server did not answer ({short(reason)})"
+    pool = getattr(err, "pool", None)
+    where = ""
+    if pool is not None and getattr(pool, "host", None):
+        port = f":{pool.port}" if getattr(pool, "port", None) else ""
+        where = f" at {getattr(pool, 'scheme', 'https')}://{pool.host}{port}"
+    text = str(reason)
+    resolution = getattr(u3, "NameResolutionError", ())
+    if isinstance(reason, resolution) or "Name or service not known" in text:
+        return f"host not found{where}"
+    # before timeouts: urllib3 makes NewConnectionError a ConnectTimeoutError
+    if "Connection refused" in text:
+        return f"connection refused{where}"
+    if isinstance(reason, u3.ConnectTimeoutError):
+        return f"timed out connecting{where}"
+    if isinstance(reason, (u3.ReadTimeoutError, TimeoutError)):
+        return f"timed out waiting for an answer{where}"
+    if isinstance(reason, u3.SSLError):
+        return f"TLS failed{where}: {short(text)}"
+    if isinstance(reason, u3.ProtocolError) or "Connection reset" in text:
+        return f"the connection was dropped{where}"
+    return short(text) + where
 
 
 def http_error(status: int, body: Any) -> str:
