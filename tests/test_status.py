@@ -817,3 +817,27 @@ def test_a_job_restarting_containers_in_place_counts_their_restarts(cluster):
     # restarts of running and pending pods against backoffLimit.
     (budget,) = story["jobs"][0]["budgets"]
     assert (budget["limit"], budget["used"]) == (4, 3)
+
+
+def test_a_running_job_past_its_backoff_limit_has_no_next_attempt(cluster):
+    """Counted failures past backoffLimit before the Job controller's sync marks it: no
+    attempt comes next, whatever its pods' policy would give one.
+    upstream: syncJob (pkg/controller/job/job_controller.go): exceedsBackoffLimit is
+    jobCtx.failed > *job.Spec.BackoffLimit."""
+    api, kubeconfig = cluster
+    job, _ = running_job(api)
+    limit = job["spec"]["backoffLimit"]
+    job["status"]["failed"] = limit + 1
+    api.put("jobs", job)
+    done = run(kubeconfig, "job/train", "-n", NS, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    (told,) = json.loads(done.stdout)["jobs"]
+    assert told["countedFailures"] == limit + 1
+    assert told["next"] is None
+    spent = (
+        f"backoffLimit {limit} is used up ({limit + 1} counted failures): the Job controller "
+        "fails the Job at its next sync, and makes no pod again"
+    )
+    assert spent in told["notes"]
+    text = run(kubeconfig, "job/train", "-n", NS)
+    assert "Next attempt" not in text.stdout and "is used up" in text.stdout

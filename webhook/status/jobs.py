@@ -82,11 +82,31 @@ def job_story(
         story.notes.append("its pods could not be read: failed attempts are not shown")
     if story.state in ("Failed", "Succeeded", "Failing", "Succeeding"):
         story.decision = _job_decision(job, rules, record)
+    elif (spent := _budget_spent(spec, counted)) is not None:
+        story.notes.append(spent)
     elif pods is not None and has_policy_annotations(
         mapping(mapping(spec.get("template")).get("metadata"))
     ):
         story.next = next_attempt(job, attempts, pods, config, source, now)
     return story
+
+
+def _budget_spent(spec: Mapping[str, Any], counted: int) -> str | None:
+    """A running Job whose counted failures are past its ``backoffLimit``: no attempt
+    comes next, whatever its pods' policy says. The Job controller fails it at its next
+    sync (upstream: ``syncJob``, pkg/controller/job/job_controller.go: ``exceedsBackoffLimit`` is
+    ``failed > backoffLimit`` for restartPolicy Never); until then status has no next
+    attempt to tell. Per-index budgets and OnFailure's restarts are counted elsewhere."""
+    limit = spec.get("backoffLimit")
+    template = mapping(mapping(spec.get("template")).get("spec"))
+    if not isinstance(limit, int) or spec.get("backoffLimitPerIndex") is not None:
+        return None
+    if template.get("restartPolicy") == "OnFailure" or counted <= limit:
+        return None
+    return (
+        f"backoffLimit {limit} is used up ({counted} counted failures): the Job "
+        "controller fails the Job at its next sync, and makes no pod again"
+    )
 
 
 def _job_budgets(
