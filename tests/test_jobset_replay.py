@@ -252,3 +252,25 @@ def test_a_failure_policy_on_reasons_is_told_the_reason_the_child_would_fail_wit
             "do not change (its rules would see the child Job failed with reason PodFailurePolicy)"
         )
     )
+
+
+def test_status_tells_an_ended_jobset_as_a_whole(api):
+    """``retry-webhook status`` reads the JobSet's own record and audit, and tells the
+    replay's sentence once, its ``job`` null (no child Job speaks for the set)."""
+    from webhook.cluster.record import ANNOTATION
+    from webhook.status.audit import audit_lines, render_text, to_json
+
+    played = Played(api, audited_jobset())
+    played.fail("workers", 0, 1, 42)
+    played.fail("workers", 2, 3, 42)
+    played.fail("workers", 4, 5, 42)
+    ended = played.ended("Failed", "ReachedMaxRestarts")
+    ended["metadata"] = {
+        **ended["metadata"],
+        "annotations": {**ended["metadata"]["annotations"], ANNOTATION: played.record.text()},
+    }
+    expected = played.replay().sentence()
+    lines = audit_lines(ended, [])
+    (line,) = to_json(lines)
+    assert line["job"] is None and line["sentence"] == expected
+    assert render_text(lines, several=True)[-1] == f"  - {expected}"

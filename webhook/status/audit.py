@@ -20,7 +20,7 @@ from webhook.plan.replay import CRONJOB_PART, replay
 
 @dataclass(frozen=True)
 class AuditLine:
-    job: str
+    job: str | None  # None: a JobSet, told as a whole
     sentence: str
     differed: str  # true, false, unknown (as the metric's label)
     saved: Mapping[str, float] = field(default_factory=dict)
@@ -53,7 +53,7 @@ def _jobset_line(jobset: Mapping[str, Any]) -> list[AuditLine]:
     result = replay_jobset(jobset, audit, Record.of(jobset)) if audit is not None else None
     if result is None:
         return []
-    return [AuditLine("", result.sentence(), result.verdict, result.saved)]
+    return [AuditLine(None, result.sentence(), result.verdict, result.saved)]
 
 
 def render_text(lines: list[AuditLine], several: bool) -> list[str]:
