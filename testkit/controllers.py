@@ -6,16 +6,17 @@ the Jobs it acts on as admission wrote them, and what it wrote (Events, records)
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 import time
 
 from kubernetes import config
 
-from testkit.builders import P, job, stored
+from testkit import workloads
+from testkit.builders import P
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.jobsim import JobRun
 from testkit.servers import eventually, scaled
-from testkit.workloads import mutate
 from webhook.cluster.events import EventRecorder
 from webhook.cluster.record import Record
 from webhook.controller.disruptions import Disruptions
@@ -75,10 +76,8 @@ def watching(reconciler) -> bool:
     return bool(watches) and all(w.synced.is_set() for w in watches)
 
 
-def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:
-    verdict, out = mutate(job(annotations, name=name, spec=spec or None), V136)
-    assert verdict.allowed, verdict.message
-    return stored(out)
+#: A Job admitted as a 1.36 API server's webhook would admit it.
+admitted_job = functools.partial(workloads.admitted_job, config=V136)
 
 
 def events_of(fake: FakeAPI, reason: str) -> list[dict]:

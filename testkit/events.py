@@ -9,9 +9,9 @@ import copy
 import json
 from datetime import datetime, timedelta, timezone
 
-from testkit.builders import P, job, job_owner, pod, stored
+from testkit.builders import P, job_owner, pod, stored
 from testkit.fakeapi import FakeAPI
-from testkit.workloads import mutate
+from testkit.workloads import admitted_job
 from webhook.cluster.attempts import JOB_UID_LABEL
 
 NS = "ml"
@@ -47,13 +47,6 @@ def stored_events(fake: FakeAPI, namespace: str = NS) -> list[dict]:
 def now_stamp(ago: float = 0.0) -> str:
     when = datetime.now(timezone.utc) - timedelta(seconds=ago)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def admitted_job(annotations: dict, name: str = "train", **spec) -> dict:
-    """A Job as the webhook admitted it and the API server stored it."""
-    verdict, out = mutate(job(annotations, name=name, spec=spec or None))
-    assert verdict.allowed, verdict.message
-    return stored(out)
 
 
 def failed_by_policy(job_: dict, message: str, ago: float = 5.0) -> dict:

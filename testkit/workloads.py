@@ -26,7 +26,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from testkit.builders import apply, review
+from testkit.builders import apply, job, review, stored
 from testkit.servers import scaled
 from testkit.tools import ROOT, tool
 from webhook.admission import engine
@@ -116,6 +116,16 @@ def mutate(obj: dict[str, Any], config: Config | None = None, attempts: Any = No
     request = admission.decode(json.dumps(review(obj, **kw)))
     verdict = engine.mutate(request, config or Config(), attempts or NoCluster())
     return verdict, apply(obj, verdict.patch)
+
+
+def admitted_job(
+    annotations: dict, name: str = "train", config: Config | None = None, **spec: Any
+) -> dict:
+    """A Job as the webhook admitted it and the API server stored it (``spec``: fields
+    added to its spec)."""
+    verdict, out = mutate(job(annotations, name=name, spec=spec or None), config)
+    assert verdict.allowed, verdict.message
+    return stored(out)
 
 
 def validate(obj: dict[str, Any], config: Config | None = None, **kw: Any):
