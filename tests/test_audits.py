@@ -196,6 +196,17 @@ def test_a_cronjobs_job_is_told_from_the_cronjobs_audit(api, tmp_path):
     code, out, err = cli(["status", "cronjob/nightly", "-n", "ml", "--kubeconfig", kubeconfig])
     assert code == 0, err
     assert f"  - Job nightly-29000000: {event['note']}" in out
+    # ``status job/nightly-29000000`` reads the CronJob's record for it (the CronJob
+    # controller copies only the jobTemplate's metadata to its Jobs: getJobFromTemplate2,
+    # pkg/controller/cronjob/utils.go), in one more GET, of the CronJob that controls it.
+    api.requests.clear()
+    code, out, err = cli(["status", "job/nightly-29000000", "-n", "ml", "--kubeconfig", kubeconfig])
+    assert code == 0, err
+    assert f"  - {event['note']}" in out
+    reads = [path for path, _ in api.requests if path.startswith("/apis/batch/v1/")]
+    assert [path for path in reads if "/cronjobs/" in path] == [
+        "/apis/batch/v1/namespaces/ml/cronjobs/nightly"  # GET (others are "METHOD path")
+    ]
 
 
 def test_status_shows_what_the_event_says(api, tmp_path):

@@ -11,7 +11,9 @@ Requests, by kind (what each controller makes and how its objects are found):
 
 - Job (batch/v1): GET the Job; list its pods by ``batch.kubernetes.io/controller-uid``
   (the API server puts that label on the template, ``generateSelector`` in
-  pkg/registry/batch/job/strategy.go).
+  pkg/registry/batch/job/strategy.go). A Job a CronJob made, without an audit record of
+  its own: GET the CronJob too (its Jobs get only the jobTemplate's metadata,
+  ``getJobFromTemplate2`` in pkg/controller/cronjob/utils.go; the record is the CronJob's).
 - CronJob (batch/v1): GET it; list the namespace's Jobs and keep those it controls
   (ownerReference: the CronJob controller sets no label of its own); the latest few.
 - JobSet (jobset.x-k8s.io/v1alpha2): GET it; list its Jobs by
@@ -46,6 +48,7 @@ from webhook.kinds.base import KindSpec
 from webhook.kube import apiclient
 from webhook.kube.objects import controller_of, mapping
 from webhook.kube.wellknown import JOB_UID_LABEL, JOBSET_NAME, JOBSET_UID
+from webhook.plan.audit import AUDIT
 
 #: Seconds for one request (connect, read).
 TIMEOUT = (5, 20)
@@ -257,6 +260,9 @@ class Tree:
     workload: dict[str, Any]
     #: A TrainJob's JobSet (``None`` for other kinds, or before the trainer made it).
     jobset: dict[str, Any] | None = None
+    #: A Job's CronJob, read when the Job has no audit record of its own: the CronJob
+    #: holds the one its Jobs are replayed against.
+    cronjob: dict[str, Any] | None = None
     jobs: list[dict[str, Any]] = field(default_factory=list)
     #: A CronJob's Jobs older than the latest shown, by name (newest first).
     older_jobs: list[str] = field(default_factory=list)
@@ -278,6 +284,7 @@ def read_tree(reader: Reader, ref: Ref, namespace: str) -> Tree:
     children = ref.kind.children
     if children == "self":
         tree.jobs = [workload]
+        tree.cronjob = _audited_cronjob(reader, tree, namespace, workload)
     elif children == "controlled":
         _cronjob_jobs(reader, tree, namespace, uid)
     elif children == "jobset":
@@ -307,17 +314,44 @@ def _kind(name: str) -> Kind:
 
 
 def _named_child(
-    reader: Reader, tree: Tree, kind: Kind, namespace: str, name: str, uid: Any
+    reader: Reader,
+    tree: Tree,
+    kind: Kind,
+    namespace: str,
+    name: str,
+    uid: Any,
+    own_uid: Any = None,
 ) -> dict[str, Any] | None:
-    """The object of ``kind`` named as the workload and controlled by it (a TrainJob's
-    JobSet, a RayJob's submitter Job); ``None``: none (yet), or unreadable (said)."""
+    """The object of ``kind`` named as the workload and controlled by it (``uid``: a
+    TrainJob's JobSet, a RayJob's submitter Job), or, with ``own_uid``, the one of that
+    uid (a Job's owner); ``None``: none (yet), or unreadable (said)."""
     try:
         child = reader.get(kind, namespace, name)
     except Unreadable as err:
         if err.status != 404:
             tree.unread.append(str(err))
         return None
+    if own_uid is not None:
+        return child if mapping(child.get("metadata")).get("uid") == own_uid else None
     return child if _owned_by(child, uid) else None
+
+
+def _audited_cronjob(
+    reader: Reader, tree: Tree, namespace: str, job: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The CronJob that made ``job``, when the Job has no audit record of its own (the
+    CronJob controller copies only the jobTemplate's metadata; our record is on the
+    CronJob). Read only then: one GET, and none for a Job made by hand."""
+    meta = mapping(job.get("metadata"))
+    if AUDIT in mapping(meta.get("annotations")):
+        return None
+    owner = controller_of(meta)
+    if owner is None or (owner.get("apiVersion"), owner.get("kind")) != ("batch/v1", "CronJob"):
+        return None
+    name = owner.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return _named_child(reader, tree, _kind("CronJob"), namespace, name, None, owner.get("uid"))
 
 
 def _workload_error(err: Unreadable, ref: Ref, namespace: str) -> str:

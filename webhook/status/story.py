@@ -135,7 +135,7 @@ def tell(
     if story.decision is not None and story.decision.condition == "Failed":
         story.notes.extend(_first_failed(story.decision, story.jobs))
     story.events = events_of(tree.events)
-    story.audit = audit_.audit_lines(tree.workload, tree.jobs)
+    story.audit = audit_.audit_lines(tree.cronjob or tree.workload, tree.jobs)
     story.notes.extend(lookups.notes)
     if tree.kind.kind == "CronJob" and not tree.jobs and not tree.unread:
         story.notes.append("no Job of this CronJob exists now")
