@@ -207,6 +207,11 @@ def test_a_cronjobs_job_is_told_from_the_cronjobs_audit(api, tmp_path):
     assert [path for path in reads if "/cronjobs/" in path] == [
         "/apis/batch/v1/namespaces/ml/cronjobs/nightly"  # GET (others are "METHOD path")
     ]
+    # A user who may not get CronJobs is told the rest, unchanged (exit 0, nothing unread).
+    api.forbidden.add(("cronjobs", "nightly"))
+    code, out, err = cli(["status", "job/nightly-29000000", "-n", "ml", "--kubeconfig", kubeconfig])
+    assert (code, err) == (0, "")
+    assert event["note"] not in out and "Could not read" not in out
 
 
 def test_status_shows_what_the_event_says(api, tmp_path):
