@@ -11,10 +11,10 @@ with a watch ``ERROR`` event, code 410 Gone, after which a client must list agai
 (``getAllEventsSinceLocked`` and ``newErrWatcher`` in k8s.io/apiserver
 pkg/storage/cacher). Resources listed and watched: Jobs, pods, LimitRanges, Nodes and
 the Kubeflow Trainer runtimes. Pods also take PATCH of ``status`` (a strategic merge patch
-merges ``status.conditions`` by type: ``MERGE_KEYS``) and DELETE as the API server makes
+merges ``status.conditions`` by type: ``testkit.patches``) and DELETE as the API server makes
 it: ``deletionTimestamp`` while finalizers remain (a Job's pod keeps the Job controller's
 until ``remove_finalizer``), gone at once without. A PATCH of a pod or a Job (not of its
-status) is validated as the API server validates those updates (``_update_error``: a pod's
+status) is validated as the API server validates those updates (``testkit.apivalidation``: a pod's
 ``activeDeadlineSeconds`` only set or lowered, a Job's ``backoffLimit`` the one spec field
 of those that changes), then admitted by ``admit_update`` (a test's validating webhook);
 ``modify`` is one in-process write of a listed object (the Job controller's status, the
@@ -38,8 +38,6 @@ Secrets and the immutable ``type``."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 import itertools
 import json
@@ -52,6 +50,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import jsonpatch
+
+from testkit.apivalidation import (
+    annotations_too_long,
+    comparable,
+    invalid,
+    status_body,
+    update_error,
+)
+from testkit.patches import merge_patch, strategic_patch
 
 TRAINER = "/apis/trainer.kubeflow.org/v1alpha1"
 #: Resources with list and watch (all namespaces): URL path -> resource.
@@ -317,20 +324,20 @@ class FakeAPI:
 
     # --- write semantics (called with the lock held) ----------------------------------
     def _create(self, resource: str, namespace: str, body: Any) -> tuple[int, dict]:
-        error = _invalid(resource, body, None)
+        error = invalid(resource, body, None)
         if error:
             return error
         meta = body.setdefault("metadata", {})
         name = meta.get("name")
         if not name:
-            return 422, _status_body(422, "Invalid", "metadata.name: Required value")
+            return 422, status_body(422, "Invalid", "metadata.name: Required value")
         if meta.get("namespace", namespace) != namespace:
-            return 400, _status_body(
+            return 400, status_body(
                 400, "BadRequest", "the namespace of the object does not match the request"
             )
         if (namespace, name) in self.named[resource]:
             kind = NAMED[resource][2]
-            return 409, _status_body(
+            return 409, status_body(
                 409, "AlreadyExists", f'{resource} "{name}" already exists', name, kind
             )
         self.version += 1
@@ -356,7 +363,7 @@ class FakeAPI:
         if current is None:
             return _not_found(resource, name)
         if not isinstance(body, dict) or (body.get("metadata") or {}).get("name") != name:
-            return 400, _status_body(
+            return 400, status_body(
                 400, "BadRequest", "the name of the object does not match the name on the URL"
             )
         return self._replace(resource, namespace, name, current, body)
@@ -369,19 +376,19 @@ class FakeAPI:
             return _not_found(resource, name)
         if ctype == "application/json-patch+json":
             if not isinstance(body, list):
-                return 400, _status_body(400, "BadRequest", "a JSON patch must be a list")
+                return 400, status_body(400, "BadRequest", "a JSON patch must be a list")
             try:
                 patched = jsonpatch.apply_patch(current, body)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
-                return 422, _status_body(422, "Invalid", f"the patch cannot be applied: {err}")
+                return 422, status_body(422, "Invalid", f"the patch cannot be applied: {err}")
         elif ctype == "application/merge-patch+json":
-            patched = _merge(copy.deepcopy(current), body)
+            patched = merge_patch(copy.deepcopy(current), body)
         else:
-            return 415, _status_body(
+            return 415, status_body(
                 415, "UnsupportedMediaType", f"the fake API does not implement {ctype!r}"
             )
         if (patched.get("metadata") or {}).get("name") != name:
-            return 400, _status_body(400, "BadRequest", "a patch cannot change the name")
+            return 400, status_body(400, "BadRequest", "a patch cannot change the name")
         return self._replace(resource, namespace, name, current, patched)
 
     def _replace(
@@ -390,7 +397,7 @@ class FakeAPI:
         meta = new.setdefault("metadata", {})
         version = meta.get("resourceVersion")
         if version and version != current["metadata"]["resourceVersion"]:
-            return 409, _status_body(
+            return 409, status_body(
                 409,
                 "Conflict",
                 f'Operation cannot be fulfilled on {resource} "{name}": the object has been '
@@ -398,7 +405,7 @@ class FakeAPI:
                 name,
                 NAMED[resource][2],
             )
-        error = _invalid(resource, new, current)
+        error = invalid(resource, new, current)
         if error:
             return error
         for key in ("uid", "creationTimestamp"):
@@ -406,7 +413,7 @@ class FakeAPI:
                 meta[key] = current["metadata"][key]
         if namespace:
             meta["namespace"] = namespace
-        if _comparable(new) == _comparable(current):
+        if comparable(new) == comparable(current):
             return 200, copy.deepcopy(current)  # a no-op write keeps the resourceVersion
         self.version += 1
         meta["resourceVersion"] = str(self.version)
@@ -429,16 +436,16 @@ class FakeAPI:
             None,
         )
         if current is None:
-            return 404, _status_body(404, "NotFound", f'{resource} "{name}" not found', name)
+            return 404, status_body(404, "NotFound", f'{resource} "{name}" not found', name)
         if ctype == "application/json-patch+json" and isinstance(body, list):
             try:
                 patched = jsonpatch.apply_patch(current, body)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as err:
-                return 422, _status_body(422, "Invalid", f"the patch cannot be applied: {err}")
+                return 422, status_body(422, "Invalid", f"the patch cannot be applied: {err}")
         elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             version = ((body or {}).get("metadata") or {}).get("resourceVersion")
             if version and version != current["metadata"]["resourceVersion"]:
-                return 409, _status_body(
+                return 409, status_body(
                     409,
                     "Conflict",
                     f'Operation cannot be fulfilled on {resource} "{name}": the object has '
@@ -447,31 +454,31 @@ class FakeAPI:
                     name,
                 )
             strategic = ctype == "application/strategic-merge-patch+json"
-            patched = (_strategic if strategic else _merge)(copy.deepcopy(current), body)
+            patched = (strategic_patch if strategic else merge_patch)(copy.deepcopy(current), body)
         else:
-            return 415, _status_body(415, "UnsupportedMediaType", f"not implemented: {ctype}")
+            return 415, status_body(415, "UnsupportedMediaType", f"not implemented: {ctype}")
         if sub == "status":
             patched = {**copy.deepcopy(current), "status": patched.get("status")}
         else:
             patched["status"] = copy.deepcopy(current.get("status"))
-        too_long = _annotations_too_long(resource, name, patched)
+        too_long = annotations_too_long(resource, name, patched)
         if too_long:
             return too_long
         for key in ("uid", "name", "namespace", "creationTimestamp"):
             patched["metadata"][key] = current["metadata"].get(key)
         if sub != "status":
             # API validation first, then the validating webhooks.
-            refused = _update_error(resource, patched, current)
+            refused = update_error(resource, patched, current)
             admit = self.admit_update.get(resource)
             refused = refused or (admit(current, patched) if admit is not None else None)
             if refused is not None:
                 code, message = refused
                 reason = "Invalid" if code == 422 else "Forbidden" if code == 403 else "BadRequest"
-                return code, _status_body(code, reason, message, name)
+                return code, status_body(code, reason, message, name)
         why = self._admit("UPDATE", resource, sub, copy.deepcopy(patched), current)
         if why is not None:
-            return 403, _status_body(403, "Forbidden", why, name)
-        if _comparable(patched) == _comparable(current):
+            return 403, status_body(403, "Forbidden", why, name)
+        if comparable(patched) == comparable(current):
             return 200, copy.deepcopy(current)
         self.version += 1
         patched["metadata"]["resourceVersion"] = str(self.version)
@@ -630,7 +637,7 @@ class FakeAPI:
                     current = api._named_pod(parts[3], parts[5])
                     why = current and api._admit("DELETE", "pods", "", None, current)
                     if why:
-                        return self._send(403, _status_body(403, "Forbidden", why, parts[5]))
+                        return self._send(403, status_body(403, "Forbidden", why, parts[5]))
                     status, answer = api.delete_pod(
                         parts[3], parts[5], None if grace is None else int(grace)
                     )
@@ -700,7 +707,7 @@ class FakeAPI:
                 self._send(status, answer)
 
             def _status(self, code: int, reason: str, message: str) -> None:
-                self._send(code, _status_body(code, reason, message))
+                self._send(code, status_body(code, reason, message))
 
             def _named_get(self, resource: str, namespace: str, name: str) -> None:
                 if (resource, name) in api.forbidden:
@@ -737,7 +744,7 @@ class FakeAPI:
                     return self._status(403, "Forbidden", message)
                 if resource == "pods" and api.pod_list_status != 200:
                     code = api.pod_list_status
-                    return self._send(code, _status_body(code, "InternalError", "boom"))
+                    return self._send(code, status_body(code, "InternalError", "boom"))
                 with api.lock:
                     items = [
                         o
@@ -827,7 +834,7 @@ class FakeAPI:
                         if meta.get("namespace", "") == namespace and meta.get("name") == name:
                             return self._send(200, obj)
                 message = f'{resource} "{name}" not found'
-                self._send(404, _status_body(404, "NotFound", message, name))
+                self._send(404, status_body(404, "NotFound", message, name))
 
             def _get_listed(self, resource: str, namespace: str, name: str) -> None:
                 if (resource, name) in api.forbidden:
@@ -838,7 +845,7 @@ class FakeAPI:
                         if meta.get("namespace") == namespace and meta.get("name") == name:
                             return self._send(200, obj)
                 message = f'{resource} "{name}" not found'
-                self._send(404, _status_body(404, "NotFound", message, name))
+                self._send(404, status_body(404, "NotFound", message, name))
 
             def _list_events(self, namespace: str, query: dict[str, str]) -> None:
                 """A list of one namespace's Events (events.k8s.io/v1), with the field
@@ -951,211 +958,13 @@ def _listed_target(path: str) -> tuple[str, str, str, str] | None:
 _REASONS = {403: "Forbidden", 422: "Invalid", 429: "TooManyRequests", 503: "ServiceUnavailable"}
 
 
-def _status_body(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict:
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
-    if name:
-        body["details"] = {"name": name, "kind": kind}
-    return body
-
-
 def _not_found(resource: str, name: str) -> tuple[int, dict]:
-    return 404, _status_body(
+    return 404, status_body(
         404, "NotFound", f'{resource} "{name}" not found', name, NAMED[resource][2]
     )
 
 
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = _merge(target.get(key), value)
-    return target
-
-
 JOB_TRACKING = "batch.kubernetes.io/job-tracking"
-#: Lists a strategic merge patch merges item by item, by this key (``patchMergeKey``):
-#: a pod's ``status.conditions`` by ``type`` (k8s.io/api core/v1 types.go). Other lists
-#: are replaced, as a merge patch does (none other is patched here).
-MERGE_KEYS = {"conditions": "type"}
-
-
-def _strategic(target: Any, patch: Any, key: str = "") -> Any:
-    """A strategic merge patch, for the lists ``MERGE_KEYS`` names."""
-    merge_key = MERGE_KEYS.get(key)
-    if merge_key and isinstance(patch, list) and isinstance(target, list):
-        merged = copy.deepcopy(target)
-        for item in patch:
-            found = next(
-                (i for i, t in enumerate(merged) if t.get(merge_key) == item.get(merge_key)), None
-            )
-            if found is None:
-                merged.append(copy.deepcopy(item))
-            else:
-                merged[found] = _strategic(merged[found], item)
-        return merged
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    for name, value in patch.items():
-        if value is None:
-            target.pop(name, None)
-        else:
-            target[name] = _strategic(target.get(name), value, name)
-    return target
-
-
-#: Pod spec fields an update may change (``updatablePodSpecFields``, ``ValidatePodUpdate``
-#: in pkg/apis/core/validation/validation.go), each checked by ``_pod_update_error``.
-POD_UPDATABLE = ("activeDeadlineSeconds", "tolerations", "schedulingGates")
-#: Job spec fields an update may not change (``ValidateJobSpecUpdate`` in
-#: pkg/apis/batch/validation/validation.go); ``backoffLimit`` may change, to >= 0.
-JOB_IMMUTABLE = (
-    "selector",
-    "template",
-    "completionMode",
-    "podFailurePolicy",
-    "backoffLimitPerIndex",
-    "managedBy",
-    "successPolicy",
-)
-
-
-def _update_error(resource: str, new: dict, current: dict) -> tuple[int, str] | None:
-    """The API's validation of an update of a pod or a Job, for the fields tests change."""
-    if resource == "pods":
-        return _pod_update_error(new.get("spec") or {}, current.get("spec") or {})
-    if resource == "jobs":
-        spec, old = new.get("spec") or {}, current.get("spec") or {}
-        for key in JOB_IMMUTABLE:
-            if spec.get(key) != old.get(key):
-                return 422, f"spec.{key}: Invalid value: field is immutable"
-        limit = spec.get("backoffLimit")
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            return (
-                422,
-                f"spec.backoffLimit: Invalid value: {limit}: must be greater than or equal to 0",
-            )
-    return None
-
-
-def _pod_update_error(spec: dict, old: dict) -> tuple[int, str] | None:
-    """``ValidatePodUpdate``: ``activeDeadlineSeconds`` may be set, or lowered, never raised
-    or removed, and is 1 to MaxInt32 (``ValidatePodSpec``); tolerations may only be added,
-    scheduling gates only removed; containers' images may change; nothing else."""
-    new_deadline, old_deadline = spec.get("activeDeadlineSeconds"), old.get("activeDeadlineSeconds")
-    where = "spec.activeDeadlineSeconds: Invalid value"
-    if new_deadline is None and old_deadline is not None:
-        return 422, f"{where}: null: must not update from a positive integer to nil value"
-    if new_deadline is not None and not (
-        isinstance(new_deadline, int) and 1 <= new_deadline <= 2**31 - 1
-    ):
-        return 422, f"{where}: {new_deadline}: must be between 1 and 2147483647, inclusive"
-    if old_deadline is not None and new_deadline > old_deadline:
-        return 422, f"{where}: {new_deadline}: must be less than or equal to previous value"
-    tolerations = spec.get("tolerations") or []
-    if tolerations[: len(old.get("tolerations") or [])] != (old.get("tolerations") or []):
-        return 422, "spec.tolerations: Forbidden: existing toleration can not be modified"
-    gates = [
-        g for g in spec.get("schedulingGates") or [] if g not in (old.get("schedulingGates") or [])
-    ]
-    if gates:
-        return 422, "spec.schedulingGates: Forbidden: only deletion is allowed"
-    rest = {k: v for k, v in spec.items() if k not in POD_UPDATABLE}
-    before = {k: v for k, v in old.items() if k not in POD_UPDATABLE}
-    for group in ("containers", "initContainers"):
-        for side in (rest, before):
-            side[group] = [{**c, "image": None} for c in side.get(group) or []]
-    if rest != before:
-        return 422, "spec: Forbidden: pod updates may not change fields other than those allowed"
-    return None
-
-
-#: ``TotalAnnotationSizeLimitB`` (k8s.io/apimachinery pkg/api/validation/objectmeta.go).
-ANNOTATIONS_LIMIT = 256 * (1 << 10)
-
-
-def _annotations_too_long(resource: str, name: str, obj: dict) -> tuple[int, dict] | None:
-    """``ValidateAnnotations``: every key and value together at most 256 KiB, else 422
-    Invalid (``field.TooLong`` on ``metadata.annotations``)."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    size = sum(len(k.encode()) + len(str(v).encode()) for k, v in annotations.items())
-    if size <= ANNOTATIONS_LIMIT:
-        return None
-    message = (
-        f'{resource} "{name}" is invalid: metadata.annotations: Too long: may not be more '
-        f"than {ANNOTATIONS_LIMIT} bytes"
-    )
-    return 422, _status_body(422, "Invalid", message, name)
-
-
-def _comparable(obj: dict) -> dict:
-    out = copy.deepcopy(obj)
-    out.get("metadata", {}).pop("resourceVersion", None)
-    return out
-
-
-def _b64(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        return False
-    return True
-
-
-def _invalid(resource: str, obj: Any, current: dict | None) -> tuple[int, dict] | None:
-    """The API's decoding and validation for the fields these objects carry."""
-    if not isinstance(obj, dict):
-        return 400, _status_body(400, "BadRequest", "the body must be a JSON object")
-    if resource == "secrets":
-        data = obj.get("data") or {}
-        for key, value in data.items():
-            if not _b64(value):
-                return 400, _status_body(
-                    400,
-                    "BadRequest",
-                    f"Secret in version v1 cannot be handled: data[{key}]: illegal base64 data",
-                )
-        kind = obj.get("type") or "Opaque"
-        if current is not None:
-            if kind != (current.get("type") or "Opaque"):
-                return 422, _status_body(422, "Invalid", "type: Invalid value: field is immutable")
-            if current.get("immutable") and (
-                obj.get("data") != current.get("data") or not obj.get("immutable")
-            ):
-                return 422, _status_body(
-                    422, "Invalid", "data: Forbidden: field is immutable when `immutable` is set"
-                )
-        if kind == "kubernetes.io/tls":
-            for key in ("tls.crt", "tls.key"):
-                if key not in data:
-                    return 422, _status_body(422, "Invalid", f"data[{key}]: Required value")
-    else:
-        for index, hook in enumerate(obj.get("webhooks") or []):
-            bundle = (hook.get("clientConfig") or {}).get("caBundle")
-            if bundle is not None and not _b64(bundle):
-                return 400, _status_body(
-                    400,
-                    "BadRequest",
-                    f"webhooks[{index}].clientConfig.caBundle: illegal base64 data",
-                )
-    return None
 
 
 def applied(cache: Any) -> list[str]:

@@ -13,6 +13,7 @@ import time
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from testkit.apivalidation import ANNOTATIONS_LIMIT
 from testkit.controllers import (
     DISRUPTIONS,
     IN_PLACE,
@@ -26,7 +27,6 @@ from testkit.controllers import (
     preempt,
     record_of,
 )
-from testkit.fakeapi import ANNOTATIONS_LIMIT
 from testkit.jobsim import JobRun
 from testkit.records import a_job, api_client, concurrent_writer, failed_pod, running, stored_job
 from testkit.servers import eventually
