@@ -209,16 +209,13 @@ def pod_from_template(
     spec = mapping(job.get("spec"))
     name = str(meta.get("name"))
     template = copy.deepcopy(mapping(spec.get("template")))
-    if index is not None:
-        per_index = spec.get("backoffLimitPerIndex") is not None
-        add_completion_index(template, name, index, index_failures if per_index else None)
     tmeta = mapping(template.get("metadata"))
     finalizers = list(items(tmeta.get("finalizers")))
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": pod_generate_name(name, index),
+            "generateName": pod_generate_name(name),
             "namespace": meta.get("namespace"),
             "labels": dict(mapping(tmeta.get("labels"))),
             "annotations": dict(mapping(tmeta.get("annotations"))),
@@ -236,5 +233,20 @@ def pod_from_template(
         },
         "spec": mapping(template.get("spec")),
     }
+    if index is None:
+        default_pod(pod)
+        return pod
+    per_index = spec.get("backoffLimitPerIndex") is not None
+    return index_pod(pod, name, index, index_failures if per_index else None)
+
+
+def index_pod(
+    pod: dict[str, Any], job_name: str, index: int, index_failures: int | None = None
+) -> dict[str, Any]:
+    """``pod``, a Job's, made its pod of ``index`` (``add_completion_index``, and its
+    ``generateName``) and defaulted as the API server defaults it (the env var's
+    ``fieldRef``); returned."""
+    add_completion_index(pod, job_name, index, index_failures)
+    pod["metadata"]["generateName"] = pod_generate_name(job_name, index)
     default_pod(pod)
     return pod
