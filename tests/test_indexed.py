@@ -167,8 +167,7 @@ def test_user_fail_index_rule_on_a_retriable_code_contradicts():
 def indexed_pod(failures, attempts=None):
     template = mutate(indexed({P + "non-spot-attempts": "1"}))[1]["spec"]["template"]
     obj = pod(template["metadata"]["annotations"], owner=job_owner())
-    obj["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = "5"
-    obj["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"] = str(failures)
+    jobcontroller.index_pod(obj, "train", 5, failures)
     return mutate(obj, attempts=attempts or FixedAttempts(0))
 
 
