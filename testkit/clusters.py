@@ -26,6 +26,7 @@ from webhook.cluster.attempts import JOB_UID_LABEL
 from webhook.cluster.events import Event, EventRecorder, Regarding
 from webhook.cluster.facts import NoCluster
 from webhook.kinds.registry import apply_defaults
+from webhook.kube.jobcontroller import pod_from_template
 from webhook.policy.config import Config
 
 BIN = Path(sys.executable).parent
@@ -122,25 +123,12 @@ def owner_of(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def controller_pod(job: dict[str, Any], failures: int, created: str) -> dict[str, Any]:
-    """A pod the Job controller creates (``GetPodFromTemplate``, pkg/controller), admitted
-    by the pod webhook, then stored with its generated name."""
-    template = job["spec"]["template"]
-    meta = job["metadata"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": meta["name"] + "-",
-            "namespace": meta["namespace"],
-            "labels": dict(template["metadata"].get("labels") or {}),
-            "annotations": dict(template["metadata"].get("annotations") or {}),
-            "ownerReferences": [owner_of(job)],
-            "finalizers": ["batch.kubernetes.io/job-tracking"],
-        },
-        "spec": copy.deepcopy(template["spec"]),
-    }
-    stored = admit(pod, Attempts(failures))
+def controller_pod(
+    job: dict[str, Any], failures: int, created: str, index: int | None = None
+) -> dict[str, Any]:
+    """A pod the Job controller creates (``pod_from_template``; an Indexed Job's of
+    ``index``), admitted by the pod webhook, then stored with its generated name."""
+    stored = admit(pod_from_template(job, index), Attempts(failures))
     stored["metadata"]["creationTimestamp"] = created
     return stored
 

@@ -18,6 +18,7 @@ from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.leadership import LeaderState
+from webhook.kube.jobcontroller import index_pod
 from webhook.policy.config import parse_config
 from webhook.policy.grammar import format_time
 
@@ -78,12 +79,21 @@ class Source(NoCluster):
         assert self.history.record(failed, uid, True)
 
 
-def job_pod(policy: dict | None = None, uid: str = "job-1", **meta) -> dict:
+def job_pod(
+    policy: dict | None = None,
+    uid: str = "job-1",
+    index: int | None = None,
+    index_failures: int | None = None,
+    **meta,
+) -> dict:
     """A pod of Job ``train`` as its CREATE review carries it; ``meta``: more
-    annotations and labels."""
+    annotations and labels; with ``index``, an Indexed Job's pod of that index
+    (``index_pod``)."""
     made = pod({**DELAY, **(policy or {})}, owner=job_owner("train", uid))
     for key, value in meta.items():
         made["metadata"].setdefault(key, {}).update(value)
+    if index is not None:
+        index_pod(made, "train", index, index_failures)
     return made
 
 

@@ -9,10 +9,11 @@ import copy
 import json
 from datetime import datetime, timedelta, timezone
 
-from testkit.builders import P, job_owner, pod, stored
+from testkit.builders import P, stored
 from testkit.fakeapi import FakeAPI
 from testkit.workloads import admitted_job
 from webhook.cluster.attempts import JOB_UID_LABEL
+from webhook.kube.jobcontroller import pod_from_template
 
 NS = "ml"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
@@ -136,11 +137,8 @@ def put_failed_indexes(api: FakeAPI) -> None:
     for condition in ended["status"]["conditions"]:
         condition["reason"] = "FailedIndexes"
     for index, code in ((2, 42), (0, 143)):
-        failed_pod = stored(pod({}, owner=job_owner("indexed", uid)))
-        failed_pod["metadata"]["labels"] = {JOB_UID_LABEL: uid}
-        failed_pod["metadata"]["annotations"] = {
-            "batch.kubernetes.io/job-completion-index": str(index)
-        }
+        failed_pod = stored(pod_from_template(indexed, index))
+        failed_pod["metadata"]["labels"][JOB_UID_LABEL] = uid
         failed_pod["status"] = {
             "phase": "Failed",
             "containerStatuses": [

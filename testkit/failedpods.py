@@ -11,6 +11,7 @@ import uuid
 from testkit.builders import P, apply, decode_patch, job_owner, pod, review
 from testkit.fakeapi import FakeAPI
 from webhook.cluster.attempts import JOB_UID_LABEL
+from webhook.kube.jobcontroller import index_pod
 
 POLICY = {
     P + "oom-memory-factor": "1.5",
@@ -37,8 +38,16 @@ def a_job(name: str, failed: int = 0, **spec) -> dict:
     }
 
 
-def new_pod(job: dict, annotations: dict | None = None, spec: dict | None = None) -> dict:
-    """A pod of ``job`` as its CREATE review carries it (``generateName``, no name or uid)."""
+def new_pod(
+    job: dict,
+    annotations: dict | None = None,
+    spec: dict | None = None,
+    *,
+    index: int | None = None,
+    index_failures: int | None = None,
+) -> dict:
+    """A pod of ``job`` as its CREATE review carries it (``generateName``, no name or uid);
+    with ``index``, an Indexed Job's pod of that index (``index_pod``)."""
     meta = job["metadata"]
     made = pod(
         {**POLICY, **(annotations or {})},
@@ -50,6 +59,8 @@ def new_pod(job: dict, annotations: dict | None = None, spec: dict | None = None
         made["metadata"].pop(key, None)
     made["metadata"]["generateName"] = meta["name"] + "-"
     made["metadata"]["labels"] = {JOB_UID_LABEL: meta["uid"]}
+    if index is not None:
+        index_pod(made, meta["name"], index, index_failures)
     return made
 
 

@@ -13,6 +13,7 @@ from webhook.cluster.facts import NoCluster
 from webhook.cluster.history import FailureHistory
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
+from webhook.kube.jobcontroller import index_pod
 from webhook.kube.limitrange import memory_limits
 from webhook.kube.scheduling import fits, node_of
 
@@ -111,8 +112,17 @@ class Source(NoCluster):
         return failed
 
 
-def job_pod(annotations=None, containers=None, job_uid="job-1", spec=None, meta=None):
-    """A Job's pod as its CREATE review carries it: ``generateName``, no name or uid."""
+def job_pod(
+    annotations=None,
+    containers=None,
+    job_uid="job-1",
+    spec=None,
+    meta=None,
+    index: int | None = None,
+    index_failures: int | None = None,
+):
+    """A Job's pod as its CREATE review carries it: ``generateName``, no name or uid; with
+    ``index``, an Indexed Job's pod of that index (``index_pod``)."""
     made = pod(
         {**FACTOR, **AVOID} if annotations is None else annotations,
         owner=job_owner("train", job_uid),
@@ -123,4 +133,6 @@ def job_pod(annotations=None, containers=None, job_uid="job-1", spec=None, meta=
     made["metadata"]["generateName"] = "train-"
     for key, value in (meta or {}).items():
         made["metadata"].setdefault(key, {}).update(value)
+    if index is not None:
+        index_pod(made, "train", index, index_failures)
     return made

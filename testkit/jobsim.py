@@ -5,13 +5,14 @@ PodGC and the kubelet give them, and the Job controller's judgement of a failed 
 
 What is reproduced, from upstream:
 
-- a Job's pod carries the template's labels and annotations, ``batch.kubernetes.io/
-  controller-uid`` and ``job-name`` labels, the completion index (Indexed Jobs) and, with
-  ``backoffLimitPerIndex``, ``job-index-failure-count``; its controller owner reference and
-  the ``batch.kubernetes.io/job-tracking`` finalizer (``getPodsForJob``,
-  ``addCompletionIndexAnnotation``, ``addIndexFailureCountAnnotation`` in
-  pkg/controller/job); the kubelet's ``status.startTime`` once it runs, and a stopped
-  container's ``startedAt`` and ``finishedAt`` (``KUBELET_NOW``: a minute later);
+- a Job's pod is ``webhook.kube.jobcontroller.pod_from_template``'s (``manageJob``: the
+  template's labels and annotations, its controller owner reference and the
+  ``batch.kubernetes.io/job-tracking`` finalizer; an Indexed Job's pod its index as
+  annotation, label, ``JOB_COMPLETION_INDEX`` env var, hostname and ``generateName``
+  and, with ``backoffLimitPerIndex``, ``job-index-failure-count``), with the
+  ``batch.kubernetes.io/controller-uid`` and ``job-name`` labels, stored with a generated
+  name; the kubelet's ``status.startTime`` once it runs, and a stopped container's
+  ``startedAt`` and ``finishedAt`` (``KUBELET_NOW``: a minute later);
 - preemption and the Eviction API add ``DisruptionTarget=True`` (reasons
   ``PreemptionByScheduler``, ``EvictionByEvictionAPI``) before the pod is deleted, while it
   runs; the kubelet then stops its containers (143) and sets phase ``Failed``;
@@ -52,14 +53,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from testkit.builders import job_owner
 from testkit.fakeapi import JOB_TRACKING, FakeAPI
 from webhook.kube import failurepolicy as fp
-from webhook.kube.jobcontroller import failjob_message
+from webhook.kube.jobcontroller import failjob_message, pod_from_template
 
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
 T0 = "2026-11-26T10:00:00Z"
 #: The kubelet's clock when it stops a pod: a minute after the pods started.
 KUBELET_NOW = dt.datetime(2026, 11, 26, 10, 1, tzinfo=dt.timezone.utc)
@@ -125,46 +123,28 @@ class JobRun:
     def name(self) -> str:
         return str(self.job["metadata"]["name"])
 
-    def new_pod(self, index: int | None = None, index_failures: int | None = None) -> dict:
-        """A running pod made from the template, as the Job controller makes it."""
-        template = self.job["spec"]["template"]
-        meta = template.get("metadata") or {}
+    def new_pod(self, index: int | None = None, index_failures: int = 0) -> dict:
+        """A running pod made from the template as the Job controller makes it
+        (``pod_from_template``: for an Indexed Job its index, with ``backoffLimitPerIndex``
+        the index's failures), stored with a generated name and a uid, on a node."""
+        pod = pod_from_template(self.job, index, index_failures)
+        meta, spec = pod["metadata"], pod["spec"]
         uid = str(uuid.uuid4())
-        labels = {**meta.get("labels", {}), JOB_UID_LABEL: self.uid, "job-name": self.name}
-        annotations = dict(meta.get("annotations") or {})
-        if index is not None:
-            annotations[COMPLETION_INDEX] = str(index)
-            if index_failures is not None:
-                annotations[INDEX_FAILURE_COUNT] = str(index_failures)
-        spec = copy.deepcopy(template["spec"])
+        meta.update(name=meta["generateName"] + uid[:5], uid=uid)
+        meta["labels"].update({JOB_UID_LABEL: self.uid, "job-name": self.name})
         spec["nodeName"] = f"node-{uid[:4]}"
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{self.name}-{uid[:5]}",
-                "generateName": f"{self.name}-",
-                "namespace": self.job["metadata"]["namespace"],
-                "uid": uid,
-                "labels": labels,
-                "annotations": annotations,
-                "ownerReferences": [job_owner(self.name, self.uid)],
-                "finalizers": [JOB_TRACKING],
-            },
-            "spec": spec,
-            "status": {
-                "phase": "Running",
-                "startTime": self.clock[0],
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "containerStatuses": [
-                    {
-                        "name": c["name"],
-                        "restartCount": 0,
-                        "state": {"running": {"startedAt": self.clock[0]}},
-                    }
-                    for c in spec["containers"]
-                ],
-            },
+        pod["status"] = {
+            "phase": "Running",
+            "startTime": self.clock[0],
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": self.clock[0]}},
+                }
+                for c in spec["containers"]
+            ],
         }
         self.api.put("pods", pod)
         return pod

@@ -116,9 +116,8 @@ def test_a_raise_held_by_the_limit_and_request_and_limit_moving_apart_are_said()
 
 def test_an_indexed_jobs_pod_names_its_index():
     source = Budgeted(None)
-    meta = {"annotations": {"batch.kubernetes.io/job-completion-index": "2"}}
-    source.fail(job_pod(meta=meta), node="node-a")
-    verdict, _ = mutate(job_pod(meta=meta), attempts=source)
+    source.fail(job_pod(index=2), node="node-a")
+    verdict, _ = mutate(job_pod(index=2), attempts=source)
     assert dict(verdict.decisions)["RetryNodesAvoided"].startswith("index 2, attempt 2: ")
 
 

@@ -461,11 +461,9 @@ def test_reinvocation_raises_nothing_again():
 
 def test_an_indexed_job_learns_per_index():
     source = Source()
-    index = "batch.kubernetes.io/job-completion-index"
-    count = "batch.kubernetes.io/job-index-failure-count"
 
     def indexed(i, failures):
-        return job_pod(annotations={**FACTOR, **AVOID, index: str(i), count: str(failures)})
+        return job_pod(index=i, index_failures=failures)
 
     source.fail(indexed(0, 0), node="node-a")
     _, zero = mutate(indexed(0, 1), attempts=source)

@@ -27,9 +27,6 @@ from testkit.servers import eventually, free_port, metric, scaled, start, stop
 from testkit.workloads import validate_schema
 from webhook.cluster.attempts import JOB_UID_LABEL
 
-INDEX = "batch.kubernetes.io/job-completion-index"
-INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
-
 
 def memory(obj: dict) -> tuple[str, str]:
     resources = obj["spec"]["containers"][0]["resources"]
@@ -108,14 +105,14 @@ def test_a_job_oom_killed_once_gets_its_next_pod_with_more_memory_elsewhere(serv
 def test_an_indexed_job_learns_per_index(server, cluster):
     job = a_job("indexed", completionMode="Indexed", completions=2, backoffLimitPerIndex=2)
     cluster.put("jobs", job)
-    zero = new_pod(job, {INDEX: "0", INDEX_FAILURES: "0"})
+    zero = new_pod(job, index=0, index_failures=0)
     cluster.put("pods", failed(zero, "node-z"))
     job["status"]["failed"] = 1
     cluster.put("jobs", job)
-    again = new_pod(job, {INDEX: "0", INDEX_FAILURES: "1"})
+    again = new_pod(job, index=0, index_failures=1)
     _, out = admitted_until(server, again, lambda o: memory(o) != ("2Gi", "2Gi"))
     assert memory(out) == ("3Gi", "3Gi") and avoided(out) == ["node-z"]
-    response, other = admit(server, new_pod(job, {INDEX: "1", INDEX_FAILURES: "0"}))
+    response, other = admit(server, new_pod(job, index=1, index_failures=0))
     assert memory(other) == ("2Gi", "2Gi") and avoided(other) == [], response
 
 

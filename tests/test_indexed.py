@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from testkit.builders import P, job, job_owner, pod
+from testkit.builders import P, job, job_owner, pod, stored
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JOB_UID_LABEL, JobRun
 from testkit.workloads import (
     FixedAttempts,
     assert_idempotent,
@@ -16,11 +18,14 @@ from testkit.workloads import (
     validate_schema,
 )
 from webhook.admission import engine
+from webhook.kube import jobcontroller
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
     ignore_disruptions_rule,
     non_retriable_rule,
 )
+from webhook.kube.wellknown import COMPLETION_INDEX_ENV
+from webhook.plan.delays import ATTEMPT, LAST_FAILURE, MAX_ATTEMPTS
 from webhook.policy.config import parse_config
 from webhook.policy.grammar import INT32_MAX
 
@@ -162,8 +167,7 @@ def test_user_fail_index_rule_on_a_retriable_code_contradicts():
 def indexed_pod(failures, attempts=None):
     template = mutate(indexed({P + "non-spot-attempts": "1"}))[1]["spec"]["template"]
     obj = pod(template["metadata"]["annotations"], owner=job_owner())
-    obj["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = "5"
-    obj["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"] = str(failures)
+    jobcontroller.index_pod(obj, "train", 5, failures)
     return mutate(obj, attempts=attempts or FixedAttempts(0))
 
 
@@ -196,3 +200,60 @@ def test_validation_denies_a_fail_index_job_the_mutating_webhook_missed():
     verdict = validate(obj)
     assert not verdict.allowed
     assert "FailIndex on exit codes NotIn [143]" in verdict.message
+
+
+# --- an Indexed Job's pod as the Job controller makes it, admitted ------------------------
+
+ATTEMPT_ENV = {P + "attempt-env": "true", P + "non-spot-attempts": "1"}
+
+
+def made_pod(index: int = 5, failures: int = 2) -> dict:
+    """The pod of ``index`` the Job controller makes from an admitted, stored Indexed Job."""
+    verdict, admitted = mutate(indexed(ATTEMPT_ENV))
+    assert verdict.allowed, verdict.message
+    return jobcontroller.pod_from_template(stored(admitted, uid="u-1"), index, failures)
+
+
+def test_an_indexed_jobs_pod_keeps_its_index_env_and_hostname_when_admitted(tmp_path):
+    # upstream: manageJob (pkg/controller/job/job_controller.go): the hostname and
+    # generateName of an index; addCompletionIndexEnvVariable, addCompletionIndexLabel
+    # (pkg/controller/job/indexed_job_utils.go).
+    made = made_pod()
+    index_env = made["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in index_env] == [COMPLETION_INDEX_ENV]
+    verdict, out = mutate(made)
+    assert verdict.allowed, verdict.message
+    env = out["spec"]["containers"][0]["env"]
+    assert env[0] == index_env[0]  # its valueFrom untouched, still first
+    assert {e["name"]: e.get("value") for e in env[1:]} == {
+        ATTEMPT: "2",
+        MAX_ATTEMPTS: "3",
+        LAST_FAILURE: "",
+    }
+    assert "affinity" in out["spec"]  # the last attempt of the index: non-spot
+    assert out["spec"]["hostname"] == "train-5"
+    assert out["metadata"]["generateName"] == "train-5-"
+    assert out["metadata"]["labels"] == made["metadata"]["labels"]
+    assert kubectl_patch(made, verdict.patch, tmp_path) == out
+    once = assert_idempotent(made)
+    assert once == out
+    validate_schema(once)
+
+
+def test_the_played_job_controller_makes_an_indexs_pod_as_pod_from_template():
+    # upstream: manageJob (pkg/controller/job/job_controller.go); the name generated from
+    # generateName (names.SimpleNameGenerator, k8s.io/apiserver pkg/storage/names).
+    _, admitted = mutate(indexed(ATTEMPT_ENV))
+    run = JobRun.store(FakeAPI(), admitted, uid="u-1")
+    made = run.new_pod(3, 1)
+    expected = jobcontroller.pod_from_template(run.job, 3, 1)
+    meta = made["metadata"]
+    assert meta["generateName"] == "train-3-"
+    assert meta["name"].startswith("train-3-") and len(meta["name"]) == len("train-3-") + 5
+    assert meta["labels"] == {
+        **expected["metadata"]["labels"],
+        JOB_UID_LABEL: "u-1",
+        "job-name": "train",
+    }
+    assert meta["annotations"] == expected["metadata"]["annotations"]
+    assert {k: v for k, v in made["spec"].items() if k != "nodeName"} == expected["spec"]

@@ -11,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from testkit.builders import FULL, P, job, job_owner, pod, review
+from testkit.builders import FULL, P, apply, job, job_owner, pod, review, stored
 from testkit.strategies import CONFIGS, objects, pick
-from testkit.workloads import FixedAttempts
+from testkit.workloads import FixedAttempts, mutate
 from webhook.admission import engine, memo
 from webhook.admission import review as admission
+from webhook.kube import jobcontroller
+from webhook.kube.wellknown import COMPLETION_INDEX
 from webhook.policy.config import Config, parse_config
 
 
@@ -82,6 +84,31 @@ def test_pods_of_one_job_are_computed_once():
     assert b == uncached(second, config, attempts)
     # The attempt was looked up again for the second pod (the answer may have changed).
     assert len(attempts.calls) == 3  # first pod, replay for the second, fresh run
+
+
+def test_pods_of_an_indexed_job_share_one_run_and_keep_their_own_index():
+    """Each index's pod differs in its index label and annotation, hostname and
+    generateName: none of them is in the view, so one run answers all, and the patch
+    leaves each pod's own alone."""
+    # upstream: manageJob (pkg/controller/job/job_controller.go): hostname and generateName
+    # per index; addCompletionIndexLabel (pkg/controller/job/indexed_job_utils.go).
+    spec = {"completionMode": "Indexed", "completions": 4, "backoffLimitPerIndex": 2}
+    made = stored(mutate(job({P + "non-spot-attempts": "1"}, spec=spec))[1], uid="u-1")
+    engine.MEMO.clear()  # (the Job's own run)
+    config, attempts = Config(), FixedAttempts(None)
+    outs = {}
+    for index in (5, 6):
+        made_pod = jobcontroller.pod_from_template(made, index, index_failures=2)
+        verdict = engine.mutate(request_for(made_pod), config, attempts)
+        assert verdict == uncached(made_pod, config, attempts)
+        outs[index] = apply(made_pod, verdict.patch)
+    assert engine.MEMO.stats() == {"entries": 1, "hits": 1, "misses": 1}
+    for index, out in outs.items():
+        assert out["spec"]["hostname"] == f"train-{index}"
+        assert out["metadata"]["generateName"] == f"train-{index}-"
+        assert out["metadata"]["labels"][COMPLETION_INDEX] == str(index)
+        assert "affinity" in out["spec"]  # the index's last attempt
+    assert outs[5]["spec"]["containers"] == outs[6]["spec"]["containers"]
 
 
 def test_a_changed_attempt_count_is_computed_afresh():

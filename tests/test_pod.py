@@ -11,6 +11,7 @@ from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import NoCluster
+from webhook.kube import jobcontroller
 from webhook.kube.podspec import spot_requirements
 from webhook.policy.config import Config, parse_config
 
@@ -90,17 +91,15 @@ def annotated(**extra):
 
 
 def test_attempt_from_index_failure_count():
-    annotations = annotated()
-    annotations["batch.kubernetes.io/job-index-failure-count"] = "3"
-    verdict, out = mutate(pod(annotations, owner=job_owner()))
+    made = jobcontroller.index_pod(pod(annotated(), owner=job_owner()), "train", 0, 3)
+    verdict, out = mutate(made)
     assert required_terms(out)
     assert "from annotation batch.kubernetes.io/job-index-failure-count" in verdict.warnings[0]
 
 
 def test_attempt_annotation_wins_over_index_count():
-    annotations = annotated(attempt="0")
-    annotations["batch.kubernetes.io/job-index-failure-count"] = "3"
-    _, out = mutate(pod(annotations, owner=job_owner()))
+    made = jobcontroller.index_pod(pod(annotated(attempt="0"), owner=job_owner()), "train", 0, 3)
+    _, out = mutate(made)
     assert required_terms(out) is None
 
 

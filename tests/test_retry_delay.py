@@ -41,8 +41,6 @@ from webhook.policy.grammar import (
 )
 from webhook.policy.model import Delays, Scope, format_value, parse_annotations
 
-INDEX = "batch.kubernetes.io/job-completion-index"
-INDEX_FAILURES = "batch.kubernetes.io/job-index-failure-count"
 RESTART = "jobset.sigs.k8s.io/restart-attempt"
 
 
@@ -373,10 +371,7 @@ def test_a_remembered_gate_is_not_replayed_under_another_leadership_or_time(fixe
 
 
 def test_an_indexed_job_with_a_budget_per_index_counts_per_index():
-    made = job_pod(
-        {P + "backoff-limit": "2"},
-        annotations={INDEX: "3", INDEX_FAILURES: "1"},
-    )
+    made = job_pod({P + "backoff-limit": "2"}, index=3, index_failures=1)
     source = Source(failures=5, budget=2_147_483_647)  # the Job's: every index together
     source.fail(made, NOW - 5)
     _verdict, out = admit(made, source)
@@ -390,15 +385,15 @@ def test_an_indexed_job_with_a_budget_per_index_counts_per_index():
 
 def test_an_indexed_job_sharing_its_budget_counts_the_index_failures_it_saw():
     source = Source(failures=3)
-    other = job_pod(annotations={INDEX: "0"})
+    other = job_pod(index=0)
     for at in (NOW - 100, NOW - 90):
         source.fail(other, at)
-    mine = job_pod(annotations={INDEX: "1"})
+    mine = job_pod(index=1)
     source.fail(mine, NOW - 20, code=7)
     _, out = admit(mine, source)
     assert env(out) == {between.ATTEMPT: "1", between.LAST_FAILURE: "exit-code:7:main"}
     assert gates.not_before(out) == format_time(NOW + 10)
-    fresh = job_pod(annotations={INDEX: "2"})
+    fresh = job_pod(index=2)
     _verdict, out = admit(fresh, source)
     assert env(out) == {between.ATTEMPT: "0", between.LAST_FAILURE: ""}
     assert "schedulingGates" not in out["spec"]
@@ -536,7 +531,7 @@ def test_every_pod_the_webhook_changes_is_valid_and_patched_as_go_patches_it(tmp
     queued = job_pod()
     queued["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
     queued["metadata"]["labels"] = {"app": "train"}
-    indexed = job_pod({P + "backoff-limit": "2"}, annotations={INDEX: "0", INDEX_FAILURES: "1"})
+    indexed = job_pod({P + "backoff-limit": "2"}, index=0, index_failures=1)
     bare = pod({**DELAY, P + "attempt": "1"}, name="step-2")
     bare["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox:1.36"}]
     for made in (job_made, queued, indexed, bare):

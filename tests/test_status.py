@@ -710,8 +710,7 @@ def test_an_indexed_job_counts_each_index_against_its_own_budget(cluster):
     )  # fmt: skip
     job = store_job(api, manifest, {"active": 4, "failed": 2})
     for index, code in ((1, 137), (1, 143)):
-        pod = controller_pod(job, 0, at_minute(index))
-        pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = str(index)
+        pod = controller_pod(job, 0, at_minute(index), index)
         pod["metadata"]["uid"] = str(uuid.uuid4())
         api.put("pods", failed(pod, "node-a", "trainer", code, at_minute(index + 1)))
     story = json.loads(run(kubeconfig, "job/shards", "-n", NS, "-o", "json").stdout)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.builders import job, stored
 from webhook.kube import jobcontroller, wellknown
 from webhook.kube.jobcontroller import FailJobMatch, failjob_message, parse_failjob_message
 
@@ -153,24 +154,46 @@ def test_the_message_as_pieces_is_the_message():
 # --- the pod made from a Job's template -----------------------------------------------------
 
 
+#: What ``addCompletionIndexEnvVariable`` appends, as the API server hands it on (its
+#: ``fieldRef`` defaulted: ``SetDefaults_ObjectFieldSelector``, pkg/apis/core/v1).
+INDEX_ENV = {
+    "name": wellknown.COMPLETION_INDEX_ENV,
+    "valueFrom": {
+        "fieldRef": {
+            "apiVersion": "v1",
+            "fieldPath": f"metadata.labels['{wellknown.COMPLETION_INDEX}']",
+        }
+    },
+}
+
+
+def indexed_job(name: str = "train", containers=None, init=None) -> dict:
+    """A stored Indexed Job with a per-index budget, its template labelled and annotated."""
+    made = stored(
+        job(
+            name=name,
+            containers=containers,
+            spec={"completionMode": "Indexed", "completions": 4, "backoffLimitPerIndex": 2},
+            template_annotations={"a": "b"},
+        ),
+        uid="u-1",
+    )
+    made["spec"]["template"]["metadata"]["labels"] = {"app": "t"}
+    if init is not None:
+        made["spec"]["template"]["spec"]["initContainers"] = init
+    return made
+
+
 def test_an_indexed_jobs_pod_is_made_as_the_job_controller_makes_it():
-    # upstream: GetPodFromTemplate (pkg/controller/controller_utils.go);
-    # addCompletionIndexAnnotation, addCompletionIndexLabel, podGenerateNameWithIndex,
+    # upstream: GetPodFromTemplate (pkg/controller/controller_utils.go); manageJob
+    # (pkg/controller/job/job_controller.go): template.Spec.Hostname; addCompletionIndexAnnotation,
+    # addCompletionIndexLabel, addCompletionIndexEnvVariables, podGenerateNameWithIndex,
     # addIndexFailureCountAnnotation (pkg/controller/job/indexed_job_utils.go).
-    job = {
-        "metadata": {"name": "train", "namespace": "ml", "uid": "u-1"},
-        "spec": {
-            "completionMode": "Indexed",
-            "backoffLimitPerIndex": 2,
-            "template": {
-                "metadata": {"labels": {"app": "t"}, "annotations": {"a": "b"}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "main"}]},
-            },
-        },
-    }
-    pod = jobcontroller.pod_from_template(job, 3, index_failures=1)
-    meta = pod["metadata"]
+    job_ = indexed_job()
+    pod_ = jobcontroller.pod_from_template(job_, 3, index_failures=1)
+    meta = pod_["metadata"]
     assert "name" not in meta and "uid" not in meta
+    assert "resourceVersion" not in meta and "creationTimestamp" not in meta
     assert meta["generateName"] == "train-3-"
     assert meta["labels"] == {"app": "t", wellknown.COMPLETION_INDEX: "3"}
     assert meta["annotations"] == {
@@ -189,5 +212,62 @@ def test_an_indexed_jobs_pod_is_made_as_the_job_controller_makes_it():
             "blockOwnerDeletion": True,
         }
     ]
-    assert pod["spec"] == job["spec"]["template"]["spec"]
-    assert pod["spec"] is not job["spec"]["template"]["spec"]
+    template = job_["spec"]["template"]["spec"]
+    assert pod_["spec"]["hostname"] == "train-3"
+    assert pod_["spec"]["containers"][0]["env"] == [INDEX_ENV]
+    assert {k: v for k, v in pod_["spec"].items() if k not in ("hostname", "containers")} == {
+        k: v for k, v in template.items() if k != "containers"
+    }
+    # the Job's own template is left as it was
+    assert "hostname" not in template and "env" not in template["containers"][0]
+
+
+def test_every_container_of_an_indexed_jobs_pod_reads_its_index_unless_it_sets_it():
+    # upstream: addCompletionIndexEnvVariable (pkg/controller/job/indexed_job_utils.go): on
+    # init containers and containers, appended, unless one named JOB_COMPLETION_INDEX is
+    # there; the label with the PodIndexLabel gate (GA in 1.32).
+    own = {"name": wellknown.COMPLETION_INDEX_ENV, "value": "7"}
+    other = {"name": "MODE", "value": "fast"}
+    containers = [
+        {"name": "main", "image": "busybox:1.36", "env": [other]},
+        {"name": "mine", "image": "busybox:1.36", "env": [own]},
+    ]
+    init = [{"name": "fetch", "image": "busybox:1.36"}]
+    pod_ = jobcontroller.pod_from_template(indexed_job(containers=containers, init=init), 0)
+    spec = pod_["spec"]
+    assert spec["initContainers"][0]["env"] == [INDEX_ENV]
+    assert spec["containers"][0]["env"] == [other, INDEX_ENV]
+    assert spec["containers"][1]["env"] == [own]
+    assert pod_["metadata"]["annotations"][wellknown.INDEX_FAILURE_COUNT] == "0"
+
+
+@pytest.mark.parametrize(
+    ("name", "index", "expected"),
+    [
+        ("indexed-job", 1, "indexed-job-1-"),
+        ("x" * 55, 1, "x" * 55 + "-1-"),  # 58 exactly: kept
+        ("x" * 56, 1, "x" * 55 + "-1-"),
+        ("x" * 63, 12345, "x" * 51 + "-12345-"),
+    ],
+)
+def test_a_long_job_names_pods_keep_their_index_in_their_generate_name(name, index, expected):
+    # upstream: podGenerateNameWithIndex (pkg/controller/job/indexed_job_utils.go), cut to
+    # names.MaxGeneratedNameLength = 63 - 5 (k8s.io/apiserver pkg/storage/names).
+    pod_ = jobcontroller.pod_from_template(indexed_job(name=name), index)
+    assert pod_["metadata"]["generateName"] == expected
+    assert len(expected) <= jobcontroller.MAX_GENERATED_NAME_LENGTH
+    assert pod_["spec"]["hostname"] == f"{name}-{index}"  # the hostname is not cut
+
+
+def test_a_non_indexed_jobs_pod_has_no_index_and_keeps_the_templates_finalizers():
+    # upstream: GetPodFromTemplate, getPodsPrefix (pkg/controller/controller_utils.go);
+    # appendJobCompletionFinalizerIfNotFound (pkg/controller/job/job_controller.go).
+    job_ = stored(job(name="train"), uid="u-1")
+    job_["spec"]["template"].setdefault("metadata", {})["finalizers"] = ["example.com/keep"]
+    pod_ = jobcontroller.pod_from_template(job_)
+    meta = pod_["metadata"]
+    assert meta["generateName"] == "train-"
+    assert meta["finalizers"] == ["example.com/keep", wellknown.JOB_TRACKING]
+    assert wellknown.COMPLETION_INDEX not in meta["labels"]
+    assert wellknown.COMPLETION_INDEX not in meta["annotations"]
+    assert "hostname" not in pod_["spec"] and "env" not in pod_["spec"]["containers"][0]

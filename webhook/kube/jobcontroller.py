@@ -11,11 +11,16 @@ parser, and the pod it makes from a Job's template.
   ``onJobFailureMessagePatterns`` against it, so the mutator checks those patterns against
   it as pieces (``failjob_pieces``); explain shows it, status and the controller read it.
 - The pod: ``GetPodFromTemplate`` (pkg/controller/controller_utils.go) copies the template's
-  labels, annotations and spec under ``generateName``, owned by the Job; the Job controller
-  adds its tracking finalizer and, for an Indexed Job, the completion index (annotation and
-  label: ``addCompletionIndexAnnotation``, ``addCompletionIndexLabel``,
-  ``podGenerateNameWithIndex`` in indexed_job_utils.go) and, with ``backoffLimitPerIndex``,
-  the index's failures so far (``addIndexFailureCountAnnotation``, there too).
+  labels, annotations, finalizers and spec under ``generateName``, owned by the Job;
+  ``manageJob`` (job_controller.go) adds its tracking finalizer
+  (``appendJobCompletionFinalizerIfNotFound``) and, for an Indexed Job, on every container
+  the ``JOB_COMPLETION_INDEX`` env var (``addCompletionIndexEnvVariables``), then for each
+  index the annotation and label (``addCompletionIndexAnnotation``,
+  ``addCompletionIndexLabel``: the PodIndexLabel gate, GA in 1.32), the hostname
+  ``<job>-<index>``, the ``generateName`` ``<job>-<index>-`` (``podGenerateNameWithIndex``)
+  and, with ``backoffLimitPerIndex``, the index's failures so far
+  (``addIndexFailureCountAnnotation``); those helpers are in indexed_job_utils.go. The API
+  server defaults the pod before any webhook sees it.
 """
 
 from __future__ import annotations
@@ -27,8 +32,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.kube.objects import mapping
-from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOB_TRACKING
+from webhook.kube import podspec
+from webhook.kube.defaulting import default_pod
+from webhook.kube.objects import items, mapping
+from webhook.kube.wellknown import (
+    COMPLETION_INDEX,
+    COMPLETION_INDEX_ENV,
+    INDEX_FAILURE_COUNT,
+    JOB_TRACKING,
+)
 
 #: ``matchPodFailurePolicy``'s messages: a rule on exit codes, a rule on pod conditions.
 EXIT_MESSAGE = (
@@ -137,34 +149,76 @@ def parse_failjob_message(text: str) -> FailJobMatch | None:
     return None
 
 
+#: ``names.MaxGeneratedNameLength`` (k8s.io/apiserver pkg/storage/names): a name's 63
+#: characters less the 5 random ones the API server appends to a ``generateName``.
+MAX_GENERATED_NAME_LENGTH = 58
+
+
+def pod_generate_name(job_name: str, index: int | None = None) -> str:
+    """A Job's pod's ``generateName``: ``<job>-`` (``getPodsPrefix``), and for an index
+    ``podGenerateNameWithIndex``'s ``<job>-<index>-``, the Job's name cut to fit
+    ``MAX_GENERATED_NAME_LENGTH`` so that the index stays readable."""
+    if index is None:
+        return f"{job_name}-"
+    suffix = f"-{index}-"
+    prefix = job_name + suffix
+    if len(prefix) > MAX_GENERATED_NAME_LENGTH:
+        prefix = prefix[: MAX_GENERATED_NAME_LENGTH - len(suffix)] + suffix
+    return prefix
+
+
+def add_completion_index_env(spec: dict[str, Any]) -> None:
+    """``addCompletionIndexEnvVariables``: every init container and container that has no
+    ``JOB_COMPLETION_INDEX`` of its own gets one read from the pod's index label (the
+    PodIndexLabel gate on)."""
+    field = f"metadata.labels['{COMPLETION_INDEX}']"
+    for container, env in podspec.envs(spec):
+        if any(mapping(e).get("name") == COMPLETION_INDEX_ENV for e in env):
+            continue
+        entry = {"name": COMPLETION_INDEX_ENV, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+        container["env"] = [*env, entry]
+
+
+def add_completion_index(
+    obj: dict[str, Any], job_name: str, index: int, index_failures: int | None = None
+) -> None:
+    """What ``manageJob`` writes into the template of an Indexed Job's pod of ``index``,
+    written into ``obj`` (a pod template or a pod: both have ``metadata`` and ``spec``):
+    the env var, the index as annotation and label, the hostname and, when
+    ``index_failures`` is given (a per-index budget), the index's failures so far."""
+    meta = obj["metadata"] = mapping(obj.get("metadata"))
+    spec = obj["spec"] = mapping(obj.get("spec"))
+    add_completion_index_env(spec)
+    annotations = dict(mapping(meta.get("annotations")))
+    labels = dict(mapping(meta.get("labels")))
+    annotations[COMPLETION_INDEX] = labels[COMPLETION_INDEX] = str(index)
+    if index_failures is not None:
+        annotations[INDEX_FAILURE_COUNT] = str(index_failures)
+    meta["annotations"], meta["labels"] = annotations, labels
+    spec["hostname"] = f"{job_name}-{index}"
+
+
 def pod_from_template(
     job: Mapping[str, Any], index: int | None = None, index_failures: int = 0
 ) -> dict:
     """The pod the Job controller would create now from ``job``'s template (see the
     module's doc: for an Indexed Job the completion index and, with a per-index budget,
     the index's failures so far), as its CREATE reaches a webhook: ``generateName``, no
-    name, no uid."""
+    name, no uid, API defaults applied."""
     meta = mapping(job.get("metadata"))
     spec = mapping(job.get("spec"))
+    name = str(meta.get("name"))
     template = copy.deepcopy(mapping(spec.get("template")))
     tmeta = mapping(template.get("metadata"))
-    name = str(meta.get("name"))
-    labels = dict(mapping(tmeta.get("labels")))
-    annotations = dict(mapping(tmeta.get("annotations")))
-    generate = f"{name}-"
-    if index is not None:
-        generate = f"{name}-{index}-"
-        annotations[COMPLETION_INDEX] = labels[COMPLETION_INDEX] = str(index)
-        if spec.get("backoffLimitPerIndex") is not None:
-            annotations[INDEX_FAILURE_COUNT] = str(index_failures)
-    return {
+    finalizers = list(items(tmeta.get("finalizers")))
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": generate,
+            "generateName": pod_generate_name(name),
             "namespace": meta.get("namespace"),
-            "labels": labels,
-            "annotations": annotations,
+            "labels": dict(mapping(tmeta.get("labels"))),
+            "annotations": dict(mapping(tmeta.get("annotations"))),
             "ownerReferences": [
                 {
                     "apiVersion": "batch/v1",
@@ -175,7 +229,24 @@ def pod_from_template(
                     "blockOwnerDeletion": True,
                 }
             ],
-            "finalizers": [JOB_TRACKING],
+            "finalizers": finalizers + ([] if JOB_TRACKING in finalizers else [JOB_TRACKING]),
         },
         "spec": mapping(template.get("spec")),
     }
+    if index is None:
+        default_pod(pod)
+        return pod
+    per_index = spec.get("backoffLimitPerIndex") is not None
+    return index_pod(pod, name, index, index_failures if per_index else None)
+
+
+def index_pod(
+    pod: dict[str, Any], job_name: str, index: int, index_failures: int | None = None
+) -> dict[str, Any]:
+    """``pod``, a Job's, made its pod of ``index`` (``add_completion_index``, and its
+    ``generateName``) and defaulted as the API server defaults it (the env var's
+    ``fieldRef``); returned."""
+    add_completion_index(pod, job_name, index, index_failures)
+    pod["metadata"]["generateName"] = pod_generate_name(job_name, index)
+    default_pod(pod)
+    return pod

@@ -57,6 +57,16 @@ def containers(pod_spec: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
                     yield container
 
 
+def envs(pod_spec: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], list[Any]]]:
+    """Every container and init container with its env vars (none: an empty list, not
+    the container's); one whose env is not a list is skipped (the API would refuse it)."""
+    for container in containers(pod_spec):
+        env = container.get("env")
+        env = [] if env is None else env
+        if isinstance(env, list):
+            yield container, env
+
+
 def add_error_propagation(pod_spec: dict[str, Any], strategy: str) -> list[str]:
     """Give every container the worker name and error strategy env vars; return changed names.
 
@@ -72,12 +82,7 @@ def add_error_propagation(pod_spec: dict[str, Any], strategy: str) -> list[str]:
         },
         ERROR_STRATEGY: {"name": ERROR_STRATEGY, "value": strategy},
     }
-    for container in containers(pod_spec):
-        env = container.get("env")
-        if env is None:
-            env = []
-        if not isinstance(env, list):
-            continue
+    for container, env in envs(pod_spec):
         present = {e.get("name") for e in env if isinstance(e, dict)}
         added = False
         for name, entry in wanted.items():

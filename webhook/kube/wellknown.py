@@ -21,6 +21,9 @@ LEGACY_JOB_NAME_LABEL = "job-name"
 #: ``batchv1.JobCompletionIndexAnnotation``: an Indexed Job pod's index; the label too
 #: (``addCompletionIndexLabel`` in pkg/controller/job/indexed_job_utils.go).
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+#: ``completionIndexEnvName`` (pkg/controller/job/indexed_job_utils.go): the env var an
+#: Indexed Job's containers read their index from (``addCompletionIndexEnvVariable``).
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 #: ``batchv1.JobIndexFailureCountAnnotation``: with ``backoffLimitPerIndex``, the index's
 #: counted failures before this pod.
 INDEX_FAILURE_COUNT = "batch.kubernetes.io/job-index-failure-count"
