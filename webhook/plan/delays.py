@@ -162,12 +162,7 @@ def add_env(spec: dict[str, Any], attempt: Attempt, out: Outcome, setting: Any, 
             )
     added: dict[str, list[str]] = {}
     kept: dict[str, list[str]] = {}
-    for container in podspec.containers(spec):
-        env = container.get("env")
-        if env is None:
-            env = []
-        if not isinstance(env, list):
-            continue
+    for container, env in podspec.envs(spec):
         name = str(container.get("name", "?"))
         present = {e.get("name") for e in env if isinstance(e, dict)}
         new = [{"name": k, "value": v} for k, v in values.items() if k not in present]
