@@ -59,6 +59,7 @@ from testkit.apivalidation import (
     update_error,
 )
 from testkit.patches import merge_patch, strategic_patch
+from webhook.kube.wellknown import JOB_TRACKING
 
 TRAINER = "/apis/trainer.kubeflow.org/v1alpha1"
 #: Resources with list and watch (all namespaces): URL path -> resource.
@@ -962,9 +963,6 @@ def _not_found(resource: str, name: str) -> tuple[int, dict]:
     return 404, status_body(
         404, "NotFound", f'{resource} "{name}" not found', name, NAMED[resource][2]
     )
-
-
-JOB_TRACKING = "batch.kubernetes.io/job-tracking"
 
 
 def applied(cache: Any) -> list[str]:

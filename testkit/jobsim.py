@@ -53,11 +53,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from testkit.fakeapi import JOB_TRACKING, FakeAPI
+from testkit.fakeapi import FakeAPI
 from webhook.kube import failurepolicy as fp
 from webhook.kube.jobcontroller import failjob_message, pod_from_template
+from webhook.kube.wellknown import JOB_TRACKING, JOB_UID_LABEL
 
-JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 T0 = "2026-11-26T10:00:00Z"
 #: The kubelet's clock when it stops a pod: a minute after the pods started.
 KUBELET_NOW = dt.datetime(2026, 11, 26, 10, 1, tzinfo=dt.timezone.utc)
