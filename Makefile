@@ -4,7 +4,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools run dry-run test test-fast lint bench bench-instructions fuzz clean
+.PHONY: install tools run dry-run test test-fast test-cluster cluster cluster-down lint bench bench-instructions fuzz clean
 
 # Quiet, and on stderr: `make dry-run` prints only YAML on stdout, even on its first run.
 $(BIN)/.installed: pyproject.toml
@@ -38,12 +38,25 @@ lint: install
 ## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm), a test
 ## file per CPU at once (servers still start a few at a time: testkit/servers.py).
 test: install tools lint
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile -m "not cluster"
+
+## A real control plane on 127.0.0.1 (etcd, kube-apiserver, kube-controller-manager,
+## kube-scheduler built from upstream with Go; fake Nodes and a played kubelet) with our
+## webhook and controller served beside it; writes .cluster/kubeconfig (docs/CLUSTER.md).
+cluster: install tools
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(BIN)/python -m testkit.controlplane up
+
+cluster-down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m testkit.controlplane down; fi
+
+## The cluster tier: every test against the real control plane (builds it first if needed).
+test-cluster: install tools
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -m cluster tests/cluster
 
 ## A contributor's loop: the tests that start no server, run no program and wait on no
 ## clock, with fewer hypothesis examples (docs/DEVELOPMENT.md, "How it is tested").
 test-fast: install tools
-	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not slow"
+	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not slow and not cluster"
 
 ## Benchmarks (not part of `make test`), the controller's cost included: needs wrk and hey
 ## (apt-get install wrk hey); the gunicorn floor is installed from the `bench` extra.

@@ -275,16 +275,23 @@ request.userInfo.username in {{ include "rpw.disruptorUsers" . }} || (has(reques
 {{- if or $c.defaults $c.guardRails $c.namespaces -}}true{{- end -}}
 {{- end -}}
 
+{{- /* Where the API server calls the webhook: the chart's Service, or with webhook.url a
+server outside the cluster (a developer's, `make cluster`'s), trusted through caBundle. */ -}}
 {{- define "rpw.clientConfig" -}}
+{{- with .ctx.Values.webhook.url }}
+url: {{ printf "%s%s" (trimSuffix "/" .) $.path | quote }}
+caBundle: {{ $.ctx.Values.webhook.caBundle | quote }}
+{{- else }}
 service:
   name: {{ include "rpw.serviceName" .ctx | quote }}
   namespace: {{ .ctx.Release.Namespace | quote }}
   path: {{ .path }}
   port: {{ .ctx.Values.service.port }}
+{{- end }}
 {{- end -}}
 
 {{- define "rpw.webhookAnnotations" -}}
-{{- if .Values.certManager.enabled }}
+{{- if and .Values.certManager.enabled (not .Values.webhook.url) }}
 cert-manager.io/inject-ca-from: {{ printf "%s/%s" .Release.Namespace (include "rpw.certificateName" .) }}
 {{- end }}
 {{- end -}}
