@@ -156,11 +156,13 @@ def start(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
     preexec_fn=None,
+    port: int = 0,
 ) -> Server:
-    """``retry-webhook serve`` in a session of its own; with ``wait``, once it is ready
-    (every worker answering), holding one of the start slots meanwhile."""
+    """``retry-webhook serve`` in a session of its own, on ``port`` or a free one; with
+    ``wait``, once it is ready (every worker answering), holding one of the start slots
+    meanwhile."""
     assert not IN_FAST_TEST, "a test that starts a server must be marked slow (tests/conftest.py)"
-    port = free_port()
+    port = port or free_port()
     log_path = log_path or cert_dir.parent / f"server-{port}.log"
     mark = uuid.uuid4().hex
     if preexec_fn is os.setsid:

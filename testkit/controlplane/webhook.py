@@ -140,24 +140,16 @@ class Release:
 
     def serve_args(self, metrics_port: int = 0, extra: tuple[str, ...] = ()) -> list[str]:
         """``retry-webhook serve`` as the chart's Deployment runs it, but on loopback."""
-        controller = (self.values.get("controller") or {}).get("enabled", True)
-        args = [
-            "--config",
-            str(self.config_file),
-            "--cert-dir",
-            str(self.cert_dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--kube",
-            "kubeconfig",
-            "--namespace",
-            self.namespace,
-            "--metrics-port",
-            str(metrics_port),
-        ]
-        if controller:
+        listen = ["--cert-dir", str(self.cert_dir), "--host", "127.0.0.1"]
+        listen += ["--port", str(self.port), "--metrics-port", str(metrics_port)]
+        return [*listen, *self.cluster_args(extra)]
+
+    def cluster_args(self, extra: tuple[str, ...] = ()) -> list[str]:
+        """What the server takes from the release: its config, the API through the
+        token's kubeconfig, its namespace and the controller's Lease."""
+        args = ["--config", str(self.config_file), "--kube", "kubeconfig"]
+        args += ["--namespace", self.namespace]
+        if (self.values.get("controller") or {}).get("enabled", True):
             args += ["--lease-name", LEASE, "--lease-namespace", self.namespace]
         else:
             args.append("--no-controller")
