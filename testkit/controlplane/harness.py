@@ -212,3 +212,112 @@ class Served:
         self.release.values = values
         self.release.install()
         return self.start()
+
+
+def evict(kube: Kube, pod: dict[str, Any]) -> None:
+    """The Eviction API (``pods/eviction``), as ``kubectl drain`` calls it: the API server
+    adds ``DisruptionTarget`` (``EvictionByEvictionAPI``), then deletes the pod."""
+    from kubernetes import client
+
+    meta = pod["metadata"]
+    body = client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"])
+    )
+    kube.core().create_namespaced_pod_eviction(meta["name"], meta["namespace"], body)
+
+
+def running(kube: Kube, namespace: str, job: str, count: int = 1) -> list[dict[str, Any]]:
+    """Wait until the Job has ``count`` pods running (the kubelet started them), and
+    return the Job's pods, oldest first."""
+
+    def check() -> list[dict[str, Any]] | None:
+        pods = kube.pods_of(namespace, job)
+        live = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        return pods if len(live) >= count else None
+
+    return eventually(check, 60, f"{count} running pod(s) of {namespace}/{job}")
+
+
+def node_of(pod: dict[str, Any]) -> str:
+    return pod["spec"]["nodeName"]
+
+
+def wait_node_ready(kube: Kube, name: str) -> None:
+    def ready() -> bool:
+        node = kube.get("node", name)
+        if node is None:
+            return False
+        conditions = node.get("status", {}).get("conditions") or []
+        up = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        tainted = any(
+            t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or []
+        )
+        return up and not tainted
+
+    eventually(ready, 90, f"node {name} Ready and untainted")
+
+
+def lose_node(kube: Kube, name: str) -> None:
+    """The Node object deleted, as a cloud's node lifecycle does with a machine that is
+    gone: PodGC then fails its pods (``DeletionByPodGC``) after its quarantine."""
+    kube.kubectl("delete", "node", name, "--wait=false")
+
+
+def restore_node(kube: Kube, name: str) -> None:
+    """The Node registered again (``Cluster.register_nodes``) and Ready."""
+    kube.cluster.register_nodes()
+    wait_node_ready(kube, name)
+
+
+def stop_kubelet(kube: Kube, name: str, stopped: bool = True) -> None:
+    """The Node's kubelet lost (``nodes.STOPPED``): no heartbeat, its pods left alone."""
+    key = "kubelet.retry-policy.dev/stopped"
+    kube.kubectl("annotate", "node", name, "--overwrite", f"{key}=true" if stopped else f"{key}-")
+
+
+class PodWatch:
+    """Every version of every pod of a namespace, as a watch delivers them, collected in
+    the background: what a test asserts about a pod that the controllers delete soon."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.seen: list[dict[str, Any]] = []
+        self._stop = False
+        self._thread: Any = None
+
+    def __enter__(self) -> PodWatch:
+        import threading
+
+        from kubernetes import watch
+
+        core = self.kube.core()
+        started = threading.Event()
+
+        def run() -> None:
+            while not self._stop:
+                stream = watch.Watch().stream(
+                    core.list_namespaced_pod, self.namespace, timeout_seconds=5
+                )
+                started.set()
+                for event in stream:
+                    self.seen.append(event["raw_object"])
+                    if self._stop:
+                        break
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        started.wait(10)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop = True
+
+    def condition(self, uid: str, kind: str) -> dict[str, Any] | None:
+        """The condition ``kind`` on any version of the pod ``uid`` seen so far."""
+        for pod in self.seen:
+            if pod["metadata"]["uid"] == uid:
+                found = pod_condition(pod, kind)
+                if found is not None and found["status"] == "True":
+                    return found
+        return None

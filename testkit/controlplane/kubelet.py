@@ -74,6 +74,10 @@ class PodRun:
     #: Set once the pod is terminal (its phase written): nothing is done to it but delete.
     finished: bool = False
     deleted: bool = False
+    #: The containers were told to stop (SIGTERM): they exit ``stop-seconds`` later.
+    stopping: bool = False
+    #: When the deadline timer is due (one timer per deadline the pod had).
+    deadline_at: float = 0.0
     #: Container name -> its status as last written.
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Container name -> restarts so far (each takes the next exit entry).
@@ -458,7 +462,9 @@ class Kubelet:
     def stop(self, run: PodRun, reason: str) -> None:
         """The kubelet kills a pod (deleted, or past its deadline): SIGTERM, then the
         containers stop with ``stop-exit-code`` a moment later."""
-        self.later(0.2, ("stop", run.uid, reason))
+        if not run.stopping:
+            run.stopping = True
+            self.later(ps.stop_seconds(run.pod), ("stop", run.uid, reason))
 
     def stopped_by_kubelet(self, run: PodRun, reason: str) -> None:
         moment = ps.now()
@@ -484,7 +490,8 @@ class Kubelet:
         left = (run.start_time + dt.timedelta(seconds=seconds) - ps.now()).total_seconds()
         if left <= 0:
             self.stopped_by_kubelet(run, "DeadlineExceeded")
-        else:
+        elif run.deadline_at != seconds:
+            run.deadline_at = seconds
             self.later(left + 0.05, ("deadline", run.uid))
 
     def delete(self, run: PodRun) -> None:

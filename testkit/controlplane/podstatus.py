@@ -16,6 +16,8 @@ docs/CLUSTER.md):
   (default 1).
 - ``kubelet.retry-policy.dev/stop-exit-code``: the code a container exits with when the
   kubelet stops it (deletion, deadline): default 143, SIGTERM's.
+- ``kubelet.retry-policy.dev/stop-seconds``: how long the containers take to exit after
+  SIGTERM (default 1; within the pod's grace period).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ PREFIX = "kubelet.retry-policy.dev/"
 EXIT_CODE = PREFIX + "exit-code"
 RUN_SECONDS = PREFIX + "run-seconds"
 STOP_EXIT_CODE = PREFIX + "stop-exit-code"
+STOP_SECONDS = PREFIX + "stop-seconds"
 RUN = "run"
 
 #: ``RestartingAllContainers``: the reason the kubelet gives the containers it stops for a
@@ -68,6 +71,12 @@ def run_seconds(pod: dict[str, Any]) -> float:
     if seconds < 0:
         raise ValueError(f"{RUN_SECONDS}: {raw!r} is negative")
     return seconds
+
+
+def stop_seconds(pod: dict[str, Any]) -> float:
+    raw = (pod["metadata"].get("annotations") or {}).get(STOP_SECONDS, "1")
+    grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+    return max(0.0, min(float(raw), float(grace)))
 
 
 def stop_exit_code(pod: dict[str, Any]) -> int:
