@@ -68,3 +68,23 @@ def ns(kube: Kube, request: pytest.FixtureRequest) -> str:
     name = kube.namespace(request.node.name.lower().replace("_", "-").replace("[", "-"))
     yield name
     kube.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(autouse=True)
+def no_write_of_ours_refused(served: Served):
+    """After every test: the real API server refused none of our controller's writes
+    (``retry_webhook_controller_writes_total{result="refused"}``: a 4xx given up), so the
+    chart's RBAC and ValidatingAdmissionPolicy allow every write each scenario needed."""
+    yield
+    server = served.server
+    if server is None or server.proc.poll() is not None or not server.metrics_port:
+        return
+    samples = server.metrics()
+    refused = {
+        dict(labels).get("writer"): value
+        for (name, labels), value in samples.items()
+        if name == "retry_webhook_controller_writes_total"
+        and dict(labels).get("result") == "refused"
+        and value
+    }
+    assert refused == {}, f"writes refused by the API server: {refused}\n{server.output()[-3000:]}"

@@ -1,0 +1,64 @@
+"""The chart's RBAC and ValidatingAdmissionPolicy, enforced by the real API server on a
+token of the chart's ServiceAccount: what our controller writes is allowed (checked after
+every cluster test: ``no_write_of_ours_refused``), and what it never writes is refused."""
+
+from __future__ import annotations
+
+import json
+
+from testkit.controlplane.harness import Kube, Served, job_manifest, running
+from testkit.controlplane.webhook import tool
+
+EXIT = "kubelet.retry-policy.dev/exit-code"
+
+
+def as_controller(kube: Kube, served: Served, *args: str, stdin: str | None = None):
+    """kubectl with the token our server acts with."""
+    import os
+    import subprocess
+
+    argv = [tool("kubectl"), "--kubeconfig", str(served.release.token_kubeconfig), *args]
+    env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, check=False)
+
+
+def test_the_controller_s_token_cannot_swap_an_image(kube: Kube, webhook: Served, ns: str):
+    policy = {
+        "retry-policy.dev/backoff-limit": "1",
+        "retry-policy.dev/in-place-exit-codes": "42",
+        "retry-policy.dev/max-in-place-restarts": "2",
+    }
+    kube.apply(job_manifest("victim", ns, policy, {EXIT: "run"}))
+    pod = running(kube, ns, "victim")[0]
+    name = pod["metadata"]["name"]
+    swap = {"spec": {"containers": [{"name": "main", "image": "registry.example/miner:1"}]}}
+    done = as_controller(kube, webhook, "patch", "pod", name, "-n", ns, "-p", json.dumps(swap))
+    assert done.returncode != 0
+    assert "ValidatingAdmissionPolicy" in done.stderr and "denied" in done.stderr, done.stderr
+    assert (
+        kube.get("pod", name, ns)["spec"]["containers"][0]["image"] == "registry.example/trainer:1"
+    )
+    # What the controller does write to that pod, a deadline for its restarts in place, is
+    # allowed through the same policy.
+    deadline = {"spec": {"activeDeadlineSeconds": 3600}}
+    done = as_controller(kube, webhook, "patch", "pod", name, "-n", ns, "-p", json.dumps(deadline))
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_controller_s_token_cannot_raise_a_job_s_budget(kube: Kube, webhook: Served, ns: str):
+    """The policy lets the controller lower ``backoffLimit`` (with its record: see
+    test_lost_nodes), never raise it."""
+    kube.apply(job_manifest("budget", ns, {"retry-policy.dev/backoff-limit": "3"}, {EXIT: "run"}))
+    raised = json.dumps({"spec": {"backoffLimit": 4}})
+    done = as_controller(kube, webhook, "patch", "job", "budget", "-n", ns, "-p", raised)
+    assert done.returncode != 0
+    assert "ValidatingAdmissionPolicy" in done.stderr and "denied" in done.stderr, done.stderr
+    assert kube.get("job", "budget", ns)["spec"]["backoffLimit"] == 3
+
+
+def test_the_controller_s_token_cannot_create_pods_or_read_secrets(
+    kube: Kube, webhook: Served, ns: str
+):
+    assert "no" in as_controller(kube, webhook, "auth", "can-i", "create", "pods", "-n", ns).stdout
+    assert "no" in as_controller(kube, webhook, "auth", "can-i", "get", "secrets", "-n", ns).stdout
+    assert "yes" in as_controller(kube, webhook, "auth", "can-i", "watch", "jobs", "-A").stdout
