@@ -171,6 +171,18 @@ def review(policy: Policy, user: str, operation: str, resource: str, sub: str, n
 # --- RBAC: pod writes only for the parts that are on --------------------------------------------
 
 
+@pytest.mark.parametrize(("to", "allowed"), [(5, True), (3, True), (0, True), (6, False)])
+def test_a_job_s_budget_may_be_lowered_by_several_in_one_write(api, policy, to, allowed):
+    """A node that takes several pods of a Job past its ``max-disruptions`` makes the
+    controller lower ``backoffLimit`` by as many in one write (``webhook/controller/
+    disruptions.py``); upstream's ``ValidateJobSpecUpdate`` allows any change of it, the
+    policy any lowering and no raise."""
+    old = a_job(api)
+    old["spec"]["backoffLimit"] = 5
+    new = _edit("spec.backoffLimit", to)(RECORD(old))
+    judged(review(policy, WEBHOOK, "UPDATE", "jobs", "", new, old), [] if allowed else ["backoff"])
+
+
 @pytest.mark.parametrize(
     ("name", "values", "on"), combinations(), ids=[c[0] for c in combinations()]
 )
@@ -534,7 +546,7 @@ JOB_CASES = [
     ),
     case("a label", None, _edit("metadata.labels", {"a": "b"}), ["workload"], kind="jobs"),
     case("raise backoffLimit", None, _edit("spec.backoffLimit", 2), ["backoff"], kind="jobs"),
-    case("lower it by two", None, _edit("spec.backoffLimit", -1), ["backoff"], kind="jobs"),
+    case("lower it below 0", None, _edit("spec.backoffLimit", -1), ["backoff"], kind="jobs"),
     case("suspend it", None, _edit("spec.suspend", True), ["workload"], kind="jobs"),
     case("a deadline", None, _edit("spec.activeDeadlineSeconds", 1), ["workload"], kind="jobs"),
     case("its status", None, _edit("status.failed", 9), ["action"], kind="jobs", sub="status"),

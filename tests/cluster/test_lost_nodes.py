@@ -88,3 +88,59 @@ def test_a_pod_lost_with_its_node_over_the_budget_lowers_backoff_limit(
     assert done["spec"]["backoffLimit"] == 0
     assert done["status"]["failed"] == 1
     assert len({p["metadata"]["uid"] for p in watched.seen}) == 2
+
+
+def test_two_pods_lost_at_once_over_the_budget_lower_backoff_limit_by_two(
+    kube: Kube, webhook: Served, ns: str
+):
+    """A node takes two pods of a Job with it, both past ``max-disruptions``: PodGC fails
+    them in one pass, the controller counts both by lowering ``backoffLimit`` by two in
+    one write, and the chart's admission policy allows it (``ValidateJobSpecUpdate``
+    allows any change of ``backoffLimit``; the policy any lowering of ours)."""
+    policy = {
+        **IGNORE,
+        "retry-policy.dev/max-disruptions": "0",
+        "retry-policy.dev/backoff-limit": "3",
+    }
+    pinned = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": ["ondemand-b"],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
+    }
+    spec = {"completions": 2, "parallelism": 2}
+    job = job_manifest("pair", ns, policy, {EXIT: "run,run,0"}, spec=spec, pod_spec=pinned)
+    with PodWatch(kube, ns) as watched:
+        kube.apply(job)
+        first = running(kube, ns, "pair", count=2)
+        lose_node(kube, "ondemand-b")
+        try:
+            for pod in first:
+                eventually(
+                    lambda pod=pod: watched.condition(pod["metadata"]["uid"], "DisruptionTarget"),
+                    120,
+                    "PodGC's mark",
+                )
+            eventually(
+                lambda: kube.get("job", "pair", ns)["spec"]["backoffLimit"] == 1,
+                60,
+                "backoffLimit lowered by two",
+            )
+        finally:
+            restore_node(kube, "ondemand-b")
+        done = kube.finished(ns, "pair", 90)
+    assert kube.job_condition(ns, "pair", "Complete"), done["status"]
+    assert done["spec"]["backoffLimit"] == 1
