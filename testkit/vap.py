@@ -44,6 +44,7 @@ KINDS = {
     "rayjobs": ("ray.io", "v1", "RayJob"),
     "pytorchjobs": ("kubeflow.org", "v1", "PyTorchJob"),
     "trainjobs": ("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
+    "events": ("events.k8s.io", "v1", "Event"),
 }
 #: The kinds of the pod subresources a client sends a body of (pods/eviction, binding, ...).
 SUBRESOURCE_KINDS = {

@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import re
 import time
 
 import kubernetes_validate
@@ -39,7 +41,7 @@ from testkit.rbac import POD_WRITES, combinations, granted, pod_writes
 from testkit.vap import Policy, admitted, gate, request
 from webhook.cluster.conditions import add_condition, status_patch
 from webhook.cluster.deletions import DeletionMarker
-from webhook.cluster.events import EventRecorder
+from webhook.cluster.events import REASONS, REPORTING_CONTROLLER, EventRecorder
 from webhook.cluster.record import ANNOTATION as HISTORY
 from webhook.controller.gates import release_all
 from webhook.controller.records import Workloads
@@ -371,6 +373,8 @@ WHERE = {
     "backoff": "backoffLimit may only be lowered",
     "workload": "nothing else of a workload",
     "action": "may not ",
+    "event": "an Event must be its own",
+    "series": "only its series",
 }
 
 HISTORY_PATH = ("metadata", "annotations", HISTORY)
@@ -743,3 +747,83 @@ def test_a_pods_deadline_is_set_and_lowered_only_where_it_may_be(api, policy, tm
         assert refused.value.status == code
     assert len(api.refused) == 1
     assert api.pod(pod["metadata"]["uid"])["spec"]["activeDeadlineSeconds"] == 60
+
+
+# --- Events: only ours, about objects in their own namespace -------------------------------------
+
+
+def an_event(**change) -> dict:
+    """An Event as the controller's recorder creates it (``EventRecorder``)."""
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "train.retry-7f3a", "namespace": "ml"},
+        "eventTime": "2026-11-22T10:00:00.000000Z",
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": "retry-policy-webhook-7d9f-abcde",
+        "action": "Record",
+        "reason": "RetryDisruptionCounted",
+        "regarding": {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "namespace": "ml",
+            "name": "train",
+            "uid": "u1",
+        },
+        "note": "counted",
+        "type": "Normal",
+    }
+    for key, value in change.items():
+        event = _edit(key.replace("__", "."), value)(event)
+    return event
+
+
+@pytest.mark.parametrize(
+    ("event", "denied"),
+    [
+        (an_event(), []),
+        (an_event(type="Warning", reason="RetryDelaySkipped"), []),
+        (an_event(reason="Killing"), ["event"]),
+        (an_event(reportingController="kubelet"), ["event"]),
+        (an_event(regarding__namespace="kube-system"), ["event"]),
+        (an_event(type="Error"), ["event"]),
+    ],
+    ids=[
+        "ours",
+        "a warning of ours",
+        "another reason",
+        "another reporter",
+        "another namespace",
+        "a type",
+    ],
+)
+def test_the_controller_creates_only_events_of_its_own(policy, event, denied):
+    verdict = policy.review(
+        request(WEBHOOK, "CREATE", "events", "", event["metadata"]["name"], "ml"), event, None
+    )
+    judged(verdict, denied)
+
+
+@pytest.mark.parametrize(
+    ("change", "denied"),
+    [
+        ({"series": {"count": 3, "lastObservedTime": "2026-11-22T10:05:00.000000Z"}}, []),
+        ({"note": "something else"}, ["series"]),
+        ({"reason": "RetryPolicyAudit"}, ["series"]),
+    ],
+    ids=["count on its series", "rewrite its note", "change its reason"],
+)
+def test_the_controller_updates_an_event_only_to_count_on(policy, change, denied):
+    old = an_event()
+    old["metadata"]["resourceVersion"] = "7"
+    new = {**copy.deepcopy(old), **change}
+    judged(review(policy, WEBHOOK, "UPDATE", "events", "", new, old), denied)
+
+
+def test_the_policy_s_reasons_are_the_recorder_s(helm):
+    """One list in two languages: the chart's CEL reasons and ``events.REASONS``."""
+    validations = one(render(helm, {}), "ValidatingAdmissionPolicy")["spec"]["validations"]
+    rendered = " ".join(v["expression"] for v in validations)
+    said = re.search(r"variables.obj.reason in (\[[^\]]*\])", rendered)
+    assert said is not None
+    assert set(json.loads(said.group(1))) == set(REASONS)

@@ -73,8 +73,9 @@ def ns(kube: Kube, request: pytest.FixtureRequest) -> str:
 @pytest.fixture(autouse=True)
 def no_write_of_ours_refused(served: Served):
     """After every test: the real API server refused none of our controller's writes
-    (``retry_webhook_controller_writes_total{result="refused"}``: a 4xx given up), so the
-    chart's RBAC and ValidatingAdmissionPolicy allow every write each scenario needed."""
+    (``retry_webhook_controller_writes_total{result="refused"}``: a 4xx given up) and
+    none of its Events (``retry_webhook_events_total{result="dropped"}``), so the chart's
+    RBAC and ValidatingAdmissionPolicy allow every write each scenario needed."""
     yield
     server = served.server
     if server is None or server.proc.poll() is not None or not server.metrics_port:
@@ -88,3 +89,5 @@ def no_write_of_ours_refused(served: Served):
         and value
     }
     assert refused == {}, f"writes refused by the API server: {refused}\n{server.output()[-3000:]}"
+    dropped = servers.metric(samples, "retry_webhook_events_total", result="dropped")
+    assert dropped == 0, f"Events dropped (refused by the API server?)\n{server.output()[-3000:]}"

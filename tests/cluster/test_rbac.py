@@ -62,3 +62,34 @@ def test_the_controller_s_token_cannot_create_pods_or_read_secrets(
     assert "no" in as_controller(kube, webhook, "auth", "can-i", "create", "pods", "-n", ns).stdout
     assert "no" in as_controller(kube, webhook, "auth", "can-i", "get", "secrets", "-n", ns).stdout
     assert "yes" in as_controller(kube, webhook, "auth", "can-i", "watch", "jobs", "-A").stdout
+
+
+def test_the_controller_s_token_cannot_write_events_not_of_its_own(
+    kube: Kube, webhook: Served, ns: str
+):
+    """RBAC grants Events in every namespace; the policy lets through only ours, about an
+    object in the Event's own namespace."""
+    foreign = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "forged", "namespace": ns},
+        "eventTime": "2026-12-06T00:00:00.000000Z",
+        "reportingController": "kubelet",
+        "reportingInstance": "node-1",
+        "action": "Killing",
+        "reason": "Killing",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "x"},
+        "note": "forged",
+        "type": "Normal",
+    }
+    done = as_controller(kube, webhook, "create", "-f", "-", stdin=json.dumps(foreign))
+    assert done.returncode != 0 and "an Event must be its own" in done.stderr, done.stderr
+    ours = {
+        **foreign,
+        "reportingController": "retry-policy.dev/webhook",
+        "reportingInstance": "test",
+        "action": "Record",
+        "reason": "RetryDisruptionCounted",
+    }
+    done = as_controller(kube, webhook, "create", "-f", "-", stdin=json.dumps(ours))
+    assert done.returncode == 0, done.stderr
