@@ -194,7 +194,9 @@ class FakeAPI:
         # Called with (method, resource, name) before a write is handled: tests use it to
         # make a concurrent writer change the object first (a real 409 follows).
         self.before_write = None
-        self.forbidden: set[tuple[str, str]] = set()  # (resource, name): RBAC says no
+        #: (resource, name): RBAC says no to that object's reads and writes; (resource, ""):
+        #: to listing the resource.
+        self.forbidden: set[tuple[str, str]] = set()
         #: resource -> an HTTP status every write of it gets (the API failing them), and
         #: seconds each write of it waits first (a slow API).
         self.write_status: dict[str, int] = {}
@@ -682,6 +684,11 @@ class FakeAPI:
                                 api.failed_writes.append((method, listed[2], status))
                         return self._send(status, answer)
                 resource, namespace, name = target
+                if name and (resource, name) in api.forbidden:
+                    # RBAC refuses a named object's writes as its reads.
+                    with api.lock:
+                        api.failed_writes.append((method, name, 403))
+                    return self._status(403, "Forbidden", f'cannot {method} {resource} "{name}"')
                 if api.write_delay.get(resource):
                     time.sleep(api.write_delay[resource])
                 if api.write_status.get(resource):

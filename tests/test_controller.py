@@ -24,8 +24,10 @@ from testkit.gates import gated_pod
 from testkit.replicas import FAST, NS, coordination, elector, lease, readyz, replica
 from testkit.servers import eventually, scaled, start, stop
 from webhook.cluster.leadership import LeaderNote, LeaderState
-from webhook.controller.lease import LeaderElector, LeaseConfig
+from webhook.controller.lease import GATES_ANNOTATION, LeaderElector, LeaseConfig
 from webhook.controller.manager import ControllerOptions, Manager
+
+LEASE_NAME = "retry-policy-webhook-controller"
 
 
 @pytest.fixture
@@ -131,6 +133,54 @@ def test_a_released_lease_is_taken_within_a_retry_period(api, tmp_path):
     spec = lease(api)["spec"]
     assert "holderIdentity" not in spec and spec["leaseDurationSeconds"] == 1
     assert b.try_acquire_or_renew()  # no holder: no wait at all
+
+
+@pytest.mark.slow
+def test_lease_writes_slower_than_a_retry_period_still_make_a_leader(api, tmp_path):
+    """client-go's ``acquire`` sets no deadline of its own and ``renew`` runs a round under
+    one ``RenewDeadline``: a Lease write that takes longer than a retry period (an
+    overloaded API server) is waited for, and the replica leads. (A 2 s timeout per call
+    with 2.5 s writes used to abandon every write while it landed: no replica led.)"""
+    api.write_delay["leases"] = 0.6
+    slow = {"lease_seconds": 3.0, "renew_deadline": 2.0, "retry_period": 0.2}
+    a = LeaderElector(coordination(api, tmp_path), LeaseConfig(NS, LEASE_NAME, "a", **slow))
+    stop_event = threading.Event()
+    thread = threading.Thread(target=a.run, args=(stop_event,), daemon=True)
+    thread.start()
+    try:
+        assert a.leading.wait(scaled(10)), "a write slower than a retry period made no leader"
+        renewed = lease(api)["spec"]["renewTime"]
+        eventually(lambda: lease(api)["spec"]["renewTime"] != renewed, 10)
+        assert a.leading.is_set()  # it renews, and keeps leading
+        # A renewal is one write (the fast path), with no read before it.
+        before = len(api.writes)
+        eventually(lambda: len(api.writes) > before, 10)
+    finally:
+        stop_event.set()
+        thread.join(scaled(10))
+
+
+@pytest.mark.slow
+def test_no_leadership_is_claimed_while_no_renewal_lands_in_time(api, tmp_path):
+    """A write that comes back after the renew deadline extended nothing: the replica
+    never says it leads (``tryAcquireOrRenew`` within ``renew``'s deadline)."""
+    api.write_delay["leases"] = 1.2
+    slow = {"lease_seconds": 2.0, "renew_deadline": 1.0, "retry_period": 0.2}
+    a = LeaderElector(coordination(api, tmp_path), LeaseConfig(NS, LEASE_NAME, "a", **slow))
+    stop_event = threading.Event()
+    thread = threading.Thread(target=a.run, args=(stop_event,), daemon=True)
+    thread.start()
+    try:
+        eventually(lambda: a.errors >= 2, 15)
+        assert not a.leading.wait(scaled(3))
+        assert not a.fence.holds()
+        # Its writes land though it never hears back in time: the Lease they leave must
+        # not tell admission that a leader releases gates.
+        written = eventually(lambda: api.get("leases", LEASE_NAME, NS), 15)
+        assert written["metadata"]["annotations"][GATES_ANNOTATION] != "ok"
+    finally:
+        stop_event.set()
+        thread.join(scaled(10))
 
 
 def test_a_leader_that_cannot_renew_stops_leading(api, tmp_path):

@@ -44,7 +44,7 @@ from webhook.cluster.events import EventRecorder
 from webhook.cluster.leadership import LeaderState
 from webhook.controller import gates as releaser_module
 from webhook.controller.gates import GateReleaser
-from webhook.controller.lease import GATES_ANNOTATION
+from webhook.controller.lease import ACQUIRING, GATES_ANNOTATION
 from webhook.controller.writes import REASON
 from webhook.kube import gates
 from webhook.policy.config import parse_config
@@ -179,7 +179,12 @@ def test_the_leader_says_it_on_the_lease_and_a_standby_reads_it(api, tmp_path):
     leader.health = lambda: said[0]
     standby = elector(api, tmp_path, "two")
     assert leader.try_acquire_or_renew()
+    # Taking the Lease vouches for nothing yet (it may land unanswered: a slow API).
+    assert lease(api)["metadata"]["annotations"][GATES_ANNOTATION] == ACQUIRING
+    assert not standby.try_acquire_or_renew()
+    assert standby.state().gates == ACQUIRING
     leader.leading.set()
+    assert leader.try_acquire_or_renew()  # its first renewal as the leader says it
     assert lease(api)["metadata"]["annotations"][GATES_ANNOTATION] == said[0]
     assert not standby.try_acquire_or_renew()
     assert standby.state().gates == said[0] and leader.state().gates == said[0]

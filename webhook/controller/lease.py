@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 #: On the Lease: whether the leader's retry-delay gates are being released ("ok"), else
 #: why not (``webhook.controller.gates.GateReleaser.health``).
 GATES_ANNOTATION = "retry-policy.dev/gate-releases"
+#: What an acquisition writes there: no leader acts yet (its first renewal says "ok").
+ACQUIRING = "a replica is taking the Lease; no gate is released until it renews"
 
 
 @dataclass(frozen=True)
@@ -108,13 +110,58 @@ class LeaderElector:
         #: nothing: a version of the webhook before it did).
         self._gates = ""
         self._transitions = 0
+        #: The Lease as last written or read (with its resourceVersion): what a leader's
+        #: renewal updates at once (client-go's observed record).
+        self._cached: dict[str, Any] | None = None
         self._acquired = ""
         self.errors = 0
         self.transitions_seen = 0
 
     # --- one attempt (client-go's tryAcquireOrRenew) ---------------------------------------
     def try_acquire_or_renew(self) -> bool:
+        """One attempt, as client-go's ``tryAcquireOrRenew``: a leader whose Lease is still
+        valid renews with one update of the record it observed (the fast path); otherwise,
+        or when that update fails, read the Lease and take or renew it.
+
+        No call has a timeout of its own shorter than the renew deadline (client-go's
+        ``acquire`` has none; ``renew`` runs under one ``RenewDeadline`` context): a leader's
+        calls end when its fence does, a standby's after ``renew_deadline``. A write that
+        takes longer than a retry period is waited for, not abandoned while it lands."""
         now, wall = self.clock(), self.wall()
+        if self.leading.is_set() and self._cached is not None and self._valid(now):
+            if self._renew_fast(now, wall):
+                return True
+        return self._slow_path(now, wall)
+
+    def _timeout(self) -> float:
+        """What a call may take: a leader's until its fence (the round's deadline), a
+        standby's the renew deadline."""
+        if self.leading.is_set() and self.fence.holds():
+            return max(0.0, self.fence.remaining())
+        return self.config.renew_deadline
+
+    def _valid(self, now: float) -> bool:
+        return now < self._observed_at + self._observed_seconds
+
+    def _renew_fast(self, now: float, wall: float) -> bool:
+        cfg = self.config
+        body = self._body(self._cached, wall, acquire=False)
+        try:
+            written = self._call(self.api.replace_namespaced_lease, cfg.name, cfg.namespace, body)
+        except Exception as err:
+            self.errors += 1
+            log.info(
+                "cannot renew Lease %s/%s at once (%s): reading it",
+                cfg.namespace,
+                cfg.name,
+                _short(err),
+            )
+            return False
+        self._observe(written, now, wall)
+        self.fence.extend(now + cfg.renew_deadline)
+        return True
+
+    def _slow_path(self, now: float, wall: float) -> bool:
         cfg = self.config
         try:
             lease = self._get()
@@ -125,12 +172,12 @@ class LeaderElector:
         if lease is None:
             body = self._body(None, wall, acquire=True)
             try:
-                self._call(self.api.create_namespaced_lease, cfg.namespace, body)
+                written = self._call(self.api.create_namespaced_lease, cfg.namespace, body)
             except Exception as err:  # someone else created it first (409), or an outage
                 self.errors += 1
                 log.info("cannot create Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
                 return False
-            self._observe(body, now, wall)
+            self._observe(written, now, wall)
             self.fence.extend(now + cfg.renew_deadline)
             return True
         record = _record(lease)
@@ -138,20 +185,19 @@ class LeaderElector:
             self._observe(lease, now, wall)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        valid = now < self._observed_at + self._observed_seconds
-        if holder and holder != cfg.identity and valid:
+        if holder and holder != cfg.identity and self._valid(now):
             return False  # held by another, not lapsed
         ours = holder == cfg.identity and self.leading.is_set()
         body = self._body(lease, wall, acquire=not ours)
         try:
-            self._call(
+            written = self._call(
                 self.api.replace_namespaced_lease, cfg.name, cfg.namespace, body
             )  # carries the resourceVersion read: a precondition
         except Exception as err:
             self.errors += 1
             log.info("cannot take or renew Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
             return False
-        self._observe(body, now, wall)
+        self._observe(written, now, wall)
         # From when the attempt started, not when it returned: a standby counts the lease
         # from when it saw this renewal, which was after it was sent.
         self.fence.extend(now + cfg.renew_deadline)
@@ -173,7 +219,11 @@ class LeaderElector:
         if lease is not None:
             metadata = dict(lease.get("metadata") or {}, **metadata)
         annotations = dict(metadata.get("annotations") or {})
-        annotations[GATES_ANNOTATION] = self.health() or "ok"
+        # Only a leader's renewal vouches for its gate releases: an acquisition may land
+        # and still never be answered in time (a slow API), and a Lease that says "ok"
+        # while no replica leads would have admission gate pods that nothing releases.
+        leads = self.leading.is_set() and not acquire
+        annotations[GATES_ANNOTATION] = (self.health() or "ok") if leads else ACQUIRING
         metadata["annotations"] = annotations
         return {
             "apiVersion": "coordination.k8s.io/v1",
@@ -183,6 +233,7 @@ class LeaderElector:
         }
 
     def _observe(self, lease: dict[str, Any], now: float, wall: float) -> None:
+        self._cached = lease
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         if holder != self._holder:
@@ -196,13 +247,15 @@ class LeaderElector:
         self._gates = said if isinstance(said, str) and said != "ok" else ""
 
     def release(self) -> bool:
-        """Give the Lease up (client-go's ``tryRelease``): holder empty, 1 s duration."""
+        """Give the Lease up (client-go's ``tryRelease``): holder empty, 1 s duration. On a
+        stop, so each call may take a retry period: a release that cannot land by then is
+        left to lapse."""
         if not self.leading.is_set():
             return True
         self.fence.close()  # nothing acts once the Lease may be another's
         cfg = self.config
         try:
-            lease = self._get()
+            lease = self._get(timeout=cfg.retry_period)
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != cfg.identity:
                 return True
             stamp = _micro_time(self.wall())
@@ -214,7 +267,8 @@ class LeaderElector:
                 "renewTime": stamp,
                 "leaseTransitions": int(old.get("leaseTransitions") or 0),
             }
-            self._call(self.api.replace_namespaced_lease, cfg.name, cfg.namespace, body)
+            replace = self.api.replace_namespaced_lease
+            self._call(replace, cfg.name, cfg.namespace, body, timeout=cfg.retry_period)
         except Exception as err:
             log.warning("cannot release Lease %s/%s: %s", cfg.namespace, cfg.name, _short(err))
             return False
@@ -264,18 +318,24 @@ class LeaderElector:
         )
 
     # --- the API, as raw JSON ---------------------------------------------------------------
-    def _get(self) -> dict[str, Any] | None:
+    def _get(self, timeout: float | None = None) -> dict[str, Any] | None:
         cfg = self.config
         try:
-            resp = self._call(self.api.read_namespaced_lease, cfg.name, cfg.namespace)
+            resp = self._call(
+                self.api.read_namespaced_lease, cfg.name, cfg.namespace, timeout=timeout
+            )
         except Exception as err:
             if getattr(err, "status", None) == 404:
                 return None
             raise
         return resp
 
-    def _call(self, method: Callable[..., Any], *args: Any) -> dict[str, Any]:
-        timeout = max(1.0, self.config.retry_period)
+    def _call(
+        self, method: Callable[..., Any], *args: Any, timeout: float | None = None
+    ) -> dict[str, Any]:
+        timeout = self._timeout() if timeout is None else timeout
+        if timeout <= 0:
+            raise TimeoutError("the renew deadline passed")
         resp = method(*args, _preload_content=False, _request_timeout=(timeout, timeout))
         result: dict[str, Any] = json.loads(resp.data)
         return result
