@@ -205,7 +205,7 @@ def test_the_running_peers_of_a_preempted_pod_are_marked_and_ignored(api, tmp_pa
 
 def test_a_jobsets_peers_are_its_runs_pods_only(api, tmp_path):
     """The same JobSet run (restart-attempt) across its replicated Jobs; not an older run."""
-    from webhook.controller.disruptions import peer_group
+    from webhook.controller.peers import peer_group
 
     def pod(run: str, job_name: str, namespace: str = "ml") -> dict:
         labels = {
@@ -297,3 +297,52 @@ def test_restarts_in_all_and_of_a_whole_pod():
 
     assert restarts(pod([2, 3])) == 5
     assert restarts(pod([3, 3], whole=True)) == 3  # each restart of the pod restarts both
+
+
+def test_a_disrupted_pod_gone_after_it_succeeded_is_no_failure(api, tmp_path):
+    """A preempted pod whose application exits 0 on SIGTERM ends ``Succeeded``
+    (``getPhase``: every container exited 0); the Job controller counts a completion
+    (``isPodFailed`` is false) and removes its finalizer, and the pod is gone before our
+    condition lands (404). That is no failure: nothing lowers the Job's backoffLimit."""
+    budget = {
+        P + "ignore-disruptions": "true",
+        P + "max-disruptions": "0",
+        P + "backoff-limit": "1",
+    }
+    run = JobRun.store(api, admitted_job(budget))
+    pod = run.new_pod()
+    run.disrupt(pod)
+    seen = run.current(pod)  # Running, disrupted: what the controller saw
+    ended = run.terminate(pod, code=0)
+    assert ended["status"]["phase"] == "Succeeded"
+    reconciler = disruptions(api, tmp_path)
+    reconciler._budget_event("DELETED", ended)  # the watch's last word on it
+    api.delete("pods", pod["metadata"]["uid"])
+    reconciler.count(seen)  # its condition: 404
+    reconciler.flush()
+    job = run._job()
+    assert job["spec"]["backoffLimit"] == 1
+    record = record_of(api, run.uid)
+    assert record is None or not record.late_lowered(pod["metadata"]["uid"])
+
+
+def test_a_disrupted_pod_gone_after_it_failed_still_counts(api, tmp_path):
+    """The same, but the pod failed (143 on SIGTERM): over the budget and judged without
+    our condition, it is counted by lowering backoffLimit."""
+    budget = {
+        P + "ignore-disruptions": "true",
+        P + "max-disruptions": "0",
+        P + "backoff-limit": "1",
+    }
+    run = JobRun.store(api, admitted_job(budget))
+    pod = run.new_pod()
+    run.disrupt(pod)
+    seen = run.current(pod)
+    ended = run.terminate(pod, code=143)
+    reconciler = disruptions(api, tmp_path)
+    reconciler._budget_event("DELETED", ended)
+    api.delete("pods", pod["metadata"]["uid"])
+    reconciler.count(seen)
+    reconciler.flush()
+    job = run._job()
+    assert job["spec"]["backoffLimit"] == 0

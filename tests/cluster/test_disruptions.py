@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from testkit.controlplane.harness import (
     Kube,
+    PodWatch,
     Served,
     eventually,
     evict,
@@ -77,3 +78,41 @@ def test_max_disruptions_is_exact_under_the_job_controller(kube: Kube, webhook: 
     assert kube.job_condition(ns, "budget", "Failed")["reason"] == "BackoffLimitExceeded"
     assert job["status"]["failed"] == 1
     assert len(kube.pods_of(ns, "budget")) <= 2
+
+
+def test_a_disrupted_pod_that_exits_0_is_a_completion_not_a_failure(
+    kube: Kube, webhook: Served, ns: str
+):
+    """An application that exits 0 on SIGTERM: the evicted pod ends ``Succeeded``
+    (``getPhase``: every container exited 0), the Job controller counts a completion, and
+    the pod is gone. Our budget must not count it as a failure either."""
+    policy = {
+        **IGNORE,
+        "retry-policy.dev/max-disruptions": "0",
+        "retry-policy.dev/backoff-limit": "1",
+    }
+    pods = {
+        EXIT: "run,0",
+        "kubelet.retry-policy.dev/stop-exit-code": "0",
+        "kubelet.retry-policy.dev/stop-seconds": "0",
+    }
+    spec = {"completions": 2, "parallelism": 1}
+    with PodWatch(kube, ns) as watched:
+        kube.apply(job_manifest("graceful", ns, policy, pods, spec=spec))
+        first = running(kube, ns, "graceful")[0]
+        evict(kube, first)
+        job = kube.finished(ns, "graceful")
+    assert kube.job_condition(ns, "graceful", "Complete"), job["status"]
+    uid = first["metadata"]["uid"]
+    ended = [p for p in watched.seen if p["metadata"]["uid"] == uid][-1]
+    assert ended["status"]["phase"] == "Succeeded"
+    assert job["status"]["succeeded"] == 2 and job["status"].get("failed", 0) == 0
+    eventually(
+        lambda: (
+            "retry-policy.dev/history"
+            in kube.get("job", "graceful", ns)["metadata"].get("annotations", {})
+        ),
+        30,
+        "the record",
+    )
+    assert kube.get("job", "graceful", ns)["spec"]["backoffLimit"] == 1

@@ -58,20 +58,18 @@ from typing import Any
 from webhook.cluster.conditions import (
     add_condition,
     condition,
-    judged,
-    label,
     label_value,
     pod_name,
     pod_uid,
     read_pod,
     status_patch,
     terminal,
-    uncounted_of,
     workload_of,
 )
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record
+from webhook.controller.peers import REASON, Peers
 from webhook.controller.records import Workloads
 from webhook.controller.writes import (
     CONFLICT,
@@ -80,24 +78,18 @@ from webhook.controller.writes import (
     REFUSED,
     Writes,
     outcome,
-    persist,
     rewrite,
 )
 from webhook.kube.failurepolicy import (
     DISRUPTION_BUDGET_EXHAUSTED,
     DISRUPTION_TARGET,
-    PEER_DISRUPTED,
     PodFailure,
     counts,
     evaluate,
 )
-from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import (
-    JOB_TRACKING,
-    JOB_UID_LABEL,
-    JOBSET_UID,
     MULTIKUEUE_ORIGIN,
-    RESTART_ATTEMPT,
 )
 from webhook.plan.causes import (
     MAX_DISRUPTIONS_LABEL,
@@ -109,15 +101,14 @@ from webhook.policy.grammar import parse_count
 
 log = logging.getLogger(__name__)
 
-REASON = "RetryDisruptionCounted"
 #: Failed writes of one over-budget condition other than conflicts before the pod's next
 #: update is left to try again.
 TRANSIENT_TRIES = 5
 #: Pods and workloads remembered at most (the oldest go first).
 MOST = 10_000
-#: Seconds a pod condition is tried again for after transient errors: past them the Job
-#: controller has judged the pod (``webhook.cluster.conditions``).
-MARK_PATIENCE = 5.0
+#: How long a pod that was gone before it could be marked waits for its last version (the
+#: watch's DELETED event) to say how it ended, before it is taken to have failed.
+GONE_PATIENCE = 30.0
 
 
 class Metrics:
@@ -217,10 +208,13 @@ class Disruptions:
         #: (namespace, UID) of a workload -> its budget state: a pod names its workload by
         #: UID labels it could carry in any namespace, so the namespace is part of the key.
         self._budgets: OrderedDict[tuple[str, str], _Budget] = OrderedDict()
-        #: Peer groups -> pod UID -> the pod (the peer-disruptions watch's store).
-        self._groups: dict[tuple[str, ...], dict[str, Mapping[str, Any]]] = {}
         #: The workers that write conditions (while ``run`` runs; else, inline).
         self._pool: ThreadPoolExecutor | None = None
+        #: Pod UID -> the phase a labelled pod ended in (its last version, or the watch's
+        #: DELETED event), for a pod gone before it could be marked.
+        self._ended: OrderedDict[str, str] = OrderedDict()
+        #: Pods gone before they were marked, waiting for how they ended: (since, pod).
+        self._gone_waiting: list[tuple[float, Mapping[str, Any]]] = []
         self.counters = {
             "counted": 0,
             "over": 0,
@@ -233,6 +227,8 @@ class Disruptions:
         #: The record writes' and the pod conditions' failures (``webhook.controller.writes``).
         self.writes = Writes("disruptions", events, self.metrics)
         self.conditions = Writes("conditions", events, self.metrics)
+        #: peer-disruptions: the peer-disruptions watch's store, and the marks.
+        self.peers = Peers(self.core, self.workloads, events, self.metrics, self.conditions, clock)
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -272,9 +268,12 @@ class Disruptions:
                     self._guarded(self.count, pod)
                 elif what == "late":
                     self._guarded(self.settle_late, pod)
+                elif what == "gone":
+                    self._gone_waiting.append((self.clock(), pod))
                 elif what == "peers":
                     self._guarded(self.mark_peers, pod, pool)
                 if time.monotonic() - flushed >= self.window:
+                    self._settle_waiting()
                     self.flush()
                     flushed = time.monotonic()
             pool.shutdown(wait=True)
@@ -283,6 +282,9 @@ class Disruptions:
                 what, pod = self._queue.get()
                 if what == "late":
                     self._guarded(self.settle_late, pod)
+                elif what == "gone":
+                    self._gone_waiting.append((self.clock(), pod))
+            self._settle_waiting()
             self.flush()
         finally:
             self._pool = None
@@ -295,28 +297,33 @@ class Disruptions:
             log.warning("pod %s not handled: %s", pod_name(args[0]), short_error(err))
 
     def _budget_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        phase = _phase(pod)
+        if phase in ("Succeeded", "Failed"):
+            with self._lock:
+                self._ended[pod_uid(pod)] = phase
+                while len(self._ended) > MOST:
+                    self._ended.popitem(last=False)
         if kind != "DELETED" and condition(pod, DISRUPTION_TARGET) is not None:
             if not self._was_handled("budget", pod_uid(pod)):
                 self._queue.put(("budget", pod))
 
     def _reset_peers(self) -> None:
-        with self._lock:
-            self._groups.clear()
+        self.peers.reset()
 
     def _peer_event(self, kind: str, pod: Mapping[str, Any]) -> None:
-        group, uid = peer_group(pod), pod_uid(pod)
-        if group is None or not uid:
+        if not self.peers.seen(kind, pod):
             return
-        with self._lock:
-            members = self._groups.setdefault(group, {})
-            if kind == "DELETED":
-                members.pop(uid, None)
-                if not members:
-                    del self._groups[group]
-                return
-            members[uid] = _kept(pod)
+        uid = pod_uid(pod)
         if condition(pod, DISRUPTION_TARGET) is not None and not self._was_handled("peers", uid):
             self._queue.put(("peers", pod))
+
+    def mark_peers(self, pod: Mapping[str, Any], pool: ThreadPoolExecutor | None = None) -> None:
+        """Mark the peers of a disrupted pod (``webhook.controller.peers``), once."""
+        uid = pod_uid(pod)
+        if self._was_handled("peers", uid):
+            return
+        self._handle("peers", uid)
+        self.counters["peers"] += self.peers.mark(pod, pool)
 
     def _was_handled(self, what: str, uid: str) -> bool:
         with self._lock:
@@ -448,11 +455,39 @@ class Disruptions:
             self._queue.put(("late", pod))
 
     def _gone(self, pod: Mapping[str, Any]) -> str:
-        """A pod gone before it was marked: it was judged (its finalizer removed) without
-        the condition, so it counts as one that failed unmarked."""
-        status = {**mapping(pod.get("status")), "phase": "Failed"}
-        self._late({**pod, "status": status})
+        """A pod gone before it was marked: the Job controller judged it (its finalizer
+        removed) without the condition. How it ended decides: one that ``Succeeded`` (an
+        application that exits 0 on SIGTERM: ``getPhase``) was a completion to the Job
+        controller (``isPodFailed`` is false), no failure to count; one that failed counts
+        unmarked (``settle_late``). Its last version says which; until the watch brought
+        it, the pod waits (``settle_gone``)."""
+        if self._pool is not None:
+            self._queue.put(("gone", pod))
+        elif not self.settle_gone(pod, self.clock()):
+            self._gone_waiting.append((self.clock(), pod))
         return "gone"
+
+    def settle_gone(self, pod: Mapping[str, Any], since: float | None = None) -> bool:
+        """Settle a gone pod by how it ended; ``False`` while that is not known yet (and
+        ``GONE_PATIENCE`` has not passed: then it is taken to have failed, as a pod
+        deleted while it ran is failed to the Job controller)."""
+        with self._lock:
+            ended = self._ended.get(pod_uid(pod))
+        waited = self.clock() - (since if since is not None else self.clock())
+        if ended is None and waited < GONE_PATIENCE:
+            return False
+        status = {**mapping(pod.get("status")), "phase": ended or "Failed"}
+        self.settle_late({**pod, "status": status})
+        return True
+
+    def _settle_waiting(self) -> None:
+        waiting, self._gone_waiting = self._gone_waiting, []
+        for since, pod in waiting:
+            try:
+                if not self.settle_gone(pod, since):
+                    self._gone_waiting.append((since, pod))
+            except Exception as err:  # the loop must outlive any one pod
+                log.warning("pod %s not handled: %s", pod_name(pod), short_error(err))
 
     def settle_late(self, pod: Mapping[str, Any]) -> None:
         """A pod over the budget that is ``Failed`` without its condition (it can never
@@ -604,91 +639,6 @@ class Disruptions:
                 log.warning("%s %s/%s: %s", ref.kind, ref.namespace, ref.name, note)
                 self.events.emit(Event(ref, "Warning", REASON, note, action="Count"))
 
-    # --- peer-disruptions ---------------------------------------------------------------
-    def mark_peers(self, pod: Mapping[str, Any], pool: ThreadPoolExecutor | None = None) -> None:
-        """Mark the peers of a disrupted pod that its loss may fail, several at once."""
-        uid = pod_uid(pod)
-        if self._was_handled("peers", uid):
-            return
-        self._handle("peers", uid)
-        group = peer_group(pod)
-        with self._lock:
-            members = list(self._groups.get(group or (), {}).values())
-        others = [p for p in members if pod_uid(p) != uid]
-        uncounted = self._uncounted(others)
-        peers = [p for p in others if _unmarked_peer(p, uncounted)]
-        how = label(pod, PEERS_LABEL)
-        cause = str(mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption")
-        message = f"peer pod {pod_name(pod)} was disrupted ({cause}); peer-disruptions {how}"
-        mark = (PEER_DISRUPTED, "PeerPodDisrupted", message, uncounted)
-        if pool is None:
-            results = [self._mark(p, *mark) for p in peers]
-        else:
-            results = [f.result() for f in [pool.submit(self._mark, p, *mark) for p in peers]]
-        marked = sum(1 for r in results if r in ("added", "late"))
-        self.counters["peers"] += marked
-        regarding = workload_of(pod)
-        if regarding is not None and peers:
-            verb = "ignored" if how == "ignore" else "counted once each"
-            note = (
-                f"pod {pod_name(pod)} disrupted ({cause}): {marked} of its peers marked "
-                f"{PEER_DISRUPTED}; their failures are {verb} (peer-disruptions {how})"
-            )
-            self.events.emit(Event(regarding, "Normal", REASON, note, action="Mark"))
-
-    def _uncounted(self, pods: list[Mapping[str, Any]]) -> frozenset[str]:
-        """The ``uncountedTerminatedPods`` of the Jobs of those pods that finished and keep
-        their tracking finalizer: only for them does the list tell whether they were
-        judged (read once per Job, and only then)."""
-        jobs = set()
-        for pod in pods:
-            meta = mapping(pod.get("metadata"))
-            owner = controller_of(meta)
-            if terminal(pod) and JOB_TRACKING in items(meta.get("finalizers")) and owner:
-                jobs.add((str(meta.get("namespace")), str(owner.get("name"))))
-        found: set[str] = set()
-        for namespace, name in jobs:
-            try:
-                found |= uncounted_of(self.workloads.read("job", namespace, name))
-            except Exception as err:  # unknown: the finalizer alone decides
-                log.warning("Job %s/%s not read: %s", namespace, name, short_error(err))
-        return frozenset(found)
-
-    # --- one condition ----------------------------------------------------------------------
-    def _mark(
-        self,
-        pod: Mapping[str, Any],
-        kind: str,
-        reason: str,
-        message: str,
-        uncounted: frozenset[str] = frozenset(),
-    ) -> str:
-        """Add a condition to ``pod``: "added", "late" (the pod had failed: the Job
-        controller may judge it without), "missed" (judged already: not written), or "gone"."""
-        if judged(pod, uncounted):
-            self.metrics.condition(kind, "missed")
-            return "missed"
-        what = f"condition {kind} on pod {pod_name(pod)}"
-        try:
-            patched = persist(
-                self.conditions,
-                pod_uid(pod),
-                lambda: add_condition(
-                    self.core, pod, status_patch(kind, reason, message, self.clock())
-                ),
-                workload_of(pod),
-                what,
-                MARK_PATIENCE,
-            )
-        except Exception as err:
-            if getattr(err, "status", None) == 404:
-                return "gone"
-            log.warning("%s not added to pod %s: %s", kind, pod_name(pod), short_error(err))
-            return "error"
-        result = "late" if terminal(pod) or terminal(patched) else "added"
-        self.metrics.condition(kind, result)
-        return result
-
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
 
@@ -708,47 +658,5 @@ def _unwritten(state: _Budget) -> str:
     )
 
 
-def peer_group(pod: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """The pods a pod runs with: its JobSet's run, else its Job, in its namespace (a pod
-    elsewhere that carries the same UID labels is no peer: a JobSet's and a Job's pods
-    are all in its namespace)."""
-    meta = mapping(pod.get("metadata"))
-    namespace = meta.get("namespace")
-    if not isinstance(namespace, str) or not namespace:
-        return None
-    labels = mapping(meta.get("labels"))
-    jobset = labels.get(JOBSET_UID)
-    if isinstance(jobset, str) and jobset:
-        return ("jobset", namespace, jobset, str(labels.get(RESTART_ATTEMPT) or "0"))
-    owner = controller_of(meta)
-    job = labels.get(JOB_UID_LABEL) or (owner or {}).get("uid")
-    return ("job", namespace, str(job)) if job else None
-
-
-def _unmarked_peer(pod: Mapping[str, Any], uncounted: frozenset[str] = frozenset()) -> bool:
-    """A peer to mark: not disrupted itself (its own rule decides it), not marked yet,
-    and not judged by the Job controller already."""
-    return (
-        condition(pod, DISRUPTION_TARGET) is None
-        and condition(pod, PEER_DISRUPTED) is None
-        and not judged(pod, uncounted)
-        and _phase(pod) != "Succeeded"
-    )
-
-
 def _phase(pod: Mapping[str, Any]) -> Any:
     return mapping(pod.get("status")).get("phase")
-
-
-def _kept(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """What the peer store keeps of a pod: enough to mark it."""
-    meta = mapping(pod.get("metadata"))
-    status = mapping(pod.get("status"))
-    return {
-        "metadata": {
-            k: meta[k]
-            for k in ("name", "namespace", "uid", "finalizers", "labels", "ownerReferences")
-            if k in meta
-        },
-        "status": {k: status[k] for k in ("phase", "conditions") if k in status},
-    }
