@@ -346,9 +346,10 @@ def test_a_multikueue_workers_copy_keeps_the_managers_backoff_limit(api, tmp_pat
 
 
 def test_a_pod_its_rules_count_already_lowers_nothing(api, tmp_path):
-    """A peer marked PeerDisrupted (peer-disruptions count) that its node then evicts:
-    its rule counts it (the rules on our conditions come before the Ignore on
-    DisruptionTarget), so lowering backoffLimit too would count it twice."""
+    """A peer marked PeerDisrupted (peer-disruptions count) that its node then evicts,
+    failed at once: its rule counts it (the rules on our conditions come before the
+    Ignore on DisruptionTarget), so lowering backoffLimit too would count it twice, and
+    it uses none of max-disruptions' free disruptions either."""
     # upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go)
     annotations = {**LATE, P + "peer-disruptions": "count"}
     run = JobRun.store(api, admitted_job(annotations, parallelism=2, completions=2))
@@ -362,7 +363,8 @@ def test_a_pod_its_rules_count_already_lowers_nothing(api, tmp_path):
     reconciler.flush()
     assert sorted(run.sync()) == ["Count", "Ignore"]
     assert job_of(api, run)["spec"]["backoffLimit"] == 2
-    assert record_of(api, run.uid).settled(peer["metadata"]["uid"])
+    record = record_of(api, run.uid)
+    assert record.disrupted(peer["metadata"]["uid"]) is None and record.disruptions_of() == 1
     assert metrics.calls.count(("lowered",)) == 0
 
 

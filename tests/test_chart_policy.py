@@ -453,8 +453,13 @@ CASES = [
     status("make it unready", "pod", _condition("Ready", status="False"), ["conditions"]),
     status("drop the kubelet's conditions", "pod", _edit("status.conditions", []), ["conditions"]),
     status("another condition type", "pod", _condition("example.com/Healthy"), ["conditions"]),
+    # A marked peer disrupted itself: its own disruption decides (webhook/controller/peers.py).
+    status("PeerDisrupted back to False", "pod", _condition(fp.PEER_DISRUPTED, status="False")),
     status(
-        "our condition, False", "pod", _condition(fp.PEER_DISRUPTED, status="False"), ["conditions"]
+        "another of ours, False",
+        "pod",
+        _condition(fp.DISRUPTION_BUDGET_EXHAUSTED, status="False"),
+        ["conditions"],
     ),
     status("our condition, unlabelled pod", "plain", IN_PLACE_DONE, ["conditions"]),
     status("DisruptionTarget on a running pod", "pod", TARGET, ["conditions"]),

@@ -346,3 +346,92 @@ def test_a_disrupted_pod_gone_after_it_failed_still_counts(api, tmp_path):
     reconciler.flush()
     job = run._job()
     assert job["spec"]["backoffLimit"] == 0
+
+
+def _conditions(pod: dict) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+
+
+def test_a_stale_disruption_target_marks_no_peer(api, tmp_path):
+    """A DisruptionTarget on a pod that is neither deleted nor ended is a disruption that
+    never came (the preemption that set it did not delete the pod): the disruption
+    controller resets it (``syncStalePodDisruption``). Its peers stay unmarked, and are
+    marked once a disruption does happen."""
+    annotations = {
+        P + "fail-non-retriable": "true",
+        P + "ignore-disruptions": "true",
+        P + "peer-disruptions": "ignore",
+    }
+    run = JobRun.store(api, admitted_job(annotations, parallelism=2, completions=2))
+    first, peer = run.new_pod(), run.new_pod()
+    with Running(disruptions(api, tmp_path)) as reconciler:
+        stale = run.disrupt(first, delete=False)
+        uid = stale["metadata"]["uid"]
+
+        def stored() -> bool:  # the peer watch has seen the condition, and decided
+            with reconciler.peers._lock:
+                groups = list(reconciler.peers._groups.values())
+            kept = [g[uid] for g in groups if uid in g]
+            return bool(kept) and fp.DISRUPTION_TARGET in _conditions(kept[0])
+
+        eventually(stored, 10)
+        eventually(reconciler._queue.empty, 10)
+        assert not reconciler._was_handled("peers", uid)
+        assert fp.PEER_DISRUPTED not in _conditions(run.current(peer))
+        with api.lock:  # now it happens: the pod is deleted
+            api.delete_pod(stale["metadata"]["namespace"], stale["metadata"]["name"], None)
+        eventually(lambda: fp.PEER_DISRUPTED in _conditions(run.current(peer)), 10)
+
+
+def test_a_peer_disrupted_itself_is_decided_by_its_own_disruption(api, tmp_path):
+    """``peer-disruptions: count``: a drain marks B a peer of A, then evicts B too. The
+    Count on PeerDisrupted comes first (``matchPodFailurePolicy``), so the controller sets
+    B's mark back to False before B fails: B's own disruption is free (Ignore), as the
+    budget says."""
+    annotations = {
+        P + "ignore-disruptions": "true",
+        P + "max-disruptions": "2",
+        P + "peer-disruptions": "count",
+        P + "backoff-limit": "0",
+    }
+    run = JobRun.store(api, admitted_job(annotations, parallelism=2, completions=2))
+    a, b = run.new_pod(), run.new_pod()
+    with Running(disruptions(api, tmp_path)) as reconciler:
+        run.disrupt(a, "EvictionByEvictionAPI")
+        eventually(lambda: _conditions(run.current(b)).get(fp.PEER_DISRUPTED) == "True", 10)
+        run.disrupt(b, "EvictionByEvictionAPI")
+        eventually(lambda: _conditions(run.current(b)).get(fp.PEER_DISRUPTED) == "False", 10)
+        eventually(lambda: acted(reconciler, run.current(b)), 10)
+    run.fail(b)
+    assert run.judge(b) == "Ignore"
+    record = eventually(
+        lambda: (r := record_of(api, run.uid)) and r.disruptions_of() >= 2 and r, 10
+    )
+    assert record.disrupted(b["metadata"]["uid"]) == "free"
+
+
+def test_a_peer_that_failed_before_its_mark_was_taken_back_is_no_budget_s(api, tmp_path):
+    """The same, but B failed before the controller could take the mark back: the Job
+    controller counts it as a peer's failure, and the budget does not count it at all."""
+    annotations = {
+        P + "ignore-disruptions": "true",
+        P + "max-disruptions": "2",
+        P + "peer-disruptions": "count",
+        P + "backoff-limit": "3",
+    }
+    run = JobRun.store(api, admitted_job(annotations, parallelism=2, completions=2))
+    a, b = run.new_pod(), run.new_pod()
+    reconciler = disruptions(api, tmp_path)
+    for pod in (a, b):
+        reconciler._peer_event("ADDED", run.current(pod))  # the watch's store
+    run.disrupt(a, "EvictionByEvictionAPI")
+    reconciler.mark_peers(run.current(a))
+    assert _conditions(run.current(b)).get(fp.PEER_DISRUPTED) == "True"
+    run.disrupt(b, "EvictionByEvictionAPI")
+    failed = run.fail(b)
+    reconciler.count(failed)
+    reconciler.flush()
+    assert _conditions(run.current(b)).get(fp.PEER_DISRUPTED) == "True"
+    assert run.judge(b) == "Count"
+    record = record_of(api, run.uid)
+    assert record is None or record.disrupted(b["metadata"]["uid"]) is None

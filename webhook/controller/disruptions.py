@@ -69,7 +69,7 @@ from webhook.cluster.conditions import (
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record
-from webhook.controller.peers import REASON, Peers
+from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count
 from webhook.controller.records import Workloads
 from webhook.controller.writes import (
     CONFLICT,
@@ -83,6 +83,7 @@ from webhook.controller.writes import (
 from webhook.kube.failurepolicy import (
     DISRUPTION_BUDGET_EXHAUSTED,
     DISRUPTION_TARGET,
+    PEER_DISRUPTED,
     PodFailure,
     counts,
     evaluate,
@@ -272,6 +273,8 @@ class Disruptions:
                     self._gone_waiting.append((self.clock(), pod))
                 elif what == "peers":
                     self._guarded(self.mark_peers, pod, pool)
+                elif what == "unmark":
+                    self._guarded(self.unmark, pod)
                 if time.monotonic() - flushed >= self.window:
                     self._settle_waiting()
                     self.flush()
@@ -311,11 +314,24 @@ class Disruptions:
         self.peers.reset()
 
     def _peer_event(self, kind: str, pod: Mapping[str, Any]) -> None:
-        if not self.peers.seen(kind, pod):
-            return
+        if not self.peers.seen(kind, pod) or not disrupted(pod):
+            return  # (a DisruptionTarget on a pod that runs on: no disruption happened)
         uid = pod_uid(pod)
-        if condition(pod, DISRUPTION_TARGET) is not None and not self._was_handled("peers", uid):
+        if not self._was_handled("peers", uid):
             self._queue.put(("peers", pod))
+        if marked_to_count(pod) and not self._was_handled("unmark", uid):
+            self._queue.put(("unmark", pod))
+
+    def unmark(self, pod: Mapping[str, Any]) -> str:
+        """A counted peer disrupted itself: its own disruption decides it
+        (``Peers.unmark``), once."""
+        uid = pod_uid(pod)
+        if self._was_handled("unmark", uid):
+            return "unmarked"
+        result = self.peers.unmark(pod)
+        if result != "error":
+            self._handle("unmark", uid)
+        return result
 
     def mark_peers(self, pod: Mapping[str, Any], pool: ThreadPoolExecutor | None = None) -> None:
         """Mark the peers of a disrupted pod (``webhook.controller.peers``), once."""
@@ -360,6 +376,17 @@ class Disruptions:
                 self._settle(
                     pod, f"over max-disruptions {budget}: counted against the retry budget"
                 )
+            return
+        if marked_to_count(pod) and self.unmark(pod) == "late":
+            # Its peer's mark decided it (Count): a peer's failure, not a disruption of the
+            # budget's. The record says nothing of it; the Event says why.
+            self._handle("budget", uid)
+            note = (
+                f"pod {pod_name(pod)} disrupted after it was marked {PEER_DISRUPTED} "
+                "(peer-disruptions count), and failed before the mark could be taken back: "
+                "it counts as a peer's failure, not against max-disruptions"
+            )
+            self.events.emit(Event(state.regarding, "Warning", REASON, note, action="Count"))
             return
         scope = disruption_scope(pod)
         number = state.record.disruptions_of(scope) + 1

@@ -24,6 +24,7 @@ from webhook.cluster.conditions import (
     label,
     pod_name,
     pod_uid,
+    read_pod,
     status_patch,
     terminal,
     uncounted_of,
@@ -31,7 +32,7 @@ from webhook.cluster.conditions import (
 )
 from webhook.cluster.events import Event
 from webhook.cluster.informer import short_error
-from webhook.controller.writes import persist
+from webhook.controller.writes import FENCED, GONE, REFUSED, outcome, persist
 from webhook.kube.failurepolicy import DISRUPTION_TARGET, PEER_DISRUPTED
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import JOB_TRACKING, JOB_UID_LABEL, JOBSET_UID, RESTART_ATTEMPT
@@ -44,6 +45,26 @@ REASON = "RetryDisruptionCounted"
 #: Seconds a pod condition is tried again for after transient errors: past them the Job
 #: controller has judged the pod (``webhook.cluster.conditions``).
 MARK_PATIENCE = 5.0
+#: Writes of an unmark tried before it is left (conflicts read the pod again).
+UNMARK_TRIES = 5
+UNMARKED = "this pod was disrupted itself: its own disruption decides, not its peer's"
+
+
+def disrupted(pod: Mapping[str, Any]) -> bool:
+    """A disruption that happened: ``DisruptionTarget=True`` on a pod being deleted or
+    ended. The condition on a pod that runs on is one whose disruption never came (the
+    preemption or eviction that set it did not delete the pod): the disruption controller
+    resets it to False (``syncStalePodDisruption``, ``nonTerminatingPodHasStaleDisruption
+    Condition``), and it marks no peer."""
+    meta = mapping(pod.get("metadata"))
+    return condition(pod, DISRUPTION_TARGET) is not None and (
+        meta.get("deletionTimestamp") is not None or terminal(pod)
+    )
+
+
+def marked_to_count(pod: Mapping[str, Any]) -> bool:
+    """A peer marked under ``peer-disruptions: count``: the Job controller counts it."""
+    return condition(pod, PEER_DISRUPTED) is not None and label(pod, PEERS_LABEL) == "count"
 
 
 class Peers:
@@ -118,6 +139,52 @@ class Peers:
             )
             self.events.emit(Event(regarding, "Normal", REASON, note, action="Mark"))
         return marked
+
+    def unmark(self, pod: Mapping[str, Any]) -> str:
+        """A peer marked ``PeerDisrupted`` under ``peer-disruptions: count`` that is then
+        disrupted itself (a drain takes a node's pods a moment apart): its own disruption
+        decides it (ignore-disruptions, max-disruptions), not its peer's. The Job
+        controller takes the first rule that matches (``matchPodFailurePolicy``), and the
+        Count on ``PeerDisrupted`` comes before the Ignore on ``DisruptionTarget``, so the
+        mark goes to ``False``, written with the resourceVersion of a version not
+        ``Failed``: it is then on every ``Failed`` version (``mergePodStatus`` keeps it).
+        "unmarked", "late" (the pod failed first: the Job controller may count it as a
+        peer's failure), "gone", or "error"."""
+        for _ in range(UNMARK_TRIES):
+            mark = next(
+                (
+                    c
+                    for c in items(mapping(pod.get("status")).get("conditions"))
+                    if isinstance(c, dict) and c.get("type") == PEER_DISRUPTED
+                ),
+                None,
+            )
+            if mark is None or mark.get("status") != "True":
+                return "unmarked"
+            if terminal(pod):
+                self.metrics.condition(PEER_DISRUPTED, "late")
+                return "late"
+            version = str(mapping(pod.get("metadata")).get("resourceVersion") or "")
+            body = status_patch(PEER_DISRUPTED, "PodDisrupted", UNMARKED, self.clock())
+            body["status"]["conditions"][0]["status"] = "False"
+            try:
+                add_condition(self.core, pod, body, version or None)
+            except Exception as err:
+                kind = outcome(err)
+                if kind == GONE:
+                    return "gone"
+                if kind in (REFUSED, FENCED):
+                    what = f"condition {PEER_DISRUPTED} unset on pod {pod_name(pod)}"
+                    self.conditions.failed(pod_uid(pod), err, workload_of(pod), what)
+                    return "error"
+                found = read_pod(self.core, pod)
+                if found is None:
+                    return "gone"
+                pod = found
+                continue
+            self.metrics.condition(PEER_DISRUPTED, "unmarked")
+            return "unmarked"
+        return "error"
 
     def _uncounted(self, pods: list[Mapping[str, Any]]) -> frozenset[str]:
         """The ``uncountedTerminatedPods`` of the Jobs of those pods that finished and keep
