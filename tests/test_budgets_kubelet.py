@@ -156,6 +156,37 @@ def test_the_deadline_is_only_lowered_and_set_after_the_mark(api, tmp_path):
         assert refused.value.status == 422
 
 
+def test_a_refused_deadline_takes_the_mark_back_and_is_told(api, tmp_path):
+    """Another admission policy of the cluster refuses the pod's deadline: the pod runs on,
+    restarting in place. Its mark (the Count rule's condition) goes back to False, so its
+    later failure is judged by its own rules (fail-non-retriable's FailJob here), and the
+    refusal is told (``RetryPolicyWriteFailed``); the pod is not marked again."""
+    # upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go)
+    run = JobRun.store(api, admitted_job({**IN_PLACE, P + "fail-non-retriable": "true"}))
+    pod = run.restart(run.new_pod(), 2)
+
+    def no_deadlines(stored: dict, patched: dict):
+        if patched["spec"].get("activeDeadlineSeconds") != stored["spec"].get(
+            "activeDeadlineSeconds"
+        ):
+            return 403, 'admission webhook "deadlines.example.com" denied the request'
+        return None
+
+    api.admit_update["pods"] = no_deadlines
+    metrics = Counted()
+    reconciler = in_place(api, tmp_path, metrics)
+    with pytest.raises(ApiException):
+        reconciler.replace(run.current(pod))
+    current = run.current(pod)
+    assert "activeDeadlineSeconds" not in current["spec"]
+    mark = [c for c in current["status"]["conditions"] if c["type"] == fp.IN_PLACE_BUDGET_EXHAUSTED]
+    assert [c["status"] for c in mark] == ["False"]
+    assert ("condition", fp.IN_PLACE_BUDGET_EXHAUSTED, "taken_back") in metrics.calls
+    assert reconciler.replace(run.restart(pod, 3)) is False  # not marked again
+    run.fail(pod, 1)
+    assert run.judge(pod) == "FailJob"
+
+
 # --- max-disruptions: each disruption over the budget counts once ---------------------------
 
 LATE = {

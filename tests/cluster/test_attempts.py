@@ -5,6 +5,10 @@ CronJob's Jobs made by the real CronJob controller."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from testkit.controlplane.harness import Kube, PodWatch, Served, eventually, job_manifest
 
 EXIT = "kubelet.retry-policy.dev/exit-code"
@@ -127,3 +131,89 @@ def test_a_cronjob_s_jobs_made_by_the_cronjob_controller_carry_the_policy(
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert any(rule["action"] == "FailJob" for rule in rules)
     assert kube.finished(ns, job["metadata"]["name"], 60)
+
+
+@pytest.mark.refused_writes("in_place")
+def test_a_deadline_another_policy_refuses_leaves_no_half_done_mark(
+    kube: Kube, webhook: Served, ns: str
+):
+    """A cluster's own ValidatingAdmissionPolicy refuses every change of a pod's deadline
+    in this namespace: the controller cannot end the pod whose restarts in place are used
+    up, so it takes its mark back, and the pod's later real failure fails the Job by its
+    own rules (fail-non-retriable), instead of being counted by our Count rule."""
+    name = f"no-deadlines-{ns}"[:63]
+    rule = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "resources": ["pods"],
+        "operations": ["UPDATE"],
+    }
+    kube.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [rule]},
+                "validations": [
+                    {
+                        "expression": "!has(object.spec.activeDeadlineSeconds) || "
+                        "(has(oldObject.spec.activeDeadlineSeconds) && object.spec."
+                        "activeDeadlineSeconds == oldObject.spec.activeDeadlineSeconds)",
+                        "message": "pod deadlines are managed by the platform team",
+                    }
+                ],
+            },
+        }
+    )
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    kube.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": selector},
+            },
+        }
+    )
+    try:
+        policy = {
+            "retry-policy.dev/backoff-limit": "2",
+            "retry-policy.dev/in-place-exit-codes": "42",
+            "retry-policy.dev/max-in-place-restarts": "2",
+            "retry-policy.dev/fail-non-retriable": "true",
+        }
+        probe = job_manifest("probe", ns, {}, {EXIT: "run"})
+        kube.apply(probe)
+        pod = eventually(lambda: kube.pods_of(ns, "probe"), 30)[0]
+        seconds = iter(range(900, 100, -1))  # each try a change: an equal one is allowed
+
+        def refused() -> bool:
+            deadline = json.dumps({"spec": {"activeDeadlineSeconds": next(seconds)}})
+            name = pod["metadata"]["name"]
+            done = kube.kubectl("patch", "pod", name, "-n", ns, "-p", deadline, check=False)
+            return "platform team" in done.stderr
+
+        eventually(refused, 30, "the cluster's policy in force")
+        with PodWatch(kube, ns) as watched:
+            kube.apply(job_manifest("restarts", ns, policy, {EXIT: "42,42,1"}))
+            job = kube.finished(ns, "restarts", 120)
+        assert kube.job_condition(ns, "restarts", "Failed")["reason"] == "PodFailurePolicy"
+        (only,) = kube.pods_of(ns, "restarts")
+        versions = [p for p in watched.seen if p["metadata"]["uid"] == only["metadata"]["uid"]]
+        marks = [
+            c["status"]
+            for p in versions
+            for c in p["status"].get("conditions") or []
+            if c["type"] == "retry-policy.dev/InPlaceBudgetExhausted"
+        ]
+        assert "True" in marks and marks[-1] == "False"
+        assert "activeDeadlineSeconds" not in only["spec"]
+        assert job["status"]["failed"] == 1
+    finally:
+        kube.kubectl("delete", "validatingadmissionpolicybinding", name, check=False)
+        kube.kubectl("delete", "validatingadmissionpolicy", name, check=False)

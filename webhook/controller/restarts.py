@@ -57,7 +57,7 @@ from webhook.cluster.events import Event
 from webhook.cluster.informer import Informer
 from webhook.controller.disruptions import MOST, Metrics
 from webhook.controller.records import MERGE_PATCH
-from webhook.controller.writes import Writes
+from webhook.controller.writes import CONFLICT, REFUSED, Writes, outcome
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED
 from webhook.kube.objects import mapping
 from webhook.kube.restartrules import restarts
@@ -71,6 +71,10 @@ TRIES = 5
 #: The deadline that ends a replaced pod: the least the API takes, and past already for a
 #: pod that has restarted in place (its ``status.startTime`` is its first start).
 DEADLINE = 1
+TAKEN_BACK = (
+    "its deadline was refused (an admission policy): the pod is not replaced, and its own "
+    "rules decide its failure"
+)
 
 
 class InPlaceBudget:
@@ -163,7 +167,12 @@ class InPlaceBudget:
                 if found is not pod:
                     pod = found  # changed since (a restart, its failure): again
                     continue
-            expired = self._expire(pod)
+            try:
+                expired = self._expire(pod)
+            except Exception as err:
+                if outcome(err) == REFUSED:  # (another admission policy; never half-done)
+                    self._take_back(pod)
+                raise
             self._remember(pod_uid(pod))
             if marked and not expired:
                 return False  # (replaced before a restart of the controller: said then)
@@ -202,6 +211,36 @@ class InPlaceBudget:
             return read_pod(self.core, pod)
         self.metrics.condition(IN_PLACE_BUDGET_EXHAUSTED, "added")
         return pod
+
+    def _take_back(self, pod: Mapping[str, Any]) -> None:
+        """The deadline was refused (an admission policy of the cluster's own): the pod
+        runs on, restarting in place, and must not keep the condition whose Count rule
+        would count its later failure instead of its own rules deciding it. The condition
+        goes back to False, with the resourceVersion of a version seen not ``Failed`` (a
+        pod that failed meanwhile had used its budget: it counts); the pod is not marked
+        again, and the refusal is told (``RetryPolicyWriteFailed``, by the caller)."""
+        self._remember(pod_uid(pod))
+        for _ in range(TRIES):
+            found = read_pod(self.core, pod)  # (with the mark: ``pod`` may be from before)
+            if found is None:
+                return
+            pod = found
+            if terminal(pod) or condition(pod, IN_PLACE_BUDGET_EXHAUSTED) is None:
+                return
+            version = str(mapping(pod.get("metadata")).get("resourceVersion") or "")
+            body = status_patch(
+                IN_PLACE_BUDGET_EXHAUSTED, "DeadlineRefused", TAKEN_BACK, self.clock()
+            )
+            body["status"]["conditions"][0]["status"] = "False"
+            try:
+                add_condition(self.core, pod, body, version or None)
+            except Exception as err:
+                if outcome(err) != CONFLICT:
+                    log.warning("condition not taken back from pod %s: %s", pod_name(pod), err)
+                    return
+                continue
+            self.metrics.condition(IN_PLACE_BUDGET_EXHAUSTED, "taken_back")
+            return
 
     def _expire(self, pod: Mapping[str, Any]) -> bool:
         """Set the pod's ``activeDeadlineSeconds`` to ``DEADLINE`` (a merge patch of that one
