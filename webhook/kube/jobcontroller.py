@@ -198,6 +198,26 @@ def add_completion_index(
     spec["hostname"] = f"{job_name}-{index}"
 
 
+#: ``parseInt32``: what ``strconv.Atoi`` reads (an optional sign, then ASCII digits).
+_ATOI = re.compile(r"[+-]?[0-9]+")
+MAX_INT32 = 2**31 - 1
+
+
+def index_failure_count(annotations: Any) -> int | None:
+    """An Indexed Job's pod's failures of its index so far, as the Job controller reads
+    them (``getIndexFailureCount``, ``parseIndexFailureCountAnnotation`` in
+    indexed_job_utils.go): its ``job-index-failure-count``, a value that is not an int32
+    of 0 or more (malformed, negative, too large) read as 0; ``None`` without the
+    annotation (no per-index budget), which the controller reads as 0 too."""
+    raw = mapping(annotations).get(INDEX_FAILURE_COUNT)
+    if not isinstance(raw, str):
+        return None
+    if _ATOI.fullmatch(raw) is None:
+        return 0
+    value = int(raw)
+    return value if 0 <= value <= MAX_INT32 else 0
+
+
 def pod_from_template(
     job: Mapping[str, Any], index: int | None = None, index_failures: int = 0
 ) -> dict:
