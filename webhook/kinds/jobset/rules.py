@@ -410,7 +410,7 @@ def check_oom_restarts(
 def add_rule(
     jobset: dict[str, Any],
     policy: Policy,
-    names: list[Any],
+    replicated: list[Any],
     out: Outcome,
     targets: Sequence[str] = (),
 ) -> None:
@@ -433,15 +433,23 @@ def add_rule(
         f"{POD_FAILURE_POLICY}{on})",
         policy.setting("fail-non-retriable"),
     )
-    out.problems.extend(validate_rules(failure_policy["rules"], names))
+    out.problems.extend(validate_rules(failure_policy["rules"], replicated))
+
+
+#: A replicated Job's replicas at most beside a rule that recreates single Jobs
+#: (``maxReplicasPerReplicatedJob`` in jobset pkg/webhooks/jobset_webhook.go): JobSet
+#: keeps each Job's restarts in a status list of at most that many items.
+MAX_REPLICAS_RESTARTING_JOBS = 1024
 
 
 def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
-    """JobSet's own checks of ``failurePolicy.rules`` (its webhook and CRD), as problems.
+    """JobSet's own checks of ``failurePolicy.rules`` (its webhook, ``validateFailurePolicy``,
+    and CRD) against the replicated Jobs ``replicated`` (as written), as problems.
 
     Unnamed rules are checked under the name JobSet gives them (``failurePolicyRule<i>``).
     """
-    problems = []
+    names = [r.get("name") for r in replicated if isinstance(r, dict)]
+    problems = _replica_limit(rules, replicated)
     seen: dict[str, int] = {}
     for index, rule in enumerate(rules):
         where = f"spec.failurePolicy.rules[{index}]"
@@ -483,7 +491,7 @@ def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
                     )
                 )
         for target in targets if isinstance(targets, list) else []:
-            if not isinstance(target, str) or target not in replicated:
+            if not isinstance(target, str) or target not in names:
                 problems.append(
                     Problem(
                         f"{where}.targetReplicatedJobs",
@@ -491,3 +499,38 @@ def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
                     )
                 )
     return problems
+
+
+def _replica_limit(rules: list[Any], replicated: list[Any]) -> list[Problem]:
+    """A RestartJob or RestartJobAndIgnoreMaxRestarts rule is refused beside a replicated
+    Job of more than ``MAX_REPLICAS_RESTARTING_JOBS`` replicas (``validateFailurePolicy``)."""
+    first = next(
+        (
+            (index, rule["action"])
+            for index, rule in enumerate(rules)
+            if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS
+        ),
+        None,
+    )
+    if first is None:
+        return []
+    over = [
+        f"{rjob.get('name')} has {replicas}"
+        for rjob in replicated
+        if isinstance(rjob, dict)
+        and isinstance(replicas := rjob.get("replicas"), int)
+        and replicas > MAX_REPLICAS_RESTARTING_JOBS
+    ]
+    if not over:
+        return []
+    index, action = first
+    return [
+        Problem(
+            f"spec.failurePolicy.rules[{index}].action",
+            f"{action} is refused by JobSet with a replicated Job of more than "
+            f"{MAX_REPLICAS_RESTARTING_JOBS} replicas (replicated Job {', '.join(over)}): "
+            f"at most {MAX_REPLICAS_RESTARTING_JOBS} replicas, or a rule that restarts the "
+            "whole JobSet",
+            "jobset-replicas",
+        )
+    ]
