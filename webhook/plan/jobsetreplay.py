@@ -42,7 +42,7 @@ from webhook.cluster.record import Record
 from webhook.cluster.tries import Try
 from webhook.kube.objects import items, mapping
 from webhook.plan.audit import AuditRecord
-from webhook.plan.replay import backoff_limit, first_end, savings
+from webhook.plan.replay import backoff_limit, first_end, savings, unseen
 
 #: ``JobSetCompleted``, ``JobSetFailed`` (api/jobset/v1alpha2/jobset_types.go).
 COMPLETED, FAILED = "Completed", "Failed"
@@ -222,6 +222,9 @@ def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try
         part = audit.part(part_path(name))
         if part is None:
             continue
+        why = unseen(tries, part.rules)
+        if why:
+            return why
         pods = mapping(mapping(template.get("template")).get("spec"))
         if pods.get("restartPolicy") == "OnFailure":
             return (

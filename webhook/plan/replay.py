@@ -33,12 +33,12 @@ restarts, which no failed pod records) is not replayed at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.cluster.record import Record
-from webhook.cluster.tries import Try
+from webhook.cluster.tries import LIFECYCLE, Try
 from webhook.kube import failurepolicy as fp
 from webhook.kube.objects import items, mapping
 from webhook.plan.audit import AuditedPart
@@ -173,6 +173,9 @@ def replay(
             not_replayed="its pods restart in place "
             "(restartPolicy OnFailure: the Job controller counts restarts)",
         )
+    why = unseen(tries, audited.rules)
+    if why:
+        return replace(base, not_replayed=why)
     per_index = audited.backoff_limit_per_index
     if per_index is None:
         per_index = _int(spec.get("backoffLimitPerIndex"), -1)
@@ -181,6 +184,24 @@ def replay(
         budget = (per_index, _int(spec.get("maxFailedIndexes"), -1), limit)
         return per_index_judge(base, tries, list(audited.rules), budget, settings, job)
     return _judge(base, tries, list(audited.rules), limit, settings)
+
+
+def unseen(tries: list[Try], rules: Iterable[Any]) -> str:
+    """Why ``rules`` cannot judge an attempt recorded before conditions were kept whole (it
+    kept only the ``True`` ones that are not the kubelet's: ``Try.complete``), when a rule
+    reads a condition it left out; "" when they can."""
+    first = next((n for n, t in enumerate(tries, 1) if not t.complete), None)
+    if first is None:
+        return ""
+    for rule in rules:
+        for pattern in items(mapping(rule).get("onPodConditions")):
+            kind, status = str(mapping(pattern).get("type")), mapping(pattern).get("status")
+            if (status or "True") != "True" or kind in LIFECYCLE:
+                return (
+                    f"failed attempt {first} was recorded by an earlier version, without the "
+                    f"{kind} condition a rule of the defaults reads"
+                )
+    return ""
 
 
 def _judge(
