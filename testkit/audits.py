@@ -58,19 +58,27 @@ def audit_of(part: str = "spec") -> str:
     return text
 
 
-def audited_job(name: str = "train", backoff_limit: int = 2) -> dict:
-    """A Job admitted under audit and stored: its own backoffLimit (from the manifest), no
-    rules, and what the namespace's defaults would have written."""
+def audited_job(name: str = "train", backoff_limit: int = 2, parallelism: int = 1) -> dict:
+    """A Job admitted under audit and stored: its own backoffLimit and ``parallelism``
+    (pods at once, and as many completions; from the manifest), no rules, and what the
+    namespace's defaults would have written."""
     manifest = job(name=name, containers=[MAIN])
     manifest["spec"]["backoffLimit"] = backoff_limit
+    if parallelism != 1:
+        manifest["spec"].update(parallelism=parallelism, completions=parallelism)
     return stored(under_audit(manifest), uid=f"uid-{name}")
 
 
 def fail_until_ended(run: JobRun, code: int) -> dict:
-    """Pods fail with ``code`` until the Job controller ends the Job; then its end."""
+    """Pods fail with ``code`` one after another, each a minute (attempt n from minute 2n:
+    a replacement is made after its pod failed), until the Job controller ends the Job;
+    then its end."""
+    attempt = 0
     while not run.ended:
+        run.clock = clock(2 * attempt, 2 * attempt + 1)
         run.fail(run.new_pod(), code=code)
         run.sync()
+        attempt += 1
     return run.conclude()
 
 

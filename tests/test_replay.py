@@ -10,12 +10,15 @@ import uuid
 
 import pytest
 
+from testkit.audits import audited_job, clock
 from testkit.builders import job, stored
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JobRun
 from testkit.waste import MAIN
 from webhook.cluster.record import Record
 from webhook.cluster.tries import MAX_TRIES, Try
 from webhook.kube import failurepolicy as fp
-from webhook.plan.audit import AuditedPart
+from webhook.plan.audit import AuditedPart, AuditRecord
 from webhook.plan.replay import replay
 
 T0 = dt.datetime(2026, 11, 26, 10, 0, tzinfo=dt.timezone.utc)
@@ -337,3 +340,27 @@ def test_an_attempt_recorded_before_conditions_were_kept_whole_is_not_guessed():
         record,
     )
     assert known.verdict == "false", known.sentence()
+
+
+def test_syncJob_deleteActivePods_stops_parallel_pods_where_the_defaults_end_the_job():
+    """# upstream: syncJob (pkg/controller/job/job_controller.go): once a finished condition
+    is decided, deleteActivePods deletes the Job's running pods: a pod running beside the
+    one the defaults fail the Job on stops there, and only its time after that point is
+    saved; a replacement made later is saved whole."""
+    run = JobRun.store(FakeAPI(), audited_job(parallelism=2))
+    audit = AuditRecord.of(run.job)
+    run.clock = clock(0, 1)
+    first, beside = run.new_pod(), run.new_pod()  # two pods at once, from minute 0
+    pods = [run.fail(first, 42)]  # minute 1: exit 42, FailJob under the defaults
+    run.clock = clock(1, 4)
+    replacement = run.new_pod()
+    run.clock = clock(0, 3)
+    pods.append(run.fail(beside, 1))  # minute 3: it ran 3 minutes, 2 after minute 1
+    run.clock = clock(1, 4)
+    pods.append(run.fail(replacement, 1))  # minute 4: past backoffLimit 2
+    run.sync()
+    assert run.ended == "BackoffLimitExceeded"
+    result = replay(run.conclude(), audit.part("spec"), recorded(*pods), audit.settings)
+    assert result.ended_at == 1 and result.saved_attempts == 1
+    assert result.saved_seconds == 300  # 2 minutes of the pod beside, 3 of the replacement
+    assert result.saved == {k: 5 * v for k, v in PER_MINUTE.items()}

@@ -42,7 +42,7 @@ from webhook.cluster.record import Record
 from webhook.cluster.tries import Try
 from webhook.kube.objects import items, mapping
 from webhook.plan.audit import AuditRecord
-from webhook.plan.replay import backoff_limit, first_end, savings, unseen
+from webhook.plan.replay import after_end, backoff_limit, first_end, savings, unseen
 
 #: ``JobSetCompleted``, ``JobSetFailed`` (api/jobset/v1alpha2/jobset_types.go).
 COMPLETED, FAILED = "Completed", "Failed"
@@ -268,7 +268,7 @@ def _run(
     if first_audited is not None and (first_real is None or first_audited[0] < first_real[0]):
         position, job, attempt, why, reason = first_audited
         kind = INSTEAD if completed else EARLIER
-        count, seconds, saved = _after(tries, position)
+        count, seconds, saved = after_end(tries, position)
         real_reason = first_real[4] if first_real is not None else ""
         return RunReplay(run, kind, job, attempt, why, count, seconds, saved, reason, real_reason)
     if first_real is not None and (first_audited is None or first_audited[0] > first_real[0]):
@@ -290,23 +290,6 @@ def _children(tries: list[Try]) -> dict[tuple[str, str], list[int]]:
         rjob, _, rest = attempt.lineage.partition("/")
         out.setdefault((rjob, rest.partition("/")[0]), []).append(position)
     return out
-
-
-def _after(tries: list[Try], position: int) -> tuple[int, float, dict[str, float]]:
-    """What the run's failed attempts spent after ``tries[position]`` finished: those that
-    started later whole (counted), those still running then from that point on."""
-    at = tries[position].finished or 0.0
-    count, seconds, saved = 0, 0.0, {}
-    for attempt in tries[position + 1 :]:
-        start = attempt.started
-        if start is None or attempt.finished is None or attempt.seconds <= 0:
-            continue
-        spent = max(0.0, attempt.finished - max(start, at))
-        count += start >= at
-        seconds += spent
-        for resource, amount in attempt.held.items():
-            saved[resource] = saved.get(resource, 0.0) + amount * spent / attempt.seconds
-    return count, seconds, saved
 
 
 def _templates(jobset: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

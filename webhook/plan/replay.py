@@ -265,17 +265,57 @@ def _unknown_end(base: Replay, tries: list[Try]) -> Replay:
 
 
 def _ended(base: Replay, tries: list[Try], number: int, why: str) -> Replay:
-    return replace(skipped(base, tries[number:]), ended_at=number, why=why)
+    return replace(stopped(base, tries, number - 1), ended_at=number, why=why)
 
 
 def skipped(base: Replay, after: list[Try]) -> Replay:
-    """``base`` with the attempts ``after`` saved: their run time and what they held."""
-    saved: dict[str, float] = {}
+    """``base`` with the attempts ``after`` saved whole (none of them would have started):
+    their run time and what they held, added to what ``base`` saved."""
+    saved = dict(base.saved)
     for attempt in after:
         for resource, amount in attempt.held.items():
             saved[resource] = saved.get(resource, 0.0) + amount
-    seconds = sum(t.seconds for t in after)
-    return replace(base, saved_count=len(after), saved_seconds=seconds, saved=saved)
+    seconds = base.saved_seconds + sum(t.seconds for t in after)
+    count = base.saved_count + len(after)
+    return replace(base, saved_count=count, saved_seconds=seconds, saved=saved)
+
+
+def stopped(base: Replay, tries: list[Try], position: int) -> Replay:
+    """``base`` with what the attempts after ``tries[position]`` spent once it finished
+    saved, the workload ended there (``tries`` in the order they finished): once it has
+    decided a finished condition, ``syncJob`` deletes the Job's active pods
+    (``deleteActivePods``, pkg/controller/job/job_controller.go), as JobSet deletes a failed
+    run's child Jobs. Those that started then or later are saved whole (and counted), those
+    running then from that point on."""
+    count, seconds, saved = after_end(tries, position)
+    total = dict(base.saved)
+    for resource, amount in saved.items():
+        total[resource] = total.get(resource, 0.0) + amount
+    return replace(
+        base,
+        saved_count=base.saved_count + count,
+        saved_seconds=base.saved_seconds + seconds,
+        saved=total,
+    )
+
+
+def after_end(tries: list[Try], position: int) -> tuple[int, float, dict[str, float]]:
+    """``stopped``'s count, seconds and resource-seconds of the attempts after
+    ``tries[position]`` (one whose times are not known: saved whole)."""
+    at = tries[position].finished
+    count, seconds, saved = 0, 0.0, {}
+    for attempt in tries[position + 1 :]:
+        start = attempt.started
+        if at is None or start is None:
+            share, spent = 1.0, attempt.seconds
+        else:
+            spent = max(0.0, (attempt.finished or at) - max(start, at))
+            share = spent / attempt.seconds if attempt.seconds > 0 else 0.0
+        count += at is None or start is None or start >= at
+        seconds += spent
+        for resource, amount in attempt.held.items():
+            saved[resource] = saved.get(resource, 0.0) + amount * share
+    return count, seconds, saved
 
 
 def per_index_judge(
@@ -302,7 +342,8 @@ def per_index_judge(
             continue
         match = fp.evaluate(rules, attempt.failure)
         if match is not None and match.action == "FailJob":
-            return _ended_per_index(base, tries, number, saved, _failjob_words(match, settings))
+            why = _failjob_words(match, settings)
+            return _ended_per_index(base, tries, number, saved, why, failed)
         before = counted.get(index, 0)
         counted[index] = before + fp.counts(match)
         if match is not None and match.action == "FailIndex":
@@ -311,9 +352,10 @@ def per_index_judge(
             failed[index] = f"index {index} past backoffLimitPerIndex {per_index}"
         if 0 <= max_failed < len(failed):
             why = f"past maxFailedIndexes {max_failed}"
-            return _ended_per_index(base, tries, number, saved, why)
+            return _ended_per_index(base, tries, number, saved, why, failed)
         if sum(counted.values()) > limit:
-            return _ended_per_index(base, tries, number, saved, _budget_words(limit, settings))
+            why = _budget_words(limit, settings)
+            return _ended_per_index(base, tries, number, saved, why, failed)
     real = _indexes(mapping(job.get("status")).get("failedIndexes"))
     earlier = {i for i in failed if i not in real} | {t.lineage for t in saved}
     if earlier:
@@ -329,10 +371,15 @@ def per_index_judge(
 
 
 def _ended_per_index(
-    base: Replay, tries: list[Try], number: int, saved: list[Try], why: str
+    base: Replay, tries: list[Try], number: int, saved: list[Try], why: str, failed: Any
 ) -> Replay:
-    after = [*saved, *tries[number:]]
-    return replace(skipped(base, after), ended_at=number, why=why)
+    """Ended at attempt ``number``: the attempts of the indexes ``failed`` before saved
+    whole (they would not have started), and what the others ran after that point
+    (``stopped``)."""
+    later = tries[number:]
+    whole = [*saved, *(t for t in later if t.lineage in failed)]
+    rest = [tries[number - 1], *(t for t in later if t.lineage not in failed)]
+    return replace(stopped(skipped(base, whole), rest, 0), ended_at=number, why=why)
 
 
 def _indexes(raw: Any) -> set[str]:
