@@ -18,6 +18,12 @@ from webhook.kinds.workload import (
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
+from webhook.kube.jobsetpolicy import (
+    ACTIONS,
+    IGNORING_ACTIONS,
+    SINGLE_JOB_RESTARTS,
+    pattern_applies,
+)
 from webhook.kube.objects import items, mapping
 from webhook.plan import failureaware, inplace
 from webhook.plan.model import LimitField
@@ -37,15 +43,6 @@ POD_FAILURE_POLICY = "PodFailurePolicy"
 #: The message a FailJob rule on exit codes fails a Job with, in words.
 FAILJOB_SHAPE = jobcontroller.failjob_message(
     "<namespace>", "<pod>", "<i>", container="<name>", code="<code>"
-)
-
-
-ACTIONS = (
-    "FailJobSet",
-    "RestartJobSet",
-    "RestartJobSetAndIgnoreMaxRestarts",
-    "RestartJob",
-    "RestartJobAndIgnoreMaxRestarts",
 )
 
 
@@ -71,9 +68,6 @@ BUDGET_MESSAGES = {
     "FailedIndexes": "Job has failed indexes",
     "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
 }
-
-
-IGNORING_ACTIONS = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
 
 
 def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
@@ -209,15 +203,6 @@ def failjob_messages(
     return messages
 
 
-def pattern_applies(pattern: Any, message: Sequence[Piece]) -> tuple[bool, str]:
-    """Whether a message pattern can match ``message`` (``anyMatchFound``), and, when it
-    cannot be read as Go's regexp reads it, why (it is then taken to match)."""
-    try:
-        return compile_go(str(pattern)).search(message), ""
-    except Unsupported as err:
-        return True, str(err)
-
-
 def rule_applies(
     rule: Mapping[str, Any], reason: str, messages: Mapping[str, Sequence[Sequence[Piece]]]
 ) -> tuple[bool, str, str]:
@@ -351,10 +336,6 @@ def check_uncounted_restarts(
             if not why and isinstance(targets, list):
                 left -= {str(t) for t in targets}
     return policy
-
-
-#: Actions that recreate one Job without a new ``restart-attempt`` number on its pods.
-SINGLE_JOB_RESTARTS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 
 
 def check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
