@@ -90,11 +90,17 @@ def clock(start: float, stop: float) -> tuple[str, str]:
     )
 
 
-def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = None) -> dict:
+#: A JobSet's own failurePolicy in these tests: it may restart 3 times (without one it
+#: fails at its first child Job's failure: ``executeFailurePolicy``).
+RESTARTS = {"maxRestarts": 3}
+
+
+def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = RESTARTS) -> dict:
     """A JobSet admitted under audit and stored: replicated Jobs ``leader`` and ``workers``
     (one child Job each, one pod at a time, MAIN's requests), their own backoffLimit and no
-    rules; and what the namespace's defaults would have written into each
-    (``spec.replicatedJobs[<name>].template.spec``)."""
+    rules, its ``failure_policy``; and what the namespace's defaults would have written into
+    each (``spec.replicatedJobs[<name>].template.spec``) and into its failurePolicy (their
+    ``fail-non-retriable`` adds a FailJobSet rule on reason PodFailurePolicy)."""
     jobs = []
     for name in ("leader", "workers"):
         rjob = replicated(name, restart_policy="Never", backoffLimit=backoff_limit)
@@ -103,7 +109,8 @@ def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = None) -
         spec["parallelism"] = spec["completions"] = 1
         spec["template"]["spec"]["containers"] = [copy.deepcopy(MAIN)]
         jobs.append(rjob)
-    out = stored(under_audit(jobset(jobs=jobs, failure_policy=failure_policy)), uid="uid-pretrain")
+    policy = copy.deepcopy(failure_policy)
+    out = stored(under_audit(jobset(jobs=jobs, failure_policy=policy)), uid="uid-pretrain")
     out["status"] = {"restarts": 0}
     return out
 

@@ -17,21 +17,22 @@ savings read:
 - what tells which of our controller's conditions it would have carried under the audited
   plan (``webhook.plan.marks``): when it was made (``creationTimestamp``), when and why it
   was disrupted (``DisruptionTarget``'s ``lastTransitionTime`` and reason), and why the
-  kubelet failed it (``status.reason``: ``DeadlineExceeded``, ``Evicted``).
+  kubelet failed it (``status.reason``: ``DeadlineExceeded``, ``Evicted``); and its name,
+  which the Job controller's FailJob message names and a JobSet's rules may match.
 
 One entry is a short JSON list: ``[lineage, finished, seconds, exits, conditions, held,
 run, facts]``, e.g. ``["",1795687200,60,[["main",42]],["Initialized","Ready=False",
 "DisruptionTarget"],{"cpu":120},null,{"c":1795687140,"d":[1795687190,
-"PreemptionByScheduler"]}]``: an init container's exit is ``[name, code, 1]``, a condition
-``Type`` when ``True`` and ``Type=Status`` otherwise (a condition type is a qualified name:
-no ``=``); ``run`` is a JobSet's pod's run, the ``restart-attempt`` label its child Job was
-made with (``labelAndAnnotateObject`` in jobset pkg/controllers/jobset_controller.go: the
-JobSet's replay judges each run's child Jobs apart, ``webhook.plan.jobsetreplay``), else
-``null``. An entry of six items (seven with a run) was written before conditions were kept
-whole: it holds only the ``True`` ones that are not the kubelet's (``complete`` is false),
-and none of the facts. At most ``MAX_TRIES`` are kept, the first ones: where an audited
-plan ends a workload early is among its first failures; the record's counts say how many
-more there were.
+"PreemptionByScheduler"],"n":"train-x7k2p"}]``: an init container's exit is ``[name,
+code, 1]``, a condition ``Type`` when ``True`` and ``Type=Status`` otherwise (a condition
+type is a qualified name: no ``=``); ``run`` is a JobSet's pod's run, the
+``restart-attempt`` label its child Job was made with (``labelAndAnnotateObject`` in
+jobset pkg/controllers/jobset_controller.go: the JobSet's replay judges each run's child
+Jobs apart, ``webhook.plan.jobsetreplay``), else ``null``. An entry of six items (seven
+with a run) was written before conditions were kept whole: it holds only the ``True`` ones
+that are not the kubelet's (``complete`` is false), and none of the facts. At most
+``MAX_TRIES`` are kept, the first ones: where an audited plan ends a workload early is
+among its first failures; the record's counts say how many more there were.
 """
 
 from __future__ import annotations
@@ -66,12 +67,13 @@ class Try:
     run: int | None = None
     #: Whether ``failure`` holds every condition the pod had (see the module's doc).
     complete: bool = True
-    #: When the pod was made, when ``DisruptionTarget=True`` came and its reason, and the
-    #: pod's ``status.reason`` ("" when none).
+    #: When the pod was made, when ``DisruptionTarget=True`` came and its reason, the
+    #: pod's ``status.reason`` and its name ("" when none).
     created: float | None = None
     disrupted_at: float | None = None
     disruption: str = ""
     reason: str = ""
+    name: str = ""
 
     @property
     def started(self) -> float | None:
@@ -111,6 +113,7 @@ class Try:
             _seconds(parse_time(target.get("lastTransitionTime"))),
             str(target.get("reason") or ""),
             str(status.get("reason") or ""),
+            str(meta.get("name") or ""),
         )
 
     def to_json(self) -> list[Any]:
@@ -130,6 +133,8 @@ class Try:
             facts["d"] = [int(self.disrupted_at), self.disruption]
         if self.reason:
             facts["r"] = self.reason
+        if self.name:
+            facts["n"] = self.name
         out = [self.lineage, finished, self.seconds, exits, conditions, dict(self.held)]
         return [*out, self.run, facts]
 
@@ -173,6 +178,7 @@ class Try:
             float(at) if _number(at) else None,
             why if isinstance(why, str) else "",
             facts["r"] if isinstance(facts.get("r"), str) else "",
+            facts["n"] if isinstance(facts.get("n"), str) else "",
         )
 
 

@@ -109,10 +109,15 @@ class Trial:
             if (spec := get_path(self.copy, where)) != get_path(obj, where)
             and isinstance(spec, dict)
         )
+        # A JobSet's own failurePolicy, which fail-non-retriable and backoff-limit write.
+        failure_policy = get_path(self.copy, ("spec", "failurePolicy"))
+        if failure_policy == get_path(obj, ("spec", "failurePolicy")):
+            failure_policy = None
         return AuditRecord(
             {name: format_value(name, s.value) for name, s in sorted(held.items())},
             {name: _BY[s.source] for name, s in sorted(held.items())},
             parts,
+            failure_policy if isinstance(failure_policy, dict) else None,
         )
 
 

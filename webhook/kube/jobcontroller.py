@@ -50,6 +50,14 @@ EXIT_MESSAGE = (
 CONDITION_MESSAGE = (
     "Pod {namespace}/{pod} has condition {condition} matching {action} rule at index {index}"
 )
+#: ``syncJob``'s ``Failed`` condition messages for the reasons a Job's pods running out of
+#: retries give it, and for a Job past its ``activeDeadlineSeconds`` (DeadlineExceeded).
+BUDGET_MESSAGES = {
+    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+    "FailedIndexes": "Job has failed indexes",
+    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
+}
+DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 #: What each field can hold, for reading a message back: names without spaces, a
 #: namespace without a slash, the exit code an int32 (``%v``), the action a word.
 _FIELDS = {

@@ -110,12 +110,12 @@ class Decision:
 
     @property
     def words(self) -> str:
-        """``its failurePolicy rule stop (FailJobSet)``, in a sentence."""
+        """``its rule stop (FailJobSet)``, in a sentence."""
         if not self.action:
-            return "it has no failurePolicy"
+            return "no failurePolicy"
         if self.rule is None:
-            return f"no rule of its failurePolicy applies ({self.action})"
-        return f"its failurePolicy rule {self.name} ({self.action})"
+            return f"no rule ({self.action})"
+        return f"its rule {self.name} ({self.action})"
 
 
 def execute(

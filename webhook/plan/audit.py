@@ -18,7 +18,12 @@ is compact JSON with sorted keys:
   ``backoffLimitPerIndex`` as they would have been, and ``rules``, the whole
   ``podFailurePolicy.rules`` list in order (the workload's own rules too: the Job
   controller takes the first rule that matches, ``getMatchingPodFailurePolicyRule``);
-- ``v``: the format, ``VERSION``.
+- ``failurePolicy``: a JobSet's ``spec.failurePolicy`` as the audited settings would have
+  left it, when they change it (``fail-non-retriable`` adds a ``FailJobSet`` rule,
+  ``backoff-limit`` writes ``maxRestarts``): the replay follows the runs by it;
+- ``v``: the format, ``VERSION``; ``rev``: what this format's writer kept (1, no ``rev``:
+  no ``failurePolicy``, and parts without ``template``), which a reader of ``v`` 1 may
+  ignore.
 
 The label: ``enforce`` when admission applied any setting to the workload, ``audit`` when
 only audited defaults touched it (``kubectl get jobs -A -l retry-policy.dev/managed=audit``
@@ -43,8 +48,9 @@ AUDIT = PREFIX + "audit"
 MANAGED = PREFIX + "managed"
 #: The values of ``MANAGED`` are those of a ``rollout`` in the cluster config
 #: (``webhook.policy.config``): ``ENFORCE``, ``AUDITED``.
-#: The format this version writes.
+#: The format this version writes, and its revision (see the module's doc).
 VERSION = 1
+REVISION = 2
 #: Where an audited setting came from.
 BY_CLUSTER, BY_NAMESPACE = "cluster", "namespace"
 
@@ -74,14 +80,20 @@ class AuditRecord:
     settings: Mapping[str, str]
     by: Mapping[str, str] = field(default_factory=dict)
     parts: tuple[AuditedPart, ...] = ()
+    #: A JobSet's failurePolicy under the audited settings, when they change it.
+    failure_policy: Mapping[str, Any] | None = None
+    revision: int = REVISION
 
     def to_annotation(self) -> str:
-        doc = {
+        doc: dict[str, Any] = {
             "v": VERSION,
+            "rev": self.revision,
             "settings": dict(self.settings),
             "by": dict(self.by),
             "parts": {p.path: p.to_json() for p in self.parts},
         }
+        if self.failure_policy is not None:
+            doc["failurePolicy"] = dict(self.failure_policy)
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
 
     def part(self, path: str) -> AuditedPart | None:
@@ -117,10 +129,14 @@ class AuditRecord:
                     tuple(r for r in part.get("rules", []) if isinstance(r, dict)),
                 )
             )
+        failure_policy = doc.get("failurePolicy")
+        revision = doc.get("rev", 1)
         return cls(
             {str(k): str(v) for k, v in settings.items()},
             {str(k): str(v) for k, v in by.items()},
             tuple(read),
+            failure_policy if isinstance(failure_policy, dict) else None,
+            revision if isinstance(revision, int) and not isinstance(revision, bool) else 1,
         )
 
 

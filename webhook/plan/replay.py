@@ -40,6 +40,7 @@ from typing import Any
 from webhook.cluster.record import Record
 from webhook.cluster.tries import LIFECYCLE, Try
 from webhook.kube import failurepolicy as fp
+from webhook.kube.jobcontroller import BUDGET_MESSAGES, failjob_message
 from webhook.kube.objects import items, mapping
 from webhook.plan.audit import AuditedPart
 
@@ -210,7 +211,7 @@ def _judge(
     """Each failed attempt judged in order (``syncJob``: FailJob first, then the budget)."""
     end = first_end(tries, rules, limit, settings)
     if end is not None:
-        return _ended(base, tries, end[0], end[1])
+        return _ended(base, tries, end.number, end.why)
     counted = sum(fp.counts(fp.evaluate(rules, t.failure)) for t in tries)
     if base.unknown:
         return _unknown_end(base, tries)
@@ -223,24 +224,53 @@ def _judge(
     return base
 
 
+@dataclass(frozen=True)
+class End:
+    """Where the Job controller ends a Job: its failed attempt (numbered from 1), how in
+    words, its ``Failed`` condition's reason and message."""
+
+    number: int
+    why: str
+    reason: str
+    message: str
+
+
 def first_end(
-    tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str] | None = None
-) -> tuple[int, str, str] | None:
-    """The failed attempt (numbered from 1) at which the Job controller ends a Job with
-    ``rules`` and ``backoffLimit`` ``limit``, how in words, and the reason of its
-    ``Failed`` condition; ``None``: not within ``tries``. ``syncJob``: a FailJob match
-    ends it at once (``PodFailurePolicy``); else a counted failure past ``backoffLimit``
-    (``exceedsBackoffLimit``: ``failed > backoffLimit``; ``BackoffLimitExceeded``)."""
+    tries: list[Try],
+    rules: list[Any],
+    limit: int,
+    settings: Mapping[str, str] | None = None,
+    namespace: str = "",
+) -> End | None:
+    """Where the Job controller ends a Job with ``rules`` and ``backoffLimit`` ``limit``;
+    ``None``: not within ``tries``. ``syncJob``: a FailJob match ends it at once
+    (``PodFailurePolicy``, with ``matchPodFailurePolicy``'s message: the pod of
+    ``namespace``, "" when its name was not recorded); else a counted failure past
+    ``backoffLimit`` (``exceedsBackoffLimit``: ``failed > backoffLimit``;
+    ``BackoffLimitExceeded``)."""
     settings = settings or {}
     counted = 0
     for number, attempt in enumerate(tries, 1):
         match = fp.evaluate(rules, attempt.failure)
         if match is not None and match.action == "FailJob":
-            return number, _failjob_words(match, settings), BY_PODS[1]
+            message = _failjob_message(match, namespace, attempt.name)
+            return End(number, _failjob_words(match, settings), BY_PODS[1], message)
         counted += fp.counts(match)
         if counted > limit:
-            return number, _budget_words(limit, settings), BY_PODS[0]
+            why = _budget_words(limit, settings)
+            return End(number, why, BY_PODS[0], BUDGET_MESSAGES[BY_PODS[0]])
     return None
+
+
+def _failjob_message(match: fp.Match, namespace: str, pod: str) -> str:
+    if not pod:
+        return ""
+    if match.container is not None:
+        exit_ = match.container
+        return failjob_message(
+            namespace, pod, match.index, container=exit_.name, code=exit_.exit_code
+        )
+    return failjob_message(namespace, pod, match.index, condition=match.condition)
 
 
 def backoff_limit(spec: Mapping[str, Any], audited: AuditedPart | None = None) -> int:

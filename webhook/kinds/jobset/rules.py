@@ -18,6 +18,7 @@ from webhook.kinds.workload import (
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
+from webhook.kube.jobcontroller import BUDGET_MESSAGES, DEADLINE_MESSAGE
 from webhook.kube.jobsetpolicy import (
     ACTIONS,
     IGNORING_ACTIONS,
@@ -61,15 +62,6 @@ RULE_NAME_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 MAX_RULE_NAME = 128
 
 
-#: The Job controller's condition messages for the reasons a child Job fails with when its
-#: pods run out of retries (pkg/controller/job/job_controller.go).
-BUDGET_MESSAGES = {
-    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
-    "FailedIndexes": "Job has failed indexes",
-    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
-}
-
-
 def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
     rule: dict[str, Any] = {
         "name": RULE_NAME,
@@ -79,11 +71,6 @@ def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
     if targets:
         rule["targetReplicatedJobs"] = list(targets)
     return rule
-
-
-#: The Job controller's condition message for a Job past its activeDeadlineSeconds
-#: (reason DeadlineExceeded; pkg/controller/job/job_controller.go).
-DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 
 
 def in_place_bound(
