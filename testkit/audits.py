@@ -24,7 +24,7 @@ from webhook.kube.wellknown import (
     RESTART_ATTEMPT,
 )
 from webhook.plan.audit import AUDIT, AUDITED, AuditRecord, managed
-from webhook.policy.config import parse_config
+from webhook.policy.config import Config, parse_config
 
 ENDED = "retry_webhook_audited_workloads_total"
 SAVED = "retry_webhook_audit_saved_resource_seconds_total"
@@ -37,10 +37,20 @@ CONFIG = parse_config(
 )
 
 
-def under_audit(manifest: dict) -> dict:
-    """``manifest`` as admission leaves it under ``CONFIG`` (the real engine: its real spec
+def audit_config(defaults: dict[str, str]) -> Config:
+    """Namespace ``ml`` in audit with ``defaults``, on Kubernetes 1.36 (restart rules on:
+    ``in-place-exit-codes`` is written only where they are)."""
+    doc = {
+        "kubernetesVersion": "1.36",
+        "namespaces": {"ml": {"rollout": AUDITED, "defaults": defaults}},
+    }
+    return parse_config(json.dumps(doc), "<audit in namespace ml>")
+
+
+def under_audit(manifest: dict, config: Config = CONFIG) -> dict:
+    """``manifest`` as admission leaves it under ``config`` (the real engine: its real spec
     without the audited settings, the record of what they would have been, the label)."""
-    verdict, out = mutate(manifest, CONFIG)
+    verdict, out = mutate(manifest, config)
     assert verdict.allowed, verdict.message
     assert AuditRecord.of(out) is not None and managed(out) == AUDITED, out["metadata"]
     return out
@@ -58,15 +68,22 @@ def audit_of(part: str = "spec") -> str:
     return text
 
 
-def audited_job(name: str = "train", backoff_limit: int = 2, parallelism: int = 1) -> dict:
-    """A Job admitted under audit and stored: its own backoffLimit and ``parallelism``
-    (pods at once, and as many completions; from the manifest), no rules, and what the
-    namespace's defaults would have written."""
+def audited_job(
+    name: str = "train", backoff_limit: int = 2, parallelism: int = 1, config: Config = CONFIG
+) -> dict:
+    """A Job admitted under audit (``config``) and stored: its own backoffLimit and
+    ``parallelism`` (pods at once, and as many completions; from the manifest), an hour's
+    deadline, no rules, and what the namespace's defaults would have written."""
     manifest = job(name=name, containers=[MAIN])
-    manifest["spec"]["backoffLimit"] = backoff_limit
+    manifest["spec"].update(backoffLimit=backoff_limit, activeDeadlineSeconds=3600)
     if parallelism != 1:
         manifest["spec"].update(parallelism=parallelism, completions=parallelism)
-    return stored(under_audit(manifest), uid=f"uid-{name}")
+    return stored(under_audit(manifest, config), uid=f"uid-{name}")
+
+
+def stamp(minutes: float) -> str:
+    """A time ``minutes`` after jobsim's ``T0``, as the API writes it."""
+    return clock(minutes, minutes)[0]
 
 
 def fail_until_ended(run: JobRun, code: int) -> dict:
@@ -95,7 +112,9 @@ def clock(start: float, stop: float) -> tuple[str, str]:
 RESTARTS = {"maxRestarts": 3}
 
 
-def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = RESTARTS) -> dict:
+def audited_jobset(
+    backoff_limit: int = 2, failure_policy: dict | None = RESTARTS, config: Config = CONFIG
+) -> dict:
     """A JobSet admitted under audit and stored: replicated Jobs ``leader`` and ``workers``
     (one child Job each, one pod at a time, MAIN's requests), their own backoffLimit and no
     rules, its ``failure_policy``; and what the namespace's defaults would have written into
@@ -110,7 +129,8 @@ def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = RESTART
         spec["template"]["spec"]["containers"] = [copy.deepcopy(MAIN)]
         jobs.append(rjob)
     policy = copy.deepcopy(failure_policy)
-    out = stored(under_audit(jobset(jobs=jobs, failure_policy=policy)), uid="uid-pretrain")
+    made = jobset(jobs=jobs, failure_policy=policy)
+    out = stored(under_audit(made, config), uid="uid-pretrain")
     out["status"] = {"restarts": 0}
     return out
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.audits import audited_jobset, child_jobs, clock
+from testkit.audits import audit_config, audited_jobset, child_jobs, clock, stamp
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from webhook.cluster.record import Record
@@ -47,6 +47,16 @@ class Played:
         past their backoffLimit 2 at the third."""
         for minute in (0, 2, 4):
             self.fail("workers", minute, minute + 1, 1)
+
+    def preempt(self, rjob: str, start: float, stop: float) -> dict:
+        """Preemption half a minute before the pod's end, the deleted pod stopped: 143."""
+        child: JobRun = self.children[rjob]
+        child.clock = clock(start, stop)
+        pod = child.disrupt(child.new_pod(), at=stamp(stop - 0.5))
+        pod = child.terminate(pod, 143)
+        counted = fp.counts(fp.evaluate([], fp.PodFailure.from_pod(pod)))
+        self.record = self.record.add(pod, counted, True)
+        return pod
 
     def three_failjob(self, first: int = 0) -> None:
         """Workers exit 42 (FailJob under the defaults) at minutes ``first`` + 0, 2, 4: past
@@ -357,4 +367,24 @@ def test_a_record_that_did_not_keep_the_audited_failure_policy_is_not_guessed(ap
     assert result.sentence().endswith(
         "saved; what the JobSet would then have done is not known (the audit record, of an "
         "earlier version, does not keep its audited failurePolicy)"
+    )
+
+
+def test_a_jobsets_disruptions_count_against_max_disruptions_across_its_runs(api):
+    """# upstream: (the controller's) max-disruptions counts a JobSet's disruptions for the
+    whole set, across its runs (``disruption_scope``), as a JobSet's restart recreates
+    its child Jobs: with a budget of 1 the first run's disruption is free (the Job would
+    have gone on), the second run's counted (it ends that run where it really ended)."""
+    config = audit_config({"ignore-disruptions": "true", "max-disruptions": "1"})
+    played = Played(
+        api, audited_jobset(backoff_limit=0, failure_policy={"maxRestarts": 1}, config=config)
+    )
+    played.preempt("workers", 0, 1)
+    played.restart()
+    played.preempt("workers", 2, 3)
+    result = played.replay("Failed", "ReachedMaxRestarts")
+    assert [r.kind for r in result.runs] == ["longer", "same"], result.sentence()
+    assert result.sentence().startswith(
+        "the defaults would have differed: in run 0 they would have retried Job "
+        "pretrain-workers-0 past its attempt 1, where it failed (past backoffLimit 0)"
     )

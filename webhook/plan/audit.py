@@ -15,9 +15,12 @@ is compact JSON with sorted keys:
 - ``parts``: for each JobSpec the audited settings would have changed, by its place in the
   object (``spec``; a CronJob's ``spec.jobTemplate.spec``; a JobSet's
   ``spec.replicatedJobs[<name>].template.spec``): ``backoffLimit`` and
-  ``backoffLimitPerIndex`` as they would have been, and ``rules``, the whole
+  ``backoffLimitPerIndex`` as they would have been, ``rules``, the whole
   ``podFailurePolicy.rules`` list in order (the workload's own rules too: the Job
-  controller takes the first rule that matches, ``getMatchingPodFailurePolicyRule``);
+  controller takes the first rule that matches, ``getMatchingPodFailurePolicyRule``), and
+  ``template``, what of its pod template sets our controller and the kubelet to work (the
+  labels of ``webhook.plan.causes``, the regular containers' ``restartPolicy`` and
+  ``restartPolicyRules``, the pod's ``restartPolicy``: ``webhook.plan.marks``);
 - ``failurePolicy``: a JobSet's ``spec.failurePolicy`` as the audited settings would have
   left it, when they change it (``fail-non-retriable`` adds a ``FailJobSet`` rule,
   ``backoff-limit`` writes ``maxRestarts``): the replay follows the runs by it;
@@ -63,6 +66,9 @@ class AuditedPart:
     backoff_limit: int | None = None
     backoff_limit_per_index: int | None = None
     rules: tuple[Mapping[str, Any], ...] = ()
+    #: The pod template's part that sets our controller to work (see the module's doc);
+    #: ``None`` in a record of revision 1.
+    template: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rules": [dict(r) for r in self.rules]}
@@ -70,6 +76,8 @@ class AuditedPart:
             out["backoffLimit"] = self.backoff_limit
         if self.backoff_limit_per_index is not None:
             out["backoffLimitPerIndex"] = self.backoff_limit_per_index
+        if self.template is not None:
+            out["template"] = dict(self.template)
         return out
 
 
@@ -121,12 +129,14 @@ class AuditRecord:
         for path, part in parts.items():
             if not isinstance(part, dict) or not isinstance(part.get("rules", []), list):
                 return None
+            template = part.get("template")
             read.append(
                 AuditedPart(
                     str(path),
                     _int(part.get("backoffLimit")),
                     _int(part.get("backoffLimitPerIndex")),
                     tuple(r for r in part.get("rules", []) if isinstance(r, dict)),
+                    template if isinstance(template, dict) else None,
                 )
             )
         failure_policy = doc.get("failurePolicy")

@@ -50,7 +50,9 @@ from webhook.cluster.record import Record
 from webhook.cluster.tries import Try
 from webhook.kube import jobsetpolicy
 from webhook.kube.objects import items, mapping
+from webhook.plan import marks
 from webhook.plan.audit import AuditRecord
+from webhook.plan.marks import Causes, Judged
 from webhook.plan.replay import End, after_end, backoff_limit, first_end, savings, unseen
 
 #: ``JobSetCompleted``, ``JobSetFailed`` (api/jobset/v1alpha2/jobset_types.go).
@@ -208,6 +210,9 @@ def replay_jobset(
     record = record or Record()
     tries = sorted(record.tries, key=lambda t: (t.finished is None, t.finished or 0.0))
     why = _not_replayed(jobset, audit, tries)
+    judged: list[Judged] = []
+    if not why:
+        judged, why = _judged(jobset, audit, tries)
     if why:
         return JobSetReplay(outcome, len(tries), not_replayed=why)
     last = _int(mapping(jobset.get("status")).get("restarts"), 0)
@@ -217,7 +222,7 @@ def replay_jobset(
     cut = max((t.run or 0 for t in tries), default=0) if record.more_tries else last + 1
     runs = []
     for run in range(last + 1):
-        these = [t for t in tries if t.run == run]
+        these = [j for j in judged if j.attempt.run == run]
         if run >= cut:
             n = record.more_tries
             what = f"{n} later failed attempt{_s(n)} not kept in the record"
@@ -259,11 +264,33 @@ def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try
     return ""
 
 
+def _judged(
+    jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try]
+) -> tuple[list[Judged], str]:
+    """Each attempt under the audited plan, with our controller's conditions
+    (``webhook.plan.marks``: a JobSet's disruptions count for the whole set, its peers are
+    its run's pods); why that cannot be worked out."""
+    causes = {}
+    for name, template in _templates(jobset).items():
+        real = mapping(template.get("template"))
+        found = marks.part_causes(audit.part(part_path(name)), real, audit.settings)
+        if isinstance(found, str):
+            return [], found
+        causes[name] = found
+    places = []
+    for attempt in tries:
+        audited, real = causes.get(attempt.lineage.partition("/")[0], (Causes(), Causes()))
+        chain = (attempt.run, attempt.lineage)
+        places.append(marks.Place(audited, real, peers=attempt.run, chain=chain))
+    return marks.mark(tries, places)
+
+
 def _run(
-    jobset: Mapping[str, Any], audit: AuditRecord, run: int, tries: list[Try], completed: bool
+    jobset: Mapping[str, Any], audit: AuditRecord, run: int, judged: list[Judged], completed: bool
 ) -> RunReplay:
     """One run: where the real plan ended it (its first child Job to fail), and where the
-    audited one would have."""
+    audited one would have (``judged``: its attempts under it)."""
+    tries = [j.attempt for j in judged]
     meta = mapping(jobset.get("metadata"))
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     templates = _templates(jobset)
@@ -274,10 +301,11 @@ def _run(
         rjob, index = child
         template = templates.get(rjob, {})
         part = audit.part(part_path(rjob))
-        mine = [tries[p] for p in positions]
+        mine = [judged[p] for p in positions]
         job = f"{name}-{rjob}-{index}"
         rules = list(items(mapping(template.get("podFailurePolicy")).get("rules")))
-        end = first_end(mine, rules, backoff_limit(template), namespace=namespace)
+        as_ran = marks.unchanged([j.attempt for j in mine])
+        end = first_end(as_ran, rules, backoff_limit(template), namespace=namespace)
         if end is not None:
             real.append((positions[end.number - 1], rjob, job, end))
         if part is not None:
@@ -287,6 +315,8 @@ def _run(
             audited.append((positions[end.number - 1], rjob, job, end))
     first_real = min(real, default=None, key=lambda e: e[0])
     first_audited = min(audited, default=None, key=lambda e: e[0])
+    if first_audited is not None and first_audited[3].unsure:
+        return RunReplay(run, UNKNOWN, why=first_audited[3].unsure)
     if first_audited is not None and (first_real is None or first_audited[0] < first_real[0]):
         position, rjob, job, end = first_audited
         kind = INSTEAD if completed else EARLIER

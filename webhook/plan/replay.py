@@ -9,7 +9,9 @@ first match wins (``getMatchingPodFailurePolicyRule`` /``matchPodFailurePolicy``
 pod_failure_policy.go: ``webhook.kube.failurepolicy.evaluate``); ``FailJob`` fails the Job
 at once; ``Ignore`` does not count the failure; any other outcome counts, and the Job fails
 once the counted failures exceed ``backoffLimit`` (``syncJob``'s ``exceedsBackoffLimit``:
-``failed > backoffLimit``). Attempts are taken in the order they finished.
+``failed > backoffLimit``). Attempts are taken in the order they finished, each with the
+conditions our controller would have written on it under the audited plan, and those the
+kubelet would have restarted in place are no failures (``webhook.plan.marks``).
 
 What it tells:
 
@@ -42,7 +44,9 @@ from webhook.cluster.tries import LIFECYCLE, Try
 from webhook.kube import failurepolicy as fp
 from webhook.kube.jobcontroller import BUDGET_MESSAGES, failjob_message
 from webhook.kube.objects import items, mapping
+from webhook.plan import marks
 from webhook.plan.audit import AuditedPart
+from webhook.plan.marks import Judged, settled
 
 #: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset (MaxInt32
 #: with backoffLimitPerIndex).
@@ -181,10 +185,23 @@ def replay(
     if per_index is None:
         per_index = _int(spec.get("backoffLimitPerIndex"), -1)
     limit = backoff_limit(spec, audited)
+    causes = marks.part_causes(audited, mapping(spec.get("template")), settings)
+    if isinstance(causes, str):
+        return replace(base, not_replayed=causes)
+    lowers = None if per_index >= 0 else limit
+    places = [
+        marks.Place(
+            *causes, scope=t.lineage if per_index >= 0 else "", chain=t.lineage, limit=lowers
+        )
+        for t in tries
+    ]
+    judged, why = marks.mark(tries, places)
+    if why:
+        return replace(base, not_replayed=why)
     if per_index >= 0:
         budget = (per_index, _int(spec.get("maxFailedIndexes"), -1), limit)
-        return per_index_judge(base, tries, list(audited.rules), budget, settings, job)
-    return _judge(base, tries, list(audited.rules), limit, settings)
+        return per_index_judge(base, judged, list(audited.rules), budget, settings, job)
+    return _judge(base, judged, list(audited.rules), limit, settings)
 
 
 def unseen(tries: list[Try], rules: Iterable[Any]) -> str:
@@ -206,13 +223,16 @@ def unseen(tries: list[Try], rules: Iterable[Any]) -> str:
 
 
 def _judge(
-    base: Replay, tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str]
+    base: Replay, judged: list[Judged], rules: list[Any], limit: int, settings: Mapping[str, str]
 ) -> Replay:
     """Each failed attempt judged in order (``syncJob``: FailJob first, then the budget)."""
-    end = first_end(tries, rules, limit, settings)
+    tries = [j.attempt for j in judged]
+    end = first_end(judged, rules, limit, settings)
+    if end is not None and end.unsure:
+        return replace(base, not_replayed=end.unsure)
     if end is not None:
         return _ended(base, tries, end.number, end.why)
-    counted = sum(fp.counts(fp.evaluate(rules, t.failure)) for t in tries)
+    counted = sum(fp.counts(settled(rules, j)[0]) for j in judged if j.failure is not None)
     if base.unknown:
         return _unknown_end(base, tries)
     if base.outcome == FAILED and base.reason in BY_PODS:
@@ -220,6 +240,13 @@ def _judge(
         why = _budget_words(limit, settings).replace("past", "within")
         if base.reason == "PodFailurePolicy":
             why = "no rule of the defaults fails it on these failures"
+        restarts = sum(j.failure is None for j in judged)
+        if restarts:
+            been = "a restart" if restarts == 1 else "restarts"
+            why = (
+                f"{restarts} of its failed attempts would have been {been} in place "
+                f"(in-place-exit-codes); {why}"
+            )
         return replace(base, longer=max(more, 1), why=why)
     return base
 
@@ -233,25 +260,33 @@ class End:
     why: str
     reason: str
     message: str
+    #: Why the judgement of attempt ``number`` is not known (then it is no end).
+    unsure: str = ""
 
 
 def first_end(
-    tries: list[Try],
+    judged: list[Judged],
     rules: list[Any],
     limit: int,
     settings: Mapping[str, str] | None = None,
     namespace: str = "",
 ) -> End | None:
     """Where the Job controller ends a Job with ``rules`` and ``backoffLimit`` ``limit``;
-    ``None``: not within ``tries``. ``syncJob``: a FailJob match ends it at once
-    (``PodFailurePolicy``, with ``matchPodFailurePolicy``'s message: the pod of
-    ``namespace``, "" when its name was not recorded); else a counted failure past
+    ``None``: not within ``judged`` (its attempts under the audited plan,
+    ``webhook.plan.marks``: a restart in place is no failure). ``syncJob``: a FailJob match
+    ends it at once (``PodFailurePolicy``, with ``matchPodFailurePolicy``'s message: the
+    pod of ``namespace``, "" when its name was not recorded); else a counted failure past
     ``backoffLimit`` (``exceedsBackoffLimit``: ``failed > backoffLimit``;
     ``BackoffLimitExceeded``)."""
     settings = settings or {}
     counted = 0
-    for number, attempt in enumerate(tries, 1):
-        match = fp.evaluate(rules, attempt.failure)
+    for number, one in enumerate(judged, 1):
+        if one.failure is None:
+            continue
+        attempt = one.attempt
+        match, known = settled(rules, one)
+        if not known:
+            return End(number, "", "", "", unsure=_unsure(number, one))
         if match is not None and match.action == "FailJob":
             message = _failjob_message(match, namespace, attempt.name)
             return End(number, _failjob_words(match, settings), BY_PODS[1], message)
@@ -260,6 +295,14 @@ def first_end(
             why = _budget_words(limit, settings)
             return End(number, why, BY_PODS[0], BUDGET_MESSAGES[BY_PODS[0]])
     return None
+
+
+def _unsure(number: int, judged: Judged) -> str:
+    kinds = " and ".join(judged.maybe)
+    return (
+        f"whether failed attempt {number} would have been marked {kinds} cannot be told from "
+        "the record (it came within seconds of a disruption), and its judgement turns on it"
+    )
 
 
 def _failjob_message(match: fp.Match, namespace: str, pod: str) -> str:
@@ -350,7 +393,7 @@ def after_end(tries: list[Try], position: int) -> tuple[int, float, dict[str, fl
 
 def per_index_judge(
     base: Replay,
-    tries: list[Try],
+    judged: list[Judged],
     rules: list[Any],
     budget: tuple[int, int, int],
     settings: Mapping[str, str],
@@ -362,15 +405,21 @@ def per_index_judge(
     index, whose later attempts then do not run); FailJob, more failed indexes than
     ``maxFailedIndexes`` or counted failures past ``backoffLimit`` end the Job."""
     per_index, max_failed, limit = budget
+    tries = [j.attempt for j in judged]
     counted: dict[str, int] = {}
     failed: dict[str, str] = {}
     saved: list[Try] = []
-    for number, attempt in enumerate(tries, 1):
+    for number, one in enumerate(judged, 1):
+        attempt = one.attempt
         index = attempt.lineage
         if index in failed:
             saved.append(attempt)
             continue
-        match = fp.evaluate(rules, attempt.failure)
+        if one.failure is None:
+            continue  # (a restart in place)
+        match, known = settled(rules, one)
+        if not known:
+            return replace(base, not_replayed=_unsure(number, one))
         if match is not None and match.action == "FailJob":
             why = _failjob_words(match, settings)
             return _ended_per_index(base, tries, number, saved, why, failed)
