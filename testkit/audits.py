@@ -24,7 +24,7 @@ from webhook.kube.wellknown import (
     RESTART_ATTEMPT,
 )
 from webhook.plan.audit import AUDIT, AUDITED, AuditRecord, managed
-from webhook.policy.config import parse_config
+from webhook.policy.config import Config, parse_config
 
 ENDED = "retry_webhook_audited_workloads_total"
 SAVED = "retry_webhook_audit_saved_resource_seconds_total"
@@ -37,10 +37,20 @@ CONFIG = parse_config(
 )
 
 
-def under_audit(manifest: dict) -> dict:
-    """``manifest`` as admission leaves it under ``CONFIG`` (the real engine: its real spec
+def audit_config(defaults: dict[str, str]) -> Config:
+    """Namespace ``ml`` in audit with ``defaults``, on Kubernetes 1.36 (restart rules on:
+    ``in-place-exit-codes`` is written only where they are)."""
+    doc = {
+        "kubernetesVersion": "1.36",
+        "namespaces": {"ml": {"rollout": AUDITED, "defaults": defaults}},
+    }
+    return parse_config(json.dumps(doc), "<audit in namespace ml>")
+
+
+def under_audit(manifest: dict, config: Config = CONFIG) -> dict:
+    """``manifest`` as admission leaves it under ``config`` (the real engine: its real spec
     without the audited settings, the record of what they would have been, the label)."""
-    verdict, out = mutate(manifest, CONFIG)
+    verdict, out = mutate(manifest, config)
     assert verdict.allowed, verdict.message
     assert AuditRecord.of(out) is not None and managed(out) == AUDITED, out["metadata"]
     return out
@@ -58,19 +68,34 @@ def audit_of(part: str = "spec") -> str:
     return text
 
 
-def audited_job(name: str = "train", backoff_limit: int = 2) -> dict:
-    """A Job admitted under audit and stored: its own backoffLimit (from the manifest), no
-    rules, and what the namespace's defaults would have written."""
+def audited_job(
+    name: str = "train", backoff_limit: int = 2, parallelism: int = 1, config: Config = CONFIG
+) -> dict:
+    """A Job admitted under audit (``config``) and stored: its own backoffLimit and
+    ``parallelism`` (pods at once, and as many completions; from the manifest), an hour's
+    deadline, no rules, and what the namespace's defaults would have written."""
     manifest = job(name=name, containers=[MAIN])
-    manifest["spec"]["backoffLimit"] = backoff_limit
-    return stored(under_audit(manifest), uid=f"uid-{name}")
+    manifest["spec"].update(backoffLimit=backoff_limit, activeDeadlineSeconds=3600)
+    if parallelism != 1:
+        manifest["spec"].update(parallelism=parallelism, completions=parallelism)
+    return stored(under_audit(manifest, config), uid=f"uid-{name}")
+
+
+def stamp(minutes: float) -> str:
+    """A time ``minutes`` after jobsim's ``T0``, as the API writes it."""
+    return clock(minutes, minutes)[0]
 
 
 def fail_until_ended(run: JobRun, code: int) -> dict:
-    """Pods fail with ``code`` until the Job controller ends the Job; then its end."""
+    """Pods fail with ``code`` one after another, each a minute (attempt n from minute 2n:
+    a replacement is made after its pod failed), until the Job controller ends the Job;
+    then its end."""
+    attempt = 0
     while not run.ended:
+        run.clock = clock(2 * attempt, 2 * attempt + 1)
         run.fail(run.new_pod(), code=code)
         run.sync()
+        attempt += 1
     return run.conclude()
 
 
@@ -82,11 +107,19 @@ def clock(start: float, stop: float) -> tuple[str, str]:
     )
 
 
-def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = None) -> dict:
+#: A JobSet's own failurePolicy in these tests: it may restart 3 times (without one it
+#: fails at its first child Job's failure: ``executeFailurePolicy``).
+RESTARTS = {"maxRestarts": 3}
+
+
+def audited_jobset(
+    backoff_limit: int = 2, failure_policy: dict | None = RESTARTS, config: Config = CONFIG
+) -> dict:
     """A JobSet admitted under audit and stored: replicated Jobs ``leader`` and ``workers``
     (one child Job each, one pod at a time, MAIN's requests), their own backoffLimit and no
-    rules; and what the namespace's defaults would have written into each
-    (``spec.replicatedJobs[<name>].template.spec``)."""
+    rules, its ``failure_policy``; and what the namespace's defaults would have written into
+    each (``spec.replicatedJobs[<name>].template.spec``) and into its failurePolicy (their
+    ``fail-non-retriable`` adds a FailJobSet rule on reason PodFailurePolicy)."""
     jobs = []
     for name in ("leader", "workers"):
         rjob = replicated(name, restart_policy="Never", backoffLimit=backoff_limit)
@@ -95,7 +128,9 @@ def audited_jobset(backoff_limit: int = 2, failure_policy: dict | None = None) -
         spec["parallelism"] = spec["completions"] = 1
         spec["template"]["spec"]["containers"] = [copy.deepcopy(MAIN)]
         jobs.append(rjob)
-    out = stored(under_audit(jobset(jobs=jobs, failure_policy=failure_policy)), uid="uid-pretrain")
+    policy = copy.deepcopy(failure_policy)
+    made = jobset(jobs=jobs, failure_policy=policy)
+    out = stored(under_audit(made, config), uid="uid-pretrain")
     out["status"] = {"restarts": 0}
     return out
 

@@ -11,8 +11,11 @@ What is reproduced, from upstream:
   annotation, label, ``JOB_COMPLETION_INDEX`` env var, hostname and ``generateName``
   and, with ``backoffLimitPerIndex``, ``job-index-failure-count``), with the
   ``batch.kubernetes.io/controller-uid`` and ``job-name`` labels, stored with a generated
-  name; the kubelet's ``status.startTime`` once it runs, and a stopped container's
-  ``startedAt`` and ``finishedAt`` (``KUBELET_NOW``: a minute later);
+  name and its ``creationTimestamp``; the kubelet's ``status.startTime`` once it runs, its
+  conditions (the scheduler's ``PodScheduled``; ``PodReadyToStartContainers``,
+  ``Initialized``, ``Ready``, ``ContainersReady`` from ``generateAPIPodStatus``, each but
+  ``Initialized`` and ``PodScheduled`` ``False`` once the pod has stopped), and a stopped
+  container's ``startedAt`` and ``finishedAt`` (``KUBELET_NOW``: a minute later);
 - preemption and the Eviction API add ``DisruptionTarget=True`` (reasons
   ``PreemptionByScheduler``, ``EvictionByEvictionAPI``) before the pod is deleted, while it
   runs; the kubelet then stops its containers (143) and sets phase ``Failed``;
@@ -62,6 +65,19 @@ T0 = "2026-11-26T10:00:00Z"
 #: The kubelet's clock when it stops a pod: a minute after the pods started.
 KUBELET_NOW = dt.datetime(2026, 11, 26, 10, 1, tzinfo=dt.timezone.utc)
 STOPPED = KUBELET_NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: A running pod's conditions, in the order the kubelet's status lists them
+#: (``generateAPIPodStatus``, the scheduler's ``PodScheduled`` kept last), and those that
+#: are ``False`` once it stopped.
+KUBELET_CONDITIONS = (
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodScheduled",
+)
+STOPPED_FALSE = ("PodReadyToStartContainers", "Ready", "ContainersReady")
 
 
 def past_deadline(pod: dict[str, Any], now: dt.datetime = KUBELET_NOW) -> bool:
@@ -130,13 +146,16 @@ class JobRun:
         pod = pod_from_template(self.job, index, index_failures)
         meta, spec = pod["metadata"], pod["spec"]
         uid = str(uuid.uuid4())
-        meta.update(name=meta["generateName"] + uid[:5], uid=uid)
+        meta.update(name=meta["generateName"] + uid[:5], uid=uid, creationTimestamp=self.clock[0])
         meta["labels"].update({JOB_UID_LABEL: self.uid, "job-name": self.name})
         spec["nodeName"] = f"node-{uid[:4]}"
         pod["status"] = {
             "phase": "Running",
             "startTime": self.clock[0],
-            "conditions": [{"type": "Ready", "status": "True"}],
+            "conditions": [
+                {"type": kind, "status": "True", "lastTransitionTime": self.clock[0]}
+                for kind in KUBELET_CONDITIONS
+            ],
             "containerStatuses": [
                 {
                     "name": c["name"],
@@ -163,12 +182,17 @@ class JobRun:
         return self.api.modify("pods", uid, change)
 
     def disrupt(
-        self, pod: dict[str, Any], reason: str = "PreemptionByScheduler", delete: bool = True
+        self,
+        pod: dict[str, Any],
+        reason: str = "PreemptionByScheduler",
+        delete: bool = True,
+        at: str = T0,
     ) -> dict:
-        """Preemption or eviction: ``DisruptionTarget=True`` on the running pod, then its
-        deletion (``addConditionAndDeletePod``; the preemptor's ``PrepareCandidate``). The
-        kubelet's node-pressure eviction (``TerminationByKubelet``) deletes nothing."""
-        pod = self.update(pod, lambda p: p["status"]["conditions"].append(_disruption(reason)))
+        """Preemption or eviction: ``DisruptionTarget=True`` on the running pod at ``at``,
+        then its deletion (``addConditionAndDeletePod``; the preemptor's
+        ``PrepareCandidate``). The kubelet's node-pressure eviction
+        (``TerminationByKubelet``) deletes nothing."""
+        pod = self.update(pod, lambda p: p["status"]["conditions"].append(_disruption(reason, at)))
         if delete:
             with self.api.lock:
                 self.api.delete_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], None)
@@ -229,17 +253,17 @@ class JobRun:
         return self.update(pod, change)
 
     def evict_by_kubelet(
-        self, pod: dict[str, Any], code: int = 137, why: str = "Evicted"
+        self, pod: dict[str, Any], code: int = 137, why: str = "Evicted", at: str = T0
     ) -> dict[str, Any]:
         """Node-pressure eviction (``Evicted``) or graceful node shutdown (``Terminated``):
         one status update with the containers stopped, ``Failed`` and ``DisruptionTarget``
-        (``TerminationByKubelet``) together; nothing deletes the pod."""
+        (``TerminationByKubelet``, at ``at``) together; nothing deletes the pod."""
 
         def change(p: dict[str, Any]) -> None:
             status = p["status"]
             _stopped(status, code, self.clock)
             status.update(phase="Failed", reason=why, message=f"The node {why.lower()} the pod")
-            status["conditions"].append(_disruption("TerminationByKubelet"))
+            status["conditions"].append(_disruption("TerminationByKubelet", at))
 
         return self.update(pod, change)
 
@@ -403,19 +427,19 @@ def _flush_uncounted(job: dict[str, Any]) -> None:
     status["succeeded"] = status.get("succeeded", 0) + len(uncounted.get("succeeded") or [])
 
 
-def _disruption(reason: str) -> dict[str, Any]:
+def _disruption(reason: str, at: str = T0) -> dict[str, Any]:
     return {
         "type": fp.DISRUPTION_TARGET,
         "status": "True",
         "reason": reason,
         "message": "disrupted",
-        "lastTransitionTime": T0,
+        "lastTransitionTime": at,
     }
 
 
 def _stopped(status: dict[str, Any], code: int, clock: tuple[str, str] = (T0, STOPPED)) -> None:
-    """Every container terminated with ``code``; the pod no longer Ready (a terminal pod is
-    not: ``mergePodStatus``)."""
+    """Every container terminated with ``code``; the pod no longer ready, its sandbox gone
+    (a terminal pod is not: ``mergePodStatus``; ``generateAPIPodStatus``)."""
     for cs in status["containerStatuses"]:
         why = "Completed" if code == 0 else "Error"
         cs["state"] = {
@@ -427,5 +451,5 @@ def _stopped(status: dict[str, Any], code: int, clock: tuple[str, str] = (T0, ST
             }
         }
     for c in status.get("conditions") or []:
-        if c.get("type") == "Ready":
-            c["status"] = "False"
+        if c.get("type") in STOPPED_FALSE and c.get("status") != "False":
+            c.update(status="False", lastTransitionTime=clock[1])

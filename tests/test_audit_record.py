@@ -33,7 +33,7 @@ def test_the_record_is_compact_json_with_sorted_keys_and_a_version():
     text = _record().to_annotation()
     assert " " not in text
     doc = orjson.loads(text)
-    assert doc["v"] == 1
+    assert doc["v"] == 1 and doc["rev"] == 2
     assert list(doc) == sorted(doc)
     assert doc["parts"]["spec"] == {"backoffLimit": 3, "rules": [RULE]}
 
@@ -50,3 +50,12 @@ def test_the_managed_label_is_enforce_audit_or_nothing():
     assert managed({"metadata": {"labels": {"retry-policy.dev/managed": "enforce"}}}) == "enforce"
     assert managed({"metadata": {"labels": {"retry-policy.dev/managed": "yes"}}}) is None
     assert managed({}) is None
+
+
+def test_a_jobsets_audited_failure_policy_reads_back_and_an_older_record_says_it_has_none():
+    policy = {"maxRestarts": 3, "rules": [{"name": "r", "action": "FailJobSet"}]}
+    record = AuditRecord({"backoff-limit": "3"}, {"backoff-limit": "cluster"}, (), policy)
+    again = AuditRecord.of(_on(record.to_annotation()))
+    assert again == record and again.failure_policy == policy and again.revision == 2
+    older = AuditRecord.of(_on('{"v":1,"settings":{},"by":{},"parts":{}}'))
+    assert older.revision == 1 and older.failure_policy is None

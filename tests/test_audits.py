@@ -297,8 +297,10 @@ def test_an_audited_jobset_is_told_on_the_jobset_once(api, tmp_path):
             "the defaults would have differed: in run 0 they would have failed Job "
             "pretrain-workers-0 at once on exit 42 (fail-non-retriable) after its attempt 1, "
             "ending the run earlier: 2 attempts, 120 s, 240 core-seconds, 480 GiB-seconds "
-            "and 120 GPU-seconds saved; whether the JobSet then restarts is "
-            "its failurePolicy's decision, which the defaults do not change"
+            "and 120 GPU-seconds saved; after run 0 the JobSet would have failed, though it "
+            "completed (FailJobSetFailurePolicyAction: its rule retryPolicyFailNonRetriable "
+            "(FailJobSet) on reason PodFailurePolicy of Job pretrain-workers-0), so run 1 "
+            "would not have run: none of its failed attempts is recorded"
         )
         assert event["regarding"]["kind"] == "JobSet" and event["regarding"]["uid"] == uid
         assert leader.sample(ENDED, namespace="ml", differed="true") == 1

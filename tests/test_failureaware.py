@@ -342,7 +342,8 @@ def test_a_jobsets_own_admission_writes_no_lineage_of_its_own():
         ({"action": "FailJobSet"}, False, True),  # no reasons: every failure
         ({"action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}, False, False),
         ({"action": "FailJobSet", "onJobFailureReasons": ["FailedIndexes"]}, True, True),
-        ({"action": "FailJobSet", "targetReplicatedJobs": ["other"]}, False, False),
+        # (a target that is no replicated Job of the set is refused, as JobSet refuses it)
+        ({"action": "FailJobSet", "targetReplicatedJobs": ["workers"]}, False, True),
         (
             {"action": "FailJobSet", "onJobFailureMessagePatterns": ["backoff limit"]},
             False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.builders import job
 from webhook.kube import failurepolicy as fp
 from webhook.kube.failurepolicy import ContainerExit, PodFailure
 
@@ -93,6 +94,21 @@ def test_restart_policy_and_replacement_policy():
     found = messages(job_spec)
     assert any("needs restartPolicy: Never" in m for m in found)
     assert any("only Failed is allowed" in m for m in found)
+
+
+def test_TestValidateJob_onfailure_with_an_empty_rule_list_is_refused():
+    # upstream: TestValidateJob, `spec.template.spec.restartPolicy: Invalid value:
+    # "OnFailure": only "Never" is supported when podFailurePolicy is specified`
+    # (pkg/apis/batch/validation/validation_test.go): validateJobSpec checks the pod's
+    # restartPolicy whenever a podFailurePolicy is there, with no rule in it too.
+    manifest = job(restart_policy="OnFailure", spec={"podFailurePolicy": {"rules": []}})
+    found = fp.validate(manifest["spec"])
+    assert [(p.where, p.reason) for p in found] == [
+        ("spec.template.spec.restartPolicy", "restart-policy")
+    ]
+    assert "'OnFailure'; a podFailurePolicy needs restartPolicy: Never" in found[0].message
+    never = job(spec={"podFailurePolicy": {"rules": []}})
+    assert fp.validate(never["spec"]) == []
 
 
 def test_no_policy_no_problems():

@@ -24,7 +24,7 @@ from webhook.kube.failurepolicy import (
     ignore_disruptions_rule,
     non_retriable_rule,
 )
-from webhook.kube.wellknown import COMPLETION_INDEX_ENV
+from webhook.kube.wellknown import COMPLETION_INDEX_ENV, INDEX_FAILURE_COUNT
 from webhook.plan.delays import ATTEMPT, LAST_FAILURE, MAX_ATTEMPTS
 from webhook.policy.config import parse_config
 from webhook.policy.grammar import INT32_MAX
@@ -238,6 +238,43 @@ def test_an_indexed_jobs_pod_keeps_its_index_env_and_hostname_when_admitted(tmp_
     once = assert_idempotent(made)
     assert once == out
     validate_schema(once)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2", 2),  # valid value
+        (str(INT32_MAX), INT32_MAX),  # valid maxint32 value
+        (str(INT32_MAX + 1), 0),  # too large value
+        ("-1", 0),  # negative value
+        ("xyz", 0),  # invalid int value
+    ],
+)
+def test_TestGetIndexFailureCount(value, expected):
+    # upstream: TestGetIndexFailureCount, getIndexFailureCount / parseInt32
+    # (pkg/controller/job/indexed_job_utils.go): a value that is not an int32 of 0 or more
+    # is read as 0 failures of the index, not as no annotation.
+    made = made_pod(index=5, failures=2)
+    made["metadata"]["annotations"][INDEX_FAILURE_COUNT] = value
+    assert jobcontroller.index_failure_count(made["metadata"]["annotations"]) == expected
+    if expected == INT32_MAX:
+        return
+    verdict, out = mutate(made, attempts=FixedAttempts(1))
+    assert verdict.allowed, verdict.message
+    env = {e["name"]: e.get("value") for e in out["spec"]["containers"][0]["env"][1:]}
+    # The index's count, never the Job's (1): attempt 0 past a malformed value.
+    assert env[ATTEMPT] == str(expected)
+    assert ("affinity" in out["spec"]) is (expected >= 2)
+
+
+def test_TestGetIndexFailureCount_no_annotation_is_no_per_index_count():
+    # upstream: TestGetIndexFailureCount "no annotation" reads 0; the controller writes
+    # the annotation on every pod of an index with a per-index budget
+    # (addIndexFailureCountAnnotation), so a pod without it has none: its attempt is the
+    # Job's count.
+    made = made_pod(index=5, failures=2)
+    del made["metadata"]["annotations"][INDEX_FAILURE_COUNT]
+    assert jobcontroller.index_failure_count(made["metadata"]["annotations"]) is None
 
 
 def test_the_played_job_controller_makes_an_indexs_pod_as_pod_from_template():

@@ -412,6 +412,48 @@ def test_rule_name_limits():
     ]
 
 
+def rj(replicas: int) -> dict:
+    """upstream TestValidateCreate's replicated Job ``rj``: Indexed, one pod."""
+    out = replicated("rj", restart_policy="Never", completionMode="Indexed")
+    out["template"]["spec"].update(parallelism=1, completions=1)
+    out["replicas"] = replicas
+    return out
+
+
+@pytest.mark.parametrize(
+    ("action", "name"),
+    [
+        # "jobset failure policy rule has RestartJob action and a replicated job with
+        # replicas > 1024"
+        ("RestartJob", "restartJobRule"),
+        # "... has RestartJobAndIgnoreMaxRestarts action and a replicated job with replicas
+        # > 1024"
+        ("RestartJobAndIgnoreMaxRestarts", "restartJobAndIgnoreMaxRestartsRule"),
+    ],
+)
+def test_TestValidateCreate_restart_job_rules_with_over_1024_replicas(action, name):
+    # upstream: TestValidateCreate, validateFailurePolicy (maxReplicasPerReplicatedJob) in
+    # kubernetes-sigs/jobset pkg/webhooks/jobset_webhook.go: JobSet refuses it whatever
+    # we write, so admission says so rather than admit it.
+    rules = [{"action": action, "name": name}]
+    annotations = {P + "attempt-env": "true"}
+    verdict, _ = mutate(jobset(annotations, jobs=[rj(1025)], failure_policy={"rules": rules}))
+    assert not verdict.allowed
+    assert (
+        f"spec.failurePolicy.rules[0].action: {action} is refused by JobSet with a "
+        "replicated Job of more than 1024 replicas (replicated Job rj has 1025)"
+    ) in verdict.message
+    assert not validate(
+        jobset(annotations, jobs=[rj(1025)], failure_policy={"rules": rules})
+    ).allowed
+    # At the limit it is admitted, as is a whole-set restart beside 1025 replicas.
+    verdict, _ = mutate(jobset(annotations, jobs=[rj(1024)], failure_policy={"rules": rules}))
+    assert verdict.allowed, verdict.message
+    whole = [{"action": "RestartJobSet", "name": name}]
+    verdict, _ = mutate(jobset(annotations, jobs=[rj(1025)], failure_policy={"rules": whole}))
+    assert verdict.allowed, verdict.message
+
+
 def test_written_max_restarts_contradicting_annotation_is_denied():
     verdict, _ = mutate(jobset({P + "backoff-limit": "3"}, failure_policy={"maxRestarts": 2}))
     assert not verdict.allowed

@@ -8,12 +8,17 @@ import copy
 import datetime as dt
 import uuid
 
+import pytest
+
+from testkit.audits import audited_job, clock
 from testkit.builders import job, stored
+from testkit.fakeapi import FakeAPI
+from testkit.jobsim import JobRun
 from testkit.waste import MAIN
 from webhook.cluster.record import Record
 from webhook.cluster.tries import MAX_TRIES, Try
 from webhook.kube import failurepolicy as fp
-from webhook.plan.audit import AuditedPart
+from webhook.plan.audit import AuditedPart, AuditRecord
 from webhook.plan.replay import replay
 
 T0 = dt.datetime(2026, 11, 26, 10, 0, tzinfo=dt.timezone.utc)
@@ -69,12 +74,20 @@ def test_a_failure_is_kept_as_the_job_controller_matches_it_and_reads_back():
     pod = failed(1, 42, [{"type": "DisruptionTarget", "status": "True"}])
     kept = Try.of(pod, "")
     assert kept.failure.exits == (fp.ContainerExit("main", 42),)
-    # The kubelet's lifecycle conditions are on every failed pod: not kept.
-    assert kept.failure.conditions == (("DisruptionTarget", "True"),)
+    # Every condition, the kubelet's included, in its order and with its status.
+    assert kept.failure.conditions == (("Ready", "False"), ("DisruptionTarget", "True"))
     assert kept.seconds == 60 and kept.held == PER_MINUTE
     again = Record.parse(recorded(pod).text())
     assert again.tries == (kept,)
     assert fp.evaluate([fp.ignore_disruptions_rule()], again.tries[0].failure) is not None
+
+
+def test_an_entry_written_before_conditions_were_kept_whole_reads_as_incomplete():
+    old = ["", 1795687200, 60, [["main", 42]], ["DisruptionTarget"], {"cpu": 120}]
+    kept = Try.from_json(old)
+    assert not kept.complete and kept.failure.conditions == (("DisruptionTarget", "True"),)
+    assert Try.from_json([*old, 3]).run == 3
+    assert Try.from_json(kept.to_json()).complete
 
 
 def test_the_record_keeps_the_first_tries_and_counts_the_rest():
@@ -245,3 +258,109 @@ def test_a_sentence_names_a_few_indexes_and_counts_the_rest():
         "index 4 at once on exit 42 and 3 more indexes, though it completed: no attempt saved"
     )
     assert len(result.sentence()) < 1024
+
+
+def _on(action: str, kind: str, status: str) -> dict:
+    return {"action": action, "onPodConditions": [{"type": kind, "status": status}]}
+
+
+#: upstream: TestMatchPodFailurePolicy (pkg/controller/job/pod_failure_policy_test.go), its
+#: cases on pod conditions, each one rule on DisruptionTarget and a failed pod with that one
+#: condition: (the rule's action, its status, the pod's status, the action matched, counted).
+MATCH_ON_CONDITIONS = {
+    "FailIndex rule matched for pod conditions": ("FailIndex", "True", "True", "FailIndex", True),
+    "ignore rule matched for pod conditions": ("Ignore", "True", "True", "Ignore", False),
+    "ignore rule matches by the status=False": ("Ignore", "False", "False", "Ignore", False),
+    "ignore rule matches by the status=Unknown": ("Ignore", "Unknown", "Unknown", "Ignore", False),
+    "ignore rule does not match when status for pattern is False, but actual True": (
+        "Ignore",
+        "False",
+        "True",
+        None,
+        True,
+    ),
+    "ignore rule does not match when status for pattern is True, but actual False": (
+        "Ignore",
+        "True",
+        "False",
+        None,
+        True,
+    ),
+    "job fail rule matched for pod conditions": ("FailJob", "True", "True", "FailJob", True),
+    "count rule matched for pod conditions": ("Count", "True", "True", "Count", True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATCH_ON_CONDITIONS))
+def test_TestMatchPodFailurePolicy_on_conditions_the_record_keeps(case):
+    """Each case's failed pod kept in the record and read back is judged as upstream's
+    table says (``matchOnPodConditions``: type and status, whatever they are)."""
+    action, pattern, status, matched, counted = MATCH_ON_CONDITIONS[case]
+    pod = failed(1, 1, [{"type": "DisruptionTarget", "status": status}])
+    pod["metadata"].update(namespace="default", name="mypod")
+    (kept,) = Record.parse(recorded(pod).text()).tries
+    match = fp.evaluate([_on(action, "DisruptionTarget", pattern)], kept.failure)
+    assert (match.action if match else None, fp.counts(match)) == (matched, counted)
+
+
+def test_a_rule_on_a_kubelet_condition_is_replayed():
+    """``Ready=False`` is on every failed pod (the kubelet's): a FailJob rule on it ends the
+    Job at its first failure, as the Job controller would."""
+    pods = [failed(1, 1), failed(2, 1), failed(3, 1)]
+    result = replay(
+        ended_job("Failed", "BackoffLimitExceeded", 3, backoff_limit=2),
+        AuditedPart("spec", rules=(_on("FailJob", "Ready", "False"),)),
+        recorded(*pods),
+    )
+    assert result.ended_at == 1 and result.saved_attempts == 2, result.sentence()
+    assert result.sentence().startswith(
+        "the defaults would have failed it at once on the pod condition Ready after attempt 1"
+    )
+
+
+def test_an_attempt_recorded_before_conditions_were_kept_whole_is_not_guessed():
+    """An entry of an earlier version kept only the True conditions that are not the
+    kubelet's: a rule of the defaults on Ready=False cannot judge it."""
+    old = ["", 1795687200, 60, [["main", 1]], [], {"cpu": 120}]
+    record = Record(tries=(Try.from_json(old),))
+    result = replay(
+        ended_job("Failed", "BackoffLimitExceeded", 1, backoff_limit=0),
+        AuditedPart("spec", rules=(_on("FailJob", "Ready", "False"),)),
+        record,
+    )
+    assert result.verdict == "unknown"
+    assert result.sentence() == (
+        "what the defaults would have done is not known: failed attempt 1 was recorded by an "
+        "earlier version, without the Ready condition a rule of the defaults reads"
+    )
+    # Rules on what it did keep judge it as before.
+    known = replay(
+        ended_job("Failed", "BackoffLimitExceeded", 1, backoff_limit=0),
+        AuditedPart("spec", rules=(FAIL_42,)),
+        record,
+    )
+    assert known.verdict == "false", known.sentence()
+
+
+def test_syncJob_deleteActivePods_stops_parallel_pods_where_the_defaults_end_the_job():
+    """# upstream: syncJob (pkg/controller/job/job_controller.go): once a finished condition
+    is decided, deleteActivePods deletes the Job's running pods: a pod running beside the
+    one the defaults fail the Job on stops there, and only its time after that point is
+    saved; a replacement made later is saved whole."""
+    run = JobRun.store(FakeAPI(), audited_job(parallelism=2))
+    audit = AuditRecord.of(run.job)
+    run.clock = clock(0, 1)
+    first, beside = run.new_pod(), run.new_pod()  # two pods at once, from minute 0
+    pods = [run.fail(first, 42)]  # minute 1: exit 42, FailJob under the defaults
+    run.clock = clock(1, 4)
+    replacement = run.new_pod()
+    run.clock = clock(0, 3)
+    pods.append(run.fail(beside, 1))  # minute 3: it ran 3 minutes, 2 after minute 1
+    run.clock = clock(1, 4)
+    pods.append(run.fail(replacement, 1))  # minute 4: past backoffLimit 2
+    run.sync()
+    assert run.ended == "BackoffLimitExceeded"
+    result = replay(run.conclude(), audit.part("spec"), recorded(*pods), audit.settings)
+    assert result.ended_at == 1 and result.saved_attempts == 1
+    assert result.saved_seconds == 300  # 2 minutes of the pod beside, 3 of the replacement
+    assert result.saved == {k: 5 * v for k, v in PER_MINUTE.items()}

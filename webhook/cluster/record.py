@@ -56,7 +56,7 @@ each mark and its one lowering written in the same patch.
 
 An audited workload (``retry-policy.dev/audit``: ``webhook.plan.audit``) keeps, under
 ``"audit"``, what the replay of its failures needs (``"tries"``: the first ``MAX_TRIES``
-failed attempts, about 110 bytes each: ``webhook.cluster.tries``; ``"more"``: how many
+failed attempts, about 200 to 300 bytes each: ``webhook.cluster.tries``; ``"more"``: how many
 were not kept) and whether its ``RetryPolicyAudit`` was told (``"told"``: once, by
 ``webhook.controller.audits``, which writes it before the Event).
 """

@@ -31,6 +31,7 @@ from webhook.explain.words import (
 from webhook.kinds import planner
 from webhook.kinds.workload import resolve_limit
 from webhook.kube import failurepolicy, restartrules
+from webhook.kube.jobcontroller import index_failure_count
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
 from webhook.plan.model import (
@@ -42,7 +43,7 @@ from webhook.plan.model import (
 )
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
-from webhook.policy.grammar import BadValue, format_duration, parse_count
+from webhook.policy.grammar import format_duration
 from webhook.policy.model import PREFIX, Policy
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
@@ -447,10 +448,7 @@ def _pod_in_place(item: Explanation, subject: Subject) -> None:
 def _pod_attempt(policy: Policy, annotations: Mapping[str, Any]) -> tuple[int | None, str]:
     if policy.attempt is not None:
         return policy.attempt, f"annotation {PREFIX}attempt"
-    raw = annotations.get(INDEX_FAILURE_COUNT)
-    if isinstance(raw, str):
-        try:
-            return parse_count(raw), f"annotation {INDEX_FAILURE_COUNT}"
-        except BadValue:
-            pass
+    index_failures = index_failure_count(annotations)
+    if index_failures is not None:
+        return index_failures, f"annotation {INDEX_FAILURE_COUNT}"
     return None, "unknown offline: at admission it comes from the owning Job's failure count"

@@ -22,7 +22,7 @@ from webhook.explain.jobs import (
     restarts_in_place,
     workload_keys,
 )
-from webhook.explain.jobsetsim import FAILED_JOBS, JOB_RESTART_ACTIONS, MAX_REACHED, JobSetSimulator
+from webhook.explain.jobsetsim import JobSetSimulator
 from webhook.explain.model import (
     WORKLOAD_KEYS,
     Explanation,
@@ -47,6 +47,7 @@ from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
 from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, pattern_applies
 from webhook.kinds.workload import WRITTEN_SOURCES, get_path
 from webhook.kube.goregexp import Piece, Wild
+from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_GROUP
 from webhook.plan.model import PartPlan
@@ -170,7 +171,7 @@ def _jobset_overview(
         "against maxRestarts"
     )
     uses_job_restarts = any(
-        isinstance(r, dict) and r.get("action") in JOB_RESTART_ACTIONS for r in rules
+        isinstance(r, dict) and r.get("action") in SINGLE_JOB_RESTARTS for r in rules
     )
     if uses_job_restarts and policy.non_spot_attempts:
         item.notes.append(

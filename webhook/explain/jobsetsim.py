@@ -31,18 +31,15 @@ from webhook.explain.words import (
     count_of,
     on_nodes,
 )
-from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
-from webhook.kinds.jobset.rules import pattern_applies
 from webhook.kube.goregexp import Piece, Wild
-from webhook.kube.objects import items
-
-FAILED_JOBS, FAIL_ACTION, MAX_REACHED = (
-    "FailedJobs",
-    "FailJobSetFailurePolicyAction",
-    "ReachedMaxRestarts",
+from webhook.kube.jobsetpolicy import (
+    FAIL_ACTION,
+    FAILED_JOBS,
+    MAX_REACHED,
+    RESTART_ACTIONS,
+    first_rule,
+    rule_is_applicable,
 )
-RESTART_ACTIONS = ("RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
-JOB_RESTART_ACTIONS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 
 
 def jobset_rule_matches(
@@ -52,20 +49,11 @@ def jobset_rule_matches(
     replicated: str,
     pod: Sequence[Piece] = (Wild(),),
 ) -> bool:
-    """JobSet's ``ruleIsApplicable``: every list the rule has must match (an empty list
-    matches anything); message patterns are Go regexps searched for (``webhook.kube.goregexp``),
-    with the pod's name in ``message`` (``<namespace>/<pod>``) standing for ``pod``: a
-    pattern matches when it does for some such pod. A pattern that cannot be read as Go
-    reads it is taken to match, as admission takes it (``unread_patterns`` says which)."""
-    reasons = items(rule.get("onJobFailureReasons"))
-    targets = items(rule.get("targetReplicatedJobs"))
-    patterns = items(rule.get("onJobFailureMessagePatterns"))
-    if reasons and reason not in reasons:
-        return False
-    if targets and replicated not in targets:
-        return False
-    pieces = message_pieces(message, pod)
-    return not patterns or any(pattern_applies(p, pieces)[0] for p in patterns)
+    """JobSet's ``ruleIsApplicable`` (``webhook.kube.jobsetpolicy``), with the pod's name in
+    ``message`` (``<namespace>/<pod>``) standing for ``pod``: a pattern matches when it
+    does for some such pod. A pattern that cannot be read as Go reads it is taken to
+    match, as admission takes it (``unread_patterns`` says which)."""
+    return rule_is_applicable(rule, reason, message_pieces(message, pod), replicated)[0]
 
 
 #: How ``failjob_message`` shows the failed pod, which is known only at run time.
@@ -121,14 +109,9 @@ class JobSetSimulator:
 
     def decide(self, reason: str, message: str) -> tuple[int | None, str]:
         """The first JobSet rule (0-based) that applies to the failed Job, and its action."""
-        for index, rule in enumerate(self.rules or []):
-            if (
-                isinstance(rule, dict)
-                and rule.get("action") in JOBSET_ACTIONS
-                and jobset_rule_matches(rule, reason, message, self.replicated, self.pod)
-            ):
-                return index, str(rule["action"])
-        return None, "RestartJobSet"
+        pieces = message_pieces(message, self.pod)
+        index, action, _ = first_rule(self.rules or [], reason, pieces, self.replicated)
+        return index, action
 
     def examples(self) -> list[str]:
         """What common failures do in the first run, each walked like a real one."""

@@ -18,11 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.kube.failurepolicy import named_containers
 from webhook.kube.objects import get_path, mapping
 from webhook.kube.wellknown import MULTIKUEUE_ORIGIN
 from webhook.plan.audit import AUDIT, AUDITED, ENFORCE, MANAGED, AuditedPart, AuditRecord
+from webhook.plan.causes import LABEL_KEYS
 from webhook.plan.outcome import Context, Outcome
-from webhook.policy.model import BUILTIN, Policy, Setting, Source, format_value
+from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, Source, format_value
 from webhook.problems import summarize
 
 #: The sources of the settings audit holds back.
@@ -109,10 +111,15 @@ class Trial:
             if (spec := get_path(self.copy, where)) != get_path(obj, where)
             and isinstance(spec, dict)
         )
+        # A JobSet's own failurePolicy, which fail-non-retriable and backoff-limit write.
+        failure_policy = get_path(self.copy, ("spec", "failurePolicy"))
+        if failure_policy == get_path(obj, ("spec", "failurePolicy")):
+            failure_policy = None
         return AuditRecord(
             {name: format_value(name, s.value) for name, s in sorted(held.items())},
             {name: _BY[s.source] for name, s in sorted(held.items())},
             parts,
+            failure_policy if isinstance(failure_policy, dict) else None,
         )
 
 
@@ -123,7 +130,24 @@ def _part(path: str, spec: Mapping[str, Any]) -> AuditedPart:
         _count(spec.get("backoffLimit")),
         _count(spec.get("backoffLimitPerIndex")),
         tuple(r for r in rules if isinstance(r, dict)) if isinstance(rules, list) else (),
+        _template(mapping(spec.get("template"))),
     )
+
+
+def _template(template: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a JobSpec's pod template the replay reads (``AuditedPart.template``): our
+    controller's labels, and what restarts its containers in place."""
+    labels = mapping(mapping(template.get("metadata")).get("labels"))
+    pod = mapping(template.get("spec"))
+    containers = [
+        {k: c[k] for k in ("name", "restartPolicy", "restartPolicyRules") if k in c}
+        for c in named_containers(pod, "containers")
+    ]
+    spec: dict[str, Any] = {"containers": containers}
+    if isinstance(pod.get("restartPolicy"), str):
+        spec["restartPolicy"] = pod["restartPolicy"]
+    ours = {PREFIX + key for key in LABEL_KEYS}
+    return {"metadata": {"labels": {k: v for k, v in labels.items() if k in ours}}, "spec": spec}
 
 
 def _count(value: Any) -> int | None:

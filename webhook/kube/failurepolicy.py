@@ -304,7 +304,8 @@ def validate(job_spec: Mapping[str, Any], where: str = "spec") -> list[Problem]:
     for index, rule in enumerate(rules):
         problems.extend(_validate_rule(rule, f"{base}.rules[{index}]", names, job_spec))
     restart = pod_spec.get("restartPolicy") if isinstance(pod_spec, dict) else None
-    if rules and restart != "Never":
+    # Any policy, an empty rule list too (``validateJobSpec``: ``PodFailurePolicy != nil``).
+    if restart != "Never":
         problems.append(
             Problem(
                 f"{where}.template.spec.restartPolicy",

@@ -50,6 +50,14 @@ EXIT_MESSAGE = (
 CONDITION_MESSAGE = (
     "Pod {namespace}/{pod} has condition {condition} matching {action} rule at index {index}"
 )
+#: ``syncJob``'s ``Failed`` condition messages for the reasons a Job's pods running out of
+#: retries give it, and for a Job past its ``activeDeadlineSeconds`` (DeadlineExceeded).
+BUDGET_MESSAGES = {
+    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+    "FailedIndexes": "Job has failed indexes",
+    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
+}
+DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 #: What each field can hold, for reading a message back: names without spaces, a
 #: namespace without a slash, the exit code an int32 (``%v``), the action a word.
 _FIELDS = {
@@ -196,6 +204,26 @@ def add_completion_index(
         annotations[INDEX_FAILURE_COUNT] = str(index_failures)
     meta["annotations"], meta["labels"] = annotations, labels
     spec["hostname"] = f"{job_name}-{index}"
+
+
+#: ``parseInt32``: what ``strconv.Atoi`` reads (an optional sign, then ASCII digits).
+_ATOI = re.compile(r"[+-]?[0-9]+")
+MAX_INT32 = 2**31 - 1
+
+
+def index_failure_count(annotations: Any) -> int | None:
+    """An Indexed Job's pod's failures of its index so far, as the Job controller reads
+    them (``getIndexFailureCount``, ``parseIndexFailureCountAnnotation`` in
+    indexed_job_utils.go): its ``job-index-failure-count``, a value that is not an int32
+    of 0 or more (malformed, negative, too large) read as 0; ``None`` without the
+    annotation (no per-index budget), which the controller reads as 0 too."""
+    raw = mapping(annotations).get(INDEX_FAILURE_COUNT)
+    if not isinstance(raw, str):
+        return None
+    if _ATOI.fullmatch(raw) is None:
+        return 0
+    value = int(raw)
+    return value if 0 <= value <= MAX_INT32 else 0
 
 
 def pod_from_template(

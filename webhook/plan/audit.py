@@ -15,10 +15,18 @@ is compact JSON with sorted keys:
 - ``parts``: for each JobSpec the audited settings would have changed, by its place in the
   object (``spec``; a CronJob's ``spec.jobTemplate.spec``; a JobSet's
   ``spec.replicatedJobs[<name>].template.spec``): ``backoffLimit`` and
-  ``backoffLimitPerIndex`` as they would have been, and ``rules``, the whole
+  ``backoffLimitPerIndex`` as they would have been, ``rules``, the whole
   ``podFailurePolicy.rules`` list in order (the workload's own rules too: the Job
-  controller takes the first rule that matches, ``getMatchingPodFailurePolicyRule``);
-- ``v``: the format, ``VERSION``.
+  controller takes the first rule that matches, ``getMatchingPodFailurePolicyRule``), and
+  ``template``, what of its pod template sets our controller and the kubelet to work (the
+  labels of ``webhook.plan.causes``, the regular containers' ``restartPolicy`` and
+  ``restartPolicyRules``, the pod's ``restartPolicy``: ``webhook.plan.marks``);
+- ``failurePolicy``: a JobSet's ``spec.failurePolicy`` as the audited settings would have
+  left it, when they change it (``fail-non-retriable`` adds a ``FailJobSet`` rule,
+  ``backoff-limit`` writes ``maxRestarts``): the replay follows the runs by it;
+- ``v``: the format, ``VERSION``; ``rev``: what this format's writer kept (1, no ``rev``:
+  no ``failurePolicy``, and parts without ``template``), which a reader of ``v`` 1 may
+  ignore.
 
 The label: ``enforce`` when admission applied any setting to the workload, ``audit`` when
 only audited defaults touched it (``kubectl get jobs -A -l retry-policy.dev/managed=audit``
@@ -43,8 +51,9 @@ AUDIT = PREFIX + "audit"
 MANAGED = PREFIX + "managed"
 #: The values of ``MANAGED`` are those of a ``rollout`` in the cluster config
 #: (``webhook.policy.config``): ``ENFORCE``, ``AUDITED``.
-#: The format this version writes.
+#: The format this version writes, and its revision (see the module's doc).
 VERSION = 1
+REVISION = 2
 #: Where an audited setting came from.
 BY_CLUSTER, BY_NAMESPACE = "cluster", "namespace"
 
@@ -57,6 +66,9 @@ class AuditedPart:
     backoff_limit: int | None = None
     backoff_limit_per_index: int | None = None
     rules: tuple[Mapping[str, Any], ...] = ()
+    #: The pod template's part that sets our controller to work (see the module's doc);
+    #: ``None`` in a record of revision 1.
+    template: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rules": [dict(r) for r in self.rules]}
@@ -64,6 +76,8 @@ class AuditedPart:
             out["backoffLimit"] = self.backoff_limit
         if self.backoff_limit_per_index is not None:
             out["backoffLimitPerIndex"] = self.backoff_limit_per_index
+        if self.template is not None:
+            out["template"] = dict(self.template)
         return out
 
 
@@ -74,14 +88,20 @@ class AuditRecord:
     settings: Mapping[str, str]
     by: Mapping[str, str] = field(default_factory=dict)
     parts: tuple[AuditedPart, ...] = ()
+    #: A JobSet's failurePolicy under the audited settings, when they change it.
+    failure_policy: Mapping[str, Any] | None = None
+    revision: int = REVISION
 
     def to_annotation(self) -> str:
-        doc = {
+        doc: dict[str, Any] = {
             "v": VERSION,
+            "rev": self.revision,
             "settings": dict(self.settings),
             "by": dict(self.by),
             "parts": {p.path: p.to_json() for p in self.parts},
         }
+        if self.failure_policy is not None:
+            doc["failurePolicy"] = dict(self.failure_policy)
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
 
     def part(self, path: str) -> AuditedPart | None:
@@ -109,18 +129,24 @@ class AuditRecord:
         for path, part in parts.items():
             if not isinstance(part, dict) or not isinstance(part.get("rules", []), list):
                 return None
+            template = part.get("template")
             read.append(
                 AuditedPart(
                     str(path),
                     _int(part.get("backoffLimit")),
                     _int(part.get("backoffLimitPerIndex")),
                     tuple(r for r in part.get("rules", []) if isinstance(r, dict)),
+                    template if isinstance(template, dict) else None,
                 )
             )
+        failure_policy = doc.get("failurePolicy")
+        revision = doc.get("rev", 1)
         return cls(
             {str(k): str(v) for k, v in settings.items()},
             {str(k): str(v) for k, v in by.items()},
             tuple(read),
+            failure_policy if isinstance(failure_policy, dict) else None,
+            revision if isinstance(revision, int) and not isinstance(revision, bool) else 1,
         )
 
 

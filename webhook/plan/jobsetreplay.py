@@ -23,9 +23,17 @@ The audited parts change only the child Jobs' rules and backoffLimit, never the 
 they finished, under the real plan (where the run really ended: the first child to fail)
 and under the audited one. When the audited plan fails a child Job earlier, the run would
 have ended there: what ran after that point in that run (the failed attempts recorded;
-the part of each that ran after it) is saved, and whether the JobSet then restarts is its
-``failurePolicy``'s decision, as it was. When it would not have failed the child Job
+the part of each that ran after it) is saved. When it would not have failed the child Job
 where the real plan did, the run would have gone on: what that costs cannot be known.
+
+Then the runs are followed in order as the JobSet would have gone under the audited plan
+(``executeFailurePolicy`` on the child Job the audited plan fails first, its reason and
+message: ``webhook.kube.jobsetpolicy``), its restarts counted toward ``maxRestarts`` as
+it goes: where it would have failed the JobSet in an earlier run than the real one (a
+``FailJobSet`` rule on reason ``PodFailurePolicy``, ``maxRestarts`` reached sooner), the
+later runs would not have run, and their failed attempts are saved whole; where it would
+have restarted the JobSet that really failed, what more runs would cost cannot be known.
+The following stops at the first run whose ending under the audited plan is not known.
 
 What cannot be known is said: a run whose failures the record does not hold (never seen,
 or past ``MAX_TRIES``), a JobSet that restarts in place or single Jobs, child Jobs whose
@@ -35,22 +43,25 @@ pods restart in place or that fail per index.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.cluster.record import Record
 from webhook.cluster.tries import Try
+from webhook.kube import jobsetpolicy
 from webhook.kube.objects import items, mapping
+from webhook.plan import marks
 from webhook.plan.audit import AuditRecord
-from webhook.plan.replay import backoff_limit, first_end, savings
+from webhook.plan.marks import Causes, Judged
+from webhook.plan.replay import End, after_end, backoff_limit, first_end, savings, unseen
 
 #: ``JobSetCompleted``, ``JobSetFailed`` (api/jobset/v1alpha2/jobset_types.go).
 COMPLETED, FAILED = "Completed", "Failed"
-#: ``FailurePolicyAction``s that recreate one child Job without a new run.
-RESTART_ONE = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
 #: At most this many runs are told in a sentence (an Event's note is 1 KiB at most).
 MAX_RUNS_NAMED = 2
 EARLIER, INSTEAD, LONGER, SAME, UNKNOWN = "earlier", "instead", "longer", "same", "unknown"
+#: A run the JobSet would not have made under the audited plan.
+SKIPPED = "skipped"
 
 
 def part_path(replicated_job: str) -> str:
@@ -70,10 +81,12 @@ class RunReplay:
     saved_count: int = 0
     saved_seconds: float = 0.0
     saved: Mapping[str, float] = field(default_factory=dict)
-    #: The child Job's ``Failed`` reason under the audited plan, and the real one ("":
-    #: none recorded), which the JobSet's failurePolicy rules may match on.
+    #: How the audited plan fails the run's first child Job to fail: its replicated Job,
+    #: its ``Failed`` reason and message ("": the run goes on, or completes), which the
+    #: JobSet's failurePolicy rules match on.
+    replicated: str = ""
     reason: str = ""
-    real_reason: str = ""
+    message: str = ""
 
     def words(self) -> str:
         if self.kind == UNKNOWN:
@@ -101,9 +114,14 @@ class JobSetReplay:
     attempts: int  # failed attempts replayed
     runs: tuple[RunReplay, ...] = ()
     not_replayed: str = ""
-    #: Whether the JobSet's failurePolicy rules match on the child Job's failure reason
-    #: (``onJobFailureReasons``: ``ruleIsApplicable``).
-    by_reason: bool = False
+    #: What the JobSet would have done that it did not (``follow``), in words: failed in
+    #: an earlier run (``ended``: the later runs are ``SKIPPED``) or where it completed,
+    #: or restarted where it failed (``restarted``); or why that is not known (``unsure``).
+    ended: str = ""
+    restarted: str = ""
+    unsure: str = ""
+    #: Failed attempts of the skipped runs the record did not keep.
+    unkept: int = 0
 
     @property
     def saved(self) -> dict[str, float]:
@@ -115,8 +133,9 @@ class JobSetReplay:
 
     @property
     def differed(self) -> bool:
-        return not self.not_replayed and any(
-            r.kind in (EARLIER, INSTEAD, LONGER) for r in self.runs
+        return not self.not_replayed and (
+            any(r.kind in (EARLIER, INSTEAD, LONGER) for r in self.runs)
+            or bool(self.ended or self.restarted)
         )
 
     @property
@@ -124,7 +143,7 @@ class JobSetReplay:
         """As the metric's ``differed`` label: true, false, or unknown."""
         if self.differed:
             return "true"
-        if self.not_replayed or any(r.kind == UNKNOWN for r in self.runs):
+        if self.not_replayed or self.unsure or any(r.kind == UNKNOWN for r in self.runs):
             return "unknown"
         return "false"
 
@@ -132,14 +151,16 @@ class JobSetReplay:
         """The ``RetryPolicyAudit`` Event's note on the JobSet, and what ``status`` shows."""
         if self.not_replayed:
             return f"what the defaults would have done is not known: {self.not_replayed}"
-        told = [r for r in self.runs if r.kind != SAME]
+        told = [r for r in self.runs if r.kind not in (SAME, SKIPPED)]
         unknown = [r.words() for r in told if r.kind == UNKNOWN]
+        unsure = [f"what the JobSet would then have done is not known ({self.unsure})"]
+        unsure = unsure if self.unsure else []
         if not self.differed:
             n, runs = self.attempts, len(self.runs)
-            if unknown:
+            if unknown or unsure:
                 return (
                     "nothing would have differed under the defaults in the runs recorded; "
-                    + "; ".join(unknown)
+                    + "; ".join([*unknown, *unsure])
                 )
             how = "completed" if self.outcome == COMPLETED else "failed"
             return (
@@ -150,20 +171,22 @@ class JobSetReplay:
         if len(told) > MAX_RUNS_NAMED:
             more = len(told) - MAX_RUNS_NAMED
             said.append(f"and {more} more run{_s(more)}")
-        ended = [r for r in self.runs if r.kind in (EARLIER, INSTEAD)]
-        if len(ended) > 1:
-            count = sum(r.saved_count for r in ended)
-            seconds = sum(r.saved_seconds for r in ended)
-            said.append(f"in all {savings(count, seconds, self.saved)} saved")
-        if ended:
-            tail = (
-                "whether the JobSet then restarts is its failurePolicy's decision, which the "
-                "defaults do not change"
-            )
-            other = [r.reason for r in ended if r.reason != r.real_reason]
-            if self.by_reason and other:
-                tail += f" (its rules would see the child Job failed with reason {other[0]})"
-            said.append(tail)
+        said += [self.ended] if self.ended else []
+        said += [self.restarted] if self.restarted else []
+        said += unsure
+        saving = [
+            r
+            for r in self.runs
+            if r.kind in (EARLIER, INSTEAD, SKIPPED) and (r.saved_count or r.saved_seconds)
+        ]
+        if len(saving) > 1 or (self.unkept and self.ended):
+            count = sum(r.saved_count for r in saving)
+            seconds = sum(r.saved_seconds for r in saving)
+            total = f"in all {savings(count, seconds, self.saved)} saved"
+            if self.unkept:
+                n = self.unkept
+                total += f", and {n} failed attempt{_s(n)} the record did not keep"
+            said.append(total)
         return "the defaults would have differed: " + "; ".join(said)
 
 
@@ -187,6 +210,9 @@ def replay_jobset(
     record = record or Record()
     tries = sorted(record.tries, key=lambda t: (t.finished is None, t.finished or 0.0))
     why = _not_replayed(jobset, audit, tries)
+    judged: list[Judged] = []
+    if not why:
+        judged, why = _judged(jobset, audit, tries)
     if why:
         return JobSetReplay(outcome, len(tries), not_replayed=why)
     last = _int(mapping(jobset.get("status")).get("restarts"), 0)
@@ -196,7 +222,7 @@ def replay_jobset(
     cut = max((t.run or 0 for t in tries), default=0) if record.more_tries else last + 1
     runs = []
     for run in range(last + 1):
-        these = [t for t in tries if t.run == run]
+        these = [j for j in judged if j.attempt.run == run]
         if run >= cut:
             n = record.more_tries
             what = f"{n} later failed attempt{_s(n)} not kept in the record"
@@ -204,9 +230,8 @@ def replay_jobset(
             continue
         final_completed = run == last and outcome == COMPLETED
         runs.append(_run(jobset, audit, run, these, final_completed))
-    rules = items(mapping(mapping(jobset.get("spec")).get("failurePolicy")).get("rules"))
-    by_reason = any(rule.get("onJobFailureReasons") for rule in rules)
-    return JobSetReplay(outcome, len(tries), tuple(runs), by_reason=by_reason)
+    result = JobSetReplay(outcome, len(tries), tuple(runs))
+    return follow(result, audited_jobset(jobset, audit), tries, record)
 
 
 def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try]) -> str:
@@ -214,7 +239,7 @@ def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try
     policy = mapping(spec.get("failurePolicy"))
     if policy.get("restartStrategy") == "InPlaceRestart":
         return "it restarts in place (failurePolicy restartStrategy InPlaceRestart)"
-    if any(r.get("action") in RESTART_ONE for r in items(policy.get("rules"))):
+    if any(r.get("action") in jobsetpolicy.SINGLE_JOB_RESTARTS for r in items(policy.get("rules"))):
         return "its failurePolicy recreates single Jobs (RestartJob), not whole runs"
     if any(t.run is None for t in tries):
         return "its failures were recorded without their runs"
@@ -222,6 +247,9 @@ def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try
         part = audit.part(part_path(name))
         if part is None:
             continue
+        why = unseen(tries, part.rules)
+        if why:
+            return why
         pods = mapping(mapping(template.get("template")).get("spec"))
         if pods.get("restartPolicy") == "OnFailure":
             return (
@@ -236,47 +264,174 @@ def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try
     return ""
 
 
+def _judged(
+    jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try]
+) -> tuple[list[Judged], str]:
+    """Each attempt under the audited plan, with our controller's conditions
+    (``webhook.plan.marks``: a JobSet's disruptions count for the whole set, its peers are
+    its run's pods); why that cannot be worked out."""
+    causes = {}
+    for name, template in _templates(jobset).items():
+        real = mapping(template.get("template"))
+        found = marks.part_causes(audit.part(part_path(name)), real, audit.settings)
+        if isinstance(found, str):
+            return [], found
+        causes[name] = found
+    places = []
+    for attempt in tries:
+        audited, real = causes.get(attempt.lineage.partition("/")[0], (Causes(), Causes()))
+        chain = (attempt.run, attempt.lineage)
+        places.append(marks.Place(audited, real, peers=attempt.run, chain=chain))
+    return marks.mark(tries, places)
+
+
 def _run(
-    jobset: Mapping[str, Any], audit: AuditRecord, run: int, tries: list[Try], completed: bool
+    jobset: Mapping[str, Any], audit: AuditRecord, run: int, judged: list[Judged], completed: bool
 ) -> RunReplay:
     """One run: where the real plan ended it (its first child Job to fail), and where the
-    audited one would have."""
-    name = str(mapping(jobset.get("metadata")).get("name") or "")
+    audited one would have (``judged``: its attempts under it)."""
+    tries = [j.attempt for j in judged]
+    meta = mapping(jobset.get("metadata"))
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     templates = _templates(jobset)
-    # (position in the run, Job, attempt, why, reason)
-    real: list[tuple[int, str, int, str, str]] = []
-    audited: list[tuple[int, str, int, str, str]] = []
+    # (position in the run, replicated Job, Job, how the Job controller ends it)
+    real: list[tuple[int, str, str, End]] = []
+    audited: list[tuple[int, str, str, End]] = []
     for child, positions in _children(tries).items():
         rjob, index = child
         template = templates.get(rjob, {})
         part = audit.part(part_path(rjob))
-        mine = [tries[p] for p in positions]
+        mine = [judged[p] for p in positions]
         job = f"{name}-{rjob}-{index}"
         rules = list(items(mapping(template.get("podFailurePolicy")).get("rules")))
-        end = first_end(mine, rules, backoff_limit(template))
+        as_ran = marks.unchanged([j.attempt for j in mine])
+        end = first_end(as_ran, rules, backoff_limit(template), namespace=namespace)
         if end is not None:
-            real.append((positions[end[0] - 1], job, *end))
+            real.append((positions[end.number - 1], rjob, job, end))
         if part is not None:
             rules, limit = list(part.rules), backoff_limit(template, part)
-            end = first_end(mine, rules, limit, audit.settings)
+            end = first_end(mine, rules, limit, audit.settings, namespace)
         if end is not None:
-            audited.append((positions[end[0] - 1], job, *end))
-    first_real, first_audited = min(real, default=None), min(audited, default=None)
+            audited.append((positions[end.number - 1], rjob, job, end))
+    first_real = min(real, default=None, key=lambda e: e[0])
+    first_audited = min(audited, default=None, key=lambda e: e[0])
+    if first_audited is not None and first_audited[3].unsure:
+        return RunReplay(run, UNKNOWN, why=first_audited[3].unsure)
     if first_audited is not None and (first_real is None or first_audited[0] < first_real[0]):
-        position, job, attempt, why, reason = first_audited
+        position, rjob, job, end = first_audited
         kind = INSTEAD if completed else EARLIER
-        count, seconds, saved = _after(tries, position)
-        real_reason = first_real[4] if first_real is not None else ""
-        return RunReplay(run, kind, job, attempt, why, count, seconds, saved, reason, real_reason)
+        count, seconds, saved = after_end(tries, position)
+        how = (rjob, end.reason, end.message)
+        return RunReplay(run, kind, job, end.number, end.why, count, seconds, saved, *how)
     if first_real is not None and (first_audited is None or first_audited[0] > first_real[0]):
-        _, job, attempt, why, _ = first_real
-        return RunReplay(run, LONGER, job, attempt, why)
+        _, _, job, end = first_real
+        return RunReplay(run, LONGER, job, end.number, end.why)
     if first_real is None and not completed:
         what = "the failure that ended it is not in the record"
         if not tries:
             what = "none of its failures is in the record"
         return RunReplay(run, UNKNOWN, why=what)
-    return RunReplay(run, SAME)
+    if first_audited is None:
+        return RunReplay(run, SAME)
+    _, rjob, job, end = first_audited
+    return RunReplay(
+        run, SAME, job, end.number, end.why, replicated=rjob, reason=end.reason, message=end.message
+    )
+
+
+#: The settings that change a JobSet's own failurePolicy (``webhook.kinds.jobset``): an
+#: audit record of revision 1 did not keep what they would have made of it.
+CHANGE_FAILURE_POLICY = ("fail-non-retriable", "backoff-limit", "retries")
+
+
+def audited_jobset(jobset: Mapping[str, Any], audit: AuditRecord) -> Mapping[str, Any] | None:
+    """``jobset`` with the failurePolicy the audited settings would have given it
+    (``AuditRecord.failure_policy``; its own when they change nothing); ``None`` when the
+    record does not say (written before it kept it, by settings that change it)."""
+    if audit.failure_policy is None:
+        changes = any(name in audit.settings for name in CHANGE_FAILURE_POLICY)
+        return None if audit.revision < 2 and changes else jobset
+    spec = {**mapping(jobset.get("spec")), "failurePolicy": dict(audit.failure_policy)}
+    return {**jobset, "spec": spec}
+
+
+def follow(
+    result: JobSetReplay, jobset: Mapping[str, Any] | None, tries: list[Try], record: Record
+) -> JobSetReplay:
+    """``result`` with the runs followed as the JobSet (with its audited failurePolicy)
+    would have gone under the audited plan (see the module's doc)."""
+    if jobset is None:
+        why = "the audit record, of an earlier version, does not keep its audited failurePolicy"
+        return replace(result, unsure=why) if any(r.reason for r in result.runs) else result
+    runs, toward = list(result.runs), 0
+    last = len(runs) - 1
+    for at, run in enumerate(runs):
+        if run.kind in (UNKNOWN, LONGER) or not run.reason:
+            return result  # (its end under the defaults is not known, or it completed)
+        message = run.message
+        if not message and _reads_messages(jobset):
+            why = f"the name of the pod that ended run {run.run} is not in the record"
+            return replace(result, unsure=why)
+        decision = jobsetpolicy.execute(jobset, run.reason, [message], run.replicated, toward)
+        if decision.unsure:
+            return replace(result, unsure=f"in run {run.run}, {decision.unsure}")
+        toward += decision.counted
+        head = f"on reason {run.reason} of Job {run.job}"
+        if decision.failed and at < last:
+            later = [_skipped(r, tries) for r in runs[at + 1 :]]
+            named = f"run {later[0].run}" if len(later) == 1 else f"runs {later[0].run} to {last}"
+            count = sum(r.saved_count for r in later)
+            seconds = sum(r.saved_seconds for r in later)
+            saved: dict[str, float] = {}
+            for r in later:
+                for resource, amount in r.saved.items():
+                    saved[resource] = saved.get(resource, 0.0) + amount
+            instead = ", though it completed" if result.outcome == COMPLETED else ""
+            found = (
+                f"{savings(count, seconds, saved)} saved"
+                if count or seconds
+                else f"none of {'its' if len(later) == 1 else 'their'} failed attempts is recorded"
+            )
+            ended = (
+                f"after run {run.run} the JobSet would have failed{instead} "
+                f"({decision.failed}: {decision.words} {head}), so {named} would not have "
+                f"run: {found}"
+            )
+            unkept = record.more_tries
+            return replace(result, runs=(*runs[: at + 1], *later), ended=ended, unkept=unkept)
+        if decision.failed and result.outcome == COMPLETED:
+            ended = (
+                f"the JobSet would then have failed, though it completed ({decision.failed}: "
+                f"{decision.words} {head})"
+            )
+            return replace(result, ended=ended)
+        if decision.failed:
+            return result
+        if at == last:
+            where = "completed" if result.outcome == COMPLETED else "failed"
+            restarted = (
+                f"after run {run.run} the JobSet would have restarted where it {where} "
+                f"({decision.words} {head}): what more runs would have cost cannot be known"
+            )
+            return replace(result, restarted=restarted)
+    return result
+
+
+def _reads_messages(jobset: Mapping[str, Any]) -> bool:
+    """Whether a rule of the JobSet's failurePolicy matches on the failed Job's message."""
+    policy = mapping(mapping(jobset.get("spec")).get("failurePolicy"))
+    return any(mapping(r).get("onJobFailureMessagePatterns") for r in items(policy.get("rules")))
+
+
+def _skipped(run: RunReplay, tries: list[Try]) -> RunReplay:
+    """A run the JobSet would not have made: its failed attempts saved whole."""
+    these = [t for t in tries if t.run == run.run]
+    saved: dict[str, float] = {}
+    for attempt in these:
+        for resource, amount in attempt.held.items():
+            saved[resource] = saved.get(resource, 0.0) + amount
+    seconds = sum(t.seconds for t in these)
+    return RunReplay(run.run, SKIPPED, saved_count=len(these), saved_seconds=seconds, saved=saved)
 
 
 def _children(tries: list[Try]) -> dict[tuple[str, str], list[int]]:
@@ -287,23 +442,6 @@ def _children(tries: list[Try]) -> dict[tuple[str, str], list[int]]:
         rjob, _, rest = attempt.lineage.partition("/")
         out.setdefault((rjob, rest.partition("/")[0]), []).append(position)
     return out
-
-
-def _after(tries: list[Try], position: int) -> tuple[int, float, dict[str, float]]:
-    """What the run's failed attempts spent after ``tries[position]`` finished: those that
-    started later whole (counted), those still running then from that point on."""
-    at = tries[position].finished or 0.0
-    count, seconds, saved = 0, 0.0, {}
-    for attempt in tries[position + 1 :]:
-        start = attempt.started
-        if start is None or attempt.finished is None or attempt.seconds <= 0:
-            continue
-        spent = max(0.0, attempt.finished - max(start, at))
-        count += start >= at
-        seconds += spent
-        for resource, amount in attempt.held.items():
-            saved[resource] = saved.get(resource, 0.0) + amount * spent / attempt.seconds
-    return count, seconds, saved
 
 
 def _templates(jobset: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

@@ -9,7 +9,9 @@ first match wins (``getMatchingPodFailurePolicyRule`` /``matchPodFailurePolicy``
 pod_failure_policy.go: ``webhook.kube.failurepolicy.evaluate``); ``FailJob`` fails the Job
 at once; ``Ignore`` does not count the failure; any other outcome counts, and the Job fails
 once the counted failures exceed ``backoffLimit`` (``syncJob``'s ``exceedsBackoffLimit``:
-``failed > backoffLimit``). Attempts are taken in the order they finished.
+``failed > backoffLimit``). Attempts are taken in the order they finished, each with the
+conditions our controller would have written on it under the audited plan, and those the
+kubelet would have restarted in place are no failures (``webhook.plan.marks``).
 
 What it tells:
 
@@ -33,15 +35,18 @@ restarts, which no failed pod records) is not replayed at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.cluster.record import Record
-from webhook.cluster.tries import Try
+from webhook.cluster.tries import LIFECYCLE, Try
 from webhook.kube import failurepolicy as fp
+from webhook.kube.jobcontroller import BUDGET_MESSAGES, failjob_message
 from webhook.kube.objects import items, mapping
+from webhook.plan import marks
 from webhook.plan.audit import AuditedPart
+from webhook.plan.marks import Judged, settled
 
 #: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset (MaxInt32
 #: with backoffLimitPerIndex).
@@ -173,24 +178,61 @@ def replay(
             not_replayed="its pods restart in place "
             "(restartPolicy OnFailure: the Job controller counts restarts)",
         )
+    why = unseen(tries, audited.rules)
+    if why:
+        return replace(base, not_replayed=why)
     per_index = audited.backoff_limit_per_index
     if per_index is None:
         per_index = _int(spec.get("backoffLimitPerIndex"), -1)
     limit = backoff_limit(spec, audited)
+    causes = marks.part_causes(audited, mapping(spec.get("template")), settings)
+    if isinstance(causes, str):
+        return replace(base, not_replayed=causes)
+    lowers = None if per_index >= 0 else limit
+    places = [
+        marks.Place(
+            *causes, scope=t.lineage if per_index >= 0 else "", chain=t.lineage, limit=lowers
+        )
+        for t in tries
+    ]
+    judged, why = marks.mark(tries, places)
+    if why:
+        return replace(base, not_replayed=why)
     if per_index >= 0:
         budget = (per_index, _int(spec.get("maxFailedIndexes"), -1), limit)
-        return per_index_judge(base, tries, list(audited.rules), budget, settings, job)
-    return _judge(base, tries, list(audited.rules), limit, settings)
+        return per_index_judge(base, judged, list(audited.rules), budget, settings, job)
+    return _judge(base, judged, list(audited.rules), limit, settings)
+
+
+def unseen(tries: list[Try], rules: Iterable[Any]) -> str:
+    """Why ``rules`` cannot judge an attempt recorded before conditions were kept whole (it
+    kept only the ``True`` ones that are not the kubelet's: ``Try.complete``), when a rule
+    reads a condition it left out; "" when they can."""
+    first = next((n for n, t in enumerate(tries, 1) if not t.complete), None)
+    if first is None:
+        return ""
+    for rule in rules:
+        for pattern in items(mapping(rule).get("onPodConditions")):
+            kind, status = str(mapping(pattern).get("type")), mapping(pattern).get("status")
+            if (status or "True") != "True" or kind in LIFECYCLE:
+                return (
+                    f"failed attempt {first} was recorded by an earlier version, without the "
+                    f"{kind} condition a rule of the defaults reads"
+                )
+    return ""
 
 
 def _judge(
-    base: Replay, tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str]
+    base: Replay, judged: list[Judged], rules: list[Any], limit: int, settings: Mapping[str, str]
 ) -> Replay:
     """Each failed attempt judged in order (``syncJob``: FailJob first, then the budget)."""
-    end = first_end(tries, rules, limit, settings)
+    tries = [j.attempt for j in judged]
+    end = first_end(judged, rules, limit, settings)
+    if end is not None and end.unsure:
+        return replace(base, not_replayed=end.unsure)
     if end is not None:
-        return _ended(base, tries, end[0], end[1])
-    counted = sum(fp.counts(fp.evaluate(rules, t.failure)) for t in tries)
+        return _ended(base, tries, end.number, end.why)
+    counted = sum(fp.counts(settled(rules, j)[0]) for j in judged if j.failure is not None)
     if base.unknown:
         return _unknown_end(base, tries)
     if base.outcome == FAILED and base.reason in BY_PODS:
@@ -198,28 +240,80 @@ def _judge(
         why = _budget_words(limit, settings).replace("past", "within")
         if base.reason == "PodFailurePolicy":
             why = "no rule of the defaults fails it on these failures"
+        restarts = sum(j.failure is None for j in judged)
+        if restarts:
+            been = "a restart" if restarts == 1 else "restarts"
+            why = (
+                f"{restarts} of its failed attempts would have been {been} in place "
+                f"(in-place-exit-codes); {why}"
+            )
         return replace(base, longer=max(more, 1), why=why)
     return base
 
 
+@dataclass(frozen=True)
+class End:
+    """Where the Job controller ends a Job: its failed attempt (numbered from 1), how in
+    words, its ``Failed`` condition's reason and message."""
+
+    number: int
+    why: str
+    reason: str
+    message: str
+    #: Why the judgement of attempt ``number`` is not known (then it is no end).
+    unsure: str = ""
+
+
 def first_end(
-    tries: list[Try], rules: list[Any], limit: int, settings: Mapping[str, str] | None = None
-) -> tuple[int, str, str] | None:
-    """The failed attempt (numbered from 1) at which the Job controller ends a Job with
-    ``rules`` and ``backoffLimit`` ``limit``, how in words, and the reason of its
-    ``Failed`` condition; ``None``: not within ``tries``. ``syncJob``: a FailJob match
-    ends it at once (``PodFailurePolicy``); else a counted failure past ``backoffLimit``
-    (``exceedsBackoffLimit``: ``failed > backoffLimit``; ``BackoffLimitExceeded``)."""
+    judged: list[Judged],
+    rules: list[Any],
+    limit: int,
+    settings: Mapping[str, str] | None = None,
+    namespace: str = "",
+) -> End | None:
+    """Where the Job controller ends a Job with ``rules`` and ``backoffLimit`` ``limit``;
+    ``None``: not within ``judged`` (its attempts under the audited plan,
+    ``webhook.plan.marks``: a restart in place is no failure). ``syncJob``: a FailJob match
+    ends it at once (``PodFailurePolicy``, with ``matchPodFailurePolicy``'s message: the
+    pod of ``namespace``, "" when its name was not recorded); else a counted failure past
+    ``backoffLimit`` (``exceedsBackoffLimit``: ``failed > backoffLimit``;
+    ``BackoffLimitExceeded``)."""
     settings = settings or {}
     counted = 0
-    for number, attempt in enumerate(tries, 1):
-        match = fp.evaluate(rules, attempt.failure)
+    for number, one in enumerate(judged, 1):
+        if one.failure is None:
+            continue
+        attempt = one.attempt
+        match, known = settled(rules, one)
+        if not known:
+            return End(number, "", "", "", unsure=_unsure(number, one))
         if match is not None and match.action == "FailJob":
-            return number, _failjob_words(match, settings), BY_PODS[1]
+            message = _failjob_message(match, namespace, attempt.name)
+            return End(number, _failjob_words(match, settings), BY_PODS[1], message)
         counted += fp.counts(match)
         if counted > limit:
-            return number, _budget_words(limit, settings), BY_PODS[0]
+            why = _budget_words(limit, settings)
+            return End(number, why, BY_PODS[0], BUDGET_MESSAGES[BY_PODS[0]])
     return None
+
+
+def _unsure(number: int, judged: Judged) -> str:
+    kinds = " and ".join(judged.maybe)
+    return (
+        f"whether failed attempt {number} would have been marked {kinds} cannot be told from "
+        "the record (it came within seconds of a disruption), and its judgement turns on it"
+    )
+
+
+def _failjob_message(match: fp.Match, namespace: str, pod: str) -> str:
+    if not pod:
+        return ""
+    if match.container is not None:
+        exit_ = match.container
+        return failjob_message(
+            namespace, pod, match.index, container=exit_.name, code=exit_.exit_code
+        )
+    return failjob_message(namespace, pod, match.index, condition=match.condition)
 
 
 def backoff_limit(spec: Mapping[str, Any], audited: AuditedPart | None = None) -> int:
@@ -244,22 +338,62 @@ def _unknown_end(base: Replay, tries: list[Try]) -> Replay:
 
 
 def _ended(base: Replay, tries: list[Try], number: int, why: str) -> Replay:
-    return replace(skipped(base, tries[number:]), ended_at=number, why=why)
+    return replace(stopped(base, tries, number - 1), ended_at=number, why=why)
 
 
 def skipped(base: Replay, after: list[Try]) -> Replay:
-    """``base`` with the attempts ``after`` saved: their run time and what they held."""
-    saved: dict[str, float] = {}
+    """``base`` with the attempts ``after`` saved whole (none of them would have started):
+    their run time and what they held, added to what ``base`` saved."""
+    saved = dict(base.saved)
     for attempt in after:
         for resource, amount in attempt.held.items():
             saved[resource] = saved.get(resource, 0.0) + amount
-    seconds = sum(t.seconds for t in after)
-    return replace(base, saved_count=len(after), saved_seconds=seconds, saved=saved)
+    seconds = base.saved_seconds + sum(t.seconds for t in after)
+    count = base.saved_count + len(after)
+    return replace(base, saved_count=count, saved_seconds=seconds, saved=saved)
+
+
+def stopped(base: Replay, tries: list[Try], position: int) -> Replay:
+    """``base`` with what the attempts after ``tries[position]`` spent once it finished
+    saved, the workload ended there (``tries`` in the order they finished): once it has
+    decided a finished condition, ``syncJob`` deletes the Job's active pods
+    (``deleteActivePods``, pkg/controller/job/job_controller.go), as JobSet deletes a failed
+    run's child Jobs. Those that started then or later are saved whole (and counted), those
+    running then from that point on."""
+    count, seconds, saved = after_end(tries, position)
+    total = dict(base.saved)
+    for resource, amount in saved.items():
+        total[resource] = total.get(resource, 0.0) + amount
+    return replace(
+        base,
+        saved_count=base.saved_count + count,
+        saved_seconds=base.saved_seconds + seconds,
+        saved=total,
+    )
+
+
+def after_end(tries: list[Try], position: int) -> tuple[int, float, dict[str, float]]:
+    """``stopped``'s count, seconds and resource-seconds of the attempts after
+    ``tries[position]`` (one whose times are not known: saved whole)."""
+    at = tries[position].finished
+    count, seconds, saved = 0, 0.0, {}
+    for attempt in tries[position + 1 :]:
+        start = attempt.started
+        if at is None or start is None:
+            share, spent = 1.0, attempt.seconds
+        else:
+            spent = max(0.0, (attempt.finished or at) - max(start, at))
+            share = spent / attempt.seconds if attempt.seconds > 0 else 0.0
+        count += at is None or start is None or start >= at
+        seconds += spent
+        for resource, amount in attempt.held.items():
+            saved[resource] = saved.get(resource, 0.0) + amount * share
+    return count, seconds, saved
 
 
 def per_index_judge(
     base: Replay,
-    tries: list[Try],
+    judged: list[Judged],
     rules: list[Any],
     budget: tuple[int, int, int],
     settings: Mapping[str, str],
@@ -271,17 +405,24 @@ def per_index_judge(
     index, whose later attempts then do not run); FailJob, more failed indexes than
     ``maxFailedIndexes`` or counted failures past ``backoffLimit`` end the Job."""
     per_index, max_failed, limit = budget
+    tries = [j.attempt for j in judged]
     counted: dict[str, int] = {}
     failed: dict[str, str] = {}
     saved: list[Try] = []
-    for number, attempt in enumerate(tries, 1):
+    for number, one in enumerate(judged, 1):
+        attempt = one.attempt
         index = attempt.lineage
         if index in failed:
             saved.append(attempt)
             continue
-        match = fp.evaluate(rules, attempt.failure)
+        if one.failure is None:
+            continue  # (a restart in place)
+        match, known = settled(rules, one)
+        if not known:
+            return replace(base, not_replayed=_unsure(number, one))
         if match is not None and match.action == "FailJob":
-            return _ended_per_index(base, tries, number, saved, _failjob_words(match, settings))
+            why = _failjob_words(match, settings)
+            return _ended_per_index(base, tries, number, saved, why, failed)
         before = counted.get(index, 0)
         counted[index] = before + fp.counts(match)
         if match is not None and match.action == "FailIndex":
@@ -290,9 +431,10 @@ def per_index_judge(
             failed[index] = f"index {index} past backoffLimitPerIndex {per_index}"
         if 0 <= max_failed < len(failed):
             why = f"past maxFailedIndexes {max_failed}"
-            return _ended_per_index(base, tries, number, saved, why)
+            return _ended_per_index(base, tries, number, saved, why, failed)
         if sum(counted.values()) > limit:
-            return _ended_per_index(base, tries, number, saved, _budget_words(limit, settings))
+            why = _budget_words(limit, settings)
+            return _ended_per_index(base, tries, number, saved, why, failed)
     real = _indexes(mapping(job.get("status")).get("failedIndexes"))
     earlier = {i for i in failed if i not in real} | {t.lineage for t in saved}
     if earlier:
@@ -308,10 +450,15 @@ def per_index_judge(
 
 
 def _ended_per_index(
-    base: Replay, tries: list[Try], number: int, saved: list[Try], why: str
+    base: Replay, tries: list[Try], number: int, saved: list[Try], why: str, failed: Any
 ) -> Replay:
-    after = [*saved, *tries[number:]]
-    return replace(skipped(base, after), ended_at=number, why=why)
+    """Ended at attempt ``number``: the attempts of the indexes ``failed`` before saved
+    whole (they would not have started), and what the others ran after that point
+    (``stopped``)."""
+    later = tries[number:]
+    whole = [*saved, *(t for t in later if t.lineage in failed)]
+    rest = [tries[number - 1], *(t for t in later if t.lineage not in failed)]
+    return replace(stopped(skipped(base, whole), rest, 0), ended_at=number, why=why)
 
 
 def _indexes(raw: Any) -> set[str]:

@@ -65,6 +65,7 @@ from webhook.kinds.jobset.rules import (
     check_uncounted_restarts,
     failjob_messages,
     in_place_bound,
+    validate_rules,
 )
 from webhook.kinds.jobspec import apply_job_spec
 from webhook.kinds.workload import (
@@ -173,6 +174,9 @@ class JobSetMutator(WorkloadMutator):
             )
             return policy
         _check_child_annotations(replicated, out)
+        rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
+        # JobSet's webhook refuses these whatever we write: said here, with every problem.
+        out.problems.extend(validate_rules(rules if isinstance(rules, list) else [], replicated))
         policy = check_unsupported(policy, out)
         in_place = in_place_restart(jobset)
         for name, why in NOT_IN_PLACE.items():
@@ -183,7 +187,6 @@ class JobSetMutator(WorkloadMutator):
         scoped = [replicated[i] for i in indexes]
         # Our JobSet rule names the Jobs our rules are in when some are left out.
         targets = [str(r.get("name")) for r in scoped if isinstance(r, dict)] if left_out else []
-        rules = get_path(jobset, ("spec", "failurePolicy", "rules"))
         if policy.fail_non_retriable:
             messages = failjob_messages(jobset, scoped, policy, ctx)
             policy = check_rules(
@@ -212,8 +215,7 @@ class JobSetMutator(WorkloadMutator):
         ]
         failing = [c for c in children if c is not None and c.fail_non_retriable]
         if not out.problems and failing:
-            names = [r.get("name") for r in replicated if isinstance(r, dict)]
-            add_rule(jobset, policy, names, out, targets)
+            add_rule(jobset, policy, replicated, out, targets)
         if failing:
             note_peers(failing[0], _pods(jobset, indexes), out)
         if left_out:

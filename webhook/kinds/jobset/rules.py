@@ -18,6 +18,13 @@ from webhook.kinds.workload import (
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
+from webhook.kube.jobcontroller import BUDGET_MESSAGES, DEADLINE_MESSAGE
+from webhook.kube.jobsetpolicy import (
+    ACTIONS,
+    IGNORING_ACTIONS,
+    SINGLE_JOB_RESTARTS,
+    pattern_applies,
+)
 from webhook.kube.objects import items, mapping
 from webhook.plan import failureaware, inplace
 from webhook.plan.model import LimitField
@@ -40,15 +47,6 @@ FAILJOB_SHAPE = jobcontroller.failjob_message(
 )
 
 
-ACTIONS = (
-    "FailJobSet",
-    "RestartJobSet",
-    "RestartJobSetAndIgnoreMaxRestarts",
-    "RestartJob",
-    "RestartJobAndIgnoreMaxRestarts",
-)
-
-
 REASONS = (
     "BackoffLimitExceeded",
     "DeadlineExceeded",
@@ -64,18 +62,6 @@ RULE_NAME_PATTERN = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 MAX_RULE_NAME = 128
 
 
-#: The Job controller's condition messages for the reasons a child Job fails with when its
-#: pods run out of retries (pkg/controller/job/job_controller.go).
-BUDGET_MESSAGES = {
-    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
-    "FailedIndexes": "Job has failed indexes",
-    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
-}
-
-
-IGNORING_ACTIONS = ("RestartJobSetAndIgnoreMaxRestarts", "RestartJobAndIgnoreMaxRestarts")
-
-
 def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
     rule: dict[str, Any] = {
         "name": RULE_NAME,
@@ -85,11 +71,6 @@ def our_rule(targets: Sequence[str] = ()) -> dict[str, Any]:
     if targets:
         rule["targetReplicatedJobs"] = list(targets)
     return rule
-
-
-#: The Job controller's condition message for a Job past its activeDeadlineSeconds
-#: (reason DeadlineExceeded; pkg/controller/job/job_controller.go).
-DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 
 
 def in_place_bound(
@@ -207,15 +188,6 @@ def failjob_messages(
                 found.append(failjob_message(container, ns, [Wild()], codes, index))
         messages[str(rjob.get("name"))] = found
     return messages
-
-
-def pattern_applies(pattern: Any, message: Sequence[Piece]) -> tuple[bool, str]:
-    """Whether a message pattern can match ``message`` (``anyMatchFound``), and, when it
-    cannot be read as Go's regexp reads it, why (it is then taken to match)."""
-    try:
-        return compile_go(str(pattern)).search(message), ""
-    except Unsupported as err:
-        return True, str(err)
 
 
 def rule_applies(
@@ -353,10 +325,6 @@ def check_uncounted_restarts(
     return policy
 
 
-#: Actions that recreate one Job without a new ``restart-attempt`` number on its pods.
-SINGLE_JOB_RESTARTS = ("RestartJob", "RestartJobAndIgnoreMaxRestarts")
-
-
 def check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
     """Pods know their attempt from the JobSet's ``restart-attempt`` label, which a
     RestartJob action leaves unchanged: after one, the last attempts would look like
@@ -410,7 +378,7 @@ def check_oom_restarts(
 def add_rule(
     jobset: dict[str, Any],
     policy: Policy,
-    names: list[Any],
+    replicated: list[Any],
     out: Outcome,
     targets: Sequence[str] = (),
 ) -> None:
@@ -433,15 +401,23 @@ def add_rule(
         f"{POD_FAILURE_POLICY}{on})",
         policy.setting("fail-non-retriable"),
     )
-    out.problems.extend(validate_rules(failure_policy["rules"], names))
+    out.problems.extend(validate_rules(failure_policy["rules"], replicated))
+
+
+#: A replicated Job's replicas at most beside a rule that recreates single Jobs
+#: (``maxReplicasPerReplicatedJob`` in jobset pkg/webhooks/jobset_webhook.go): JobSet
+#: keeps each Job's restarts in a status list of at most that many items.
+MAX_REPLICAS_RESTARTING_JOBS = 1024
 
 
 def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
-    """JobSet's own checks of ``failurePolicy.rules`` (its webhook and CRD), as problems.
+    """JobSet's own checks of ``failurePolicy.rules`` (its webhook, ``validateFailurePolicy``,
+    and CRD) against the replicated Jobs ``replicated`` (as written), as problems.
 
     Unnamed rules are checked under the name JobSet gives them (``failurePolicyRule<i>``).
     """
-    problems = []
+    names = [r.get("name") for r in replicated if isinstance(r, dict)]
+    problems = _replica_limit(rules, replicated)
     seen: dict[str, int] = {}
     for index, rule in enumerate(rules):
         where = f"spec.failurePolicy.rules[{index}]"
@@ -483,7 +459,7 @@ def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
                     )
                 )
         for target in targets if isinstance(targets, list) else []:
-            if not isinstance(target, str) or target not in replicated:
+            if not isinstance(target, str) or target not in names:
                 problems.append(
                     Problem(
                         f"{where}.targetReplicatedJobs",
@@ -491,3 +467,38 @@ def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
                     )
                 )
     return problems
+
+
+def _replica_limit(rules: list[Any], replicated: list[Any]) -> list[Problem]:
+    """A RestartJob or RestartJobAndIgnoreMaxRestarts rule is refused beside a replicated
+    Job of more than ``MAX_REPLICAS_RESTARTING_JOBS`` replicas (``validateFailurePolicy``)."""
+    first = next(
+        (
+            (index, rule["action"])
+            for index, rule in enumerate(rules)
+            if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS
+        ),
+        None,
+    )
+    if first is None:
+        return []
+    over = [
+        f"{rjob.get('name')} has {replicas}"
+        for rjob in replicated
+        if isinstance(rjob, dict)
+        and isinstance(replicas := rjob.get("replicas"), int)
+        and replicas > MAX_REPLICAS_RESTARTING_JOBS
+    ]
+    if not over:
+        return []
+    index, action = first
+    return [
+        Problem(
+            f"spec.failurePolicy.rules[{index}].action",
+            f"{action} is refused by JobSet with a replicated Job of more than "
+            f"{MAX_REPLICAS_RESTARTING_JOBS} replicas (replicated Job {', '.join(over)}): "
+            f"at most {MAX_REPLICAS_RESTARTING_JOBS} replicas, or a rule that restarts the "
+            "whole JobSet",
+            "jobset-replicas",
+        )
+    ]

@@ -19,6 +19,7 @@ from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.history import HistoryKey, HistoryLookup, Killed
 from webhook.kinds import inplace as in_place_rules
 from webhook.kube import limitrange, podspec, scheduling
+from webhook.kube.jobcontroller import index_failure_count
 from webhook.kube.objects import controller_of
 from webhook.kube.owned import Owned
 from webhook.kube.wellknown import (
@@ -573,15 +574,9 @@ def failure_history(
     name, uid = str(owner.get("name")), str(owner["uid"])
     lineage, index = history.pod_lineage(metadata, uid)
     annotations = metadata.get("annotations") or {}
-    raw = annotations.get(INDEX_FAILURE_COUNT) if isinstance(annotations, dict) else None
-    per_index = False
-    expected: int | None = None
+    expected = index_failure_count(annotations)
+    per_index = expected is not None and index is not None
     terminating = 0
-    if isinstance(raw, str) and index is not None:
-        try:
-            expected, per_index = parse_count(raw), True
-        except BadValue:
-            pass
     if not per_index:
         counted = ctx.cluster.job_failures(namespace, name, uid)
         if counted.failures is None:
@@ -646,12 +641,9 @@ def attempt_of(
             return AttemptLookup(parse_count(str(raw)), f"{kind} {RESTART_ATTEMPT}")
         except BadValue:
             return AttemptLookup(None, "none", f"{kind} {RESTART_ATTEMPT} is not a number")
-    raw = annotations.get(INDEX_FAILURE_COUNT)
-    if isinstance(raw, str):
-        try:
-            return AttemptLookup(parse_count(raw), f"annotation {INDEX_FAILURE_COUNT}")
-        except BadValue:
-            pass
+    index_failures = index_failure_count(annotations)
+    if index_failures is not None:
+        return AttemptLookup(index_failures, f"annotation {INDEX_FAILURE_COUNT}")
     if owner is not None and owner.get("kind") == "Job" and owner.get("uid"):
         namespace = namespace_of(metadata, ctx)
         return ctx.cluster.job_failures(namespace, str(owner.get("name")), str(owner["uid"]))
