@@ -1067,12 +1067,15 @@ def test_container_args_and_image(helm):
         "--lease-duration": "15",
         "--renew-deadline": "10",
         "--retry-period": "2",
+        "--kube-api-qps": "50",
+        "--kube-api-burst": "100",
     }
     # Every flag is one the server knows, with a value it accepts.
     from webhook.cli import build_parser
 
     parsed = build_parser().parse_args(args)
     assert (parsed.header_timeout, parsed.body_timeout, parsed.max_connections) == (10, 10, 1024)
+    assert (parsed.kube_api_qps, parsed.kube_api_burst) == (50, 100)
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert c["image"] == f"ghcr.io/retry-policy/retry-policy-webhook:{chart['appVersion']}"
     assert "command" not in c  # the image's ENTRYPOINT is retry-webhook
@@ -1931,3 +1934,22 @@ def test_metrics_service_monitor(helm):
 
 def test_metrics_port_schema(helm):
     assert "metrics" in render_fails(helm, {"metrics": {"port": 80}})
+
+
+def test_api_priority_gives_the_service_account_a_level_of_its_own(helm):
+    """apiPriority.enabled: a FlowSchema for the webhook's ServiceAccount (every verb and
+    resource) to a PriorityLevelConfiguration of its own, both valid for Kubernetes 1.37;
+    off by default."""
+    assert not objects(render(helm, {}), "FlowSchema")
+    docs = render(helm, {"apiPriority": {"enabled": True}})
+    level, schema = one(docs, "PriorityLevelConfiguration"), one(docs, "FlowSchema")
+    assert schema["spec"]["priorityLevelConfiguration"]["name"] == level["metadata"]["name"]
+    account = one(docs, "ServiceAccount", f"{RELEASE}-retry-policy-webhook")["metadata"]["name"]
+    (rule,) = schema["spec"]["rules"]
+    assert rule["subjects"] == [
+        {"kind": "ServiceAccount", "serviceAccount": {"name": account, "namespace": NAMESPACE}}
+    ]
+    assert schema["spec"]["matchingPrecedence"] < 9000  # before the built-in service-accounts
+    assert level["spec"]["limited"]["nominalConcurrencyShares"] == 30
+    for obj in (level, schema):
+        kubernetes_validate.validate(obj, "1.37", strict=True)

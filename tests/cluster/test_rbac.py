@@ -93,3 +93,35 @@ def test_the_controller_s_token_cannot_write_events_not_of_its_own(
     }
     done = as_controller(kube, webhook, "create", "-f", "-", stdin=json.dumps(ours))
     assert done.returncode == 0, done.stderr
+
+
+def test_api_priority_sends_the_controller_s_requests_to_its_own_level(
+    kube: Kube, served: Served, ns: str
+):
+    """apiPriority.enabled: the real API server classifies a request of the webhook's
+    ServiceAccount by our FlowSchema (API Priority and Fairness answers which, in the
+    X-Kubernetes-PF-FlowSchema-UID header), and the controller works under it."""
+    import ssl
+    import urllib.request
+
+    import yaml
+
+    served.reconfigure({"apiPriority": {"enabled": True}})
+    release = served.release
+    schema = kube.get("flowschema", "retry-policy-webhook")
+    level = kube.get("prioritylevelconfiguration", "retry-policy-webhook")
+    assert schema is not None and level is not None
+    config = yaml.safe_load(release.token_kubeconfig.read_text())
+    token = config["users"][0]["user"]["token"]
+    context = ssl.create_default_context(cafile=str(kube.cluster.pki.ca))
+    request = urllib.request.Request(
+        f"{kube.cluster.server}/api/v1/namespaces/{ns}/pods",
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+        assert answer.headers["X-Kubernetes-PF-FlowSchema-UID"] == schema["metadata"]["uid"]
+        assert answer.headers["X-Kubernetes-PF-PriorityLevel-UID"] == level["metadata"]["uid"]
+    policy = {"retry-policy.dev/backoff-limit": "1", "retry-policy.dev/retry-delay": "2s"}
+    kube.apply(job_manifest("prioritized", ns, policy, {EXIT: "1,0"}))
+    kube.finished(ns, "prioritized", 90)
+    assert kube.job_condition(ns, "prioritized", "Complete")

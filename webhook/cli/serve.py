@@ -40,6 +40,8 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         lease_seconds=args.lease_duration,
         renew_deadline=args.renew_deadline,
         retry_period=args.retry_period,
+        kube_api_qps=args.kube_api_qps,
+        kube_api_burst=args.kube_api_burst,
     )
     if not options.renew_deadline < options.lease_seconds:
         print("Error: --renew-deadline must be shorter than --lease-duration", file=stderr)
@@ -227,4 +229,19 @@ def _controller_options(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--retry-period", type=_seconds, default=2.0, help="seconds between Lease attempts"
+    )
+    serve.add_argument(
+        "--kube-api-qps",
+        type=_seconds,
+        default=50.0,
+        metavar="QPS",
+        help="the controller's requests a second, for each of its two limiters (critical: "
+        "pod conditions and gate releases; bulk: Events, records, lists)",
+    )
+    serve.add_argument(
+        "--kube-api-burst",
+        type=_positive,
+        default=100,
+        metavar="N",
+        help="the controller's requests at once beyond --kube-api-qps, for each limiter",
     )

@@ -86,12 +86,14 @@ def _capped(timeout: Any, seconds: float) -> Any:
     return (min(connect, seconds), min(read, seconds))
 
 
-def fenced_client(configuration: Any, fence: Fence) -> Any:
+def fenced_client(configuration: Any, fence: Fence, limits: Any = None) -> Any:
     """A ``kubernetes.client.ApiClient`` on a copy of ``configuration`` whose writes the
     fence guards (a class made here: the kubernetes client is imported only where
     needed). Without urllib3's own retries: by default it sends a PUT or DELETE again
     after a read timeout, past the fence's check; a write that fails is tried again by
-    its writer, through the fence (``webhook.controller.writes``)."""
+    its writer, through the fence (``webhook.controller.writes``). With ``limits``
+    (``webhook.controller.ratelimit.Limits``), every request waits for its limiter first,
+    and then for the fence."""
     from kubernetes import client
 
     configuration = copy.deepcopy(configuration)
@@ -107,6 +109,8 @@ def fenced_client(configuration: Any, fence: Fence) -> Any:
             post_params: Any = None,
             _request_timeout: Any = None,
         ) -> Any:
+            if limits is not None:
+                limits.take(method, url)
             if method.upper() not in READS:
                 remaining = fence.remaining()
                 if remaining <= 0:

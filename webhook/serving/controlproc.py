@@ -22,6 +22,7 @@ from webhook.cluster.events import instance_name, recorder_for
 from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.fence import Fence, fenced_client
 from webhook.controller.manager import Manager, install_signal_handlers
+from webhook.controller.ratelimit import Limits
 from webhook.serving import lifeline, metrics
 from webhook.serving.options import ServeOptions
 
@@ -143,9 +144,16 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     # The Lease is written through its own client; everything the reconcilers (and their
     # Events) write goes through one the fence guards (``webhook.controller.fence``).
     fence = Fence()
-    acting = fenced_client(api_client.configuration, fence)
+    recorder = metrics.ControllerMetrics() if options.metrics_port else None
+    limits = Limits(
+        options.kube_api_qps,
+        options.kube_api_burst,
+        recorder.ratelimit_wait if recorder is not None else None,
+    )
+    acting = fenced_client(api_client.configuration, fence, limits)
     events, resolver = recorder_for(acting, instance_name())
-    recorder = metrics.ControllerMetrics(events.stats) if options.metrics_port else None
+    if recorder is not None:
+        recorder.events_stats(events.stats)
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options.controller_options(),

@@ -353,7 +353,7 @@ class ControllerMetrics:
     the first refused write or late condition would go unalerted."""
 
     def __init__(self, events: Callable[[], Mapping[str, Any]] | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
         self.leading = Gauge(
@@ -393,7 +393,23 @@ class ControllerMetrics:
             ["writer", "result"],
             registry=self.registry,
         )
+        self.ratelimit = Histogram(
+            PREFIX + "controller_ratelimit_wait_seconds",
+            "How long the controller's requests waited for their client-side rate limiter "
+            "(webhook/controller/ratelimit.py): critical (pod conditions, gate releases, "
+            "deadlines) or bulk (Events, records, lists and watches).",
+            ["limiter"],
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=self.registry,
+        )
         self._zeros()
+
+    def events_stats(self, events: Callable[[], Mapping[str, Any]]) -> None:
+        """The Event recorder's ``stats``, sampled at each flush (made after the client)."""
+        self._events_stats = events
+
+    def ratelimit_wait(self, limiter: str, seconds: float) -> None:
+        self.ratelimit.labels(limiter).observe(seconds)
 
     def _zeros(self) -> None:
         """Every series of the counters alerts watch, at 0 (see the class's doc)."""
@@ -412,6 +428,10 @@ class ControllerMetrics:
             disruptions.labels(result)
         for reason in UNCOVERED_REASONS:
             uncovered.labels(reason)
+        from webhook.controller.ratelimit import LIMITERS
+
+        for limiter in LIMITERS:
+            self.ratelimit.labels(limiter)
 
     def leader(self, leading: bool) -> None:
         self.leading.set(1 if leading else 0)
@@ -484,7 +504,10 @@ CONDITIONS = (
     "retry-policy.dev/InPlaceBudgetExhausted",
     "retry-policy.dev/PeerDisrupted",
 )
-CONDITION_RESULTS = ("added", "late", "missed")
+#: added, late, missed: a condition's writes; unmarked: a peer's mark set back to False (it
+#: was disrupted itself); taken_back: an in-place mark set back to False (its deadline was
+#: refused): ``webhook.controller.peers``, ``webhook.controller.restarts``.
+CONDITION_RESULTS = ("added", "late", "missed", "unmarked", "taken_back")
 #: Why a disruption over max-disruptions whose pod failed unmarked is not counted
 #: (``webhook.controller.disruptions.UNCOVERED``).
 UNCOVERED_REASONS = ("jobset", "per_index", "backoff_limit_zero", "multikueue")
@@ -555,7 +578,9 @@ def _budget_counters(registry: Any) -> tuple[Any, Any, Any, Any]:
         "Pod conditions the controller added for budgets per cause, by condition "
         "(DisruptionBudgetExhausted, InPlaceBudgetExhausted, PeerDisrupted) and result: "
         "added (before the pod failed), late (on a pod already Failed: the Job controller "
-        "may have judged it without), missed (the Job controller had judged it: not added).",
+        "may have judged it without), missed (the Job controller had judged it: not added), "
+        "unmarked (a marked peer disrupted itself: its mark set back to False), taken_back "
+        "(an in-place mark set back to False: the pod's deadline was refused).",
         ["condition", "result"],
         registry=registry,
     )

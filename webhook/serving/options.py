@@ -58,6 +58,10 @@ class ServeOptions:
     lease_seconds: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    #: The controller's client-side rate limits: each of its two limiters
+    #: (``webhook.controller.ratelimit``) this many requests a second, this many at once.
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
 
     def controller_options(self) -> ControllerOptions:
         namespace = self.lease_namespace or os.environ.get("POD_NAMESPACE") or self.namespace

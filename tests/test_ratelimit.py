@@ -1,0 +1,88 @@
+"""The controller's client-side rate limits (webhook/controller/ratelimit.py), as client-go's
+token bucket (``flowcontrol.NewTokenBucketRateLimiter``: QPS tokens a second, at most Burst
+saved, each request waiting for one), in two limiters so that bulk never delays critical."""
+
+from __future__ import annotations
+
+import pytest
+
+from testkit.fakeapi import FakeAPI, write_kubeconfig
+from webhook.controller.fence import Fence, fenced_client
+from webhook.controller.ratelimit import BULK, CRITICAL, Limits, TokenBucket, limiter_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_a_burst_goes_at_once_and_the_rest_at_the_rate():
+    clock = Clock()
+    bucket = TokenBucket(10, 3, clock, clock.sleep)
+    waits = [bucket.take() for _ in range(5)]
+    assert waits[:3] == [0.0, 0.0, 0.0]
+    assert waits[3] == pytest.approx(0.1) and waits[4] == pytest.approx(0.1)
+    clock.now += 10  # idle: the bucket fills again, up to its burst only
+    assert [bucket.take() for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert bucket.take() == pytest.approx(0.1)
+
+
+def test_waiters_are_served_in_order():
+    clock = Clock()
+    bucket = TokenBucket(2, 1, clock, clock.sleep)
+    assert [bucket.reserve() for _ in range(4)] == pytest.approx([0.0, 0.5, 1.0, 1.5])
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "limiter"),
+    [
+        ("PATCH", "https://api:6443/api/v1/namespaces/ml/pods/train-x/status", CRITICAL),
+        ("PATCH", "/api/v1/namespaces/ml/pods/train-x", CRITICAL),
+        ("GET", "/api/v1/namespaces/ml/pods/train-x?resourceVersion=3", CRITICAL),
+        ("GET", "/api/v1/pods?labelSelector=retry-policy.dev%2Fmax-disruptions&watch=true", BULK),
+        ("GET", "/api/v1/namespaces/ml/pods?fieldSelector=metadata.name%3Dx", BULK),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/ml/events", BULK),
+        ("PATCH", "/apis/batch/v1/namespaces/ml/jobs/train", BULK),
+    ],
+)
+def test_what_is_about_one_pod_is_critical(method, url, limiter):
+    assert limiter_for(method, url) == limiter
+
+
+def test_bulk_work_never_delays_a_critical_request():
+    clock = Clock()
+    limits = Limits(1, 2, clock=clock, sleep=clock.sleep)
+    for _ in range(10):
+        limits.take("POST", "/apis/events.k8s.io/v1/namespaces/ml/events")
+    waited_bulk = sum(clock.slept)
+    assert waited_bulk == pytest.approx(8.0)
+    assert limits.take("PATCH", "/api/v1/namespaces/ml/pods/p/status") == 0.0
+
+
+def test_the_controller_s_client_waits_on_its_limiter_for_every_request(tmp_path):
+    seen: list[str] = []
+    api = FakeAPI().start()
+    try:
+        from kubernetes import client, config
+
+        base = config.new_client_from_config(str(write_kubeconfig(tmp_path / "k", api.url)))
+        fence = Fence()
+        fence.extend(float("inf"))
+        limits = Limits(1000, 1000, observe=lambda limiter, _: seen.append(limiter))
+        acting = fenced_client(base.configuration, fence, limits)
+        core = client.CoreV1Api(acting)
+        core.list_namespaced_pod("ml")
+        client.EventsV1Api(acting).list_namespaced_event("ml")
+        with pytest.raises(client.ApiException):
+            core.read_namespaced_pod("gone", "ml")  # waits, then is answered 404
+    finally:
+        api.stop()
+    assert seen == [BULK, BULK, CRITICAL]

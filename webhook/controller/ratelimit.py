@@ -1,0 +1,98 @@
+"""Client-side rate limits of the controller's requests, as Go controllers have them
+(client-go's ``flowcontrol.NewTokenBucketRateLimiter``: a token bucket, ``QPS`` tokens a
+second up to ``Burst``, each request waiting for one).
+
+Two buckets, so that bulk work never delays what is critical:
+
+- ``critical``: the requests about one pod (``/api/v1/namespaces/NS/pods/NAME`` and its
+  ``/status``): the conditions that must land before the Job controller judges the pod,
+  the gate releases, the deadlines, and the reads a conflict needs;
+- ``bulk``: everything else: Events, the workloads' records (histories, audits), lists and
+  watches.
+
+Each has ``--kube-api-qps`` and ``--kube-api-burst`` of its own (chart values
+``controller.kubeAPIQPS``, 50, and ``controller.kubeAPIBurst``, 100), so the controller
+sends at most twice that. client-go's own default (5 QPS, burst 10) throttles a controller
+that marks pods by the hundred; JobSet runs at 500/500 and Kueue at 300/500. How long
+requests waited is the histogram ``retry_webhook_controller_ratelimit_wait_seconds``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+
+CRITICAL = "critical"
+BULK = "bulk"
+LIMITERS = (CRITICAL, BULK)
+#: The per-pod paths: a pod, or one of its subresources (status).
+_POD = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/?]+(/status)?(\?|$)")
+
+
+def limiter_for(method: str, url: str) -> str:
+    """Which bucket a request waits on, by what it is about (``url``: the path with or
+    without the server's address and query)."""
+    path = re.sub(r"^https?://[^/]+", "", url)
+    return CRITICAL if _POD.match(path) else BULK
+
+
+class TokenBucket:
+    """``qps`` tokens a second, at most ``burst`` saved; ``take`` waits for one."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"a token bucket needs qps > 0 and burst >= 1 (got {qps}, {burst})")
+        self.qps = float(qps)
+        self.burst = int(burst)
+        self.clock = clock
+        self.sleep = sleep
+        self._tokens = float(burst)
+        self._at = clock()
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Take a token now or in the future; how long to wait for it (0: at once). A
+        reservation is a promise: tokens go negative, so waiters are served in order."""
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+            self._at = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def take(self) -> float:
+        """Wait for a token; how long it waited."""
+        wait = self.reserve()
+        if wait > 0:
+            self.sleep(wait)
+        return wait
+
+
+class Limits:
+    """The controller's two buckets, and what each request waited (``observe``)."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        observe: Callable[[str, float], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.buckets = {name: TokenBucket(qps, burst, clock, sleep) for name in LIMITERS}
+        self.observe = observe
+
+    def take(self, method: str, url: str) -> float:
+        limiter = limiter_for(method, url)
+        waited = self.buckets[limiter].take()
+        if self.observe is not None:
+            self.observe(limiter, waited)
+        return waited
