@@ -560,3 +560,31 @@ def test_without_a_cluster_the_controller_is_off_and_says_why(tmp_path):
         assert readyz(lone) == {"enabled": False, "reason": "no cluster connection"}
     finally:
         stop(lone)
+
+
+def test_the_leader_runs_one_watch_of_jobs_for_every_reconciler(api, tmp_path):
+    """The history recorder, the failed-Job judge and the audit reporter read Jobs through
+    one shared watch (``webhook.controller.jobwatch``, as client-go's shared informers):
+    a large cluster's Jobs are listed and streamed once, not three times."""
+    from webhook.cluster.events import recorder_for
+    from webhook.controller import reconcilers
+    from webhook.controller.jobwatch import SharedJobs
+
+    path = write_kubeconfig(tmp_path / "kubeconfig-jobs", api.url)
+    api_client = config.new_client_from_config(str(path))
+    options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **FAST)
+    events, resolver = recorder_for(api_client, "a")
+    built = reconcilers.build(api_client, options, events, resolver)
+    (shared,) = [r for r in built if isinstance(r, SharedJobs)]
+    readers = [r for r in built if getattr(r, "jobs", None) is shared]
+    assert {r.name for r in readers} == {"history", "failed-jobs", "audits"}
+    manager = Manager(client.CoordinationV1Api(api_client), options, built)
+    thread = threading.Thread(target=manager.run, daemon=True)
+    thread.start()
+    try:
+        assert manager.elector.leading.wait(scaled(5))
+        eventually(lambda: shared.synced.is_set() and api.watcher_count("jobs") >= 1, 20)
+        assert api.watcher_count("jobs") == 1
+    finally:
+        manager.stop.set()
+        thread.join(scaled(15))

@@ -49,6 +49,7 @@ from typing import Any
 from webhook.cluster.events import Event, Regarding, workload_of_job
 from webhook.cluster.informer import Informer
 from webhook.cluster.record import JOBSETS, Record
+from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.recorder import audited
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
@@ -79,10 +80,16 @@ class AuditReporter:
         grace: float = 60.0,
         period: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        jobs: SharedJobs | None = None,
     ):
         from kubernetes import client
 
         self.batch = client.BatchV1Api(api_client)
+        #: The controller's one watch of Jobs, or one of its own (``webhook.controller.jobwatch``).
+        self._own_jobs = jobs is None
+        self.jobs = jobs if jobs is not None else SharedJobs(self.batch)
+        # A relist delivers every Job again: the told mark decides.
+        self.jobs.subscribe(lambda: None, lambda kind, job: self._apply_job(kind, job))
         self.workloads = Workloads(api_client)
         self.events = events
         self.metrics = metrics if hasattr(metrics, "audited") else None
@@ -101,18 +108,10 @@ class AuditReporter:
         self.counters = {"told": 0, "errors": 0}
 
     def run(self, stop: threading.Event) -> None:
-        jobs = Informer(
-            "audit-jobs",
-            self.batch.list_job_for_all_namespaces,
-            lambda: None,  # a relist delivers every Job again: the told mark decides
-            self._apply_job,
-            {},
-            stop,
-            "controller",
-        )
         self._stop = stop
-        self.watches = [jobs]
-        threading.Thread(target=jobs.run, name="audit-jobs", daemon=True).start()
+        self.watches = [self.jobs]
+        if self._own_jobs:
+            self.jobs.start(stop)
         while not stop.wait(self.period):
             self.flush()
 

@@ -55,7 +55,7 @@ from webhook.cluster.events import (
     workload_of_job,
 )
 from webhook.cluster.history import parse_time as stamp
-from webhook.cluster.informer import Informer
+from webhook.controller.jobwatch import SharedJobs
 from webhook.kube import failurepolicy as fp
 from webhook.kube.jobcontroller import parse_failjob_message
 from webhook.kube.objects import controller_of, items, mapping
@@ -96,6 +96,7 @@ class FailedJobs:
         window: float = 3600.0,
         clock: Callable[[], float] = time.time,
         timeout: float = 5.0,
+        jobs: SharedJobs | None = None,
     ):
         self.batch_api = batch_api
         self.core_api = core_api
@@ -106,19 +107,17 @@ class FailedJobs:
         self.timeout = timeout
         #: Jobs already judged (their UIDs): a failed Job's later updates are not.
         self._done: OrderedDict[str, None] = OrderedDict()
+        #: The controller's one watch of Jobs, or one of its own (``webhook.controller.jobwatch``).
+        self._own = jobs is None
+        self.jobs = jobs if jobs is not None else SharedJobs(batch_api)
+        self.jobs.subscribe(lambda: None, lambda kind, job: self._seen(kind, job))
+        self.watches = [self.jobs]
 
     def run(self, stop: threading.Event) -> None:
-        informer = Informer(
-            "jobs",
-            self.batch_api.list_job_for_all_namespaces,
-            lambda: None,
-            self._seen,
-            {},
-            stop,
-            label="failed-jobs reconciler",
-        )
-        self.watches = [informer]
-        informer.run()
+        if self._own:
+            self.jobs.run(stop)
+        else:
+            stop.wait()  # the shared watch calls ``_seen``
 
     def _seen(self, kind: str, job: Mapping[str, Any]) -> None:
         if kind == "DELETED":

@@ -9,6 +9,7 @@ from webhook.controller.audits import AuditReporter
 from webhook.controller.disruptions import Disruptions
 from webhook.controller.failedjobs import FailedJobs
 from webhook.controller.gates import GateReleaser
+from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.manager import ControllerOptions, Reconciler
 from webhook.controller.recorder import HistoryRecorder
 from webhook.controller.restarts import InPlaceBudget
@@ -28,13 +29,18 @@ def build(
 
     if events is None:
         events, resolver = recorder_for(api_client, instance_name())
+    batch = client.BatchV1Api(api_client)
+    # One watch of Jobs for the three reconcilers that read them (webhook.controller.jobwatch).
+    jobs = SharedJobs(batch)
     return [
-        HistoryRecorder(api_client, events=events, metrics=recorder),
-        FailedJobs(client.BatchV1Api(api_client), client.CoreV1Api(api_client), events, resolver),
+        HistoryRecorder(api_client, events=events, metrics=recorder, jobs=jobs),
+        FailedJobs(batch, client.CoreV1Api(api_client), events, resolver, jobs=jobs),
         GateReleaser(client.CoreV1Api(api_client), recorder, events=events),
         # The budgets per cause (``webhook.plan.causes``).
         Disruptions(api_client, events, recorder),
         InPlaceBudget(api_client, events, recorder),
         # What audited defaults would have done (``webhook.plan.replay``).
-        AuditReporter(api_client, events, recorder),
+        AuditReporter(api_client, events, recorder, jobs=jobs),
+        # Last: its handlers' reconcilers are running when it lists.
+        jobs,
     ]

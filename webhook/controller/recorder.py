@@ -60,6 +60,7 @@ from webhook.cluster.record import (
     Record,
     text_of,
 )
+from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
@@ -177,7 +178,12 @@ class HistoryRecorder:
     name = "history"
 
     def __init__(
-        self, api_client: Any, window: float = 0.5, events: Any = None, metrics: Any = None
+        self,
+        api_client: Any,
+        window: float = 0.5,
+        events: Any = None,
+        metrics: Any = None,
+        jobs: SharedJobs | None = None,
     ):
         from kubernetes import client
 
@@ -199,18 +205,15 @@ class HistoryRecorder:
         self.writes = Writes("history", events, metrics)
         #: The controller's metrics, when they count waste (``ControllerMetrics.wasted``).
         self.metrics = metrics if hasattr(metrics, "wasted") else None
+        #: The controller's one watch of Jobs, or one of its own (``webhook.controller.jobwatch``).
+        self._own_jobs = jobs is None
+        self.jobs = jobs if jobs is not None else SharedJobs(self.batch)
+        self.jobs.subscribe(
+            lambda: self._reset("job"), lambda kind, job: self._apply_job(kind, job)
+        )
 
     # --- the watches ------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        jobs = Informer(
-            "recorder-jobs",
-            self.batch.list_job_for_all_namespaces,
-            lambda: self._reset("job"),
-            self._apply_job,
-            {},
-            stop,
-            "controller",
-        )
         pods = Informer(
             "recorder-failed-pods",
             self.core.list_pod_for_all_namespaces,
@@ -221,9 +224,10 @@ class HistoryRecorder:
             "controller",
         )
         self._stop = stop
-        self.watches = [jobs, pods]
-        threading.Thread(target=jobs.run, name="recorder-jobs", daemon=True).start()
-        jobs.synced.wait(30)  # a pod's Job (its rules) before the pod, where it can
+        self.watches = [self.jobs, pods]
+        if self._own_jobs:
+            self.jobs.start(stop)
+        self.jobs.synced.wait(30)  # a pod's Job (its rules) before the pod, where it can
         threading.Thread(target=pods.run, name="recorder-pods", daemon=True).start()
         while not stop.wait(self.window):
             self.flush()
