@@ -51,6 +51,9 @@ class Counted:
     def uncovered(self, reason: str) -> None:
         self.calls.append(("uncovered", reason))
 
+    def peers_unmarked(self, count: int) -> None:
+        self.calls.append(("peers_unmarked", count))
+
 
 class Running:
     def __init__(self, reconciler):

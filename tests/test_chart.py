@@ -1069,6 +1069,7 @@ def test_container_args_and_image(helm):
         "--retry-period": "2",
         "--kube-api-qps": "50",
         "--kube-api-burst": "100",
+        "--peer-mark-limit": "1000",
     }
     # Every flag is one the server knows, with a value it accepts.
     from webhook.cli import build_parser

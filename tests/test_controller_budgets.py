@@ -435,3 +435,27 @@ def test_a_peer_that_failed_before_its_mark_was_taken_back_is_no_budget_s(api, t
     assert run.judge(b) == "Count"
     record = record_of(api, run.uid)
     assert record is None or record.disrupted(b["metadata"]["uid"]) is None
+
+
+def test_one_disruption_marks_at_most_the_peer_mark_limit_and_tells_the_rest(api, tmp_path):
+    """--peer-mark-limit bounds the writes one disruption costs: past it the peers are not
+    marked, a Warning Event says how many, and the metric counts them (nothing dropped
+    unsaid)."""
+    annotations = {P + "ignore-disruptions": "true", P + "peer-disruptions": "ignore"}
+    run = JobRun.store(api, admitted_job(annotations, parallelism=6, completions=6))
+    pods = [run.new_pod() for _ in range(6)]
+    metrics = Counted()
+    reconciler = disruptions(api, tmp_path, metrics)
+    reconciler.peers.limit = 2
+    for pod in pods:
+        reconciler._peer_event("ADDED", run.current(pod))
+    disrupted = run.disrupt(pods[0], "EvictionByEvictionAPI")
+    reconciler.mark_peers(disrupted)
+    reconciler.events.flush()
+    marked = [p for p in pods[1:] if fp.PEER_DISRUPTED in _conditions(run.current(p))]
+    assert len(marked) == 2
+    assert ("peers_unmarked", 3) in metrics.calls
+    warnings = [e for e in events_of(api, "RetryDisruptionCounted") if e["type"] == "Warning"]
+    (warning,) = warnings
+    assert "3 more of its peers not marked" in warning["note"]
+    assert "peer mark limit 2" in warning["note"]

@@ -42,6 +42,7 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         retry_period=args.retry_period,
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
+        peer_mark_limit=args.peer_mark_limit,
     )
     if not options.renew_deadline < options.lease_seconds:
         print("Error: --renew-deadline must be shorter than --lease-duration", file=stderr)
@@ -244,4 +245,12 @@ def _controller_options(serve: argparse.ArgumentParser) -> None:
         default=100,
         metavar="N",
         help="the controller's requests at once beyond --kube-api-qps, for each limiter",
+    )
+    serve.add_argument(
+        "--peer-mark-limit",
+        type=_positive,
+        default=1000,
+        metavar="N",
+        help="the most peers marked PeerDisrupted for one disruption (peer-disruptions); "
+        "past it, a Warning Event and a metric",
     )

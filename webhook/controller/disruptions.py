@@ -127,6 +127,9 @@ class Metrics:
     def uncovered(self, reason: str) -> None:
         pass
 
+    def peers_unmarked(self, count: int) -> None:
+        pass
+
 
 @dataclass
 class _Budget:
@@ -193,6 +196,7 @@ class Disruptions:
         window: float = 0.2,
         workers: int = 8,
         clock: Callable[[], float] = time.time,
+        peer_mark_limit: int = 1000,
     ):
         from kubernetes import client
 
@@ -229,7 +233,9 @@ class Disruptions:
         self.writes = Writes("disruptions", events, self.metrics)
         self.conditions = Writes("conditions", events, self.metrics)
         #: peer-disruptions: the peer-disruptions watch's store, and the marks.
-        self.peers = Peers(self.core, self.workloads, events, self.metrics, self.conditions, clock)
+        self.peers = Peers(
+            self.core, self.workloads, events, self.metrics, self.conditions, clock, peer_mark_limit
+        )
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

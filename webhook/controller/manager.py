@@ -69,6 +69,8 @@ class ControllerOptions:
     lease_seconds: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    #: The most peers marked for one disruption (peer-disruptions).
+    peer_mark_limit: int = 1000
 
     def lease(self) -> LeaseConfig:
         return LeaseConfig(

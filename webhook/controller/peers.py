@@ -78,6 +78,7 @@ class Peers:
         metrics: Any,
         conditions: Any,
         clock: Callable[[], float],
+        limit: int = 1000,
     ) -> None:
         self.core = core
         self.workloads = workloads
@@ -86,6 +87,9 @@ class Peers:
         #: The pod conditions' failures (``webhook.controller.writes.Writes``).
         self.conditions = conditions
         self.clock = clock
+        #: The most peers marked for one disruption (``--peer-mark-limit``): a disruption
+        #: in a workload of thousands of pods costs no more writes than that.
+        self.limit = limit
         self._lock = threading.Lock()
         #: Peer groups -> pod UID -> the pod (what the store keeps of it: ``_kept``).
         self._groups: dict[tuple[str, ...], dict[str, Mapping[str, Any]]] = {}
@@ -121,6 +125,8 @@ class Peers:
         others = [p for p in members if pod_uid(p) != uid]
         uncounted = self._uncounted(others)
         peers = [p for p in others if _unmarked_peer(p, uncounted)]
+        left = peers[self.limit :]
+        peers = peers[: self.limit]
         how = label(pod, PEERS_LABEL)
         cause = str(mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption")
         message = f"peer pod {pod_name(pod)} was disrupted ({cause}); peer-disruptions {how}"
@@ -138,7 +144,23 @@ class Peers:
                 f"{PEER_DISRUPTED}; their failures are {verb} (peer-disruptions {how})"
             )
             self.events.emit(Event(regarding, "Normal", REASON, note, action="Mark"))
+        if left:
+            self._unmarked(pod, regarding, cause, len(left))
         return marked
+
+    def _unmarked(self, pod: Mapping[str, Any], regarding: Any, cause: str, left: int) -> None:
+        """Peers past the limit: counted, logged, and told on the workload."""
+        self.metrics.peers_unmarked(left)
+        log.warning(
+            "%d peers of pod %s left unmarked (peer mark limit %d)", left, pod_name(pod), self.limit
+        )
+        if regarding is not None:
+            note = (
+                f"pod {pod_name(pod)} disrupted ({cause}): {left} more of its peers not marked "
+                f"{PEER_DISRUPTED}, past the controller's peer mark limit {self.limit} "
+                "(controller.peerMarkLimit): their own rules decide their failures"
+            )
+            self.events.emit(Event(regarding, "Warning", REASON, note, action="Mark"))
 
     def unmark(self, pod: Mapping[str, Any]) -> str:
         """A peer marked ``PeerDisrupted`` under ``peer-disruptions: count`` that is then

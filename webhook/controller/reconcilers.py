@@ -37,7 +37,7 @@ def build(
         FailedJobs(batch, client.CoreV1Api(api_client), events, resolver, jobs=jobs),
         GateReleaser(client.CoreV1Api(api_client), recorder, events=events),
         # The budgets per cause (``webhook.plan.causes``).
-        Disruptions(api_client, events, recorder),
+        Disruptions(api_client, events, recorder, peer_mark_limit=options.peer_mark_limit),
         InPlaceBudget(api_client, events, recorder),
         # What audited defaults would have done (``webhook.plan.replay``).
         AuditReporter(api_client, events, recorder, jobs=jobs),

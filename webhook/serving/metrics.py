@@ -393,6 +393,13 @@ class ControllerMetrics:
             ["writer", "result"],
             registry=self.registry,
         )
+        self.unmarked_peers = Counter(
+            PREFIX + "controller_peers_unmarked_total",
+            "Peers of disrupted pods left without PeerDisrupted because one disruption had "
+            "more of them than the controller's peer mark limit (--peer-mark-limit): their "
+            "own rules decide their failures.",
+            registry=self.registry,
+        )
         self.ratelimit = Histogram(
             PREFIX + "controller_ratelimit_wait_seconds",
             "How long the controller's requests waited for their client-side rate limiter "
@@ -484,6 +491,9 @@ class ControllerMetrics:
     def uncovered(self, reason: str) -> None:
         if reason in UNCOVERED_REASONS:
             self._budget_counters[3].labels(reason).inc()
+
+    def peers_unmarked(self, count: int) -> None:
+        self.unmarked_peers.inc(count)
 
     def write(self, writer: str, result: str) -> None:
         """A write's outcome (``webhook.controller.writes``)."""

@@ -62,6 +62,8 @@ class ServeOptions:
     #: (``webhook.controller.ratelimit``) this many requests a second, this many at once.
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
+    #: The most peers the controller marks for one disruption (peer-disruptions).
+    peer_mark_limit: int = 1000
 
     def controller_options(self) -> ControllerOptions:
         namespace = self.lease_namespace or os.environ.get("POD_NAMESPACE") or self.namespace
@@ -71,6 +73,7 @@ class ServeOptions:
             lease_seconds=self.lease_seconds,
             renew_deadline=self.renew_deadline,
             retry_period=self.retry_period,
+            peer_mark_limit=self.peer_mark_limit,
         )
 
 
