@@ -427,12 +427,26 @@ def _flush_uncounted(job: dict[str, Any]) -> None:
     status["succeeded"] = status.get("succeeded", 0) + len(uncounted.get("succeeded") or [])
 
 
+#: What each disruptor writes with ``DisruptionTarget``: the Eviction API
+#: (pkg/registry/core/pod/storage/eviction.go), PodGC (``markFailedAndDeletePodWithCondition``),
+#: the taint eviction controller (pkg/controller/tainteviction), the scheduler's preemption
+#: (pkg/scheduler/framework/preemption/executor.go) and the kubelet's node shutdown
+#: (pkg/kubelet/nodeshutdown); the cluster tier holds the first three to the real ones.
+DISRUPTION_MESSAGES = {
+    "EvictionByEvictionAPI": "Eviction API: evicting",
+    "DeletionByPodGC": "PodGC: node no longer exists",
+    "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
+    "PreemptionByScheduler": "default-scheduler: preempting to accommodate a higher priority pod",
+    "TerminationByKubelet": "Pod was terminated in response to imminent node shutdown.",
+}
+
+
 def _disruption(reason: str, at: str = T0) -> dict[str, Any]:
     return {
         "type": fp.DISRUPTION_TARGET,
         "status": "True",
         "reason": reason,
-        "message": "disrupted",
+        "message": DISRUPTION_MESSAGES.get(reason, "disrupted"),
         "lastTransitionTime": at,
     }
 

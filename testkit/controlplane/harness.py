@@ -321,3 +321,14 @@ class PodWatch:
                 if found is not None and found["status"] == "True":
                     return found
         return None
+
+
+def as_played(condition: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A real ``DisruptionTarget`` and the one testkit's played disruptors
+    (``jobsim._disruption``) write for its reason, on what both say: the fast tier's
+    fakes held to the real components."""
+    from testkit.jobsim import _disruption
+
+    keys = ("type", "status", "reason", "message")
+    played = _disruption(condition["reason"])
+    return {k: condition.get(k) for k in keys}, {k: played.get(k) for k in keys}

@@ -7,6 +7,7 @@ from testkit.controlplane.harness import (
     Kube,
     PodWatch,
     Served,
+    as_played,
     eventually,
     evict,
     job_manifest,
@@ -34,6 +35,8 @@ def test_an_eviction_is_marked_by_the_api_server_and_ignored(kube: Kube, webhook
 
     condition = eventually(marked, 30, "the evicted pod's DisruptionTarget")
     assert condition["reason"] == "EvictionByEvictionAPI" and condition["status"] == "True"
+    real, played = as_played(condition)
+    assert real == played
     job = kube.finished(ns, "evicted")
     assert kube.job_condition(ns, "evicted", "Complete"), job["status"]
     assert job["status"].get("failed", 0) == 0 and job["status"]["succeeded"] == 1

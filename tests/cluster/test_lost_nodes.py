@@ -8,6 +8,7 @@ from testkit.controlplane.harness import (
     Kube,
     PodWatch,
     Served,
+    as_played,
     eventually,
     job_manifest,
     lose_node,
@@ -50,6 +51,8 @@ def test_a_silent_node_s_pod_is_evicted_by_the_taint_manager_and_ignored(
                 lambda: watched.condition(uid, "DisruptionTarget"), 90, "the taint manager's mark"
             )
             assert condition["reason"] == "DeletionByTaintManager"
+            real, played = as_played(condition)
+            assert real == played
         finally:
             stop_kubelet(kube, node, stopped=False)
         wait_node_ready(kube, node)
@@ -81,6 +84,8 @@ def test_a_pod_lost_with_its_node_over_the_budget_lowers_backoff_limit(
                 lambda: watched.condition(uid, "DisruptionTarget"), 120, "PodGC's mark"
             )
             assert condition["reason"] == "DeletionByPodGC"
+            real, played = as_played(condition)
+            assert real == played
             done = kube.finished(ns, "lost", 90)
         finally:
             restore_node(kube, node)
