@@ -87,15 +87,16 @@ def test_a_default_budget_without_what_it_needs_is_skipped_with_a_warning():
     assert "podFailurePolicy" not in out["spec"]
 
 
-def test_ignore_disruptions_turned_off_here_takes_max_disruptions_with_it():
-    """A Job whose restartPolicy is OnFailure gets no podFailurePolicy: both denied."""
+def test_ignore_disruptions_denied_here_leaves_max_disruptions_alone():
+    """A Job whose restartPolicy is OnFailure gets no podFailurePolicy: ignore-disruptions
+    is denied, and max-disruptions is not said to lack it (issue 49): the denied setting
+    stays asked for, and with Never both are admitted."""
     annotations = {P + "ignore-disruptions": "true", P + "max-disruptions": "1"}
     verdict = validate(job(annotations, restart_policy="OnFailure"))
     assert not verdict.allowed
-    assert f"annotation {P}ignore-disruptions: needs spec.template.spec.restartPolicy" in (
-        verdict.message
-    )
-    assert "needs ignore-disruptions, not applied here" in verdict.message
+    assert [p.where for p in verdict.problems] == [f"annotation {P}ignore-disruptions"]
+    assert "accepted: spec.template.spec.restartPolicy: Never" in verdict.message
+    assert mutate(job(annotations, restart_policy="Never"))[0].allowed
 
 
 @pytest.mark.parametrize("kind", ["RayJob", "PyTorchJob"])

@@ -189,7 +189,9 @@ def test_pod_failure_policy_needs_restart_policy_never(annotation):
     verdict, _ = mutate(job({P + annotation: "true"}, restart_policy="OnFailure"))
     assert not verdict.allowed
     assert f"annotation {P}{annotation}" in verdict.message
-    assert "'OnFailure'" in verdict.message and "restartPolicy: Never" in verdict.message
+    assert "restartPolicy is OnFailure" in verdict.message
+    assert "needs a podFailurePolicy, which Kubernetes allows only under Never" in verdict.message
+    assert "accepted: spec.template.spec.restartPolicy: Never" in verdict.message
 
 
 def test_explicit_terminating_or_failed_contradicts():

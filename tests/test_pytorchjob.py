@@ -190,9 +190,11 @@ def test_written_restart_policy_that_does_not_tell_codes_apart_is_denied():
     verdict, _ = mutate(pytorchjob(POLICY, restart_policy="OnFailure"))
     assert not verdict.allowed
     assert (
-        "your spec.pytorchReplicaSpecs.Master.restartPolicy: OnFailure does not tell "
-        "exit codes apart" in verdict.message
+        "your spec.pytorchReplicaSpecs.Master.restartPolicy, "
+        "spec.pytorchReplicaSpecs.Worker.restartPolicy: OnFailure does not tell "
+        "exit codes apart; use ExitCode or remove it" in verdict.message
     )
+    assert len(verdict.problems) == 1  # the replicas that share the fix, in one problem
 
 
 def test_written_exit_code_policy_is_kept():

@@ -292,6 +292,7 @@ class PodMutator:
             self._report(out, checks.problems, owner)  # a controller's pod: warnings
             if owner is None:
                 return None
+            checked = failureaware.off(checked, "oom-memory-factor")  # its problems all
         if not checked.failure_aware:
             return None
         lookup, terminating = failure_history(pod, owner, ctx)
