@@ -97,7 +97,12 @@ def add_parser(sub: Any) -> None:
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
     input_options(dry)
     dry.add_argument("--config", help="cluster defaults YAML")
-    dry.add_argument("-n", "--namespace", help="namespace for objects that name none")
+    dry.add_argument(
+        "-n",
+        "--namespace",
+        help="namespace for objects that name none (one that names another is an error, "
+        "as in kubectl)",
+    )
     dry.add_argument(
         "-o",
         "--output",

@@ -33,7 +33,9 @@ def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any],
     metadata = prepared.get("metadata")
     if not isinstance(metadata, dict):
         metadata = prepared["metadata"] = {}
-    metadata["namespace"] = namespace or metadata.get("namespace") or "default"
+    # As kubectl: the object's own namespace, else -n's (``read_inputs`` refused the two
+    # differing), else "default".
+    metadata["namespace"] = metadata.get("namespace") or namespace or "default"
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = metadata["annotations"] = {}
