@@ -287,10 +287,11 @@ def test_the_admins_default_deadline_is_not_written_where_the_budget_bounds():
 def test_the_peers_warning_names_peer_disruptions_until_it_is_set():
     obj = job({P + "fail-non-retriable": "true"}, spec=PARALLEL)
     verdict, _ = mutate(obj)
-    (said,) = [w for w in verdict.warnings if "preempted pod's peers" in w]
-    assert said.endswith("set peer-disruptions") and len(said) < 120
-    verdict, _ = mutate(job({P + "fail-non-retriable": "true", P + "peer-disruptions": "count"}))
-    assert not any("preempted pod's peers" in w for w in verdict.warnings)
+    (said,) = [w for w in verdict.warnings if "pods run as one" in w]
+    assert said.endswith("set peer-disruptions: ignore") and len(said) < 120
+    marked = {P + "fail-non-retriable": "true", P + "peer-disruptions": "count"}
+    verdict, _ = mutate(job(marked, spec=PARALLEL))
+    assert verdict.allowed and not any("pods run as one" in w for w in verdict.warnings)
 
 
 def test_ignored_peers_without_a_deadline_are_warned_once():

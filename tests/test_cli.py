@@ -38,7 +38,7 @@ def test_example_dry_run_end_to_end_as_installed():
     assert spec["completionMode"] == "NonIndexed"
     assert "kubectl.kubernetes.io/last-applied-configuration" not in obj["metadata"]["annotations"]
     lines = result.stderr.strip().splitlines()
-    assert lines and all(line.startswith("Warning: retry-policy: ") for line in lines)
+    assert lines and all(line.startswith("Change: retry-policy: ") for line in lines)
 
 
 def test_stdin_multi_document_with_a_denial():

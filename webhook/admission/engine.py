@@ -59,8 +59,14 @@ class ViewMismatch(AssertionError):
     """The mutator answered differently on the view than on the whole object."""
 
 
-#: The one warning that points a user at ``explain`` when a policy changed their object.
-EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>"
+def change_summary(changes: int) -> str:
+    """The one line ``kubectl`` shows for the changes a policy made to a person's object,
+    pointing at ``explain`` (said once) and at where its CLI is."""
+    plural = "s" if changes != 1 else ""
+    return (
+        f"retry-policy: {changes} change{plural} made: retry-webhook explain -f <manifest> "
+        "shows each and the retry plan (CLI in the webhook's image)"
+    )
 
 
 def mutate(
@@ -250,10 +256,11 @@ def _run(
         return _deny(outcome.problems, outcome.warnings), outcome
     patch = diff(original, mutated)
     warnings = outcome.warnings if patch else outcome.notes
+    summary, changed = "", 0
     if patch and outcome.changes and controller_of(original.get("metadata")) is None:
         # Only for objects a person wrote (a controller's pods have no manifest to explain),
         # and only when something changed: a no-op reinvocation stays silent.
-        warnings = [*warnings, EXPLAIN_HINT]
+        summary, changed = change_summary(len(outcome.changes)), len(outcome.changes)
     names = policy_keys(original.get("metadata")) if patch else ()
     actions = tuple(sorted(outcome.actions.items())) if patch else ()
     # A decision is told once, with the change it made (a no-op reinvocation stays
@@ -264,7 +271,13 @@ def _run(
         if patch or d.reason in events.WARNING_DECISIONS
     )
     verdict = Verdict(
-        patch=patch, warnings=warnings, annotations=names, actions=actions, decisions=decisions
+        patch=patch,
+        warnings=warnings,
+        annotations=names,
+        actions=actions,
+        decisions=decisions,
+        summary=summary,
+        changed=changed,
     )
     return verdict, outcome
 

@@ -48,7 +48,11 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         where = prefix(doc, labelled)
         checked = check(obj, config, args.namespace, runtimes, version, limits)
         verdict = checked.verdict
-        for warning in verdict.warnings:
+        # Told apart: a Warning fails --fail-on-warn, a Change never does (kubectl shows
+        # the changes as one line: ``engine.change_summary``).
+        for change in checked.changes:
+            print(f"Change: {where}{change}", file=stderr)
+        for warning in checked.warnings:
             print(f"Warning: {where}{warning}", file=stderr)
         result = outcomes.dry_run_result(doc, checked, args.fail_on_warn)
         found.append(result)

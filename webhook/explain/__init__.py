@@ -89,7 +89,6 @@ def explain(
     version = version if version is not None else UnknownVersion()
     reviewed = engine.review(obj, config, namespace, runtimes=runtimes, version=version)
     changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
-    changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
     metadata = mapping(obj.get("metadata"))
     if not reviewed.verdict.allowed:
         problems = [str(p) for p in (reviewed.outcome.problems if reviewed.outcome else [])]

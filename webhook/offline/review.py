@@ -149,8 +149,6 @@ def check(
     texts = {c.text for c in reviewed.outcome.changes} if reviewed.outcome else set()
     warnings, changes = [], []
     for text in reviewed.verdict.warnings:
-        if text == engine.EXPLAIN_HINT:
-            continue  # a pointer to explain, neither
         (changes if text in texts else warnings).append(text)
     result = strip(reviewed.result, synthetic) if reviewed.verdict.allowed else reviewed.result
     return Checked(reviewed.verdict, prepared, result, warnings, changes)

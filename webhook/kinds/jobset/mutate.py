@@ -68,6 +68,8 @@ from webhook.kinds.jobset.rules import (
 )
 from webhook.kinds.jobspec import apply_job_spec
 from webhook.kinds.workload import (
+    PEERS_ADVICE,
+    PEERS_CODE_ONLY,
     WRITTEN_SOURCES,
     WorkloadMutator,
     check_error_propagation,
@@ -215,7 +217,8 @@ class JobSetMutator(WorkloadMutator):
             names = [r.get("name") for r in replicated if isinstance(r, dict)]
             add_rule(jobset, policy, names, out, targets)
         if failing:
-            note_peers(failing[0], _pods(jobset, indexes), out)
+            advice = PEERS_CODE_ONLY if in_place else PEERS_ADVICE
+            note_peers(failing[0], _pods(jobset, indexes), out, advice)
         if left_out:
             out.note(
                 _initializers_note([str(mapping(replicated[i]).get("name")) for i in left_out])

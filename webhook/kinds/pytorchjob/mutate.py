@@ -83,6 +83,12 @@ NOT_APPLICABLE = {
     "peer-disruptions": "the training operator has no podFailurePolicy: no rule decides a "
     "failed pod, a disrupted pod's peer or not",
 }
+#: What a PyTorchJob's peers warning asks (``note_peers``): peer-disruptions needs a
+#: podFailurePolicy, and ExitCode retries the codes from 128 up.
+PEERS_EXIT_CODE = (
+    f"list the code they exit with then ({RETRIED_FROM}-255: ExitCode retries) in "
+    "retriable-exit-codes"
+)
 #: Where kubeflow/trainer#2045 (runPolicy.backoffLimit not enforced under ExitCode) is told.
 UNENFORCED = "kubeflow/trainer#2045"
 
@@ -116,8 +122,10 @@ class PyTorchJobMutator(WorkloadMutator):
             pod_spec = get_path(replicas[rtype], ("template", "spec"))
             add_error_propagation(pod_spec, f"{rtype} containers", policy, out)
         if policy.error_propagation:
-            out.note(error_propagation_note())
-        note_peers(policy, _pods(replicas), out)
+            # What the change assumes, said with it (no setting: validation does not
+            # expect it gone, as ``failureaware.OOM_SIGNAL``): not a fault of the object.
+            out.changed(error_propagation_note())
+        note_peers(policy, _pods(replicas), out, PEERS_EXIT_CODE)
         out.policies["spec"] = policy
         return policy
 
