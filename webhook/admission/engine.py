@@ -126,7 +126,7 @@ def _mutator_for(
     leadership: LeaderSource | None = None,
 ) -> tuple[Any, Context, dict[str, Any]] | None:
     """The mutator that must run on this request, its context and the object, if any does."""
-    mutator = lookup(request.kind.group, request.kind.kind)
+    mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
@@ -140,7 +140,7 @@ def _restore(request: Request, config: Config) -> Verdict:
     failure policy, which its controller's server-side apply resets; a TrainJob's runtime
     patch, which a ``kubectl apply`` replacing the list drops). Never a new policy and
     never a denial: nothing the mutator cannot restore exactly is changed."""
-    mutator = lookup(request.kind.group, request.kind.kind)
+    mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
     restore = getattr(mutator, "restore", None)
     obj, old = request.object, request.old_object
     if restore is None or obj is None or old is None:
@@ -159,7 +159,7 @@ def _restore(request: Request, config: Config) -> Verdict:
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
     """What the mutator runs on: the view of the object it reads (``webhook.kinds.view``), or
     the whole object for kinds without one."""
-    view = view_of(request.kind.group, request.kind.kind, obj, config)
+    view = view_of(request.kind.group, request.kind.version, request.kind.kind, obj, config)
     return view if view is not None else obj
 
 
@@ -347,7 +347,7 @@ def validate(
     later webhook undid it), so a policy a user asked for is never silently lost."""
     if request.operation == "DELETE":
         return deletions.judge(request, config)  # (always allowed)
-    mutator = lookup(request.kind.group, request.kind.kind)
+    mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
     obj = request.object
     if mutator is None or obj is None:
         return Verdict()
