@@ -1164,7 +1164,7 @@ def test_the_cli_denies_pod_level_memory_and_warns_of_non_137_oom_kills(tmp_path
     path.write_text(yaml.safe_dump(pod_level))
     allowed = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60), check=False)
     assert allowed.returncode == 0, allowed.stderr
-    assert f"Warning: {OOM_SIGNAL}" in allowed.stderr.splitlines()
+    assert f"Change: {OOM_SIGNAL}" in allowed.stderr.splitlines()  # said with its rule
 
 
 def test_oom_events_name_their_container_either_way_round():
