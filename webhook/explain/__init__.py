@@ -42,7 +42,7 @@ from webhook.explain.model import (
 )
 from webhook.explain.render import render_text, to_json
 from webhook.kube.objects import controller_of, mapping
-from webhook.plan.audit import AuditRecord
+from webhook.plan.audit import AuditRecord, by_words
 from webhook.plan.outcome import Context, Outcome
 from webhook.policy.config import Config
 
@@ -187,7 +187,7 @@ def audited_lines(record: AuditRecord, namespace: str | None) -> list[SettingLin
     for name, value in record.settings.items():
         by = record.by.get(name, "")
         detail = f"({namespace})" if by == "namespace" and namespace else ""
-        source = f"{by} default"
+        source = by_words(by)
         text = f"{source} {detail}".strip() + ": audited, not applied"
         lines.append(SettingLine(name, value, source, detail, text))
     return lines

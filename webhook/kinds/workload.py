@@ -70,9 +70,11 @@ class WorkloadMutator:
             return out
         policy = self.policy(obj, ctx, out)
         trial = audit.Trial.start(obj, policy, ctx)
+        run = ctx
         if trial is not None:
             policy = audit.without_defaults(policy)
-        policy = self.apply(obj, policy, ctx, out)
+            run = trial.context(ctx)
+        policy = self.apply(obj, policy, run, out)
         # (An earlier admission's record counts: a reinvocation may have nothing to add.)
         applied = finish(obj, policy, out) or AppliedRecord.of(obj) is not None
         if out.problems:

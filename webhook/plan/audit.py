@@ -11,13 +11,16 @@ is compact JSON with sorted keys:
 
 - ``settings``: the audited settings, by annotation name without the prefix
   (``{"retries": "3", "fail-non-retriable": "42"}``), as an annotation would say them;
-- ``by``: where each came from, ``cluster`` or ``namespace``;
+- ``by``: where each came from, ``cluster`` or ``namespace``, or ``guardRails`` for a
+  workload without annotations of its own, which audit spares the guard rails too;
 - ``parts``: for each JobSpec the audited settings would have changed, by its place in the
   object (``spec``; a CronJob's ``spec.jobTemplate.spec``; a JobSet's
   ``spec.replicatedJobs[<name>].template.spec``): ``backoffLimit`` and
   ``backoffLimitPerIndex`` as they would have been, and ``rules``, the whole
   ``podFailurePolicy.rules`` list in order (the workload's own rules too: the Job
   controller takes the first rule that matches, ``getMatchingPodFailurePolicyRule``);
+- ``denied``: present only when enforcing would deny the workload, and why (an
+  unannotated workload's own spec above a guard rail);
 - ``v``: the format, ``VERSION``.
 
 The label: ``enforce`` when admission applied any setting to the workload, ``audit`` when
@@ -45,8 +48,14 @@ MANAGED = PREFIX + "managed"
 #: (``webhook.policy.config``): ``ENFORCE``, ``AUDITED``.
 #: The format this version writes.
 VERSION = 1
-#: Where an audited setting came from.
-BY_CLUSTER, BY_NAMESPACE = "cluster", "namespace"
+#: Where an audited setting came from: a default, or a guard rail (a workload without
+#: annotations of its own is audited under the rails too: ``kinds.audit``).
+BY_CLUSTER, BY_NAMESPACE, BY_RAIL = "cluster", "namespace", "guardRails"
+
+
+def by_words(by: str) -> str:
+    """Where an audited setting came from, in words: "cluster default", "guardRails"."""
+    return by if by == BY_RAIL else f"{by} default"
 
 
 @dataclass(frozen=True)
@@ -74,14 +83,18 @@ class AuditRecord:
     settings: Mapping[str, str]
     by: Mapping[str, str] = field(default_factory=dict)
     parts: tuple[AuditedPart, ...] = ()
+    #: Why enforcing would deny the workload ("": it would not); then ``parts`` is empty.
+    denied: str = ""
 
     def to_annotation(self) -> str:
-        doc = {
+        doc: dict[str, Any] = {
             "v": VERSION,
             "settings": dict(self.settings),
             "by": dict(self.by),
             "parts": {p.path: p.to_json() for p in self.parts},
         }
+        if self.denied:
+            doc["denied"] = self.denied
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
 
     def part(self, path: str) -> AuditedPart | None:
@@ -117,10 +130,12 @@ class AuditRecord:
                     tuple(r for r in part.get("rules", []) if isinstance(r, dict)),
                 )
             )
+        denied = doc.get("denied", "")
         return cls(
             {str(k): str(v) for k, v in settings.items()},
             {str(k): str(v) for k, v in by.items()},
             tuple(read),
+            denied if isinstance(denied, str) else "",
         )
 
 
