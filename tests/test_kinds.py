@@ -5,6 +5,8 @@ the chart's kind switches and webhook rules."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -183,3 +185,74 @@ def test_the_validating_webhook_sends_the_updates_of_every_budget_an_update_may_
         assert spec.budget_field == field
         assert f"'{spec.kind}'" in cel
         assert "object." + ".".join(map(str, field.path)) in cel
+
+
+def test_a_chart_key_lowercases_a_leading_acronym_whole():
+    from webhook.kinds.base import chart_key
+
+    assert [spec.chart_key for spec in KINDS] == [
+        "jobs",
+        "cronJobs",
+        "jobSets",
+        "trainJobs",
+        "rayJobs",
+        "pyTorchJobs",
+        "pods",
+    ]
+    assert chart_key("MPIJob") == "mpiJobs" and chart_key("TFJob") == "tfJobs"
+
+
+ROOT = KINDS_DIR.parent.parent
+#: Files of the code, chart or test kit that name every kind in passing (examples in a
+#: docstring or a comment), which a new kind need not touch.
+NAMES_THEM_IN_PASSING = {
+    "webhook/admission/engine.py": "comments on what UPDATEs mean, kind by kind",
+    "webhook/kinds/base.py": "the chart keys a docstring shows",
+}
+
+
+def _guide_paths() -> list[str]:
+    text = (ROOT / "docs" / "DEVELOPMENT.md").read_text()
+    guide = text[text.index("## A new kind") : text.index("## Compiled modules")]
+    roots = ("webhook/", "charts/", "testkit/", "tests/", "examples/", "docs/", "README.md")
+    return [p for p in re.findall(r"`([^`\s]+)`", guide) if p.startswith(roots)]
+
+
+def _names_every_kind(text: str) -> bool:
+    lowered = text.lower()
+    return all(spec.kind.lower() in lowered for spec in KINDS if spec.kind != "Pod")
+
+
+def test_the_guide_lists_every_file_a_new_kind_touches():
+    """DEVELOPMENT.md's "A new kind": each file it names exists for every kind there is
+    (``<kind>``: the folder's name), each shared file names every kind (a list the new kind
+    joins), and every file of the code, chart or test kit that names them all is listed."""
+    listed = _guide_paths()
+    assert len(listed) >= 18
+    workloads = [spec for spec in KINDS if spec.kind != "Pod"]
+    for path in listed:
+        if "<kind>" in path:
+            for spec in workloads:
+                assert (ROOT / path.replace("<kind>", spec.kind.lower())).exists(), (path, spec)
+        elif path.endswith("/"):
+            assert (ROOT / path).is_dir(), path
+        else:
+            assert _names_every_kind((ROOT / path).read_text()), path
+    tracked = subprocess.run(
+        ["git", "ls-files", "webhook", "charts", "testkit"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    own = tuple(f"webhook/kinds/{spec.kind.lower()}/" for spec in KINDS)
+    unlisted = [
+        path
+        for path in tracked
+        if not path.startswith((*own, "testkit/controlplane/"))
+        and (ROOT / path).is_file()
+        and _names_every_kind((ROOT / path).read_text(errors="replace"))
+        and path not in listed
+        and path not in NAMES_THEM_IN_PASSING
+    ]
+    assert unlisted == []
