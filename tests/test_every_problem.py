@@ -159,6 +159,24 @@ CASES: dict[str, tuple[Callable[[], dict[str, Any]], list[Advice]]] = {
             ),
         ],
     ),
+    # A bare Pod: nothing counts its attempts, so it says its own (issue 49).
+    "bare-pod-non-spot": (
+        lambda: pod({P + "non-spot-attempts": "1"}),
+        [
+            Advice(
+                "non-spot-attempts",
+                "missing-backoff-limit",
+                f"needs {P}backoff-limit",
+                annotate(backoff_limit="3"),
+            ),
+            Advice(
+                "non-spot-attempts",
+                "missing-attempt",
+                "accepted: that annotation, or the Pod run from a Job",
+                annotate(attempt="0"),
+            ),
+        ],
+    ),
     # On a PyTorchJob, backoff-limit >= 1 and fail-non-retriable can never be admitted
     # together (the training operator does not enforce runPolicy.backoffLimit under
     # ExitCode: ReconcileJobs, kubeflow/trainer#2045): the restartPolicy problem says so
