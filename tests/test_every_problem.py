@@ -276,3 +276,21 @@ def test_a_controllers_pod_with_pod_level_memory_is_not_raised():
     verdict, _ = mutate(obj)
     assert verdict.allowed
     assert any("pod-level memory" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_in_place_restarts_say_every_problem_and_the_advice_is_admitted():
+    """OnFailure and no deadline: both said at once (the in-place checks went on only
+    while the setting was on); Never and a deadline, as they ask, are admitted."""
+    from webhook.kube.versions import KubeVersion
+    from webhook.policy.config import Config
+
+    config = Config(kubernetes_version=KubeVersion.parse("1.36"))
+    obj = job({P + "in-place-exit-codes": "42"}, restart_policy="OnFailure")
+    verdict, _ = mutate(obj, config)
+    assert [p.reason for p in verdict.problems] == ["restart-policy", "unbounded"]
+    assert "in-place-exit-codes needs Never" in verdict.problems[0].message
+    assert "set spec.activeDeadlineSeconds" in verdict.problems[1].message
+    never(obj)
+    assert {p.reason for p in mutate(obj, config)[0].problems} == {"unbounded"}
+    obj["spec"]["activeDeadlineSeconds"] = 3600
+    assert mutate(obj, config)[0].allowed
