@@ -56,9 +56,10 @@ test-cluster: install tools
 	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -m cluster tests/cluster
 
 ## A contributor's loop: the tests that start no server, run no program and wait on no
-## clock, with fewer hypothesis examples (docs/DEVELOPMENT.md, "How it is tested").
+## clock, with fewer hypothesis examples, on every CPU (docs/DEVELOPMENT.md, "How it
+## is tested").
 test-fast: install tools
-	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not slow and not cluster" --ignore=tests/cluster
+	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n auto -m "not slow and not cluster" --ignore=tests/cluster
 
 ## Benchmarks (not part of `make test`), the controller's cost included: needs wrk and hey
 ## (apt-get install wrk hey); the gunicorn floor is installed from the `bench` extra.

@@ -139,7 +139,7 @@ def jobset(replicated: int = 4) -> dict[str, Any] | None:
     """A JobSet, when its mutator is registered (it is added with the workloads issue)."""
     from webhook.kinds.registry import lookup
 
-    if lookup("jobset.x-k8s.io", "JobSet") is None:
+    if lookup("jobset.x-k8s.io", "v1alpha2", "JobSet") is None:
         return None
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",

@@ -135,44 +135,29 @@ def answer(review: dict[str, Any]) -> bytes:
         },
     ]
     old = spec.get("backoffLimit")
-    warnings = []
+    # What kubectl is shown: the changes in one line (``engine.change_summary``), then the
+    # warnings. The changes: the budget, the Ignore rule, the FailJob rules, what 137
+    # assumes (``failureaware.OOM_SIGNAL``), podReplacementPolicy, the non-spot attempts.
+    changes = 3 + (137 in retriable)
     if old != limit:
         patch.append({"op": "replace", "path": "/spec/backoffLimit", "value": limit})
-        warnings.append(
-            f"retry-policy: spec.backoffLimit {old} -> {limit} (annotation {P}backoff-limit)"
-        )
-    warnings.append(
-        "retry-policy: added podFailurePolicy rule Ignore on DisruptionTarget (ignore-disruptions)"
-    )
-    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    plural = "s" if len(names) > 1 else ""
-    warnings.append(
-        f"retry-policy: added podFailurePolicy rule{plural} FailJob on exit codes NotIn "
-        f"{retriable} in {shown} (fail-non-retriable)"
-    )
-    if 137 in retriable:  # webhook.plan.failureaware.OOM_SIGNAL, said with the rule
-        warnings.append(
-            "retry-policy: OOM kills exit 137 only on cgroup v2 without singleProcessOOMKill; "
-            "else fail-non-retriable may fail them"
-        )
+        changes += 1
     if spec.get("podReplacementPolicy") != "Failed":
         patch.append({"op": "replace", "path": "/spec/podReplacementPolicy", "value": "Failed"})
-        warnings.append(
-            "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)"
-        )
-    warnings.append(
-        f"retry-policy: the last {non_spot} of {limit + 1} attempts will run on non-spot nodes"
-    )
+        changes += 1
+    if not all(name.isprintable() for name in names):
+        raise OtherShape("a warning the API server would refuse")
+    warnings = [
+        f"retry-policy: {changes} change{'s' if changes != 1 else ''} made: retry-webhook "
+        "explain -f <manifest> shows each and the retry plan (CLI in the webhook's image)"
+    ]
     if spec.get("activeDeadlineSeconds") is None:
         warnings.append(
             "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap"
         )
-    warnings.append("retry-policy: see the retry plan: retry-webhook explain -f <your manifest>")
     patch.append(
         {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [_IGNORE, *rules]}}
     )
-    if not all(w.isprintable() for w in warnings):
-        raise OtherShape("a warning the API server would refuse")
     response = {
         "allowed": True,
         "patchType": "JSONPatch",

@@ -36,16 +36,12 @@ from typing import Any
 
 import celpy
 
-KINDS = {
-    "pods": ("", "v1", "Pod"),
-    "jobs": ("batch", "v1", "Job"),
-    "cronjobs": ("batch", "v1", "CronJob"),
-    "jobsets": ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
-    "rayjobs": ("ray.io", "v1", "RayJob"),
-    "pytorchjobs": ("kubeflow.org", "v1", "PyTorchJob"),
-    "trainjobs": ("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
-    "events": ("events.k8s.io", "v1", "Event"),
-}
+from webhook.kinds import registry
+
+#: The kind of each resource the policy covers, as the registry names them.
+KINDS = {spec.plural: (spec.group, spec.version, spec.kind) for spec in registry.KINDS}
+#: Beside the workloads: the Events the controller writes (events.k8s.io).
+KINDS["events"] = ("events.k8s.io", "v1", "Event")
 #: The kinds of the pod subresources a client sends a body of (pods/eviction, binding, ...).
 SUBRESOURCE_KINDS = {
     "eviction": ("policy", "v1", "Eviction"),

@@ -162,7 +162,7 @@ def test_the_lower_bound_gives_the_engines_answer_to_the_worst_case_jobs(
         ours = _decoded(admission.encode_bytes(request.uid, engine.mutate(request, config)))
         bound = _decoded(lower_bound.answer(orjson.loads(body)))
         assert bound == ours
-        assert len(ours["patch"]) >= 4 and len(ours["warnings"]) >= 5
+        assert len(ours["patch"]) >= 4 and " changes made: " in ours["warnings"][0]
     engine.MEMO.clear()
 
 

@@ -87,15 +87,16 @@ def test_a_default_budget_without_what_it_needs_is_skipped_with_a_warning():
     assert "podFailurePolicy" not in out["spec"]
 
 
-def test_ignore_disruptions_turned_off_here_takes_max_disruptions_with_it():
-    """A Job whose restartPolicy is OnFailure gets no podFailurePolicy: both denied."""
+def test_ignore_disruptions_denied_here_leaves_max_disruptions_alone():
+    """A Job whose restartPolicy is OnFailure gets no podFailurePolicy: ignore-disruptions
+    is denied, and max-disruptions is not said to lack it (issue 49): the denied setting
+    stays asked for, and with Never both are admitted."""
     annotations = {P + "ignore-disruptions": "true", P + "max-disruptions": "1"}
     verdict = validate(job(annotations, restart_policy="OnFailure"))
     assert not verdict.allowed
-    assert f"annotation {P}ignore-disruptions: needs spec.template.spec.restartPolicy" in (
-        verdict.message
-    )
-    assert "needs ignore-disruptions, not applied here" in verdict.message
+    assert [p.where for p in verdict.problems] == [f"annotation {P}ignore-disruptions"]
+    assert "accepted: spec.template.spec.restartPolicy: Never" in verdict.message
+    assert mutate(job(annotations, restart_policy="Never"))[0].allowed
 
 
 @pytest.mark.parametrize("kind", ["RayJob", "PyTorchJob"])
@@ -286,10 +287,11 @@ def test_the_admins_default_deadline_is_not_written_where_the_budget_bounds():
 def test_the_peers_warning_names_peer_disruptions_until_it_is_set():
     obj = job({P + "fail-non-retriable": "true"}, spec=PARALLEL)
     verdict, _ = mutate(obj)
-    (said,) = [w for w in verdict.warnings if "preempted pod's peers" in w]
-    assert said.endswith("set peer-disruptions") and len(said) < 120
-    verdict, _ = mutate(job({P + "fail-non-retriable": "true", P + "peer-disruptions": "count"}))
-    assert not any("preempted pod's peers" in w for w in verdict.warnings)
+    (said,) = [w for w in verdict.warnings if "pods run as one" in w]
+    assert said.endswith("set peer-disruptions: ignore") and len(said) < 120
+    marked = {P + "fail-non-retriable": "true", P + "peer-disruptions": "count"}
+    verdict, _ = mutate(job(marked, spec=PARALLEL))
+    assert verdict.allowed and not any("pods run as one" in w for w in verdict.warnings)
 
 
 def test_ignored_peers_without_a_deadline_are_warned_once():

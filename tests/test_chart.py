@@ -40,6 +40,7 @@ from testkit.chart import (
     webhooks,
 )
 from testkit.servers import scaled
+from webhook.kinds.registry import KINDS
 
 pytestmark = pytest.mark.tools
 
@@ -94,7 +95,9 @@ def _merge(into: dict, layer: dict) -> None:
             into[key] = value
 
 
-ALL_KINDS = ("jobs", "cronJobs", "pods", "jobSets", "rayJobs", "pyTorchJobs", "trainJobs")
+#: The chart's kind switches (``webhook.kinds``), as the registry names them.
+ALL_KINDS = tuple(spec.chart_key for spec in KINDS)
+WORKLOAD_KINDS = [spec for spec in KINDS if spec.kind != "Pod"]
 RICH_CONFIG = {
     "defaults": {
         "fail-non-retriable": True,
@@ -140,11 +143,8 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "validating": {"failurePolicy": "Ignore", "timeoutSeconds": 30},
         }
     },
-    "some-kinds": {
-        "webhook": {
-            "kinds": {"cronJobs": False, "jobSets": False, "pyTorchJobs": False, "trainJobs": False}
-        }
-    },
+    # Every other workload kind switched off.
+    "some-kinds": {"webhook": {"kinds": {s.chart_key: False for s in WORKLOAD_KINDS[1::2]}}},
     "pods-only": {"webhook": {"kinds": {k: k == "pods" for k in ALL_KINDS}}},
     "no-pods": {"webhook": {"kinds": {"pods": False}}},
     "excluded-namespaces": {"webhook": {"excludedNamespaces": ["monitoring", "kube-system"]}},
@@ -398,17 +398,15 @@ def test_opt_in_mode_requires_the_namespace_label(helm):
     ]
 
 
-WORKLOAD_RESOURCES = {
-    "jobs": ("batch", "v1", "jobs"),
-    "cronJobs": ("batch", "v1", "cronjobs"),
-    "jobSets": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-    "rayJobs": ("ray.io", "v1", "rayjobs"),
-    "pyTorchJobs": ("kubeflow.org", "v1", "pytorchjobs"),
-    "trainJobs": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-}
-#: Kinds whose UPDATEs the mutating webhook gets too: a CronJob is a template for later
-#: Jobs; what a re-apply of a JobSet or a TrainJob leaves out is put back.
-MUTATED_UPDATES = ("cronjobs", "jobsets", "trainjobs")
+WORKLOAD_RESOURCES = {s.chart_key: (s.group, s.version, s.plural) for s in WORKLOAD_KINDS}
+#: Kinds whose UPDATEs the mutating webhook gets too: those whose mutator evaluates an
+#: UPDATE (a CronJob is a template for later Jobs: ``reevaluate_on_update``) or puts back
+#: what a re-apply left out (a JobSet's, a TrainJob's: ``restore``).
+MUTATED_UPDATES = tuple(
+    s.plural
+    for s in WORKLOAD_KINDS
+    if getattr(s.mutator, "restore", None) or getattr(s.mutator, "reevaluate_on_update", ())
+)
 
 
 def _rule_set(hook: dict) -> set[tuple[str, str, str, tuple[str, ...]]]:
@@ -602,43 +600,12 @@ UPDATE_CHANGES_POLICY_CEL = (
 )
 
 
-# ... or a CronJob UPDATE that changes its jobTemplate (its future Jobs need the policy),
-# or an annotated Job, RayJob or PyTorchJob whose retry budget changes.
-UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL = (
-    UPDATE_CHANGES_POLICY_CEL + " || (request.kind.kind == 'CronJob' && "
-    "has(object.spec.jobTemplate) && (!has(oldObject.spec.jobTemplate) || "
-    "object.spec.jobTemplate != oldObject.spec.jobTemplate)) || "
-    f"({HAS_POLICY_CEL} && ((request.kind.kind in ['Job', 'RayJob'] && "
-    "(has(object.spec.backoffLimit) ? object.spec.backoffLimit : -1) != "
-    "(has(oldObject.spec.backoffLimit) ? oldObject.spec.backoffLimit : -1)) || "
-    "(request.kind.kind == 'PyTorchJob' && "
-    "((has(object.spec.runPolicy) && has(object.spec.runPolicy.backoffLimit)) ? "
-    "object.spec.runPolicy.backoffLimit : -1) != "
-    "((has(oldObject.spec.runPolicy) && has(oldObject.spec.runPolicy.backoffLimit)) ? "
-    "oldObject.spec.runPolicy.backoffLimit : -1))))"
-)
-
-
-# The mutating webhook also gets the UPDATEs that leave out what it added at creation: of
-# a JobSet it applied the policy to, whose spec changes (a re-apply), and of a TrainJob
-# whose runtimePatches lose or change its entry.
-MUTATE_UPDATE_CEL = (
-    UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL + " || (request.kind.kind == 'JobSet' && "
-    "has(oldObject.metadata.annotations) && "
-    "'retry-policy.dev/applied' in oldObject.metadata.annotations && has(object.spec) && "
-    "has(oldObject.spec) && object.spec != oldObject.spec) || "
-    "(request.kind.kind == 'TrainJob' && has(oldObject.spec) && "
-    "has(oldObject.spec.runtimePatches) && oldObject.spec.runtimePatches.exists(p, "
-    "has(p.manager) && p.manager == 'retry-policy.dev/webhook') && (!has(object.spec) || "
-    "!has(object.spec.runtimePatches) || "
-    "object.spec.runtimePatches != oldObject.spec.runtimePatches))"
-)
+#: The workloads' UPDATE condition of each side, by name: what each means is tested with a
+#: CEL interpreter (``test_match_conditions_semantics``, its scenarios drawn from the
+#: registry where a kind's retry budget or UPDATE handling decides), not pinned here.
 UPDATE_CONDITION = {
-    "mutate": ("update-changes-retry-policy-or-leaves-it-out", MUTATE_UPDATE_CEL),
-    "validate": (
-        "update-changes-retry-policy-or-job-template",
-        UPDATE_CHANGES_POLICY_OR_TEMPLATE_CEL,
-    ),
+    "mutate": "update-changes-retry-policy-or-leaves-it-out",
+    "validate": "update-changes-retry-policy-or-job-template",
 }
 
 
@@ -651,11 +618,13 @@ def test_match_conditions_structure(helm):
     # Workloads: with the built-in config nothing can change an unannotated object, so
     # only annotated CREATEs are sent; with defaults or guard rails, every CREATE is.
     for side, hooks in (("mutate", mutating), ("validate", validating)):
-        name, expression = UPDATE_CONDITION[side]
-        assert hooks[f"workloads.{side}.retry-policy.dev"]["matchConditions"] == [
-            {"name": name, "expression": expression},
-            {"name": "create-has-retry-policy-annotation", "expression": CREATE_HAS_POLICY_CEL},
-        ]
+        update, create = hooks[f"workloads.{side}.retry-policy.dev"]["matchConditions"]
+        assert update["name"] == UPDATE_CONDITION[side]
+        assert update["expression"].startswith(UPDATE_CHANGES_POLICY_CEL + " || ")
+        assert create == {
+            "name": "create-has-retry-policy-annotation",
+            "expression": CREATE_HAS_POLICY_CEL,
+        }
     for values in (
         {"config": RICH_CONFIG},
         {"config": {"guardRails": {"maxBackoffLimit": 3}}},
@@ -667,9 +636,7 @@ def test_match_conditions_structure(helm):
             ("ValidatingWebhookConfiguration", "validate"),
         ):
             hook = webhooks(docs_with_config, kind)[f"workloads.{side}.retry-policy.dev"]
-            assert [c["name"] for c in hook["matchConditions"]] == [UPDATE_CONDITION[side][0]], (
-                values
-            )
+            assert [c["name"] for c in hook["matchConditions"]] == [UPDATE_CONDITION[side]], values
     pod_mutate = {
         c["name"]: c["expression"]
         for c in mutating["pods.mutate.retry-policy.dev"]["matchConditions"]
@@ -712,16 +679,52 @@ def _cron(annotations: dict[str, str] | None, parallelism: int, suspend: bool = 
     return obj
 
 
+#: The kinds whose retry budget may change on UPDATE, each with its field: an annotated
+#: one's change is sent to be checked against its annotations (``check_update``).
+BUDGETED = [
+    (spec.kind, field.path)
+    for spec in WORKLOAD_KINDS
+    if (field := spec.mutator.budget_field({"metadata": {}, "spec": {}})) is not None
+]
+
+
 def _budget(kind: str, annotations: dict[str, str] | None, limit: int | None) -> dict:
-    """A Job, RayJob or PyTorchJob with its retry budget (``None``: unset)."""
+    """A workload of ``kind`` with its retry budget where the registry says it is
+    (``None``: unset)."""
     obj = _obj(annotations)
     obj["kind"] = kind
+    path = dict(BUDGETED).get(kind, ("spec", "backoffLimit"))
     if limit is not None:
-        if kind == "PyTorchJob":
-            obj["spec"] = {"runPolicy": {"backoffLimit": limit}}
-        else:
-            obj["spec"] = {"backoffLimit": limit}
+        node = obj
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = limit
     return obj
+
+
+def _budget_scenarios() -> list[tuple]:
+    """For every kind with a mutable budget: a change (or one to or from unset) of an
+    annotated workload's budget is sent; an unchanged one, or an unannotated workload's,
+    is not."""
+    found = []
+    for kind, _ in BUDGETED:
+        for new, old, ours, sent in (
+            (1, 3, OURS, True),
+            (1, None, OURS, True),
+            (None, 3, OURS, True),
+            (3, 3, OURS, False),
+            (1, 3, None, False),
+        ):
+            found.append(
+                (
+                    "workloads.validate",
+                    "UPDATE",
+                    _budget(kind, ours, new),
+                    _budget(kind, ours, old),
+                    sent,
+                )
+            )
+    return found
 
 
 def _jobset(annotations: dict[str, str] | None, rules: list | None, suspend: bool) -> dict:
@@ -812,39 +815,7 @@ CEL_SCENARIOS = [
     ("workloads.mutate", "UPDATE", _cron(OURS, 1, suspend=True), _cron(OURS, 1), False),
     ("workloads.validate", "UPDATE", _cron(OURS, 1, suspend=True), _cron(OURS, 1), False),
     # An annotated workload's retry budget changed: checked against its annotations.
-    ("workloads.validate", "UPDATE", _budget("Job", OURS, 1), _budget("Job", OURS, 3), True),
-    ("workloads.validate", "UPDATE", _budget("RayJob", OURS, 1), _budget("RayJob", OURS, 3), True),
-    (
-        "workloads.validate",
-        "UPDATE",
-        _budget("RayJob", OURS, 1),
-        _budget("RayJob", OURS, None),
-        True,
-    ),
-    (
-        "workloads.validate",
-        "UPDATE",
-        _budget("PyTorchJob", OURS, 1),
-        _budget("PyTorchJob", OURS, 3),
-        True,
-    ),
-    (
-        "workloads.validate",
-        "UPDATE",
-        _budget("PyTorchJob", OURS, None),
-        _budget("PyTorchJob", OURS, 3),
-        True,
-    ),
-    # ... but not when it is unchanged, nor on an object without our annotations.
-    ("workloads.validate", "UPDATE", _budget("Job", OURS, 3), _budget("Job", OURS, 3), False),
-    ("workloads.validate", "UPDATE", _budget("Job", None, 1), _budget("Job", None, 3), False),
-    (
-        "workloads.validate",
-        "UPDATE",
-        _budget("PyTorchJob", OURS, 3),
-        _budget("PyTorchJob", OURS, 3),
-        False,
-    ),
+    *_budget_scenarios(),
     # A JobSet's budget (maxRestarts, in its immutable failurePolicy) is not looked at.
     ("workloads.validate", "UPDATE", _budget("JobSet", OURS, 1), _budget("JobSet", OURS, 3), False),
     # The trainer's re-apply of a JobSet the policy was applied to: its atomic rules list

@@ -38,7 +38,7 @@ def test_example_dry_run_end_to_end_as_installed():
     assert spec["completionMode"] == "NonIndexed"
     assert "kubectl.kubernetes.io/last-applied-configuration" not in obj["metadata"]["annotations"]
     lines = result.stderr.strip().splitlines()
-    assert lines and all(line.startswith("Warning: retry-policy: ") for line in lines)
+    assert lines and all(line.startswith("Change: retry-policy: ") for line in lines)
 
 
 def test_stdin_multi_document_with_a_denial():
@@ -57,6 +57,19 @@ def test_namespace_flag_and_default():
     assert code == 0 and yaml.safe_load(out)["metadata"]["namespace"] == "research"
     code, out, _ = run(["dry-run", "-f", "-"], stdin=JOB.format(name="a", limit=1))
     assert yaml.safe_load(out)["metadata"]["namespace"] == "default"
+
+
+def test_namespace_flag_never_overrides_the_manifests_own():
+    """As kubectl: an object that names a namespace other than -n's is an error naming
+    both (it would be judged against the wrong namespace's defaults); the same is fine."""
+    obj = yaml.safe_load(JOB.format(name="a", limit=1))
+    obj["metadata"]["namespace"] = "ml"
+    text = yaml.safe_dump(obj)
+    code, out, err = run(["dry-run", "-f", "-", "-n", "research"], stdin=text)
+    assert code == 2 and out.strip() in ("", "null", "...")
+    assert "Job/a: its namespace 'ml' does not match -n 'research'" in err
+    code, out, _ = run(["dry-run", "-f", "-", "-n", "ml"], stdin=text)
+    assert code == 0 and yaml.safe_load(out)["metadata"]["namespace"] == "ml"
 
 
 def test_output_json_is_a_v1_list():

@@ -112,7 +112,9 @@ def test_restart_policy_on_failure_is_denied_with_the_real_field_path():
     obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
     verdict, _ = mutate(obj)
     assert not verdict.allowed
-    assert "needs spec.jobTemplate.spec.template.spec.restartPolicy: Never" in verdict.message
+    assert "spec.jobTemplate.spec.template.spec.restartPolicy is OnFailure" in verdict.message
+    accepted = "accepted: spec.jobTemplate.spec.template.spec.restartPolicy: Never"
+    assert accepted in verdict.message
 
 
 def test_written_backoff_limit_in_the_template_contradicts():

@@ -21,7 +21,12 @@ from testkit.workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, vali
 from webhook import cli
 from webhook.kinds.jobset.rules import our_rule
 from webhook.kinds.trainjob.mutate import MANAGER, jobset_for
-from webhook.kube.failurepolicy import ignore_disruptions_rule, non_retriable_rule
+from webhook.kube.failurepolicy import (
+    PEER_DISRUPTED,
+    condition_rule,
+    ignore_disruptions_rule,
+    non_retriable_rule,
+)
 from webhook.kube.intent import LAST_APPLIED
 from webhook.plan.record import rule_id
 
@@ -128,6 +133,7 @@ def test_jobset_example():
         spec = rjob["template"]["spec"]
         assert spec["backoffLimit"] == 0
         assert spec["podFailurePolicy"]["rules"] == [
+            condition_rule(PEER_DISRUPTED, "Ignore"),  # peer-disruptions: ignore
             ignore_disruptions_rule(),
             non_retriable_rule([137, 143], "FailJob", "trainer"),
         ]
@@ -273,6 +279,7 @@ def test_trainjob_example(tmp_path):
     assert stored["spec"]["failurePolicy"] == {"maxRestarts": 3, "rules": [our_rule()]}
     (rjob,) = stored["spec"]["replicatedJobs"]
     assert rjob["template"]["spec"]["podFailurePolicy"]["rules"] == [
+        condition_rule(PEER_DISRUPTED, "Ignore"),  # peer-disruptions: ignore
         ignore_disruptions_rule(),
         non_retriable_rule([137, 143], "FailJob", "node"),
     ]
@@ -288,3 +295,29 @@ def test_trainjob_example(tmp_path):
     assert "retryPolicyFailNonRetriable (FailJobSet): the JobSet fails at once" in text
     assert "kubeflow/trainer#3779" in text
     assert "TrainingRuntime" not in err.getvalue()  # the runtime is read, not explained
+
+
+def test_every_shipped_example_passes_the_ci_recipe():
+    """The README's CI recipe, ``dry-run -R -f <dir> --fail-on-warn``, on the shipped
+    manifests (examples/*.yaml and the policy suites' manifests): each sets what a
+    warning would ask, so none warns, and stderr tells changes (``Change:``) from
+    warnings (``Warning:``, the lines that fail it)."""
+    from testkit.cli import run as run_cli
+
+    paths = [str(p) for p in sorted(EXAMPLES.glob("*.yaml"))]
+    code, _, err = run_cli(
+        [
+            "dry-run",
+            "-R",
+            "-f",
+            *paths,
+            "-f",
+            str(EXAMPLES / "tests" / "manifests"),
+            "--fail-on-warn",
+            "-o",
+            "name",
+        ]
+    )
+    assert code == 0, err
+    assert "Warning:" not in err
+    assert err.count("Change: ") > 30

@@ -643,21 +643,29 @@ def mutate(obj, config=None):
     return engine.mutate(request, config or Config())
 
 
-def test_pointer_warning_once_when_something_changed_and_never_on_reinvocation():
-    first = mutate(job(FULL))
-    assert first.warnings.count(engine.EXPLAIN_HINT) == 1
-    assert len(engine.EXPLAIN_HINT) < 120
+def test_kubectl_sees_the_changes_in_one_line_pointing_at_explain_once():
+    """The API response carries one line for all the changes (with the pointer to
+    explain and where its CLI is), then the warnings that say something is off; never
+    on a reinvocation that changes nothing."""
     from testkit.builders import apply
+    from webhook.admission.review import encode
 
+    first = mutate(job(FULL))
+    shown = encode("u", first)["response"]["warnings"]
+    notes = first.warnings[first.changed :]
+    assert first.changed >= 5 and notes
+    assert shown == [engine.change_summary(first.changed), *notes]
+    assert sum("retry-webhook explain" in w for w in shown) == 1
+    assert "image" in shown[0] and len(shown[0]) < 130
     again = mutate(apply(job(FULL), first.patch))
-    assert again.patch == [] and again.warnings == []
+    assert again.patch == [] and again.warnings == [] and not again.summary
 
 
-def test_no_pointer_warning_without_a_change_or_for_a_controllers_pod():
+def test_no_summary_without_a_change_or_for_a_controllers_pod():
     assert mutate(job()).warnings == []
     owner = {**job_owner(), "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
     owned = mutate(pod({P + "error-propagation": "earliest"}, owner=owner))
-    assert owned.patch and engine.EXPLAIN_HINT not in owned.warnings
+    assert owned.patch and not owned.summary
 
 
 def test_explain_lists_the_changes_without_the_pointer():

@@ -234,6 +234,7 @@ def test_jobset_rules_in_words_in_order_with_their_origin():
     )
     leader = by_part(example("jobset"))["replicatedJob leader"]
     assert [r.origin for r in leader.rules] == [
+        "added by retry-policy for peer-disruptions",
         "added by retry-policy for ignore-disruptions",
         "added by retry-policy for fail-non-retriable",
     ]

@@ -103,6 +103,17 @@ def test_a_written_exit_code_limit_is_shown_unenforced(tmp_path):
     assert "reason PyTorchJobFailed" in out
 
 
+def test_exit_code_without_a_limit_never_says_a_failure_counts_against_it(tmp_path):
+    # upstream: ReconcileJobs (training-operator pkg/controller.v1/common/job.go) has no
+    # limit to compare failures with while runPolicy.backoffLimit is unset.
+    obj = pytorchjob({P + "fail-non-retriable": "true"})
+    code, out, _ = explain(tmp_path, obj, "--simulate", "143,1")
+    assert code == 0
+    assert "retries failed pods without limit" in out
+    assert "counts against runPolicy.backoffLimit" not in out
+    assert "retried, counts (no limit)" in " ".join(out.split())
+
+
 def test_on_failure_counts_restarts_of_running_pods_only(tmp_path):
     # upstream: PastBackoffLimit skips pods that are not Running; ReconcilePods replaces a
     # failed pod under OnFailure without counting it.

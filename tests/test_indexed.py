@@ -70,8 +70,8 @@ def test_backoff_limit_maps_to_backoff_limit_per_index():
     assert annotations == {P + "backoff-limit": "2", P + "non-spot-attempts": "1"}
     assert verdict.warnings == [
         "retry-policy: the last 1 of 3 attempts of each index will run on non-spot nodes",
-        engine.EXPLAIN_HINT,
     ]
+    assert verdict.summary == engine.change_summary(1)
 
 
 def test_backoff_limit_contradicting_per_index_budget_is_denied():

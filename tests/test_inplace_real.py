@@ -194,10 +194,8 @@ def test_a_job_gets_restart_rules_where_the_api_says_they_are_on(clusters, versi
     assert out is not None, response
     assert containers(out["spec"]["template"]["spec"]) == [("Never", [rule()])] * 2
     assert out["spec"]["activeDeadlineSeconds"] == 3600
-    assert (
-        "retry-policy: spec.template: containers main, side restarts in place on exit 42,75 "
-        "(in-place-exit-codes)" in response["warnings"]
-    )
+    # kubectl sees the change in one line (dry-run and explain say each).
+    assert response["warnings"][0].startswith("retry-policy: 1 change made: ")
     assert_real(obj, response, out, tmp_path)
 
 
@@ -334,10 +332,7 @@ def test_a_jobsets_defaulted_on_failure_becomes_never(clusters, tmp_path):
     pod_spec = child(out, 0)["template"]["spec"]
     assert pod_spec["restartPolicy"] == "Never"
     assert containers(pod_spec) == [("Never", [rule()])]
-    assert (
-        "retry-policy: spec.replicatedJobs[0].template.spec.template.spec.restartPolicy "
-        "OnFailure -> Never (for in-place restarts)" in response["warnings"]
-    )
+    assert response["warnings"][0].startswith("retry-policy: 2 changes made: ")
     assert_real(obj, response, out, tmp_path)
     jobs = [replicated("workers", restart_policy="OnFailure", **DEADLINE)]
     message = denied(server, jobset(CODES, jobs=jobs, applied=True))
@@ -369,10 +364,7 @@ def test_the_admins_default_deadline_is_written(clusters, tmp_path):
     assert out is not None, response
     assert out["spec"]["activeDeadlineSeconds"] == 7200
     assert containers(out["spec"]["template"]["spec"]) == [("Never", [rule()])]
-    assert (
-        "retry-policy: spec.activeDeadlineSeconds -> 7200 (guardRails.inPlaceDeadlineSeconds: "
-        "bounds the in-place restarts)" in response["warnings"]
-    )
+    assert response["warnings"][0].startswith("retry-policy: 2 changes made: ")
     assert_real(obj, response, out, tmp_path)
 
 

@@ -107,8 +107,8 @@ def test_non_spot_attempts_copies_policy_to_pod_template():
     verdict, out = mutate(job({P + "non-spot-attempts": "1", P + "backoff-limit": "3"}))
     annotations = out["spec"]["template"]["metadata"]["annotations"]
     assert annotations == {P + "backoff-limit": "3", P + "non-spot-attempts": "1"}
-    assert "the last 1 of 4 attempts will run on non-spot nodes" in verdict.warnings[-2]
-    assert verdict.warnings[-1] == engine.EXPLAIN_HINT
+    assert "the last 1 of 4 attempts will run on non-spot nodes" in verdict.warnings[-1]
+    assert verdict.summary == engine.change_summary(verdict.changed)
 
 
 def test_non_spot_attempts_uses_kubernetes_default_backoff():
@@ -189,7 +189,9 @@ def test_pod_failure_policy_needs_restart_policy_never(annotation):
     verdict, _ = mutate(job({P + annotation: "true"}, restart_policy="OnFailure"))
     assert not verdict.allowed
     assert f"annotation {P}{annotation}" in verdict.message
-    assert "'OnFailure'" in verdict.message and "restartPolicy: Never" in verdict.message
+    assert "restartPolicy is OnFailure" in verdict.message
+    assert "needs a podFailurePolicy, which Kubernetes allows only under Never" in verdict.message
+    assert "accepted: spec.template.spec.restartPolicy: Never" in verdict.message
 
 
 def test_explicit_terminating_or_failed_contradicts():
@@ -424,11 +426,11 @@ def test_mutation_keeps_every_user_field():
 
 def test_warnings_are_short():
     verdict, _ = mutate(job(FULL))
-    # five changes, the missing activeDeadlineSeconds, that 137 is retried only where an
-    # OOM kill exits 137 (failureaware.OOM_SIGNAL) and the pointer to explain
-    assert len(verdict.warnings) == 8
-    assert verdict.warnings.count(engine.EXPLAIN_HINT) == 1
+    # five changes, the missing activeDeadlineSeconds and that 137 is retried only where an
+    # OOM kill exits 137 (failureaware.OOM_SIGNAL); kubectl shows the changes in one line
+    assert len(verdict.warnings) == 7
     assert all(len(w) < 120 for w in verdict.warnings), verdict.warnings
+    assert len(verdict.summary) < 130
 
 
 def test_validate_allows_mutated_and_denies_unmutated_annotated_job():

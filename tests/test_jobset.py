@@ -517,8 +517,8 @@ def test_written_on_failure_restart_policy_contradicts():
     verdict, _ = mutate(jobset({P + "fail-non-retriable": "true"}, jobs=jobs, applied=True))
     assert not verdict.allowed
     assert (
-        "needs spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
-        "(it is 'OnFailure')" in verdict.message
+        "spec.replicatedJobs[0].template.spec.template.spec.restartPolicy is OnFailure: "
+        "fail-non-retriable needs a podFailurePolicy" in verdict.message
     )
 
 

@@ -5,6 +5,8 @@ the chart's kind switches and webhook rules."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -30,9 +32,52 @@ def test_every_kind_folder_is_one_line_of_the_registry():
 def test_each_kinds_mutator_is_its_own_and_is_the_one_the_engine_runs():
     for spec in KINDS:
         assert (spec.mutator.group, spec.mutator.kind) == (spec.group, spec.kind)
-        assert registry.lookup(spec.group, spec.kind) is spec.mutator
+        assert registry.lookup(spec.group, spec.version, spec.kind) is spec.mutator
     assert registry.registered() == sorted((spec.group, spec.kind) for spec in KINDS)
-    assert registry.lookup("apps", "Deployment") is None
+    assert registry.lookup("apps", "v1", "Deployment") is None
+
+
+def test_kinds_are_matched_on_group_version_and_kind():
+    """Another version of a kind is not that kind: the API server names the version in
+    every review (``request.kind``), and a batch/v2 Job would not be a batch/v1 Job."""
+    for spec in KINDS:
+        assert registry.lookup(spec.group, "v9", spec.kind) is None
+        assert registry.known_kind(spec.group, spec.kind) is spec
+
+
+def test_the_server_passes_an_unknown_kind_or_version_through_unchanged():
+    from testkit.builders import FULL, job
+    from testkit.workloads import mutate
+
+    obj = job(FULL)
+    obj["apiVersion"] = "batch/v2"
+    verdict, _ = mutate(obj)
+    assert verdict.allowed and verdict.patch == [] and verdict.warnings == []
+
+
+def test_dry_run_warns_of_annotated_kinds_it_does_not_handle_and_unknown_versions():
+    """--fail-on-warn fails on an annotated kind the webhook does not handle (naming
+    those it does) and on a version of a kind it handles that is not served; a kind
+    without annotations passes as the server passes it."""
+    from testkit.cli import run
+
+    mpijob = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "m", "annotations": {"retry-policy.dev/backoff-limit": "2"}},
+        "spec": {},
+    }
+    code, _, err = run(["dry-run", "-f", "-", "--fail-on-warn"], stdin=yaml.safe_dump(mpijob))
+    assert code == 1
+    assert "MPIJob kubeflow.org/v2beta1 is not a kind the webhook handles" in err
+    assert registry.handled() in err and "PyTorchJob kubeflow.org/v1" in registry.handled()
+    v2 = {"apiVersion": "batch/v2", "kind": "Job", "metadata": {"name": "j"}, "spec": {}}
+    code, _, err = run(["dry-run", "-f", "-", "--fail-on-warn"], stdin=yaml.safe_dump(v2))
+    assert code == 1
+    assert "Job batch/v2 is an unknown version (the API serves Job batch/v1)" in err
+    plain = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
+    code, _, err = run(["dry-run", "-f", "-", "--fail-on-warn"], stdin=yaml.safe_dump(plain))
+    assert (code, err) == (0, "")
 
 
 def test_explain_covers_every_kind_the_webhook_manages():
@@ -41,7 +86,7 @@ def test_explain_covers_every_kind_the_webhook_manages():
 
 def test_the_views_are_the_jobs_and_the_pods():
     """A view is worth its upkeep on the kinds admitted most: Jobs and their pods."""
-    assert set(registry.VIEWS) == {("batch", "Job"), ("", "Pod")}
+    assert set(registry.VIEWS) == {("batch", "v1", "Job"), ("", "v1", "Pod")}
 
 
 def test_api_defaulting_is_the_kinds_own():
@@ -140,3 +185,74 @@ def test_the_validating_webhook_sends_the_updates_of_every_budget_an_update_may_
         assert spec.budget_field == field
         assert f"'{spec.kind}'" in cel
         assert "object." + ".".join(map(str, field.path)) in cel
+
+
+def test_a_chart_key_lowercases_a_leading_acronym_whole():
+    from webhook.kinds.base import chart_key
+
+    assert [spec.chart_key for spec in KINDS] == [
+        "jobs",
+        "cronJobs",
+        "jobSets",
+        "trainJobs",
+        "rayJobs",
+        "pyTorchJobs",
+        "pods",
+    ]
+    assert chart_key("MPIJob") == "mpiJobs" and chart_key("TFJob") == "tfJobs"
+
+
+ROOT = KINDS_DIR.parent.parent
+#: Files of the code, chart or test kit that name every kind in passing (examples in a
+#: docstring or a comment), which a new kind need not touch.
+NAMES_THEM_IN_PASSING = {
+    "webhook/admission/engine.py": "comments on what UPDATEs mean, kind by kind",
+    "webhook/kinds/base.py": "the chart keys a docstring shows",
+}
+
+
+def _guide_paths() -> list[str]:
+    text = (ROOT / "docs" / "DEVELOPMENT.md").read_text()
+    guide = text[text.index("## A new kind") : text.index("## Compiled modules")]
+    roots = ("webhook/", "charts/", "testkit/", "tests/", "examples/", "docs/", "README.md")
+    return [p for p in re.findall(r"`([^`\s]+)`", guide) if p.startswith(roots)]
+
+
+def _names_every_kind(text: str) -> bool:
+    lowered = text.lower()
+    return all(spec.kind.lower() in lowered for spec in KINDS if spec.kind != "Pod")
+
+
+def test_the_guide_lists_every_file_a_new_kind_touches():
+    """DEVELOPMENT.md's "A new kind": each file it names exists for every kind there is
+    (``<kind>``: the folder's name), each shared file names every kind (a list the new kind
+    joins), and every file of the code, chart or test kit that names them all is listed."""
+    listed = _guide_paths()
+    assert len(listed) >= 18
+    workloads = [spec for spec in KINDS if spec.kind != "Pod"]
+    for path in listed:
+        if "<kind>" in path:
+            for spec in workloads:
+                assert (ROOT / path.replace("<kind>", spec.kind.lower())).exists(), (path, spec)
+        elif path.endswith("/"):
+            assert (ROOT / path).is_dir(), path
+        else:
+            assert _names_every_kind((ROOT / path).read_text()), path
+    tracked = subprocess.run(
+        ["git", "ls-files", "webhook", "charts", "testkit"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    own = tuple(f"webhook/kinds/{spec.kind.lower()}/" for spec in KINDS)
+    unlisted = [
+        path
+        for path in tracked
+        if not path.startswith((*own, "testkit/controlplane/"))
+        and (ROOT / path).is_file()
+        and _names_every_kind((ROOT / path).read_text(errors="replace"))
+        and path not in listed
+        and path not in NAMES_THEM_IN_PASSING
+    ]
+    assert unlisted == []

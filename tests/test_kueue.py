@@ -295,7 +295,7 @@ def test_explain_and_dry_run_show_the_cap(tmp_path):
     code, out, err = run(["dry-run", "-f", str(manifest), "--config", str(config)])
     assert code == 0
     assert "retry-policy.dev/retry-delay-max: 4m" in out
-    assert "Warning: retry-policy: retry-delay capped at 4m (a retry would wait 8m)" in err + out
+    assert "Change: retry-policy: retry-delay capped at 4m (a retry would wait 8m)" in err + out
 
 
 # --- TrainJob: queued by Kueue, its JobSet not ------------------------------------------------
@@ -331,9 +331,8 @@ def test_the_server_tells_the_client_the_cap(tmp_path):
         answer = server.review("/mutate", review(obj))
         response = answer["response"]
         assert response["allowed"]
-        assert any(
-            w.startswith("retry-policy: retry-delay capped at 4m") for w in response["warnings"]
-        )
+        # A change: kubectl is shown it in the one line of changes (explain says each).
+        assert " changes made: " in response["warnings"][0]
         mutated = apply(obj, decode_patch(answer))
         template = mutated["spec"]["template"]["metadata"]["annotations"]
         assert template[P + "retry-delay-max"] == "4m"

@@ -148,7 +148,7 @@ def test_callers_cannot_change_a_remembered_verdict():
 def test_an_internal_error_is_not_remembered(monkeypatch):
     from webhook.kinds import registry
 
-    real = registry.lookup("batch", "Job")
+    real = registry.lookup("batch", "v1", "Job")
     obj, config = job(FULL), Config()
 
     class Broken:
@@ -162,7 +162,7 @@ def test_an_internal_error_is_not_remembered(monkeypatch):
         def mutate(self, obj, ctx):
             raise RuntimeError("boom")
 
-    monkeypatch.setitem(registry.MUTATORS, ("batch", "Job"), Broken())
+    monkeypatch.setitem(registry.MUTATORS, ("batch", "v1", "Job"), Broken())
     failed = engine.mutate(request_for(obj), config)
     assert failed.patch == [] and "internal error" in failed.warnings[0]
     denied = engine.validate(request_for(obj), config)

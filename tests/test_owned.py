@@ -109,7 +109,7 @@ def _both_ways(obj: dict[str, Any], config, attempts) -> None:
     """The contract: the shared copy gives exactly what a full copy gives, and the
     original is untouched."""
     kind = obj.get("kind")
-    mutator = lookup("batch" if kind == "Job" else "", kind)
+    mutator = lookup("batch" if kind == "Job" else "", "v1", kind)
     assert mutator is not None and mutator.owns is not ALL
     before = orjson.dumps(obj)
     outcomes = []

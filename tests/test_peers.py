@@ -1,5 +1,6 @@
 """fail-non-retriable on a workload of several pods that run together: one shared warning
-(``note_peers`` in webhook/kinds/workload.py) that a preempted pod's peers fail it.
+(``note_peers`` in webhook/kinds/workload.py) that a preempted pod's peers may fail it,
+said only where the pods work as one and with advice admission accepts on that kind.
 
 upstream: ``matchPodFailurePolicy`` (pkg/controller/job/pod_failure_policy.go) judges each
 failed pod on its own conditions and exit codes. Only the pod the scheduler preempted (or
@@ -23,7 +24,7 @@ from testkit.trainer import mutate as mutate_trainjob
 from testkit.trainer import runtime, trainjob
 from testkit.workloads import admitted, mutate, pod_template
 from webhook.cluster.runtimes import GivenRuntimes
-from webhook.kinds.workload import concurrent_pods, peers_note
+from webhook.kinds.workload import peers_note, run_together
 
 NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137,143"}
 
@@ -37,40 +38,64 @@ def created(obj: dict) -> dict:
 
 
 def peers(warnings: list[str]) -> list[str]:
-    return [w for w in warnings if "a preempted pod's peers" in w]
+    return [w for w in warnings if "pods run as one" in w]
+
+
+INDEXED = {"completionMode": "Indexed"}
 
 
 @pytest.mark.parametrize(
     ("spec", "pods"),
     [
-        ({"parallelism": 4, "completions": 4}, 4),
-        ({"parallelism": 4, "completions": 8, "completionMode": "Indexed"}, 4),
-        ({"parallelism": 3}, 3),  # a work queue: completions unset
-        ({"parallelism": 4, "completions": 1}, 1),  # one pod runs at a time
+        ({**INDEXED, "parallelism": 4, "completions": 4}, 4),  # a rank per index
+        ({**INDEXED, "parallelism": 8, "completions": 4}, 4),  # parallelism capped
+        # Pods that find each other by name (a headless Service's subdomain).
+        ({**INDEXED, "parallelism": 4, "completions": 8, "template": {"subdomain": "t"}}, 4),
+        ({**INDEXED, "parallelism": 4, "completions": 8}, 1),  # shards, a few at a time
+        ({"parallelism": 4, "completions": 4}, 4),  # all at once, as one
+        ({"parallelism": 2, "completions": 6}, 1),  # pieces, a few at a time
+        ({"parallelism": 3}, 1),  # a work queue: completions unset
         ({}, 1),
     ],
-    ids=["4x4", "indexed", "work-queue", "one-completion", "single"],
+    ids=["indexed", "capped", "subdomain", "shards", "4x4", "pieces", "queue", "single"],
 )
-def test_a_job_whose_pods_run_together_is_warned(spec, pods):
-    """``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go) leaves completions unset when
-    parallelism is set alone (a work queue): then parallelism pods run at once; with
-    completions, at most that many."""
+def test_a_job_is_warned_only_when_its_pods_work_as_one(spec, pods):
+    """Peers fail a Job only where they need each other: all its completions running at
+    once, or an Indexed Job's pods addressed by name. Shards run a few at a time and a
+    work queue's pods do not notice a preempted neighbour. ``SetDefaults_Job``
+    (pkg/apis/batch/v1/defaults.go) leaves completions unset for a work queue."""
+    spec = copy.deepcopy(spec)
+    subdomain = spec.pop("template", {}).get("subdomain")
     obj = created(job(NON_RETRIABLE, spec=spec))
-    assert concurrent_pods(obj["spec"]) == pods
+    if subdomain:
+        obj["spec"]["template"]["spec"]["subdomain"] = subdomain
+    assert run_together(obj["spec"]) == pods
     verdict, _ = mutate(obj)
     assert verdict.allowed, verdict.message
     assert peers(verdict.warnings) == ([peers_note(pods)] if pods > 1 else [])
 
 
-def test_the_warning_is_short_actionable_and_said_once():
+GANG = {**INDEXED, "parallelism": 16, "completions": 16}
+
+
+def test_the_warning_says_the_risk_and_what_admission_accepts():
     note = peers_note(16)
-    assert len(note) <= 120
-    assert note.endswith("set peer-disruptions")  # what to do: have the peers marked
-    verdict, _ = mutate(created(job(FULL, spec={"parallelism": 16, "completions": 16})))
+    assert len(note) < 120  # one line of kubectl's
+    assert "a preempted pod's peers may exit and fail the workload" in note
+    verdict, _ = mutate(created(job(FULL, spec=GANG)))
     assert peers(verdict.warnings) == [note]
-    marked = {**FULL, P + "peer-disruptions": "ignore"}
-    verdict, _ = mutate(created(job(marked, spec={"parallelism": 16, "completions": 16})))
-    assert verdict.allowed and peers(verdict.warnings) == []  # said until it is set
+    for fix in ({P + "peer-disruptions": "ignore"}, {P + "retriable-exit-codes": "75,137,143"}):
+        verdict, _ = mutate(created(job({**FULL, **fix}, spec=GANG)))
+        assert verdict.allowed, verdict.message
+        assert peers(verdict.warnings) == []  # said until one of the two is done
+
+
+def test_no_warning_with_fail_index():
+    """With ``on-non-retriable: fail-index`` a peer's exit fails its own index only."""
+    annotations = {**NON_RETRIABLE, P + "on-non-retriable": "fail-index"}
+    verdict, _ = mutate(created(job(annotations, spec={**GANG, "backoffLimitPerIndex": 1})))
+    assert verdict.allowed, verdict.message
+    assert peers(verdict.warnings) == []
 
 
 def test_no_warning_without_fail_non_retriable():
@@ -89,6 +114,7 @@ def test_a_cronjob_is_warned_for_its_jobs():
             "schedule": "0 2 * * *",
             "jobTemplate": {
                 "spec": {
+                    "completionMode": "Indexed",
                     "parallelism": 2,
                     "completions": 2,
                     "template": pod_template("main", restart_policy="Never"),

@@ -126,9 +126,42 @@ def test_unknown_attempt_admits_unchanged_with_warning():
     ]
 
 
-def test_bare_pod_without_attempt_source_is_unknown():
+def test_bare_pod_without_attempt_is_denied_saying_what_would_work():
+    """Nothing counts a bare Pod's attempts: without ``retry-policy.dev/attempt`` its
+    non-spot placement could never act (issue 49), as attempt-env and retry-delay."""
     verdict, _ = mutate(pod(annotated()))
-    assert "no retry-policy.dev/attempt annotation and no owning Job" in verdict.warnings[0]
+    assert not verdict.allowed
+    assert verdict.problems[0].reason == "missing-attempt"
+    assert f"annotation {P}non-spot-attempts: a Pod no controller made needs {P}attempt" in (
+        verdict.message
+    )
+    assert "accepted: that annotation, or the Pod run from a Job" in verdict.message
+    verdict, _ = mutate(pod(annotated(attempt="3")))  # what the message asks for
+    assert verdict.allowed, verdict.message
+    assert required_terms(apply(pod(annotated(attempt="3")), verdict.patch))
+
+
+def test_bare_pod_without_backoff_limit_or_attempt_hears_both():
+    verdict, _ = mutate(pod({P + "non-spot-attempts": "1"}))
+    assert [p.reason for p in verdict.problems] == ["missing-backoff-limit", "missing-attempt"]
+
+
+@pytest.mark.parametrize("key", ["oom-memory-factor", "avoid-failed-nodes"])
+def test_bare_pod_learning_from_earlier_attempts_is_denied(key):
+    """Failure history is kept for a Job's pods only (``failure_history``): a bare Pod
+    has none, whatever it says; a controller's pod keeps the warning."""
+    annotations = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "8Gi"}
+    if key == "avoid-failed-nodes":
+        annotations = {P + key: "true"}
+    verdict, _ = mutate(pod({**annotations, P + "attempt": "1"}))
+    assert not verdict.allowed
+    assert f"annotation {P}{key}: a Pod no controller made has no earlier attempts" in (
+        verdict.message
+    )
+    assert "accepted: run the Pod from a Job" in verdict.message
+    verdict, _ = mutate(pod(annotations, owner=job_owner()))
+    assert verdict.allowed
+    assert any(w.startswith("retry-policy: failure history unknown") for w in verdict.warnings)
 
 
 def test_affinity_is_anded_into_every_user_term_and_keeps_them():

@@ -72,6 +72,21 @@ def test_invalid_values_name_key_value_and_accepted(key, raw, accepted):
     assert problems[0].reason == "bad-value"
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "pointed"),
+    [
+        ("retriable-exit-codes", "143, 137, 300", "300 is out of range; "),
+        ("retriable-exit-codes", "143,0", "0 is out of range; "),
+        ("retriable-exit-codes", "143,x", "'x' is not a whole number; "),
+        ("retriable-exit-codes", "143,,137", "an element is empty; "),
+        ("in-place-exit-codes", "42,256", "256 is out of range; "),
+    ],
+)
+def test_a_bad_element_of_a_list_is_pointed_at(key, value, pointed):
+    _, (problem,) = parse_annotations({P + key: value}, Scope.WORKLOAD)
+    assert problem.message.startswith(f"{value!r} is not valid; {pointed}accepted: ")
+
+
 def test_unknown_key_suggests_closest():
     _, problems = parse_annotations({P + "backof-limit": "3"}, Scope.WORKLOAD)
     assert len(problems) == 1

@@ -21,6 +21,7 @@ from testkit.workloads import (
     validate_schema,
 )
 from webhook.admission import engine
+from webhook.kinds.pytorchjob.mutate import PEERS_EXIT_CODE
 from webhook.kinds.workload import peers_note
 from webhook.policy.config import parse_config
 
@@ -47,15 +48,17 @@ def test_full_policy():
         "e.g. 139 (SIGSEGV)",
         "retry-policy: error-propagation env vars added to Master containers pytorch",
         "retry-policy: error-propagation env vars added to Worker containers pytorch",
-        "retry-policy: runPolicy.backoffLimit is not set: failed pods are retried without "
-        "limit; bound the run with runPolicy.activeDeadlineSeconds",
+        # What error-propagation assumes, said with the change (not a warning).
         "retry-policy: error-propagation needs Flyte's PyTorch plugin with "
         "enable-distributed-error-aggregation: true (propeller's k8s plugin config); without "
         "it the task's error is lost",
-        # A master and 3 workers run together (``note_peers``).
-        peers_note(4),
-        engine.EXPLAIN_HINT,
+        "retry-policy: runPolicy.backoffLimit is not set: failed pods are retried without "
+        "limit; bound the run with runPolicy.activeDeadlineSeconds",
+        # A master and 3 workers run together (``note_peers``), with the advice ExitCode
+        # takes: peer-disruptions is denied on a PyTorchJob.
+        peers_note(4, PEERS_EXIT_CODE),
     ]
+    assert verdict.summary == engine.change_summary(5)
     # No podFailurePolicy, so no Count rule on DisruptionTarget to record.
     assert json.loads(out["metadata"]["annotations"][P + "applied"]) == {
         "errorPropagation": "Earliest",
@@ -190,9 +193,11 @@ def test_written_restart_policy_that_does_not_tell_codes_apart_is_denied():
     verdict, _ = mutate(pytorchjob(POLICY, restart_policy="OnFailure"))
     assert not verdict.allowed
     assert (
-        "your spec.pytorchReplicaSpecs.Master.restartPolicy: OnFailure does not tell "
-        "exit codes apart" in verdict.message
+        "your spec.pytorchReplicaSpecs.Master.restartPolicy, "
+        "spec.pytorchReplicaSpecs.Worker.restartPolicy: OnFailure does not tell "
+        "exit codes apart; use ExitCode or remove it" in verdict.message
     )
+    assert len(verdict.problems) == 1  # the replicas that share the fix, in one problem
 
 
 def test_written_exit_code_policy_is_kept():

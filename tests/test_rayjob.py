@@ -39,8 +39,8 @@ def test_backoff_limit():
     assert out["spec"]["backoffLimit"] == 2
     assert verdict.warnings == [
         "retry-policy: spec.backoffLimit 0 -> 2 (annotation retry-policy.dev/backoff-limit)",
-        engine.EXPLAIN_HINT,
     ]
+    assert verdict.summary == engine.change_summary(1)
 
 
 def test_crd_default_zero_is_not_a_written_value():

@@ -136,7 +136,7 @@ def test_exit_codes_0_1_2_and_fail_on_warn(repo, tmp_path):
 def test_one_file_reads_as_it_always_has_and_stdin_mixes_with_files(repo):
     code, out, err = cli("dry-run", "-f", "-", stdin=JOB.format(name="a", limit=1))
     assert code == 0 and yaml.safe_load(out)["spec"]["backoffLimit"] == 1
-    assert err.startswith("Warning: retry-policy: spec.backoffLimit 6 -> 1")
+    assert err.startswith("Change: retry-policy: spec.backoffLimit 6 -> 1")
     assert "Checked" not in err
     code, out, err = cli(
         "dry-run",
@@ -148,7 +148,7 @@ def test_one_file_reads_as_it_always_has_and_stdin_mixes_with_files(repo):
     )
     assert code == 0
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(out)] == ["a", "good", "tune-xgboost"]
-    assert "Warning: -: document 1: Job/a: retry-policy: spec.backoffLimit 6 -> 1" in err
+    assert "Change: -: document 1: Job/a: retry-policy: spec.backoffLimit 6 -> 1" in err
 
 
 def test_explain_names_each_objects_file_in_text_and_json(repo):

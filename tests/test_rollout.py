@@ -124,13 +124,47 @@ def test_what_its_own_annotations_ask_is_enforced_beside_the_audited_defaults():
     assert_idempotent(obj, config)
 
 
-def test_guard_rails_still_deny_under_audit():
+def test_guard_rails_still_deny_an_annotated_workload_under_audit():
+    """A workload whose annotations ask for a policy keeps today's behaviour: the rails
+    deny what it asks above them, and lower an API default it did not write."""
     config = parse_config(AUDITED_NS + "guardRails: {maxBackoffLimit: 5}\n")
     verdict, _ = mutate(job({P + "backoff-limit": "9"}), config)
     assert not verdict.allowed and "guardRails.maxBackoffLimit" in verdict.message
-    # An API default above the rail is lowered to it, as enforced: a rail is no default.
-    verdict, out = mutate(job(), config)
+    verdict, out = mutate(job({P + "fail-non-retriable": "true"}), config)
     assert out["spec"]["backoffLimit"] == 5 and managed(out) == "enforce"
+
+
+RAILS_ONLY = "rollout: audit\nguardRails:\n  maxBackoffLimit: 4\n"
+
+
+def test_an_unannotated_workload_is_audited_under_the_rails_too():
+    """Under audit a workload with no retry-policy.dev/ annotation is nobody's opt-in:
+    admitted unchanged, never denied by the admin's config; what the rails would do is
+    in its record, and it is labelled audit, so the ROLLOUT.md query finds it."""
+    config = parse_config(RAILS_ONLY)
+    obj = job()
+    verdict, out = mutate(obj, config)
+    assert verdict.allowed and out["spec"] == obj["spec"]
+    assert managed(out) == "audit"
+    record = AuditRecord.of(out)
+    assert record.settings == {"backoff-limit": "4"} and record.by == {
+        "backoff-limit": "guardRails"
+    }
+    assert record.part("spec").backoff_limit == 4
+    assert validate(out, config).allowed
+    assert_idempotent(obj, config)
+    # Enforcing would deny its own backoffLimit 10: audited, it is admitted unchanged.
+    written = job(spec={"backoffLimit": 10}, applied=True)
+    verdict, out = mutate(written, config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"] == written["spec"] and managed(out) == "audit"
+    denied = AuditRecord.of(out).denied
+    assert "10 is above this cluster's limit; accepted: 0 to 4" in denied
+    assert any(w.startswith("retry-policy: audit: enforcing would deny") for w in verdict.warnings)
+    assert validate(out, config).allowed
+    # The same config enforced denies it, as before.
+    enforced = parse_config("guardRails:\n  maxBackoffLimit: 4\n")
+    assert not mutate(written, enforced)[0].allowed
 
 
 def test_defaults_that_would_change_nothing_leave_no_record_and_no_label():
@@ -248,7 +282,7 @@ def test_the_server_audits_the_namespace_its_config_file_says(tmp_path):
         out = apply(obj, decode_patch({"response": body}))
         assert managed(out) == "audit" and out["spec"] == obj["spec"]
         assert AuditRecord.of(out).part("spec").backoff_limit == 2
-        assert any("audited, not applied" in w for w in body["warnings"])
+        assert " change made: " in body["warnings"][0]  # the audit record and label
         checked = server.review("/validate", review(out))["response"]
         assert checked["allowed"]
         again = server.review("/mutate", review(out))["response"]
@@ -304,8 +338,8 @@ def test_rollout_md_shows_what_the_commands_print(tmp_path):
     assert code == 0 and out.endswith(doc_block("<!-- rollout-check-config -->", page))
     config = parse_config(path.read_text())
     verdict, _ = mutate(job(namespace="team-b"), config)
-    (said,) = [w for w in verdict.warnings if "audited" in w]
-    assert doc_block("<!-- rollout-warning -->", page) == f"Warning: {said}\n"
+    (said,) = [w for w in verdict.warnings[: verdict.changed] if "audited" in w]
+    assert doc_block("<!-- rollout-warning -->", page) == f"Change: {said}\n"
     text = explain.render_text([one(manifest(namespace="team-b"), config)])
     shown = doc_block("<!-- rollout-explain -->", page)
     assert shown in text

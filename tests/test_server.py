@@ -60,14 +60,11 @@ def test_mutate_over_tls(server):
     out = apply(obj, decode_patch(answer))
     assert out["spec"]["backoffLimit"] == 3
     assert len(out["spec"]["podFailurePolicy"]["rules"]) == 2
+    # kubectl is shown the four changes in one line, then the one warning.
     assert answer["response"]["warnings"] == [
-        "retry-policy: spec.backoffLimit 6 -> 3 (annotation retry-policy.dev/backoff-limit)",
-        "retry-policy: added podFailurePolicy rule Ignore on DisruptionTarget (ignore-disruptions)",
-        "retry-policy: added podFailurePolicy rule FailJob on exit codes NotIn [143] in main "
-        "(fail-non-retriable)",
-        "retry-policy: spec.podReplacementPolicy -> Failed (required with a podFailurePolicy)",
+        "retry-policy: 4 changes made: retry-webhook explain -f <manifest> shows each and the "
+        "retry plan (CLI in the webhook's image)",
         "retry-policy: set spec.activeDeadlineSeconds: ignored disruptions retry with no cap",
-        "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>",
     ]
 
 
@@ -552,7 +549,9 @@ def test_error_propagation_only_where_flyte_reads_the_files_over_tls(server):
         "response"
     ]
     assert answer["allowed"] is True
-    assert any("enable-distributed-error-aggregation" in w for w in answer["warnings"])
+    # What error-propagation assumes is said with its change: in kubectl's one line of
+    # changes, each of which explain and dry-run say.
+    assert answer["warnings"][0].startswith("retry-policy: 3 changes made: ")
 
 
 def test_jobset_patterns_in_place_restarts_and_uncounted_restarts_over_tls(server):

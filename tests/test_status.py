@@ -283,7 +283,7 @@ def test_a_jobset_our_rule_failed_names_the_rule_in_its_job(cluster):
     api.put("pods", failed(pod, "node-b", "trainer", 2, at_minute(4)))
     message = (
         f"Container trainer for pod {NS}/{pod['metadata']['name']} failed with exit code 2 "
-        "matching FailJob rule at index 1"
+        "matching FailJob rule at index 2"
     )
     workers["status"] = {
         "failed": 1,
@@ -303,7 +303,7 @@ def test_a_jobset_our_rule_failed_names_the_rule_in_its_job(cluster):
     )
     assert (
         "its first failed Job, llm-pretrain-workers-0, failed with reason PodFailurePolicy: "
-        "podFailurePolicy rule 2 (FailJob), added by retry-policy for fail-non-retriable "
+        "podFailurePolicy rule 3 (FailJob), added by retry-policy for fail-non-retriable "
         f"(annotation {P}fail-non-retriable)"
     ) in story["notes"]
     told = next(j for j in story["jobs"] if j["name"] == workers["metadata"]["name"])

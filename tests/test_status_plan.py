@@ -183,6 +183,11 @@ def test_a_jobsets_own_rule_and_its_childrens_are_told_without_admission(monkeyp
     for child in children:
         assert {r.origin for r in child.rules} <= {
             f"added by retry-policy for {name}"
-            for name in ("fail-non-retriable", "ignore-disruptions", "max-disruptions")
+            for name in (
+                "fail-non-retriable",
+                "ignore-disruptions",
+                "max-disruptions",
+                "peer-disruptions",
+            )
         }
         assert "set by retry-policy: backoff-limit counts runs of the JobSet" in child.budget

@@ -202,11 +202,10 @@ RT = "ClusterTrainingRuntime torch-distributed: spec.template."
         ),
         (
             runtime(pod_spec={"restartPolicy": "OnFailure"}),
-            "annotation retry-policy.dev/fail-non-retriable",
-            f"needs {RT}spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
-            "(it is 'OnFailure')",
-            "needs spec.replicatedJobs[0].template.spec.template.spec.restartPolicy: Never "
-            "(it is 'OnFailure')",
+            "annotation retry-policy.dev/fail-non-retriable and annotation "
+            "retry-policy.dev/ignore-disruptions",
+            f"{RT}spec.replicatedJobs[0].template.spec.template.spec.restartPolicy is OnFailure",
+            "spec.replicatedJobs[0].template.spec.template.spec.restartPolicy is OnFailure",
         ),
         (
             runtime(

@@ -122,7 +122,7 @@ def test_a_pod_view_keeps_its_attempt_sources_and_its_owner_when_it_looks_up():
 def test_objects_of_a_shape_the_view_does_not_expect_run_whole():
     assert view.job_view({"apiVersion": "batch/v1", "kind": "Job", "spec": []}) is None
     assert view.pod_view({"apiVersion": "v1", "kind": "Pod", "metadata": "x"}) is None
-    assert registry.view_of("batch", "CronJob", job(FULL)) is None  # a kind without a view
+    assert registry.view_of("batch", "v1", "CronJob", job(FULL)) is None  # a kind without a view
 
 
 def test_the_check_catches_a_view_that_drops_what_a_mutator_reads(monkeypatch):
@@ -135,7 +135,7 @@ def test_the_check_catches_a_view_that_drops_what_a_mutator_reads(monkeypatch):
         del seen["spec"]["template"]["spec"]["restartPolicy"]
         return seen
 
-    monkeypatch.setitem(registry.VIEWS, ("batch", "Job"), careless)
+    monkeypatch.setitem(registry.VIEWS, ("batch", "v1", "Job"), careless)
     obj = job({P + "fail-non-retriable": "true"}, restart_policy="OnFailure")
     with pytest.raises(engine.ViewMismatch):
         engine.mutate(request_for(obj), Config())
@@ -149,7 +149,7 @@ def test_the_check_catches_a_view_that_loses_an_attempt_lookup(monkeypatch):
         seen["metadata"]["ownerReferences"] = view._owners(seen["metadata"]["ownerReferences"])
         return seen
 
-    monkeypatch.setitem(registry.VIEWS, ("", "Pod"), anonymous)
+    monkeypatch.setitem(registry.VIEWS, ("", "v1", "Pod"), anonymous)
     obj = pod({P + "non-spot-attempts": "1", P + "backoff-limit": "3"}, owner=job_owner())
     attempts = FixedAttempts(3)
     with pytest.raises(engine.ViewMismatch):

@@ -59,8 +59,14 @@ class ViewMismatch(AssertionError):
     """The mutator answered differently on the view than on the whole object."""
 
 
-#: The one warning that points a user at ``explain`` when a policy changed their object.
-EXPLAIN_HINT = "retry-policy: see the retry plan: retry-webhook explain -f <your manifest>"
+def change_summary(changes: int) -> str:
+    """The one line ``kubectl`` shows for the changes a policy made to a person's object,
+    pointing at ``explain`` (said once) and at where its CLI is."""
+    plural = "s" if changes != 1 else ""
+    return (
+        f"retry-policy: {changes} change{plural} made: retry-webhook explain -f <manifest> "
+        "shows each and the retry plan (CLI in the webhook's image)"
+    )
 
 
 def mutate(
@@ -120,7 +126,7 @@ def _mutator_for(
     leadership: LeaderSource | None = None,
 ) -> tuple[Any, Context, dict[str, Any]] | None:
     """The mutator that must run on this request, its context and the object, if any does."""
-    mutator = lookup(request.kind.group, request.kind.kind)
+    mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
     original = request.object
     if mutator is None or original is None or not _evaluates(mutator, request):
         return None
@@ -134,7 +140,7 @@ def _restore(request: Request, config: Config) -> Verdict:
     failure policy, which its controller's server-side apply resets; a TrainJob's runtime
     patch, which a ``kubectl apply`` replacing the list drops). Never a new policy and
     never a denial: nothing the mutator cannot restore exactly is changed."""
-    mutator = lookup(request.kind.group, request.kind.kind)
+    mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
     restore = getattr(mutator, "restore", None)
     obj, old = request.object, request.old_object
     if restore is None or obj is None or old is None:
@@ -153,7 +159,7 @@ def _restore(request: Request, config: Config) -> Verdict:
 def _subject(request: Request, obj: dict[str, Any], config: Config) -> dict[str, Any]:
     """What the mutator runs on: the view of the object it reads (``webhook.kinds.view``), or
     the whole object for kinds without one."""
-    view = view_of(request.kind.group, request.kind.kind, obj, config)
+    view = view_of(request.kind.group, request.kind.version, request.kind.kind, obj, config)
     return view if view is not None else obj
 
 
@@ -250,10 +256,11 @@ def _run(
         return _deny(outcome.problems, outcome.warnings), outcome
     patch = diff(original, mutated)
     warnings = outcome.warnings if patch else outcome.notes
+    summary, changed = "", 0
     if patch and outcome.changes and controller_of(original.get("metadata")) is None:
         # Only for objects a person wrote (a controller's pods have no manifest to explain),
         # and only when something changed: a no-op reinvocation stays silent.
-        warnings = [*warnings, EXPLAIN_HINT]
+        summary, changed = change_summary(len(outcome.changes)), len(outcome.changes)
     names = policy_keys(original.get("metadata")) if patch else ()
     actions = tuple(sorted(outcome.actions.items())) if patch else ()
     # A decision is told once, with the change it made (a no-op reinvocation stays
@@ -264,7 +271,13 @@ def _run(
         if patch or d.reason in events.WARNING_DECISIONS
     )
     verdict = Verdict(
-        patch=patch, warnings=warnings, annotations=names, actions=actions, decisions=decisions
+        patch=patch,
+        warnings=warnings,
+        annotations=names,
+        actions=actions,
+        decisions=decisions,
+        summary=summary,
+        changed=changed,
     )
     return verdict, outcome
 
@@ -334,7 +347,7 @@ def validate(
     later webhook undid it), so a policy a user asked for is never silently lost."""
     if request.operation == "DELETE":
         return deletions.judge(request, config)  # (always allowed)
-    mutator = lookup(request.kind.group, request.kind.kind)
+    mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
     obj = request.object
     if mutator is None or obj is None:
         return Verdict()

@@ -164,6 +164,12 @@ class Verdict:
     #: (``webhook.admission.deletions``: done off the admission path unless a dry run;
     #: never encoded).
     deleted: Any = field(default=None, compare=False)
+    #: What ``kubectl`` shows of the changes a person's object got (the first ``changed``
+    #: of ``warnings``): one line (``engine.change_summary``) in their place, so that the
+    #: warnings that say something is off stand out; "" keeps each change a warning of
+    #: its own (a controller's pods: nobody reads them at apply).
+    summary: str = ""
+    changed: int = 0
     #: The answer already serialised (all but its uid), with the values it was made from:
     #: set by ``freeze`` on remembered verdicts, so a repeat is not encoded again.
     frozen: tuple[tuple, bytes] | None = field(default=None, repr=False, compare=False)
@@ -232,6 +238,8 @@ def _made_from(verdict: Verdict) -> tuple:
         verdict.message,
         verdict.reason,
         tuple(verdict.warnings),
+        verdict.summary,
+        verdict.changed,
         id(verdict.patch),
     )
 
@@ -255,7 +263,10 @@ def _answer(verdict: Verdict) -> dict[str, Any]:
         if verdict.reason:
             status["reason"] = verdict.reason
         response["status"] = status
-    warnings = clean_warnings(verdict.warnings)
+    shown = verdict.warnings
+    if verdict.summary:
+        shown = [verdict.summary, *verdict.warnings[verdict.changed :]]
+    warnings = clean_warnings(shown)
     if warnings:
         response["warnings"] = warnings
     return response

@@ -48,7 +48,11 @@ def dry_run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         where = prefix(doc, labelled)
         checked = check(obj, config, args.namespace, runtimes, version, limits)
         verdict = checked.verdict
-        for warning in verdict.warnings:
+        # Told apart: a Warning fails --fail-on-warn, a Change never does (kubectl shows
+        # the changes as one line: ``engine.change_summary``).
+        for change in checked.changes:
+            print(f"Change: {where}{change}", file=stderr)
+        for warning in checked.warnings:
             print(f"Warning: {where}{warning}", file=stderr)
         result = outcomes.dry_run_result(doc, checked, args.fail_on_warn)
         found.append(result)
@@ -97,7 +101,12 @@ def add_parser(sub: Any) -> None:
     dry = sub.add_parser("dry-run", help="show what the webhook does to manifests, offline")
     input_options(dry)
     dry.add_argument("--config", help="cluster defaults YAML")
-    dry.add_argument("-n", "--namespace", help="namespace for objects that name none")
+    dry.add_argument(
+        "-n",
+        "--namespace",
+        help="namespace for objects that name none (one that names another is an error, "
+        "as in kubectl)",
+    )
     dry.add_argument(
         "-o",
         "--output",

@@ -101,7 +101,12 @@ def add_parser(sub: Any) -> None:
     )
     input_options(why)
     why.add_argument("--config", help="cluster defaults YAML")
-    why.add_argument("-n", "--namespace", help="namespace for objects that name none")
+    why.add_argument(
+        "-n",
+        "--namespace",
+        help="namespace for objects that name none (one that names another is an error, "
+        "as in kubectl)",
+    )
     why.add_argument(
         "--simulate",
         metavar="EVENTS",

@@ -5,6 +5,7 @@ against."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any, TextIO
 
 from webhook.cluster.version import ASSUMED_VERSION, GivenVersion, version_for
@@ -25,7 +26,22 @@ def read_inputs(args: argparse.Namespace, stderr: TextIO) -> tuple[list[Document
     except inputs.UsageError as err:
         print(f"Error: {err}", file=stderr)
         return None
-    return docs, not inputs.single(paths)
+    given = getattr(args, "namespace", None)
+    return [_namespaced(doc, given) for doc in docs], not inputs.single(paths)
+
+
+def _namespaced(doc: Document, given: str | None) -> Document:
+    """``doc``, or an error in its place when it names a namespace other than ``-n``'s, as
+    kubectl refuses it (an object without one takes ``-n``'s)."""
+    metadata = (doc.obj or {}).get("metadata")
+    own = metadata.get("namespace") if isinstance(metadata, dict) else None
+    if not given or not isinstance(own, str) or not own or own == given:
+        return doc
+    error = (
+        f"{label(doc.obj or {})}: its namespace {own!r} does not match -n {given!r}; pass "
+        f"-n {own}, or leave the namespace out of the manifest"
+    )
+    return dataclasses.replace(doc, obj=None, error=f"{doc.source}: {error}")
 
 
 def cluster_version(

@@ -42,7 +42,7 @@ from webhook.explain.model import (
 )
 from webhook.explain.render import render_text, to_json
 from webhook.kube.objects import controller_of, mapping
-from webhook.plan.audit import AuditRecord
+from webhook.plan.audit import AuditRecord, by_words
 from webhook.plan.outcome import Context, Outcome
 from webhook.policy.config import Config
 
@@ -89,7 +89,6 @@ def explain(
     version = version if version is not None else UnknownVersion()
     reviewed = engine.review(obj, config, namespace, runtimes=runtimes, version=version)
     changes = [w.removeprefix("retry-policy: ") for w in reviewed.verdict.warnings]
-    changes = [c for c in changes if c != engine.EXPLAIN_HINT.removeprefix("retry-policy: ")]
     metadata = mapping(obj.get("metadata"))
     if not reviewed.verdict.allowed:
         problems = [str(p) for p in (reviewed.outcome.problems if reviewed.outcome else [])]
@@ -188,7 +187,7 @@ def audited_lines(record: AuditRecord, namespace: str | None) -> list[SettingLin
     for name, value in record.settings.items():
         by = record.by.get(name, "")
         detail = f"({namespace})" if by == "namespace" and namespace else ""
-        source = f"{by} default"
+        source = by_words(by)
         text = f"{source} {detail}".strip() + ": audited, not applied"
         lines.append(SettingLine(name, value, source, detail, text))
     return lines

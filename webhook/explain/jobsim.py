@@ -223,6 +223,12 @@ class JobSimulator:
     def limit(self) -> int:
         return self.per_index if self.per_index is not None else self.backoff_limit
 
+    @property
+    def counts(self) -> str:
+        """How a counted failure is told: against its limit, or with none to count against
+        (a PyTorchJob without runPolicy.backoffLimit)."""
+        return "counts (no limit)" if self.limit >= INT32_MAX else f"counts against {self.scope}"
+
     def action(self, match: Match) -> str:
         return self.action_names.get(match.action, match.action)
 
@@ -267,10 +273,10 @@ class JobSimulator:
         match, _ = self.judge(event)
         if match is None:
             rule = "no rule matches" if self.rules else "no podFailurePolicy"
-            return "Count", f"a new pod, counts against {self.scope} ({rule})"
+            return "Count", f"a new pod, {self.counts} ({rule})"
         rule = f"{self.action(match)}, rule {match.index + 1}"
         if match.action in ("Ignore", "Count"):
-            counts = "not counted" if match.action == "Ignore" else f"counts against {self.scope}"
+            counts = "not counted" if match.action == "Ignore" else self.counts
             return match.action, f"a new pod, {counts} ({rule})"
         then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
         return match.action, f"{then} ({rule})"
@@ -316,7 +322,7 @@ class JobSimulator:
             return "the container restarts in place, counts"
         if match is None:
             rule = "no rule matches; " if self.rules else ""
-            return f"{rule}retried, counts against {self.scope}"
+            return f"{rule}retried, {self.counts}"
         then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
         return f"rule {match.index + 1} matches; {then} ({self.action(match)})"
 

@@ -8,12 +8,16 @@ settings only the cluster's or its namespace's defaults give (``Source.CLUSTER``
 a copy, with the defaults as they would be enforced (``Trial``): the JobSpecs of that copy
 are what the record says (``webhook.plan.audit``), so ``explain``, the controller's replay
 and admission can never disagree on what enforcing would do. Guard rails are enforced in
-both runs alike (they are no default).
+both runs alike for a workload whose annotations ask for a policy; one with no
+``retry-policy.dev/`` annotation is nobody's opt-in, so audit spares it the rails too:
+admitted unchanged, never denied by the admin's config, what the rails would do (lower its
+budget, or deny it) recorded beside the defaults.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,9 +25,20 @@ from typing import Any
 from webhook.kube.failurepolicy import named_containers
 from webhook.kube.objects import get_path, mapping
 from webhook.kube.wellknown import MULTIKUEUE_ORIGIN
-from webhook.plan.audit import AUDIT, AUDITED, ENFORCE, MANAGED, AuditedPart, AuditRecord
+from webhook.plan.audit import (
+    AUDIT,
+    AUDITED,
+    BY_RAIL,
+    ENFORCE,
+    MANAGED,
+    AuditedPart,
+    AuditRecord,
+    by_words,
+)
 from webhook.plan.causes import LABEL_KEYS
 from webhook.plan.outcome import Context, Outcome
+from webhook.plan.policies import asks_for_policy
+from webhook.policy.config import GuardRails
 from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, Source, format_value
 from webhook.problems import summarize
 
@@ -70,20 +85,39 @@ def without_defaults(policy: Policy) -> Policy:
     return Policy(settings)
 
 
+def without_rails(ctx: Context) -> Context:
+    """``ctx`` without guard rails, the cluster's or any namespace's."""
+    namespaces = {
+        ns: dataclasses.replace(o, guard_rails={}) for ns, o in ctx.config.namespaces.items()
+    }
+    config = dataclasses.replace(ctx.config, guard_rails=GuardRails(), namespaces=namespaces)
+    return dataclasses.replace(ctx, config=config)
+
+
 @dataclass
 class Trial:
     """One audited admission: the whole policy, and a copy of the object as it came, to
-    apply the defaults to."""
+    apply the defaults to; ``rails`` when the guard rails are audited too (a workload
+    without annotations of its own: ``context`` is then the admitted run's)."""
 
     policy: Policy
     copy: dict[str, Any]
+    rails: bool = False
 
     @classmethod
     def start(cls, obj: Mapping[str, Any], policy: Policy, ctx: Context) -> Trial | None:
-        """A trial when ``policy`` has defaults the namespace audits, else ``None``."""
-        if ctx.config.rollout_of(ctx.namespace) != AUDITED or not audited(policy):
+        """A trial when the namespace audits and ``policy`` has defaults, or the workload
+        asks for nothing itself (then its rails are audited too), else ``None``."""
+        if ctx.config.rollout_of(ctx.namespace) != AUDITED:
             return None
-        return cls(policy, copy.deepcopy(dict(obj)))
+        unannotated = not asks_for_policy(obj.get("metadata"))
+        if not audited(policy) and not unannotated:
+            return None
+        return cls(policy, copy.deepcopy(dict(obj)), unannotated)
+
+    def context(self, ctx: Context) -> Context:
+        """What the admitted run works in: without the rails when they are audited."""
+        return without_rails(ctx) if self.rails else ctx
 
     def record(
         self, mutator: Any, obj: Mapping[str, Any], ctx: Context, out: Outcome
@@ -91,20 +125,25 @@ class Trial:
         """Apply the whole policy to the copy; the record of what it changed that the
         admitted ``obj`` lacks (``None``: the defaults would change nothing)."""
         enforced = Outcome()
-        mutator.apply(self.copy, self.policy, ctx, enforced)
+        resolved = mutator.apply(self.copy, self.policy, ctx, enforced)
+        held = audited(self.policy)
+        settings = {name: format_value(name, s.value) for name, s in sorted(held.items())}
+        by = {name: _BY[s.source] for name, s in sorted(held.items())}
         if enforced.problems:
-            out.note(
-                "retry-policy: audit: enforcing the defaults would deny this workload: "
-                + summarize(enforced.problems)
-            )
-            return None
+            denied = summarize(enforced.problems)
+            out.note(f"retry-policy: audit: enforcing would deny this workload: {denied}")
+            # Recorded (and labelled) only where the admin's config alone denies it.
+            return AuditRecord(settings, by, (), denied=denied) if self.rails else None
         said = set(out.warnings)
         for text in enforced.skipped:  # a default enforcing would skip: said now, not then
             if text not in said:
                 out.note("retry-policy: audit: enforced, " + text.removeprefix("retry-policy: "))
         if self.copy.get("spec") == obj.get("spec"):
             return None
-        held = audited(self.policy)
+        rail = resolved.setting("backoff-limit")
+        if self.rails and "guardRails" in rail.detail:
+            settings["backoff-limit"] = format_value("backoff-limit", rail.value)
+            by["backoff-limit"] = BY_RAIL
         parts = tuple(
             _part(path, spec)
             for path, where in mutator.job_specs(self.copy)
@@ -116,8 +155,8 @@ class Trial:
         if failure_policy == get_path(obj, ("spec", "failurePolicy")):
             failure_policy = None
         return AuditRecord(
-            {name: format_value(name, s.value) for name, s in sorted(held.items())},
-            {name: _BY[s.source] for name, s in sorted(held.items())},
+            dict(sorted(settings.items())),
+            dict(sorted(by.items())),
             parts,
             failure_policy if isinstance(failure_policy, dict) else None,
         )
@@ -156,10 +195,14 @@ def _count(value: Any) -> int | None:
 
 def audit_text(record: AuditRecord, rollout_where: str) -> str:
     """The warning of an audited admission."""
-    said = ", ".join(f"{n} {v} ({record.by.get(n)} default)" for n, v in record.settings.items())
+    said = [f"{n} {v} ({by_words(record.by.get(n, ''))})" for n, v in record.settings.items()]
+    if not said:
+        said = ["the guard rails"]  # a rail on a part's own field (a JobSet's Jobs)
+    if record.denied:
+        said.append("enforcing would deny it")
     return (
-        f"retry-policy: audited, not applied ({rollout_where}): {said}; what they would "
-        f"have done is in annotation {AUDIT}"
+        f"retry-policy: audited, not applied ({rollout_where}): {', '.join(said)}; what they "
+        f"would have done is in annotation {AUDIT}"
     )
 
 

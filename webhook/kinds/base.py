@@ -69,5 +69,15 @@ class KindSpec:
 
     @property
     def chart_key(self) -> str:
-        """Its switch in the chart's values (``webhook.kinds``): "jobs", "cronJobs"."""
-        return self.kind[0].lower() + self.kind[1:] + "s"
+        """Its switch in the chart's values (``webhook.kinds``): "jobs", "cronJobs",
+        "pyTorchJobs"; a leading acronym is lowercased whole ("MPIJob": "mpiJobs")."""
+        return chart_key(self.kind)
+
+
+def chart_key(kind: str) -> str:
+    """``kind`` in lower camel case, plural: its leading capitals lowercased, but the last
+    of a run of them when it starts the next word ("MPIJob": "mpiJobs")."""
+    run = len(kind) - len(kind.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
+    if 1 < run < len(kind) and kind[run].islower():
+        run -= 1
+    return kind[:run].lower() + kind[run:] + "s"

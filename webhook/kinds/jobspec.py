@@ -20,7 +20,7 @@ from webhook.kinds.workload import (
     write_limit,
 )
 from webhook.kube import failurepolicy as fp
-from webhook.kube import intent, podspec
+from webhook.kube import intent, jobcontroller, podspec
 from webhook.kube.objects import mapping
 from webhook.kube.owned import ALL, Owned
 from webhook.plan import causes, delays, failureaware, inplace, queued
@@ -181,17 +181,7 @@ def _check_template(
 ) -> Policy:
     """Contradictions between the policy and the user's own spec, found before any change."""
     where = intent.dotted(path)
-    restart = pod_spec.get("restartPolicy")
-    for name in RULE_KEYS:
-        if policy.asks(name) and restart != "Never":
-            out.conflict(
-                policy,
-                name,
-                f"needs {where}.template.spec.restartPolicy: Never (it is {restart!r}); "
-                "Kubernetes only applies a podFailurePolicy to Jobs that never restart in place",
-                "restart-policy",
-            )
-            policy = _off(policy, name)
+    policy = _check_on_failure(pod_spec, policy, out, where, budget)
     policy = _check_on_non_retriable(spec, policy, where, out)
     if any(policy.asks(name) for name in RULE_KEYS):
         replacement = spec.get("podReplacementPolicy")
@@ -201,14 +191,13 @@ def _check_template(
         ):
             for name in RULE_KEYS:
                 if policy.asks(name):
-                    out.conflict(
+                    policy = out.refuse(
                         policy,
                         name,
                         f"your {where}.podReplacementPolicy: TerminatingOrFailed is not allowed "
                         "with a podFailurePolicy; use Failed or remove the field",
                         "contradiction",
                     )
-                    policy = _off(policy, name)
     user_rules = _rules(spec)
     policy = _check_failure_aware(user_rules, pod_spec, policy, ctx, out, budget, where)
     if policy.fail_non_retriable and user_rules:
@@ -224,6 +213,67 @@ def _check_template(
     policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where, queue)
     _check_pod_annotations(spec, policy, where, out, budget)
     return policy
+
+
+#: The settings a pod template's ``restartPolicy: OnFailure`` defeats, and why: a
+#: podFailurePolicy is allowed only under Never (``ValidateJobSpec``,
+#: pkg/apis/batch/validation), and the rest act on the new pod of a later attempt, which
+#: OnFailure never makes (a JobSet's every run makes new pods: fine there).
+NEEDS_NEVER = RULE_KEYS
+NEEDS_NEW_POD = (
+    "non-spot-attempts",
+    "oom-memory-factor",
+    "avoid-failed-nodes",
+    "attempt-env",
+    "retry-delay",
+)
+
+
+def _check_on_failure(
+    pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str, budget: BudgetPlan
+) -> Policy:
+    """Every setting ``restartPolicy: OnFailure`` defeats, in one problem that says what to
+    change (Never) and what that changes; a default among them is skipped on its own. The
+    settings you annotated stay on (``Outcome.refuse``): their other checks still run."""
+    restart = pod_spec.get("restartPolicy")
+    if restart == "Never":
+        return policy
+    field = f"{where}.template.spec.restartPolicy"
+    rules = [n for n in NEEDS_NEVER if policy.asks(n)]
+    new_pod = [] if budget.runs or restart != "OnFailure" else NEEDS_NEW_POD
+    pods = [n for n in new_pod if policy.asks(n)]
+    if not rules and not pods:
+        return policy
+    why = []
+    if rules:
+        why.append(
+            f"{_names(rules)} need{'s' if len(rules) == 1 else ''} a podFailurePolicy, which "
+            "Kubernetes allows only under Never"
+        )
+    if pods:
+        why.append(
+            f"{_names(pods)} act{'s' if len(pods) == 1 else ''} on the new pod of a later "
+            "attempt, and under OnFailure a failed container restarts in the same pod"
+        )
+    accepted = (
+        jobcontroller.never_instead(field)
+        if restart == "OnFailure"
+        else f"accepted: {field}: Never"
+    )
+    shown = restart if isinstance(restart, str) else "not set"
+    message = f"{field} is {shown}: {'; '.join(why)}; {accepted}"
+    asked = [n for n in (*rules, *pods) if policy.setting(n).source is Source.ANNOTATION]
+    if asked:
+        subject = " and ".join(f"annotation {PREFIX}{n}" for n in asked)
+        out.problems.append(Problem(subject, message, "restart-policy"))
+    for name in (*rules, *pods):
+        if name not in asked:
+            policy = out.refuse(policy, name, message, "restart-policy")
+    return policy
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
 def _check_between(
@@ -247,24 +297,11 @@ def _check_between(
             if policy.setting(name).source is Source.ANNOTATION:
                 out.note(f"retry-policy: {name} has no effect without retry-delay")
         return policy
-    if pod_spec.get("restartPolicy") == "OnFailure" and not budget.runs:
-        for name in ("attempt-env", "retry-delay"):
-            if policy.value(name) not in (False, None):
-                out.conflict(
-                    policy,
-                    name,
-                    f"{where}.template.spec.restartPolicy is OnFailure: a failed container "
-                    "restarts in the same pod, so no later attempt gets a new pod to "
-                    + ("tell its attempt" if name == "attempt-env" else "hold back"),
-                    "restart-policy",
-                )
-                policy = with_setting(policy, name, Setting(BUILTIN[name], Source.BUILTIN))
     for problem in delays.check(policy, ctx, "annotation"):
         if problem.reason == "guard-rail":
             out.problems.append(problem)
         else:
-            out.conflict(policy, "retry-delay-max", problem.message, problem.reason)
-            policy = with_setting(policy, "retry-delay-max", Setting(None, Source.BUILTIN))
+            policy = out.refuse(policy, "retry-delay-max", problem.message, problem.reason)
     policy = _check_pinned(pod_spec, policy, out, where)
     policy = queued.check(policy, queue, ctx, out, budget.steps - 1)
     if policy.retry_delay is not None:
@@ -279,8 +316,7 @@ def _check_pinned(pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, whe
     if node is None or policy.retry_delay is None:
         return policy
     message = delays.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
-    out.conflict(policy, "retry-delay", message, "node-name")
-    return with_setting(policy, "retry-delay", Setting(None, Source.BUILTIN))
+    return out.refuse(policy, "retry-delay", message, "node-name")
 
 
 def _check_deadline(
@@ -318,16 +354,11 @@ def _check_failure_aware(
     budget: BudgetPlan,
     where: str,
 ) -> Policy:
-    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.plan.failureaware``): pods
-    made anew for later attempts (a JobSet's runs always are), a memory limit that can be
-    met, and OOM kills that are retried."""
+    """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.plan.failureaware``): a
+    memory limit that can be met, and OOM kills that are retried (pods made anew for later
+    attempts: ``_check_on_failure``)."""
     if not policy.failure_aware:
         return policy
-    lacking = failureaware.lacks_limit(policy, out)  # said whatever else is wrong below
-    if not budget.runs:
-        policy = failureaware.check_restart_policy(pod_spec, policy, out, where)
-    if lacking:
-        policy = failureaware.off(policy, "oom-memory-factor")
     policy = failureaware.check_memory(pod_spec, policy, ctx, out, f"{where}.template")
     failureaware.check_limit_ranges(policy, ctx, out)
     return failureaware.check_oom_retried(user_rules, pod_spec, policy, out, where)
@@ -341,11 +372,15 @@ def _check_retriable_codes(
     controller judges each failed pod (``matchPodFailurePolicy``: rules in order, the
     first match wins), so an earlier rule that counts one code cannot hide a later one
     that fails on another."""
+    seen: set[int] = set()  # each rule said once, at the first pod it fails
     for exit_, failure in fp.app_failures(pod_spec, policy.retriable_exit_codes):
         match = fp.evaluate(user_rules, failure)
         if match is not None and match.action in ("FailJob", "FailIndex"):
+            if match.index in seen:
+                continue
+            seen.add(match.index)
             codes = format_value("retriable-exit-codes", policy.retriable_exit_codes)
-            out.conflict(
+            policy = out.refuse(
                 policy,
                 "fail-non-retriable",
                 f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches "
@@ -353,7 +388,8 @@ def _check_retriable_codes(
                 f"retriable-exit-codes ({codes}) says to retry",
                 "contradiction",
             )
-            return _off(policy, "fail-non-retriable")
+            if not policy.fail_non_retriable:
+                return policy  # a default, skipped
     return policy
 
 
@@ -371,14 +407,13 @@ def _check_disruptions(
                 if match.container is not None
                 else f"condition {match.condition}"
             )
-            out.conflict(
+            return out.refuse(
                 policy,
                 "ignore-disruptions",
                 f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches a "
                 f"disrupted pod first ({what}): disruptions would not be ignored",
                 "contradiction",
             )
-            return _off(policy, "ignore-disruptions")
     return policy
 
 
@@ -484,40 +519,44 @@ def _check_non_spot(
     budget: BudgetPlan,
     where: str,
 ) -> Policy:
+    """``non-spot-attempts``: no more than the attempts there are, the config's spot node
+    labels to keep pods off, and a template that does not require spot nodes. Each is
+    checked whatever the others find, but the last needs the labels to read the template
+    with (``restartPolicy: OnFailure`` is ``_check_on_failure``'s)."""
     n = policy.non_spot_attempts
     if n <= 0:
         return policy
     attempts = budget.total
-    spot = ctx.config.spot_node_labels
-    pinned = podspec.requires_spot(pod_spec, spot)
-    if pod_spec.get("restartPolicy") == "OnFailure" and not budget.runs:
-        # (A JobSet's pods are placed by run, and every run makes new pods: fine there.)
-        message, reason = (
-            f"{where}.template.spec.restartPolicy is OnFailure: a failed container restarts "
-            "in the same pod, so no later attempt gets a new pod to place",
-            "restart-policy",
-        )
-    elif n > attempts:
-        message, reason = (
+    if n > attempts:
+        policy = out.refuse(
+            policy,
+            "non-spot-attempts",
             f"{n} is more than the {attempts} attempts {budget.scope} ({budget.text}); "
             f"accepted: 0 to {attempts}",
             "too-many-non-spot",
         )
-    elif not spot:
-        message, reason = (
-            "this cluster's config defines no spotNodeLabels, so spot nodes cannot be avoided",
+    spot = ctx.config.spot_node_labels
+    if policy.non_spot_attempts <= 0:
+        return policy  # a default, skipped
+    if not spot:
+        return out.refuse(
+            policy,
+            "non-spot-attempts",
+            "this cluster's config defines no spotNodeLabels, so spot nodes cannot be avoided "
+            "(nor told in the pod template); ask the cluster's admin to set them, or remove "
+            "non-spot-attempts",
             "no-spot-labels",
         )
-    elif pinned:
-        message, reason = (
+    pinned = podspec.requires_spot(pod_spec, spot)
+    if pinned:
+        policy = out.refuse(
+            policy,
+            "non-spot-attempts",
             f"the pod template requires spot nodes ({pinned}), so non-spot attempts "
-            "could never be scheduled",
+            "could never be scheduled; accepted: a template that does not require them",
             "contradiction",
         )
-    else:
-        return policy
-    out.conflict(policy, "non-spot-attempts", message, reason)
-    return with_setting(policy, "non-spot-attempts", Setting(0, Source.BUILTIN))
+    return policy
 
 
 def _check_pod_annotations(

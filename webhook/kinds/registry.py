@@ -25,42 +25,56 @@ KINDS: tuple[KindSpec, ...] = (
     pod.SPEC,
 )
 
+#: Each kind by (group, version, kind), as a review names it: a kind is handled at the
+#: version its controller serves, and another version is not that kind (``batch/v2``).
+_BY_GVK = {(spec.group, spec.version, spec.kind): spec for spec in KINDS}
 _BY_KIND = {(spec.group, spec.kind): spec for spec in KINDS}
-#: The mutator of each kind, by (group, kind): one instance serves every request (they
-#: are stateless).
-MUTATORS: dict[tuple[str, str], Mutator] = {key: s.mutator for key, s in _BY_KIND.items()}
-#: The view of each kind that has one (``kinds.view``), by (group, kind).
-VIEWS: dict[tuple[str, str], View] = {
-    key: s.view for key, s in _BY_KIND.items() if s.view is not None
+#: The mutator of each kind, by (group, version, kind): one instance serves every request
+#: (they are stateless).
+MUTATORS: dict[tuple[str, str, str], Mutator] = {key: s.mutator for key, s in _BY_GVK.items()}
+#: The view of each kind that has one (``kinds.view``), by (group, version, kind).
+VIEWS: dict[tuple[str, str, str], View] = {
+    key: s.view for key, s in _BY_GVK.items() if s.view is not None
 }
 
 
-def spec_for(group: str, kind: str) -> KindSpec | None:
+def spec_for(group: str, version: str, kind: str) -> KindSpec | None:
+    return _BY_GVK.get((group, version, kind))
+
+
+def known_kind(group: str, kind: str) -> KindSpec | None:
+    """The kind of this group and name at whatever version: for saying which version is
+    handled when another was given."""
     return _BY_KIND.get((group, kind))
 
 
-def lookup(group: str, kind: str) -> Mutator | None:
+def lookup(group: str, version: str, kind: str) -> Mutator | None:
     """The mutator of a kind (``None``: not one the webhook manages)."""
-    return MUTATORS.get((group, kind))
+    return MUTATORS.get((group, version, kind))
 
 
 def registered() -> list[tuple[str, str]]:
-    return sorted(MUTATORS)
+    return sorted((group, kind) for group, _, kind in MUTATORS)
+
+
+def handled() -> str:
+    """The kinds the webhook handles, for a message: "Job batch/v1, CronJob batch/v1, ..."."""
+    return ", ".join(f"{spec.kind} {spec.api_version}" for spec in KINDS)
 
 
 def view_of(
-    group: str, kind: str, obj: Mapping[str, Any], config: Config | None = None
+    group: str, version: str, kind: str, obj: Mapping[str, Any], config: Config | None = None
 ) -> dict[str, Any] | None:
     """The view of ``obj`` its kind's mutator runs on under ``config`` (``kinds.view``);
     ``None``: run on the whole object."""
-    make = VIEWS.get((group, kind))
+    make = VIEWS.get((group, version, kind))
     return make(obj, config) if make is not None else None
 
 
 def apply_defaults(obj: dict[str, Any]) -> None:
     """What the API server fills in before admission, for the offline commands: the
     kind's defaulting (``kube.defaulting``); kinds without any are left as written."""
-    group = str(obj.get("apiVersion") or "").rpartition("/")[0]
-    spec = _BY_KIND.get((group, str(obj.get("kind") or "")))
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+    spec = _BY_GVK.get((group, version, str(obj.get("kind") or "")))
     if spec is not None and spec.defaulter is not None:
         spec.defaulter(obj)

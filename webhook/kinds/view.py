@@ -75,8 +75,16 @@ OOM_FACTOR, AVOID_NODES = history.WANTS_HISTORY
 ATTEMPT_ENV, RETRY_DELAY = PREFIX + "attempt-env", PREFIX + "retry-delay"
 
 #: Of a pod spec or pod template spec, what a mutator reads: the placement fields, the
-#: restart policy a podFailurePolicy needs, and the containers (see ``_container``).
-POD_SPEC_READ = ("restartPolicy", "nodeSelector", "affinity", "nodeName", "activeDeadlineSeconds")
+#: restart policy a podFailurePolicy needs, whether pods find each other by name (the
+#: peers warning: ``kinds.workload.run_together``), and the containers (``_container``).
+POD_SPEC_READ = (
+    "restartPolicy",
+    "nodeSelector",
+    "affinity",
+    "nodeName",
+    "activeDeadlineSeconds",
+    "subdomain",
+)
 CONTAINER_GROUPS = ("initContainers", "containers")
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy", "restartPolicyRules")

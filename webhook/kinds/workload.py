@@ -70,9 +70,11 @@ class WorkloadMutator:
             return out
         policy = self.policy(obj, ctx, out)
         trial = audit.Trial.start(obj, policy, ctx)
+        run = ctx
         if trial is not None:
             policy = audit.without_defaults(policy)
-        policy = self.apply(obj, policy, ctx, out)
+            run = trial.context(ctx)
+        policy = self.apply(obj, policy, run, out)
         # (An earlier admission's record counts: a reinvocation may have nothing to add.)
         applied = finish(obj, policy, out) or AppliedRecord.of(obj) is not None
         if out.problems:
@@ -340,22 +342,60 @@ def concurrent_pods(spec: Mapping[str, Any]) -> int:
     return min(parallelism, pod_count(completions, 1))
 
 
-def peers_note(pods: int) -> str:
-    """Said when non-retriable exits fail a workload of several pods running together."""
+def run_together(spec: Mapping[str, Any]) -> int:
+    """How many pods of one JobSpec work as one, each needing the others (1: none do):
+    all of its completions running at once (``parallelism`` >= ``completions``: a
+    distributed training's ranks), or an Indexed Job's pods finding each other by name
+    (the template's ``subdomain``, a headless Service: Kubernetes' pattern for pod-to-pod
+    communication). A work queue's pods (no ``completions``) and shards run a few at a
+    time run beside each other: a preempted one's peers do not notice it."""
+    completions = spec.get("completions")
+    if completions is None:
+        return 1
+    template = spec.get("template")
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    named = isinstance(pod_spec, dict) and bool(pod_spec.get("subdomain"))
+    indexed = spec.get("completionMode") == "Indexed"
+    if (indexed and named) or pod_count(spec.get("parallelism"), 1) >= pod_count(completions, 1):
+        return concurrent_pods(spec)
+    return 1
+
+
+#: The exit codes a stopped pod's own containers report (SIGTERM, then SIGKILL after the
+#: grace period). A retriable code beyond them is the user's own, such as the one their
+#: training exits with when it loses a peer: then peers are retried, not failed.
+STOP_CODES = frozenset({137, 143})
+
+#: What ``peers_note`` asks for: on a kind with podFailurePolicy rules, and on one
+#: where ``peer-disruptions`` cannot apply (its advice is then the exit code alone).
+PEERS_ADVICE = "set peer-disruptions: ignore"
+PEERS_CODE_ONLY = "list the code they exit with then in retriable-exit-codes"
+
+
+def peers_note(pods: int, advice: str = PEERS_ADVICE) -> str:
+    """Said when non-retriable exits would fail a workload of pods that work as one."""
     return (
-        f"retry-policy: {pods} pods: a preempted pod's peers fail it with their own exit "
-        "codes; set peer-disruptions"
+        f"retry-policy: {pods} pods run as one: a preempted pod's peers may exit and fail the "
+        f"workload; {advice}"
     )
 
 
-def note_peers(policy: Policy, pods: int, out: Outcome) -> None:
+def note_peers(policy: Policy, pods: int, out: Outcome, advice: str = PEERS_ADVICE) -> None:
     """With ``fail-non-retriable``, only the pod that was disrupted carries
     ``DisruptionTarget`` (the rule that ignores or counts it matches that pod alone,
     ``matchPodFailurePolicy``): the peers it worked with (a distributed training's other
     ranks) lose it and exit with codes of their own (1, a timeout's), which the FailJob
     rule matches, so one preemption fails the whole workload, unless ``peer-disruptions``
-    marks those peers (``plan.causes``). Said once per object."""
-    if policy.fail_non_retriable and pods > 1 and policy.peer_disruptions is None:
-        note = peers_note(pods)
+    marks those peers (``plan.causes``) or the code they exit with is retriable. Said
+    once per object, only where ``pods`` (that work as one) can fail the workload
+    together: not with ``fail-index``, where a peer fails only its own index."""
+    if (
+        policy.fail_non_retriable
+        and pods > 1
+        and policy.peer_disruptions is None
+        and policy.on_non_retriable != "fail-index"
+        and set(policy.retriable_exit_codes) <= STOP_CODES
+    ):
+        note = peers_note(pods, advice)
         if note not in out.notes:
             out.note(note)

@@ -71,6 +71,20 @@ _FIELDS = {
 }
 
 
+def never_instead(field: str) -> str:
+    """What a denial for a pod template's ``restartPolicy: OnFailure`` ends with: what to
+    change and what that changes. Under OnFailure the kubelet restarts a failed container
+    in its pod, and the Job controller counts those restarts against ``backoffLimit``
+    (``pastBackoffLimitOnFailure``, job_controller.go); under Never a failed container
+    fails its pod and the controller makes a new pod for the retry, counting failed pods
+    instead (``getNewFinishedPods``; ``syncJob`` compares ``failed`` with it)."""
+    return (
+        f"accepted: {field}: Never, under which a failed container fails its pod and the "
+        "retry runs in a new pod (files in its emptyDir volumes start empty), counted "
+        "against backoffLimit as its restarts are now"
+    )
+
+
 @dataclass(frozen=True)
 class FailJobMatch:
     """A FailJob message read back: the pod, the rule (its index in the Job's

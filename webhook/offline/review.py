@@ -16,11 +16,13 @@ from webhook.admission.review import Verdict
 from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.runtimes import RuntimeSource
 from webhook.cluster.version import VersionSource
-from webhook.kinds.registry import apply_defaults, spec_for
+from webhook.kinds.registry import apply_defaults, handled, known_kind, spec_for
 from webhook.kube.wellknown import (
     LAST_APPLIED,
 )
+from webhook.plan.policies import has_policy_annotations
 from webhook.policy.config import Config
+from webhook.policy.model import PREFIX
 
 
 def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any], bool]:
@@ -33,7 +35,9 @@ def prepare(obj: dict[str, Any], namespace: str | None) -> tuple[dict[str, Any],
     metadata = prepared.get("metadata")
     if not isinstance(metadata, dict):
         metadata = prepared["metadata"] = {}
-    metadata["namespace"] = namespace or metadata.get("namespace") or "default"
+    # As kubectl: the object's own namespace, else -n's (``read_inputs`` refused the two
+    # differing), else "default".
+    metadata["namespace"] = metadata.get("namespace") or namespace or "default"
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = metadata["annotations"] = {}
@@ -79,7 +83,7 @@ def admission_review(obj: dict[str, Any], namespace: str | None) -> dict[str, An
     gvk = {"group": group, "version": version, "kind": kind}
     # The resource each kind is served as (the registry's; a kind it does not list is
     # guessed as the API server's RESTMapper would: lowercase, plural).
-    spec = spec_for(group, kind)
+    spec = spec_for(group, version, kind)
     resource = spec.plural if spec is not None else kind.lower() + "s"
     gvr = {"group": group, "version": version, "resource": resource}
     request: dict[str, Any] = {
@@ -147,8 +151,39 @@ def check(
     texts = {c.text for c in reviewed.outcome.changes} if reviewed.outcome else set()
     warnings, changes = [], []
     for text in reviewed.verdict.warnings:
-        if text == engine.EXPLAIN_HINT:
-            continue  # a pointer to explain, neither
         (changes if text in texts else warnings).append(text)
     result = strip(reviewed.result, synthetic) if reviewed.verdict.allowed else reviewed.result
+    unknown = unhandled(obj)
+    if unknown:
+        warnings.append(unknown)
     return Checked(reviewed.verdict, prepared, result, warnings, changes)
+
+
+#: The API groups of kinds Kubernetes itself serves: their versions are known.
+BUILT_IN_GROUPS = ("", "batch")
+
+
+def unhandled(obj: dict[str, Any]) -> str:
+    """The warning for an object the webhook would pass through unchanged, where that is
+    not what its author expects: a kind it handles at a version it does not (matched on
+    group, version and kind, as the API server names them), and any other kind that asks
+    for a retry policy. "" for the rest (the server passes them through, silently)."""
+    api_version = str(obj.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    kind = str(obj.get("kind") or "")
+    if spec_for(group, version, kind) is not None:
+        return ""
+    known = known_kind(group, kind)
+    if known is not None:
+        served = "the API serves" if group in BUILT_IN_GROUPS else "the webhook handles"
+        return (
+            f"retry-policy: {kind} {api_version} is an unknown version ({served} "
+            f"{kind} {known.api_version}): nothing here would apply to it"
+        )
+    metadata = obj.get("metadata")
+    if has_policy_annotations(metadata if isinstance(metadata, dict) else None):
+        return (
+            f"retry-policy: {kind} {api_version} is not a kind the webhook handles, so its "
+            f"{PREFIX} annotations would do nothing; it handles {handled()}"
+        )
+    return ""

@@ -11,7 +11,8 @@ is compact JSON with sorted keys:
 
 - ``settings``: the audited settings, by annotation name without the prefix
   (``{"retries": "3", "fail-non-retriable": "42"}``), as an annotation would say them;
-- ``by``: where each came from, ``cluster`` or ``namespace``;
+- ``by``: where each came from, ``cluster`` or ``namespace``, or ``guardRails`` for a
+  workload without annotations of its own, which audit spares the guard rails too;
 - ``parts``: for each JobSpec the audited settings would have changed, by its place in the
   object (``spec``; a CronJob's ``spec.jobTemplate.spec``; a JobSet's
   ``spec.replicatedJobs[<name>].template.spec``): ``backoffLimit`` and
@@ -24,6 +25,8 @@ is compact JSON with sorted keys:
 - ``failurePolicy``: a JobSet's ``spec.failurePolicy`` as the audited settings would have
   left it, when they change it (``fail-non-retriable`` adds a ``FailJobSet`` rule,
   ``backoff-limit`` writes ``maxRestarts``): the replay follows the runs by it;
+- ``denied``: present only when enforcing would deny the workload, and why (an
+  unannotated workload's own spec above a guard rail);
 - ``v``: the format, ``VERSION``; ``rev``: what this format's writer kept (1, no ``rev``:
   no ``failurePolicy``, and parts without ``template``), which a reader of ``v`` 1 may
   ignore.
@@ -54,8 +57,14 @@ MANAGED = PREFIX + "managed"
 #: The format this version writes, and its revision (see the module's doc).
 VERSION = 1
 REVISION = 2
-#: Where an audited setting came from.
-BY_CLUSTER, BY_NAMESPACE = "cluster", "namespace"
+#: Where an audited setting came from: a default, or a guard rail (a workload without
+#: annotations of its own is audited under the rails too: ``kinds.audit``).
+BY_CLUSTER, BY_NAMESPACE, BY_RAIL = "cluster", "namespace", "guardRails"
+
+
+def by_words(by: str) -> str:
+    """Where an audited setting came from, in words: "cluster default", "guardRails"."""
+    return by if by == BY_RAIL else f"{by} default"
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,8 @@ class AuditRecord:
     #: A JobSet's failurePolicy under the audited settings, when they change it.
     failure_policy: Mapping[str, Any] | None = None
     revision: int = REVISION
+    #: Why enforcing would deny the workload ("": it would not); then ``parts`` is empty.
+    denied: str = ""
 
     def to_annotation(self) -> str:
         doc: dict[str, Any] = {
@@ -102,6 +113,8 @@ class AuditRecord:
         }
         if self.failure_policy is not None:
             doc["failurePolicy"] = dict(self.failure_policy)
+        if self.denied:
+            doc["denied"] = self.denied
         return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS).decode()
 
     def part(self, path: str) -> AuditedPart | None:
@@ -141,12 +154,14 @@ class AuditRecord:
             )
         failure_policy = doc.get("failurePolicy")
         revision = doc.get("rev", 1)
+        denied = doc.get("denied", "")
         return cls(
             {str(k): str(v) for k, v in settings.items()},
             {str(k): str(v) for k, v in by.items()},
             tuple(read),
             failure_policy if isinstance(failure_policy, dict) else None,
             revision if isinstance(revision, int) and not isinstance(revision, bool) else 1,
+            denied if isinstance(denied, str) else "",
         )
 
 

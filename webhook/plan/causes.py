@@ -54,7 +54,7 @@ from webhook.policy.grammar import (
     parse_peer_disruptions,
     parse_restart_budget,
 )
-from webhook.policy.model import BUILTIN, PREFIX, Policy, Setting, format_value, with_setting
+from webhook.policy.model import PREFIX, Policy, format_value
 
 #: The template labels, by key: what the controller and the chart select pods by.
 LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")
@@ -158,8 +158,7 @@ def check(policy: Policy, out: Outcome) -> Policy:
     for name, needed, why in NEEDS:
         if policy.asks(name) and not policy.asks(needed):
             off = "not set" if not policy.explicit(needed) else "not applied here"
-            out.conflict(policy, name, f"needs {needed}, {off}: {why}", f"needs-{needed}")
-            policy = with_setting(policy, name, Setting(BUILTIN[name], policy.setting(name).source))
+            policy = out.refuse(policy, name, f"needs {needed}, {off}: {why}", f"needs-{needed}")
     return policy
 
 

@@ -53,19 +53,45 @@ def named(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
             yield name, container
 
 
-def lacks_limit(policy: Policy, out: Outcome) -> bool:
-    """``oom-memory-factor`` without ``oom-memory-limit``, said (the caller turns the factor
-    off). A need between two keys, which the spec cannot change: callers say it before the
-    spec's own problems turn the factor off, so one apply shows both."""
+def lacks_limit(
+    policy: Policy,
+    out: Outcome,
+    pod_spec: Mapping[str, Any] | None = None,
+    ctx: Context | None = None,
+) -> bool:
+    """``oom-memory-factor`` without ``oom-memory-limit``, said. A need between two keys,
+    which the spec cannot change: callers say it before the spec's own problems, so one
+    apply shows both. With the pod template (``pod_spec``), what the limit is checked
+    against is said too: the largest memory request, and the guard rail, so that the limit
+    the message asks for is not denied next."""
     if policy.oom_memory_factor is None or policy.oom_memory_limit is not None:
         return False
+    accepted = "e.g. 16Gi"
+    largest = _largest_request(pod_spec) if pod_spec is not None else None
+    rail = ctx.config.rails(ctx.namespace).max_oom_memory_limit if ctx is not None else None
+    if largest is not None:
+        accepted = f"accepted: at least {largest[1]} (container {largest[0]}'s memory request)"
+        if rail is not None:
+            accepted += f", at most {rail} (guardRails.maxOomMemoryLimit)"
+    elif rail is not None:
+        accepted = f"accepted: up to {rail} (guardRails.maxOomMemoryLimit)"
     out.conflict(
         policy,
         "oom-memory-factor",
-        f"needs {PREFIX}oom-memory-limit, the most memory a container may get (e.g. 16Gi)",
+        f"needs {PREFIX}oom-memory-limit, the most memory a container may get ({accepted})",
         "missing-memory-limit",
     )
     return True
+
+
+def _largest_request(pod_spec: Mapping[str, Any]) -> tuple[str, quantity.Quantity] | None:
+    """The container with the largest memory request (``request_of``), and that request."""
+    found: tuple[str, quantity.Quantity] | None = None
+    for name, container in named(pod_spec):
+        request = request_of(container)
+        if request is not None and (found is None or request.value > found[1].value):
+            found = (name, request)
+    return found
 
 
 def check_memory(
@@ -75,19 +101,17 @@ def check_memory(
     rail nor be below a container's memory request (it could never be met); and memory
     set on the containers, not on the pod (``spec.resources``, PodLevelResources): a
     raise of the containers would not move a pod-level bound, so the promise of more
-    memory would not be kept."""
+    memory would not be kept. Each is checked whatever the others find; a missing limit
+    says what the limit checks would ask of it."""
     factor, limit = policy.oom_memory_factor, policy.oom_memory_limit
     if factor is None:
         if limit is not None and policy.setting("oom-memory-limit").source is Source.ANNOTATION:
             out.note("retry-policy: oom-memory-limit has no effect without oom-memory-factor")
         return policy
-    if limit is None:
-        lacks_limit(policy, out)
-        return off(policy, "oom-memory-factor")
     shared = podspec.memory_of(pod_spec, "limits") or podspec.memory_of(pod_spec, "requests")
     if shared is not None:
         field = "spec.resources" if where == "this pod" else f"{where}.spec.resources"
-        out.conflict(
+        policy = out.refuse(
             policy,
             "oom-memory-factor",
             f"{field} sets pod-level memory ({shared}), which the pod's containers share: "
@@ -95,6 +119,12 @@ def check_memory(
             "accepted: memory set on the containers only",
             "pod-level-resources",
         )
+        if policy.oom_memory_factor is None:
+            return policy  # a default, skipped
+    if limit is None:
+        lacks_limit(policy, out, pod_spec, ctx)
+        if policy.setting("oom-memory-factor").source is Source.ANNOTATION:
+            return policy  # denied, and said what the limit must be: the rest still checked
         return off(policy, "oom-memory-factor")
     rail = ctx.config.rails(ctx.namespace).max_oom_memory_limit
     if rail is not None and limit.value > rail.value:
@@ -106,18 +136,21 @@ def check_memory(
                 "guard-rail",
             )
         )
+    largest = _largest_request(pod_spec)
+    if largest is not None and largest[1].value > limit.value:
+        name, request = largest
+        upto = f" and at most {rail}" if rail is not None else ""
+        policy = out.refuse(
+            policy,
+            "oom-memory-limit",
+            f"{limit} is below the memory request of container {name} ({request}) in "
+            f"{where}; accepted: a quantity of at least {request}{upto}",
+            "memory-limit-too-low",
+        )
+        if policy.setting("oom-memory-limit").source is not Source.ANNOTATION:
+            return off(policy, "oom-memory-factor")  # a default limit, skipped: no factor
+    if any(p.reason == "guard-rail" for p in out.problems):
         return off(policy, "oom-memory-factor")
-    for name, container in named(pod_spec):
-        request = request_of(container)
-        if request is not None and request.value > limit.value:
-            out.conflict(
-                policy,
-                "oom-memory-limit",
-                f"{limit} is below the memory request of container {name} ({request}) in "
-                f"{where}; accepted: a quantity of at least {request}",
-                "memory-limit-too-low",
-            )
-            return off(policy, "oom-memory-factor")
     return policy
 
 
@@ -137,26 +170,6 @@ def check_limit_ranges(policy: Policy, ctx: Context, out: Outcome) -> None:
             )
 
 
-def check_restart_policy(
-    pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str
-) -> Policy:
-    """With ``restartPolicy: OnFailure`` a failed container restarts in its pod: no new
-    pod is made for a later attempt, so nothing could be given to it."""
-    if pod_spec.get("restartPolicy") != "OnFailure":
-        return policy
-    for name in SETTINGS:
-        if policy.value(name):
-            out.conflict(
-                policy,
-                name,
-                f"{where}.template.spec.restartPolicy is OnFailure: a failed container "
-                "restarts in the same pod, so no later attempt gets a new pod to change",
-                "restart-policy",
-            )
-            policy = off(policy, name)
-    return policy
-
-
 def check_oom_retried(
     user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str
 ) -> Policy:
@@ -164,12 +177,16 @@ def check_oom_retried(
     pods an OOM kill leaves (one per application container, exit code 137) as the Job
     controller judges them (``matchPodFailurePolicy``: in order, the first match wins);
     ``fail-non-retriable`` must count 137 as retriable."""
-    if policy.oom_memory_factor is None:
-        return policy
+    seen: set[int] = set()
     for exit_, failure in fp.app_failures(pod_spec, (SIGKILL,)):
+        if policy.oom_memory_factor is None:
+            return policy  # a default, skipped
         match = fp.evaluate(user_rules, failure)
         if match is not None and match.action in ("FailJob", "FailIndex"):
-            out.conflict(
+            if match.index in seen:
+                continue
+            seen.add(match.index)
+            policy = out.refuse(
                 policy,
                 "oom-memory-factor",
                 f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches "
@@ -177,13 +194,12 @@ def check_oom_retried(
                 "the OOM kill would not be retried with more memory",
                 "contradiction",
             )
-            return off(policy, "oom-memory-factor")
     codes = policy.retriable_exit_codes
-    if not policy.fail_non_retriable or SIGKILL in codes:
+    if policy.oom_memory_factor is None or not policy.fail_non_retriable or SIGKILL in codes:
         return policy
     setting = policy.setting("retriable-exit-codes")
     if setting.source in (Source.ANNOTATION, Source.SPEC):
-        out.conflict(
+        return out.refuse(
             policy,
             "oom-memory-factor",
             f"an OOM kill exits 137, which retriable-exit-codes "
@@ -191,7 +207,6 @@ def check_oom_retried(
             "fail-non-retriable would fail the Job instead; add 137 to retriable-exit-codes",
             "contradiction",
         )
-        return off(policy, "oom-memory-factor")
     wider = tuple(sorted({*codes, SIGKILL}))
     out.note(
         f"retry-policy: exit code 137 added to retriable-exit-codes "

@@ -193,15 +193,17 @@ _FINE: Found = ("", "", "")
 
 def _settle(policy: Policy, found: Found, out: Outcome) -> Policy:
     """A check's finding as a conflict (denied when annotated, skipped from a default):
-    a wrong scope falls back to the container scope, anything else turns in-place
-    restarts off."""
+    a wrong scope falls back to the container scope; a default is turned off, an annotated
+    setting stays on so that the independent checks after it still run
+    (``Outcome.refuse``)."""
     message, name, reason = found
     if not message:
         return policy
-    out.conflict(policy, name, message, reason)
     if name == "in-place-scope":
+        out.conflict(policy, name, message, reason)
         return with_setting(policy, name, Setting("container", Source.BUILTIN))
-    return _off(policy)
+    # Annotated, it stays asked for: the checks after this one still say their problems.
+    return out.refuse(policy, name, message, reason)
 
 
 def _version(

@@ -16,10 +16,12 @@ from webhook.plan.audit import AuditRecord
 from webhook.plan.record import AppliedRecord, rule_id
 from webhook.policy.config import Config
 from webhook.policy.model import (
+    BUILTIN,
     PREFIX,
     Policy,
     Setting,
     Source,
+    with_setting,
 )
 from webhook.problems import Problem
 
@@ -158,3 +160,15 @@ class Outcome:
             text = f"retry-policy: {name} ({setting.describe(name)}) skipped: {message}"
             self.note(text)
             self.skipped.append(text)
+
+    def refuse(self, policy: Policy, name: str, message: str, reason: str) -> Policy:
+        """``conflict``, and the policy the checks go on with. A setting you annotated is
+        denied and stays on, so that its other, independent checks still run and one
+        denial says every problem it has (a check whose problem makes a later one
+        meaningless stops that one itself, and says so); a default is skipped: turned off
+        (its ``BUILTIN`` value, keeping where it came from) and said once."""
+        self.conflict(policy, name, message, reason)
+        setting = policy.setting(name)
+        if setting.source is Source.ANNOTATION:
+            return policy
+        return with_setting(policy, name, Setting(BUILTIN[name], setting.source))

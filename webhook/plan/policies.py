@@ -37,6 +37,23 @@ def policy_keys(metadata: Any) -> tuple[str, ...]:
     )
 
 
+#: Our annotations that the webhook (or its controller) writes: no author opts in with them.
+WRITTEN_KEYS = frozenset({"applied", "audit", "history", "defaults", "not-before", "jobset-uid"})
+
+
+def asks_for_policy(metadata: Any) -> bool:
+    """Whether the object's author opted in: a ``retry-policy.dev/`` annotation other
+    than those the webhook writes (an audited workload's record does not make it one)."""
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict):
+        return False
+    cut = len(PREFIX)
+    return any(
+        isinstance(k, str) and k.startswith(PREFIX) and k[cut:] not in WRITTEN_KEYS
+        for k in annotations
+    )
+
+
 def default_layers(metadata: Any, ctx: Context) -> list[Layer]:
     """The admin's layers (namespace override, cluster defaults) under an object's own
     annotations: none for an object a controller made (KubeRay's submitter Job, an MPI

@@ -44,11 +44,24 @@ def parse_exit_codes(text: str) -> tuple[int, ...]:
     """Parse ``143,137`` into the sorted, de-duplicated tuple the Job API requires."""
     accepted = "accepted: a comma-separated list of exit codes from 1 to 255, e.g. 143,137"
     if _CODE_LIST.fullmatch(text.strip()) is None:
-        raise BadValue(accepted)
+        raise BadValue(_bad_element(text) + accepted)
     codes = sorted({int(part) for part in text.split(",")})
     if codes[0] < 1 or codes[-1] > 255:
-        raise BadValue(accepted)
+        raise BadValue(_bad_element(text) + accepted)
     return tuple(codes)
+
+
+def _bad_element(text: str) -> str:
+    """What is wrong with the first bad element of a list of exit codes, pointed at
+    ("300 is out of range; "), or "" when it is the list's shape (an empty element...)."""
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            return "an element is empty; "
+        if not (part.isascii() and part.isdigit()):
+            return f"{part!r} is not a whole number; "
+        if not 1 <= int(part) <= 255:
+            return f"{int(part)} is out of range; "
+    return ""
 
 
 def parse_in_place_codes(text: str) -> tuple[int, ...] | None:
@@ -64,8 +77,8 @@ def parse_in_place_codes(text: str) -> tuple[int, ...] | None:
         return parse_exit_codes(text)
     except BadValue:
         raise BadValue(
-            "accepted: a comma-separated list of exit codes from 1 to 255, e.g. 42,75, or "
-            "none to turn off a default"
+            _bad_element(text) + "accepted: a comma-separated list of exit codes from 1 to "
+            "255, e.g. 42,75, or none to turn off a default"
         ) from None
 
 

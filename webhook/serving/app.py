@@ -247,7 +247,7 @@ def _version_stats(state: State) -> dict[str, Any]:
 def _kind_label(review: codec.Request) -> str:
     """A bounded label: kinds we handle by name, every other kind as ``other``."""
     kind = review.kind
-    return kind.kind if lookup(kind.group, kind.kind) is not None else "other"
+    return kind.kind if lookup(kind.group, kind.version, kind.kind) is not None else "other"
 
 
 def denial_reasons(verdict: Verdict) -> Iterable[str]:

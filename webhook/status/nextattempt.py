@@ -139,7 +139,7 @@ def planned_pod(
     and the warnings it gives (what kubectl would show). It runs here on a copy, not
     through admission: nothing is stored, and a pod it would refuse is shown as it is."""
     made = copy.deepcopy(dict(pod))
-    mutator = lookup("", "Pod")
+    mutator = lookup("", "v1", "Pod")
     ctx = Context(config, source, namespace, kubernetes_version=config.kubernetes_version)
     if mutator is None or not mutator.applies(made, ctx):
         return made, []

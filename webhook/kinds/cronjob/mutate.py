@@ -29,9 +29,9 @@ from webhook.kinds.jobspec import POD_KEYS, apply_job_spec
 from webhook.kinds.workload import (
     WorkloadMutator,
     check_error_propagation,
-    concurrent_pods,
     get_path,
     note_peers,
+    run_together,
 )
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent
@@ -109,7 +109,7 @@ class CronJobMutator(WorkloadMutator):
         _forget_previous(cronjob, job_spec)
         policy = check_error_propagation(policy, self.kind, out)
         policy = apply_job_spec(cronjob, JOB_SPEC, job_spec, policy, ctx, out, defaulted=False)
-        note_peers(policy, concurrent_pods(job_spec), out)
+        note_peers(policy, run_together(job_spec), out)
         if job_spec == before:
             # What was taken out came back as it was: nothing changed, nothing to report
             # (and nothing for validation to find missing).

@@ -13,9 +13,9 @@ from webhook.kinds.workload import (
     UpdateCheck,
     WorkloadMutator,
     check_error_propagation,
-    concurrent_pods,
     get_path,
     note_peers,
+    run_together,
 )
 from webhook.kube.objects import controller_of, mapping
 from webhook.kube.wellknown import JOBSET_GROUP
@@ -51,7 +51,7 @@ class JobMutator(WorkloadMutator):
             return policy
         policy = check_error_propagation(policy, self.kind, out)
         policy = apply_job_spec(job, ("spec",), spec, policy, ctx, out)
-        note_peers(policy, concurrent_pods(spec), out)
+        note_peers(policy, run_together(spec), out)
         return policy
 
     def job_specs(self, job: Mapping[str, Any]) -> JobSpecs:

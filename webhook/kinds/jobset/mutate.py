@@ -51,10 +51,10 @@ bounds it, and one we would write is denied (skipped when a default).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.kinds import audit
 from webhook.kinds.audit import JobSpecs
 from webhook.kinds.jobset.rules import (
     MAX_RESTARTS,
@@ -69,6 +69,8 @@ from webhook.kinds.jobset.rules import (
 )
 from webhook.kinds.jobspec import apply_job_spec
 from webhook.kinds.workload import (
+    PEERS_ADVICE,
+    PEERS_CODE_ONLY,
     WRITTEN_SOURCES,
     WorkloadMutator,
     check_error_propagation,
@@ -89,7 +91,6 @@ from webhook.plan.model import job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations
 from webhook.plan.record import AppliedRecord
-from webhook.policy.config import GuardRails
 from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import APPLIED, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
@@ -208,7 +209,7 @@ class JobSetMutator(WorkloadMutator):
         if not out.problems:
             write_limit(jobset, MAX_RESTARTS, policy, out)
         restarts = policy.backoff_limit or 0
-        child_ctx = _without_rails(ctx) if in_place else ctx
+        child_ctx = audit.without_rails(ctx) if in_place else ctx
         children = [
             _apply_replicated_job(jobset, index, policy, restarts, child_ctx, out, in_place)
             for index in indexes
@@ -217,7 +218,8 @@ class JobSetMutator(WorkloadMutator):
         if not out.problems and failing:
             add_rule(jobset, policy, replicated, out, targets)
         if failing:
-            note_peers(failing[0], _pods(jobset, indexes), out)
+            advice = PEERS_CODE_ONLY if in_place else PEERS_ADVICE
+            note_peers(failing[0], _pods(jobset, indexes), out, advice)
         if left_out:
             out.note(
                 _initializers_note([str(mapping(replicated[i]).get("name")) for i in left_out])
@@ -404,16 +406,6 @@ def _outer_bound(jobset: Mapping[str, Any], ctx: Context) -> str | None:
 
 def in_place_restart(jobset: Mapping[str, Any]) -> bool:
     return get_path(jobset, ("spec", "failurePolicy", "restartStrategy")) == IN_PLACE_RESTART
-
-
-def _without_rails(ctx: Context) -> Context:
-    """``ctx`` without guard rails: under InPlaceRestart a child's backoffLimit must be
-    2147483647 and is no retry budget (maxRestarts is, and was checked against them)."""
-    namespaces = {
-        ns: dataclasses.replace(o, guard_rails={}) for ns, o in ctx.config.namespaces.items()
-    }
-    config = dataclasses.replace(ctx.config, guard_rails=GuardRails(), namespaces=namespaces)
-    return dataclasses.replace(ctx, config=config)
 
 
 def _apply_replicated_job(

@@ -26,10 +26,10 @@ from webhook.kube.jobsetpolicy import (
     pattern_applies,
 )
 from webhook.kube.objects import items, mapping
-from webhook.plan import failureaware, inplace
+from webhook.plan import inplace
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
-from webhook.policy.model import Policy, Setting, with_setting
+from webhook.policy.model import Policy
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
@@ -273,18 +273,14 @@ def check_rules(
                 how = f" (its pattern /{pattern}/ is taken to match: {why})"
             elif pattern:
                 how = f" (its pattern /{pattern}/ matches the Job's message: {FAILJOB_SHAPE})"
-            out.conflict(
+            # (JobSet takes the first rule that applies: the later ones are never reached.)
+            return out.refuse(
                 policy,
                 "fail-non-retriable",
                 f"your spec.failurePolicy.rules[{index}] ({rule.get('action')}) matches Jobs "
                 f"failed by their podFailurePolicy first{how}, so a non-retriable exit would "
                 "not fail the JobSet",
                 "contradiction",
-            )
-            return with_setting(
-                policy,
-                "fail-non-retriable",
-                Setting(False, policy.setting("fail-non-retriable").source),
             )
     return policy
 
@@ -331,7 +327,7 @@ def check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) ->
     earlier ones and run on spot nodes, the opposite of what was asked."""
     for index, rule in enumerate(rules):
         if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS:
-            out.conflict(
+            policy = out.refuse(
                 policy,
                 "non-spot-attempts",
                 f"your spec.failurePolicy.rules[{index}] ({rule['action']}) recreates a Job "
@@ -339,9 +335,8 @@ def check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) ->
                 "not be told apart and would run on spot nodes; drop the rule or this setting",
                 "contradiction",
             )
-            return with_setting(
-                policy, "non-spot-attempts", Setting(0, policy.setting("non-spot-attempts").source)
-            )
+            if policy.non_spot_attempts <= 0:
+                return policy  # a default, skipped
     return policy
 
 
@@ -362,7 +357,7 @@ def check_oom_restarts(
             if not isinstance(rule, dict) or not rule_applies(rule, reason, messages)[0]:
                 continue
             if rule.get("action") == "FailJobSet":
-                out.conflict(
+                return out.refuse(
                     policy,
                     "oom-memory-factor",
                     f"your spec.failurePolicy.rules[{index}] (FailJobSet) applies when "
@@ -370,7 +365,6 @@ def check_oom_restarts(
                     "ends it: the JobSet would fail instead of restarting with more memory",
                     "contradiction",
                 )
-                return failureaware.off(policy, "oom-memory-factor")
             break
     return policy
 

@@ -159,34 +159,30 @@ class PodMutator:
     ) -> dict[str, Any] | None:
         limit = policy.backoff_limit
         n = policy.non_spot_attempts
+        problems = []
         if limit is None:
-            self._report(
-                out,
-                [
-                    Problem(
-                        f"annotation {PREFIX}non-spot-attempts",
-                        f"needs {PREFIX}backoff-limit on the Pod to know which attempts are last",
-                        "missing-backoff-limit",
-                    )
-                ],
-                owner,
+            problems.append(
+                Problem(
+                    f"annotation {PREFIX}non-spot-attempts",
+                    f"needs {PREFIX}backoff-limit on the Pod to know which attempts are last",
+                    "missing-backoff-limit",
+                )
             )
+        elif n > limit + 1:
+            problems.append(
+                Problem(
+                    f"annotation {PREFIX}non-spot-attempts",
+                    f"{n} is more than the {limit + 1} attempts (backoff-limit {limit} + 1); "
+                    f"accepted: 0 to {limit + 1}",
+                    "too-many-non-spot",
+                )
+            )
+        if owner is None and policy.attempt is None:
+            problems.append(needs_attempt("non-spot-attempts"))
+        if problems or limit is None:
+            self._report(out, problems, owner)
             return None
         attempts = limit + 1
-        if n > attempts:
-            self._report(
-                out,
-                [
-                    Problem(
-                        f"annotation {PREFIX}non-spot-attempts",
-                        f"{n} is more than the {attempts} attempts (backoff-limit {limit} + 1); "
-                        f"accepted: 0 to {attempts}",
-                        "too-many-non-spot",
-                    )
-                ],
-                owner,
-            )
-            return None
         lookup = attempt_of(pod, policy, owner, ctx)
         if lookup.failures is None:
             out.note(
@@ -247,14 +243,7 @@ class PodMutator:
         if owner is None and policy.attempt is None:
             for name in ("attempt-env", "retry-delay"):
                 if policy.explicit(name) and policy.value(name) not in (False, None):
-                    problems.append(
-                        Problem(
-                            f"annotation {PREFIX}{name}",
-                            f"a Pod no controller made needs {PREFIX}attempt, its attempt "
-                            "number (failures so far)",
-                            "missing-attempt",
-                        )
-                    )
+                    problems.append(needs_attempt(name))
         node = delays.pinned(spec)
         if owner is None and node is not None and policy.retry_delay is not None:
             # (A controller's pod is only never gated: ``delays.hold``.)
@@ -289,10 +278,25 @@ class PodMutator:
         checks = Outcome()
         checked = failureaware.check_memory(spec, policy, ctx, checks, "this pod")
         out.notes.extend(checks.notes)
+        if owner is None:
+            # Nothing keeps a bare Pod's earlier attempts: no history could ever be read.
+            for name in failureaware.SETTINGS:
+                if policy.asks(name):
+                    checks.problems.append(
+                        Problem(
+                            f"annotation {PREFIX}{name}",
+                            "a Pod no controller made has no earlier attempts on record (the "
+                            "OOM kills and failed nodes of earlier attempts are kept for a "
+                            "Job's pods); accepted: run the Pod from a Job, annotated as this "
+                            "Pod is",
+                            "no-history",
+                        )
+                    )
         if checks.problems:
             self._report(out, checks.problems, owner)  # a controller's pod: warnings
             if owner is None:
                 return None
+            checked = failureaware.off(checked, "oom-memory-factor")  # its problems all
         if not checked.failure_aware:
             return None
         lookup, terminating = failure_history(pod, owner, ctx)
@@ -700,4 +704,15 @@ def attempt_here(
         found.known,
         found.reason,
         found.missing if shared_index else 0,
+    )
+
+
+def needs_attempt(name: str) -> Problem:
+    """A bare Pod's ``name`` needs its attempt number, which only its author can give."""
+    return Problem(
+        f"annotation {PREFIX}{name}",
+        f"a Pod no controller made needs {PREFIX}attempt, its attempt number (failures so "
+        "far), as nothing else counts its attempts; accepted: that annotation, or the Pod "
+        "run from a Job",
+        "missing-attempt",
     )

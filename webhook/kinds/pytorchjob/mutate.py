@@ -50,7 +50,7 @@ from webhook.kube.objects import mapping
 from webhook.kube.wellknown import KUBEFLOW_GROUP
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
-from webhook.policy.model import Policy, Setting, format_value, with_setting
+from webhook.policy.model import Policy, Setting, Source, format_value, with_setting
 from webhook.problems import Problem
 
 KIND = "PyTorchJob"
@@ -83,6 +83,12 @@ NOT_APPLICABLE = {
     "peer-disruptions": "the training operator has no podFailurePolicy: no rule decides a "
     "failed pod, a disrupted pod's peer or not",
 }
+#: What a PyTorchJob's peers warning asks (``note_peers``): peer-disruptions needs a
+#: podFailurePolicy, and ExitCode retries the codes from 128 up.
+PEERS_EXIT_CODE = (
+    f"list the code they exit with then ({RETRIED_FROM}-255: ExitCode retries) in "
+    "retriable-exit-codes"
+)
 #: Where kubeflow/trainer#2045 (runPolicy.backoffLimit not enforced under ExitCode) is told.
 UNENFORCED = "kubeflow/trainer#2045"
 
@@ -104,9 +110,9 @@ class PyTorchJobMutator(WorkloadMutator):
         policy = check_not_applicable(policy, KIND, NOT_APPLICABLE, out)
         policy = resolve_limit(job, BACKOFF, policy, out)
         policy = enforce_rail(policy, BACKOFF, ctx, out)
+        policy, capped = _check_cap(job, replicas, policy, out)
         if policy.fail_non_retriable:
-            policy = _check_exit_code(replicas, policy, out)
-        policy = _check_cap(job, replicas, policy, out)
+            policy = _check_exit_code(replicas, policy, out, capped)
         if out.problems:
             return policy
         write_limit(job, BACKOFF, policy, out)
@@ -116,8 +122,10 @@ class PyTorchJobMutator(WorkloadMutator):
             pod_spec = get_path(replicas[rtype], ("template", "spec"))
             add_error_propagation(pod_spec, f"{rtype} containers", policy, out)
         if policy.error_propagation:
-            out.note(error_propagation_note())
-        note_peers(policy, _pods(replicas), out)
+            # What the change assumes, said with it (no setting: validation does not
+            # expect it gone, as ``failureaware.OOM_SIGNAL``): not a fault of the object.
+            out.changed(error_propagation_note())
+        note_peers(policy, _pods(replicas), out, PEERS_EXIT_CODE)
         out.policies["spec"] = policy
         return policy
 
@@ -147,12 +155,15 @@ def exit_code_replicas(replicas: Mapping[str, Any]) -> list[str]:
 
 def _check_cap(
     job: Mapping[str, Any], replicas: Mapping[str, Any], policy: Policy, out: Outcome
-) -> Policy:
+) -> tuple[Policy, bool]:
     """A runPolicy.backoffLimit >= 1 means nothing under ExitCode (see the module doc):
-    never trade a cap for ExitCode, never write a cap ExitCode would ignore."""
+    never trade a cap for ExitCode, never write a cap ExitCode would ignore. Also returns
+    whether ``fail-non-retriable`` was denied for the cap (it stays on, so that its other
+    problems are said too: ``_check_exit_code``)."""
     limit = policy.backoff_limit
+    capped = False
     if limit is None or limit < 1:
-        return policy
+        return policy, capped
     setting = policy.setting("backoff-limit")
     shown = f"runPolicy.backoffLimit {limit} ({setting.describe('backoff-limit')})"
     if policy.fail_non_retriable:
@@ -162,18 +173,18 @@ def _check_cap(
             if deadline is not None
             else "bound the run with runPolicy.activeDeadlineSeconds"
         )
-        out.conflict(
+        policy = out.refuse(
             policy,
             "fail-non-retriable",
             "it needs restartPolicy ExitCode, under which the training operator never "
             f"enforces {shown}: it replaces failed pods and counts only container restarts, "
-            f"so retriable failures would be retried forever ({UNENFORCED}); accepted: "
-            f"backoff-limit 0 (the first failure ends the job), or no backoff limit at all "
-            f"({bound}), or no fail-non-retriable",
+            f"so retriable failures would be retried forever ({UNENFORCED}): the two can "
+            f"never be admitted together on a PyTorchJob; accepted: backoff-limit 0 (the "
+            f"first failure ends the job), or no backoff limit at all ({bound}), or no "
+            "fail-non-retriable",
             "unenforced-limit",
         )
-        source = policy.setting("fail-non-retriable").source
-        policy = with_setting(policy, "fail-non-retriable", Setting(False, source))
+        capped = policy.fail_non_retriable
     written = exit_code_replicas(replicas)
     if written and setting.source in WRITTEN_SOURCES:
         where = ", ".join(f"spec.pytorchReplicaSpecs.{r}.restartPolicy" for r in written)
@@ -186,11 +197,15 @@ def _check_cap(
             "unenforced-limit",
         )
         policy = keep_spec_limit(job, BACKOFF, policy)
-    return policy
+    return policy, capped
 
 
-def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) -> Policy:
-    """Whether ``restartPolicy: ExitCode`` can express the policy for every replica."""
+def _check_exit_code(
+    replicas: Mapping[str, Any], policy: Policy, out: Outcome, capped: bool = False
+) -> Policy:
+    """Whether ``restartPolicy: ExitCode`` can express the policy for every replica. When
+    ``capped`` (``_check_cap``), ExitCode is no fix for a replica's other restartPolicy
+    unless the backoff limit goes: said so instead of advising it."""
     codes = policy.retriable_exit_codes
     failing = [code for code in codes if code < RETRIED_FROM]
     problems = []
@@ -199,29 +214,39 @@ def _check_exit_code(replicas: Mapping[str, Any], policy: Policy, out: Outcome) 
             f"on a PyTorchJob, the training operator's restartPolicy ExitCode retries exit codes "
             f"{RETRIED_FROM}-255 and fails on 1-{RETRIED_FROM - 1}, so retriable-exit-codes "
             f"{format_value('retriable-exit-codes', codes)} cannot be honoured "
-            f"({format_value('retriable-exit-codes', failing)} would fail the job)"
+            f"({format_value('retriable-exit-codes', failing)} would fail the job); accepted: "
+            f"retriable-exit-codes from {RETRIED_FROM} up"
         )
+    written: dict[str, list[str]] = {}  # a restartPolicy that is not ExitCode -> its replicas
+    unnamed: list[str] = []
     for rtype in sorted(replicas):
         where = f"spec.pytorchReplicaSpecs.{rtype}"
         rspec = replicas[rtype] if isinstance(replicas[rtype], dict) else {}
         restart = rspec.get("restartPolicy")
         if restart not in (None, "ExitCode"):
-            problems.append(
-                f"your {where}.restartPolicy: {restart} does not tell exit codes apart; "
-                "use ExitCode or remove it"
-            )
+            written.setdefault(str(restart), []).append(f"{where}.restartPolicy")
         containers = get_path(rspec, ("template", "spec", "containers"))
         containers = containers if isinstance(containers, list) else []
         names = {c.get("name") for c in containers if isinstance(c, dict)}
         if DEFAULT_CONTAINER not in names:
-            problems.append(
+            unnamed.append(
                 f"the training operator reads the exit code of the container named "
                 f"{DEFAULT_CONTAINER}, and {where}.template has none"
             )
+    fix = (
+        "ExitCode, which does, is accepted only with backoff-limit 0 or none (above)"
+        if capped
+        else "use ExitCode or remove it"
+    )
+    for restart, fields in written.items():
+        problems.append(
+            f"your {', '.join(fields)}: {restart} does not tell exit codes apart; {fix}"
+        )
+    problems.extend(unnamed)
     for message in problems:
         out.conflict(policy, "fail-non-retriable", message, "not-applicable")
-    if problems:
-        source = policy.setting("fail-non-retriable").source
+    source = policy.setting("fail-non-retriable").source
+    if problems and source is not Source.ANNOTATION:
         return with_setting(policy, "fail-non-retriable", Setting(False, source))
     return policy
 
