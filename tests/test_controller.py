@@ -21,7 +21,7 @@ from kubernetes import client, config
 from testkit.builders import P
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.gates import gated_pod
-from testkit.replicas import FAST, NS, coordination, elector, lease, readyz, replica
+from testkit.replicas import FAST, NS, STEADY, coordination, elector, lease, readyz, replica
 from testkit.servers import eventually, scaled, start, stop
 from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.lease import GATES_ANNOTATION, LeaderElector, LeaseConfig
@@ -431,7 +431,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     api.requests.clear()
     path = write_kubeconfig(tmp_path / "kubeconfig-rbac", api.url)
     api_client = config.new_client_from_config(str(path))
-    options = ControllerOptions(CHART_NS, "retry-policy-webhook-controller", "a", **FAST)
+    options = ControllerOptions(CHART_NS, "retry-policy-webhook-controller", "a", **STEADY)
     events, resolver = recorder_for(api_client, "a")
     manager = Manager(
         client.CoordinationV1Api(api_client),
@@ -562,6 +562,7 @@ def test_without_a_cluster_the_controller_is_off_and_says_why(tmp_path):
         stop(lone)
 
 
+@pytest.mark.slow  # a leader's threads, on the clock
 def test_the_leader_runs_one_watch_of_jobs_for_every_reconciler(api, tmp_path):
     """The history recorder, the failed-Job judge and the audit reporter read Jobs through
     one shared watch (``webhook.controller.jobwatch``, as client-go's shared informers):
@@ -572,7 +573,7 @@ def test_the_leader_runs_one_watch_of_jobs_for_every_reconciler(api, tmp_path):
 
     path = write_kubeconfig(tmp_path / "kubeconfig-jobs", api.url)
     api_client = config.new_client_from_config(str(path))
-    options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **FAST)
+    options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **STEADY)
     events, resolver = recorder_for(api_client, "a")
     built = reconcilers.build(api_client, options, events, resolver)
     (shared,) = [r for r in built if isinstance(r, SharedJobs)]

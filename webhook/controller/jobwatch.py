@@ -34,16 +34,13 @@ class SharedJobs:
         self._handlers: list[tuple[Reset, Apply]] = []
         self._lock = threading.Lock()
         self._informer: Informer | None = None
-        self._never = threading.Event()
+        #: Set once the first list's Jobs have all been handed to every handler (and kept
+        #: set: a relist delivers them again); the same event however often it runs.
+        self.synced = threading.Event()
 
     def subscribe(self, reset: Reset, apply: Apply) -> None:
         with self._lock:
             self._handlers.append((reset, apply))
-
-    @property
-    def synced(self) -> threading.Event:
-        informer = self._informer
-        return informer.synced if informer is not None else self._never
 
     @property
     def watches(self) -> list[Informer]:
@@ -58,6 +55,7 @@ class SharedJobs:
             {},
             stop,
             "controller",
+            relisted=self.synced.set,
         )
         self._informer.run()
 
