@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
 from testkit.controlplane import components as cp
 from testkit.controlplane import pki as pkis
 from testkit.controlplane.nodes import DEFAULT_NODES, NodeSpec, node_object, node_status
@@ -169,16 +172,11 @@ class Cluster:
     # --- the API ----------------------------------------------------------------------
 
     def api_client(self, who: str = "admin"):
-        from kubernetes import config
-
         return config.new_client_from_config(config_file=str(self.pki.kubeconfig(who)))
 
     def register_nodes(self) -> None:
         """Each Node as a kubelet registers it (``registerWithAPIServer``), then its status
         (``setNodeStatus``)."""
-        from kubernetes import client
-        from kubernetes.client.rest import ApiException
-
         core = client.CoreV1Api(self.api_client())
         for node in self.nodes:
             try:
@@ -192,9 +190,6 @@ class Cluster:
         """Every Node Ready and without the not-ready taint, and the ``default``
         ServiceAccount made by its controller (the ServiceAccount admission plugin refuses
         pods until it exists)."""
-        from kubernetes import client
-        from kubernetes.client.rest import ApiException
-
         core = client.CoreV1Api(self.api_client())
         missing: Any = "nothing read yet"
         while time.monotonic() < deadline:

@@ -7,8 +7,10 @@ conditions a test expects (never for a fixed time).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from kubernetes import client, watch
 
 from testkit import servers
 from testkit.controlplane.cluster import Cluster
@@ -47,8 +50,6 @@ class Kube:
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess:
-        import os
-
         argv = [tool("kubectl"), "--kubeconfig", str(self.cluster.kubeconfig), *args]
         done = subprocess.run(
             argv,
@@ -89,13 +90,9 @@ class Kube:
         return self._client
 
     def core(self):
-        from kubernetes import client
-
         return client.CoreV1Api(self.api)
 
     def batch(self):
-        from kubernetes import client
-
         return client.BatchV1Api(self.api)
 
     def namespace(self, prefix: str, labels: dict[str, str] | None = None) -> str:
@@ -217,8 +214,6 @@ class Served:
 def evict(kube: Kube, pod: dict[str, Any]) -> None:
     """The Eviction API (``pods/eviction``), as ``kubectl drain`` calls it: the API server
     adds ``DisruptionTarget`` (``EvictionByEvictionAPI``), then deletes the pod."""
-    from kubernetes import client
-
     meta = pod["metadata"]
     body = client.V1Eviction(
         metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta["namespace"])
@@ -287,10 +282,6 @@ class PodWatch:
         self._thread: Any = None
 
     def __enter__(self) -> PodWatch:
-        import threading
-
-        from kubernetes import watch
-
         core = self.kube.core()
         started = threading.Event()
 

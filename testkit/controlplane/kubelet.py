@@ -34,6 +34,7 @@ import contextlib
 import datetime as dt
 import heapq
 import itertools
+import json
 import logging
 import queue
 import sys
@@ -46,7 +47,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from testkit.controlplane import podstatus as ps
-from testkit.controlplane.nodes import LEASE_NAMESPACE, STOPPED, lease_object
+from testkit.controlplane.nodes import LEASE_NAMESPACE, STOPPED, NodeSpec, lease_object
 
 log = logging.getLogger("kubelet")
 STRATEGIC = "application/strategic-merge-patch+json"
@@ -156,8 +157,6 @@ class Kubelet:
         except ApiException as err:
             if err.status != 404:
                 raise
-            from testkit.controlplane.nodes import NodeSpec
-
             lease = lease_object(NodeSpec(name, spot=False), node_uid)
             self.coordination.create_namespaced_lease(LEASE_NAMESPACE, lease)
 
@@ -180,8 +179,6 @@ class Kubelet:
         while not self.done.is_set():
             try:
                 listed = self.core.list_pod_for_all_namespaces(_preload_content=False)
-                import json
-
                 body = json.loads(listed.data)
                 for pod in body["items"]:
                     self.events.put(("pod", "ADDED", pod))

@@ -5,6 +5,12 @@ every cluster test: ``no_write_of_ours_refused``), and what it never writes is r
 from __future__ import annotations
 
 import json
+import os
+import ssl
+import subprocess
+import urllib.request
+
+import yaml
 
 from testkit.controlplane.harness import Kube, Served, job_manifest, running
 from testkit.controlplane.webhook import tool
@@ -14,9 +20,6 @@ EXIT = "kubelet.retry-policy.dev/exit-code"
 
 def as_controller(kube: Kube, served: Served, *args: str, stdin: str | None = None):
     """kubectl with the token our server acts with."""
-    import os
-    import subprocess
-
     argv = [tool("kubectl"), "--kubeconfig", str(served.release.token_kubeconfig), *args]
     env = {**os.environ, "NO_PROXY": "127.0.0.1,localhost"}
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, check=False)
@@ -101,11 +104,6 @@ def test_api_priority_sends_the_controller_s_requests_to_its_own_level(
     """apiPriority.enabled: the real API server classifies a request of the webhook's
     ServiceAccount by our FlowSchema (API Priority and Fairness answers which, in the
     X-Kubernetes-PF-FlowSchema-UID header), and the controller works under it."""
-    import ssl
-    import urllib.request
-
-    import yaml
-
     served.reconfigure({"apiPriority": {"enabled": True}})
     release = served.release
     schema = kube.get("flowschema", "retry-policy-webhook")
