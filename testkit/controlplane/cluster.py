@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ from testkit.controlplane.nodes import DEFAULT_NODES, NodeSpec, node_object, nod
 
 ROOT = Path(__file__).resolve().parents[2]
 KCP = ROOT / ".cluster" / "bin" / "kcp"
+JOBSET = ROOT / ".cluster" / "bin" / "jobset-controller"
 BUILD = ROOT / "cluster" / "build"
 #: The ports ``make cluster`` uses (a test cluster takes free ones).
 DEFAULT_PORTS = cp.Ports(etcd=2379, etcd_peer=2380, apiserver=6443)
@@ -104,6 +106,7 @@ class Cluster:
             argv = [str(kcp), *cp.controller_manager_args(self.pki, self.timing)]
             self._start("kube-controller-manager", argv, preexec)
             self._start("kube-scheduler", [str(kcp), *cp.scheduler_args(self.pki)], preexec)
+            self.start_jobset(preexec)
             self.register_nodes()
             kubelet = [
                 sys.executable,
@@ -173,6 +176,52 @@ class Cluster:
 
     def api_client(self, who: str = "admin"):
         return config.new_client_from_config(config_file=str(self.pki.kubeconfig(who)))
+
+    def start_jobset(self, preexec: Callable | None = None) -> None:
+        """The JobSet controller (``testkit.controlplane.jobset``): its CRD established
+        first, then the controller, serving its webhooks, registered once they answer."""
+        from testkit.controlplane import jobset
+        from testkit.servers import free_port
+
+        definition = jobset.crd()
+        extensions = client.ApiextensionsV1Api(self.api_client())
+        try:
+            extensions.create_custom_resource_definition(definition)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        name = definition["metadata"]["name"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = extensions.read_custom_resource_definition(name)
+            conditions = found.status.conditions or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                break
+            time.sleep(0.2)
+        cert_dir = jobset.serving_certs(self.directory / "jobset-certs")
+        port = free_port()
+        argv = [
+            str(JOBSET),
+            f"--kubeconfig={self.pki.kubeconfig('jobset')}",
+            f"--webhook-port={port}",
+            f"--cert-dir={cert_dir}",
+        ]
+        self._start("jobset-controller", argv, preexec)
+        url = f"https://127.0.0.1:{port}"
+        context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+        cp.wait_until_listening(url, time.monotonic() + 60, self.log("jobset-controller"), context)
+        registration = client.AdmissionregistrationV1Api(self.api_client())
+        for hooks in jobset.webhook_configurations(url, (cert_dir / "ca.crt").read_bytes()):
+            create = (
+                registration.create_mutating_webhook_configuration
+                if hooks["kind"] == "MutatingWebhookConfiguration"
+                else registration.create_validating_webhook_configuration
+            )
+            try:
+                create(hooks)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
 
     def register_nodes(self) -> None:
         """Each Node as a kubelet registers it (``registerWithAPIServer``), then its status

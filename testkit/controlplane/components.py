@@ -14,6 +14,7 @@ import signal
 import ssl
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -252,6 +253,25 @@ def wait_http(
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
     exited = "" if proc is None or proc.poll() is None else f" (exited {proc.returncode})"
     raise RuntimeError(f"{what} did not become healthy at {url}{exited}: {last}\n{tail}")
+
+
+def wait_until_listening(
+    url: str, deadline: float, log: Path, context: ssl.SSLContext | None = None
+) -> None:
+    """Wait until an HTTPS server answers at ``url`` at all (any status: a webhook server
+    has no health path of its own)."""
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5, context=context):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError as err:
+            last = str(err)
+        time.sleep(0.2)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else ""
+    raise RuntimeError(f"nothing answers at {url}: {last}\n{tail}")
 
 
 def client_context(pki: PKI, who: str = "admin") -> ssl.SSLContext:

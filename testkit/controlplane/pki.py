@@ -55,6 +55,7 @@ IDENTITIES = {
     "controller-manager": ("system:kube-controller-manager", []),
     "scheduler": ("system:kube-scheduler", []),
     "kubelet": ("kcp-kubelet", ["system:masters"]),
+    "jobset": ("jobset-controller", ["system:masters"]),
 }
 
 

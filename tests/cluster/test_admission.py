@@ -25,7 +25,10 @@ BIN = Path(sys.executable).parent
 def crds(kube: Kube) -> None:
     """The CRDs of the kinds we handle (testkit.controlplane.crds), so that the real API
     server serves them; no controller of theirs runs."""
-    definitions = crds_module.definitions()
+    # The JobSet CRD is the real one, which the cluster installs with the JobSet controller.
+    definitions = [
+        crd for crd in crds_module.definitions() if kube.get("crd", crd["metadata"]["name"]) is None
+    ]
     kube.apply(yaml.safe_dump_all(definitions), "--server-side")
     for crd in definitions:
         name = crd["metadata"]["name"]

@@ -1,0 +1,109 @@
+"""JobSets under the real JobSet controller (sigs.k8s.io/jobset v0.12.0: its reconcilers and
+webhooks, ``cluster/jobset``) on top of the real Job controller: the JobSet's own failure
+policy acting on the child Jobs' failures our rules cause (``executeFailurePolicy``,
+``findFirstFailedPolicyRuleAndJob``, ``ruleIsApplicable``), with the reasons
+``webhook.kube.jobsetpolicy`` names, which explain and the audit replay use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from testkit.controlplane.harness import Kube, Served, eventually
+from webhook.kube import jobsetpolicy
+
+EXIT = "kubelet.retry-policy.dev/exit-code"
+
+
+def jobset(name: str, ns: str, annotations: dict[str, str], codes: str) -> dict[str, Any]:
+    """Two workers that run together, as a user writes them."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "template": {
+                                "metadata": {"annotations": {EXIT: codes}},
+                                "spec": {
+                                    "containers": [
+                                        {"name": "trainer", "image": "registry.example/t:1"}
+                                    ]
+                                },
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+def ended(kube: Kube, ns: str, name: str, timeout: float = 120) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        found = kube.get("jobset", name, ns) or {}
+        state = (found.get("status") or {}).get("terminalState")
+        return found if state in ("Completed", "Failed") else None
+
+    return eventually(done, timeout, f"jobset {ns}/{name} ended")
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for found in (obj.get("status") or {}).get("conditions") or []:
+        if found["type"] == kind and found["status"] == "True":
+            return found
+    return None
+
+
+def test_a_non_retriable_exit_fails_the_jobset_in_its_first_run(
+    kube: Kube, webhook: Served, ns: str
+):
+    """Our rule on the child Job's podFailurePolicy fails the child Job (PodFailurePolicy),
+    and the rule we add to the JobSet's failurePolicy (FailJobSet on that reason) ends the
+    JobSet there: no restart, although backoff-limit allows three."""
+    policy = {"retry-policy.dev/fail-non-retriable": "true", "retry-policy.dev/backoff-limit": "3"}
+    kube.apply(jobset("fatal", ns, policy, "1"))
+    done = ended(kube, ns, "fatal")
+    assert done["status"]["terminalState"] == "Failed"
+    assert done["status"].get("restarts", 0) == 0
+    failed = condition(done, "Failed")
+    assert failed is not None and failed["reason"] == jobsetpolicy.FAIL_ACTION
+    assert done["spec"]["failurePolicy"]["maxRestarts"] == 3
+
+
+def test_a_retriable_exit_restarts_the_jobset_up_to_its_budget(
+    kube: Kube, webhook: Served, ns: str
+):
+    """backoff-limit 2 is maxRestarts 2 with child backoffLimit 0: each retriable failure
+    fails its child Job (BackoffLimitExceeded), which the JobSet restarts, twice, then
+    fails (ReachedMaxRestarts)."""
+    policy = {"retry-policy.dev/fail-non-retriable": "true", "retry-policy.dev/backoff-limit": "2"}
+    kube.apply(jobset("retried", ns, policy, "143"))
+    done = ended(kube, ns, "retried", 180)
+    assert done["status"]["terminalState"] == "Failed"
+    assert done["status"]["restarts"] == 2
+    assert condition(done, "Failed")["reason"] == jobsetpolicy.MAX_REACHED
+
+
+def test_the_jobset_s_children_carry_our_rules_through_the_real_jobset_webhooks(
+    kube: Kube, webhook: Served, ns: str
+):
+    policy = {
+        "retry-policy.dev/fail-non-retriable": "true",
+        "retry-policy.dev/backoff-limit": "1",
+        "retry-policy.dev/ignore-disruptions": "true",
+    }
+    kube.apply(jobset("ok", ns, policy, "0"))
+    done = ended(kube, ns, "ok")
+    assert done["status"]["terminalState"] == "Completed"
+    (child,) = kube.list("jobs", ns, "jobset.sigs.k8s.io/jobset-name=ok")
+    assert child["spec"]["backoffLimit"] == 0
+    actions = [r["action"] for r in child["spec"]["podFailurePolicy"]["rules"]]
+    assert "Ignore" in actions and "FailJob" in actions
+    assert child["spec"]["template"]["spec"]["restartPolicy"] == "Never"
