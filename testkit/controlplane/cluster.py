@@ -30,10 +30,8 @@ from testkit.controlplane import components as cp
 from testkit.controlplane import pki as pkis
 from testkit.controlplane.nodes import DEFAULT_NODES, NodeSpec, node_object, node_status
 
-ROOT = Path(__file__).resolve().parents[2]
-KCP = ROOT / ".cluster" / "bin" / "kcp"
-JOBSET = ROOT / ".cluster" / "bin" / "jobset-controller"
-BUILD = ROOT / "cluster" / "build"
+ROOT, KCP, JOBSET, BUILD = cp.ROOT, cp.KCP, cp.JOBSET, cp.BUILD
+
 #: The ports ``make cluster`` uses (a test cluster takes free ones).
 DEFAULT_PORTS = cp.Ports(etcd=2379, etcd_peer=2380, apiserver=6443)
 

@@ -22,6 +22,12 @@ from pathlib import Path
 
 from testkit.controlplane.pki import PKI, SERVICE_CIDR
 
+#: The repository, and where ``cluster/build`` puts the binaries it builds.
+ROOT = Path(__file__).resolve().parents[2]
+KCP = ROOT / ".cluster" / "bin" / "kcp"
+JOBSET = ROOT / ".cluster" / "bin" / "jobset-controller"
+BUILD = ROOT / "cluster" / "build"
+
 #: Feature gates the annotations rely on, all beta and on by default in 1.37, named so that
 #: a release that turns one off fails loudly here instead of silently in a test: container
 #: restart rules (``in-place-exit-codes``), their RestartAllContainers action

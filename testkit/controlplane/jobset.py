@@ -17,7 +17,7 @@ from typing import Any
 import jsonpatch
 import yaml
 
-from testkit.controlplane.cluster import ROOT
+from testkit.controlplane.components import ROOT
 from webhook.tls import certs
 
 MODULE = "sigs.k8s.io/jobset"
