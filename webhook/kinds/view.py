@@ -317,7 +317,9 @@ _ABSENT = object()
 
 
 def _env_names(env: Any) -> Any:
-    return [_env_name(e) for e in env] if isinstance(env, list) else env
+    if not isinstance(env, list):
+        return env
+    return [{"name": e["name"]} if isinstance(e, dict) and "name" in e else e for e in env]
 
 
 def _memory(resources: Any) -> Any:
@@ -333,10 +335,6 @@ def _memory(resources: Any) -> Any:
             else:
                 view[kind] = values
     return view
-
-
-def _env_name(entry: Any) -> Any:
-    return {"name": entry["name"]} if isinstance(entry, dict) and "name" in entry else entry
 
 
 def _spec_record(raw: Any) -> Any:
