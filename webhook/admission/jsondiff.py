@@ -51,16 +51,22 @@ def _diff(a: Any, b: Any, path: str, patch: Patch) -> None:
 
 
 def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
+    kept = 0
     for key, old in a.items():
-        if key not in b:
+        new = b.get(key, _ABSENT)
+        if new is _ABSENT:
             patch.append({"op": "remove", "path": f"{path}/{escape(key)}"})
             continue
-        new = b[key]
+        kept += 1
         if old is not new and _differs(old, new):
             _diff(old, new, f"{path}/{escape(key)}", patch)
-    for key, new in b.items():
-        if key not in a:
-            patch.append({"op": "add", "path": f"{path}/{escape(key)}", "value": new})
+    if len(b) > kept:  # (only then has ``b`` a key ``a`` has not)
+        for key, new in b.items():
+            if key not in a:
+                patch.append({"op": "add", "path": f"{path}/{escape(key)}", "value": new})
+
+
+_ABSENT = object()
 
 
 def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
