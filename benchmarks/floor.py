@@ -2,7 +2,9 @@
 ways. Our HTTPS figures are reported as ratios to them, measured in the same run.
 
 - ``new``: served exactly like the webhook (``retry-webhook serve``'s supervisor, granian
-  workers, TLS and settings; only the app differs): what the policy costs on our server;
+  workers, TLS and settings, and its reviews answered in front of Flask as the webhook's
+  are, ``webhook.serving.app.AdmissionDispatch``; only the answer differs): what the
+  policy costs on our server;
 - ``gunicorn``: under gunicorn gthread with its own TLS, the way a user would hand-write a
   Flask webhook (``gunicorn --workers 2 --threads 8 --certfile ... --keyfile ...``);
 - ``granian-wsgi``: under granian's own WSGI interface (``granian --interface wsgi``),
@@ -16,14 +18,25 @@ command lines, on ``benchmarks.floor:app``).
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from flask import Flask, Response, request
 
 from webhook.admission import review as admission
 from webhook.admission.review import Verdict
+from webhook.serving.app import AdmissionDispatch, _content_length, read_body
 
 
-def create_floor_app() -> Flask:
+def allow(environ: dict[str, Any]) -> tuple[int, bytes]:
+    """The review read from the environ as the webhook reads it, and answered allowed."""
+    review = admission.decode(read_body(environ, _content_length(environ)))
+    return 200, admission.encode_bytes(review.uid, Verdict())
+
+
+def create_floor_app(dispatch: bool = False) -> Flask:
+    """The allow-all app; ``dispatch``: its reviews answered in front of Flask, as the
+    webhook's are (the floor on our server), else by a Flask view (as a user would write
+    it, for gunicorn and granian's WSGI interface)."""
     app = Flask("floor")
 
     @app.post("/mutate")
@@ -35,7 +48,15 @@ def create_floor_app() -> Flask:
     def healthz() -> Response:
         return Response(b'{"status":"ok"}', mimetype="application/json")
 
+    if dispatch:
+        app.wsgi_app = AdmissionDispatch(  # type: ignore[method-assign]
+            app.wsgi_app, {"/mutate": allow}, _failed, app.logger
+        )
     return app
+
+
+def _failed(path: str) -> tuple[int, bytes]:
+    return 500, b'{"error":"InternalServerError"}'
 
 
 #: For servers started on a module path (gunicorn, granian).
@@ -63,7 +84,7 @@ def main() -> None:
         log_level="warning",
         metrics_port=0,
     )
-    serve(options, app_factory=lambda _runtime: create_floor_app())
+    serve(options, app_factory=lambda _runtime: create_floor_app(dispatch=True))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,11 @@ TARGETS = {
     "https_vs_gunicorn_annotated": 1.5,
     #: The never-repeating worst cases against the gunicorn floor.
     "https_vs_gunicorn_distinct": 0.85,
+    #: Issue 46 (admission must not pay for the controller): CPU time a request over
+    #: HTTPS, the gunicorn floor's over ours in the same run, for a pipeline's Job and for
+    #: the worst-case Job (every policy new).
+    "https_cpu_vs_gunicorn_annotated": 1.6,
+    "https_cpu_vs_gunicorn_distinct_job": 1.1,
     #: Normal reviews while 2,000 idle and 700 slow clients are held.
     "slow_clients_p99_ms": 100,
     "scale_100k_extra_mb": 150,
@@ -275,8 +280,14 @@ def _https_rows(h: dict, before: dict) -> list[str]:
         g, f = c["vs_gunicorn"], c["vs_floor"]
         if name == "job-annotated":
             limit = TARGETS["https_vs_gunicorn_annotated"]
-            ok = g["throughput"] >= limit and g["per_cpu"] >= limit
-            target = f">= {limit} both | {verdict(ok)}"
+            cpu = TARGETS["https_cpu_vs_gunicorn_annotated"]
+            ok = g["throughput"] >= limit and g["per_cpu"] >= cpu
+            target = f">= {limit}, per CPU >= {cpu} | {verdict(ok)}"
+        elif name == "job-annotated-distinct":
+            limit = TARGETS["https_vs_gunicorn_distinct"]
+            cpu = TARGETS["https_cpu_vs_gunicorn_distinct_job"]
+            ok = g["throughput"] >= limit and g["per_cpu"] >= cpu
+            target = f">= {limit}, per CPU >= {cpu} | {verdict(ok)}"
         elif name in https.MISSES:
             limit = TARGETS["https_vs_gunicorn_distinct"]
             target = f">= {limit} | {verdict(g['throughput'] >= limit)}"

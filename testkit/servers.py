@@ -16,6 +16,7 @@ import fcntl
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -285,11 +286,40 @@ def _with_parent_death(preexec_fn):
 
 def kill_group(server: Server) -> None:
     """SIGKILL to the server's whole session (workers, controller, metrics process), then
-    the server reaped. Only while it is not reaped yet: its pid is the group's name."""
+    the server reaped and its metrics directory removed (``remove_metrics_dir``). Only
+    while it is not reaped yet: its pid is the group's name."""
     if server.proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.proc.pid, signal.SIGKILL)
     server.proc.wait(scaled(10))
+    remove_metrics_dir(server)
+
+
+def metrics_dir(server: Server) -> Path | None:
+    """The metrics directory the server made under ``$TMPDIR``, as its log names it
+    (``None``: none, or not yet logged)."""
+    text = server.output()
+    for line in text.splitlines():
+        if '"metrics"' in line:
+            with contextlib.suppress(ValueError):
+                found = json.loads(line)
+                if found.get("msg") == "metrics" and found.get("dir"):
+                    return Path(found["dir"])
+    return None
+
+
+def remove_metrics_dir(server: Server) -> None:
+    """A killed server's metrics directory, removed once its last process is gone, as the
+    next server to start in that ``$TMPDIR`` would remove it
+    (``metricsdir.remove_dead_dirs``): for a test that kills a server and starts none
+    after it (tests/conftest.py fails a run that leaves one behind)."""
+    from webhook.serving import metricsdir
+
+    directory = metrics_dir(server)
+    if directory is None or metricsdir.owner(directory) is None:
+        return  # none, or one the test gave it (``PROMETHEUS_MULTIPROC_DIR``): the test's
+    eventually(lambda: metricsdir.dead(directory) or not directory.exists())
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def marked(mark: str, name: str = MARK_ENV) -> list[int]:

@@ -1,5 +1,5 @@
 """The suite's fixtures and hooks: the environment every test runs in, the fast tier found
-from the code, a smaller hypothesis profile, and nothing left running.
+from the code, a smaller hypothesis profile, and nothing left running or left behind.
 
 The builders, the HTTP Kubernetes API, the played Job controller and kubelet, the server
 helpers and the RBAC and admission-policy checks are in ``testkit/``.
@@ -8,6 +8,8 @@ helpers and the RBAC and admission-policy checks are in ``testkit/``.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,20 +193,30 @@ def _cap_examples(items: list[pytest.Item]) -> None:
             test._hypothesis_internal_use_settings = settings(own, max_examples=DEV_EXAMPLES)
 
 
-# --- nothing left running ---------------------------------------------------------------
+# --- nothing left running, nothing left behind ------------------------------------------
+
+#: The servers' metrics directories in ``$TMPDIR`` when this process started
+#: (``webhook.serving.metricsdir``): another run's, never this one's leftovers.
+_DIRS_BEFORE = set(Path(tempfile.gettempdir()).glob("retry-webhook-metrics-*"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Every process this pytest process started (servers, their workers, controllers and
     metrics processes, programs) must be gone by the end: those left are waited for a
-    little, then killed, and fail the run."""
-    import signal
-    import time
-
+    little, then killed, and fail the run. Nor may a server it started leave its metrics
+    directory behind in ``$TMPDIR`` (``_left_behind``)."""
     if session.config.getoption("dist", "no") != "no" and not hasattr(
         session.config, "workerinput"
     ):
         return  # an xdist controller: its workers started whatever ran
+    _nothing_left_running(session)
+    _nothing_left_behind(session)
+
+
+def _nothing_left_running(session: pytest.Session) -> None:
+    import signal
+    import time
+
     mine = str(os.getpid())
     deadline = time.monotonic() + servers.scaled(10)
     left = [pid for pid in servers.marked(mine, OWNER_ENV) if pid != os.getpid()]
@@ -225,6 +237,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         reporter.write_sep("=", "processes the tests left running (now killed)", red=True)
         for line in described:
             reporter.write_line(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _nothing_left_behind(session: pytest.Session) -> None:
+    """The metrics directories of servers this process started and that are gone: a
+    server stopped removes its own, one killed leaves it to the next start in the same
+    ``$TMPDIR`` (``metricsdir.remove_dead_dirs``), so a test that kills one and starts
+    none after it must remove it (``servers.remove_metrics_dir``). Those left are
+    removed, and fail the run."""
+    import shutil
+
+    from webhook.serving import metricsdir
+
+    left = [
+        path
+        for path in sorted(Path(tempfile.gettempdir()).glob(metricsdir.DIR_PREFIX + "*"))
+        if path not in _DIRS_BEFORE
+        and (metricsdir.owner(path) or {}).get("parent") == os.getpid()
+        and metricsdir.dead(path)
+    ]
+    if not left:
+        return
+    for path in left:
+        shutil.rmtree(path, ignore_errors=True)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line("")
+        reporter.write_sep("=", "metrics directories the tests left behind (now removed)", red=True)
+        for path in left:
+            reporter.write_line(str(path))
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -204,16 +204,18 @@ def _row(table: str, measure: str, case: str) -> str:
 
 
 def test_each_stream_is_held_to_the_issues_target_for_it() -> None:
-    """A pipeline's Jobs: 1.5x the gunicorn floor in throughput and in CPU a request; the
-    never-repeating worst cases: 0.85 of it; streams that repeat: 0.85 of the floor on our
-    server; p99 at 500 req/s: no worse than the gunicorn floor's in the same run."""
+    """A pipeline's Jobs: 1.5x the gunicorn floor in throughput and 1.6x in CPU a request
+    (issue 46); the never-repeating worst cases: 0.85 of it, and the worst-case Job 1.1x in
+    CPU a request; streams that repeat: 0.85 of the floor on our server; p99 at 500 req/s:
+    no worse than the gunicorn floor's in the same run."""
     machine = {"date": "d", "cores": 2, "cpu": "c", "python": "3", "load_average_at_start": 0}
     calibration = {"throughput": 1.0, "best_throughput": 1.0, "per_cpu": 1.0}
     scaling = {"ratio": 2.0, "1_worker": 1.0, "2_worker": 2.0}
     cases = {
-        # 1.6x the throughput, but only 1.4x the CPU: misses (both are required)
-        "job-annotated": _case((8000, 140), (5000, 196), (9000, 120)),
-        "job-annotated-distinct": _case((4500, 300), (5000, 200), (9000, 120)),
+        # 1.6x the throughput, but only 1.55x the CPU: misses (both are required)
+        "job-annotated": _case((8000, 140), (5000, 217), (9000, 120)),
+        # 0.9x the throughput, 1.11x the CPU: meets both
+        "job-annotated-distinct": _case((4500, 180), (5000, 200), (9000, 120)),
         "pod-last-attempt-distinct": _case((4000, 300), (5000, 200), (9000, 120)),
         "job-plain": _case((8000, 120), (5000, 200), (9000, 110), p99=(4.5, 4.0)),
     }
@@ -228,7 +230,16 @@ def test_each_stream_is_held_to_the_issues_target_for_it() -> None:
     )
     assert _row(table, "HTTPS saturated, vs the gunicorn floor", "job-annotated-distinct").endswith(
         "| meets target |"
-    )  # 0.90
+    )  # 0.90, per CPU 1.11
+    cases["job-annotated"] = _case((8000, 135), (5000, 217), (9000, 120))  # per CPU 1.61
+    cases["job-annotated-distinct"] = _case((4500, 200), (5000, 200), (9000, 120))  # 1.0
+    table = markdown({"machine": machine, "compute": {}, "scale": {}, "https": https_results})
+    assert _row(table, "HTTPS saturated, vs the gunicorn floor", "job-annotated").endswith(
+        "| meets target |"
+    )
+    assert _row(table, "HTTPS saturated, vs the gunicorn floor", "job-annotated-distinct").endswith(
+        "| **misses target** |"
+    )
     assert _row(
         table, "HTTPS saturated, vs the gunicorn floor", "pod-last-attempt-distinct"
     ).endswith("| **misses target** |")  # 0.80

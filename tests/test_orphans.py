@@ -15,7 +15,16 @@ import signal
 import pytest
 
 from testkit.fakeapi import FakeAPI, write_kubeconfig
-from testkit.servers import command, eventually, free_port, marked, scaled, start, start_slot
+from testkit.servers import (
+    command,
+    eventually,
+    free_port,
+    marked,
+    remove_metrics_dir,
+    scaled,
+    start,
+    start_slot,
+)
 
 #: Where in the start-up the supervisor dies: the log line it is killed at.
 POINTS = {
@@ -84,4 +93,7 @@ def test_nothing_outlives_a_supervisor_killed(point, api, tmp_path):
         for pid in left:  # a failure here must not leave them running either
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # Its metrics directory is left to the next server's start (test_metricsdir.py):
+        # none starts after this one, so the test removes it as that start would.
+        remove_metrics_dir(server)
         assert not left, f"still running after the supervisor died: {left}"

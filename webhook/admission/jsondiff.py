@@ -18,6 +18,7 @@ serialisations (also C-speed), so no number-to-boolean edit can hide inside it.
 
 from __future__ import annotations
 
+from operator import is_
 from typing import Any
 
 import orjson
@@ -27,7 +28,9 @@ Patch = list[dict[str, Any]]
 
 def escape(token: str) -> str:
     """RFC 6901: ``~`` becomes ``~0`` and ``/`` becomes ``~1`` (in that order)."""
-    return token.replace("~", "~0").replace("/", "~1")
+    if "~" in token or "/" in token:
+        return token.replace("~", "~0").replace("/", "~1")
+    return token
 
 
 def diff(original: Any, mutated: Any) -> Patch:
@@ -48,24 +51,33 @@ def _diff(a: Any, b: Any, path: str, patch: Patch) -> None:
 
 
 def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
+    kept = 0
     for key, old in a.items():
-        if key not in b:
+        new = b.get(key, _ABSENT)
+        if new is _ABSENT:
             patch.append({"op": "remove", "path": f"{path}/{escape(key)}"})
             continue
-        new = b[key]
+        kept += 1
         if old is not new and _differs(old, new):
             _diff(old, new, f"{path}/{escape(key)}", patch)
-    for key, new in b.items():
-        if key not in a:
-            patch.append({"op": "add", "path": f"{path}/{escape(key)}", "value": new})
+    if len(b) > kept:  # (only then has ``b`` a key ``a`` has not)
+        for key, new in b.items():
+            if key not in a:
+                patch.append({"op": "add", "path": f"{path}/{escape(key)}", "value": new})
+
+
+_ABSENT = object()
 
 
 def _diff_list(a: list, b: list, path: str, patch: Patch) -> None:
+    # The items are often the very same objects (``webhook.kube.owned`` shares them):
+    # compared at C speed (``all(map(is_, ...))``).
+    if len(b) == len(a) and all(map(is_, a, b)):
+        return
     if len(b) > len(a):
         prefix = b[: len(a)]
-        # The usual mutation: items appended (env vars, rules, requirements); the items
-        # before them are often the very same objects (``webhook.kube.owned`` shares them).
-        kept = all(x is y for x, y in zip(a, prefix, strict=True))
+        # The usual mutation: items appended (env vars, rules, requirements).
+        kept = all(map(is_, a, prefix))
         if kept or (a == prefix and _same(a, prefix)):
             for index in range(len(a), len(b)):
                 patch.append({"op": "add", "path": f"{path}/{index}", "value": b[index]})

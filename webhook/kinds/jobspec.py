@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.kinds import inplace as in_place_rules
+from webhook.kinds.ruleplan import our_rules, write_rules
 from webhook.kinds.workload import (
     add_error_propagation,
     enforce_rail,
@@ -21,7 +22,6 @@ from webhook.kinds.workload import (
 )
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller, podspec
-from webhook.kube.objects import mapping
 from webhook.kube.owned import ALL, Owned
 from webhook.plan import causes, delays, failureaware, inplace, queued
 from webhook.plan.model import BudgetPlan, job_limit_field
@@ -435,29 +435,6 @@ def _off(policy: Policy, name: str) -> Policy:
     return with_setting(policy, name, Setting(BUILTIN[name], policy.setting(name).source))
 
 
-def our_rules(policy: Policy, pod_spec: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
-    """The podFailurePolicy rules ``policy`` adds to a JobSpec with this pod template, each
-    with the setting that adds it, in their order: a rule on DisruptionTarget first (a
-    preempted pod may exit 137 after its grace period, or 1 if the application says so
-    on SIGTERM, and must be decided before an exit-code rule could fail the Job for it:
-    ``matchPodFailurePolicy`` stops at the first match): Ignore for ignore-disruptions,
-    else Count for fail-non-retriable (``Policy.count_disruptions``); then one exit-code
-    rule per application container (a regular container's retries the in-place codes
-    too: ``inplace.retriable``). The rules on the conditions our controller adds
-    (``causes.rules``) come first of all (``fp.merge`` puts them before the user's too)."""
-    ours = causes.rules(policy)
-    if policy.ignore_disruptions:
-        ours.append((fp.ignore_disruptions_rule(), "ignore-disruptions"))
-    if policy.count_disruptions:
-        ours.append((fp.count_disruptions_rule(), "fail-non-retriable"))
-    if policy.fail_non_retriable:
-        action = "FailIndex" if policy.on_non_retriable == "fail-index" else "FailJob"
-        retried, restarting = policy.retriable_exit_codes, policy.in_place_exit_codes
-        for rule in fp.non_retriable_rules(pod_spec, retried, action, restarting):
-            ours.append((rule, "fail-non-retriable"))
-    return ours
-
-
 def _check_rule_count(
     user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
 ) -> Policy:
@@ -644,40 +621,6 @@ def delay_text(policy: Policy, ctx: Context, what: str = "retries") -> str:
     return text + " after a failure; the Job controller's back-off still applies"
 
 
-def describe_ours(rules: list[dict[str, Any]]) -> str:
-    """Our added rules, for a warning: "rule Ignore on DisruptionTarget", "rule Count on
-    DisruptionTarget", "rule FailJob on exit codes NotIn [143] in main", "rules ... in a,
-    b" (the containers whose codes they read)."""
-    codes = rules[0].get("onExitCodes")
-    if not isinstance(codes, dict):
-        conditions = mapping((rules[0].get("onPodConditions") or [{}])[0])
-        return f"rule {rules[0]['action']} on {conditions.get('type', fp.DISRUPTION_TARGET)}"
-    plural = "s" if len(rules) > 1 else ""
-    text = f"rule{plural} {rules[0]['action']} on exit codes NotIn {codes['values']}"
-    names = [str(mapping(r.get("onExitCodes")).get("containerName")) for r in rules]
-    if "containerName" in codes:
-        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-        text += f" in {shown}"
-    return text
-
-
-#: How every warning of ``unbounded_note`` ends (a TrainJob says its own in place of its
-#: JobSet's).
-UNBOUNDED = ": ignored disruptions retry with no cap"
-
-
-PEERS_UNBOUNDED = ": ignored peers retry with no cap"
-
-
-def unbounded_note(field: str, ending: str = UNBOUNDED) -> str:
-    """The warning when our Ignore rule goes into a Job without a deadline: ignored
-    failures never use up backoffLimit, so a Job preempted again and again would never
-    end (``max-disruptions`` caps the disruptions themselves, not their peers); ``field``
-    is the deadline that would end it. (Said with the rule, so a reinvocation that adds
-    nothing stays silent.)"""
-    return f"retry-policy: set {field}{ending}"
-
-
 def _apply(
     spec: dict[str, Any],
     template: dict[str, Any],
@@ -688,46 +631,8 @@ def _apply(
     budget: BudgetPlan,
     ctx: Context,
 ) -> None:
-    ours = our_rules(policy, pod_spec)
     most_avoided = ctx.config.rails(ctx.namespace).max_avoided_nodes
-    if ours:
-        merged, added = fp.merge(_rules(spec), [rule for rule, _ in ours])
-        added_ids = {id(r) for r in added}  # merge places our rule objects as they are
-        for rule, name in ours:
-            out.wrote(rule, name, id(rule) in added_ids)
-        if added:
-            pfp = spec.get("podFailurePolicy")
-            if not isinstance(pfp, dict):
-                pfp = spec["podFailurePolicy"] = {}
-            pfp["rules"] = merged
-            said: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for rule, name in ours:
-                if id(rule) in added_ids:
-                    said.setdefault((name, str(rule["action"])), []).append(rule)
-            for (name, action), rules in said.items():
-                # Our Count rule on DisruptionTarget is not required of an object
-                # (``engine._unapplied``): one mutated by a replica that did not add it yet
-                # stays valid in an upgrade.
-                counted = action == "Count" and name == "fail-non-retriable"
-                setting = None if counted else policy.setting(name)
-                out.changed(
-                    f"retry-policy: added podFailurePolicy {describe_ours(rules)} ({name})",
-                    setting,
-                )
-            if any(name == "fail-non-retriable" for name, _ in said):
-                failureaware.check_oom_signal(policy, out)  # said with the rule, as below
-            ignored = ("ignore-disruptions", "Ignore") in said and policy.max_disruptions is None
-            if ignored and spec.get("activeDeadlineSeconds") is None:
-                out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
-            if ("peer-disruptions", "Ignore") in said and spec.get("activeDeadlineSeconds") is None:
-                out.note(unbounded_note(f"{where}.activeDeadlineSeconds", PEERS_UNBOUNDED))
-            if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
-                spec["podReplacementPolicy"] = "Failed"
-                out.changed(
-                    f"retry-policy: {where}.podReplacementPolicy -> Failed "
-                    "(required with a podFailurePolicy)"
-                )
-        out.problems.extend(fp.validate(spec, where))
+    write_rules(spec, pod_spec, policy, out, where)
     causes.apply_labels(template, policy)
     add_error_propagation(pod_spec, "containers", policy, out)
     in_place_rules.apply(pod_spec, policy, out, f"{where}.template")

@@ -325,7 +325,9 @@ _ABSENT = object()
 
 
 def _env_names(env: Any) -> Any:
-    return [_env_name(e) for e in env] if isinstance(env, list) else env
+    if not isinstance(env, list):
+        return env
+    return [{"name": e["name"]} if isinstance(e, dict) and "name" in e else e for e in env]
 
 
 def _memory(resources: Any) -> Any:
@@ -341,10 +343,6 @@ def _memory(resources: Any) -> Any:
             else:
                 view[kind] = values
     return view
-
-
-def _env_name(entry: Any) -> Any:
-    return {"name": entry["name"]} if isinstance(entry, dict) and "name" in entry else entry
 
 
 def _spec_record(raw: Any) -> Any:

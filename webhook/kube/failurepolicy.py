@@ -74,12 +74,22 @@ def non_retriable_rules(
     """
     codes = sorted(set(retriable))
     regular_codes = sorted(set(codes) | set(restarting))
-    regular = {c["name"] for c in named_containers(pod_spec, "containers")}
-    names = app_containers(pod_spec)
+    regular_names = [c["name"] for c in named_containers(pod_spec, "containers")]
+    init = [c["name"] for c in named_containers(pod_spec, "initContainers") if not is_sidecar(c)]
+    names = regular_names + init  # (``app_containers``)
     if not names:
         return [non_retriable_rule(regular_codes, action)]
+    regular = set(regular_names)
+    # Each as ``non_retriable_rule`` builds it, with a list of codes of its own.
     return [
-        non_retriable_rule(regular_codes if name in regular else codes, action, name)
+        {
+            "action": action,
+            "onExitCodes": {
+                "containerName": name,
+                "operator": "NotIn",
+                "values": list(regular_codes if name in regular else codes),
+            },
+        }
         for name in names
     ]
 
@@ -132,9 +142,12 @@ def condition_rule(condition: str, action: str = "Count") -> dict[str, Any]:
 def is_ours(rule: Any) -> bool:
     """Whether ``rule`` is on a condition only our controller adds: such a rule goes before
     every other (``merge``), and matches no pod but those its workload asked us to mark."""
-    if not isinstance(rule, dict) or not isinstance(rule.get("onPodConditions"), list):
+    if not isinstance(rule, dict):
         return False
-    types = [p.get("type") for p in rule["onPodConditions"] if isinstance(p, dict)]
+    conditions = rule.get("onPodConditions")
+    if not isinstance(conditions, list):
+        return False
+    types = [p.get("type") for p in conditions if isinstance(p, dict)]
     return bool(types) and all(t in OUR_CONDITIONS for t in types)
 
 
@@ -153,7 +166,7 @@ def takes_disruptions(rules: Iterable[Any]) -> bool:
     (``DisruptionTarget=True``; a pattern on another status never matches such a pod)
     and is not ``count_disruptions_rule`` (ours, there on a second admission): whoever
     wrote it decided what a disruption does, and a rule after it never sees one."""
-    match = evaluate(rules, PodFailure((), ((DISRUPTION_TARGET, "True"),)))
+    match = evaluate(rules, _DISRUPTED)
     return match is not None and rule_key(match.rule) != rule_key(count_disruptions_rule())
 
 
@@ -167,9 +180,10 @@ def rule_key(rule: Any) -> Any:
     if isinstance(codes, dict):
         values = codes.get("values")
         values_key = tuple(sorted(values)) if _int_list(values) else repr(values)
+        name, operator = codes.get("containerName"), codes.get("operator")
         codes_key = (
-            _scalar(codes.get("containerName")),
-            _scalar(codes.get("operator")),
+            name if name is None or isinstance(name, _SCALARS) else repr(name),
+            operator if operator is None or isinstance(operator, _SCALARS) else repr(operator),
             values_key,
         )
     conditions_key = None
@@ -181,18 +195,26 @@ def rule_key(rule: Any) -> Any:
                 if isinstance(c, dict)
             )
         )
-    return (_scalar(rule.get("action")), codes_key, conditions_key)
+    action = rule.get("action")
+    if action is not None and not isinstance(action, _SCALARS):
+        action = repr(action)
+    return (action, codes_key, conditions_key)
 
 
-def _scalar(value: Any) -> Any:
-    """``value`` if hashable as it is, else its repr (a malformed rule's list or mapping)."""
-    return value if value is None or isinstance(value, (str, int, float)) else repr(value)
+#: What ``rule_key`` keeps as it is (hashable); anything else by its repr (a malformed
+#: rule's list or mapping).
+_SCALARS = (str, int, float)
 
 
 def _int_list(values: Any) -> TypeGuard[list[int]]:
-    return isinstance(values, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in values
-    )
+    if not isinstance(values, list):
+        return False
+    if set(map(type, values)) <= _INT:  # (the usual list: plain ints, checked in C)
+        return True
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+_INT = {int}
 
 
 def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any], list[dict]]:
@@ -208,33 +230,38 @@ def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any],
     controller takes the first match). ``ours`` are fresh dicts built for this request;
     they are placed as they are.
     """
-    merged, added = _place(list(user_rules), [r for r in ours if not is_ours(r)], False)
-    merged, first = _place(merged, [r for r in ours if is_ours(r)], True)
-    return merged, [r for r in ours if any(r is a for a in (*first, *added))]
+    merged = list(user_rules)
+    keys = [rule_key(rule) for rule in merged]
+    leading, rest = [], []
+    for rule in ours:
+        (leading if is_ours(rule) else rest).append((rule, rule_key(rule)))
+    added = _place(merged, keys, rest, False)
+    added += _place(merged, keys, leading, True)
+    placed = {id(rule) for rule in added}
+    return merged, [r for r in ours if id(r) in placed]
 
 
 def _place(
-    merged: list[Any], ours: list[dict[str, Any]], leading: bool
-) -> tuple[list[Any], list[dict]]:
-    """Put each of ``ours`` missing from ``merged`` just before the next of ours already
-    there, else after the last (``leading``: after the last of ours placed, or first)."""
-    keys = [rule_key(rule) for rule in merged]
+    merged: list[Any], keys: list[Any], ours: list[tuple[dict[str, Any], Any]], leading: bool
+) -> list[dict]:
+    """Put each of ``ours`` (rule, ``rule_key``) missing from ``merged`` (whose keys are
+    ``keys``, kept in step) just before the next of ours already there, else after the
+    last (``leading``: after the last of ours placed, or first); the ones put."""
     present = set(keys)
-    ours_keys = [rule_key(rule) for rule in ours]
     added = []
     after = 0
-    for position, (rule, key) in enumerate(zip(ours, ours_keys, strict=True)):
+    for position, (rule, key) in enumerate(ours):
         if key in present:
             after = keys.index(key) + 1
             continue
-        later = [keys.index(k) for k in ours_keys[position + 1 :] if k in keys]
+        later = [keys.index(k) for _, k in ours[position + 1 :] if k in present]
         at = min(later) if later else (after if leading else len(merged))
         merged.insert(at, rule)
         keys.insert(at, key)
         present.add(key)
         added.append(rule)
         after = at + 1
-    return merged, added
+    return added
 
 
 def named_containers(pod_spec: Mapping[str, Any], group: str) -> list[dict[str, Any]]:
@@ -433,6 +460,10 @@ class PodFailure:
             if isinstance(c, dict)
         )
         return cls(tuple(exits), conditions)
+
+
+#: A pod with the DisruptionTarget condition, as ``takes_disruptions`` asks about it.
+_DISRUPTED = PodFailure((), ((DISRUPTION_TARGET, "True"),))
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,12 @@ def check(policy: Policy, out: Outcome) -> Policy:
     """A budget needs the key whose failures it counts: denied without it when annotated,
     skipped with a warning when an admin's default (``Outcome.conflict``). Called again
     after the checks that may turn that key off here."""
+    settings = policy.settings
+    if (
+        settings["max-disruptions"].value is None
+        and settings["max-in-place-restarts"].value is None
+    ):
+        return policy  # (neither asked for: the usual case)
     for name, needed, why in NEEDS:
         if policy.asks(name) and not policy.asks(needed):
             off = "not set" if not policy.explicit(needed) else "not applied here"

@@ -31,9 +31,11 @@ def policy_keys(metadata: Any) -> tuple[str, ...]:
         return ()
     cut = len(PREFIX)
     return tuple(
-        k[cut:]
-        for k in annotations
-        if isinstance(k, str) and k.startswith(PREFIX) and k[cut:] in KEYS and k != APPLIED
+        [
+            k[cut:]
+            for k in annotations
+            if isinstance(k, str) and k.startswith(PREFIX) and k[cut:] in KEYS and k != APPLIED
+        ]
     )
 
 
@@ -78,9 +80,12 @@ def has_policy_annotations(metadata: Any) -> bool:
     if not isinstance(metadata, dict):
         return False
     annotations = metadata.get("annotations")
-    return isinstance(annotations, dict) and any(
-        isinstance(k, str) and k.startswith(PREFIX) for k in annotations
-    )
+    if not isinstance(annotations, dict):
+        return False
+    for k in annotations:
+        if isinstance(k, str) and k.startswith(PREFIX):
+            return True
+    return False
 
 
 #: Resolved policies: a workload's by (config, namespace, our annotations), a pod's by its
@@ -162,11 +167,10 @@ def _policy_items(annotations: Any) -> tuple | None:
     """Our annotations as a hashable key (``None``: not cacheable, e.g. odd value types)."""
     if not isinstance(annotations, dict):
         return ()
-    items = tuple(
-        sorted(
-            (k, v) for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)
-        )
+    items = sorted(
+        [(k, v) for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)]
     )
-    if all(isinstance(v, str) for _, v in items):
-        return items
-    return None
+    for _, v in items:
+        if not isinstance(v, str):
+            return None
+    return tuple(items)

@@ -412,24 +412,24 @@ class Policy:
 
     @property
     def fail_non_retriable(self) -> bool:
-        return bool(self.value("fail-non-retriable"))
+        return bool(self.settings["fail-non-retriable"].value)
 
     @property
     def retriable_exit_codes(self) -> tuple[int, ...]:
-        return tuple(self.value("retriable-exit-codes"))
+        return tuple(self.settings["retriable-exit-codes"].value)
 
     @property
     def on_non_retriable(self) -> str:
         """``fail-job`` or ``fail-index``: what the non-retriable rule fails."""
-        return str(self.value("on-non-retriable"))
+        return str(self.settings["on-non-retriable"].value)
 
     @property
     def backoff_limit(self) -> int | None:
-        return self.value("backoff-limit")
+        return self.settings["backoff-limit"].value
 
     @property
     def ignore_disruptions(self) -> bool:
-        return bool(self.value("ignore-disruptions"))
+        return bool(self.settings["ignore-disruptions"].value)
 
     @property
     def count_disruptions(self) -> bool:
@@ -442,58 +442,58 @@ class Policy:
         return (
             self.fail_non_retriable
             and not self.ignore_disruptions
-            and self.value("count-disruptions") is True
+            and self.settings["count-disruptions"].value is True
         )
 
     @property
     def non_spot_attempts(self) -> int:
-        return int(self.value("non-spot-attempts"))
+        return int(self.settings["non-spot-attempts"].value)
 
     @property
     def error_propagation(self) -> str | None:
-        return self.value("error-propagation")
+        return self.settings["error-propagation"].value
 
     @property
     def attempt(self) -> int | None:
-        return self.value("attempt")
+        return self.settings["attempt"].value
 
     @property
     def oom_memory_factor(self) -> Fraction | None:
-        return self.value("oom-memory-factor")
+        return self.settings["oom-memory-factor"].value
 
     @property
     def oom_memory_limit(self) -> quantity.Quantity | None:
-        return self.value("oom-memory-limit")
+        return self.settings["oom-memory-limit"].value
 
     @property
     def avoid_failed_nodes(self) -> bool:
-        return bool(self.value("avoid-failed-nodes"))
+        return bool(self.settings["avoid-failed-nodes"].value)
 
     @property
     def in_place_exit_codes(self) -> tuple[int, ...]:
         """Exit codes that restart in place (empty: none)."""
-        return tuple(self.value("in-place-exit-codes") or ())
+        return tuple(self.settings["in-place-exit-codes"].value or ())
 
     @property
     def in_place_scope(self) -> str:
-        return str(self.value("in-place-scope"))
+        return str(self.settings["in-place-scope"].value)
 
     @property
     def attempt_env(self) -> bool:
-        return bool(self.value("attempt-env"))
+        return bool(self.settings["attempt-env"].value)
 
     @property
     def retry_delay(self) -> int | None:
         """Seconds the first retry waits after its failure (``None``: no delay)."""
-        return self.value("retry-delay")
+        return self.settings["retry-delay"].value
 
     @property
     def retry_delay_factor(self) -> Fraction:
-        return Fraction(self.value("retry-delay-factor"))
+        return Fraction(self.settings["retry-delay-factor"].value)
 
     @property
     def retry_delay_max(self) -> int | None:
-        return self.value("retry-delay-max")
+        return self.settings["retry-delay-max"].value
 
     def delay_seconds(self, failures: int, rail: int | None = None) -> int:
         """What the pod after ``failures`` counted failures waits (``retry_delays``)."""
@@ -502,23 +502,23 @@ class Policy:
     @property
     def max_disruptions(self) -> int | None:
         """Free disruptions (``None``: every disruption is free with ignore-disruptions)."""
-        value = self.value("max-disruptions")
+        value = self.settings["max-disruptions"].value
         return value if isinstance(value, int) else None
 
     @property
     def max_in_place_restarts(self) -> int | None:
-        value = self.value("max-in-place-restarts")
+        value = self.settings["max-in-place-restarts"].value
         return value if isinstance(value, int) else None
 
     @property
     def peer_disruptions(self) -> str | None:
         """``ignore`` or ``count``: the rule on a disrupted pod's peers (``None``: none)."""
-        return self.value("peer-disruptions")
+        return self.settings["peer-disruptions"].value
 
     def asks(self, name: str) -> bool:
         """Whether the setting is on: not its off value (``BUILTIN``). A setting whose off
         value is ``None`` is on with any value, 0 included (``max-disruptions: 0``)."""
-        value = self.value(name)
+        value = self.settings[name].value
         return value is not None if BUILTIN[name] is None else bool(value)
 
     @property

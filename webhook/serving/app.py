@@ -5,6 +5,13 @@ Every failure answers with a reason and a 4xx status (413 for bodies over the li
 before they are read); nothing a client sends produces a 500 or a traceback. A bug
 in the engine after decoding still yields a well-formed review (allowed, with a
 warning), because a webhook that errors blocks or silently skips the whole cluster.
+
+The reviews themselves (``POST /mutate`` and ``/validate``) are answered by
+``AdmissionDispatch`` in front of Flask, from the WSGI environ: Flask's request context,
+URL adapter and response object cost more than decoding a Job's review (a third of a
+served request that the memo answers, ``docs/PERFORMANCE.md``), and a review needs
+none of them. Everything else (``/healthz``, ``/readyz``, errors, other methods) is
+Flask's, and a review answered either way is the same bytes and headers.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from typing import Any
 
 import orjson
 from flask import Flask, Response, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, InternalServerError
+from werkzeug.http import HTTP_STATUS_CODES
 
 from webhook.admission import engine
 from webhook.admission import review as codec
@@ -82,88 +90,17 @@ def create_app(state: State | None = None) -> Flask:
     # backstop for anything that reads ``request.data`` through werkzeug.
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.extensions["retry_policy_state"] = state
+    reviews = Reviews(state)
 
-    def record(endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
-        if state.metrics is not None:
-            # No start time: refused by werkzeug before the handler ran.
-            started = started or time.perf_counter()
-            state.metrics.observe_admission(endpoint, kind, outcome, time.perf_counter() - started)
-
-    def refuse(
-        endpoint: str, reason: str, started: float, status: int = 400, error: str = "BadRequest"
-    ) -> Response:
-        """A request that is not a review we can read: counted, and answered with why."""
-        record(endpoint, "unknown", "bad_request", started)
-        return _json({"error": error, "reason": reason}, status)
-
-    def handle(endpoint: str, decide: Callable[[codec.Request], Verdict]) -> Response:
-        started = time.perf_counter()  # before the body is read: it counts too
-        # The envelope is read from the WSGI environ itself: werkzeug's header and length
-        # accessors cost more than the rest of the envelope's checks together.
-        environ = request.environ
-        if not _is_json(environ.get("CONTENT_TYPE", "")):
-            return refuse(endpoint, "Content-Type must be application/json", started)
-        length = _content_length(environ)
-        # A Content-Length over the limit is refused before anything is read.
-        if (length or 0) > MAX_BODY_BYTES:
-            return refuse(endpoint, TOO_LARGE, started, 413, "RequestEntityTooLarge")
-        try:
-            body = read_body(environ, length)
-        except (OSError, ValueError):
-            # The client stopped sending mid-body (dropped by the server's read timeout)
-            # or went away: nobody is left to read an answer, but it is not our error.
-            return refuse(endpoint, "request body not received", started, 408, "RequestTimeout")
-        if len(body) > MAX_BODY_BYTES:  # chunked: read_body stops one byte past the limit
-            return refuse(endpoint, TOO_LARGE, started, 413, "RequestEntityTooLarge")
-        if length is not None and len(body) < length:
-            return refuse(endpoint, "request body shorter than its Content-Length", started)
-        try:
-            review = codec.decode(body)
-        except ReviewError as err:
-            return refuse(endpoint, str(err), started)
-        errored = False
-        try:
-            verdict = decide(review)
-        except Exception:
-            errored = True
-            log.exception("unexpected error", extra={"uid": review.uid, "endpoint": endpoint})
-            verdict = Verdict(warnings=["retry-policy: internal error; request admitted unchanged"])
-        outcome = "error" if errored else _outcome(verdict)
-        if verdict.deleted is not None and not review.dry_run and state.deletions is not None:
-            state.deletions.submit(verdict.deleted)  # (only queued: never waits)
-        try:
-            _log_decision(endpoint, review, verdict, outcome, started)
-        except Exception:  # a logging fault must never fail an admission
-            log.exception("could not log decision")
-        if endpoint == "mutate" and verdict.decisions:
-            try:
-                emit_decisions(state.events, review, verdict)
-            except Exception:  # nor an Event: it is only queued here, never written
-                log.exception("could not queue events")
-        answer = Response(codec.encode_bytes(review.uid, verdict), mimetype=_JSON)
-        if state.metrics is not None:
-            try:
-                kind = _kind_label(review)
-                _count(state.metrics, endpoint, kind, review, verdict, outcome)
-                record(endpoint, kind, outcome, started)
-            except Exception:  # nor a metrics fault
-                log.exception("could not record metrics")
-        return answer
-
+    # Reached through Flask only when the dispatch in front of it passes a review on (a
+    # method not spelled in capitals, which werkzeug reads as POST too).
     @app.post("/mutate")
     def mutate() -> Response:
-        return handle(
-            "mutate",
-            lambda r: engine.mutate(
-                r, state.config, state.attempts, state.runtimes, state.version, state.leadership
-            ),
-        )
+        return _response(*reviews.mutate(request.environ))
 
     @app.post("/validate")
     def validate() -> Response:
-        return handle(
-            "validate", lambda r: engine.validate(r, state.config, state.runtimes, state.version)
-        )
+        return _response(*reviews.validate(request.environ))
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -187,12 +124,185 @@ def create_app(state: State | None = None) -> Flask:
     def http_error(err: HTTPException) -> Response:
         endpoint = ENDPOINTS.get(request.path)
         if endpoint is not None and request.method == "POST":
-            record(endpoint, "unknown", "bad_request")
+            reviews.record(endpoint, "unknown", "bad_request")
         return _json(
             {"error": err.name.replace(" ", ""), "reason": err.description}, err.code or 400
         )
 
+    app.wsgi_app = AdmissionDispatch(  # type: ignore[method-assign]
+        app.wsgi_app,
+        {"/mutate": reviews.mutate, "/validate": reviews.validate},
+        reviews.failed,
+        logging.getLogger(app.name),
+    )
     return app
+
+
+class Reviews:
+    """The answers to ``/mutate`` and ``/validate``: from a WSGI environ, the HTTP status
+    and the JSON body (``AdmissionDispatch`` and Flask's views serve them alike)."""
+
+    def __init__(self, state: State):
+        self.state = state
+
+    def mutate(self, environ: dict[str, Any]) -> tuple[int, bytes]:
+        return self.handle("mutate", self._mutate, environ)
+
+    def validate(self, environ: dict[str, Any]) -> tuple[int, bytes]:
+        return self.handle("validate", self._validate, environ)
+
+    def _mutate(self, review: codec.Request) -> Verdict:
+        state = self.state
+        return engine.mutate(
+            review, state.config, state.attempts, state.runtimes, state.version, state.leadership
+        )
+
+    def _validate(self, review: codec.Request) -> Verdict:
+        state = self.state
+        return engine.validate(review, state.config, state.runtimes, state.version)
+
+    def record(self, endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
+        if self.state.metrics is not None:
+            # No start time: refused by werkzeug before the handler ran.
+            started = started or time.perf_counter()
+            self.state.metrics.observe_admission(
+                endpoint, kind, outcome, time.perf_counter() - started
+            )
+
+    def refuse(
+        self,
+        endpoint: str,
+        reason: str,
+        started: float,
+        status: int = 400,
+        error: str = "BadRequest",
+    ) -> tuple[int, bytes]:
+        """A request that is not a review we can read: counted, and answered with why."""
+        self.record(endpoint, "unknown", "bad_request", started)
+        return status, orjson.dumps({"error": error, "reason": reason})
+
+    def failed(self, path: str) -> tuple[int, bytes]:
+        """What Flask answers when a view raises: its 500, through ``http_error``."""
+        self.record(ENDPOINTS[path], "unknown", "bad_request")
+        error = InternalServerError()
+        return 500, orjson.dumps(
+            {"error": error.name.replace(" ", ""), "reason": error.description}
+        )
+
+    def handle(
+        self, endpoint: str, decide: Callable[[codec.Request], Verdict], environ: dict[str, Any]
+    ) -> tuple[int, bytes]:
+        """The HTTP status and JSON body of the answer to one review."""
+        started = time.perf_counter()  # before the body is read: it counts too
+        refuse = self.refuse
+        # The envelope is read from the WSGI environ itself: werkzeug's header and length
+        # accessors cost more than the rest of the envelope's checks together.
+        if not _is_json(environ.get("CONTENT_TYPE", "")):
+            return refuse(endpoint, "Content-Type must be application/json", started)
+        length = _content_length(environ)
+        # A Content-Length over the limit is refused before anything is read.
+        if (length or 0) > MAX_BODY_BYTES:
+            return refuse(endpoint, TOO_LARGE, started, 413, "RequestEntityTooLarge")
+        try:
+            body = read_body(environ, length)
+        except (OSError, ValueError):
+            # The client stopped sending mid-body (dropped by the server's read timeout)
+            # or went away: nobody is left to read an answer, but it is not our error.
+            return refuse(endpoint, "request body not received", started, 408, "RequestTimeout")
+        if len(body) > MAX_BODY_BYTES:  # chunked: read_body stops one byte past the limit
+            return refuse(endpoint, TOO_LARGE, started, 413, "RequestEntityTooLarge")
+        if length is not None and len(body) < length:
+            return refuse(endpoint, "request body shorter than its Content-Length", started)
+        try:
+            review = codec.decode(body)
+        except ReviewError as err:
+            return refuse(endpoint, str(err), started)
+        return 200, self._answer(endpoint, decide, review, started)
+
+    def _answer(
+        self,
+        endpoint: str,
+        decide: Callable[[codec.Request], Verdict],
+        review: codec.Request,
+        started: float,
+    ) -> bytes:
+        state = self.state
+        errored = False
+        try:
+            verdict = decide(review)
+        except Exception:
+            errored = True
+            log.exception("unexpected error", extra={"uid": review.uid, "endpoint": endpoint})
+            verdict = Verdict(warnings=["retry-policy: internal error; request admitted unchanged"])
+        outcome = "error" if errored else _outcome(verdict)
+        if verdict.deleted is not None and not review.dry_run and state.deletions is not None:
+            state.deletions.submit(verdict.deleted)  # (only queued: never waits)
+        try:
+            _log_decision(endpoint, review, verdict, outcome, started)
+        except Exception:  # a logging fault must never fail an admission
+            log.exception("could not log decision")
+        if endpoint == "mutate" and verdict.decisions:
+            try:
+                emit_decisions(state.events, review, verdict)
+            except Exception:  # nor an Event: it is only queued here, never written
+                log.exception("could not queue events")
+        answer = codec.encode_bytes(review.uid, verdict)
+        if state.metrics is not None:
+            try:
+                kind = _kind_label(review)
+                _count(state.metrics, endpoint, kind, review, verdict, outcome)
+                self.record(endpoint, kind, outcome, started)
+            except Exception:  # nor a metrics fault
+                log.exception("could not record metrics")
+        return answer
+
+
+#: The status lines werkzeug writes (``Response.status``), for the codes reviews answer.
+_STATUS_LINES = {code: f"{code} {HTTP_STATUS_CODES[code].upper()}" for code in HTTP_STATUS_CODES}
+
+
+def _response(status: int, body: bytes) -> Response:
+    return Response(body, status, mimetype=_JSON)
+
+
+class AdmissionDispatch:
+    """WSGI middleware: a ``POST`` to one of ``answers``' paths is answered by its
+    function (``environ -> (status, JSON body)``) without Flask; every other request goes
+    on to ``app``. The answer has the headers Flask's ``Response`` would give it
+    (``Content-Type: application/json`` and ``Content-Length``), and a function that
+    raises gets what Flask answers a view that raises: the error logged on the app's
+    logger as Flask logs it, and ``failed(path)`` (a 500)."""
+
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        answers: dict[str, Callable[[dict[str, Any]], tuple[int, bytes]]],
+        failed: Callable[[str], tuple[int, bytes]],
+        logger: logging.Logger,
+    ):
+        self.app = app
+        self.answers = answers
+        self.failed = failed
+        self.logger = logger
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        answer = (
+            self.answers.get(environ.get("PATH_INFO", ""))
+            if environ.get("REQUEST_METHOD") == "POST"
+            else None
+        )
+        if answer is None:
+            return self.app(environ, start_response)
+        try:
+            status, body = answer(environ)
+        except Exception:
+            path = environ["PATH_INFO"]
+            self.logger.error("Exception on %s [POST]", path, exc_info=True)
+            status, body = self.failed(path)
+        start_response(
+            _STATUS_LINES[status], [("Content-Type", _JSON), ("Content-Length", str(len(body)))]
+        )
+        return [body]
 
 
 def _is_json(content_type: str) -> bool:

@@ -2,8 +2,8 @@
 
 The server runs several worker processes (and a supervisor), and a scrape reaches one
 process only, so they record into ``prometheus_client``'s multiprocess files
-(``PROMETHEUS_MULTIPROC_DIR``, a fresh directory under ``$TMPDIR`` emptied at start) and a
-small dedicated exposition process (``python -m webhook.serving.metrics``, started by ``serve``)
+(``PROMETHEUS_MULTIPROC_DIR``: ``webhook.serving.metricsdir``) and a small dedicated
+exposition process (``python -m webhook.serving.metrics``, started by ``serve``)
 reads all of them on each scrape. That process, not a thread in the supervisor, because
 the supervisor forks workers for as long as it runs, and forking a process that has
 threads risks deadlocks in the child. The supervisor binds the metrics port itself before
@@ -15,7 +15,8 @@ annotations are the known keys, reasons are slugs. No user-controlled string eve
 becomes a label (it could hold a secret, and it would explode the series count).
 
 The multiprocess mode of ``prometheus_client`` is chosen when it is first imported, so
-this module imports it lazily: ``prepare_multiprocess_dir`` must run before ``get``.
+this module imports it lazily: ``metricsdir.prepare_multiprocess_dir`` must run before
+``get``.
 """
 
 from __future__ import annotations
@@ -24,20 +25,18 @@ import argparse
 import bisect
 import logging
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
+
+from webhook.serving.metricsdir import ENV
 
 log = logging.getLogger("webhook.metrics")  # also when run as __main__
 
-ENV = "PROMETHEUS_MULTIPROC_DIR"
 PREFIX = "retry_webhook_"
 #: Admission latency buckets (seconds): the API server's timeout is 1..30 s, our
 #: budget is milliseconds.
@@ -46,30 +45,6 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 #: Why the controller released a retry-delay gate (``webhook.controller.gates``).
 GATE_RELEASES = ("due", "overdue", "no_time")
 RETRY_ACTIONS = ("memory_raised", "nodes_avoided", "in_place_rules", "retry_delayed")
-
-
-def prepare_multiprocess_dir() -> tuple[Path, bool]:
-    """The directory for the workers' metric files and whether it was created here:
-    ``$PROMETHEUS_MULTIPROC_DIR`` when set, else a new one under ``$TMPDIR``; emptied
-    either way (files of a previous run would be added to this run's counters)."""
-    given = os.environ.get(ENV)
-    created = not given
-    if given:
-        path = Path(given)
-        path.mkdir(parents=True, exist_ok=True)
-        for entry in path.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    else:
-        path = Path(tempfile.mkdtemp(prefix="retry-webhook-metrics-"))
-        os.environ[ENV] = str(path)
-    if "prometheus_client" in sys.modules:  # imported early: switch its value class too
-        from prometheus_client import values
-
-        values.ValueClass = values.get_value_class()
-    return path, created
 
 
 class Metrics:
@@ -637,7 +612,8 @@ def reset_after_fork() -> None:
 
 
 def get() -> Metrics:
-    """This process's metrics (created on first use, after ``prepare_multiprocess_dir``)."""
+    """This process's metrics (created on first use, after
+    ``metricsdir.prepare_multiprocess_dir``)."""
     global _METRICS
     with _METRICS_LOCK:
         if _METRICS is None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import logging
 import resource
-import shutil
 import socket
 from pathlib import Path
 from typing import Any
 
 from webhook.policy.config import load_config
-from webhook.serving import logs, metrics
+from webhook.serving import logs, metrics, metricsdir
 from webhook.serving.certwatch import CertificateWatch
 from webhook.serving.listeners import check_port_free
 from webhook.serving.options import ServeOptions
@@ -71,7 +70,7 @@ def serve(options: ServeOptions, app_factory: Any = None) -> None:
     limit = raise_file_limit(max(65536, 4 * options.workers * options.max_connections))
     exposition, directory, created = None, None, False
     if options.metrics_port:
-        directory, created = metrics.prepare_multiprocess_dir()
+        directory, created = metricsdir.prepare_multiprocess_dir()
         sock = metrics.bind(options.host, options.metrics_port)
         exposition = metrics.start_exposition(sock)
         sock.close()  # the exposition process has its own copy
@@ -94,4 +93,4 @@ def serve(options: ServeOptions, app_factory: Any = None) -> None:
     finally:
         metrics.stop_exposition(exposition)
         if created and directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
+            metricsdir.release_multiprocess_dir(directory)

@@ -9,7 +9,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.kinds.jobspec import our_rules, resolve_count
+from webhook.kinds.jobspec import resolve_count
+from webhook.kinds.ruleplan import our_rules
 from webhook.kinds.workload import (
     WRITTEN_SOURCES,
     get_path,

@@ -52,7 +52,7 @@ from webhook.kinds.jobset.mutate import (
     initializers,
 )
 from webhook.kinds.jobset.rules import in_place_bound
-from webhook.kinds.jobspec import PEERS_UNBOUNDED, UNBOUNDED, unbounded_note
+from webhook.kinds.ruleplan import PEERS_UNBOUNDED, UNBOUNDED, unbounded_note
 from webhook.kinds.workload import WorkloadMutator, get_path, note_peers, pod_count
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_API_VERSION, TRAINER_GROUP
