@@ -23,7 +23,7 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller, podspec
 from webhook.kube.objects import mapping
 from webhook.kube.owned import ALL, Owned
-from webhook.plan import causes, delays, failureaware, inplace, queued
+from webhook.plan import causes, delays, failureaware, inplace, queued, verdicts
 from webhook.plan.model import BudgetPlan, job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.policy.grammar import format_duration
@@ -62,6 +62,7 @@ RULE_KEYS = (
     "ignore-disruptions",
     "peer-disruptions",
     "max-in-place-restarts",
+    *verdicts.RULE_KEYS,
 )
 
 
@@ -204,6 +205,7 @@ def _check_template(
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
         policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
+    policy = verdicts.check(policy, ctx, out)
     policy = causes.check(policy, out)
     policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
@@ -495,9 +497,12 @@ def _check_on_non_retriable(
 ) -> Policy:
     if policy.on_non_retriable != "fail-index":
         return policy
-    if not policy.fail_non_retriable:
+    if not policy.fail_non_retriable and not policy.fail_categories:
         if policy.explicit("on-non-retriable"):
-            out.note("retry-policy: on-non-retriable has no effect without fail-non-retriable")
+            out.note(
+                "retry-policy: on-non-retriable has no effect without fail-non-retriable "
+                "or fail-categories"
+            )
         return policy
     if spec.get("backoffLimitPerIndex") is None:
         out.conflict(
@@ -650,8 +655,9 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
     b" (the containers whose codes they read)."""
     codes = rules[0].get("onExitCodes")
     if not isinstance(codes, dict):
-        conditions = mapping((rules[0].get("onPodConditions") or [{}])[0])
-        return f"rule {rules[0]['action']} on {conditions.get('type', fp.DISRUPTION_TARGET)}"
+        patterns = [mapping(p) for p in rules[0].get("onPodConditions") or [{}]]
+        types = ", ".join(str(p.get("type", fp.DISRUPTION_TARGET)) for p in patterns)
+        return f"rule {rules[0]['action']} on {types}"
     plural = "s" if len(rules) > 1 else ""
     text = f"rule{plural} {rules[0]['action']} on exit codes NotIn {codes['values']}"
     names = [str(mapping(r.get("onExitCodes")).get("containerName")) for r in rules]
@@ -721,6 +727,9 @@ def _apply(
                 out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
             if ("peer-disruptions", "Ignore") in said and spec.get("activeDeadlineSeconds") is None:
                 out.note(unbounded_note(f"{where}.activeDeadlineSeconds", PEERS_UNBOUNDED))
+            free = ("free-categories", "Ignore") in said and policy.max_free_failures is None
+            if free and spec.get("activeDeadlineSeconds") is None:
+                out.note(verdicts.uncapped_note(f"{where}.activeDeadlineSeconds"))
             if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
                 spec["podReplacementPolicy"] = "Failed"
                 out.changed(

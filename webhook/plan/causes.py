@@ -47,6 +47,7 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOBSET_UID
+from webhook.plan import verdicts
 from webhook.plan.outcome import Outcome
 from webhook.policy.grammar import (
     BadValue,
@@ -57,7 +58,15 @@ from webhook.policy.grammar import (
 from webhook.policy.model import PREFIX, Policy, format_value
 
 #: The template labels, by key: what the controller and the chart select pods by.
-LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")
+LABEL_KEYS = (
+    "ignore-disruptions",
+    "max-disruptions",
+    "max-in-place-restarts",
+    "peer-disruptions",
+    "categories",
+    "max-free-failures",
+    "start-deadline",
+)
 IGNORE_LABEL = PREFIX + "ignore-disruptions"
 MAX_DISRUPTIONS_LABEL = PREFIX + "max-disruptions"
 MAX_RESTARTS_LABEL = PREFIX + "max-in-place-restarts"
@@ -141,13 +150,14 @@ def rules(policy: Policy) -> list[tuple[dict[str, Any], str]]:
     if peers is not None:
         action = "Ignore" if peers == "ignore" else "Count"
         ours.append((fp.condition_rule(fp.PEER_DISRUPTED, action), "peer-disruptions"))
-    return ours
+    return ours + verdicts.rules(policy)
 
 
 #: (the key, the one it needs, why): a budget over what another key takes out.
 NEEDS = (
     ("max-disruptions", "ignore-disruptions", "every disruption counts without it"),
     ("max-in-place-restarts", "in-place-exit-codes", "nothing restarts in place without it"),
+    ("max-free-failures", "free-categories", "no failure is free without it"),
 )
 
 
@@ -173,6 +183,7 @@ def labels(policy: Policy) -> dict[str, str]:
         wanted["max-in-place-restarts"] = str(policy.max_in_place_restarts)
     if policy.peer_disruptions is not None:
         wanted["peer-disruptions"] = format_value("peer-disruptions", policy.peer_disruptions)
+    wanted.update(verdicts.labels(policy))
     return wanted
 
 
