@@ -34,7 +34,9 @@ class SharedJobs:
         self._handlers: list[tuple[Reset, Apply]] = []
         self._lock = threading.Lock()
         self._informer: Informer | None = None
-        self._never = threading.Event()
+        #: Set once the watch has listed every Job: made here, not by the informer, so that
+        #: a reconciler that waits on it before the watch starts waits for that list.
+        self._synced = threading.Event()
 
     def subscribe(self, reset: Reset, apply: Apply) -> None:
         with self._lock:
@@ -42,8 +44,7 @@ class SharedJobs:
 
     @property
     def synced(self) -> threading.Event:
-        informer = self._informer
-        return informer.synced if informer is not None else self._never
+        return self._synced
 
     @property
     def watches(self) -> list[Informer]:
@@ -59,6 +60,7 @@ class SharedJobs:
             stop,
             "controller",
         )
+        self._informer.synced = self._synced
         self._informer.run()
 
     def start(self, stop: threading.Event) -> None:
