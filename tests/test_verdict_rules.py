@@ -125,7 +125,7 @@ def test_a_bad_start_deadline_is_denied_saying_what_is_accepted(value, accepted)
     assert accepted in verdict.message
 
 
-def test_a_default_with_an_unknown_category_is_refused_by_the_config_and_one_that_cannot_apply_skipped():
+def test_a_default_that_cannot_apply_is_skipped_with_a_warning():
     config = parse_config("defaults:\n  free-categories: [DeviceFault]\n")
     verdict, out = mutate(job({}, restart_policy="OnFailure"), config)
     assert verdict.allowed, verdict.message

@@ -46,7 +46,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,7 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
 )
 from webhook.plan.audit import AUDIT, AUDITED, MANAGED
+from webhook.policy.config import Config
 from webhook.policy.model import APPLIED, PREFIX
 
 log = logging.getLogger(__name__)
@@ -184,9 +185,12 @@ class HistoryRecorder:
         events: Any = None,
         metrics: Any = None,
         jobs: SharedJobs | None = None,
+        config: Callable[[], Config] = Config,
     ):
         from kubernetes import client
 
+        #: The cluster config as it is now: its failure categories name the waste's causes.
+        self.config = config
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -513,7 +517,7 @@ class HistoryRecorder:
         if self.metrics is None:
             return
         for pod in pods:
-            why = waste.cause(pod)
+            why = waste.cause(pod, self.config().categories)
             for resource, amount in waste.wasted(pod).items():
                 self.metrics.wasted(namespace, why, resource, amount)
 
