@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from testkit.controlplane.harness import (
+    UNREACHABLE_AT_ONCE,
     Kube,
     PodWatch,
     Served,
@@ -130,18 +131,6 @@ def test_a_dra_device_taint_ends_as_a_free_device_fault(kube: Kube, webhook: Ser
     assert any("DeviceFault (DisruptionReason)" in n and "not counted" in n for n in notes), notes
     kube.kubectl("delete", "deviceclass", f"gpu-{ns}", "--wait=false", check=False)
     kube.kubectl("delete", "resourceslice", f"gpus-{ns}", "--wait=false", check=False)
-
-
-UNREACHABLE_AT_ONCE = {
-    "tolerations": [
-        {
-            "key": "node.kubernetes.io/unreachable",
-            "operator": "Exists",
-            "effect": "NoExecute",
-            "tolerationSeconds": 0,
-        }
-    ]
-}
 
 
 def test_a_node_lost_under_a_pod_ends_as_a_free_node_failure(kube: Kube, webhook: Served, ns: str):
