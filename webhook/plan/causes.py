@@ -54,6 +54,7 @@ from webhook.policy.grammar import (
     parse_count,
     parse_peer_disruptions,
     parse_restart_budget,
+    parse_start_deadline,
 )
 from webhook.policy.model import PREFIX, Policy, format_value
 
@@ -81,6 +82,9 @@ class CauseBudgets:
     max_disruptions: int | None = None
     max_in_place_restarts: int | None = None
     peer_disruptions: str | None = None
+    #: ``max-free-failures`` and ``start-deadline`` (seconds): ``webhook.plan.verdicts``.
+    max_free_failures: int | None = None
+    start_deadline: int | None = None
 
     @classmethod
     def of(cls, template: Mapping[str, Any]) -> CauseBudgets:
@@ -98,6 +102,8 @@ class CauseBudgets:
             read("max-disruptions", parse_count),
             read("max-in-place-restarts", parse_restart_budget),
             read("peer-disruptions", parse_peer_disruptions),
+            read("max-free-failures", parse_count),
+            read("start-deadline", parse_start_deadline),
         )
 
 
