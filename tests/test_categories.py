@@ -271,3 +271,21 @@ def test_the_category_the_controller_wrote_is_read_back():
     name, condition = cl.of_conditions(pod)
     assert name == "NodeFailure" and condition["reason"] == "DisruptionReason"
     assert cl.of_conditions(failed_pod("none")) is None
+
+
+def test_device_faults_and_node_failures_feed_avoid_failed_nodes():
+    """``failed_node`` (``webhook.cluster.history``): a device taint's eviction and a pod
+    the controller classified DeviceFault or NodeFailure leave their node to avoid; a
+    preemption does not."""
+    from webhook.cluster.history import failed_node
+
+    tainted = with_condition(
+        failed_pod("d", node="gpu-7"), _disruption("DeletionByDeviceTaintManager")
+    )
+    assert failed_node(tainted) == "gpu-7"
+    preempted = with_condition(failed_pod("p", node="gpu-8"), _disruption("PreemptionByScheduler"))
+    assert failed_node(preempted) is None
+    classified = with_condition(
+        preempted, {"type": "retry-policy.dev/NodeFailure", "status": "True"}
+    )
+    assert failed_node(classified) == "gpu-8"

@@ -91,7 +91,7 @@ def test_free_categories_without_a_cap_warn_as_ignore_disruptions_does():
     verdict, _ = mutate(job(FREE))
     assert verdict.allowed, verdict.message
     assert (
-        "retry-policy: set max-free-failures or spec.activeDeadlineSeconds: free failures "
+        "retry-policy: set spec.activeDeadlineSeconds (or max-free-failures): free failures "
         "(free-categories) retry with no cap" in verdict.warnings
     )
     capped, _ = mutate(job({**FREE, P + "max-free-failures": "3"}))

@@ -673,6 +673,7 @@ UNBOUNDED = ": ignored disruptions retry with no cap"
 
 
 PEERS_UNBOUNDED = ": ignored peers retry with no cap"
+FREE_UNBOUNDED = " (or max-free-failures): free failures (free-categories) retry with no cap"
 
 
 def unbounded_note(field: str, ending: str = UNBOUNDED) -> str:
@@ -729,7 +730,7 @@ def _apply(
                 out.note(unbounded_note(f"{where}.activeDeadlineSeconds", PEERS_UNBOUNDED))
             free = ("free-categories", "Ignore") in said and policy.max_free_failures is None
             if free and spec.get("activeDeadlineSeconds") is None:
-                out.note(verdicts.uncapped_note(f"{where}.activeDeadlineSeconds"))
+                out.note(unbounded_note(f"{where}.activeDeadlineSeconds", FREE_UNBOUNDED))
             if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
                 spec["podReplacementPolicy"] = "Failed"
                 out.changed(

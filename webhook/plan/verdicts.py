@@ -114,33 +114,3 @@ def check(policy: Policy, ctx: Context, out: Outcome) -> Policy:
             "contradiction",
         )
     return policy
-
-
-def uncapped_note(field: str) -> str:
-    """The warning when free categories go into a Job with neither ``max-free-failures``
-    nor a deadline (as ``ignore-disruptions`` warns: ``jobspec.unbounded_note``)."""
-    return (
-        f"retry-policy: set max-free-failures or {field}: free failures (free-categories) "
-        "retry with no cap"
-    )
-
-
-def describe(policy: Policy) -> list[str]:
-    """What the settings do, in words (``explain``)."""
-    lines = []
-    if policy.fail_categories:
-        action = fail_action(policy)
-        what = "its index" if action == "FailIndex" else "the Job"
-        lines.append(f"{', '.join(policy.fail_categories)}: fails {what} at once ({action})")
-    if policy.free_categories:
-        cap = policy.max_free_failures
-        tail = f", the first {cap} of them (max-free-failures)" if cap is not None else ""
-        lines.append(
-            f"{', '.join(policy.free_categories)}: free, not counted against the retry budget{tail}"
-        )
-    if policy.start_deadline is not None:
-        lines.append(
-            f"a pod not started {format_duration(policy.start_deadline)} after its creation "
-            "is ended and classified (start-deadline)"
-        )
-    return lines
