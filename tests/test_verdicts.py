@@ -294,3 +294,25 @@ def test_a_restarted_controller_counts_no_free_failure_twice(api, tmp_path):
         eventually(lambda: again.stats()["told"] == 1, 10)
         again.free.flush()
         assert record_of(api, run.uid).free_of() == 1
+
+
+def test_a_condition_the_api_fails_is_written_again_after_its_back_off(api, tmp_path):
+    """``webhook.controller.writes``: a 503 is tried again after a back-off (here the
+    shortest, 0.5 s), while the pod may still be judged with it; the write lands."""
+    run = JobRun.store(api, admitted_job(FREE, "flaky"))
+    reconciler = verdicts(api, tmp_path)
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        api.write_status.pop("pods", None)  # the API is back
+
+    reconciler.sleep = sleep
+    pod = run.new_pod()
+    run.disrupt(pod, "DeletionByDeviceTaintManager")
+    api.write_status["pods"] = 503
+    found = reconciler.classify(run.current(pod))
+    assert reconciler.mark(run.current(pod), found) == "added"
+    assert slept and 0 < slept[0] <= 0.5
+    assert CATEGORY in conditions(run.current(pod))
+    assert reconciler.writes.stats()["retried"] == 1

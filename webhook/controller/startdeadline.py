@@ -120,6 +120,15 @@ class Timers:
                 latest = max(self._due, key=self._due.__getitem__)
                 del self._due[latest]
 
+    def at(self, pod: Mapping[str, Any], when: float) -> None:
+        """Be due for ``pod`` at ``when`` (a deadline's end the API failed: again)."""
+        uid = pod_uid(pod)
+        meta = mapping(pod.get("metadata"))
+        ref = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        with self._lock:
+            self._due[uid] = when
+            heapq.heappush(self._heap, (when, uid, ref))
+
     def forget(self, uid: str) -> None:
         with self._lock:
             self._due.pop(uid, None)

@@ -71,7 +71,7 @@ from webhook.controller.freebudget import FreeBudgets
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.recorder import planned
 from webhook.controller.records import MERGE_PATCH, Workloads
-from webhook.controller.writes import CONFLICT, GONE, REFUSED, Writes, outcome
+from webhook.controller.writes import CONFLICT, GONE, REFUSED, Writes, outcome, persist
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podsignals as ps
 from webhook.kube.objects import controller_of, items, mapping
@@ -89,7 +89,11 @@ VERDICTS = ("counted", "free", "failed")
 #: Pods remembered (told, handled) at most; Jobs' rules and nodes kept at most.
 MOST = 10_000
 NODE_SECONDS = 10.0
-TRIES = 5
+TRIES = 20
+#: How long a condition the API fails is tried again (past that the pod has been judged:
+#: ``webhook.controller.disruptions``' 5 s), and a category on a pod no rule reads of it.
+PATIENCE = 5.0
+RECORD_PATIENCE = 30.0
 #: The conditions metric's label for every category's condition (their names are many).
 CATEGORY = "category"
 TAKEN_BACK = (
@@ -140,6 +144,7 @@ class Verdicts:
         config: Callable[[], Config] = Config,
         clock: Callable[[], float] = time.time,
         window: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
     ):
         from kubernetes import client
 
@@ -151,6 +156,7 @@ class Verdicts:
         self.config = config
         self.clock = clock
         self.window = window
+        self.sleep = sleep
         self.writes = Writes("verdicts", events, metrics)
         self.free = FreeBudgets(self.workloads, Writes("free_budget", events, metrics))
         self.timers = sd.Timers(clock)
@@ -383,6 +389,7 @@ class Verdicts:
         late, one the Job controller judged is not written: "added", "late", "missed",
         "gone" or "error"."""
         conditions = self._conditions(pod, found)
+        uid, deadline = pod_uid(pod), self.writes.clock() + PATIENCE
         for _ in range(TRIES):
             if cl.of_conditions(pod) is not None:
                 return "added"  # (an earlier write whose answer was lost)
@@ -398,9 +405,15 @@ class Verdicts:
                 if kind == GONE:
                     return "gone"
                 if kind != CONFLICT:
+                    # Failed (429, 5xx): again after its back-off, while the pod may still
+                    # be judged with it; refused: given up and told (``writes``).
                     what = f"condition {found.category} on pod {pod_name(pod)}"
-                    self.writes.failed(pod_uid(pod), err, workload_of(pod), what)
-                    return "error"
+                    again = self.writes.failed(uid, err, workload_of(pod), what)
+                    if not again or self.writes.due(uid) > deadline:
+                        self.writes.forget(uid)
+                        return "error"
+                    self.sleep(max(0.0, self.writes.due(uid) - self.writes.clock()))
+                    continue
                 found_pod = read_pod(self.core, pod)
                 if found_pod is None:
                     return "gone"
@@ -466,7 +479,11 @@ class Verdicts:
             if pod is None:
                 return "gone"
             when = sd.due(pod)
-            if when is None or cl.of_conditions(pod) is not None:
+            known = cl.of_conditions(pod)
+            if when is not None and known is not None and sd.scheduled(pod):
+                if known[1].get("reason") == cl.START_DEADLINE:  # (its deadline not set yet)
+                    return "ended" if self._expire(pod, [dict(known[1])]) else "error"
+            if when is None or known is not None:
                 return "started"
             if when > self.clock():
                 self.timers.watch(pod)
@@ -486,7 +503,9 @@ class Verdicts:
                 if kind == GONE:
                     return "gone"
                 what = f"the end of pod {pod_name(pod)} (start-deadline)"
-                self.writes.failed(uid, err, workload_of(pod), what)
+                if self.writes.failed(uid, err, workload_of(pod), what):
+                    # Failed (429, 5xx): the pod is due again after its back-off.
+                    self.timers.at(pod, self.clock() + self.writes.due(uid) - self.writes.clock())
                 return "error"
             if sd.scheduled(pod) and not self._expire(pod, conditions):
                 return "refused"
@@ -530,8 +549,12 @@ class Verdicts:
                     add_condition(self.core, pod, {"status": {"conditions": back}})
                 except Exception as again:
                     log.warning("condition not taken back from %s: %s", pod_name(pod), again)
-            self.writes.failed(pod_uid(pod), err, workload_of(pod), "a start deadline's end")
+            uid = pod_uid(pod)
+            if self.writes.failed(uid, err, workload_of(pod), "a start deadline's end"):
+                # Failed (429, 5xx): again after its back-off (its condition is there).
+                self.timers.at(pod, self.clock() + self.writes.due(uid) - self.writes.clock())
             return False
+        self.writes.landed(pod_uid(pod))
         return True
 
     def _ended(self, pod: Mapping[str, Any], found: cl.Classification) -> None:
@@ -564,13 +587,21 @@ class Verdicts:
                     self.clock(),
                 )
             ]
+            body = {"status": {"conditions": conditions}}
+            what = f"condition {found.category} on pod {pod_name(pod)}"
             try:
-                add_condition(self.core, pod, {"status": {"conditions": conditions}})
-            except Exception as err:
-                if outcome(err) != GONE:
-                    self.writes.failed(pod_uid(pod), err, workload_of(pod), "a category")
+                persist(
+                    self.writes,
+                    pod_uid(pod),
+                    lambda: add_condition(self.core, pod, body),
+                    workload_of(pod),
+                    what,
+                    RECORD_PATIENCE,
+                    self.sleep,
+                )
+            except Exception as err:  # given up (refused, gone, out of patience): said
+                log.info("%s not written: %s", what, short_error(err))
                 return
-            self.writes.landed(pod_uid(pod))
             pod = {**pod, "status": _with(pod, conditions)}
         self.tell(pod)
 
