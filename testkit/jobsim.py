@@ -431,8 +431,11 @@ def _flush_uncounted(job: dict[str, Any]) -> None:
 #: (pkg/registry/core/pod/storage/eviction.go), PodGC (``markFailedAndDeletePodWithCondition``),
 #: the taint eviction controller (pkg/controller/tainteviction), the scheduler's preemption
 #: (pkg/scheduler/framework/preemption/executor.go) and the kubelet's node shutdown
-#: (pkg/kubelet/nodeshutdown); the cluster tier holds the first three to the real ones.
+#: (pkg/kubelet/nodeshutdown), the device taint eviction controller
+#: (pkg/controller/devicetainteviction); the cluster tier holds the first three and the last
+#: to the real ones.
 DISRUPTION_MESSAGES = {
+    "DeletionByDeviceTaintManager": "Device Taint manager: deleting due to NoExecute taint",
     "EvictionByEvictionAPI": "Eviction API: evicting",
     "DeletionByPodGC": "PodGC: node no longer exists",
     "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",

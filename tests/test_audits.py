@@ -315,3 +315,40 @@ def test_an_audited_jobset_is_told_on_the_jobset_once(api, tmp_path):
     code, out, err = cli(["status", "jobset/pretrain", "-n", "ml", "--kubeconfig", kubeconfig])
     assert code == 0, err
     assert f"  - {event['note']}" in out
+
+
+def test_the_replay_judges_failure_categories(api, tmp_path):
+    """An audited ``fail-categories: OOMKilled`` (the namespace's default, held back): the
+    Job ran its three attempts, each OOM-killed; its record keeps each failure with its
+    category (the recorder's, when the controller had not written it yet), and the replay
+    judges the audited FailJob rule on it: the defaults would have ended it at once."""
+    from testkit.audits import audit_config
+
+    config = audit_config({"fail-categories": "OOMKilled", "backoff-limit": "2"})
+    run = JobRun.store(api, audited_job("oom", config=config))
+    with Leader(api, tmp_path):
+        attempt = 0
+        while not run.ended:
+            run.clock = clock(2 * attempt, 2 * attempt + 1)
+            pod = run.new_pod()
+
+            def oom(p: dict) -> None:
+                p["status"]["phase"] = "Failed"
+                p["status"]["containerStatuses"][0]["state"] = {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "OOMKilled",
+                        "startedAt": run.clock[0],
+                        "finishedAt": run.clock[1],
+                    }
+                }
+
+            run.update(pod, oom)
+            run.sync()
+            attempt += 1
+        run.conclude()
+        (event,) = eventually(lambda: events_of(api, REASON), 10)
+        assert event["note"].startswith(
+            "the defaults would have failed it at once on the pod condition "
+            "retry-policy.dev/OOMKilled after attempt 1 of 3: 2 attempts"
+        ), event["note"]

@@ -1355,20 +1355,24 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     # LimitRanges (webhook/cluster/limits.py) and Nodes (webhook/cluster/nodes.py):
     # watch-backed, never read per pod.
     bounds = {"apiGroups": [""], "resources": ["limitranges", "nodes"], "verbs": ["list", "watch"]}
-    attempts = [*reads, jobsets, bounds]
+    # The failure verdicts (webhook/controller/verdicts.py): a pod's Node read when the
+    # taint manager evicted it (is the node lost?).
+    node = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    attempts = [*reads, jobsets, bounds, node]
     # The runtime cache (webhook/cluster/runtimes.py): list+watch, and GET on a miss.
     runtimes = {
         "apiGroups": ["trainer.kubeflow.org"],
         "resources": ["trainingruntimes", "clustertrainingruntimes"],
         "verbs": ["get", "list", "watch"],
     }
-    # Events (webhook/cluster/events.py): written in the workload's namespace; a JobSet
-    # read to tell its TrainJob; a failed Job's CronJob read by the controller, for the
-    # record of what the webhook applied (webhook/controller/failedjobs.py).
+    # Events (webhook/cluster/events.py): written in the workload's namespace; a failed
+    # pod's listed by the controller (an Xid, a category on Events); a JobSet read to tell
+    # its TrainJob; a failed Job's CronJob read by the controller, for the record of what
+    # the webhook applied (webhook/controller/failedjobs.py).
     events = {
         "apiGroups": ["events.k8s.io"],
         "resources": ["events"],
-        "verbs": ["get", "create", "update"],
+        "verbs": ["get", "list", "create", "update"],
     }
     cronjobs = {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get"]}
     assert role["rules"] == [*attempts, runtimes, events, cronjobs]
@@ -1376,9 +1380,10 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     assert one(no_trainjobs, "ClusterRole", full)["rules"] == [*attempts, events, cronjobs]
     fewer = {"trainJobs": False, "jobSets": False, "cronJobs": False}
     narrow = render(helm, {"webhook": {"kinds": fewer}})
-    assert one(narrow, "ClusterRole", full)["rules"] == [*reads, bounds, events]
+    assert one(narrow, "ClusterRole", full)["rules"] == [*reads, bounds, node, events]
     no_controller = render(helm, {"controller": {"enabled": False}})
     assert cronjobs not in one(no_controller, "ClusterRole", full)["rules"]
+    assert node not in one(no_controller, "ClusterRole", full)["rules"]
     binding = one(docs, "ClusterRoleBinding", full)
     assert binding["subjects"] == [
         {

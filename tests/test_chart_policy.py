@@ -832,3 +832,111 @@ def test_the_policy_s_reasons_are_the_recorder_s(helm):
     said = re.search(r"variables.obj.reason in (\[[^\]]*\])", rendered)
     assert said is not None
     assert set(json.loads(said.group(1))) == set(REASONS)
+
+
+# --- the failure verdicts' writes (webhook/controller/verdicts.py, startdeadline.py) ---------
+
+VERDICTS = {
+    P + "free-categories": "DeviceFault",
+    P + "max-free-failures": "1",
+    P + "start-deadline": "10m",
+}
+CATEGORY = "retry-policy.dev/DeviceFault"
+
+
+def _unscheduled(pod: dict) -> dict:
+    pod = copy.deepcopy(pod)
+    pod["spec"].pop("nodeName", None)
+    pod["status"] = {
+        "phase": "Pending",
+        "qosClass": "BestEffort",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    return pod
+
+
+def _failed_unscheduled(
+    reason: str = "StartDeadline", kind: str = "retry-policy.dev/Unschedulable"
+):
+    def change(pod: dict) -> dict:
+        pod = _condition(kind, reason)(pod)
+        pod["status"]["phase"] = "Failed"
+        return pod
+
+    return change
+
+
+def _failed(pod: dict) -> dict:
+    return _edit("status.phase", "Failed")(pod)
+
+
+VERDICT_CASES = [
+    status("a category on a watched pod", "watched", _condition(CATEGORY, "DisruptionReason")),
+    status("the free budget's condition", "watched", _condition(fp.FREE_BUDGET_EXHAUSTED)),
+    status("a category on a failed Job pod", "failed-plain", _condition(CATEGORY, "ExitCode")),
+    status(
+        "a category taken back",
+        "watched",
+        _condition(CATEGORY, "DeadlineRefused", status="False"),
+    ),
+    status("fail an unscheduled pod past its deadline", "unscheduled", _failed_unscheduled()),
+    case("end a scheduled pod past its deadline", "watched", _spec(activeDeadlineSeconds=1)),
+    # What the code never writes.
+    status("a category, not a signal", "watched", _condition(CATEGORY, "Guess"), ["conditions"]),
+    status(
+        "a category on a running plain pod", "plain", _condition(CATEGORY, "Event"), ["conditions"]
+    ),
+    status(
+        "the free budget's condition, unlabelled",
+        "failed-plain",
+        _condition(fp.FREE_BUDGET_EXHAUSTED),
+        ["conditions"],
+    ),
+    status(
+        "another category back to False",
+        "failed-plain",
+        _condition(CATEGORY, "DeadlineRefused", status="False"),
+        ["conditions"],
+    ),
+    status("fail it without a category", "unscheduled", _failed, ["status"]),
+    status(
+        "fail it with another reason",
+        "unscheduled",
+        _failed_unscheduled("PodCondition"),
+        ["status"],
+    ),
+    status("fail a scheduled pod", "watched", _failed_unscheduled(), ["status"]),
+    status(
+        "fail an unlabelled unscheduled pod",
+        "unscheduled-plain",
+        _failed_unscheduled(),
+        ["status", "conditions"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("user", "operation", "resource", "sub", "stored", "change", "denied"), VERDICT_CASES
+)
+def test_verdict_writes(api, policy, user, operation, resource, sub, stored, change, denied):
+    watched = stored_pod(api, VERDICTS)
+    plain = stored_pod(api, {P + "backoff-limit": "2"})
+    objects = {
+        "watched": watched,
+        "plain": plain,
+        "failed-plain": _failed(plain),
+        "unscheduled": _unscheduled(watched),
+        "unscheduled-plain": _unscheduled(plain),
+    }
+    old = objects[stored]
+    judged(review(policy, user, operation, resource, sub, change(old), old), denied)
+
+
+def test_the_policy_s_signals_are_the_classifier_s(helm):
+    """The reasons a category's condition may give: the chart's CEL list and
+    ``classify.SIGNALS``."""
+    from webhook.cluster.classify import SIGNALS
+
+    variables = one(render(helm, {}), "ValidatingAdmissionPolicy")["spec"]["variables"]
+    (signals,) = [v["expression"] for v in variables if v["name"] == "signals"]
+    assert set(json.loads(signals)) == set(SIGNALS)

@@ -456,7 +456,12 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
         lambda: sum(1 for m, r, _ in api.writes if m == "PATCH" and r in ("jobs", "jobsets")) >= 2,
         10,
     )
-    eventually(lambda: len(stored_events(api)) == warnings, 10)
+    judged = {"RetryPolicyFailedJob"}
+    eventually(lambda: sum(e.get("reason") in judged for e in stored_events(api)) == warnings, 10)
+    # The failed pods' categories (webhook/controller/verdicts.py): their Events listed,
+    # each pod's condition written, and said.
+    classified = "RetryFailureClassified"
+    eventually(lambda: any(e.get("reason") == classified for e in stored_events(api)), 10)
     # The budgets per cause: a disruption past max-disruptions (its Job read and written,
     # the pod marked), its peers marked, a pod replaced after its restarts in place, and
     # the Events that say so.
@@ -507,6 +512,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
         ("get", "jobsets"),
         ("get", "cronjobs"),
         ("list", "pods"),
+        ("list", "events"),
     ):
         assert any(c.verb == verb and c.resource == resource for c in made), (verb, resource)
     assert {("list", ""), ("watch", ""), ("patch", "ml")} <= {
@@ -564,9 +570,10 @@ def test_without_a_cluster_the_controller_is_off_and_says_why(tmp_path):
 
 @pytest.mark.slow  # a leader's threads, on the clock
 def test_the_leader_runs_one_watch_of_jobs_for_every_reconciler(api, tmp_path):
-    """The history recorder, the failed-Job judge and the audit reporter read Jobs through
-    one shared watch (``webhook.controller.jobwatch``, as client-go's shared informers):
-    a large cluster's Jobs are listed and streamed once, not three times."""
+    """The history recorder, the failed-Job judge, the audit reporter and the failure
+    verdicts read Jobs through one shared watch (``webhook.controller.jobwatch``, as
+    client-go's shared informers): a large cluster's Jobs are listed and streamed once, not
+    four times."""
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
     from webhook.controller.jobwatch import SharedJobs
@@ -578,7 +585,7 @@ def test_the_leader_runs_one_watch_of_jobs_for_every_reconciler(api, tmp_path):
     built = reconcilers.build(api_client, options, events, resolver)
     (shared,) = [r for r in built if isinstance(r, SharedJobs)]
     readers = [r for r in built if getattr(r, "jobs", None) is shared]
-    assert {r.name for r in readers} == {"history", "failed-jobs", "audits"}
+    assert {r.name for r in readers} == {"history", "failed-jobs", "audits", "verdicts"}
     manager = Manager(client.CoordinationV1Api(api_client), options, built)
     thread = threading.Thread(target=manager.run, daemon=True)
     thread.start()

@@ -101,3 +101,38 @@ def test_137_ends_as_an_oom_kill():
 def test_stop_seconds_stay_within_the_grace_period():
     assert ps.stop_seconds(pod({ps.STOP_SECONDS: "90"}, terminationGracePeriodSeconds=5)) == 5
     assert ps.stop_seconds(pod()) == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "n", "want"),
+    [
+        (None, 0, "start"),
+        ("ImagePullBackOff", 0, "ImagePullBackOff"),
+        ("ImagePullBackOff,start", 1, "start"),
+        ("ErrImagePull,ImagePullBackOff", 5, "ImagePullBackOff"),
+    ],
+)
+def test_the_nth_pod_takes_the_nth_waiting_reason_and_the_last_repeats(raw, n, want):
+    annotations = {} if raw is None else {ps.WAITING_REASON: raw}
+    assert ps.entry(ps.waiting_entries(pod(annotations)), n) == want
+
+
+@pytest.mark.parametrize("raw", ["Image Pull", "42", "ImagePull-BackOff"])
+def test_a_malformed_waiting_reason_is_an_error_naming_it(raw):
+    with pytest.raises(ValueError, match=ps.WAITING_REASON):
+        ps.waiting_entries(pod({ps.WAITING_REASON: raw}))
+
+
+def test_a_waiting_container_says_what_the_image_puller_says():
+    """``ErrImagePullBackOff`` (pkg/kubelet/images/types.go) with the puller's back-off
+    message; the pod's sandbox runs, its containers are not ready."""
+    state = ps.waiting_state("ImagePullBackOff", "registry.example/x:1")
+    assert state == {
+        "waiting": {
+            "reason": "ImagePullBackOff",
+            "message": 'Back-off pulling image "registry.example/x:1"',
+        }
+    }
+    kinds = {c["type"]: c for c in ps.waiting_conditions(ps.now())}
+    assert kinds["PodReadyToStartContainers"]["status"] == "True"
+    assert kinds["Ready"]["reason"] == "ContainersNotReady"

@@ -436,7 +436,7 @@ def test_simulate_does_not_apply_to_a_pod():
         ("Main:1", "event 1 'Main:1' is not an event"),
         ("main:", "event 1 'main:' is not an event"),
         ("1;2", "event 1 '1;2' is not an event"),
-        ("Disruption", "event 1 'Disruption' is not an event"),
+        ("Disruption", "event 1 'Disruption' names no category; the categories are"),
     ],
 )
 def test_bad_simulate_tokens_are_named_with_what_is_accepted(events, expected):

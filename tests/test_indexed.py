@@ -140,7 +140,7 @@ def test_on_non_retriable_alone_changes_nothing_and_says_so():
     assert verdict.allowed
     assert "podFailurePolicy" not in out["spec"]
     assert verdict.warnings == [
-        "retry-policy: on-non-retriable has no effect without fail-non-retriable"
+        "retry-policy: on-non-retriable has no effect without fail-non-retriable or fail-categories"
     ]
 
 

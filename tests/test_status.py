@@ -598,7 +598,7 @@ def test_the_json_keys_are_the_documented_ones(cluster):
     assert set(job["attempts"][0]) == {
         "pod", "phase", "node", "created", "index", "run", "finished", "cause", "container",
         "exitCode", "disruption", "counted", "rule", "nodeFailed", "applied", "deletedBy",
-        "disruptionBudget", "peerDisrupted", "inPlace",
+        "disruptionBudget", "peerDisrupted", "inPlace", "category",
     }  # fmt: skip
     assert set(job["next"]) == {
         "unit", "attempt", "attempts", "nonSpot", "memory", "avoidedNodes", "avoidedBy",

@@ -58,8 +58,9 @@ ADMISSION_PLUGINS = [
 #: The controllers of kube-controller-manager that act on what we write or read: Jobs and
 #: CronJobs, PodGC (pods of lost nodes: ``DeletionByPodGC``), the garbage collector (a
 #: Job's pods go with it), TTL after finished, node lifecycle and taint eviction (an
-#: unreachable node's pods: ``DeletionByTaintManager``), device taint eviction
-#: (``DeletionByDeviceTaintManager``), the disruption controller (it resets a stale
+#: unreachable node's pods: ``DeletionByTaintManager``), the resource claim controller (a
+#: pod's ResourceClaims made from its templates, which the scheduler allocates), device
+#: taint eviction (``DeletionByDeviceTaintManager``), the disruption controller (it resets a stale
 #: DisruptionTarget: ``syncStalePodDisruption``), and the ServiceAccount and namespace
 #: controllers a namespace needs before it can hold pods and be deleted.
 CONTROLLERS = [
@@ -70,6 +71,7 @@ CONTROLLERS = [
     "ttl-after-finished-controller",
     "node-lifecycle-controller",
     "taint-eviction-controller",
+    "resourceclaim-controller",
     "device-taint-eviction-controller",
     "disruption-controller",
     "serviceaccount-controller",

@@ -25,6 +25,18 @@ from testkit.controlplane.cluster import Cluster
 from testkit.controlplane.webhook import Release, tool
 
 NO_PROXY = {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+#: A pod spec part: evicted at once when its node becomes unreachable
+#: (DefaultTolerationSeconds would give 300 s otherwise).
+UNREACHABLE_AT_ONCE = {
+    "tolerations": [
+        {
+            "key": "node.kubernetes.io/unreachable",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 0,
+        }
+    ]
+}
 
 
 def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:

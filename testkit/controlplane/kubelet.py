@@ -6,7 +6,10 @@ does what a kubelet does, through the API alone:
 - runs it: one ``pods/status`` patch with phase ``Running``, ready containers, start
   times, a pod IP (the status manager's ``syncPod``: a strategic merge patch of the status
   with the pod's UID as precondition, so that conditions other components wrote, such as
-  ``DisruptionTarget`` or ours, are kept);
+  ``DisruptionTarget`` or ours, are kept); or, when the pod asks its containers never to
+  start (``waiting-reason``), accepts it and leaves them waiting with that reason, phase
+  ``Pending``, as the kubelet reports an image it cannot pull (the reason cache read by
+  ``convertToAPIContainerStatuses``, pkg/kubelet/kubelet_pods.go);
 - ends each container with the code the pod asks for (``podstatus``), and then restarts
   it in place or not as ``ContainerShouldRestart`` says (container restart rules, the
   container's and the pod's ``restartPolicy``), with the crash-loop back-off of the
@@ -77,6 +80,8 @@ class PodRun:
     deleted: bool = False
     #: The containers were told to stop (SIGTERM): they exit ``stop-seconds`` later.
     stopping: bool = False
+    #: Its containers never start (``waiting-reason``): accepted, never run.
+    waiting: bool = False
     #: When the deadline timer is due (one timer per deadline the pod had).
     deadline_at: float = 0.0
     #: Container name -> its status as last written.
@@ -279,6 +284,10 @@ class Kubelet:
         moment = ps.now()
         run.start_time = moment
         run.started = True
+        reason = ps.entry(ps.waiting_entries(pod), run.ordinal)
+        if reason != ps.START:
+            self.accept_waiting(run, reason, moment)
+            return
         spec = pod["spec"]
         init = []
         for container in spec.get("initContainers") or []:
@@ -310,6 +319,27 @@ class Kubelet:
         if init or sidecars:
             status["initContainerStatuses"] = init + sidecars
         self.patch_status(run, status)
+
+    def accept_waiting(self, run: PodRun, reason: str, moment: dt.datetime) -> None:
+        """The pod is accepted (``startTime``) but its containers never start: each waits
+        with ``reason``, and the pod stays ``Pending``, not ready (``generateAPIPodStatus``)."""
+        run.waiting = True
+        for container in run.pod["spec"]["containers"]:
+            state = ps.waiting_state(reason, container.get("image", ""))
+            status = ps.container_status(container, run.uid, state)
+            run.statuses[container["name"]] = status
+        conditions = ps.waiting_conditions(moment)
+        node_ip = self.node_ip(run.pod["spec"]["nodeName"])
+        status = {
+            "phase": "Pending",
+            "hostIP": node_ip,
+            "hostIPs": [{"ip": node_ip}],
+            "startTime": ps.stamp(moment),
+            "conditions": conditions,
+            "containerStatuses": self.regular_statuses(run),
+        }
+        self.patch_status(run, status)
+        self.check_deadline(run)
 
     def node_ip(self, name: str) -> str:
         with contextlib.suppress(Exception):
@@ -470,8 +500,8 @@ class Kubelet:
             status = run.statuses[container["name"]]
             run.generation[container["name"]] = run.generation.get(container["name"], 0) + 1
             state = status["state"]
-            if "terminated" in state:
-                continue
+            if "terminated" in state or (run.waiting and "waiting" in state):
+                continue  # (a container that never started is left waiting)
             started = (state.get("running") or {}).get("startedAt") or ps.stamp(moment)
             status.update(
                 state=ps.terminated_state(code, started, moment), ready=False, started=False

@@ -18,6 +18,15 @@ docs/CLUSTER.md):
   kubelet stops it (deletion, deadline): default 143, SIGTERM's.
 - ``kubelet.retry-policy.dev/stop-seconds``: how long the containers take to exit after
   SIGTERM (default 1; within the pod's grace period).
+- ``kubelet.retry-policy.dev/waiting-reason``: a comma list, taken as ``exit-code``'s is
+  (the n-th pod of a Job takes the n-th entry, the last repeats). An entry is a reason a
+  container never starts with, as the kubelet reports it (``ImagePullBackOff``,
+  ``ErrImagePull``, ``InvalidImageName``, ``CreateContainerConfigError``, ...), or
+  ``start``: the pod runs. A pod that waits is accepted (its ``startTime``, phase
+  ``Pending``) with every regular container waiting with that reason, until it is deleted
+  or passes its ``activeDeadlineSeconds`` (then ``Failed``, ``DeadlineExceeded``, its
+  containers still waiting, as the kubelet leaves a container that never started). Default
+  ``start``.
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ EXIT_CODE = PREFIX + "exit-code"
 RUN_SECONDS = PREFIX + "run-seconds"
 STOP_EXIT_CODE = PREFIX + "stop-exit-code"
 STOP_SECONDS = PREFIX + "stop-seconds"
+WAITING_REASON = PREFIX + "waiting-reason"
 RUN = "run"
+START = "start"
 
 #: ``RestartingAllContainers``: the reason the kubelet gives the containers it stops for a
 #: ``RestartAllContainers`` rule (pkg/kubelet, ``getPhase`` reads it).
@@ -58,6 +69,31 @@ def exit_entries(pod: dict[str, Any]) -> list[str]:
         if entry != RUN and not (entry.isdigit() and 0 <= int(entry) <= 255):
             raise ValueError(f"{EXIT_CODE}: {entry!r} is neither an exit code 0..255 nor {RUN!r}")
     return entries or ["0"]
+
+
+def waiting_entries(pod: dict[str, Any]) -> list[str]:
+    """The pod's waiting-reason entries; a malformed one is an error that names it."""
+    raw = (pod["metadata"].get("annotations") or {}).get(WAITING_REASON, START)
+    entries = [part.strip() for part in raw.split(",") if part.strip()]
+    for item in entries:
+        if not (item.isascii() and item.isalnum() and item[0].isalpha()):
+            raise ValueError(f"{WAITING_REASON}: {item!r} is neither a reason nor {START!r}")
+    return entries or [START]
+
+
+def waiting_message(reason: str, image: str) -> str:
+    """What the kubelet says with the reason: the image puller's back-off message
+    (``ErrImagePullBackOff``'s ``Back-off pulling image``, pkg/kubelet/images), else the
+    reason itself."""
+    if reason == "ImagePullBackOff":
+        return f'Back-off pulling image "{image}"'
+    if reason == "ErrImagePull":
+        return f'failed to pull and unpack image "{image}": not found'
+    return f"played: {reason}"
+
+
+def waiting_state(reason: str, image: str) -> dict[str, Any]:
+    return {"waiting": {"reason": reason, "message": waiting_message(reason, image)}}
 
 
 def entry(entries: list[str], n: int) -> str:
@@ -189,3 +225,23 @@ def conditions(phase: str, moment: dt.datetime, initialized: bool = True) -> lis
         condition("Ready", ready, done),
         condition("ContainersReady", ready, done),
     ]
+
+
+def waiting_conditions(moment: dt.datetime) -> list[dict]:
+    """A pod whose sandbox runs and whose containers wait (``generateAPIPodStatus``): ready
+    to start containers, initialized, not ready (``ContainersNotReady``)."""
+    when = stamp(moment)
+    out = [
+        {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": when},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": when},
+    ]
+    for kind in ("Ready", "ContainersReady"):
+        out.append(
+            {
+                "type": kind,
+                "status": "False",
+                "reason": "ContainersNotReady",
+                "lastTransitionTime": when,
+            }
+        )
+    return out

@@ -5,6 +5,7 @@ kubelet went silent (``DeletionByTaintManager``), PodGC for a Node object that i
 from __future__ import annotations
 
 from testkit.controlplane.harness import (
+    UNREACHABLE_AT_ONCE,
     Kube,
     PodWatch,
     Served,
@@ -21,18 +22,6 @@ from testkit.controlplane.harness import (
 
 EXIT = "kubelet.retry-policy.dev/exit-code"
 IGNORE = {"retry-policy.dev/ignore-disruptions": "true"}
-#: Evicted at once when the node becomes unreachable (DefaultTolerationSeconds would give
-#: 300 s otherwise).
-UNREACHABLE_AT_ONCE = {
-    "tolerations": [
-        {
-            "key": "node.kubernetes.io/unreachable",
-            "operator": "Exists",
-            "effect": "NoExecute",
-            "tolerationSeconds": 0,
-        }
-    ]
-}
 
 
 def test_a_silent_node_s_pod_is_evicted_by_the_taint_manager_and_ignored(

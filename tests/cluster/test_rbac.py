@@ -123,3 +123,53 @@ def test_api_priority_sends_the_controller_s_requests_to_its_own_level(
     kube.apply(job_manifest("prioritized", ns, policy, {EXIT: "1,0"}))
     kube.finished(ns, "prioritized", 90)
     assert kube.job_condition(ns, "prioritized", "Complete")
+
+
+def test_the_controller_s_token_may_fail_only_an_unscheduled_pod_past_its_deadline(
+    kube: Kube, webhook: Served, ns: str
+):
+    """The one phase the controller writes: ``Pending`` to ``Failed``, with a failure
+    category (reason ``StartDeadline``), on a pod labelled start-deadline that no node was
+    given (webhook/controller/startdeadline.py). The real API server takes the transition
+    (``ValidatePodStatusUpdate``) and the policy lets exactly that through: not on a pod
+    that runs, not without the category, not another category's reason."""
+    # A deadline long enough that our own controller leaves these pods alone meanwhile.
+    policy = {"retry-policy.dev/start-deadline": "1h", "retry-policy.dev/backoff-limit": "0"}
+    nowhere = {"nodeSelector": {"kubernetes.io/hostname": "no-such-node"}}
+    kube.apply(job_manifest("nowhere", ns, policy, pod_spec=nowhere))
+    kube.apply(job_manifest("somewhere", ns, policy, {EXIT: "run"}))
+    from testkit.controlplane.harness import eventually
+
+    pending = eventually(lambda: kube.pods_of(ns, "nowhere"), 60, "the pod")[0]
+    placed = running(kube, ns, "somewhere")[0]
+
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    ours = client.CoreV1Api(config.new_client_from_config(str(webhook.release.token_kubeconfig)))
+
+    def status(phase: str, reason: str) -> dict:
+        condition = {
+            "type": "retry-policy.dev/Unschedulable",
+            "status": "True",
+            "reason": reason,
+            "message": "no node could run the pod",
+        }
+        return {"status": {"phase": phase, "conditions": [condition]}}
+
+    def refused(pod: dict, body: dict) -> str:
+        """The API server's answer to our controller's status patch: "" when it took it."""
+        meta = pod["metadata"]
+        try:
+            ours.patch_namespaced_pod_status(
+                meta["name"], ns, body, _content_type="application/strategic-merge-patch+json"
+            )
+        except ApiException as err:
+            return f"{err.status} {err.body}"
+        return ""
+
+    assert "denied" in refused(placed, status("Failed", "StartDeadline"))
+    assert "denied" in refused(pending, status("Failed", "PodCondition"))
+    assert "denied" in refused(pending, {"status": {"phase": "Failed"}})
+    assert refused(pending, status("Failed", "StartDeadline")) == ""
+    assert kube.get("pod", pending["metadata"]["name"], ns)["status"]["phase"] == "Failed"

@@ -12,6 +12,7 @@ from webhook.cluster.facts import GivenLimits
 from webhook.cluster.runtimes import GivenRuntimes, is_runtime
 from webhook.offline.inputs import Document, label
 from webhook.offline.review import check, prepare
+from webhook.policy.categories import names
 from webhook.policy.config import ConfigError, load_config
 
 
@@ -25,8 +26,9 @@ def explain_cmd(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int
     from webhook import explain
 
     try:
-        events = explain.parse_events(args.simulate) if args.simulate is not None else None
         config = load_config(args.config)
+        known = names(config.categories)
+        events = explain.parse_events(args.simulate, known) if args.simulate is not None else None
     except (explain.ExplainError, ConfigError) as err:
         print(f"Error: {err}", file=stderr)
         return EXIT_INPUT

@@ -78,6 +78,7 @@ REASONS = frozenset(
         "RetryDisruptionRecognized",
         "RetryPolicyWriteFailed",
         "RetryPolicyAudit",
+        "RetryFailureClassified",
     }
 )
 #: Decisions that are Warnings: a retry delay asked for but not kept (no controller led to

@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.kube import quantity
+from webhook.kube import podsignals, quantity
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
     JOB_UID_LABEL,
@@ -335,8 +335,19 @@ def killed_at(pod: Mapping[str, Any]) -> list[Killed]:
 #: ``DisruptionTarget`` reasons of a pod that its node failed, though it was being
 #: deleted: the taint manager evicting it from a node tainted NoExecute (unreachable,
 #: not ready; ``addConditionAndDeletePod`` in pkg/controller/tainteviction), PodGC
-#: failing it after its node was deleted (``gcOrphaned`` in pkg/controller/podgc).
-NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+#: failing it after its node was deleted (``gcOrphaned`` in pkg/controller/podgc), the
+#: device taint eviction controller evicting it from a faulty device of the node
+#: (pkg/controller/devicetainteviction).
+NODE_DISRUPTIONS = frozenset(
+    {
+        podsignals.DELETION_BY_TAINT_MANAGER,
+        podsignals.DELETION_BY_POD_GC,
+        podsignals.DELETION_BY_DEVICE_TAINT_MANAGER,
+    }
+)
+#: The failure categories (``webhook.policy.categories``) that say the node failed the pod:
+#: whatever the signal, its node is one to avoid (``avoid-failed-nodes``).
+NODE_CATEGORIES = frozenset({"DeviceFault", "NodeFailure"})
 #: The kubelet's own reason: node-pressure eviction (``synchronize`` in
 #: pkg/kubelet/eviction) and graceful node shutdown (pkg/kubelet/nodeshutdown), which
 #: count; and its preemption for a critical pod, whose pod status reason is
@@ -371,6 +382,8 @@ def failed_node(pod: Mapping[str, Any]) -> str | None:
     node = spec.get("nodeName") if isinstance(spec, dict) else None
     if not isinstance(node, str) or not node:
         return None
+    if _node_category(pod):
+        return node
     reason = disruption(pod)
     if reason is None:
         meta = pod.get("metadata")
@@ -380,6 +393,18 @@ def failed_node(pod: Mapping[str, Any]) -> str | None:
     status = pod.get("status")
     stopped_by = status.get("reason") if isinstance(status, dict) else None
     return node if reason == BY_KUBELET and stopped_by != KUBELET_PREEMPTION else None
+
+
+def _node_category(pod: Mapping[str, Any]) -> bool:
+    """Whether the controller classified the pod ``DeviceFault`` or ``NodeFailure``."""
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    return any(
+        isinstance(c, dict)
+        and c.get("status") == "True"
+        and str(c.get("type") or "").removeprefix("retry-policy.dev/") in NODE_CATEGORIES
+        for c in (conditions if isinstance(conditions, list) else ())
+    )
 
 
 MARK = 6

@@ -216,6 +216,12 @@ class Record:
     tries: tuple[Try, ...] = ()
     more_tries: int = 0
     told: bool = False
+    #: Free failures (``free-categories``) the controller counted against
+    #: ``max-free-failures``, by lineage, and which pods were free and which over
+    #: (``webhook.controller.freebudget``), kept as the disruptions are.
+    free_failures: dict[str, int] = field(default_factory=dict)
+    freed: bytes = b""
+    free_over: bytes = b""
 
     # --- reading -------------------------------------------------------------------------
     @classmethod
@@ -245,17 +251,16 @@ class Record:
             },
             run if isinstance(run, int) and not isinstance(run, bool) else -1,
             marks[: len(marks) - len(marks) % MARK],
-            {
-                k: v
-                for k, v in (counts.items() if isinstance(counts, dict) else ())
-                if isinstance(k, str) and _count(v)
-            },
+            _counts(counts),
             _marks(data.get("disrupted")),
             _marks(data.get("overBudget")),
             _marks(data.get("late")),
             _marks(data.get("lateOther")),
             data["lowered"] if _count(data.get("lowered")) else 0,
             *_tries(data.get("audit")),
+            _counts(data.get("freeFailures")),
+            _marks(data.get("freed")),
+            _marks(data.get("freeOver")),
         )
 
     @classmethod
@@ -318,6 +323,37 @@ class Record:
         keep = MAX_DISRUPTED_MARKS * MARK
         return replace(self, disruptions=counts, free=free[-keep:], over=over_[-keep:])
 
+    def free_of(self, lineage: str | None = None) -> int:
+        """Free failures counted: the workload's (``None``), or one lineage's."""
+        if lineage is None:
+            return sum(self.free_failures.values())
+        return self.free_failures.get(lineage, 0)
+
+    def freed_as(self, pod_uid: str) -> str | None:
+        """Whether a free failure was counted: "free", "over" (the budget), or ``None``."""
+        mark = pod_mark(pod_uid)
+        if marked(self.free_over, mark):
+            return "over"
+        return "free" if marked(self.freed, mark) else None
+
+    def add_free(self, pod: Mapping[str, Any], over: bool, lineage: str | None) -> Record:
+        """This record with one more free failure in ``lineage`` (``None``: the
+        workload's), within the budget or ``over`` it (unchanged when it holds that pod)."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid or self.freed_as(uid) is not None:
+            return self
+        key = lineage if lineage is not None else ""
+        counts = dict(self.free_failures)
+        if key not in counts and len(counts) >= MAX_DISRUPTION_LINEAGES:
+            key = OVERFLOW
+        counts[key] = counts.get(key, 0) + 1
+        mark, keep = pod_mark(uid), MAX_DISRUPTED_MARKS * MARK
+        freed, over_ = (
+            (self.freed, self.free_over + mark) if over else (self.freed + mark, self.free_over)
+        )
+        return replace(self, free_failures=counts, freed=freed[-keep:], free_over=over_[-keep:])
+
     def counted(self, index: int | None = None, per_index: bool = False) -> int:
         """Counted failures recorded for a Job: all of them, or one index's."""
         if per_index:
@@ -366,6 +402,10 @@ class Record:
             data["lateOther"] = base64.b64encode(self.late_other).decode()
         if self.lowered:
             data["lowered"] = self.lowered
+        if self.free_failures:
+            data["freeFailures"] = dict(sorted(self.free_failures.items()))
+            data["freed"] = base64.b64encode(self.freed).decode()
+            data["freeOver"] = base64.b64encode(self.free_over).decode()
         if self.tries or self.more_tries or self.told:
             data["audit"] = {"tries": [t.to_json() for t in self.tries]}
             if self.more_tries:
@@ -479,6 +519,14 @@ def _marks(raw: Any) -> bytes:
     except (binascii.Error, ValueError, TypeError):
         return b""
     return found[: len(found) - len(found) % MARK]
+
+
+def _counts(raw: Any) -> dict[str, int]:
+    return {
+        k: v
+        for k, v in (raw.items() if isinstance(raw, dict) else ())
+        if isinstance(k, str) and _count(v)
+    }
 
 
 def _count(value: Any) -> bool:

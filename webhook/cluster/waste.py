@@ -10,57 +10,45 @@
   containers, init containers included (else the ``DisruptionTarget`` condition's time:
   a pod PodGC failed when its node went keeps its containers ``running``). A pod with
   either end unknown (one the kubelet rejected before any container ran) counts nothing.
-- **Cause**, the first that holds:
-
-  1. ``disruption``: ``DisruptionTarget`` True (preempted, evicted, its node lost or under
-     pressure): what its containers show is how they were stopped;
-  2. ``oom-killed``: a container (or init container) terminated ``OOMKilled``;
-  3. ``deadline``: the pod's ``reason: DeadlineExceeded`` (its ``activeDeadlineSeconds``:
-     ``activeDeadlineHandler`` in pkg/kubelet/active_deadline.go), which stops its
-     containers with non-zero exits. A pod the controller ended because it used up
-     ``max-in-place-restarts`` (``webhook.controller.restarts``) fails the same way but
-     carries ``retry-policy.dev/InPlaceBudgetExhausted``: its time went to the exits it
-     restarted on, so it is ``oom-killed`` when one of them was an OOM kill, else
-     ``exit-code``;
-  4. ``exit-code``: a container terminated with a non-zero exit code;
-  5. ``other``: anything else (a pod the kubelet rejected, deleted before it ran).
-
-  A pod the Job controller deleted at the Job's own ``activeDeadlineSeconds`` carries no
-  reason of its own: its containers' SIGTERM exits make it ``exit-code``.
+- **Cause**: the attempt's failure category (``webhook.policy.categories``): the one the
+  controller wrote on the pod (``retry-policy.dev/<Category>``: ``webhook.controller.
+  verdicts``), else what the classifier makes of the pod alone
+  (``webhook.cluster.classify``, with the config's categories; without its Events, so an
+  Xid told only in an Event is not seen, and a taint manager's eviction is taken for a
+  lost node). A pod the controller ended because it used up ``max-in-place-restarts``
+  (``webhook.controller.restarts``) fails by its deadline, but its time went to the exits
+  it restarted on: ``OOMKilled`` when one of them was an OOM kill, else ``AppError``. The
+  label's values are the categories there are: the built-in ones and the config's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from webhook.cluster.history import OOM_KILLED, disruption, failure_cause, parse_time
+from webhook.cluster.classify import classify, of_conditions
+from webhook.cluster.history import OOM_KILLED, failure_cause, parse_time
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED
 from webhook.kube.objects import items, mapping
 from webhook.kube.podresources import is_extended, pod_requests
+from webhook.policy import categories as cats
+from webhook.policy.categories import Category
 
-CAUSES = ("oom-killed", "exit-code", "disruption", "deadline", "other")
 GIB = 2**30
-DEADLINE_EXCEEDED = "DeadlineExceeded"
 
 
-def cause(pod: Mapping[str, Any]) -> str:
-    """Why the attempt failed, one of ``CAUSES`` (the precedence in the module's doc)."""
-    if disruption(pod) is not None:
-        return "disruption"
-    states = _terminations(pod, ("state",))
-    if any(t.get("reason") == OOM_KILLED for t in states):
-        return "oom-killed"
+def cause(pod: Mapping[str, Any], configured: Sequence[Category] = ()) -> str:
+    """Why the attempt failed: its category (see the module's doc)."""
     status = mapping(pod.get("status"))
     if _in_place_budget_used(status):
         earlier = _terminations(pod, ("state", "lastState"))
-        return "oom-killed" if any(t.get("reason") == OOM_KILLED for t in earlier) else "exit-code"
-    if status.get("reason") == DEADLINE_EXCEEDED:
-        return "deadline"
-    if any(_nonzero(t.get("exitCode")) for t in states):
-        return "exit-code"
-    return "other"
+        oom = any(t.get("reason") == OOM_KILLED for t in earlier)
+        return cats.OOM_KILLED if oom else cats.APP_ERROR
+    known = of_conditions(pod)
+    if known is not None:
+        return known[0]
+    return classify(pod, configured).category
 
 
 def run_seconds(pod: Mapping[str, Any]) -> float:
@@ -116,7 +104,3 @@ def _in_place_budget_used(status: Mapping[str, Any]) -> bool:
         mapping(c).get("type") == IN_PLACE_BUDGET_EXHAUSTED and mapping(c).get("status") == "True"
         for c in items(status.get("conditions"))
     )
-
-
-def _nonzero(code: Any) -> bool:
-    return isinstance(code, int) and not isinstance(code, bool) and code != 0

@@ -551,10 +551,10 @@ class Disruptions:
             self._budgets.move_to_end(_key(regarding))
             return known
         kind = "jobset" if regarding.kind == "JobSet" else "job"
-        obj = self.workloads.read(kind, regarding.namespace, regarding.name)
-        meta = mapping((obj or {}).get("metadata"))
-        if obj is None or meta.get("uid") != regarding.uid:
+        obj = self.workloads.current(kind, regarding.namespace, regarding.name, regarding.uid)
+        if obj is None:
             return None
+        meta = mapping(obj.get("metadata"))
         state = _Budget(
             kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()
         )
@@ -604,10 +604,10 @@ class Disruptions:
             )
 
         def reread() -> bool:
-            obj = self.workloads.read(state.kind, ref.namespace, ref.name)
-            meta = mapping((obj or {}).get("metadata"))
-            if obj is None or meta.get("uid") != ref.uid:
+            obj = self.workloads.current(state.kind, ref.namespace, ref.name, ref.uid)
+            if obj is None:
                 return False
+            meta = mapping(obj.get("metadata"))
             fresh = Record.of(obj) or Record()
             for pod, over in state.pending:
                 fresh = fresh.add_disruption(pod, over)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from webhook.cluster.events import EventSink, WorkloadResolver, instance_name, recorder_for
@@ -13,6 +14,8 @@ from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.manager import ControllerOptions, Reconciler
 from webhook.controller.recorder import HistoryRecorder
 from webhook.controller.restarts import InPlaceBudget
+from webhook.controller.verdicts import Verdicts
+from webhook.policy.config import Config
 
 
 def build(
@@ -21,10 +24,12 @@ def build(
     events: EventSink | None = None,
     resolver: WorkloadResolver | None = None,
     recorder: Any = None,
+    config: Callable[[], Config] = Config,
 ) -> list[Reconciler]:
     """Every reconciler, sharing one API client (and its connection pool), one Event
     recorder (the process's, whose counts its metrics sample; made here when not given)
-    and the controller's metrics (``recorder``: ``webhook.serving.metrics.ControllerMetrics``)."""
+    and the controller's metrics (``recorder``: ``webhook.serving.metrics.ControllerMetrics``);
+    ``config``: the cluster config as it is now (its failure categories)."""
     from kubernetes import client
 
     if events is None:
@@ -33,12 +38,14 @@ def build(
     # One watch of Jobs for the three reconcilers that read them (webhook.controller.jobwatch).
     jobs = SharedJobs(batch)
     return [
-        HistoryRecorder(api_client, events=events, metrics=recorder, jobs=jobs),
+        HistoryRecorder(api_client, events=events, metrics=recorder, jobs=jobs, config=config),
         FailedJobs(batch, client.CoreV1Api(api_client), events, resolver, jobs=jobs),
         GateReleaser(client.CoreV1Api(api_client), recorder, events=events),
         # The budgets per cause (``webhook.plan.causes``).
         Disruptions(api_client, events, recorder, peer_mark_limit=options.peer_mark_limit),
         InPlaceBudget(api_client, events, recorder),
+        # Failure verdicts and start deadlines (``webhook.plan.verdicts``).
+        Verdicts(api_client, events, recorder, jobs=jobs, config=config),
         # What audited defaults would have done (``webhook.plan.replay``).
         AuditReporter(api_client, events, recorder, jobs=jobs),
         # Last: its handlers' reconcilers are running when it lists.

@@ -46,11 +46,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster import waste
+from webhook.cluster.classify import classify, of_conditions
 from webhook.cluster.events import JOB_API, Regarding
 from webhook.cluster.history import jobset_place, wants_history
 from webhook.cluster.informer import Informer
@@ -64,7 +65,7 @@ from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
-from webhook.kube.objects import controller_of, mapping
+from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import (
     JOB_UID_LABEL,
     JOBSET_API_VERSION,
@@ -75,6 +76,8 @@ from webhook.kube.wellknown import (
     REPLICATED_JOB,
 )
 from webhook.plan.audit import AUDIT, AUDITED, MANAGED
+from webhook.policy.categories import Category, condition_type
+from webhook.policy.config import Config
 from webhook.policy.model import APPLIED, PREFIX
 
 log = logging.getLogger(__name__)
@@ -184,9 +187,12 @@ class HistoryRecorder:
         events: Any = None,
         metrics: Any = None,
         jobs: SharedJobs | None = None,
+        config: Callable[[], Config] = Config,
     ):
         from kubernetes import client
 
+        #: The cluster config as it is now: its failure categories name the waste's causes.
+        self.config = config
         self.batch = client.BatchV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -458,6 +464,8 @@ class HistoryRecorder:
             record = current or Record()
             marked.clear()
             for pod, counted, _ in pending.pods.values():
+                if known.audited:  # its replay judges the audited rules on its category
+                    pod = categorized(pod, self.config().categories)
                 added = record.add(pod, counted, bool(known.audited))
                 if added is not record:
                     marked.append(pod)
@@ -513,7 +521,7 @@ class HistoryRecorder:
         if self.metrics is None:
             return
         for pod in pods:
-            why = waste.cause(pod)
+            why = waste.cause(pod, self.config().categories)
             for resource, amount in waste.wasted(pod).items():
                 self.metrics.wasted(namespace, why, resource, amount)
 
@@ -549,6 +557,19 @@ class HistoryRecorder:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {**self.counters, "workloads": len(self._workloads)}
+
+
+def categorized(pod: Mapping[str, Any], configured: Sequence[Category]) -> Mapping[str, Any]:
+    """The pod with its failure category as a condition: the one the controller wrote
+    (``webhook.controller.verdicts``), else what the classifier makes of the pod alone
+    (the recorder may see the pod before the category's write)."""
+    if of_conditions(pod) is not None:
+        return pod
+    found = classify(pod, configured)
+    status = dict(mapping(pod.get("status")))
+    condition = {"type": condition_type(found.category), "status": "True", "reason": found.signal}
+    status["conditions"] = [*items(status.get("conditions")), condition]
+    return {**pod, "status": status}
 
 
 def _version_and_text(obj: Mapping[str, Any]) -> tuple[str, str | None]:

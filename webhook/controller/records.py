@@ -40,6 +40,15 @@ class Workloads:
         result: dict[str, Any] = json.loads(resp.data)
         return result
 
+    def current(self, kind: str, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The workload as it is now, if it is still the one of ``uid`` (``None``: gone,
+        or replaced by another of the same name)."""
+        obj = self.read(kind, namespace, name)
+        meta = (obj or {}).get("metadata")
+        if obj is None or not isinstance(meta, dict) or meta.get("uid") != uid:
+            return None
+        return obj
+
     def write_record(
         self,
         kind: str,

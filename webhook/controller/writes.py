@@ -46,7 +46,16 @@ log = logging.getLogger(__name__)
 
 REASON = "RetryPolicyWriteFailed"
 #: The writers, and what became of their writes: the metric's only label values.
-WRITERS = ("history", "disruptions", "gates", "in_place", "conditions", "audit")
+WRITERS = (
+    "history",
+    "disruptions",
+    "gates",
+    "in_place",
+    "conditions",
+    "audit",
+    "verdicts",
+    "free_budget",
+)
 RESULTS = ("written", "conflict", "retried", "refused")
 #: Outcomes of one failed write.
 CONFLICT, GONE, TRANSIENT, REFUSED, FENCED = "conflict", "gone", "transient", "refused", "fenced"

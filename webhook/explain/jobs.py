@@ -14,6 +14,7 @@ from webhook.explain.model import (
     FAILURE_AWARE_KEYS,
     IN_PLACE_KEYS,
     POD_KEYS,
+    VERDICT_KEYS,
     WORKLOAD_KEYS,
     Explanation,
     RuleLine,
@@ -43,6 +44,7 @@ from webhook.plan.model import (
 )
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
+from webhook.policy import categories as cats
 from webhook.policy.grammar import format_duration
 from webhook.policy.model import PREFIX, Policy
 
@@ -100,6 +102,7 @@ def job_simulator(view: PartPlan) -> JobSimulator:
         delays=view.delays,
         max_disruptions=view.causes.max_disruptions,
         max_in_place_restarts=view.causes.max_in_place_restarts,
+        max_free_failures=view.causes.max_free_failures,
     )
 
 
@@ -218,6 +221,53 @@ def budget_notes(view: PartPlan, unit: str = "") -> list[str]:
             f"marks its running peers {failurepolicy.PEER_DISRUPTED}; their failures {does}, "
             "whatever their exit codes (simulate one with the event peer)"
         )
+    return notes + category_notes(view, scope)
+
+
+def category_notes(view: PartPlan, scope: str) -> list[str]:
+    """What each failure category does to the workload: the categories its rules name
+    (free, or failing it), and the start deadline (``webhook.plan.verdicts``)."""
+    notes = []
+    named: dict[str, list[str]] = {}
+    for rule in view.rules:
+        if not failurepolicy.is_ours(rule):
+            continue
+        for pattern in rule.get("onPodConditions") or []:
+            name = cats.category_of(str(pattern.get("type") or ""))
+            if name is not None:
+                named.setdefault(str(rule.get("action")), []).append(name)
+    fails = named.get("FailJob", []) + named.get("FailIndex", [])
+    if fails:
+        what = "its index" if "FailIndex" in named else f"the {scope.removeprefix('this ')}"
+        notes.append(
+            f"failure categories {', '.join(fails)}: the controller writes the pod's "
+            f"category (retry-policy.dev/<Category>) and a failure of these fails {what} at "
+            "once (fail-categories; simulate one with its name, e.g. ImagePull)"
+        )
+    free = named.get("Ignore", [])
+    if free:
+        n = view.causes.max_free_failures
+        cap = (
+            f"max-free-failures {n}: {count_of(n, 'free failure')} of {scope} free, each one "
+            f"after them marked {failurepolicy.FREE_BUDGET_EXHAUSTED} by the controller, and "
+            f"counted against {view.scope}"
+            if n is not None
+            else f"uncapped: they never count against {view.scope}"
+        )
+        notes.append(f"failure categories {', '.join(free)}: free (free-categories); {cap}")
+    if fails or free:
+        rest = [c for c in cats.BUILTIN if c not in fails and c not in free]
+        notes.append(
+            f"every other category ({', '.join(rest)}, and the cluster's own) is decided "
+            "by the rules below it, as its exit code says"
+        )
+    seconds = view.causes.start_deadline
+    if seconds is not None:
+        notes.append(
+            f"start-deadline {format_duration(seconds)}: a pod whose containers have not all "
+            "started by then is ended by the controller and classified ImagePull, "
+            "ConfigError, Unschedulable or StartTimeout; its failure counts unless free"
+        )
     return notes
 
 
@@ -230,6 +280,8 @@ def workload_keys(policy: Policy) -> tuple[str, ...]:
     keys += in_place_keys(policy) + between_keys(policy)
     if any(policy.explicit(name) for name in BUDGET_KEYS):
         keys += BUDGET_KEYS
+    if any(policy.explicit(name) for name in VERDICT_KEYS):
+        keys += VERDICT_KEYS
     return keys
 
 

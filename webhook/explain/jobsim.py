@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cluster.history import NODE_CATEGORIES
 from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
 from webhook.explain.model import (
@@ -32,7 +33,7 @@ from webhook.explain.words import (
     on_nodes,
 )
 from webhook.kube import failurepolicy, jobcontroller
-from webhook.kube.failurepolicy import Match
+from webhook.kube.failurepolicy import Match, PodFailure
 from webhook.kube.objects import items
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan import causes
@@ -41,6 +42,7 @@ from webhook.plan.inplace import InPlaceEnds
 from webhook.plan.model import (
     non_spot,
 )
+from webhook.policy.categories import condition_type
 from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import Delays
 
@@ -69,6 +71,8 @@ class JobState:
     #: Disruptions counted against max-disruptions (a JobSet's budget is the set's: a run
     #: keeps them).
     disruptions: int = 0
+    #: Free failures counted against max-free-failures (likewise).
+    free: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class JobSimulator:
         delays: Delays | None = None,
         max_disruptions: int | None = None,
         max_in_place_restarts: int | None = None,
+        max_free_failures: int | None = None,
     ):
         self.rules = list(rules)
         self.backoff_limit = backoff_limit
@@ -180,6 +185,8 @@ class JobSimulator:
         #: pod makes before the controller replaces it (``webhook.plan.causes``).
         self.max_disruptions = max_disruptions
         self.max_in_place_restarts = max_in_place_restarts
+        #: The free failures (``free-categories``) that are free (``webhook.plan.verdicts``).
+        self.max_free_failures = max_free_failures
 
     def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
         """What the next pod is admitted with, after the failures in ``state``;
@@ -252,6 +259,23 @@ class JobSimulator:
             return (), f"disruption {n} of {budget} free"
         over = f"disruption {n}, over max-disruptions {budget}"
         return (failurepolicy.DISRUPTION_BUDGET_EXHAUSTED,), over
+
+    def free_budget(self, state: JobState, event: Event) -> tuple[tuple[str, ...], str]:
+        """A free failure (its category is one the rules Ignore) against
+        max-free-failures: the condition the controller adds with the category past the
+        budget (``webhook.controller.verdicts``), and what to say."""
+        if event.category is None or self.max_free_failures is None:
+            return (), ""
+        alone = PodFailure((), ((condition_type(event.category), "True"),))
+        match = failurepolicy.evaluate(self.rules, alone)
+        if match is None or match.action != "Ignore":
+            return (), ""
+        state.free += 1
+        n, budget = state.free, self.max_free_failures
+        if n <= budget:
+            return (), f"free failure {n} of {budget}"
+        over = f"free failure {n}, over max-free-failures {budget}"
+        return (failurepolicy.FREE_BUDGET_EXHAUSTED,), over
 
     def replacement(self, backoff: Backoff, event: Event) -> tuple[Event | None, str]:
         """After restarts in place: the pod the controller replaces once they reach
@@ -382,9 +406,11 @@ class JobSimulator:
             return self._fail_on_failure(state, event)
         attempt = state.index_counted if self.per_index is not None else state.counted
         extra, budget = self.disruption_budget(state, event)
+        free, told = self.free_budget(state, event)
+        extra, budget = (*extra, *free), ", ".join(filter(None, (budget, told)))
         match, counts = self.judge(event, extra)
         memory = self.oom(state, event)
-        if not event.disruption:
+        if not event.disruption or event.category in NODE_CATEGORIES:
             state.failed_nodes += 1
         if counts:
             state.counted += 1

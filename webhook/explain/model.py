@@ -13,6 +13,8 @@ from webhook.kube.failurepolicy import ContainerExit, PodFailure
 from webhook.kube.objects import mapping
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.outcome import Context, Outcome, PlannedPart
+from webhook.policy import categories as cats
+from webhook.policy.categories import condition_type
 from webhook.policy.model import (
     Policy,
     format_value,
@@ -38,6 +40,8 @@ WORKLOAD_KEYS = (
 )
 #: Shown when one is set (budgets per cause, ``webhook.plan.causes``).
 BUDGET_KEYS = ("max-disruptions", "peer-disruptions", "max-in-place-restarts")
+#: Shown when one is set (failure categories, ``webhook.plan.verdicts``).
+VERDICT_KEYS = ("free-categories", "max-free-failures", "fail-categories", "start-deadline")
 POD_KEYS = ("backoff-limit", "non-spot-attempts", "error-propagation", "attempt")
 #: Shown when either is set (``webhook.plan.delays``).
 BETWEEN_KEYS = ("attempt-env", "retry-delay", "retry-delay-factor", "retry-delay-max")
@@ -57,7 +61,7 @@ class ExplainError(ValueError):
 _CONTAINER = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _PART = re.compile(
     rf"(?:(?P<container>{_CONTAINER}):)?(?P<what>[0-9]{{1,3}}|oom)|(?P<flag>disruption|peer)"
-    rf"|oom:(?P<oomed>{_CONTAINER})"
+    rf"|oom:(?P<oomed>{_CONTAINER})|(?P<category>[A-Z][-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9]?)"
 )
 ACCEPTED_EVENTS = (
     "accepted: an exit code 0-255 (e.g. 143; 0 where a restart rule restarts on it), "
@@ -65,9 +69,25 @@ ACCEPTED_EVENTS = (
     "oom (an OOM kill, exit code 137), container:oom or oom:container, "
     "disruption (preemption, eviction, drain), "
     "peer (a pod that fails because a peer was disrupted: exit code 1 unless given), "
-    "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137), "
-    "events separated by commas"
+    "a failure category the controller writes on the pod (e.g. DeviceFault, ImagePull: "
+    "exit code 143 for Preempted, NodeFailure, DeviceFault, 137 for OOMKilled, none for a "
+    "pod that never started, else 1, unless given), "
+    "several in one pod joined by + (e.g. 143+proxy:137, disruption+main:137, "
+    "disruption+NodeFailure), events separated by commas"
 )
+#: What a category alone stops the main container with: none for a pod that never
+#: started (``webhook.controller.startdeadline``), SIGTERM for one evicted or lost with its
+#: node or device, SIGKILL for an OOM kill, else an application's error.
+CATEGORY_EXITS: dict[str, int | None] = {
+    "ImagePull": None,
+    "ConfigError": None,
+    "Unschedulable": None,
+    "StartTimeout": None,
+    "Preempted": SIGTERM,
+    "NodeFailure": SIGTERM,
+    "DeviceFault": SIGTERM,
+    "OOMKilled": SIGKILL,
+}
 #: What a pod our controller marked carries (``webhook.kube.failurepolicy.OUR_CONDITIONS``).
 PEER_EXIT = 1
 
@@ -97,6 +117,8 @@ class Event:
     peer: bool = False
     #: Replaced by the controller after its restarts in place (``max-in-place-restarts``).
     replaced: bool = False
+    #: The failure category the controller writes on the pod (``webhook.plan.verdicts``).
+    category: str | None = None
 
     def oom_killed(self, main: str) -> list[str]:
         return [name or main for name in self.ooms]
@@ -107,8 +129,11 @@ class Event:
         return first + [name for name, _ in self.others]
 
     def exits(self, main: str) -> list[tuple[str, int]]:
-        """(container, exit code) of every container the event stops."""
+        """(container, exit code) of every container the event stops (none, for a pod
+        that never started: a start deadline's category alone)."""
         if self.implied and any(name == main for name, _ in self.others):
+            return list(self.others)
+        if self.exit_code < 0:
             return list(self.others)
         return [(self.container or main, self.exit_code), *self.others]
 
@@ -123,15 +148,23 @@ class Event:
             kinds.append(failurepolicy.PEER_DISRUPTED)
         if self.replaced:
             kinds.append(failurepolicy.IN_PLACE_BUDGET_EXHAUSTED)
+        if self.category is not None:
+            kinds.append(condition_type(self.category))
         kinds.extend(extra)
         return PodFailure(exits, tuple((kind, "True") for kind in kinds))
 
     def succeeded(self, main: str) -> bool:
         """Every container the event stops exited 0: no failure, unless a restart rule
         restarts on success (``explain.inplace.restarted``)."""
+        if self.category is not None:
+            return False
         return not self.disruption and all(code == 0 for _, code in self.exits(main))
 
     def describe(self, main: str) -> str:
+        if self.category is not None:
+            stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
+            disrupted = "disrupted, " if self.disruption else ""
+            return f"pod fails: {self.category} ({disrupted}{stopped or 'never started'})"
         if self.disruption:
             stopped = ", ".join(f"{n} exits {code}" for n, code in self.exits(main))
             return f"pod disrupted (preemption, eviction, drain; {stopped})"
@@ -151,8 +184,22 @@ def _code_name(code: int) -> str:
     return f"exit code {code}" + (f" ({known[code]})" if code in known else "")
 
 
-def parse_events(text: str) -> list[Event]:
-    """Parse ``143,disruption,main:1,143+proxy:137``; a bad token is named with its position."""
+def parse_events(text: str, categories: Iterable[str] | None = None) -> list[Event]:
+    """Parse ``143,disruption,main:1,143+proxy:137``; a bad token is named with its position.
+    ``categories``: the failure categories there are (the built-in ones and the config's;
+    ``None``: the built-in ones), of which a category event must name one."""
+    known = tuple(categories) if categories is not None else cats.BUILTIN
+    events = _parse_events(text)
+    for n, event in enumerate(events, 1):
+        if event.category is not None and event.category not in known:
+            raise ExplainError(
+                f"--simulate: event {n} {event.token!r} names no category; the categories "
+                f"are {', '.join(known)}; {ACCEPTED_EVENTS}"
+            )
+    return events
+
+
+def _parse_events(text: str) -> list[Event]:
     tokens = [token.strip() for token in text.split(",")]
     if not text.strip():
         raise ExplainError(f"--simulate: no events given; {ACCEPTED_EVENTS}")
@@ -167,10 +214,16 @@ def _parse_event(token: str, where: str) -> Event:
     disruption = peer = False
     exits: list[tuple[str | None, int]] = []
     ooms: list[str] = []
+    category: str | None = None
     for part in token.split("+"):
         match = _PART.fullmatch(part)
         if match is None:
             raise ExplainError(f"{where} is not an event; {ACCEPTED_EVENTS}")
+        if match.group("category") is not None:
+            if category is not None:
+                raise ExplainError(f"{where}: a pod has one category; {ACCEPTED_EVENTS}")
+            category = part
+            continue
         flag = match.group("flag")
         if flag is not None:  # disruption, peer
             if (disruption, peer)[flag == "peer"]:
@@ -199,6 +252,8 @@ def _parse_event(token: str, where: str) -> Event:
     unnamed = [code for name, code in exits if name is None]
     named = tuple((name, code) for name, code in exits if name is not None)
     oomed = tuple(ooms)
+    if category is not None:
+        return _categorized(token, category, unnamed, named, oomed, disruption, where)
     if unnamed:
         return Event(token, unnamed[0], None, disruption, named, ooms=oomed, peer=peer)
     if disruption or peer:
@@ -206,6 +261,28 @@ def _parse_event(token: str, where: str) -> Event:
         return Event(token, code, None, disruption, named, implied=True, ooms=oomed, peer=peer)
     (first, code), rest = named[0], named[1:]
     return Event(token, code, first, False, rest, ooms=oomed)
+
+
+def _categorized(
+    token: str,
+    category: str,
+    unnamed: list[int],
+    named: tuple[tuple[str, int], ...],
+    ooms: tuple[str, ...],
+    disruption: bool,
+    where: str,
+) -> Event:
+    """A pod the controller wrote ``category`` on: its main container's exit as given,
+    else what the category implies (``CATEGORY_EXITS``: -1, none)."""
+    if not unnamed and not named:
+        implied = CATEGORY_EXITS.get(category, PEER_EXIT)
+        code = -1 if implied is None else implied
+        oomed = ("",) if category == "OOMKilled" else ooms
+        return Event(token, code, None, disruption, (), ooms=oomed, category=category)
+    if unnamed:
+        return Event(token, unnamed[0], None, disruption, named, ooms=ooms, category=category)
+    (first, code), rest = named[0], named[1:]
+    return Event(token, code, first, disruption, rest, ooms=ooms, category=category)
 
 
 # --- the explanation model (plain values: rendered as text or JSON) ----------------

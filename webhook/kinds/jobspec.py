@@ -23,7 +23,7 @@ from webhook.kinds.workload import (
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller, podspec
 from webhook.kube.owned import ALL, Owned
-from webhook.plan import causes, delays, failureaware, inplace, queued
+from webhook.plan import causes, delays, failureaware, inplace, queued, verdicts
 from webhook.plan.model import BudgetPlan, job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.policy.grammar import format_duration
@@ -62,6 +62,7 @@ RULE_KEYS = (
     "ignore-disruptions",
     "peer-disruptions",
     "max-in-place-restarts",
+    *verdicts.RULE_KEYS,
 )
 
 
@@ -204,6 +205,7 @@ def _check_template(
         policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
     if policy.ignore_disruptions and user_rules:
         policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
+    policy = verdicts.check(policy, ctx, out)
     policy = causes.check(policy, out)
     policy = resolve_count(policy, user_rules)
     policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
@@ -472,9 +474,12 @@ def _check_on_non_retriable(
 ) -> Policy:
     if policy.on_non_retriable != "fail-index":
         return policy
-    if not policy.fail_non_retriable:
+    if not policy.fail_non_retriable and not policy.fail_categories:
         if policy.explicit("on-non-retriable"):
-            out.note("retry-policy: on-non-retriable has no effect without fail-non-retriable")
+            out.note(
+                "retry-policy: on-non-retriable has no effect without fail-non-retriable "
+                "or fail-categories"
+            )
         return policy
     if spec.get("backoffLimitPerIndex") is None:
         out.conflict(

@@ -30,6 +30,7 @@ UNBOUNDED = ": ignored disruptions retry with no cap"
 
 
 PEERS_UNBOUNDED = ": ignored peers retry with no cap"
+FREE_UNBOUNDED = " (or max-free-failures): free failures (free-categories) retry with no cap"
 
 
 def unbounded_note(field: str, ending: str = UNBOUNDED) -> str:
@@ -70,8 +71,9 @@ def describe_ours(rules: list[dict[str, Any]]) -> str:
     b" (the containers whose codes they read)."""
     codes = rules[0].get("onExitCodes")
     if not isinstance(codes, dict):
-        conditions = mapping((rules[0].get("onPodConditions") or [{}])[0])
-        return f"rule {rules[0]['action']} on {conditions.get('type', fp.DISRUPTION_TARGET)}"
+        patterns = [mapping(p) for p in rules[0].get("onPodConditions") or [{}]]
+        types = ", ".join(str(p.get("type", fp.DISRUPTION_TARGET)) for p in patterns)
+        return f"rule {rules[0]['action']} on {types}"
     plural = "s" if len(rules) > 1 else ""
     text = f"rule{plural} {rules[0]['action']} on exit codes NotIn {codes['values']}"
     names = [str(mapping(r.get("onExitCodes")).get("containerName")) for r in rules]
@@ -133,6 +135,9 @@ def _plan_key(
         policy.fail_non_retriable,
         policy.on_non_retriable,
         policy.retriable_exit_codes,
+        policy.free_categories,
+        policy.fail_categories,
+        policy.max_free_failures,
         tuple([c["name"] for c in fp.named_containers(pod_spec, "containers")]),
         tuple(
             [(c["name"], fp.is_sidecar(c)) for c in fp.named_containers(pod_spec, "initContainers")]
@@ -242,6 +247,9 @@ def _said(
         out.note(unbounded_note(f"{where}.activeDeadlineSeconds"))
     if ("peer-disruptions", "Ignore") in groups and spec.get("activeDeadlineSeconds") is None:
         out.note(unbounded_note(f"{where}.activeDeadlineSeconds", PEERS_UNBOUNDED))
+    free = ("free-categories", "Ignore") in groups and policy.max_free_failures is None
+    if free and spec.get("activeDeadlineSeconds") is None:
+        out.note(unbounded_note(f"{where}.activeDeadlineSeconds", FREE_UNBOUNDED))
     if spec.get("podReplacementPolicy") == "TerminatingOrFailed":
         spec["podReplacementPolicy"] = "Failed"
         out.changed(

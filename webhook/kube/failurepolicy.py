@@ -35,7 +35,16 @@ DISRUPTION_BUDGET_EXHAUSTED = OURS + "DisruptionBudgetExhausted"
 IN_PLACE_BUDGET_EXHAUSTED = OURS + "InPlaceBudgetExhausted"
 #: A running peer of a disrupted pod (``peer-disruptions``).
 PEER_DISRUPTED = OURS + "PeerDisrupted"
-OUR_CONDITIONS = (IN_PLACE_BUDGET_EXHAUSTED, DISRUPTION_BUDGET_EXHAUSTED, PEER_DISRUPTED)
+#: A free failure (``free-categories``) past ``max-free-failures``.
+FREE_BUDGET_EXHAUSTED = OURS + "FreeBudgetExhausted"
+OUR_CONDITIONS = (
+    IN_PLACE_BUDGET_EXHAUSTED,
+    DISRUPTION_BUDGET_EXHAUSTED,
+    PEER_DISRUPTED,
+    FREE_BUDGET_EXHAUSTED,
+)
+#: Besides these, a failure category is one of ours too: ``retry-policy.dev/<Category>``
+#: (``webhook.policy.categories``), which only our controller writes.
 #: ``ValidateQualifiedName`` (k8s.io/apimachinery pkg/util/validation): an optional DNS
 #: subdomain prefix and a name of at most 63 characters, alphanumeric at both ends.
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
@@ -140,15 +149,13 @@ def condition_rule(condition: str, action: str = "Count") -> dict[str, Any]:
 
 
 def is_ours(rule: Any) -> bool:
-    """Whether ``rule`` is on a condition only our controller adds: such a rule goes before
-    every other (``merge``), and matches no pod but those its workload asked us to mark."""
-    if not isinstance(rule, dict):
+    """Whether ``rule`` is on a condition only our controller adds (``OUR_CONDITIONS`` and
+    the failure categories, all ``retry-policy.dev/``): such a rule goes before every other
+    (``merge``), and matches no pod but those its workload asked us to mark."""
+    if not isinstance(rule, dict) or not isinstance(rule.get("onPodConditions"), list):
         return False
-    conditions = rule.get("onPodConditions")
-    if not isinstance(conditions, list):
-        return False
-    types = [p.get("type") for p in conditions if isinstance(p, dict)]
-    return bool(types) and all(t in OUR_CONDITIONS for t in types)
+    types = [p.get("type") for p in rule["onPodConditions"] if isinstance(p, dict)]
+    return bool(types) and all(isinstance(t, str) and t.startswith(OURS) for t in types)
 
 
 def qualified_name(value: str) -> bool:

@@ -47,17 +47,27 @@ from webhook.kube import failurepolicy as fp
 from webhook.kube import podspec
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, INDEX_FAILURE_COUNT, JOBSET_UID
+from webhook.plan import verdicts
 from webhook.plan.outcome import Outcome
 from webhook.policy.grammar import (
     BadValue,
     parse_count,
     parse_peer_disruptions,
     parse_restart_budget,
+    parse_start_deadline,
 )
 from webhook.policy.model import PREFIX, Policy, format_value
 
 #: The template labels, by key: what the controller and the chart select pods by.
-LABEL_KEYS = ("ignore-disruptions", "max-disruptions", "max-in-place-restarts", "peer-disruptions")
+LABEL_KEYS = (
+    "ignore-disruptions",
+    "max-disruptions",
+    "max-in-place-restarts",
+    "peer-disruptions",
+    "categories",
+    "max-free-failures",
+    "start-deadline",
+)
 IGNORE_LABEL = PREFIX + "ignore-disruptions"
 MAX_DISRUPTIONS_LABEL = PREFIX + "max-disruptions"
 MAX_RESTARTS_LABEL = PREFIX + "max-in-place-restarts"
@@ -72,6 +82,9 @@ class CauseBudgets:
     max_disruptions: int | None = None
     max_in_place_restarts: int | None = None
     peer_disruptions: str | None = None
+    #: ``max-free-failures`` and ``start-deadline`` (seconds): ``webhook.plan.verdicts``.
+    max_free_failures: int | None = None
+    start_deadline: int | None = None
 
     @classmethod
     def of(cls, template: Mapping[str, Any]) -> CauseBudgets:
@@ -89,6 +102,8 @@ class CauseBudgets:
             read("max-disruptions", parse_count),
             read("max-in-place-restarts", parse_restart_budget),
             read("peer-disruptions", parse_peer_disruptions),
+            read("max-free-failures", parse_count),
+            read("start-deadline", parse_start_deadline),
         )
 
 
@@ -141,13 +156,14 @@ def rules(policy: Policy) -> list[tuple[dict[str, Any], str]]:
     if peers is not None:
         action = "Ignore" if peers == "ignore" else "Count"
         ours.append((fp.condition_rule(fp.PEER_DISRUPTED, action), "peer-disruptions"))
-    return ours
+    return ours + verdicts.rules(policy)
 
 
 #: (the key, the one it needs, why): a budget over what another key takes out.
 NEEDS = (
     ("max-disruptions", "ignore-disruptions", "every disruption counts without it"),
     ("max-in-place-restarts", "in-place-exit-codes", "nothing restarts in place without it"),
+    ("max-free-failures", "free-categories", "no failure is free without it"),
 )
 
 
@@ -156,11 +172,8 @@ def check(policy: Policy, out: Outcome) -> Policy:
     skipped with a warning when an admin's default (``Outcome.conflict``). Called again
     after the checks that may turn that key off here."""
     settings = policy.settings
-    if (
-        settings["max-disruptions"].value is None
-        and settings["max-in-place-restarts"].value is None
-    ):
-        return policy  # (neither asked for: the usual case)
+    if all(settings[name].value is None for name, _, _ in NEEDS):
+        return policy  # (no budget asked for: the usual case)
     for name, needed, why in NEEDS:
         if policy.asks(name) and not policy.asks(needed):
             off = "not set" if not policy.explicit(needed) else "not applied here"
@@ -179,6 +192,7 @@ def labels(policy: Policy) -> dict[str, str]:
         wanted["max-in-place-restarts"] = str(policy.max_in_place_restarts)
     if policy.peer_disruptions is not None:
         wanted["peer-disruptions"] = format_value("peer-disruptions", policy.peer_disruptions)
+    wanted.update(verdicts.labels(policy))
     return wanted
 
 

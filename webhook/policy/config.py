@@ -20,6 +20,7 @@ import yaml
 
 from webhook.kube import quantity
 from webhook.kube.versions import KubeVersion
+from webhook.policy import categories as cats
 from webhook.policy import kueue as kq
 from webhook.policy.grammar import BadValue, format_duration, parse_duration, parse_memory
 from webhook.policy.model import KEYS, Layer, Source, did_you_mean, format_value
@@ -66,6 +67,7 @@ _TOP_KEYS = (
     "disruptors",
     "kueue",
     "rollout",
+    "categories",
 )
 _DISRUPTOR_KEYS = ("users", "groups")
 _NS_KEYS = ("defaults", "guardRails", "rollout")
@@ -156,6 +158,9 @@ class Config:
     #: Whether the defaults are applied (``enforce``) or audited (``audit``), unless a
     #: namespace says otherwise (``rollout_of``).
     rollout: str = ENFORCE
+    #: The admins' own failure categories, tried in order before the built-in ones
+    #: (``webhook.policy.categories``).
+    categories: tuple[cats.Category, ...] = ()
 
     def rollout_of(self, namespace: str | None) -> str:
         """The effective rollout of the defaults in ``namespace``."""
@@ -289,6 +294,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         disruptors=_disruptors(data.get("disruptors", None), problems),
         kueue=_kueue(data.get("kueue"), problems),
         rollout=_rollout(data.get("rollout"), "rollout", problems) or ENFORCE,
+        categories=cats.parse(data.get("categories"), problems),
     )
     problems.extend(_consistency(config))
     if problems:
@@ -344,6 +350,8 @@ def _as_text(value: Any) -> str | None:
         isinstance(v, int) and not isinstance(v, bool) for v in value
     ):
         return ",".join(str(v) for v in value)
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return ",".join(value)  # (free-categories: [DeviceFault, NodeFailure])
     return None
 
 
@@ -631,6 +639,15 @@ def _consistency(config: Config) -> list[Problem]:
             problems.append(
                 Problem(f"{where}.non-spot-attempts", "needs spotNodeLabels, which is empty")
             )
+        for name in ("free-categories", "fail-categories"):
+            unknown, known = cats.check_names(defaults.get(name) or (), config.categories)
+            if unknown:
+                problems.append(
+                    Problem(
+                        f"{where}.{name}",
+                        f"{', '.join(unknown)}: no such category; the categories are {known}",
+                    )
+                )
     return problems
 
 

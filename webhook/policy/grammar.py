@@ -173,6 +173,27 @@ def parse_duration(text: str) -> int | None:
     return seconds
 
 
+#: The fewest seconds ``start-deadline`` takes: a pod is given at least this long to be
+#: scheduled, pull its images and start.
+MIN_START_DEADLINE = 10
+
+
+def parse_start_deadline(text: str) -> int | None:
+    """How long a pod may take to start all its containers (``parse_duration``), at least
+    ``MIN_START_DEADLINE`` seconds; ``none`` turns off a default."""
+    accepted = (
+        f"accepted: a duration from {MIN_START_DEADLINE}s to 168h, e.g. 15m (a pod needs "
+        "time to be scheduled, pull its images and start), or none to turn off a default"
+    )
+    try:
+        seconds = parse_duration(text)
+    except BadValue:
+        raise BadValue(accepted) from None
+    if seconds is not None and seconds < MIN_START_DEADLINE:
+        raise BadValue(accepted)
+    return seconds
+
+
 def format_duration(seconds: int | None) -> str:
     """Whole seconds back in duration grammar: ``90`` -> ``1m30s`` (the inverse of
     ``parse_duration``)."""

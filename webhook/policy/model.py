@@ -19,6 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.kube import quantity
+from webhook.policy.categories import format_names, parse_names
 from webhook.policy.grammar import (
     MAX_DELAY_SECONDS,
     BadValue,
@@ -37,6 +38,7 @@ from webhook.policy.grammar import (
     parse_on_non_retriable,
     parse_peer_disruptions,
     parse_restart_budget,
+    parse_start_deadline,
     parse_strategy,
     parse_time,
 )
@@ -240,6 +242,30 @@ KEYS: dict[str, KeySpec] = {
             "with in-place-exit-codes: a pod is replaced after N restarts in place in all",
         ),
         KeySpec(
+            "free-categories",
+            parse_names,
+            frozenset({Scope.WORKLOAD}),
+            "failures of these categories do not use up the retry budget (DeviceFault,...)",
+        ),
+        KeySpec(
+            "max-free-failures",
+            parse_count,
+            frozenset({Scope.WORKLOAD}),
+            "with free-categories: the first N free failures are free, later ones count",
+        ),
+        KeySpec(
+            "fail-categories",
+            parse_names,
+            frozenset({Scope.WORKLOAD}),
+            "a failure of these categories fails the Job (or its index) at once",
+        ),
+        KeySpec(
+            "start-deadline",
+            parse_start_deadline,
+            frozenset({Scope.WORKLOAD}),
+            "a pod not started this long after its creation is ended and classified (15m)",
+        ),
+        KeySpec(
             "jobset-uid",
             parse_any,
             frozenset({Scope.POD}),
@@ -393,6 +419,10 @@ BUILTIN: dict[str, Any] = {
     "retry-delay": None,
     "retry-delay-factor": Fraction(1),
     "retry-delay-max": None,
+    "free-categories": None,
+    "max-free-failures": None,
+    "fail-categories": None,
+    "start-deadline": None,
     # Not an annotation: see ``Policy.count_disruptions``.
     "count-disruptions": None,
 }
@@ -515,6 +545,26 @@ class Policy:
         """``ignore`` or ``count``: the rule on a disrupted pod's peers (``None``: none)."""
         return self.settings["peer-disruptions"].value
 
+    @property
+    def free_categories(self) -> tuple[str, ...]:
+        """Categories whose failures are free (``Ignore``; empty: none)."""
+        return tuple(self.value("free-categories") or ())
+
+    @property
+    def max_free_failures(self) -> int | None:
+        value = self.value("max-free-failures")
+        return value if isinstance(value, int) else None
+
+    @property
+    def fail_categories(self) -> tuple[str, ...]:
+        """Categories whose failures fail the Job or index at once (empty: none)."""
+        return tuple(self.value("fail-categories") or ())
+
+    @property
+    def start_deadline(self) -> int | None:
+        """Seconds a pod may take to start (``None``: no deadline)."""
+        return self.value("start-deadline")
+
     def asks(self, name: str) -> bool:
         """Whether the setting is on: not its off value (``BUILTIN``). A setting whose off
         value is ``None`` is on with any value, 0 included (``max-disruptions: 0``)."""
@@ -545,6 +595,9 @@ class Policy:
             or self.attempt_env
             or self.retry_delay is not None
             or self.peer_disruptions is not None
+            or bool(self.free_categories)
+            or bool(self.fail_categories)
+            or self.start_deadline is not None
         )
 
 
@@ -586,6 +639,10 @@ def format_value(name: str, value: Any) -> str:
         return format_duration(value)
     if name == "peer-disruptions":
         return "none" if value is None else str(value)
+    if name in ("free-categories", "fail-categories"):
+        return format_names(value)
+    if name == "start-deadline":
+        return format_duration(value)
     return str(value)
 
 

@@ -20,6 +20,7 @@ from webhook.explain.model import Event, ExplainError, parse_events
 from webhook.kube.versions import KubeVersion
 from webhook.offline import inputs
 from webhook.offline.inputs import label
+from webhook.policy.categories import names
 from webhook.policy.config import Config, ConfigError, load_config, parse_config
 from webhook.policy.model import did_you_mean
 from webhook.policytest.facts import FACTS, OUTCOME_KEYS, SELECTORS, BadExpectation
@@ -172,7 +173,8 @@ def _case(path: str, base: str, number: int, raw: Any, shared: Mapping[str, Any]
     if "simulate" in raw:
         text = raw["simulate"]
         try:
-            case.events = parse_events(str(text)) if str(text).strip() else []
+            known = names(case.config.categories) if case.config is not None else None
+            case.events = parse_events(str(text), known) if str(text).strip() else []
         except ExplainError as err:
             problems.append(f"{where}.simulate: {err}")
     case.expect = _expect(raw.get("expect"), f"{where}.expect", problems)

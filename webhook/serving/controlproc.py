@@ -23,8 +23,10 @@ from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.fence import Fence, fenced_client
 from webhook.controller.manager import Manager, install_signal_handlers
 from webhook.controller.ratelimit import Limits
+from webhook.policy.config import Config
 from webhook.serving import lifeline, metrics
 from webhook.serving.options import ServeOptions
+from webhook.serving.reload import ConfigReloader
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +129,30 @@ class ControllerProcess:
         self.pid = None
 
 
+class LiveConfig:
+    """The cluster config for the controller (its failure categories), read again when
+    the file changes (``ConfigReloader``: a bad version is refused, the last good one
+    stays), looked at once every ``every`` seconds at most."""
+
+    def __init__(self, path: str | None, every: float = 5.0) -> None:
+        self.config = Config()
+        self.every = every
+        self._checked = time.monotonic()
+        self._reloader: ConfigReloader | None = None
+        if path:
+            self._reloader = ConfigReloader(path, self._apply)
+            self.config = self._reloader.load(Config())
+
+    def _apply(self, config: Config) -> None:
+        self.config = config
+
+    def current(self) -> Config:
+        if self._reloader is not None and time.monotonic() - self._checked >= self.every:
+            self._checked = time.monotonic()
+            self._reloader.check()
+        return self.config
+
+
 def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     """The controller process's body (``ControllerProcess.run``, as the supervisor builds
     it): leader election and, while leading, the reconcilers; exits ``DISABLED`` without a
@@ -154,10 +180,13 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
     events, resolver = recorder_for(acting, instance_name())
     if recorder is not None:
         recorder.events_stats(events.stats)
+    config = LiveConfig(options.config_path)
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options.controller_options(),
-        reconcilers.build(acting, options.controller_options(), events, resolver, recorder),
+        reconcilers.build(
+            acting, options.controller_options(), events, resolver, recorder, config.current
+        ),
         note,
         recorder,
         fence,

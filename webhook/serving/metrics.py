@@ -33,6 +33,18 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from webhook.serving.controllercounters import (
+    AUDIT_DIFFERED,
+    CATEGORY,
+    CONDITION_RESULTS,
+    CONDITIONS,
+    UNCOVERED_REASONS,
+    VERDICTS,
+    audit_counters,
+    budget_counters,
+    failures_counter,
+    wasted_counter,
+)
 from webhook.serving.metricsdir import ENV
 
 log = logging.getLogger("webhook.metrics")  # also when run as __main__
@@ -356,9 +368,10 @@ class ControllerMetrics:
             ["reason"],
             registry=self.registry,
         )
-        self._budget_counters = _budget_counters(self.registry)
+        self._budget_counters = budget_counters(self.registry)
         self._wasted: Any = None
         self._audits: Any = None
+        self._failures: Any = None
         self.writes = Counter(
             PREFIX + "controller_writes_total",
             "The controller's writes (writer: history, disruptions, gates, in_place, "
@@ -403,7 +416,7 @@ class ControllerMetrics:
         for reason in GATE_RELEASES:
             self.released.labels(reason)
         conditions, disruptions, _, uncovered = self._budget_counters
-        for kind in CONDITIONS:
+        for kind in (*CONDITIONS, CATEGORY):
             for result in CONDITION_RESULTS:
                 conditions.labels(kind.removeprefix("retry-policy.dev/"), result)
         for result in ("free", "over"):
@@ -420,14 +433,12 @@ class ControllerMetrics:
 
     def wasted(self, namespace: str, cause: str, resource: str, amount: float) -> None:
         """What a failed attempt held (``webhook.cluster.waste``): counted once per pod, when
-        its workload's record marks it. The labels are bounded: namespaces, the five
-        causes, and the resources the cluster's nodes offer (a pod that ran was given
-        each one it requested)."""
-        from webhook.cluster.waste import CAUSES
-
-        if cause in CAUSES and amount > 0:
+        its workload's record marks it. The labels are bounded: namespaces, the failure
+        categories there are (the built-in ones and the config's), and the resources the
+        cluster's nodes offer (a pod that ran was given each one it requested)."""
+        if cause and amount > 0:
             if self._wasted is None:
-                self._wasted = _wasted_counter(self.registry)
+                self._wasted = wasted_counter(self.registry)
             self._wasted.labels(namespace, cause, resource).inc(amount)
 
     def audited(self, namespace: str, differed: str, saved: Mapping[str, float]) -> None:
@@ -437,7 +448,7 @@ class ControllerMetrics:
         if differed not in AUDIT_DIFFERED:
             return
         if self._audits is None:
-            self._audits = _audit_counters(self.registry)
+            self._audits = audit_counters(self.registry)
         ended, saved_counter = self._audits
         ended.labels(namespace, differed).inc()
         for resource, amount in sorted(saved.items()):
@@ -453,8 +464,15 @@ class ControllerMetrics:
 
     # --- budgets per cause (webhook.controller.disruptions, webhook.controller.restarts) ---
     def condition(self, kind: str, result: str) -> None:
-        if kind in CONDITIONS and result in CONDITION_RESULTS:
+        if (kind in CONDITIONS or kind == CATEGORY) and result in CONDITION_RESULTS:
             self._budget_counters[0].labels(kind.removeprefix("retry-policy.dev/"), result).inc()
+
+    def failure(self, namespace: str, category: str, verdict: str) -> None:
+        """A classified failure (``webhook.controller.verdicts``), counted once."""
+        if verdict in VERDICTS and category:
+            if self._failures is None:
+                self._failures = failures_counter(self.registry)
+            self._failures.labels(namespace, category, verdict).inc()
 
     def disruption(self, result: str) -> None:
         if result in ("free", "over"):
@@ -482,22 +500,6 @@ class ControllerMetrics:
             _sample_events(self.events, self._events_stats(), self._events_seen)
 
 
-#: The conditions the controller adds (``webhook.kube.failurepolicy.OUR_CONDITIONS``), and
-#: what became of each.
-CONDITIONS = (
-    "retry-policy.dev/DisruptionBudgetExhausted",
-    "retry-policy.dev/InPlaceBudgetExhausted",
-    "retry-policy.dev/PeerDisrupted",
-)
-#: added, late, missed: a condition's writes; unmarked: a peer's mark set back to False (it
-#: was disrupted itself); taken_back: an in-place mark set back to False (its deadline was
-#: refused): ``webhook.controller.peers``, ``webhook.controller.restarts``.
-CONDITION_RESULTS = ("added", "late", "missed", "unmarked", "taken_back")
-#: Why a disruption over max-disruptions whose pod failed unmarked is not counted
-#: (``webhook.controller.disruptions.UNCOVERED``).
-UNCOVERED_REASONS = ("jobset", "per_index", "backoff_limit_zero", "multikueue")
-
-
 def _deletions_counter(registry: Any) -> Any:
     from prometheus_client import Counter
 
@@ -510,88 +512,6 @@ def _deletions_counter(registry: Any) -> Any:
         ["result"],
         registry=registry,
     )
-
-
-def _wasted_counter(registry: Any) -> Any:
-    from prometheus_client import Counter
-
-    return Counter(
-        PREFIX + "wasted_resource_seconds",
-        "What failed attempts of workloads with a retry plan held, for as long as they ran "
-        "(the pod's effective requests times startTime to its containers' last finishedAt), "
-        "by the workload's namespace, cause (oom-killed, exit-code, disruption, deadline, "
-        "other) and resource: cpu in core-seconds, memory in GiB-seconds, extended "
-        "resources (nvidia.com/gpu) in device-seconds. Each failed pod counted once.",
-        ["namespace", "cause", "resource"],
-        registry=registry,
-    )
-
-
-#: ``retry_webhook_audited_workloads_total``'s ``differed``.
-AUDIT_DIFFERED = ("true", "false", "unknown")
-
-
-def _audit_counters(registry: Any) -> tuple[Any, Any]:
-    from prometheus_client import Counter
-
-    ended = Counter(
-        PREFIX + "audited_workloads",
-        "Workloads admitted with audited defaults (rollout: audit) that ended, each counted "
-        "once, by namespace and whether the defaults would have differed: true (ended it "
-        "earlier, or retried longer), false, unknown (not replayable: restartPolicy "
-        "OnFailure, or failures never recorded).",
-        ["namespace", "differed"],
-        registry=registry,
-    )
-    saved = Counter(
-        PREFIX + "audit_saved_resource_seconds",
-        "What the audited defaults would have saved, had they been enforced: the "
-        "requests times run time of the failed attempts they would not have run, by "
-        "namespace and resource (cpu in core-seconds, memory in GiB-seconds, extended "
-        "resources in device-seconds).",
-        ["namespace", "resource"],
-        registry=registry,
-    )
-    return ended, saved
-
-
-def _budget_counters(registry: Any) -> tuple[Any, Any, Any, Any]:
-    from prometheus_client import Counter
-
-    conditions = Counter(
-        PREFIX + "controller_conditions_total",
-        "Pod conditions the controller added for budgets per cause, by condition "
-        "(DisruptionBudgetExhausted, InPlaceBudgetExhausted, PeerDisrupted) and result: "
-        "added (before the pod failed), late (on a pod already Failed: the Job controller "
-        "may have judged it without), missed (the Job controller had judged it: not added), "
-        "unmarked (a marked peer disrupted itself: its mark set back to False), taken_back "
-        "(an in-place mark set back to False: the pod's deadline was refused).",
-        ["condition", "result"],
-        registry=registry,
-    )
-    disruptions = Counter(
-        PREFIX + "controller_disruptions_total",
-        "Disruptions counted against max-disruptions: result=free (within the budget), "
-        "over (past it: the pod counts against the retry budget).",
-        ["result"],
-        registry=registry,
-    )
-    lowered = Counter(
-        PREFIX + "controller_backoff_limit_lowered_total",
-        "Disruptions over max-disruptions whose pod had failed before it could be marked, "
-        "counted by lowering the Job's spec.backoffLimit by one.",
-        registry=registry,
-    )
-    uncovered = Counter(
-        PREFIX + "controller_disruptions_uncovered_total",
-        "Disruptions over max-disruptions whose pod had failed before it could be marked "
-        "and that could not be counted, by reason: jobset (a JobSet's pod), per_index "
-        "(backoffLimitPerIndex), backoff_limit_zero (nothing left to lower), multikueue (a "
-        "MultiKueue worker's copy: its spec is the manager's).",
-        ["reason"],
-        registry=registry,
-    )
-    return conditions, disruptions, lowered, uncovered
 
 
 _METRICS: Metrics | None = None

@@ -7,12 +7,13 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.cluster import classify
 from webhook.cluster import history as failures
 from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, RESTART_ATTEMPT
-from webhook.status.model import Attempt
+from webhook.status.model import Attempt, Category
 from webhook.status.plan import applied_record
 
 
@@ -48,6 +49,7 @@ def attempt_from(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Atte
     attempt.disruption = failures.disruption(pod)  # (also of a pod still stopping)
     if phase != "Failed":
         return attempt
+    attempt.category = category_of(pod)
     cause, when = failures.failure_cause(pod)
     attempt.cause = cause
     attempt.finished = utc_time(when)
@@ -71,6 +73,22 @@ def attempt_from(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Atte
         if first is not None:
             attempt.container, attempt.exit_code = first.name, first.exit_code
     return attempt
+
+
+def category_of(pod: Mapping[str, Any]) -> Category:
+    """The failed pod's category: the controller's condition, else what the classifier
+    makes of the pod alone with the built-in categories (``status`` knows no config)."""
+    known = classify.of_conditions(pod)
+    if known is not None:
+        name, condition = known
+        return Category(
+            name,
+            str(condition.get("reason") or ""),
+            str(condition.get("message") or ""),
+            "controller",
+        )
+    found = classify.classify(pod)
+    return Category(found.category, found.signal, found.hint(()), "status")
 
 
 def _exit_code(pod: Mapping[str, Any], container: str) -> int | None:

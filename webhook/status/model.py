@@ -88,6 +88,18 @@ class Attempt:
     disruption_count: DisruptionCount | None = None
     peer: PeerMark | None = None
     in_place: InPlace | None = None
+    #: Its failure category (``webhook.policy.categories``), the signal that decided it and
+    #: the hint: as the controller wrote it on the pod (``by`` "controller"), else as
+    #: ``status`` classifies the pod itself with the built-in categories ("status").
+    category: Category | None = None
+
+
+@dataclass(frozen=True)
+class Category:
+    name: str
+    signal: str
+    hint: str
+    by: str
 
 
 @dataclass

@@ -9,7 +9,15 @@ from typing import Any
 from webhook import explain
 from webhook.explain.model import WIDTH
 from webhook.status import audit as audit_
-from webhook.status.model import Attempt, Budget, Decision, JobStory, NextAttempt, Story
+from webhook.status.model import (
+    Attempt,
+    Budget,
+    Category,
+    Decision,
+    JobStory,
+    NextAttempt,
+    Story,
+)
 
 #: The version of the JSON shape: raised only when a key changes meaning or goes away.
 SCHEMA = "retry-policy.dev/status/v1"
@@ -95,7 +103,16 @@ def _attempt(number: int, a: Attempt, job: JobStory) -> list[str]:
         return _fill(head + (f" ({got})" if got else "") + said, f"  {number}. ")
     head += f" at {a.finished}" if a.finished else ""
     said = "".join(f"; {part}" for part in _per_cause(a))
-    return _fill(f"{head}; {_cause(a)}; {_counted(a)}{said}", f"  {number}. ")
+    lines = _fill(f"{head}; {_cause(a)}; {_counted(a)}{said}", f"  {number}. ")
+    if a.category is not None:
+        lines += _fill(_category(a.category), " " * (len(str(number)) + 4))
+    return lines
+
+
+def _category(c: Category) -> str:
+    """The attempt's category, its signal and hint."""
+    by = "" if c.by == "controller" else ", as status reads the pod: the controller wrote none"
+    return f"{c.name} ({c.signal}{by}): {c.hint}"
 
 
 def _per_cause(a: Attempt) -> list[str]:
@@ -345,6 +362,14 @@ def _attempt_json(a: Attempt) -> dict[str, Any]:
         "rule": None if a.rule is None else {"index": a.rule, "action": a.action},
         "nodeFailed": a.node_failed,
         "applied": a.applied,
+        "category": None
+        if a.category is None
+        else {
+            "name": a.category.name,
+            "signal": a.category.signal,
+            "hint": a.category.hint,
+            "by": a.category.by,
+        },
         "deletedBy": a.deleted_by,
         "disruptionBudget": None
         if a.disruption_count is None

@@ -118,6 +118,12 @@ NOT_IN_PLACE = {
     "peer-disruptions": "with restartStrategy InPlaceRestart any pod that fails, a peer of a "
     "disrupted one too, restarts the whole set in place, and JobSet counts that against "
     "maxRestarts: no rule of a Job decides it",
+    "free-categories": "with restartStrategy InPlaceRestart any pod that fails restarts the "
+    "whole set in place, and JobSet counts that against maxRestarts: no rule of a Job "
+    "decides it, whatever its category",
+    "fail-categories": "with restartStrategy InPlaceRestart any pod that fails restarts the "
+    "whole set in place: no rule of a Job decides it, whatever its category",
+    "max-free-failures": "with restartStrategy InPlaceRestart no failure is free (free-categories)",
 }
 
 
@@ -215,8 +221,10 @@ class JobSetMutator(WorkloadMutator):
             for index in indexes
         ]
         failing = [c for c in children if c is not None and c.fail_non_retriable]
-        if not out.problems and failing:
-            add_rule(jobset, policy, replicated, out, targets)
+        categories = [c for c in children if c is not None and c.fail_categories]
+        if not out.problems and (failing or categories):
+            name = "fail-non-retriable" if failing else "fail-categories"
+            add_rule(jobset, policy, replicated, out, targets, name)
         if failing:
             advice = PEERS_CODE_ONLY if in_place else PEERS_ADVICE
             note_peers(failing[0], _pods(jobset, indexes), out, advice)
@@ -352,7 +360,8 @@ def check_unsupported(policy: Policy, out: Outcome) -> Policy:
     """What no JobSet can honour, whatever its spec (also checked on a TrainJob whose
     runtime is not known: its JobSet could not either)."""
     policy = check_error_propagation(policy, "JobSet", out)
-    if policy.fail_non_retriable and policy.on_non_retriable == "fail-index":
+    fails = policy.fail_non_retriable or policy.fail_categories
+    if fails and policy.on_non_retriable == "fail-index":
         policy = not_applicable(
             policy,
             "on-non-retriable",
@@ -443,8 +452,10 @@ def _apply_replicated_job(
         return resolved
     rp_path = intent.dotted((*path, "template", "spec", "restartPolicy"))
     shown = f" {reverted}" if reverted else ""
-    if resolved.fail_non_retriable or resolved.ignore_disruptions:
-        name = "fail-non-retriable" if resolved.fail_non_retriable else "ignore-disruptions"
+    rule_keys = ("fail-non-retriable", "ignore-disruptions", "fail-categories", "free-categories")
+    asked = [key for key in rule_keys if resolved.asks(key)]
+    if asked:
+        name = asked[0]
         out.changed(
             f"retry-policy: {rp_path}{shown} -> Never (for the podFailurePolicy)",
             resolved.setting(name),
@@ -516,7 +527,8 @@ def _restart_never(
 
     Returns the previous value ("" when unset), or ``None`` when nothing was changed.
     """
-    if not (policy.fail_non_retriable or policy.ignore_disruptions or policy.in_place_exit_codes):
+    rules = policy.fail_non_retriable or policy.ignore_disruptions or policy.in_place_exit_codes
+    if not (rules or policy.free_categories or policy.fail_categories):
         return None
     pod_spec = get_path(job_spec, ("template", "spec"))
     if not isinstance(pod_spec, dict):

@@ -376,7 +376,10 @@ def add_rule(
     replicated: list[Any],
     out: Outcome,
     targets: Sequence[str] = (),
+    name: str = "fail-non-retriable",
 ) -> None:
+    """Our FailJobSet rule: a child Job our rules failed (``fail-non-retriable``'s exit
+    codes, ``fail-categories``' categories: reason PodFailurePolicy) fails the set."""
     spec = jobset["spec"]
     failure_policy = spec.get("failurePolicy")
     if not isinstance(failure_policy, dict):
@@ -386,15 +389,15 @@ def add_rule(
         rules = []
     ours = our_rule(targets)
     if any(covers(rule, targets) for rule in rules):
-        out.wrote(ours, "fail-non-retriable", added=False)  # (ours, when an earlier run's)
+        out.wrote(ours, name, added=False)  # (ours, when an earlier run's)
         return
-    out.wrote(ours, "fail-non-retriable")
+    out.wrote(ours, name)
     failure_policy["rules"] = [*rules, ours]
     on = f" of {', '.join(targets)}" if targets else ""
     out.changed(
         f"retry-policy: added failurePolicy rule {RULE_NAME} (FailJobSet on "
         f"{POD_FAILURE_POLICY}{on})",
-        policy.setting("fail-non-retriable"),
+        policy.setting(name),
     )
     out.problems.extend(validate_rules(failure_policy["rules"], replicated))
 

@@ -82,6 +82,14 @@ NOT_APPLICABLE = {
     "restarts or recreates their pods itself",
     "peer-disruptions": "the training operator has no podFailurePolicy: no rule decides a "
     "failed pod, a disrupted pod's peer or not",
+    "free-categories": "the training operator has no podFailurePolicy and counts every "
+    "failed pod against runPolicy.backoffLimit, whatever its category",
+    "max-free-failures": "the training operator has no podFailurePolicy: no failure is free "
+    "(free-categories)",
+    "fail-categories": "the training operator has no podFailurePolicy: no rule decides a "
+    "failed pod by its category",
+    "start-deadline": "the training operator recreates a failed pod under the same name: a "
+    "pod ended for its start deadline would be made again, never counted",
 }
 #: What a PyTorchJob's peers warning asks (``note_peers``): peer-disruptions needs a
 #: podFailurePolicy, and ExitCode retries the codes from 128 up.

@@ -64,6 +64,13 @@ NOT_APPLICABLE = {
     "manages their restarts itself",
     "peer-disruptions": "it has no podFailurePolicy; KubeRay retries a failed RayJob on a "
     "new RayCluster whatever failed in it",
+    "free-categories": "it has no podFailurePolicy; KubeRay counts every failed RayJob "
+    "attempt against backoffLimit, whatever failed in it",
+    "max-free-failures": "it has no podFailurePolicy: no failure is free (free-categories)",
+    "fail-categories": "it has no podFailurePolicy; KubeRay retries a failed RayJob on a "
+    "new RayCluster whatever failed in it",
+    "start-deadline": "KubeRay makes its pods from the RayCluster's templates and replaces "
+    "them itself: a pod ended for its start deadline would be made again",
 }
 
 

@@ -52,7 +52,7 @@ from webhook.kinds.jobset.mutate import (
     initializers,
 )
 from webhook.kinds.jobset.rules import in_place_bound
-from webhook.kinds.ruleplan import PEERS_UNBOUNDED, UNBOUNDED, unbounded_note
+from webhook.kinds.ruleplan import FREE_UNBOUNDED, PEERS_UNBOUNDED, UNBOUNDED, unbounded_note
 from webhook.kinds.workload import WorkloadMutator, get_path, note_peers, pod_count
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_API_VERSION, TRAINER_GROUP
@@ -523,6 +523,10 @@ class TrainJobMutator(WorkloadMutator):
                 for ending, on in (
                     (UNBOUNDED, resolved.ignore_disruptions and resolved.max_disruptions is None),
                     (PEERS_UNBOUNDED, resolved.peer_disruptions == "ignore"),
+                    (
+                        FREE_UNBOUNDED,
+                        bool(resolved.free_categories) and resolved.max_free_failures is None,
+                    ),
                 )
                 if on
             ]
@@ -596,7 +600,8 @@ class TrainJobMutator(WorkloadMutator):
                 if text not in (c.text for c in out.changes):
                     out.changed(text)
             for note in outcome.notes:
-                ending = next((e for e in (UNBOUNDED, PEERS_UNBOUNDED) if note.endswith(e)), "")
+                endings = (UNBOUNDED, PEERS_UNBOUNDED, FREE_UNBOUNDED)
+                ending = next((e for e in endings if note.endswith(e)), "")
                 if ending:
                     unbounded += [ending] if ending not in unbounded else []
                 elif note not in out.notes:
