@@ -10,6 +10,7 @@ lookups point at the field the user actually wrote (``spec.jobTemplate.spec.back
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.kinds import inplace as in_place_rules
@@ -25,10 +26,9 @@ from webhook.kube import intent, jobcontroller, podspec
 from webhook.kube.owned import ALL, Owned
 from webhook.plan import causes, delays, failureaware, inplace, queued, verdicts
 from webhook.plan.model import BudgetPlan, job_limit_field
-from webhook.plan.outcome import Context, Outcome
+from webhook.plan.outcome import Context, Outcome, PlannedPart
 from webhook.policy.grammar import format_duration
 from webhook.policy.model import (
-    BUILTIN,
     PREFIX,
     Policy,
     Scope,
@@ -138,83 +138,121 @@ def apply_job_spec(
     Problems and changes go to ``out``; the spec is only changed when there is no problem.
     """
     where = intent.dotted(path)
-    field = job_limit_field(path, spec, defaulted)
-    policy = resolve_limit(obj, field, policy, out)
-    policy = enforce_rail(policy, field, ctx, out)
+    limit = job_limit_field(path, spec, defaulted)
+    policy = resolve_limit(obj, limit, policy, out)
+    policy = enforce_rail(policy, limit, ctx, out)
     template = spec.get("template")
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         out.problems.append(Problem(f"{where}.template.spec", "a Job needs a pod template"))
         return policy
-    pod_spec = template["spec"]
-    budget = BudgetPlan.of(policy, field, restarts)
-    policy = _check_template(obj, path, spec, pod_spec, policy, ctx, out, budget, defaulted)
+    budget = BudgetPlan.of(policy, limit, restarts)
+    part = Settling(obj, path, spec, template["spec"], policy, ctx, out, budget, defaulted)
+    _check_template(part)
     bound = in_place_bound or inplace.Bound(
         outer_bound is not None or inplace.job_spec_bounded(spec),
         f"{where}.activeDeadlineSeconds (or the pod template's)",
     )
-    bound = inplace.with_budget(bound, policy)
-    policy, deadline = inplace.check(
-        policy, pod_spec, ctx, out, f"{where}.template", bound, _rules(spec)
+    bound = inplace.with_budget(bound, part.policy)
+    part.policy, deadline = inplace.check(
+        part.policy, part.pod_spec, ctx, out, f"{where}.template", bound, part.user_rules
     )
-    policy = causes.check(policy, out)  # (in-place restarts turned off here)
+    part.policy = causes.check(part.policy, out)  # (in-place restarts turned off here)
+    policy = part.policy
     if out.problems:
         return policy
-    write_limit(obj, field, policy, out)
+    write_limit(obj, limit, policy, out)
     if deadline is not None:
         in_place_rules.write_deadline(
             spec, "activeDeadlineSeconds", deadline, f"{where}.activeDeadlineSeconds", out
         )
-    _apply(spec, template, pod_spec, policy, out, where, budget, ctx)
-    out.wrote_part(path, where, policy)
+    _apply(spec, template, part.pod_spec, policy, out, where, budget, ctx)
+    out.wrote_part(part.plan(), where)
     return policy
 
 
-def _check_template(
-    obj: Mapping[str, Any],
-    path: tuple[str | int, ...],
-    spec: dict[str, Any],
-    pod_spec: dict[str, Any],
-    policy: Policy,
-    ctx: Context,
-    out: Outcome,
-    budget: BudgetPlan,
-    defaulted: bool,
-) -> Policy:
+@dataclass
+class Settling:
+    """One JobSpec being settled against its policy: what the checks read (the object and
+    the JobSpec's path in it, the JobSpec, its pod template's spec, the context, the
+    budget) and what they decide (the policy they go on with, and the outcome). The
+    checks take it whole instead of loose arguments; ``skip`` records a conflict and turns
+    the setting off in one call; ``plan`` is what admission records of the part."""
+
+    obj: Mapping[str, Any]
+    path: tuple[str | int, ...]
+    spec: dict[str, Any]
+    pod_spec: dict[str, Any]
+    policy: Policy
+    ctx: Context
+    out: Outcome
+    budget: BudgetPlan
+    #: Whether the API server defaulted this JobSpec (``apply_job_spec``).
+    defaulted: bool = True
+    #: The JobSpec's dotted path, for messages, and the rules the user wrote in it.
+    where: str = field(init=False)
+    user_rules: list[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.where = intent.dotted(self.path)
+        self.user_rules = _rules(self.spec)
+
+    def skip(self, name: str, message: str, reason: str) -> Policy:
+        """A setting that cannot be honoured here (``Outcome.refuse``): denied and kept on
+        when annotated, so its other checks still run; a default turned off and said."""
+        self.policy = self.out.refuse(self.policy, name, message, reason)
+        return self.policy
+
+    def deny(self, subject: str, message: str, reason: str) -> None:
+        """A problem no default can be skipped for: the request is denied."""
+        self.out.problems.append(Problem(subject, message, reason))
+
+    def plan(self) -> PlannedPart:
+        """What admission records of this part: where it is, and the policy it was written
+        with (``Outcome.plans``)."""
+        return PlannedPart(self.path, self.policy)
+
+
+def _check_template(part: Settling) -> None:
     """Contradictions between the policy and the user's own spec, found before any change."""
-    where = intent.dotted(path)
-    policy = _check_on_failure(pod_spec, policy, out, where, budget)
-    policy = _check_on_non_retriable(spec, policy, where, out)
-    if any(policy.asks(name) for name in RULE_KEYS):
-        replacement = spec.get("podReplacementPolicy")
-        default = "TerminatingOrFailed" if defaulted else None  # without a podFailurePolicy
-        if replacement == "TerminatingOrFailed" and intent.explicit(
-            obj, (*path, "podReplacementPolicy"), replacement, default
-        ):
-            for name in RULE_KEYS:
-                if policy.asks(name):
-                    policy = out.refuse(
-                        policy,
-                        name,
-                        f"your {where}.podReplacementPolicy: TerminatingOrFailed is not allowed "
-                        "with a podFailurePolicy; use Failed or remove the field",
-                        "contradiction",
-                    )
-    user_rules = _rules(spec)
-    policy = _check_failure_aware(user_rules, pod_spec, policy, ctx, out, budget, where)
-    if policy.fail_non_retriable and user_rules:
-        policy = _check_retriable_codes(user_rules, pod_spec, policy, where, out)
-    if policy.ignore_disruptions and user_rules:
-        policy = _check_disruptions(user_rules, pod_spec, policy, where, out)
-    policy = verdicts.check(policy, ctx, out)
-    policy = causes.check(policy, out)
-    policy = resolve_count(policy, user_rules)
-    policy = _check_rule_count(user_rules, pod_spec, policy, where, out)
-    policy = causes.check(policy, out)  # (a default skipped for the rule limit)
-    policy = _check_non_spot(pod_spec, policy, ctx, out, budget, where)
-    queue = queued.queue_of(obj, path)
-    policy = _check_between(spec, pod_spec, policy, ctx, out, budget, where, queue)
-    _check_pod_annotations(spec, policy, where, out, budget)
-    return policy
+    _check_on_failure(part)
+    _check_on_non_retriable(part)
+    _check_replacement(part)
+    _check_failure_aware(part)
+    if part.policy.fail_non_retriable and part.user_rules:
+        _check_retriable_codes(part)
+    if part.policy.ignore_disruptions and part.user_rules:
+        _check_disruptions(part)
+    part.policy = verdicts.check(part.policy, part.ctx, part.out)
+    part.policy = causes.check(part.policy, part.out)
+    part.policy = resolve_count(part.policy, part.user_rules)
+    _check_rule_count(part)
+    part.policy = causes.check(part.policy, part.out)  # (a default skipped for the rule limit)
+    _check_non_spot(part)
+    _check_between(part)
+    _check_pod_annotations(part)
+
+
+def _check_replacement(part: Settling) -> None:
+    """``podReplacementPolicy: TerminatingOrFailed``, written by the user, is not allowed
+    with a podFailurePolicy (``validateJobSpec``); one the API server defaulted is ours to
+    change (``ruleplan``)."""
+    policy, spec = part.policy, part.spec
+    if not any(policy.asks(name) for name in RULE_KEYS):
+        return
+    replacement = spec.get("podReplacementPolicy")
+    default = "TerminatingOrFailed" if part.defaulted else None  # without a podFailurePolicy
+    if replacement != "TerminatingOrFailed" or not intent.explicit(
+        part.obj, (*part.path, "podReplacementPolicy"), replacement, default
+    ):
+        return
+    for name in RULE_KEYS:
+        if part.policy.asks(name):
+            part.skip(
+                name,
+                f"your {part.where}.podReplacementPolicy: TerminatingOrFailed is not allowed "
+                "with a podFailurePolicy; use Failed or remove the field",
+                "contradiction",
+            )
 
 
 #: The settings a pod template's ``restartPolicy: OnFailure`` defeats, and why: a
@@ -231,21 +269,20 @@ NEEDS_NEW_POD = (
 )
 
 
-def _check_on_failure(
-    pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str, budget: BudgetPlan
-) -> Policy:
+def _check_on_failure(part: Settling) -> None:
     """Every setting ``restartPolicy: OnFailure`` defeats, in one problem that says what to
     change (Never) and what that changes; a default among them is skipped on its own. The
     settings you annotated stay on (``Outcome.refuse``): their other checks still run."""
-    restart = pod_spec.get("restartPolicy")
+    restart = part.pod_spec.get("restartPolicy")
     if restart == "Never":
-        return policy
-    field = f"{where}.template.spec.restartPolicy"
+        return
+    policy = part.policy
+    field = f"{part.where}.template.spec.restartPolicy"
     rules = [n for n in NEEDS_NEVER if policy.asks(n)]
-    new_pod = [] if budget.runs or restart != "OnFailure" else NEEDS_NEW_POD
+    new_pod = [] if part.budget.runs or restart != "OnFailure" else NEEDS_NEW_POD
     pods = [n for n in new_pod if policy.asks(n)]
     if not rules and not pods:
-        return policy
+        return
     why = []
     if rules:
         why.append(
@@ -267,156 +304,132 @@ def _check_on_failure(
     asked = [n for n in (*rules, *pods) if policy.setting(n).source is Source.ANNOTATION]
     if asked:
         subject = " and ".join(f"annotation {PREFIX}{n}" for n in asked)
-        out.problems.append(Problem(subject, message, "restart-policy"))
+        part.deny(subject, message, "restart-policy")
     for name in (*rules, *pods):
         if name not in asked:
-            policy = out.refuse(policy, name, message, "restart-policy")
-    return policy
+            part.skip(name, message, "restart-policy")
 
 
 def _names(names: list[str]) -> str:
     return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
 
 
-def _check_between(
-    spec: Mapping[str, Any],
-    pod_spec: Mapping[str, Any],
-    policy: Policy,
-    ctx: Context,
-    out: Outcome,
-    budget: BudgetPlan,
-    where: str,
-    queue: str | None = None,
-) -> Policy:
+def _check_between(part: Settling) -> None:
     """``attempt-env`` and ``retry-delay`` (``webhook.plan.delays``): a new pod for
     each attempt (not ``restartPolicy: OnFailure``, except in a JobSet, whose every run
     makes new pods), ``retry-delay-max`` not below ``retry-delay``, the guard rail, no
-    ``nodeName`` on the template, Kueue's ``waitForPodsReady`` when ``queue`` (its
-    LocalQueue) is set (``webhook.plan.queued``), and a warning when the delays cannot
-    fit in the deadline."""
-    if not delays.wanted(policy):
+    ``nodeName`` on the template, Kueue's ``waitForPodsReady`` when the workload is queued
+    in a LocalQueue (``webhook.plan.queued``), and a warning when the delays cannot fit in
+    the deadline."""
+    out = part.out
+    if not delays.wanted(part.policy):
         for name in ("retry-delay-factor", "retry-delay-max"):
-            if policy.setting(name).source is Source.ANNOTATION:
+            if part.policy.setting(name).source is Source.ANNOTATION:
                 out.note(f"retry-policy: {name} has no effect without retry-delay")
-        return policy
-    for problem in delays.check(policy, ctx, "annotation"):
+        return
+    for problem in delays.check(part.policy, part.ctx, "annotation"):
         if problem.reason == "guard-rail":
             out.problems.append(problem)
         else:
-            policy = out.refuse(policy, "retry-delay-max", problem.message, problem.reason)
-    policy = _check_pinned(pod_spec, policy, out, where)
-    policy = queued.check(policy, queue, ctx, out, budget.steps - 1)
-    if policy.retry_delay is not None:
-        _check_deadline(spec, policy, ctx, out, budget, where)
-    return policy
+            part.skip("retry-delay-max", problem.message, problem.reason)
+    _check_pinned(part)
+    queue = queued.queue_of(part.obj, part.path)
+    part.policy = queued.check(part.policy, queue, part.ctx, out, part.budget.steps - 1)
+    if part.policy.retry_delay is not None:
+        _check_deadline(part)
 
 
-def _check_pinned(pod_spec: Mapping[str, Any], policy: Policy, out: Outcome, where: str) -> Policy:
+def _check_pinned(part: Settling) -> None:
     """No ``retry-delay`` on a template that names its node: its gated pods could not be
     created (``delays.pinned``). Denied when annotated, a default skipped."""
-    node = delays.pinned(pod_spec)
-    if node is None or policy.retry_delay is None:
-        return policy
-    message = delays.pinned_message(node, policy.retry_delay, f"{where}.template.spec")
-    return out.refuse(policy, "retry-delay", message, "node-name")
+    node = delays.pinned(part.pod_spec)
+    delay = part.policy.retry_delay
+    if node is None or delay is None:
+        return
+    part.skip(
+        "retry-delay",
+        delays.pinned_message(node, delay, f"{part.where}.template.spec"),
+        "node-name",
+    )
 
 
-def _check_deadline(
-    spec: Mapping[str, Any],
-    policy: Policy,
-    ctx: Context,
-    out: Outcome,
-    budget: BudgetPlan,
-    where: str,
-) -> None:
+def _check_deadline(part: Settling) -> None:
     """A gated pod is active to its Job, whose ``activeDeadlineSeconds`` runs while it
     waits: warn when the delays cannot fit in it. A Job's (an index's) retries wait one
     after the other: their sum; a JobSet's run makes new Jobs, each with the deadline
     anew: the longest one run waits."""
-    deadline = spec.get("activeDeadlineSeconds")
+    deadline = part.spec.get("activeDeadlineSeconds")
     if isinstance(deadline, bool) or not isinstance(deadline, int) or deadline <= 0:
         return
-    delays = retry_delays(policy, ctx.config.rails(ctx.namespace).max_retry_delay)
+    ctx, budget, where = part.ctx, part.budget, part.where
+    delays = retry_delays(part.policy, ctx.config.rails(ctx.namespace).max_retry_delay)
     retries = budget.steps - 1
     waits = delays.seconds(retries) if budget.runs else delays.total(retries)
     if waits > deadline:
         what = "a run's pods wait" if budget.runs else f"{retries} retries wait"
-        out.note(
+        part.out.note(
             f"retry-policy: {what} {format_duration(waits)} (retry-delay), longer than "
             f"{where}.activeDeadlineSeconds {deadline}: the deadline comes first"
         )
 
 
-def _check_failure_aware(
-    user_rules: list[Any],
-    pod_spec: Mapping[str, Any],
-    policy: Policy,
-    ctx: Context,
-    out: Outcome,
-    budget: BudgetPlan,
-    where: str,
-) -> Policy:
+def _check_failure_aware(part: Settling) -> None:
     """``oom-memory-factor`` and ``avoid-failed-nodes`` (``webhook.plan.failureaware``): a
     memory limit that can be met, and OOM kills that are retried (pods made anew for later
     attempts: ``_check_on_failure``)."""
-    if not policy.failure_aware:
-        return policy
-    policy = failureaware.check_memory(pod_spec, policy, ctx, out, f"{where}.template")
+    if not part.policy.failure_aware:
+        return
+    ctx, out, where = part.ctx, part.out, part.where
+    policy = failureaware.check_memory(part.pod_spec, part.policy, ctx, out, f"{where}.template")
     failureaware.check_limit_ranges(policy, ctx, out)
-    return failureaware.check_oom_retried(user_rules, pod_spec, policy, out, where)
+    part.policy = failureaware.check_oom_retried(part.user_rules, part.pod_spec, policy, out, where)
 
 
-def _check_retriable_codes(
-    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
-) -> Policy:
+def _check_retriable_codes(part: Settling) -> None:
     """A rule of yours must not fail the Job (or index) on a pod whose application
     container exited with a retriable code. Each such pod is judged on its own, as the
     controller judges each failed pod (``matchPodFailurePolicy``: rules in order, the
     first match wins), so an earlier rule that counts one code cannot hide a later one
     that fails on another."""
     seen: set[int] = set()  # each rule said once, at the first pod it fails
-    for exit_, failure in fp.app_failures(pod_spec, policy.retriable_exit_codes):
-        match = fp.evaluate(user_rules, failure)
+    codes = part.policy.retriable_exit_codes
+    for exit_, failure in fp.app_failures(part.pod_spec, codes):
+        match = fp.evaluate(part.user_rules, failure)
         if match is not None and match.action in ("FailJob", "FailIndex"):
             if match.index in seen:
                 continue
             seen.add(match.index)
-            codes = format_value("retriable-exit-codes", policy.retriable_exit_codes)
-            policy = out.refuse(
-                policy,
+            part.skip(
                 "fail-non-retriable",
-                f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches "
-                f"a pod whose container {exit_.name} exited {exit_.exit_code}, which "
-                f"retriable-exit-codes ({codes}) says to retry",
+                f"your {part.where}.podFailurePolicy.rules[{match.index}] ({match.action}) "
+                f"matches a pod whose container {exit_.name} exited {exit_.exit_code}, which "
+                f"retriable-exit-codes ({format_value('retriable-exit-codes', codes)}) says "
+                "to retry",
                 "contradiction",
             )
-            if not policy.fail_non_retriable:
-                return policy  # a default, skipped
-    return policy
+            if not part.policy.fail_non_retriable:
+                return  # a default, skipped
 
 
-def _check_disruptions(
-    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
-) -> Policy:
+def _check_disruptions(part: Settling) -> None:
     """Your rules come before our Ignore rule, so none of them may match a disrupted pod
     first: such a pod has the DisruptionTarget condition and its containers stopped with
     143 or 137 (``fp.disrupted_pods``), which an exit-code rule of yours may match."""
-    for failure in fp.disrupted_pods(pod_spec):
-        match = fp.evaluate(user_rules, failure)
+    for failure in fp.disrupted_pods(part.pod_spec):
+        match = fp.evaluate(part.user_rules, failure)
         if match is not None and match.action != "Ignore":
             what = (
                 f"container {match.container.name} stopped with {match.container.exit_code}"
                 if match.container is not None
                 else f"condition {match.condition}"
             )
-            return out.refuse(
-                policy,
+            part.skip(
                 "ignore-disruptions",
-                f"your {where}.podFailurePolicy.rules[{match.index}] ({match.action}) matches a "
-                f"disrupted pod first ({what}): disruptions would not be ignored",
+                f"your {part.where}.podFailurePolicy.rules[{match.index}] ({match.action}) "
+                f"matches a disrupted pod first ({what}): disruptions would not be ignored",
                 "contradiction",
             )
-    return policy
+            return
 
 
 def resolve_count(policy: Policy, user_rules: list[Any]) -> Policy:
@@ -431,121 +444,103 @@ def resolve_count(policy: Policy, user_rules: list[Any]) -> Policy:
     return with_setting(policy, "count-disruptions", Setting(wanted, Source.BUILTIN))
 
 
-def _off(policy: Policy, name: str) -> Policy:
-    """``policy`` with one setting turned off (its ``BUILTIN`` value), keeping where it
-    came from."""
-    return with_setting(policy, name, Setting(BUILTIN[name], policy.setting(name).source))
-
-
-def _check_rule_count(
-    user_rules: list[Any], pod_spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
-) -> Policy:
+def _check_rule_count(part: Settling) -> None:
     """Kubernetes allows at most 20 podFailurePolicy rules (``validatePodFailurePolicy``).
     When yours and ours together have more, settings from admin defaults are skipped
     first, the last-added first, until the rest fit (a default never breaks a valid
     object); if the rules of settings you annotated still do not fit, they are denied."""
+    policy, pod_spec, user_rules = part.policy, part.pod_spec, part.user_rules
     most = int(policy.ignore_disruptions or policy.count_disruptions) + len(causes.rules(policy))
     if policy.fail_non_retriable:
         most += len(fp.app_containers(pod_spec)) or 1
     if len(user_rules) + most <= fp.MAX_RULES:
-        return policy  # (the common case: no merge needed to know)
+        return  # (the common case: no merge needed to know)
     while True:
-        ours = our_rules(policy, pod_spec)
+        ours = our_rules(part.policy, pod_spec)
         merged, added = fp.merge(user_rules, [rule for rule, _ in ours])
         if len(merged) <= fp.MAX_RULES or not added:
-            return policy
+            return
         added_ids = {id(rule) for rule in added}
         names = list(dict.fromkeys(name for rule, name in ours if id(rule) in added_ids))
         message = (
-            f"{where}.podFailurePolicy would have {len(merged)} rules ({len(user_rules)} "
+            f"{part.where}.podFailurePolicy would have {len(merged)} rules ({len(user_rules)} "
             f"yours, {len(added)} added); Kubernetes allows at most {fp.MAX_RULES}"
         )
-        defaults = [n for n in names if policy.setting(n).source is not Source.ANNOTATION]
+        defaults = [n for n in names if part.policy.setting(n).source is not Source.ANNOTATION]
         if not defaults:
             subject = " and ".join(f"annotation {PREFIX}{n}" for n in names)
-            out.problems.append(Problem(subject, message, "too-many-rules"))
-            return policy
-        out.conflict(policy, defaults[-1], message, "too-many-rules")
-        policy = _off(policy, defaults[-1])
+            part.deny(subject, message, "too-many-rules")
+            return
+        part.skip(defaults[-1], message, "too-many-rules")  # (a default: turned off)
 
 
-def _check_on_non_retriable(
-    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome
-) -> Policy:
+def _check_on_non_retriable(part: Settling) -> None:
+    """``on-non-retriable: fail-index`` needs a budget per index. Denied when annotated; the
+    checks then go on with fail-job either way (the rules they count are the same)."""
+    policy = part.policy
     if policy.on_non_retriable != "fail-index":
-        return policy
+        return
     if not policy.fail_non_retriable and not policy.fail_categories:
         if policy.explicit("on-non-retriable"):
-            out.note(
+            part.out.note(
                 "retry-policy: on-non-retriable has no effect without fail-non-retriable "
                 "or fail-categories"
             )
-        return policy
-    if spec.get("backoffLimitPerIndex") is None:
-        out.conflict(
-            policy,
+        return
+    if part.spec.get("backoffLimitPerIndex") is None:
+        part.skip(
             "on-non-retriable",
-            f"fail-index needs {where}.backoffLimitPerIndex (an Indexed Job with a budget per "
-            "index); set it, or use fail-job",
+            f"fail-index needs {part.where}.backoffLimitPerIndex (an Indexed Job with a budget "
+            "per index); set it, or use fail-job",
             "needs-per-index",
         )
-        policy = with_setting(policy, "on-non-retriable", Setting("fail-job", Source.BUILTIN))
-    return policy
+        part.policy = with_setting(
+            part.policy, "on-non-retriable", Setting("fail-job", Source.BUILTIN)
+        )
 
 
-def _check_non_spot(
-    pod_spec: Mapping[str, Any],
-    policy: Policy,
-    ctx: Context,
-    out: Outcome,
-    budget: BudgetPlan,
-    where: str,
-) -> Policy:
+def _check_non_spot(part: Settling) -> None:
     """``non-spot-attempts``: no more than the attempts there are, the config's spot node
     labels to keep pods off, and a template that does not require spot nodes. Each is
     checked whatever the others find, but the last needs the labels to read the template
     with (``restartPolicy: OnFailure`` is ``_check_on_failure``'s)."""
-    n = policy.non_spot_attempts
+    n, budget = part.policy.non_spot_attempts, part.budget
     if n <= 0:
-        return policy
+        return
     attempts = budget.total
     if n > attempts:
-        policy = out.refuse(
-            policy,
+        part.skip(
             "non-spot-attempts",
             f"{n} is more than the {attempts} attempts {budget.scope} ({budget.text}); "
             f"accepted: 0 to {attempts}",
             "too-many-non-spot",
         )
-    spot = ctx.config.spot_node_labels
-    if policy.non_spot_attempts <= 0:
-        return policy  # a default, skipped
+    spot = part.ctx.config.spot_node_labels
+    if part.policy.non_spot_attempts <= 0:
+        return  # a default, skipped
     if not spot:
-        return out.refuse(
-            policy,
+        part.skip(
             "non-spot-attempts",
             "this cluster's config defines no spotNodeLabels, so spot nodes cannot be avoided "
             "(nor told in the pod template); ask the cluster's admin to set them, or remove "
             "non-spot-attempts",
             "no-spot-labels",
         )
-    pinned = podspec.requires_spot(pod_spec, spot)
+        return
+    pinned = podspec.requires_spot(part.pod_spec, spot)
     if pinned:
-        policy = out.refuse(
-            policy,
+        part.skip(
             "non-spot-attempts",
             f"the pod template requires spot nodes ({pinned}), so non-spot attempts "
             "could never be scheduled; accepted: a template that does not require them",
             "contradiction",
         )
-    return policy
 
 
-def _check_pod_annotations(
-    spec: Mapping[str, Any], policy: Policy, where: str, out: Outcome, budget: BudgetPlan
-) -> None:
+def _check_pod_annotations(part: Settling) -> None:
     """Annotations on the pod template must agree with what the webhook would copy there."""
-    template_meta = (spec.get("template") or {}).get("metadata")
+    policy, where, out, budget = part.policy, part.where, part.out, part.budget
+    template_meta = (part.spec.get("template") or {}).get("metadata")
     values, problems = parse_annotations(
         template_meta.get("annotations") if isinstance(template_meta, dict) else None,
         Scope.POD,

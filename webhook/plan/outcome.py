@@ -131,10 +131,10 @@ class Outcome:
                 found[rid] = name
         return found
 
-    def wrote_part(self, path: tuple[str | int, ...], where: str, policy: Policy) -> None:
-        """The JobSpec part at ``path`` (``where``, dotted) was written with ``policy``."""
-        self.policies[where] = policy
-        self.plans[where] = PlannedPart(path, policy)
+    def wrote_part(self, part: PlannedPart, where: str) -> None:
+        """The JobSpec part ``part`` records (at ``where``, dotted) was written."""
+        self.policies[where] = part.policy
+        self.plans[where] = part
 
     def decided(self, reason: str, note: str) -> None:
         self.decisions.append(Decision(reason, note))
