@@ -35,6 +35,7 @@ from webhook.kube import failurepolicy, restartrules
 from webhook.kube.jobcontroller import index_failure_count
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
+from webhook.plan.inplace import Bound
 from webhook.plan.model import (
     LimitField,
     PartPlan,
@@ -106,7 +107,12 @@ def job_simulator(view: PartPlan) -> JobSimulator:
     )
 
 
-def part_plan(subject: Subject, path: Sequence[str], defaulted: bool = True) -> PartPlan | None:
+def part_plan(
+    subject: Subject,
+    path: Sequence[str],
+    defaulted: bool = True,
+    set_bound: Bound | None = None,
+) -> PartPlan | None:
     """The plan of the JobSpec at ``path`` of the reviewed object (``None`` when there is
     none): the planner's, from what admission recorded for it (``Outcome.plans``), or,
     for a part admission did not write, with the policy it would have resolved
@@ -115,13 +121,13 @@ def part_plan(subject: Subject, path: Sequence[str], defaulted: bool = True) -> 
     planned = subject.planned(".".join(path))
     if planned is not None:
         return planner.part_plan(
-            planned.policy, planned.path, subject.original, subject.final, subject.ctx
+            planned.policy, planned.path, subject.original, subject.final, subject.ctx, set_bound
         )
     spec = planner.at_path(subject.final, path)
     if not isinstance(spec, dict):
         return None
     policy = _unmanaged_policy(subject, path, spec, defaulted)
-    return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx)
+    return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx, set_bound)
 
 
 def explain_job_spec(

@@ -44,7 +44,7 @@ from webhook.kinds.jobset.mutate import (
     initializers,
 )
 from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
-from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, pattern_applies
+from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, in_place_bound, pattern_applies
 from webhook.kinds.workload import WRITTEN_SOURCES, get_path
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
@@ -80,7 +80,7 @@ def explain_jobset(subject: Subject) -> list[Explanation]:
     overview, policy = kind_start(subject, MAX_RESTARTS, WORKLOAD_KEYS, JOBSET_DEFAULT)
     overview.settings = setting_lines(policy, workload_keys(policy), default=JOBSET_DEFAULT)
     views = [
-        (index, rjob, part_plan(subject, _child_path(index), defaulted=False))
+        (index, rjob, _part_plan(subject, index))
         for index, rjob in enumerate(replicated)
         if isinstance(rjob, dict)
     ]
@@ -95,6 +95,15 @@ def explain_jobset(subject: Subject) -> list[Explanation]:
 
 def _child_path(index: int) -> tuple[str, ...]:
     return ("spec", f"replicatedJobs[{index}]", "template", "spec")
+
+
+def _part_plan(subject: Subject, index: int) -> PartPlan | None:
+    """Replicated Job ``index``'s plan, with what the JobSet's rules make of its deadlines
+    (``in_place_bound``): this kind's knowledge, handed to the planner."""
+    path = planner.steps(_child_path(index))
+    spec = planner.at_path(subject.final, path)
+    bound = in_place_bound(subject.final, path, spec, None) if isinstance(spec, dict) else None
+    return part_plan(subject, _child_path(index), defaulted=False, set_bound=bound)
 
 
 def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:

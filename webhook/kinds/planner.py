@@ -15,7 +15,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.kinds.jobset import rules as jobset_rules
 from webhook.kube import failurepolicy, intent, restartrules
 from webhook.kube.failurepolicy import named_containers
 from webhook.kube.intent import Path
@@ -145,10 +144,13 @@ def part_plan(
     written: Mapping[str, Any],
     final: Mapping[str, Any],
     ctx: Context,
+    set_bound: inplace.Bound | None = None,
 ) -> PartPlan | None:
     """The plan of the JobSpec at ``path`` (``None`` when there is none) of ``final`` (the
     object as stored), mutated with ``policy``; ``written`` is the object as the user
-    wrote it (what is theirs: rules, restart rules, deadlines)."""
+    wrote it (what is theirs: rules, restart rules, deadlines). ``set_bound``: what the
+    parent's own rules make of this part's deadlines, handed in by the parent's kind (a
+    JobSet's: ``kinds.jobset.rules.in_place_bound``)."""
     where = intent.dotted(path)  # (as given: a user reads "replicatedJobs[0]")
     path = steps(path)
     spec = at_path(final, path)
@@ -183,7 +185,7 @@ def part_plan(
         restarts=restartrules.pod_restarts(
             pod_spec, at_path(written, (*path, "template", "spec")), version
         ),
-        bound=job_bound(path, where, spec, pod_spec, written, final, ctx),
+        bound=job_bound(path, where, spec, pod_spec, written, final, ctx, set_bound),
         dropped=dropped_note(pod_spec, version),
         template_memory=template_memory(pod_spec),
         avoided_nodes=rails.max_avoided_nodes if pods.avoid_failed_nodes else None,
@@ -200,6 +202,7 @@ def job_bound(
     written: Mapping[str, Any],
     final: Mapping[str, Any],
     ctx: Context,
+    set_bound: inplace.Bound | None = None,
 ) -> InPlaceEnds:
     """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
     template's, or (a TrainJob's JobSet) the TrainJob's."""
@@ -211,11 +214,10 @@ def job_bound(
         outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
     ends_nothing = ""
     counted = True
-    if jobset and outer is None and path[1:2] == ("replicatedJobs",) and len(path) > 2:
+    if outer is None and set_bound is not None:
         # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
-        found = jobset_rules.in_place_bound(final, path, spec, None)
-        ends_nothing = "" if found.present else found.unbounded
-        counted = found.replaced_counted
+        ends_nothing = "" if set_bound.present else set_bound.unbounded
+        counted = set_bound.replaced_counted
     budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts
     return bound_of(
         deadline_of(spec, original, where),
