@@ -40,6 +40,7 @@ from testkit.chart import (
     webhooks,
 )
 from testkit.servers import scaled
+from webhook.kinds.base import Restores
 from webhook.kinds.registry import KINDS
 
 pytestmark = pytest.mark.tools
@@ -405,7 +406,7 @@ WORKLOAD_RESOURCES = {s.chart_key: (s.group, s.version, s.plural) for s in WORKL
 MUTATED_UPDATES = tuple(
     s.plural
     for s in WORKLOAD_KINDS
-    if getattr(s.mutator, "restore", None) or getattr(s.mutator, "reevaluate_on_update", ())
+    if isinstance(s.mutator, Restores) or s.mutator.reevaluate_on_update
 )
 
 

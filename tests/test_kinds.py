@@ -14,6 +14,7 @@ import yaml
 from testkit.chart import CHART, render, webhooks
 from webhook.explain import explained_kinds
 from webhook.kinds import registry
+from webhook.kinds.base import Restores
 from webhook.kinds.registry import KINDS
 from webhook.kube import defaulting
 from webhook.offline.review import admission_review
@@ -154,7 +155,7 @@ def test_the_charts_webhook_rules_send_exactly_the_registrys_kinds(helm):
         updated = {
             s.plural
             for s in workloads
-            if getattr(s.mutator, "reevaluate_on_update", ()) or hasattr(s.mutator, "restore")
+            if s.mutator.reevaluate_on_update or isinstance(s.mutator, Restores)
         }
         assert sent == {
             (
@@ -256,3 +257,19 @@ def test_the_guide_lists_every_file_a_new_kind_touches():
         and path not in NAMES_THEM_IN_PASSING
     ]
     assert unlisted == []
+
+
+def test_every_mutator_declares_what_the_engine_reads_of_it():
+    """The engine types against ``kinds.base.Mutator`` and its optional Protocols instead of
+    probing with ``getattr``: every kind's mutator must declare each attribute itself, and
+    the kinds that restore or check updates must be seen to by type."""
+    from webhook.kinds.base import ChecksUpdates
+
+    for spec in KINDS:
+        m = spec.mutator
+        for name in ("group", "kind", "enforce_applied", "owns", "remember"):
+            assert hasattr(m, name), (spec.kind, name)
+        assert isinstance(m.reevaluate_on_update, tuple), spec.kind
+    restoring = {s.kind for s in KINDS if isinstance(s.mutator, Restores)}
+    assert restoring == {"JobSet", "TrainJob"}
+    assert {s.kind for s in KINDS if not isinstance(s.mutator, ChecksUpdates)} == {"Pod"}

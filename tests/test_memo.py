@@ -155,6 +155,7 @@ def test_an_internal_error_is_not_remembered(monkeypatch):
         """The Job mutator, failing inside ``mutate`` (a bug)."""
 
         group, kind, enforce_applied = real.group, real.kind, real.enforce_applied
+        owns, remember, reevaluate_on_update = real.owns, real.remember, ()
 
         def applies(self, obj, ctx):
             return real.applies(obj, ctx)

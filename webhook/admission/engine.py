@@ -33,6 +33,7 @@ from webhook.cluster.limits import LimitLookup, LimitQuestion
 from webhook.cluster.nodes import NodeAnswer
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
+from webhook.kinds.base import ChecksUpdates, Restores
 from webhook.kinds.registry import lookup, view_of
 from webhook.kube.objects import controller_of
 from webhook.kube.owned import ALL, copy_owned
@@ -141,10 +142,10 @@ def _restore(request: Request, config: Config) -> Verdict:
     patch, which a ``kubectl apply`` replacing the list drops). Never a new policy and
     never a denial: nothing the mutator cannot restore exactly is changed."""
     mutator = lookup(request.kind.group, request.kind.version, request.kind.kind)
-    restore = getattr(mutator, "restore", None)
     obj, old = request.object, request.old_object
-    if restore is None or obj is None or old is None:
+    if not isinstance(mutator, Restores) or obj is None or old is None:
         return Verdict()
+    restore = mutator.restore
     restored = json_copy(obj)
     ctx = Context(config, _NO_CLUSTER, _namespace(request), request.operation)
     try:
@@ -294,7 +295,7 @@ def _recall(
     the mutator runs on one (its answer depends on nothing else), else the object; a
     mutator whose answer depends on other objects (a TrainJob's on its runtime) is never
     remembered (``remember = False``)."""
-    if not getattr(mutator, "remember", True):
+    if not mutator.remember:
         return None, None
     obj = request.object or {}
     shape = view_key(subject) if subject is not obj else fingerprint(obj, request.kind.kind)
@@ -386,7 +387,7 @@ def _validate(
             return _deny([problem], []), False
         return Verdict(), False
     problems = list(outcome.problems)
-    if getattr(mutator, "enforce_applied", True):
+    if mutator.enforce_applied:
         problems.extend(_unapplied(outcome))
     if problems:
         return _deny(problems, []), True
@@ -396,7 +397,7 @@ def _validate(
 def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
     """The copy a mutator edits: new where it declared it may write (``owns``, see
     ``webhook.kube.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
-    owns = getattr(mutator, "owns", ALL)
+    owns = mutator.owns
     return json_copy(obj) if owns is ALL else copy_owned(obj, owns)
 
 
@@ -413,7 +414,7 @@ def _evaluates(mutator: Any, request: Request) -> bool:
     an unrelated update (suspend, labels) is never blocked by rules added later."""
     if request.operation == "CREATE":
         return True
-    paths = getattr(mutator, "reevaluate_on_update", ())
+    paths = mutator.reevaluate_on_update
     if request.operation != "UPDATE" or not paths or request.object is None:
         return False
     old = request.old_object or {}
@@ -449,8 +450,11 @@ def _validate_update(request: Request, obj: Mapping[str, Any], mutator: Any) -> 
     a PyTorchJob's) must still agree with the object's annotations
     (``mutator.check_update``)."""
     old_obj = request.old_object or {}
-    check = getattr(mutator, "check_update", None)
-    problems, warnings, current = check(obj, old_obj) if check is not None else ([], [], set())
+    problems, warnings, current = (
+        mutator.check_update(obj, old_obj)
+        if isinstance(mutator, ChecksUpdates)
+        else ([], [], set())
+    )
     new, old = _ours(obj), _ours(old_obj)
     if new != old:
         scope = Scope.POD if request.kind.kind == "Pod" else Scope.WORKLOAD

@@ -11,24 +11,56 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from webhook.kube.owned import Owned
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
 from webhook.policy.config import Config
+from webhook.problems import Problem
+
+#: What ``check_update`` finds: problems, warnings, and the settings the object has now.
+UpdateCheck = tuple[list[Problem], list[str], set[str]]
 
 
 class Mutator(Protocol):
+    """What the engine calls on every kind's mutator. The optional capabilities are the
+    Protocols below (``Restores``, ``ChecksUpdates``), each checked by type."""
+
     group: str
     kind: str
     #: Whether the validating webhook denies annotation-requested changes it finds missing.
     enforce_applied: bool
+    #: What ``mutate`` may write (``webhook.kube.owned``); ``ALL``: anything, a full copy.
+    owns: Owned
+    #: Whether a verdict may be remembered per object shape (``admission.memo``): not when
+    #: it depends on other objects (a TrainJob's on its runtime).
+    remember: bool
+    #: On UPDATE, the fields (paths) whose change makes the policy run again, besides our
+    #: annotations (a CronJob's jobTemplate); empty: an UPDATE is only checked.
+    reevaluate_on_update: tuple[tuple[str, ...], ...]
 
     def applies(self, obj: Mapping[str, Any], ctx: Context) -> bool:
         """Cheap test run before any copy: can this object be changed or denied at all?"""
         ...
 
     def mutate(self, obj: dict[str, Any], ctx: Context) -> Outcome: ...
+
+
+@runtime_checkable
+class Restores(Protocol):
+    """A mutator that, on UPDATE, puts back what an earlier admission wrote and another
+    writer dropped (a JobSet's rules its controller's apply resets, a TrainJob's runtime
+    patch a ``kubectl apply`` replaced): the settings it restored, said as warnings."""
+
+    def restore(self, obj: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]: ...
+
+
+@runtime_checkable
+class ChecksUpdates(Protocol):
+    """A mutator that checks an UPDATE against the object before it (``UpdateCheck``)."""
+
+    def check_update(self, obj: Mapping[str, Any], old: Mapping[str, Any]) -> UpdateCheck: ...
 
 
 #: What the policy reads of an object (``kinds.view``); ``None``: run on the whole object.

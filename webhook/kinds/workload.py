@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.kinds import audit
+from webhook.kinds.base import UpdateCheck
 from webhook.kube import intent, podspec
 from webhook.kube.objects import get_path, mapping
 from webhook.kube.owned import ALL, Owned
@@ -52,6 +53,8 @@ class WorkloadMutator:
     enforce_applied = True
     #: What ``mutate`` may write (``webhook.kube.owned``); ``ALL``: anything, a full copy.
     owns: Owned = ALL
+    remember = True
+    reevaluate_on_update: tuple[tuple[str, ...], ...] = ()
     #: Whether MultiKueue copies this kind to workers, where its copy is left alone
     #: (``kinds.audit.multikueue_copy``): Kueue's Job and JobSet adapters.
     multikueue = False
@@ -136,7 +139,6 @@ def finish(obj: dict[str, Any], policy: Policy, out: Outcome) -> bool:
 
 #: What an UPDATE check finds: problems (the update is denied), warnings, and the names
 #: of changed annotations that now describe this object (not only objects made later).
-UpdateCheck = tuple[list[Problem], list[str], set[str]]
 
 
 def check_budget_update(

@@ -8,9 +8,9 @@ from typing import Any
 
 from webhook.cluster.record import Record
 from webhook.kinds.audit import JobSpecs
+from webhook.kinds.base import UpdateCheck
 from webhook.kinds.jobspec import JOB_OWNED, apply_job_spec
 from webhook.kinds.workload import (
-    UpdateCheck,
     WorkloadMutator,
     check_error_propagation,
     get_path,

@@ -49,6 +49,8 @@ class PodMutator:
         "metadata": {**podspec.METADATA_OWNED, **delays.METADATA_OWNED},
         "spec": {**podspec.POD_SPEC_OWNED, **delays.SPEC_OWNED},
     }
+    remember = True
+    reevaluate_on_update: tuple[tuple[str, ...], ...] = ()
 
     def applies(self, pod: Mapping[str, Any], ctx: Context) -> bool:
         return has_policy_annotations(pod.get("metadata"))
