@@ -46,10 +46,6 @@ from webhook.problems import summarize
 DEFAULT_SOURCES = (Source.CLUSTER, Source.NAMESPACE)
 _BY = {Source.CLUSTER: "cluster", Source.NAMESPACE: "namespace"}
 
-#: (record path, field path) of each JobSpec of a workload: ``spec``, a CronJob's
-#: ``spec.jobTemplate.spec``, a JobSet's ``spec.replicatedJobs[<name>].template.spec``.
-JobSpecs = list[tuple[str, tuple[str | int, ...]]]
-
 
 def multikueue_copy(obj: Mapping[str, Any]) -> str | None:
     """The origin when ``obj`` is a MultiKueue worker's copy of a manager's object:

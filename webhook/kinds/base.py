@@ -19,6 +19,10 @@ from webhook.plan.outcome import Context, Outcome
 from webhook.policy.config import Config
 from webhook.problems import Problem
 
+#: (record path, field path) of each JobSpec of a workload: ``spec``, a CronJob's
+#: ``spec.jobTemplate.spec``, a JobSet's ``spec.replicatedJobs[<name>].template.spec``.
+JobSpecs = list[tuple[str, tuple[str | int, ...]]]
+
 #: What ``check_update`` finds: problems, warnings, and the settings the object has now.
 UpdateCheck = tuple[list[Problem], list[str], set[str]]
 
@@ -54,6 +58,13 @@ class Restores(Protocol):
     patch a ``kubectl apply`` replaced): the settings it restored, said as warnings."""
 
     def restore(self, obj: dict[str, Any], old: Mapping[str, Any], ctx: Context) -> list[str]: ...
+
+
+@runtime_checkable
+class FindsJobSpecs(Protocol):
+    """A mutator of a kind made of batch/v1 JobSpecs, which says where they are."""
+
+    def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs: ...
 
 
 @runtime_checkable
@@ -94,6 +105,11 @@ class KindSpec:
     view: View | None = None
     #: How ``status`` finds its Jobs (``None``: ``status`` does not tell this kind).
     children: Children | None = None
+
+    def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs:
+        """Where ``obj``'s JobSpecs are (none: a kind without its own): the one answer,
+        its mutator's, for admission, the audit and ``status``."""
+        return self.mutator.job_specs(obj) if isinstance(self.mutator, FindsJobSpecs) else []
 
     @property
     def api_version(self) -> str:

@@ -42,6 +42,12 @@ def spec_for(group: str, version: str, kind: str) -> KindSpec | None:
     return _BY_GVK.get((group, version, kind))
 
 
+def kind_of(obj: Mapping[str, Any]) -> KindSpec | None:
+    """The kind of an object by its ``apiVersion`` and ``kind`` (``None``: not handled)."""
+    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
+    return _BY_GVK.get((group, version, str(obj.get("kind") or "")))
+
+
 def known_kind(group: str, kind: str) -> KindSpec | None:
     """The kind of this group and name at whatever version: for saying which version is
     handled when another was given."""
@@ -74,7 +80,6 @@ def view_of(
 def apply_defaults(obj: dict[str, Any]) -> None:
     """What the API server fills in before admission, for the offline commands: the
     kind's defaulting (``kube.defaulting``); kinds without any are left as written."""
-    group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
-    spec = _BY_GVK.get((group, version, str(obj.get("kind") or "")))
+    spec = kind_of(obj)
     if spec is not None and spec.defaulter is not None:
         spec.defaulter(obj)

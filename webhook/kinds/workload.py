@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.kinds import audit
-from webhook.kinds.base import UpdateCheck
+from webhook.kinds.base import JobSpecs, UpdateCheck
 from webhook.kube import intent, podspec
 from webhook.kube.objects import get_path, mapping
 from webhook.kube.owned import ALL, Owned
@@ -95,7 +95,7 @@ class WorkloadMutator:
         """The audit record and the ``managed`` label (``kinds.audit.write``)."""
         audit.write(obj.get("metadata"), record, applied, out)
 
-    def job_specs(self, obj: Mapping[str, Any]) -> audit.JobSpecs:
+    def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs:
         """The JobSpecs of ``obj`` an audit record describes (none: a kind without)."""
         return []
 

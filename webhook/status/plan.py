@@ -10,9 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook import explain
+from webhook.kinds import registry
 from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kube import failurepolicy
-from webhook.kube.objects import items, mapping
+from webhook.kube.objects import get_path, items, mapping
 from webhook.plan.outcome import Outcome
 from webhook.plan.record import AppliedRecord, settings_as_annotations
 from webhook.policy.config import Config, ConfigError, parse_config
@@ -106,18 +107,12 @@ def as_stored(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def job_specs(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-    kind = obj.get("kind")
-    spec = mapping(obj.get("spec"))
-    if kind == "Job":
-        return [spec]
-    if kind == "CronJob":
-        return [mapping(mapping(spec.get("jobTemplate")).get("spec"))]
-    if kind == "JobSet":
-        return [
-            mapping(mapping(mapping(r).get("template")).get("spec"))
-            for r in items(spec.get("replicatedJobs"))
-        ]
-    return []
+    """``obj``'s JobSpecs, where its kind says they are (``KindSpec.job_specs``)."""
+    kind = registry.kind_of(obj)
+    if kind is None:
+        return []
+    found = (get_path(obj, path) for _, path in kind.job_specs(obj))
+    return [spec for spec in found if isinstance(spec, dict)]
 
 
 def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.kinds import audit
-from webhook.kinds.audit import JobSpecs
+from webhook.kinds.base import JobSpecs
 from webhook.kinds.jobspec import POD_KEYS, apply_job_spec
 from webhook.kinds.workload import (
     WorkloadMutator,

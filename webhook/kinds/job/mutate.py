@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.cluster.record import Record
-from webhook.kinds.audit import JobSpecs
-from webhook.kinds.base import UpdateCheck
+from webhook.kinds.base import JobSpecs, UpdateCheck
 from webhook.kinds.jobspec import JOB_OWNED, apply_job_spec
 from webhook.kinds.workload import (
     WorkloadMutator,

@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.kinds import audit
-from webhook.kinds.audit import JobSpecs
+from webhook.kinds.base import JobSpecs
 from webhook.kinds.jobset.rules import (
     MAX_RESTARTS,
     add_rule,
