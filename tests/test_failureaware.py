@@ -41,26 +41,6 @@ def denied(verdict) -> str:
 # --- the annotations' grammar and the config -------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "accepted"),
-    [
-        ("oom-memory-factor", "1", "a decimal number above 1"),
-        ("oom-memory-factor", "0.5", "a decimal number above 1"),
-        ("oom-memory-factor", "lots", "a decimal number above 1"),
-        ("oom-memory-factor", "1.2345", "at most 3 decimal places"),
-        ("oom-memory-limit", "8GB", "a memory quantity above 0"),
-        ("oom-memory-limit", "0", "a memory quantity above 0"),
-        ("oom-memory-limit", "-1Gi", "a memory quantity above 0"),
-        ("avoid-failed-nodes", "yes", "true or false"),
-    ],
-)
-def test_bad_values_are_denied_with_the_key_the_value_and_what_is_accepted(key, value, accepted):
-    annotations = {**FACTOR, **AVOID, P + key: value}
-    message = denied(mutate(job(annotations, containers=[trainer()]))[0])
-    assert f"annotation {P}{key}: '{value}' is not valid" in message
-    assert accepted in message
-
-
 def test_a_factor_needs_a_limit_unless_an_admin_default_sets_one():
     obj = job({P + "oom-memory-factor": "1.5"}, containers=[trainer()])
     message = denied(mutate(obj)[0])

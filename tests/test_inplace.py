@@ -86,24 +86,6 @@ def two_containers() -> list[dict[str, Any]]:
 # --- the grammar -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("key", "value", "accepted"),
-    [
-        ("in-place-exit-codes", "0", "0 is success"),
-        ("in-place-exit-codes", "42,0", "0 is success"),
-        ("in-place-exit-codes", "256", "exit codes from 1 to 255"),
-        ("in-place-exit-codes", "forty-two", "exit codes from 1 to 255"),
-        ("in-place-exit-codes", "", "exit codes from 1 to 255"),
-        ("in-place-scope", "node", "container (the container that exited) or pod"),
-    ],
-)
-def test_bad_values_are_denied_with_the_key_the_value_and_what_is_accepted(key, value, accepted):
-    obj = job({**IN_PLACE, P + key: value}, spec=DEADLINE)
-    message = denied(run(obj)[0])
-    assert f"annotation {P}{key}: '{value}' is not valid" in message
-    assert accepted in message
-
-
 def test_codes_are_sorted_and_deduplicated_as_the_api_requires():
     """``validateContainerRestartPolicy`` wants In values sorted and unique, like
     podFailurePolicy's."""

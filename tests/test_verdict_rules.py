@@ -117,14 +117,6 @@ def test_start_deadline_labels_the_template_and_adds_no_rule():
     assert labels[P + "start-deadline"] == "15m" and labels[P + "categories"] == "true"
 
 
-@pytest.mark.parametrize(("value", "accepted"), [("5s", "from 10s to 168h"), ("soon", "15m")])
-def test_a_bad_start_deadline_is_denied_saying_what_is_accepted(value, accepted):
-    verdict = validate(job({P + "start-deadline": value}))
-    assert not verdict.allowed
-    assert f"annotation {P}start-deadline: {value!r} is not valid" in verdict.message
-    assert accepted in verdict.message
-
-
 def test_a_default_that_cannot_apply_is_skipped_with_a_warning():
     config = parse_config("defaults:\n  free-categories: [DeviceFault]\n")
     verdict, out = mutate(job({}, restart_policy="OnFailure"), config)
