@@ -37,10 +37,10 @@ lint: install
 
 ## The test suite CI runs: lint, then every test (real TLS server, kubectl, helm), a test
 ## file per CPU at once (servers still start a few at a time: testkit/servers.py).
-## tests/cluster is left out whole, not only deselected: its modules share basenames with
-## ours (test_admission.py), which pytest cannot import side by side.
+## tests/controlplane (the real control plane's tier, make test-cluster) is left out whole,
+## not only deselected: nothing of it is imported.
 test: install tools lint
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile -m "not cluster" --ignore=tests/cluster
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -n auto --dist loadfile -m "not cluster" --ignore=tests/controlplane
 
 ## A real control plane on 127.0.0.1 (etcd, kube-apiserver, kube-controller-manager,
 ## kube-scheduler built from upstream with Go; fake Nodes and a played kubelet) with our
@@ -53,13 +53,13 @@ cluster-down:
 
 ## The cluster tier: every test against the real control plane (builds it first if needed).
 test-cluster: install tools
-	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -m cluster tests/cluster
+	PATH="$(CURDIR)/.tools/bin:$$PATH" RPW_REQUIRE_TOOLS=1 $(BIN)/pytest -q -m cluster tests/controlplane
 
 ## A contributor's loop: the tests that start no server, run no program and wait on no
 ## clock, with fewer hypothesis examples, on every CPU (docs/DEVELOPMENT.md, "How it
 ## is tested").
 test-fast: install tools
-	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n auto -m "not slow and not cluster" --ignore=tests/cluster
+	PATH="$(CURDIR)/.tools/bin:$$PATH" HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n auto -m "not slow and not cluster" --ignore=tests/controlplane
 
 ## Benchmarks (not part of `make test`), the controller's cost included: needs wrk and hey
 ## (apt-get install wrk hey); the gunicorn floor is installed from the `bench` extra.

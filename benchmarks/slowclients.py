@@ -10,7 +10,7 @@ failed. Then the attackers leave, and normal reviews are timed again.
 
 ``python -m benchmarks.slowclients`` runs it against the webhook served as deployed and
 against the gunicorn floor (``benchmarks.floor``), and prints JSON; ``benchmarks.run``
-puts it in the report. tests/test_slowclients.py holds the server to it (every review
+puts it in the report. tests/serving/test_slowclients.py holds the server to it (every review
 answered, none lost), without timing targets.
 """
 

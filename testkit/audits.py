@@ -1,6 +1,6 @@
 """Audited workloads as admission under ``rollout: audit`` leaves them (``webhook.plan.audit``),
-for the tests of the audit's replay, Event and metrics (``tests/test_audits.py``) and the
-operations pack's scrape (``tests/test_chart_ops.py``), made by the real admission
+for the tests of the audit's replay, Event and metrics (``tests/controller/test_audits.py``) and the
+operations pack's scrape (``tests/chart/test_ops.py``), made by the real admission
 engine under ``rollout: audit``."""
 
 from __future__ import annotations

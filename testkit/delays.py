@@ -29,7 +29,7 @@ DELAY = {P + "retry-delay": "30s", P + "attempt-env": "true"}
 @pytest.fixture(autouse=True)
 def fixed_time(monkeypatch):
     """Admission reads the wall clock through ``leadership.wall``: fixed here (the
-    controller's own clock is the real one, in test_gates.py)."""
+    controller's own clock is the real one, in tests/controller/test_gates.py)."""
     now = [NOW]
     monkeypatch.setattr(leadership, "wall", lambda: now[0])
     return now

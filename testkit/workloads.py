@@ -88,7 +88,7 @@ def pod_template(*names: str, restart_policy: str | None = None) -> dict[str, An
 
 class FixedAttempts(NoCluster):
     """An attempt source answering a fixed count for every Job (the cache has its own
-    tests against an HTTP Kubernetes API in test_attempts.py), and a history in which
+    tests against an HTTP Kubernetes API in tests/cluster/test_attempts.py), and a history in which
     each of those failures was an OOM kill of container ``main`` on its own node."""
 
     def __init__(self, failures: int | None):

@@ -1,4 +1,4 @@
-"""What the cluster tests (tests/cluster) drive the real control plane with: the real
+"""What the cluster tests (tests/controlplane) drive the real control plane with: the real
 kubectl with the admin's kubeconfig, the real ``kubernetes`` client, our server started as
 deployed against the cluster and restarted with other chart values, and waits for the
 conditions a test expects (never for a fixed time).

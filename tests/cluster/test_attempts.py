@@ -1,219 +1,393 @@
-"""Between attempts, against the real Job controller: more memory for the pod after an OOM
-kill within the namespace's real LimitRange, the in-place budget ending a pod by the
-``activeDeadlineSeconds`` the real API server accepts, an Indexed Job's FailIndex, and a
-CronJob's Jobs made by the real CronJob controller."""
+"""The attempt cache, with the real ``kubernetes`` client against an HTTP Kubernetes API."""
 
 from __future__ import annotations
 
-import json
+import time
+import uuid
 
 import pytest
+from kubernetes import client
 
-from testkit.controlplane.harness import Kube, PodWatch, Served, eventually, job_manifest
-
-EXIT = "kubelet.retry-policy.dev/exit-code"
-
-
-def memory(pod: dict) -> dict:
-    return pod["spec"]["containers"][0]["resources"]
-
-
-def test_after_an_oom_kill_the_next_pod_gets_more_memory_within_the_limit_range(
-    kube: Kube, webhook: Served, ns: str
-):
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "LimitRange",
-            "metadata": {"name": "memory", "namespace": ns},
-            "spec": {"limits": [{"type": "Container", "max": {"memory": "384Mi"}}]},
-        }
-    )
-    policy = {
-        "retry-policy.dev/backoff-limit": "1",
-        "retry-policy.dev/oom-memory-factor": "2",
-        "retry-policy.dev/oom-memory-limit": "1Gi",
-    }
-    job = job_manifest("oom", ns, policy, {EXIT: "137,0"})
-    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {
-        "requests": {"cpu": "100m", "memory": "256Mi"},
-        "limits": {"memory": "256Mi"},
-    }
-    kube.apply(job)
-    kube.finished(ns, "oom", 90)
-    first, second = kube.pods_of(ns, "oom")
-    killed = first["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert killed["reason"] == "OOMKilled" and killed["exitCode"] == 137
-    assert memory(first)["limits"]["memory"] == "256Mi"
-    # Twice what it was killed at is 512Mi; the LimitRange's max (384Mi) is the most the
-    # real LimitRanger admits, so that is what the webhook gives it.
-    assert memory(second)["limits"]["memory"] == "384Mi"
-    assert kube.job_condition(ns, "oom", "Complete")
+from testkit.attempts import cache_for, eventually, failed_pod, lookup, make_job
+from testkit.fakeapi import FakeAPI, applied
+from testkit.servers import scaled
+from webhook.cluster.attempts import JobCache
+from webhook.cluster.history import Killed
 
 
-def test_the_in_place_budget_ends_the_pod_by_its_deadline(kube: Kube, webhook: Served, ns: str):
-    policy = {
-        "retry-policy.dev/backoff-limit": "0",
-        "retry-policy.dev/in-place-exit-codes": "42",
-        "retry-policy.dev/max-in-place-restarts": "2",
-        "retry-policy.dev/fail-non-retriable": "true",
-    }
-    with PodWatch(kube, ns) as watched:
-        kube.apply(job_manifest("inplace", ns, policy, {EXIT: "42"}))
-        job = kube.finished(ns, "inplace", 120)
-    assert kube.job_condition(ns, "inplace", "Failed")["reason"] == "BackoffLimitExceeded"
-    (pod,) = kube.pods_of(ns, "inplace") or [watched.seen[-1]]
-    uid = pod["metadata"]["uid"]
-    last = [p for p in watched.seen if p["metadata"]["uid"] == uid][-1]
-    assert last["spec"].get("activeDeadlineSeconds"), "no deadline was written"
-    assert last["status"]["phase"] == "Failed" and last["status"]["reason"] == "DeadlineExceeded"
-    assert last["status"]["containerStatuses"][0]["restartCount"] >= 2
-    assert watched.condition(uid, "retry-policy.dev/InPlaceBudgetExhausted")
-    assert job["status"]["failed"] == 1
+@pytest.fixture
+def api():
+    fake = FakeAPI().start()
+    yield fake
+    fake.stop()
 
 
-def test_an_indexed_job_fails_only_the_index_of_a_non_retriable_exit(
-    kube: Kube, webhook: Served, ns: str
-):
-    policy = {
-        "retry-policy.dev/fail-non-retriable": "true",
-        "retry-policy.dev/on-non-retriable": "fail-index",
-        "retry-policy.dev/backoff-limit": "1",
-    }
-    spec = {
-        "completionMode": "Indexed",
-        "completions": 3,
-        "parallelism": 1,
-        "backoffLimitPerIndex": 1,
-    }
-    kube.apply(job_manifest("shards", ns, policy, {EXIT: "0,1,0"}, spec=spec))
-    job = kube.finished(ns, "shards", 90)
-    assert kube.job_condition(ns, "shards", "Failed")["reason"] == "FailedIndexes"
-    assert job["status"]["failedIndexes"] == "1"
-    assert job["status"]["completedIndexes"] == "0,2"
-    # FailIndex: the failed index was not retried despite its budget of one retry.
-    indexes = [
-        p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
-        for p in kube.pods_of(ns, "shards")
-    ]
-    assert sorted(indexes) == ["0", "1", "2"]
-
-
-def test_a_cronjob_s_jobs_made_by_the_cronjob_controller_carry_the_policy(
-    kube: Kube, webhook: Served, ns: str
-):
-    # No backoffLimit of the user's own: the API server does not default a CronJob's
-    # jobTemplate (SetDefaults_Job runs on Jobs), so one written there contradicts ours.
-    template = job_manifest("x", ns, {}, {EXIT: "0"})["spec"]
-    cronjob = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {
-            "name": "nightly",
-            "namespace": ns,
-            "annotations": {
-                "retry-policy.dev/backoff-limit": "2",
-                "retry-policy.dev/fail-non-retriable": "true",
-            },
-        },
-        "spec": {
-            "schedule": "* * * * *",
-            "concurrencyPolicy": "Forbid",
-            "jobTemplate": {"spec": template},
-        },
-    }
-    kube.apply(cronjob)
-    jobs = eventually(lambda: kube.list("jobs", ns), 90, "a Job from the CronJob controller")
-    kube.kubectl("patch", "cronjob", "nightly", "-n", ns, "-p", '{"spec":{"suspend":true}}')
-    job = jobs[0]
-    assert job["metadata"]["ownerReferences"][0]["kind"] == "CronJob"
-    assert job["spec"]["backoffLimit"] == 2
-    rules = job["spec"]["podFailurePolicy"]["rules"]
-    assert any(rule["action"] == "FailJob" for rule in rules)
-    assert kube.finished(ns, job["metadata"]["name"], 60)
-
-
-@pytest.mark.refused_writes("in_place")
-def test_a_deadline_another_policy_refuses_leaves_no_half_done_mark(
-    kube: Kube, webhook: Served, ns: str
-):
-    """A cluster's own ValidatingAdmissionPolicy refuses every change of a pod's deadline
-    in this namespace: the controller cannot end the pod whose restarts in place are used
-    up, so it takes its mark back, and the pod's later real failure fails the Job by its
-    own rules (fail-non-retriable), instead of being counted by our Count rule."""
-    name = f"no-deadlines-{ns}"[:63]
-    rule = {
-        "apiGroups": [""],
-        "apiVersions": ["v1"],
-        "resources": ["pods"],
-        "operations": ["UPDATE"],
-    }
-    kube.apply(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": [rule]},
-                "validations": [
-                    {
-                        "expression": "!has(object.spec.activeDeadlineSeconds) || "
-                        "(has(oldObject.spec.activeDeadlineSeconds) && object.spec."
-                        "activeDeadlineSeconds == oldObject.spec.activeDeadlineSeconds)",
-                        "message": "pod deadlines are managed by the platform team",
-                    }
-                ],
-            },
-        }
-    )
-    selector = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
-    kube.apply(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": selector},
-            },
-        }
-    )
+def test_initial_list_is_paginated_and_counts_uncounted(api):
+    jobs = [make_job(f"j{i}", failed=i, uncounted=["p"] * (i % 2)) for i in range(5)]
+    for job in jobs:
+        api.put("jobs", job)
+    cache = cache_for(api)
     try:
-        policy = {
-            "retry-policy.dev/backoff-limit": "2",
-            "retry-policy.dev/in-place-exit-codes": "42",
-            "retry-policy.dev/max-in-place-restarts": "2",
-            "retry-policy.dev/fail-non-retriable": "true",
-        }
-        probe = job_manifest("probe", ns, {}, {EXIT: "run"})
-        kube.apply(probe)
-        pod = eventually(lambda: kube.pods_of(ns, "probe"), 30)[0]
-        seconds = iter(range(900, 100, -1))  # each try a change: an equal one is allowed
-
-        def refused() -> bool:
-            deadline = json.dumps({"spec": {"activeDeadlineSeconds": next(seconds)}})
-            name = pod["metadata"]["name"]
-            done = kube.kubectl("patch", "pod", name, "-n", ns, "-p", deadline, check=False)
-            return "platform team" in done.stderr
-
-        eventually(refused, 30, "the cluster's policy in force")
-        with PodWatch(kube, ns) as watched:
-            kube.apply(job_manifest("restarts", ns, policy, {EXIT: "42,42,1"}))
-            job = kube.finished(ns, "restarts", 120)
-        assert kube.job_condition(ns, "restarts", "Failed")["reason"] == "PodFailurePolicy"
-        (only,) = kube.pods_of(ns, "restarts")
-        versions = [p for p in watched.seen if p["metadata"]["uid"] == only["metadata"]["uid"]]
-        marks = [
-            c["status"]
-            for p in versions
-            for c in p["status"].get("conditions") or []
-            if c["type"] == "retry-policy.dev/InPlaceBudgetExhausted"
+        pages = [
+            q for path, q in api.requests if path == "/apis/batch/v1/jobs" and "watch" not in q
         ]
-        assert "True" in marks and marks[-1] == "False"
-        assert "activeDeadlineSeconds" not in only["spec"]
-        assert job["status"]["failed"] == 1
+        assert len(pages) == 3  # 5 jobs, 2 per page
+        for i, job in enumerate(jobs):
+            found = lookup(cache, job)
+            assert (found.failures, found.source) == (i + i % 2, "Job status (cache)")
+        assert cache.stats()["jobs"] == 5 and cache.stats()["misses"] == 0
     finally:
-        kube.kubectl("delete", "validatingadmissionpolicybinding", name, check=False)
-        kube.kubectl("delete", "validatingadmissionpolicy", name, check=False)
+        cache.stop()
+
+
+def test_watch_events_update_and_delete(api):
+    job = make_job("a", failed=0)
+    api.put("jobs", job)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("jobs") == 1)
+        job["status"]["failed"] = 2
+        api.put("jobs", job)
+        assert eventually(lambda: lookup(cache, job).failures == 2)
+        api.delete("jobs", job["metadata"]["uid"])
+        assert eventually(lambda: cache.stats()["jobs"] == 0)
+    finally:
+        cache.stop()
+
+
+def test_failed_pods_count_when_status_lags_and_ignored_ones_do_not(api):
+    job = make_job("b", failed=1, ignore_rule=True)
+    api.put("jobs", job)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        for _ in range(3):
+            api.put("pods", failed_pod(job))
+        api.put("pods", failed_pod(job, disrupted=True, exit_code=143))
+        assert eventually(lambda: lookup(cache, job).failures == 3)
+        assert cache.stats()["failed_pods"] == 4
+    finally:
+        cache.stop()
+
+
+def test_miss_falls_back_to_one_get(api):
+    cache = cache_for(api)
+    try:
+        job = make_job("late", failed=4)
+        # Stored without a watch event: as if the event had not arrived yet.
+        api.objects["jobs"][job["metadata"]["uid"]] = job
+        found = lookup(cache, job)
+        assert (found.failures, found.source) == (4, "Job status (API)")
+        assert cache.stats()["misses"] == 1
+    finally:
+        cache.stop()
+
+
+def test_api_errors_open_the_breaker(api):
+    cache = cache_for(api, breaker_seconds=30)
+    try:
+        api.get_status = 503
+        job = make_job("gone")
+        first = lookup(cache, job)
+        assert first.failures is None and "HTTP 503" in first.reason
+        gets = len([p for p, _ in api.requests if "/namespaces/" in p])
+        second = lookup(cache, job)
+        assert second.failures is None and "recent errors" in second.reason
+        assert len([p for p, _ in api.requests if "/namespaces/" in p]) == gets
+        assert cache.stats()["breaker_skips"] == 1
+    finally:
+        cache.stop()
+
+
+def test_slow_api_is_bounded(api):
+    cache = cache_for(api, lookup_timeout=0.4)
+    try:
+        api.get_delay = scaled(3)
+        started = time.monotonic()
+        found = lookup(cache, make_job("slow"))
+        assert found.failures is None
+        assert time.monotonic() - started < api.get_delay * 0.8  # not the API's answer
+    finally:
+        cache.stop()
+
+
+def test_replaced_job_with_same_name_is_not_trusted(api):
+    cache = cache_for(api)
+    try:
+        stored = make_job("same", failed=5)
+        api.objects["jobs"][stored["metadata"]["uid"]] = stored
+        found = cache.job_failures("ml", "same", "another-uid")
+        assert found.failures is None and "replaced" in found.reason
+    finally:
+        cache.stop()
+
+
+def test_too_old_watch_relists(api):
+    job = make_job("c", failed=1)
+    api.put("jobs", job)
+    api.too_old_once.add("jobs")
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("jobs") == 1)
+        lists = [q for p, q in api.requests if p == "/apis/batch/v1/jobs" and "watch" not in q]
+        assert len(lists) >= 2  # listed again after the 410
+        assert lookup(cache, job).failures == 1
+        assert cache.stats()["watch_errors"] >= 1
+    finally:
+        cache.stop()
+
+
+def test_list_errors_are_retried(api):
+    api.fail_lists = 1
+    api.put("jobs", make_job("d", failed=2))
+    configuration = client.Configuration(host=api.url)
+    api_client = client.ApiClient(configuration)
+    cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client)).start()
+    try:
+        assert cache.wait_synced(scaled(10))
+        assert cache.stats()["watch_errors"] == 1
+    finally:
+        cache.stop()
+
+
+def test_the_failure_history_counts_each_failed_pod_once_across_relists(api):
+    # A failed pod is modified again (the Job controller removes its finalizer) and listed
+    # again after a watch expires: one OOM kill, however often it is seen.
+    from webhook.cluster.history import HistoryKey
+
+    job = make_job("h", failed=1)
+    api.put("jobs", job)
+    oom = failed_pod(job, exit_code=137)
+    oom["metadata"]["annotations"] = {"retry-policy.dev/oom-memory-factor": "1.5"}
+    oom["spec"] = {"nodeName": "node-a"}
+    oom["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+    api.put("pods", oom)
+    api.too_old_once.add("pods")  # the first watch ends with 410: listed again
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        lists = [q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q]
+        assert len(lists) >= 2
+        seen = applied(cache)
+        api.put("pods", oom)  # MODIFIED
+        key = HistoryKey("ml", "h", job["metadata"]["uid"], job["metadata"]["uid"], None, 1)
+        assert eventually(lambda: oom["metadata"]["resourceVersion"] in seen)
+        assert cache.stats()["failed_pods"] == 1
+        answer = cache.job_history(key)
+        assert answer.oom_kills == (Killed("main", 1),) and answer.nodes == ("node-a",)
+        assert cache.stats()["history"]["lists"] == 0  # the watch had it: no list
+    finally:
+        cache.stop()
+
+
+def test_a_watch_that_expires_mid_stream_never_counts_a_failure_twice(api):
+    """Far more failed pods than any window of remembered pods, some delivered by the
+    watch, then the watch expires (410 Gone: compacted, as after an API server restart)
+    and the client lists everything again: each failure still counts once."""
+    # upstream: a watch from a compacted resourceVersion gets an ERROR event, code 410
+    # (getAllEventsSinceLocked, newErrWatcher in k8s.io/apiserver pkg/storage/cacher); the
+    # client lists again (reflector.go ListAndWatch in client-go does the same).
+    from webhook.cluster.history import HistoryKey
+
+    job = make_job("many", failed=0)
+    api.put("jobs", job)
+
+    def oom_pod(i):
+        made = failed_pod(job, exit_code=137)
+        made["metadata"].pop("name")
+        made["metadata"]["generateName"] = "many-"
+        made["metadata"]["annotations"] = {
+            "retry-policy.dev/oom-memory-factor": "1.5",
+            "retry-policy.dev/avoid-failed-nodes": "true",
+        }
+        made["spec"] = {
+            "nodeName": f"node-{i}",
+            "containers": [{"name": "main", "resources": {"limits": {"memory": "1Gi"}}}],
+        }
+        made["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+        return made
+
+    pods = [oom_pod(i) for i in range(45)]
+    for made in pods[:40]:
+        api.put("pods", made)
+    cache = cache_for(api)
+    try:
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        for made in pods[40:]:  # delivered by the watch
+            api.put("pods", made)
+        assert eventually(lambda: cache.stats()["history"]["lineages"] == 1)
+        uid = job["metadata"]["uid"]
+        key = HistoryKey("ml", "many", uid, uid, None, 45)
+        assert eventually(lambda: cache.history.lookup(key) is not None)
+        before = cache.job_history(key)
+        listed = len([q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q])
+        api.expire("pods")
+        assert eventually(lambda: api.watcher_count("pods") == 0, timeout=2)
+        assert eventually(
+            lambda: (
+                len([q for p, q in api.requests if p == "/api/v1/pods" and "watch" not in q])
+                > listed
+            )
+        )
+        assert eventually(lambda: api.watcher_count("pods") == 1)
+        assert cache.stats()["watch_errors"] >= 1
+        after = cache.job_history(key)
+        assert after == before
+        assert after.oom_kills == (Killed("main", 45, 2**30, 2**30),) and after.failures == 45
+        assert len(after.nodes) == 16 and after.nodes[-5:] == tuple(
+            f"node-{i}" for i in range(40, 45)
+        )
+        assert cache.stats()["failed_pods"] == 45 and lookup(cache, job).failures == 45
+        assert cache.stats()["history"]["lists"] == 0
+    finally:
+        cache.stop()
+
+
+# --- LimitRanges and Nodes: the same list and watch, their own caches -------------------
+
+
+def core_api(api):
+    return client.CoreV1Api(client.ApiClient(client.Configuration(host=api.url)))
+
+
+def limit_range(name, memory, kind="Container"):
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": name, "namespace": "ml", "uid": str(uuid.uuid4())},
+        "spec": {"limits": [{"type": kind, "max": {"memory": memory}}]},
+    }
+
+
+def test_limit_ranges_are_watched_and_a_relist_is_swapped_in_whole(api):
+    from webhook.cluster.limits import LimitRangeCache
+
+    tight = limit_range("tight", "4Gi")
+    api.put("limitranges", tight)
+    api.put("limitranges", limit_range("loose", "8Gi"))
+    cache = LimitRangeCache(core_api(api)).start()
+    try:
+        assert cache.wait_synced(scaled(10))
+        bounds = cache.limit_ranges("ml")
+        assert bounds.known and bounds.limits.container_max.text == "4Gi"
+        assert cache.limit_ranges("other").limits.container_max is None
+        api.put("limitranges", limit_range("pod", "6Gi", kind="Pod"))
+        assert eventually(lambda: cache.limit_ranges("ml").limits.pod_max is not None)
+        api.delete("limitranges", tight["metadata"]["uid"])
+        assert eventually(lambda: cache.limit_ranges("ml").limits.container_max.text == "8Gi")
+
+        # Expired: listed again, and every lookup meanwhile sees the old set or the new.
+        def lists():
+            return sum(
+                1 for p, q in api.requests if p == "/api/v1/limitranges" and "watch" not in q
+            )
+
+        before, seen = lists(), set()
+        api.expire("limitranges")
+        deadline = time.monotonic() + scaled(5)
+        while time.monotonic() < deadline and lists() == before:
+            seen.add(cache.limit_ranges("ml").limits.container_max.text)
+        assert lists() > before and cache.stats()["watch_errors"] >= 1  # the 410, a relist
+        for _ in range(200):
+            seen.add(cache.limit_ranges("ml").limits.container_max.text)
+            time.sleep(0.002)
+        assert seen == {"8Gi"}
+    finally:
+        cache.stop()
+
+
+def test_limit_ranges_that_cannot_be_listed_are_unknown(api):
+    from webhook.cluster.limits import LimitRangeCache
+
+    api.fail_lists = 1000
+    cache = LimitRangeCache(core_api(api)).start()
+    try:
+        assert eventually(lambda: cache.stats()["watch_errors"] >= 1)
+        answer = cache.limit_ranges("ml")
+        assert not answer.known and answer.reason == "LimitRanges unreadable: HTTP 500"
+    finally:
+        api.fail_lists = 0
+        cache.stop()
+
+
+def a_node(name, ready=True, pool="gpu", heartbeat="t0"):
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"pool": pool}},
+        "spec": {},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastHeartbeatTime": heartbeat,
+                }
+            ]
+        },
+    }
+
+
+def test_the_node_cache_starts_with_the_first_question_and_follows_the_nodes(api):
+    from webhook.cluster.nodes import NodeCache
+    from webhook.kube.scheduling import placement
+
+    api.put("nodes", a_node("g1"))
+    api.put("nodes", a_node("g2"))
+    cache = NodeCache(core_api(api), lookup_timeout=5.0)
+    question = placement({"nodeSelector": {"pool": "gpu"}}, ("g1",))
+    try:
+        assert not cache.stats()["started"]  # not yet: nothing lists
+        assert not any(path == "/api/v1/nodes" for path, _ in api.requests)
+        assert cache.placement(question).fits  # waited for the first list
+        assert cache.stats()["evaluated"] == 1
+        g2 = a_node("g2", heartbeat="t1")
+        seen = applied(cache)
+        api.put("nodes", g2)  # a heartbeat: nothing placement reads
+        assert eventually(lambda: g2["metadata"]["resourceVersion"] in seen)
+        assert cache.placement(question).fits and cache.stats()["evaluated"] == 1
+        api.put("nodes", a_node("g2", ready=False))
+        assert eventually(lambda: not cache.placement(question).fits)
+        api.delete("nodes", "uid-g2")
+        api.put("nodes", a_node("g3"))
+        assert eventually(lambda: cache.placement(question).fits)
+        assert cache.stats()["nodes"] == 2
+    finally:
+        cache.stop()
+
+
+def test_nodes_that_cannot_be_listed_are_unknown_at_once(api):
+    from webhook.cluster.nodes import NodeCache
+    from webhook.kube.scheduling import placement
+
+    api.fail_lists = 1000
+    cache = NodeCache(core_api(api), lookup_timeout=0.3)
+    try:
+        started = time.monotonic()
+        answer = cache.placement(placement({}, ("g1",)))
+        assert time.monotonic() - started < scaled(2)
+        assert not answer.known and answer.reason.startswith("Nodes unreadable")
+    finally:
+        api.fail_lists = 0
+        cache.stop()
+
+
+def test_a_pass_over_many_nodes_is_left_to_a_thread(api, monkeypatch):
+    """The server's event loop takes only answers that cost nothing: a question no pass
+    has answered yet, over many Nodes, is handed to a thread (``NeedsThread``)."""
+    from webhook.cluster import nodes
+    from webhook.kube.scheduling import placement
+
+    monkeypatch.setattr(nodes, "AT_ONCE_NODES", 1)
+    for name in ("g1", "g2"):
+        api.put("nodes", a_node(name))
+    cache = nodes.NodeCache(core_api(api), lookup_timeout=5.0)
+    question = placement({}, ("g1",))
+    try:
+        assert cache.placement(question).fits  # (starts the cache, waits for its list)
+        other = placement({}, ("g2",))
+        assert cache.answer_at_once(other) is None
+        assert cache.placement(other).fits
+        assert cache.answer_at_once(other) == cache.placement(other)  # kept: at once now
+    finally:
+        cache.stop()

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-from pathlib import Path
 
 import yaml
 
 from testkit.chart import CHART, render, webhooks
+from testkit.tools import ROOT
 from webhook.explain import explained_kinds
 from webhook.kinds import registry
 from webhook.kinds.base import Restores
@@ -21,7 +21,7 @@ from webhook.offline.review import admission_review
 from webhook.status.reader import KINDS as STATUS_KINDS
 from webhook.status.reader import parse_ref
 
-KINDS_DIR = Path(__file__).resolve().parent.parent / "webhook" / "kinds"
+KINDS_DIR = ROOT / "webhook" / "kinds"
 
 
 def test_every_kind_folder_is_one_line_of_the_registry():

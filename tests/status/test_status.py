@@ -50,14 +50,11 @@ from testkit.clusters import (
 )
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.servers import scaled
-from testkit.tools import tool
+from testkit.tools import ROOT, tool
 from testkit.workloads import pod_template
 from webhook.admission import engine
 from webhook.kinds.registry import apply_defaults
 from webhook.policy.config import Config
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 # --- a running Job: an OOM kill, a preemption -----------------------------------------------
 

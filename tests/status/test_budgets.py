@@ -1,7 +1,7 @@
 """``retry-webhook status`` for the budgets per cause (issue 33): ``max-disruptions``,
 ``max-in-place-restarts``, disruptions by deletion and ``peer-disruptions``.
 
-The cluster is built as in tests/test_status.py (workloads and pods admitted by the
+The cluster is built as in tests/status/test_status.py (workloads and pods admitted by the
 webhook's engine, the Job controller's pods, the kubelet's failures), and what the
 webhook and its controller write is written by their own code against the test API: a
 disruptor's DELETE judged by the validating webhook (``webhook.admission.deletions``) and

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -23,13 +22,12 @@ from testkit.fakeapi import FakeAPI, write_kubeconfig
 from testkit.gates import gated_pod
 from testkit.jobsim import JobRun
 from testkit.servers import eventually, free_port, start, stop
-from testkit.tools import tool
+from testkit.tools import ROOT, tool
 from testkit.waste import MAIN, WASTED
 from testkit.workloads import mutate, validate_schema
 
 pytestmark = pytest.mark.tools
 
-ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ROOT / "docs" / "OPERATIONS.md"
 RULE_SCHEMA = ROOT / "tests" / "data" / "crds" / "prometheusrules.monitoring.coreos.com.v1.yaml"
 PACK = {"prometheusRule": {"enabled": True}, "grafanaDashboard": {"enabled": True}}

@@ -10,13 +10,13 @@ import socket
 import ssl
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from benchmarks.slowclients import read_response
 from testkit.builders import FULL, job, review
 from testkit.servers import Threads, eventually, scaled, start, stop, worker_pids
+from testkit.tools import ROOT
 from webhook.tls import certs
 
 BODY = json.dumps(review(job(FULL))).encode()
@@ -56,7 +56,7 @@ def server(tmp_path):
 def test_slow_clients_do_not_block_others(server):
     """Two clients dripping a request a byte at a time hold no thread (their bytes wait
     on the worker's event loop); every other request is answered meanwhile.
-    (Thousands of them: tests/test_slowclients.py.)"""
+    (Thousands of them: tests/serving/test_slowclients.py.)"""
     stop_dripping = threading.Event()
     dripped = []
 
@@ -274,7 +274,7 @@ def test_sigterm_under_load_completes_in_flight_requests(tmp_path):
 
 def test_no_eval_or_unsafe_yaml_in_the_code():
     """No code path evaluates input: no eval/exec, no unsafe YAML loaders, no pickle."""
-    root = Path(__file__).resolve().parent.parent / "webhook"
+    root = ROOT / "webhook"
     for path in root.rglob("*.py"):
         text = path.read_text()
         for banned in (

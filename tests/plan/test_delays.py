@@ -3,7 +3,7 @@
 
 The engine runs as the server runs it (view, memo, ``RPW_CHECK_VIEWS``), with the real
 failure history (``FailureHistory``, fed failed pods) and a leadership note; the
-controller's side, the server and the chart are in test_gates.py.
+controller's side, the server and the chart are in tests/controller/test_gates.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ import yaml
 
 from testkit import ssa
 from testkit.builders import FULL, P
+from testkit.tools import ROOT
 from testkit.trainer import (
     ANCESTOR_LABEL,
     GPU,
@@ -1011,7 +1011,7 @@ RELEASES = ("v2.2.0", "v2.3.0")
 INITIALIZERS = ("dataset-initializer", "model-initializer")
 #: The JobSet release each Trainer release requires (``sigs.k8s.io/jobset`` in go.mod).
 JOBSET_OF = {"v2.2.0": "v0.11.1", "v2.3.0": "v0.12.0"}
-JOBSET_SCHEMAS = Path(__file__).parent / "data" / "crds" / "jobset-releases"
+JOBSET_SCHEMAS = ROOT / "tests" / "data" / "crds" / "jobset-releases"
 
 
 def jobset_schema(release: str) -> dict[str, Any]:
@@ -1374,7 +1374,7 @@ def test_simulate_fails_an_initializers_container(tmp_path):
 def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
     """``retry-webhook dry-run`` of a shipped torchtune runtime given a TTL, and a TrainJob
     on 4 nodes: the initializers left out, the TTL and the pods that run together are
-    warned about, as on the server (tests/test_runtimes.py)."""
+    warned about, as on the server (tests/cluster/test_runtimes.py)."""
     import io
 
     from webhook import cli

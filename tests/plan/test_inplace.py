@@ -2,7 +2,7 @@
 
 Through the engine (mutate, then validate the result): what is written into each kind's
 pod templates, what is denied and why, and how the rest of the policy treats in-place
-codes. test_inplace_real.py runs the real server, schemas and kubectl; the explain
+codes. tests/plan/test_inplace_real.py runs the real server, schemas and kubectl; the explain
 tests cover the plan and ``--simulate``.
 """
 

@@ -8,7 +8,6 @@ the object again, through the ``readmit`` the layer above gives (``webhook.cli.s
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,14 +24,13 @@ from testkit.clusters import (
     job_manifest,
     tree,
 )
+from testkit.tools import ROOT
 from webhook.admission import engine
 from webhook.cli.status import readmit
 from webhook.plan.record import AppliedRecord
 from webhook.policy.config import Config, parse_config
 from webhook.status.reader import KINDS, Tree
 from webhook.status.story import tell
-
-ROOT = Path(__file__).resolve().parent.parent
 
 #: The admins' defaults at the Job's admission.
 ADMITTED_WITH = "defaults: {ignore-disruptions: 'true', backoff-limit: '2'}"

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-CHART = Path(__file__).resolve().parent.parent / "charts" / "retry-policy-webhook"
+from testkit.tools import ROOT
+
+CHART = ROOT / "charts" / "retry-policy-webhook"
 
 
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 
 from testkit.builders import P, job_owner, leaves, pod, review
 from testkit.strategies import CONFIGS, objects, pick
+from testkit.tools import ROOT
 from webhook import explain
 from webhook.admission import engine
 from webhook.admission.review import decode
@@ -102,7 +102,7 @@ def mistyped_objects(draw) -> dict[str, Any]:
 #: Every kind we mutate, as the shipped examples write them, defaulted as admitted.
 EXAMPLES = [
     doc
-    for path in sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.yaml"))
+    for path in sorted((ROOT / "examples").glob("*.yaml"))
     for doc in yaml.safe_load_all(path.read_text())
     if isinstance(doc, dict)
 ]

@@ -5,15 +5,14 @@ message is written and read by ``webhook/kube/jobcontroller.py`` alone."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
 from testkit.builders import job, stored
+from testkit.tools import ROOT
 from webhook.kube import jobcontroller, wellknown
 from webhook.kube.jobcontroller import FailJobMatch, failjob_message, parse_failjob_message
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "webhook"
 HOME = PACKAGE / "kube" / "wellknown.py"
 

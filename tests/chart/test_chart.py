@@ -40,12 +40,12 @@ from testkit.chart import (
     webhooks,
 )
 from testkit.servers import scaled
+from testkit.tools import ROOT
 from webhook.kinds.base import Restores
 from webhook.kinds.registry import KINDS
 
 pytestmark = pytest.mark.tools
 
-ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "retry-policy.dev/"
 #: Writes the webhook's identity holds cluster-wide, unscoped by name, each for a reason
 #: the controller's docs give: (resources, sorted verbs).
@@ -283,7 +283,7 @@ def test_default_objects(helm):
             ("ClusterRole", f"{full}-release-gates"),
             ("ClusterRoleBinding", f"{full}-release-gates"),
             ("Job", f"{full}-release-gates"),
-            # What those identities may change (tests/test_chart_policy.py).
+            # What those identities may change (tests/chart/test_policy.py).
             ("ValidatingAdmissionPolicy", f"{full}-writes"),
             ("ValidatingAdmissionPolicyBinding", f"{full}-writes"),
         ]
@@ -1519,7 +1519,7 @@ def test_release_gates_hook_job(helm):
     assert policy == {"before-hook-creation", "hook-succeeded"}
     pod_spec = job["spec"]["template"]["spec"]
     (c,) = pod_spec["containers"]
-    assert c["command"] == ["/bin/sh", "-c"]  # never fails: tests/test_chart_hooks.py
+    assert c["command"] == ["/bin/sh", "-c"]  # never fails: tests/chart/test_hooks.py
     assert "retry-webhook release-gates --all-namespaces" in c["args"][0]
     assert c["image"] == container(docs)["image"]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True

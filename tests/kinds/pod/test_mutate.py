@@ -18,7 +18,7 @@ from webhook.policy.config import Config, parse_config
 
 class FixedAttempts(NoCluster):
     """An attempt source answering a fixed count: stands in for the cluster cache,
-    which has its own tests against an HTTP Kubernetes API (test_attempts.py)."""
+    which has its own tests against an HTTP Kubernetes API (tests/cluster/test_attempts.py)."""
 
     def __init__(self, failures: int | None, reason: str = "API down"):
         self.failures = failures

@@ -7,7 +7,6 @@ and the original untouched."""
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 
 from testkit.builders import P, job, job_owner, pod
 from testkit.strategies import CONFIGS, objects
+from testkit.tools import ROOT
 from webhook.admission import engine
 from webhook.admission.jsondiff import diff
 from webhook.cluster.attempts import AttemptLookup
@@ -26,8 +26,6 @@ from webhook.kinds import registry as defaults
 from webhook.kinds.registry import lookup
 from webhook.kube.owned import ALL, SHALLOW, Each, copy_owned, deep_copy
 from webhook.plan.outcome import Context
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_copy_is_new_along_owned_paths_and_shared_elsewhere():
