@@ -3,8 +3,8 @@
 Workload admission (grammar, checks, what is copied onto pod templates), pod admission
 from a failure history (memory raised after OOM kills, failed nodes avoided), and the
 history itself. The history here is the real ``FailureHistory`` fed failed pods
-directly; tests/cluster/test_attempts_failureaware.py feeds it through the attempt cache's watch of an
-HTTP Kubernetes API and the real server.
+directly; tests/cluster/test_attempts_failureaware.py feeds it through the attempt
+cache's watch of an HTTP Kubernetes API and the real server.
 """
 
 from __future__ import annotations

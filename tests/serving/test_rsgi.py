@@ -2,7 +2,8 @@
 with the RSGI calls granian makes, so that each way a body can go wrong is exercised
 exactly: not read when over the limit, read only up to one byte past it without a
 length, cut off by the body timeout, or lost with its client. (The real server, with
-granian, runs the same paths in tests/serving/test_server.py and tests/serving/test_slowclients.py.)"""
+granian, runs the same paths in tests/serving/test_server.py and
+tests/serving/test_slowclients.py.)"""
 
 from __future__ import annotations
 
