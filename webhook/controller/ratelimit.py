@@ -6,7 +6,9 @@ Two buckets, so that bulk work never delays what is critical:
 
 - ``critical``: the requests about one pod (``/api/v1/namespaces/NS/pods/NAME`` and its
   ``/status``): the conditions that must land before the Job controller judges the pod,
-  the gate releases, the deadlines, and the reads a conflict needs;
+  the gate releases, the deadlines, and the reads a conflict needs; and a Job's
+  ``/status`` (``peer-disruptions`` on a JobSet: the one write that stands for a
+  disrupted pod's peers, ``webhook.controller.jobsetpeers``);
 - ``bulk``: everything else: Events, the workloads' records (histories, audits), lists and
   watches.
 
@@ -29,13 +31,15 @@ BULK = "bulk"
 LIMITERS = (CRITICAL, BULK)
 #: The per-pod paths: a pod, or one of its subresources (status).
 _POD = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/?]+(/status)?(\?|$)")
+#: A Job's status.
+_JOB_STATUS = re.compile(r"^/apis/batch/v1/namespaces/[^/]+/jobs/[^/?]+/status(\?|$)")
 
 
 def limiter_for(method: str, url: str) -> str:
     """Which bucket a request waits on, by what it is about (``url``: the path with or
     without the server's address and query)."""
     path = re.sub(r"^https?://[^/]+", "", url)
-    return CRITICAL if _POD.match(path) else BULK
+    return CRITICAL if _POD.match(path) or _JOB_STATUS.match(path) else BULK
 
 
 class TokenBucket:
