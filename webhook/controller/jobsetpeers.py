@@ -34,6 +34,7 @@ from typing import Any
 from webhook.cluster.conditions import STRATEGIC, label, pod_name, status_patch, workload_of
 from webhook.cluster.events import Event
 from webhook.cluster.informer import short_error
+from webhook.controller.ratelimit import critical
 from webhook.controller.writes import persist
 from webhook.kube import jobsetpolicy as jsp
 from webhook.kube.objects import controller_of, items, mapping
@@ -110,7 +111,8 @@ class JobSetPeers:
     def _write(self, namespace: str, name: str, uid: str, message: str) -> str:
         """Read the Job and add the condition with the resourceVersion read (a conflict
         raises: ``persist`` calls again, which reads again)."""
-        job = self.workloads.current("job", namespace, name, uid)
+        with critical():  # the read this write is computed from waits as the write does
+            job = self.workloads.current("job", namespace, name, uid)
         if job is None:
             return "gone"
         if decided(job):
