@@ -30,7 +30,7 @@ from webhook.kube.objects import items, mapping
 from webhook.plan import inplace
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
-from webhook.policy.model import Policy
+from webhook.policy.model import PREFIX, Policy
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
@@ -422,10 +422,12 @@ def add_peer_rule(
         if isinstance(rule, dict) and rule.get("name") == jobsetpolicy.PEER_RULE_NAME:
             pruned = {k: v for k, v in ours.items() if k != "onJobFailureMessagePatterns"}
             why = (
-                "the JobSet API dropped its onJobFailureMessagePatterns (JobSet before "
-                "v0.10 does not have the field, and the rule would then restart the set "
-                "on every PodFailurePolicy failure): peer-disruptions on a JobSet needs "
-                "JobSet v0.10 or later"
+                "the JobSet API dropped its onJobFailureMessagePatterns: this cluster's "
+                "JobSet is older than v0.10, which added the field, and without it the "
+                "rule would restart the set on every PodFailurePolicy failure. "
+                "peer-disruptions on a JobSet needs JobSet v0.10 or later: upgrade "
+                f"JobSet, or remove peer-disruptions (the annotation {PREFIX}"
+                "peer-disruptions, or its default in the webhook's config)"
                 if rule == pruned
                 else "it is the name of the rule this webhook adds for peer-disruptions; "
                 "rename your rule"
