@@ -40,7 +40,9 @@ from webhook.policy.config import Config
 
 CRDS = ROOT / "tests" / "data" / "crds"
 SCHEMAS = {
-    ("jobset.x-k8s.io", "JobSet"): "jobsets.jobset.x-k8s.io.v1alpha2.yaml",
+    # The release the cluster tests run (tests/data/crds/jobset-releases/README.md); the
+    # file one directory up is from before v0.10 (no onJobFailureMessagePatterns).
+    ("jobset.x-k8s.io", "JobSet"): "jobset-releases/jobsets.jobset.x-k8s.io.v0.12.0.yaml",
     ("ray.io", "RayJob"): "rayjobs.ray.io.v1.yaml",
     ("kubeflow.org", "PyTorchJob"): "pytorchjobs.kubeflow.org.v1.yaml",
     ("trainer.kubeflow.org", "TrainJob"): "trainjobs.trainer.kubeflow.org.v1alpha1.yaml",

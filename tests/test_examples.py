@@ -28,6 +28,7 @@ from webhook.kube.failurepolicy import (
     non_retriable_rule,
 )
 from webhook.kube.intent import LAST_APPLIED
+from webhook.kube.jobsetpolicy import peer_rule
 from webhook.plan.record import rule_id
 
 EXAMPLES = ROOT / "examples"
@@ -127,8 +128,18 @@ def test_jobset_example():
     jobset, err = result("jobset")
     policy = jobset["spec"]["failurePolicy"]
     assert policy["maxRestarts"] == 3
-    assert [rule["name"] for rule in policy["rules"]] == ["failOnDeadline", our_rule()["name"]]
-    assert policy["rules"][1] == our_rule()
+    # peer-disruptions: ignore puts its rule first (its message pattern matches only
+    # the FailureTarget the controller writes); fail-non-retriable's after the user's.
+    assert policy["rules"] == [
+        peer_rule("ignore"),
+        {
+            "name": "failOnDeadline",
+            "action": "FailJobSet",
+            "onJobFailureReasons": ["DeadlineExceeded"],
+        },
+        our_rule(),
+    ]
+    assert peer_rule("ignore")["action"] == "RestartJobSetAndIgnoreMaxRestarts"
     for rjob in jobset["spec"]["replicatedJobs"]:
         spec = rjob["template"]["spec"]
         assert spec["backoffLimit"] == 0
@@ -276,7 +287,8 @@ def test_trainjob_example(tmp_path):
     verdict, stored = mutate(jobset)
     assert verdict.allowed, verdict.message
     validate_schema(stored)
-    assert stored["spec"]["failurePolicy"] == {"maxRestarts": 3, "rules": [our_rule()]}
+    rules = [peer_rule("ignore"), our_rule()]  # peer-disruptions' first
+    assert stored["spec"]["failurePolicy"] == {"maxRestarts": 3, "rules": rules}
     (rjob,) = stored["spec"]["replicatedJobs"]
     assert rjob["template"]["spec"]["podFailurePolicy"]["rules"] == [
         condition_rule(PEER_DISRUPTED, "Ignore"),  # peer-disruptions: ignore

@@ -67,6 +67,10 @@ UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
     # asked, the deadline of a pod that used its restarts in place.
     (["pods"], ["patch"]),
     (["pods/status"], ["patch"]),
+    # peer-disruptions on a JobSet (webhook/controller/jobsetpeers.py): FailureTarget on
+    # a disrupted pod's child Job, in any namespace; the admission policy lets only that
+    # condition through (tests/chart/test_jobset_peers.py).
+    (["jobs/status"], ["patch"]),
 ]
 DELETIONS_HOOK = "pod-deletions.validate.retry-policy.dev"
 SCHEMA_ERROR = "don't meet the specifications of the schema"
@@ -1348,6 +1352,9 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
         # JobSet to tell its TrainJob (Events).
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
     ]
+    # peer-disruptions on a JobSet: FailureTarget on a disrupted pod's child Job
+    # (webhook/controller/jobsetpeers.py); only where JobSets are written.
+    job_status = {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["patch"]}
     jobsets = {
         "apiGroups": ["jobset.x-k8s.io"],
         "resources": ["jobsets"],
@@ -1359,7 +1366,7 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     # The failure verdicts (webhook/controller/verdicts.py): a pod's Node read when the
     # taint manager evicted it (is the node lost?).
     node = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
-    attempts = [*reads, jobsets, bounds, node]
+    attempts = [*reads, job_status, jobsets, bounds, node]
     # The runtime cache (webhook/cluster/runtimes.py): list+watch, and GET on a miss.
     runtimes = {
         "apiGroups": ["trainer.kubeflow.org"],

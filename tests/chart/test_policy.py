@@ -375,6 +375,7 @@ WHERE = {
     "action": "may not ",
     "event": "an Event must be its own",
     "series": "only its series",
+    "jobstatus": "of a Job's status, only FailureTarget",
 }
 
 HISTORY_PATH = ("metadata", "annotations", HISTORY)
@@ -558,7 +559,8 @@ JOB_CASES = [
     case("lower it below 0", None, _edit("spec.backoffLimit", -1), ["backoff"], kind="jobs"),
     case("suspend it", None, _edit("spec.suspend", True), ["workload"], kind="jobs"),
     case("a deadline", None, _edit("spec.activeDeadlineSeconds", 1), ["workload"], kind="jobs"),
-    case("its status", None, _edit("status.failed", 9), ["action"], kind="jobs", sub="status"),
+    # (jobs/status is written for peer-disruptions on a JobSet: only that FailureTarget)
+    case("its status", None, _edit("status.failed", 9), ["jobstatus"], kind="jobs", sub="status"),
     case("a JobSet's record", None, RECORD, kind="jobsets"),
     case("a JobSet's spec", None, _edit("spec.suspend", True), ["workload"], kind="jobsets"),
     case("a RayJob's record", None, RECORD, ["action"], kind="rayjobs"),

@@ -4,11 +4,20 @@ saved, each request waiting for one), in two limiters so that bulk never delays 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from testkit.fakeapi import FakeAPI, write_kubeconfig
 from webhook.controller.fence import Fence, fenced_client
-from webhook.controller.ratelimit import BULK, CRITICAL, Limits, TokenBucket, limiter_for
+from webhook.controller.ratelimit import (
+    BULK,
+    CRITICAL,
+    Limits,
+    TokenBucket,
+    critical,
+    limiter_for,
+)
 
 
 class Clock:
@@ -51,10 +60,26 @@ def test_waiters_are_served_in_order():
         ("GET", "/api/v1/namespaces/ml/pods?fieldSelector=metadata.name%3Dx", BULK),
         ("POST", "/apis/events.k8s.io/v1/namespaces/ml/events", BULK),
         ("PATCH", "/apis/batch/v1/namespaces/ml/jobs/train", BULK),
+        ("PATCH", "/apis/batch/v1/namespaces/ml/jobs/train/status", CRITICAL),
+        ("GET", "/apis/batch/v1/namespaces/ml/jobs/train", BULK),
     ],
 )
 def test_what_is_about_one_pod_is_critical(method, url, limiter):
     assert limiter_for(method, url) == limiter
+
+
+def test_inside_critical_every_request_is_critical():
+    """The read of a Job that its ``/status`` patch is computed from
+    (``webhook.controller.jobsetpeers``) waits as the patch does; only on this thread."""
+    job = "/apis/batch/v1/namespaces/ml/jobs/train"
+    seen: list[str] = []
+    with critical():
+        seen.append(limiter_for("GET", job))
+        other = threading.Thread(target=lambda: seen.append(limiter_for("GET", job)))
+        other.start()
+        other.join()
+    assert seen == [CRITICAL, BULK]
+    assert limiter_for("GET", job) == BULK
 
 
 def test_bulk_work_never_delays_a_critical_request():

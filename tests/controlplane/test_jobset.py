@@ -107,3 +107,90 @@ def test_the_jobset_s_children_carry_our_rules_through_the_real_jobset_webhooks(
     actions = [r["action"] for r in child["spec"]["podFailurePolicy"]["rules"]]
     assert "Ignore" in actions and "FailJob" in actions
     assert child["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_an_evicted_pod_restarts_the_set_uncounted_with_one_job_write(
+    kube: Kube, webhook: Served, ns: str
+):
+    """peer-disruptions ignore on a JobSet of two replicated Jobs (three child Jobs, six
+    pods): one pod evicted (``pods/eviction``, DisruptionTarget EvictionByEvictionAPI).
+    The controller adds FailureTarget to its child Job, once; the real Job controller
+    fails that Job with the same reason and message (``syncJob``,
+    ``newFailedConditionForFailureTarget``); the real JobSet controller's first rule,
+    ours, applies to it (``ruleIsApplicable``) and restarts the set without counting
+    (``RestartJobSetAndIgnoreMaxRestarts``). No peer gets a per-pod mark."""
+    from testkit.controlplane.harness import evict
+    from testkit.servers import metric
+    from webhook.kube import jobsetpolicy as jsp
+
+    policy = {
+        "retry-policy.dev/fail-non-retriable": "true",
+        "retry-policy.dev/backoff-limit": "1",
+        "retry-policy.dev/ignore-disruptions": "true",
+        "retry-policy.dev/peer-disruptions": "ignore",
+    }
+    obj = jobset("peers", ns, policy, "run")
+    workers = obj["spec"]["replicatedJobs"][0]
+    obj["spec"]["replicatedJobs"] = [
+        {**workers, "name": "leader", "replicas": 1},
+        {**workers, "name": "workers", "replicas": 2},
+    ]
+    kube.apply(obj)
+    stored = kube.get("jobset", "peers", ns)
+    assert stored["spec"]["failurePolicy"]["rules"][0] == jsp.peer_rule("ignore")
+
+    def all_running() -> list[dict[str, Any]] | None:
+        pods = kube.list("pods", ns, "jobset.sigs.k8s.io/jobset-name=peers")
+        live = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return live if len(live) == 6 else None
+
+    pods = eventually(all_running, 120, "six pods of the JobSet running")
+    before = metric(
+        webhook.server.metrics(),
+        "retry_webhook_controller_writes_total",
+        writer="conditions",
+        result="written",
+    )
+    evict(kube, pods[0])
+
+    def restarted() -> dict[str, Any] | None:
+        found = kube.get("jobset", "peers", ns) or {}
+        return found if (found.get("status") or {}).get("restarts", 0) >= 1 else None
+
+    done = eventually(restarted, 120, "the JobSet restarted")
+    assert done["status"].get("restartsCountTowardsMax", 0) == 0
+    assert not done["status"].get("terminalState")
+    events = kube.list("events.events.k8s.io", ns)
+    assert any(
+        e.get("reason") == "RetryDisruptionCounted" and "FailureTarget" in (e.get("note") or "")
+        for e in events
+    )
+    after = metric(
+        webhook.server.metrics(),
+        "retry_webhook_controller_writes_total",
+        writer="conditions",
+        result="written",
+    )
+    assert 1 <= after - before <= 3 + 2  # child Jobs + a small constant: here exactly one
+    marked = [
+        p
+        for p in kube.list("pods", ns, "jobset.sigs.k8s.io/jobset-name=peers")
+        if condition(p, "retry-policy.dev/PeerDisrupted")
+    ]
+    assert marked == []
+    # The next run comes up whole (new restart-attempt).
+    eventually(
+        lambda: (
+            len(
+                [
+                    p
+                    for p in (all_running() or [])
+                    if p["metadata"]["labels"].get("jobset.sigs.k8s.io/restart-attempt") == "1"
+                ]
+            )
+            == 6
+            or None
+        ),
+        120,
+        "the second run's six pods running",
+    )

@@ -212,6 +212,15 @@ def test_jobset_rules_in_words_in_order_with_their_origin():
     assert [(r.number, r.action, r.when, r.then, r.origin) for r in overview.rules] == [
         (
             1,
+            "RestartJobSetAndIgnoreMaxRestarts",
+            "the controller fails a disrupted pod's Job (peer-disruptions: FailureTarget, "
+            "reason PodFailurePolicy, message retry-policy.dev/PeerDisrupted: ...); the peers "
+            "stop with the restart",
+            "the JobSet restarts, does not count",
+            "added by retry-policy for peer-disruptions (retryPolicyPeerDisruptions)",
+        ),
+        (
+            2,
             "FailJobSet",
             "a Job fails with reason DeadlineExceeded (it ran longer than its "
             "activeDeadlineSeconds)",
@@ -219,7 +228,7 @@ def test_jobset_rules_in_words_in_order_with_their_origin():
             "your rule failOnDeadline",
         ),
         (
-            2,
+            3,
             "FailJobSet",
             "a Job fails with reason PodFailurePolicy (a FailJob rule of its podFailurePolicy "
             "matched)",
@@ -350,10 +359,10 @@ def test_jobset_simulate_fail_jobset_on_a_non_retriable_exit():
     assert [(s.run, s.restarts, s.counted_failures) for s in sim.steps] == [(1, 1, 1), (2, 1, 1)]
     assert (sim.ending.state, sim.ending.reason) == ("Failed", "FailJobSetFailurePolicyAction")
     assert sim.ending.message == (
-        "a Job of leader failed with reason PodFailurePolicy, and rule 2 "
+        "a Job of leader failed with reason PodFailurePolicy, and rule 3 "
         "retryPolicyFailNonRetriable says so"
     )
-    assert "JobSet rule 2 retryPolicyFailNonRetriable (FailJobSet)" in sim.steps[1].result
+    assert "JobSet rule 3 retryPolicyFailNonRetriable (FailJobSet)" in sim.steps[1].result
 
 
 def test_jobset_simulate_reached_max_restarts_and_placement_by_run():
@@ -373,11 +382,22 @@ def test_jobset_simulate_reached_max_restarts_and_placement_by_run():
     )
 
 
-def test_jobset_simulate_ignored_disruptions_stay_in_the_run():
+def test_jobset_simulate_ignored_disruptions_restart_the_set_uncounted():
+    """peer-disruptions ignore: the controller fails each disrupted pod's Job, and the
+    set restarts on retryPolicyPeerDisruptions without counting against maxRestarts
+    (restart-attempt still rises)."""
     sim = jobset_sim(example("jobset"), ",".join(["disruption"] * 12))
     assert sim.ending.state == "Running"
-    assert {(s.run, s.counted, s.restarts) for s in sim.steps} == {(1, False, 0)}
+    assert [(s.run, s.counted, s.restarts, s.counted_failures) for s in sim.steps] == [
+        (n, False, n, 0) for n in range(1, 13)
+    ]
+    assert "JobSet rule 1 retryPolicyPeerDisruptions" in sim.steps[0].result
     assert sim.ending.message.endswith("3 more restarts can count before the JobSet fails")
+    # Without peer-disruptions, an ignored disruption stays in the run.
+    plain = example("jobset")
+    del plain["metadata"]["annotations"][P + "peer-disruptions"]
+    sim = jobset_sim(plain, ",".join(["disruption"] * 12))
+    assert {(s.run, s.counted, s.restarts) for s in sim.steps} == {(1, False, 0)}
 
 
 def test_jobset_simulate_restarts_that_ignore_max_restarts():
@@ -535,7 +555,7 @@ def test_jobset_examples_walk_the_first_run():
     leader = by_part(example("jobset"))["replicatedJob leader"]
     by_start = {e.split(":")[0]: e for e in leader.examples}
     assert by_start["exit code 1 (application error) in container trainer"].endswith(
-        "JobSet rule 2 retryPolicyFailNonRetriable (FailJobSet): the JobSet fails at once"
+        "JobSet rule 3 retryPolicyFailNonRetriable (FailJobSet): the JobSet fails at once"
     )
     assert (
         "the JobSet restarts (1 of 3 restarts used)"

@@ -175,6 +175,7 @@ def test_a_jobsets_own_rule_and_its_childrens_are_told_without_admission(monkeyp
     _no_admission(monkeypatch)
     overview, *children = tell(Tree(kind, jobset)).plan
     assert [r.origin for r in overview.rules] == [
+        "added by retry-policy for peer-disruptions (retryPolicyPeerDisruptions)",
         "your rule failOnDeadline",
         "added by retry-policy for fail-non-retriable (retryPolicyFailNonRetriable)",
     ]

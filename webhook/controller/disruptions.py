@@ -58,6 +58,7 @@ from typing import Any
 from webhook.cluster.conditions import (
     add_condition,
     condition,
+    label,
     label_value,
     pod_name,
     pod_uid,
@@ -69,7 +70,8 @@ from webhook.cluster.conditions import (
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record
-from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count
+from webhook.controller.jobsetpeers import JobSetPeers
+from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.records import Workloads
 from webhook.controller.writes import (
     CONFLICT,
@@ -93,6 +95,7 @@ from webhook.kube.wellknown import (
     MULTIKUEUE_ORIGIN,
 )
 from webhook.plan.causes import (
+    IGNORE_LABEL,
     MAX_DISRUPTIONS_LABEL,
     PEERS_LABEL,
     disruption,
@@ -224,6 +227,7 @@ class Disruptions:
             "counted": 0,
             "over": 0,
             "peers": 0,
+            "jobset_peers": 0,
             "writes": 0,
             "conflicts": 0,
             "lowered": 0,
@@ -236,6 +240,8 @@ class Disruptions:
         self.peers = Peers(
             self.core, self.workloads, events, self.metrics, self.conditions, clock, peer_mark_limit
         )
+        #: peer-disruptions on a JobSet: one Job condition instead of the marks.
+        self.jobset_peers = JobSetPeers(api_client, self.workloads, events, self.conditions, clock)
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -345,7 +351,32 @@ class Disruptions:
         if self._was_handled("peers", uid):
             return
         self._handle("peers", uid)
+        group = peer_group(pod)
+        if group is not None and group[0] == "jobset":
+            how = label(pod, PEERS_LABEL)
+            if how == "count" or not self._own_counted(pod):
+                cause = mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption"
+                result = self.jobset_peers.fail_job(pod, str(cause))
+                if result is not None:
+                    self.counters["jobset_peers"] += int(result == "written")
+                    return
         self.counters["peers"] += self.peers.mark(pod, pool)
+
+    def _own_counted(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the disrupted pod's own rules count its disruption (no
+        ignore-disruptions, or over max-disruptions: decided first, once). Under
+        ``peer-disruptions: ignore`` an uncounted restart of the set would then drop that
+        count: its own failure decides, and its peers are marked one by one."""
+        if label(pod, IGNORE_LABEL) != "true":
+            return True
+        if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
+            return True
+        if label(pod, MAX_DISRUPTIONS_LABEL) is None:
+            return False
+        self.count(pod)
+        regarding = workload_of(pod)
+        state = self._state(regarding) if regarding is not None else None
+        return state is not None and state.record.disrupted(pod_uid(pod)) == "over"
 
     def _was_handled(self, what: str, uid: str) -> bool:
         with self._lock:

@@ -6,7 +6,10 @@ Two buckets, so that bulk work never delays what is critical:
 
 - ``critical``: the requests about one pod (``/api/v1/namespaces/NS/pods/NAME`` and its
   ``/status``): the conditions that must land before the Job controller judges the pod,
-  the gate releases, the deadlines, and the reads a conflict needs;
+  the gate releases, the deadlines, and the reads a conflict needs; and a Job's
+  ``/status`` (``peer-disruptions`` on a JobSet: the one write that stands for a
+  disrupted pod's peers, ``webhook.controller.jobsetpeers``), with the read of the Job
+  it is computed from (any request sent inside ``critical()``);
 - ``bulk``: everything else: Events, the workloads' records (histories, audits), lists and
   watches.
 
@@ -19,23 +22,46 @@ requests waited is the histogram ``retry_webhook_controller_ratelimit_wait_secon
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 CRITICAL = "critical"
 BULK = "bulk"
 LIMITERS = (CRITICAL, BULK)
 #: The per-pod paths: a pod, or one of its subresources (status).
 _POD = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/?]+(/status)?(\?|$)")
+#: A Job's status.
+_JOB_STATUS = re.compile(r"^/apis/batch/v1/namespaces/[^/]+/jobs/[^/?]+/status(\?|$)")
+
+
+#: Whether this thread is inside ``critical()``.
+_urgent = threading.local()
+
+
+@contextlib.contextmanager
+def critical() -> Iterator[None]:
+    """Every request this thread sends meanwhile waits on the critical bucket: a read
+    that a critical write is computed from, whose path alone says bulk (a Job's, read
+    before its ``/status`` is patched)."""
+    before = getattr(_urgent, "on", False)
+    _urgent.on = True
+    try:
+        yield
+    finally:
+        _urgent.on = before
 
 
 def limiter_for(method: str, url: str) -> str:
     """Which bucket a request waits on, by what it is about (``url``: the path with or
-    without the server's address and query)."""
+    without the server's address and query), or because it is sent inside
+    ``critical()``."""
+    if getattr(_urgent, "on", False):
+        return CRITICAL
     path = re.sub(r"^https?://[^/]+", "", url)
-    return CRITICAL if _POD.match(path) else BULK
+    return CRITICAL if _POD.match(path) or _JOB_STATUS.match(path) else BULK
 
 
 class TokenBucket:

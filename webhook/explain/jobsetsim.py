@@ -31,6 +31,7 @@ from webhook.explain.words import (
     count_of,
     on_nodes,
 )
+from webhook.kube import jobsetpolicy as jsp
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import (
     FAIL_ACTION,
@@ -156,7 +157,16 @@ class JobSetSimulator:
             if replaced is not None:
                 result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             ending = None
-            if outcome.ending is None and self.in_place and self.rules is not None:
+            how = self._peer_restart(event, outcome)
+            if how is not None:
+                text, ending = self._job_failed(jsp.PEER_REASON, jsp.PEER_MESSAGE_PREFIX, counters)
+                counted = "counted" if outcome.counted else "not counted"
+                result = (
+                    f"{lead(outcome.verdict, counted)}; the controller fails the Job "
+                    f"(peer-disruptions {how}: {jsp.FAILURE_TARGET}, reason "
+                    f"{jsp.PEER_REASON}); {text}"
+                )
+            elif outcome.ending is None and self.in_place and self.rules is not None:
                 result, ending = self._in_place(outcome.verdict, counters)
             elif outcome.ending is not None:
                 reason = str(outcome.ending.reason)
@@ -192,6 +202,16 @@ class JobSetSimulator:
             in_place=self.job.summary(backoff),
             next=self._next(counters, len(events) - backoff.events + 1, steps, ending),
         )
+
+    def _peer_restart(self, event: Event, outcome: Any) -> str | None:
+        """``peer-disruptions`` (its rule first in the set's rules): the value, when the
+        controller fails a disrupted pod's Job that goes on (``webhook.controller.
+        jobsetpeers``: under ``ignore`` only when the pod's own disruption is not counted),
+        and the set restarts on that rule; else ``None``."""
+        if not event.disruption or outcome.ending is not None or self.in_place:
+            return None
+        how = jsp.peer_rule_of({"spec": {"failurePolicy": {"rules": self.rules or []}}})
+        return how if how == "count" or (how == "ignore" and not outcome.counted) else None
 
     def _next(
         self, counters: JobSetState, pod: int, steps: Sequence[Step], ending: Ending | None

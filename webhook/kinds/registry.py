@@ -3,7 +3,7 @@ view, its API defaulting, its resource name and the names users type.
 
 Adding a kind is one folder (``kinds/<kind>/``: ``mutate.py``, and ``SPEC`` in its
 ``__init__``) and one line here; the chart's kind list is held to this one by
-``tests/test_kinds.py``.
+``tests/kinds/test_registry.py``.
 """
 
 from __future__ import annotations

@@ -139,3 +139,55 @@ def execute(
     if counted and toward >= limit:
         return Decision(action, index, name, MAX_REACHED, unsure=unsure)
     return Decision(action, index, name, counted=counted, unsure=unsure)
+
+
+# --- peer-disruptions on a JobSet ---------------------------------------------------------
+# One write per disruption instead of one per peer: the controller adds ``FailureTarget``
+# to the disrupted pod's child Job; the Job controller's ``syncJob`` finishes a Job that has
+# ``FailureTarget=True`` as ``Failed`` with that condition's reason and message
+# (``newFailedConditionForFailureTarget``) and deletes its active pods; the rule below,
+# first in the JobSet's rules, applies to that Job (``ruleIsApplicable``: its reason, its
+# message) and restarts the set: the peers stop with the restart, none needs a mark.
+# JobSet's webhook accepts only the Job controller's reasons in ``onJobFailureReasons``
+# (``validOnJobFailureReasons``), hence ``PodFailurePolicy``; the message, which no Job
+# controller failure starts with, tells ours apart.
+PEER_RULE_NAME = "retryPolicyPeerDisruptions"
+PEER_REASON = "PodFailurePolicy"
+PEER_MESSAGE_PREFIX = "retry-policy.dev/PeerDisrupted: "
+PEER_PATTERN = r"^retry-policy\.dev/PeerDisrupted: "
+#: The Job condition the controller adds, and those that say a Job's end is decided
+#: already (it is not written then: the Job's own end decides).
+FAILURE_TARGET = "FailureTarget"
+DECIDED_CONDITIONS = ("FailureTarget", "Failed", "Complete", "SuccessCriteriaMet")
+
+
+def peer_action(how: str) -> str:
+    """The action of the peer rule for ``peer-disruptions: how``."""
+    return "RestartJobSetAndIgnoreMaxRestarts" if how == "ignore" else "RestartJobSet"
+
+
+def peer_rule(how: str) -> dict[str, Any]:
+    """The rule admission puts first in a JobSet's ``failurePolicy.rules``."""
+    return {
+        "name": PEER_RULE_NAME,
+        "action": peer_action(how),
+        "onJobFailureReasons": [PEER_REASON],
+        "onJobFailureMessagePatterns": [PEER_PATTERN],
+    }
+
+
+def peer_message(pod: str, cause: str, how: str) -> str:
+    """The message of the ``FailureTarget`` the controller adds (and of the Job's
+    ``Failed``, which the Job controller copies from it)."""
+    return f"{PEER_MESSAGE_PREFIX}pod {pod} was disrupted ({cause}); peer-disruptions {how}"
+
+
+def peer_rule_of(jobset: Mapping[str, Any]) -> str | None:
+    """The ``peer-disruptions`` value whose rule is first in the JobSet's rules (``None``:
+    no such rule there, as in a JobSet admitted before the rule was written)."""
+    rules = items(mapping(mapping(jobset.get("spec")).get("failurePolicy")).get("rules"))
+    first = mapping(rules[0]) if rules else {}
+    for how in ("ignore", "count"):
+        if first == peer_rule(how):
+            return how
+    return None

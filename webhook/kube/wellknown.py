@@ -2,7 +2,7 @@
 read or write: Kubernetes, JobSet, Kueue, Kubeflow Trainer, KubeRay and the Kubeflow
 training operator. Each is spelled here once, as upstream spells it, beside the upstream
 constant that defines it; every other module imports it from here
-(``tests/test_wellknown.py`` fails on a second spelling). Our own names
+(``tests/kube/test_wellknown.py`` fails on a second spelling). Our own names
 (``retry-policy.dev/*``) are in ``webhook.policy.model``.
 """
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from webhook.cluster.attempts import job_failed_count
 from webhook.kube.jobcontroller import parse_failjob_message
+from webhook.kube.jobsetpolicy import PEER_MESSAGE_PREFIX
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_JOB_INDEX, REPLICATED_JOB, RESTART_ATTEMPT
 from webhook.plan.policies import has_policy_annotations
@@ -208,6 +209,12 @@ def _job_decision(
                 )
                 break
     if decision is None or decision.reason != "PodFailurePolicy":
+        return decision
+    if decision.message.startswith(PEER_MESSAGE_PREFIX):
+        # Failed by the controller for its disrupted pod (webhook.controller.jobsetpeers):
+        # the JobSet's rule retryPolicyPeerDisruptions restarts the set.
+        decision.origin = "failed by retry-policy's controller for peer-disruptions"
+        decision.annotation = PREFIX + "peer-disruptions"
         return decision
     found = parse_failjob_message(decision.message)
     if found is None:

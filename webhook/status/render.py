@@ -244,6 +244,9 @@ def _decision(d: Decision) -> list[str]:
         if d.annotation:
             who += f" (annotation {d.annotation})"
         lines += _fill(f"by podFailurePolicy rule {d.rule + 1} ({d.action}): {who}", "  ")
+    elif d.origin:
+        who = d.origin + (f" (annotation {d.annotation})" if d.annotation else "")
+        lines += _fill(who, "  ")
     return lines
 
 

@@ -58,6 +58,7 @@ from webhook.kinds import audit
 from webhook.kinds.base import JobSpecs
 from webhook.kinds.jobset.rules import (
     MAX_RESTARTS,
+    add_peer_rule,
     add_rule,
     check_oom_restarts,
     check_rules,
@@ -225,6 +226,9 @@ class JobSetMutator(WorkloadMutator):
         if not out.problems and (failing or categories):
             name = "fail-non-retriable" if failing else "fail-categories"
             add_rule(jobset, policy, replicated, out, targets, name)
+        peers = next((c.peer_disruptions for c in children if c and c.peer_disruptions), None)
+        if not out.problems and peers is not None and not in_place:
+            add_peer_rule(jobset, policy, peers, replicated, out)
         if failing:
             advice = PEERS_CODE_ONLY if in_place else PEERS_ADVICE
             note_peers(failing[0], _pods(jobset, indexes), out, advice)

@@ -17,7 +17,7 @@ from webhook.kinds.workload import (
     keep_spec_limit,
 )
 from webhook.kube import failurepolicy as fp
-from webhook.kube import intent, jobcontroller
+from webhook.kube import intent, jobcontroller, jobsetpolicy
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
 from webhook.kube.jobcontroller import BUDGET_MESSAGES, DEADLINE_MESSAGE
 from webhook.kube.jobsetpolicy import (
@@ -30,7 +30,7 @@ from webhook.kube.objects import items, mapping
 from webhook.plan import inplace
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
-from webhook.policy.model import Policy
+from webhook.policy.model import PREFIX, Policy
 from webhook.problems import Problem
 
 MAX_RESTARTS = LimitField(("spec", "failurePolicy", "maxRestarts"), None, 0)
@@ -398,6 +398,52 @@ def add_rule(
         f"retry-policy: added failurePolicy rule {RULE_NAME} (FailJobSet on "
         f"{POD_FAILURE_POLICY}{on})",
         policy.setting(name),
+    )
+    out.problems.extend(validate_rules(failure_policy["rules"], replicated))
+
+
+def add_peer_rule(
+    jobset: dict[str, Any], policy: Policy, how: str, replicated: list[Any], out: Outcome
+) -> None:
+    """``peer-disruptions``: our rule first in the set's rules, on the ``FailureTarget``
+    the controller adds to a disrupted pod's child Job (``jobsetpolicy.peer_rule``): the
+    set restarts as a whole, uncounted for ``ignore``, counted for ``count``. First, since
+    JobSet takes the first rule that applies to any failed Job
+    (``findFirstFailedPolicyRuleAndJob``): peers failed meanwhile by their exit codes (a
+    FailJob: reason PodFailurePolicy) would otherwise meet our FailJobSet rule."""
+    failure_policy = jobset["spec"].setdefault("failurePolicy", {})
+    rules = failure_policy.get("rules")
+    rules = rules if isinstance(rules, list) else []
+    ours = jobsetpolicy.peer_rule(how)
+    if rules and rules[0] == ours:
+        out.wrote(ours, "peer-disruptions", added=False)
+        return
+    for index, rule in enumerate(rules):
+        if isinstance(rule, dict) and rule.get("name") == jobsetpolicy.PEER_RULE_NAME:
+            pruned = {k: v for k, v in ours.items() if k != "onJobFailureMessagePatterns"}
+            why = (
+                "the JobSet API dropped its onJobFailureMessagePatterns: this cluster's "
+                "JobSet is older than v0.10, which added the field, and without it the "
+                "rule would restart the set on every PodFailurePolicy failure. "
+                "peer-disruptions on a JobSet needs JobSet v0.10 or later: upgrade "
+                f"JobSet, or remove peer-disruptions (the annotation {PREFIX}"
+                "peer-disruptions, or its default in the webhook's config)"
+                if rule == pruned
+                else "it is the name of the rule this webhook adds for peer-disruptions; "
+                "rename your rule"
+            )
+            out.problems.append(
+                Problem(f"spec.failurePolicy.rules[{index}].name", why, "contradiction")
+            )
+            return
+    out.wrote(ours, "peer-disruptions")
+    failure_policy["rules"] = [ours, *rules]
+    counted = "not counted against maxRestarts" if how == "ignore" else "counted"
+    out.changed(
+        f"retry-policy: added failurePolicy rule {jobsetpolicy.PEER_RULE_NAME} first "
+        f"({ours['action']} when the controller fails a disrupted pod's Job with "
+        f"{jobsetpolicy.PEER_MESSAGE_PREFIX.strip()} ...: the set restarts, {counted})",
+        policy.setting("peer-disruptions"),
     )
     out.problems.extend(validate_rules(failure_policy["rules"], replicated))
 
