@@ -22,15 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.kube import intent
+from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan.causes import CauseBudgets
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.inplace import InPlaceEnds
 from webhook.policy.model import Delays, Policy
-
-#: What the API server fills in for a Job's unset ``backoffLimit`` (``SetDefaults_Job``).
-API_DEFAULT_BACKOFF_LIMIT = 6
-
 
 # --- the retry budget --------------------------------------------------------------------
 
@@ -62,8 +59,8 @@ def job_limit_field(
     spec, so in a template (``defaulted=False``) any value present was written)."""
     if spec.get("backoffLimitPerIndex") is not None:
         return LimitField((*path, "backoffLimitPerIndex"), None, None)
-    api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
-    return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
+    api_default = DEFAULT_BACKOFF_LIMIT if defaulted else None
+    return LimitField((*path, "backoffLimit"), api_default, DEFAULT_BACKOFF_LIMIT)
 
 
 def first_non_spot(limit: int, n: int) -> int:
