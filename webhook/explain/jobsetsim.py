@@ -14,7 +14,7 @@ places them by."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.explain import inplace
@@ -73,11 +73,11 @@ class JobSetState:
     ``status.restartsCountTowardsMax``, and the simulated Job's own restarts that count
     (KEP-262 tracks those per Job for the RestartJob actions)."""
 
+    #: The simulated Job's own counters; a restart recreates the Job and starts them again.
+    job: JobState
     restarts: int = 0
     toward: int = 0
     job_toward: int = 0
-    #: The simulated Job's own counters; a restart recreates the Job and starts them again.
-    job: JobState = field(default_factory=JobState)
 
 
 class JobSetSimulator:
@@ -122,7 +122,7 @@ class JobSetSimulator:
         return out
 
     def run(self, events: Sequence[Event]) -> Simulation:
-        counters = JobSetState()
+        counters = JobSetState(self.job.new_state())
         backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
@@ -259,7 +259,7 @@ class JobSetSimulator:
         nodes = on_nodes(self.job.placement(counters.restarts))
         again = "" if whole else " again"
         # A new Job; the set's failure history (its lineage) goes on.
-        counters.job = JobState(
+        counters.job = self.job.new_state(
             ooms=counters.job.ooms,
             failed_nodes=counters.job.failed_nodes,
             disruptions=counters.job.disruptions,

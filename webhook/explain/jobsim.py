@@ -34,6 +34,14 @@ from webhook.explain.words import (
 )
 from webhook.kube import failurepolicy, jobcontroller
 from webhook.kube.failurepolicy import Match, PodFailure
+from webhook.kube.jobcontroller import (
+    BACKOFF_LIMIT_EXCEEDED,
+    FAIL_INDEX,
+    POD_FAILURE_POLICY,
+    FailureCounter,
+    exceeds_max_failed_indexes,
+    past_backoff_limit_on_failure,
+)
 from webhook.kube.objects import items
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan import causes
@@ -55,10 +63,10 @@ def _facts_delay(delays: Delays | None, failures: int) -> int:
 class JobState:
     """The Job controller's counters for one Job; a JobSet restart starts a fresh one."""
 
-    #: Counted failures (``status.failed`` without the pods an Ignore rule matched).
-    counted: int = 0
-    #: The same, for the one simulated index (Jobs with ``backoffLimitPerIndex``).
-    index_counted: int = 0
+    #: Counted failures (``status.failed`` without the pods an Ignore rule matched), in all
+    #: and of the one simulated index (Jobs with ``backoffLimitPerIndex``): the Job
+    #: controller's own count (``webhook.kube.jobcontroller``).
+    counter: FailureCounter
     #: restartPolicy OnFailure: container restarts of the running pod.
     restarts: int = 0
     #: restartPolicy OnFailure: the pod running now (a disrupted pod is replaced).
@@ -73,6 +81,14 @@ class JobState:
     disruptions: int = 0
     #: Free failures counted against max-free-failures (likewise).
     free: int = 0
+
+    @property
+    def counted(self) -> int:
+        return self.counter.failed
+
+    @property
+    def index_counted(self) -> int:
+        return self.counter.counted()
 
 
 @dataclass(frozen=True)
@@ -187,6 +203,10 @@ class JobSimulator:
         self.max_in_place_restarts = max_in_place_restarts
         #: The free failures (``free-categories``) that are free (``webhook.plan.verdicts``).
         self.max_free_failures = max_free_failures
+
+    def new_state(self, **kept: Any) -> JobState:
+        """A Job's counters from none counted (``kept``: what a JobSet's run keeps)."""
+        return JobState(FailureCounter(self.backoff_limit, self.per_index), **kept)
 
     def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
         """What the next pod is admitted with, after the failures in ``state``;
@@ -412,9 +432,7 @@ class JobSimulator:
         memory = self.oom(state, event)
         if not event.disruption or event.category in NODE_CATEGORIES:
             state.failed_nodes += 1
-        if counts:
-            state.counted += 1
-            state.index_counted += 1
+        ends = state.counter.step(match.action if match else None, counts)
         used = state.index_counted if self.per_index is not None else state.counted
         verdict = (
             f"rule {match.index + 1} ({self.action(match)})"
@@ -424,7 +442,7 @@ class JobSimulator:
         if budget:
             verdict = f"{budget}, {verdict}" if verdict else budget
         ending, message, result = None, "", ""
-        if match is not None and match.action == "FailJob":
+        if ends.job == POD_FAILURE_POLICY and match is not None:
             result = f"the {self.owner} fails at once"
             message = failjob_message(match)
             ending = Ending(
@@ -432,7 +450,7 @@ class JobSimulator:
                 self.fail_reason,
                 f"{self.unit} {number} matched {self.action(match)} rule {match.index + 1}",
             )
-        elif state.counted > self.backoff_limit:
+        elif ends.job == BACKOFF_LIMIT_EXCEEDED:
             result = f"counted, more than backoffLimit {self.backoff_limit}"
             message = "Job has reached the specified backoff limit"
             noun = "failed attempt" if self.unit == "attempt" else "counted failure"
@@ -441,10 +459,8 @@ class JobSimulator:
                 self.limit_reason,
                 f"{count_of(state.counted, noun)}, more than backoffLimit {self.backoff_limit}",
             )
-        elif self.per_index is not None and (
-            (match is not None and match.action == "FailIndex") or state.index_counted > self.limit
-        ):
-            why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
+        elif ends.index is not None:
+            why = "FailIndex" if ends.index == FAIL_INDEX else "per-index limit"
             result = f"the index fails ({why})"
             ending = self._index_failed(number, why)
             message = (
@@ -475,19 +491,19 @@ class JobSimulator:
             state.pod += 1
             result = "the pod fails; not counted, its restarts are forgotten; next: a new pod"
         elif event.disruption:
-            state.counted += 1
+            ends = state.counter.step(None, True)
             state.restarts = 0
             state.pod += 1
             failed = count_of(state.counted, "failed pod")
             result = f"the pod fails; counted ({failed}); next: a new pod"
-            if state.counted > limit:
+            if ends.job == BACKOFF_LIMIT_EXCEEDED:
                 ending = Ending(
                     "Failed", self.limit_reason, f"{failed}, more than backoffLimit {limit}"
                 )
         else:
             state.restarts += 1
             result = f"the container restarts in place ({count_of(state.restarts, 'restart')})"
-            if state.restarts >= max(limit, 1):
+            if past_backoff_limit_on_failure(state.restarts, limit):
                 ending = Ending(
                     "Failed",
                     self.limit_reason,
@@ -497,7 +513,7 @@ class JobSimulator:
         return PodOutcome(None, True, state.pod, state.restarts, "", result, ending, message)
 
     def run(self, events: Sequence[Event]) -> Simulation:
-        state = JobState()
+        state = self.new_state()
         backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
@@ -576,7 +592,7 @@ class JobSimulator:
         return Ending("Running", None, f"attempt {used + 1} {runs}, {self._where(used)}; {allowed}")
 
     def _index_failed(self, pod: int, why: str) -> Ending:
-        if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:
+        if exceeds_max_failed_indexes(1, self.max_failed_indexes):
             return Ending(
                 "Failed",
                 "MaxFailedIndexesExceeded",
