@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
 from webhook.explain.jobsim import JobSimulator, JobState, lead, walk
 from webhook.explain.model import (
@@ -129,32 +128,23 @@ class JobSetSimulator:
             run = (counters.toward if self.in_place else counters.restarts) + 1
             placed = self.job.placement(counters.restarts)
             pod = number - backoff.events
-            done = self.job.restart_in_place(backoff, event)
             facts = self.job.pod_facts(counters.job, counters.restarts)
-            replaced, said = self.job.replacement(backoff, event) if done else (None, "")
-            if done and replaced is None:
-                job = counters.job
-                used = job.index_counted if self.job.per_index is not None else job.counted
+            where = f"in run {run}, {on_nodes(placed)}"
+            taken = self.job.take(counters.job, backoff, event, pod, where)
+            outcome, result = taken.outcome, taken.result
+            if outcome is None:
                 made = self.job.in_place_step(
                     pod,
-                    used,
+                    counters.job.used,
                     placed,
                     event,
-                    done,
+                    taken.done,
                     counted=counters.toward,
                     run=run,
                     restarts=counters.restarts,
                     facts=facts,
                 )
                 return made, None
-            where = f"in run {run}, {on_nodes(placed)}"
-            outcome = self.job.fail(counters.job, replaced or event, pod, where)
-            if replaced is not None:
-                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
-            backoff.new_pod()
-            result = lead(outcome.verdict, outcome.result)
-            if replaced is not None:
-                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             ending = None
             if outcome.ending is None and self.in_place and self.rules is not None:
                 result, ending = self._in_place(outcome.verdict, counters)
@@ -177,9 +167,9 @@ class JobSetSimulator:
                 result=result,
                 run=run,
                 restarts=counters.restarts,
-                in_place=tuple(done) if replaced is not None else (),
+                in_place=taken.done if taken.replaced else (),
                 facts=facts,
-                replaced=replaced is not None,
+                replaced=taken.replaced,
             )
             return made, ending
 
@@ -200,8 +190,7 @@ class JobSetSimulator:
         facts = self.job.pod_facts(counters.job, counters.restarts)
         if ending is not None or (steps and steps[-1].in_place) or facts is None:
             return None
-        job = counters.job
-        used = job.index_counted if self.job.per_index is not None else job.counted
+        used = counters.job.used
         run = (counters.toward if self.in_place else counters.restarts) + 1
         return NextPod(pod, used + 1, facts, run)
 

@@ -90,6 +90,25 @@ class JobState:
     def index_counted(self) -> int:
         return self.counter.counted()
 
+    @property
+    def used(self) -> int:
+        """The counted failures the limit is told against: the simulated index's with
+        ``backoffLimitPerIndex``, else the Job's."""
+        return self.index_counted if self.counter.per_index is not None else self.counted
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What one event does to a pod: its containers restarted in place (``done``), and
+    unless the pod survives them (``outcome`` ``None``), its failure through the Job's
+    counting; ``replaced`` when the controller replaces the pod after those restarts
+    (max-in-place-restarts); ``result``: the words of the failure."""
+
+    done: tuple[InPlaceRestart, ...]
+    outcome: PodOutcome | None = None
+    replaced: bool = False
+    result: str = ""
+
 
 @dataclass(frozen=True)
 class PodOutcome:
@@ -424,7 +443,7 @@ class JobSimulator:
         does not decide it (a JobSet's pods are placed by run)."""
         if self.on_failure:
             return self._fail_on_failure(state, event)
-        attempt = state.index_counted if self.per_index is not None else state.counted
+        attempt = state.used
         extra, budget = self.disruption_budget(state, event)
         free, told = self.free_budget(state, event)
         extra, budget = (*extra, *free), ", ".join(filter(None, (budget, told)))
@@ -433,7 +452,7 @@ class JobSimulator:
         if not event.disruption or event.category in NODE_CATEGORIES:
             state.failed_nodes += 1
         ends = state.counter.step(match.action if match else None, counts)
-        used = state.index_counted if self.per_index is not None else state.counted
+        used = state.used
         verdict = (
             f"rule {match.index + 1} ({self.action(match)})"
             if match
@@ -512,26 +531,38 @@ class JobSimulator:
         message = "Job has reached the specified backoff limit" if ending else ""
         return PodOutcome(None, True, state.pod, state.restarts, "", result, ending, message)
 
+    def take(
+        self, state: JobState, backoff: Backoff, event: Event, pod: int, where: str | None = None
+    ) -> Taken:
+        """One event of pod ``pod``: the restarts in place it is first; then, unless the pod
+        survives them, its failure (``fail``; after restarts, when the controller replaces
+        the pod, the replaced pod's), and a new pod follows."""
+        done = self.restart_in_place(backoff, event)
+        replaced, said = self.replacement(backoff, event) if done else (None, "")
+        if done and replaced is None:
+            return Taken(tuple(done))
+        outcome = self.fail(state, replaced or event, pod, where)
+        if replaced is not None:
+            backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
+        backoff.new_pod()
+        result = lead(outcome.verdict, outcome.result)
+        if replaced is not None:
+            result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
+        return Taken(tuple(done), outcome, replaced is not None, result)
+
     def run(self, events: Sequence[Event]) -> Simulation:
         state = self.new_state()
         backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            before = state.index_counted if self.per_index is not None else state.counted
+            before = state.used
             pod = state.pod if self.on_failure else number - backoff.events
-            done = self.restart_in_place(backoff, event)
             facts = self.pod_facts(state, before)
-            replaced, said = self.replacement(backoff, event) if done else (None, "")
-            if done and replaced is None:
-                made = self.in_place_step(pod, before, self.placement(before), event, done)
+            taken = self.take(state, backoff, event, pod)
+            outcome = taken.outcome
+            if outcome is None:
+                made = self.in_place_step(pod, before, self.placement(before), event, taken.done)
                 return dataclasses.replace(made, facts=facts), None
-            outcome = self.fail(state, replaced or event, pod)
-            if replaced is not None:
-                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
-            backoff.new_pod()
-            result = lead(outcome.verdict, outcome.result)
-            if replaced is not None:
-                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             made = Step(
                 pod=pod,
                 attempt=number if self.on_failure else outcome.attempt,
@@ -542,16 +573,16 @@ class JobSimulator:
                 action=outcome.match.action if outcome.match else None,
                 counted=outcome.counted,
                 counted_failures=outcome.used,
-                result=result,
-                in_place=tuple(done) if replaced is not None else (),
+                result=taken.result,
+                in_place=taken.done if taken.replaced else (),
                 facts=facts,
-                replaced=replaced is not None,
+                replaced=taken.replaced,
             )
             return made, outcome.ending
 
         steps, ending, unused = walk(events, step)
         going_on = bool(steps and steps[-1].in_place)
-        used = state.index_counted if self.per_index is not None else state.counted
+        used = state.used
         facts = self.pod_facts(state, used)
         following = None
         if ending is None and not going_on and facts is not None:
@@ -580,7 +611,7 @@ class JobSimulator:
             return Ending(
                 "Running", None, f"the pod keeps running ({count_of(state.restarts, 'restart')})"
             )
-        used = state.index_counted if self.per_index is not None else state.counted
+        used = state.used
         left = self.limit - used
         if self.limit >= INT32_MAX:
             allowed = "there is no limit"
