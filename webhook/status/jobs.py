@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster.attempts import job_failed_count
-from webhook.kube.jobcontroller import parse_failjob_message
+from webhook.kube.jobcontroller import exceeds_backoff_limit, parse_failjob_message
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_JOB_INDEX, REPLICATED_JOB, RESTART_ATTEMPT
 from webhook.plan.policies import has_policy_annotations
@@ -101,7 +101,7 @@ def _budget_spent(spec: Mapping[str, Any], counted: int) -> str | None:
     template = mapping(mapping(spec.get("template")).get("spec"))
     if not isinstance(limit, int) or spec.get("backoffLimitPerIndex") is not None:
         return None
-    if template.get("restartPolicy") == "OnFailure" or counted <= limit:
+    if template.get("restartPolicy") == "OnFailure" or not exceeds_backoff_limit(counted, limit):
         return None
     return (
         f"backoffLimit {limit} is used up ({counted} counted failures): the Job "
