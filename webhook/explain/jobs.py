@@ -23,7 +23,7 @@ from webhook.explain.model import (
     memory_table,
 )
 from webhook.explain.words import (
-    build_plan,
+    attempt_table,
     count_of,
     rule_lines,
     setting_lines,
@@ -154,7 +154,7 @@ def explain_job_spec(
             if view.per_index is not None
             else "the Job fails (BackoffLimitExceeded)"
         )
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             f"{view.path}.{view.scope}",
             view.budget,
             view.placement_limit,
@@ -303,7 +303,7 @@ def restarts_in_place(item: Explanation, view: PartPlan, simulator: JobSimulator
     item.notes.extend(view.dropped)
     if view.restarts is None:
         return
-    item.in_place = inplace.plan(view.restarts, simulator.judge_exit, view.bound)
+    item.in_place = inplace.table(view.restarts, simulator.judge_exit, view.bound)
     if view.pods.non_spot_attempts:
         counted = (
             ("attempts", "counts pods", "Job")
@@ -456,7 +456,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
         + (f" ({attempt}, from {source})." if attempt is not None else f" ({source}).")
     )
     if limit is not None and n > 0:
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             f"annotation {PREFIX}backoff-limit", limit, limit, n, "no retry left"
         )
         if attempt is not None:
@@ -493,7 +493,7 @@ def _pod_in_place(item: Explanation, subject: Subject) -> None:
         owner="Pod",
     )
     simulator = PodSimulator(planner.container_names(pod_spec), restarts, bound)
-    item.in_place = inplace.plan(restarts, simulator.judge_exit, bound)
+    item.in_place = inplace.table(restarts, simulator.judge_exit, bound)
     item.simulator = simulator
 
 

@@ -31,7 +31,7 @@ from webhook.explain.model import (
     explainer,
 )
 from webhook.explain.words import (
-    build_plan,
+    attempt_table,
     count_of,
     join_words,
     setting_lines,
@@ -304,7 +304,7 @@ def _replicated_job(
     item.examples = simulator.examples()
     restarts_in_place(item, view, simulator.job)
     if failure_policy is None:
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             "no failurePolicy: maxRestarts",
             0,
             view.pods.backoff_limit,
@@ -314,7 +314,7 @@ def _replicated_job(
             delays=view.delays,
         )
     else:
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             "spec.failurePolicy.maxRestarts",
             max_restarts,
             view.pods.backoff_limit,

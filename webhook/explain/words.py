@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from webhook.explain.model import MAX_PLAN_ROWS, Plan, PlanGap, PlanRow, RuleLine, SettingLine
+from webhook.explain.model import (
+    MAX_ATTEMPT_ROWS,
+    AttemptGap,
+    AttemptRow,
+    AttemptTable,
+    RuleLine,
+    SettingLine,
+)
 from webhook.kube import failurepolicy
 from webhook.kube.objects import items
 from webhook.plan import inplace
@@ -236,7 +243,7 @@ def _retries(n: int) -> str:
     return f"{n} retr{'y' if n == 1 else 'ies'} left"
 
 
-def build_plan(
+def attempt_table(
     limit_field: str,
     limit: int,
     placement_limit: int | None,
@@ -244,8 +251,8 @@ def build_plan(
     final: str,
     unit: str = "attempt",
     delays: Delays | None = None,
-) -> Plan:
-    """One row per attempt ``a`` = 0..limit (counted failures before it); long plans keep
+) -> AttemptTable:
+    """One row per attempt ``a`` = 0..limit (counted failures before it); long tables keep
     their first and last rows and the rows around the non-spot boundary. With ``unit``
     "run" a row is one run of a JobSet and ``a`` the restarts before it. ``delays``: what
     each attempt waits after the failure before it (``retry-delay``)."""
@@ -253,16 +260,16 @@ def build_plan(
     if non_spot_attempts > 0 and placement_limit is not None:
         boundary = first_non_spot(placement_limit, non_spot_attempts)
         keep |= {a for a in (boundary - 1, boundary) if 0 <= a <= limit}
-    if limit + 1 <= MAX_PLAN_ROWS:
+    if limit + 1 <= MAX_ATTEMPT_ROWS:
         keep = set(range(limit + 1))
-    rows: list[PlanRow | PlanGap] = []
+    rows: list[AttemptRow | AttemptGap] = []
     previous = -1
     for a in sorted(keep):
         if a > previous + 1:
-            rows.append(PlanGap(previous + 2, a))
+            rows.append(AttemptGap(previous + 2, a))
         left = limit - a
         rows.append(
-            PlanRow(
+            AttemptRow(
                 attempt=a + 1,
                 failures_before=a,
                 nodes=nodes_text(non_spot(a, placement_limit, non_spot_attempts)),
@@ -272,7 +279,7 @@ def build_plan(
             )
         )
         previous = a
-    return Plan(limit_field, limit, non_spot_attempts, rows, unit, delays is not None)
+    return AttemptTable(limit_field, limit, non_spot_attempts, rows, unit, delays is not None)
 
 
 def _again(unit: str, left: int) -> str:
