@@ -23,9 +23,9 @@ from webhook.status.causes import (
     in_place_budgets,
     next_disruption,
 )
+from webhook.status.explained import applied_record, ours
 from webhook.status.model import Attempt, Budget, Decision, JobStory
 from webhook.status.nextattempt import LiveAttempts, next_attempt
-from webhook.status.plan import applied_record, ours
 from webhook.status.reader import Tree
 from webhook.status.workloads import ENDING, as_int, final_condition, job_state, retries_left
 
