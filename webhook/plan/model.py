@@ -2,13 +2,9 @@
 
 - ``BudgetPlan``: where a JobSpec keeps its retry budget, how its pods count attempts
   against it, and the one non-spot boundary rule (``non_spot``);
-- ``RulePlan``: a rule with the annotation that wrote it (``None``: the user's);
 - ``PartPlan``: one JobSpec part of a workload (a Job's spec, a CronJob's job template, a
   JobSet's replicated Job): its policy, budget, rules, memory, restarts in place and what
-  ends them, delays and per-cause budgets;
-- ``SetPlan``: what a parent that restarts its children as a whole decides (a JobSet's
-  ``maxRestarts`` and failure policy rules);
-- ``WorkloadPlan``: a workload's parts and its set-level plan.
+  ends them, delays and per-cause budgets.
 
 Admission records each JobSpec part it writes (``outcome.PlannedPart``: where, with which
 policy); the planner (``kinds.planner.part_plan``) makes its ``PartPlan`` from that over
@@ -151,18 +147,6 @@ class BudgetPlan:
         return f"(maxRestarts {self.limit} + 1) x ({name} {self.per_step - 1} + 1)"
 
 
-# --- rules -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RulePlan:
-    """One rule of a workload: a podFailurePolicy rule, or a JobSet failure policy rule,
-    with the annotation that wrote it (``origin``, by short name; ``None``: the user's)."""
-
-    rule: Mapping[str, Any]
-    origin: str | None = None
-
-
 # --- one JobSpec part --------------------------------------------------------------------
 
 
@@ -234,27 +218,3 @@ class PartPlan:
     @property
     def budget(self) -> int:
         return self.per_index if self.per_index is not None else self.limit
-
-
-# --- a set of parts, and the workload ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SetPlan:
-    """What a parent that restarts its children as a whole decides: a JobSet's
-    ``maxRestarts`` (``None``: no failure policy, the first failed Job fails the set), its
-    failure policy rules, and whether it restarts in place (``InPlaceRestart``)."""
-
-    max_restarts: int | None
-    rules: tuple[RulePlan, ...] = ()
-    in_place: bool = False
-
-
-@dataclass(frozen=True)
-class WorkloadPlan:
-    """A workload's plan: one ``PartPlan`` per JobSpec part, and the set-level plan where a
-    parent restarts its children (``None`` elsewhere)."""
-
-    kind: str
-    parts: tuple[PartPlan, ...] = ()
-    set: SetPlan | None = None
