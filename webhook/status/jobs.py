@@ -226,6 +226,3 @@ def _job_decision(
     )
     decision.annotation = PREFIX + key if key else None
     return decision
-
-
-# --- budgets per cause -------------------------------------------------------------------
