@@ -1,4 +1,6 @@
-"""The retry plan as typed values: what a workload's retries will be, decided once.
+"""The retry plan as typed values: what a workload's retries will be, as the planner makes
+it (not stored whole: admission records where it wrote and with which policy, and the
+planner works the rest out again from the object).
 
 - ``BudgetPlan``: where a JobSpec keeps its retry budget, how its pods count attempts
   against it, and the one non-spot boundary rule (``non_spot``);
