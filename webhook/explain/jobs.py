@@ -67,7 +67,7 @@ def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
 
 
 def part_rule_lines(plan: PartPlan) -> list[RuleLine]:
-    return rule_lines(plan.rules, plan.user_rules, plan.policy, plan.scope, plan.origins)
+    return rule_lines(plan.rules, plan.user_rules, plan.policy, plan.limit_name, plan.origins)
 
 
 def no_match(plan: PartPlan) -> str:
@@ -77,8 +77,8 @@ def no_match(plan: PartPlan) -> str:
             "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
         )
     if plan.rules:
-        return f"anything else (no rule matches): retried, counts against {plan.scope}"
-    return f"there are no podFailurePolicy rules: every failure counts against {plan.scope}"
+        return f"anything else (no rule matches): retried, counts against {plan.limit_name}"
+    return f"there are no podFailurePolicy rules: every failure counts against {plan.limit_name}"
 
 
 def job_simulator(plan: PartPlan) -> JobSimulator:
@@ -155,7 +155,7 @@ def explain_job_spec(
             else "the Job fails (BackoffLimitExceeded)"
         )
         item.attempts = attempt_table(
-            f"{plan.path}.{plan.scope}",
+            f"{plan.path}.{plan.limit_name}",
             plan.budget,
             plan.placement_limit,
             plan.pods.non_spot_attempts,
@@ -211,11 +211,11 @@ def budget_notes(plan: PartPlan, unit: str = "") -> list[str]:
             f"max-disruptions {n}: "
             + free.get(n, f"the first {n} disruptions of {scope} are free")
             + f"; from disruption {n + 1} on, the controller marks each disrupted pod "
-            f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} and it counts against {plan.scope}"
+            f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} and it counts against {plan.limit_name}"
         )
     peers = plan.causes.peer_disruptions
     if peers is not None:
-        does = "are ignored" if peers == "ignore" else f"count against {plan.scope}"
+        does = "are ignored" if peers == "ignore" else f"count against {plan.limit_name}"
         notes.append(
             f"peer-disruptions {peers}: when a pod is disrupted, the controller "
             f"marks its running peers {failurepolicy.PEER_DISRUPTED}; their failures {does}, "
@@ -250,9 +250,9 @@ def category_notes(plan: PartPlan, scope: str) -> list[str]:
         cap = (
             f"max-free-failures {n}: {count_of(n, 'free failure')} of {scope} free, each one "
             f"after them marked {failurepolicy.FREE_BUDGET_EXHAUSTED} by the controller, and "
-            f"counted against {plan.scope}"
+            f"counted against {plan.limit_name}"
             if n is not None
-            else f"uncapped: they never count against {plan.scope}"
+            else f"uncapped: they never count against {plan.limit_name}"
         )
         notes.append(f"failure categories {', '.join(free)}: free (free-categories); {cap}")
     if fails or free:

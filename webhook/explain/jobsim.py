@@ -260,7 +260,7 @@ class JobSimulator:
         return self.containers[0]
 
     @property
-    def scope(self) -> str:
+    def limit_name(self) -> str:
         if self.limit_field:
             return self.limit_field
         return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
@@ -273,7 +273,9 @@ class JobSimulator:
     def counts(self) -> str:
         """How a counted failure is told: against its limit, or with none to count against
         (a PyTorchJob without runPolicy.backoffLimit)."""
-        return "counts (no limit)" if self.limit >= INT32_MAX else f"counts against {self.scope}"
+        if self.limit >= INT32_MAX:
+            return "counts (no limit)"
+        return f"counts against {self.limit_name}"
 
     def action(self, match: Match) -> str:
         return self.action_names.get(match.action, match.action)
@@ -341,7 +343,7 @@ class JobSimulator:
         if match.action in ("Ignore", "Count"):
             counts = "not counted" if match.action == "Ignore" else self.counts
             return match.action, f"a new pod, {counts} ({rule})"
-        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        then = describe_then(match.action, self.limit_name).replace("the Job", f"the {self.owner}")
         return match.action, f"{then} ({rule})"
 
     def restart_in_place(self, backoff: Backoff, event: Event) -> tuple[InPlaceRestart, ...]:
@@ -386,7 +388,7 @@ class JobSimulator:
         if match is None:
             rule = "no rule matches; " if self.rules else ""
             return f"{rule}retried, {self.counts}"
-        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        then = describe_then(match.action, self.limit_name).replace("the Job", f"the {self.owner}")
         return f"rule {match.index + 1} matches; {then} ({self.action(match)})"
 
     def example_events(self) -> list[Event]:

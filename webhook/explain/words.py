@@ -163,12 +163,12 @@ OUR_CONDITION_KEYS = {
 }
 
 
-def describe_then(action: str, scope: str = "backoffLimit") -> str:
+def describe_then(action: str, limit_name: str = "backoffLimit") -> str:
     return {
         "FailJob": "the Job fails at once",
         "FailIndex": "its index fails at once and is not retried",
         "Ignore": "retried, does not count",
-        "Count": f"retried, counts against {scope}",
+        "Count": f"retried, counts against {limit_name}",
     }.get(action, f"skipped: Kubernetes does not know the action {action!r}")
 
 
@@ -176,7 +176,7 @@ def rule_lines(
     rules: Sequence[Any],
     user_rules: Sequence[Any],
     policy: Policy,
-    scope: str,
+    limit_name: str,
     origins: Mapping[str, str] | None = None,
 ) -> list[RuleLine]:
     """Every rule of the final spec, with who wrote it: the user, or this webhook for the
@@ -197,7 +197,7 @@ def rule_lines(
                 number=number,
                 action=action,
                 when=describe_when(rule),
-                then=describe_then(action, scope),
+                then=describe_then(action, limit_name),
                 origin=origin,
                 counts=(action != "Ignore") if known else None,
             )

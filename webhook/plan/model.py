@@ -214,7 +214,8 @@ class PartPlan:
         return non_spot(failures, self.placement_limit, self.pods.non_spot_attempts)
 
     @property
-    def scope(self) -> str:
+    def limit_name(self) -> str:
+        """The field a counted failure counts against."""
         return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
 
     @property
