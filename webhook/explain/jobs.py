@@ -230,7 +230,7 @@ def category_notes(plan: PartPlan, scope: str) -> list[str]:
     notes = []
     named: dict[str, list[str]] = {}
     for rule in plan.rules:
-        if not failurepolicy.is_ours(rule):
+        if not failurepolicy.on_our_conditions(rule):
             continue
         for pattern in rule.get("onPodConditions") or []:
             name = cats.category_of(str(pattern.get("type") or ""))

@@ -214,7 +214,7 @@ def _origin_by_shape(rule: Mapping[str, Any], user_rules: Sequence[Any], policy:
         return "your rule"
     if key == failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule()):
         return "added by retry-policy for ignore-disruptions"
-    if failurepolicy.is_ours(rule):
+    if failurepolicy.on_our_conditions(rule):
         kind = rule["onPodConditions"][0]["type"]
         return f"added by retry-policy for {OUR_CONDITION_KEYS.get(kind, 'a budget')}"
     if key == failurepolicy.rule_key(failurepolicy.count_disruptions_rule()) or any(

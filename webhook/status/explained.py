@@ -51,7 +51,7 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
         return Config()
 
 
-def ours(rule: Any, record: AppliedRecord) -> str | None:
+def origin_of(rule: Any, record: AppliedRecord) -> str | None:
     """The annotation for which this webhook wrote ``rule`` (a podFailurePolicy rule, or a
     JobSet failure policy rule), as the applied record says; ``None``: not ours. A record
     that keeps the rules' origins says so itself; an older one (version 1) by the shape of
@@ -131,7 +131,7 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
     for spec in job_specs(out):
         policy = mapping(spec.get("podFailurePolicy"))
         rules = items(policy.get("rules"))
-        kept = [r for r in rules if ours(r, record) is None]
+        kept = [r for r in rules if origin_of(r, record) is None]
         if rules and not kept:
             spec.pop("podFailurePolicy", None)
         elif rules:
@@ -140,7 +140,7 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
         policy = mapping(mapping(out.get("spec")).get("failurePolicy"))
         rules = items(policy.get("rules"))
         if rules:
-            policy["rules"] = [r for r in rules if ours(r, record) is None]
+            policy["rules"] = [r for r in rules if origin_of(r, record) is None]
     return out
 
 
@@ -227,7 +227,7 @@ def our_rules(obj: Mapping[str, Any], record: AppliedRecord) -> list[tuple[Any, 
         policies.append(mapping(mapping(obj.get("spec")).get("failurePolicy")))
     for policy in policies:
         for rule in items(policy.get("rules")):
-            name = ours(rule, record)
+            name = origin_of(rule, record)
             if name is not None:
                 found.append((rule, name))
     return found

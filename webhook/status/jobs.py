@@ -23,7 +23,7 @@ from webhook.status.causes import (
     in_place_budgets,
     next_disruption,
 )
-from webhook.status.explained import applied_record, ours
+from webhook.status.explained import applied_record, origin_of
 from webhook.status.model import Attempt, Budget, Decision, JobStory
 from webhook.status.nextattempt import LiveAttempts, next_attempt
 from webhook.status.reader import Tree
@@ -220,7 +220,7 @@ def _job_decision(
     decision.pod_condition = found.condition
     rule = rules[decision.rule] if decision.rule < len(rules) else None
     own = record if record.settings else applied_record(job)
-    key = ours(rule, own)
+    key = origin_of(rule, own)
     decision.origin = (
         f"added by retry-policy for {key}" if key else ("your rule" if rule else "unknown rule")
     )

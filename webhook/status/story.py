@@ -27,7 +27,7 @@ from webhook.status.explained import (
     applied_record,
     as_stored,
     explained_of,
-    ours,
+    origin_of,
     recorded_config,
     without_ours,
 )
@@ -178,7 +178,7 @@ __all__ = [
     "delay_of",
     "events_of",
     "job_state",
-    "ours",
+    "origin_of",
     "recorded_config",
     "tell",
     "without_ours",

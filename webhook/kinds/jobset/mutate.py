@@ -274,7 +274,7 @@ class JobSetMutator(WorkloadMutator):
         new value, and never a denial."""
         if APPLIED not in mapping(mapping(old.get("metadata")).get("annotations")):
             return []
-        if _ours(jobset) != _ours(old) or _frozen(jobset) == _frozen(old):
+        if _our_annotations(jobset) != _our_annotations(old) or _frozen(jobset) == _frozen(old):
             return []  # a changed policy applies to new objects only; or nothing was reset
         candidate = deep_copy(jobset)
         outcome = self.mutate(candidate, ctx)
@@ -330,7 +330,7 @@ def _made_without_count(jobset: Mapping[str, Any]) -> bool:
     return "failNonRetriable" in record and "countDisruptions" not in record
 
 
-def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _our_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
     annotations = mapping(mapping(obj.get("metadata")).get("annotations"))
     return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)}
 
