@@ -33,6 +33,7 @@ from webhook.explain.words import (
     on_nodes,
 )
 from webhook.kube import failurepolicy, jobcontroller
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.failurepolicy import Match, PodFailure
 from webhook.kube.jobcontroller import (
     BACKOFF_LIMIT_EXCEEDED,
@@ -51,7 +52,6 @@ from webhook.plan.model import (
     non_spot,
 )
 from webhook.policy.categories import condition_type
-from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import Delays
 
 

@@ -57,11 +57,11 @@ from webhook.kinds.pytorchjob import mutate as pytorchjob
 from webhook.kinds.rayjob import mutate as rayjob
 from webhook.kinds.trainjob import mutate as trainjob
 from webhook.kinds.workload import get_path
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
-from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import Policy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------

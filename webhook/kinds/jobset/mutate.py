@@ -84,6 +84,7 @@ from webhook.kinds.workload import (
     write_limit,
 )
 from webhook.kube import intent, jobsetplacement
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.owned import deep_copy
 from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
@@ -91,7 +92,6 @@ from webhook.plan.model import job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations
 from webhook.plan.record import AppliedRecord
-from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import APPLIED, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
