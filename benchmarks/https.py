@@ -402,10 +402,6 @@ def fixed_rate_report(outputs: list[str], seconds: int, rate: int) -> dict:
     }
 
 
-def _median(values: list[float]) -> float:
-    return round(statistics.median(values), 3)
-
-
 def solo_rounds(
     servers: dict[str, Served], body: Path, seconds: int, connections: int, rounds: int
 ) -> dict[str, dict]:

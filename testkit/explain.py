@@ -10,7 +10,7 @@ import re
 
 from testkit.tools import ROOT
 from webhook import cli, explain
-from webhook.explain.model import PlanRow
+from webhook.explain.model import AttemptRow
 from webhook.policy.config import Config
 
 
@@ -55,7 +55,7 @@ def setting(item, name):
 
 
 def rows(plan):
-    return [r for r in plan.rows if isinstance(r, PlanRow)]
+    return [r for r in plan.rows if isinstance(r, AttemptRow)]
 
 
 def plan_lines(text):

@@ -116,13 +116,13 @@ def validate(obj, runtimes=None, config=None, operation="CREATE", old=None):
     )
 
 
-def ours(obj: dict[str, Any]) -> dict[str, Any]:
+def our_patch(obj: dict[str, Any]) -> dict[str, Any]:
     (entry,) = [p for p in obj["spec"]["runtimePatches"] if p["manager"] == MANAGER]
     return entry
 
 
 def carried(obj: dict[str, Any]) -> dict[str, str]:
-    return ours(obj)["trainingRuntimeSpec"]["template"]["metadata"]["annotations"]
+    return our_patch(obj)["trainingRuntimeSpec"]["template"]["metadata"]["annotations"]
 
 
 #: The runtimes each Trainer release installs (tests/data/runtimes/README.md).

@@ -28,7 +28,7 @@ from testkit.tools import ROOT
 from webhook import cli, explain
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.explain.model import PlanGap
+from webhook.explain.model import AttemptGap
 from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"
@@ -63,7 +63,7 @@ def test_provenance_your_spec_beats_a_cluster_default():
     assert (backoff.value, backoff.source) == ("2", "your spec")
     assert backoff.text == "your own spec.backoffLimit"
     assert setting(item, "ignore-disruptions").source == "cluster default"
-    assert item.plan.limit == 2
+    assert item.attempts.limit == 2
 
 
 def test_provenance_namespace_and_cluster_defaults():
@@ -219,7 +219,7 @@ def test_plan_rows_and_boundaries(backoff, n):
     if n:
         annotations[P + "non-spot-attempts"] = str(n)
     item = one(manifest(annotations))
-    plan = rows(item.plan)
+    plan = rows(item.attempts)
     assert [r.failures_before for r in plan] == list(range(backoff + 1))
     assert [r.attempt for r in plan] == list(range(1, backoff + 2))
     assert [r.nodes == "non-spot only" for r in plan] == [
@@ -239,7 +239,7 @@ def test_plan_agrees_with_the_pod_webhook(backoff, n):
     reviewed = engine.review(prepared, Config())
     template = reviewed.result["spec"]["template"]
     item = one(obj)
-    for row in rows(item.plan):
+    for row in rows(item.attempts):
         pod_obj = pod(
             dict(template["metadata"]["annotations"]) | {P + "attempt": str(row.failures_before)},
             spec=copy.deepcopy(template["spec"]),
@@ -252,29 +252,29 @@ def test_plan_agrees_with_the_pod_webhook(backoff, n):
 
 def test_a_long_plan_keeps_its_ends_and_the_non_spot_boundary():
     item = one(manifest({P + "backoff-limit": "100", P + "non-spot-attempts": "2"}))
-    shown = [r.failures_before for r in rows(item.plan)]
+    shown = [r.failures_before for r in rows(item.attempts)]
     assert shown == [0, 1, 2, 98, 99, 100]
-    gaps = [r for r in item.plan.rows if isinstance(r, PlanGap)]
+    gaps = [r for r in item.attempts.rows if isinstance(r, AttemptGap)]
     assert [(g.first, g.last) for g in gaps] == [(4, 98)]
-    assert [r.nodes for r in rows(item.plan)] == ["any node"] * 4 + ["non-spot only"] * 2
+    assert [r.nodes for r in rows(item.attempts)] == ["any node"] * 4 + ["non-spot only"] * 2
     text = explain.render_text([item])
     assert "(attempts 4 to 98: like the one above)" in text
 
 
 def test_a_boundary_in_the_middle_of_a_long_plan_is_shown():
     item = one(manifest({P + "backoff-limit": "50", P + "non-spot-attempts": "20"}))
-    shown = [r.failures_before for r in rows(item.plan)]
+    shown = [r.failures_before for r in rows(item.attempts)]
     assert 30 in shown and 31 in shown  # 31 = 50 + 1 - 20, the first non-spot attempt
-    by_attempt = {r.failures_before: r.nodes for r in rows(item.plan)}
+    by_attempt = {r.failures_before: r.nodes for r in rows(item.attempts)}
     assert (by_attempt[30], by_attempt[31]) == ("any node", "non-spot only")
 
 
 def test_per_index_plan_uses_backoff_limit_per_index():
     spec = {"completions": 4, "completionMode": "Indexed", "backoffLimitPerIndex": 2}
     item = one(manifest({P + "ignore-disruptions": "true"}, spec=spec))
-    assert item.plan.limit_field == "spec.backoffLimitPerIndex"
-    assert [r.failures_before for r in rows(item.plan)] == [0, 1, 2]
-    assert rows(item.plan)[-1].if_fails == "the index fails"
+    assert item.attempts.limit_field == "spec.backoffLimitPerIndex"
+    assert [r.failures_before for r in rows(item.attempts)] == [0, 1, 2]
+    assert rows(item.attempts)[-1].if_fails == "the index fails"
     assert "backoffLimitPerIndex is 2" in item.budget
 
 
@@ -283,7 +283,7 @@ def test_per_index_plan_uses_the_index_budget():
     # job-index-failure-count), so the plan is the per-index budget of 3 + 1 attempts.
     spec = {"completions": 4, "completionMode": "Indexed", "backoffLimitPerIndex": 3}
     item = one(manifest({P + "non-spot-attempts": "1"}, spec=spec))
-    assert [r.nodes == "any node" for r in rows(item.plan)] == [True, True, True, False]
+    assert [r.nodes == "any node" for r in rows(item.attempts)] == [True, True, True, False]
     assert not any("no attempt runs on non-spot nodes" in note for note in item.notes)
 
 
@@ -726,7 +726,7 @@ def test_explain_job_spec_finds_a_nested_job_spec():
     ):
         item = explain_job_spec(subject, path, part="replicatedJob w")
         assert item.part == "replicatedJob w"
-        assert item.plan.limit_field == ".".join(path) + ".backoffLimit"
-        assert [r.failures_before for r in rows(item.plan)] == list(range(7))
+        assert item.attempts.limit_field == ".".join(path) + ".backoffLimit"
+        assert [r.failures_before for r in rows(item.attempts)] == list(range(7))
     missing = explain_job_spec(subject, ("spec", "replicatedJobs", "5", "template", "spec"))
-    assert missing.plan is None and "is missing" in missing.notes[0]
+    assert missing.attempts is None and "is missing" in missing.notes[0]

@@ -24,7 +24,7 @@ from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.explain.jobset import describe_job_failure
 from webhook.explain.jobsetsim import jobset_rule_matches
-from webhook.explain.model import PlanGap
+from webhook.explain.model import AttemptGap
 from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"
@@ -97,8 +97,8 @@ def test_cronjob_explains_each_job_it_creates():
     (item,) = items(cronjob(FULL))
     assert (item.kind, item.part, item.owner) == ("CronJob", "each Job it creates", "Job")
     assert setting(item, "backoff-limit").text == "your annotation"
-    assert item.plan.limit_field == "spec.jobTemplate.spec.backoffLimit"
-    assert [r.failures_before for r in rows(item.plan)] == [0, 1, 2, 3]
+    assert item.attempts.limit_field == "spec.jobTemplate.spec.backoffLimit"
+    assert [r.failures_before for r in rows(item.attempts)] == [0, 1, 2, 3]
     assert [r.origin for r in item.rules] == [
         "added by retry-policy for ignore-disruptions",
         "added by retry-policy for fail-non-retriable",
@@ -125,7 +125,7 @@ def test_cronjob_provenance_of_the_template_budget():
     config = parse_config("defaults: {backoff-limit: 2}")
     (default,) = items(cronjob(), config)
     assert setting(default, "backoff-limit").text == "cluster default"
-    assert default.plan.limit == 2
+    assert default.attempts.limit == 2
 
 
 @pytest.mark.parametrize(("backoff", "n"), [(3, 1), (2, 3), (0, 1)])
@@ -133,9 +133,9 @@ def test_cronjob_plan_agrees_with_the_pod_webhook(backoff, n):
     obj = cronjob({P + "backoff-limit": str(backoff), P + "non-spot-attempts": str(n)})
     template = reviewed(obj).result["spec"]["jobTemplate"]["spec"]["template"]
     (item,) = items(obj)
-    placements = [r.nodes == "non-spot only" for r in rows(item.plan)]
+    placements = [r.nodes == "non-spot only" for r in rows(item.attempts)]
     assert placements == [a >= backoff + 1 - n for a in range(backoff + 1)]
-    for row in rows(item.plan):
+    for row in rows(item.attempts):
         attempt = {P + "attempt": str(row.failures_before)}
         assert placed_by_pod_webhook(template, annotations=attempt) is (row.nodes != "any node")
 
@@ -187,7 +187,7 @@ def test_jobset_overview_and_one_explanation_per_replicated_job():
     parts = by_part(example("jobset"))
     assert list(parts) == ["", "replicatedJob leader", "replicatedJob workers"]
     overview = parts[""]
-    assert overview.plan is None and overview.simulator is None
+    assert overview.attempts is None and overview.simulator is None
     assert setting(overview, "backoff-limit").text == "your annotation"
     assert overview.budget.startswith(
         "maxRestarts is 3 (from your annotation retry-policy.dev/backoff-limit): when one of "
@@ -336,9 +336,9 @@ def test_jobset_run_plan_agrees_with_the_pod_webhook(backoff, n, child):
     per_run = (child or 0) + 1
     runs_non_spot = -(-n // per_run)  # the last runs that hold the last n attempts
     for index, item in enumerate(items(obj)[1:]):
-        assert item.plan.unit == "run"
-        assert item.plan.limit_field == "spec.failurePolicy.maxRestarts"
-        plan = rows(item.plan)
+        assert item.attempts.unit == "run"
+        assert item.attempts.limit_field == "spec.failurePolicy.maxRestarts"
+        plan = rows(item.attempts)
         assert [r.failures_before for r in plan] == list(range(backoff + 1))
         assert [r.nodes == "non-spot only" for r in plan] == [
             a >= backoff + 1 - runs_non_spot for a in range(backoff + 1)
@@ -612,7 +612,7 @@ def test_rayjob_provenance_and_budget():
     (spec,) = items(rayjob(backoffLimit=1))
     assert setting(spec, "backoff-limit").text == "your own spec.backoffLimit"
     (default,) = items(rayjob(), parse_config("defaults: {backoff-limit: 4}"))
-    assert (setting(default, "backoff-limit").value, default.plan.limit) == ("4", 4)
+    assert (setting(default, "backoff-limit").value, default.attempts.limit) == ("4", 4)
     assert setting(default, "backoff-limit").text == "cluster default"
 
 
@@ -620,8 +620,8 @@ def test_rayjob_has_no_rules_and_a_plan_of_attempts():
     (item,) = items(rayjob({P + "backoff-limit": "2"}))
     assert item.rules == []
     assert item.no_match.startswith("a RayJob has no failure rules")
-    assert [r.failures_before for r in rows(item.plan)] == [0, 1, 2]
-    assert [r.if_fails for r in rows(item.plan)] == [
+    assert [r.failures_before for r in rows(item.attempts)] == [0, 1, 2]
+    assert [r.if_fails for r in rows(item.attempts)] == [
         "retried, 2 retries left",
         "retried, 1 retry left",
         "the RayJob fails (AppFailed)",
@@ -632,11 +632,11 @@ def test_rayjob_has_no_rules_and_a_plan_of_attempts():
 def test_rayjob_plan_rows_at_the_boundaries(backoff):
     obj = rayjob({P + "backoff-limit": str(backoff)})
     (item,) = items(obj)
-    plan = rows(item.plan)
+    plan = rows(item.attempts)
     assert (plan[0].attempt, plan[-1].attempt) == (1, backoff + 1)
     assert plan[-1].if_fails == "the RayJob fails (AppFailed)"
     assert [r.retries_left for r in plan[:-1]] == [backoff - r.failures_before for r in plan[:-1]]
-    gaps = [(g.first, g.last) for g in item.plan.rows if isinstance(g, PlanGap)]
+    gaps = [(g.first, g.last) for g in item.attempts.rows if isinstance(g, AttemptGap)]
     assert gaps == ([(4, backoff - 2)] if backoff + 1 > 12 else [])
     # No placement for a RayJob: its pods carry nothing the pod webhook could place them by.
     final = reviewed(obj).result["spec"]["rayClusterSpec"]
@@ -650,7 +650,7 @@ def test_rayjob_on_an_existing_cluster_is_never_retried():
     del obj["spec"]["rayClusterSpec"]
     (item,) = items(obj, events="1")
     assert "which KubeRay cannot recreate" in item.budget
-    assert [r.failures_before for r in rows(item.plan)] == [0]
+    assert [r.failures_before for r in rows(item.attempts)] == [0]
     assert item.simulation.ending.reason == "AppFailed"
 
 
@@ -715,7 +715,7 @@ def test_pytorchjob_provenance_and_rules():
     )
     assert item.no_match.startswith("anything else (exit codes 128-255, or a pod that failed")
     assert "retries failed pods without limit" in item.budget
-    assert item.plan is None
+    assert item.attempts is None
     (yours,) = items(pytorchjob(restart_policy="ExitCode", runPolicy={"backoffLimit": 1}))
     assert yours.rules[0].origin == "your restartPolicy"
     assert setting(yours, "backoff-limit").text == "your own spec.runPolicy.backoffLimit"
@@ -724,7 +724,7 @@ def test_pytorchjob_provenance_and_rules():
         "-",
         "PyTorchJob default",
     )
-    assert plain.rules == [] and plain.plan is None
+    assert plain.rules == [] and plain.attempts is None
     assert "(the training operator's default)" in plain.budget
     assert "retries failed pods without limit" in plain.budget
 

@@ -1,7 +1,8 @@
-"""One list of kinds (``webhook.kinds.registry.KINDS``): a kind is one folder and one line
-there, and what else names the kinds is held to it: the mutators, the views, API
-defaulting, the resources of a printed review, ``status``'s references, ``explain``, and
-the chart's kind switches and webhook rules."""
+"""One list of kinds (``webhook.kinds.registry.KINDS``): a kind's code is its folder, its
+line there and its explainer (with, outside the code, the chart, tests, an example and the
+docs: docs/DEVELOPMENT.md, "A new kind"), and what else names the kinds is held to it: the
+mutators, the views, API defaulting, the resources of a printed review, ``status``'s
+references, ``explain``, and the chart's kind switches and webhook rules."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The rules a JobSpec gets are remembered by what they depend on
-(``webhook.kinds.ruleplan``): a remembered plan must give what working it out anew gives,
+(``webhook.kinds.ruleplan``): remembered rules must give what working them out anew gives,
 whichever policy warmed the memory. A setting our rules read but the key leaves out would
 hand one Job another's rules."""
 
@@ -38,13 +38,13 @@ def _admitted(annotations: dict) -> tuple:
 
 
 def _fresh(annotations: dict) -> tuple:
-    ruleplan._PLANS.clear()
+    ruleplan._REMEMBERED.clear()
     return _admitted(annotations)
 
 
 @pytest.mark.parametrize("first, second", list(itertools.permutations(range(len(POLICIES)), 2)))
-def test_a_remembered_plan_gives_what_a_fresh_one_gives(first, second):
+def test_remembered_rules_give_what_fresh_ones_give(first, second):
     expected = _fresh(POLICIES[second])
-    _fresh(POLICIES[first])  # warms the memory with another policy's plan
-    assert ruleplan._PLANS
+    _fresh(POLICIES[first])  # warms the memory with another policy's rules
+    assert ruleplan._REMEMBERED
     assert _admitted(POLICIES[second]) == expected

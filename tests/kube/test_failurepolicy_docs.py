@@ -367,7 +367,7 @@ def test_failindex_example_index_zero_is_retried_once():
     assert [s.counted for s in steps] == [True, True]
     assert item.simulation.ending.state == "IndexFailed"
     assert item.simulation.ending.reason == "FailedIndexes"
-    assert [row.failures_before for row in item.plan.rows] == [0, 1]
+    assert [row.failures_before for row in item.attempts.rows] == [0, 1]
 
 
 def test_failindex_example_index_one_fails_without_retry():

@@ -488,7 +488,7 @@ def test_explain_shows_each_attempts_delay_as_the_pod_webhook_gives_it():
     }
     prepared, _ = cli.prepare(job(policy, default=False), None)
     (item,) = explain.explain(prepared, NO_CONFIG, None, explain.parse_events("1,1,1"))
-    assert [row.waits for row in item.plan.rows] == ["-", "30s", "1m", "1m30s", "1m30s"]
+    assert [row.waits for row in item.attempts.rows] == ["-", "30s", "1m", "1m30s", "1m30s"]
     rows = explain.to_json([item])["items"][0]["plan"]["rows"]
     assert [row["waits"] for row in rows] == ["-", "30s", "1m", "1m30s", "1m30s"]
     text = explain.render_text([item])
@@ -513,7 +513,7 @@ def test_explain_without_delays_keeps_its_plan_as_it_was():
 
     prepared, _ = cli.prepare(job({P + "backoff-limit": "2"}, default=False), None)
     (item,) = explain.explain(prepared, NO_CONFIG, None, None)
-    assert not item.plan.delays and "waits" not in explain.render_text([item])
+    assert not item.attempts.delays and "waits" not in explain.render_text([item])
     assert "waits" not in explain.to_json([item])["items"][0]["plan"]["rows"][0]
 
 

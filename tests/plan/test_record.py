@@ -129,13 +129,13 @@ def test_status_tells_our_rules_by_the_origins_and_an_old_record_by_their_shape(
     _, out = mutate(job(POLICY))
     rules = out["spec"]["podFailurePolicy"]["rules"]
     current = story.applied_record(out)
-    assert [story.ours(rule, current) for rule in rules] == [
+    assert [story.origin_of(rule, current) for rule in rules] == [
         "ignore-disruptions",
         "fail-non-retriable",
     ]
     old = story.applied_record(v1_of(out))
     assert old.version == 1
-    assert [story.ours(rule, old) for rule in rules] == [
+    assert [story.origin_of(rule, old) for rule in rules] == [
         "ignore-disruptions",
         "fail-non-retriable",
     ]

@@ -447,7 +447,7 @@ def test_admin_defaults_of_the_budgets_are_told_as_cluster_defaults():
     assert verdict.allowed
     job["metadata"]["uid"] = "uid-plain"
     story = tell(tree(job))
-    (plan,) = story.plan
+    (plan,) = story.explained
     told = {s.name: (s.value, s.source) for s in plan.settings}
     assert told["max-disruptions"] == ("3", "cluster default")
     assert told["peer-disruptions"] == ("count", "cluster default")

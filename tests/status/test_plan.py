@@ -72,7 +72,7 @@ def test_a_versioned_record_is_told_without_admitting_anything(monkeypatch):
     oom["metadata"]["uid"] = str(uuid.uuid4())
     _no_admission(monkeypatch)
     story = tell(tree(job, [oom]), readmit=lambda *args: pytest.fail("readmitted"))
-    (plan,) = story.plan
+    (plan,) = story.explained
     settings, rules = _told(plan)
     assert settings["backoff-limit"] == ("3", "annotation")
     assert rules == [
@@ -96,7 +96,7 @@ def test_the_story_holds_when_the_config_given_now_would_change_the_object(monke
     now = parse_config(NOW)
     _no_admission(monkeypatch)
     story = tell(tree(job), now)
-    (plan,) = story.plan
+    (plan,) = story.explained
     settings, rules = _told(plan)
     # What was applied, as the record says, with the file saying which layer gave it.
     assert settings["backoff-limit"] == ("2", "cluster default")
@@ -123,7 +123,7 @@ def test_a_version_1_record_falls_back_to_admitting_the_object_again():
     # kept the rules' origins).
     assert any("would change it" in n for n in old.notes)
     # Judged with what it was admitted with, it finds the webhook's rule as before.
-    (plan,) = tell(tree(v1_of(job)), readmit=counted).plan
+    (plan,) = tell(tree(v1_of(job)), readmit=counted).explained
     assert _told(plan)[1] == [("Ignore", "added by retry-policy for ignore-disruptions")]
 
 
@@ -131,7 +131,7 @@ def test_without_readmit_a_version_1_record_is_told_by_the_rules_shape(monkeypat
     job = v1_of(_job(POLICY))
     assert AppliedRecord.of(job).version == 1
     _no_admission(monkeypatch)
-    (plan,) = tell(tree(job)).plan
+    (plan,) = tell(tree(job)).explained
     assert _told(plan)[1] == [
         ("Ignore", "added by retry-policy for ignore-disruptions"),
         ("FailJob", "added by retry-policy for fail-non-retriable"),
@@ -145,7 +145,7 @@ def test_the_rules_the_record_names_are_the_webhooks_and_no_others(monkeypatch):
     manifest["spec"]["podFailurePolicy"] = {"rules": [mine]}
     job = admit(manifest)
     _no_admission(monkeypatch)
-    (plan,) = tell(tree(job)).plan
+    (plan,) = tell(tree(job)).explained
     assert _told(plan)[1] == [
         ("FailJob", "your rule"),
         ("Ignore", "added by retry-policy for ignore-disruptions"),
@@ -159,12 +159,12 @@ def test_an_admins_file_says_which_layer_gave_each_recorded_setting(monkeypatch)
     )
     job = _job({}, config_text=None, config=config)
     _no_admission(monkeypatch)
-    (plan,) = tell(tree(job), config).plan
+    (plan,) = tell(tree(job), config).explained
     settings = _told(plan)[0]
     assert settings["backoff-limit"] == ("2", "cluster default")
     assert settings["ignore-disruptions"] == ("true", "namespace default")
     # Without the file, a user cannot tell the layers apart: both are the admins'.
-    (plan,) = tell(tree(job)).plan
+    (plan,) = tell(tree(job)).explained
     assert _told(plan)[0]["ignore-disruptions"] == ("true", "cluster default")
 
 
@@ -173,7 +173,7 @@ def test_a_jobsets_own_rule_and_its_childrens_are_told_without_admission(monkeyp
     jobset = admit(manifest)
     kind = next(k for k in KINDS if k.kind == "JobSet")
     _no_admission(monkeypatch)
-    overview, *children = tell(Tree(kind, jobset)).plan
+    overview, *children = tell(Tree(kind, jobset)).explained
     assert [r.origin for r in overview.rules] == [
         "added by retry-policy for peer-disruptions (retryPolicyPeerDisruptions)",
         "your rule failOnDeadline",

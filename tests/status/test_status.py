@@ -730,13 +730,13 @@ def test_settings_an_admin_default_gave_are_told_as_cluster_defaults():
     assert verdict.allowed and P + "applied" in job["metadata"]["annotations"]
     job["metadata"]["uid"] = "uid-plain"
     story = tell(tree(job))
-    (plan,) = story.plan
+    (plan,) = story.explained
     told = {s.name: (s.value, s.source) for s in plan.settings}
     assert told["ignore-disruptions"] == ("true", "cluster default")
     assert told["backoff-limit"] == ("2", "cluster default")
     assert [r.origin for r in plan.rules] == ["added by retry-policy for ignore-disruptions"]
     # An admin's real file judges it the same way.
-    (again,) = tell(tree(job), defaults).plan
+    (again,) = tell(tree(job), defaults).explained
     assert [r.origin for r in again.rules] == [r.origin for r in plan.rules]
 
 
@@ -756,7 +756,7 @@ def test_stored_rules_the_webhook_would_not_write_today_are_read_as_stored():
     # Job controller reads). Such a plan is found by admitting it again (``readmit``).
     del job["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"]["containerName"]
     story = tell(tree(job), readmit=readmit)
-    (plan,) = story.plan
+    (plan,) = story.explained
     assert any("would change it" in n for n in story.notes)
     assert [r.action for r in plan.rules] == ["Ignore", "FailJob"]
     assert plan.rules[1].when.endswith("in any container")

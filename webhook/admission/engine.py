@@ -418,7 +418,7 @@ def _evaluates(mutator: Any, request: Request) -> bool:
     if request.operation != "UPDATE" or not paths or request.object is None:
         return False
     old = request.old_object or {}
-    return _ours(request.object) != _ours(old) or any(
+    return _our_annotations(request.object) != _our_annotations(old) or any(
         _at(request.object, path) != _at(old, path) for path in paths
     )
 
@@ -455,7 +455,7 @@ def _validate_update(request: Request, obj: Mapping[str, Any], mutator: Any) -> 
         if isinstance(mutator, ChecksUpdates)
         else ([], [], set())
     )
-    new, old = _ours(obj), _ours(old_obj)
+    new, old = _our_annotations(obj), _our_annotations(old_obj)
     if new != old:
         scope = Scope.POD if request.kind.kind == "Pod" else Scope.WORKLOAD
         _, parsed = parse_annotations(new, scope)
@@ -471,7 +471,7 @@ def _validate_update(request: Request, obj: Mapping[str, Any], mutator: Any) -> 
     return Verdict(warnings=warnings)
 
 
-def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _our_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
     metadata = obj.get("metadata") or {}
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(annotations, dict):

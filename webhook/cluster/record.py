@@ -69,7 +69,7 @@ import datetime as dt
 import functools
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -487,18 +487,6 @@ def _with_record(source: str) -> str:
     if RECORD_SOURCE in source:
         return source
     return f"{source} and {RECORD_SOURCE}" if source else RECORD_SOURCE
-
-
-def records_of(items: Iterable[Mapping[str, Any]]) -> dict[str, Record]:
-    """UID -> record of the workloads among ``items`` that carry one."""
-    out = {}
-    for obj in items:
-        meta = obj.get("metadata")
-        uid = meta.get("uid") if isinstance(meta, dict) else None
-        record = Record.of(obj)
-        if isinstance(uid, str) and record is not None:
-            out[uid] = record
-    return out
 
 
 def _tries(raw: Any) -> tuple[tuple[Try, ...], int, bool]:

@@ -155,7 +155,7 @@ class FailedJobs:
         if not exits:
             return None
         record = self._record(job)
-        retriable = ours(record, action)
+        retriable = our_retriable_codes(record, action)
         if retriable is None:
             return None
         rule_codes = {
@@ -273,7 +273,7 @@ def applied(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(record.settings) if record is not None else None
 
 
-def ours(record: Mapping[str, Any] | None, action: str) -> list[int] | None:
+def our_retriable_codes(record: Mapping[str, Any] | None, action: str) -> list[int] | None:
     """The retriable exit codes, when ``record`` says the webhook wrote ``fail-non-retriable``
     rules with ``action`` (FailJob, or FailIndex for ``on-non-retriable: fail-index``)."""
     if record is None:

@@ -655,7 +655,8 @@ def _event(
         "counted": "counted against the retry budget",
     }[verdict]
     if verdict == "failed" and not any(
-        fp.is_ours(r) and r.get("action") in ("FailJob", "FailIndex") for r in (job or (0, ()))[1]
+        fp.on_our_conditions(r) and r.get("action") in ("FailJob", "FailIndex")
+        for r in (job or (0, ()))[1]
     ):
         said = "its rules fail the workload"
     note = f"a pod failed: {name} ({condition.get('reason')}): {condition.get('message')}; {said}"

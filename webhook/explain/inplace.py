@@ -20,9 +20,9 @@ from webhook.explain.model import (
     CodeGroup,
     ContainerCodes,
     Event,
-    InPlacePlan,
     InPlaceRestart,
     InPlaceSummary,
+    InPlaceTable,
 )
 from webhook.explain.words import count_of, join_words, ranges
 from webhook.kube.restartrules import (
@@ -127,10 +127,10 @@ def ends_short(bound: InPlaceEnds) -> str:
 Judge = Callable[[str, int], tuple[str, str]]
 
 
-def plan(restarts: PodRestarts, judge: Judge, bound: InPlaceEnds) -> InPlacePlan:
+def table(restarts: PodRestarts, judge: Judge, bound: InPlaceEnds) -> InPlaceTable:
     """Every regular container's exit codes 1-255 (and 0 when a rule restarts on it),
     grouped by what they do; then each native sidecar's that has rules of its own."""
-    return InPlacePlan(
+    return InPlaceTable(
         [
             ContainerCodes(c.name, _groups(c, judge), c.sidecar)
             for c in (*restarts.containers, *restarts.sidecar_rules)

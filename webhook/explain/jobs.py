@@ -23,7 +23,7 @@ from webhook.explain.model import (
     memory_table,
 )
 from webhook.explain.words import (
-    build_plan,
+    attempt_table,
     count_of,
     rule_lines,
     setting_lines,
@@ -67,43 +67,43 @@ def unmanaged_policy(subject: Subject, field: LimitField) -> Policy:
     return resolve_limit(subject.final, field, policy, Outcome())
 
 
-def part_rule_lines(view: PartPlan) -> list[RuleLine]:
-    return rule_lines(view.rules, view.user_rules, view.policy, view.scope, view.origins)
+def part_rule_lines(plan: PartPlan) -> list[RuleLine]:
+    return rule_lines(plan.rules, plan.user_rules, plan.policy, plan.limit_name, plan.origins)
 
 
-def no_match(view: PartPlan) -> str:
-    if view.on_failure:
+def no_match(plan: PartPlan) -> str:
+    if plan.on_failure:
         return (
             "with restartPolicy OnFailure, a failed container restarts inside the same pod "
             "and every restart counts (a podFailurePolicy needs restartPolicy Never)"
         )
-    if view.rules:
-        return f"anything else (no rule matches): retried, counts against {view.scope}"
-    return f"there are no podFailurePolicy rules: every failure counts against {view.scope}"
+    if plan.rules:
+        return f"anything else (no rule matches): retried, counts against {plan.limit_name}"
+    return f"there are no podFailurePolicy rules: every failure counts against {plan.limit_name}"
 
 
-def job_simulator(view: PartPlan) -> JobSimulator:
+def job_simulator(plan: PartPlan) -> JobSimulator:
     """The Job controller's counting of one JobSpec part's pods."""
     return JobSimulator(
-        rules=view.rules,
-        backoff_limit=view.limit,
-        per_index=view.per_index,
-        max_failed_indexes=view.max_failed,
-        placement_limit=view.placement_limit,
-        non_spot_attempts=view.pods.non_spot_attempts,
-        containers=view.containers,
-        on_failure=view.on_failure,
-        init=view.init,
-        sidecars=view.sidecars,
-        memory=view.memory,
-        restarts=view.restarts,
-        bound=view.bound,
-        template_memory=view.template_memory,
-        avoided_nodes=view.avoided_nodes,
-        delays=view.delays,
-        max_disruptions=view.causes.max_disruptions,
-        max_in_place_restarts=view.causes.max_in_place_restarts,
-        max_free_failures=view.causes.max_free_failures,
+        rules=plan.rules,
+        backoff_limit=plan.limit,
+        per_index=plan.per_index,
+        max_failed_indexes=plan.max_failed,
+        placement_limit=plan.placement_limit,
+        non_spot_attempts=plan.pods.non_spot_attempts,
+        containers=plan.containers,
+        on_failure=plan.on_failure,
+        init=plan.init,
+        sidecars=plan.sidecars,
+        memory=plan.memory,
+        restarts=plan.restarts,
+        bound=plan.bound,
+        template_memory=plan.template_memory,
+        avoided_nodes=plan.avoided_nodes,
+        delays=plan.delays,
+        max_disruptions=plan.causes.max_disruptions,
+        max_in_place_restarts=plan.causes.max_in_place_restarts,
+        max_free_failures=plan.causes.max_free_failures,
     )
 
 
@@ -135,21 +135,21 @@ def explain_job_spec(
 ) -> Explanation:
     """Explain the batch/v1 JobSpec at ``path`` of the reviewed object."""
     item = subject.header(part)
-    view = part_plan(subject, path, defaulted)
-    if view is None:
+    plan = part_plan(subject, path, defaulted)
+    if plan is None:
         item.notes.append(f"{'.'.join(path)} is missing: nothing to explain")
         return item
-    policy = view.policy
+    policy = plan.policy
     item.settings = setting_lines(policy, workload_keys(policy))
     origin = "from " + source_text("backoff-limit", policy.setting("backoff-limit"), long=True)
-    item.budget = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
-    item.rules = part_rule_lines(view)
-    item.no_match = no_match(view)
-    simulator = job_simulator(view)
+    item.budget = job_budget(plan.limit, origin, plan.per_index, plan.max_failed, plan.on_failure)
+    item.rules = part_rule_lines(plan)
+    item.no_match = no_match(plan)
+    simulator = job_simulator(plan)
     item.simulator = simulator
     item.examples = simulator.examples()
-    restarts_in_place(item, view, simulator)
-    if view.on_failure:
+    restarts_in_place(item, plan, simulator)
+    if plan.on_failure:
         item.notes.append(
             "non-spot placement applies to new pods only; a container restarting in "
             "place stays on its node"
@@ -157,33 +157,33 @@ def explain_job_spec(
     else:
         final = (
             "the index fails"
-            if view.per_index is not None
+            if plan.per_index is not None
             else "the Job fails (BackoffLimitExceeded)"
         )
-        item.plan = build_plan(
-            f"{view.path}.{view.scope}",
-            view.budget,
-            view.placement_limit,
-            view.pods.non_spot_attempts,
+        item.attempts = attempt_table(
+            f"{plan.path}.{plan.limit_name}",
+            plan.budget,
+            plan.placement_limit,
+            plan.pods.non_spot_attempts,
             final,
-            delays=view.delays,
+            delays=plan.delays,
         )
-    item.notes.extend(_job_notes(view))
-    item.notes.extend(budget_notes(view))
-    failure_aware(item, view, subject)
-    between_notes(item, view)
+    item.notes.extend(_job_notes(plan))
+    item.notes.extend(budget_notes(plan))
+    failure_aware(item, plan, subject)
+    between_notes(item, plan)
     return item
 
 
-def between_notes(item: Explanation, view: PartPlan) -> None:
+def between_notes(item: Explanation, plan: PartPlan) -> None:
     """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for."""
-    unit = "run of the JobSet" if not view.placed_by_job else "attempt"
-    if view.pods.attempt_env:
+    unit = "run of the JobSet" if not plan.placed_by_job else "attempt"
+    if plan.pods.attempt_env:
         per = (
             "its index's failures"
-            if view.per_index is not None
+            if plan.per_index is not None
             else "the JobSet's restarts"
-            if not view.placed_by_job
+            if not plan.placed_by_job
             else "the Job's counted failures, or in an Indexed Job its index's"
         )
         item.notes.append(
@@ -193,21 +193,21 @@ def between_notes(item: Explanation, view: PartPlan) -> None:
             "RETRY_POLICY_LAST_FAILURE (oom-killed:<container>, "
             "exit-code:<code>:<container>, disruption, or empty)"
         )
-    if view.delays is not None:
+    if plan.delays is not None:
         item.notes.append(
             f"retry-delay: each retry is held back (a scheduling gate) for the time in the "
             f"plan's waits column after the failure before it, at most "
-            f"{format_duration(view.delays.cap)}; a controller removes the gate, and while "
+            f"{format_duration(plan.delays.cap)}; a controller removes the gate, and while "
             "none leads retries are not held back"
         )
 
 
-def budget_notes(view: PartPlan, unit: str = "") -> list[str]:
+def budget_notes(plan: PartPlan, unit: str = "") -> list[str]:
     """What the budgets per cause do, and what only a controller can (they act through
     it: ``webhook.controller.disruptions``, ``webhook.controller.restarts``)."""
     notes = []
-    scope = unit or ("each index" if view.per_index is not None else "this Job")
-    n = view.causes.max_disruptions
+    scope = unit or ("each index" if plan.per_index is not None else "this Job")
+    n = plan.causes.max_disruptions
     if n is not None:
         free = {
             0: f"no disruption of {scope} is free",
@@ -217,26 +217,26 @@ def budget_notes(view: PartPlan, unit: str = "") -> list[str]:
             f"max-disruptions {n}: "
             + free.get(n, f"the first {n} disruptions of {scope} are free")
             + f"; from disruption {n + 1} on, the controller marks each disrupted pod "
-            f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} and it counts against {view.scope}"
+            f"{failurepolicy.DISRUPTION_BUDGET_EXHAUSTED} and it counts against {plan.limit_name}"
         )
-    peers = view.causes.peer_disruptions
+    peers = plan.causes.peer_disruptions
     if peers is not None:
-        does = "are ignored" if peers == "ignore" else f"count against {view.scope}"
+        does = "are ignored" if peers == "ignore" else f"count against {plan.limit_name}"
         notes.append(
             f"peer-disruptions {peers}: when a pod is disrupted, the controller "
             f"marks its running peers {failurepolicy.PEER_DISRUPTED}; their failures {does}, "
             "whatever their exit codes (simulate one with the event peer)"
         )
-    return notes + category_notes(view, scope)
+    return notes + category_notes(plan, scope)
 
 
-def category_notes(view: PartPlan, scope: str) -> list[str]:
+def category_notes(plan: PartPlan, scope: str) -> list[str]:
     """What each failure category does to the workload: the categories its rules name
     (free, or failing it), and the start deadline (``webhook.plan.verdicts``)."""
     notes = []
     named: dict[str, list[str]] = {}
-    for rule in view.rules:
-        if not failurepolicy.is_ours(rule):
+    for rule in plan.rules:
+        if not failurepolicy.on_our_conditions(rule):
             continue
         for pattern in rule.get("onPodConditions") or []:
             name = cats.category_of(str(pattern.get("type") or ""))
@@ -252,13 +252,13 @@ def category_notes(view: PartPlan, scope: str) -> list[str]:
         )
     free = named.get("Ignore", [])
     if free:
-        n = view.causes.max_free_failures
+        n = plan.causes.max_free_failures
         cap = (
             f"max-free-failures {n}: {count_of(n, 'free failure')} of {scope} free, each one "
             f"after them marked {failurepolicy.FREE_BUDGET_EXHAUSTED} by the controller, and "
-            f"counted against {view.scope}"
+            f"counted against {plan.limit_name}"
             if n is not None
-            else f"uncapped: they never count against {view.scope}"
+            else f"uncapped: they never count against {plan.limit_name}"
         )
         notes.append(f"failure categories {', '.join(free)}: free (free-categories); {cap}")
     if fails or free:
@@ -267,7 +267,7 @@ def category_notes(view: PartPlan, scope: str) -> list[str]:
             f"every other category ({', '.join(rest)}, and the cluster's own) is decided "
             "by the rules below it, as its exit code says"
         )
-    seconds = view.causes.start_deadline
+    seconds = plan.causes.start_deadline
     if seconds is not None:
         notes.append(
             f"start-deadline {format_duration(seconds)}: a pod whose containers have not all "
@@ -303,17 +303,17 @@ def in_place_keys(policy: Policy) -> tuple[str, ...]:
     return ()
 
 
-def restarts_in_place(item: Explanation, view: PartPlan, simulator: JobSimulator) -> None:
+def restarts_in_place(item: Explanation, plan: PartPlan, simulator: JobSimulator) -> None:
     """Each container's exit codes, when some restart in place, and what that means for
     placement: non-spot-attempts counts pods, and a restart in place makes none."""
-    item.notes.extend(view.dropped)
-    if view.restarts is None:
+    item.notes.extend(plan.dropped)
+    if plan.restarts is None:
         return
-    item.in_place = inplace.plan(view.restarts, simulator.judge_exit, view.bound)
-    if view.pods.non_spot_attempts:
+    item.in_place = inplace.table(plan.restarts, simulator.judge_exit, plan.bound)
+    if plan.pods.non_spot_attempts:
         counted = (
             ("attempts", "counts pods", "Job")
-            if view.placed_by_job
+            if plan.placed_by_job
             else ("runs", "counts runs of the set", "JobSet")
         )
         unit, counts, owner = counted
@@ -324,17 +324,17 @@ def restarts_in_place(item: Explanation, view: PartPlan, simulator: JobSimulator
         )
 
 
-def failure_aware(item: Explanation, view: PartPlan, subject: Subject) -> None:
+def failure_aware(item: Explanation, plan: PartPlan, subject: Subject) -> None:
     """The memory each attempt gets after OOM kills, and where failed nodes go."""
-    if view.memory is not None:
-        item.memory = memory_table(view.memory)
-        if not view.memory.containers:
+    if plan.memory is not None:
+        item.memory = memory_table(plan.memory)
+        if not plan.memory.containers:
             item.notes.append(
                 "oom-memory-factor: no container sets a memory request or limit, so none "
                 "can be raised"
             )
-    if view.pods.avoid_failed_nodes:
-        scope = "of its index" if view.per_index is not None else "of this Job"
+    if plan.pods.avoid_failed_nodes:
+        scope = "of its index" if plan.per_index is not None else "of this Job"
         most = subject.ctx.config.rails(subject.ctx.namespace).max_avoided_nodes
         item.notes.append(
             f"avoid-failed-nodes: each new attempt keeps off the nodes where the last "
@@ -378,10 +378,10 @@ def job_budget(
     )
 
 
-def _job_notes(view: PartPlan) -> list[str]:
+def _job_notes(plan: PartPlan) -> list[str]:
     notes = []
-    limit, per_index, pod_policy = view.limit, view.per_index, view.pods
-    parallelism, completions = view.parallelism, view.completions
+    limit, per_index, pod_policy = plan.limit, plan.per_index, plan.pods
+    parallelism, completions = plan.parallelism, plan.completions
     if per_index is None and (
         (isinstance(parallelism, int) and parallelism > 1)
         or (isinstance(completions, int) and completions > 1)
@@ -405,7 +405,7 @@ def _job_notes(view: PartPlan) -> list[str]:
             f"the pod template's backoff-limit annotation is {placement_limit}, but pods "
             f"place themselves by the Job's backoffLimit ({limit}), read when each is created"
         )
-    if n > 0 and per_index is None and view.placed_by_job and not view.on_failure:
+    if n > 0 and per_index is None and plan.placed_by_job and not plan.on_failure:
         notes.append(
             "spec.backoffLimit may be changed while the Job runs: pods created after the "
             "change place the last attempts by the new value"
@@ -462,7 +462,7 @@ def explain_pod(subject: Subject) -> list[Explanation]:
         + (f" ({attempt}, from {source})." if attempt is not None else f" ({source}).")
     )
     if limit is not None and n > 0:
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             f"annotation {PREFIX}backoff-limit", limit, limit, n, "no retry left"
         )
         if attempt is not None:
@@ -499,7 +499,7 @@ def _pod_in_place(item: Explanation, subject: Subject) -> None:
         owner="Pod",
     )
     simulator = PodSimulator(planner.container_names(pod_spec), restarts, bound)
-    item.in_place = inplace.plan(restarts, simulator.judge_exit, bound)
+    item.in_place = inplace.table(restarts, simulator.judge_exit, bound)
     item.simulator = simulator
 
 

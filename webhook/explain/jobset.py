@@ -31,7 +31,7 @@ from webhook.explain.model import (
     explainer,
 )
 from webhook.explain.words import (
-    build_plan,
+    attempt_table,
     count_of,
     join_words,
     setting_lines,
@@ -80,16 +80,16 @@ def explain_jobset(subject: Subject) -> list[Explanation]:
     replicated = spec.get("replicatedJobs") if isinstance(spec.get("replicatedJobs"), list) else []
     overview, policy = kind_start(subject, MAX_RESTARTS, WORKLOAD_KEYS, JOBSET_DEFAULT)
     overview.settings = setting_lines(policy, workload_keys(policy), default=JOBSET_DEFAULT)
-    views = [
+    plans = [
         (index, rjob, _part_plan(subject, index))
         for index, rjob in enumerate(replicated)
         if isinstance(rjob, dict)
     ]
-    _jobset_overview(subject, overview, policy, failure_policy, views)
+    _jobset_overview(subject, overview, policy, failure_policy, plans)
     children = [
-        _replicated_job(subject, index, rjob, view, failure_policy, policy, index in defaulted)
-        for index, rjob, view in views
-        if view is not None
+        _replicated_job(subject, index, rjob, plan, failure_policy, policy, index in defaulted)
+        for index, rjob, plan in plans
+        if plan is not None
     ]
     return [overview, *children]
 
@@ -128,13 +128,13 @@ def _jobset_overview(
     item: Explanation,
     policy: Policy,
     failure_policy: Mapping[str, Any] | None,
-    views: Sequence[tuple[int, Any, PartPlan | None]],
+    plans: Sequence[tuple[int, Any, PartPlan | None]],
 ) -> None:
     """The set as a whole: its restart budget and its failurePolicy rules."""
     children = ", ".join(
-        f"{_name(rjob, index)} {view.budget}" + (" (restarts in place)" if view.on_failure else "")
-        for index, rjob, view in views
-        if view is not None
+        f"{_name(rjob, index)} {plan.budget}" + (" (restarts in place)" if plan.on_failure else "")
+        for index, rjob, plan in plans
+        if plan is not None
     )
     inside = (
         f" Inside one run, each Job retries its own pods up to its backoffLimit: {children}."
@@ -284,7 +284,7 @@ def _replicated_job(
     subject: Subject,
     index: int,
     rjob: Mapping[str, Any],
-    view: PartPlan,
+    plan: PartPlan,
     failure_policy: Mapping[str, Any] | None,
     set_policy: Policy,
     defaulted_restart: bool,
@@ -294,10 +294,10 @@ def _replicated_job(
     item.changes = []  # listed once, with the JobSet
     in_place = in_place_restart(subject.final)
     item.budget = _child_budget(
-        view, set_policy, failure_policy is not None, in_place, index in initializers(subject.final)
+        plan, set_policy, failure_policy is not None, in_place, index in initializers(subject.final)
     )
-    item.rules = part_rule_lines(view)
-    item.no_match = no_match(view)
+    item.rules = part_rule_lines(plan)
+    item.no_match = no_match(plan)
     max_restarts = as_int(mapping(failure_policy).get("maxRestarts")) or 0
     rules = mapping(failure_policy).get("rules")
     metadata = mapping(subject.final.get("metadata"))
@@ -309,7 +309,7 @@ def _replicated_job(
         pod.append(f"{jobset_name}-{name}-")
     pod.append(Wild())
     simulator = JobSetSimulator(
-        job_simulator(view),
+        job_simulator(plan),
         rules=(rules if isinstance(rules, list) else []) if failure_policy is not None else None,
         max_restarts=max_restarts,
         replicated=name,
@@ -318,46 +318,46 @@ def _replicated_job(
     )
     item.simulator = simulator
     item.examples = simulator.examples()
-    restarts_in_place(item, view, simulator.job)
+    restarts_in_place(item, plan, simulator.job)
     if failure_policy is None:
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             "no failurePolicy: maxRestarts",
             0,
-            view.pods.backoff_limit,
-            view.pods.non_spot_attempts,
+            plan.pods.backoff_limit,
+            plan.pods.non_spot_attempts,
             f"the JobSet fails ({FAILED_JOBS})",
             unit="run",
-            delays=view.delays,
+            delays=plan.delays,
         )
     else:
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             "spec.failurePolicy.maxRestarts",
             max_restarts,
-            view.pods.backoff_limit,
-            view.pods.non_spot_attempts,
+            plan.pods.backoff_limit,
+            plan.pods.non_spot_attempts,
             f"the JobSet fails ({MAX_REACHED})",
             unit="run",
-            delays=view.delays,
+            delays=plan.delays,
         )
-    item.notes.extend(_child_notes(rjob, view, defaulted_restart, in_place))
-    failure_aware(item, view, subject)
-    between_notes(item, view)
+    item.notes.extend(_child_notes(rjob, plan, defaulted_restart, in_place))
+    failure_aware(item, plan, subject)
+    between_notes(item, plan)
     return item
 
 
 def _child_budget(
-    view: PartPlan,
+    plan: PartPlan,
     set_policy: Policy,
     restarts: bool,
     in_place: bool = False,
     initializer: bool = False,
 ) -> str:
     """The child Job's own budget, and what its failure does to the set."""
-    setting = view.policy.setting("backoff-limit")
+    setting = plan.policy.setting("backoff-limit")
     asked = set_policy.setting("backoff-limit")
     if in_place and restarts and not initializer:
         return (
-            f"backoffLimit is {view.limit}, as JobSet's restartStrategy InPlaceRestart "
+            f"backoffLimit is {plan.limit}, as JobSet's restartStrategy InPlaceRestart "
             "requires: when a pod fails, the Job recreates it and JobSet restarts every other "
             "pod of the set in place, on the same nodes; each such restart counts against "
             "maxRestarts. The Job itself fails only through its podFailurePolicy (or its "
@@ -373,8 +373,8 @@ def _child_budget(
             "policy is the trainer's"
         )
     elif (
-        view.per_index is None
-        and view.limit == 0
+        plan.per_index is None
+        and plan.limit == 0
         and setting.source in WRITTEN_SOURCES
         and asked.source in WRITTEN_SOURCES
     ):
@@ -384,7 +384,7 @@ def _child_budget(
         )
     else:
         origin = "from " + source_text("backoff-limit", setting, long=True)
-    text = job_budget(view.limit, origin, view.per_index, view.max_failed, view.on_failure)
+    text = job_budget(plan.limit, origin, plan.per_index, plan.max_failed, plan.on_failure)
     if not restarts:
         return f"{text} A Job that fails fails the whole JobSet: it has no failurePolicy."
     return (
@@ -394,7 +394,7 @@ def _child_budget(
 
 
 def _child_notes(
-    rjob: Mapping[str, Any], view: PartPlan, defaulted_restart: bool, in_place: bool = False
+    rjob: Mapping[str, Any], plan: PartPlan, defaulted_restart: bool, in_place: bool = False
 ) -> list[str]:
     notes = []
     replicas = as_int(rjob.get("replicas"))
@@ -408,17 +408,17 @@ def _child_notes(
             "restartPolicy is not set: JobSet's own webhook sets it to OnFailure, so failed "
             "containers restart in place and no podFailurePolicy can apply"
         )
-    if view.pods.non_spot_attempts:
+    if plan.pods.non_spot_attempts:
         notes.append(
             "pods are placed by run, not by attempt: each run's pods carry the label "
             "jobset.sigs.k8s.io/restart-attempt (the JobSet's status.restarts), and "
-            f"annotations backoff-limit {view.pods.backoff_limit} and non-spot-attempts "
-            f"{view.pods.non_spot_attempts}; restarts that do not count against maxRestarts "
+            f"annotations backoff-limit {plan.pods.backoff_limit} and non-spot-attempts "
+            f"{plan.pods.non_spot_attempts}; restarts that do not count against maxRestarts "
             "raise that label too, so placement can start early, never late"
         )
-    if not view.on_failure and view.limit > 0 and view.per_index is None and not in_place:
+    if not plan.on_failure and plan.limit > 0 and plan.per_index is None and not in_place:
         notes.append(
-            f"inside each run this Job's pods may fail {count_of(view.limit, 'time')} "
+            f"inside each run this Job's pods may fail {count_of(plan.limit, 'time')} "
             "(counted) before the Job fails"
         )
     return notes

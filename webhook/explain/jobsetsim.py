@@ -14,10 +14,9 @@ places them by."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
 from webhook.explain.jobsim import JobSimulator, JobState, lead, walk
 from webhook.explain.model import (
@@ -74,11 +73,11 @@ class JobSetState:
     ``status.restartsCountTowardsMax``, and the simulated Job's own restarts that count
     (KEP-262 tracks those per Job for the RestartJob actions)."""
 
+    #: The simulated Job's own counters; a restart recreates the Job and starts them again.
+    job: JobState
     restarts: int = 0
     toward: int = 0
     job_toward: int = 0
-    #: The simulated Job's own counters; a restart recreates the Job and starts them again.
-    job: JobState = field(default_factory=JobState)
 
 
 class JobSetSimulator:
@@ -123,39 +122,30 @@ class JobSetSimulator:
         return out
 
     def run(self, events: Sequence[Event]) -> Simulation:
-        counters = JobSetState()
+        counters = JobSetState(self.job.new_state())
         backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
             run = (counters.toward if self.in_place else counters.restarts) + 1
             placed = self.job.placement(counters.restarts)
             pod = number - backoff.events
-            done = self.job.restart_in_place(backoff, event)
             facts = self.job.pod_facts(counters.job, counters.restarts)
-            replaced, said = self.job.replacement(backoff, event) if done else (None, "")
-            if done and replaced is None:
-                job = counters.job
-                used = job.index_counted if self.job.per_index is not None else job.counted
+            where = f"in run {run}, {on_nodes(placed)}"
+            taken = self.job.take(counters.job, backoff, event, pod, where)
+            outcome, result = taken.outcome, taken.result
+            if outcome is None:
                 made = self.job.in_place_step(
                     pod,
-                    used,
+                    counters.job.used,
                     placed,
                     event,
-                    done,
+                    taken.done,
                     counted=counters.toward,
                     run=run,
                     restarts=counters.restarts,
                     facts=facts,
                 )
                 return made, None
-            where = f"in run {run}, {on_nodes(placed)}"
-            outcome = self.job.fail(counters.job, replaced or event, pod, where)
-            if replaced is not None:
-                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
-            backoff.new_pod()
-            result = lead(outcome.verdict, outcome.result)
-            if replaced is not None:
-                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             ending = None
             how = self._peer_restart(event, outcome)
             if how is not None:
@@ -187,9 +177,9 @@ class JobSetSimulator:
                 result=result,
                 run=run,
                 restarts=counters.restarts,
-                in_place=tuple(done) if replaced is not None else (),
+                in_place=taken.done if taken.replaced else (),
                 facts=facts,
-                replaced=replaced is not None,
+                replaced=taken.replaced,
             )
             return made, ending
 
@@ -220,8 +210,7 @@ class JobSetSimulator:
         facts = self.job.pod_facts(counters.job, counters.restarts)
         if ending is not None or (steps and steps[-1].in_place) or facts is None:
             return None
-        job = counters.job
-        used = job.index_counted if self.job.per_index is not None else job.counted
+        used = counters.job.used
         run = (counters.toward if self.in_place else counters.restarts) + 1
         return NextPod(pod, used + 1, facts, run)
 
@@ -279,7 +268,7 @@ class JobSetSimulator:
         nodes = on_nodes(self.job.placement(counters.restarts))
         again = "" if whole else " again"
         # A new Job; the set's failure history (its lineage) goes on.
-        counters.job = JobState(
+        counters.job = self.job.new_state(
             ooms=counters.job.ooms,
             failed_nodes=counters.job.failed_nodes,
             disruptions=counters.job.disruptions,

@@ -33,7 +33,16 @@ from webhook.explain.words import (
     on_nodes,
 )
 from webhook.kube import failurepolicy, jobcontroller
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.failurepolicy import Match, PodFailure
+from webhook.kube.jobcontroller import (
+    BACKOFF_LIMIT_EXCEEDED,
+    FAIL_INDEX,
+    POD_FAILURE_POLICY,
+    FailureCounter,
+    exceeds_max_failed_indexes,
+    past_backoff_limit_on_failure,
+)
 from webhook.kube.objects import items
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan import causes
@@ -43,7 +52,6 @@ from webhook.plan.model import (
     non_spot,
 )
 from webhook.policy.categories import condition_type
-from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import Delays
 
 
@@ -55,10 +63,10 @@ def _facts_delay(delays: Delays | None, failures: int) -> int:
 class JobState:
     """The Job controller's counters for one Job; a JobSet restart starts a fresh one."""
 
-    #: Counted failures (``status.failed`` without the pods an Ignore rule matched).
-    counted: int = 0
-    #: The same, for the one simulated index (Jobs with ``backoffLimitPerIndex``).
-    index_counted: int = 0
+    #: Counted failures (``status.failed`` without the pods an Ignore rule matched), in all
+    #: and of the one simulated index (Jobs with ``backoffLimitPerIndex``): the Job
+    #: controller's own count (``webhook.kube.jobcontroller``).
+    counter: FailureCounter
     #: restartPolicy OnFailure: container restarts of the running pod.
     restarts: int = 0
     #: restartPolicy OnFailure: the pod running now (a disrupted pod is replaced).
@@ -73,6 +81,33 @@ class JobState:
     disruptions: int = 0
     #: Free failures counted against max-free-failures (likewise).
     free: int = 0
+
+    @property
+    def counted(self) -> int:
+        return self.counter.failed
+
+    @property
+    def index_counted(self) -> int:
+        return self.counter.counted()
+
+    @property
+    def used(self) -> int:
+        """The counted failures the limit is told against: the simulated index's with
+        ``backoffLimitPerIndex``, else the Job's."""
+        return self.index_counted if self.counter.per_index is not None else self.counted
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What one event does to a pod: its containers restarted in place (``done``), and
+    unless the pod survives them (``outcome`` ``None``), its failure through the Job's
+    counting; ``replaced`` when the controller replaces the pod after those restarts
+    (max-in-place-restarts); ``result``: the words of the failure."""
+
+    done: tuple[InPlaceRestart, ...]
+    outcome: PodOutcome | None = None
+    replaced: bool = False
+    result: str = ""
 
 
 @dataclass(frozen=True)
@@ -188,6 +223,10 @@ class JobSimulator:
         #: The free failures (``free-categories``) that are free (``webhook.plan.verdicts``).
         self.max_free_failures = max_free_failures
 
+    def new_state(self, **kept: Any) -> JobState:
+        """A Job's counters from none counted (``kept``: what a JobSet's run keeps)."""
+        return JobState(FailureCounter(self.backoff_limit, self.per_index), **kept)
+
     def pod_facts(self, state: JobState, placed_by: int) -> PodFacts | None:
         """What the next pod is admitted with, after the failures in ``state``;
         ``placed_by`` is the count its placement reads (counted failures, or a JobSet's
@@ -221,7 +260,7 @@ class JobSimulator:
         return self.containers[0]
 
     @property
-    def scope(self) -> str:
+    def limit_name(self) -> str:
         if self.limit_field:
             return self.limit_field
         return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
@@ -234,7 +273,9 @@ class JobSimulator:
     def counts(self) -> str:
         """How a counted failure is told: against its limit, or with none to count against
         (a PyTorchJob without runPolicy.backoffLimit)."""
-        return "counts (no limit)" if self.limit >= INT32_MAX else f"counts against {self.scope}"
+        if self.limit >= INT32_MAX:
+            return "counts (no limit)"
+        return f"counts against {self.limit_name}"
 
     def action(self, match: Match) -> str:
         return self.action_names.get(match.action, match.action)
@@ -302,7 +343,7 @@ class JobSimulator:
         if match.action in ("Ignore", "Count"):
             counts = "not counted" if match.action == "Ignore" else self.counts
             return match.action, f"a new pod, {counts} ({rule})"
-        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        then = describe_then(match.action, self.limit_name).replace("the Job", f"the {self.owner}")
         return match.action, f"{then} ({rule})"
 
     def restart_in_place(self, backoff: Backoff, event: Event) -> tuple[InPlaceRestart, ...]:
@@ -347,7 +388,7 @@ class JobSimulator:
         if match is None:
             rule = "no rule matches; " if self.rules else ""
             return f"{rule}retried, {self.counts}"
-        then = describe_then(match.action, self.scope).replace("the Job", f"the {self.owner}")
+        then = describe_then(match.action, self.limit_name).replace("the Job", f"the {self.owner}")
         return f"rule {match.index + 1} matches; {then} ({self.action(match)})"
 
     def example_events(self) -> list[Event]:
@@ -404,7 +445,7 @@ class JobSimulator:
         does not decide it (a JobSet's pods are placed by run)."""
         if self.on_failure:
             return self._fail_on_failure(state, event)
-        attempt = state.index_counted if self.per_index is not None else state.counted
+        attempt = state.used
         extra, budget = self.disruption_budget(state, event)
         free, told = self.free_budget(state, event)
         extra, budget = (*extra, *free), ", ".join(filter(None, (budget, told)))
@@ -412,10 +453,8 @@ class JobSimulator:
         memory = self.oom(state, event)
         if not event.disruption or event.category in NODE_CATEGORIES:
             state.failed_nodes += 1
-        if counts:
-            state.counted += 1
-            state.index_counted += 1
-        used = state.index_counted if self.per_index is not None else state.counted
+        ends = state.counter.step(match.action if match else None, counts)
+        used = state.used
         verdict = (
             f"rule {match.index + 1} ({self.action(match)})"
             if match
@@ -424,7 +463,7 @@ class JobSimulator:
         if budget:
             verdict = f"{budget}, {verdict}" if verdict else budget
         ending, message, result = None, "", ""
-        if match is not None and match.action == "FailJob":
+        if ends.job == POD_FAILURE_POLICY and match is not None:
             result = f"the {self.owner} fails at once"
             message = failjob_message(match)
             ending = Ending(
@@ -432,7 +471,7 @@ class JobSimulator:
                 self.fail_reason,
                 f"{self.unit} {number} matched {self.action(match)} rule {match.index + 1}",
             )
-        elif state.counted > self.backoff_limit:
+        elif ends.job == BACKOFF_LIMIT_EXCEEDED:
             result = f"counted, more than backoffLimit {self.backoff_limit}"
             message = "Job has reached the specified backoff limit"
             noun = "failed attempt" if self.unit == "attempt" else "counted failure"
@@ -441,10 +480,8 @@ class JobSimulator:
                 self.limit_reason,
                 f"{count_of(state.counted, noun)}, more than backoffLimit {self.backoff_limit}",
             )
-        elif self.per_index is not None and (
-            (match is not None and match.action == "FailIndex") or state.index_counted > self.limit
-        ):
-            why = "FailIndex" if match and match.action == "FailIndex" else "per-index limit"
+        elif ends.index is not None:
+            why = "FailIndex" if ends.index == FAIL_INDEX else "per-index limit"
             result = f"the index fails ({why})"
             ending = self._index_failed(number, why)
             message = (
@@ -475,19 +512,19 @@ class JobSimulator:
             state.pod += 1
             result = "the pod fails; not counted, its restarts are forgotten; next: a new pod"
         elif event.disruption:
-            state.counted += 1
+            ends = state.counter.step(None, True)
             state.restarts = 0
             state.pod += 1
             failed = count_of(state.counted, "failed pod")
             result = f"the pod fails; counted ({failed}); next: a new pod"
-            if state.counted > limit:
+            if ends.job == BACKOFF_LIMIT_EXCEEDED:
                 ending = Ending(
                     "Failed", self.limit_reason, f"{failed}, more than backoffLimit {limit}"
                 )
         else:
             state.restarts += 1
             result = f"the container restarts in place ({count_of(state.restarts, 'restart')})"
-            if state.restarts >= max(limit, 1):
+            if past_backoff_limit_on_failure(state.restarts, limit):
                 ending = Ending(
                     "Failed",
                     self.limit_reason,
@@ -496,26 +533,38 @@ class JobSimulator:
         message = "Job has reached the specified backoff limit" if ending else ""
         return PodOutcome(None, True, state.pod, state.restarts, "", result, ending, message)
 
+    def take(
+        self, state: JobState, backoff: Backoff, event: Event, pod: int, where: str | None = None
+    ) -> Taken:
+        """One event of pod ``pod``: the restarts in place it is first; then, unless the pod
+        survives them, its failure (``fail``; after restarts, when the controller replaces
+        the pod, the replaced pod's), and a new pod follows."""
+        done = self.restart_in_place(backoff, event)
+        replaced, said = self.replacement(backoff, event) if done else (None, "")
+        if done and replaced is None:
+            return Taken(tuple(done))
+        outcome = self.fail(state, replaced or event, pod, where)
+        if replaced is not None:
+            backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
+        backoff.new_pod()
+        result = lead(outcome.verdict, outcome.result)
+        if replaced is not None:
+            result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
+        return Taken(tuple(done), outcome, replaced is not None, result)
+
     def run(self, events: Sequence[Event]) -> Simulation:
-        state = JobState()
+        state = self.new_state()
         backoff = Backoff()
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            before = state.index_counted if self.per_index is not None else state.counted
+            before = state.used
             pod = state.pod if self.on_failure else number - backoff.events
-            done = self.restart_in_place(backoff, event)
             facts = self.pod_facts(state, before)
-            replaced, said = self.replacement(backoff, event) if done else (None, "")
-            if done and replaced is None:
-                made = self.in_place_step(pod, before, self.placement(before), event, done)
+            taken = self.take(state, backoff, event, pod)
+            outcome = taken.outcome
+            if outcome is None:
+                made = self.in_place_step(pod, before, self.placement(before), event, taken.done)
                 return dataclasses.replace(made, facts=facts), None
-            outcome = self.fail(state, replaced or event, pod)
-            if replaced is not None:
-                backoff.events -= 1  # (a restart, and the pod's failure: a new pod follows)
-            backoff.new_pod()
-            result = lead(outcome.verdict, outcome.result)
-            if replaced is not None:
-                result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
             made = Step(
                 pod=pod,
                 attempt=number if self.on_failure else outcome.attempt,
@@ -526,16 +575,16 @@ class JobSimulator:
                 action=outcome.match.action if outcome.match else None,
                 counted=outcome.counted,
                 counted_failures=outcome.used,
-                result=result,
-                in_place=tuple(done) if replaced is not None else (),
+                result=taken.result,
+                in_place=taken.done if taken.replaced else (),
                 facts=facts,
-                replaced=replaced is not None,
+                replaced=taken.replaced,
             )
             return made, outcome.ending
 
         steps, ending, unused = walk(events, step)
         going_on = bool(steps and steps[-1].in_place)
-        used = state.index_counted if self.per_index is not None else state.counted
+        used = state.used
         facts = self.pod_facts(state, used)
         following = None
         if ending is None and not going_on and facts is not None:
@@ -564,7 +613,7 @@ class JobSimulator:
             return Ending(
                 "Running", None, f"the pod keeps running ({count_of(state.restarts, 'restart')})"
             )
-        used = state.index_counted if self.per_index is not None else state.counted
+        used = state.used
         left = self.limit - used
         if self.limit >= INT32_MAX:
             allowed = "there is no limit"
@@ -576,7 +625,7 @@ class JobSimulator:
         return Ending("Running", None, f"attempt {used + 1} {runs}, {self._where(used)}; {allowed}")
 
     def _index_failed(self, pod: int, why: str) -> Ending:
-        if self.max_failed_indexes is not None and 1 > self.max_failed_indexes:
+        if exceeds_max_failed_indexes(1, self.max_failed_indexes):
             return Ending(
                 "Failed",
                 "MaxFailedIndexesExceeded",

@@ -48,7 +48,7 @@ from webhook.explain.model import (
     explainer,
 )
 from webhook.explain.words import (
-    build_plan,
+    attempt_table,
     count_of,
     setting_lines,
 )
@@ -57,11 +57,11 @@ from webhook.kinds.pytorchjob import mutate as pytorchjob
 from webhook.kinds.rayjob import mutate as rayjob
 from webhook.kinds.trainjob import mutate as trainjob
 from webhook.kinds.workload import get_path
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
-from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import Policy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------
@@ -120,7 +120,9 @@ def explain_rayjob(subject: Subject) -> list[Explanation]:
     )
     item.rules_intro = ""
     runs = 0 if spec.get("clusterSelector") else limit
-    item.plan = build_plan("spec.backoffLimit", runs, None, 0, "the RayJob fails (AppFailed)")
+    item.attempts = attempt_table(
+        "spec.backoffLimit", runs, None, 0, "the RayJob fails (AppFailed)"
+    )
     cluster = spec.get("rayClusterSpec") if isinstance(spec.get("rayClusterSpec"), dict) else {}
     containers = planner.container_names(
         mapping(get_path(cluster, ("headGroupSpec", "template", "spec")))
@@ -211,7 +213,7 @@ def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     )
     item.examples = item.simulator.examples()[:4]  # the common ones, not the rule's own codes
     if enforced is not None and policy_name in ("ExitCode", "Never"):
-        item.plan = build_plan(
+        item.attempts = attempt_table(
             "spec.runPolicy.backoffLimit",
             0 if policy_name == "Never" else limit,
             None,

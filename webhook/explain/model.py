@@ -23,7 +23,7 @@ from webhook.policy.model import (
 WIDTH = 80
 MAX_EVENTS = 1000
 #: Plans longer than this show their first and last rows and the non-spot boundary.
-MAX_PLAN_ROWS = 12
+MAX_ATTEMPT_ROWS = 12
 #: Rows per container at most in a memory table (a small factor takes many steps to
 #: reach the limit).
 MEMORY_ROWS = 8
@@ -308,31 +308,34 @@ class RuleLine:
 
 
 @dataclass(frozen=True)
-class PlanRow:
+class AttemptRow:
     attempt: int
     failures_before: int
     nodes: str
     if_fails: str
     retries_left: int | None
     #: What the attempt's pod waits after the failure before it (``retry-delay``): a
-    #: duration, "-" for none; "" when the plan has no delays.
+    #: duration, "-" for none; "" when the table has no delays.
     waits: str = ""
 
 
 @dataclass(frozen=True)
-class PlanGap:
-    """Attempts left out of a long plan; all like the row before them."""
+class AttemptGap:
+    """Attempts left out of a long table; all like the row before them."""
 
     first: int
     last: int
 
 
 @dataclass
-class Plan:
+class AttemptTable:
+    """What each attempt runs on and what its failure does, from the first to the one
+    past the budget (shown as "Attempt plan"; JSON ``plan``)."""
+
     limit_field: str
     limit: int
     non_spot_attempts: int
-    rows: list[PlanRow | PlanGap]
+    rows: list[AttemptRow | AttemptGap]
     #: What one row is: an "attempt" (a pod), or a "run" of a JobSet (every Job recreated).
     unit: str = "attempt"
     #: Whether the rows say what each attempt waits (``retry-delay``).
@@ -399,7 +402,7 @@ class ContainerCodes:
 
 
 @dataclass(frozen=True)
-class InPlacePlan:
+class InPlaceTable:
     """What each regular container's exit codes do when its restart rules can restart it
     in place, what ends those restarts, and the kubelet's back-off before each."""
 
@@ -542,13 +545,13 @@ class Explanation:
     rules: list[RuleLine] = field(default_factory=list)
     no_match: str = ""
     examples: list[str] = field(default_factory=list)
-    plan: Plan | None = None
+    attempts: AttemptTable | None = None
     notes: list[str] = field(default_factory=list)
     simulation: Simulation | None = None
     #: The memory of each container by its OOM kills before (``oom-memory-factor``).
     memory: MemoryTable | None = None
     #: What each container's exit codes do when some restart it in place.
-    in_place: InPlacePlan | None = None
+    in_place: InPlaceTable | None = None
     simulator: Simulator | None = field(default=None, repr=False)
     #: The kind a simulated failure ends (a CronJob's Jobs fail, not the CronJob).
     owner: str = ""

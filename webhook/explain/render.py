@@ -9,14 +9,14 @@ from typing import Any
 
 from webhook.explain.model import (
     WIDTH,
+    AttemptGap,
+    AttemptRow,
+    AttemptTable,
     Denial,
     Explanation,
-    InPlacePlan,
+    InPlaceTable,
     MemoryTable,
     NextPod,
-    Plan,
-    PlanGap,
-    PlanRow,
     Simulation,
     Step,
 )
@@ -100,8 +100,8 @@ def _render(item: Explanation) -> list[str]:
         lines += ["", "What common failures do:"]
         for example in item.examples:
             lines.extend(_fill(example, "  - "))
-    if item.plan is not None:
-        lines += ["", *_render_plan(item.plan)]
+    if item.attempts is not None:
+        lines += ["", *_render_attempts(item.attempts)]
     if item.memory is not None:
         lines += ["", *_render_memory(item.memory)]
     if item.simulation is not None:
@@ -113,35 +113,35 @@ def _render(item: Explanation) -> list[str]:
     return lines
 
 
-def _render_in_place(plan: InPlacePlan) -> list[str]:
+def _render_in_place(table: InPlaceTable) -> list[str]:
     lines = _fill(
         "Exit codes, container by container (its restart rules first, the first match "
         "wins; the pod fails only when none restarts the container):"
     )
-    for container in plan.containers:
+    for container in table.containers:
         kind = " (native sidecar)" if container.sidecar else ""
         lines.append(f"  {container.container}{kind}:")
         for group in container.groups:
             lines.extend(_fill(group.text, "    - "))
-    return [*lines, "", *_fill(_sentence(plan.bound)), "", *_fill(_sentence(plan.backoff))]
+    return [*lines, "", *_fill(_sentence(table.bound)), "", *_fill(_sentence(table.backoff))]
 
 
-def _render_plan(plan: Plan) -> list[str]:
-    head = f"Attempt plan ({plan.limit_field} {plan.limit}"
+def _render_attempts(table: AttemptTable) -> list[str]:
+    head = f"Attempt plan ({table.limit_field} {table.limit}"
     head += (
-        f", last {plan.non_spot_attempts} on non-spot nodes):" if plan.non_spot_attempts else "):"
+        f", last {table.non_spot_attempts} on non-spot nodes):" if table.non_spot_attempts else "):"
     )
     lines = _fill(head)
-    before = "restarts so far" if plan.unit == "run" else "failures so far"
-    waits = f"{'waits':<8}" if plan.delays else ""
-    lines.append(f"  {plan.unit:<9}{before:<17}{'runs on':<15}{waits}if it fails (counted)")
-    for row in plan.rows:
-        if isinstance(row, PlanGap):
+    before = "restarts so far" if table.unit == "run" else "failures so far"
+    waits = f"{'waits':<8}" if table.delays else ""
+    lines.append(f"  {table.unit:<9}{before:<17}{'runs on':<15}{waits}if it fails (counted)")
+    for row in table.rows:
+        if isinstance(row, AttemptGap):
             lines.append(
-                f"  {'...':<9}({plan.unit}s {row.first} to {row.last}: like the one above)"
+                f"  {'...':<9}({table.unit}s {row.first} to {row.last}: like the one above)"
             )
             continue
-        waited = f"{row.waits:<8}" if plan.delays else ""
+        waited = f"{row.waits:<8}" if table.delays else ""
         lines.extend(
             _fill(
                 f"{row.attempt:<9}{row.failures_before:<17}{row.nodes:<15}{waited}{row.if_fails}",
@@ -149,7 +149,7 @@ def _render_plan(plan: Plan) -> list[str]:
                 " " * (43 + len(waited)),
             )
         )
-    if plan.delays:
+    if table.delays:
         lines.extend(
             _fill(
                 "waits: held back after the failure before it (retry-delay); the Job "
@@ -229,19 +229,23 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
     }
     if isinstance(item, Denial):
         return {**base, "allowed": False, "problems": item.problems, "changes": item.changes}
-    plan = None
-    if item.plan is not None:
-        plan = {
-            "limitField": item.plan.limit_field,
-            "limit": item.plan.limit,
-            "nonSpotAttempts": item.plan.non_spot_attempts,
+    attempts = None
+    if item.attempts is not None:
+        attempts = {
+            "limitField": item.attempts.limit_field,
+            "limit": item.attempts.limit,
+            "nonSpotAttempts": item.attempts.non_spot_attempts,
             "rows": [
-                _row_json(r, item.plan.delays) for r in item.plan.rows if isinstance(r, PlanRow)
+                _row_json(r, item.attempts.delays)
+                for r in item.attempts.rows
+                if isinstance(r, AttemptRow)
             ],
             "omitted": [
-                {"first": r.first, "last": r.last} for r in item.plan.rows if isinstance(r, PlanGap)
+                {"first": r.first, "last": r.last}
+                for r in item.attempts.rows
+                if isinstance(r, AttemptGap)
             ],
-            "unit": item.plan.unit,
+            "unit": item.attempts.unit,
         }
     simulation = None
     if item.simulation is not None:
@@ -278,7 +282,7 @@ def _item_json(item: Explanation | Denial) -> dict[str, Any]:
         "noMatch": item.no_match,
         "examples": item.examples,
         "inPlace": _in_place_json(item.in_place),
-        "plan": plan,
+        "plan": attempts,
         "simulation": simulation,
         "notes": item.notes,
     }
@@ -291,8 +295,8 @@ def _step_json(step: Step) -> dict[str, Any]:
     return data
 
 
-def _row_json(row: PlanRow, delays: bool) -> dict[str, Any]:
-    """A plan row; ``waits`` only in a plan with delays."""
+def _row_json(row: AttemptRow, delays: bool) -> dict[str, Any]:
+    """An attempt row; ``waits`` only in a table with delays."""
     data = _camel(dataclasses.asdict(row))
     if not delays:
         del data["waits"]
@@ -314,8 +318,8 @@ def _facts_json(facts: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in _camel(facts).items()}
 
 
-def _in_place_json(plan: InPlacePlan | None) -> dict[str, Any] | None:
-    if plan is None:
+def _in_place_json(table: InPlaceTable | None) -> dict[str, Any] | None:
+    if table is None:
         return None
     return {
         "containers": [
@@ -324,11 +328,11 @@ def _in_place_json(plan: InPlacePlan | None) -> dict[str, Any] | None:
                 "sidecar": c.sidecar,
                 "groups": [dataclasses.asdict(g) for g in c.groups],
             }
-            for c in plan.containers
+            for c in table.containers
         ],
-        "bound": plan.bound,
-        "bounded": plan.bounded,
-        "backoff": plan.backoff,
+        "bound": table.bound,
+        "bounded": table.bounded,
+        "backoff": table.backoff,
     }
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from webhook.explain.model import MAX_PLAN_ROWS, Plan, PlanGap, PlanRow, RuleLine, SettingLine
+from webhook.explain.model import (
+    MAX_ATTEMPT_ROWS,
+    AttemptGap,
+    AttemptRow,
+    AttemptTable,
+    RuleLine,
+    SettingLine,
+)
 from webhook.kube import failurepolicy
 from webhook.kube.objects import items
 from webhook.plan import inplace
@@ -156,12 +163,12 @@ OUR_CONDITION_KEYS = {
 }
 
 
-def describe_then(action: str, scope: str = "backoffLimit") -> str:
+def describe_then(action: str, limit_name: str = "backoffLimit") -> str:
     return {
         "FailJob": "the Job fails at once",
         "FailIndex": "its index fails at once and is not retried",
         "Ignore": "retried, does not count",
-        "Count": f"retried, counts against {scope}",
+        "Count": f"retried, counts against {limit_name}",
     }.get(action, f"skipped: Kubernetes does not know the action {action!r}")
 
 
@@ -169,7 +176,7 @@ def rule_lines(
     rules: Sequence[Any],
     user_rules: Sequence[Any],
     policy: Policy,
-    scope: str,
+    limit_name: str,
     origins: Mapping[str, str] | None = None,
 ) -> list[RuleLine]:
     """Every rule of the final spec, with who wrote it: the user, or this webhook for the
@@ -190,7 +197,7 @@ def rule_lines(
                 number=number,
                 action=action,
                 when=describe_when(rule),
-                then=describe_then(action, scope),
+                then=describe_then(action, limit_name),
                 origin=origin,
                 counts=(action != "Ignore") if known else None,
             )
@@ -207,7 +214,7 @@ def _origin_by_shape(rule: Mapping[str, Any], user_rules: Sequence[Any], policy:
         return "your rule"
     if key == failurepolicy.rule_key(failurepolicy.ignore_disruptions_rule()):
         return "added by retry-policy for ignore-disruptions"
-    if failurepolicy.is_ours(rule):
+    if failurepolicy.on_our_conditions(rule):
         kind = rule["onPodConditions"][0]["type"]
         return f"added by retry-policy for {OUR_CONDITION_KEYS.get(kind, 'a budget')}"
     if key == failurepolicy.rule_key(failurepolicy.count_disruptions_rule()) or any(
@@ -236,7 +243,7 @@ def _retries(n: int) -> str:
     return f"{n} retr{'y' if n == 1 else 'ies'} left"
 
 
-def build_plan(
+def attempt_table(
     limit_field: str,
     limit: int,
     placement_limit: int | None,
@@ -244,8 +251,8 @@ def build_plan(
     final: str,
     unit: str = "attempt",
     delays: Delays | None = None,
-) -> Plan:
-    """One row per attempt ``a`` = 0..limit (counted failures before it); long plans keep
+) -> AttemptTable:
+    """One row per attempt ``a`` = 0..limit (counted failures before it); long tables keep
     their first and last rows and the rows around the non-spot boundary. With ``unit``
     "run" a row is one run of a JobSet and ``a`` the restarts before it. ``delays``: what
     each attempt waits after the failure before it (``retry-delay``)."""
@@ -253,16 +260,16 @@ def build_plan(
     if non_spot_attempts > 0 and placement_limit is not None:
         boundary = first_non_spot(placement_limit, non_spot_attempts)
         keep |= {a for a in (boundary - 1, boundary) if 0 <= a <= limit}
-    if limit + 1 <= MAX_PLAN_ROWS:
+    if limit + 1 <= MAX_ATTEMPT_ROWS:
         keep = set(range(limit + 1))
-    rows: list[PlanRow | PlanGap] = []
+    rows: list[AttemptRow | AttemptGap] = []
     previous = -1
     for a in sorted(keep):
         if a > previous + 1:
-            rows.append(PlanGap(previous + 2, a))
+            rows.append(AttemptGap(previous + 2, a))
         left = limit - a
         rows.append(
-            PlanRow(
+            AttemptRow(
                 attempt=a + 1,
                 failures_before=a,
                 nodes=nodes_text(non_spot(a, placement_limit, non_spot_attempts)),
@@ -272,7 +279,7 @@ def build_plan(
             )
         )
         previous = a
-    return Plan(limit_field, limit, non_spot_attempts, rows, unit, delays is not None)
+    return AttemptTable(limit_field, limit, non_spot_attempts, rows, unit, delays is not None)
 
 
 def _again(unit: str, left: int) -> str:

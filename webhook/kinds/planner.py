@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.kube import failurepolicy, intent, restartrules
+from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT
 from webhook.kube.failurepolicy import named_containers
 from webhook.kube.intent import Path
 from webhook.kube.objects import controller_of, mapping
@@ -24,7 +25,7 @@ from webhook.plan import inplace
 from webhook.plan.causes import CauseBudgets
 from webhook.plan.failureaware import memory_plan, template_memory
 from webhook.plan.inplace import Deadline, InPlaceEnds
-from webhook.plan.model import API_DEFAULT_BACKOFF_LIMIT, PartPlan
+from webhook.plan.model import PartPlan
 from webhook.plan.outcome import Context
 from webhook.plan.record import AppliedRecord
 from webhook.policy.config import GuardRails
@@ -169,7 +170,7 @@ def part_plan(
         policy=policy,
         pods=pods,
         containers=container_names(pod_spec),
-        limit=limit if isinstance(limit, int) else API_DEFAULT_BACKOFF_LIMIT,
+        limit=limit if isinstance(limit, int) else DEFAULT_BACKOFF_LIMIT,
         per_index=per_index if isinstance(per_index, int) else None,
         max_failed=max_failed if isinstance(max_failed, int) else None,
         rules=rules_of(spec),
@@ -237,7 +238,7 @@ def _budget_text(spec: Mapping[str, Any], budget: int, jobset: bool) -> str:
     name, limit = (
         ("backoffLimitPerIndex", per_index)
         if isinstance(per_index, int)
-        else ("backoffLimit", spec.get("backoffLimit", API_DEFAULT_BACKOFF_LIMIT))
+        else ("backoffLimit", spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
     )
     unit = "per run of the JobSet" if jobset else ("per index" if name != "backoffLimit" else "")
     return (

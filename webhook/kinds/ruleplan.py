@@ -4,7 +4,7 @@ validated as the API server will (``failurepolicy.validate``).
 
 What that comes to is remembered (``write_rules``): it depends only on the settings that
 make rules, the pod template's containers, the spec's own rules and the few fields the
-validation reads (``_plan_key``), which the Jobs of one template share however their
+validation reads (``_rules_key``), which the Jobs of one template share however their
 budgets differ. A Job never seen before, with a budget of its own (the worst case for the
 verdict memo, ``webhook.admission.memo``), then costs the rules no merge and no validation.
 """
@@ -91,8 +91,8 @@ def _rules(spec: Mapping[str, Any]) -> list[Any]:
 
 
 @dataclass(frozen=True)
-class _RulePlan:
-    """What ``write_rules`` comes to for one key (``_plan_key``)."""
+class _RememberedRules:
+    """What ``write_rules`` comes to for one key (``_rules_key``)."""
 
     #: Our rules (JSON: each object gets rules of its own) and the setting adding each.
     ours: bytes
@@ -109,18 +109,18 @@ class _RulePlan:
 
 
 #: Plans by key; bounded, cleared when full (a cluster admits a few templates).
-_PLANS: dict[tuple, _RulePlan] = {}
-_PLANS_MAX = 1024
+_REMEMBERED: dict[tuple, _RememberedRules] = {}
+_REMEMBERED_MAX = 1024
 
 
-def _plan_key(
+def _rules_key(
     spec: Mapping[str, Any], pod_spec: Mapping[str, Any], policy: Policy, where: str
 ) -> tuple | None:
     """Everything ``write_rules`` reads but its warnings' settings, the deadline its notes
     ask about and the OOM note (read anew each time): the settings ``our_rules`` reads, the
     containers (names; an init container's, and whether it is a sidecar), the spec's
     podFailurePolicy as JSON, and the fields the validation reads. ``None``: a spec that
-    cannot be a key (a field of an unexpected type), run without a plan."""
+    cannot be a key (a field of an unexpected type), run without remembering."""
     try:
         pfp = orjson.dumps(spec.get("podFailurePolicy"))
     except (TypeError, orjson.JSONEncodeError):
@@ -160,34 +160,42 @@ def write_rules(
 ) -> None:
     """Our rules into ``spec`` (a JobSpec whose pod template spec is ``pod_spec``), said in
     ``out`` (each rule, the changes, the problems the API server would find)."""
-    key = _plan_key(spec, pod_spec, policy, where)
-    plan = _PLANS.get(key) if key is not None else None
-    if plan is None:
-        plan = _write(spec, pod_spec, policy, out, where)
-        if key is not None and plan is not None:
-            if len(_PLANS) >= _PLANS_MAX:
-                _PLANS.clear()
-            _PLANS[key] = plan
+    key = _rules_key(spec, pod_spec, policy, where)
+    remembered = _REMEMBERED.get(key) if key is not None else None
+    if remembered is None:
+        remembered = _write(spec, pod_spec, policy, out, where)
+        if key is not None and remembered is not None:
+            if len(_REMEMBERED) >= _REMEMBERED_MAX:
+                _REMEMBERED.clear()
+            _REMEMBERED[key] = remembered
         return
-    if not plan.names:
+    if not remembered.names:
         return
-    rules = orjson.loads(plan.ours)
-    for rule, name, added in zip(rules, plan.names, plan.added, strict=True):
+    rules = orjson.loads(remembered.ours)
+    for rule, name, added in zip(rules, remembered.names, remembered.added, strict=True):
         out.wrote(rule, name, added)
-    if plan.merged is not None:
+    if remembered.merged is not None:
         theirs = _rules(spec)
-        merged = [rules[i] if mine else theirs[i] for mine, i in plan.merged]
-        _said(spec, merged, policy, out, where, [(n, a) for n, a, _ in plan.said], plan.said)
-    out.problems.extend(plan.problems)
+        merged = [rules[i] if mine else theirs[i] for mine, i in remembered.merged]
+        _said(
+            spec,
+            merged,
+            policy,
+            out,
+            where,
+            [(n, a) for n, a, _ in remembered.said],
+            remembered.said,
+        )
+    out.problems.extend(remembered.problems)
 
 
 def _write(
     spec: dict[str, Any], pod_spec: dict[str, Any], policy: Policy, out: Outcome, where: str
-) -> _RulePlan | None:
+) -> _RememberedRules | None:
     """``write_rules`` worked out, and what it came to (``None``: not to be remembered)."""
     ours = our_rules(policy, pod_spec)
     if not ours:
-        return _RulePlan(b"[]", (), (), None, (), ())
+        return _RememberedRules(b"[]", (), (), None, (), ())
     theirs = _rules(spec)
     merged, added = fp.merge(theirs, [rule for rule, _ in ours])
     added_ids = {id(r) for r in added}  # merge places our rule objects as they are
@@ -216,7 +224,7 @@ def _write(
         return None
     added_flags = tuple(id(rule) in added_ids for rule, _ in ours)
     names = tuple(name for _, name in ours)
-    return _RulePlan(text, names, added_flags, order, said, tuple(problems))
+    return _RememberedRules(text, names, added_flags, order, said, tuple(problems))
 
 
 def _said(

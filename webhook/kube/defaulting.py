@@ -16,6 +16,16 @@ from typing import Any
 from webhook.kube.objects import items, mapping
 
 INT32_MAX = 2_147_483_647
+#: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): a Job's ``backoffLimit`` when unset
+#: and it has no ``backoffLimitPerIndex`` (with one, ``INT32_MAX``: ``default_backoff_limit``).
+DEFAULT_BACKOFF_LIMIT = 6
+
+
+def default_backoff_limit(per_index: bool) -> int:
+    """``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): an unset ``backoffLimit`` is 6,
+    or MaxInt32 when the Job has ``backoffLimitPerIndex`` (``per_index``): there the
+    per-index limits bound the retries, not the Job-wide one."""
+    return INT32_MAX if per_index else DEFAULT_BACKOFF_LIMIT
 
 
 def default_job_spec(spec: dict[str, Any]) -> None:
@@ -24,7 +34,7 @@ def default_job_spec(spec: dict[str, Any]) -> None:
         spec["parallelism"] = 1
     spec.setdefault("parallelism", 1)
     if spec.get("backoffLimit") is None:
-        spec["backoffLimit"] = INT32_MAX if spec.get("backoffLimitPerIndex") is not None else 6
+        spec["backoffLimit"] = default_backoff_limit(spec.get("backoffLimitPerIndex") is not None)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     if spec.get("podReplacementPolicy") is None:

@@ -148,7 +148,7 @@ def condition_rule(condition: str, action: str = "Count") -> dict[str, Any]:
     return {"action": action, "onPodConditions": [{"type": condition, "status": "True"}]}
 
 
-def is_ours(rule: Any) -> bool:
+def on_our_conditions(rule: Any) -> bool:
     """Whether ``rule`` is on a condition only our controller adds (``OUR_CONDITIONS`` and
     the failure categories, all ``retry-policy.dev/``): such a rule goes before every other
     (``merge``), and matches no pod but those its workload asked us to mark."""
@@ -226,7 +226,7 @@ _INT = {int}
 
 def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any], list[dict]]:
     """The user's rules first (their order is their intent), then ours not already there;
-    but the rules on conditions only our controller adds (``is_ours``) come before all:
+    but the rules on conditions only our controller adds (``on_our_conditions``) come before all:
     the user asked for them by annotation, and a pod matches them only once our
     controller marked it so (a rule of the user's first would decide that pod instead).
 
@@ -241,7 +241,7 @@ def merge(user_rules: list[Any], ours: list[dict[str, Any]]) -> tuple[list[Any],
     keys = [rule_key(rule) for rule in merged]
     leading, rest = [], []
     for rule in ours:
-        (leading if is_ours(rule) else rest).append((rule, rule_key(rule)))
+        (leading if on_our_conditions(rule) else rest).append((rule, rule_key(rule)))
     added = _place(merged, keys, rest, False)
     added += _place(merged, keys, leading, True)
     placed = {id(rule) for rule in added}

@@ -10,6 +10,10 @@ parser, and the pod it makes from a Job's template.
   of its ``Failed`` one, reason ``PodFailurePolicy``. JobSet matches its
   ``onJobFailureMessagePatterns`` against it, so the mutator checks those patterns against
   it as pieces (``failjob_pieces``); explain shows it, status and the controller read it.
+- The counting: ``syncJob`` fails a Job on a FailJob match, else once its counted failures
+  exceed ``backoffLimit``; with ``backoffLimitPerIndex`` an index fails on a FailIndex
+  match or a counted failure past its limit (``isIndexFailed``): ``FailureCounter``, which
+  the explain simulators, the audit replay and ``status`` step or ask.
 - The pod: ``GetPodFromTemplate`` (pkg/controller/controller_utils.go) copies the template's
   labels, annotations, finalizers and spec under ``generateName``, owned by the Job;
   ``manageJob`` (job_controller.go) adds its tracking finalizer
@@ -28,12 +32,12 @@ from __future__ import annotations
 import copy
 import re
 import string
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.kube import podspec
-from webhook.kube.defaulting import default_pod
+from webhook.kube.defaulting import INT32_MAX, default_pod
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import (
     COMPLETION_INDEX,
@@ -83,6 +87,92 @@ def never_instead(field: str) -> str:
         "retry runs in a new pod (files in its emptyDir volumes start empty), counted "
         "against backoffLimit as its restarts are now"
     )
+
+
+#: ``syncJob``'s reasons for a Job its failed pods end: a FailJob match, too many counted
+#: failures (job_controller.go; ``batch.JobReasonPodFailurePolicy``,
+#: ``JobReasonBackoffLimitExceeded``).
+POD_FAILURE_POLICY = "PodFailurePolicy"
+BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+#: How an index fails (``isIndexFailed``): a FailIndex match, or past its per-index limit.
+FAIL_INDEX = "FailIndex"
+PAST_PER_INDEX_LIMIT = "backoffLimitPerIndex"
+
+
+def exceeds_backoff_limit(failed: int, limit: int) -> bool:
+    """``syncJob`` (pkg/controller/job/job_controller.go): ``exceedsBackoffLimit :=
+    jobCtx.failed > *job.Spec.BackoffLimit``, ``failed`` the counted failures (those an
+    Ignore rule matched are not)."""
+    return failed > limit
+
+
+def past_backoff_limit_on_failure(restarts: int, limit: int) -> bool:
+    """``pastBackoffLimitOnFailure`` (job_controller.go), restartPolicy OnFailure: the
+    container restarts of the Job's running and pending pods reach ``backoffLimit`` (any
+    restart, when it is 0)."""
+    return restarts > 0 if limit == 0 else restarts >= limit
+
+
+def index_failed(action: str | None, counts: bool, failures_before: int, per_index: int) -> bool:
+    """``isIndexFailed`` (pkg/controller/job/indexed_job_utils.go): a failed pod fails its
+    index on a FailIndex match (``action``), or when it counts and its index's counted
+    failures before it (the ``job-index-failure-count`` annotation) reach
+    ``backoffLimitPerIndex``."""
+    return action == FAIL_INDEX or (counts and failures_before >= per_index)
+
+
+def exceeds_max_failed_indexes(failed_indexes: int, most: int | None) -> bool:
+    """``syncJob``: ``jobCtx.failedIndexes.total() > *job.Spec.MaxFailedIndexes``
+    (MaxFailedIndexesExceeded); ``most`` ``None``: no such limit."""
+    return most is not None and failed_indexes > most
+
+
+@dataclass(frozen=True)
+class Ends:
+    """What one failed pod ends: the Job (``POD_FAILURE_POLICY`` or
+    ``BACKOFF_LIMIT_EXCEEDED``, in ``syncJob``'s order), and its index (``FAIL_INDEX`` or
+    ``PAST_PER_INDEX_LIMIT``, with ``backoffLimitPerIndex``); ``None``: nothing."""
+
+    job: str | None = None
+    index: str | None = None
+
+
+@dataclass
+class FailureCounter:
+    """The Job controller's count of one Job's failed pods (``syncJob``, job_controller.go;
+    ``isIndexFailed``, indexed_job_utils.go), stepped one failed pod at a time: the counted
+    failures (``status.failed`` less the pods an Ignore rule matched), and with
+    ``backoffLimitPerIndex`` (``per_index``) those of each index."""
+
+    backoff_limit: int
+    per_index: int | None = None
+    #: Counted failures, in all and by index.
+    failed: int = 0
+    by_index: dict[Hashable, int] = field(default_factory=dict)
+
+    def step(self, action: str | None, counts: bool, index: Hashable = None) -> Ends:
+        """One failed pod: ``action`` the podFailurePolicy rule it matched (``None``: none),
+        ``counts`` whether it counts (``failurepolicy.counts``), ``index`` its completion
+        index (with ``backoffLimitPerIndex``). Counts it, and says what it ends: a FailJob
+        match the Job at once, else counted failures past ``backoffLimit``
+        (``exceeds_backoff_limit``); and its index (``index_failed``)."""
+        before = self.by_index.get(index, 0)
+        if counts:
+            self.failed += 1
+            self.by_index[index] = before + 1
+        job = None
+        if action == "FailJob":
+            job = POD_FAILURE_POLICY
+        elif exceeds_backoff_limit(self.failed, self.backoff_limit):
+            job = BACKOFF_LIMIT_EXCEEDED
+        failed_index = None
+        if self.per_index is not None and index_failed(action, counts, before, self.per_index):
+            failed_index = FAIL_INDEX if action == FAIL_INDEX else PAST_PER_INDEX_LIMIT
+        return Ends(job, failed_index)
+
+    def counted(self, index: Hashable = None) -> int:
+        """Counted failures of ``index``."""
+        return self.by_index.get(index, 0)
 
 
 @dataclass(frozen=True)
@@ -222,7 +312,6 @@ def add_completion_index(
 
 #: ``parseInt32``: what ``strconv.Atoi`` reads (an optional sign, then ASCII digits).
 _ATOI = re.compile(r"[+-]?[0-9]+")
-MAX_INT32 = 2**31 - 1
 
 
 def index_failure_count(annotations: Any) -> int | None:
@@ -237,7 +326,7 @@ def index_failure_count(annotations: Any) -> int | None:
     if _ATOI.fullmatch(raw) is None:
         return 0
     value = int(raw)
-    return value if 0 <= value <= MAX_INT32 else 0
+    return value if 0 <= value <= INT32_MAX else 0
 
 
 def pod_from_template(

@@ -143,7 +143,3 @@ def scaled(quantity: Quantity, factor: Fraction, granularity: bool = True) -> Fr
     unit = Fraction(2**20) if quantity.format == BINARY else Fraction(10**6)
     step = unit if granularity and value >= unit else Fraction(1)
     return Fraction(ceil(value / step)) * step
-
-
-def memory_bytes(quantity: Quantity) -> Fraction:
-    return quantity.value

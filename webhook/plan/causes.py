@@ -207,9 +207,3 @@ def apply_labels(template: dict[str, Any], policy: Policy) -> bool:
         meta = template["metadata"] = {}
     changed = [podspec.set_label(meta, PREFIX + k, v) for k, v in wanted.items()]
     return any(changed)
-
-
-def restarts_bound(policy: Policy) -> str:
-    """How many restarts in place ``max-in-place-restarts`` allows, in words."""
-    n = policy.max_in_place_restarts
-    return f"{n} x (retries + 1) restarts in place at most (max-in-place-restarts {n})"

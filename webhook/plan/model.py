@@ -1,14 +1,12 @@
-"""The retry plan as typed values: what a workload's retries will be, decided once.
+"""The retry plan as typed values: what a workload's retries will be, as the planner makes
+it (not stored whole: admission records where it wrote and with which policy, and the
+planner works the rest out again from the object).
 
 - ``BudgetPlan``: where a JobSpec keeps its retry budget, how its pods count attempts
   against it, and the one non-spot boundary rule (``non_spot``);
-- ``RulePlan``: a rule with the annotation that wrote it (``None``: the user's);
 - ``PartPlan``: one JobSpec part of a workload (a Job's spec, a CronJob's job template, a
   JobSet's replicated Job): its policy, budget, rules, memory, restarts in place and what
-  ends them, delays and per-cause budgets;
-- ``SetPlan``: what a parent that restarts its children as a whole decides (a JobSet's
-  ``maxRestarts`` and failure policy rules);
-- ``WorkloadPlan``: a workload's parts and its set-level plan.
+  ends them, delays and per-cause budgets.
 
 Admission records each JobSpec part it writes (``outcome.PlannedPart``: where, with which
 policy); the planner (``kinds.planner.part_plan``) makes its ``PartPlan`` from that over
@@ -22,15 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.kube import intent
+from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan.causes import CauseBudgets
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.inplace import InPlaceEnds
 from webhook.policy.model import Delays, Policy
-
-#: What the API server fills in for a Job's unset ``backoffLimit`` (``SetDefaults_Job``).
-API_DEFAULT_BACKOFF_LIMIT = 6
-
 
 # --- the retry budget --------------------------------------------------------------------
 
@@ -62,8 +57,8 @@ def job_limit_field(
     spec, so in a template (``defaulted=False``) any value present was written)."""
     if spec.get("backoffLimitPerIndex") is not None:
         return LimitField((*path, "backoffLimitPerIndex"), None, None)
-    api_default = API_DEFAULT_BACKOFF_LIMIT if defaulted else None
-    return LimitField((*path, "backoffLimit"), api_default, API_DEFAULT_BACKOFF_LIMIT)
+    api_default = DEFAULT_BACKOFF_LIMIT if defaulted else None
+    return LimitField((*path, "backoffLimit"), api_default, DEFAULT_BACKOFF_LIMIT)
 
 
 def first_non_spot(limit: int, n: int) -> int:
@@ -154,18 +149,6 @@ class BudgetPlan:
         return f"(maxRestarts {self.limit} + 1) x ({name} {self.per_step - 1} + 1)"
 
 
-# --- rules -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RulePlan:
-    """One rule of a workload: a podFailurePolicy rule, or a JobSet failure policy rule,
-    with the annotation that wrote it (``origin``, by short name; ``None``: the user's)."""
-
-    rule: Mapping[str, Any]
-    origin: str | None = None
-
-
 # --- one JobSpec part --------------------------------------------------------------------
 
 
@@ -231,33 +214,10 @@ class PartPlan:
         return non_spot(failures, self.placement_limit, self.pods.non_spot_attempts)
 
     @property
-    def scope(self) -> str:
+    def limit_name(self) -> str:
+        """The field a counted failure counts against."""
         return "backoffLimitPerIndex" if self.per_index is not None else "backoffLimit"
 
     @property
     def budget(self) -> int:
         return self.per_index if self.per_index is not None else self.limit
-
-
-# --- a set of parts, and the workload ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SetPlan:
-    """What a parent that restarts its children as a whole decides: a JobSet's
-    ``maxRestarts`` (``None``: no failure policy, the first failed Job fails the set), its
-    failure policy rules, and whether it restarts in place (``InPlaceRestart``)."""
-
-    max_restarts: int | None
-    rules: tuple[RulePlan, ...] = ()
-    in_place: bool = False
-
-
-@dataclass(frozen=True)
-class WorkloadPlan:
-    """A workload's plan: one ``PartPlan`` per JobSpec part, and the set-level plan where a
-    parent restarts its children (``None`` elsewhere)."""
-
-    kind: str
-    parts: tuple[PartPlan, ...] = ()
-    set: SetPlan | None = None

@@ -42,23 +42,28 @@ from typing import Any
 from webhook.cluster.record import Record
 from webhook.cluster.tries import LIFECYCLE, Try
 from webhook.kube import failurepolicy as fp
-from webhook.kube.jobcontroller import BUDGET_MESSAGES, failjob_message
+from webhook.kube.defaulting import default_backoff_limit
+from webhook.kube.jobcontroller import (
+    BACKOFF_LIMIT_EXCEEDED,
+    BUDGET_MESSAGES,
+    FAIL_INDEX,
+    POD_FAILURE_POLICY,
+    FailureCounter,
+    exceeds_max_failed_indexes,
+    failjob_message,
+)
 from webhook.kube.objects import items, mapping
 from webhook.plan import marks
 from webhook.plan.audit import AuditedPart
 from webhook.plan.marks import Judged, settled
 
-#: ``SetDefaults_Job`` (pkg/apis/batch/v1/defaults.go): backoffLimit when unset (MaxInt32
-#: with backoffLimitPerIndex).
-DEFAULT_BACKOFF_LIMIT = 6
-MAX_INT32 = 2**31 - 1
 COMPLETE, FAILED = "Complete", "Failed"
 #: Where a CronJob's audit record keeps its Jobs' part (``webhook.plan.audit``).
 CRONJOB_PART = "spec.jobTemplate.spec"
 #: At most this many indexes are named in a sentence (an Event's note is 1 KiB at most).
 MAX_INDEXES_NAMED = 5
 #: The Job controller's reasons for a Job failed by its pods' failures.
-BY_PODS = ("BackoffLimitExceeded", "PodFailurePolicy")
+BY_PODS = (BACKOFF_LIMIT_EXCEEDED, POD_FAILURE_POLICY)
 
 
 @dataclass(frozen=True)
@@ -279,7 +284,7 @@ def first_end(
     ``backoffLimit`` (``exceedsBackoffLimit``: ``failed > backoffLimit``;
     ``BackoffLimitExceeded``)."""
     settings = settings or {}
-    counted = 0
+    counter = FailureCounter(limit)
     for number, one in enumerate(judged, 1):
         if one.failure is None:
             continue
@@ -287,13 +292,13 @@ def first_end(
         match, known = settled(rules, one)
         if not known:
             return End(number, "", "", "", unsure=_unsure(number, one))
-        if match is not None and match.action == "FailJob":
+        ends = counter.step(match.action if match else None, fp.counts(match)).job
+        if ends == POD_FAILURE_POLICY and match is not None:
             message = _failjob_message(match, namespace, attempt.name)
-            return End(number, _failjob_words(match, settings), BY_PODS[1], message)
-        counted += fp.counts(match)
-        if counted > limit:
+            return End(number, _failjob_words(match, settings), ends, message)
+        if ends == BACKOFF_LIMIT_EXCEEDED:
             why = _budget_words(limit, settings)
-            return End(number, why, BY_PODS[0], BUDGET_MESSAGES[BY_PODS[0]])
+            return End(number, why, ends, BUDGET_MESSAGES[ends])
     return None
 
 
@@ -324,8 +329,7 @@ def backoff_limit(spec: Mapping[str, Any], audited: AuditedPart | None = None) -
     per_index = _int(spec.get("backoffLimitPerIndex"), -1)
     if audited is not None and audited.backoff_limit_per_index is not None:
         per_index = audited.backoff_limit_per_index
-    unset = MAX_INT32 if per_index >= 0 else DEFAULT_BACKOFF_LIMIT
-    return _int(spec.get("backoffLimit"), unset)
+    return _int(spec.get("backoffLimit"), default_backoff_limit(per_index >= 0))
 
 
 def _unknown_end(base: Replay, tries: list[Try]) -> Replay:
@@ -406,7 +410,7 @@ def per_index_judge(
     ``maxFailedIndexes`` or counted failures past ``backoffLimit`` end the Job."""
     per_index, max_failed, limit = budget
     tries = [j.attempt for j in judged]
-    counted: dict[str, int] = {}
+    counter = FailureCounter(limit, per_index)
     failed: dict[str, str] = {}
     saved: list[Try] = []
     for number, one in enumerate(judged, 1):
@@ -420,19 +424,18 @@ def per_index_judge(
         match, known = settled(rules, one)
         if not known:
             return replace(base, not_replayed=_unsure(number, one))
-        if match is not None and match.action == "FailJob":
+        ends = counter.step(match.action if match else None, fp.counts(match), index)
+        if ends.job == POD_FAILURE_POLICY and match is not None:
             why = _failjob_words(match, settings)
             return _ended_per_index(base, tries, number, saved, why, failed)
-        before = counted.get(index, 0)
-        counted[index] = before + fp.counts(match)
-        if match is not None and match.action == "FailIndex":
+        if ends.index == FAIL_INDEX and match is not None:
             failed[index] = f"index {index} {_failjob_words(match, settings)}"
-        elif fp.counts(match) and before >= per_index:
+        elif ends.index is not None:
             failed[index] = f"index {index} past backoffLimitPerIndex {per_index}"
-        if 0 <= max_failed < len(failed):
+        if exceeds_max_failed_indexes(len(failed), max_failed if max_failed >= 0 else None):
             why = f"past maxFailedIndexes {max_failed}"
             return _ended_per_index(base, tries, number, saved, why, failed)
-        if sum(counted.values()) > limit:
+        if ends.job == BACKOFF_LIMIT_EXCEEDED:
             why = _budget_words(limit, settings)
             return _ended_per_index(base, tries, number, saved, why, failed)
     real = _indexes(mapping(job.get("status")).get("failedIndexes"))

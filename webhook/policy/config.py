@@ -23,7 +23,7 @@ from webhook.kube.versions import KubeVersion
 from webhook.policy import categories as cats
 from webhook.policy import kueue as kq
 from webhook.policy.grammar import BadValue, format_duration, parse_duration, parse_memory
-from webhook.policy.model import KEYS, Layer, Source, did_you_mean, format_value
+from webhook.policy.model import KEYS, Layer, Source, did_you_mean
 from webhook.problems import Problem
 
 #: Spot/preemptible node labels by provider, as each one's source gives them: GKE's
@@ -649,8 +649,3 @@ def _consistency(config: Config) -> list[Problem]:
                     )
                 )
     return problems
-
-
-def render_defaults(values: Mapping[str, Any]) -> dict[str, str]:
-    """Defaults back in annotation grammar, for documentation and ``explain``."""
-    return {name: format_value(name, value) for name, value in values.items()}

@@ -14,8 +14,7 @@ import re
 from fractions import Fraction
 
 from webhook.kube import quantity
-
-INT32_MAX = 2_147_483_647
+from webhook.kube.defaulting import INT32_MAX
 
 
 class BadValue(ValueError):

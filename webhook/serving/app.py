@@ -124,7 +124,7 @@ def create_app(state: State | None = None) -> Flask:
     def http_error(err: HTTPException) -> Response:
         endpoint = ENDPOINTS.get(request.path)
         if endpoint is not None and request.method == "POST":
-            reviews.record(endpoint, "unknown", "bad_request")
+            reviews.observe(endpoint, "unknown", "bad_request")
         return _json(
             {"error": err.name.replace(" ", ""), "reason": err.description}, err.code or 400
         )
@@ -161,7 +161,7 @@ class Reviews:
         state = self.state
         return engine.validate(review, state.config, state.runtimes, state.version)
 
-    def record(self, endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
+    def observe(self, endpoint: str, kind: str, outcome: str, started: float | None = None) -> None:
         if self.state.metrics is not None:
             # No start time: refused by werkzeug before the handler ran.
             started = started or time.perf_counter()
@@ -178,12 +178,12 @@ class Reviews:
         error: str = "BadRequest",
     ) -> tuple[int, bytes]:
         """A request that is not a review we can read: counted, and answered with why."""
-        self.record(endpoint, "unknown", "bad_request", started)
+        self.observe(endpoint, "unknown", "bad_request", started)
         return status, orjson.dumps({"error": error, "reason": reason})
 
     def failed(self, path: str) -> tuple[int, bytes]:
         """What Flask answers when a view raises: its 500, through ``http_error``."""
-        self.record(ENDPOINTS[path], "unknown", "bad_request")
+        self.observe(ENDPOINTS[path], "unknown", "bad_request")
         error = InternalServerError()
         return 500, orjson.dumps(
             {"error": error.name.replace(" ", ""), "reason": error.description}
@@ -251,7 +251,7 @@ class Reviews:
             try:
                 kind = _kind_label(review)
                 _count(state.metrics, endpoint, kind, review, verdict, outcome)
-                self.record(endpoint, kind, outcome, started)
+                self.observe(endpoint, kind, outcome, started)
             except Exception:  # nor a metrics fault
                 log.exception("could not record metrics")
         return answer

@@ -23,7 +23,7 @@ from webhook.kube.limitrange import memory_limits
 from webhook.kube.scheduling import Placement, fits, node_of
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
-from webhook.status.plan import Readmit
+from webhook.status.explained import Readmit
 from webhook.status.reader import Reader, StatusError, Unreadable, connect, parse_ref, read_tree
 from webhook.status.recorded import Documents, RecordedReader
 from webhook.status.recorded import read as read_recorded
@@ -107,7 +107,7 @@ def status(
     """Read and tell; ``StatusError`` when nothing can be told. With ``recorded`` (a file
     ``kubectl get -o yaml`` wrote), the objects are read from it by ``documents`` instead
     of from a cluster. ``readmit`` tells the plan of a workload whose record keeps no
-    rules' origins (``plan.plan_of``); the layer above gives both, status admits nothing."""
+    rules' origins (``explained_of``); the layer above gives both, status admits nothing."""
     ref = parse_ref(reference)
     if recorded is not None:
         if documents is None:

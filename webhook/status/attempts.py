@@ -13,8 +13,8 @@ from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, RESTART_ATTEMPT
+from webhook.status.explained import applied_record
 from webhook.status.model import Attempt, Category
-from webhook.status.plan import applied_record
 
 
 def job_rules(job: Mapping[str, Any]) -> list[Any]:

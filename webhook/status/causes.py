@@ -25,6 +25,7 @@ from webhook.plan.causes import (
 )
 from webhook.policy.grammar import parse_count, parse_restart_budget
 from webhook.policy.model import PREFIX
+from webhook.status.explained import applied_record, job_specs
 from webhook.status.model import (
     Attempt,
     Budget,
@@ -33,7 +34,6 @@ from webhook.status.model import (
     InPlace,
     PeerMark,
 )
-from webhook.status.plan import applied_record, job_specs
 
 #: What the webhook and its controller write in their conditions' messages (read back here;
 #: the tests make them with the writers): ``DeletionMarker.mark``

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster.attempts import job_failed_count
-from webhook.kube.jobcontroller import parse_failjob_message
+from webhook.kube.jobcontroller import exceeds_backoff_limit, parse_failjob_message
 from webhook.kube.jobsetpolicy import PEER_MESSAGE_PREFIX
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_JOB_INDEX, REPLICATED_JOB, RESTART_ATTEMPT
@@ -24,9 +24,9 @@ from webhook.status.causes import (
     in_place_budgets,
     next_disruption,
 )
+from webhook.status.explained import applied_record, origin_of
 from webhook.status.model import Attempt, Budget, Decision, JobStory
 from webhook.status.nextattempt import LiveAttempts, next_attempt
-from webhook.status.plan import applied_record, ours
 from webhook.status.reader import Tree
 from webhook.status.workloads import ENDING, as_int, final_condition, job_state, retries_left
 
@@ -102,7 +102,7 @@ def _budget_spent(spec: Mapping[str, Any], counted: int) -> str | None:
     template = mapping(mapping(spec.get("template")).get("spec"))
     if not isinstance(limit, int) or spec.get("backoffLimitPerIndex") is not None:
         return None
-    if template.get("restartPolicy") == "OnFailure" or counted <= limit:
+    if template.get("restartPolicy") == "OnFailure" or not exceeds_backoff_limit(counted, limit):
         return None
     return (
         f"backoffLimit {limit} is used up ({counted} counted failures): the Job "
@@ -227,12 +227,9 @@ def _job_decision(
     decision.pod_condition = found.condition
     rule = rules[decision.rule] if decision.rule < len(rules) else None
     own = record if record.settings else applied_record(job)
-    key = ours(rule, own)
+    key = origin_of(rule, own)
     decision.origin = (
         f"added by retry-policy for {key}" if key else ("your rule" if rule else "unknown rule")
     )
     decision.annotation = PREFIX + key if key else None
     return decision
-
-
-# --- budgets per cause -------------------------------------------------------------------

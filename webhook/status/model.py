@@ -212,8 +212,8 @@ class Story:
     name: str
     uid: str
     state: str
-    plan: list[explain.Explanation | explain.Denial]
-    plan_source: str
+    explained: list[explain.Explanation | explain.Denial]
+    explained_by: str
     budgets: list[Budget] = field(default_factory=list)
     jobs: list[JobStory] = field(default_factory=list)
     decision: Decision | None = None

@@ -29,8 +29,8 @@ from webhook.kube.wellknown import JOB_UID_LABEL, RESTART_ATTEMPT
 from webhook.plan.outcome import Context
 from webhook.policy.config import Config
 from webhook.status.attempts import index_failures, job_rules
+from webhook.status.explained import applied_record
 from webhook.status.model import Attempt, Delay, Lookups, MemoryChange, NextAttempt
-from webhook.status.plan import applied_record
 from webhook.status.reader import Tree
 
 # --- the next attempt -------------------------------------------------------------------

@@ -64,9 +64,9 @@ def render_text(story: Story, plan: bool = False) -> str:
 def _plan(story: Story, shown: bool) -> list[str]:
     if not shown:
         return ["Retry plan: add --plan to see it."]
-    lines = _fill(f"Retry plan, {story.plan_source}:", "", "")
-    if story.plan:
-        lines += ["", *explain.render_text(story.plan).rstrip("\n").split("\n")]
+    lines = _fill(f"Retry plan, {story.explained_by}:", "", "")
+    if story.explained:
+        lines += ["", *explain.render_text(story.explained).rstrip("\n").split("\n")]
     return lines
 
 
@@ -275,8 +275,8 @@ def to_json(story: Story) -> dict[str, Any]:
         },
         "state": story.state,
         "plan": {
-            "source": story.plan_source,
-            "items": explain.to_json(story.plan)["items"] if story.plan else [],
+            "source": story.explained_by,
+            "items": explain.to_json(story.explained)["items"] if story.explained else [],
         },
         "budgets": [_budget(b) for b in story.budgets],
         "decision": _decision_json(story.decision),

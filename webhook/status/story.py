@@ -1,6 +1,6 @@
 """A workload's story between attempts, from what was read (``webhook.status.reader``).
 
-Nothing here is worked out a second way: the plan is ``explain``'s (``plan``), a failed
+Nothing here is worked out a second way: the plan is ``explain``'s (``explained``), a failed
 pod is counted or ignored by the one podFailurePolicy evaluation (``attempts``), its
 cause and node are the failure history's, the budgets are counted as the Job controller
 and the webhook's controller count them (``jobs``, ``workloads``, ``causes``), and the next
@@ -22,6 +22,15 @@ from webhook.policy.config import Config
 from webhook.status import audit as audit_
 from webhook.status.causes import Causes, causes_of, disruption_budgets, next_disruption
 from webhook.status.events import events_of
+from webhook.status.explained import (
+    Readmit,
+    applied_record,
+    as_stored,
+    explained_of,
+    origin_of,
+    recorded_config,
+    without_ours,
+)
 from webhook.status.jobs import job_story, next_group
 from webhook.status.model import (
     Attempt,
@@ -36,15 +45,6 @@ from webhook.status.model import (
     Story,
 )
 from webhook.status.nextattempt import LiveAttempts, delay_of
-from webhook.status.plan import (
-    Readmit,
-    applied_record,
-    as_stored,
-    ours,
-    plan_of,
-    recorded_config,
-    without_ours,
-)
 from webhook.status.reader import Tree
 from webhook.status.workloads import (
     final_condition,
@@ -68,7 +68,7 @@ def tell(
     """The whole story; ``config`` is the cluster defaults file when an admin gives one,
     ``kubernetes_version`` the cluster's (its ``/version``), which in-place restarts are
     judged by, as the webhook judges them (the config's pin first); ``readmit``, how a
-    plan recorded before the record kept its rules' origins is found (``plan.plan_of``)."""
+    plan recorded before the record kept its rules' origins is found (``explained_of``)."""
     lookups = lookups if lookups is not None else Lookups()
     now = now if now is not None else dt.datetime.now(dt.timezone.utc).timestamp()
     workload = tree.workload
@@ -85,7 +85,7 @@ def tell(
                 f"the cluster's Kubernetes version was not read: in-place restarts are "
                 f"judged for Kubernetes {version.version}"
             )
-    plan, source, notes = plan_of(explained, judged_by, namespace, config is not None, readmit)
+    told, source, notes = explained_of(explained, judged_by, namespace, config is not None, readmit)
     notes += [assumed] if assumed else []
     story = Story(
         kind=tree.kind.kind,
@@ -94,8 +94,8 @@ def tell(
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
         state=state_of(tree),
-        plan=plan,
-        plan_source=source,
+        explained=told,
+        explained_by=source,
         notes=notes,
         unread=list(tree.unread),
         older_jobs=list(tree.older_jobs),
@@ -178,7 +178,7 @@ __all__ = [
     "delay_of",
     "events_of",
     "job_state",
-    "ours",
+    "origin_of",
     "recorded_config",
     "tell",
     "without_ours",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.kube.jobcontroller import exceeds_backoff_limit
 from webhook.kube.objects import items, mapping
 from webhook.status.model import Budget, Decision
 from webhook.status.reader import Tree
@@ -157,8 +158,11 @@ def final_condition(obj: Mapping[str, Any], subject: str, done: Sequence[str]) -
 
 
 def retries_left(used: int, limit: int) -> str:
+    """``used`` counted failures against ``limit``, in words: over the budget once they
+    exceed it (the Job controller's ``exceedsBackoffLimit``, and KubeRay's, which retries
+    while ``failed < backoffLimit + 1``)."""
     failures_text = f"{used} counted failure{'' if used == 1 else 's'}"
-    if used > limit:
+    if exceeds_backoff_limit(used, limit):
         return f"{failures_text}: over the budget"
     left = limit - used
     return f"{failures_text}, {left} retr{'y' if left == 1 else 'ies'} left"

@@ -172,7 +172,7 @@ def _day(when: dt.datetime) -> str:
     return f"{when:%Y-%m-%d}"
 
 
-def plan(
+def secret_material(
     existing: dict[str, bytes] | None,
     service: str,
     namespace: str,
@@ -365,7 +365,7 @@ class CertSync:
             existing = _decode(secret) if secret is not None else None
             if secret is not None:
                 self._check_writable(secret)
-            material = plan(
+            material = secret_material(
                 existing, opts.service, opts.namespace, opts.days, renew_before, self.now()
             )
             gained = self._patch_bundles(material.bundle)

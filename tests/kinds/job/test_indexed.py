@@ -19,6 +19,7 @@ from testkit.workloads import (
 )
 from webhook.admission import engine
 from webhook.kube import jobcontroller
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
     ignore_disruptions_rule,
@@ -27,7 +28,6 @@ from webhook.kube.failurepolicy import (
 from webhook.kube.wellknown import COMPLETION_INDEX_ENV, INDEX_FAILURE_COUNT
 from webhook.plan.delays import ATTEMPT, LAST_FAILURE, MAX_ATTEMPTS
 from webhook.policy.config import parse_config
-from webhook.policy.grammar import INT32_MAX
 
 INDEXED = {"completionMode": "Indexed", "completions": 8, "parallelism": 4}
 PER_INDEX = {**INDEXED, "backoffLimitPerIndex": 2}

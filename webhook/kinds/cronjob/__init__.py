@@ -2,8 +2,8 @@
 
 from webhook.kinds.base import KindSpec
 from webhook.kinds.cronjob.mutate import JOB_SPEC, CronJobMutator
-from webhook.kube.defaulting import default_cronjob
-from webhook.plan.model import API_DEFAULT_BACKOFF_LIMIT, LimitField
+from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT, default_cronjob
+from webhook.plan.model import LimitField
 
 SPEC = KindSpec(
     "batch",
@@ -12,7 +12,7 @@ SPEC = KindSpec(
     "cronjobs",
     ("cronjob", "cronjobs", "cj", "cronjob.batch", "cronjobs.batch"),
     CronJobMutator(),
-    LimitField((*JOB_SPEC, "backoffLimit"), None, API_DEFAULT_BACKOFF_LIMIT),
+    LimitField((*JOB_SPEC, "backoffLimit"), None, DEFAULT_BACKOFF_LIMIT),
     default_cronjob,
     children="controlled",
 )

@@ -3,8 +3,8 @@
 from webhook.kinds.base import KindSpec
 from webhook.kinds.job.mutate import JobMutator
 from webhook.kinds.view import job_view
-from webhook.kube.defaulting import default_job
-from webhook.plan.model import API_DEFAULT_BACKOFF_LIMIT, LimitField
+from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT, default_job
+from webhook.plan.model import LimitField
 
 SPEC = KindSpec(
     "batch",
@@ -13,7 +13,7 @@ SPEC = KindSpec(
     "jobs",
     ("job", "jobs", "job.batch", "jobs.batch"),
     JobMutator(),
-    LimitField(("spec", "backoffLimit"), API_DEFAULT_BACKOFF_LIMIT, API_DEFAULT_BACKOFF_LIMIT),
+    LimitField(("spec", "backoffLimit"), DEFAULT_BACKOFF_LIMIT, DEFAULT_BACKOFF_LIMIT),
     default_job,
     job_view,
     "self",

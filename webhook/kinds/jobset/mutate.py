@@ -85,6 +85,7 @@ from webhook.kinds.workload import (
     write_limit,
 )
 from webhook.kube import intent, jobsetplacement
+from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.owned import deep_copy
 from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
@@ -92,7 +93,6 @@ from webhook.plan.model import job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations
 from webhook.plan.record import AppliedRecord
-from webhook.policy.grammar import INT32_MAX
 from webhook.policy.model import APPLIED, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
 
@@ -278,7 +278,7 @@ class JobSetMutator(WorkloadMutator):
         new value, and never a denial."""
         if APPLIED not in mapping(mapping(old.get("metadata")).get("annotations")):
             return []
-        if _ours(jobset) != _ours(old) or _frozen(jobset) == _frozen(old):
+        if _our_annotations(jobset) != _our_annotations(old) or _frozen(jobset) == _frozen(old):
             return []  # a changed policy applies to new objects only; or nothing was reset
         candidate = deep_copy(jobset)
         outcome = self.mutate(candidate, ctx)
@@ -334,7 +334,7 @@ def _made_without_count(jobset: Mapping[str, Any]) -> bool:
     return "failNonRetriable" in record and "countDisruptions" not in record
 
 
-def _ours(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _our_annotations(obj: Mapping[str, Any]) -> dict[str, Any]:
     annotations = mapping(mapping(obj.get("metadata")).get("annotations"))
     return {k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(PREFIX)}
 

@@ -381,7 +381,7 @@ def our_patch(
     }
 
 
-def find_ours(patches: Sequence[Any]) -> int | None:
+def find_our_patch(patches: Sequence[Any]) -> int | None:
     return next(
         (i for i, p in enumerate(patches) if isinstance(p, dict) and p.get("manager") == MANAGER),
         None,
@@ -398,7 +398,7 @@ def _place(spec: dict[str, Any], entry: dict[str, Any]) -> str | None:
     raise ``ValueError`` when the list has no room."""
     patches = spec.get("runtimePatches")
     patches = list(patches) if isinstance(patches, list) else []
-    index = find_ours(patches)
+    index = find_our_patch(patches)
     if index is not None:
         if _same_patch(patches[index], entry):
             return None
@@ -614,13 +614,13 @@ class TrainJobMutator(WorkloadMutator):
         left it out or changed it (Trainer refuses a changed runtimePatches while the
         TrainJob runs; the JobSet it made carries the old one anyway)."""
         old_patches = items(get_path(old, ("spec", "runtimePatches")))
-        index = find_ours(old_patches)
+        index = find_our_patch(old_patches)
         spec = trainjob.get("spec")
         if index is None or not isinstance(spec, dict):
             return []
         entry = old_patches[index]
         patches = list(items(spec.get("runtimePatches")))
-        mine = find_ours(patches)
+        mine = find_our_patch(patches)
         if mine is not None and patches[mine] == entry:
             return []
         patches = [p for p in patches if not (isinstance(p, dict) and p.get("manager") == MANAGER)]

@@ -1,5 +1,6 @@
-"""The plan of a stored workload: the settings its ``retry-policy.dev/applied`` record
-says were applied and which rules are the webhook's, told by ``explain``."""
+"""A stored workload explained: its retry plan as ``explain`` tells it, from the settings
+its ``retry-policy.dev/applied`` record says were applied and which rules are the
+webhook's (``ours``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ _CONDITION_RULES = (
     ("peerDisruptions", "peer-disruptions", failurepolicy.PEER_DISRUPTED),
 )
 
-# --- the plan ----------------------------------------------------------------------------
+# --- the record ---------------------------------------------------------------------------
 
 
 def applied_record(obj: Mapping[str, Any]) -> AppliedRecord:
@@ -51,7 +52,7 @@ def recorded_config(obj: Mapping[str, Any]) -> Config:
         return Config()
 
 
-def ours(rule: Any, record: AppliedRecord) -> str | None:
+def origin_of(rule: Any, record: AppliedRecord) -> str | None:
     """The annotation for which this webhook wrote ``rule`` (a podFailurePolicy rule, or a
     JobSet failure policy rule), as the applied record says; ``None``: not ours. A record
     that keeps the rules' origins says so itself; an older one (version 1) by the shape of
@@ -125,7 +126,7 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
     for spec in job_specs(out):
         policy = mapping(spec.get("podFailurePolicy"))
         rules = items(policy.get("rules"))
-        kept = [r for r in rules if ours(r, record) is None]
+        kept = [r for r in rules if origin_of(r, record) is None]
         if rules and not kept:
             spec.pop("podFailurePolicy", None)
         elif rules:
@@ -134,7 +135,7 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
         policy = mapping(mapping(out.get("spec")).get("failurePolicy"))
         rules = items(policy.get("rules"))
         if rules:
-            policy["rules"] = [r for r in rules if ours(r, record) is None]
+            policy["rules"] = [r for r in rules if origin_of(r, record) is None]
     return out
 
 
@@ -143,7 +144,8 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
 #: ``config`` in ``namespace``, as it would be stored (``None``: denied).
 Readmit = Callable[[dict[str, Any], Config, str], "dict[str, Any] | None"]
 
-Plan = list[explain.Explanation | explain.Denial]
+#: What ``explain`` tells of a stored workload: its explanations, or its denial.
+Explained = list[explain.Explanation | explain.Denial]
 
 
 def source_of(config: Config, given: bool) -> str:
@@ -156,25 +158,25 @@ def source_of(config: Config, given: bool) -> str:
     )
 
 
-def plan_of(
+def explained_of(
     obj: Mapping[str, Any],
     config: Config,
     namespace: str,
     given: bool,
     readmit: Readmit | None = None,
-) -> tuple[Plan, str, list[str]]:
+) -> tuple[Explained, str, list[str]]:
     """The plan of the object as stored, with notes. The object is what the webhook
     wrote, and its applied record (version 2) says which settings were applied and
     which rules are the webhook's: the plan is told from them, admitting nothing
-    (``stored_plan``). A version-1 record keeps no rules' origins: with ``readmit`` the
-    plan is found by admitting the object again (``readmitted_plan``); without, it is
+    (``explained_stored``). A version-1 record keeps no rules' origins: with ``readmit`` the
+    plan is found by admitting the object again (``explained_readmitted``); without, it is
     told from the stored object, the webhook's rules recognised by their shape."""
     record = AppliedRecord.of(obj)
     if record is not None and record.version < 2 and readmit is not None:
-        return readmitted_plan(obj, config, namespace, given, readmit)
+        return explained_readmitted(obj, config, namespace, given, readmit)
     judge = recorded_under(config, obj, namespace) if given else config
     notes: list[str] = []
-    return stored_plan(obj, judge, namespace, notes), source_of(config, given), notes
+    return explained_stored(obj, judge, namespace, notes), source_of(config, given), notes
 
 
 def recorded_under(config: Config, obj: Mapping[str, Any], namespace: str) -> Config:
@@ -193,7 +195,9 @@ def recorded_under(config: Config, obj: Mapping[str, Any], namespace: str) -> Co
     return dataclasses.replace(config, defaults=cluster, namespaces=namespaces)
 
 
-def stored_plan(obj: Mapping[str, Any], config: Config, namespace: str, notes: list[str]) -> Plan:
+def explained_stored(
+    obj: Mapping[str, Any], config: Config, namespace: str, notes: list[str]
+) -> Explained:
     """The plan told from the stored object itself, without admission: the object as the
     webhook wrote it, and as the user wrote it (without the rules the record says are
     the webhook's, which are then told as its own); what keeps it from being told goes
@@ -218,15 +222,15 @@ def our_rules(obj: Mapping[str, Any], record: AppliedRecord) -> list[tuple[Any, 
         policies.append(mapping(mapping(obj.get("spec")).get("failurePolicy")))
     for policy in policies:
         for rule in items(policy.get("rules")):
-            name = ours(rule, record)
+            name = origin_of(rule, record)
             if name is not None:
                 found.append((rule, name))
     return found
 
 
-def readmitted_plan(
+def explained_readmitted(
     obj: Mapping[str, Any], config: Config, namespace: str, given: bool, readmit: Readmit
-) -> tuple[Plan, str, list[str]]:
+) -> tuple[Explained, str, list[str]]:
     """A version-1 record's plan (no rules' origins). ``explain`` admits its input again,
     so the input is the first of these whose admission gives back exactly the stored spec
     (what the controllers read: ``podFailurePolicy`` is immutable): the object without the
@@ -262,15 +266,15 @@ def readmitted_plan(
             chosen, judge, note = candidate, by, said
             break
     notes = [note] if note else []
-    plan = _told(lambda: explain.explain(copy.deepcopy(chosen), judge, namespace), obj, notes)
-    return plan, source_of(config, given), notes
+    told = _told(lambda: explain.explain(copy.deepcopy(chosen), judge, namespace), obj, notes)
+    return told, source_of(config, given), notes
 
 
 def _told(
     explained: Callable[[], list[explain.Explanation] | explain.Denial | None],
     obj: Mapping[str, Any],
     notes: list[str],
-) -> Plan:
+) -> Explained:
     """The plan ``explained`` gives; what keeps it from giving one goes in ``notes``."""
     try:
         result = explained()
