@@ -364,3 +364,17 @@ def test_syncJob_deleteActivePods_stops_parallel_pods_where_the_defaults_end_the
     assert result.ended_at == 1 and result.saved_attempts == 1
     assert result.saved_seconds == 300  # 2 minutes of the pod beside, 3 of the replacement
     assert result.saved == {k: 5 * v for k, v in PER_MINUTE.items()}
+
+
+def test_per_index_one_pod_past_both_limits_ends_by_backoff_limit_first():
+    """upstream: syncJob (pkg/controller/job/job_controller.go) decides BackoffLimitExceeded
+    (``exceedsBackoffLimit``) before it counts failed indexes against maxFailedIndexes
+    (MaxFailedIndexesExceeded): a pod that trips both ends the Job by the first."""
+    out = per_index_job("Failed", "BackoffLimitExceeded", "0")
+    out["spec"].update(backoffLimit=1, maxFailedIndexes=0)
+    pods = [indexed(failed(1, 42), 0), indexed(failed(2, 42), 0)]
+    result = replay(
+        out, AuditedPart("spec", backoff_limit_per_index=1), recorded(*pods), NON_RETRIABLE
+    )
+    assert result.why == "past backoffLimit 1"
+    assert not result.differed, result.sentence()  # the Job ended so, and so would the plan

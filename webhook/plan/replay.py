@@ -406,8 +406,9 @@ def per_index_judge(
     """An Indexed Job with ``backoffLimitPerIndex``, each attempt judged in order
     (``isIndexFailed`` in pkg/controller/job/indexed_job_utils.go: a FailIndex match, or a
     counted failure once the index's earlier counted failures reach the limit, fails the
-    index, whose later attempts then do not run); FailJob, more failed indexes than
-    ``maxFailedIndexes`` or counted failures past ``backoffLimit`` end the Job."""
+    index, whose later attempts then do not run); FailJob, counted failures past
+    ``backoffLimit`` or more failed indexes than ``maxFailedIndexes`` end the Job, in
+    ``syncJob``'s order."""
     per_index, max_failed, limit = budget
     tries = [j.attempt for j in judged]
     counter = FailureCounter(limit, per_index)
@@ -432,11 +433,13 @@ def per_index_judge(
             failed[index] = f"index {index} {_failjob_words(match, settings)}"
         elif ends.index is not None:
             failed[index] = f"index {index} past backoffLimitPerIndex {per_index}"
-        if exceeds_max_failed_indexes(len(failed), max_failed if max_failed >= 0 else None):
-            why = f"past maxFailedIndexes {max_failed}"
-            return _ended_per_index(base, tries, number, saved, why, failed)
+        # ``syncJob`` decides BackoffLimitExceeded before it counts failed indexes
+        # (MaxFailedIndexesExceeded): when one pod trips both, the Job ends by the first.
         if ends.job == BACKOFF_LIMIT_EXCEEDED:
             why = _budget_words(limit, settings)
+            return _ended_per_index(base, tries, number, saved, why, failed)
+        if exceeds_max_failed_indexes(len(failed), max_failed if max_failed >= 0 else None):
+            why = f"past maxFailedIndexes {max_failed}"
             return _ended_per_index(base, tries, number, saved, why, failed)
     real = _indexes(mapping(job.get("status")).get("failedIndexes"))
     earlier = {i for i in failed if i not in real} | {t.lineage for t in saved}
