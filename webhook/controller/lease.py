@@ -109,13 +109,10 @@ class LeaderElector:
         #: What the holder last said of its gate releases ("" : they work, or it says
         #: nothing: a version of the webhook before it did).
         self._gates = ""
-        self._transitions = 0
         #: The Lease as last written or read (with its resourceVersion): what a leader's
         #: renewal updates at once (client-go's observed record).
         self._cached: dict[str, Any] | None = None
-        self._acquired = ""
         self.errors = 0
-        self.transitions_seen = 0
 
     # --- one attempt (client-go's tryAcquireOrRenew) ---------------------------------------
     def try_acquire_or_renew(self) -> bool:
@@ -236,8 +233,6 @@ class LeaderElector:
         self._cached = lease
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        if holder != self._holder:
-            self.transitions_seen += 1
         self._observed = _record(lease)
         self._observed_at, self._observed_wall = now, wall
         seconds = spec.get("leaseDurationSeconds")

@@ -100,17 +100,6 @@ def placement_text(budget: BudgetPlan, n: int) -> str:
     return text
 
 
-def resolve_backoff_limit(
-    obj: Mapping[str, Any],
-    path: tuple[str | int, ...],
-    spec: Mapping[str, Any],
-    policy: Policy,
-    out: Outcome,
-) -> Policy:
-    """Settle ``backoff-limit`` against one JobSpec (``backoffLimitPerIndex`` when set)."""
-    return resolve_limit(obj, job_limit_field(path, spec), policy, out)
-
-
 def apply_job_spec(
     obj: Mapping[str, Any],
     path: tuple[str | int, ...],
