@@ -40,4 +40,6 @@ def run(argv, stdin=""):
 WARNED = JOB.replace(
     '"{limit}"', '"{limit}"\n    retry-policy.dev/on-non-retriable: fail-index'
 ).format(name="warned", limit=1)
-NO_EFFECT = "retry-policy: on-non-retriable has no effect without fail-non-retriable"
+NO_EFFECT = (
+    "retry-policy: on-non-retriable has no effect without fail-non-retriable or fail-categories"
+)

@@ -311,6 +311,21 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkey
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api.url)
         feeder = Feeder(api, jobs_per_kind=1)
         feeder.gate_delay = 0.5
+
+        def delayed_pod() -> dict:
+            (delayed,) = feeder.runs["delayed"]
+            with api.lock:
+                (pod,) = [
+                    p
+                    for p in api.objects["pods"].values()
+                    if p["metadata"]["labels"].get("job-name") == delayed.name
+                ]
+            return pod
+
+        def released() -> bool:
+            gated = delayed_pod()
+            return gates.GATE not in [g["name"] for g in gated["spec"].get("schedulingGates") or []]
+
         monkeypatch.setattr(https, "START_SECONDS", scaled(https.START_SECONDS))
         with start_slot():
             replica = Replica(cert_dir, kubeconfig, tmp_path / "with.log", True, 1)
@@ -320,7 +335,11 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkey
             first = len(api.requests)
             for kind, runs in feeder.runs.items():
                 getattr(feeder, kind)(runs[0])
-            writes = eventually(lambda: worked(w := controller_writes(api, first)) and w, 20)
+            # Each step's work, waited for whole: pod patches alone may be the failure
+            # categories' conditions, before the gate is released.
+            writes = eventually(
+                lambda: worked(w := controller_writes(api, first)) and released() and w, 20
+            )
         finally:
             replica.stop()
         assert writes["events_created"] >= 1
@@ -330,14 +349,7 @@ def test_the_controller_cpu_benchmark_feeds_a_leader_that_works(tmp_path, monkey
             disrupted = Record.of(api.objects["jobs"][feeder.runs["disrupted"][0].uid])
         assert oom is not None and oom.seen(oom_pod)  # the OOM kill, on its Job's record
         assert disrupted is not None and disrupted.disrupted(disrupted_pod)
-        (delayed,) = feeder.runs["delayed"]
-        with api.lock:
-            pods = [
-                p
-                for p in api.objects["pods"].values()
-                if p["metadata"]["labels"].get("job-name") == delayed.name
-            ]
-        (gated,) = pods
+        gated = delayed_pod()
         assert gates.GATE not in [g["name"] for g in gated["spec"].get("schedulingGates") or []]
         assert gates.GATED_LABEL not in gated["metadata"]["labels"]
     finally:

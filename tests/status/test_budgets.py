@@ -300,11 +300,13 @@ def test_an_indexed_job_counts_disruptions_per_index(cluster, tmp_path):
     assert "of an index not listed: free (each index's first 1 are)" in flat
 
 
-def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):
-    """The set's budget (its record, across its Jobs), and peer-disruptions: a worker
-    evicted, its running peers in the same run marked PeerDisrupted by the controller;
-    one then fails (exit 1, torchrun's rendezvous broken) and the rule on PeerDisrupted
-    ignores it, the other still runs."""
+def test_a_jobset_counts_its_disruptions_and_fails_the_disrupted_job_once(cluster, tmp_path):
+    """The set's budget (its record, across its Jobs), and peer-disruptions on a JobSet: a
+    worker evicted, the controller marks no peer pod but writes one FailureTarget on the
+    worker's Job (``webhook.controller.jobsetpeers``: ``syncJob`` fails a Job with it,
+    ``newFailedConditionForFailureTarget``), which the JobSet's first rule,
+    retryPolicyPeerDisruptions, restarts the set on; status tells that Job's failure as
+    the controller's, for peer-disruptions."""
     api, kubeconfig = cluster
     annotations = {P + "max-disruptions": "1", P + "peer-disruptions": "ignore"}
     status = {"restarts": 1, "restartsCountTowardsMax": 1}
@@ -313,23 +315,22 @@ def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):
     workers = next(j for j in jobs if "workers" in j["metadata"]["name"])
     evicted = running(api, controller_pod(workers, 0, at_minute(0)), "spot-0")
     peer = running(api, controller_pod(leader, 0, at_minute(0)), "node-a")
-    other = running(api, controller_pod(workers, 0, at_minute(0)), "spot-1")
     evicted_run = JobRun(api, workers)
+
+    def failure_target() -> dict[str, Any] | None:
+        conditions = current(api, "jobs", workers).get("status", {}).get("conditions") or []
+        return next((c for c in conditions if c.get("type") == "FailureTarget"), None)
+
     with Running(disruptions(api, tmp_path)) as reconciler:
         evicted_run.disrupt(evicted, "EvictionByEvictionAPI")
-        for marked in (peer, other):
-            eventually(
-                lambda p=marked: (
-                    fp.PEER_DISRUPTED
-                    in [c["type"] for c in api.pod(p["metadata"]["uid"])["status"]["conditions"]]
-                ),
-                10,
-            )
+        eventually(failure_target, 10)
         eventually(lambda: Record.of(current(api, "jobsets", jobset)), 10)
         reconciler.events.flush()
-    leader_run = JobRun(api, leader)
-    leader_run.fail(peer, 1)
-    assert leader_run.judge(peer) == "Ignore"
+    target = failure_target()
+    assert target["reason"] == "PodFailurePolicy"
+    assert target["message"].startswith("retry-policy.dev/PeerDisrupted: ")
+    conditions = api.pod(peer["metadata"]["uid"])["status"].get("conditions") or []
+    assert fp.PEER_DISRUPTED not in [c["type"] for c in conditions]  # no pod marked
     done = run(kubeconfig, "jobset/llm-pretrain", "-n", NS, "-o", "json")
     assert done.returncode == 0, done.stderr
     story = json.loads(done.stdout)
@@ -337,15 +338,6 @@ def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):
     assert spent["object"] == f"JobSet {jobset['metadata']['name']}"
     assert (spent["limit"], spent["used"], spent["free"], spent["next"]) == (1, 1, 1, "counted")
     attempts = {a["pod"]: a for j in story["jobs"] for a in j["attempts"]}
-    ignored = attempts[peer["metadata"]["name"]]
-    assert ignored["counted"] is False and ignored["rule"]["action"] == "Ignore"
-    assert ignored["peerDisrupted"] == {
-        "peer": evicted["metadata"]["name"],
-        "cause": "EvictionByEvictionAPI",
-        "setting": "ignore",
-        "byRule": True,
-    }
-    assert attempts[other["metadata"]["name"]]["peerDisrupted"]["byRule"] is False
     assert attempts[evicted["metadata"]["name"]]["disruptionBudget"]["result"] == "free"
     # No Job of the set says a budget of its own: the set's is the one counted.
     assert all(b["field"] != P + "max-disruptions" for j in story["jobs"] for b in j["budgets"])
@@ -353,19 +345,7 @@ def test_a_jobset_counts_its_disruptions_and_marks_peers(cluster, tmp_path):
     # The rules on the controller's conditions, in each replicated Job, are the webhook's.
     assert not any("would change it" in n or "stored rules" in n for n in story["notes"])
     assert len(story["plan"]["items"]) == 3  # the JobSet, then each replicated Job
-    for item in story["plan"]["items"][1:]:
-        origins = [r["origin"] for r in item["rules"]]
-        assert origins[:2] == [
-            "added by retry-policy for max-disruptions",
-            "added by retry-policy for peer-disruptions",
-        ], origins
     flat = " ".join(run(kubeconfig, "jobset/llm-pretrain", "-n", NS).stdout.split())
-    assert (
-        "exit code 1 in container trainer; not counted: rule 2 (Ignore); "
-        f"peer {evicted['metadata']['name']} was disrupted (EvictionByEvictionAPI): marked "
-        "PeerDisrupted, ignored (peer-disruptions ignore)"
-    ) in flat
-    assert "marked PeerDisrupted, its failure will be ignored (peer-disruptions ignore)" in flat
     assert "Next disruption: counted: disruption 2, over max-disruptions 1" in flat
 
 
