@@ -220,7 +220,8 @@ def test_a_category_known_only_once_the_pod_failed_is_late_and_said_so(
     pod batched a second later (``syncJobBatchPeriod``): whether it read the condition
     shows in how the Job ends (``fail-categories: OOMKilled`` with backoffLimit 0: FailJob
     if it did, BackoffLimitExceeded if not). Either may happen; the controller counts the
-    condition ``late`` and the Event says so. The share read is printed (a measurement,
+    condition ``late`` (or ``missed``, when the pod was judged before it was classified)
+    and the Event says so. The share read is printed (a measurement,
     benchmarks/results/verdicts-late.md)."""
     policy = {P + "fail-categories": "OOMKilled", P + "backoff-limit": "0"}
     names = [f"oom-{i}" for i in range(6)]
@@ -235,6 +236,9 @@ def test_a_category_known_only_once_the_pod_failed_is_late_and_said_so(
         30,
         "the Events",
     )
-    assert all("landed after the pod failed" in n for n in notes), notes
+    # Late, or (a loaded leader) missed: the Job controller judged the pod before the
+    # category was known, and then nothing is written; the Event says which.
+    said = ("landed after the pod failed", "had judged it before its category was known")
+    assert all(any(s in n for s in said) for n in notes), notes
     read = reasons.count("PodFailurePolicy")
     print(f"\nlate OOMKilled conditions read by the Job controller: {read} of {len(names)}")
