@@ -311,9 +311,9 @@ def test_trainjob_example(tmp_path):
 
 def test_every_shipped_example_passes_the_ci_recipe():
     """The README's CI recipe, ``dry-run -R -f <dir> --fail-on-warn``, on the shipped
-    manifests (examples/*.yaml and the policy suites' manifests): each sets what a
-    warning would ask, so none warns, and stderr tells changes (``Change:``) from
-    warnings (``Warning:``, the lines that fail it)."""
+    manifests (examples/*.yaml, the recorded objects of examples/status/ and the policy
+    suites' manifests): each sets what a warning would ask, so none warns, and stderr
+    tells changes (``Change:``) from warnings (``Warning:``, the lines that fail it)."""
     from testkit.cli import run as run_cli
 
     paths = [str(p) for p in sorted(EXAMPLES.glob("*.yaml"))]
@@ -323,6 +323,8 @@ def test_every_shipped_example_passes_the_ci_recipe():
             "-R",
             "-f",
             *paths,
+            "-f",
+            str(EXAMPLES / "status"),
             "-f",
             str(EXAMPLES / "tests" / "manifests"),
             "--fail-on-warn",

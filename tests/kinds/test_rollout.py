@@ -15,6 +15,7 @@ from testkit.cli import run
 from testkit.explain import assert_text_and_json_agree, doc_block, manifest, one, setting
 from testkit.kinds import cronjob, job_from, jobset, pytorchjob, rayjob
 from testkit.servers import start, stop
+from testkit.trainer import carried
 from testkit.workloads import (
     assert_idempotent,
     kubectl_patch,
@@ -295,26 +296,114 @@ def test_the_server_audits_the_namespace_its_config_file_says(tmp_path):
         stop(server)
 
 
-def test_a_trainjobs_defaults_are_audited_on_the_jobset_its_trainer_makes():
-    """A TrainJob carries the defaults to its JobSet (``retry-policy.dev/defaults``), whose
-    admission, in the same audited namespace, holds them back and records them: the
-    JobSet holds the JobSpecs whose failures the controller replays."""
+def test_an_unannotated_trainjob_is_admitted_as_written_and_its_jobset_audited():
+    """A TrainJob nobody annotated: its spec as written (no runtime patch carrying the
+    defaults to its JobSet: a GitOps tool would show it as drift), labelled audit, with the
+    record its JobSet would get enforced. The JobSet its trainer makes from it, in the same
+    audited namespace, records the same at its own admission (spec unchanged), so the
+    controller replays its runs as any audited JobSet's."""
     config = parse_config(AUDITED_NS)
     runtimes = GivenRuntimes([trainer.runtime()])
-    verdict, out = trainer.mutate(trainer.trainjob(), runtimes, config)
+    obj = trainer.trainjob()
+    verdict, out = trainer.mutate(obj, runtimes, config)
     assert verdict.allowed, verdict.message
-    assert managed(out) == "audit"  # (its record is its JobSet's)
+    assert out["spec"] == obj["spec"] and managed(out) == "audit"
+    record = AuditRecord.of(out)
+    assert record.by == {"backoff-limit": "cluster", "fail-non-retriable": "cluster"}
+    assert [p.path for p in record.parts] == ["spec.replicatedJobs[node].template.spec"]
+    assert all(p.rules for p in record.parts) and record.failure_policy["maxRestarts"] == 2
+    (said,) = verdict.warnings
+    assert said.startswith("retry-policy: audited, not applied (rollout: audit in namespace ml)")
     assert trainer.mutate(out, runtimes, config)[0].patch == []
-    annotated = trainer.mutate(trainer.trainjob({P + "backoff-limit": "1"}), runtimes, config)[1]
-    assert managed(annotated) == "enforce"
+    assert trainer.validate(out, runtimes, config).allowed
     reviewed = engine.review(jobset_for(out, trainer.runtime()), config, "ml")
     assert reviewed.verdict.allowed, reviewed.verdict.message
     made = reviewed.result
+    assert made["spec"] == jobset_for(out, trainer.runtime())["spec"]
+    assert managed(made) == "audit" and AuditRecord.of(made) == record
+    # explain: nothing applies to the TrainJob; what the defaults say is audited.
+    item = one(obj, config)
+    assert setting(item, "fail-non-retriable").value == "false"
+    assert [s.name for s in item.audited] == ["backoff-limit", "fail-non-retriable"]
+    assert item.budget.startswith("Audited, nothing is carried to the JobSet")
+    # Enforced, the same TrainJob carries the defaults to its JobSet, as before.
+    enforced = parse_config(AUDITED_NS.replace("rollout: audit", "{}"))
+    verdict, out = trainer.mutate(obj, runtimes, enforced)
+    assert verdict.allowed and carried(out)[P + "defaults"]
+    assert managed(out) == "enforce" and AUDIT not in out["metadata"].get("annotations", {})
+
+
+def test_a_trainjobs_own_annotations_keep_its_defaults_audited_on_its_jobset():
+    """Annotated, a TrainJob is admitted as before under audit: its annotations and the
+    defaults carried to its JobSet (``retry-policy.dev/defaults``), whose admission holds
+    the defaults back and records them."""
+    config = parse_config(AUDITED_NS)
+    runtimes = GivenRuntimes([trainer.runtime()])
+    verdict, out = trainer.mutate(trainer.trainjob({P + "backoff-limit": "1"}), runtimes, config)
+    assert verdict.allowed, verdict.message
+    assert managed(out) == "enforce" and AUDIT not in out["metadata"]["annotations"]
+    assert carried(out)[P + "defaults"]
+    made = engine.review(jobset_for(out, trainer.runtime()), config, "ml").result
     assert "podFailurePolicy" not in made["spec"]["replicatedJobs"][0]["template"]["spec"]
-    assert managed(made) == "audit"
-    record = AuditRecord.of(made)
-    assert record.by == {"backoff-limit": "cluster", "fail-non-retriable": "cluster"}
-    assert record.parts and all(p.rules for p in record.parts)
+    assert made["spec"]["failurePolicy"] == {"maxRestarts": 1}
+    assert managed(made) == "enforce"
+    assert AuditRecord.of(made).settings == {"fail-non-retriable": "true"}
+
+
+def test_an_unannotated_trainjob_is_never_denied_by_the_rails_under_audit():
+    """Enforced, a runtime's maxRestarts above the rail denies the TrainJob; audited, it is
+    admitted unchanged, and why enforcing would deny it, in the runtime's words, is its
+    record's ``denied``; its JobSet's admission records it too, and admits it."""
+    config = parse_config(AUDITED_NS + "guardRails: {maxBackoffLimit: 3}\n")
+    rt = trainer.runtime(failure_policy={"maxRestarts": 10})
+    obj = trainer.trainjob()
+    verdict, out = trainer.mutate(obj, GivenRuntimes([rt]), config)
+    assert verdict.allowed, verdict.message
+    assert out["spec"] == obj["spec"] and managed(out) == "audit"
+    denied = AuditRecord.of(out).denied
+    assert denied.startswith("ClusterTrainingRuntime torch-distributed: spec.template.spec.")
+    assert "10 is above this cluster's limit; accepted: 0 to 3" in denied
+    assert any(w.startswith("retry-policy: audit: enforcing would deny") for w in verdict.warnings)
+    assert trainer.validate(out, GivenRuntimes([rt]), config).allowed
+    reviewed = engine.review(jobset_for(out, rt), config, "ml")
+    assert reviewed.verdict.allowed, reviewed.verdict.message
+    assert "10 is above this cluster's limit" in AuditRecord.of(reviewed.result).denied
+    # A TrainJob-level denial (no room for the webhook's runtime patch) is spared too.
+    full = trainer.trainjob(patches=[{"manager": f"example.com/m{i}"} for i in range(16)])
+    verdict, out = trainer.mutate(full, GivenRuntimes([rt]), config)
+    assert verdict.allowed and out["spec"] == full["spec"]
+    assert "the most Kubeflow Trainer allows" in AuditRecord.of(out).denied
+
+
+def test_an_unannotated_trainjob_without_its_runtime_records_the_settings():
+    """Without the runtime, what its JobSet would get is not known at the TrainJob's
+    admission: the TrainJob records the settings (as a RayJob does), its JobSet the rest."""
+    config = parse_config(AUDITED_NS)
+    obj = trainer.trainjob()
+    verdict, out = trainer.mutate(obj, None, config)
+    assert verdict.allowed and out["spec"] == obj["spec"]
+    assert AuditRecord.of(out) == AuditRecord(
+        {"backoff-limit": "2", "fail-non-retriable": "true"},
+        {"backoff-limit": "cluster", "fail-non-retriable": "cluster"},
+    )
+    made = engine.review(jobset_for(out, trainer.runtime()), config, "ml").result
+    assert [p.path for p in AuditRecord.of(made).parts] == [
+        "spec.replicatedJobs[node].template.spec"
+    ]
+
+
+def test_a_runtime_whose_template_asks_for_a_policy_opts_its_trainjobs_in():
+    """A runtime's template annotations reach every JobSet made from it: an opt-in, so its
+    TrainJobs are admitted as annotated ones, the defaults carried to the JobSet."""
+    config = parse_config(AUDITED_NS)
+    rt = trainer.runtime(annotations={P + "ignore-disruptions": "true"})
+    verdict, out = trainer.mutate(trainer.trainjob(), GivenRuntimes([rt]), config)
+    assert verdict.allowed, verdict.message
+    assert carried(out) == {
+        P + "defaults": '{"cluster":{"backoff-limit":"2","fail-non-retriable":"true"}}'
+    }
+    made = engine.review(jobset_for(out, rt), config, "ml").result
+    assert managed(made) == "enforce" and AuditRecord.of(made).settings
 
 
 @pytest.mark.parametrize("build", [rayjob, pytorchjob], ids=["RayJob", "PyTorchJob"])

@@ -244,8 +244,24 @@ def test_a_servers_minor_with_a_suffix_is_read():
 
 
 def test_on_failure_already_restarts_in_place():
+    """The denial says what to change and what that changes, as every OnFailure denial
+    does (``jobcontroller.never_instead``): under Never the in-place codes still restart
+    in place, uncounted (``pastBackoffLimitOnFailure`` counts restarts only under
+    OnFailure), and any other failure is retried in a new pod."""
     message = denied(run(job(IN_PLACE, restart_policy="OnFailure", spec=DEADLINE))[0])
     assert "restartPolicy is OnFailure, which already restarts every failed container" in message
+    assert message.endswith(
+        "accepted: spec.template.spec.restartPolicy: Never, under which an exit with one of "
+        "in-place-exit-codes still restarts the container in place, no longer counted "
+        "against backoffLimit, and any other failure fails the pod: the retry runs in a new "
+        "pod (files in its emptyDir volumes start empty), counted against backoffLimit as "
+        "its restarts are now"
+    )
+    # A bare Pod: nothing retries it.
+    on_failure = pod(IN_PLACE, spec={"restartPolicy": "OnFailure", "activeDeadlineSeconds": 9})
+    message = denied(run(on_failure)[0])
+    assert "accepted: spec.restartPolicy: Never, under which an exit with one of" in message
+    assert message.endswith("any other failure fails the pod: nothing retries a bare Pod")
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from testkit.audits import audit_config, audited_jobset, child_jobs, clock, stamp
+from testkit import trainer
+from testkit.audits import CONFIG, audit_config, audited_jobset, child_jobs, clock, stamp
+from testkit.builders import stored
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
+from webhook.admission import engine
 from webhook.cluster.record import Record
+from webhook.cluster.runtimes import GivenRuntimes
 from webhook.cluster.tries import MAX_TRIES, Try
+from webhook.kinds.trainjob.mutate import jobset_for
 from webhook.kube import failurepolicy as fp
 from webhook.plan.audit import AUDIT, AuditedPart, AuditRecord
 from webhook.plan.jobsetreplay import replay_jobset
@@ -388,3 +393,22 @@ def test_a_jobsets_disruptions_count_against_max_disruptions_across_its_runs(api
         "the defaults would have differed: in run 0 they would have retried Job "
         "pretrain-workers-0 past its attempt 1, where it failed (past backoffLimit 0)"
     )
+
+
+def test_a_jobset_made_for_an_unannotated_audited_trainjob_is_replayed(api):
+    """Under audit a TrainJob nobody annotated carries nothing to its JobSet (its spec is
+    left as written): the JobSet's own admission audits the namespace's defaults on it,
+    so its record, the same as its TrainJob's, is replayed run by run as any JobSet's."""
+    rt = trainer.runtime(job_spec={"backoffLimit": 2}, pod_spec={"restartPolicy": "Never"})
+    verdict, trainjob = trainer.mutate(trainer.trainjob(), GivenRuntimes([rt]), CONFIG)
+    assert verdict.allowed and "runtimePatches" not in trainjob["spec"]
+    reviewed = engine.review(jobset_for(trainjob, rt), CONFIG, "ml")
+    made = stored(reviewed.result, uid="uid-finetune")
+    made["status"] = {"restarts": 0}
+    assert AuditRecord.of(made) == AuditRecord.of(trainjob)
+    played = Played(api, made)
+    played.fail("node", 0, 1, 1)  # retriable under the defaults too
+    played.fail("node", 2, 3, 42)  # fail-non-retriable: the JobSet fails here
+    played.fail("node", 4, 5, 42)
+    sentence = played.replay(reason="FailedJobs").sentence()
+    assert "failed Job llm-finetune-node-0 at once on exit 42 (fail-non-retriable)" in sentence

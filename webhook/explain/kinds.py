@@ -390,6 +390,8 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
     trap = RECREATED_JOBSET + (
         f" ({label} sets ttlSecondsAfterFinished: {ttl})" if ttl is not None else ""
     )
+    patches = items(get_path(subject.final, ("spec", "runtimePatches")))
+    carried = trainjob.find_our_patch(patches) is not None
     if runtime is None:
         item.budget = (
             f"The trainer makes a JobSet from {label}, which carries these settings "
@@ -397,6 +399,13 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
             f"rules and placement depend on the runtime's template, not known here "
             f"({found.reason})."
         )
+        if not carried and subject.outcome is not None and subject.outcome.audited:
+            item.budget = (
+                f"Audited, nothing is carried to the JobSet the trainer makes from {label}: "
+                "its own admission records what the defaults would do there; its budget, "
+                f"rules and placement depend on the runtime's template, not known here "
+                f"({found.reason})."
+            )
         item.simulate_note = "--simulate needs the runtime: give it in the same input"
         item.notes.append(trap)
         return [item]
@@ -426,6 +435,11 @@ def explain_trainjob(subject: Subject) -> list[Explanation]:
         f"spec.runtimePatches ({trainjob.MANAGER}), and its admission applies the policy: "
         "the budget, rules and placement are the JobSet's."
     )
+    if not carried and reviewed.outcome is not None and reviewed.outcome.audited:
+        item.budget = (
+            f"The trainer makes the JobSet below from {label}; audited, nothing is carried "
+            "to it, and its admission records what the defaults would do there."
+        )
     item.simulate_note = "--simulate walks failures of the JobSet's pods: see its replicated Jobs"
     item.notes.append(trap)
     return [item, *parts]

@@ -81,6 +81,24 @@ def without_defaults(policy: Policy) -> Policy:
     return Policy(settings)
 
 
+def held_back(policy: Policy) -> tuple[dict[str, str], dict[str, str]]:
+    """The record's ``settings`` and ``by`` of the defaults ``policy`` holds back."""
+    held = audited(policy)
+    settings = {name: format_value(name, s.value) for name, s in sorted(held.items())}
+    return settings, {name: _BY[s.source] for name, s in sorted(held.items())}
+
+
+def enforcing(ctx: Context) -> Context:
+    """``ctx`` with its namespace's defaults enforced: what enforcing would do, where a
+    kind's run judges another object's admission too (a TrainJob's JobSet)."""
+    namespaces = dict(ctx.config.namespaces)
+    override = namespaces.get(ctx.namespace or "")
+    if override is not None:
+        namespaces[ctx.namespace or ""] = dataclasses.replace(override, rollout=None)
+    config = dataclasses.replace(ctx.config, rollout=ENFORCE, namespaces=namespaces)
+    return dataclasses.replace(ctx, config=config)
+
+
 def without_rails(ctx: Context) -> Context:
     """``ctx`` without guard rails, the cluster's or any namespace's."""
     namespaces = {
@@ -122,18 +140,11 @@ class Trial:
         admitted ``obj`` lacks (``None``: the defaults would change nothing)."""
         enforced = Outcome()
         resolved = mutator.apply(self.copy, self.policy, ctx, enforced)
-        held = audited(self.policy)
-        settings = {name: format_value(name, s.value) for name, s in sorted(held.items())}
-        by = {name: _BY[s.source] for name, s in sorted(held.items())}
-        if enforced.problems:
-            denied = summarize(enforced.problems)
-            out.note(f"retry-policy: audit: enforcing would deny this workload: {denied}")
+        settings, by = held_back(self.policy)
+        denied = say_enforced(enforced, out)
+        if denied:
             # Recorded (and labelled) only where the admin's config alone denies it.
             return AuditRecord(settings, by, (), denied=denied) if self.rails else None
-        said = set(out.warnings)
-        for text in enforced.skipped:  # a default enforcing would skip: said now, not then
-            if text not in said:
-                out.note("retry-policy: audit: enforced, " + text.removeprefix("retry-policy: "))
         if self.copy.get("spec") == obj.get("spec"):
             return None
         rail = resolved.setting("backoff-limit")
@@ -156,6 +167,21 @@ class Trial:
             parts,
             failure_policy if isinstance(failure_policy, dict) else None,
         )
+
+
+def say_enforced(enforced: Outcome, out: Outcome) -> str:
+    """What a trial run (``enforced``) found that the audited admission says now: why
+    enforcing would deny the workload (returned: ``""`` when it would not), or the
+    defaults enforcing would skip (said now, not then)."""
+    if enforced.problems:
+        denied = summarize(enforced.problems)
+        out.note(f"retry-policy: audit: enforcing would deny this workload: {denied}")
+        return denied
+    said = set(out.warnings)
+    for text in enforced.skipped:
+        if text not in said:
+            out.note("retry-policy: audit: enforced, " + text.removeprefix("retry-policy: "))
+    return ""
 
 
 def _part(path: str, spec: Mapping[str, Any]) -> AuditedPart:

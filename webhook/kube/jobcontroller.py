@@ -89,6 +89,27 @@ def never_instead(field: str) -> str:
     )
 
 
+def never_instead_in_place(field: str, template: bool = True) -> str:
+    """``never_instead`` for a pod (``template``: a workload's pod template, else a bare
+    Pod's own spec) whose containers are to restart in place on some exit codes
+    (``in-place-exit-codes``): under Never those exits still restart the container in its
+    pod, no longer counted (``pastBackoffLimitOnFailure`` counts restarts only under
+    OnFailure), and any other failure fails the pod, which a Job retries in a new pod and
+    counts, and which ends a bare Pod (nothing makes another)."""
+    other = (
+        "the retry runs in a new pod (files in its emptyDir volumes start empty), counted "
+        "against backoffLimit as its restarts are now"
+        if template
+        else "nothing retries a bare Pod"
+    )
+    return (
+        f"accepted: {field}: Never, under which an exit with one of in-place-exit-codes "
+        "still restarts the container in place"
+        + (", no longer counted against backoffLimit" if template else "")
+        + f", and any other failure fails the pod: {other}"
+    )
+
+
 #: ``syncJob``'s reasons for a Job its failed pods end: a FailJob match, too many counted
 #: failures (job_controller.go; ``batch.JobReasonPodFailurePolicy``,
 #: ``JobReasonBackoffLimitExceeded``).

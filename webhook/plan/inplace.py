@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.kube import failurepolicy as fp
+from webhook.kube import jobcontroller
 from webhook.kube.objects import items, mapping
 from webhook.kube.restartrules import MAX_CONTAINER_RULES, RESTART, RESTART_ALL
 from webhook.kube.versions import CONTAINER_RESTART_RULES, RESTART_ALL_CONTAINERS
@@ -258,7 +259,8 @@ def _restart_policies(
     if restart == "OnFailure":
         return (
             f"{field} is OnFailure, which already restarts every failed container in place; "
-            "in-place-exit-codes needs Never",
+            "in-place-exit-codes needs Never; "
+            + jobcontroller.never_instead_in_place(field, template=bool(where)),
             "in-place-exit-codes",
             "restart-policy",
         )

@@ -96,19 +96,23 @@ _POLICIES: dict[tuple, tuple[Any, Policy, list[Problem]]] = {}
 _POLICIES_MAX = 1024
 
 
-def workload_policy(metadata: Any, ctx: Context) -> tuple[Policy, list[Problem]]:
-    """Resolve a workload's policy: its annotations over namespace and cluster defaults."""
+def workload_policy(
+    metadata: Any, ctx: Context, live: bool = False
+) -> tuple[Policy, list[Problem]]:
+    """Resolve a workload's policy: its annotations over namespace and cluster defaults
+    (``live``: the config's even for an object a controller made, which carried none:
+    an audited TrainJob's JobSet, ``kinds.jobset.mutate.trainer_audited``)."""
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     ours = _policy_items(annotations)
 
-    controlled = controller_of(metadata) is not None
+    controlled = controller_of(metadata) is not None and not live
 
     def compute() -> tuple[Policy, list[Problem]]:
         values, problems = parse_annotations(annotations, Scope.WORKLOAD)
         if controlled:
             below = carried_layers(values, ctx.namespace)
         else:
-            below = default_layers(metadata, ctx)
+            below = ctx.config.layers(ctx.namespace) if live else default_layers(metadata, ctx)
         return resolve([Layer(Source.ANNOTATION, values), *below]), problems
 
     key = (

@@ -779,3 +779,81 @@ def test_validation_denies_a_jobset_the_mutating_webhook_missed():
     verdict = validate(jobset({P + "backoff-limit": "2"}))
     assert not verdict.allowed
     assert "spec.failurePolicy.maxRestarts -> 2" in verdict.message
+
+
+# --- every conflicting rule, in one denial ---------------------------------------------------
+
+
+def test_every_rule_that_keeps_fail_non_retriable_from_firing_is_named():
+    """Errors are values: dropping only the first such rule would let the next one take
+    the failure, so one denial names them all."""
+    rules = [
+        {"name": "restart", "action": "RestartJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
+        {"name": "deadline", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]},
+        {"name": "restartAny", "action": "RestartJobSetAndIgnoreMaxRestarts"},
+    ]
+    verdict, _ = mutate(jobset({P + "fail-non-retriable": "true"}, failure_policy={"rules": rules}))
+    assert not verdict.allowed
+    assert verdict.message == (
+        f"retry-policy: annotation {P}fail-non-retriable: your spec.failurePolicy.rules[0] "
+        "(RestartJobSet) and rules[2] (RestartJobSetAndIgnoreMaxRestarts) match Jobs failed by "
+        "their podFailurePolicy first (JobSet takes the first that applies: drop or narrow "
+        "each), so a non-retriable exit would not fail the JobSet"
+    )
+
+
+def test_every_rule_restarting_exhausted_jobs_uncounted_is_named():
+    leader = {
+        "name": "leaderForever",
+        "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "onJobFailureReasons": ["BackoffLimitExceeded"],
+        "targetReplicatedJobs": ["leader"],
+    }
+    workers = {
+        "name": "workersForever",
+        "action": "RestartJobAndIgnoreMaxRestarts",
+        "targetReplicatedJobs": ["workers"],
+    }
+    verdict, _ = mutate(
+        jobset({P + "backoff-limit": "3"}, failure_policy={"rules": [leader, workers]})
+    )
+    assert not verdict.allowed
+    message = verdict.message
+    assert message.count(f"annotation {P}backoff-limit") == 1
+    assert (
+        "your spec.failurePolicy.rules[0] (RestartJobSetAndIgnoreMaxRestarts) restarts without "
+        "counting when a Job's pods run out of retries (BackoffLimitExceeded) and "
+        "spec.failurePolicy.rules[1] (RestartJobAndIgnoreMaxRestarts) restarts without "
+        "counting when a Job's pods run out of retries (BackoffLimitExceeded or FailedIndexes "
+        "or MaxFailedIndexesExceeded), so the set would restart forever; drop the rules or "
+        "backoff-limit"
+    ) in message
+
+
+def test_every_replicated_job_an_oom_would_fail_the_set_for_is_named():
+    rules = [
+        {"name": "leaderFails", "action": "FailJobSet", "targetReplicatedJobs": ["leader"]},
+        {"name": "workersFail", "action": "FailJobSet", "targetReplicatedJobs": ["workers"]},
+    ]
+    factor = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "16Gi"}
+    verdict, _ = mutate(jobset(factor, failure_policy={"rules": rules}))
+    assert not verdict.allowed
+    assert (
+        f"annotation {P}oom-memory-factor: your spec.failurePolicy.rules[0] (FailJobSet) "
+        "applies when replicated Job leader fails with BackoffLimitExceeded and "
+        "spec.failurePolicy.rules[1] (FailJobSet) applies when replicated Job workers fails "
+        "with BackoffLimitExceeded, which is how an OOM kill ends them"
+    ) in verdict.message
+
+
+def test_every_single_job_restart_rule_beside_too_many_replicas_is_a_problem():
+    rules = [
+        {"action": "RestartJob", "name": "one"},
+        {"action": "RestartJobSet", "name": "whole"},
+        {"action": "RestartJobAndIgnoreMaxRestarts", "name": "two"},
+    ]
+    problems = validate_rules(rules, [rj(1025)])
+    assert [p.where for p in problems] == [
+        "spec.failurePolicy.rules[0].action",
+        "spec.failurePolicy.rules[2].action",
+    ]

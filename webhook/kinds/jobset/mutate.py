@@ -89,9 +89,10 @@ from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.owned import deep_copy
 from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
+from webhook.plan.audit import AUDITED
 from webhook.plan.model import job_limit_field
 from webhook.plan.outcome import Context, Outcome
-from webhook.plan.policies import has_policy_annotations
+from webhook.plan.policies import asks_for_policy, has_policy_annotations, workload_policy
 from webhook.plan.record import AppliedRecord
 from webhook.policy.model import APPLIED, PREFIX, Policy, Setting, Source, with_setting
 from webhook.problems import Problem
@@ -168,10 +169,14 @@ class JobSetMutator(WorkloadMutator):
 
     def applies(self, jobset: Mapping[str, Any], ctx: Context) -> bool:
         replicated = get_path(jobset, ("spec", "replicatedJobs"))
-        return super().applies(jobset, ctx) or any(
-            # To deny them: the child Jobs would ignore policy annotated there.
-            has_policy_annotations(get_path(rjob, ("template", "metadata")))
-            for rjob in (replicated if isinstance(replicated, list) else [])
+        return (
+            super().applies(jobset, ctx)
+            or trainer_audited(jobset, ctx)
+            or any(
+                # To deny them: the child Jobs would ignore policy annotated there.
+                has_policy_annotations(get_path(rjob, ("template", "metadata")))
+                for rjob in (replicated if isinstance(replicated, list) else [])
+            )
         )
 
     def apply(self, jobset: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
@@ -258,6 +263,10 @@ class JobSetMutator(WorkloadMutator):
         """On UPDATE (only ``restore`` applies a policy then): a JobSet whose record says
         no Job template got the Count rule on DisruptionTarget (``countDisruptions``; made
         before that rule existed) gets none again, so that its rules come back exactly."""
+        if trainer_audited(jobset, ctx):
+            policy, problems = workload_policy(jobset.get("metadata"), ctx, live=True)
+            out.problems.extend(problems)
+            return policy
         policy = super().policy(jobset, ctx, out)
         if ctx.operation == "UPDATE" and _made_without_count(jobset):
             policy = with_setting(policy, "count-disruptions", Setting(False, Source.BUILTIN))
@@ -305,6 +314,24 @@ class _Unscoped(JobSetMutator):
 
 
 _UNSCOPED = _Unscoped()
+
+
+def trainer_audited(jobset: Mapping[str, Any], ctx: Context) -> bool:
+    """Whether ``jobset`` is one a trainer made for a TrainJob nobody opted in, in a
+    namespace that audits: the TrainJob was admitted as written, carrying no defaults
+    (``TrainJobMutator._audit``), so this admission audits the namespace's config, as
+    the TrainJob's did, on the JobSet's metadata only (its record and label, which the
+    controller's replay reads), never denying it. Not when its runtime's template asks
+    for a policy: that is an opt-in, judged as always."""
+    meta = mapping(jobset.get("metadata"))
+    owner = controller_of(meta) or {}
+    return (
+        owner.get("kind") == "TrainJob"
+        and str(owner.get("apiVersion")).startswith(TRAINER_GROUP + "/")
+        and not asks_for_policy(meta)
+        and ctx.config.rollout_of(ctx.namespace) == AUDITED
+        and ctx.config.affects_unannotated(ctx.namespace)
+    )
 
 
 def _pods(jobset: Mapping[str, Any], indexes: Sequence[int]) -> int:

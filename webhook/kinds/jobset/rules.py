@@ -250,7 +250,10 @@ def check_rules(
     targets: Sequence[str] = (),
 ) -> Policy:
     """The user's rules come first (first match wins): one that restarts on a
-    podFailurePolicy failure with our FailJob rule's message would keep ours from firing."""
+    podFailurePolicy failure with our FailJob rule's message would keep ours from firing.
+    Every such rule before ours is said in one problem: dropping only the first would let
+    the next one take the failure."""
+    found: list[tuple[str, str]] = []
     for index, rule in enumerate(rules):
         if not isinstance(rule, dict):
             continue
@@ -264,7 +267,7 @@ def check_rules(
             )
             return policy
         if covers(rule, targets):
-            return policy
+            break
         if rule.get("action") == "FailJobSet":
             continue
         applies, pattern, why = rule_applies(rule, POD_FAILURE_POLICY, messages)
@@ -274,27 +277,38 @@ def check_rules(
                 how = f" (its pattern /{pattern}/ is taken to match: {why})"
             elif pattern:
                 how = f" (its pattern /{pattern}/ matches the Job's message: {FAILJOB_SHAPE})"
-            # (JobSet takes the first rule that applies: the later ones are never reached.)
-            return out.refuse(
-                policy,
-                "fail-non-retriable",
-                f"your spec.failurePolicy.rules[{index}] ({rule.get('action')}) matches Jobs "
-                f"failed by their podFailurePolicy first{how}, so a non-retriable exit would "
-                "not fail the JobSet",
-                "contradiction",
-            )
-    return policy
+            found.append((f"rules[{index}] ({rule.get('action')})", how))
+    if not found:
+        return policy
+    if len(found) == 1:
+        ((rule_said, how),) = found
+        said = f"{rule_said} matches Jobs failed by their podFailurePolicy first{how}"
+    else:
+        said = _and([r + how for r, how in found]) + " match Jobs failed by their "
+        said += "podFailurePolicy first (JobSet takes the first that applies: drop or narrow each)"
+    return out.refuse(
+        policy,
+        "fail-non-retriable",
+        f"your spec.failurePolicy.{said}, so a non-retriable exit would not fail the JobSet",
+        "contradiction",
+    )
+
+
+def _and(said: Sequence[str]) -> str:
+    return ", ".join(said[:-1]) + f" and {said[-1]}" if len(said) > 1 else said[0]
 
 
 def check_uncounted_restarts(
     jobset: Mapping[str, Any], rules: list[Any], policy: Policy, out: Outcome
 ) -> Policy:
     """A rule of the user's that restarts, uncounted, a Job whose pods ran out of retries
-    would leave the ``backoff-limit`` we write (maxRestarts) nothing to bound."""
+    would leave the ``backoff-limit`` we write (maxRestarts) nothing to bound: every such
+    rule that some Job's failure reaches is said, in one problem."""
     if policy.setting("backoff-limit").source not in WRITTEN_SOURCES:
         return policy
     replicated = get_path(jobset, ("spec", "replicatedJobs"))
     names = {str(r.get("name")) for r in replicated or [] if isinstance(r, dict)}
+    found: dict[int, tuple[str, list[str]]] = {}  # rule index -> action, reasons
     for reason, message in BUDGET_MESSAGES.items():
         left = set(names)  # replicated Jobs whose such failures no earlier rule has taken
         for index, rule in enumerate(rules):
@@ -306,20 +320,27 @@ def check_uncounted_restarts(
             if not applies:
                 continue
             if rule["action"] in IGNORING_ACTIONS:
-                out.conflict(
-                    policy,
-                    "backoff-limit",
-                    f"{policy.backoff_limit} (maxRestarts) would bound nothing: your "
-                    f"spec.failurePolicy.rules[{index}] ({rule['action']}) restarts without "
-                    f"counting when a Job's pods run out of retries ({reason}), so the set "
-                    "would restart forever; drop the rule or backoff-limit",
-                    "contradiction",
-                )
-                return keep_spec_limit(jobset, MAX_RESTARTS, policy)
+                found.setdefault(index, (str(rule["action"]), []))[1].append(reason)
             targets = rule.get("targetReplicatedJobs") or list(names)
             if not why and isinstance(targets, list):
                 left -= {str(t) for t in targets}
-    return policy
+    if not found:
+        return policy
+    said = _and(
+        [
+            f"spec.failurePolicy.rules[{index}] ({action}) restarts without counting when a "
+            f"Job's pods run out of retries ({' or '.join(reasons)})"
+            for index, (action, reasons) in sorted(found.items())
+        ]
+    )
+    out.conflict(
+        policy,
+        "backoff-limit",
+        f"{policy.backoff_limit} (maxRestarts) would bound nothing: your {said}, so the set "
+        f"would restart forever; drop the rule{'s' if len(found) > 1 else ''} or backoff-limit",
+        "contradiction",
+    )
+    return keep_spec_limit(jobset, MAX_RESTARTS, policy)
 
 
 def check_single_job_restarts(rules: list[Any], policy: Policy, out: Outcome) -> Policy:
@@ -347,7 +368,9 @@ def check_oom_restarts(
     """After an OOM kill the child Job fails once its budget is used (by default 0 here:
     at once; reason FailedIndexes with a per-index budget), and the JobSet must restart
     it for the next run to get more memory: the first of your rules that applies to that
-    failure (``applies``, as ``ruleIsApplicable`` decides) must not be FailJobSet."""
+    failure (``applies``, as ``ruleIsApplicable`` decides) must not be FailJobSet. Every
+    replicated Job one fails is said, in one problem."""
+    found: list[str] = []
     for rjob in replicated:
         name = rjob.get("name") if isinstance(rjob, dict) else None
         spec = get_path(rjob, ("template", "spec"))
@@ -358,16 +381,21 @@ def check_oom_restarts(
             if not isinstance(rule, dict) or not rule_applies(rule, reason, messages)[0]:
                 continue
             if rule.get("action") == "FailJobSet":
-                return out.refuse(
-                    policy,
-                    "oom-memory-factor",
-                    f"your spec.failurePolicy.rules[{index}] (FailJobSet) applies when "
-                    f"replicated Job {name} fails with {reason}, which is how an OOM kill "
-                    "ends it: the JobSet would fail instead of restarting with more memory",
-                    "contradiction",
+                found.append(
+                    f"spec.failurePolicy.rules[{index}] (FailJobSet) applies when replicated "
+                    f"Job {name} fails with {reason}"
                 )
             break
-    return policy
+    if not found:
+        return policy
+    return out.refuse(
+        policy,
+        "oom-memory-factor",
+        f"your {_and(found)}, which is how an OOM kill ends "
+        f"{'it' if len(found) == 1 else 'them'}: the JobSet would fail instead of restarting "
+        "with more memory",
+        "contradiction",
+    )
 
 
 def add_rule(
@@ -515,17 +543,8 @@ def validate_rules(rules: list[Any], replicated: list[Any]) -> list[Problem]:
 
 def _replica_limit(rules: list[Any], replicated: list[Any]) -> list[Problem]:
     """A RestartJob or RestartJobAndIgnoreMaxRestarts rule is refused beside a replicated
-    Job of more than ``MAX_REPLICAS_RESTARTING_JOBS`` replicas (``validateFailurePolicy``)."""
-    first = next(
-        (
-            (index, rule["action"])
-            for index, rule in enumerate(rules)
-            if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS
-        ),
-        None,
-    )
-    if first is None:
-        return []
+    Job of more than ``MAX_REPLICAS_RESTARTING_JOBS`` replicas (``validateFailurePolicy``):
+    each such rule is a problem of its own."""
     over = [
         f"{rjob.get('name')} has {replicas}"
         for rjob in replicated
@@ -535,14 +554,15 @@ def _replica_limit(rules: list[Any], replicated: list[Any]) -> list[Problem]:
     ]
     if not over:
         return []
-    index, action = first
     return [
         Problem(
             f"spec.failurePolicy.rules[{index}].action",
-            f"{action} is refused by JobSet with a replicated Job of more than "
+            f"{rule['action']} is refused by JobSet with a replicated Job of more than "
             f"{MAX_REPLICAS_RESTARTING_JOBS} replicas (replicated Job {', '.join(over)}): "
             f"at most {MAX_REPLICAS_RESTARTING_JOBS} replicas, or a rule that restarts the "
             "whole JobSet",
             "jobset-replicas",
         )
+        for index, rule in enumerate(rules)
+        if isinstance(rule, dict) and rule.get("action") in SINGLE_JOB_RESTARTS
     ]

@@ -57,7 +57,9 @@ from webhook.kinds.workload import WorkloadMutator, get_path, note_peers, pod_co
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_API_VERSION, TRAINER_GROUP
 from webhook.plan import causes, failureaware, inplace, queued
+from webhook.plan.audit import AUDITED, AuditRecord
 from webhook.plan.outcome import Change, Context, Outcome
+from webhook.plan.policies import asks_for_policy
 from webhook.policy.model import (
     APPLIED,
     CARRIED_SOURCES,
@@ -452,6 +454,18 @@ def _release_words(merged: bool) -> str:
     return "v2.3 (resourcesPerNode merged)" if merged else "v2.2 (resourcesPerNode replacing)"
 
 
+def _spared(trainjob: Mapping[str, Any], ctx: Context) -> bool:
+    """Whether the namespace audits and nobody opted this TrainJob in: no
+    ``retry-policy.dev/`` annotation of its own, nor on its runtime's template (which its
+    JobSet carries: an opt-in for every TrainJob of that runtime), when that is known."""
+    if ctx.config.rollout_of(ctx.namespace) != AUDITED:
+        return False
+    if asks_for_policy(trainjob.get("metadata")):
+        return False
+    runtime = find_runtime(trainjob, ctx)[1].runtime
+    return not asks_for_policy(get_path(mapping(runtime), ("spec", "template", "metadata")))
+
+
 def _annotated(policy: Policy) -> Setting | None:
     """A setting the user annotated: the runtime patch carries it, so the validating
     webhook denies a TrainJob whose patch is missing (``engine._unapplied``)."""
@@ -465,11 +479,43 @@ class TrainJobMutator(WorkloadMutator):
     remember = False
 
     def mutate(self, trainjob: dict[str, Any], ctx: Context) -> Outcome:
+        if self.applies(trainjob, ctx) and _spared(trainjob, ctx):
+            return self._audit(trainjob, ctx)
         out = self._mutate(trainjob, ctx)
         policy = out.policies.get("spec")
         if policy is not None and not out.problems:
             # The JobSet its trainer makes gets the record (``kinds.audit``).
             audit.label_carried(trainjob.get("metadata"), policy, ctx, out)
+        return out
+
+    def _audit(self, trainjob: dict[str, Any], ctx: Context) -> Outcome:
+        """Under ``rollout: audit``, a TrainJob nobody opted in (``_spared``): admitted with
+        its spec as written (no runtime patch, so its JobSet gets no defaults) and never
+        denied by the admin's config. What enforcing would do is its record: the
+        admission run on a copy, enforced (a denial, guard rails included, is ``denied``);
+        else, with the runtime known, the record the JobSet made from that copy gets at
+        its admission (its parts and failurePolicy), or, without it, the settings. The
+        JobSet the trainer makes records the same at its own admission
+        (``jobset.mutate.trainer_audited``), for the controller's replay."""
+        out = Outcome()
+        policy = self.policy(trainjob, ctx, Outcome())
+        out.policies["spec"] = audit.without_defaults(policy)  # what applies: nothing
+        settings, by = audit.held_back(policy)
+        tried = copy.deepcopy(trainjob)
+        denied = audit.say_enforced(self._mutate(tried, audit.enforcing(ctx)), out)
+        record = AuditRecord(settings, by, denied=denied) if denied else None
+        if not denied:
+            _, found = find_runtime(tried, ctx)
+            if found.runtime is not None:
+                jobset = jobset_for(tried, found.runtime, resource_modes(found.trainer)[-1])
+                judged = dataclasses.replace(ctx, operation="CREATE", outer_bound="the TrainJob")
+                record = JobSetMutator().mutate(jobset, judged).audited
+            elif settings:
+                record = AuditRecord(settings, by)
+        out.audited = record
+        if record is not None:
+            out.changed(audit.audit_text(record, audit.rollout_where(ctx)))
+        audit.write(trainjob.get("metadata"), record, False, out)
         return out
 
     def _mutate(self, trainjob: dict[str, Any], ctx: Context) -> Outcome:
@@ -606,6 +652,8 @@ class TrainJobMutator(WorkloadMutator):
                     unbounded += [ending] if ending not in unbounded else []
                 elif note not in out.notes:
                     out.note(note)
+                    if note in outcome.skipped:  # (what an audit says now: ``_audit``)
+                        out.skipped.append(note)
         out.policies.update({f"jobset.{k}": v for k, v in judged[-1][1].policies.items()})
         return unbounded
 
