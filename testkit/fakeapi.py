@@ -564,6 +564,9 @@ class FakeAPI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # An answer's headers and body go in two writes: with Nagle's algorithm the
+            # body waits for the client's delayed ACK of the headers, 40 ms an answer.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
