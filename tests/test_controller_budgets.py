@@ -144,6 +144,30 @@ def test_the_condition_goes_with_the_latest_version_the_watch_brought(api, tmp_p
     assert reconciler._latest == {}
 
 
+def _job_patches(api, since: int = 0) -> int:
+    return sum(1 for call, _ in api.requests[since:] if call.startswith("PATCH /apis/batch"))
+
+
+def test_what_came_during_a_write_goes_in_the_next_one(api, tmp_path):
+    """Disruptions of two Jobs, interleaved, queued while the API is slow (each request
+    0.1 s, a Job read the first time each is counted): everything queued is counted
+    before the next write, so each Job's disruptions go in one write, however long the
+    writes and reads take (a node lost, a slow API, the limiter)."""
+    from testkit.pacing import Paced
+
+    runs = [JobRun.store(api, admitted_job(DISRUPTIONS, f"train-{i}")) for i in range(2)]
+    pods = [run.podgc(run.new_pod()) for _ in range(3) for run in runs]
+    reconciler = disruptions(api, tmp_path)
+    for pod in pods:
+        reconciler._budget_event("MODIFIED", pod)
+    api.pace = Paced(latency=0.1)
+    first = len(api.requests)
+    with Running(reconciler):
+        eventually(lambda: all(record_of(api, run.uid) for run in runs), 10)
+        eventually(lambda: all(record_of(api, r.uid).disruptions_of() == 3 for r in runs), 10)
+    assert _job_patches(api, first) == 2
+
+
 def test_an_indexed_job_counts_per_index(api, tmp_path):
     """backoffLimitPerIndex: each index has its own N (its pods carry
     job-index-failure-count, ``addIndexFailureCountAnnotation``)."""

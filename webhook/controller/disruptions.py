@@ -274,20 +274,15 @@ class Disruptions:
             flushed = time.monotonic()
             while not stop.is_set():
                 try:
-                    what, pod = self._queue.get(timeout=0.05)
+                    self._take(*self._queue.get(timeout=0.05), pool)
                 except queue.Empty:
-                    what, pod = "", {}
-                if what == "budget":
-                    self._guarded(self.count, pod)
-                elif what == "late":
-                    self._guarded(self.settle_late, pod)
-                elif what == "gone":
-                    self._gone_waiting.append((self.clock(), pod))
-                elif what == "peers":
-                    self._guarded(self.mark_peers, pod, pool)
-                elif what == "unmark":
-                    self._guarded(self.unmark, pod)
+                    pass
                 if time.monotonic() - flushed >= self.window:
+                    # What came while the last flush wrote is counted first, so that it
+                    # goes in this one: a workload's disruptions in one write, however
+                    # long the writes take (a node lost, the API slow, the limiter).
+                    for _ in range(self._queue.qsize()):
+                        self._take(*self._queue.get_nowait(), pool)
                     self._settle_waiting()
                     self.flush()
                     flushed = time.monotonic()
@@ -304,6 +299,19 @@ class Disruptions:
         finally:
             self._pool = None
             pool.shutdown(wait=True)
+
+    def _take(self, what: str, pod: Mapping[str, Any], pool: ThreadPoolExecutor) -> None:
+        """Act on one queued pod."""
+        if what == "budget":
+            self._guarded(self.count, pod)
+        elif what == "late":
+            self._guarded(self.settle_late, pod)
+        elif what == "gone":
+            self._gone_waiting.append((self.clock(), pod))
+        elif what == "peers":
+            self._guarded(self.mark_peers, pod, pool)
+        elif what == "unmark":
+            self._guarded(self.unmark, pod)
 
     def _guarded(self, act: Callable[..., None], *args: Any) -> None:
         try:
