@@ -148,6 +148,31 @@ def _job_patches(api, since: int = 0) -> int:
     return sum(1 for call, _ in api.requests[since:] if call.startswith("PATCH /apis/batch"))
 
 
+def test_a_pod_failed_before_its_count_is_settled_in_the_counts_write(api, tmp_path):
+    """PodGC fails the pod with DisruptionTarget in one update: over the budget, no
+    condition can land, and the Job's backoffLimit is lowered for it in the same write as
+    its count, not in one more once a worker found it Failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = JobRun.store(api, admitted_job({**DISRUPTIONS, P + "backoff-limit": "3"}))
+    reconciler = disruptions(api, tmp_path)
+    reconciler._pool = ThreadPoolExecutor(1)  # as while it runs
+    try:
+        for _ in range(3):  # two free, the third over
+            pod = run.podgc(run.new_pod())
+            reconciler._budget_event("MODIFIED", pod)
+            first = len(api.requests)
+            reconciler.count(pod)
+            reconciler.flush()
+            assert _job_patches(api, first) == 1
+    finally:
+        reconciler._pool.shutdown(wait=True)
+    record = record_of(api, run.uid)
+    assert record.disruptions_of() == 3
+    assert record.late_lowered(pod["metadata"]["uid"]) is True
+    assert run._job()["spec"]["backoffLimit"] == 2
+
+
 def test_what_came_during_a_write_goes_in_the_next_one(api, tmp_path):
     """Disruptions of two Jobs, interleaved, queued while the API is slow (each request
     0.1 s, a Job read the first time each is counted): everything queued is counted

@@ -461,6 +461,14 @@ class Disruptions:
         if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
             self._newest(pod)
             return  # (marked before a restart of the controller)
+        with self._lock:
+            latest = self._latest.get(pod_uid(pod), pod)
+        if terminal(latest):
+            # Failed first (PodGC, the kubelet): no condition can land. Settled here, so
+            # that it goes in the same write as its count.
+            self._newest(pod)
+            self.settle_late(latest)
+            return
         pool = self._pool
         if pool is None:
             self._over(pod, message)
