@@ -340,13 +340,14 @@ class JobRun:
 
         return self.update(pod, change)
 
-    def conclude(self) -> dict[str, Any]:
+    def conclude(self, at: str = STOPPED) -> dict[str, Any]:
         """The Job's end as ``syncJob`` writes it (pkg/controller/job/job_controller.go),
         once ``sync`` found it, with ``delayTerminalCondition`` (JobManagedBy or
         JobPodReplacementPolicy, on by default): the interim ``FailureTarget``
         (``newFailureCondition``), then ``Failed`` with the same reason and message once no
         pod terminates (``newFailedConditionForFailureTarget``); or ``SuccessCriteriaMet``
-        (``newSuccessCondition``), then ``Complete``. Each in its own status write."""
+        (``newSuccessCondition``), then ``Complete``. Each in its own status write, dated
+        ``at``."""
         assert self.ended, "the Job has not ended"
         if self.ended == "Complete":
             kinds, reason, message = ("SuccessCriteriaMet", "Complete"), "", ""
@@ -356,7 +357,7 @@ class JobRun:
         stored = self.job
         for kind in kinds:
             condition = {"type": kind, "status": "True", "reason": reason, "message": message}
-            condition["lastProbeTime"] = condition["lastTransitionTime"] = STOPPED
+            condition["lastProbeTime"] = condition["lastTransitionTime"] = at
 
             def change(job: dict[str, Any], c: dict[str, Any] = condition) -> None:
                 job.setdefault("status", {}).setdefault("conditions", []).append(c)
