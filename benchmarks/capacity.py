@@ -6,8 +6,10 @@ threads under our supervisor, TLS, a log line per decision, metrics on: started 
 ``benchmarks.https.Served``), one replica on this 2-core machine (the chart gives each
 worker a core: ``resources.limits.cpu: "2"``). ``wrk`` (``benchmarks.https.wrk``, which
 posts a stream of distinct AdmissionReviews, ``benchmarks.cases``) offers more and more
-load, step by step: 1, 2, 4, ... kept-alive connections, each step ``seconds`` long. The
-capacity is the highest throughput of a step whose p99 stayed at most ``P99_MS``; the
+load, step by step: 1, 2, 4, ... kept-alive connections, each step ``TRIALS`` runs of
+``seconds``, the run of median p99 standing for it (a single stall of this shared machine
+would otherwise decide a step). The capacity is the highest throughput of a step whose p99
+stayed at most ``P99_MS``; the
 steps past it say how the server degrades. ``wrk`` runs on the same 2 cores, so the
 server has less than a whole machine: the figure is a floor.
 
@@ -30,16 +32,23 @@ from webhook.tls import certs
 
 P99_MS = 10.0
 CONNECTIONS = (1, 2, 4, 8, 16, 32, 64)
+#: Trials of each step; the one of median p99 stands for it.
+TRIALS = 3
 CASES = ("job-annotated", "job-annotated-distinct")
 
 
-def steps(url: str, body: Path, seconds: int, connections: tuple[int, ...]) -> list[dict]:
-    """``wrk`` at each number of connections in turn, until p99 is five times the bound
-    (no later step would be within it)."""
+def steps(
+    url: str, body: Path, seconds: int, connections: tuple[int, ...], trials: int = TRIALS
+) -> list[dict]:
+    """``wrk`` at each number of connections in turn, ``trials`` times each: the step is the
+    trial of median p99 (one stall of a shared machine does not decide it), until that p99
+    is five times the bound (no later step would be within it)."""
     found = []
     for count in connections:
-        result = https.wrk(url, body, seconds, count)
-        found.append({"connections": count, **result})
+        tried = [https.wrk(url, body, seconds, count) for _ in range(trials)]
+        tried.sort(key=lambda r: r["p99_ms"] if r["p99_ms"] is not None else float("inf"))
+        result = tried[len(tried) // 2]
+        found.append({"connections": count, **result, "trial_p99_ms": [r["p99_ms"] for r in tried]})
         if (result["p99_ms"] or 0) > 5 * P99_MS:
             break
     return found
@@ -57,11 +66,22 @@ def capacity(found: list[dict]) -> dict:
     }
 
 
-def run(seconds: int = 5, connections: tuple[int, ...] = CONNECTIONS, workers: int = 2) -> dict:
+def run(
+    seconds: int = 2,
+    connections: tuple[int, ...] = CONNECTIONS,
+    workers: int = 2,
+    trials: int = TRIALS,
+) -> dict:
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: apt-get install wrk")
     cases = streams()
-    results: dict = {"p99_bound_ms": P99_MS, "seconds": seconds, "workers": workers, "cases": {}}
+    results: dict = {
+        "p99_bound_ms": P99_MS,
+        "seconds": seconds,
+        "trials": trials,
+        "workers": workers,
+        "cases": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = Path(tmp) / "certs"
         certs.generate(cert_dir, extra_dns=["localhost"])
@@ -71,7 +91,7 @@ def run(seconds: int = 5, connections: tuple[int, ...] = CONNECTIONS, workers: i
                 body = Path(tmp) / f"{name}.jsonl"
                 body.write_bytes(b"\n".join(cases[name]) + b"\n")
                 https.wrk(server.url, body, 2, 8)  # warm-up: connections, caches, the memo
-                found = steps(server.url, body, seconds, connections)
+                found = steps(server.url, body, seconds, connections, trials)
                 errors = sum(s["non_2xx"] for s in found)
                 results["cases"][name] = {**capacity(found), "errors": errors, "steps": found}
         finally:
@@ -81,5 +101,5 @@ def run(seconds: int = 5, connections: tuple[int, ...] = CONNECTIONS, workers: i
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--seconds", type=int, default=2)
     print(json.dumps(run(parser.parse_args().seconds), indent=2))
