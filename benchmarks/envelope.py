@@ -103,7 +103,7 @@ METRICS = {
 
 #: What each benchmark runs with under ``make bench-scale`` and ``--runs``.
 CONFIG: dict[str, dict] = {
-    "admission": {"seconds": 3, "connections": (1, 2, 4, 8, 16, 32)},
+    "admission": {"seconds": 2, "connections": (1, 2, 4, 8, 16, 32), "trials": 3},
     "failures": {},
     "landing": {"sizes": (100, 1000)},
     "fanout": {"pods": 10_000},
@@ -116,7 +116,7 @@ CONFIG: dict[str, dict] = {
 def _admission(config: dict) -> dict:
     from benchmarks import capacity
 
-    found = capacity.run(config["seconds"], tuple(config["connections"]))
+    found = capacity.run(config["seconds"], tuple(config["connections"]), trials=config["trials"])
     cases = found["cases"]
     return {
         "values": {
@@ -360,12 +360,38 @@ def markdown(results: dict, rows: list[dict], where: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def table(envelope: dict) -> str:
+    """The envelope as docs/SCALE.md shows it (``--table``): a row a line."""
+    out = [
+        "| line | runs (mean) | published | issue's target | simulated |",
+        "|---|---|---|---|---|",
+    ]
+    for metric, e in (envelope.get("lines") or {}).items():
+        sign = "<=" if e["direction"] == "at_most" else ">="
+        runs = ", ".join("-" if v is None else f"{v:g}" for v in e["runs"])
+        mean = "-" if e["mean"] is None else f"{e['mean']:g}"
+        bound = "-" if e["threshold"] is None else f"{sign} {e['threshold']:g} {e['unit']}"
+        target = "" if e["target"] is None else f"{sign} {e['target']:g}"
+        if e["meets_target"] is False:
+            target += " (**missed**)"
+        simulated = e["simulated"] or "no"
+        out.append(
+            f"| `{metric}`: {e['line']}; {e['scale']} | {runs} ({mean}) | {bound} | {target} "
+            f"| {simulated} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--write", action="store_true", help="write envelope.yaml")
     parser.add_argument("--only", action="append", choices=list(BENCHES))
+    parser.add_argument("--table", action="store_true", help="print envelope.yaml's table")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(yaml.safe_load(ENVELOPE.read_text())), end="")
+        return 0
     names = args.only or list(BENCHES)
     where = host()
     results = measure(names, args.runs)
@@ -381,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     summary = {"machine": where, "results": results, "check": rows}
     (RESULTS / "scale.json").write_text(json.dumps(summary, indent=2) + "\n")
-    table = markdown(results, rows, where)
-    (RESULTS / "scale.md").write_text(table)
-    print(table)
+    report = markdown(results, rows, where)
+    (RESULTS / "scale.md").write_text(report)
+    print(report)
     outside = [row["metric"] for row in rows if not row["within"]]
     if outside:
         print(f"outside the envelope: {', '.join(outside)}", file=sys.stderr)
