@@ -4,7 +4,7 @@ VENV   ?= .venv
 PYTHON ?= python3
 BIN    := $(VENV)/bin
 
-.PHONY: install tools run dry-run test test-fast test-cluster cluster cluster-down lint bench bench-instructions fuzz clean
+.PHONY: install tools run dry-run test test-fast test-cluster cluster cluster-down lint bench bench-scale bench-envelope bench-instructions fuzz clean
 
 # Quiet, and on stderr: `make dry-run` prints only YAML on stdout, even on its first run.
 $(BIN)/.installed: pyproject.toml
@@ -66,6 +66,18 @@ test-fast: install tools
 bench: install
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks.run
+
+## The scale envelope (docs/SCALE.md): each line's benchmark once, results in
+## benchmarks/results/scale.{json,md}, checked against benchmarks/envelope.yaml (fails when a
+## value is outside its threshold). About 10 minutes on 2 cores; needs wrk.
+bench-scale: install
+	$(BIN)/python -m benchmarks.envelope
+
+## The envelope anew: each benchmark RUNS times (5), thresholds at mean +/- 20%, written to
+## benchmarks/envelope.yaml (about 45 minutes on 2 cores).
+RUNS ?= 5
+bench-envelope: install
+	$(BIN)/python -m benchmarks.envelope --runs $(RUNS) --write
 
 ## Instructions a request, webhook against floor, counted by callgrind (deterministic; about
 ## 10 minutes): needs valgrind (apt-get install valgrind).

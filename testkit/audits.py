@@ -136,48 +136,56 @@ def audited_jobset(
 
 
 def child_jobs(api: FakeAPI, stored_jobset: dict, run: int) -> dict[str, JobRun]:
-    """The child Jobs of run ``run``, by replicated Job, as the JobSet controller makes
-    them and stored (``constructJob`` and ``labelAndAnnotateObject`` in jobset
+    """The child Jobs of run ``run``, by replicated Job (its first replica's), as the
+    JobSet controller makes them (``child_job``), stored."""
+    out = {}
+    for rjob in stored_jobset["spec"]["replicatedJobs"]:
+        child = child_job(stored_jobset, rjob, 0, run)
+        out[rjob["name"]] = JobRun.store(
+            api, child, uid=f"uid-{child['metadata']['name']}-run{run}"
+        )
+    return out
+
+
+def child_job(stored_jobset: dict, rjob: dict, index: int, run: int) -> dict:
+    """Replica ``index`` of replicated Job ``rjob`` in run ``run``, as the JobSet controller
+    makes it (``constructJob`` and ``labelAndAnnotateObject`` in jobset
     pkg/controllers/jobset_controller.go: the template's spec, the JobSet's labels and
     annotations on the Job and its pod template, the run as ``restart-attempt``; named
     ``<jobset>-<replicatedJob>-<index>`` by ``GenJobName``, pkg/util/placement)."""
     meta = stored_jobset["metadata"]
-    out = {}
-    for rjob in stored_jobset["spec"]["replicatedJobs"]:
-        name = f"{meta['name']}-{rjob['name']}-0"
-        labels = {
-            JOBSET_NAME: meta["name"],
-            JOBSET_UID: meta["uid"],
-            REPLICATED_JOB: rjob["name"],
-            JOBSET_JOB_INDEX: "0",
-            RESTART_ATTEMPT: str(run),
-        }
-        child = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": name,
-                "namespace": meta["namespace"],
-                "labels": dict(labels),
-                "annotations": dict(labels),
-                "ownerReferences": [
-                    {
-                        "apiVersion": JOBSET_API_VERSION,
-                        "kind": "JobSet",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": copy.deepcopy(rjob["template"]["spec"]),
-        }
-        template = child["spec"]["template"].setdefault("metadata", {})
-        template.setdefault("labels", {}).update(labels)
-        template.setdefault("annotations", {}).update(labels)
-        out[rjob["name"]] = JobRun.store(api, child, uid=f"uid-{name}-run{run}")
-    return out
+    labels = {
+        JOBSET_NAME: meta["name"],
+        JOBSET_UID: meta["uid"],
+        REPLICATED_JOB: rjob["name"],
+        JOBSET_JOB_INDEX: str(index),
+        RESTART_ATTEMPT: str(run),
+    }
+    child = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{meta['name']}-{rjob['name']}-{index}",
+            "namespace": meta["namespace"],
+            "labels": dict(labels),
+            "annotations": dict(labels),
+            "ownerReferences": [
+                {
+                    "apiVersion": JOBSET_API_VERSION,
+                    "kind": "JobSet",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": copy.deepcopy(rjob["template"]["spec"]),
+    }
+    template = child["spec"]["template"].setdefault("metadata", {})
+    template.setdefault("labels", {}).update(labels)
+    template.setdefault("annotations", {}).update(labels)
+    return child
 
 
 def jobset_status(api: FakeAPI, uid: str, change) -> dict:

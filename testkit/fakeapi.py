@@ -34,7 +34,11 @@ body or of a patched object is not the stored one (a patch that carries
 ``metadata.resourceVersion`` is a precondition), JSON patch (RFC 6902) and JSON merge
 patch (RFC 7386), base64 decoding of ``[]byte`` fields (Secret ``data``, ``caBundle``)
 with 400 on bad input, and the validation of ``kubernetes.io/tls`` Secrets, immutable
-Secrets and the immutable ``type``."""
+Secrets and the immutable ``type``.
+
+``pace`` (``testkit.pacing.Paced``), when set, is called before every request is handled
+but a watch's stream: an API server that answers at a given latency and serves at most a
+given rate (the scale benchmarks, docs/SCALE.md)."""
 
 from __future__ import annotations
 
@@ -213,6 +217,11 @@ class FakeAPI:
         #: its status): called with (stored, patched), it answers (code, message) to
         #: refuse, as a webhook's denial, or None (tests wire the webhook's engine in).
         self.admit_update: dict[str, Any] = {}
+        #: Called before each request but a watch's stream is handled (``testkit.pacing``).
+        self.pace: Any = None
+        #: (resource, namespace, name) -> the UID of a listed object last stored or found
+        #: under that name (``_listed``: checked, so objects tests store directly are found).
+        self._names: dict[tuple[str, Any, Any], str] = {}
         self._uids = itertools.count(1)
         self.server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.scheme = "http"
@@ -254,6 +263,9 @@ class FakeAPI:
             uid = obj["metadata"]["uid"]
             event = kind or ("MODIFIED" if uid in self.objects[resource] else "ADDED")
             self.objects[resource][uid] = obj
+            self._names[
+                (resource, obj["metadata"].get("namespace"), obj["metadata"].get("name"))
+            ] = uid
             self._send(resource, {"type": event, "object": copy.deepcopy(obj)})
 
     def modify(self, resource: str, uid: str, change: Any) -> dict[str, Any]:
@@ -430,14 +442,7 @@ class FakeAPI:
         MODIFIED. As the API server: a patch that carries ``metadata.resourceVersion`` is a
         precondition (409 when stale); a JSON patch's ``test`` op that fails is 422; a
         ``status`` patch changes only the status, any other only the rest."""
-        current = next(
-            (
-                o
-                for o in self.objects[resource].values()
-                if o["metadata"].get("namespace") == namespace and o["metadata"]["name"] == name
-            ),
-            None,
-        )
+        current = self._listed(resource, namespace, name)
         if current is None:
             return 404, status_body(404, "NotFound", f'{resource} "{name}" not found', name)
         if ctype == "application/json-patch+json" and isinstance(body, list):
@@ -550,20 +555,37 @@ class FakeAPI:
             return copy.deepcopy(found) if found is not None else None
 
     def _named_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return next(
+        return self._listed("pods", namespace, name)
+
+    def _listed(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The stored object of a listed resource by namespace and name (lock held): the
+        one last stored or found under that name when it still has it, else the first
+        that has (a scan: tests also store objects directly)."""
+        hint = self._names.get((resource, namespace, name))
+        found = self.objects[resource].get(hint) if hint is not None else None
+        meta = found["metadata"] if found is not None else {}
+        if found is not None and meta.get("namespace") == namespace and meta.get("name") == name:
+            return found
+        found = next(
             (
                 o
-                for o in self.objects["pods"].values()
+                for o in self.objects[resource].values()
                 if o["metadata"].get("namespace") == namespace and o["metadata"]["name"] == name
             ),
             None,
         )
+        if found is not None:
+            self._names[(resource, namespace, name)] = found["metadata"]["uid"]
+        return found
 
     def _handler(self):
         api = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # An answer's headers and body go in two writes: with Nagle's algorithm the
+            # body waits for the client's delayed ACK of the headers, 40 ms an answer.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
@@ -580,6 +602,8 @@ class FakeAPI:
                 url = urlparse(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 api.requests.append((url.path, url.query))
+                if api.pace is not None and query.get("watch") not in ("true", "True", "1"):
+                    api.pace()
                 if url.path in ("/version", "/version/"):  # the Python client asks the latter
                     return self._version()
                 if url.path in LISTED:
@@ -623,6 +647,8 @@ class FakeAPI:
             def do_DELETE(self):
                 url = urlparse(self.path)
                 api.requests.append((f"DELETE {url.path}", url.query))
+                if api.pace is not None:
+                    api.pace()
                 parts = url.path.strip("/").split("/")
                 if (
                     parts[:3] != ["api", "v1", "namespaces"]
@@ -655,6 +681,8 @@ class FakeAPI:
             def _write(self, method: str) -> None:
                 url = urlparse(self.path)
                 api.requests.append((f"{method} {url.path}", url.query))
+                if api.pace is not None:
+                    api.pace()
                 target = _named_target(url.path)
                 try:
                     body = self._body()
@@ -848,10 +876,9 @@ class FakeAPI:
                 if (resource, name) in api.forbidden:
                     return self._status(403, "Forbidden", f'cannot get {resource} "{name}"')
                 with api.lock:
-                    for obj in api.objects[resource].values():
-                        meta = obj["metadata"]
-                        if meta.get("namespace") == namespace and meta.get("name") == name:
-                            return self._send(200, obj)
+                    found = copy.deepcopy(api._listed(resource, namespace, name))
+                if found is not None:
+                    return self._send(200, found)
                 message = f'{resource} "{name}" not found'
                 self._send(404, status_body(404, "NotFound", message, name))
 
@@ -885,10 +912,9 @@ class FakeAPI:
                 if api.get_status != 200:
                     return self._send(api.get_status, {"kind": "Status", "code": api.get_status})
                 with api.lock:
-                    for obj in api.objects["jobs"].values():
-                        meta = obj["metadata"]
-                        if meta.get("namespace") == namespace and meta.get("name") == name:
-                            return self._send(200, obj)
+                    found = copy.deepcopy(api._listed("jobs", namespace, name))
+                if found is not None:
+                    return self._send(200, found)
                 self._send(404, {"kind": "Status", "code": 404, "message": "not found"})
 
         return Handler

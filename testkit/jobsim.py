@@ -50,6 +50,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -283,13 +284,14 @@ class JobRun:
         return self.api.pod(pod["metadata"]["uid"]) or pod
 
     # --- the Job controller's sync -------------------------------------------------------------
-    def sync(self) -> list[str]:
+    def sync(self, tracked: list[dict[str, Any]] | None = None) -> list[str]:
         """One ``syncJob``: each finished pod that keeps its tracking finalizer is judged
         once (a failed one by the rules, as it reads now; one already listed in
         ``uncountedTerminatedPods`` is not judged again), a counted pod's UID goes into
         ``uncountedTerminatedPods`` (one status write), the finalizers go, the counts move
         to ``failed`` and ``succeeded`` (another); then the Job fails when ``failed`` is
-        more than its ``backoffLimit`` as it is now, or completes. The actions judged."""
+        more than its ``backoffLimit`` as it is now, or completes. The actions judged.
+        ``tracked``: the Job's pods that keep the finalizer, read already (``JobController``)."""
         with self._syncs:
             job = self._job()
             spec = job["spec"]
@@ -297,7 +299,7 @@ class JobRun:
             uncounted = (job.get("status") or {}).get("uncountedTerminatedPods") or {}
             known = set(uncounted.get("failed") or []) | set(uncounted.get("succeeded") or [])
             failed, succeeded, judged, actions = [], [], [], []
-            for pod in self._tracked():
+            for pod in self._tracked() if tracked is None else tracked:
                 uid = pod["metadata"]["uid"]
                 if pod["status"].get("phase") == "Succeeded":
                     judged.append(uid)
@@ -338,13 +340,14 @@ class JobRun:
 
         return self.update(pod, change)
 
-    def conclude(self) -> dict[str, Any]:
+    def conclude(self, at: str = STOPPED) -> dict[str, Any]:
         """The Job's end as ``syncJob`` writes it (pkg/controller/job/job_controller.go),
         once ``sync`` found it, with ``delayTerminalCondition`` (JobManagedBy or
         JobPodReplacementPolicy, on by default): the interim ``FailureTarget``
         (``newFailureCondition``), then ``Failed`` with the same reason and message once no
         pod terminates (``newFailedConditionForFailureTarget``); or ``SuccessCriteriaMet``
-        (``newSuccessCondition``), then ``Complete``. Each in its own status write."""
+        (``newSuccessCondition``), then ``Complete``. Each in its own status write, dated
+        ``at``."""
         assert self.ended, "the Job has not ended"
         if self.ended == "Complete":
             kinds, reason, message = ("SuccessCriteriaMet", "Complete"), "", ""
@@ -354,7 +357,7 @@ class JobRun:
         stored = self.job
         for kind in kinds:
             condition = {"type": kind, "status": "True", "reason": reason, "message": message}
-            condition["lastProbeTime"] = condition["lastTransitionTime"] = STOPPED
+            condition["lastProbeTime"] = condition["lastTransitionTime"] = at
 
             def change(job: dict[str, Any], c: dict[str, Any] = condition) -> None:
                 job.setdefault("status", {}).setdefault("conditions", []).append(c)
@@ -366,20 +369,8 @@ class JobRun:
     def syncing(self, period: float = 1.0) -> Iterator[JobRun]:
         """The Job controller beside the test: a sync at most ``period`` after the last
         (``syncJobBatchPeriod``: pod updates are batched), and one more at the end."""
-        stop = threading.Event()
-
-        def loop() -> None:
-            while not stop.wait(period):
-                self.sync()
-
-        thread = threading.Thread(target=loop, name="job-controller", daemon=True)
-        thread.start()
-        try:
+        with _beside(self.sync, period, 10):
             yield self
-        finally:
-            stop.set()
-            thread.join(10)
-            self.sync()
 
     def _job(self) -> dict[str, Any]:
         with self.api.lock:
@@ -394,6 +385,78 @@ class JobRun:
                 if p["metadata"]["labels"].get(JOB_UID_LABEL) == self.uid
                 and JOB_TRACKING in (p["metadata"].get("finalizers") or [])
             ]
+
+
+class JobController:
+    """The Job controller of many Jobs (``JobRun.syncing`` for each would read every pod
+    once per Job and round): each round one pass over the pods finds the Jobs with a
+    finished or terminating pod that keeps its tracking finalizer (the pod updates that
+    queue a Job's key, ``updatePod``), and each of those Jobs syncs once (``JobRun.sync``),
+    a round at most ``period`` after the last (``syncJobBatchPeriod``). ``judged`` holds,
+    per pod UID, when it was judged (``time.monotonic``) and with what action."""
+
+    def __init__(self, api: FakeAPI, runs: list[JobRun]) -> None:
+        self.api = api
+        self.runs = {run.uid: run for run in runs}
+        self.judged: dict[str, tuple[float, str]] = {}
+        self.rounds = 0
+
+    def round(self) -> int:
+        """One round; how many pods it judged."""
+        due: dict[str, list[dict[str, Any]]] = {}
+        with self.api.lock:
+            for pod in self.api.objects["pods"].values():
+                meta = pod["metadata"]
+                owner = meta["labels"].get(JOB_UID_LABEL)
+                if owner in self.runs and JOB_TRACKING in (meta.get("finalizers") or []):
+                    if pod["status"].get("phase") in ("Failed", "Succeeded") or meta.get(
+                        "deletionTimestamp"
+                    ):
+                        due.setdefault(owner, [])
+            for pod in self.api.objects["pods"].values():
+                meta = pod["metadata"]
+                owner = meta["labels"].get(JOB_UID_LABEL)
+                if owner in due and JOB_TRACKING in (meta.get("finalizers") or []):
+                    due[owner].append(copy.deepcopy(pod))
+        judged = 0
+        for uid, pods in due.items():
+            run = self.runs[uid]
+            before = dict(run.verdicts)
+            run.sync(tracked=pods)
+            now = time.monotonic()
+            for pod, action in run.verdicts.items():
+                if pod not in before:
+                    self.judged[pod] = (now, action)
+                    judged += 1
+        self.rounds += 1
+        return judged
+
+    @contextmanager
+    def syncing(self, period: float = 1.0) -> Iterator[JobController]:
+        """Rounds beside the caller, each at most ``period`` after the last, and one more
+        at the end."""
+        with _beside(self.round, period, 60):
+            yield self
+
+
+@contextmanager
+def _beside(sync: Any, period: float, patience: float) -> Iterator[None]:
+    """``sync()`` on a thread every ``period`` seconds at most, then once more at the end
+    (after waiting ``patience`` seconds at most for the thread's last)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(period):
+            sync()
+
+    thread = threading.Thread(target=loop, name="job-controller", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(patience)
+        sync()
 
 
 def _failjob(pod: dict[str, Any], match: fp.Match) -> str:

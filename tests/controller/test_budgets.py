@@ -110,6 +110,89 @@ def test_a_pod_counted_over_before_a_restart_gets_its_condition_again(api, tmp_p
     assert record_of(api, run.uid).disruptions_of() == 3  # not counted twice
 
 
+def test_the_condition_goes_with_the_latest_version_the_watch_brought(api, tmp_path):
+    """Preemption adds DisruptionTarget, then deletes the pod (``PrepareCandidate``): two
+    versions, both seen before the count, which was queued with the first. The condition
+    is written with the latest: one request, no 409, no read (a group of a thousand pods
+    preempted at once costs the critical limiter a thousand writes, not three thousand
+    requests: benchmarks/landing.py)."""
+    run = JobRun.store(api, admitted_job({**DISRUPTIONS, P + "max-disruptions": "0"}))
+    pod = run.new_pod()
+    targeted = run.disrupt(pod, delete=False)
+    with api.lock:
+        api.delete_pod(targeted["metadata"]["namespace"], targeted["metadata"]["name"], None)
+    deleted = run.current(pod)
+    reconciler = disruptions(api, tmp_path)
+    for version in (targeted, deleted):  # as the watch delivers them
+        reconciler._budget_event("MODIFIED", version)
+    first = len(api.requests)
+    reconciler.count(targeted)  # (what was queued first)
+    patched = run.current(pod)
+    assert _conditions(patched).get(fp.DISRUPTION_BUDGET_EXHAUSTED) == "True"
+    assert api.failed_writes == []
+    pods = [call for call, _ in api.requests[first:] if "/pods/" in call]
+    assert pods == [f"PATCH /api/v1/namespaces/ml/pods/{pod['metadata']['name']}/status"]
+    # A pod whose latest version is Failed gets no write: it is settled late at once.
+    late = run.new_pod()
+    targeted = run.disrupt(late, delete=False)
+    failed = run.fail(late)
+    for version in (targeted, failed):
+        reconciler._budget_event("MODIFIED", version)
+    first = len(api.requests)
+    reconciler.count(targeted)
+    assert not [call for call, _ in api.requests[first:] if "/pods/" in call]
+    assert reconciler._latest == {}
+
+
+def _job_patches(api, since: int = 0) -> int:
+    return sum(1 for call, _ in api.requests[since:] if call.startswith("PATCH /apis/batch"))
+
+
+def test_a_pod_failed_before_its_count_is_settled_in_the_counts_write(api, tmp_path):
+    """PodGC fails the pod with DisruptionTarget in one update: over the budget, no
+    condition can land, and the Job's backoffLimit is lowered for it in the same write as
+    its count, not in one more once a worker found it Failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run = JobRun.store(api, admitted_job({**DISRUPTIONS, P + "backoff-limit": "3"}))
+    reconciler = disruptions(api, tmp_path)
+    reconciler._pool = ThreadPoolExecutor(1)  # as while it runs
+    try:
+        for _ in range(3):  # two free, the third over
+            pod = run.podgc(run.new_pod())
+            reconciler._budget_event("MODIFIED", pod)
+            first = len(api.requests)
+            reconciler.count(pod)
+            reconciler.flush()
+            assert _job_patches(api, first) == 1
+    finally:
+        reconciler._pool.shutdown(wait=True)
+    record = record_of(api, run.uid)
+    assert record.disruptions_of() == 3
+    assert record.late_lowered(pod["metadata"]["uid"]) is True
+    assert run._job()["spec"]["backoffLimit"] == 2
+
+
+def test_what_came_during_a_write_goes_in_the_next_one(api, tmp_path):
+    """Disruptions of two Jobs, interleaved, queued while the API is slow (each request
+    0.1 s, a Job read the first time each is counted): everything queued is counted
+    before the next write, so each Job's disruptions go in one write, however long the
+    writes and reads take (a node lost, a slow API, the limiter)."""
+    from testkit.pacing import Paced
+
+    runs = [JobRun.store(api, admitted_job(DISRUPTIONS, f"train-{i}")) for i in range(2)]
+    pods = [run.podgc(run.new_pod()) for _ in range(3) for run in runs]
+    reconciler = disruptions(api, tmp_path)
+    for pod in pods:
+        reconciler._budget_event("MODIFIED", pod)
+    api.pace = Paced(latency=0.1)
+    first = len(api.requests)
+    with Running(reconciler):
+        eventually(lambda: all(record_of(api, run.uid) for run in runs), 10)
+        eventually(lambda: all(record_of(api, r.uid).disruptions_of() == 3 for r in runs), 10)
+    assert _job_patches(api, first) == 2
+
+
 def test_an_indexed_job_counts_per_index(api, tmp_path):
     """backoffLimitPerIndex: each index has its own N (its pods carry
     job-index-failure-count, ``addIndexFailureCountAnnotation``)."""

@@ -113,6 +113,9 @@ MOST = 10_000
 #: How long a pod that was gone before it could be marked waits for its last version (the
 #: watch's DELETED event) to say how it ended, before it is taken to have failed.
 GONE_PATIENCE = 30.0
+#: Disrupted pods not yet counted whose latest version the watch brought is kept (the
+#: oldest go first), for the condition's first write (``_newest``).
+LATEST = 2_000
 
 
 class Metrics:
@@ -223,6 +226,9 @@ class Disruptions:
         self._ended: OrderedDict[str, str] = OrderedDict()
         #: Pods gone before they were marked, waiting for how they ended: (since, pod).
         self._gone_waiting: list[tuple[float, Mapping[str, Any]]] = []
+        #: Pod UID -> the latest version the watch brought of a disrupted pod not counted
+        #: yet, or counted over the budget and not marked yet (``_newest``).
+        self._latest: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
         self.counters = {
             "counted": 0,
             "over": 0,
@@ -274,20 +280,15 @@ class Disruptions:
             flushed = time.monotonic()
             while not stop.is_set():
                 try:
-                    what, pod = self._queue.get(timeout=0.05)
+                    self._take(*self._queue.get(timeout=0.05), pool)
                 except queue.Empty:
-                    what, pod = "", {}
-                if what == "budget":
-                    self._guarded(self.count, pod)
-                elif what == "late":
-                    self._guarded(self.settle_late, pod)
-                elif what == "gone":
-                    self._gone_waiting.append((self.clock(), pod))
-                elif what == "peers":
-                    self._guarded(self.mark_peers, pod, pool)
-                elif what == "unmark":
-                    self._guarded(self.unmark, pod)
+                    pass
                 if time.monotonic() - flushed >= self.window:
+                    # What came while the last flush wrote is counted first, so that it
+                    # goes in this one: a workload's disruptions in one write, however
+                    # long the writes take (a node lost, the API slow, the limiter).
+                    for _ in range(self._queue.qsize()):
+                        self._take(*self._queue.get_nowait(), pool)
                     self._settle_waiting()
                     self.flush()
                     flushed = time.monotonic()
@@ -305,6 +306,19 @@ class Disruptions:
             self._pool = None
             pool.shutdown(wait=True)
 
+    def _take(self, what: str, pod: Mapping[str, Any], pool: ThreadPoolExecutor) -> None:
+        """Act on one queued pod."""
+        if what == "budget":
+            self._guarded(self.count, pod)
+        elif what == "late":
+            self._guarded(self.settle_late, pod)
+        elif what == "gone":
+            self._gone_waiting.append((self.clock(), pod))
+        elif what == "peers":
+            self._guarded(self.mark_peers, pod, pool)
+        elif what == "unmark":
+            self._guarded(self.unmark, pod)
+
     def _guarded(self, act: Callable[..., None], *args: Any) -> None:
         try:
             act(*args)
@@ -319,8 +333,17 @@ class Disruptions:
                 while len(self._ended) > MOST:
                     self._ended.popitem(last=False)
         if kind != "DELETED" and condition(pod, DISRUPTION_TARGET) is not None:
+            with self._lock:
+                if pod_uid(pod) in self._latest or ("budget", pod_uid(pod)) not in self._handled:
+                    self._latest[pod_uid(pod)] = pod
+                    self._latest.move_to_end(pod_uid(pod))
+                    while len(self._latest) > LATEST:
+                        self._latest.popitem(last=False)
             if not self._was_handled("budget", pod_uid(pod)):
                 self._queue.put(("budget", pod))
+        elif kind == "DELETED":
+            with self._lock:
+                self._latest.pop(pod_uid(pod), None)
 
     def _reset_peers(self) -> None:
         self.peers.reset()
@@ -404,11 +427,14 @@ class Disruptions:
         state = self._state(regarding) if budget is not None and regarding is not None else None
         if budget is None or state is None:
             self._handle("budget", uid)  # nothing to count against (or gone)
+            self._newest(pod)
             return
         seen = state.record.disrupted(uid)
         if seen is not None or _phase(pod) == "Succeeded":  # (a success is no failure)
             self._handle("budget", uid)
-            if seen == "over" and not self._settled(state, uid):
+            if seen != "over" or self._settled(state, uid):
+                self._newest(pod)
+            else:
                 # Counted over before a restart, its condition or lowering lost: again.
                 self._settle(
                     pod, f"over max-disruptions {budget}: counted against the retry budget"
@@ -418,6 +444,7 @@ class Disruptions:
             # Its peer's mark decided it (Count): a peer's failure, not a disruption of the
             # budget's. The record says nothing of it; the Event says why.
             self._handle("budget", uid)
+            self._newest(pod)
             note = (
                 f"pod {pod_name(pod)} disrupted after it was marked {PEER_DISRUPTED} "
                 "(peer-disruptions count), and failed before the mark could be taken back: "
@@ -439,6 +466,8 @@ class Disruptions:
                 f"disruption {number}{where}, over max-disruptions {budget}: counted against "
                 "the retry budget",
             )
+        else:
+            self._newest(pod)  # (no condition to write)
         self.counters["counted"] += 1
         self.counters["over"] += int(over)
         self.metrics.disruption("over" if over else "free")
@@ -461,7 +490,16 @@ class Disruptions:
     def _settle(self, pod: Mapping[str, Any], message: str) -> None:
         """Count a pod over the budget: by ``_over``, on a worker while ``run`` runs."""
         if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
+            self._newest(pod)
             return  # (marked before a restart of the controller)
+        with self._lock:
+            latest = self._latest.get(pod_uid(pod), pod)
+        if terminal(latest):
+            # Failed first (PodGC, the kubelet): no condition can land. Settled here, so
+            # that it goes in the same write as its count.
+            self._newest(pod)
+            self.settle_late(latest)
+            return
         pool = self._pool
         if pool is None:
             self._over(pod, message)
@@ -472,6 +510,7 @@ class Disruptions:
         """Add ``DisruptionBudgetExhausted`` with the resourceVersion of a version seen not
         ``Failed``; a pod ``Failed`` first is handed to ``settle_late`` (through the queue:
         the workloads' state is the loop's). "added", "late", "gone", or "error"."""
+        pod = self._newest(pod)
         errors = 0
         while errors < TRANSIENT_TRIES:  # a conflict (the pod changed) never ends the loop
             if condition(pod, DISRUPTION_BUDGET_EXHAUSTED) is not None:
@@ -511,6 +550,15 @@ class Disruptions:
             return "added"
         self._unhandle("budget", pod_uid(pod))  # its next update tries again
         return "error"
+
+    def _newest(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The latest version of ``pod`` the watch brought, for the condition's first
+        write: the version the count was queued with is usually behind by the pod's
+        deletion (preemption and eviction add ``DisruptionTarget``, then delete), and a
+        write with it is refused (409) and costs a read and a second write, a thousand of
+        each when a group of a thousand pods is preempted, under the critical limiter."""
+        with self._lock:
+            return self._latest.pop(pod_uid(pod), None) or pod
 
     def _late(self, pod: Mapping[str, Any]) -> None:
         if self._pool is None:
