@@ -5,12 +5,11 @@ A JobSet admitted with ``peer-disruptions: ignore`` and ``ignore-disruptions`` (
 replicated Job, ``replicas`` child Jobs of ``parallelism`` pods each, made as the JobSet
 controller makes them: ``testkit.audits.child_job``), all pods running. The
 scheduler preempts one pod (``DisruptionTarget``, the deletion), the kubelet stops it a
-second later. The controller (real, its own process: ``benchmarks.leader``) marks the
-running peers of the preempted pod ``retry-policy.dev/PeerDisrupted``, at most
-``--peer-mark-limit`` of them (1,000 by default), and says the rest in a Warning Event
-(``webhook.controller.peers``). Counted: its writes until it has been quiet for a while,
-and how long the marks took (the critical limiter's 50 a second, after its burst of 100,
-bound them).
+second later. The controller (real, its own process: ``benchmarks.leader``) adds one
+``FailureTarget`` to the preempted pod's child Job, on which the JobSet's first rule
+restarts the set (``webhook.controller.jobsetpeers``); a JobSet without that rule gets
+per-pod ``PeerDisrupted`` marks, at most ``--peer-mark-limit`` (``webhook.controller.peers``).
+Counted: its writes until it has been quiet for a while.
 """
 
 from __future__ import annotations
