@@ -1,7 +1,7 @@
 """What the leading controller costs admission: ``python -m benchmarks.controller_cpu``.
 
 The real server (``retry-webhook serve``: granian workers, TLS, a log line per decision)
-with a cluster connection, the test suite's HTTP Kubernetes API (``testkit/fakeapi.py``)
+with a cluster connection, the test suite's HTTP Kubernetes API (``testkit/fakeapi/``)
 read by the real ``kubernetes`` client, is started in turn with its controller (which
 takes the Lease and leads) and with ``--no-controller``, round after round, against the
 same API. While each runs, ``Feeder`` plays a cluster whose annotated Jobs keep losing

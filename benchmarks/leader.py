@@ -1,4 +1,4 @@
-"""The controller as deployed, leading against the test API (``testkit/fakeapi.py``), for
+"""The controller as deployed, leading against the test API (``testkit/fakeapi/``), for
 the scale envelope (``benchmarks.envelope``, docs/SCALE.md): its requests counted at the
 API, its memory read from /proc.
 

@@ -1,5 +1,5 @@
 """The Job controller's and the kubelet's part, played against the HTTP test API
-(``testkit/fakeapi.py``) for the controller's tests: pods made from a Job's template as the
+(``testkit/fakeapi/``) for the controller's tests: pods made from a Job's template as the
 Job controller makes them, the conditions and states the scheduler, the Eviction API,
 PodGC and the kubelet give them, and the Job controller's judgement of a failed pod.
 

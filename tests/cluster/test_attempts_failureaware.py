@@ -1,6 +1,6 @@
 """Failure-aware retries through the real server (``retry-webhook serve`` as deployed),
 whose attempt cache lists and watches Jobs and failed pods of the test suite's HTTP
-Kubernetes API (testkit/fakeapi.py) with the real ``kubernetes`` client: a Job OOM-killed
+Kubernetes API (testkit/fakeapi/) with the real ``kubernetes`` client: a Job OOM-killed
 once gets its next pod with more memory, an Indexed Job per index, failed nodes are
 avoided; a failed pod that reaches the watch after the Job's status counted it is
 listed; an API that goes away leaves pods admitted unchanged, with a warning."""

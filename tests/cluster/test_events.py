@@ -4,7 +4,7 @@ Event on the workload the user applied, and a Job our rules failed gets one Warn
 The decisions are the pod mutator's (run by the engine as admission runs it); the
 workload is told from the pod as its CREATE review carries it, and a JobSet's TrainJob by
 the real ``kubernetes`` client against the test suite's HTTP Kubernetes API
-(testkit/fakeapi.py), which stores the Events; the server tests run ``retry-webhook serve``
+(testkit/fakeapi/), which stores the Events; the server tests run ``retry-webhook serve``
 as deployed, its workers writing Events and its controller judging failed Jobs.
 """
 

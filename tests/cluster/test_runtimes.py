@@ -1,5 +1,5 @@
 """The runtime cache (webhook/cluster/runtimes.py) with the real ``kubernetes`` client against an
-HTTP Kubernetes API (testkit/fakeapi.py): lists and watches of (Cluster)TrainingRuntimes,
+HTTP Kubernetes API (testkit/fakeapi/): lists and watches of (Cluster)TrainingRuntimes,
 one GET on a miss, failing open when the API cannot answer."""
 
 from __future__ import annotations

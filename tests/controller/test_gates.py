@@ -4,7 +4,7 @@ what is overdue, and ``retry-webhook release-gates`` releases them all.
 
 Real parts: the controller's ``GateReleaser`` and the servers (``retry-webhook serve``,
 two replicas electing a leader on the Lease) against the HTTP test API
-(testkit/fakeapi.py) with the real ``kubernetes`` client; every pod the webhook changes is
+(testkit/fakeapi/) with the real ``kubernetes`` client; every pod the webhook changes is
 patched with the real ``kubectl patch --local`` and validated against the strict 1.35
 and 1.36 schemas; the chart's RBAC (rendered by the real ``helm``) is checked against the
 calls ``release-gates`` makes.

@@ -1,7 +1,7 @@
 """In-place retries (``in-place-exit-codes``, ``in-place-scope``) against real parts.
 
 - The real server (``retry-webhook serve`` as deployed, TLS, one worker) whose kubeconfig
-  points at the test suite's HTTP Kubernetes API (testkit/fakeapi.py), asked for
+  points at the test suite's HTTP Kubernetes API (testkit/fakeapi/), asked for
   ``/version`` by the real ``kubernetes`` client: 1.34, 1.35 (in GKE's form, minor
   ``35+``), 1.36, and an API server that is down.
 - Every mutated Job, CronJob, Pod (and JobSet, through its vendored CRD schema) is

@@ -1,5 +1,5 @@
 """Metrics and logs of the real server (2 workers, attempt cache against the
-HTTP Kubernetes API of testkit/fakeapi.py), scraped from its metrics port after sending
+HTTP Kubernetes API of testkit/fakeapi/), scraped from its metrics port after sending
 real AdmissionReviews; and no secret of a request ever reaches the output."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``retry-webhook status`` (webhook/status) against the test suite's HTTP Kubernetes API
-(testkit/fakeapi.py), read by the real ``kubernetes`` client through a kubeconfig, and run
+(testkit/fakeapi/), read by the real ``kubernetes`` client through a kubeconfig, and run
 as installed: ``.venv/bin/retry-webhook`` and, through the real ``kubectl`` binary's
 plugin discovery, ``kubectl retry-policy``.
 

@@ -1,5 +1,5 @@
 """``retry-webhook certs --in-cluster``: the real ``kubernetes`` client against an HTTP
-Kubernetes API (testkit/fakeapi.py) that stores Secrets and webhook configurations with the
+Kubernetes API (testkit/fakeapi/) that stores Secrets and webhook configurations with the
 API's write semantics (404, 409 AlreadyExists/Conflict, resourceVersion preconditions)."""
 
 from __future__ import annotations
