@@ -17,6 +17,17 @@ from typing import Any, Self
 log = logging.getLogger(__name__)
 
 
+def strip(obj: Any) -> Any:
+    """``obj`` without ``metadata.managedFields``: no cache reads them, and they are often
+    the larger part of an object as the API server sends it, held while a list's pages come
+    (as controller-runtime's ``TransformStripManagedFields`` and client-go's
+    ``SetTransform`` drop them)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 class Informer:
     """List-then-watch one resource, calling ``apply(type, object)`` for each event.
 
@@ -88,7 +99,7 @@ class Informer:
                 **self.kwargs,
             )
             page = json.loads(resp.data)
-            items.extend(page.get("items") or [])
+            items.extend(strip(item) for item in page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 version = (page.get("metadata") or {}).get("resourceVersion") or ""
@@ -122,7 +133,7 @@ class Informer:
                         raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
                     version = (obj.get("metadata") or {}).get("resourceVersion") or version
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        self.apply(kind, obj)
+                        self.apply(kind, strip(obj))
                     if self.stop.is_set():
                         return
             finally:
