@@ -629,10 +629,10 @@ class Disruptions:
         if known is not None:
             self._budgets.move_to_end(_key(regarding))
             return known
-        kind = "jobset" if regarding.kind == "JobSet" else "job"
-        obj = self.workloads.current(kind, regarding.namespace, regarding.name, regarding.uid)
-        if obj is None:
+        found = self.workloads.of(regarding)
+        if found is None:
             return None
+        kind, obj = found
         meta = mapping(obj.get("metadata"))
         state = _Budget(
             kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()

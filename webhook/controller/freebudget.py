@@ -99,10 +99,10 @@ class FreeBudgets:
         if known is not None:
             self._states.move_to_end(key)
             return known
-        kind = "jobset" if regarding.kind == "JobSet" else "job"
-        obj = self.workloads.current(kind, regarding.namespace, regarding.name, regarding.uid)
-        if obj is None:
+        found = self.workloads.of(regarding)
+        if found is None:
             return None
+        kind, obj = found
         meta = mapping(obj.get("metadata"))
         state = _State(
             kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()

@@ -49,6 +49,13 @@ class Workloads:
             return None
         return obj
 
+    def of(self, regarding: Any) -> tuple[str, dict[str, Any]] | None:
+        """The workload an Event regards (``cluster.events.Regarding``: a Job or a JobSet)
+        as it is now, with its kind ("job" or "jobset"); ``None``: gone or replaced."""
+        kind = "jobset" if regarding.kind == "JobSet" else "job"
+        obj = self.current(kind, regarding.namespace, regarding.name, regarding.uid)
+        return None if obj is None else (kind, obj)
+
     def write_record(
         self,
         kind: str,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.kube.goregexp import Piece, Unsupported, compile_go
+from webhook.kube.jobcontroller import POD_FAILURE_POLICY
 from webhook.kube.objects import items, mapping
 
 ACTIONS = (
@@ -152,13 +153,13 @@ def execute(
 # (``validOnJobFailureReasons``), hence ``PodFailurePolicy``; the message, which no Job
 # controller failure starts with, tells ours apart.
 PEER_RULE_NAME = "retryPolicyPeerDisruptions"
-PEER_REASON = "PodFailurePolicy"
+PEER_REASON = POD_FAILURE_POLICY
 PEER_MESSAGE_PREFIX = "retry-policy.dev/PeerDisrupted: "
 PEER_PATTERN = r"^retry-policy\.dev/PeerDisrupted: "
 #: The Job condition the controller adds, and those that say a Job's end is decided
 #: already (it is not written then: the Job's own end decides).
 FAILURE_TARGET = "FailureTarget"
-DECIDED_CONDITIONS = ("FailureTarget", "Failed", "Complete", "SuccessCriteriaMet")
+DECIDED_CONDITIONS = (FAILURE_TARGET, "Failed", "Complete", "SuccessCriteriaMet")
 
 
 def peer_action(how: str) -> str:
