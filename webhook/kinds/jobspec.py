@@ -23,6 +23,7 @@ from webhook.kinds.workload import (
 )
 from webhook.kube import failurepolicy as fp
 from webhook.kube import intent, jobcontroller, podspec
+from webhook.kube.objects import mapping
 from webhook.kube.owned import ALL, Owned
 from webhook.plan import causes, delays, failureaware, inplace, queued, verdicts
 from webhook.plan.model import BudgetPlan, job_limit_field
@@ -568,6 +569,18 @@ def _check_pod_annotations(part: Settling) -> None:
             )
 
 
+def _copy_to_template(meta: dict[str, Any], name: str, value: str) -> bool:
+    """One pod-level setting onto the template (``False``: there already). A value the
+    user wrote there that means the same (``20000M`` for ``20G``: ``_check_pod_annotations``
+    held it to ours) is theirs, and kept as they spelled it."""
+    own = mapping(meta.get("annotations")).get(PREFIX + name)
+    if isinstance(own, str) and own != value:
+        values, problems = parse_annotations({PREFIX + name: own}, Scope.POD)
+        if not problems and name in values and format_value(name, values[name]) == value:
+            return False
+    return podspec.set_annotation(meta, PREFIX + name, value)
+
+
 def _rules(spec: Mapping[str, Any]) -> list[Any]:
     policy = spec.get("podFailurePolicy")
     if isinstance(policy, dict) and isinstance(policy.get("rules"), list):
@@ -630,7 +643,7 @@ def _apply(
         meta = template.get("metadata")
         if not isinstance(meta, dict):
             meta = template["metadata"] = {}
-        copied = {k: podspec.set_annotation(meta, PREFIX + k, v) for k, v in pod_values.items()}
+        copied = {k: _copy_to_template(meta, k, v) for k, v in pod_values.items()}
         if any(copied.values()) and policy.non_spot_attempts:
             out.changed(
                 placement_text(budget, policy.non_spot_attempts),

@@ -477,3 +477,22 @@ def test_unknown_kinds_pass_through():
     verdict, out = mutate(obj)
     assert verdict.allowed and verdict.patch == [] and out == obj
     assert validate(obj).allowed
+
+
+def test_a_template_annotation_the_user_spelled_their_way_is_kept():
+    """A pod-level setting the user also wrote on the pod template, spelled otherwise but
+    meaning the same (``20000M`` is ``20G``), is theirs: not rewritten to our spelling
+    (a mutation never rewrites a user's field it need not), and admission is idempotent
+    (hypothesis found it: tests/admission/test_properties.py)."""
+    from testkit.workloads import assert_idempotent, mutate, validate
+
+    annotations = {P + "oom-memory-factor": "1.5", P + "oom-memory-limit": "20000M"}
+    obj = job(annotations)
+    obj["spec"]["template"]["metadata"] = {"annotations": {P + "oom-memory-limit": "20000M"}}
+    verdict, out = mutate(obj)
+    assert verdict.allowed, verdict.message
+    written = out["spec"]["template"]["metadata"]["annotations"]
+    assert written[P + "oom-memory-limit"] == "20000M"
+    assert written[P + "oom-memory-factor"] == "1.5"
+    assert validate(out).allowed
+    assert_idempotent(obj)
