@@ -26,6 +26,30 @@ def status_body(code: int, reason: str, message: str, name: str = "", kind: str 
     return body
 
 
+def namespace_terminating(resource: str, group: str, namespace: str, name: str) -> dict:
+    """The NamespaceLifecycle admission plugin's refusal of a create in a namespace being
+    deleted (``Admit`` in plugin/pkg/admission/namespace/lifecycle/admission.go: a
+    Forbidden with the ``NamespaceTerminating`` cause), as the real API server sends it."""
+    what = f"{resource}.{group}" if group else resource
+    message = (
+        f"unable to create new content in namespace {namespace} because it is being terminated"
+    )
+    body = status_body(403, "Forbidden", f'{what} "{name}" is forbidden: {message}')
+    body["details"] = {
+        "name": name,
+        "group": group,
+        "kind": resource,
+        "causes": [
+            {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {namespace} is being terminated",
+                "field": "metadata.namespace",
+            }
+        ],
+    }
+    return body
+
+
 #: Pod spec fields an update may change (``updatablePodSpecFields``, ``ValidatePodUpdate``
 #: in pkg/apis/core/validation/validation.go), each checked by ``pod_update_error``.
 POD_UPDATABLE = ("activeDeadlineSeconds", "tolerations", "schedulingGates")

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from testkit.apivalidation import status_body
+from testkit.apivalidation import namespace_terminating, status_body
 from testkit.fakeapi.paths import (
     EVENT_FIELDS,
     LISTED,
@@ -218,6 +218,12 @@ class Handler(BaseHTTPRequestHandler):
             return self._status(code, reason, f"{resource} writes fail")
         if self.api.before_write is not None:
             self.api.before_write(method, resource, name or (body or {}).get("metadata", {}))
+        if method == "POST" and namespace in self.api.terminating:
+            created = ((body or {}).get("metadata") or {}).get("name", "")
+            with self.api.lock:
+                self.api.failed_writes.append((method, created, 403))
+            group = self.path.split("/")[2] if self.path.startswith("/apis/") else ""
+            return self._send(403, namespace_terminating(resource, group, namespace, created))
         with self.api.lock:
             if method == "POST":
                 status, answer = self.api._create(resource, namespace, body)

@@ -253,6 +253,20 @@ def test_an_event_said_once_is_not_counted_again(api, tmp_path):
     assert ("POST", event["metadata"]["name"], 409) in api.failed_writes
 
 
+def test_an_event_in_a_namespace_being_deleted_is_moot_not_dropped(api, tmp_path):
+    """The API refuses it as the real one does (tests/controlplane/test_events.py); like
+    client-go's ``recordEvent``, that is not an error: the Event is not retried, nor
+    counted as lost (``dropped`` is what an admin alerts on)."""
+    recorder = EventRecorder(client.EventsV1Api(api_client(api, tmp_path)), "webhook-0")
+    api.terminating.add(NS)
+    recorder.emit(Event(Regarding("batch/v1", "Job", NS, "train", "job-uid-1"), "Normal", "R", "n"))
+    assert recorder.flush()
+    assert stored_events(api) == []
+    stats = recorder.stats()
+    assert (stats["moot"], stats["dropped"], stats["written"]) == (1, 0, 0)
+    assert [(m, code) for m, _, code in api.failed_writes] == [("POST", 403)]  # tried once
+
+
 # --- RetryPolicyFailedJob: the controller's reconciler --------------------------------------
 
 

@@ -74,23 +74,39 @@ def ns(kube: Kube, request: pytest.FixtureRequest) -> str:
 def no_write_of_ours_refused(served: Served, request: pytest.FixtureRequest):
     """After every test: the real API server refused none of our controller's writes
     (``retry_webhook_controller_writes_total{result="refused"}``: a 4xx given up) and
-    none of its Events (``retry_webhook_events_total{result="dropped"}``), so the chart's
-    RBAC and ValidatingAdmissionPolicy allow every write each scenario needed."""
+    none of its Events (``retry_webhook_events_total{result="dropped"}``) during the test,
+    so the chart's RBAC and ValidatingAdmissionPolicy allow every write each scenario
+    needed. Counted from the test's start: an earlier test's failure is its own."""
+    before_server, before = _counted(served)
     yield
-    server = served.server
-    if server is None or server.proc.poll() is not None or not server.metrics_port:
+    server, samples = _counted(served)
+    if server is None:
         return
-    samples = server.metrics()
+    if server is not before_server:
+        before = {}  # restarted during the test: its counters began at zero
     # A test that makes a write be refused on purpose names its writer.
     expected = {w for m in request.node.iter_markers("refused_writes") for w in m.args}
     refused = {
-        dict(labels).get("writer"): value
+        writer: value - before.get((name, writer), 0)
+        for (name, writer), value in samples.items()
+        if name == "refused" and value > before.get((name, writer), 0) and writer not in expected
+    }
+    assert refused == {}, f"writes refused by the API server: {refused}\n{server.output()[-3000:]}"
+    dropped = samples.get(("dropped", ""), 0) - before.get(("dropped", ""), 0)
+    assert dropped == 0, f"Events dropped (refused by the API server?)\n{server.output()[-3000:]}"
+
+
+def _counted(served: Served) -> tuple[object, dict[tuple[str, str], float]]:
+    """The serving process and its refused writes by writer and dropped Events."""
+    server = served.server
+    if server is None or server.proc.poll() is not None or not server.metrics_port:
+        return None, {}
+    samples = server.metrics()
+    counted = {
+        ("refused", dict(labels).get("writer") or ""): value
         for (name, labels), value in samples.items()
         if name == "retry_webhook_controller_writes_total"
         and dict(labels).get("result") == "refused"
-        and value
-        and dict(labels).get("writer") not in expected
     }
-    assert refused == {}, f"writes refused by the API server: {refused}\n{server.output()[-3000:]}"
-    dropped = servers.metric(samples, "retry_webhook_events_total", result="dropped")
-    assert dropped == 0, f"Events dropped (refused by the API server?)\n{server.output()[-3000:]}"
+    counted["dropped", ""] = servers.metric(samples, "retry_webhook_events_total", result="dropped")
+    return server, counted

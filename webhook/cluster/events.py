@@ -91,8 +91,14 @@ def decision_type(reason: str) -> str:
 
 
 #: The ``result`` label of the Events metric: a new Event created, a repeat counted into
-#: an existing one's series, an Event lost (queue full, rate limit, API errors).
-RESULTS = ("written", "aggregated", "dropped")
+#: an existing one's series, an Event lost (queue full, rate limit, API errors), an Event
+#: nobody could read (its namespace is being deleted: client-go's ``recordEvent`` in
+#: tools/record/event.go does not report that as an error either).
+RESULTS = ("written", "aggregated", "dropped", "moot")
+
+#: The cause the namespace lifecycle admission gives for a create in a terminating
+#: namespace (``v1.NamespaceTerminatingCause``).
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 JOB_API = "batch/v1"
 
@@ -162,7 +168,13 @@ class EventRecorder:
     retry_seconds: float = 1.0
     clock: Callable[[], float] = time.time
     counters: dict[str, int] = field(
-        default_factory=lambda: {"queued": 0, "written": 0, "aggregated": 0, "dropped": 0}
+        default_factory=lambda: {
+            "queued": 0,
+            "written": 0,
+            "aggregated": 0,
+            "dropped": 0,
+            "moot": 0,
+        }
     )
 
     #: The workload an Event regards, as the writer thread resolves it (a JobSet's
@@ -282,6 +294,11 @@ class EventRecorder:
             except Exception as err:
                 status = getattr(err, "status", None)
                 if status is not None and 400 <= status < 500 and status not in (409, 429):
+                    if namespace_terminating(err):
+                        ns = event.regarding.namespace
+                        log.debug("event not written: namespace %s is being deleted", ns)
+                        self._count("moot", times)
+                        return
                     log.warning("event refused: HTTP %s %s", status, _body(err))
                     self._count("dropped", times)
                     return
@@ -345,6 +362,22 @@ class EventRecorder:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {**self.counters, "queue": self._queue.qsize()}
+
+
+def namespace_terminating(err: Exception) -> bool:
+    """Whether the API server refused a create because the namespace is being deleted
+    (``errors.HasStatusCause(err, v1.NamespaceTerminatingCause)``; a cause's type is
+    ``reason`` on the wire)."""
+    body = getattr(err, "body", None)
+    try:
+        status = json.loads(body) if isinstance(body, (str, bytes)) else None
+    except ValueError:
+        return False
+    details = status.get("details") if isinstance(status, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return isinstance(causes, list) and any(
+        isinstance(c, dict) and c.get("reason") == NAMESPACE_TERMINATING for c in causes
+    )
 
 
 def _body(err: Exception) -> str:

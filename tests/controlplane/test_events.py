@@ -1,0 +1,41 @@
+"""Events against the real API server: an Event for a workload whose namespace is being
+deleted is refused with the cause client-go's ``recordEvent`` (tools/record/event.go) does
+not report as an error, and our recorder counts it as moot, not as dropped."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from testkit.controlplane.harness import Kube, eventually
+from webhook.cluster.events import Event, EventRecorder, Regarding
+
+HOLD = "retry-policy.dev/test-hold"
+
+
+def test_an_event_in_a_namespace_being_deleted_is_moot_not_dropped(kube: Kube):
+    ns = kube.namespace("events-terminating")
+    held = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "held", "namespace": ns, "finalizers": [HOLD]},
+    }
+    kube.apply(held)
+    kube.kubectl("delete", "namespace", ns, "--wait=false")
+    eventually(
+        lambda: (kube.get("namespace", ns) or {}).get("status", {}).get("phase") == "Terminating",
+        30,
+        "the namespace terminating",
+    )
+    recorder = EventRecorder(client.EventsV1Api(kube.api), "webhook-0", retry_seconds=0.1)
+    try:
+        regarding = Regarding("batch/v1", "Job", ns, "train", "job-uid-1")
+        recorder.emit(Event(regarding, "Normal", "RetryNodesAvoided", "attempt 2 of 4"))
+        assert recorder.flush()
+        stats = recorder.stats()
+        assert (stats["moot"], stats["dropped"], stats["written"]) == (1, 0, 0), stats
+    finally:
+        recorder.stop()
+        kube.kubectl(
+            "patch", "configmap", "held", "-n", ns, "--type=merge",
+            "-p", '{"metadata":{"finalizers":null}}', check=False,
+        )  # fmt: skip
