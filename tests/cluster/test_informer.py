@@ -74,3 +74,49 @@ def test_objects_reach_the_caches_without_their_managed_fields():
             assert api.objects["jobs"]["uid-a"]["metadata"]["managedFields"] == MANAGED
     finally:
         api.stop()
+
+
+def _paged(api: FakeAPI, applied: list, at_request: list):
+    configuration = client.Configuration()
+    configuration.host = api.url
+    batch = client.BatchV1Api(client.ApiClient(configuration))
+
+    def list_fn(**kwargs):
+        if not kwargs.get("watch"):
+            at_request.append(len(applied))  # what the cache held as this page was asked
+        return batch.list_job_for_all_namespaces(**kwargs)
+
+    return list_fn
+
+
+def test_a_first_list_is_applied_page_by_page_and_a_relist_only_when_staged():
+    """Memory: a list of 100,000 Jobs decoded whole is most of the controller's memory
+    (docs/SCALE.md), so a first list (nothing answers from the store before it syncs)
+    hands each page's objects on before the next page is asked for. A relist empties the
+    store only once all its pages are in, unless the cache stages it (``ListedWhole``:
+    lookups read the old store until ``relisted``), which is streamed as well."""
+    from webhook.cluster.informer import Informer
+
+    api = FakeAPI(page_size=1).start()
+    try:
+        for name in ("a", "b", "c"):
+            api.put("jobs", _job(name))
+        for staged, relist in ((False, [3, 3, 3]), (True, [0, 1, 2])):
+            applied: list[str] = []
+            at_request: list[int] = []
+            informer = Informer(
+                "jobs",
+                _paged(api, applied, at_request),
+                applied.clear,
+                lambda kind, obj: applied.append(obj["metadata"]["name"]),
+                {},
+                threading.Event(),
+                staged=staged,
+            )
+            informer._list()
+            assert (at_request, sorted(applied)) == ([0, 1, 2], ["a", "b", "c"])
+            at_request.clear()
+            informer._list()
+            assert (at_request, sorted(applied)) == (relist, ["a", "b", "c"]), staged
+    finally:
+        api.stop()

@@ -45,11 +45,18 @@ class Informer:
         stop: threading.Event,
         label: str = "attempt cache",
         relisted: Callable[[], None] | None = None,
+        staged: bool = False,
     ):
         self.label = label
         #: Called when a list's objects have all been applied (after ``reset``): a cache
         #: that must never answer from half a list swaps in the new one then.
         self.relisted = relisted
+        #: Whether ``reset`` starts a new store that lookups read only from ``relisted``
+        #: (``ListedWhole``): then every list's pages are applied as they come. Any other
+        #: cache gets a relist's objects only once all its pages are in, so that it is
+        #: never read half-filled for longer than the applying takes.
+        self.staged = staged
+        self._listed = False
         self.name = name
         self.list_fn = list_fn
         self.reset = reset
@@ -88,8 +95,14 @@ class Informer:
         pagination from its cache (KEP-4988). The watch that follows, from the list's
         ``resourceVersion``, is always served from the watch cache. (``resourceVersion=0``
         would be served from the cache on 1.30 too, but may be stale and ignores ``limit``.)"""
+        # A first list (nothing is answered from the store before it is synced) or a
+        # staged one is applied page by page: the decoded list is never held whole, which
+        # at 100,000 Jobs is most of the process's memory.
+        stream = self.staged or not self._listed
         token = None
-        items: list[Mapping[str, Any]] = []
+        held: list[Mapping[str, Any]] = []
+        if stream:
+            self.reset()
         while True:
             resp = self.list_fn(
                 limit=500,
@@ -99,16 +112,24 @@ class Informer:
                 **self.kwargs,
             )
             page = json.loads(resp.data)
-            items.extend(strip(item) for item in page.get("items") or [])
+            items = page.pop("items", None) or []
+            if stream:
+                items.reverse()
+                while items:  # each object freed once its cache took what it keeps
+                    self.apply("ADDED", strip(items.pop()))
+            else:
+                held.extend(strip(item) for item in items)
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 version = (page.get("metadata") or {}).get("resourceVersion") or ""
                 break
-        self.reset()
-        for item in items:
-            self.apply("ADDED", item)
+        if not stream:
+            self.reset()
+            for item in held:
+                self.apply("ADDED", item)
         if self.relisted is not None:
             self.relisted()
+        self._listed = True
         return version
 
     def _watch(self, version: str) -> None:
@@ -204,6 +225,7 @@ class ListedWhole(Informers):
                 self._stop,
                 label=label,
                 relisted=self._relisted,
+                staged=True,
             )
         ]
 
