@@ -108,7 +108,7 @@ def test_a_first_list_is_applied_page_by_page_and_a_relist_only_when_staged():
                 "jobs",
                 _paged(api, applied, at_request),
                 applied.clear,
-                lambda kind, obj: applied.append(obj["metadata"]["name"]),
+                lambda kind, obj, seen=applied: seen.append(obj["metadata"]["name"]),
                 {},
                 threading.Event(),
                 staged=staged,
