@@ -403,3 +403,24 @@ def test_the_controller_cpu_row_misses_when_the_controller_idled_a_round() -> No
     rounds["with"][1]["controller_writes"] = busy
     ratio_row, _ = controller_cpu_rows({**result, **summary(rounds)})
     assert ratio_row.endswith("| meets target |")
+
+
+def test_a_leader_counts_as_leading_only_with_every_watch_of_its_controller_open(tmp_path):
+    """``Leader.leading`` gates each scale benchmark's start: with a watch still listing,
+    what the benchmark does meanwhile is lost to it and the run measures nothing."""
+    from benchmarks.leader import JOB_WATCHES, POD_WATCHES, Leader
+    from testkit.fakeapi import FakeAPI
+    from testkit.servers import eventually
+
+    api = FakeAPI(page_size=500).start()
+    try:
+        with Leader.start(api, tmp_path, thread=True) as leader:
+            watches = [w for r in leader._manager.reconcilers for w in getattr(r, "watches", [])]
+            eventually(lambda: watches and all(w.synced.is_set() for w in watches), 30)
+            eventually(lambda: api.watcher_count("pods") >= POD_WATCHES, 30)
+            assert (api.watcher_count("pods"), api.watcher_count("jobs")) == (
+                POD_WATCHES,
+                JOB_WATCHES,
+            )
+    finally:
+        api.stop()

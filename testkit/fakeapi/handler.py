@@ -256,17 +256,41 @@ class Handler(BaseHTTPRequestHandler):
         if self.api.fail_lists > 0:
             self.api.fail_lists -= 1
             return self._send(500, {"kind": "Status", "code": 500, "message": "boom"})
+        # Every page of a list is read at its first page's resourceVersion, which is the
+        # list's (a continue token carries it: ``GetList`` in k8s.io/apiserver
+        # pkg/storage/etcd3/store.go), so a watch from it misses no change made while
+        # the pages came.
+        token = query.get("continue") or ""
         with self.api.lock:
-            items = sorted(self.api.objects[resource].values(), key=lambda o: o["metadata"]["uid"])
-            items = [o for o in items if selected(o, query)]
-            version = str(self.api.version)
-        start = int(query.get("continue") or 0)
+            if token:
+                snapshot = self.api.snapshots.get(token.partition(":")[0])
+                if snapshot is None:
+                    return self._status(410, "Expired", "the continue token has expired")
+                version, items = snapshot
+            else:
+                items = sorted(
+                    self.api.objects[resource].values(), key=lambda o: o["metadata"]["uid"]
+                )
+                items = [o for o in items if selected(o, query)]
+                if len(items) > min(int(query.get("limit") or 0) or len(items), self.api.page_size):
+                    items = [copy.deepcopy(o) for o in items]  # pages to come: as they are now
+                version = str(self.api.version)
+        start = int(token.partition(":")[2] or 0)
         limit = int(query.get("limit") or 0) or len(items)
         limit = min(limit, self.api.page_size)
         page = items[start : start + limit]
         meta: dict[str, Any] = {"resourceVersion": version}
         if start + limit < len(items):
-            meta["continue"] = str(start + limit)
+            with self.api.lock:
+                key = token.partition(":")[0] or f"{resource}-{next(self.api._uids)}"
+                self.api.snapshots[key] = (version, items)
+                self.api.snapshots.move_to_end(key)
+                while len(self.api.snapshots) > 16:
+                    self.api.snapshots.popitem(last=False)
+            meta["continue"] = f"{key}:{start + limit}"
+        elif token:
+            with self.api.lock:
+                self.api.snapshots.pop(token.partition(":")[0], None)
         self._send(200, {"kind": "List", "metadata": meta, "items": page})
 
     def _list_namespaced(self, resource: str, namespace: str, query: dict) -> None:

@@ -7,6 +7,7 @@ import copy
 import itertools
 import queue
 import threading
+from collections import OrderedDict
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,9 @@ class _QuietServer(ThreadingHTTPServer):
 class FakeAPI:
     def __init__(self, page_size: int = 2):
         self.page_size = page_size
+        #: A paged list's pages come from the objects as they were at its first page
+        #: (continue token -> (resourceVersion, the objects then)), the last few lists'.
+        self.snapshots: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
         self.lock = threading.Lock()
         self.version = 100
         self.objects: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in LISTED.values()}
