@@ -17,6 +17,7 @@ from webhook.controller.ratelimit import (
     TokenBucket,
     critical,
     limiter_for,
+    yields,
 )
 
 
@@ -48,6 +49,41 @@ def test_waiters_are_served_in_order():
     clock = Clock()
     bucket = TokenBucket(2, 1, clock, clock.sleep)
     assert [bucket.reserve() for _ in range(4)] == pytest.approx([0.0, 0.5, 1.0, 1.5])
+
+
+def test_an_event_takes_only_a_token_no_other_request_reserved():
+    """After a zone is lost, the records that count its pods go before the Events that
+    tell of them: an Event waiting in the bulk bucket lets every request that comes
+    meanwhile go first."""
+    clock = Clock()
+    bucket = TokenBucket(10, 1, clock, clock.sleep)
+    records: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if len(records) < 3:  # a record's write comes while the Event waits
+            records.append(bucket.reserve())
+
+    bucket.sleep = sleep
+    assert bucket.take() == 0.0  # the burst
+    assert bucket.take(yielding=True) == pytest.approx(0.4)
+    assert records == [0.0, 0.0, 0.0]  # each went first, at once
+    clock.now += 10
+    assert bucket.take(yielding=True) == 0.0  # nothing else waits: at once
+
+
+@pytest.mark.parametrize(
+    ("url", "event"),
+    [
+        ("https://api:6443/apis/events.k8s.io/v1/namespaces/ml/events", True),
+        ("/apis/events.k8s.io/v1/namespaces/ml/events/train.3bd29db7c4d5280a", True),
+        ("/api/v1/namespaces/ml/events", True),
+        ("/apis/batch/v1/namespaces/ml/jobs/train", False),
+        ("/apis/jobset.x-k8s.io/v1alpha2/namespaces/events/jobsets/events", False),
+    ],
+)
+def test_only_events_yield(url, event):
+    assert yields("POST", url) is event
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,11 @@ Two buckets, so that bulk work never delays what is critical:
   disrupted pod's peers, ``webhook.controller.jobsetpeers``), with the read of the Job
   it is computed from (any request sent inside ``critical()``);
 - ``bulk``: everything else: Events, the workloads' records (histories, audits), lists and
-  watches.
+  watches. Within it, an Event yields to every other request: it takes a token only
+  while nothing else waits (``yields``), so that after a zone is lost the records that
+  count its pods (and lower ``backoffLimit``) are not queued behind the Events telling of
+  them; a backlog of Events fills the recorder's bounded queue, whose overflow is dropped
+  and counted, as client-go's event broadcaster drops what its full queue cannot take.
 
 Each has ``--kube-api-qps`` and ``--kube-api-burst`` of its own (chart values
 ``controller.kubeAPIQPS``, 50, and ``controller.kubeAPIBurst``, 100), so the controller
@@ -33,6 +37,8 @@ BULK = "bulk"
 LIMITERS = (CRITICAL, BULK)
 #: The per-pod paths: a pod, or one of its subresources (status).
 _POD = re.compile(r"^/api/v1/namespaces/[^/]+/pods/[^/?]+(/status)?(\?|$)")
+#: An Event (``events.k8s.io/v1``, or core ``v1``).
+_EVENT = re.compile(r"^(/apis/events\.k8s\.io/v1|/api/v1)/namespaces/[^/]+/events(/|\?|$)")
 #: A Job's status.
 _JOB_STATUS = re.compile(r"^/apis/batch/v1/namespaces/[^/]+/jobs/[^/?]+/status(\?|$)")
 
@@ -62,6 +68,11 @@ def limiter_for(method: str, url: str) -> str:
         return CRITICAL
     path = re.sub(r"^https?://[^/]+", "", url)
     return CRITICAL if _POD.match(path) or _JOB_STATUS.match(path) else BULK
+
+
+def yields(method: str, url: str) -> bool:
+    """Whether a request waits until no other request of its bucket waits: an Event."""
+    return bool(_EVENT.match(re.sub(r"^https?://[^/]+", "", url)))
 
 
 class TokenBucket:
@@ -94,12 +105,31 @@ class TokenBucket:
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
-    def take(self) -> float:
-        """Wait for a token; how long it waited."""
+    def take(self, yielding: bool = False) -> float:
+        """Wait for a token; how long it waited. ``yielding``: wait for a token nobody
+        reserved (while others keep coming, it keeps waiting)."""
+        if yielding:
+            return self._take_spare()
         wait = self.reserve()
         if wait > 0:
             self.sleep(wait)
         return wait
+
+    def _take_spare(self) -> float:
+        """A whole token saved means every reservation is paid (reservations take tokens
+        below zero): one is spare."""
+        waited = 0.0
+        while True:
+            with self._lock:
+                now = self.clock()
+                self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+                self._at = now
+                if self._tokens >= 1 - 1e-9:  # (a clock's rounding is no reservation)
+                    self._tokens -= 1.0
+                    return waited
+                pause = (1.0 - self._tokens) / self.qps
+            self.sleep(pause)
+            waited += pause
 
 
 class Limits:
@@ -118,7 +148,7 @@ class Limits:
 
     def take(self, method: str, url: str) -> float:
         limiter = limiter_for(method, url)
-        waited = self.buckets[limiter].take()
+        waited = self.buckets[limiter].take(limiter == BULK and yields(method, url))
         if self.observe is not None:
             self.observe(limiter, waited)
         return waited
