@@ -10,6 +10,8 @@ import binascii
 import copy
 from typing import Any
 
+from webhook.kube.wellknown import NAMESPACE_TERMINATING
+
 
 def status_body(code: int, reason: str, message: str, name: str = "", kind: str = "") -> dict:
     body: dict[str, Any] = {
@@ -41,7 +43,7 @@ def namespace_terminating(resource: str, group: str, namespace: str, name: str) 
         "kind": resource,
         "causes": [
             {
-                "reason": "NamespaceTerminating",
+                "reason": NAMESPACE_TERMINATING,
                 "message": f"namespace {namespace} is being terminated",
                 "field": "metadata.namespace",
             }

@@ -261,9 +261,10 @@ class Handler(BaseHTTPRequestHandler):
         # pkg/storage/etcd3/store.go), so a watch from it misses no change made while
         # the pages came.
         token = query.get("continue") or ""
+        key, _, offset = token.partition(":")
         with self.api.lock:
             if token:
-                snapshot = self.api.snapshots.get(token.partition(":")[0])
+                snapshot = self.api.snapshots.get(key)
                 if snapshot is None:
                     return self._status(410, "Expired", "the continue token has expired")
                 version, items = snapshot
@@ -272,17 +273,16 @@ class Handler(BaseHTTPRequestHandler):
                     self.api.objects[resource].values(), key=lambda o: o["metadata"]["uid"]
                 )
                 items = [o for o in items if selected(o, query)]
-                if len(items) > min(int(query.get("limit") or 0) or len(items), self.api.page_size):
-                    items = [copy.deepcopy(o) for o in items]  # pages to come: as they are now
                 version = str(self.api.version)
-        start = int(token.partition(":")[2] or 0)
-        limit = int(query.get("limit") or 0) or len(items)
-        limit = min(limit, self.api.page_size)
+            limit = min(int(query.get("limit") or 0) or len(items), self.api.page_size)
+            if not token and limit < len(items):  # pages to come: as they are at `version`
+                items = [copy.deepcopy(o) for o in items]
+        start = int(offset or 0)
         page = items[start : start + limit]
         meta: dict[str, Any] = {"resourceVersion": version}
         if start + limit < len(items):
             with self.api.lock:
-                key = token.partition(":")[0] or f"{resource}-{next(self.api._uids)}"
+                key = key or f"{resource}-{next(self.api._uids)}"
                 self.api.snapshots[key] = (version, items)
                 self.api.snapshots.move_to_end(key)
                 while len(self.api.snapshots) > 16:
@@ -290,7 +290,7 @@ class Handler(BaseHTTPRequestHandler):
             meta["continue"] = f"{key}:{start + limit}"
         elif token:
             with self.api.lock:
-                self.api.snapshots.pop(token.partition(":")[0], None)
+                self.api.snapshots.pop(key, None)
         self._send(200, {"kind": "List", "metadata": meta, "items": page})
 
     def _list_namespaced(self, resource: str, namespace: str, query: dict) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from testkit.controlplane.harness import Kube, eventually
+from testkit.servers import scaled
 from webhook.cluster.events import Event, EventRecorder, Regarding
 
 HOLD = "retry-policy.dev/test-hold"
@@ -30,7 +31,7 @@ def test_an_event_in_a_namespace_being_deleted_is_moot_not_dropped(kube: Kube):
     try:
         regarding = Regarding("batch/v1", "Job", ns, "train", "job-uid-1")
         recorder.emit(Event(regarding, "Normal", "RetryNodesAvoided", "attempt 2 of 4"))
-        assert recorder.flush()
+        assert recorder.flush(scaled(30))  # (a wait for the condition, bounded)
         stats = recorder.stats()
         assert (stats["moot"], stats["dropped"], stats["written"]) == (1, 0, 0), stats
     finally:

@@ -55,6 +55,7 @@ from webhook.kube.wellknown import (
     JOBSET_GROUP,
     JOBSET_NAME,
     JOBSET_UID,
+    NAMESPACE_TERMINATING,
     TRAINER_GROUP,
 )
 from webhook.policy.model import PREFIX
@@ -95,10 +96,6 @@ def decision_type(reason: str) -> str:
 #: nobody could read (its namespace is being deleted: client-go's ``recordEvent`` in
 #: tools/record/event.go does not report that as an error either).
 RESULTS = ("written", "aggregated", "dropped", "moot")
-
-#: The cause the namespace lifecycle admission gives for a create in a terminating
-#: namespace (``v1.NamespaceTerminatingCause``).
-NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 JOB_API = "batch/v1"
 

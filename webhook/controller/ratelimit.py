@@ -66,13 +66,18 @@ def limiter_for(method: str, url: str) -> str:
     ``critical()``."""
     if getattr(_urgent, "on", False):
         return CRITICAL
-    path = re.sub(r"^https?://[^/]+", "", url)
+    path = _path(url)
     return CRITICAL if _POD.match(path) or _JOB_STATUS.match(path) else BULK
 
 
 def yields(method: str, url: str) -> bool:
     """Whether a request waits until no other request of its bucket waits: an Event."""
-    return bool(_EVENT.match(re.sub(r"^https?://[^/]+", "", url)))
+    return bool(_EVENT.match(_path(url)))
+
+
+def _path(url: str) -> str:
+    """``url`` without the server's address."""
+    return re.sub(r"^https?://[^/]+", "", url)
 
 
 class TokenBucket:
@@ -99,11 +104,15 @@ class TokenBucket:
         """Take a token now or in the future; how long to wait for it (0: at once). A
         reservation is a promise: tokens go negative, so waiters are served in order."""
         with self._lock:
-            now = self.clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
-            self._at = now
+            self._refill()
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def _refill(self) -> None:
+        """The tokens earned since the last look, up to ``burst`` (``_lock`` held)."""
+        now = self.clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
+        self._at = now
 
     def take(self, yielding: bool = False) -> float:
         """Wait for a token; how long it waited. ``yielding``: wait for a token nobody
@@ -121,9 +130,7 @@ class TokenBucket:
         waited = 0.0
         while True:
             with self._lock:
-                now = self.clock()
-                self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps)
-                self._at = now
+                self._refill()
                 if self._tokens >= 1 - 1e-9:  # (a clock's rounding is no reservation)
                     self._tokens -= 1.0
                     return waited

@@ -45,6 +45,9 @@ UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
 #: ``corev1.LastAppliedConfigAnnotation`` (core/v1 annotation_key_constants.go): what
 #: client-side ``kubectl apply`` records.
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+#: ``corev1.NamespaceTerminatingCause`` (core/v1 types.go): the cause the NamespaceLifecycle
+#: admission gives for a create refused in a namespace being deleted.
+NAMESPACE_TERMINATING = "NamespaceTerminating"
 
 # --- JobSet (sigs.k8s.io/jobset: api/jobset/v1alpha2/jobset_types.go, unless said) --------
 
