@@ -316,3 +316,30 @@ def test_a_condition_the_api_fails_is_written_again_after_its_back_off(api, tmp_
     assert slept and 0 < slept[0] <= 0.5
     assert CATEGORY in conditions(run.current(pod))
     assert reconciler.writes.stats()["retried"] == 1
+
+
+def test_a_pod_deleted_before_its_category_is_written_is_told_and_not_written(api, tmp_path):
+    """PodGC fails a lost node's pod and deletes it (``gcOrphaned``: the
+    ``DisruptionTarget`` and ``Failed`` in one update, then the deletion): once a watch
+    has seen the deletion, no condition is written (it would be answered 404, at the cost
+    of a critical token); the category is still told, and the Event says why it is not on
+    the pod. A deletion no watch has shown yet is found by the 404, and told the same."""
+    run = JobRun.store(api, admitted_job({P + "backoff-limit": "3"}, "lost", parallelism=2))
+    metrics = Told()
+    reconciler = verdicts(api, tmp_path, metrics)
+    seen, unseen = run.fail(run.new_pod(), code=1), run.fail(run.new_pod(), code=1)
+    reconciler._failed_event("MODIFIED", seen)
+    reconciler._failed_event("DELETED", seen)
+    for pod in (seen, unseen):
+        api.delete("pods", pod["metadata"]["uid"])
+    before = len(api.requests)
+    reconciler.record_failed(seen)
+    assert not [r for r in api.requests[before:] if r[0].startswith("PATCH")]
+    reconciler.record_failed(unseen)
+    assert reconciler.stats()["gone"] == 2 and reconciler.stats()["told"] == 2
+    assert metrics.calls.count(("condition", "category", "gone")) == 2
+    assert metrics.calls.count(("failure", "ml", "AppError", "counted")) == 2
+    reconciler.events.flush()
+    told = eventually(lambda: events_of(api, "RetryFailureClassified"), 10)
+    assert all("deleted before its category could be written" in e["note"] for e in told)
+    assert {e["type"] for e in told} == {"Normal"}  # no rule of the Job reads a category

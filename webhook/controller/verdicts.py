@@ -165,6 +165,9 @@ class Verdicts:
         self._lock = threading.Lock()
         self._told: OrderedDict[str, None] = OrderedDict()
         self._late: OrderedDict[str, str] = OrderedDict()
+        #: Pods whose deletion a watch has seen: no condition is written on them (it
+        #: would be answered 404, at the cost of a critical token and an API answer).
+        self._deleted: OrderedDict[str, None] = OrderedDict()
         #: Job UID -> (whether it has a plan, its podFailurePolicy rules).
         self._jobs: OrderedDict[str, tuple[bool, tuple]] = OrderedDict()
         self._jobsets: OrderedDict[str, bool] = OrderedDict()
@@ -174,6 +177,7 @@ class Verdicts:
             "added": 0,
             "late": 0,
             "missed": 0,
+            "gone": 0,
             "ended": 0,
             "told": 0,
             "dropped": 0,
@@ -247,11 +251,15 @@ class Verdicts:
     def _labelled_event(self, kind: str, pod: Mapping[str, Any]) -> None:
         if kind == "DELETED":
             self.timers.forget(pod_uid(pod))
+            self._was_deleted(pod)
             return
         self._urgent.put(("pod", pod))
 
     def _failed_event(self, kind: str, pod: Mapping[str, Any]) -> None:
-        if kind == "DELETED" or label(pod, CATEGORIES_LABEL) is not None:
+        if kind == "DELETED":
+            self._was_deleted(pod)
+            return
+        if label(pod, CATEGORIES_LABEL) is not None:
             return  # (the labelled watch has it)
         if self._was_told(pod_uid(pod)):
             return
@@ -259,6 +267,16 @@ class Verdicts:
             self._bulk.put_nowait(pod)
         except queue.Full:
             self.counters["dropped"] += 1
+
+    def _was_deleted(self, pod: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._deleted[pod_uid(pod)] = None
+            while len(self._deleted) > MOST:
+                self._deleted.popitem(last=False)
+
+    def _deleted_already(self, pod: Mapping[str, Any]) -> bool:
+        with self._lock:
+            return pod_uid(pod) in self._deleted
 
     # --- the Jobs' rules and plans ------------------------------------------------------
     def _reset_jobs(self) -> None:
@@ -380,19 +398,21 @@ class Verdicts:
             return
         if phase == "Failed" or terminating(pod):
             found = self.classify(pod)
-            if self.mark(pod, found) == "missed":
+            if self.mark(pod, found) in ("missed", "gone"):
                 self.tell(pod, found)
 
     def mark(self, pod: Mapping[str, Any], found: cl.Classification) -> str:
         """Write the pod's category (and its free-budget condition) with the
         resourceVersion of a version seen not ``Failed``; a pod ``Failed`` first is written
-        late, one the Job controller judged is not written: "added", "late", "missed",
-        "gone" or "error"."""
+        late, one the Job controller judged is not written, nor one deleted: "added",
+        "late", "missed", "gone" or "error"."""
         conditions = self._conditions(pod, found)
         uid, deadline = pod_uid(pod), self.writes.clock() + PATIENCE
         for _ in range(TRIES):
             if cl.of_conditions(pod) is not None:
                 return "added"  # (an earlier write whose answer was lost)
+            if self._deleted_already(pod):
+                return self._gone(pod)
             late = terminal(pod)
             if late and judged(pod, self._uncounted(pod)):
                 self._result(pod, "missed")
@@ -403,7 +423,7 @@ class Verdicts:
             except Exception as err:
                 kind = outcome(err)
                 if kind == GONE:
-                    return "gone"
+                    return self._gone(pod)
                 if kind != CONFLICT:
                     # Failed (429, 5xx): again after its back-off, while the pod may still
                     # be judged with it; refused: given up and told (``writes``).
@@ -416,7 +436,7 @@ class Verdicts:
                     continue
                 found_pod = read_pod(self.core, pod)
                 if found_pod is None:
-                    return "gone"
+                    return self._gone(pod)
                 pod = found_pod
                 continue
             self.writes.landed(pod_uid(pod))
@@ -427,10 +447,17 @@ class Verdicts:
             return result
         return "error"
 
+    def _gone(self, pod: Mapping[str, Any]) -> str:
+        """The pod was deleted before its condition was written (PodGC, a lost node's,
+        deletes a pod it has just failed): nothing to write on; the category is still
+        told."""
+        self._result(pod, "gone")
+        return "gone"
+
     def _result(self, pod: Mapping[str, Any], result: str) -> None:
         self.counters[result] += 1
         self.metrics.condition(CATEGORY, result)
-        if result in ("late", "missed"):
+        if result in ("late", "missed", "gone"):
             with self._lock:
                 self._late[pod_uid(pod)] = result
                 while len(self._late) > MOST:
@@ -589,6 +616,10 @@ class Verdicts:
             ]
             body = {"status": {"conditions": conditions}}
             what = f"condition {found.category} on pod {pod_name(pod)}"
+            if self._deleted_already(pod):
+                self._gone(pod)
+                self.tell(pod, found)
+                return
             try:
                 persist(
                     self.writes,
@@ -601,6 +632,9 @@ class Verdicts:
                 )
             except Exception as err:  # given up (refused, gone, out of patience): said
                 log.info("%s not written: %s", what, short_error(err))
+                if outcome(err) == GONE:
+                    self._gone(pod)
+                    self.tell(pod, found)
                 return
             pod = {**pod, "status": _with(pod, conditions)}
         self.tell(pod)
@@ -667,7 +701,12 @@ def _event(
         )
     elif late == "missed":
         note += "; the Job controller had judged it before its category was known"
-    kind = "Warning" if verdict == "failed" or late else "Normal"
+    elif late == "gone":
+        note += "; the pod was deleted before its category could be written on it"
+    reads = any(fp.on_our_conditions(r) for r in (job or (0, ()))[1])
+    kind = "Warning" if verdict == "failed" or late in ("late", "missed") else "Normal"
+    if late == "gone" and reads:  # its rules read the category: judged without it
+        kind = "Warning"
     return Event(regarding, kind, REASON, note[:1024], action="Classify")
 
 
