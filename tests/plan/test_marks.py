@@ -85,7 +85,7 @@ DISRUPTIONS = {"ignore-disruptions": "true"}
         ),
     ],
 )
-def test_max_disruptions_counts_the_disruptions_past_its_budget(budget, sentence):
+def test_matchPodFailurePolicy_max_disruptions_counts_those_past_its_budget(budget, sentence):
     """# upstream: matchPodFailurePolicy (pkg/controller/job/pod_failure_policy.go): the
     Count rule on retry-policy.dev/DisruptionBudgetExhausted comes first, and the
     controller adds that condition to each disrupted pod past max-disruptions; the rest
@@ -97,13 +97,13 @@ def test_max_disruptions_counts_the_disruptions_past_its_budget(budget, sentence
     assert played.replay().sentence().startswith(sentence)
 
 
-def test_settle_late_a_disruption_the_kubelet_failed_the_pod_with_lowers_the_limit():
+def test_exceedsBackoffLimit_a_late_disruption_lowers_the_limit_instead():
     """A pod the kubelet evicted (``TerminationByKubelet``, in the update that fails it)
     cannot be marked: the controller lowers the Job's backoffLimit by one instead
     (``settle_late``: the same as one more counted failure), and counts nothing once it
     is 0. Past max-disruptions 0, with backoffLimit 1: the first eviction lowers it, the
     second is not counted, so the Job would have gone on (where two preemptions, marked,
-    end it as they did: ``test_max_disruptions_counts_the_disruptions_past_its_budget``)."""
+    end it as they did: ``test_matchPodFailurePolicy_max_disruptions_counts_those_past_its_budget``)."""
     played = Played({**DISRUPTIONS, "max-disruptions": "0"})
     played.evicted()
     played.evicted()
@@ -131,7 +131,7 @@ def test_two_disruptions_in_one_second_at_the_budgets_edge_are_not_guessed():
     )
 
 
-def test_peer_disruptions_marks_the_pods_that_ran_beside_a_disrupted_one():
+def test_matchPodFailurePolicy_peer_disruptions_marks_a_disrupted_pods_peers():
     """# upstream: matchPodFailurePolicy: the Ignore rule on retry-policy.dev/PeerDisrupted
     comes first, and the controller adds that condition to the running peers of a
     disrupted pod. Two pods at once (backoffLimit 2): one preempted at minute 1, its peer
@@ -186,7 +186,7 @@ IN_PLACE = {"in-place-exit-codes": "3"}
         ),
     ],
 )
-def test_in_place_exit_codes_are_restarts_and_max_in_place_restarts_replaces(budget, sentence):
+def test_ContainerShouldRestart_in_place_exit_codes_restart_until_the_budget(budget, sentence):
     """# upstream: pastBackoffLimitOnFailure (pkg/controller/job/job_controller.go) counts
     no restart in place under restartPolicy Never; the kubelet restarts a container whose
     exit its restartPolicyRules name (ContainerShouldRestart); max-in-place-restarts ends

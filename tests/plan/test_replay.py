@@ -13,7 +13,7 @@ import pytest
 from testkit.audits import audited_job, clock
 from testkit.builders import job, stored
 from testkit.fakeapi import FakeAPI
-from testkit.jobsim import JobRun
+from testkit.jobsim import KUBELET_CONDITIONS, STOPPED_FALSE, JobRun
 from testkit.waste import MAIN
 from webhook.cluster.record import Record
 from webhook.cluster.tries import MAX_TRIES, Try
@@ -33,16 +33,22 @@ def _stamp(minutes: float) -> str:
 
 
 def failed(n: int, code: int = 42, conditions=()) -> dict:
-    """The n-th failed attempt: it ran a minute, from minute 2n to 2n + 1."""
+    """The n-th failed attempt: it ran a minute, from minute 2n to 2n + 1, and carries the
+    kubelet's conditions of a stopped pod (``generateAPIPodStatus``: those of
+    ``STOPPED_FALSE`` False, the others True) beside ``conditions``."""
     state = {"exitCode": code, "reason": "Error", "startedAt": _stamp(2 * n)}
     state["finishedAt"] = _stamp(2 * n + 1)
+    kubelet = [
+        {"type": kind, "status": "False" if kind in STOPPED_FALSE else "True"}
+        for kind in KUBELET_CONDITIONS
+    ]
     return {
         "metadata": {"uid": str(uuid.uuid4()), "name": f"train-{n}", "namespace": "ml"},
         "spec": {"restartPolicy": "Never", "containers": [copy.deepcopy(MAIN)]},
         "status": {
             "phase": "Failed",
             "startTime": _stamp(2 * n),
-            "conditions": [{"type": "Ready", "status": "False"}, *conditions],
+            "conditions": [*kubelet, *conditions],
             "containerStatuses": [{"name": "main", "state": {"terminated": state}}],
         },
     }
@@ -75,7 +81,14 @@ def test_a_failure_is_kept_as_the_job_controller_matches_it_and_reads_back():
     kept = Try.of(pod, "")
     assert kept.failure.exits == (fp.ContainerExit("main", 42),)
     # Every condition, the kubelet's included, in its order and with its status.
-    assert kept.failure.conditions == (("Ready", "False"), ("DisruptionTarget", "True"))
+    assert kept.failure.conditions == (
+        ("PodReadyToStartContainers", "False"),
+        ("Initialized", "True"),
+        ("Ready", "False"),
+        ("ContainersReady", "False"),
+        ("PodScheduled", "True"),
+        ("DisruptionTarget", "True"),
+    )
     assert kept.seconds == 60 and kept.held == PER_MINUTE
     again = Record.parse(recorded(pod).text())
     assert again.tries == (kept,)
@@ -303,7 +316,7 @@ def test_TestMatchPodFailurePolicy_on_conditions_the_record_keeps(case):
     assert (match.action if match else None, fp.counts(match)) == (matched, counted)
 
 
-def test_a_rule_on_a_kubelet_condition_is_replayed():
+def test_matchOnPodConditions_a_rule_on_a_kubelet_condition_is_replayed():
     """``Ready=False`` is on every failed pod (the kubelet's): a FailJob rule on it ends the
     Job at its first failure, as the Job controller would."""
     pods = [failed(1, 1), failed(2, 1), failed(3, 1)]
