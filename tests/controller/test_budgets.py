@@ -7,6 +7,7 @@ webhook wrote them, judge each pod."""
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 
@@ -142,6 +143,52 @@ def test_the_condition_goes_with_the_latest_version_the_watch_brought(api, tmp_p
     reconciler.count(targeted)
     assert not [call for call, _ in api.requests[first:] if "/pods/" in call]
     assert reconciler._latest == {}
+
+
+def test_a_mark_whose_pod_ended_while_it_waited_for_its_token_is_not_sent(api, tmp_path):
+    """A thousand pods preempted at once queue their marks behind the critical limiter
+    for seconds; a pod the kubelet fails meanwhile (the watch brings it ``Failed``) is
+    judged without the mark, and a write for it would be refused (409) or answered 404
+    for a token a running pod could have had. It is not sent: the pod is settled late
+    (its count lowers backoffLimit, as after the 409 and the read), with no request."""
+    from kubernetes import client
+
+    from testkit.controllers import client_of
+    from webhook.cluster.events import EventRecorder
+    from webhook.controller.disruptions import Disruptions
+    from webhook.controller.fence import Fence, fenced_client
+    from webhook.controller.ratelimit import Limits
+
+    budget = {**DISRUPTIONS, P + "max-disruptions": "0", P + "backoff-limit": "1"}
+    run = JobRun.store(api, admitted_job(budget))
+    pod = run.new_pod()
+    targeted = run.disrupt(pod)
+    reconciler_box: list[Disruptions] = []
+    now, ended = [0.0], []
+
+    def sleep(seconds: float) -> None:  # the wait for a token: the kubelet fails the pod
+        now[0] += seconds
+        if not ended:
+            ended.append(run.terminate(pod, code=143))
+            reconciler_box[0]._budget_event("MODIFIED", ended[0])
+
+    limits = Limits(1, 1, clock=lambda: now[0], sleep=sleep)
+    limits.buckets["critical"].take()  # the burst spent on the pods before this one
+    fence = Fence()
+    fence.extend(time.monotonic() + 3600)
+    acting = fenced_client(client_of(api, tmp_path).configuration, fence, limits)
+    events = EventRecorder(client.EventsV1Api(acting), "test")
+    reconciler = Disruptions(acting, events, None, window=0.05)
+    reconciler_box.append(reconciler)
+    reconciler._budget_event("MODIFIED", targeted)
+    first = len(api.requests)
+    reconciler.count(targeted)
+    reconciler.flush()
+    assert not [call for call, _ in api.requests[first:] if "/pods/" in call]
+    assert fp.DISRUPTION_BUDGET_EXHAUSTED not in _conditions(run.current(pod))
+    assert run._job()["spec"]["backoffLimit"] == 0 and record_of(api, run.uid).late_lowered(
+        pod["metadata"]["uid"]
+    )
 
 
 def _job_patches(api, since: int = 0) -> int:

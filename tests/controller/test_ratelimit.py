@@ -14,9 +14,11 @@ from webhook.controller.ratelimit import (
     BULK,
     CRITICAL,
     Limits,
+    Moot,
     TokenBucket,
     critical,
     limiter_for,
+    unless,
     yields,
 )
 
@@ -126,6 +128,23 @@ def test_bulk_work_never_delays_a_critical_request():
     waited_bulk = sum(clock.slept)
     assert waited_bulk == pytest.approx(8.0)
     assert limits.take("PATCH", "/api/v1/namespaces/ml/pods/p/status") == 0.0
+
+
+def test_a_request_moot_once_its_token_came_is_not_sent_and_gives_the_token_back():
+    """A mark computed for a pod before a wait of seconds is not sent if its pod ended
+    meanwhile: ``Moot`` is raised instead, and the token goes to the next request. A
+    request that did not wait is sent as computed."""
+    clock = Clock()
+    limits = Limits(1, 1, clock=clock, sleep=clock.sleep)
+    pod = "/api/v1/namespaces/ml/pods/p/status"
+    with unless(lambda: True):
+        assert limits.take("PATCH", pod) == 0.0  # no wait: nothing can have changed
+        with pytest.raises(Moot):
+            limits.take("PATCH", pod)
+    assert clock.slept == [pytest.approx(1.0)]
+    assert limits.take("PATCH", pod) == 0.0  # the token given back
+    with unless(lambda: False):
+        assert limits.take("PATCH", pod) == pytest.approx(1.0)  # not moot: sent
 
 
 def test_the_controller_s_client_waits_on_its_limiter_for_every_request(tmp_path):

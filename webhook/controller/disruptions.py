@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.conditions import (
+    TERMINAL,
     add_condition,
     condition,
     label,
@@ -72,6 +73,7 @@ from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record
 from webhook.controller.jobsetpeers import JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
+from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.records import Workloads
 from webhook.controller.writes import (
     CONFLICT,
@@ -229,6 +231,10 @@ class Disruptions:
         #: Pod UID -> the latest version the watch brought of a disrupted pod not counted
         #: yet, or counted over the budget and not marked yet (``_newest``).
         self._latest: OrderedDict[str, Mapping[str, Any]] = OrderedDict()
+        #: Pod UID -> the ended (``Failed``, ``Succeeded``) version of a disrupted pod, or
+        #: ``None`` for one the watch saw deleted first: a mark waiting for its token is
+        #: not sent for it (``ratelimit.unless``).
+        self._final: OrderedDict[str, Mapping[str, Any] | None] = OrderedDict()
         self.counters = {
             "counted": 0,
             "over": 0,
@@ -332,6 +338,13 @@ class Disruptions:
                 self._ended[pod_uid(pod)] = phase
                 while len(self._ended) > MOST:
                     self._ended.popitem(last=False)
+        if condition(pod, DISRUPTION_TARGET) is not None and (
+            kind == "DELETED" or phase in ("Succeeded", "Failed")
+        ):
+            with self._lock:
+                self._final.setdefault(pod_uid(pod), pod if phase in TERMINAL else None)
+                while len(self._final) > LATEST:
+                    self._final.popitem(last=False)
         if kind != "DELETED" and condition(pod, DISRUPTION_TARGET) is not None:
             with self._lock:
                 if pod_uid(pod) in self._latest or ("budget", pod_uid(pod)) not in self._handled:
@@ -522,10 +535,16 @@ class Disruptions:
             body = status_patch(
                 DISRUPTION_BUDGET_EXHAUSTED, "MaxDisruptionsExceeded", message, self.clock()
             )
+            uid = pod_uid(pod)
             try:
                 if not version:
                     raise LookupError("no resourceVersion")  # (never sent without one)
-                add_condition(self.core, pod, body, version)
+                if self._ended_since(uid):
+                    raise Moot(uid)
+                with unless(lambda uid=uid: self._ended_since(uid)):
+                    add_condition(self.core, pod, body, version)
+            except Moot:
+                return self._ended_unmarked(pod)
             except Exception as err:
                 kind = outcome(err)
                 if kind == GONE:
@@ -550,6 +569,25 @@ class Disruptions:
             return "added"
         self._unhandle("budget", pod_uid(pod))  # its next update tries again
         return "error"
+
+    def _ended_unmarked(self, pod: Mapping[str, Any]) -> str:
+        """The pod ended, or went, before its mark could be sent: settled as the write's
+        409 and the read after it (``late``), or its 404 (``gone``), would have settled it,
+        without either request."""
+        with self._lock:
+            final = self._final.get(pod_uid(pod))
+        if final is None:
+            return self._gone(pod)
+        if condition(final, DISRUPTION_BUDGET_EXHAUSTED) is not None:
+            return "added"  # (an earlier write of ours whose answer was lost)
+        self._late(final)
+        return "late"
+
+    def _ended_since(self, uid: str) -> bool:
+        """Whether the watch has brought the pod's end (or deletion) since its mark was
+        computed."""
+        with self._lock:
+            return uid in self._final
 
     def _newest(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """The latest version of ``pod`` the watch brought, for the condition's first

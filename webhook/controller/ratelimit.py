@@ -43,21 +43,40 @@ _EVENT = re.compile(r"^(/apis/events\.k8s\.io/v1|/api/v1)/namespaces/[^/]+/event
 _JOB_STATUS = re.compile(r"^/apis/batch/v1/namespaces/[^/]+/jobs/[^/?]+/status(\?|$)")
 
 
-#: Whether this thread is inside ``critical()``.
+#: Whether this thread is inside ``critical()``, and its ``unless`` check.
 _urgent = threading.local()
 
 
-@contextlib.contextmanager
-def critical() -> Iterator[None]:
+class Moot(Exception):
+    """A request not sent: while it waited for its token, what it was for ended (its pod
+    failed or went, as the watch showed). Its token is given back."""
+
+
+def critical() -> contextlib.AbstractContextManager[None]:
     """Every request this thread sends meanwhile waits on the critical bucket: a read
     that a critical write is computed from, whose path alone says bulk (a Job's, read
     before its ``/status`` is patched)."""
-    before = getattr(_urgent, "on", False)
-    _urgent.on = True
+    return _meanwhile("on", True)
+
+
+def unless(moot: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
+    """A request this thread sends meanwhile that had to wait for its token is not sent
+    if ``moot()`` is then true (``Moot`` is raised): a pod condition computed before a
+    wait of seconds, when a thousand pods are disrupted at once, is often for a pod the
+    Job controller has judged and deleted meanwhile, and would be answered 404 for a
+    token that a pod still running could have had."""
+    return _meanwhile("moot", moot)
+
+
+@contextlib.contextmanager
+def _meanwhile(name: str, value: object) -> Iterator[None]:
+    """This thread's ``name`` is ``value`` while the block runs."""
+    before = getattr(_urgent, name, None)
+    setattr(_urgent, name, value)
     try:
         yield
     finally:
-        _urgent.on = before
+        setattr(_urgent, name, before)
 
 
 def limiter_for(method: str, url: str) -> str:
@@ -108,6 +127,12 @@ class TokenBucket:
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
+    def give_back(self) -> None:
+        """A token taken for a request that was not sent (``Moot``)."""
+        with self._lock:
+            self._refill()
+            self._tokens = min(self.burst, self._tokens + 1.0)
+
     def _refill(self) -> None:
         """The tokens earned since the last look, up to ``burst`` (``_lock`` held)."""
         now = self.clock()
@@ -155,7 +180,12 @@ class Limits:
 
     def take(self, method: str, url: str) -> float:
         limiter = limiter_for(method, url)
-        waited = self.buckets[limiter].take(limiter == BULK and yields(method, url))
+        bucket = self.buckets[limiter]
+        waited = bucket.take(limiter == BULK and yields(method, url))
         if self.observe is not None:
             self.observe(limiter, waited)
+        moot = getattr(_urgent, "moot", None)
+        if waited > 0 and moot is not None and moot():
+            bucket.give_back()
+            raise Moot(f"{method} {_path(url)}: moot after {waited:.2f} s waiting for a token")
         return waited

@@ -69,6 +69,7 @@ from webhook.cluster.informer import Informer, short_error
 from webhook.controller import startdeadline as sd
 from webhook.controller.freebudget import FreeBudgets
 from webhook.controller.jobwatch import SharedJobs
+from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.recorder import planned
 from webhook.controller.records import MERGE_PATCH, Workloads
 from webhook.controller.writes import CONFLICT, GONE, REFUSED, Writes, outcome, persist
@@ -419,7 +420,10 @@ class Verdicts:
                 return "missed"
             version = None if late else str(mapping(pod.get("metadata")).get("resourceVersion"))
             try:
-                add_condition(self.core, pod, {"status": {"conditions": conditions}}, version)
+                with unless(lambda pod=pod: self._deleted_already(pod)):
+                    add_condition(self.core, pod, {"status": {"conditions": conditions}}, version)
+            except Moot:
+                return self._gone(pod)
             except Exception as err:
                 kind = outcome(err)
                 if kind == GONE:
