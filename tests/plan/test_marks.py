@@ -103,7 +103,8 @@ def test_exceedsBackoffLimit_a_late_disruption_lowers_the_limit_instead():
     (``settle_late``: the same as one more counted failure), and counts nothing once it
     is 0. Past max-disruptions 0, with backoffLimit 1: the first eviction lowers it, the
     second is not counted, so the Job would have gone on (where two preemptions, marked,
-    end it as they did: ``test_matchPodFailurePolicy_max_disruptions_counts_those_past_its_budget``)."""
+    end it as they did:
+    ``test_matchPodFailurePolicy_max_disruptions_counts_those_past_its_budget``)."""
     played = Played({**DISRUPTIONS, "max-disruptions": "0"})
     played.evicted()
     played.evicted()
