@@ -343,3 +343,23 @@ def test_a_pod_deleted_before_its_category_is_written_is_told_and_not_written(ap
     told = eventually(lambda: events_of(api, "RetryFailureClassified"), 10)
     assert all("deleted before its category could be written" in e["note"] for e in told)
     assert {e["type"] for e in told} == {"Normal"}  # no rule of the Job reads a category
+
+
+def test_the_same_failure_of_two_pods_is_one_event_counted_twice(api, tmp_path):
+    """The note names no pod (``_event``): the second pod's Event is the first's (an
+    Event's name is derived from what it says), counted into its ``series``
+    (``webhook.cluster.events``): ``kubectl describe job`` shows one line, seen twice,
+    not one line a pod."""
+    run = JobRun.store(api, admitted_job({P + "backoff-limit": "3"}, "twice", parallelism=2))
+    with Running(verdicts(api, tmp_path)) as reconciler:
+        for pod in (run.new_pod(), run.new_pod()):
+            run.fail(pod, code=3)
+        handled = eventually(
+            lambda: (s := reconciler.events.stats())["written"] + s["aggregated"] == 2 and s, 10
+        )
+    assert reconciler.stats()["told"] == 2
+    assert handled["written"] == 1 and handled["aggregated"] == 1
+    (event,) = events_of(api, "RetryFailureClassified")
+    assert event["note"].startswith("a pod failed: AppError (ExitCode)")
+    assert event["series"]["count"] == 2
+    assert event["regarding"]["uid"] == run.uid
