@@ -1641,6 +1641,29 @@ def test_semantic_config_errors_are_left_to_the_loader(helm):
     assert "maxBackoffLimit=5" in result.stderr
 
 
+def test_config_categories_reach_the_loader_and_the_schema_refuses_bad_ones(helm):
+    """``config.categories`` (``definitions/categories``): a good entry renders into
+    config.yaml as given and the real loader takes it (a default names it); a name that
+    cannot be a condition's, or a match key the classifier does not know, is refused."""
+    good = {
+        "name": "NCCLTimeout",
+        "hint": "a collective timed out",
+        "match": {"terminationMessage": "NCCL.*[Tt]imeout", "exitCodes": [3]},
+    }
+    values = {"config": {"categories": [good], "defaults": {"free-categories": "NCCLTimeout"}}}
+    text = _config_text(render(helm, values))
+    assert yaml.safe_load(text)["categories"] == [good]
+    result = _check_config(text)
+    assert result.returncode == 0, result.stdout + result.stderr
+    bad = {
+        "/config/categories/0/name": {**good, "name": "bad name!"},
+        "/config/categories/0/match": {**good, "match": {"bogus": ["x"]}},
+    }
+    for where, entry in bad.items():
+        stderr = render_fails(helm, {"config": {"categories": [entry]}})
+        assert SCHEMA_ERROR in stderr and f"at '{where}'" in stderr, stderr
+
+
 def test_install_md_checks_a_values_file_as_the_chart_renders_it(helm, tmp_path):
     """INSTALL.md's recipe, run as written (with no YAML tool between helm and
     check-config): a good values file passes, one whose meaning is wrong fails with its

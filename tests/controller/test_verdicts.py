@@ -8,6 +8,7 @@ and what the user is told."""
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 
 import pytest
@@ -18,7 +19,7 @@ from testkit.chart import deployment_pod, one, render
 from testkit.controllers import Counted, Running, admitted_job, client_of, events_of, record_of
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
-from testkit.servers import eventually
+from testkit.servers import eventually, scaled
 from testkit.tools import tool
 from testkit.vap import Policy, gate
 from webhook.cluster.events import EventRecorder
@@ -343,3 +344,64 @@ def test_a_pod_deleted_before_its_category_is_written_is_told_and_not_written(ap
     told = eventually(lambda: events_of(api, "RetryFailureClassified"), 10)
     assert all("deleted before its category could be written" in e["note"] for e in told)
     assert {e["type"] for e in told} == {"Normal"}  # no rule of the Job reads a category
+
+
+def test_the_same_failure_of_two_pods_is_one_event_counted_twice(api, tmp_path):
+    """The note names no pod (``_event``): the second pod's Event is the first's (an
+    Event's name is derived from what it says), counted into its ``series``
+    (``webhook.cluster.events``): ``kubectl describe job`` shows one line, seen twice,
+    not one line a pod."""
+    run = JobRun.store(api, admitted_job({P + "backoff-limit": "3"}, "twice", parallelism=2))
+    with Running(verdicts(api, tmp_path)) as reconciler:
+        for pod in (run.new_pod(), run.new_pod()):
+            run.fail(pod, code=3)
+        handled = eventually(
+            lambda: (s := reconciler.events.stats())["written"] + s["aggregated"] == 2 and s, 10
+        )
+    assert reconciler.stats()["told"] == 2
+    assert handled["written"] == 1 and handled["aggregated"] == 1
+    (event,) = events_of(api, "RetryFailureClassified")
+    assert event["note"].startswith("a pod failed: AppError (ExitCode)")
+    assert event["series"]["count"] == 2
+    assert event["regarding"]["uid"] == run.uid
+
+
+def test_a_classified_failure_is_exported_as_retry_webhook_failures_total(api, tmp_path):
+    """The controller's own metrics (``ControllerMetrics``), handed to the reconcilers
+    ``build`` makes: a free failure is counted once, exported as
+    ``retry_webhook_failures_total{namespace, category, verdict}``."""
+    from kubernetes import client as k8s
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from webhook.controller.manager import ControllerOptions
+    from webhook.controller.reconcilers import build
+    from webhook.serving.metrics import ControllerMetrics
+
+    metrics = ControllerMetrics()
+    client = client_of(api, tmp_path)
+    events = EventRecorder(k8s.EventsV1Api(client), "test").start()
+    options = ControllerOptions(CHART_NS, "retry-policy-webhook-controller", "a")
+    built = {r.name: r for r in build(client, options, events, None, metrics)}
+    run = JobRun.store(api, admitted_job(FREE, "exported", parallelism=2, completions=2))
+    stop = threading.Event()
+    built["jobs"].start(stop)  # the one watch of Jobs, on a thread not waited for
+    try:
+        assert built["jobs"].synced.wait(scaled(10))
+        with Running(built["verdicts"]) as reconciler:
+            pod = run.new_pod()
+            run.disrupt(pod, "DeletionByDeviceTaintManager")
+            eventually(lambda: CATEGORY in conditions(run.current(pod)), 10)
+            run.terminate(pod, code=143)
+            eventually(lambda: reconciler.stats()["told"] == 1, 10)
+    finally:
+        stop.set()
+    text = generate_latest(metrics.registry).decode()
+    exported = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "retry_webhook_failures_total"
+    }
+    labels = (("category", "DeviceFault"), ("namespace", "ml"), ("verdict", "free"))
+    assert exported == {("retry_webhook_failures_total", labels): 1.0}

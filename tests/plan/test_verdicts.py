@@ -117,6 +117,37 @@ def test_start_deadline_labels_the_template_and_adds_no_rule():
     assert labels[P + "start-deadline"] == "15m" and labels[P + "categories"] == "true"
 
 
+def test_a_namespaces_defaults_add_the_rules_and_labels_there_and_nowhere_else():
+    """``namespaces.<ns>.defaults`` with the four keys: a Job in that namespace gets the
+    Count, FailJob and Ignore rules and the template labels the controller watches by, as
+    if annotated; a Job in another namespace gets none of them (annotated, so that the
+    webhook plans it at all)."""
+    config = parse_config(
+        "namespaces:\n  ml:\n    defaults:\n"
+        "      free-categories: [DeviceFault, NodeFailure]\n      max-free-failures: 1\n"
+        "      fail-categories: ImagePull\n      start-deadline: 10m\n"
+    )
+    verdict, out = mutate(job({}, namespace="ml"), config)
+    assert verdict.allowed, verdict.message
+    assert [shape(r) for r in rules_of(out)] == [
+        ("Count", [fp.FREE_BUDGET_EXHAUSTED]),
+        ("FailJob", ["retry-policy.dev/ImagePull"]),
+        ("Ignore", ["retry-policy.dev/DeviceFault", "retry-policy.dev/NodeFailure"]),
+    ]
+    labels = out["spec"]["template"]["metadata"]["labels"]
+    assert {k: v for k, v in labels.items() if k.startswith(P)} == {
+        P + "categories": "true",
+        P + "max-free-failures": "1",
+        P + "start-deadline": "10m",
+    }
+    assert_idempotent(job({}, namespace="ml"), config)
+    verdict, other = mutate(job({P + "backoff-limit": "2"}, namespace="research"), config)
+    assert verdict.allowed, verdict.message
+    assert other["spec"]["backoffLimit"] == 2 and "podFailurePolicy" not in other["spec"]
+    labels = (other["spec"]["template"].get("metadata") or {}).get("labels") or {}
+    assert not any(k.startswith(P) for k in labels)
+
+
 def test_a_default_that_cannot_apply_is_skipped_with_a_warning():
     config = parse_config("defaults:\n  free-categories: [DeviceFault]\n")
     verdict, out = mutate(job({}, restart_policy="OnFailure"), config)

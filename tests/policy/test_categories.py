@@ -86,6 +86,17 @@ def test_a_default_naming_no_category_is_refused_listing_the_categories():
     assert config.defaults["fail-categories"] == ("NCCLTimeout",)
 
 
+def test_a_namespace_default_naming_no_category_is_refused_listing_the_categories():
+    found = problems_of(
+        NCCL + "namespaces:\n  ml:\n    defaults: {fail-categories: [ImagePull, GpuFault]}\n"
+    )
+    said = "GpuFault: no such category; the categories are NCCLTimeout, DeviceFault, Quota"
+    where = "namespaces.ml.defaults.fail-categories"
+    assert any(p.startswith(f"{where}: {said}") for p in found), found
+    config = parse_config(NCCL + "namespaces:\n  ml:\n    defaults: {free-categories: Quota}\n")
+    assert config.namespaces["ml"].defaults["free-categories"] == ("Quota",)
+
+
 @pytest.mark.parametrize("text", ["", "a,,b", "bad name", "x" * 64, "a/b"])
 def test_category_names_grammar_refuses(text):
     with pytest.raises(BadValue) as caught:
