@@ -24,7 +24,7 @@ from webhook.admission import engine
 from webhook.admission import review as admission
 from webhook.explain.jobset import describe_job_failure
 from webhook.explain.jobsetsim import jobset_rule_matches
-from webhook.explain.model import AttemptGap
+from webhook.plan.explained import AttemptGap
 from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"

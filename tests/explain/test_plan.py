@@ -11,8 +11,8 @@ from testkit.kinds import cronjob, jobset
 from webhook.admission import engine
 from webhook.explain.jobs import explain_job_spec
 from webhook.explain.jobset import jobset_rule_lines
-from webhook.explain.model import Subject
 from webhook.kinds import planner
+from webhook.plan.explained import Subject
 from webhook.plan.outcome import Context
 from webhook.plan.record import AppliedRecord, rule_id
 from webhook.policy.config import Config

@@ -28,22 +28,13 @@ from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.explain import jobs, kinds  # noqa: F401  (their explainers register)
 from webhook.explain.jobsim import failjob_message
-from webhook.explain.model import (
-    _EXPLAINERS,
-    ACCEPTED_EVENTS,
-    Denial,
-    Event,
-    ExplainError,
-    Explanation,
-    SettingLine,
-    Subject,
-    explained_kinds,
-    parse_events,
-)
+from webhook.explain.model import _EXPLAINERS, Denial, explained_kinds
 from webhook.explain.render import render_text, to_json
 from webhook.kube.objects import controller_of, mapping
 from webhook.plan.audit import AuditRecord, by_words
+from webhook.plan.explained import Explanation, SettingLine, Subject
 from webhook.plan.outcome import Context, Outcome
+from webhook.plan.simulation import ACCEPTED_EVENTS, Event, ExplainError, parse_events
 from webhook.policy.config import Config
 
 __all__ = [

@@ -8,7 +8,14 @@ from typing import Any
 
 from webhook.explain import inplace
 from webhook.explain.jobsim import JobSimulator, PodSimulator
-from webhook.explain.model import (
+from webhook.explain.model import explainer
+from webhook.kinds import planner
+from webhook.kinds.workload import resolve_limit
+from webhook.kube import failurepolicy, restartrules
+from webhook.kube.jobcontroller import index_failure_count
+from webhook.kube.objects import mapping
+from webhook.kube.wellknown import INDEX_FAILURE_COUNT
+from webhook.plan.explained import (
     BETWEEN_KEYS,
     BUDGET_KEYS,
     FAILURE_AWARE_KEYS,
@@ -19,22 +26,8 @@ from webhook.explain.model import (
     Explanation,
     RuleLine,
     Subject,
-    explainer,
     memory_table,
 )
-from webhook.explain.words import (
-    attempt_table,
-    count_of,
-    rule_lines,
-    setting_lines,
-    source_text,
-)
-from webhook.kinds import planner
-from webhook.kinds.workload import resolve_limit
-from webhook.kube import failurepolicy, restartrules
-from webhook.kube.jobcontroller import index_failure_count
-from webhook.kube.objects import mapping
-from webhook.kube.wellknown import INDEX_FAILURE_COUNT
 from webhook.plan.inplace import Bound
 from webhook.plan.model import (
     LimitField,
@@ -45,6 +38,7 @@ from webhook.plan.model import (
 )
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
+from webhook.plan.words import attempt_table, count_of, rule_lines, setting_lines, source_text
 from webhook.policy import categories as cats
 from webhook.policy.grammar import format_duration
 from webhook.policy.model import PREFIX, Policy

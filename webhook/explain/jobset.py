@@ -23,20 +23,7 @@ from webhook.explain.jobs import (
     workload_keys,
 )
 from webhook.explain.jobsetsim import JobSetSimulator
-from webhook.explain.model import (
-    WORKLOAD_KEYS,
-    Explanation,
-    RuleLine,
-    Subject,
-    explainer,
-)
-from webhook.explain.words import (
-    attempt_table,
-    count_of,
-    join_words,
-    setting_lines,
-    source_text,
-)
+from webhook.explain.model import explainer
 from webhook.kinds import planner
 from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
@@ -51,8 +38,10 @@ from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_GROUP
+from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
 from webhook.plan.model import PartPlan
 from webhook.plan.record import rule_id
+from webhook.plan.words import attempt_table, count_of, join_words, setting_lines, source_text
 from webhook.policy.model import Policy, Source
 
 # --- jobset.x-k8s.io/v1alpha2 JobSet -----------------------------------------------------

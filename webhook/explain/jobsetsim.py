@@ -19,17 +19,6 @@ from typing import Any
 
 from webhook.explain.inplace import Backoff
 from webhook.explain.jobsim import JobSimulator, JobState, lead, walk
-from webhook.explain.model import (
-    Ending,
-    Event,
-    NextPod,
-    Simulation,
-    Step,
-)
-from webhook.explain.words import (
-    count_of,
-    on_nodes,
-)
 from webhook.kube import jobsetpolicy as jsp
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import (
@@ -40,6 +29,8 @@ from webhook.kube.jobsetpolicy import (
     first_rule,
     rule_is_applicable,
 )
+from webhook.plan.simulation import Ending, Event, NextPod, Simulation, Step
+from webhook.plan.words import count_of, on_nodes
 
 
 def jobset_rule_matches(

@@ -12,26 +12,6 @@ from typing import Any
 from webhook.cluster.history import NODE_CATEGORIES
 from webhook.explain import inplace
 from webhook.explain.inplace import Backoff
-from webhook.explain.model import (
-    SIGKILL,
-    SIGTERM,
-    Ending,
-    Event,
-    ExplainError,
-    InPlaceRestart,
-    InPlaceSummary,
-    NextPod,
-    PodFacts,
-    Simulation,
-    Step,
-    memory_words,
-)
-from webhook.explain.words import (
-    count_of,
-    describe_then,
-    nodes_text,
-    on_nodes,
-)
 from webhook.kube import failurepolicy, jobcontroller
 from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.failurepolicy import Match, PodFailure
@@ -46,11 +26,26 @@ from webhook.kube.jobcontroller import (
 from webhook.kube.objects import items
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan import causes
+from webhook.plan.explained import memory_words
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.inplace import InPlaceEnds
 from webhook.plan.model import (
     non_spot,
 )
+from webhook.plan.simulation import (
+    SIGKILL,
+    SIGTERM,
+    Ending,
+    Event,
+    ExplainError,
+    InPlaceRestart,
+    InPlaceSummary,
+    NextPod,
+    PodFacts,
+    Simulation,
+    Step,
+)
+from webhook.plan.words import count_of, describe_then, nodes_text, on_nodes
 from webhook.policy.categories import condition_type
 from webhook.policy.model import Delays
 

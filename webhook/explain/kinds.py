@@ -41,17 +41,7 @@ from webhook.explain.jobs import (
 )
 from webhook.explain.jobset import JOBSET_DEFAULT, explain_jobset
 from webhook.explain.jobsim import JobSimulator
-from webhook.explain.model import (
-    Explanation,
-    RuleLine,
-    Subject,
-    explainer,
-)
-from webhook.explain.words import (
-    attempt_table,
-    count_of,
-    setting_lines,
-)
+from webhook.explain.model import explainer
 from webhook.kinds import planner
 from webhook.kinds.pytorchjob import mutate as pytorchjob
 from webhook.kinds.rayjob import mutate as rayjob
@@ -60,8 +50,10 @@ from webhook.kinds.workload import get_path
 from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import KUBEFLOW_GROUP, RAY_GROUP, TRAINER_GROUP
+from webhook.plan.explained import Explanation, RuleLine, Subject
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
+from webhook.plan.words import attempt_table, count_of, setting_lines
 from webhook.policy.model import Policy
 
 # --- batch/v1 CronJob ----------------------------------------------------------------
