@@ -712,7 +712,7 @@ def test_readme_worked_example_is_what_dry_run_prints():
 
 def test_explain_job_spec_finds_a_nested_job_spec():
     """Kinds that embed JobSpecs (CronJob, JobSet) reuse explain_job_spec with their path."""
-    from webhook.explain.jobs import explain_job_spec
+    from webhook.kinds.explaining import explain_job_spec
     from webhook.plan.explained import Subject
     from webhook.plan.outcome import Context
 

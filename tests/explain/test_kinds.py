@@ -22,8 +22,8 @@ from testkit.tools import ROOT
 from webhook import cli, explain
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.explain.jobset import describe_job_failure
-from webhook.explain.jobsetsim import jobset_rule_matches
+from webhook.kinds.jobset.explain import describe_job_failure
+from webhook.kinds.jobset.simulate import jobset_rule_matches
 from webhook.plan.explained import AttemptGap
 from webhook.policy.config import Config, parse_config
 

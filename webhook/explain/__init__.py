@@ -25,14 +25,20 @@ from typing import Any
 
 from webhook.admission import engine
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
-from webhook.cluster.version import UnknownVersion, VersionSource
-from webhook.explain import jobs, kinds  # noqa: F401  (their explainers register)
-from webhook.explain.jobsim import failjob_message
-from webhook.explain.model import _EXPLAINERS, Denial, explained_kinds
+from webhook.cluster.version import GivenVersion, UnknownVersion, VersionSource
+from webhook.explain.model import Denial
 from webhook.explain.render import render_text, to_json
+from webhook.kinds.cronjob import explain as _cronjob  # noqa: F401  (their explainers register)
+from webhook.kinds.job import explain as _job  # noqa: F401
+from webhook.kinds.job.simulate import failjob_message
+from webhook.kinds.jobset import explain as _jobset  # noqa: F401
+from webhook.kinds.pod import explain as _pod  # noqa: F401
+from webhook.kinds.pytorchjob import explain as _pytorchjob  # noqa: F401
+from webhook.kinds.rayjob import explain as _rayjob  # noqa: F401
+from webhook.kinds.trainjob import explain as _trainjob  # noqa: F401
 from webhook.kube.objects import controller_of, mapping
 from webhook.plan.audit import AuditRecord, by_words
-from webhook.plan.explained import Explanation, SettingLine, Subject
+from webhook.plan.explained import _EXPLAINERS, Explanation, SettingLine, Subject, explained_kinds
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.simulation import ACCEPTED_EVENTS, Event, ExplainError, parse_events
 from webhook.policy.config import Config
@@ -101,7 +107,7 @@ def explain(
         runtimes=runtimes,
         kubernetes_version=config.kubernetes_version or version.kubernetes_version(),
     )
-    subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
+    subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes, _admit)
     explanations = function(subject)
     if explanations and reviewed.outcome is not None and reviewed.outcome.audited is not None:
         explanations[0].audited = audited_lines(reviewed.outcome.audited, ns)
@@ -152,12 +158,26 @@ def explain_stored(
     metadata = mapping(stored.get("metadata"))
     ns = namespace or metadata.get("namespace")
     ctx = Context(config, namespace=ns, kubernetes_version=config.kubernetes_version)
-    explanations = function(Subject(original, stored, outcome, ctx, []))
+    explanations = function(Subject(original, stored, outcome, ctx, [], _admit))
     audited = AuditRecord.of(stored)
     if explanations and audited is not None:
         explanations[0].audited = audited_lines(audited, ns)
     _managed_note(explanations, metadata, kind, config, ns)
     return explanations
+
+
+def _admit(obj: dict[str, Any], ctx: Context) -> tuple[Mapping[str, Any], Outcome | None]:
+    """Admission of an object an explainer makes on the way (``Subject.admit``: a
+    TrainJob's JobSet), at the context's Kubernetes version."""
+    version = ctx.kubernetes_version
+    reviewed = engine.review(
+        obj,
+        ctx.config,
+        ctx.namespace,
+        runtimes=ctx.runtimes,
+        version=GivenVersion(version) if version is not None else UnknownVersion(),
+    )
+    return reviewed.result, reviewed.outcome
 
 
 def _managed_note(
@@ -186,7 +206,7 @@ def audited_lines(record: AuditRecord, namespace: str | None) -> list[SettingLin
 
 def _check_successes(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:
     """Exit code 0 is a success: an event of only zeros is something to simulate only
-    where a restart rule restarts on it (``explain.inplace.restarted`` decides which);
+    where a restart rule restarts on it (``kinds.inplacewords.restarted`` decides which);
     with no container restarting in place, none does (events by their position)."""
     if item.in_place is not None or item.simulator is None:
         return

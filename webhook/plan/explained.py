@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.kube.objects import mapping
 from webhook.plan.failureaware import MemoryPlan
@@ -204,6 +204,16 @@ class Explanation:
     audited: list[SettingLine] = field(default_factory=list)
 
 
+class Admits(Protocol):
+    """Admission of an object an explainer makes on the way (the JobSet a TrainJob's
+    runtime makes), handed in by explain, which may import admission where kinds may not:
+    the object as admission stores it, and its outcome."""
+
+    def __call__(
+        self, obj: dict[str, Any], ctx: Context
+    ) -> tuple[Mapping[str, Any], Outcome | None]: ...
+
+
 @dataclass(frozen=True)
 class Subject:
     """What an explainer gets: the object before and after the webhook, and its review."""
@@ -213,6 +223,8 @@ class Subject:
     outcome: Outcome | None
     ctx: Context
     changes: list[str]
+    #: How to admit an object made on the way (``None``: nothing may be admitted).
+    admit: Admits | None = None
 
     def policy(self, where: str) -> Policy | None:
         return self.outcome.policies.get(where) if self.outcome is not None else None
@@ -240,3 +252,20 @@ class Subject:
 
 
 Explainer = Callable[[Subject], list[Explanation]]
+
+
+_EXPLAINERS: dict[tuple[str, str], Explainer] = {}
+
+
+def explainer(group: str, kind: str) -> Callable[[Explainer], Explainer]:
+    """Register the function that explains one kind (``group`` is "" for the core API)."""
+
+    def register(function: Explainer) -> Explainer:
+        _EXPLAINERS[(group, kind)] = function
+        return function
+
+    return register
+
+
+def explained_kinds() -> list[tuple[str, str]]:
+    return sorted(_EXPLAINERS)

@@ -125,7 +125,7 @@ class Event:
 
     def succeeded(self, main: str) -> bool:
         """Every container the event stops exited 0: no failure, unless a restart rule
-        restarts on success (``explain.inplace.restarted``)."""
+        restarts on success (``kinds.inplacewords.restarted``)."""
         if self.category is not None:
             return False
         return not self.disruption and all(code == 0 for _, code in self.exits(main))

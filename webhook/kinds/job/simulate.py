@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.history import NODE_CATEGORIES
-from webhook.explain import inplace
-from webhook.explain.inplace import Backoff
+from webhook.kinds import inplacewords
+from webhook.kinds.inplacewords import Backoff
 from webhook.kube import failurepolicy, jobcontroller
 from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.failurepolicy import Match, PodFailure
@@ -29,9 +29,7 @@ from webhook.plan import causes
 from webhook.plan.explained import memory_words
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.inplace import InPlaceEnds
-from webhook.plan.model import (
-    non_spot,
-)
+from webhook.plan.model import non_spot
 from webhook.plan.simulation import (
     SIGKILL,
     SIGTERM,
@@ -343,7 +341,7 @@ class JobSimulator:
 
     def restart_in_place(self, backoff: Backoff, event: Event) -> tuple[InPlaceRestart, ...]:
         """The restarts in place ``event`` is (none: the pod fails with it)."""
-        done, problem = inplace.restarted(self.restarts, backoff, event, self.main)
+        done, problem = inplacewords.restarted(self.restarts, backoff, event, self.main)
         if problem:
             raise ExplainError(problem)
         return done
@@ -368,15 +366,15 @@ class JobSimulator:
             action=None,
             counted=False,
             counted_failures=run.pop("counted", used),
-            result=inplace.restart_text(done),
+            result=inplacewords.restart_text(done),
             in_place=tuple(done),
             **run,
         )
 
     def verdict(self, event: Event) -> str:
-        done, _ = inplace.restarted(self.restarts, Backoff(), event, self.main)
+        done, _ = inplacewords.restarted(self.restarts, Backoff(), event, self.main)
         if done:
-            return inplace.example_text(done)
+            return inplacewords.example_text(done)
         match, _ = self.judge(event)
         if self.on_failure and not event.disruption:
             return "the container restarts in place, counts"
@@ -402,7 +400,9 @@ class JobSimulator:
                 Event(f"{SIGTERM}+{sidecar}:{SIGKILL}", SIGTERM, None, False, ((sidecar, SIGKILL),))
             )
         seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
-        restarting = inplace.first_codes(self.restarts, self.containers) if self.restarts else []
+        restarting = (
+            inplacewords.first_codes(self.restarts, self.containers) if self.restarts else []
+        )
         for name, code in restarting[:2]:
             key = (None if name == self.main else name, code)
             if key not in seen:
@@ -544,7 +544,7 @@ class JobSimulator:
         backoff.new_pod()
         result = lead(outcome.verdict, outcome.result)
         if replaced is not None:
-            result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
+            result = f"{inplacewords.restart_text(done, going_on=False)}; {said}: {result}"
         return Taken(tuple(done), outcome, replaced is not None, result)
 
     def run(self, events: Sequence[Event]) -> Simulation:
@@ -596,7 +596,7 @@ class JobSimulator:
         )
 
     def summary(self, backoff: Backoff) -> InPlaceSummary | None:
-        return inplace.summary(backoff, self.bound, self.owner)
+        return inplacewords.summary(backoff, self.bound, self.owner)
 
     def _tally(self, used: int) -> str:
         if self.limit >= INT32_MAX:  # no limit (a PyTorchJob without runPolicy.backoffLimit)
@@ -688,13 +688,13 @@ class PodSimulator:
         main = self.containers[0]
 
         def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            done, problem = inplace.restarted(self.restarts, backoff, event, main)
+            done, problem = inplacewords.restarted(self.restarts, backoff, event, main)
             if problem:
                 raise ExplainError(problem)
             what = event.describe(main)
             made = Step(1, 1, "", event.token, what, None, None, False, 0, "")
             if done:
-                result = inplace.restart_text(done)
+                result = inplacewords.restart_text(done)
                 return dataclasses.replace(made, result=result, in_place=done), None
             result = "the pod fails; nothing retries a Pod"
             ending = Ending("Failed", None, f"event {number} fails it")
@@ -702,7 +702,7 @@ class PodSimulator:
 
         steps, ending, unused = walk(events, step)
         still = Ending("Running", None, "the pod goes on")
-        summary = inplace.summary(backoff, self.bound, "Pod")
+        summary = inplacewords.summary(backoff, self.bound, "Pod")
         return Simulation(
             [e.token for e in events],
             steps,
