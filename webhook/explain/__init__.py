@@ -12,8 +12,9 @@ the object the webhook would store, so the answer cannot drift from what happens
 - placement follows the pod webhook's rule: attempt ``a`` (counted failures so far) runs
   on non-spot nodes when ``a >= B + 1 - N``.
 
-Each kind plugs in with one function registered by ``@explainer(group, kind)`` that turns
-a reviewed object into ``Explanation`` values; ``explain_job_spec`` explains any batch/v1
+Each kind's explainer is in its folder (``kinds/<kind>/explain.py``), named by its
+``KindSpec`` (``KindSpec.explainer``): one function that turns a reviewed object into
+``Explanation`` values; ``kinds.explaining.explain_job_spec`` explains any batch/v1
 JobSpec (a Job's, a CronJob's job template, a JobSet's replicated Job), so most kinds
 are a one-line call to it. Rendering (``render_text``, ``to_json``) is shared by all kinds.
 """
@@ -28,17 +29,12 @@ from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import GivenVersion, UnknownVersion, VersionSource
 from webhook.explain.model import Denial
 from webhook.explain.render import render_text, to_json
-from webhook.kinds.cronjob import explain as _cronjob  # noqa: F401  (their explainers register)
-from webhook.kinds.job import explain as _job  # noqa: F401
+from webhook.kinds.base import KindSpec
 from webhook.kinds.job.simulate import failjob_message
-from webhook.kinds.jobset import explain as _jobset  # noqa: F401
-from webhook.kinds.pod import explain as _pod  # noqa: F401
-from webhook.kinds.pytorchjob import explain as _pytorchjob  # noqa: F401
-from webhook.kinds.rayjob import explain as _rayjob  # noqa: F401
-from webhook.kinds.trainjob import explain as _trainjob  # noqa: F401
+from webhook.kinds.registry import KINDS, known_kind
 from webhook.kube.objects import controller_of, mapping
 from webhook.plan.audit import AuditRecord, by_words
-from webhook.plan.explained import _EXPLAINERS, Explanation, SettingLine, Subject, explained_kinds
+from webhook.plan.explained import Explainer, Explanation, SettingLine, Subject
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.simulation import ACCEPTED_EVENTS, Event, ExplainError, parse_events
 from webhook.policy.config import Config
@@ -97,7 +93,7 @@ def explain(
             problems or [reviewed.verdict.message.removeprefix("retry-policy: ")],
             changes,
         )
-    function = _EXPLAINERS.get((group, kind))
+    function = _explainer(known_kind(group, kind))
     if function is None:
         return None
     ns = namespace or metadata.get("namespace")
@@ -152,7 +148,7 @@ def explain_stored(
     not cover."""
     group = str(stored.get("apiVersion") or "").rpartition("/")[0]
     kind = str(stored.get("kind") or "")
-    function = _EXPLAINERS.get((group, kind))
+    function = _explainer(known_kind(group, kind))
     if function is None:
         return None
     metadata = mapping(stored.get("metadata"))
@@ -164,6 +160,17 @@ def explain_stored(
         explanations[0].audited = audited_lines(audited, ns)
     _managed_note(explanations, metadata, kind, config, ns)
     return explanations
+
+
+def explained_kinds() -> list[tuple[str, str]]:
+    """The kinds explain covers, by (group, kind): those whose ``KindSpec`` names an
+    explainer (each loaded, so that a wrong name fails here)."""
+    return sorted((s.group, s.kind) for s in KINDS if _explainer(s) is not None)
+
+
+def _explainer(spec: KindSpec | None) -> Explainer | None:
+    """The kind's explainer, at whatever version it is given (``None``: not covered)."""
+    return spec.explainer.load() if spec is not None and spec.explainer is not None else None
 
 
 def _admit(obj: dict[str, Any], ctx: Context) -> tuple[Mapping[str, Any], Outcome | None]:

@@ -252,20 +252,3 @@ class Subject:
 
 
 Explainer = Callable[[Subject], list[Explanation]]
-
-
-_EXPLAINERS: dict[tuple[str, str], Explainer] = {}
-
-
-def explainer(group: str, kind: str) -> Callable[[Explainer], Explainer]:
-    """Register the function that explains one kind (``group`` is "" for the core API)."""
-
-    def register(function: Explainer) -> Explainer:
-        _EXPLAINERS[(group, kind)] = function
-        return function
-
-    return register
-
-
-def explained_kinds() -> list[tuple[str, str]]:
-    return sorted(_EXPLAINERS)

@@ -6,7 +6,7 @@ simulator (``kinds/<kind>/simulate.py``) builds them, explain renders them, and
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -375,3 +375,20 @@ class Simulator(Protocol):
     containers: Sequence[str]
 
     def run(self, events: Sequence[Event]) -> Simulation: ...
+
+
+def walk(
+    events: Sequence[Event], step: Callable[[int, Event], tuple[Step, Ending | None]]
+) -> tuple[list[Step], Ending | None, list[str]]:
+    """Each event in turn (numbered from 1) until one ends the workload; the events after
+    that are returned as unused."""
+    steps: list[Step] = []
+    unused: list[str] = []
+    ending: Ending | None = None
+    for number, event in enumerate(events, 1):
+        if ending is not None:
+            unused.append(event.token)
+            continue
+        made, ending = step(number, event)
+        steps.append(made)
+    return steps, ending, unused

@@ -4,10 +4,9 @@ explained and simulated as that Job; the CronJob itself never fails."""
 from __future__ import annotations
 
 from webhook.kinds.explaining import explain_job_spec
-from webhook.plan.explained import Explanation, Subject, explainer
+from webhook.plan.explained import Explanation, Subject
 
 
-@explainer("batch", "CronJob")
 def explain_cronjob(subject: Subject) -> list[Explanation]:
     """The policy each created Job carries; the template is not API-defaulted."""
     item = explain_job_spec(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from webhook.kinds.explaining import explain_job_spec
-from webhook.plan.explained import Explanation, Subject, explainer
+from webhook.plan.explained import Explanation, Subject
 
 
-@explainer("batch", "Job")
 def explain_job(subject: Subject) -> list[Explanation]:
     return [explain_job_spec(subject, ("spec",))]

@@ -1,11 +1,11 @@
-"""The simulation of batch/v1 JobSpecs and Pods: the Job controller's counting of failed
-pods (``JobSimulator``, which the JobSet, RayJob and PyTorchJob simulators reuse), and a
-bare Pod's restarts in place (``PodSimulator``)."""
+"""The simulation of batch/v1 JobSpecs: the Job controller's counting of failed pods
+(``JobSimulator``, which the JobSet simulator and the RayJob and PyTorchJob explainers
+reuse)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ from webhook.plan.simulation import (
     PodFacts,
     Simulation,
     Step,
+    walk,
 )
 from webhook.plan.words import count_of, describe_then, nodes_text, on_nodes
 from webhook.policy.categories import condition_type
@@ -635,23 +636,6 @@ class JobSimulator:
         )
 
 
-def walk(
-    events: Sequence[Event], step: Callable[[int, Event], tuple[Step, Ending | None]]
-) -> tuple[list[Step], Ending | None, list[str]]:
-    """Each event in turn (numbered from 1) until one ends the workload; the events after
-    that are returned as unused."""
-    steps: list[Step] = []
-    unused: list[str] = []
-    ending: Ending | None = None
-    for number, event in enumerate(events, 1):
-        if ending is not None:
-            unused.append(event.token)
-            continue
-        made, ending = step(number, event)
-        steps.append(made)
-    return steps, ending, unused
-
-
 def lead(verdict: str, result: str) -> str:
     return f"{verdict}: {result}" if verdict else result
 
@@ -668,47 +652,3 @@ def failjob_message(match: Match) -> str:
     return jobcontroller.failjob_message(
         "<namespace>", "<pod>", match.index, condition=match.condition
     )
-
-
-class PodSimulator:
-    """A bare Pod's containers through ``--simulate``: exits its restart rules match
-    restart them in place; any other fails the pod, which nothing retries."""
-
-    def __init__(self, containers: Sequence[str], restarts: PodRestarts, bound: InPlaceEnds):
-        self.containers = list(containers) or ["main"]
-        self.restarts = restarts
-        self.bound = bound
-
-    @staticmethod
-    def judge_exit(container: str, code: int) -> tuple[str, str]:
-        return "pod-fails", "the pod fails; nothing retries a Pod"
-
-    def run(self, events: Sequence[Event]) -> Simulation:
-        backoff = Backoff()
-        main = self.containers[0]
-
-        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            done, problem = inplacewords.restarted(self.restarts, backoff, event, main)
-            if problem:
-                raise ExplainError(problem)
-            what = event.describe(main)
-            made = Step(1, 1, "", event.token, what, None, None, False, 0, "")
-            if done:
-                result = inplacewords.restart_text(done)
-                return dataclasses.replace(made, result=result, in_place=done), None
-            result = "the pod fails; nothing retries a Pod"
-            ending = Ending("Failed", None, f"event {number} fails it")
-            return dataclasses.replace(made, result=result), ending
-
-        steps, ending, unused = walk(events, step)
-        still = Ending("Running", None, "the pod goes on")
-        summary = inplacewords.summary(backoff, self.bound, "Pod")
-        return Simulation(
-            [e.token for e in events],
-            steps,
-            ending or still,
-            unused,
-            "exit",
-            "phase Failed",
-            summary,
-        )

@@ -36,8 +36,7 @@ from webhook.kube import jobsetpolicy
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
 from webhook.kube.objects import items, json_copy, mapping
-from webhook.kube.wellknown import JOBSET_GROUP
-from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject, explainer
+from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
 from webhook.plan.model import PartPlan
 from webhook.plan.record import rule_id
 from webhook.plan.words import attempt_table, count_of, join_words, setting_lines, source_text
@@ -57,7 +56,6 @@ REASON_WORDS = {
 
 
 #: JobSet's failure condition reasons (pkg/constants).
-@explainer(JOBSET_GROUP, "JobSet")
 def explain_jobset(subject: Subject) -> list[Explanation]:
     """The set's restart budget and rules, then each replicated Job: its pods' rules, the
     plan of runs its pods are placed by, and a simulation of its pods failing."""

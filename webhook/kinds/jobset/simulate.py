@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.kinds.inplacewords import Backoff
-from webhook.kinds.job.simulate import JobSimulator, JobState, lead, walk
+from webhook.kinds.job.simulate import JobSimulator, JobState, lead
 from webhook.kube import jobsetpolicy as jsp
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import (
@@ -29,7 +29,7 @@ from webhook.kube.jobsetpolicy import (
     first_rule,
     rule_is_applicable,
 )
-from webhook.plan.simulation import Ending, Event, NextPod, Simulation, Step
+from webhook.plan.simulation import Ending, Event, NextPod, Simulation, Step, walk
 from webhook.plan.words import count_of, on_nodes
 
 

@@ -1,5 +1,5 @@
 """The Pod explainer (v1): a Pod is not retried by Kubernetes; its own policy, where it
-runs, and its restarts in place (simulated by ``kinds.job.simulate.PodSimulator``)."""
+runs, and its restarts in place (simulated by ``kinds.pod.simulate``)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,18 @@ from typing import Any
 
 from webhook.kinds import inplacewords, planner
 from webhook.kinds.explaining import between_keys, in_place_keys
-from webhook.kinds.job.simulate import PodSimulator
+from webhook.kinds.pod.simulate import PodSimulator
 from webhook.kube import restartrules
 from webhook.kube.jobcontroller import index_failure_count
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import INDEX_FAILURE_COUNT
-from webhook.plan.explained import POD_KEYS, Explanation, Subject, explainer
+from webhook.plan.explained import POD_KEYS, Explanation, Subject
 from webhook.plan.model import non_spot
 from webhook.plan.words import attempt_table, setting_lines
 from webhook.policy.grammar import format_duration
 from webhook.policy.model import PREFIX, Policy
 
 
-@explainer("", "Pod")
 def explain_pod(subject: Subject) -> list[Explanation]:
     """A Pod is not retried by Kubernetes: explain its own policy and where it runs."""
     item = subject.header()

@@ -18,8 +18,7 @@ from webhook.kinds.pytorchjob import mutate as pytorchjob
 from webhook.kinds.workload import get_path
 from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import mapping
-from webhook.kube.wellknown import KUBEFLOW_GROUP
-from webhook.plan.explained import Explanation, RuleLine, Subject, explainer
+from webhook.plan.explained import Explanation, RuleLine, Subject
 from webhook.plan.words import attempt_table, count_of
 from webhook.policy.model import Policy
 
@@ -29,7 +28,6 @@ OPERATOR_DEFAULT_RESTART_POLICY = "OnFailure"
 PYTORCH_FAILED = "PyTorchJobFailed"
 
 
-@explainer(KUBEFLOW_GROUP, "PyTorchJob")
 def explain_pytorchjob(subject: Subject) -> list[Explanation]:
     spec = subject.spec
     keys = ("backoff-limit", "fail-non-retriable", "retriable-exit-codes", "error-propagation")

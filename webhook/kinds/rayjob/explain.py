@@ -13,14 +13,12 @@ from webhook.kinds.job.simulate import JobSimulator
 from webhook.kinds.rayjob import mutate as rayjob
 from webhook.kinds.workload import get_path
 from webhook.kube.objects import items, mapping
-from webhook.kube.wellknown import RAY_GROUP
-from webhook.plan.explained import Explanation, Subject, explainer
+from webhook.plan.explained import Explanation, Subject
 from webhook.plan.words import attempt_table, count_of
 
 RAYJOB_DEFAULT = "RayJob default"
 
 
-@explainer(RAY_GROUP, "RayJob")
 def explain_rayjob(subject: Subject) -> list[Explanation]:
     spec = subject.spec
     keys = ("backoff-limit", "error-propagation")

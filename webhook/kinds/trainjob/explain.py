@@ -12,8 +12,7 @@ from webhook.kinds.jobset.explain import JOBSET_DEFAULT, explain_jobset
 from webhook.kinds.trainjob import mutate as trainjob
 from webhook.kinds.workload import get_path
 from webhook.kube.objects import items, mapping
-from webhook.kube.wellknown import TRAINER_GROUP
-from webhook.plan.explained import Explanation, Subject, explainer
+from webhook.plan.explained import Explanation, Subject
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
 from webhook.plan.words import setting_lines
@@ -30,7 +29,6 @@ RECREATED_JOBSET = (
 )
 
 
-@explainer(TRAINER_GROUP, trainjob.KIND)
 def explain_trainjob(subject: Subject) -> list[Explanation]:
     """The TrainJob's settings, then the JobSet the trainer makes from its runtime (when
     the runtime is given) explained as any JobSet: its admission applies the policy."""
