@@ -159,14 +159,16 @@ def explain_job_spec(
     return item
 
 
-def between_notes(item: Explanation, plan: PartPlan) -> None:
-    """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for."""
-    unit = "run of the JobSet" if not plan.placed_by_job else "attempt"
+def between_notes(item: Explanation, plan: PartPlan, runs_of: str = "") -> None:
+    """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for;
+    ``runs_of``: the kind whose runs place a part not placed by its Job's failures (a
+    JobSet's replicated Jobs, ``kinds.jobset.explain``)."""
+    unit = f"run of the {runs_of}" if not plan.placed_by_job else "attempt"
     if plan.pods.attempt_env:
         per = (
             "its index's failures"
             if plan.per_index is not None
-            else "the JobSet's restarts"
+            else f"the {runs_of}'s restarts"
             if not plan.placed_by_job
             else "the Job's counted failures, or in an Indexed Job its index's"
         )
@@ -287,9 +289,12 @@ def in_place_keys(policy: Policy) -> tuple[str, ...]:
     return ()
 
 
-def restarts_in_place(item: Explanation, plan: PartPlan, simulator: JobSimulator) -> None:
+def restarts_in_place(
+    item: Explanation, plan: PartPlan, simulator: JobSimulator, runs_of: str = ""
+) -> None:
     """Each container's exit codes, when some restart in place, and what that means for
-    placement: non-spot-attempts counts pods, and a restart in place makes none."""
+    placement: non-spot-attempts counts pods, and a restart in place makes none (``runs_of``
+    as ``between_notes`` takes it)."""
     item.notes.extend(plan.dropped)
     if plan.restarts is None:
         return
@@ -298,7 +303,7 @@ def restarts_in_place(item: Explanation, plan: PartPlan, simulator: JobSimulator
         counted = (
             ("attempts", "counts pods", "Job")
             if plan.placed_by_job
-            else ("runs", "counts runs of the set", "JobSet")
+            else ("runs", "counts runs of the set", runs_of)
         )
         unit, counts, owner = counted
         item.notes.append(

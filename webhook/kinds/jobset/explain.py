@@ -302,7 +302,7 @@ def _replicated_job(
     )
     item.simulator = simulator
     item.examples = simulator.examples()
-    restarts_in_place(item, plan, simulator.job)
+    restarts_in_place(item, plan, simulator.job, runs_of="JobSet")
     if failure_policy is None:
         item.attempts = attempt_table(
             "no failurePolicy: maxRestarts",
@@ -325,7 +325,7 @@ def _replicated_job(
         )
     item.notes.extend(_child_notes(rjob, plan, defaulted_restart, in_place))
     failure_aware(item, plan, subject)
-    between_notes(item, plan)
+    between_notes(item, plan, runs_of="JobSet")
     return item
 
 
