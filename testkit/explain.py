@@ -10,7 +10,7 @@ import re
 
 from testkit.tools import ROOT
 from webhook import cli, explain
-from webhook.explain.model import AttemptRow
+from webhook.plan.explained import AttemptRow
 from webhook.policy.config import Config
 
 

@@ -10,10 +10,12 @@ The packages, from the request inward:
 - ``offline``: what the offline commands share: manifests from files and directories,
   objects reviewed as the API server would, JUnit and SARIF reports.
 - ``policytest``: suites of admission and retry-outcome cases (``retry-webhook test``).
-- ``kinds``: one folder per kind (its mutator, editing a copy of the object), and the one
-  list of kinds (``kinds.registry``); the views a mutator runs on.
+- ``kinds``: one folder per kind (its mutator, editing a copy of the object; its explainer
+  and simulator), and the one list of kinds (``kinds.registry``); the views a mutator
+  runs on.
 - ``plan``: the retry plan the kinds write and their readers share: the outcome of a
-  policy run, the applied record, the per-cause rules, the plan as typed values.
+  policy run, the applied record, the per-cause rules, the plan as typed values, and the
+  values an explanation and a simulation are made of.
 - ``policy``: the annotation vocabulary and grammars, and the admins' cluster defaults.
 - ``cluster``: what the server learns from the API server (attempts and failure history
   of Jobs, training runtimes) through watch caches, never on the request path.

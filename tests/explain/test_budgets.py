@@ -10,8 +10,8 @@ from testkit.builders import P
 from testkit.explain import manifest
 from webhook import cli, explain
 from webhook.cluster.version import GivenVersion
-from webhook.explain.model import ExplainError, parse_events
 from webhook.kube.versions import KubeVersion
+from webhook.plan.simulation import ExplainError, parse_events
 from webhook.policy.config import Config
 
 V136 = GivenVersion(KubeVersion(1, 36))

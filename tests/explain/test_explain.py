@@ -28,7 +28,7 @@ from testkit.tools import ROOT
 from webhook import cli, explain
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.explain.model import AttemptGap
+from webhook.plan.explained import AttemptGap
 from webhook.policy.config import Config, parse_config
 
 BIN = Path(sys.executable).parent / "retry-webhook"
@@ -712,8 +712,8 @@ def test_readme_worked_example_is_what_dry_run_prints():
 
 def test_explain_job_spec_finds_a_nested_job_spec():
     """Kinds that embed JobSpecs (CronJob, JobSet) reuse explain_job_spec with their path."""
-    from webhook.explain.jobs import explain_job_spec
-    from webhook.explain.model import Subject
+    from webhook.kinds.explaining import explain_job_spec
+    from webhook.plan.explained import Subject
     from webhook.plan.outcome import Context
 
     spec = manifest({P + "backoff-limit": "2"})["spec"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import yaml
 
@@ -84,6 +85,36 @@ def test_dry_run_warns_of_annotated_kinds_it_does_not_handle_and_unknown_version
 
 def test_explain_covers_every_kind_the_webhook_manages():
     assert explained_kinds() == registry.registered()
+
+
+def test_each_kind_names_its_explainer_and_simulator_in_its_folder():
+    """A kind's explainer is in its folder; its simulator too, or the Job controller's
+    (``kinds/job/simulate.py``) for a kind counted as a Job is; each loads, and makes
+    simulators (``plan.simulation.Simulator``: containers, ``run``)."""
+    for spec in KINDS:
+        assert spec.explainer is not None, spec.kind
+        assert spec.explainer.module == f"webhook.kinds.{spec.kind.lower()}.explain"
+        assert callable(spec.explainer.load())
+        if spec.simulator is None:
+            continue
+        folder = spec.simulator.module.split(".")[2]
+        assert folder in (spec.kind.lower(), "job"), (spec.kind, spec.simulator)
+        assert callable(spec.simulator.load().run), spec.kind
+
+
+def test_the_admission_path_imports_no_explainer_nor_simulator():
+    """What admission never runs stays unloaded in a server's process: the kinds name
+    their explainers and simulators (``kinds.base.Named``), explain imports them."""
+    code = (
+        "import sys\n"
+        "import webhook.admission.engine, webhook.kinds.registry, webhook.serving.app\n"
+        "print(sorted(m for m in sys.modules if m.startswith('webhook.') and"
+        " (m.rsplit('.', 1)[-1] in ('explain', 'simulate', 'explaining', 'inplacewords'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_views_are_the_jobs_and_the_pods():

@@ -12,8 +12,9 @@ the object the webhook would store, so the answer cannot drift from what happens
 - placement follows the pod webhook's rule: attempt ``a`` (counted failures so far) runs
   on non-spot nodes when ``a >= B + 1 - N``.
 
-Each kind plugs in with one function registered by ``@explainer(group, kind)`` that turns
-a reviewed object into ``Explanation`` values; ``explain_job_spec`` explains any batch/v1
+Each kind's explainer is in its folder (``kinds/<kind>/explain.py``), named by its
+``KindSpec`` (``KindSpec.explainer``): one function that turns a reviewed object into
+``Explanation`` values; ``kinds.explaining.explain_job_spec`` explains any batch/v1
 JobSpec (a Job's, a CronJob's job template, a JobSet's replicated Job), so most kinds
 are a one-line call to it. Rendering (``render_text``, ``to_json``) is shared by all kinds.
 """
@@ -25,25 +26,17 @@ from typing import Any
 
 from webhook.admission import engine
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
-from webhook.cluster.version import UnknownVersion, VersionSource
-from webhook.explain import jobs, kinds  # noqa: F401  (their explainers register)
-from webhook.explain.jobsim import failjob_message
-from webhook.explain.model import (
-    _EXPLAINERS,
-    ACCEPTED_EVENTS,
-    Denial,
-    Event,
-    ExplainError,
-    Explanation,
-    SettingLine,
-    Subject,
-    explained_kinds,
-    parse_events,
-)
+from webhook.cluster.version import GivenVersion, UnknownVersion, VersionSource
+from webhook.explain.model import Denial
 from webhook.explain.render import render_text, to_json
+from webhook.kinds.base import KindSpec
+from webhook.kinds.job.simulate import failjob_message
+from webhook.kinds.registry import KINDS, known_kind
 from webhook.kube.objects import controller_of, mapping
 from webhook.plan.audit import AuditRecord, by_words
+from webhook.plan.explained import Explainer, Explanation, SettingLine, Subject
 from webhook.plan.outcome import Context, Outcome
+from webhook.plan.simulation import ACCEPTED_EVENTS, Event, ExplainError, parse_events
 from webhook.policy.config import Config
 
 __all__ = [
@@ -100,7 +93,7 @@ def explain(
             problems or [reviewed.verdict.message.removeprefix("retry-policy: ")],
             changes,
         )
-    function = _EXPLAINERS.get((group, kind))
+    function = _explainer(known_kind(group, kind))
     if function is None:
         return None
     ns = namespace or metadata.get("namespace")
@@ -110,7 +103,7 @@ def explain(
         runtimes=runtimes,
         kubernetes_version=config.kubernetes_version or version.kubernetes_version(),
     )
-    subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes)
+    subject = Subject(obj, reviewed.result, reviewed.outcome, ctx, changes, _admit)
     explanations = function(subject)
     if explanations and reviewed.outcome is not None and reviewed.outcome.audited is not None:
         explanations[0].audited = audited_lines(reviewed.outcome.audited, ns)
@@ -155,18 +148,43 @@ def explain_stored(
     not cover."""
     group = str(stored.get("apiVersion") or "").rpartition("/")[0]
     kind = str(stored.get("kind") or "")
-    function = _EXPLAINERS.get((group, kind))
+    function = _explainer(known_kind(group, kind))
     if function is None:
         return None
     metadata = mapping(stored.get("metadata"))
     ns = namespace or metadata.get("namespace")
     ctx = Context(config, namespace=ns, kubernetes_version=config.kubernetes_version)
-    explanations = function(Subject(original, stored, outcome, ctx, []))
+    explanations = function(Subject(original, stored, outcome, ctx, [], _admit))
     audited = AuditRecord.of(stored)
     if explanations and audited is not None:
         explanations[0].audited = audited_lines(audited, ns)
     _managed_note(explanations, metadata, kind, config, ns)
     return explanations
+
+
+def explained_kinds() -> list[tuple[str, str]]:
+    """The kinds explain covers, by (group, kind): those whose ``KindSpec`` names an
+    explainer (each loaded, so that a wrong name fails here)."""
+    return sorted((s.group, s.kind) for s in KINDS if _explainer(s) is not None)
+
+
+def _explainer(spec: KindSpec | None) -> Explainer | None:
+    """The kind's explainer, at whatever version it is given (``None``: not covered)."""
+    return spec.explainer.load() if spec is not None and spec.explainer is not None else None
+
+
+def _admit(obj: dict[str, Any], ctx: Context) -> tuple[Mapping[str, Any], Outcome | None]:
+    """Admission of an object an explainer makes on the way (``Subject.admit``: a
+    TrainJob's JobSet), at the context's Kubernetes version."""
+    version = ctx.kubernetes_version
+    reviewed = engine.review(
+        obj,
+        ctx.config,
+        ctx.namespace,
+        runtimes=ctx.runtimes,
+        version=GivenVersion(version) if version is not None else UnknownVersion(),
+    )
+    return reviewed.result, reviewed.outcome
 
 
 def _managed_note(
@@ -195,7 +213,7 @@ def audited_lines(record: AuditRecord, namespace: str | None) -> list[SettingLin
 
 def _check_successes(item: Explanation, events: Sequence[tuple[int, Event]]) -> None:
     """Exit code 0 is a success: an event of only zeros is something to simulate only
-    where a restart rule restarts on it (``explain.inplace.restarted`` decides which);
+    where a restart rule restarts on it (``kinds.inplacewords.restarted`` decides which);
     with no container restarting in place, none does (events by their position)."""
     if item.in_place is not None or item.simulator is None:
         return

@@ -7,19 +7,16 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.explain.model import (
-    WIDTH,
+from webhook.explain.model import WIDTH, Denial
+from webhook.plan.explained import (
     AttemptGap,
     AttemptRow,
     AttemptTable,
-    Denial,
     Explanation,
     InPlaceTable,
     MemoryTable,
-    NextPod,
-    Simulation,
-    Step,
 )
+from webhook.plan.simulation import NextPod, Simulation, Step
 from webhook.policy.grammar import format_duration
 
 # --- rendering ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """What a kind is made of: its mutator (``Mutator``) and its entry in the registry
-(``KindSpec``, listed in ``kinds.registry.KINDS``).
+(``KindSpec``, listed in ``kinds.registry.KINDS``), which names its explainer and its
+simulator too (``Named``: not imported on the admission path).
 
 A mutator edits a deep copy of the admitted object in place and reports, as values,
 what it changed (each change becomes a warning) and what is wrong (each problem
@@ -9,13 +10,16 @@ patch, and derives validation from the same run, so the two webhooks cannot disa
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from webhook.kube.owned import Owned
+from webhook.plan.explained import Explainer
 from webhook.plan.model import LimitField
 from webhook.plan.outcome import Context, Outcome
+from webhook.plan.simulation import Simulator
 from webhook.policy.config import Config
 from webhook.problems import Problem
 
@@ -83,6 +87,27 @@ View = Callable[[Mapping[str, Any], "Config | None"], "dict[str, Any] | None"]
 Children = Literal["self", "controlled", "jobset", "jobset-of", "job-of"]
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Named(Generic[T]):
+    """What a kind names but admission never runs (its explainer, its simulator): a module
+    and a name in it, imported when first asked for, so that the admission path does not
+    load them (``tests/kinds/test_registry.py`` holds it to that)."""
+
+    module: str
+    name: str
+
+    def load(self) -> T:
+        return cast(T, vars(importlib.import_module(self.module))[self.name])
+
+
+#: What makes a kind's simulator: of one part's plan, or of the pods a kind's explainer
+#: reads (``kinds/<kind>/simulate.py``); each is a ``plan.simulation.Simulator``.
+SimulatorType = Callable[..., Simulator]
+
+
 @dataclass(frozen=True)
 class KindSpec:
     """One kind the webhook manages: where it is served, the names users type, its retry
@@ -105,6 +130,14 @@ class KindSpec:
     view: View | None = None
     #: How ``status`` finds its Jobs (``None``: ``status`` does not tell this kind).
     children: Children | None = None
+    #: What says its retry plan in words (``kinds/<kind>/explain.py``; ``webhook.explain``
+    #: looks it up here); ``None``: ``explain`` does not cover it.
+    explainer: Named[Explainer] | None = None
+    #: Whose counting ``--simulate`` walks its failures through (``kinds/<kind>/simulate.py``,
+    #: or the Job controller's, ``kinds/job/simulate.py``, for a kind whose controller
+    #: counts as a Job's does); ``None``: its explanation simulates another kind's (a
+    #: TrainJob's, its JobSet's).
+    simulator: Named[SimulatorType] | None = None
 
     def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs:
         """Where ``obj``'s JobSpecs are (none: a kind without its own): the one answer,

@@ -1,7 +1,7 @@
 """The kubelet's container restart rules (KEP-5307, KEP-5532), as it reads them: which
 exit codes restart a container or its whole pod in place, the back-off before each
 restart, and how many restarts a pod has made in all. What the policy writes of them is
-``webhook.plan.inplace``; how explain says them, ``webhook.explain.inplace``.
+``webhook.plan.inplace``; how explain says them, ``webhook.kinds.inplacewords``.
 
 - The kubelet takes a container's first rule whose exit codes match, ``In`` or ``NotIn``
   (``findMatchingContainerRestartRule`` in pkg/api/v1/pod/util.go), and reads rules only
@@ -132,7 +132,7 @@ class PodRestarts:
 
     containers: tuple[ContainerRules, ...]
     #: Its init containers (their exits are not the application's: see
-    #: ``webhook.explain.inplace.restarted``),
+    #: ``webhook.kinds.inplacewords.restarted``),
     #: and those of them that are native sidecars.
     init: frozenset[str] = frozenset()
     sidecars: frozenset[str] = frozenset()

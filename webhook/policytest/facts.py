@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.explain.model import PodFacts, Simulation, Step
 from webhook.kube import quantity
+from webhook.plan.simulation import PodFacts, Simulation, Step
 
 
 class BadExpectation(ValueError):

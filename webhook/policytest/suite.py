@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from webhook.explain.model import Event, ExplainError, parse_events
 from webhook.kube.versions import KubeVersion
 from webhook.offline import inputs
 from webhook.offline.inputs import label
+from webhook.plan.simulation import Event, ExplainError, parse_events
 from webhook.policy.categories import names
 from webhook.policy.config import Config, ConfigError, load_config, parse_config
 from webhook.policy.model import did_you_mean

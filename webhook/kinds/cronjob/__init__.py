@@ -1,6 +1,6 @@
 """batch/v1 CronJob: the policy goes into the Jobs it creates (``spec.jobTemplate``)."""
 
-from webhook.kinds.base import KindSpec
+from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.cronjob.mutate import JOB_SPEC, CronJobMutator
 from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT, default_cronjob
 from webhook.plan.model import LimitField
@@ -15,4 +15,6 @@ SPEC = KindSpec(
     LimitField((*JOB_SPEC, "backoffLimit"), None, DEFAULT_BACKOFF_LIMIT),
     default_cronjob,
     children="controlled",
+    explainer=Named("webhook.kinds.cronjob.explain", "explain_cronjob"),
+    simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )

@@ -1,6 +1,6 @@
 """batch/v1 Job (Indexed Jobs included)."""
 
-from webhook.kinds.base import KindSpec
+from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.job.mutate import JobMutator
 from webhook.kinds.view import job_view
 from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT, default_job
@@ -17,4 +17,6 @@ SPEC = KindSpec(
     default_job,
     job_view,
     "self",
+    explainer=Named("webhook.kinds.job.explain", "explain_job"),
+    simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )

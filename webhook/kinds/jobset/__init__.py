@@ -1,6 +1,6 @@
 """jobset.x-k8s.io/v1alpha2 JobSet: restarts of the whole set are the retry budget."""
 
-from webhook.kinds.base import KindSpec
+from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.jobset.mutate import JobSetMutator
 from webhook.kinds.jobset.rules import MAX_RESTARTS
 from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION
@@ -14,4 +14,6 @@ SPEC = KindSpec(
     JobSetMutator(),
     MAX_RESTARTS,
     children="jobset",
+    explainer=Named("webhook.kinds.jobset.explain", "explain_jobset"),
+    simulator=Named("webhook.kinds.jobset.simulate", "JobSetSimulator"),
 )

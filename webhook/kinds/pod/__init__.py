@@ -1,6 +1,6 @@
 """v1 Pod: its placement, memory, nodes and delay by its attempt, at its admission."""
 
-from webhook.kinds.base import KindSpec
+from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.pod.mutate import PodMutator
 from webhook.kinds.view import pod_view
 from webhook.kube.defaulting import default_pod
@@ -14,4 +14,6 @@ SPEC = KindSpec(
     PodMutator(),
     defaulter=default_pod,
     view=pod_view,
+    explainer=Named("webhook.kinds.pod.explain", "explain_pod"),
+    simulator=Named("webhook.kinds.pod.simulate", "PodSimulator"),
 )

@@ -1,6 +1,6 @@
 """ray.io/v1 RayJob: the budget is ``spec.backoffLimit``, retries on a new RayCluster."""
 
-from webhook.kinds.base import KindSpec
+from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.rayjob.mutate import BACKOFF, KIND, RayJobMutator
 from webhook.kube.wellknown import RAY_GROUP
 
@@ -13,4 +13,6 @@ SPEC = KindSpec(
     RayJobMutator(),
     BACKOFF,
     children="job-of",
+    explainer=Named("webhook.kinds.rayjob.explain", "explain_rayjob"),
+    simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )

@@ -1,7 +1,7 @@
 """trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2): the policy goes to the
 JobSet the trainer makes from its runtime."""
 
-from webhook.kinds.base import KindSpec
+from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.trainjob.mutate import KIND, TrainJobMutator
 from webhook.kube.wellknown import TRAINER_GROUP
 
@@ -18,4 +18,5 @@ SPEC = KindSpec(
     ),
     TrainJobMutator(),
     children="jobset-of",
+    explainer=Named("webhook.kinds.trainjob.explain", "explain_trainjob"),
 )

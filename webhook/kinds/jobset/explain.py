@@ -1,14 +1,15 @@
 """The JobSet explainer (jobset.x-k8s.io/v1alpha2): the set's restart budget and failure
 policy rules in words, then each replicated Job's plan (``kinds.planner``) and its
-simulation (``explain.jobsetsim``)."""
+simulation (``kinds.jobset.simulate``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.admission.engine import json_copy
-from webhook.explain.jobs import (
+from webhook.kinds import planner
+from webhook.kinds.explaining import (
     as_int,
     between_notes,
     budget_origin,
@@ -22,22 +23,6 @@ from webhook.explain.jobs import (
     restarts_in_place,
     workload_keys,
 )
-from webhook.explain.jobsetsim import JobSetSimulator
-from webhook.explain.model import (
-    WORKLOAD_KEYS,
-    Explanation,
-    RuleLine,
-    Subject,
-    explainer,
-)
-from webhook.explain.words import (
-    attempt_table,
-    count_of,
-    join_words,
-    setting_lines,
-    source_text,
-)
-from webhook.kinds import planner
 from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
     in_place_restart,
@@ -45,14 +30,16 @@ from webhook.kinds.jobset.mutate import (
 )
 from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
 from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, in_place_bound, pattern_applies
+from webhook.kinds.jobset.simulate import JobSetSimulator
 from webhook.kinds.workload import WRITTEN_SOURCES, get_path
 from webhook.kube import jobsetpolicy
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
-from webhook.kube.objects import items, mapping
-from webhook.kube.wellknown import JOBSET_GROUP
+from webhook.kube.objects import items, json_copy, mapping
+from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
 from webhook.plan.model import PartPlan
 from webhook.plan.record import rule_id
+from webhook.plan.words import attempt_table, count_of, join_words, setting_lines, source_text
 from webhook.policy.model import Policy, Source
 
 # --- jobset.x-k8s.io/v1alpha2 JobSet -----------------------------------------------------
@@ -69,7 +56,6 @@ REASON_WORDS = {
 
 
 #: JobSet's failure condition reasons (pkg/constants).
-@explainer(JOBSET_GROUP, "JobSet")
 def explain_jobset(subject: Subject) -> list[Explanation]:
     """The set's restart budget and rules, then each replicated Job: its pods' rules, the
     plan of runs its pods are placed by, and a simulation of its pods failing."""
@@ -118,9 +104,7 @@ def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
         if isinstance(pod_spec, dict) and not pod_spec.get("restartPolicy"):
             pod_spec["restartPolicy"] = JOBSET_DEFAULT_RESTART_POLICY
             defaulted.add(index)
-    return Subject(
-        subject.original, final, subject.outcome, subject.ctx, subject.changes
-    ), defaulted
+    return dataclasses.replace(subject, final=final), defaulted
 
 
 def _jobset_overview(
@@ -318,7 +302,7 @@ def _replicated_job(
     )
     item.simulator = simulator
     item.examples = simulator.examples()
-    restarts_in_place(item, plan, simulator.job)
+    restarts_in_place(item, plan, simulator.job, runs_of="JobSet")
     if failure_policy is None:
         item.attempts = attempt_table(
             "no failurePolicy: maxRestarts",
@@ -341,7 +325,7 @@ def _replicated_job(
         )
     item.notes.extend(_child_notes(rjob, plan, defaulted_restart, in_place))
     failure_aware(item, plan, subject)
-    between_notes(item, plan)
+    between_notes(item, plan, runs_of="JobSet")
     return item
 
 

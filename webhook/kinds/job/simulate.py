@@ -1,37 +1,17 @@
-"""The simulation of batch/v1 JobSpecs and Pods: the Job controller's counting of failed
-pods (``JobSimulator``, which the JobSet, RayJob and PyTorchJob simulators reuse), and a
-bare Pod's restarts in place (``PodSimulator``)."""
+"""The simulation of batch/v1 JobSpecs: the Job controller's counting of failed pods
+(``JobSimulator``, which the JobSet simulator and the RayJob and PyTorchJob explainers
+reuse)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.history import NODE_CATEGORIES
-from webhook.explain import inplace
-from webhook.explain.inplace import Backoff
-from webhook.explain.model import (
-    SIGKILL,
-    SIGTERM,
-    Ending,
-    Event,
-    ExplainError,
-    InPlaceRestart,
-    InPlaceSummary,
-    NextPod,
-    PodFacts,
-    Simulation,
-    Step,
-    memory_words,
-)
-from webhook.explain.words import (
-    count_of,
-    describe_then,
-    nodes_text,
-    on_nodes,
-)
+from webhook.kinds import inplacewords
+from webhook.kinds.inplacewords import Backoff
 from webhook.kube import failurepolicy, jobcontroller
 from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.failurepolicy import Match, PodFailure
@@ -46,11 +26,25 @@ from webhook.kube.jobcontroller import (
 from webhook.kube.objects import items
 from webhook.kube.restartrules import PodRestarts
 from webhook.plan import causes
+from webhook.plan.explained import memory_words
 from webhook.plan.failureaware import ContainerMemory, MemoryPlan
 from webhook.plan.inplace import InPlaceEnds
-from webhook.plan.model import (
-    non_spot,
+from webhook.plan.model import non_spot
+from webhook.plan.simulation import (
+    SIGKILL,
+    SIGTERM,
+    Ending,
+    Event,
+    ExplainError,
+    InPlaceRestart,
+    InPlaceSummary,
+    NextPod,
+    PodFacts,
+    Simulation,
+    Step,
+    walk,
 )
+from webhook.plan.words import count_of, describe_then, nodes_text, on_nodes
 from webhook.policy.categories import condition_type
 from webhook.policy.model import Delays
 
@@ -348,7 +342,7 @@ class JobSimulator:
 
     def restart_in_place(self, backoff: Backoff, event: Event) -> tuple[InPlaceRestart, ...]:
         """The restarts in place ``event`` is (none: the pod fails with it)."""
-        done, problem = inplace.restarted(self.restarts, backoff, event, self.main)
+        done, problem = inplacewords.restarted(self.restarts, backoff, event, self.main)
         if problem:
             raise ExplainError(problem)
         return done
@@ -373,15 +367,15 @@ class JobSimulator:
             action=None,
             counted=False,
             counted_failures=run.pop("counted", used),
-            result=inplace.restart_text(done),
+            result=inplacewords.restart_text(done),
             in_place=tuple(done),
             **run,
         )
 
     def verdict(self, event: Event) -> str:
-        done, _ = inplace.restarted(self.restarts, Backoff(), event, self.main)
+        done, _ = inplacewords.restarted(self.restarts, Backoff(), event, self.main)
         if done:
-            return inplace.example_text(done)
+            return inplacewords.example_text(done)
         match, _ = self.judge(event)
         if self.on_failure and not event.disruption:
             return "the container restarts in place, counts"
@@ -407,7 +401,9 @@ class JobSimulator:
                 Event(f"{SIGTERM}+{sidecar}:{SIGKILL}", SIGTERM, None, False, ((sidecar, SIGKILL),))
             )
         seen = {(None, 1), (None, SIGKILL), (None, SIGTERM)}
-        restarting = inplace.first_codes(self.restarts, self.containers) if self.restarts else []
+        restarting = (
+            inplacewords.first_codes(self.restarts, self.containers) if self.restarts else []
+        )
         for name, code in restarting[:2]:
             key = (None if name == self.main else name, code)
             if key not in seen:
@@ -549,7 +545,7 @@ class JobSimulator:
         backoff.new_pod()
         result = lead(outcome.verdict, outcome.result)
         if replaced is not None:
-            result = f"{inplace.restart_text(done, going_on=False)}; {said}: {result}"
+            result = f"{inplacewords.restart_text(done, going_on=False)}; {said}: {result}"
         return Taken(tuple(done), outcome, replaced is not None, result)
 
     def run(self, events: Sequence[Event]) -> Simulation:
@@ -601,7 +597,7 @@ class JobSimulator:
         )
 
     def summary(self, backoff: Backoff) -> InPlaceSummary | None:
-        return inplace.summary(backoff, self.bound, self.owner)
+        return inplacewords.summary(backoff, self.bound, self.owner)
 
     def _tally(self, used: int) -> str:
         if self.limit >= INT32_MAX:  # no limit (a PyTorchJob without runPolicy.backoffLimit)
@@ -640,23 +636,6 @@ class JobSimulator:
         )
 
 
-def walk(
-    events: Sequence[Event], step: Callable[[int, Event], tuple[Step, Ending | None]]
-) -> tuple[list[Step], Ending | None, list[str]]:
-    """Each event in turn (numbered from 1) until one ends the workload; the events after
-    that are returned as unused."""
-    steps: list[Step] = []
-    unused: list[str] = []
-    ending: Ending | None = None
-    for number, event in enumerate(events, 1):
-        if ending is not None:
-            unused.append(event.token)
-            continue
-        made, ending = step(number, event)
-        steps.append(made)
-    return steps, ending, unused
-
-
 def lead(verdict: str, result: str) -> str:
     return f"{verdict}: {result}" if verdict else result
 
@@ -673,47 +652,3 @@ def failjob_message(match: Match) -> str:
     return jobcontroller.failjob_message(
         "<namespace>", "<pod>", match.index, condition=match.condition
     )
-
-
-class PodSimulator:
-    """A bare Pod's containers through ``--simulate``: exits its restart rules match
-    restart them in place; any other fails the pod, which nothing retries."""
-
-    def __init__(self, containers: Sequence[str], restarts: PodRestarts, bound: InPlaceEnds):
-        self.containers = list(containers) or ["main"]
-        self.restarts = restarts
-        self.bound = bound
-
-    @staticmethod
-    def judge_exit(container: str, code: int) -> tuple[str, str]:
-        return "pod-fails", "the pod fails; nothing retries a Pod"
-
-    def run(self, events: Sequence[Event]) -> Simulation:
-        backoff = Backoff()
-        main = self.containers[0]
-
-        def step(number: int, event: Event) -> tuple[Step, Ending | None]:
-            done, problem = inplace.restarted(self.restarts, backoff, event, main)
-            if problem:
-                raise ExplainError(problem)
-            what = event.describe(main)
-            made = Step(1, 1, "", event.token, what, None, None, False, 0, "")
-            if done:
-                result = inplace.restart_text(done)
-                return dataclasses.replace(made, result=result, in_place=done), None
-            result = "the pod fails; nothing retries a Pod"
-            ending = Ending("Failed", None, f"event {number} fails it")
-            return dataclasses.replace(made, result=result), ending
-
-        steps, ending, unused = walk(events, step)
-        still = Ending("Running", None, "the pod goes on")
-        summary = inplace.summary(backoff, self.bound, "Pod")
-        return Simulation(
-            [e.token for e in events],
-            steps,
-            ending or still,
-            unused,
-            "exit",
-            "phase Failed",
-            summary,
-        )

@@ -1,53 +1,37 @@
-"""batch/v1 JobSpecs (a Job's and every kind built on one) and Pods: each part's plan (made
-by ``kinds.planner``) in words; their simulation is ``explain.jobsim``."""
+"""What the explainers share: a batch/v1 JobSpec's plan (made by ``kinds.planner``) in
+words, for a Job's own and every kind built on one (a CronJob's template, a JobSet's
+replicated Jobs), and the start of a custom resource's explanation. Each kind's explainer
+is ``kinds/<kind>/explain.py``; the Job controller's counting is ``kinds.job.simulate``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.explain import inplace
-from webhook.explain.jobsim import JobSimulator, PodSimulator
-from webhook.explain.model import (
+from webhook.kinds import inplacewords, planner
+from webhook.kinds.job.simulate import JobSimulator
+from webhook.kinds.workload import resolve_limit
+from webhook.kube import failurepolicy
+from webhook.plan.explained import (
     BETWEEN_KEYS,
     BUDGET_KEYS,
     FAILURE_AWARE_KEYS,
     IN_PLACE_KEYS,
-    POD_KEYS,
     VERDICT_KEYS,
     WORKLOAD_KEYS,
     Explanation,
     RuleLine,
     Subject,
-    explainer,
     memory_table,
 )
-from webhook.explain.words import (
-    attempt_table,
-    count_of,
-    rule_lines,
-    setting_lines,
-    source_text,
-)
-from webhook.kinds import planner
-from webhook.kinds.workload import resolve_limit
-from webhook.kube import failurepolicy, restartrules
-from webhook.kube.jobcontroller import index_failure_count
-from webhook.kube.objects import mapping
-from webhook.kube.wellknown import INDEX_FAILURE_COUNT
 from webhook.plan.inplace import Bound
-from webhook.plan.model import (
-    LimitField,
-    PartPlan,
-    first_non_spot,
-    job_limit_field,
-    non_spot,
-)
+from webhook.plan.model import LimitField, PartPlan, first_non_spot, job_limit_field
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
+from webhook.plan.words import attempt_table, count_of, rule_lines, setting_lines, source_text
 from webhook.policy import categories as cats
 from webhook.policy.grammar import format_duration
-from webhook.policy.model import PREFIX, Policy
+from webhook.policy.model import Policy
 
 # --- batch/v1 JobSpec ------------------------------------------------------------------
 
@@ -175,14 +159,16 @@ def explain_job_spec(
     return item
 
 
-def between_notes(item: Explanation, plan: PartPlan) -> None:
-    """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for."""
-    unit = "run of the JobSet" if not plan.placed_by_job else "attempt"
+def between_notes(item: Explanation, plan: PartPlan, runs_of: str = "") -> None:
+    """What ``attempt-env`` tells each pod, and what ``retry-delay`` holds it back for;
+    ``runs_of``: the kind whose runs place a part not placed by its Job's failures (a
+    JobSet's replicated Jobs, ``kinds.jobset.explain``)."""
+    unit = f"run of the {runs_of}" if not plan.placed_by_job else "attempt"
     if plan.pods.attempt_env:
         per = (
             "its index's failures"
             if plan.per_index is not None
-            else "the JobSet's restarts"
+            else f"the {runs_of}'s restarts"
             if not plan.placed_by_job
             else "the Job's counted failures, or in an Indexed Job its index's"
         )
@@ -303,18 +289,21 @@ def in_place_keys(policy: Policy) -> tuple[str, ...]:
     return ()
 
 
-def restarts_in_place(item: Explanation, plan: PartPlan, simulator: JobSimulator) -> None:
+def restarts_in_place(
+    item: Explanation, plan: PartPlan, simulator: JobSimulator, runs_of: str = ""
+) -> None:
     """Each container's exit codes, when some restart in place, and what that means for
-    placement: non-spot-attempts counts pods, and a restart in place makes none."""
+    placement: non-spot-attempts counts pods, and a restart in place makes none (``runs_of``
+    as ``between_notes`` takes it)."""
     item.notes.extend(plan.dropped)
     if plan.restarts is None:
         return
-    item.in_place = inplace.table(plan.restarts, simulator.judge_exit, plan.bound)
+    item.in_place = inplacewords.table(plan.restarts, simulator.judge_exit, plan.bound)
     if plan.pods.non_spot_attempts:
         counted = (
             ("attempts", "counts pods", "Job")
             if plan.placed_by_job
-            else ("runs", "counts runs of the set", "JobSet")
+            else ("runs", "counts runs of the set", runs_of)
         )
         unit, counts, owner = counted
         item.notes.append(
@@ -436,77 +425,3 @@ def budget_origin(policy: Policy, default: str) -> str:
 
 def as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-@explainer("batch", "Job")
-def explain_job(subject: Subject) -> list[Explanation]:
-    return [explain_job_spec(subject, ("spec",))]
-
-
-# --- v1 Pod ------------------------------------------------------------------------------
-
-
-@explainer("", "Pod")
-def explain_pod(subject: Subject) -> list[Explanation]:
-    """A Pod is not retried by Kubernetes: explain its own policy and where it runs."""
-    item = subject.header()
-    metadata = mapping(subject.final.get("metadata"))
-    annotations = mapping(metadata.get("annotations"))
-    policy = subject.policy("spec") or planner.template_pod_policy(annotations)
-    item.settings = setting_lines(policy, POD_KEYS + in_place_keys(policy) + between_keys(policy))
-    limit, n = policy.backoff_limit, policy.non_spot_attempts
-    attempt, source = _pod_attempt(policy, annotations)
-    item.budget = (
-        "Kubernetes does not retry a Pod: whoever creates the next attempt (a Job, an "
-        "orchestrator) decides. This pod places itself by its attempt number"
-        + (f" ({attempt}, from {source})." if attempt is not None else f" ({source}).")
-    )
-    if limit is not None and n > 0:
-        item.attempts = attempt_table(
-            f"annotation {PREFIX}backoff-limit", limit, limit, n, "no retry left"
-        )
-        if attempt is not None:
-            where = "non-spot nodes only" if non_spot(attempt, limit, n) else "any node"
-            item.notes.append(f"this pod is attempt {attempt + 1}: it runs on {where}")
-    delays = planner.pod_delays(policy, subject.ctx)
-    if delays is not None and attempt is not None:
-        wait = delays.seconds(attempt)
-        item.notes.append(
-            f"retry-delay: this pod is attempt {attempt + 1}: "
-            + (
-                f"it is held back for {format_duration(wait)} from its admission (a bare "
-                "Pod's previous failure is not known), while a controller leads"
-                if wait
-                else "the first attempt is not held back"
-            )
-        )
-    _pod_in_place(item, subject)
-    return [item]
-
-
-def _pod_in_place(item: Explanation, subject: Subject) -> None:
-    """A bare Pod's restarts in place: its containers' exit codes, and ``--simulate``."""
-    pod_spec = subject.spec
-    version = subject.ctx.kubernetes_version
-    item.notes.extend(planner.dropped_note(pod_spec, version))
-    restarts = restartrules.pod_restarts(pod_spec, subject.original.get("spec"), version)
-    if restarts is None:
-        return
-    bound = planner.bound_of(
-        planner.deadline_of(pod_spec, subject.original.get("spec"), "spec"),
-        None,
-        subject.ctx.config.rails(subject.ctx.namespace),
-        owner="Pod",
-    )
-    simulator = PodSimulator(planner.container_names(pod_spec), restarts, bound)
-    item.in_place = inplace.table(restarts, simulator.judge_exit, bound)
-    item.simulator = simulator
-
-
-def _pod_attempt(policy: Policy, annotations: Mapping[str, Any]) -> tuple[int | None, str]:
-    if policy.attempt is not None:
-        return policy.attempt, f"annotation {PREFIX}attempt"
-    index_failures = index_failure_count(annotations)
-    if index_failures is not None:
-        return index_failures, f"annotation {INDEX_FAILURE_COUNT}"
-    return None, "unknown offline: at admission it comes from the owning Job's failure count"

@@ -1,7 +1,7 @@
 """The simulation of a JobSet (jobset.x-k8s.io/v1alpha2; ``executeFailurePolicy`` in
 JobSet's pkg/controllers/failure_policy.go, and KEP-262 for the RestartJob actions): the
 events are failures of the pods of one Job of one replicated Job. The child Job counts
-them as any Job does (``explain.jobsim``); when it fails, no ``failurePolicy`` at all fails
+them as any Job does (``kinds.job.simulate``); when it fails, no ``failurePolicy`` at all fails
 the set (reason FailedJobs); otherwise the first rule whose reasons, message patterns and
 target replicated Jobs all match decides, and no match means RestartJobSet. RestartJobSet
 fails the set once ``restartsCountTowardsMax`` has reached maxRestarts
@@ -17,19 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.explain.inplace import Backoff
-from webhook.explain.jobsim import JobSimulator, JobState, lead, walk
-from webhook.explain.model import (
-    Ending,
-    Event,
-    NextPod,
-    Simulation,
-    Step,
-)
-from webhook.explain.words import (
-    count_of,
-    on_nodes,
-)
+from webhook.kinds.inplacewords import Backoff
+from webhook.kinds.job.simulate import JobSimulator, JobState, lead
 from webhook.kube import jobsetpolicy as jsp
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import (
@@ -40,6 +29,8 @@ from webhook.kube.jobsetpolicy import (
     first_rule,
     rule_is_applicable,
 )
+from webhook.plan.simulation import Ending, Event, NextPod, Simulation, Step, walk
+from webhook.plan.words import count_of, on_nodes
 
 
 def jobset_rule_matches(

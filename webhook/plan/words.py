@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from webhook.explain.model import (
+from webhook.kube import failurepolicy
+from webhook.kube.objects import items
+from webhook.plan import inplace
+from webhook.plan.explained import (
     MAX_ATTEMPT_ROWS,
     AttemptGap,
     AttemptRow,
@@ -13,9 +16,6 @@ from webhook.explain.model import (
     RuleLine,
     SettingLine,
 )
-from webhook.kube import failurepolicy
-from webhook.kube.objects import items
-from webhook.plan import inplace
 from webhook.plan.model import first_non_spot, non_spot
 from webhook.plan.record import rule_id
 from webhook.policy.grammar import format_duration

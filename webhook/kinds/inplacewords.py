@@ -16,15 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from webhook.explain.model import (
-    CodeGroup,
-    ContainerCodes,
-    Event,
-    InPlaceRestart,
-    InPlaceSummary,
-    InPlaceTable,
-)
-from webhook.explain.words import count_of, join_words, ranges
 from webhook.kube.restartrules import (
     ALL_CODES,
     BACKOFF_MAX_SECONDS,
@@ -36,7 +27,10 @@ from webhook.kube.restartrules import (
     PodRestarts,
     restart_delay,
 )
+from webhook.plan.explained import CodeGroup, ContainerCodes, InPlaceTable
 from webhook.plan.inplace import Deadline, InPlaceEnds
+from webhook.plan.simulation import Event, InPlaceRestart, InPlaceSummary
+from webhook.plan.words import count_of, join_words, ranges
 
 SUCCESS = (
     "exit code 0 is success: the container never completes, nor does its pod; only "

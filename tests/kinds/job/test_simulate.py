@@ -11,8 +11,9 @@ from testkit.builders import P
 from testkit.failureaware import AVOID, FACTOR, Source, job_pod, sidecar, trainer
 from testkit.workloads import mutate
 from webhook import cli, explain
-from webhook.explain.model import ContainerMemory, NextPod, PodFacts
 from webhook.kube.podspec import spot_requirements
+from webhook.plan.failureaware import ContainerMemory
+from webhook.plan.simulation import NextPod, PodFacts
 from webhook.policy.config import Config, parse_config
 
 WORKLOAD = {
