@@ -52,7 +52,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.conditions import (
@@ -71,6 +70,14 @@ from webhook.cluster.conditions import (
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
 from webhook.cluster.record import Record
+from webhook.controller.budgetstate import (
+    UNCOVERED,
+    BudgetState,
+    Late,
+    Metrics,
+    budget_key,
+    unwritten,
+)
 from webhook.controller.jobsetpeers import JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
@@ -92,10 +99,7 @@ from webhook.kube.failurepolicy import (
     counts,
     evaluate,
 )
-from webhook.kube.objects import items, mapping
-from webhook.kube.wellknown import (
-    MULTIKUEUE_ORIGIN,
-)
+from webhook.kube.objects import mapping
 from webhook.plan.causes import (
     IGNORE_LABEL,
     MAX_DISRUPTIONS_LABEL,
@@ -118,77 +122,6 @@ GONE_PATIENCE = 30.0
 #: Disrupted pods not yet counted whose latest version the watch brought is kept (the
 #: oldest go first), for the condition's first write (``_newest``).
 LATEST = 2_000
-
-
-class Metrics:
-    """What the reconcilers report (``webhook.serving.metrics.ControllerMetrics``)."""
-
-    def condition(self, kind: str, result: str) -> None:
-        pass
-
-    def disruption(self, result: str) -> None:
-        pass
-
-    def lowered(self) -> None:
-        pass
-
-    def uncovered(self, reason: str) -> None:
-        pass
-
-    def peers_unmarked(self, count: int) -> None:
-        pass
-
-
-@dataclass
-class _Budget:
-    """A workload's record as this controller last read or wrote it, and the disruptions
-    it counted since (``pending``, until written)."""
-
-    kind: str  # "job" or "jobset"
-    regarding: Regarding
-    version: str
-    record: Record
-    pending: list[tuple[Mapping[str, Any], bool]] = field(default_factory=list)
-    #: Pods over the budget that failed unmarked, to write (``Late``).
-    late: list[Late] = field(default_factory=list)
-    #: What a Job's spec says of them (a JobSet's state has none): its rules,
-    #: ``backoffLimit`` and whether it has ``backoffLimitPerIndex``.
-    rules: list[Any] = field(default_factory=list)
-    limit: int | None = None
-    per_index: bool = False
-    #: A MultiKueue worker's copy of a manager's Job: its spec is the manager's to decide.
-    copy: bool = False
-
-    def facts(self, obj: Mapping[str, Any]) -> None:
-        """Take the Job's spec as read or written."""
-        labels = mapping(mapping(obj.get("metadata")).get("labels"))
-        self.copy = MULTIKUEUE_ORIGIN in labels
-        spec = mapping(obj.get("spec"))
-        self.rules = items(mapping(spec.get("podFailurePolicy")).get("rules"))
-        limit = spec.get("backoffLimit")
-        self.limit = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
-        self.per_index = spec.get("backoffLimitPerIndex") is not None
-
-
-@dataclass(frozen=True)
-class Late:
-    """A pod over the budget that failed unmarked, and how it counts: ``lower`` (the Job's
-    backoffLimit, by one), else not by us: ``counted`` (the Job's rules count it),
-    ``succeeded`` (no failure), or uncovered (``UNCOVERED``)."""
-
-    uid: str
-    name: str
-    how: str
-
-
-#: Why a pod over the budget that failed unmarked is not counted (the metric's reasons).
-UNCOVERED = {
-    "jobset": "a JobSet's retry budget cannot be lowered",
-    "per_index": "a per-index budget (backoffLimitPerIndex) cannot be lowered",
-    "backoff_limit_zero": "the Job's backoffLimit is 0 already",
-    # a worker's copy rewritten strands the manager's Job (kueue issue #13046)
-    "multikueue": "a MultiKueue worker's copy of a Job keeps the manager's spec",
-}
 
 
 class Disruptions:
@@ -220,7 +153,7 @@ class Disruptions:
         self._handled: OrderedDict[tuple[str, str], None] = OrderedDict()
         #: (namespace, UID) of a workload -> its budget state: a pod names its workload by
         #: UID labels it could carry in any namespace, so the namespace is part of the key.
-        self._budgets: OrderedDict[tuple[str, str], _Budget] = OrderedDict()
+        self._budgets: OrderedDict[tuple[str, str], BudgetState] = OrderedDict()
         #: The workers that write conditions (while ``run`` runs; else, inline).
         self._pool: ThreadPoolExecutor | None = None
         #: Pod UID -> the phase a labelled pod ended in (its last version, or the watch's
@@ -497,7 +430,7 @@ class Disruptions:
         kind = "Warning" if over else "Normal"
         self.events.emit(Event(state.regarding, kind, REASON, note, action="Count"))
 
-    def _settled(self, state: _Budget, uid: str) -> bool:
+    def _settled(self, state: BudgetState, uid: str) -> bool:
         return state.record.settled(uid) or any(late.uid == uid for late in state.late)
 
     def _settle(self, pod: Mapping[str, Any], message: str) -> None:
@@ -661,23 +594,23 @@ class Disruptions:
             how = "lower"
         state.late.append(Late(uid, pod_name(pod), how))
 
-    def _state(self, regarding: Regarding) -> _Budget | None:
+    def _state(self, regarding: Regarding) -> BudgetState | None:
         """The workload's budget state: cached, else read (``None``: it is gone)."""
-        known = self._budgets.get(_key(regarding))
+        known = self._budgets.get(budget_key(regarding))
         if known is not None:
-            self._budgets.move_to_end(_key(regarding))
+            self._budgets.move_to_end(budget_key(regarding))
             return known
         found = self.workloads.of(regarding)
         if found is None:
             return None
         kind, obj = found
         meta = mapping(obj.get("metadata"))
-        state = _Budget(
+        state = BudgetState(
             kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()
         )
         if kind == "job":
             state.facts(obj)
-        self._budgets[_key(regarding)] = state
+        self._budgets[budget_key(regarding)] = state
         while len(self._budgets) > MOST:
             oldest = next(iter(self._budgets))
             if self._budgets[oldest].pending or self._budgets[oldest].late:
@@ -690,13 +623,13 @@ class Disruptions:
         write that failed waits for its back-off, one refused is given up
         (``webhook.controller.writes``)."""
         for state in [s for s in list(self._budgets.values()) if s.pending or s.late]:
-            key = _key(state.regarding)
+            key = budget_key(state.regarding)
             if not self.writes.ready(key):
                 continue
             try:
                 written = self._write(state)
             except Exception as err:
-                if not self.writes.failed(key, err, state.regarding, _unwritten(state)):
+                if not self.writes.failed(key, err, state.regarding, unwritten(state)):
                     self._budgets.pop(key, None)  # given up, or gone: read afresh next time
                 continue
             if written:
@@ -704,7 +637,7 @@ class Disruptions:
             else:
                 self.writes.forget(key)
 
-    def _write(self, state: _Budget) -> bool:
+    def _write(self, state: BudgetState) -> bool:
         """Write the record with the pending disruptions and the late pods (the Job's
         backoffLimit lowered in the same patch); on a conflict, read the workload again
         and apply them to its record and limit as they are now (``rewrite``). ``False``:
@@ -735,7 +668,7 @@ class Disruptions:
 
         written = rewrite(write, reread, self._conflict)
         if written is None:
-            self._budgets.pop(_key(ref), None)
+            self._budgets.pop(budget_key(ref), None)
             return False
         self.counters["writes"] += 1
         state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
@@ -750,7 +683,7 @@ class Disruptions:
         self.writes.conflict()
 
     # --- pods over the budget that failed unmarked (``settle_late``) ------------------------
-    def _with_late(self, state: _Budget) -> tuple[Record, int | None, list[tuple[Late, str]]]:
+    def _with_late(self, state: BudgetState) -> tuple[Record, int | None, list[tuple[Late, str]]]:
         """The record to write with the late pods marked, the Job's backoffLimit one lower
         for each that lowers it (``None``: not written), and how each counts, from the
         record and limit as last read (a pod the record marks already was written: an
@@ -767,7 +700,7 @@ class Disruptions:
             said.append((late, how if how != "lower" else f"lower:{limit - lowered}"))
         return record, (limit - lowered if lowered and limit is not None else None), said
 
-    def _wrote_late(self, state: _Budget, record: Record, said: list[tuple[Late, str]]) -> None:
+    def _wrote_late(self, state: BudgetState, record: Record, said: list[tuple[Late, str]]) -> None:
         """After the write: the record as written, and each late pod said."""
         state.record = record
         state.late.clear()
@@ -791,21 +724,6 @@ class Disruptions:
 
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
-
-
-def _key(regarding: Regarding) -> tuple[str, str]:
-    return (regarding.namespace, regarding.uid)
-
-
-def _unwritten(state: _Budget) -> str:
-    """What a record write that failed would have written, for the log and the Event."""
-    ref = state.regarding
-    pods = ", ".join(pod_name(pod) for pod, _ in state.pending[:5])
-    more = f" and {len(state.pending) - 5} more" if len(state.pending) > 5 else ""
-    return (
-        f"the disruption count on {ref.kind} {ref.namespace}/{ref.name} "
-        f"({len(state.pending)} disruptions: pods {pods}{more})"
-    )
 
 
 def _phase(pod: Mapping[str, Any]) -> Any:

@@ -55,7 +55,8 @@ from webhook.cluster.conditions import (
 )
 from webhook.cluster.events import Event
 from webhook.cluster.informer import Informer
-from webhook.controller.disruptions import MOST, Metrics
+from webhook.controller.budgetstate import Metrics
+from webhook.controller.disruptions import MOST
 from webhook.controller.records import MERGE_PATCH
 from webhook.controller.writes import CONFLICT, REFUSED, Writes, outcome
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED

@@ -28,7 +28,7 @@ CATEGORY = "category"
 #: What a failure's rules made of it (``webhook.controller.verdicts.VERDICTS``).
 VERDICTS = ("counted", "free", "failed")
 #: Why a disruption over max-disruptions whose pod failed unmarked is not counted
-#: (``webhook.controller.disruptions.UNCOVERED``).
+#: (``webhook.controller.budgetstate.UNCOVERED``).
 UNCOVERED_REASONS = ("jobset", "per_index", "backoff_limit_zero", "multikueue")
 
 
