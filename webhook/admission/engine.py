@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
+import orjson
 
 from webhook.admission import deletions
 from webhook.admission.jsondiff import diff
@@ -34,7 +35,7 @@ from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
 from webhook.kinds.base import ChecksUpdates, Restores
 from webhook.kinds.registry import lookup, view_of
-from webhook.kube.objects import controller_of, json_copy
+from webhook.kube.objects import controller_of
 from webhook.kube.owned import ALL, copy_owned
 from webhook.kube.scheduling import Placement
 from webhook.plan.outcome import Context, Outcome
@@ -398,6 +399,12 @@ def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
     ``webhook.kube.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
     owns = mutator.owns
     return json_copy(obj) if owns is ALL else copy_owned(obj, owns)
+
+
+def json_copy(obj: Any) -> Any:
+    """A deep copy of a JSON document: a round trip through orjson (C), far cheaper than
+    ``copy.deepcopy`` (admission's hot path: ``kube.owned.deep_copy`` elsewhere)."""
+    return orjson.loads(orjson.dumps(obj))
 
 
 def _evaluates(mutator: Any, request: Request) -> bool:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
 
 def mapping(value: Any) -> dict[str, Any]:
     """``value`` when it is a mapping, else an empty one: a field of the wrong JSON type
@@ -38,9 +36,3 @@ def get_path(obj: Any, path: Sequence[str | int]) -> Any:
         else:
             obj = obj.get(part) if isinstance(obj, dict) else None
     return obj
-
-
-def json_copy(obj: Any) -> Any:
-    """A deep copy of a JSON document: a round trip through orjson (C), far cheaper than
-    ``copy.deepcopy``."""
-    return orjson.loads(orjson.dumps(obj))

@@ -35,7 +35,8 @@ from webhook.kinds.workload import WRITTEN_SOURCES, get_path
 from webhook.kube import jobsetpolicy
 from webhook.kube.goregexp import Piece, Wild
 from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
-from webhook.kube.objects import items, json_copy, mapping
+from webhook.kube.objects import items, mapping
+from webhook.kube.owned import deep_copy
 from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
 from webhook.plan.model import PartPlan
 from webhook.plan.record import rule_id
@@ -97,7 +98,7 @@ def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
     """JobSet's own webhook sets an unset restartPolicy in a replicated Job's pod template
     to OnFailure: explain the templates with it, as their Jobs will run. Also returns the
     indexes of the replicated Jobs whose restartPolicy this defaulted."""
-    final = json_copy(subject.final)
+    final = deep_copy(subject.final)
     defaulted = set()
     for index, rjob in enumerate(items(get_path(final, ("spec", "replicatedJobs")))):
         pod_spec = get_path(rjob, ("template", "spec", "template", "spec"))
