@@ -55,6 +55,16 @@ class BudgetState:
     #: A MultiKueue worker's copy of a manager's Job: its spec is the manager's to decide.
     copy: bool = False
 
+    @classmethod
+    def read(
+        cls, kind: str, regarding: Regarding, version: str, record: Record, obj: Mapping[str, Any]
+    ) -> BudgetState:
+        """The state of a workload as read (``WorkloadStates``): a Job's spec taken too."""
+        state = cls(kind, regarding, version, record)
+        if kind == "job":
+            state.facts(obj)
+        return state
+
     def facts(self, obj: Mapping[str, Any]) -> None:
         """Take the Job's spec as read or written."""
         labels = mapping(mapping(obj.get("metadata")).get("labels"))

@@ -81,7 +81,7 @@ from webhook.controller.budgetstate import (
 from webhook.controller.jobsetpeers import JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
-from webhook.controller.records import Workloads
+from webhook.controller.records import Workloads, WorkloadStates
 from webhook.controller.writes import (
     CONFLICT,
     FENCED,
@@ -153,7 +153,9 @@ class Disruptions:
         self._handled: OrderedDict[tuple[str, str], None] = OrderedDict()
         #: (namespace, UID) of a workload -> its budget state: a pod names its workload by
         #: UID labels it could carry in any namespace, so the namespace is part of the key.
-        self._budgets: OrderedDict[tuple[str, str], BudgetState] = OrderedDict()
+        self._budgets: WorkloadStates[BudgetState] = WorkloadStates(
+            self.workloads, BudgetState.read, lambda s: bool(s.pending or s.late), MOST
+        )
         #: The workers that write conditions (while ``run`` runs; else, inline).
         self._pool: ThreadPoolExecutor | None = None
         #: Pod UID -> the phase a labelled pod ended in (its last version, or the watch's
@@ -595,28 +597,8 @@ class Disruptions:
         state.late.append(Late(uid, pod_name(pod), how))
 
     def _state(self, regarding: Regarding) -> BudgetState | None:
-        """The workload's budget state: cached, else read (``None``: it is gone)."""
-        known = self._budgets.get(budget_key(regarding))
-        if known is not None:
-            self._budgets.move_to_end(budget_key(regarding))
-            return known
-        found = self.workloads.of(regarding)
-        if found is None:
-            return None
-        kind, obj = found
-        meta = mapping(obj.get("metadata"))
-        state = BudgetState(
-            kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()
-        )
-        if kind == "job":
-            state.facts(obj)
-        self._budgets[budget_key(regarding)] = state
-        while len(self._budgets) > MOST:
-            oldest = next(iter(self._budgets))
-            if self._budgets[oldest].pending or self._budgets[oldest].late:
-                break
-            del self._budgets[oldest]
-        return state
+        """The workload's budget state: kept, else read (``None``: it is gone)."""
+        return self._budgets.of(regarding)
 
     def flush(self) -> None:
         """Write the disruptions counted since the last write, each workload's at once; a

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from webhook.cluster.conditions import pod_name
 from webhook.cluster.events import Regarding
 from webhook.cluster.record import Record
-from webhook.controller.records import Workloads
+from webhook.controller.records import Workloads, WorkloadStates
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.objects import mapping
 from webhook.plan.causes import disruption_scope
@@ -71,7 +70,12 @@ class FreeBudgets:
         self.workloads = workloads
         self.writes = writes
         self._lock = threading.Lock()
-        self._states: OrderedDict[tuple[str, str], _State] = OrderedDict()
+        self._states: WorkloadStates[_State] = WorkloadStates(
+            workloads,
+            lambda kind, ref, version, record, _: _State(kind, ref, version, record),
+            lambda s: bool(s.pending),
+            MOST,
+        )
         self.counters = {"free": 0, "over": 0, "writes": 0, "conflicts": 0}
 
     def decide(self, pod: Mapping[str, Any], regarding: Regarding, budget: int) -> Decision | None:
@@ -94,26 +98,7 @@ class FreeBudgets:
             return Decision(number, over, False, where)
 
     def _state(self, regarding: Regarding) -> _State | None:
-        key = (regarding.namespace, regarding.uid)
-        known = self._states.get(key)
-        if known is not None:
-            self._states.move_to_end(key)
-            return known
-        found = self.workloads.of(regarding)
-        if found is None:
-            return None
-        kind, obj = found
-        meta = mapping(obj.get("metadata"))
-        state = _State(
-            kind, regarding, str(meta.get("resourceVersion") or ""), Record.of(obj) or Record()
-        )
-        self._states[key] = state
-        while len(self._states) > MOST:
-            oldest = next(iter(self._states))
-            if self._states[oldest].pending:
-                break
-            del self._states[oldest]
-        return state
+        return self._states.of(regarding)
 
     def flush(self) -> None:
         """Write each workload's pending count; a write that failed waits for its back-off,

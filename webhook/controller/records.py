@@ -7,9 +7,11 @@ since. A writer then reads it again and recomputes, so no writer's change is los
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
-from webhook.cluster.record import ANNOTATION, JOBSETS
+from webhook.cluster.record import ANNOTATION, JOBSETS, Record
 from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -90,3 +92,45 @@ class Workloads:
             )
         result: dict[str, Any] = json.loads(resp.data)
         return result
+
+
+S = TypeVar("S")
+#: What a ``WorkloadStates`` makes a state of: the workload's kind ("job" or "jobset"),
+#: the Event reference it was read for, its resourceVersion and record as read, and the
+#: object itself.
+Make = Callable[[str, Any, str, Record, Mapping[str, Any]], S]
+
+
+class WorkloadStates(OrderedDict[tuple[str, str], S], Generic[S]):
+    """Per-workload state of a reconciler, keyed by (namespace, UID), made from the
+    workload as read (``Workloads.of``) the first time it is asked for, and kept for the
+    ``most`` workloads asked for last: the oldest goes first, but never one with writes
+    still to make (``busy``), which stays however many come."""
+
+    def __init__(self, workloads: Workloads, make: Make[S], busy: Callable[[S], bool], most: int):
+        super().__init__()
+        self.workloads = workloads
+        self.make = make
+        self.busy = busy
+        self.most = most
+
+    def of(self, regarding: Any) -> S | None:
+        """The workload's state: kept, else read (``None``: it is gone or replaced)."""
+        key = (regarding.namespace, regarding.uid)
+        known = self.get(key)
+        if known is not None:
+            self.move_to_end(key)
+            return known
+        found = self.workloads.of(regarding)
+        if found is None:
+            return None
+        kind, obj = found
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        state = self.make(kind, regarding, version, Record.of(obj) or Record(), obj)
+        self[key] = state
+        while len(self) > self.most:
+            oldest = next(iter(self))
+            if self.busy(self[oldest]):
+                break
+            del self[oldest]
+        return state
