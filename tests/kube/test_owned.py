@@ -24,7 +24,6 @@ from webhook.cluster.attempts import AttemptLookup
 from webhook.cluster.facts import NoCluster
 from webhook.kinds import registry as defaults
 from webhook.kinds.registry import lookup
-from webhook.kube.objects import json_copy
 from webhook.kube.owned import ALL, SHALLOW, Each, copy_owned, deep_copy
 from webhook.plan.outcome import Context
 
@@ -112,7 +111,7 @@ def _both_ways(obj: dict[str, Any], config, attempts) -> None:
     assert mutator is not None and mutator.owns is not ALL
     before = orjson.dumps(obj)
     outcomes = []
-    for editable in (json_copy(obj), engine.editable(mutator, obj)):
+    for editable in (engine.json_copy(obj), engine.editable(mutator, obj)):
         ctx = Context(config, attempts, "ml", "CREATE")
         try:
             outcome = mutator.mutate(editable, ctx)
