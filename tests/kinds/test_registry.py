@@ -102,14 +102,16 @@ def test_each_kind_names_its_explainer_and_simulator_in_its_folder():
         assert callable(spec.simulator.load().run), spec.kind
 
 
-def test_the_admission_path_imports_no_explainer_nor_simulator():
+def test_the_admission_path_imports_no_explainer_nor_simulator_nor_story():
     """What admission never runs stays unloaded in a server's process: the kinds name
-    their explainers and simulators (``kinds.base.Named``), explain imports them."""
+    their explainers, simulators and story facts (``kinds.base.Named``), explain and
+    status import them."""
     code = (
         "import sys\n"
         "import webhook.admission.engine, webhook.kinds.registry, webhook.serving.app\n"
         "print(sorted(m for m in sys.modules if m.startswith('webhook.') and"
-        " (m.rsplit('.', 1)[-1] in ('explain', 'simulate', 'explaining', 'inplacewords'))))"
+        " (m.rsplit('.', 1)[-1] in ('explain', 'simulate', 'explaining', 'inplacewords',"
+        " 'story'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
@@ -149,8 +151,8 @@ def test_a_printed_review_names_each_kinds_resource():
         }
 
 
-def test_status_reads_every_kind_that_says_how_its_jobs_are_found():
-    assert STATUS_KINDS == tuple(spec for spec in KINDS if spec.children is not None)
+def test_status_reads_every_kind_that_names_its_story_facts():
+    assert STATUS_KINDS == tuple(spec for spec in KINDS if spec.story is not None)
     assert {spec.kind for spec in STATUS_KINDS} == {
         "Job",
         "CronJob",
