@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from webhook.kube.jobcontroller import exceeds_backoff_limit
 from webhook.kube.objects import items, mapping
@@ -102,6 +102,16 @@ class Made:
 Children = OwnJob | Controlled | Labelled | Made
 
 
+class Replayed(Protocol):
+    """What audited defaults would have done to a workload told as a whole (its
+    ``RetryPolicyAudit`` Event's sentence)."""
+
+    verdict: str
+    saved: Mapping[str, float]
+
+    def sentence(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class StoryFacts:
     """What ``status`` tells one kind's story with."""
@@ -125,6 +135,17 @@ class StoryFacts:
     role: Callable[[Mapping[str, Any]], str] | None = None
     #: Its Jobs carry only its template's metadata: its audit record is theirs.
     audits_its_jobs: bool = False
+    #: Its audit replayed as a whole, from its own record (``None``: not audited, or
+    #: nothing to tell yet); a kind without one is told Job by Job.
+    replay: Callable[[Mapping[str, Any]], Replayed | None] | None = None
+    #: Where its own rules are, besides its JobSpecs' podFailurePolicy (a set's failure
+    #: policy): the webhook's among them are told as the webhook's.
+    rules_at: tuple[str, ...] = ()
+    #: The names of the rules the webhook writes there for fail-non-retriable (how a
+    #: version-1 record, which keeps no rules' origins, is read).
+    rule_names: tuple[str, ...] = ()
+    #: The label its Jobs' pods carry their run by: a pod's attempts are its runs.
+    run_label: str = ""
     #: Served by every API server (not a custom resource, whose CRD may be missing).
     built_in: bool = False
 

@@ -8,10 +8,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.cluster.record import Record
+from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kinds.story import (
     Budget,
     Decision,
     Labelled,
+    Replayed,
     StoryFacts,
     as_int,
     final_condition,
@@ -19,7 +22,9 @@ from webhook.kinds.story import (
     used_text,
 )
 from webhook.kube.objects import mapping
-from webhook.kube.wellknown import JOBSET_NAME, JOBSET_UID
+from webhook.kube.wellknown import JOBSET_NAME, JOBSET_UID, RESTART_ATTEMPT
+from webhook.plan.audit import AuditRecord
+from webhook.plan.jobsetreplay import replay_jobset
 
 KIND = "JobSet"
 
@@ -57,6 +62,13 @@ def jobset_decision(jobset: Mapping[str, Any]) -> Decision | None:
     return final_condition(jobset, subject(KIND, jobset), ("Completed",))
 
 
+def replay(jobset: Mapping[str, Any]) -> Replayed | None:
+    """Its audit, told as a whole from its own record once it has ended
+    (``webhook.plan.jobsetreplay``): its child Jobs are its runs' parts."""
+    audit = AuditRecord.of(jobset)
+    return replay_jobset(jobset, audit, Record.of(jobset)) if audit is not None else None
+
+
 STORY = StoryFacts(
     # The set's own Jobs: controlled by it (or, JobSet >= v0.9.0, labelled with its UID).
     Labelled(JOBSET_NAME, JOBSET_UID),
@@ -64,4 +76,8 @@ STORY = StoryFacts(
     decision=jobset_decision,
     counts_its_pods=True,
     first_failed=FIRST_FAILED,
+    replay=replay,
+    rules_at=("spec", "failurePolicy"),
+    rule_names=(RULE_NAME,),
+    run_label=RESTART_ATTEMPT,
 )
