@@ -165,6 +165,23 @@ def test_status_reads_every_kind_that_names_its_story_facts():
             assert parse_ref(f"{name}/train").kind is spec
 
 
+def test_each_kind_status_tells_names_its_story_facts_in_its_folder():
+    """A kind's story facts are in its folder (``kinds/<kind>/story.py``), and what its
+    controller makes for it (``kinds.story.Made``) is a kind status tells too."""
+    from webhook.kinds.story import Made, StoryFacts
+
+    for spec in STATUS_KINDS:
+        assert spec.story is not None
+        assert spec.story.module == f"webhook.kinds.{spec.kind.lower()}.story"
+        facts = spec.story.load()
+        assert isinstance(facts, StoryFacts), spec.kind
+        if isinstance(facts.children, Made):
+            made = registry.spec_for(
+                facts.children.group, facts.children.version, facts.children.kind
+            )
+            assert made in STATUS_KINDS, (spec.kind, facts.children)
+
+
 def test_the_charts_kind_switches_are_the_registrys():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values["webhook"]["kinds"]) == {spec.chart_key for spec in KINDS}
