@@ -11,8 +11,8 @@ The packages, from the request inward:
   objects reviewed as the API server would, JUnit and SARIF reports.
 - ``policytest``: suites of admission and retry-outcome cases (``retry-webhook test``).
 - ``kinds``: one folder per kind (its mutator, editing a copy of the object; its explainer
-  and simulator), and the one list of kinds (``kinds.registry``); the views a mutator
-  runs on.
+  and simulator; its story facts for ``status``), and the one list of kinds
+  (``kinds.registry``); the views a mutator runs on.
 - ``plan``: the retry plan the kinds write and their readers share: the outcome of a
   policy run, the applied record, the per-cause rules, the plan as typed values, and the
   values an explanation and a simulation are made of.

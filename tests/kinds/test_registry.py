@@ -102,14 +102,16 @@ def test_each_kind_names_its_explainer_and_simulator_in_its_folder():
         assert callable(spec.simulator.load().run), spec.kind
 
 
-def test_the_admission_path_imports_no_explainer_nor_simulator():
+def test_the_admission_path_imports_no_explainer_nor_simulator_nor_story():
     """What admission never runs stays unloaded in a server's process: the kinds name
-    their explainers and simulators (``kinds.base.Named``), explain imports them."""
+    their explainers, simulators and story facts (``kinds.base.Named``), explain and
+    status import them."""
     code = (
         "import sys\n"
         "import webhook.admission.engine, webhook.kinds.registry, webhook.serving.app\n"
         "print(sorted(m for m in sys.modules if m.startswith('webhook.') and"
-        " (m.rsplit('.', 1)[-1] in ('explain', 'simulate', 'explaining', 'inplacewords'))))"
+        " (m.rsplit('.', 1)[-1] in ('explain', 'simulate', 'explaining', 'inplacewords',"
+        " 'story'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
@@ -149,8 +151,8 @@ def test_a_printed_review_names_each_kinds_resource():
         }
 
 
-def test_status_reads_every_kind_that_says_how_its_jobs_are_found():
-    assert STATUS_KINDS == tuple(spec for spec in KINDS if spec.children is not None)
+def test_status_reads_every_kind_that_names_its_story_facts():
+    assert STATUS_KINDS == tuple(spec for spec in KINDS if spec.story is not None)
     assert {spec.kind for spec in STATUS_KINDS} == {
         "Job",
         "CronJob",
@@ -161,6 +163,23 @@ def test_status_reads_every_kind_that_says_how_its_jobs_are_found():
     for spec in STATUS_KINDS:
         for name in spec.names:
             assert parse_ref(f"{name}/train").kind is spec
+
+
+def test_each_kind_status_tells_names_its_story_facts_in_its_folder():
+    """A kind's story facts are in its folder (``kinds/<kind>/story.py``), and what its
+    controller makes for it (``kinds.story.Made``) is a kind status tells too."""
+    from webhook.kinds.story import Made, StoryFacts
+
+    for spec in STATUS_KINDS:
+        assert spec.story is not None
+        assert spec.story.module == f"webhook.kinds.{spec.kind.lower()}.story"
+        facts = spec.story.load()
+        assert isinstance(facts, StoryFacts), spec.kind
+        if isinstance(facts.children, Made):
+            made = registry.spec_for(
+                facts.children.group, facts.children.version, facts.children.kind
+            )
+            assert made in STATUS_KINDS, (spec.kind, facts.children)
 
 
 def test_the_charts_kind_switches_are_the_registrys():

@@ -1,6 +1,6 @@
 """What a kind is made of: its mutator (``Mutator``) and its entry in the registry
-(``KindSpec``, listed in ``kinds.registry.KINDS``), which names its explainer and its
-simulator too (``Named``: not imported on the admission path).
+(``KindSpec``, listed in ``kinds.registry.KINDS``), which names its explainer, its
+simulator and its story facts too (``Named``: not imported on the admission path).
 
 A mutator edits a deep copy of the admitted object in place and reports, as values,
 what it changed (each change becomes a warning) and what is wrong (each problem
@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 from webhook.kube.owned import Owned
 from webhook.plan.explained import Explainer
@@ -22,6 +22,9 @@ from webhook.plan.outcome import Context, Outcome
 from webhook.plan.simulation import Simulator
 from webhook.policy.config import Config
 from webhook.problems import Problem
+
+if TYPE_CHECKING:  # (not imported on the admission path: ``Named``)
+    from webhook.kinds.story import StoryFacts
 
 #: (record path, field path) of each JobSpec of a workload: ``spec``, a CronJob's
 #: ``spec.jobTemplate.spec``, a JobSet's ``spec.replicatedJobs[<name>].template.spec``.
@@ -80,11 +83,6 @@ class ChecksUpdates(Protocol):
 
 #: What the policy reads of an object (``kinds.view``); ``None``: run on the whole object.
 View = Callable[[Mapping[str, Any], "Config | None"], "dict[str, Any] | None"]
-#: How ``status`` finds the Jobs a workload's story is told by (``status.reader``):
-#: "self" (a Job), "controlled" (the Jobs it controls: a CronJob's), "jobset" (its Jobs by
-#: the JobSet's name label), "jobset-of" (the JobSet of its name it controls: a TrainJob's),
-#: "job-of" (the Job of its name it controls: a RayJob's submitter).
-Children = Literal["self", "controlled", "jobset", "jobset-of", "job-of"]
 
 
 T = TypeVar("T")
@@ -92,9 +90,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Named(Generic[T]):
-    """What a kind names but admission never runs (its explainer, its simulator): a module
-    and a name in it, imported when first asked for, so that the admission path does not
-    load them (``tests/kinds/test_registry.py`` holds it to that)."""
+    """What a kind names but admission never runs (its explainer, its simulator, its story
+    facts for ``status``): a module and a name in it, imported when first asked for, so
+    that the admission path does not load them (``tests/kinds/test_registry.py`` holds it
+    to that)."""
 
     module: str
     name: str
@@ -128,8 +127,9 @@ class KindSpec:
     #: ``None``: a custom resource whose schema defaults change no result).
     defaulter: Callable[[dict[str, Any]], None] | None = None
     view: View | None = None
-    #: How ``status`` finds its Jobs (``None``: ``status`` does not tell this kind).
-    children: Children | None = None
+    #: What ``status`` tells its story with (``kinds/<kind>/story.py``: how its Jobs are
+    #: found, its own state, budgets and decision); ``None``: ``status`` does not tell it.
+    story: Named[StoryFacts] | None = None
     #: What says its retry plan in words (``kinds/<kind>/explain.py``; ``webhook.explain``
     #: looks it up here); ``None``: ``explain`` does not cover it.
     explainer: Named[Explainer] | None = None

@@ -1,9 +1,10 @@
 """The one list of kinds (``KINDS``), and what is looked up in it: a kind's mutator, its
-view, its API defaulting, its resource name, the names users type, and its explainer and
-simulator (``explain``).
+view, its API defaulting, its resource name, the names users type, its explainer and
+simulator (``explain``), and its story facts (``status``).
 
 Adding a kind is one folder (``kinds/<kind>/``: ``mutate.py``, ``explain.py``, a
-``simulate.py`` when its controller counts its own way, and ``SPEC`` in its
+``simulate.py`` when its controller counts its own way, a ``story.py`` when ``status``
+tells it, and ``SPEC`` in its
 ``__init__``) and one line here; the chart's kind list is held to this one by
 ``tests/kinds/test_registry.py``.
 """

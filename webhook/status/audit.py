@@ -1,9 +1,9 @@
 """What audited defaults would have done, in ``retry-webhook status``: for each ended Job of
 an audited workload (``retry-policy.dev/audit``), the sentence its ``RetryPolicyAudit``
 Event says (``webhook.plan.replay``, the same replay the controller runs), from the Job and
-its record as read. A Job that runs is told nothing yet. A JobSet is told as a whole, from
-its own record, once it has ended (``webhook.plan.jobsetreplay``): its child Jobs are its
-runs' parts."""
+its record as read. A Job that runs is told nothing yet. A kind whose story facts replay it
+whole (``StoryFacts.replay``: a JobSet, from its own record once it has ended) is told as
+a whole: its child Jobs are its runs' parts."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cluster.record import Record
+from webhook.kinds import registry
+from webhook.kinds.story import Replayed
 from webhook.kube.objects import mapping
 from webhook.plan.audit import AuditRecord
-from webhook.plan.jobsetreplay import replay_jobset
 from webhook.plan.replay import CRONJOB_PART, replay
 
 
 @dataclass(frozen=True)
 class AuditLine:
-    job: str | None  # None: a JobSet, told as a whole
+    job: str | None  # None: the workload, told as a whole
     sentence: str
     differed: str  # true, false, unknown (as the metric's label)
     saved: Mapping[str, float] = field(default_factory=dict)
@@ -28,9 +29,11 @@ class AuditLine:
 
 def audit_lines(workload: Mapping[str, Any], jobs: list[dict[str, Any]]) -> list[AuditLine]:
     """The sentence for each ended Job of ``workload`` (a Job, or a CronJob's Jobs), or
-    for ``workload`` itself when it is a JobSet."""
-    if workload.get("kind") == "JobSet":
-        return _jobset_line(workload)
+    for ``workload`` itself when its kind replays it whole (a JobSet)."""
+    kind = registry.kind_of(workload)
+    facts = kind.story.load() if kind is not None and kind.story is not None else None
+    if facts is not None and facts.replay is not None:
+        return _whole_line(facts.replay(workload))
     out = []
     for job in jobs:
         own = AuditRecord.of(job)
@@ -48,9 +51,7 @@ def audit_lines(workload: Mapping[str, Any], jobs: list[dict[str, Any]]) -> list
     return out
 
 
-def _jobset_line(jobset: Mapping[str, Any]) -> list[AuditLine]:
-    audit = AuditRecord.of(jobset)
-    result = replay_jobset(jobset, audit, Record.of(jobset)) if audit is not None else None
+def _whole_line(result: Replayed | None) -> list[AuditLine]:
     if result is None:
         return []
     return [AuditLine(None, result.sentence(), result.verdict, result.saved)]

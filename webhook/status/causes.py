@@ -12,6 +12,7 @@ from webhook.cluster.conditions import condition as pod_condition
 from webhook.cluster.conditions import label_value
 from webhook.cluster.deletions import REASON as DELETION_BY_DISRUPTOR
 from webhook.cluster.record import Record
+from webhook.kinds.story import Budget, DisruptionBudget
 from webhook.kube import failurepolicy, podspec
 from webhook.kube.jobcontroller import pod_from_template
 from webhook.kube.objects import items, mapping
@@ -26,14 +27,7 @@ from webhook.plan.causes import (
 from webhook.policy.grammar import parse_count, parse_restart_budget
 from webhook.policy.model import PREFIX
 from webhook.status.explained import applied_record, job_specs
-from webhook.status.model import (
-    Attempt,
-    Budget,
-    DisruptionBudget,
-    DisruptionCount,
-    InPlace,
-    PeerMark,
-)
+from webhook.status.model import Attempt, DisruptionCount, InPlace, PeerMark
 
 #: What the webhook and its controller write in their conditions' messages (read back here;
 #: the tests make them with the writers): ``DeletionMarker.mark``

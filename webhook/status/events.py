@@ -6,10 +6,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.kinds.story import as_int
 from webhook.kube.objects import mapping
 from webhook.status.attempts import utc_time
 from webhook.status.model import EventLine
-from webhook.status.workloads import as_int
 
 # --- Events -----------------------------------------------------------------------------
 

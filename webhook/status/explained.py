@@ -12,7 +12,6 @@ from typing import Any
 
 from webhook import explain
 from webhook.kinds import registry
-from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kube import failurepolicy
 from webhook.kube.objects import get_path, items, mapping
 from webhook.plan.outcome import Outcome
@@ -62,7 +61,7 @@ def origin_of(rule: Any, record: AppliedRecord) -> str | None:
     if record.version >= 2:
         return record.origin(rule)
     if "failNonRetriable" in record and (
-        rule.get("name") == RULE_NAME
+        rule.get("name") in _fail_non_retriable_names()
         or failurepolicy.is_non_retriable_rule(rule)
         or failurepolicy.rule_key(rule)
         == failurepolicy.rule_key(failurepolicy.count_disruptions_rule())
@@ -80,6 +79,18 @@ def origin_of(rule: Any, record: AppliedRecord) -> str | None:
         ):
             return name
     return None
+
+
+def _fail_non_retriable_names() -> tuple[str, ...]:
+    """The names of the rules the webhook writes for fail-non-retriable in a kind's own
+    policy (``StoryFacts.rule_names``: a JobSet's); a tuple, as a rule's name read from a
+    file may be of any JSON type."""
+    return tuple(
+        name
+        for kind in registry.KINDS
+        if kind.story is not None
+        for name in kind.story.load().rule_names
+    )
 
 
 #: Set by the API server or the controllers, not by whoever wrote the manifest.
@@ -131,12 +142,22 @@ def without_ours(obj: Mapping[str, Any]) -> dict[str, Any]:
             spec.pop("podFailurePolicy", None)
         elif rules:
             policy["rules"] = kept
-    if out.get("kind") == "JobSet":
-        policy = mapping(mapping(out.get("spec")).get("failurePolicy"))
+    for policy in _own_policies(out):
         rules = items(policy.get("rules"))
         if rules:
             policy["rules"] = [r for r in rules if origin_of(r, record) is None]
     return out
+
+
+def _own_policies(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The policy holding ``obj``'s own rules, besides its JobSpecs' (``StoryFacts.rules_at``:
+    a JobSet's failure policy), as the rules are found in it (empty when absent)."""
+    kind = registry.kind_of(obj)
+    facts = kind.story.load() if kind is not None and kind.story is not None else None
+    if facts is None or not facts.rules_at:
+        return []
+    *path, last = facts.rules_at
+    return [mapping(mapping(get_path(obj, path)).get(last))]
 
 
 #: What ``status`` tells a version-1 record's plan with (``readmit``, given by the layer
@@ -218,8 +239,7 @@ def our_rules(obj: Mapping[str, Any], record: AppliedRecord) -> list[tuple[Any, 
     """The rules in ``obj`` the webhook wrote, each with the annotation it wrote it for."""
     found = []
     policies = [mapping(spec.get("podFailurePolicy")) for spec in job_specs(obj)]
-    if obj.get("kind") == "JobSet":
-        policies.append(mapping(mapping(obj.get("spec")).get("failurePolicy")))
+    policies += _own_policies(obj)
     for policy in policies:
         for rule in items(policy.get("rules")):
             name = origin_of(rule, record)

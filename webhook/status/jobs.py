@@ -7,6 +7,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster.attempts import job_failed_count
+from webhook.kinds.story import (
+    ENDING,
+    Budget,
+    Decision,
+    as_int,
+    final_condition,
+    job_state,
+    retries_left,
+)
 from webhook.kube.jobcontroller import exceeds_backoff_limit, parse_failjob_message
 from webhook.kube.jobsetpolicy import PEER_MESSAGE_PREFIX
 from webhook.kube.objects import items, mapping
@@ -25,10 +34,9 @@ from webhook.status.causes import (
     next_disruption,
 )
 from webhook.status.explained import applied_record, origin_of
-from webhook.status.model import Attempt, Budget, Decision, JobStory
+from webhook.status.model import Attempt, JobStory
 from webhook.status.nextattempt import LiveAttempts, next_attempt
-from webhook.status.reader import Tree
-from webhook.status.workloads import ENDING, as_int, final_condition, job_state, retries_left
+from webhook.status.reader import Tree, facts_of
 
 # --- one Job ----------------------------------------------------------------------------
 
@@ -70,8 +78,8 @@ def job_story(
         run = labels.get(RESTART_ATTEMPT, "0")
         rjob = labels[REPLICATED_JOB]
         story.role = f"replicatedJob {rjob}, job index {index}, run {run}"
-    elif tree.kind.kind == "CronJob":
-        story.role = f"created {created_at(job)}"
+    elif (role := facts_of(tree.kind).role) is not None:
+        story.role = role(job)
     story.budgets = _job_budgets(job, attempts, counted, pods)
     running = story.state in ("Running", "Pending")
     if own:

@@ -1,5 +1,6 @@
-"""What ``status`` tells, as values: a workload's story, its Jobs, their attempts,
-budgets and decisions, and the next attempt (``render`` prints them)."""
+"""What ``status`` tells, as values: a workload's story, its Jobs, their attempts and
+the next attempt (``render`` prints them); the budgets and decisions, which each kind's
+story facts build too, are ``kinds.story``'s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from webhook import explain
 from webhook.cluster.limits import LimitLookup
 from webhook.cluster.nodes import NodeAnswer
+from webhook.kinds.story import Budget, Decision
 from webhook.kube.scheduling import Placement
 from webhook.status import audit as audit_
 
@@ -103,27 +105,6 @@ class Category:
 
 
 @dataclass
-class Budget:
-    what: str
-    field: str
-    limit: int | None
-    used: int
-    text: str
-    #: ``max-disruptions`` only: the disruptions free and counted, the index (an Indexed
-    #: Job's with a budget per index), and what the next one does ("free", "counted";
-    #: ``None`` when the workload has ended).
-    disruptions: DisruptionBudget | None = None
-
-
-@dataclass
-class DisruptionBudget:
-    free: int
-    counted: int
-    index: int | None
-    next: str | None
-
-
-@dataclass
 class MemoryChange:
     container: str
     kind: str  # "request" or "limit"
@@ -154,26 +135,6 @@ class NextAttempt:
     changes: list[str] = field(default_factory=list)
     #: What ``attempt`` counts: a Job's attempts, or (a JobSet's pod) the set's runs.
     unit: str = "attempt"
-
-
-@dataclass
-class Decision:
-    """Why a finished (or finishing) object ended: its condition, and for a Job failed by
-    its podFailurePolicy, the rule and who wrote it."""
-
-    subject: str
-    condition: str
-    reason: str
-    message: str
-    time: str | None = None
-    rule: int | None = None
-    action: str | None = None
-    origin: str | None = None
-    annotation: str | None = None
-    pod: str | None = None
-    container: str | None = None
-    exit_code: int | None = None
-    pod_condition: str | None = None
 
 
 @dataclass

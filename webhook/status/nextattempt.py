@@ -25,13 +25,13 @@ from webhook.kube.gates import NOT_BEFORE
 from webhook.kube.jobcontroller import pod_from_template
 from webhook.kube.objects import items, mapping
 from webhook.kube.scheduling import Placement
-from webhook.kube.wellknown import JOB_UID_LABEL, RESTART_ATTEMPT
+from webhook.kube.wellknown import JOB_UID_LABEL
 from webhook.plan.outcome import Context
 from webhook.policy.config import Config
 from webhook.status.attempts import index_failures, job_rules
 from webhook.status.explained import applied_record
 from webhook.status.model import Attempt, Delay, Lookups, MemoryChange, NextAttempt
-from webhook.status.reader import Tree
+from webhook.status.reader import KINDS, Tree, facts_of
 
 # --- the next attempt -------------------------------------------------------------------
 
@@ -117,8 +117,9 @@ def next_attempt(
         non_spot=record.get("nonSpot") if isinstance(record.get("nonSpot"), bool) else None,
         changes=[w.removeprefix("retry-policy: ") for w in warnings],
     )
-    if mapping(mapping(pod.get("metadata")).get("labels")).get(RESTART_ATTEMPT):
-        out.unit = "JobSet run"  # its pods place themselves by the set's runs
+    runs = _runs_of(mapping(mapping(pod.get("metadata")).get("labels")))
+    if runs is not None:
+        out.unit = f"{runs} run"  # its pods place themselves by the set's runs
     if out.attempt is None:
         counted = source.job_failures("", "", str(meta.get("uid"))).failures
         out.attempt = counted + 1 if isinstance(counted, int) else None
@@ -129,6 +130,16 @@ def next_attempt(
         out.avoided_by = "preference" if record.get("avoidedBy") == "preference" else "requirement"
     out.delay = delay_of(pods, now) or _planned_delay(result, now)
     return out
+
+
+def _runs_of(labels: Mapping[str, Any]) -> str | None:
+    """The kind whose runs a pod with these labels counts its attempts by
+    (``StoryFacts.run_label``: a JobSet's, restarted whole); ``None``: its Job's."""
+    for kind in KINDS:
+        label = facts_of(kind).run_label
+        if label and labels.get(label):
+            return kind.kind
+    return None
 
 
 def planned_pod(

@@ -7,7 +7,8 @@ ServiceAccount) and asks the API server only what a user who may ``get`` the wor
 itself is a ``StatusError`` (nothing can be shown), an error on a part (pods, Events,
 child Jobs) is kept in ``Tree.unread`` and the rest is shown.
 
-Requests, by kind (what each controller makes and how its objects are found):
+Requests, by kind (what each controller makes and how its objects are found: each kind's
+story facts, ``kinds/<kind>/story.py``, say how):
 
 - Job (batch/v1): GET the Job; list its pods by ``batch.kubernetes.io/controller-uid``
   (the API server puts that label on the template, ``generateSelector`` in
@@ -45,25 +46,31 @@ from typing import Any
 from webhook.cluster.events import REPORTING_CONTROLLER
 from webhook.kinds import registry
 from webhook.kinds.base import KindSpec
+from webhook.kinds.story import Controlled, Labelled, Made, OwnJob, StoryFacts
 from webhook.kube import apiclient
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import JOB_UID_LABEL, JOBSET_NAME, JOBSET_UID
+from webhook.kube.wellknown import JOB_UID_LABEL
 from webhook.plan.audit import AUDIT
 
 #: Seconds for one request (connect, read).
 TIMEOUT = (5, 20)
-#: A CronJob's Jobs shown: the latest ones (by creation).
-LATEST_JOBS = 3
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-#: A workload kind ``status`` reads: where it is served, the names users type, and how
-#: its Jobs are found (``KindSpec.children``).
+#: A workload kind ``status`` reads: where it is served, the names users type, and what
+#: its story is told with (``KindSpec.story``).
 Kind = KindSpec
-#: The kinds ``status`` tells: the registry's that say how their Jobs are found.
-KINDS = tuple(spec for spec in registry.KINDS if spec.children is not None)
+#: The kinds ``status`` tells: the registry's that name their story facts.
+KINDS = tuple(spec for spec in registry.KINDS if spec.story is not None)
 _BY_NAME = {name: kind for kind in KINDS for name in kind.names}
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def facts_of(kind: Kind) -> StoryFacts:
+    """What ``kind``'s story is told with (one of ``KINDS``)."""
+    if kind.story is None:
+        raise StatusError(f"status does not tell a {kind.kind}")
+    return kind.story.load()
 
 
 class StatusError(Exception):
@@ -184,10 +191,8 @@ class Reader:
     def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any]:
         what = f"{kind.kind} {namespace}/{name}"
         opts = {"_preload_content": False, "_request_timeout": TIMEOUT}
-        if (kind.group, kind.kind) == ("batch", "Job"):
-            return _call(what, lambda: self.batch.read_namespaced_job(name, namespace, **opts))
-        if (kind.group, kind.kind) == ("batch", "CronJob"):
-            return _call(what, lambda: self.batch.read_namespaced_cron_job(name, namespace, **opts))
+        # (the custom objects API GETs any kind by group, version and plural: a Job's
+        # path is the one the batch API's read_namespaced_job GETs)
         return _call(
             what,
             lambda: self.custom.get_namespaced_custom_object(
@@ -258,13 +263,15 @@ class Tree:
 
     kind: Kind
     workload: dict[str, Any]
-    #: A TrainJob's JobSet (``None`` for other kinds, or before the trainer made it).
-    jobset: dict[str, Any] | None = None
-    #: A Job's CronJob, read when the Job has no audit record of its own: the CronJob
-    #: holds the one its Jobs are replayed against.
-    cronjob: dict[str, Any] | None = None
+    #: What its controller made for it, told in its place (``kinds.story.Made``: a
+    #: TrainJob's JobSet), and its kind; ``None``: nothing (yet), or its Jobs are its own.
+    made: dict[str, Any] | None = None
+    made_kind: Kind | None = None
+    #: A Job's owner that holds its audit record (``StoryFacts.audits_its_jobs``: a
+    #: CronJob's), read when the Job has no record of its own.
+    auditor: dict[str, Any] | None = None
     jobs: list[dict[str, Any]] = field(default_factory=list)
-    #: A CronJob's Jobs older than the latest shown, by name (newest first).
+    #: Jobs older than the latest shown (``kinds.story.Controlled``), by name (newest first).
     older_jobs: list[str] = field(default_factory=list)
     #: Job UID -> its pods.
     pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -280,23 +287,7 @@ def read_tree(reader: Reader, ref: Ref, namespace: str) -> Tree:
     except Unreadable as err:
         raise StatusError(_workload_error(err, ref, namespace)) from None
     tree = Tree(ref.kind, workload)
-    uid = mapping(workload.get("metadata")).get("uid")
-    children = ref.kind.children
-    if children == "self":
-        tree.jobs = [workload]
-        tree.cronjob = _audited_cronjob(reader, tree, namespace, workload)
-    elif children == "controlled":
-        _cronjob_jobs(reader, tree, namespace, uid)
-    elif children == "jobset":
-        _jobset_jobs(reader, tree, namespace, workload)
-    elif children == "jobset-of":
-        jobset = _named_child(reader, tree, _kind("JobSet"), namespace, ref.name, uid)
-        if jobset is not None:
-            tree.jobset = jobset
-            _jobset_jobs(reader, tree, namespace, jobset)
-    elif children == "job-of":
-        job = _named_child(reader, tree, _kind("Job"), namespace, ref.name, uid)
-        tree.jobs = [job] if job is not None else []
+    _find_jobs(reader, tree, namespace, ref.kind, workload)
     for job in tree.jobs:
         job_uid = mapping(job.get("metadata")).get("uid")
         if not isinstance(job_uid, str) or not job_uid:
@@ -309,8 +300,30 @@ def read_tree(reader: Reader, ref: Ref, namespace: str) -> Tree:
     return tree
 
 
-def _kind(name: str) -> Kind:
-    return next(k for k in KINDS if k.kind == name)
+def _find_jobs(reader: Reader, tree: Tree, namespace: str, kind: Kind, obj: dict[str, Any]) -> None:
+    """The Jobs of ``obj``, found as its kind's story facts say (``kinds.story.Children``)."""
+    meta = mapping(obj.get("metadata"))
+    uid = meta.get("uid")
+    children = facts_of(kind).children
+    if isinstance(children, OwnJob):
+        tree.jobs = [obj]
+        tree.auditor = _auditor(reader, namespace, obj)
+    elif isinstance(children, Controlled):
+        _controlled_jobs(reader, tree, namespace, uid, children.latest)
+    elif isinstance(children, Labelled):
+        _labelled_jobs(reader, tree, namespace, obj, children)
+    elif isinstance(children, Made):
+        made_kind = registry.spec_for(children.group, children.version, children.kind)
+        if made_kind is None or made_kind.story is None:
+            return
+        made = _named_child(reader, tree, made_kind, namespace, str(meta.get("name")), uid)
+        if made is None:
+            return
+        if isinstance(facts_of(made_kind).children, OwnJob):
+            tree.jobs = [made]
+            return
+        tree.made, tree.made_kind = made, made_kind
+        _find_jobs(reader, tree, namespace, made_kind, made)
 
 
 def _named_child(
@@ -327,33 +340,34 @@ def _named_child(
     return child if _owned_by(child, uid) else None
 
 
-def _audited_cronjob(
-    reader: Reader, tree: Tree, namespace: str, job: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """The CronJob that made ``job``, when the Job has no audit record of its own (the
-    CronJob controller copies only the jobTemplate's metadata; our record is on the
-    CronJob). Read only then: one GET, and none for a Job made by hand; unreadable, it
-    is left out unsaid (the rest of the story needs no CronJob)."""
+def _auditor(reader: Reader, namespace: str, job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The owner that made ``job`` and holds its audit record, when the Job has none of
+    its own (``StoryFacts.audits_its_jobs``: a CronJob's Jobs get only the jobTemplate's
+    metadata). Read only then: one GET, and none for a Job made by hand; unreadable, it
+    is left out unsaid (the rest of the story needs no owner)."""
     meta = mapping(job.get("metadata"))
     if AUDIT in mapping(meta.get("annotations")):
         return None
     owner = controller_of(meta)
-    if owner is None or (owner.get("apiVersion"), owner.get("kind")) != ("batch/v1", "CronJob"):
+    kind = registry.kind_of(owner) if owner is not None else None
+    if owner is None or kind is None or kind.story is None:
+        return None
+    if not facts_of(kind).audits_its_jobs:
         return None
     name = owner.get("name")
     if not isinstance(name, str) or not name:
         return None
     try:
-        cronjob = reader.get(_kind("CronJob"), namespace, name)
+        found = reader.get(kind, namespace, name)
     except Unreadable:
-        return None  # the audit is extra: a user who may not get CronJobs sees the rest
-    return cronjob if mapping(cronjob.get("metadata")).get("uid") == owner.get("uid") else None
+        return None  # the audit is extra: a user who may not get the owner sees the rest
+    return found if mapping(found.get("metadata")).get("uid") == owner.get("uid") else None
 
 
 def _workload_error(err: Unreadable, ref: Ref, namespace: str) -> str:
     what = f"{ref.kind.kind} {namespace}/{ref.name}"
     if err.status == 404:
-        served = "" if ref.kind.kind in ("Job", "CronJob") else f" (or {ref.kind.plural} "
+        served = "" if facts_of(ref.kind).built_in else f" (or {ref.kind.plural} "
         served += f"of {ref.kind.api_version} are not served here)" if served else ""
         return f"{what} not found{served}; check the name and the namespace (-n)"
     if err.status == 403:
@@ -373,7 +387,7 @@ def _created(obj: Mapping[str, Any]) -> str:
     return str(mapping(obj.get("metadata")).get("creationTimestamp") or "")
 
 
-def _cronjob_jobs(reader: Reader, tree: Tree, namespace: str, uid: Any) -> None:
+def _controlled_jobs(reader: Reader, tree: Tree, namespace: str, uid: Any, latest: int) -> None:
     try:
         jobs = [j for j in reader.jobs(namespace) if _owned_by(j, uid)]
     except Unreadable as err:
@@ -381,25 +395,26 @@ def _cronjob_jobs(reader: Reader, tree: Tree, namespace: str, uid: Any) -> None:
         return
     jobs.sort(key=lambda j: (_created(j), str(mapping(j.get("metadata")).get("name"))))
     jobs.reverse()
-    tree.jobs = jobs[:LATEST_JOBS]
-    tree.older_jobs = [str(mapping(j.get("metadata")).get("name")) for j in jobs[LATEST_JOBS:]]
+    tree.jobs = jobs[:latest]
+    tree.older_jobs = [str(mapping(j.get("metadata")).get("name")) for j in jobs[latest:]]
 
 
-def _jobset_jobs(reader: Reader, tree: Tree, namespace: str, jobset: Mapping[str, Any]) -> None:
-    meta = mapping(jobset.get("metadata"))
+def _labelled_jobs(
+    reader: Reader, tree: Tree, namespace: str, obj: Mapping[str, Any], labels: Labelled
+) -> None:
+    meta = mapping(obj.get("metadata"))
     try:
-        jobs = reader.jobs(namespace, f"{JOBSET_NAME}={meta.get('name')}")
+        jobs = reader.jobs(namespace, f"{labels.name_label}={meta.get('name')}")
     except Unreadable as err:
         tree.unread.append(str(err))
         return
     uid = meta.get("uid")
-    # The set's own Jobs: controlled by it (or, JobSet >= v0.9.0, labelled with its UID).
     tree.jobs = sorted(
         (
             j
             for j in jobs
             if _owned_by(j, uid)
-            or mapping(mapping(j.get("metadata")).get("labels")).get(JOBSET_UID) == uid
+            or mapping(mapping(j.get("metadata")).get("labels")).get(labels.uid_label) == uid
         ),
         key=lambda j: str(mapping(j.get("metadata")).get("name")),
     )
@@ -407,8 +422,8 @@ def _jobset_jobs(reader: Reader, tree: Tree, namespace: str, jobset: Mapping[str
 
 def _our_events(reader: Reader, tree: Tree, namespace: str) -> list[dict[str, Any]]:
     subjects = [(tree.kind.kind, tree.workload)]
-    if tree.jobset is not None:
-        subjects.append(("JobSet", tree.jobset))
+    if tree.made is not None and tree.made_kind is not None:
+        subjects.append((tree.made_kind.kind, tree.made))
     subjects += [("Job", j) for j in tree.jobs if j is not tree.workload]
     found: dict[str, dict[str, Any]] = {}
     for kind, obj in subjects:

@@ -8,12 +8,11 @@ from typing import Any
 
 from webhook import explain
 from webhook.explain.model import WIDTH
+from webhook.kinds.story import Budget, Decision
 from webhook.status import audit as audit_
 from webhook.status.model import (
     Attempt,
-    Budget,
     Category,
-    Decision,
     JobStory,
     NextAttempt,
     Story,

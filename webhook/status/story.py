@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from webhook.cluster.version import version_for
-from webhook.kube.objects import mapping
+from webhook.kinds.story import Controlled, Decision, Made, StoryFacts
+from webhook.kube.objects import items, mapping
 from webhook.kube.versions import KubeVersion
 from webhook.policy.config import Config
 from webhook.status import audit as audit_
@@ -34,8 +35,6 @@ from webhook.status.explained import (
 from webhook.status.jobs import job_story, next_group
 from webhook.status.model import (
     Attempt,
-    Budget,
-    Decision,
     Delay,
     EventLine,
     JobStory,
@@ -45,16 +44,7 @@ from webhook.status.model import (
     Story,
 )
 from webhook.status.nextattempt import LiveAttempts, delay_of
-from webhook.status.reader import Tree
-from webhook.status.workloads import (
-    final_condition,
-    job_state,
-    jobset_budgets,
-    jobset_decision,
-    rayjob_budgets,
-    rayjob_decision,
-    state_of,
-)
+from webhook.status.reader import Tree, facts_of
 
 
 def tell(
@@ -74,7 +64,7 @@ def tell(
     workload = tree.workload
     meta = mapping(workload.get("metadata"))
     namespace = str(meta.get("namespace") or "")
-    explained = tree.jobset if tree.jobset is not None else workload
+    explained = tree.made if tree.made is not None else workload
     judged_by = config if config is not None else recorded_config(explained)
     assumed = ""
     if judged_by.kubernetes_version is None:
@@ -101,27 +91,18 @@ def tell(
         older_jobs=list(tree.older_jobs),
     )
     record = applied_record(explained)
-    causes: Causes | None = None  # a JobSet's: the set's record counts its pods
-    if tree.kind.kind == "JobSet" or tree.jobset is not None:
-        jobset = tree.jobset if tree.jobset is not None else workload
-        story.budgets = jobset_budgets(jobset)
-        story.decision = jobset_decision(jobset)
-        causes = causes_of(jobset, f"JobSet {mapping(jobset.get('metadata')).get('name')}")
+    told_kind = tree.made_kind if tree.made_kind is not None else tree.kind
+    facts = facts_of(told_kind)
+    story.budgets = facts.budgets(explained) if facts.budgets is not None else []
+    story.decision = facts.decision(explained) if facts.decision is not None else None
+    causes: Causes | None = None  # a set's: its record counts its Jobs' pods
+    if facts.counts_its_pods:
+        name = mapping(explained.get("metadata")).get("name")
+        causes = causes_of(explained, f"{told_kind.kind} {name}")
         running = state_of(tree) in ("Running", "Pending")
         counted = disruption_budgets(causes, running)
         story.budgets += counted
         story.next_disruption = next_disruption(causes, counted) if running else []
-    elif tree.kind.kind == "RayJob":
-        story.budgets = rayjob_budgets(workload)
-        story.decision = rayjob_decision(workload)
-        if not tree.jobs:
-            story.notes.append(
-                "no submitter Job of this RayJob exists now (KubeRay makes one per attempt "
-                "in K8sJobMode)"
-            )
-    elif tree.kind.kind == "TrainJob":
-        story.decision = final_condition(workload, f"TrainJob {story.name}", ("Complete",))
-        story.notes.append("the trainer has not made this TrainJob's JobSet (yet)")
     source_of_next = LiveAttempts(tree, lookups)
     nexts: set[str] = set()
     for job in tree.jobs:
@@ -133,23 +114,54 @@ def tell(
             nexts.add(group)
         story.jobs.append(told)
     if story.decision is not None and story.decision.condition == "Failed":
-        story.notes.extend(_first_failed(story.decision, story.jobs))
+        story.notes.extend(_first_failed(facts, story.decision, story.jobs))
     story.events = events_of(tree.events)
-    story.audit = audit_.audit_lines(tree.cronjob or tree.workload, tree.jobs)
+    story.audit = audit_.audit_lines(tree.auditor or tree.workload, tree.jobs)
     story.notes.extend(lookups.notes)
-    if tree.kind.kind == "CronJob" and not tree.jobs and not tree.unread:
-        story.notes.append("no Job of this CronJob exists now")
+    story.notes.extend(_missing(tree, facts_of(tree.kind)))
     return story
 
 
-#: How JobSet names the Job whose failure ended it (``messageWithFirstFailedJob`` in jobset
-#: pkg/controllers/jobset_controller.go).
-_FIRST_FAILED = re.compile(r"\(first failed job: (?P<job>[^)\s]+)\)")
+def _missing(tree: Tree, facts: StoryFacts) -> list[str]:
+    """What is said when none of the workload's Jobs (or what is made for it) exists: a
+    list of Jobs only when it was read whole; what is made for it whenever it was not
+    found (so far: there is nothing between the two otherwise)."""
+    if not facts.missing or tree.jobs:
+        return []
+    if isinstance(facts.children, Controlled) and tree.unread:
+        return []
+    if isinstance(facts.children, Made) and tree.made is not None:
+        return []
+    return [facts.missing]
 
 
-def _first_failed(decision: Decision, jobs: Sequence[JobStory]) -> list[str]:
-    """What ended the first failed Job of a failed JobSet, when that Job is still there."""
-    found = _FIRST_FAILED.search(decision.message)
+def state_of(tree: Tree) -> str:
+    """The workload's state in a word: as its kind's facts read it, else from the
+    conditions of what is told (it, or what is made for it)."""
+    state = facts_of(tree.kind).state
+    if state is not None:
+        return state(tree.workload)
+    return _conditions_state(tree.made if tree.made is not None else tree.workload, tree.jobs)
+
+
+def _conditions_state(obj: Mapping[str, Any], jobs: Sequence[Any]) -> str:
+    for condition in items(mapping(obj.get("status")).get("conditions")):
+        if mapping(condition).get("status") != "True":
+            continue
+        kind_of = mapping(condition).get("type")
+        if kind_of in ("Completed", "Complete"):
+            return "Succeeded"
+        if kind_of == "Failed":
+            return "Failed"
+        if kind_of == "Suspended":
+            return "Suspended"
+    return "Running" if jobs else "Pending"
+
+
+def _first_failed(facts: StoryFacts, decision: Decision, jobs: Sequence[JobStory]) -> list[str]:
+    """What ended the first failed Job of a failed set, when its message names that Job
+    (``StoryFacts.first_failed``) and it is still there."""
+    found = facts.first_failed.search(decision.message) if facts.first_failed else None
     job = next((j for j in jobs if found and j.name == found.group("job")), None)
     if job is None or job.decision is None:
         return []
@@ -163,8 +175,6 @@ def _first_failed(decision: Decision, jobs: Sequence[JobStory]) -> list[str]:
 
 __all__ = [
     "Attempt",
-    "Budget",
-    "Decision",
     "Delay",
     "EventLine",
     "JobStory",
@@ -177,7 +187,6 @@ __all__ = [
     "as_stored",
     "delay_of",
     "events_of",
-    "job_state",
     "origin_of",
     "recorded_config",
     "tell",

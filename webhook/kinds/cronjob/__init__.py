@@ -14,7 +14,7 @@ SPEC = KindSpec(
     CronJobMutator(),
     LimitField((*JOB_SPEC, "backoffLimit"), None, DEFAULT_BACKOFF_LIMIT),
     default_cronjob,
-    children="controlled",
+    story=Named("webhook.kinds.cronjob.story", "STORY"),
     explainer=Named("webhook.kinds.cronjob.explain", "explain_cronjob"),
     simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )

@@ -16,7 +16,7 @@ SPEC = KindSpec(
     LimitField(("spec", "backoffLimit"), DEFAULT_BACKOFF_LIMIT, DEFAULT_BACKOFF_LIMIT),
     default_job,
     job_view,
-    "self",
+    story=Named("webhook.kinds.job.story", "STORY"),
     explainer=Named("webhook.kinds.job.explain", "explain_job"),
     simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )

@@ -13,7 +13,7 @@ SPEC = KindSpec(
     ("jobset", "jobsets", "js", "jobset.jobset.x-k8s.io", "jobsets.jobset.x-k8s.io"),
     JobSetMutator(),
     MAX_RESTARTS,
-    children="jobset",
+    story=Named("webhook.kinds.jobset.story", "STORY"),
     explainer=Named("webhook.kinds.jobset.explain", "explain_jobset"),
     simulator=Named("webhook.kinds.jobset.simulate", "JobSetSimulator"),
 )

@@ -12,7 +12,7 @@ SPEC = KindSpec(
     ("rayjob", "rayjobs", "rayjob.ray.io", "rayjobs.ray.io"),
     RayJobMutator(),
     BACKOFF,
-    children="job-of",
+    story=Named("webhook.kinds.rayjob.story", "STORY"),
     explainer=Named("webhook.kinds.rayjob.explain", "explain_rayjob"),
     simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )

@@ -17,6 +17,6 @@ SPEC = KindSpec(
         "trainjobs.trainer.kubeflow.org",
     ),
     TrainJobMutator(),
-    children="jobset-of",
+    story=Named("webhook.kinds.trainjob.story", "STORY"),
     explainer=Named("webhook.kinds.trainjob.explain", "explain_trainjob"),
 )
