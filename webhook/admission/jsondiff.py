@@ -67,7 +67,7 @@ def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
             continue
         kept += 1
         # ``_diff``'s dispatch, inlined: this loop runs for every key on the way to a
-        # change, and two calls a key were a third of the diff.
+        # change, and two calls a key were some 15% of the diff.
         kind = type(old)
         if kind is not type(new):
             patch.append({"op": "replace", "path": f"{path}/{escape(key)}", "value": new})

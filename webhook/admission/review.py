@@ -129,7 +129,7 @@ def decode(body: bytes | str) -> Request:
 def _frozen(cls: type[_T], **fields: Any) -> _T:
     """An instance of the frozen dataclass ``cls`` given every field, without its
     generated ``__init__``, which sets each field through ``object.__setattr__``: for a
-    ``Request``'s twelve, a fifth of decoding a review beside the JSON itself."""
+    ``Request``'s twelve, most of what decoding a review costs besides parsing the JSON."""
     made = object.__new__(cls)
     made.__dict__.update(fields)
     return made
