@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 import pytest
@@ -21,6 +22,15 @@ def test_decode_a_real_shaped_review():
     assert request.namespace == "ml"
     assert request.dry_run is True
     assert request.user == "alice"
+
+
+def test_decode_sets_every_field_of_the_request():
+    # decode sets the fields itself, without the dataclass's __init__ (it is on every
+    # request's path): a field added to Request must be set there too.
+    request = admission.decode(json.dumps(review(job())).encode())
+    assert set(vars(request)) == {f.name for f in dataclasses.fields(admission.Request)}
+    assert set(vars(request.kind)) == {"group", "version", "kind"}
+    assert dataclasses.replace(request) == request
 
 
 def base():

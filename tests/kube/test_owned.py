@@ -111,7 +111,12 @@ def _both_ways(obj: dict[str, Any], config, attempts) -> None:
     assert mutator is not None and mutator.owns is not ALL
     before = orjson.dumps(obj)
     outcomes = []
-    for editable in (engine.json_copy(obj), engine.editable(mutator, obj)):
+    copies = (
+        engine.json_copy(obj),
+        engine.editable(mutator, obj),
+        engine.editable(mutator, obj, config),  # (what the mutator owns of this object)
+    )
+    for editable in copies:
         ctx = Context(config, attempts, "ml", "CREATE")
         try:
             outcome = mutator.mutate(editable, ctx)
@@ -120,7 +125,7 @@ def _both_ways(obj: dict[str, Any], config, attempts) -> None:
             continue
         assert orjson.dumps(obj) == before, "the mutator wrote into a shared part"
         outcomes.append((diff(obj, editable), outcome.warnings, [str(p) for p in outcome.problems]))
-    assert outcomes[0] == outcomes[1]
+    assert outcomes[0] == outcomes[1] == outcomes[2]
 
 
 def _examples() -> list[dict[str, Any]]:

@@ -247,7 +247,7 @@ def _same_answer(request: Request, on_view: Verdict, on_object: Verdict) -> None
 def _run(
     mutator: Any, ctx: Context, original: dict[str, Any], request: Request
 ) -> tuple[Verdict, Outcome | None]:
-    mutated = editable(mutator, original)
+    mutated = editable(mutator, original, ctx.config)
     try:
         outcome = mutator.mutate(mutated, ctx)
     except Exception:
@@ -379,7 +379,7 @@ def _validate(
     """The validating verdict, and whether the policy ran to completion (the answer to
     an internal error is not remembered)."""
     try:
-        outcome = mutator.mutate(editable(mutator, obj), ctx)
+        outcome = mutator.mutate(editable(mutator, obj, ctx.config), ctx)
     except Exception:
         log.exception("validation failed for %s %s", request.kind.kind, request.uid)
         if has_policy_annotations(obj.get("metadata")):
@@ -394,10 +394,12 @@ def _validate(
     return Verdict(), True
 
 
-def editable(mutator: Any, obj: dict[str, Any]) -> dict[str, Any]:
+def editable(mutator: Any, obj: dict[str, Any], config: Config | None = None) -> dict[str, Any]:
     """The copy a mutator edits: new where it declared it may write (``owns``, see
-    ``webhook.kube.owned``), shared elsewhere; a full copy for a mutator that declares nothing."""
-    owns = mutator.owns
+    ``webhook.kube.owned``, or what its ``owned`` says of this object under ``config``),
+    shared elsewhere; a full copy for a mutator that declares nothing."""
+    owned = getattr(mutator, "owned", None) if config is not None else None
+    owns = owned(obj, config) if owned is not None else mutator.owns
     return json_copy(obj) if owns is ALL else copy_owned(obj, owns)
 
 

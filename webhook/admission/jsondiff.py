@@ -42,24 +42,41 @@ def diff(original: Any, mutated: Any) -> Patch:
 def _diff(a: Any, b: Any, path: str, patch: Patch) -> None:
     if a is b:
         return
-    if type(a) is dict and type(b) is dict:
-        _diff_dict(a, b, path, patch)
-    elif type(a) is list and type(b) is list:
-        _diff_list(a, b, path, patch)
-    elif _differs(a, b):
-        patch.append({"op": "replace", "path": path, "value": b})
+    kind = type(a)
+    if kind is type(b):
+        if kind is dict:
+            _diff_dict(a, b, path, patch)
+            return
+        if kind is list:
+            _diff_list(a, b, path, patch)
+            return
+        if a == b:  # (two scalars of one type: equal as JSON values too)
+            return
+    patch.append({"op": "replace", "path": path, "value": b})
 
 
 def _diff_dict(a: dict, b: dict, path: str, patch: Patch) -> None:
     kept = 0
     for key, old in a.items():
         new = b.get(key, _ABSENT)
+        if new is old:  # (shared by the copy: the usual case)
+            kept += 1
+            continue
         if new is _ABSENT:
             patch.append({"op": "remove", "path": f"{path}/{escape(key)}"})
             continue
         kept += 1
-        if old is not new and _differs(old, new):
-            _diff(old, new, f"{path}/{escape(key)}", patch)
+        # ``_diff``'s dispatch, inlined: this loop runs for every key on the way to a
+        # change, and two calls a key were some 15% of the diff.
+        kind = type(old)
+        if kind is not type(new):
+            patch.append({"op": "replace", "path": f"{path}/{escape(key)}", "value": new})
+        elif kind is dict:
+            _diff_dict(old, new, f"{path}/{escape(key)}", patch)
+        elif kind is list:
+            _diff_list(old, new, f"{path}/{escape(key)}", patch)
+        elif old != new:
+            patch.append({"op": "replace", "path": f"{path}/{escape(key)}", "value": new})
     if len(b) > kept:  # (only then has ``b`` a key ``a`` has not)
         for key, new in b.items():
             if key not in a:

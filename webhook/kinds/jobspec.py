@@ -83,6 +83,14 @@ JOB_SPEC_OWNED: dict[str, Owned] = {
 
 JOB_OWNED: Owned = {"metadata": podspec.METADATA_OWNED, "spec": JOB_SPEC_OWNED}
 
+#: ``JOB_OWNED`` but the pod template's spec, which in a Job only restarts in place write
+#: (``kinds.inplace``; error-propagation is refused for a Job before anything is written):
+#: what a Job whose policy cannot ask for them owns (``JobMutator.owned``).
+JOB_OWNED_WITHOUT_RESTARTS: Owned = {
+    "metadata": podspec.METADATA_OWNED,
+    "spec": {"podFailurePolicy": ALL, "template": {"metadata": podspec.METADATA_OWNED}},
+}
+
 
 def placement_text(budget: BudgetPlan, n: int) -> str:
     """The warning for ``non-spot-attempts: n`` on pods that count ``budget``."""

@@ -119,8 +119,9 @@ def _rules_key(
     """Everything ``write_rules`` reads but its warnings' settings, the deadline its notes
     ask about and the OOM note (read anew each time): the settings ``our_rules`` reads, the
     containers (names; an init container's, and whether it is a sidecar), the spec's
-    podFailurePolicy as JSON, and the fields the validation reads. ``None``: a spec that
-    cannot be a key (a field of an unexpected type), run without remembering."""
+    podFailurePolicy as JSON, and the fields the validation reads. ``None``: a
+    podFailurePolicy that is not JSON, run without remembering (as is a key that holds a
+    field of an unexpected type, which the lookup cannot hash: ``write_rules``)."""
     try:
         pfp = orjson.dumps(spec.get("podFailurePolicy"))
     except (TypeError, orjson.JSONEncodeError):
@@ -148,10 +149,6 @@ def _rules_key(
         pfp,
         where,
     )
-    try:
-        hash(key)
-    except TypeError:
-        return None
     return key
 
 
@@ -161,7 +158,10 @@ def write_rules(
     """Our rules into ``spec`` (a JobSpec whose pod template spec is ``pod_spec``), said in
     ``out`` (each rule, the changes, the problems the API server would find)."""
     key = _rules_key(spec, pod_spec, policy, where)
-    remembered = _REMEMBERED.get(key) if key is not None else None
+    try:
+        remembered = _REMEMBERED.get(key) if key is not None else None
+    except TypeError:  # (a value the key holds cannot be hashed: run without remembering)
+        key, remembered = None, None
     if remembered is None:
         remembered = _write(spec, pod_spec, policy, out, where)
         if key is not None and remembered is not None:

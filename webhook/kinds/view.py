@@ -86,6 +86,8 @@ POD_SPEC_READ = (
     "subdomain",
 )
 CONTAINER_GROUPS = ("initContainers", "containers")
+#: (The same, as sets: ``_pod_spec`` asks every key of a pod spec whether it is one.)
+_POD_SPEC_READ, _CONTAINER_GROUPS = frozenset(POD_SPEC_READ), frozenset(CONTAINER_GROUPS)
 #: Of a container, what a mutator reads besides its env vars' names and its memory.
 CONTAINER_READ = ("name", "restartPolicy", "restartPolicyRules")
 #: The key that makes a mutator write containers' restart fields (``plan.inplace``).
@@ -278,12 +280,12 @@ def _pod_spec(
     view: dict[str, Any] = {}
     for key, value in spec.items():
         if (
-            key in POD_SPEC_READ
+            key in _POD_SPEC_READ
             or (placement and key == "tolerations")
             or (gates and key == "schedulingGates")
         ):
             view[key] = value
-        elif key in CONTAINER_GROUPS:
+        elif key in _CONTAINER_GROUPS:
             view[key] = (
                 [_container(c, memory, restarts) for c in value]
                 if isinstance(value, list)
@@ -352,7 +354,7 @@ def _spec_record(raw: Any) -> Any:
     reads managedFields)."""
     if not isinstance(raw, str):
         return raw
-    if raw.startswith("{") and "\\" not in raw and not any(q in raw for q in _QUOTED):
+    if raw.startswith("{") and "\\" not in raw and not any(map(raw.__contains__, _QUOTED)):
         return "{}"
     try:
         record = orjson.loads(raw)

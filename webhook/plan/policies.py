@@ -29,14 +29,11 @@ def policy_keys(metadata: Any) -> tuple[str, ...]:
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     if not isinstance(annotations, dict):
         return ()
-    cut = len(PREFIX)
-    return tuple(
-        [
-            k[cut:]
-            for k in annotations
-            if isinstance(k, str) and k.startswith(PREFIX) and k[cut:] in KEYS and k != APPLIED
-        ]
-    )
+    return tuple([_SHORT[k] for k in annotations if k in _SHORT])
+
+
+#: Each known key of ours but ``applied``, by its full name: its short name.
+_SHORT = {PREFIX + name: name for name in KEYS if PREFIX + name != APPLIED}
 
 
 #: Our annotations that the webhook (or its controller) writes: no author opts in with them.

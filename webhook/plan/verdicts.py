@@ -88,6 +88,8 @@ def check(policy: Policy, ctx: Context, out: Outcome) -> Policy:
     configured = ctx.config.categories
     for name in ("free-categories", "fail-categories"):
         wanted = policy.value(name) or ()
+        if not wanted:
+            continue  # (the usual case: nothing to check, no list of categories to make)
         unknown, known = cats.check_names(wanted, configured)
         if unknown:
             policy = out.refuse(
@@ -104,7 +106,8 @@ def check(policy: Policy, ctx: Context, out: Outcome) -> Policy:
                 f"{fp.MAX_POD_CONDITION_PATTERNS} conditions",
                 "too-many-categories",
             )
-    both = sorted(set(policy.free_categories) & set(policy.fail_categories))
+    free, fail = policy.free_categories, policy.fail_categories
+    both = sorted(set(free) & set(fail)) if free and fail else []
     if both:
         policy = out.refuse(
             policy,

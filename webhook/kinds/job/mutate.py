@@ -8,7 +8,7 @@ from typing import Any
 
 from webhook.cluster.record import Record
 from webhook.kinds.base import JobSpecs, UpdateCheck
-from webhook.kinds.jobspec import JOB_OWNED, apply_job_spec
+from webhook.kinds.jobspec import JOB_OWNED, JOB_OWNED_WITHOUT_RESTARTS, apply_job_spec
 from webhook.kinds.workload import (
     WorkloadMutator,
     check_error_propagation,
@@ -17,10 +17,12 @@ from webhook.kinds.workload import (
     run_together,
 )
 from webhook.kube.objects import controller_of, mapping
+from webhook.kube.owned import Owned
 from webhook.kube.wellknown import JOBSET_GROUP
 from webhook.plan.model import LimitField, job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations
+from webhook.policy.config import Config
 from webhook.policy.model import (
     PREFIX,
     Policy,
@@ -42,6 +44,20 @@ class JobMutator(WorkloadMutator):
         # Our keys on the pod template alone are checked too: some belong on the Job.
         template = get_path(job, ("spec", "template", "metadata"))
         return super().applies(job, ctx) or has_policy_annotations(template)
+
+    def owned(self, job: Mapping[str, Any], config: Config) -> Owned:
+        """What ``mutate`` may write in ``job`` under ``config``: ``owns``, but the pod
+        template's spec when nothing can ask for restarts in place (no annotation of the
+        Job's, no admin default, no defaults carried from its creator): the copy then
+        shares it, and the diff does not walk its containers."""
+        metadata = job.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        asked = isinstance(annotations, dict) and (
+            IN_PLACE in annotations or CARRIED in annotations
+        )
+        if asked or config.has_default("in-place-exit-codes"):
+            return JOB_OWNED
+        return JOB_OWNED_WITHOUT_RESTARTS
 
     def apply(self, job: dict[str, Any], policy: Policy, ctx: Context, out: Outcome) -> Policy:
         spec = job.get("spec")
@@ -95,6 +111,10 @@ def lowered_by_controller(job: Mapping[str, Any], old: Mapping[str, Any]) -> boo
     before = old_record.lowered if old_record is not None else 0
     return new_record.lowered - before == old_limit - new_limit
 
+
+#: The annotations that can ask a Job for restarts in place: its own, and the admin
+#: defaults its creator carried to it (``plan.policies.carried_layers``).
+IN_PLACE, CARRIED = PREFIX + "in-place-exit-codes", PREFIX + "defaults"
 
 #: Kinds whose Jobs are made from a template this webhook already applied the policy to.
 TEMPLATE_OWNERS = {("batch", "CronJob"), (JOBSET_GROUP, "JobSet")}
