@@ -215,6 +215,10 @@ def lose(run: JobRun, pod: dict, cause: str) -> dict:
     return run.evict_by_kubelet(pod) if cause == "kubelet" else run.podgc(pod)
 
 
+def _lowering_notes(api) -> list[str]:
+    return [e["note"] for e in events_of(api, "RetryDisruptionCounted") if "lowering" in e["note"]]
+
+
 @pytest.mark.parametrize("cause", ["kubelet", "podgc"])
 def test_a_disruption_that_comes_with_failed_lowers_the_backoff_limit_once(api, tmp_path, cause):
     """The first disruption is free. The second is over the budget, but its pod is
@@ -238,7 +242,8 @@ def test_a_disruption_that_comes_with_failed_lowers_the_backoff_limit_once(api, 
             eventually(lambda p=pod: acted(reconciler, p), 10)
             assert run.sync() == ["Ignore"]
         eventually(lambda: job_of(api, run)["spec"]["backoffLimit"] == 1, 10)
-        reconciler.events.flush()
+        # The Event is emitted after the patch lands: wait for it, not for the patch.
+        eventually(lambda: reconciler.events.flush() and _lowering_notes(api), 10)
     record = record_of(api, run.uid)
     second = pods[1]["metadata"]["uid"]
     assert record.disrupted(second) == "over" and record.settled(second)
@@ -247,9 +252,7 @@ def test_a_disruption_that_comes_with_failed_lowers_the_backoff_limit_once(api, 
     assert ("condition", fp.DISRUPTION_BUDGET_EXHAUSTED, "added") not in metrics.calls
     if cause == "kubelet":  # (PodGC's pod went once judged)
         assert fp.DISRUPTION_BUDGET_EXHAUSTED not in conditions(run.current(pods[1]))
-    (note,) = [
-        e["note"] for e in events_of(api, "RetryDisruptionCounted") if "lowering" in e["note"]
-    ]
+    (note,) = _lowering_notes(api)
     assert "counted by lowering the Job's backoffLimit by one, to 1" in note
     with Running(disruptions(api, tmp_path)) as second_controller:
         if cause == "kubelet":
