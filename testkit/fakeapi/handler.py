@@ -327,6 +327,7 @@ class Handler(BaseHTTPRequestHandler):
                     if version > start:
                         q.put(event)
                 self.api.watchers[resource].append(q)
+                self.api.opened[resource] += 1
         if too_old:
             self._chunk(
                 {

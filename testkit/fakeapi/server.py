@@ -71,6 +71,9 @@ class FakeAPI:
         self.version = 100
         self.objects: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in LISTED.values()}
         self.watchers: dict[str, list[queue.Queue]] = {r: [] for r in LISTED.values()}
+        #: Watches opened (not answered 410), per resource: after ``expire`` each one is a
+        #: client that listed again, until a watch it opened since times out.
+        self.opened: dict[str, int] = {r: 0 for r in LISTED.values()}
         self.requests: list[tuple[str, str]] = []
         self.get_status = 200  # status for GET of one Job
         self.server_version = version_info("v1.36.0")  # what GET /version answers

@@ -49,3 +49,33 @@ def test_a_paged_list_is_one_snapshot_and_a_watch_from_it_misses_nothing():
         ]
     finally:
         api.stop()
+
+
+def test_after_expire_a_watch_from_before_is_gone_and_only_a_relists_counts_as_opened():
+    """A watch from a compacted version is answered 410 Gone (``newErrWatcher`` in
+    k8s.io/apiserver pkg/storage/cacher), and the footprint benchmark counts the watches
+    opened since (``opened``) to know every informer listed again."""
+    api = FakeAPI().start()
+    try:
+        api.put("jobs", _job("a"))
+        configuration = client.Configuration()
+        configuration.host = api.url
+        batch = client.BatchV1Api(client.ApiClient(configuration))
+        old = json.loads(batch.list_job_for_all_namespaces(_preload_content=False).data)
+        api.expire("jobs")
+        before = api.opened["jobs"]
+
+        def watch(version: str) -> list[dict]:
+            resp = batch.list_job_for_all_namespaces(
+                watch=True, resource_version=version, timeout_seconds=1, _preload_content=False
+            )
+            return [json.loads(line) for line in iter_resp_lines(resp)]
+
+        gone = watch(old["metadata"]["resourceVersion"])
+        assert [(e["type"], e["object"]["code"]) for e in gone] == [("ERROR", 410)]
+        assert api.opened["jobs"] == before
+        new = json.loads(batch.list_job_for_all_namespaces(_preload_content=False).data)
+        assert watch(new["metadata"]["resourceVersion"]) == []
+        assert api.opened["jobs"] == before + 1
+    finally:
+        api.stop()
