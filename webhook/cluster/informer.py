@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 import zlib
@@ -22,10 +23,15 @@ def strip(obj: Any) -> Any:
     """``obj`` without ``metadata.managedFields``: no cache reads them, and they are often
     the larger part of an object as the API server sends it, held while a list's pages come
     (as controller-runtime's ``TransformStripManagedFields`` and client-go's
-    ``SetTransform`` drop them)."""
+    ``SetTransform`` drop them). Its namespace is interned: the caches key and keep
+    objects by it, and a cluster's Jobs share a few namespaces, each decoded anew for
+    every object (at 100,000 Jobs about 5 MB of copies)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
+        namespace = meta.get("namespace")
+        if type(namespace) is str:
+            meta["namespace"] = sys.intern(namespace)
     return obj
 
 

@@ -61,6 +61,7 @@ from webhook.cluster.record import (
     Record,
     text_of,
 )
+from webhook.controller.interning import RuleSets
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
@@ -205,7 +206,7 @@ class HistoryRecorder:
         self._pending: dict[Key, _Pending] = {}
         #: Job key -> (since when, its name, its failed pods by UID), until the Job comes.
         self._held: dict[Key, tuple[float, str, dict[str, Mapping[str, Any]]]] = {}
-        self._rule_sets: dict[str, tuple] = {}
+        self._rule_sets = RuleSets()
         self._jobsets: Informer | None = None
         self.counters = {"writes": 0, "conflicts": 0, "errors": 0, "recorded": 0}
         self.writes = Writes("history", events, metrics)
@@ -292,22 +293,11 @@ class HistoryRecorder:
             str(meta.get("name") or ""),
             str(meta.get("resourceVersion") or ""),
             _annotation(meta),
-            self._shared(rules) if ignores else (),
+            self._rule_sets.shared(rules) if ignores else (),
             managed,
             str(owner.get("name") or "") if made_by_cronjob else "",
             audit,
         )
-
-    def _shared(self, rules: tuple) -> tuple:
-        """One copy of each distinct rule list (called with the lock held): the Jobs of
-        one template carry the same rules."""
-        key = json.dumps(rules, sort_keys=True)
-        shared = self._rule_sets.get(key)
-        if shared is None:
-            if len(self._rule_sets) >= 4096:
-                self._rule_sets.clear()
-            shared = self._rule_sets[key] = rules
-        return shared
 
     def _apply_jobset(self, event: str, jobset: Mapping[str, Any]) -> None:
         meta = jobset.get("metadata") or {}

@@ -68,6 +68,7 @@ from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
 from webhook.controller import startdeadline as sd
 from webhook.controller.freebudget import FreeBudgets
+from webhook.controller.interning import RuleSets
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.recorder import planned
@@ -171,6 +172,7 @@ class Verdicts:
         self._deleted: OrderedDict[str, None] = OrderedDict()
         #: Job UID -> (whether it has a plan, its podFailurePolicy rules).
         self._jobs: OrderedDict[str, tuple[bool, tuple]] = OrderedDict()
+        self._rule_sets = RuleSets()
         self._jobsets: OrderedDict[str, bool] = OrderedDict()
         self._nodes: dict[str, tuple[float, bool]] = {}
         self.counters = {
@@ -292,7 +294,8 @@ class Verdicts:
             if kind == "DELETED":
                 self._jobs.pop(uid, None)
                 return
-            self._jobs[uid] = _job_facts(job)
+            managed, rules = _job_facts(job)
+            self._jobs[uid] = (managed, self._rule_sets.shared(rules))
             self._jobs.move_to_end(uid)
             while len(self._jobs) > MOST:
                 self._jobs.popitem(last=False)
