@@ -23,6 +23,8 @@ from webhook.kinds.explaining import (
     restarts_in_place,
     workload_keys,
 )
+from webhook.kinds.jobset import failurepolicy as jsp
+from webhook.kinds.jobset.failurepolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
 from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
     in_place_restart,
@@ -32,9 +34,7 @@ from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
 from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, in_place_bound, pattern_applies
 from webhook.kinds.jobset.simulate import JobSetSimulator
 from webhook.kinds.workload import WRITTEN_SOURCES, get_path
-from webhook.kube import jobsetpolicy
 from webhook.kube.goregexp import Piece, Wild
-from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
 from webhook.kube.objects import items, mapping
 from webhook.kube.owned import deep_copy
 from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
@@ -183,11 +183,11 @@ def _name(rjob: Mapping[str, Any], index: int) -> str:
 
 def describe_job_failure(rule: Mapping[str, Any]) -> str:
     """The condition of one JobSet rule, as a phrase: "a Job of workers fails with ..."."""
-    if jobsetpolicy.peer_rule_of({"spec": {"failurePolicy": {"rules": [rule]}}}):
+    if jsp.peer_rule_of({"spec": {"failurePolicy": {"rules": [rule]}}}):
         return (
             "the controller fails a disrupted pod's Job (peer-disruptions: FailureTarget, "
-            f"reason {jobsetpolicy.PEER_REASON}, message "
-            f"{jobsetpolicy.PEER_MESSAGE_PREFIX.strip()} ...); the peers stop with the restart"
+            f"reason {jsp.PEER_REASON}, message "
+            f"{jsp.PEER_MESSAGE_PREFIX.strip()} ...); the peers stop with the restart"
         )
     targets = [str(t) for t in items(rule.get("targetReplicatedJobs"))]
     reasons = [str(r) for r in items(rule.get("onJobFailureReasons"))]
