@@ -56,7 +56,7 @@ from webhook.controller.writes import Writes, rewrite
 from webhook.kinds.jobset import replay as jobsetreplay
 from webhook.kinds.jobset.replay import JobSetReplay, replay_jobset
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import JOBSET_API_VERSION, JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
+from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
 from webhook.plan.audit import AuditRecord
 from webhook.plan.replay import CRONJOB_PART, Replay, ended, replay
 
@@ -381,7 +381,7 @@ def _jobset_regarding(jobset: Mapping[str, Any]) -> Regarding | None:
     fields = [meta.get(k) for k in ("namespace", "name", "uid")]
     if not all(isinstance(v, str) and v for v in fields):
         return None
-    return Regarding(JOBSET_API_VERSION, "JobSet", *fields)
+    return Regarding.jobset(*fields)
 
 
 def _count(value: Any) -> bool:
