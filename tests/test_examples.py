@@ -19,6 +19,7 @@ from testkit.builders import P
 from testkit.tools import ROOT
 from testkit.workloads import STRATEGY, WORKER_NAME, kubectl_patch, mutate, validate_schema
 from webhook import cli
+from webhook.kinds.jobset.failurepolicy import peer_rule
 from webhook.kinds.jobset.rules import our_rule
 from webhook.kinds.trainjob.mutate import MANAGER, jobset_for
 from webhook.kube.failurepolicy import (
@@ -28,7 +29,6 @@ from webhook.kube.failurepolicy import (
     non_retriable_rule,
 )
 from webhook.kube.intent import LAST_APPLIED
-from webhook.kube.jobsetpolicy import peer_rule
 from webhook.plan.record import rule_id
 
 EXAMPLES = ROOT / "examples"

@@ -16,7 +16,7 @@ from testkit.chart import NAMESPACE, RELEASE, WRITE_VERBS, deployment_pod, one, 
 from testkit.rbac import granted
 from testkit.vap import Policy, admitted, request
 from webhook.cluster.conditions import status_patch
-from webhook.kube import jobsetpolicy as jsp
+from webhook.kinds.jobset import failurepolicy as jsp
 
 pytestmark = pytest.mark.tools
 

@@ -20,9 +20,9 @@ from testkit.builders import P
 from testkit.controllers import Counted, disruptions, events_of
 from testkit.fakeapi import FakeAPI
 from testkit.workloads import mutate
+from webhook.kinds.jobset import failurepolicy as jsp
 from webhook.kinds.jobset.rules import FAILJOB_SHAPE, REASONS
 from webhook.kube import failurepolicy as fp
-from webhook.kube import jobsetpolicy as jsp
 from webhook.kube.goregexp import Wild
 
 JOBS, PODS = 8, 125  # a thousand pods

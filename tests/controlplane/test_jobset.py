@@ -2,14 +2,14 @@
 webhooks, ``cluster/jobset``) on top of the real Job controller: the JobSet's own failure
 policy acting on the child Jobs' failures our rules cause (``executeFailurePolicy``,
 ``findFirstFailedPolicyRuleAndJob``, ``ruleIsApplicable``), with the reasons
-``webhook.kube.jobsetpolicy`` names, which explain and the audit replay use."""
+``webhook.kinds.jobset.failurepolicy`` names, which explain and the audit replay use."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from testkit.controlplane.harness import Kube, Served, eventually
-from webhook.kube import jobsetpolicy
+from webhook.kinds.jobset import failurepolicy as jsp
 
 EXIT = "kubelet.retry-policy.dev/exit-code"
 
@@ -73,7 +73,7 @@ def test_a_non_retriable_exit_fails_the_jobset_in_its_first_run(
     assert done["status"]["terminalState"] == "Failed"
     assert done["status"].get("restarts", 0) == 0
     failed = condition(done, "Failed")
-    assert failed is not None and failed["reason"] == jobsetpolicy.FAIL_ACTION
+    assert failed is not None and failed["reason"] == jsp.FAIL_ACTION
     assert done["spec"]["failurePolicy"]["maxRestarts"] == 3
 
 
@@ -88,7 +88,7 @@ def test_a_retriable_exit_restarts_the_jobset_up_to_its_budget(
     done = ended(kube, ns, "retried", 180)
     assert done["status"]["terminalState"] == "Failed"
     assert done["status"]["restarts"] == 2
-    assert condition(done, "Failed")["reason"] == jobsetpolicy.MAX_REACHED
+    assert condition(done, "Failed")["reason"] == jsp.MAX_REACHED
 
 
 def test_the_jobset_s_children_carry_our_rules_through_the_real_jobset_webhooks(
@@ -121,7 +121,7 @@ def test_an_evicted_pod_restarts_the_set_uncounted_with_one_job_write(
     (``RestartJobSetAndIgnoreMaxRestarts``). No peer gets a per-pod mark."""
     from testkit.controlplane.harness import evict
     from testkit.servers import metric
-    from webhook.kube import jobsetpolicy as jsp
+    from webhook.kinds.jobset import failurepolicy as jsp
 
     policy = {
         "retry-policy.dev/fail-non-retriable": "true",

@@ -183,9 +183,9 @@ def test_a_follower_is_not_held_back_a_second_time_from_its_own_admission():
     assert verdict.allowed, verdict.message
     assert "schedulingGates" not in out["spec"]
     assert (
-        "retry-policy: attempt 2 of 4 not held back for its retry-delay: JobSet created this "
-        "follower only once its leader was scheduled, past the leader's own delay (exclusive "
-        "placement)"
+        "retry-policy: attempt 2 of 4 not held back for its retry-delay: its controller "
+        "created this follower only once its leader was scheduled, past the leader's own "
+        "delay (exclusive placement)"
     ) in verdict.warnings
     # The leader, in the same position, is held back from its admission.
     verdict, out = admit(jobset_pod("0"), source)

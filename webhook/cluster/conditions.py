@@ -32,7 +32,7 @@ from typing import Any
 
 from webhook.cluster.events import Regarding
 from webhook.kube.objects import controller_of, items, mapping
-from webhook.kube.wellknown import JOB_TRACKING, JOBSET_API_VERSION, JOBSET_NAME, JOBSET_UID
+from webhook.kube.wellknown import JOB_TRACKING, JOBSET_NAME, JOBSET_UID
 
 STRATEGIC = "application/strategic-merge-patch+json"
 TERMINAL = ("Succeeded", "Failed")
@@ -148,7 +148,7 @@ def workload_of(pod: Mapping[str, Any]) -> Regarding | None:
     labels = mapping(meta.get("labels"))
     name, uid = labels.get(JOBSET_NAME), labels.get(JOBSET_UID)
     if isinstance(name, str) and isinstance(uid, str) and name and uid:
-        return Regarding(JOBSET_API_VERSION, "JobSet", namespace, name, uid)
+        return Regarding.jobset(namespace, name, uid)
     owner = controller_of(meta)
     if owner is None or owner.get("kind") != "Job":
         return None

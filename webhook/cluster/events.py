@@ -119,6 +119,11 @@ class Regarding:
             "uid": self.uid,
         }
 
+    @classmethod
+    def jobset(cls, namespace: str, name: str, uid: str) -> Regarding:
+        """A JobSet (``jobset.x-k8s.io``), as its Events regard it."""
+        return cls(JOBSET_API_VERSION, "JobSet", namespace, name, uid)
+
 
 @dataclass(frozen=True)
 class Event:
@@ -426,9 +431,7 @@ def workload_of_pod(metadata: Any, namespace: str | None) -> Regarding | None:
     jobset = labels.get(JOBSET_NAME)
     if owner.get("kind") == "Job" and isinstance(jobset, str) and jobset:
         uid = labels.get(JOBSET_UID)
-        return Regarding(
-            JOBSET_API_VERSION, "JobSet", ns, jobset, uid if isinstance(uid, str) else ""
-        )
+        return Regarding.jobset(ns, jobset, uid if isinstance(uid, str) else "")
     return _owner(owner, ns)
 
 

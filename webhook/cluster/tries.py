@@ -28,7 +28,7 @@ code, 1]``, a condition ``Type`` when ``True`` and ``Type=Status`` otherwise (a 
 type is a qualified name: no ``=``); ``run`` is a JobSet's pod's run, the
 ``restart-attempt`` label its child Job was made with (``labelAndAnnotateObject`` in
 jobset pkg/controllers/jobset_controller.go: the JobSet's replay judges each run's child
-Jobs apart, ``webhook.plan.jobsetreplay``), else ``null``. An entry of six items (seven
+Jobs apart, ``webhook.kinds.jobset.replay``), else ``null``. An entry of six items (seven
 with a run) was written before conditions were kept whole: it holds only the ``True`` ones
 that are not the kubelet's (``complete`` is false), and none of the facts. At most
 ``MAX_TRIES`` are kept, the first ones: where an audited plan ends a workload early is

@@ -18,7 +18,7 @@ of the CronJob, when the Job has ended). A
 CronJob's Job that never failed and carries neither is not told: nothing about it differs.
 A JobSet's child Jobs are not told apart: the JobSet is, as a whole, once it ends
 (``Completed`` or ``Failed``), from its own record and audit, run by run
-(``webhook.plan.jobsetreplay``). JobSets are watched from the first child Job seen (a
+(``webhook.kinds.jobset.replay``). JobSets are watched from the first child Job seen (a
 cluster without JobSet never lists them); one is told once its record holds as many
 failures of its last run as that run's child Jobs counted, or ``grace`` seconds after it
 ended.
@@ -53,11 +53,11 @@ from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.recorder import audited
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
+from webhook.kinds.jobset import replay as jobsetreplay
+from webhook.kinds.jobset.replay import JobSetReplay, replay_jobset
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import JOBSET_API_VERSION, JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
-from webhook.plan import jobsetreplay
+from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
 from webhook.plan.audit import AuditRecord
-from webhook.plan.jobsetreplay import JobSetReplay, replay_jobset
 from webhook.plan.replay import CRONJOB_PART, Replay, ended, replay
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class AuditReporter:
         return result
 
     def tell_jobset(self, jobset: Mapping[str, Any]) -> JobSetReplay | None:
-        """As ``tell``, for an ended JobSet (``webhook.plan.jobsetreplay``): the Event on
+        """As ``tell``, for an ended JobSet (``webhook.kinds.jobset.replay``): the Event on
         the JobSet."""
         audit = AuditRecord.of(jobset)
         if audit is None:
@@ -381,7 +381,7 @@ def _jobset_regarding(jobset: Mapping[str, Any]) -> Regarding | None:
     fields = [meta.get(k) for k in ("namespace", "name", "uid")]
     if not all(isinstance(v, str) and v for v in fields):
         return None
-    return Regarding(JOBSET_API_VERSION, "JobSet", *fields)
+    return Regarding.jobset(*fields)
 
 
 def _count(value: Any) -> bool:

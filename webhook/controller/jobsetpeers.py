@@ -1,7 +1,7 @@
 """``peer-disruptions`` on a JobSet: one write per disruption, not one per peer.
 
 Admission put ``retryPolicyPeerDisruptions`` first in the JobSet's ``failurePolicy.rules``
-(``webhook.kube.jobsetpolicy.peer_rule``). When a pod of the set is disrupted, the
+(``webhook.kinds.jobset.failurepolicy.peer_rule``). When a pod of the set is disrupted, the
 controller adds ``FailureTarget`` (reason ``PodFailurePolicy``, message
 ``retry-policy.dev/PeerDisrupted: ...``) to the pod's child Job, one ``jobs/status``
 patch carrying the resourceVersion it read:
@@ -36,7 +36,7 @@ from webhook.cluster.events import Event
 from webhook.cluster.informer import short_error
 from webhook.controller.ratelimit import critical
 from webhook.controller.writes import persist
-from webhook.kube import jobsetpolicy as jsp
+from webhook.kinds.jobset import failurepolicy as jsp
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import JOBSET_NAME, JOBSET_UID, RESTART_ATTEMPT
 

@@ -69,7 +69,6 @@ from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import (
     JOB_UID_LABEL,
-    JOBSET_API_VERSION,
     JOBSET_GROUP,
     JOBSET_NAME,
     JOBSET_UID,
@@ -161,7 +160,7 @@ class _Pending:
         kind, namespace, uid = self.workload
         if kind == "job":
             return Regarding(JOB_API, "Job", namespace, self.name, uid)
-        return Regarding(JOBSET_API_VERSION, "JobSet", namespace, self.name, uid)
+        return Regarding.jobset(namespace, self.name, uid)
 
     def unwritten(self) -> str:
         """What a write that failed would have recorded (the log's and Event's words)."""

@@ -24,7 +24,6 @@ from webhook.plan.explained import (
     Subject,
     memory_table,
 )
-from webhook.plan.inplace import Bound
 from webhook.plan.model import LimitField, PartPlan, first_non_spot, job_limit_field
 from webhook.plan.outcome import Outcome
 from webhook.plan.policies import workload_policy
@@ -95,23 +94,24 @@ def part_plan(
     subject: Subject,
     path: Sequence[str],
     defaulted: bool = True,
-    set_bound: Bound | None = None,
+    parent: planner.Parent | None = None,
 ) -> PartPlan | None:
     """The plan of the JobSpec at ``path`` of the reviewed object (``None`` when there is
     none): the planner's, from what admission recorded for it (``Outcome.plans``), or,
     for a part admission did not write, with the policy it would have resolved
     (``defaulted`` says whether the API server defaults this spec, a Job's own, or not,
-    a template in a CronJob or JobSet)."""
+    a template in a CronJob or JobSet); ``parent``: what the object's kind says of
+    this part (``planner.Parent``)."""
     planned = subject.planned(".".join(path))
     if planned is not None:
         return planner.part_plan(
-            planned.policy, planned.path, subject.original, subject.final, subject.ctx, set_bound
+            planned.policy, planned.path, subject.original, subject.final, subject.ctx, parent
         )
     spec = planner.at_path(subject.final, path)
     if not isinstance(spec, dict):
         return None
     policy = _unmanaged_policy(subject, path, spec, defaulted)
-    return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx, set_bound)
+    return planner.part_plan(policy, path, subject.original, subject.final, subject.ctx, parent)
 
 
 def explain_job_spec(

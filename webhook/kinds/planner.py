@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.kube import failurepolicy, intent, restartrules
 from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT
 from webhook.kube.failurepolicy import named_containers
 from webhook.kube.intent import Path
-from webhook.kube.objects import controller_of, mapping
+from webhook.kube.objects import mapping
 from webhook.kube.versions import CONTAINER_RESTART_RULES, KubeVersion
 from webhook.plan import inplace
 from webhook.plan.causes import CauseBudgets
@@ -139,19 +140,32 @@ def bound_of(
     return InPlaceEnds(whole, pod, outer, rails.allow_unbounded_in_place, **words)
 
 
+@dataclass(frozen=True)
+class Parent:
+    """What the kind whose object holds a JobSpec part among others says of that part, for
+    its restarts in place (a JobSet of a replicated Job: ``kinds.jobset.explain``): what
+    its own rules make of the part's deadlines (``bound``, as admission judges it), what
+    decides once a deadline fails the part (``then``), what ``max-in-place-restarts``
+    bounds them per (``per``), and a deadline outside the object (``outer``, in words)."""
+
+    bound: inplace.Bound | None = None
+    then: str = ""
+    per: str = ""
+    outer: str | None = None
+
+
 def part_plan(
     policy: Policy,
     path: Path,
     written: Mapping[str, Any],
     final: Mapping[str, Any],
     ctx: Context,
-    set_bound: inplace.Bound | None = None,
+    parent: Parent | None = None,
 ) -> PartPlan | None:
     """The plan of the JobSpec at ``path`` (``None`` when there is none) of ``final`` (the
     object as stored), mutated with ``policy``; ``written`` is the object as the user
-    wrote it (what is theirs: rules, restart rules, deadlines). ``set_bound``: what the
-    parent's own rules make of this part's deadlines, handed in by the parent's kind (a
-    JobSet's: ``kinds.jobset.rules.in_place_bound``)."""
+    wrote it (what is theirs: rules, restart rules, deadlines). ``parent``: what the kind
+    of an object made of several parts says of this one (``Parent``), handed in by it."""
     where = intent.dotted(path)  # (as given: a user reads "replicatedJobs[0]")
     path = steps(path)
     spec = at_path(final, path)
@@ -186,7 +200,7 @@ def part_plan(
         restarts=restartrules.pod_restarts(
             pod_spec, at_path(written, (*path, "template", "spec")), version
         ),
-        bound=job_bound(path, where, spec, pod_spec, written, final, ctx, set_bound),
+        bound=job_bound(path, where, spec, pod_spec, written, ctx, parent or Parent()),
         dropped=dropped_note(pod_spec, version),
         template_memory=template_memory(pod_spec),
         avoided_nodes=rails.max_avoided_nodes if pods.avoid_failed_nodes else None,
@@ -201,38 +215,34 @@ def job_bound(
     spec: Mapping[str, Any],
     pod_spec: Mapping[str, Any],
     written: Mapping[str, Any],
-    final: Mapping[str, Any],
     ctx: Context,
-    set_bound: inplace.Bound | None = None,
+    parent: Parent,
 ) -> InPlaceEnds:
     """What ends the restarts in place of the JobSpec at ``path``: its deadline, its pod
-    template's, or (a TrainJob's JobSet) the TrainJob's."""
+    template's, or one outside the object (``ctx.outer_bound``, else ``parent.outer``)."""
     original = at_path(written, path)
-    jobset = str(final.get("kind")) == "JobSet"
-    outer = ctx.outer_bound
-    owner = controller_of(final.get("metadata"))
-    if outer is None and jobset and owner is not None and owner.get("kind") == "TrainJob":
-        outer = "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
+    outer = ctx.outer_bound if ctx.outer_bound is not None else parent.outer
     ends_nothing = ""
     counted = True
-    if outer is None and set_bound is not None:
-        # A JobSet rule may restart uncounted once a deadline passes (as admission judges).
-        ends_nothing = "" if set_bound.present else set_bound.unbounded
-        counted = set_bound.replaced_counted
+    if outer is None and parent.bound is not None:
+        # The parent's rules may restart uncounted once a deadline passes (as admission
+        # judges: a JobSet's).
+        ends_nothing = "" if parent.bound.present else parent.bound.unbounded
+        counted = parent.bound.replaced_counted
     budget = CauseBudgets.of(mapping(spec.get("template"))).max_in_place_restarts
     return bound_of(
         deadline_of(spec, original, where),
         deadline_of(pod_spec, at_path(original, ("template", "spec")), f"{where}.template.spec"),
         ctx.config.rails(ctx.namespace),
         outer,
-        then="; then the JobSet's failure policy decides" if jobset else "",
+        then=parent.then,
         missing=f"{where}.activeDeadlineSeconds",
         ends_nothing="" if budget is not None and counted else ends_nothing,
-        budget=_budget_text(spec, budget, jobset) if budget is not None and counted else "",
+        budget=_budget_text(spec, budget, parent.per) if budget is not None and counted else "",
     )
 
 
-def _budget_text(spec: Mapping[str, Any], budget: int, jobset: bool) -> str:
+def _budget_text(spec: Mapping[str, Any], budget: int, per: str) -> str:
     """``max-in-place-restarts`` in words, when it ends restarts in place."""
     per_index = spec.get("backoffLimitPerIndex")
     name, limit = (
@@ -240,7 +250,7 @@ def _budget_text(spec: Mapping[str, Any], budget: int, jobset: bool) -> str:
         if isinstance(per_index, int)
         else ("backoffLimit", spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
     )
-    unit = "per run of the JobSet" if jobset else ("per index" if name != "backoffLimit" else "")
+    unit = per or ("per index" if name != "backoffLimit" else "")
     return (
         f"max-in-place-restarts {budget}: a pod that restarts in place {budget} times in "
         f"all is replaced, and its failure counted, so {budget} x ({name} {limit} + 1) = "

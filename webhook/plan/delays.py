@@ -259,7 +259,7 @@ def ungateable(pod: Mapping[str, Any], attempt: Attempt) -> str:
         return f"spec.nodeName is {node!r}, and the API server refuses a gated pod with a node"
     if attempt.last_failed_at is None and jobsetplacement.follower(pod):
         return (
-            "JobSet created this follower only once its leader was scheduled, past the "
+            "its controller created this follower only once its leader was scheduled, past the "
             "leader's own delay (exclusive placement)"
         )
     return ""

@@ -1,7 +1,7 @@
 """Which of our controller's conditions each failed attempt of an audited workload would have
 carried under the audited plan, worked out from what its record keeps
 (``webhook.cluster.tries``), for the replay (``webhook.plan.replay``,
-``webhook.plan.jobsetreplay``).
+``webhook.kinds.jobset.replay``).
 
 An audited workload ran without the labels that set our controller to work on its pods
 (``webhook.plan.causes``): its pods never got ``DisruptionBudgetExhausted``,

@@ -63,11 +63,12 @@ def check(
     ctx: Context,
     out: Outcome,
     retries: int | None,
-    can_cap: bool = True,
+    uncapped: str = "",
 ) -> Policy:
     """The Kueue check of one JobSpec's ``retry-delay`` (see the module); ``retries``: the
-    most retries its budget allows (``None``: not known). Returns the policy, capped
-    where the config says so."""
+    most retries its budget allows (``None``: not known); ``uncapped``: why a delay too
+    long is not capped here, in the kind's words (empty: it is). Returns the policy,
+    capped where the config says so."""
     kueue = ctx.config.kueue
     if queue is None or policy.retry_delay is None or not kueue.enabled:
         return policy
@@ -105,12 +106,11 @@ def check(
     if kueue.retry_delay == "deny" and policy.setting(blame).source is Source.ANNOTATION:
         out.problems.append(_too_long(policy, blame, longest, limit, queue, why))
         return policy
-    if not can_cap:
+    if uncapped:
         _say(
             out,
             head + f"a retry may wait {format_duration(longest)} (retry-delay): {why}; set "
-            f"retry-delay-max {format_duration(limit)} or less (not capped here: the JobSet "
-            "its trainer makes carries your annotations)",
+            f"retry-delay-max {format_duration(limit)} or less (not capped here: {uncapped})",
         )
         return policy
     setting = Setting(limit, Source.CLUSTER, "(kueue.waitForPodsReady)")

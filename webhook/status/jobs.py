@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cluster.attempts import job_failed_count
+from webhook.kinds.jobset.failurepolicy import PEER_MESSAGE_PREFIX
 from webhook.kinds.story import (
     ENDING,
     Budget,
@@ -17,7 +18,6 @@ from webhook.kinds.story import (
     retries_left,
 )
 from webhook.kube.jobcontroller import exceeds_backoff_limit, parse_failjob_message
-from webhook.kube.jobsetpolicy import PEER_MESSAGE_PREFIX
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import JOBSET_JOB_INDEX, REPLICATED_JOB, RESTART_ATTEMPT
 from webhook.plan.policies import has_policy_annotations

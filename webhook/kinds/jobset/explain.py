@@ -23,6 +23,8 @@ from webhook.kinds.explaining import (
     restarts_in_place,
     workload_keys,
 )
+from webhook.kinds.jobset import failurepolicy as jsp
+from webhook.kinds.jobset.failurepolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
 from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
     in_place_restart,
@@ -32,10 +34,8 @@ from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
 from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, in_place_bound, pattern_applies
 from webhook.kinds.jobset.simulate import JobSetSimulator
 from webhook.kinds.workload import WRITTEN_SOURCES, get_path
-from webhook.kube import jobsetpolicy
 from webhook.kube.goregexp import Piece, Wild
-from webhook.kube.jobsetpolicy import FAILED_JOBS, MAX_REACHED, SINGLE_JOB_RESTARTS
-from webhook.kube.objects import items, mapping
+from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.owned import deep_copy
 from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
 from webhook.plan.model import PartPlan
@@ -86,12 +86,27 @@ def _child_path(index: int) -> tuple[str, ...]:
 
 
 def _part_plan(subject: Subject, index: int) -> PartPlan | None:
-    """Replicated Job ``index``'s plan, with what the JobSet's rules make of its deadlines
-    (``in_place_bound``): this kind's knowledge, handed to the planner."""
+    """Replicated Job ``index``'s plan, with what the JobSet says of its restarts in place
+    (``planner.Parent``): what its rules make of the Job's deadlines (``in_place_bound``),
+    that its failure policy decides after them, that ``max-in-place-restarts`` bounds them
+    per run of the set, and a TrainJob's deadline over its JobSet's."""
     path = planner.steps(_child_path(index))
     spec = planner.at_path(subject.final, path)
-    bound = in_place_bound(subject.final, path, spec, None) if isinstance(spec, dict) else None
-    return part_plan(subject, _child_path(index), defaulted=False, set_bound=bound)
+    parent = planner.Parent(
+        in_place_bound(subject.final, path, spec, None) if isinstance(spec, dict) else None,
+        then="; then the JobSet's failure policy decides",
+        per="per run of the JobSet",
+        outer=_trainjob_bound(subject.final),
+    )
+    return part_plan(subject, _child_path(index), defaulted=False, parent=parent)
+
+
+def _trainjob_bound(jobset: Mapping[str, Any]) -> str | None:
+    """What ends the in-place restarts of a TrainJob's JobSet besides its own deadlines."""
+    owner = controller_of(mapping(jobset.get("metadata")))
+    if owner is None or owner.get("kind") != "TrainJob":
+        return None
+    return "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
 
 
 def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
@@ -183,11 +198,11 @@ def _name(rjob: Mapping[str, Any], index: int) -> str:
 
 def describe_job_failure(rule: Mapping[str, Any]) -> str:
     """The condition of one JobSet rule, as a phrase: "a Job of workers fails with ..."."""
-    if jobsetpolicy.peer_rule_of({"spec": {"failurePolicy": {"rules": [rule]}}}):
+    if jsp.peer_rule_of({"spec": {"failurePolicy": {"rules": [rule]}}}):
         return (
             "the controller fails a disrupted pod's Job (peer-disruptions: FailureTarget, "
-            f"reason {jobsetpolicy.PEER_REASON}, message "
-            f"{jobsetpolicy.PEER_MESSAGE_PREFIX.strip()} ...); the peers stop with the restart"
+            f"reason {jsp.PEER_REASON}, message "
+            f"{jsp.PEER_MESSAGE_PREFIX.strip()} ...); the peers stop with the restart"
         )
     targets = [str(t) for t in items(rule.get("targetReplicatedJobs"))]
     reasons = [str(r) for r in items(rule.get("onJobFailureReasons"))]

@@ -9,6 +9,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.kinds.jobset import failurepolicy as jsp
+from webhook.kinds.jobset.failurepolicy import (
+    ACTIONS,
+    IGNORING_ACTIONS,
+    SINGLE_JOB_RESTARTS,
+    pattern_applies,
+)
 from webhook.kinds.jobspec import resolve_count
 from webhook.kinds.ruleplan import our_rules
 from webhook.kinds.workload import (
@@ -17,15 +24,9 @@ from webhook.kinds.workload import (
     keep_spec_limit,
 )
 from webhook.kube import failurepolicy as fp
-from webhook.kube import intent, jobcontroller, jobsetpolicy
+from webhook.kube import intent, jobcontroller
 from webhook.kube.goregexp import Piece, Unsupported, Wild, compile_go
 from webhook.kube.jobcontroller import BUDGET_MESSAGES, DEADLINE_MESSAGE
-from webhook.kube.jobsetpolicy import (
-    ACTIONS,
-    IGNORING_ACTIONS,
-    SINGLE_JOB_RESTARTS,
-    pattern_applies,
-)
 from webhook.kube.objects import items, mapping
 from webhook.plan import inplace
 from webhook.plan.model import LimitField
@@ -434,7 +435,7 @@ def add_peer_rule(
     jobset: dict[str, Any], policy: Policy, how: str, replicated: list[Any], out: Outcome
 ) -> None:
     """``peer-disruptions``: our rule first in the set's rules, on the ``FailureTarget``
-    the controller adds to a disrupted pod's child Job (``jobsetpolicy.peer_rule``): the
+    the controller adds to a disrupted pod's child Job (``failurepolicy.peer_rule``): the
     set restarts as a whole, uncounted for ``ignore``, counted for ``count``. First, since
     JobSet takes the first rule that applies to any failed Job
     (``findFirstFailedPolicyRuleAndJob``): peers failed meanwhile by their exit codes (a
@@ -442,12 +443,12 @@ def add_peer_rule(
     failure_policy = jobset["spec"].setdefault("failurePolicy", {})
     rules = failure_policy.get("rules")
     rules = rules if isinstance(rules, list) else []
-    ours = jobsetpolicy.peer_rule(how)
+    ours = jsp.peer_rule(how)
     if rules and rules[0] == ours:
         out.wrote(ours, "peer-disruptions", added=False)
         return
     for index, rule in enumerate(rules):
-        if isinstance(rule, dict) and rule.get("name") == jobsetpolicy.PEER_RULE_NAME:
+        if isinstance(rule, dict) and rule.get("name") == jsp.PEER_RULE_NAME:
             pruned = {k: v for k, v in ours.items() if k != "onJobFailureMessagePatterns"}
             why = (
                 "the JobSet API dropped its onJobFailureMessagePatterns: this cluster's "
@@ -468,9 +469,9 @@ def add_peer_rule(
     failure_policy["rules"] = [ours, *rules]
     counted = "not counted against maxRestarts" if how == "ignore" else "counted"
     out.changed(
-        f"retry-policy: added failurePolicy rule {jobsetpolicy.PEER_RULE_NAME} first "
+        f"retry-policy: added failurePolicy rule {jsp.PEER_RULE_NAME} first "
         f"({ours['action']} when the controller fails a disrupted pod's Job with "
-        f"{jobsetpolicy.PEER_MESSAGE_PREFIX.strip()} ...: the set restarts, {counted})",
+        f"{jsp.PEER_MESSAGE_PREFIX.strip()} ...: the set restarts, {counted})",
         policy.setting("peer-disruptions"),
     )
     out.problems.extend(validate_rules(failure_policy["rules"], replicated))

@@ -19,9 +19,8 @@ from typing import Any
 
 from webhook.kinds.inplacewords import Backoff
 from webhook.kinds.job.simulate import JobSimulator, JobState, lead
-from webhook.kube import jobsetpolicy as jsp
-from webhook.kube.goregexp import Piece, Wild
-from webhook.kube.jobsetpolicy import (
+from webhook.kinds.jobset import failurepolicy as jsp
+from webhook.kinds.jobset.failurepolicy import (
     FAIL_ACTION,
     FAILED_JOBS,
     MAX_REACHED,
@@ -29,6 +28,7 @@ from webhook.kube.jobsetpolicy import (
     first_rule,
     rule_is_applicable,
 )
+from webhook.kube.goregexp import Piece, Wild
 from webhook.plan.simulation import Ending, Event, NextPod, Simulation, Step, walk
 from webhook.plan.words import count_of, on_nodes
 
@@ -40,7 +40,7 @@ def jobset_rule_matches(
     replicated: str,
     pod: Sequence[Piece] = (Wild(),),
 ) -> bool:
-    """JobSet's ``ruleIsApplicable`` (``webhook.kube.jobsetpolicy``), with the pod's name in
+    """JobSet's ``ruleIsApplicable`` (``kinds.jobset.failurepolicy``), with the pod's name in
     ``message`` (``<namespace>/<pod>``) standing for ``pod``: a pattern matches when it
     does for some such pod. A pattern that cannot be read as Go reads it is taken to
     match, as admission takes it (``unread_patterns`` says which)."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.cluster.record import Record
+from webhook.kinds.jobset.replay import replay_jobset
 from webhook.kinds.jobset.rules import RULE_NAME
 from webhook.kinds.story import (
     Budget,
@@ -24,7 +25,6 @@ from webhook.kinds.story import (
 from webhook.kube.objects import mapping
 from webhook.kube.wellknown import JOBSET_NAME, JOBSET_UID, RESTART_ATTEMPT
 from webhook.plan.audit import AuditRecord
-from webhook.plan.jobsetreplay import replay_jobset
 
 KIND = "JobSet"
 
@@ -64,7 +64,7 @@ def jobset_decision(jobset: Mapping[str, Any]) -> Decision | None:
 
 def replay(jobset: Mapping[str, Any]) -> Replayed | None:
     """Its audit, told as a whole from its own record once it has ended
-    (``webhook.plan.jobsetreplay``): its child Jobs are its runs' parts."""
+    (``webhook.kinds.jobset.replay``): its child Jobs are its runs' parts."""
     audit = AuditRecord.of(jobset)
     return replay_jobset(jobset, audit, Record.of(jobset)) if audit is not None else None
 

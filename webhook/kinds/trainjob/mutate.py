@@ -78,6 +78,8 @@ MANAGER = "retry-policy.dev/webhook"
 CARRIED = PREFIX + "defaults"
 #: ``+kubebuilder:validation:MaxItems=16`` on ``spec.runtimePatches``.
 MAX_RUNTIME_PATCHES = 16
+#: Why a retry-delay too long for Kueue is not capped on a TrainJob (``plan.queued``).
+UNCAPPED = "the JobSet its trainer makes carries your annotations"
 #: The field manager of the trainer's server-side apply (``reconcileObjects`` in
 #: pkg/controller/trainjob_controller.go).
 TRAINER_FIELD_MANAGER = "trainer"
@@ -529,7 +531,9 @@ class TrainJobMutator(WorkloadMutator):
         policy = self.policy(trainjob, ctx, out)
         out.policies["spec"] = policy
         # Kueue queues the TrainJob, not the JobSet its trainer makes: checked here.
-        queued.check(policy, queued.queue_of(trainjob, ("spec",)), ctx, out, None, can_cap=False)
+        queued.check(
+            policy, queued.queue_of(trainjob, ("spec",)), ctx, out, None, uncapped=UNCAPPED
+        )
         if out.problems:
             # The needs between the valid keys are said with them: one apply shows all.
             failureaware.lacks_limit(policy, out)

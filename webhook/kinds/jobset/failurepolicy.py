@@ -1,7 +1,7 @@
 """A JobSet's ``failurePolicy`` as the JobSet controller carries it out when a child Job
 fails (kubernetes-sigs/jobset pkg/controllers/failure_policy.go), written once here for
 admission (``webhook.kinds.jobset.rules``), ``explain`` (``webhook.kinds.jobset.simulate``) and
-the audit's replay (``webhook.plan.jobsetreplay``).
+the audit's replay (``webhook.kinds.jobset.replay``).
 
 - ``executeFailurePolicy``: without a ``failurePolicy`` the JobSet fails (``FailedJobs``).
   Otherwise ``findFirstFailedPolicyRuleAndJob`` takes the rules in order, each against the

@@ -1,4 +1,4 @@
-"""The replay of an audited JobSet's real failures, run by run (``webhook.plan.jobsetreplay``):
+"""The replay of an audited JobSet's real failures, run by run (``webhook.kinds.jobset.replay``):
 a JobSet admitted under audit by the real engine, its child Jobs and pods as the JobSet
 controller and the Job controller make them (``testkit.audits``, ``testkit/jobsim.py``),
 each failed pod recorded as the recorder records it (``Record.add``)."""
@@ -16,10 +16,10 @@ from webhook.admission import engine
 from webhook.cluster.record import Record
 from webhook.cluster.runtimes import GivenRuntimes
 from webhook.cluster.tries import MAX_TRIES, Try
+from webhook.kinds.jobset.replay import replay_jobset
 from webhook.kinds.trainjob.mutate import jobset_for
 from webhook.kube import failurepolicy as fp
 from webhook.plan.audit import AUDIT, AuditedPart, AuditRecord
-from webhook.plan.jobsetreplay import replay_jobset
 
 #: MAIN holds 2 cores, 4 GiB and a GPU: per minute of run time, in resource-seconds.
 PER_MINUTE = {"cpu": 120.0, "memory": 240.0, "nvidia.com/gpu": 60.0}

@@ -28,7 +28,7 @@ where the real plan did, the run would have gone on: what that costs cannot be k
 
 Then the runs are followed in order as the JobSet would have gone under the audited plan
 (``executeFailurePolicy`` on the child Job the audited plan fails first, its reason and
-message: ``webhook.kube.jobsetpolicy``), its restarts counted toward ``maxRestarts`` as
+message: ``webhook.kinds.jobset.failurepolicy``), its restarts counted toward ``maxRestarts`` as
 it goes: where it would have failed the JobSet in an earlier run than the real one (a
 ``FailJobSet`` rule on reason ``PodFailurePolicy``, ``maxRestarts`` reached sooner), the
 later runs would not have run, and their failed attempts are saved whole; where it would
@@ -48,7 +48,7 @@ from typing import Any
 
 from webhook.cluster.record import Record
 from webhook.cluster.tries import Try
-from webhook.kube import jobsetpolicy
+from webhook.kinds.jobset import failurepolicy as jsp
 from webhook.kube.objects import items, mapping
 from webhook.plan import marks
 from webhook.plan.audit import AuditRecord
@@ -239,7 +239,7 @@ def _not_replayed(jobset: Mapping[str, Any], audit: AuditRecord, tries: list[Try
     policy = mapping(spec.get("failurePolicy"))
     if policy.get("restartStrategy") == "InPlaceRestart":
         return "it restarts in place (failurePolicy restartStrategy InPlaceRestart)"
-    if any(r.get("action") in jobsetpolicy.SINGLE_JOB_RESTARTS for r in items(policy.get("rules"))):
+    if any(r.get("action") in jsp.SINGLE_JOB_RESTARTS for r in items(policy.get("rules"))):
         return "its failurePolicy recreates single Jobs (RestartJob), not whole runs"
     if any(t.run is None for t in tries):
         return "its failures were recorded without their runs"
@@ -372,7 +372,7 @@ def follow(
         if not message and _reads_messages(jobset):
             why = f"the name of the pod that ended run {run.run} is not in the record"
             return replace(result, unsure=why)
-        decision = jobsetpolicy.execute(jobset, run.reason, [message], run.replicated, toward)
+        decision = jsp.execute(jobset, run.reason, [message], run.replicated, toward)
         if decision.unsure:
             return replace(result, unsure=f"in run {run.run}, {decision.unsure}")
         toward += decision.counted
