@@ -7,7 +7,7 @@ controller makes them: ``testkit.audits.child_job``), all pods running. The
 scheduler preempts one pod (``DisruptionTarget``, the deletion), the kubelet stops it a
 second later. The controller (real, its own process: ``benchmarks.leader``) adds one
 ``FailureTarget`` to the preempted pod's child Job, on which the JobSet's first rule
-restarts the set (``webhook.controller.jobsetpeers``); a JobSet without that rule gets
+restarts the set (``webhook.kinds.jobset.peers``); a JobSet without that rule gets
 per-pod ``PeerDisrupted`` marks, at most ``--peer-mark-limit`` (``webhook.controller.peers``).
 Counted: its writes until it has been quiet for a while.
 """

@@ -67,7 +67,7 @@ UNSCOPED_WRITES: list[tuple[list[str], list[str]]] = [
     # asked, the deadline of a pod that used its restarts in place.
     (["pods"], ["patch"]),
     (["pods/status"], ["patch"]),
-    # peer-disruptions on a JobSet (webhook/controller/jobsetpeers.py): FailureTarget on
+    # peer-disruptions on a JobSet (webhook/kinds/jobset/peers.py): FailureTarget on
     # a disrupted pod's child Job, in any namespace; the admission policy lets only that
     # condition through (tests/chart/test_jobset_peers.py).
     (["jobs/status"], ["patch"]),
@@ -1353,7 +1353,7 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
     ]
     # peer-disruptions on a JobSet: FailureTarget on a disrupted pod's child Job
-    # (webhook/controller/jobsetpeers.py); only where JobSets are written.
+    # (webhook/kinds/jobset/peers.py); only where JobSets are written.
     job_status = {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["patch"]}
     jobsets = {
         "apiGroups": ["jobset.x-k8s.io"],

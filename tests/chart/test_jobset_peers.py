@@ -1,6 +1,6 @@
 """The chart's RBAC and admission policy for ``peer-disruptions`` on a JobSet: the
 controller may add exactly one condition to a child Job's status, ``FailureTarget`` with
-our reason and message (``webhook.controller.jobsetpeers``), and nothing else of it.
+our reason and message (``webhook.kinds.jobset.peers``), and nothing else of it.
 
 upstream: ``ValidateJobStatusUpdate`` (pkg/apis/batch/validation/validation.go) lets a
 client add ``FailureTarget=True`` to a running Job (it refuses it beside Complete or

@@ -108,7 +108,7 @@ def test_what_is_about_one_pod_is_critical(method, url, limiter):
 
 def test_inside_critical_every_request_is_critical():
     """The read of a Job that its ``/status`` patch is computed from
-    (``webhook.controller.jobsetpeers``) waits as the patch does; only on this thread."""
+    (``webhook.kinds.jobset.peers``) waits as the patch does; only on this thread."""
     job = "/apis/batch/v1/namespaces/ml/jobs/train"
     seen: list[str] = []
     with critical():

@@ -303,7 +303,7 @@ def test_an_indexed_job_counts_disruptions_per_index(cluster, tmp_path):
 def test_a_jobset_counts_its_disruptions_and_fails_the_disrupted_job_once(cluster, tmp_path):
     """The set's budget (its record, across its Jobs), and peer-disruptions on a JobSet: a
     worker evicted, the controller marks no peer pod but writes one FailureTarget on the
-    worker's Job (``webhook.controller.jobsetpeers``: ``syncJob`` fails a Job with it,
+    worker's Job (``webhook.kinds.jobset.peers``: ``syncJob`` fails a Job with it,
     ``newFailedConditionForFailureTarget``), which the JobSet's first rule,
     retryPolicyPeerDisruptions, restarts the set on; status tells that Job's failure as
     the controller's, for peer-disruptions."""

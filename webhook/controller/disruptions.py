@@ -78,7 +78,7 @@ from webhook.controller.budgetstate import (
     budget_key,
     unwritten,
 )
-from webhook.controller.jobsetpeers import JobSetPeers
+from webhook.controller.kindservices import PeerWriters as JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.records import Workloads, WorkloadStates

@@ -8,7 +8,7 @@ Two buckets, so that bulk work never delays what is critical:
   ``/status``): the conditions that must land before the Job controller judges the pod,
   the gate releases, the deadlines, and the reads a conflict needs; and a Job's
   ``/status`` (``peer-disruptions`` on a JobSet: the one write that stands for a
-  disrupted pod's peers, ``webhook.controller.jobsetpeers``), with the read of the Job
+  disrupted pod's peers, ``webhook.kinds.jobset.peers``), with the read of the Job
   it is computed from (any request sent inside ``critical()``);
 - ``bulk``: everything else: Events, the workloads' records (histories, audits), lists and
   watches. Within it, an Event yields to every other request: it takes a token only

@@ -24,6 +24,7 @@ from webhook.policy.config import Config
 from webhook.problems import Problem
 
 if TYPE_CHECKING:  # (not imported on the admission path: ``Named``)
+    from webhook.kinds.services import PeerWriterType
     from webhook.kinds.story import StoryFacts
 
 #: (record path, field path) of each JobSpec of a workload: ``spec``, a CronJob's
@@ -138,6 +139,9 @@ class KindSpec:
     #: counts as a Job's does); ``None``: its explanation simulates another kind's (a
     #: TrainJob's, its JobSet's).
     simulator: Named[SimulatorType] | None = None
+    #: What stops a disrupted pod's peers with one write, for the controller
+    #: (``webhook.kinds.services.PeerWriter``); ``None``: its peers are marked one by one.
+    peers: Named[PeerWriterType] | None = None
 
     def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs:
         """Where ``obj``'s JobSpecs are (none: a kind without its own): the one answer,

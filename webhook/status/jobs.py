@@ -219,7 +219,7 @@ def _job_decision(
     if decision is None or decision.reason != "PodFailurePolicy":
         return decision
     if decision.message.startswith(PEER_MESSAGE_PREFIX):
-        # Failed by the controller for its disrupted pod (webhook.controller.jobsetpeers):
+        # Failed by the controller for its disrupted pod (webhook.kinds.jobset.peers):
         # the JobSet's rule retryPolicyPeerDisruptions restarts the set.
         decision.origin = "failed by retry-policy's controller for peer-disruptions"
         decision.annotation = PREFIX + "peer-disruptions"

@@ -16,4 +16,5 @@ SPEC = KindSpec(
     story=Named("webhook.kinds.jobset.story", "STORY"),
     explainer=Named("webhook.kinds.jobset.explain", "explain_jobset"),
     simulator=Named("webhook.kinds.jobset.simulate", "JobSetSimulator"),
+    peers=Named("webhook.kinds.jobset.peers", "JobSetPeers"),
 )

@@ -186,8 +186,8 @@ class JobSetSimulator:
 
     def _peer_restart(self, event: Event, outcome: Any) -> str | None:
         """``peer-disruptions`` (its rule first in the set's rules): the value, when the
-        controller fails a disrupted pod's Job that goes on (``webhook.controller.
-        jobsetpeers``: under ``ignore`` only when the pod's own disruption is not counted),
+        controller fails a disrupted pod's Job that goes on (``webhook.kinds.jobset.
+        peers``: under ``ignore`` only when the pod's own disruption is not counted),
         and the set restarts on that rule; else ``None``."""
         if not event.disruption or outcome.ending is not None or self.in_place:
             return None

@@ -34,9 +34,8 @@ from typing import Any
 from webhook.cluster.conditions import STRATEGIC, label, pod_name, status_patch, workload_of
 from webhook.cluster.events import Event
 from webhook.cluster.informer import short_error
-from webhook.controller.ratelimit import critical
-from webhook.controller.writes import persist
 from webhook.kinds.jobset import failurepolicy as jsp
+from webhook.kinds.services import Services
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import JOBSET_NAME, JOBSET_UID, RESTART_ATTEMPT
 
@@ -51,7 +50,13 @@ class JobSetPeers:
     """The Job write that stands for a disrupted pod's peers in a JobSet."""
 
     def __init__(
-        self, api_client: Any, workloads: Any, events: Any, writes: Any, clock: Callable[[], float]
+        self,
+        api_client: Any,
+        workloads: Any,
+        events: Any,
+        writes: Any,
+        clock: Callable[[], float],
+        services: Services,
     ) -> None:
         from kubernetes import client
 
@@ -61,6 +66,8 @@ class JobSetPeers:
         #: The Job conditions' failures (``webhook.controller.writes.Writes``).
         self.writes = writes
         self.clock = clock
+        #: The controller's write retries and rate limits (``webhook.kinds.services``).
+        self.services = services
 
     def fail_job(self, pod: Mapping[str, Any], cause: str) -> str | None:
         """Add our ``FailureTarget`` to the disrupted ``pod``'s child Job: "written",
@@ -86,7 +93,7 @@ class JobSetPeers:
         message = jsp.peer_message(pod_name(pod), cause, how)
         regarding = workload_of(pod)
         try:
-            result = persist(
+            result = self.services.persist(
                 self.writes,
                 ("job", namespace, job),
                 lambda: self._write(namespace, job, str(owner.get("uid")), message),
@@ -111,7 +118,8 @@ class JobSetPeers:
     def _write(self, namespace: str, name: str, uid: str, message: str) -> str:
         """Read the Job and add the condition with the resourceVersion read (a conflict
         raises: ``persist`` calls again, which reads again)."""
-        with critical():  # the read this write is computed from waits as the write does
+        # the read this write is computed from waits as the write does
+        with self.services.critical():
             job = self.workloads.current("job", namespace, name, uid)
         if job is None:
             return "gone"

@@ -1,5 +1,5 @@
 """``peer-disruptions`` on a JobSet: one ``FailureTarget`` on the disrupted pod's child Job
-stands for all its peers (``webhook.controller.jobsetpeers``), and the JobSet rule
+stands for all its peers (``webhook.kinds.jobset.peers``), and the JobSet rule
 admission puts first restarts the set on it.
 
 upstream: ``syncJob`` (pkg/controller/job/job_controller.go) finishes a Job that has
@@ -165,12 +165,7 @@ def test_a_job_whose_end_is_decided_is_not_written(api, tmp_path):
         job_of(api, "big-w-0")["status"]["conditions"] = [
             {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded"}
         ]
-    reconciler = disruptions(api, tmp_path, Counted())
-    for pod in pods:
-        reconciler._peer_event("ADDED", pod)
-    before = len(api.writes)
-    reconciler.mark_peers(evicted(pods[0]))
-    assert api.writes[before:] == []
+    assert writes_of_a_disruption(api, tmp_path, pods) == []
 
 
 def test_an_ignored_peer_disruption_whose_own_disruption_counts_marks_pods(api, tmp_path):
@@ -191,12 +186,17 @@ def test_a_pod_of_an_earlier_run_writes_nothing(api, tmp_path):
     pods = a_set(api, [jsp.peer_rule("ignore")])
     with api.lock:
         next(iter(api.objects["jobsets"].values()))["status"]["restarts"] = 1
+    assert writes_of_a_disruption(api, tmp_path, pods) == []
+
+
+def writes_of_a_disruption(api, tmp_path, pods):
+    """The writes made when the first of ``pods`` is evicted, its peers all seen."""
     reconciler = disruptions(api, tmp_path, Counted())
     for pod in pods:
         reconciler._peer_event("ADDED", pod)
     before = len(api.writes)
     reconciler.mark_peers(evicted(pods[0]))
-    assert api.writes[before:] == []
+    return api.writes[before:]
 
 
 # --- what JobSet does with the Job's failure ----------------------------------------------
