@@ -45,7 +45,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -506,6 +506,13 @@ class WorkloadResolver:
         if found is not None and uid and _uid(found) != uid:
             return None  # another JobSet of that name
         return found
+
+    def read_owner(self, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The object of a controller owner reference this resolver reads (a JobSet, as
+        ``jobset``), else ``None``: for what the webhook applied to a Job's workload."""
+        if owner.get("kind") != "JobSet":
+            return None
+        return self.jobset(namespace, str(owner.get("name")), str(owner.get("uid") or ""))
 
     def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
         group, _, version = JOBSET_API_VERSION.partition("/")

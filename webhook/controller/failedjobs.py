@@ -232,9 +232,9 @@ class FailedJobs:
             except Exception as err:
                 log.warning("CronJob %s/%s unreadable: %s", namespace, name, err)
                 return None
-        if owner.get("kind") == "JobSet" and self.resolver is not None:
-            jobset = self.resolver.jobset(namespace, name, str(owner.get("uid") or ""))
-            return applied(mapping((jobset or {}).get("metadata")))
+        if self.resolver is not None:  # a JobSet's, read once
+            found = self.resolver.read_owner(namespace, owner)
+            return applied(mapping((found or {}).get("metadata")))
         return None
 
     def _remember(self, uid: str) -> None:
