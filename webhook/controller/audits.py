@@ -16,12 +16,10 @@ and a CronJob's Job whose record keeps tries (the recorder keeps them only when 
 carries the audit record), told from the CronJob's part ``spec.jobTemplate.spec`` (one GET
 of the CronJob, when the Job has ended). A
 CronJob's Job that never failed and carries neither is not told: nothing about it differs.
-A JobSet's child Jobs are not told apart: the JobSet is, as a whole, once it ends
-(``Completed`` or ``Failed``), from its own record and audit, run by run
-(``webhook.kinds.jobset.replay``). JobSets are watched from the first child Job seen (a
-cluster without JobSet never lists them); one is told once its record holds as many
-failures of its last run as that run's child Jobs counted, or ``grace`` seconds after it
-ended.
+A kind whose child Jobs are told with it, as a whole (a JobSet's:
+``webhook.kinds.jobset.audits``), says so in its ``KindSpec`` (``whole_audit``): this
+reporter hands it those Jobs, and holds it until it says it is ready, or ``grace`` seconds
+after it ended.
 
 Its failures first: the last failed pod and the Job's end come on two watches, and the
 recorder writes in batches. A Job is told once its record has counted as many failures as
@@ -42,21 +40,20 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
 from webhook.cluster.events import Event, Regarding, workload_of_job
 from webhook.cluster.informer import Informer
-from webhook.cluster.record import JOBSETS, Record
+from webhook.cluster.record import Record
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.recorder import audited
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
-from webhook.kinds.jobset import replay as jobsetreplay
-from webhook.kinds.jobset.replay import JobSetReplay, replay_jobset
+from webhook.kinds.registry import KINDS
+from webhook.kinds.services import WholeAudit
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
 from webhook.plan.audit import AuditRecord
 from webhook.plan.replay import CRONJOB_PART, Replay, ended, replay
 
@@ -68,7 +65,8 @@ MAX_WAITING = 10_000
 
 
 class AuditReporter:
-    """A reconciler (``webhook.controller.manager.Reconciler``)."""
+    """A reconciler (``webhook.controller.manager.Reconciler``), and the host of the kinds'
+    ``WholeAudit`` (``webhook.kinds.services.AuditHost``)."""
 
     name = "audits"
 
@@ -101,11 +99,17 @@ class AuditReporter:
         #: Job UID -> since when it is seen ended, and the Job as last delivered, until
         #: it is told.
         self._waiting: dict[str, tuple[float, Mapping[str, Any]]] = {}
-        #: JobSet UID -> its child Jobs (UID -> run, ``status.failed``), for whether the
-        #: record holds its last run's failures (``_jobset_ready``).
-        self._children: dict[str, dict[str, tuple[int, int]]] = {}
-        self._jobsets: Informer | None = None
         self.counters = {"told": 0, "errors": 0}
+        #: The kinds whose child Jobs are told with them, as a whole, by kind.
+        self.wholes: dict[str, WholeAudit] = {
+            spec.kind: spec.whole_audit.load()(self)
+            for spec in KINDS
+            if spec.whole_audit is not None
+        }
+
+    @property
+    def lock(self) -> threading.Lock:
+        return self._lock
 
     def run(self, stop: threading.Event) -> None:
         self._stop = stop
@@ -120,16 +124,38 @@ class AuditReporter:
         if not isinstance(uid, str):
             return
         owner = controller_of(mapping(job.get("metadata"))) or {}
-        if owner.get("kind") == "JobSet" and isinstance(owner.get("uid"), str):
-            self._child(event, job, owner["uid"])
+        whole = self.wholes.get(str(owner.get("kind")))
+        if whole is not None and isinstance(owner.get("uid"), str):
+            whole.child(event, job, owner["uid"])
         with self._lock:
-            if event == "DELETED" or not candidate(job):
-                self._waiting.pop(uid, None)
+            if event == "DELETED" or not candidate(job, self.wholes):
+                self.release(uid)
                 return
-            since = self._waiting[uid][0] if uid in self._waiting else self.clock()
-            self._waiting[uid] = (since, job)
-            while len(self._waiting) > MAX_WAITING:
-                del self._waiting[next(iter(self._waiting))]
+            self.hold(uid, job)
+
+    def hold(self, uid: str, obj: Mapping[str, Any]) -> None:
+        """Wait with ``obj`` until it is ready (called with the lock held)."""
+        since = self._waiting[uid][0] if uid in self._waiting else self.clock()
+        self._waiting[uid] = (since, obj)
+        while len(self._waiting) > MAX_WAITING:
+            del self._waiting[next(iter(self._waiting))]
+
+    def release(self, uid: str) -> None:
+        self._waiting.pop(uid, None)
+
+    def audited(self, metadata: Mapping[str, Any]) -> bool:
+        return audited(metadata)
+
+    def watch(
+        self, name: str, listing: Callable[..., Any], apply: Callable[[str, Any], None]
+    ) -> bool:
+        """A watch of a ``WholeAudit``'s own, once this reporter runs."""
+        if not hasattr(self, "_stop"):
+            return False
+        informer = Informer(name, listing, lambda: None, apply, {}, self._stop, "controller")
+        self.watches.append(informer)
+        threading.Thread(target=informer.run, name=name, daemon=True).start()
+        return True
 
     def flush(self) -> None:
         """Tell each ended Job whose failures are recorded (or whose grace is over)."""
@@ -140,13 +166,13 @@ class AuditReporter:
         for uid, job in ready:
             if not self.writes.ready(uid):
                 continue
-            jobset = job.get("kind") == "JobSet"
+            whole = self.wholes.get(str(job.get("kind")))
             try:
-                self.tell_jobset(job) if jobset else self.tell(job)
+                whole.tell(job) if whole is not None else self.tell(job)
             except Exception as err:  # the loop must outlive any one workload
                 self.counters["errors"] += 1
-                regarding = _jobset_regarding(job) if jobset else workload_of_job(job)
-                what = f"the audit of {'JobSet' if jobset else 'Job'} {_name(job)}"
+                regarding = whole.regarding(job) if whole is not None else workload_of_job(job)
+                what = f"the audit of {whole.kind if whole is not None else 'Job'} {_name(job)}"
                 if self.writes.failed(uid, err, regarding, what):
                     continue
             with self._lock:
@@ -154,8 +180,9 @@ class AuditReporter:
                     del self._waiting[uid]
 
     def _ready(self, since: float, job: Mapping[str, Any]) -> bool:
-        if job.get("kind") == "JobSet":
-            return self._jobset_ready(job) or self.clock() - since >= self.grace
+        whole = self.wholes.get(str(job.get("kind")))
+        if whole is not None:
+            return whole.ready(job) or self.clock() - since >= self.grace
         record = Record.of(job) or Record()
         counted = sum(line.counted for line in record.lineages.values())
         failed = mapping(job.get("status")).get("failed")
@@ -175,7 +202,7 @@ class AuditReporter:
         def judge(current: Mapping[str, Any], before: Record) -> Replay | None:
             return replay(current, part, before, record.settings)
 
-        told = self._mark_told("job", job, judge)
+        told = self.mark_told("job", job, judge)
         if told is None:
             return None
         current, result = told
@@ -183,27 +210,10 @@ class AuditReporter:
         note = result.sentence()
         if regarding is not None and regarding.kind != "Job":
             note = f"Job {_name(current)}: {note}"
-        self._told(current, regarding, note, result)
+        self.told(current, regarding, note, result)
         return result
 
-    def tell_jobset(self, jobset: Mapping[str, Any]) -> JobSetReplay | None:
-        """As ``tell``, for an ended JobSet (``webhook.kinds.jobset.replay``): the Event on
-        the JobSet."""
-        audit = AuditRecord.of(jobset)
-        if audit is None:
-            return None
-
-        def judge(current: Mapping[str, Any], before: Record) -> JobSetReplay | None:
-            return replay_jobset(current, audit, before)
-
-        told = self._mark_told("jobset", jobset, judge)
-        if told is None:
-            return None
-        current, result = told
-        self._told(current, _jobset_regarding(current), result.sentence(), result)
-        return result
-
-    def _mark_told(self, kind: str, obj: Mapping[str, Any], judge: Callable) -> Any:
+    def mark_told(self, kind: str, obj: Mapping[str, Any], judge: Callable) -> Any:
         """``(the workload as written, judge's result)`` once the record's ``told`` mark
         landed, with the ``resourceVersion`` judged (a 409 reads it again); ``None``: told
         already, not ended, or gone."""
@@ -236,12 +246,12 @@ class AuditReporter:
         self.writes.landed(str(meta.get("uid")))
         return current, result
 
-    def _told(
+    def told(
         self,
         obj: Mapping[str, Any],
         regarding: Regarding | None,
         note: str,
-        result: Replay | JobSetReplay,
+        result: Any,  # a Replay, or what a WholeAudit tells (its verdict, saved)
     ) -> None:
         self.counters["told"] += 1
         namespace = str(mapping(obj.get("metadata")).get("namespace") or "")
@@ -249,76 +259,6 @@ class AuditReporter:
             self.metrics.audited(namespace, result.verdict, result.saved)
         if self.events is not None and regarding is not None:
             self.events.emit(Event(regarding, "Normal", REASON, note, action="Audit", once=True))
-
-    # --- JobSets ------------------------------------------------------------------------
-    def _child(self, event: str, job: Mapping[str, Any], jobset_uid: str) -> None:
-        """Keep a JobSet's child Job's run and failures (its JobSets watched from the
-        first one: a cluster without JobSet never lists them)."""
-        meta = mapping(job.get("metadata"))
-        run = str(mapping(meta.get("labels")).get(RESTART_ATTEMPT) or "")
-        failed = mapping(job.get("status")).get("failed")
-        with self._lock:
-            children = self._children.setdefault(jobset_uid, {})
-            if event == "DELETED":
-                children.pop(str(meta.get("uid")), None)
-                if not children:
-                    del self._children[jobset_uid]
-            elif run.isdigit():
-                children[str(meta.get("uid"))] = (int(run), failed if _count(failed) else 0)
-            while len(self._children) > MAX_WAITING:
-                del self._children[next(iter(self._children))]
-        self._watch_jobsets()
-
-    def _watch_jobsets(self) -> None:
-        if self._jobsets is not None or not hasattr(self, "_stop"):
-            return
-
-        def list_jobsets(**kwargs: Any) -> Any:
-            return self.workloads.custom.list_cluster_custom_object(
-                JOBSET_GROUP, JOBSET_VERSION, JOBSETS, **kwargs
-            )
-
-        self._jobsets = Informer(
-            "audit-jobsets",
-            list_jobsets,
-            lambda: None,
-            self._apply_jobset,
-            {},
-            self._stop,
-            "controller",
-        )
-        self.watches.append(self._jobsets)
-        threading.Thread(target=self._jobsets.run, name="audit-jobsets", daemon=True).start()
-
-    def _apply_jobset(self, event: str, jobset: Mapping[str, Any]) -> None:
-        meta = mapping(jobset.get("metadata"))
-        uid = meta.get("uid")
-        if not isinstance(uid, str):
-            return
-        with self._lock:
-            if event == "DELETED" or not jobset_candidate(jobset):
-                self._waiting.pop(uid, None)
-                if event == "DELETED" or jobsetreplay.ended(jobset):
-                    self._children.pop(uid, None)  # gone, told, or not audited
-                return
-            since = self._waiting[uid][0] if uid in self._waiting else self.clock()
-            self._waiting[uid] = (since, {"kind": "JobSet", **jobset})
-            while len(self._waiting) > MAX_WAITING:
-                del self._waiting[next(iter(self._waiting))]
-
-    def _jobset_ready(self, jobset: Mapping[str, Any]) -> bool:
-        """Whether the record holds as many failures of the last run as its child Jobs
-        counted (the last failed pods and the JobSet's end come on different watches).
-        Called with the lock held."""
-        record = Record.of(jobset) or Record()
-        if record.more_tries:
-            return True
-        uid = str(mapping(jobset.get("metadata")).get("uid"))
-        last = mapping(jobset.get("status")).get("restarts")
-        last = last if _count(last) else 0
-        children = self._children.get(uid, {}).values()
-        failed = sum(n for run, n in children if run == last)
-        return sum(t.run == last for t in record.tries) >= failed
 
     def _audit(self, job: Mapping[str, Any]) -> tuple[AuditRecord, Any] | None:
         """The audit that applies to ``job``, and its part: the Job's own, else its
@@ -348,9 +288,10 @@ class AuditReporter:
             return {**self.counters, "waiting": len(self._waiting)}
 
 
-def candidate(job: Mapping[str, Any]) -> bool:
+def candidate(job: Mapping[str, Any], wholes: Collection[str] = ()) -> bool:
     """Whether ``job`` is an ended Job that may be audited and is not told yet: it carries
-    the audit (record or label), or a CronJob made it and its failures were recorded."""
+    the audit (record or label), or a CronJob made it and its failures were recorded; not
+    the child of a kind in ``wholes``, told with it (``WholeAudit``)."""
     if not ended(job)[0]:
         return False
     meta = mapping(job.get("metadata"))
@@ -358,34 +299,14 @@ def candidate(job: Mapping[str, Any]) -> bool:
     if record is not None and record.told:
         return False
     owner = controller_of(meta) or {}
-    if owner.get("kind") == "JobSet":
-        return False  # told with its JobSet (``tell_jobset``)
+    if owner.get("kind") in wholes:
+        return False
     if audited(meta):
         return True
     # The recorder keeps tries only for an audited workload (a CronJob's Job: its CronJob's
     # audit, read at the Job's first failure), so a planned CronJob's Jobs cost no GET here.
     kept = record is not None and (record.tries or record.more_tries)
     return owner.get("kind") == "CronJob" and bool(kept)
-
-
-def jobset_candidate(jobset: Mapping[str, Any]) -> bool:
-    """Whether ``jobset`` is an ended JobSet whose defaults were audited, not told yet."""
-    if not jobsetreplay.ended(jobset):
-        return False
-    record = Record.of(jobset)
-    return audited(mapping(jobset.get("metadata"))) and not (record is not None and record.told)
-
-
-def _jobset_regarding(jobset: Mapping[str, Any]) -> Regarding | None:
-    meta = mapping(jobset.get("metadata"))
-    fields = [meta.get(k) for k in ("namespace", "name", "uid")]
-    if not all(isinstance(v, str) and v for v in fields):
-        return None
-    return Regarding.jobset(*fields)
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _name(job: Mapping[str, Any]) -> str:

@@ -24,7 +24,7 @@ from webhook.policy.config import Config
 from webhook.problems import Problem
 
 if TYPE_CHECKING:  # (not imported on the admission path: ``Named``)
-    from webhook.kinds.services import PeerWriterType
+    from webhook.kinds.services import PeerWriterType, WholeAuditType
     from webhook.kinds.story import StoryFacts
 
 #: (record path, field path) of each JobSpec of a workload: ``spec``, a CronJob's
@@ -142,6 +142,9 @@ class KindSpec:
     #: What stops a disrupted pod's peers with one write, for the controller
     #: (``webhook.kinds.services.PeerWriter``); ``None``: its peers are marked one by one.
     peers: Named[PeerWriterType] | None = None
+    #: What audits it and its child Jobs as a whole once it ends, for the controller
+    #: (``webhook.kinds.services.WholeAudit``); ``None``: each Job is audited on its own.
+    whole_audit: Named[WholeAuditType] | None = None
 
     def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs:
         """Where ``obj``'s JobSpecs are (none: a kind without its own): the one answer,

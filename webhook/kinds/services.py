@@ -56,3 +56,58 @@ class PeerWriter(Protocol):
 #: What makes a kind's ``PeerWriter``: (api_client, workloads, events, writes, clock,
 #: services).
 PeerWriterType = Callable[..., PeerWriter]
+
+
+class AuditHost(Protocol):
+    """What the controller's audit reporter (``webhook.controller.audits``) hands a
+    ``WholeAudit``: its lock and clock, its reads and writes, its waiting list."""
+
+    clock: Callable[[], float]
+    #: The workloads' reads and record writes (``webhook.controller.records.Workloads``).
+    workloads: Any
+
+    @property
+    def lock(self) -> contextlib.AbstractContextManager[Any]:
+        """Held around ``hold``, ``release`` and ``WholeAudit.ready``."""
+        ...
+
+    def hold(self, uid: str, obj: Mapping[str, Any]) -> None:
+        """Wait with ``obj`` (its ``kind`` set) until it is ready, then tell it."""
+        ...
+
+    def release(self, uid: str) -> None: ...
+
+    def watch(
+        self, name: str, listing: Callable[..., Any], apply: Callable[[str, Any], None]
+    ) -> bool:
+        """Start a watch of its own once the reporter runs: ``False`` when not yet."""
+        ...
+
+    def audited(self, metadata: Mapping[str, Any]) -> bool: ...
+
+    def mark_told(self, kind: str, obj: Mapping[str, Any], judge: Callable[..., Any]) -> Any: ...
+
+    def told(
+        self, obj: Mapping[str, Any], regarding: Regarding | None, note: str, result: Any
+    ) -> None: ...
+
+
+class WholeAudit(Protocol):
+    """A kind whose child Jobs are audited with it, as a whole, once it ends (a JobSet's):
+    the reporter hands it their Jobs and waits with it as it says."""
+
+    kind: str
+
+    def child(self, event: str, job: Mapping[str, Any], owner_uid: str) -> None: ...
+
+    def ready(self, obj: Mapping[str, Any]) -> bool:
+        """Whether its record holds what its child Jobs counted (lock held)."""
+        ...
+
+    def tell(self, obj: Mapping[str, Any]) -> Any: ...
+
+    def regarding(self, obj: Mapping[str, Any]) -> Regarding | None: ...
+
+
+#: What makes a kind's ``WholeAudit``: (host: ``AuditHost``).
+WholeAuditType = Callable[[AuditHost], WholeAudit]

@@ -17,4 +17,5 @@ SPEC = KindSpec(
     explainer=Named("webhook.kinds.jobset.explain", "explain_jobset"),
     simulator=Named("webhook.kinds.jobset.simulate", "JobSetSimulator"),
     peers=Named("webhook.kinds.jobset.peers", "JobSetPeers"),
+    whole_audit=Named("webhook.kinds.jobset.audits", "JobSetAudit"),
 )
