@@ -15,7 +15,8 @@ pod over it having failed before any condition could land, lower the Job's
 ``backoffLimit`` by one for each, in the record's write (``webhook.controller.disruptions``:
 ``settle_late``). Drained: every Job's record counts all its pods and settles every pod
 over its budget. Reported: how long after the first node was lost, and after the last,
-that held; the controller's writes and reads; the Events it wrote and dropped.
+that held; the controller's writes and reads; the Events it wrote and dropped; the
+writes refused, and of those the Jobs' record patches (a 409: record writers that raced).
 
 The API (``testkit.fakeapi``) answers every request ``latency`` seconds late and serves
 at most ``rate`` requests a second (``testkit.pacing.Paced``): a loaded API server, as
@@ -30,6 +31,7 @@ import json
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.leader import Leader, cluster_api, refused, writes
@@ -118,6 +120,11 @@ def measure(
         with api.lock:
             reads = sum(1 for call, _ in api.requests[first:] if call.startswith("/"))
             lowered = sum(10 - job["spec"]["backoffLimit"] for job in api.objects["jobs"].values())
+            names = {run.name for run in zone.runs}
+            # The Jobs' record patches refused: the writers' conflicts over one record.
+            job_refused = Counter(
+                str(status) for _, name, status in api.failed_writes[first_failed:] if name in names
+            )
         return {
             "jobs": jobs,
             "pods": len(zone.pods),
@@ -132,6 +139,7 @@ def measure(
             "controller_writes": dict(sent),
             "controller_reads": reads,
             "refused": dict(refused(api, first_failed)),
+            "refused_job_patches": dict(job_refused),
             "api": {**pace.settings(), "queued_s": round(pace.waited, 1)},
             "judged": len(controller.judged),
         }
