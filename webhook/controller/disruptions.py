@@ -81,6 +81,7 @@ from webhook.controller.budgetstate import (
 from webhook.controller.jobsetpeers import JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
+from webhook.controller.recorder import History, HistoryRecorder
 from webhook.controller.records import Workloads, WorkloadStates
 from webhook.controller.writes import (
     CONFLICT,
@@ -138,6 +139,7 @@ class Disruptions:
         workers: int = 8,
         clock: Callable[[], float] = time.time,
         peer_mark_limit: int = 1000,
+        history: HistoryRecorder | None = None,
     ):
         from kubernetes import client
 
@@ -189,6 +191,18 @@ class Disruptions:
         )
         #: peer-disruptions on a JobSet: one Job condition instead of the marks.
         self.jobset_peers = JobSetPeers(api_client, self.workloads, events, self.conditions, clock)
+        #: The failure history of the workloads whose records this reconciler patches:
+        #: their failed pods go in its patches (``HistoryRecorder.take``), one patch where
+        #: two writers would each make one, and the second be refused (409) as often as not.
+        self.history = history
+        self._running = False
+        if history is not None:
+            history.taker = self._takes
+
+    def _takes(self, namespace: str, uid: str) -> bool:
+        """Whether this reconciler patches the workload's record (it keeps its budget
+        state) and takes the history's pending pods along: while its loop runs."""
+        return self._running and (namespace, uid) in self._budgets
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -217,6 +231,7 @@ class Disruptions:
         for informer in watches:
             threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
         pool = self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="marks")
+        self._running = True
         try:
             flushed = time.monotonic()
             while not stop.is_set():
@@ -242,8 +257,10 @@ class Disruptions:
                 elif what == "gone":
                     self._gone_waiting.append((self.clock(), pod))
             self._settle_waiting()
+            self._running = False  # what the history still holds, it writes itself
             self.flush()
         finally:
+            self._running = False
             self._pool = None
             pool.shutdown(wait=True)
 
@@ -603,9 +620,13 @@ class Disruptions:
     def flush(self) -> None:
         """Write the disruptions counted since the last write, each workload's at once; a
         write that failed waits for its back-off, one refused is given up
-        (``webhook.controller.writes``)."""
-        for state in [s for s in list(self._budgets.values()) if s.pending or s.late]:
+        (``webhook.controller.writes``); and with them the history's pods pending for
+        the same workloads, or for those only (``HistoryRecorder.take``)."""
+        riding = self.history.waiting() if self.history is not None else set()
+        for state in list(self._budgets.values()):
             key = budget_key(state.regarding)
+            if not (state.pending or state.late or key in riding):
+                continue
             if not self.writes.ready(key):
                 continue
             try:
@@ -621,9 +642,20 @@ class Disruptions:
 
     def _write(self, state: BudgetState) -> bool:
         """Write the record with the pending disruptions and the late pods (the Job's
-        backoffLimit lowered in the same patch); on a conflict, read the workload again
-        and apply them to its record and limit as they are now (``rewrite``). ``False``:
-        the workload is gone."""
+        backoffLimit lowered in the same patch), and the history's pods pending for the
+        workload; on a conflict, read the workload again and apply them to its record and
+        limit as they are now (``rewrite``). ``False``: the workload is gone. The
+        history's pods go back to it unless the patch lands."""
+        ref = state.regarding
+        history = self.history.take(ref.namespace, ref.uid) if self.history is not None else None
+        try:
+            return self._write_with(state, history)
+        except BaseException:
+            if history is not None:
+                history.returned()
+            raise
+
+    def _write_with(self, state: BudgetState, history: History | None) -> bool:
         ref = state.regarding
         said: list[tuple[Late, str]] = []
         record = state.record
@@ -631,6 +663,10 @@ class Disruptions:
         def write() -> dict[str, Any]:
             nonlocal record, said
             record, limit, said = self._with_late(state)
+            if history is not None:
+                before, record = record, history.apply(record)
+                if not (state.pending or state.late) and record == before:
+                    return {}  # (the history's pods, all recorded already)
             return self.workloads.write_record(
                 state.kind, ref.namespace, ref.name, record.text(), state.version, limit
             )
@@ -651,13 +687,19 @@ class Disruptions:
         written = rewrite(write, reread, self._conflict)
         if written is None:
             self._budgets.pop(budget_key(ref), None)
+            if history is not None:
+                history.returned()  # (the history finds the workload gone itself)
             return False
+        if not written:
+            return True
         self.counters["writes"] += 1
         state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
         state.pending.clear()
         if state.kind == "job":
             state.facts(written)
         self._wrote_late(state, record, said)
+        if history is not None:
+            history.landed(written)
         return True
 
     def _conflict(self) -> None:

@@ -217,6 +217,9 @@ class HistoryRecorder:
         self.jobs.subscribe(
             lambda: self._reset("job"), lambda kind, job: self._apply_job(kind, job)
         )
+        #: Whether another writer patches the record of a workload (namespace, UID) anyway
+        #: and takes its pending pods along (``take``): ``Disruptions`` sets it.
+        self.taker: Callable[[str, str], bool] | None = None
 
     # --- the watches ------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -414,7 +417,7 @@ class HistoryRecorder:
         with self._lock:
             batch, self._pending = self._pending, {}
         for key, pending in batch.items():
-            if not self.writes.ready(key):
+            if not self.writes.ready(key) or self._handed(pending):
                 self._requeue(pending)
                 continue
             try:
@@ -451,7 +454,7 @@ class HistoryRecorder:
         if not self._keep_planned(pending, known):
             return True  # nothing of a workload without a plan is recorded
         base = (known.version, known.record)
-        marked: list[Mapping[str, Any]] = []
+        history = History(self, pending, known)
 
         def reread() -> bool:
             nonlocal base
@@ -461,15 +464,7 @@ class HistoryRecorder:
 
         def write() -> dict[str, Any]:
             version, current = base
-            record = current or Record()
-            marked.clear()
-            for pod, counted, _ in pending.pods.values():
-                if known.audited:  # its replay judges the audited rules on its category
-                    pod = categorized(pod, self.config().categories)
-                added = record.add(pod, counted, bool(known.audited))
-                if added is not record:
-                    marked.append(pod)
-                record = added
+            record = history.apply(current or Record())
             if current is not None and record == current:
                 return {}  # every pod already recorded
             return self._patch(pending, record.text(), version)
@@ -479,13 +474,43 @@ class HistoryRecorder:
             return False
         if written:
             self.counters["writes"] += 1
-            self.counters["recorded"] += len(pending.pods)
-            self._count_waste(pending.workload[1], marked)
-            meta = written.get("metadata") or {}
-            with self._lock:
-                known.version = str(meta.get("resourceVersion") or "")
-                known.text = _annotation(meta)
+            history.landed(written)
         return True
+
+    # --- the pods another writer's patch takes along (``webhook.controller.disruptions``) ---
+    def waiting(self) -> set[tuple[str, str]]:
+        """The workloads (namespace, UID) with pods pending."""
+        with self._lock:
+            return {(namespace, uid) for _, namespace, uid in self._pending}
+
+    def take(self, namespace: str, uid: str) -> History | None:
+        """The pods pending for the workload, for another writer's patch of its record
+        (``taker``): they leave the queue, and come back if that patch does not land
+        (``History.returned``). ``None``: none, or its plan not known yet (a CronJob's
+        Job: a read, which this recorder makes when it writes them itself)."""
+        with self._lock:
+            for kind in ("job", "jobset"):
+                key = (kind, namespace, uid)
+                known = self._workloads.get(key)
+                if key in self._pending and known is not None and _resolved(known):
+                    pending = self._pending.pop(key)
+                    break
+            else:
+                return None
+        if not self._keep_planned(pending, known):
+            return None
+        return History(self, pending, known)
+
+    def _handed(self, pending: _Pending) -> bool:
+        """Whether ``pending``'s pods wait for the writer that patches their workload's
+        record anyway (``taker``: its disruption counts), to go in its patch."""
+        _, namespace, uid = pending.workload
+        with self._lock:
+            known = self._workloads.get(pending.workload)
+        taker = self.taker
+        if known is None or not _resolved(known) or taker is None:
+            return False
+        return taker(namespace, uid)
 
     def _keep_planned(self, pending: _Pending, workload: _Workload) -> bool:
         """Leave in ``pending`` the pods to record: all of them when the workload has a plan
@@ -557,6 +582,51 @@ class HistoryRecorder:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {**self.counters, "workloads": len(self._workloads)}
+
+
+class History:
+    """Pods pending for one workload's record, and what becomes of them once written: the
+    recorder's own patch, or another writer's that takes them along (``take``)."""
+
+    def __init__(self, recorder: HistoryRecorder, pending: _Pending, known: _Workload):
+        self.recorder = recorder
+        self.pending = pending
+        self.known = known
+        #: The pods the last ``apply`` newly marked.
+        self.marked: list[Mapping[str, Any]] = []
+
+    def apply(self, record: Record) -> Record:
+        """``record`` with the pods added (each once: a pod it marks stays as it is)."""
+        self.marked = []
+        audit = bool(self.known.audited)
+        for pod, counted, _ in self.pending.pods.values():
+            if audit:  # its replay judges the audited rules on its category
+                pod = categorized(pod, self.recorder.config().categories)
+            added = record.add(pod, counted, audit)
+            if added is not record:
+                self.marked.append(pod)
+            record = added
+        return record
+
+    def landed(self, written: Mapping[str, Any]) -> None:
+        """The patch with them landed (``written``: the workload as it answered): what the
+        pods it marked wasted is counted, once each."""
+        recorder = self.recorder
+        recorder._count_waste(self.pending.workload[1], self.marked)
+        meta = written.get("metadata") or {}
+        with recorder._lock:  # (another writer's thread, when its patch took them)
+            recorder.counters["recorded"] += len(self.pending.pods)
+            self.known.version = str(meta.get("resourceVersion") or "")
+            self.known.text = _annotation(meta)
+
+    def returned(self) -> None:
+        """The patch that took them did not land: pending again, first in the queue."""
+        self.recorder._requeue(self.pending)
+
+
+def _resolved(workload: _Workload) -> bool:
+    """Whether a workload's plan is known without a read (a CronJob's Job: once read)."""
+    return workload.managed is not None and workload.audited is not None
 
 
 def categorized(pod: Mapping[str, Any], configured: Sequence[Category]) -> Mapping[str, Any]:
