@@ -19,6 +19,7 @@ from webhook.cluster.events import EventRecorder
 from webhook.controller import writes
 from webhook.controller.disruptions import Disruptions
 from webhook.controller.recorder import HistoryRecorder
+from webhook.plan.causes import MAX_DISRUPTIONS_LABEL
 
 
 @pytest.fixture
@@ -47,8 +48,12 @@ class Writers:
         pod = self.run.podgc(self.run.new_pod())
         self.history._apply_pod("MODIFIED", pod)
         self.disruptions._budget_event("MODIFIED", pod)
-        self.disruptions.count(pod)
+        self.count()
         return pod
+
+    def count(self) -> None:
+        """The disruptions' loop takes the pod queued first (``_take``: counts it)."""
+        self.disruptions._take(*self.disruptions._queue.get_nowait(), self.disruptions._pool)
 
     def patches(self, since: int) -> int:
         with self.api.lock:
@@ -150,3 +155,37 @@ def test_a_refused_patch_leaves_the_history_to_say_its_own_refusal(api, writers)
     assert notes[0].startswith("the disruption count on Job ")
     assert notes[1].startswith("the failure history on Job ")
     assert writers.history.waiting() == set()
+
+
+def test_the_history_waits_for_a_count_queued_before_its_workload_is_read(api, writers):
+    """The Job's first disruption, queued and not counted yet (its budget state is read
+    when it is): the history does not patch first, which would make the count's patch
+    stale (409, a read and a patch more); the count's patch carries it."""
+    pod = writers.run.podgc(writers.run.new_pod())
+    writers.history._apply_pod("MODIFIED", pod)
+    writers.disruptions._budget_event("MODIFIED", pod)
+    first = len(api.requests)
+    writers.history.flush()
+    assert writers.patches(first) == 0
+    writers.count()
+    writers.disruptions.flush()
+    assert writers.patches(first) == 1
+    record = record_of(api, writers.run.uid)
+    assert record.seen(pod["metadata"]["uid"]) and record.disruptions_of() == 1
+    assert api.failed_writes == []
+
+
+def test_a_queued_pod_with_no_budget_to_count_leaves_the_history_to_write_itself(api, writers):
+    """A disrupted pod queued that counts against nothing (no max-disruptions on it): once
+    it is taken, the Job is not the disruptions' to patch, and the history writes."""
+    pod = writers.run.podgc(writers.run.new_pod())
+    del pod["metadata"]["labels"][MAX_DISRUPTIONS_LABEL]
+    writers.history._apply_pod("MODIFIED", pod)
+    writers.disruptions._budget_event("MODIFIED", pod)
+    writers.history.flush()
+    assert writers.history.waiting() != set()  # it waits for the count
+    writers.count()
+    first = len(api.requests)
+    writers.history.flush()
+    assert writers.patches(first) == 1
+    assert record_of(api, writers.run.uid).seen(pod["metadata"]["uid"])

@@ -196,13 +196,35 @@ class Disruptions:
         #: two writers would each make one, and the second be refused (409) as often as not.
         self.history = history
         self._running = False
+        #: The workloads (namespace, UID) of disrupted pods queued to count, whose budget
+        #: state may not be read yet: their history waits for the count's patch too, not
+        #: to be written first and make that patch's resourceVersion stale (a 409).
+        self._coming: OrderedDict[tuple[str, str], None] = OrderedDict()
         if history is not None:
             history.taker = self._takes
 
     def _takes(self, namespace: str, uid: str) -> bool:
         """Whether this reconciler patches the workload's record (it keeps its budget
-        state) and takes the history's pending pods along: while its loop runs."""
-        return self._running and (namespace, uid) in self._budgets
+        state, or is about to read it) and takes the history's pending pods along: while
+        its loop runs."""
+        key = (namespace, uid)
+        with self._lock:
+            coming = key in self._coming
+        return self._running and (coming or key in self._budgets)
+
+    def _counting(self, pod: Mapping[str, Any], queued: bool) -> None:
+        """Note the pod's workload as ``_coming`` while the pod is queued to count."""
+        regarding = workload_of(pod)
+        if regarding is None:
+            return
+        key = budget_key(regarding)
+        with self._lock:
+            if queued:
+                self._coming[key] = None
+                while len(self._coming) > LATEST:
+                    self._coming.popitem(last=False)
+            else:
+                self._coming.pop(key, None)
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -268,6 +290,7 @@ class Disruptions:
         """Act on one queued pod."""
         if what == "budget":
             self._guarded(self.count, pod)
+            self._counting(pod, False)  # (its state kept now, if it has a budget)
         elif what == "late":
             self._guarded(self.settle_late, pod)
         elif what == "gone":
@@ -305,6 +328,7 @@ class Disruptions:
                     while len(self._latest) > LATEST:
                         self._latest.popitem(last=False)
             if not self._was_handled("budget", pod_uid(pod)):
+                self._counting(pod, True)
                 self._queue.put(("budget", pod))
         elif kind == "DELETED":
             with self._lock:
@@ -644,8 +668,9 @@ class Disruptions:
         """Write the record with the pending disruptions and the late pods (the Job's
         backoffLimit lowered in the same patch), and the history's pods pending for the
         workload; on a conflict, read the workload again and apply them to its record and
-        limit as they are now (``rewrite``). ``False``: the workload is gone. The
-        history's pods go back to it unless the patch lands."""
+        limit as they are now (``rewrite``). ``False``: nothing written (the workload
+        is gone, or the history's pods were all it had, recorded already). The history's
+        pods go back to it unless the patch lands."""
         ref = state.regarding
         history = self.history.take(ref.namespace, ref.uid) if self.history is not None else None
         try:
@@ -691,7 +716,7 @@ class Disruptions:
                 history.returned()  # (the history finds the workload gone itself)
             return False
         if not written:
-            return True
+            return False
         self.counters["writes"] += 1
         state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
         state.pending.clear()

@@ -612,6 +612,7 @@ class History:
         """The patch with them landed (``written``: the workload as it answered): what the
         pods it marked wasted is counted, once each."""
         recorder = self.recorder
+        recorder.writes.forget(self.pending.workload)  # (a back-off of its own ends)
         recorder._count_waste(self.pending.workload[1], self.marked)
         meta = written.get("metadata") or {}
         with recorder._lock:  # (another writer's thread, when its patch took them)
