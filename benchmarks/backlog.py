@@ -16,7 +16,8 @@ pod over it having failed before any condition could land, lower the Job's
 ``settle_late``). Drained: every Job's record counts all its pods and settles every pod
 over its budget. Reported: how long after the first node was lost, and after the last,
 that held; the controller's writes and reads; the Events it wrote and dropped; the
-writes refused, and of those the Jobs' record patches (a 409: record writers that raced).
+writes refused, and of those the Jobs' record patches (a 409: record writers that raced);
+how many lost pods the Jobs' failure histories mark by the end.
 
 The API (``testkit.fakeapi``) answers every request ``latency`` seconds late and serves
 at most ``rate`` requests a second (``testkit.pacing.Paced``): a loaded API server, as
@@ -121,6 +122,11 @@ def measure(
             reads = sum(1 for call, _ in api.requests[first:] if call.startswith("/"))
             lowered = sum(10 - job["spec"]["backoffLimit"] for job in api.objects["jobs"].values())
             names = {run.name for run in zone.runs}
+            records = {run.uid: Record.of(api.objects["jobs"][run.uid]) for run in zone.runs}
+            # The history's marks, which go in the same patches as the counts.
+            marked = sum(
+                1 for uid, (run, _) in zone.pods.items() if (r := records[run.uid]) and r.seen(uid)
+            )
             # The Jobs' record patches refused: the writers' conflicts over one record.
             job_refused = Counter(
                 str(status) for _, name, status in api.failed_writes[first_failed:] if name in names
@@ -136,6 +142,7 @@ def measure(
             ),
             "jobs_not_drained": len(waiting),
             "backoff_limit_lowered": lowered,
+            "history_marked_at_end": marked,
             "controller_writes": dict(sent),
             "controller_reads": reads,
             "refused": dict(refused(api, first_failed)),
