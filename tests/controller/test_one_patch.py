@@ -1,6 +1,7 @@
-"""A workload's disruption counts and its failure history in one patch of its record
-(``Disruptions`` takes the ``HistoryRecorder``'s pending pods along): after a zone is
-lost, one patch per Job where there were two, the second refused (409) as often as not.
+"""A workload's disruption (or free-failure) counts and its failure history in one patch
+of its record (``Disruptions``, ``FreeBudgets`` take the ``HistoryRecorder``'s pending pods
+along): after a zone is lost, one patch per Job where there were two, the second refused
+(409) as often as not.
 Against the HTTP test API, with the real ``kubernetes`` client; the writers' turns are
 taken by hand, so that which patch carries what is known."""
 
@@ -15,10 +16,13 @@ from testkit.controllers import DISRUPTIONS, admitted_job, client_of, events_of,
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from testkit.servers import eventually
+from webhook.cluster.conditions import workload_of
 from webhook.cluster.events import EventRecorder
 from webhook.controller import writes
 from webhook.controller.disruptions import Disruptions
+from webhook.controller.freebudget import FreeBudgets
 from webhook.controller.recorder import HistoryRecorder
+from webhook.controller.records import Workloads
 from webhook.plan.causes import MAX_DISRUPTIONS_LABEL
 
 
@@ -189,3 +193,37 @@ def test_a_queued_pod_with_no_budget_to_count_leaves_the_history_to_write_itself
     writers.history.flush()
     assert writers.patches(first) == 1
     assert record_of(api, writers.run.uid).seen(pod["metadata"]["uid"])
+
+
+def test_a_free_failures_count_and_its_history_go_in_one_patch(api, tmp_path):
+    """max-free-failures: the free budget's patch carries the history's pods of its
+    workload (while its owner's loop flushes it), one patch where there were two."""
+    run = JobRun.store(
+        api,
+        admitted_job({P + "max-free-failures": "1", P + "free-categories": "DeviceFault"}, "free"),
+    )
+    client = client_of(api, tmp_path)
+    history = HistoryRecorder(client, window=0.05)
+    free = FreeBudgets(Workloads(client), writes.Writes("free_budget"), history)
+    free.running = True
+    history._apply_job("ADDED", run._job())
+    pods = [run.fail(run.new_pod(), code=1) for _ in range(2)]
+    for pod in pods:
+        history._apply_pod("MODIFIED", pod)
+        assert free.decide(pod, workload_of(pod), 1) is not None
+    first = len(api.requests)
+    history.flush()
+    with api.lock:
+        assert not [c for c, _ in api.requests[first:] if c.startswith("PATCH")]
+    free.flush()
+    with api.lock:
+        assert len([c for c, _ in api.requests[first:] if c.startswith("PATCH")]) == 1
+    record = record_of(api, run.uid)
+    assert [record.freed_as(p["metadata"]["uid"]) for p in pods] == ["free", "over"]
+    assert all(record.seen(p["metadata"]["uid"]) for p in pods)
+    assert history.waiting() == set() and api.failed_writes == []
+    free.running = False  # its owner's loop ended: the history writes itself
+    late = run.fail(run.new_pod(), code=1)
+    history._apply_pod("MODIFIED", late)
+    history.flush()
+    assert record_of(api, run.uid).seen(late["metadata"]["uid"])

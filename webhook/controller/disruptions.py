@@ -81,7 +81,7 @@ from webhook.controller.budgetstate import (
 from webhook.controller.jobsetpeers import JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
-from webhook.controller.recorder import History, HistoryRecorder
+from webhook.controller.recorder import History, HistoryRecorder, along
 from webhook.controller.records import Workloads, WorkloadStates
 from webhook.controller.writes import (
     CONFLICT,
@@ -201,7 +201,7 @@ class Disruptions:
         #: to be written first and make that patch's resourceVersion stale (a 409).
         self._coming: OrderedDict[tuple[str, str], None] = OrderedDict()
         if history is not None:
-            history.taker = self._takes
+            history.takers.append(self._takes)
 
     def _takes(self, namespace: str, uid: str) -> bool:
         """Whether this reconciler patches the workload's record (it keeps its budget
@@ -671,14 +671,8 @@ class Disruptions:
         limit as they are now (``rewrite``). ``False``: nothing written (the workload
         is gone, or the history's pods were all it had, recorded already). The history's
         pods go back to it unless the patch lands."""
-        ref = state.regarding
-        history = self.history.take(ref.namespace, ref.uid) if self.history is not None else None
-        try:
+        with along(self.history, state.regarding.namespace, state.regarding.uid) as history:
             return self._write_with(state, history)
-        except BaseException:
-            if history is not None:
-                history.returned()
-            raise
 
     def _write_with(self, state: BudgetState, history: History | None) -> bool:
         ref = state.regarding
@@ -689,9 +683,10 @@ class Disruptions:
             nonlocal record, said
             record, limit, said = self._with_late(state)
             if history is not None:
-                before, record = record, history.apply(record)
-                if not (state.pending or state.late) and record == before:
-                    return {}  # (the history's pods, all recorded already)
+                record = history.apply(record)
+                if not (state.pending or state.late or history.marked):
+                    history.done = True  # (its pods, all recorded already)
+                    return {}
             return self.workloads.write_record(
                 state.kind, ref.namespace, ref.name, record.text(), state.version, limit
             )
@@ -712,9 +707,7 @@ class Disruptions:
         written = rewrite(write, reread, self._conflict)
         if written is None:
             self._budgets.pop(budget_key(ref), None)
-            if history is not None:
-                history.returned()  # (the history finds the workload gone itself)
-            return False
+            return False  # (the history, given its pods back, finds the workload gone)
         if not written:
             return False
         self.counters["writes"] += 1

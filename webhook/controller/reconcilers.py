@@ -48,8 +48,9 @@ def build(
             api_client, events, recorder, peer_mark_limit=options.peer_mark_limit, history=history
         ),
         InPlaceBudget(api_client, events, recorder),
-        # Failure verdicts and start deadlines (``webhook.plan.verdicts``).
-        Verdicts(api_client, events, recorder, jobs=jobs, config=config),
+        # Failure verdicts and start deadlines (``webhook.plan.verdicts``); the free
+        # failures' counts and the failure history in one patch of a workload's record.
+        Verdicts(api_client, events, recorder, jobs=jobs, config=config, history=history),
         # What audited defaults would have done (``webhook.plan.replay``).
         AuditReporter(api_client, events, recorder, jobs=jobs),
         # Last: its handlers' reconcilers are running when it lists.

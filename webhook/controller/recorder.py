@@ -14,6 +14,12 @@ workload's annotations past their 256 KiB, a webhook refuses the update) is give
 a ``RetryPolicyWriteFailed`` Event (``webhook.controller.writes``). A pod the record
 already holds (its mark) is never added twice, however often a relist delivers it.
 
+A workload whose record another reconciler patches anyway (its disruption counts:
+``webhook.controller.disruptions``; its free failures: ``webhook.controller.freebudget``)
+gets its pending pods in that patch (``takers``, ``take``): one patch where two would
+race, the second refused (409), read again and sent again. The pods come back to this
+queue unless that patch lands, and what they wasted is counted when it does.
+
 A workload is known by its namespace and UID: a pod names its Job or JobSet by UID labels
 (and owner references) that a pod in another namespace could carry as well, and feeds only
 the workload of that UID in its own namespace.
@@ -46,7 +52,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,8 +225,9 @@ class HistoryRecorder:
             lambda: self._reset("job"), lambda kind, job: self._apply_job(kind, job)
         )
         #: Whether another writer patches the record of a workload (namespace, UID) anyway
-        #: and takes its pending pods along (``take``): ``Disruptions`` sets it.
-        self.taker: Callable[[str, str], bool] | None = None
+        #: and takes its pending pods along (``take``): ``Disruptions`` and the free
+        #: budgets (``Verdicts``) join.
+        self.takers: list[Callable[[str, str], bool]] = []
 
     # --- the watches ------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -485,8 +493,8 @@ class HistoryRecorder:
 
     def take(self, namespace: str, uid: str) -> History | None:
         """The pods pending for the workload, for another writer's patch of its record
-        (``taker``): they leave the queue, and come back if that patch does not land
-        (``History.returned``). ``None``: none, or its plan not known yet (a CronJob's
+        (``takers``): they leave the queue, and come back if that patch does not land
+        (``along``). ``None``: none, or its plan not known yet (a CronJob's
         Job: a read, which this recorder makes when it writes them itself)."""
         with self._lock:
             for kind in ("job", "jobset"):
@@ -502,15 +510,15 @@ class HistoryRecorder:
         return History(self, pending, known)
 
     def _handed(self, pending: _Pending) -> bool:
-        """Whether ``pending``'s pods wait for the writer that patches their workload's
-        record anyway (``taker``: its disruption counts), to go in its patch."""
+        """Whether ``pending``'s pods wait for a writer that patches their workload's
+        record anyway (``takers``: its disruption or free-failure counts), to go in its
+        patch."""
         _, namespace, uid = pending.workload
         with self._lock:
             known = self._workloads.get(pending.workload)
-        taker = self.taker
-        if known is None or not _resolved(known) or taker is None:
+        if known is None or not _resolved(known):
             return False
-        return taker(namespace, uid)
+        return any(takes(namespace, uid) for takes in self.takers)
 
     def _keep_planned(self, pending: _Pending, workload: _Workload) -> bool:
         """Leave in ``pending`` the pods to record: all of them when the workload has a plan
@@ -594,6 +602,8 @@ class History:
         self.known = known
         #: The pods the last ``apply`` newly marked.
         self.marked: list[Mapping[str, Any]] = []
+        #: Written, or found all recorded already: nothing goes back to the queue.
+        self.done = False
 
     def apply(self, record: Record) -> Record:
         """``record`` with the pods added (each once: a pod it marks stays as it is)."""
@@ -611,6 +621,7 @@ class History:
     def landed(self, written: Mapping[str, Any]) -> None:
         """The patch with them landed (``written``: the workload as it answered): what the
         pods it marked wasted is counted, once each."""
+        self.done = True
         recorder = self.recorder
         recorder.writes.forget(self.pending.workload)  # (a back-off of its own ends)
         recorder._count_waste(self.pending.workload[1], self.marked)
@@ -623,6 +634,19 @@ class History:
     def returned(self) -> None:
         """The patch that took them did not land: pending again, first in the queue."""
         self.recorder._requeue(self.pending)
+
+
+@contextmanager
+def along(recorder: HistoryRecorder | None, namespace: str, uid: str) -> Iterator[History | None]:
+    """The history's pods pending for a workload, for another writer's patch of its record
+    (``HistoryRecorder.take``): back in the recorder's queue, first, unless they were
+    written (``History.done``), whatever became of the patch."""
+    history = recorder.take(namespace, uid) if recorder is not None else None
+    try:
+        yield history
+    finally:
+        if history is not None and not history.done:
+            history.returned()
 
 
 def _resolved(workload: _Workload) -> bool:
