@@ -15,7 +15,9 @@ pod over it having failed before any condition could land, lower the Job's
 ``backoffLimit`` by one for each, in the record's write (``webhook.controller.disruptions``:
 ``settle_late``). Drained: every Job's record counts all its pods and settles every pod
 over its budget. Reported: how long after the first node was lost, and after the last,
-that held; the controller's writes and reads; the Events it wrote and dropped.
+that held; the controller's writes and reads; the Events it wrote and dropped; the
+writes refused, and of those the Jobs' record patches (a 409: record writers that raced);
+how many lost pods the Jobs' failure histories mark by the end.
 
 The API (``testkit.fakeapi``) answers every request ``latency`` seconds late and serves
 at most ``rate`` requests a second (``testkit.pacing.Paced``): a loaded API server, as
@@ -30,6 +32,7 @@ import json
 import random
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.leader import Leader, cluster_api, refused, writes
@@ -118,6 +121,16 @@ def measure(
         with api.lock:
             reads = sum(1 for call, _ in api.requests[first:] if call.startswith("/"))
             lowered = sum(10 - job["spec"]["backoffLimit"] for job in api.objects["jobs"].values())
+            names = {run.name for run in zone.runs}
+            records = {run.uid: Record.of(api.objects["jobs"][run.uid]) for run in zone.runs}
+            # The history's marks, which go in the same patches as the counts.
+            marked = sum(
+                1 for uid, (run, _) in zone.pods.items() if (r := records[run.uid]) and r.seen(uid)
+            )
+            # The Jobs' record patches refused: the writers' conflicts over one record.
+            job_refused = Counter(
+                str(status) for _, name, status in api.failed_writes[first_failed:] if name in names
+            )
         return {
             "jobs": jobs,
             "pods": len(zone.pods),
@@ -129,9 +142,11 @@ def measure(
             ),
             "jobs_not_drained": len(waiting),
             "backoff_limit_lowered": lowered,
+            "history_marked_at_end": marked,
             "controller_writes": dict(sent),
             "controller_reads": reads,
             "refused": dict(refused(api, first_failed)),
+            "refused_job_patches": dict(job_refused),
             "api": {**pace.settings(), "queued_s": round(pace.waited, 1)},
             "judged": len(controller.judged),
         }

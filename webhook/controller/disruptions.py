@@ -81,6 +81,7 @@ from webhook.controller.budgetstate import (
 from webhook.controller.kindservices import PeerWriters as JobSetPeers
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
+from webhook.controller.recorder import History, HistoryRecorder, along
 from webhook.controller.records import Workloads, WorkloadStates
 from webhook.controller.writes import (
     CONFLICT,
@@ -138,6 +139,7 @@ class Disruptions:
         workers: int = 8,
         clock: Callable[[], float] = time.time,
         peer_mark_limit: int = 1000,
+        history: HistoryRecorder | None = None,
     ):
         from kubernetes import client
 
@@ -189,6 +191,40 @@ class Disruptions:
         )
         #: peer-disruptions on a JobSet: one Job condition instead of the marks.
         self.jobset_peers = JobSetPeers(api_client, self.workloads, events, self.conditions, clock)
+        #: The failure history of the workloads whose records this reconciler patches:
+        #: their failed pods go in its patches (``HistoryRecorder.take``), one patch where
+        #: two writers would each make one, and the second be refused (409) as often as not.
+        self.history = history
+        self._running = False
+        #: The workloads (namespace, UID) of disrupted pods queued to count, whose budget
+        #: state may not be read yet: their history waits for the count's patch too, not
+        #: to be written first and make that patch's resourceVersion stale (a 409).
+        self._coming: OrderedDict[tuple[str, str], None] = OrderedDict()
+        if history is not None:
+            history.takers.append(self._takes)
+
+    def _takes(self, namespace: str, uid: str) -> bool:
+        """Whether this reconciler patches the workload's record (it keeps its budget
+        state, or is about to read it) and takes the history's pending pods along: while
+        its loop runs."""
+        key = (namespace, uid)
+        with self._lock:
+            coming = key in self._coming
+        return self._running and (coming or key in self._budgets)
+
+    def _counting(self, pod: Mapping[str, Any], queued: bool) -> None:
+        """Note the pod's workload as ``_coming`` while the pod is queued to count."""
+        regarding = workload_of(pod)
+        if regarding is None:
+            return
+        key = budget_key(regarding)
+        with self._lock:
+            if queued:
+                self._coming[key] = None
+                while len(self._coming) > LATEST:
+                    self._coming.popitem(last=False)
+            else:
+                self._coming.pop(key, None)
 
     # --- the watches --------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -217,6 +253,7 @@ class Disruptions:
         for informer in watches:
             threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
         pool = self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="marks")
+        self._running = True
         try:
             flushed = time.monotonic()
             while not stop.is_set():
@@ -242,8 +279,10 @@ class Disruptions:
                 elif what == "gone":
                     self._gone_waiting.append((self.clock(), pod))
             self._settle_waiting()
+            self._running = False  # what the history still holds, it writes itself
             self.flush()
         finally:
+            self._running = False
             self._pool = None
             pool.shutdown(wait=True)
 
@@ -251,6 +290,7 @@ class Disruptions:
         """Act on one queued pod."""
         if what == "budget":
             self._guarded(self.count, pod)
+            self._counting(pod, False)  # (its state kept now, if it has a budget)
         elif what == "late":
             self._guarded(self.settle_late, pod)
         elif what == "gone":
@@ -288,6 +328,7 @@ class Disruptions:
                     while len(self._latest) > LATEST:
                         self._latest.popitem(last=False)
             if not self._was_handled("budget", pod_uid(pod)):
+                self._counting(pod, True)
                 self._queue.put(("budget", pod))
         elif kind == "DELETED":
             with self._lock:
@@ -603,9 +644,13 @@ class Disruptions:
     def flush(self) -> None:
         """Write the disruptions counted since the last write, each workload's at once; a
         write that failed waits for its back-off, one refused is given up
-        (``webhook.controller.writes``)."""
-        for state in [s for s in list(self._budgets.values()) if s.pending or s.late]:
+        (``webhook.controller.writes``); and with them the history's pods pending for
+        the same workloads, or for those only (``HistoryRecorder.take``)."""
+        riding = self.history.waiting() if self.history is not None else set()
+        for state in list(self._budgets.values()):
             key = budget_key(state.regarding)
+            if not (state.pending or state.late or key in riding):
+                continue
             if not self.writes.ready(key):
                 continue
             try:
@@ -621,9 +666,15 @@ class Disruptions:
 
     def _write(self, state: BudgetState) -> bool:
         """Write the record with the pending disruptions and the late pods (the Job's
-        backoffLimit lowered in the same patch); on a conflict, read the workload again
-        and apply them to its record and limit as they are now (``rewrite``). ``False``:
-        the workload is gone."""
+        backoffLimit lowered in the same patch), and the history's pods pending for the
+        workload; on a conflict, read the workload again and apply them to its record and
+        limit as they are now (``rewrite``). ``False``: nothing written (the workload
+        is gone, or the history's pods were all it had, recorded already). The history's
+        pods go back to it unless the patch lands."""
+        with along(self.history, state.regarding.namespace, state.regarding.uid) as history:
+            return self._write_with(state, history)
+
+    def _write_with(self, state: BudgetState, history: History | None) -> bool:
         ref = state.regarding
         said: list[tuple[Late, str]] = []
         record = state.record
@@ -631,6 +682,11 @@ class Disruptions:
         def write() -> dict[str, Any]:
             nonlocal record, said
             record, limit, said = self._with_late(state)
+            if history is not None:
+                record = history.apply(record)
+                if not (state.pending or state.late or history.marked):
+                    history.done = True  # (its pods, all recorded already)
+                    return {}
             return self.workloads.write_record(
                 state.kind, ref.namespace, ref.name, record.text(), state.version, limit
             )
@@ -651,6 +707,8 @@ class Disruptions:
         written = rewrite(write, reread, self._conflict)
         if written is None:
             self._budgets.pop(budget_key(ref), None)
+            return False  # (the history, given its pods back, finds the workload gone)
+        if not written:
             return False
         self.counters["writes"] += 1
         state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
@@ -658,6 +716,8 @@ class Disruptions:
         if state.kind == "job":
             state.facts(written)
         self._wrote_late(state, record, said)
+        if history is not None:
+            history.landed(written)
         return True
 
     def _conflict(self) -> None:

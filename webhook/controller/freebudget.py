@@ -31,6 +31,7 @@ from typing import Any
 from webhook.cluster.conditions import pod_name
 from webhook.cluster.events import Regarding
 from webhook.cluster.record import Record
+from webhook.controller.recorder import History, HistoryRecorder, along
 from webhook.controller.records import Workloads, WorkloadStates
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.objects import mapping
@@ -66,9 +67,16 @@ class Decision:
 class FreeBudgets:
     """The free-failure counts of the workloads the leader has seen a free failure of."""
 
-    def __init__(self, workloads: Workloads, writes: Writes) -> None:
+    def __init__(
+        self, workloads: Workloads, writes: Writes, history: HistoryRecorder | None = None
+    ) -> None:
         self.workloads = workloads
         self.writes = writes
+        #: The failure history of the workloads whose counts this writes: their failed pods
+        #: go in its patches (``HistoryRecorder.take``), one patch where there were two.
+        self.history = history
+        #: Whether its owner's loop flushes it (``Verdicts.run``): the history waits for it.
+        self.running = False
         self._lock = threading.Lock()
         self._states: WorkloadStates[_State] = WorkloadStates(
             workloads,
@@ -77,6 +85,13 @@ class FreeBudgets:
             MOST,
         )
         self.counters = {"free": 0, "over": 0, "writes": 0, "conflicts": 0}
+        if history is not None:
+            history.takers.append(self._takes)
+
+    def _takes(self, namespace: str, uid: str) -> bool:
+        """Whether this writes the workload's record and takes the history along."""
+        with self._lock:
+            return self.running and (namespace, uid) in self._states
 
     def decide(self, pod: Mapping[str, Any], regarding: Regarding, budget: int) -> Decision | None:
         """Count one free failure of ``pod`` (``None``: its workload is gone)."""
@@ -102,9 +117,11 @@ class FreeBudgets:
 
     def flush(self) -> None:
         """Write each workload's pending count; a write that failed waits for its back-off,
-        one refused is given up (``webhook.controller.writes``)."""
+        one refused is given up (``webhook.controller.writes``); and with them the
+        history's pods pending for the same workloads, or for those only."""
+        riding = self.history.waiting() if self.history is not None else set()
         with self._lock:
-            states = [s for s in self._states.values() if s.pending]
+            states = [s for key, s in self._states.items() if s.pending or key in riding]
         for state in states:
             key = (state.regarding.namespace, state.regarding.uid)
             if not self.writes.ready(key):
@@ -122,14 +139,26 @@ class FreeBudgets:
                 self.writes.forget(key)
 
     def _write(self, state: _State) -> bool:
+        """Write the pending count, with the history's pods pending for the workload.
+        ``False``: nothing written (gone, or only the history's pods, recorded already)."""
+        with along(self.history, state.regarding.namespace, state.regarding.uid) as history:
+            return self._write_with(state, history)
+
+    def _write_with(self, state: _State, history: History | None) -> bool:
         ref = state.regarding
         with self._lock:
             pending = list(state.pending)
             record, version = state.record, state.version
+        sent = record
 
         def write() -> dict[str, Any]:
+            nonlocal sent
+            sent = history.apply(record) if history is not None else record
+            if history is not None and not (pending or history.marked):
+                history.done = True  # (its pods, all recorded already)
+                return {}
             return self.workloads.write_record(
-                state.kind, ref.namespace, ref.name, record.text(), version
+                state.kind, ref.namespace, ref.name, sent.text(), version
             )
 
         def reread() -> bool:
@@ -153,13 +182,18 @@ class FreeBudgets:
             if written is None:
                 self._states.pop((ref.namespace, ref.uid), None)
                 return False
+            if not written:
+                return False
             self.counters["writes"] += 1
             done = {id(p) for p, *_ in pending}
             state.pending = [entry for entry in state.pending if id(entry[0]) not in done]
+            record = sent
             for pod, over, scope in state.pending:  # counted while this write went out
                 record = record.add_free(pod, over, scope)
             state.record = record
             state.version = str(mapping(written.get("metadata")).get("resourceVersion") or "")
+        if history is not None:
+            history.landed(written)
         return True
 
     def stats(self) -> dict[str, int]:

@@ -37,15 +37,20 @@ def build(
     batch = client.BatchV1Api(api_client)
     # One watch of Jobs for the three reconcilers that read them (webhook.controller.jobwatch).
     jobs = SharedJobs(batch)
+    history = HistoryRecorder(api_client, events=events, metrics=recorder, jobs=jobs, config=config)
     return [
-        HistoryRecorder(api_client, events=events, metrics=recorder, jobs=jobs, config=config),
+        history,
         FailedJobs(batch, client.CoreV1Api(api_client), events, resolver, jobs=jobs),
         GateReleaser(client.CoreV1Api(api_client), recorder, events=events),
-        # The budgets per cause (``webhook.plan.causes``).
-        Disruptions(api_client, events, recorder, peer_mark_limit=options.peer_mark_limit),
+        # The budgets per cause (``webhook.plan.causes``); a workload's disruption counts
+        # and failure history in one patch of its record.
+        Disruptions(
+            api_client, events, recorder, peer_mark_limit=options.peer_mark_limit, history=history
+        ),
         InPlaceBudget(api_client, events, recorder),
-        # Failure verdicts and start deadlines (``webhook.plan.verdicts``).
-        Verdicts(api_client, events, recorder, jobs=jobs, config=config),
+        # Failure verdicts and start deadlines (``webhook.plan.verdicts``); the free
+        # failures' counts and the failure history in one patch of a workload's record.
+        Verdicts(api_client, events, recorder, jobs=jobs, config=config, history=history),
         # What audited defaults would have done (``webhook.plan.replay``).
         AuditReporter(api_client, events, recorder, jobs=jobs),
         # Last: its handlers' reconcilers are running when it lists.

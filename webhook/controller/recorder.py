@@ -14,6 +14,12 @@ workload's annotations past their 256 KiB, a webhook refuses the update) is give
 a ``RetryPolicyWriteFailed`` Event (``webhook.controller.writes``). A pod the record
 already holds (its mark) is never added twice, however often a relist delivers it.
 
+A workload whose record another reconciler patches anyway (its disruption counts:
+``webhook.controller.disruptions``; its free failures: ``webhook.controller.freebudget``)
+gets its pending pods in that patch (``takers``, ``take``): one patch where two would
+race, the second refused (409), read again and sent again. The pods come back to this
+queue unless that patch lands, and what they wasted is counted when it does.
+
 A workload is known by its namespace and UID: a pod names its Job or JobSet by UID labels
 (and owner references) that a pod in another namespace could carry as well, and feeds only
 the workload of that UID in its own namespace.
@@ -46,7 +52,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +224,10 @@ class HistoryRecorder:
         self.jobs.subscribe(
             lambda: self._reset("job"), lambda kind, job: self._apply_job(kind, job)
         )
+        #: Whether another writer patches the record of a workload (namespace, UID) anyway
+        #: and takes its pending pods along (``take``): ``Disruptions`` and the free
+        #: budgets (``Verdicts``) join.
+        self.takers: list[Callable[[str, str], bool]] = []
 
     # --- the watches ------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -403,7 +414,7 @@ class HistoryRecorder:
         with self._lock:
             batch, self._pending = self._pending, {}
         for key, pending in batch.items():
-            if not self.writes.ready(key):
+            if not self.writes.ready(key) or self._handed(pending):
                 self._requeue(pending)
                 continue
             try:
@@ -440,7 +451,7 @@ class HistoryRecorder:
         if not self._keep_planned(pending, known):
             return True  # nothing of a workload without a plan is recorded
         base = (known.version, known.record)
-        marked: list[Mapping[str, Any]] = []
+        history = History(self, pending, known)
 
         def reread() -> bool:
             nonlocal base
@@ -450,15 +461,7 @@ class HistoryRecorder:
 
         def write() -> dict[str, Any]:
             version, current = base
-            record = current or Record()
-            marked.clear()
-            for pod, counted, _ in pending.pods.values():
-                if known.audited:  # its replay judges the audited rules on its category
-                    pod = categorized(pod, self.config().categories)
-                added = record.add(pod, counted, bool(known.audited))
-                if added is not record:
-                    marked.append(pod)
-                record = added
+            record = history.apply(current or Record())
             if current is not None and record == current:
                 return {}  # every pod already recorded
             return self._patch(pending, record.text(), version)
@@ -468,13 +471,43 @@ class HistoryRecorder:
             return False
         if written:
             self.counters["writes"] += 1
-            self.counters["recorded"] += len(pending.pods)
-            self._count_waste(pending.workload[1], marked)
-            meta = written.get("metadata") or {}
-            with self._lock:
-                known.version = str(meta.get("resourceVersion") or "")
-                known.text = _annotation(meta)
+            history.landed(written)
         return True
+
+    # --- the pods another writer's patch takes along (``webhook.controller.disruptions``) ---
+    def waiting(self) -> set[tuple[str, str]]:
+        """The workloads (namespace, UID) with pods pending."""
+        with self._lock:
+            return {(namespace, uid) for _, namespace, uid in self._pending}
+
+    def take(self, namespace: str, uid: str) -> History | None:
+        """The pods pending for the workload, for another writer's patch of its record
+        (``takers``): they leave the queue, and come back if that patch does not land
+        (``along``). ``None``: none, or its plan not known yet (a CronJob's
+        Job: a read, which this recorder makes when it writes them itself)."""
+        with self._lock:
+            for kind in ("job", "jobset"):
+                key = (kind, namespace, uid)
+                known = self._workloads.get(key)
+                if key in self._pending and known is not None and _resolved(known):
+                    pending = self._pending.pop(key)
+                    break
+            else:
+                return None
+        if not self._keep_planned(pending, known):
+            return None
+        return History(self, pending, known)
+
+    def _handed(self, pending: _Pending) -> bool:
+        """Whether ``pending``'s pods wait for a writer that patches their workload's
+        record anyway (``takers``: its disruption or free-failure counts), to go in its
+        patch."""
+        _, namespace, uid = pending.workload
+        with self._lock:
+            known = self._workloads.get(pending.workload)
+        if known is None or not _resolved(known):
+            return False
+        return any(takes(namespace, uid) for takes in self.takers)
 
     def _keep_planned(self, pending: _Pending, workload: _Workload) -> bool:
         """Leave in ``pending`` the pods to record: all of them when the workload has a plan
@@ -546,6 +579,68 @@ class HistoryRecorder:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {**self.counters, "workloads": len(self._workloads)}
+
+
+class History:
+    """Pods pending for one workload's record, and what becomes of them once written: the
+    recorder's own patch, or another writer's that takes them along (``take``)."""
+
+    def __init__(self, recorder: HistoryRecorder, pending: _Pending, known: _Workload):
+        self.recorder = recorder
+        self.pending = pending
+        self.known = known
+        #: The pods the last ``apply`` newly marked.
+        self.marked: list[Mapping[str, Any]] = []
+        #: Written, or found all recorded already: nothing goes back to the queue.
+        self.done = False
+
+    def apply(self, record: Record) -> Record:
+        """``record`` with the pods added (each once: a pod it marks stays as it is)."""
+        self.marked = []
+        audit = bool(self.known.audited)
+        for pod, counted, _ in self.pending.pods.values():
+            if audit:  # its replay judges the audited rules on its category
+                pod = categorized(pod, self.recorder.config().categories)
+            added = record.add(pod, counted, audit)
+            if added is not record:
+                self.marked.append(pod)
+            record = added
+        return record
+
+    def landed(self, written: Mapping[str, Any]) -> None:
+        """The patch with them landed (``written``: the workload as it answered): what the
+        pods it marked wasted is counted, once each."""
+        self.done = True
+        recorder = self.recorder
+        recorder.writes.forget(self.pending.workload)  # (a back-off of its own ends)
+        recorder._count_waste(self.pending.workload[1], self.marked)
+        meta = written.get("metadata") or {}
+        with recorder._lock:  # (another writer's thread, when its patch took them)
+            recorder.counters["recorded"] += len(self.pending.pods)
+            self.known.version = str(meta.get("resourceVersion") or "")
+            self.known.text = _annotation(meta)
+
+    def returned(self) -> None:
+        """The patch that took them did not land: pending again, first in the queue."""
+        self.recorder._requeue(self.pending)
+
+
+@contextmanager
+def along(recorder: HistoryRecorder | None, namespace: str, uid: str) -> Iterator[History | None]:
+    """The history's pods pending for a workload, for another writer's patch of its record
+    (``HistoryRecorder.take``): back in the recorder's queue, first, unless they were
+    written (``History.done``), whatever became of the patch."""
+    history = recorder.take(namespace, uid) if recorder is not None else None
+    try:
+        yield history
+    finally:
+        if history is not None and not history.done:
+            history.returned()
+
+
+def _resolved(workload: _Workload) -> bool:
+    """Whether a workload's plan is known without a read (a CronJob's Job: once read)."""
+    return workload.managed is not None and workload.audited is not None
 
 
 def categorized(pod: Mapping[str, Any], configured: Sequence[Category]) -> Mapping[str, Any]:

@@ -71,7 +71,7 @@ from webhook.controller.freebudget import FreeBudgets
 from webhook.controller.interning import RuleSets
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.ratelimit import Moot, unless
-from webhook.controller.recorder import planned
+from webhook.controller.recorder import HistoryRecorder, planned
 from webhook.controller.records import MERGE_PATCH, Workloads
 from webhook.controller.writes import CONFLICT, GONE, REFUSED, Writes, outcome, persist
 from webhook.kube import failurepolicy as fp
@@ -147,6 +147,7 @@ class Verdicts:
         clock: Callable[[], float] = time.time,
         window: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
+        history: HistoryRecorder | None = None,
     ):
         from kubernetes import client
 
@@ -160,7 +161,7 @@ class Verdicts:
         self.window = window
         self.sleep = sleep
         self.writes = Writes("verdicts", events, metrics)
-        self.free = FreeBudgets(self.workloads, Writes("free_budget", events, metrics))
+        self.free = FreeBudgets(self.workloads, Writes("free_budget", events, metrics), history)
         self.timers = sd.Timers(clock)
         self._urgent: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._bulk: queue.Queue[Mapping[str, Any]] = queue.Queue(maxsize=MOST)
@@ -218,11 +219,15 @@ class Verdicts:
         for informer in watches:
             threading.Thread(target=informer.run, name=informer.name, daemon=True).start()
         flushed = time.monotonic()
-        while not stop.is_set():
-            self.step(0.05)
-            if time.monotonic() - flushed >= self.window:
-                self.free.flush()
-                flushed = time.monotonic()
+        self.free.running = True
+        try:
+            while not stop.is_set():
+                self.step(0.05)
+                if time.monotonic() - flushed >= self.window:
+                    self.free.flush()
+                    flushed = time.monotonic()
+        finally:
+            self.free.running = False  # what the history still holds, it writes itself
         self.free.flush()
 
     def step(self, wait: float = 0.0) -> bool:
