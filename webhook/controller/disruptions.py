@@ -78,7 +78,7 @@ from webhook.controller.budgetstate import (
     budget_key,
     unwritten,
 )
-from webhook.controller.kindservices import PeerWriters as JobSetPeers
+from webhook.controller.kindservices import PeerWriters
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.recorder import History, HistoryRecorder, along
@@ -190,7 +190,7 @@ class Disruptions:
             self.core, self.workloads, events, self.metrics, self.conditions, clock, peer_mark_limit
         )
         #: peer-disruptions on a JobSet: one Job condition instead of the marks.
-        self.jobset_peers = JobSetPeers(api_client, self.workloads, events, self.conditions, clock)
+        self.peer_writers = PeerWriters(api_client, self.workloads, events, self.conditions, clock)
         #: The failure history of the workloads whose records this reconciler patches:
         #: their failed pods go in its patches (``HistoryRecorder.take``), one patch where
         #: two writers would each make one, and the second be refused (409) as often as not.
@@ -368,7 +368,7 @@ class Disruptions:
             how = label(pod, PEERS_LABEL)
             if how == "count" or not self._own_counted(pod):
                 cause = mapping(condition(pod, DISRUPTION_TARGET)).get("reason") or "disruption"
-                result = self.jobset_peers.fail_job(pod, str(cause))
+                result = self.peer_writers.fail_job(pod, str(cause))
                 if result is not None:
                     self.counters["jobset_peers"] += int(result == "written")
                     return
