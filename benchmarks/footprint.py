@@ -74,6 +74,9 @@ def relisted(api: FakeAPI, leader: Leader, timeout: float = 600.0) -> float:
     start = time.monotonic()
     deadline = start + timeout
     while any(api.opened[r] - before[r] < n for r, n in wanted.items()):
+        if leader.proc is not None and leader.proc.poll() is not None:
+            tail = leader.log.read_text()[-2000:]
+            raise RuntimeError(f"the controller exited while it listed again: {tail}")
         if time.monotonic() > deadline:
             tail = leader.log.read_text()[-2000:]
             raise RuntimeError(f"the controller did not list again: {tail}")
