@@ -580,14 +580,15 @@ class Policy:
 
 def resolve(layers: list[Layer]) -> Policy:
     """Pick, for every key, the value of the first layer that sets it."""
-    settings: dict[str, Setting] = {}
-    for name, builtin in _BUILTIN_SETTINGS.items():
-        for layer in layers:
-            if name in layer.values:
-                settings[name] = Setting(layer.values[name], layer.source, layer.detail)
-                break
-        else:
-            settings[name] = builtin
+    # Every key's built-in setting (a copy at C speed), then what the layers set, the
+    # last layer first, so that the first one to set a key writes it last. Keys stay in
+    # ``BUILTIN``'s order; only the few keys a layer sets are visited (one loop over every
+    # key and layer was a fifth of resolving a Job's few annotations).
+    settings: dict[str, Setting] = dict(_BUILTIN_SETTINGS)
+    for layer in reversed(layers):
+        for name, value in layer.values.items():
+            if name in settings:
+                settings[name] = Setting(value, layer.source, layer.detail)
     return Policy(settings)
 
 
