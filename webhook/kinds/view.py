@@ -329,7 +329,10 @@ _ABSENT = object()
 def _env_names(env: Any) -> Any:
     if not isinstance(env, list):
         return env
-    return [{"name": e["name"]} if isinstance(e, dict) and "name" in e else e for e in env]
+    try:  # every var a mapping with a name (any other JSON value fails the lookup)
+        return [{"name": e["name"]} for e in env]
+    except (TypeError, KeyError):
+        return [{"name": e["name"]} if isinstance(e, dict) and "name" in e else e for e in env]
 
 
 def _memory(resources: Any) -> Any:
