@@ -28,6 +28,7 @@ from webhook.cluster.limits import NO_LIMITS, LimitLookup, LimitRangeCache
 from webhook.cluster.nodes import NO_NODES, NodeAnswer, NodeCache
 from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
 from webhook.cluster.version import ServerVersion
+from webhook.kinds.registry import WORKLOADS
 from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config
 from webhook.serving import logs, metrics
@@ -168,7 +169,7 @@ class WorkerRuntime:
         # Decisions that shape new pods, as Events: queued by requests, written by the
         # recorder's own thread (started by the first one).
         if clients is not None:
-            self.state.events = recorder_for(clients[0].api_client, instance_name())[0]
+            self.state.events = recorder_for(clients[0].api_client, instance_name(), WORKLOADS)[0]
             # Marks the pods disruptors delete, off the admission path (cluster/deletions.py),
             # telling it with the worker's Events.
             self.state.deletions = DeletionMarker(clients[1], self.state.events)

@@ -1,6 +1,7 @@
 """trainer.kubeflow.org/v1alpha1 TrainJob (Kubeflow Trainer v2): the policy goes to the
 JobSet the trainer makes from its runtime."""
 
+from webhook.cluster.events import Workload
 from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.trainjob.mutate import KIND, TrainJobMutator
 from webhook.kube.wellknown import TRAINER_GROUP
@@ -19,4 +20,7 @@ SPEC = KindSpec(
     TrainJobMutator(),
     story=Named("webhook.kinds.trainjob.story", "STORY"),
     explainer=Named("webhook.kinds.trainjob.explain", "explain_trainjob"),
+    # The trainer makes its JobSet its controller owner and labels neither the JobSet's
+    # pods nor its Jobs with it (``JobSet.Build``): its Events are found through the JobSet.
+    workload=Workload(stands_for_owned=True),
 )
