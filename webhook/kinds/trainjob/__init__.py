@@ -3,7 +3,8 @@ JobSet the trainer makes from its runtime."""
 
 from webhook.cluster.events import Workload
 from webhook.kinds.base import KindSpec, Named
-from webhook.kinds.trainjob.mutate import KIND, TrainJobMutator
+from webhook.kinds.jobset.mutate import owned_by
+from webhook.kinds.trainjob.mutate import JOBSET_OWNER, KIND, TrainJobMutator
 from webhook.kube.wellknown import TRAINER_GROUP
 
 SPEC = KindSpec(
@@ -24,3 +25,6 @@ SPEC = KindSpec(
     # pods nor its Jobs with it (``JobSet.Build``): its Events are found through the JobSet.
     workload=Workload(stands_for_owned=True),
 )
+
+# The JobSet its trainer makes, owned by it: what that changes there (``jobset.mutate.Owner``).
+owned_by(KIND, JOBSET_OWNER)
