@@ -26,9 +26,10 @@ from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.limits import NO_LIMITS, LimitLookup, LimitRangeCache
 from webhook.cluster.nodes import NO_NODES, NodeAnswer, NodeCache
-from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
+from webhook.cluster.runtimes import RuntimeLookup
 from webhook.cluster.version import ServerVersion
 from webhook.kinds.registry import WORKLOADS
+from webhook.kinds.trainjob.runtimes import RuntimeCache
 from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config
 from webhook.serving import logs, metrics
@@ -161,7 +162,7 @@ class WorkerRuntime:
             self.state.attempts = self.loop_attempts
         else:
             self.state.attempts = NoCluster()
-        # Started by the first TrainJob it is asked about (webhook/cluster/runtimes.py).
+        # Started by the first TrainJob it is asked about (webhook/kinds/trainjob/runtimes.py).
         self.loop_runtimes: LoopRuntimes | None = None
         if clients is not None:
             self.loop_runtimes = LoopRuntimes(RuntimeCache.of(clients, options.lookup_timeout))

@@ -48,7 +48,7 @@ from testkit.trainer import (
 )
 from testkit.workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 from webhook.admission import engine
-from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes
+from webhook.cluster.runtimes import NoRuntimes
 from webhook.kinds.jobset.rules import our_rule
 from webhook.kinds.trainjob.mutate import (
     LIST_KEYS,
@@ -58,6 +58,7 @@ from webhook.kinds.trainjob.mutate import (
     our_patch,
     resource_modes,
 )
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
     ignore_disruptions_rule,
@@ -1374,7 +1375,7 @@ def test_simulate_fails_an_initializers_container(tmp_path):
 def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
     """``retry-webhook dry-run`` of a shipped torchtune runtime given a TTL, and a TrainJob
     on 4 nodes: the initializers left out, the TTL and the pods that run together are
-    warned about, as on the server (tests/cluster/test_runtimes.py)."""
+    warned about, as on the server (tests/kinds/trainjob/test_runtimes.py)."""
     import io
 
     from webhook import cli

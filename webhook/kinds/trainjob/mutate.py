@@ -17,7 +17,7 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
   in the same patch as ``retry-policy.dev/defaults`` (``carried_layers``), so the JobSet is
   judged with the defaults the TrainJob was admitted with, and a default still counts as
   one (skipped with a warning, never denied, when it cannot apply).
-- **Validation on apply.** With the runtime known (``webhook.cluster.runtimes``: a watch-backed
+- **Validation on apply.** With the runtime known (``kinds.trainjob.runtimes``: a watch-backed
   cache in the server, the same input for the CLI), the JobSet is built as the trainer
   builds it (``jobset_for``: node counts, and ``resourcesPerNode`` as the cluster's Trainer
   release gives it, both releases' ways when that is not known) and the JobSet mutator
