@@ -46,7 +46,10 @@ from webhook.cluster.events import (
     Event,
     EventRecorder,
     Regarding,
+    Workload,
+    WorkloadKind,
     WorkloadResolver,
+    Workloads,
 )
 from webhook.controller.failedjobs import FailedJobs
 from webhook.kinds.registry import WORKLOADS
@@ -174,6 +177,22 @@ def test_a_stored_job_is_its_own_workload_unless_a_jobset_made_it():
     child = stored(job(name="train-workers-0"))
     child["metadata"]["ownerReferences"] = [owner(JOBSET, "JobSet", "train", "set-uid")]
     assert WORKLOADS.of_job(child) == Regarding(JOBSET, "JobSet", NS, "train", "set-uid")
+
+
+def test_a_workload_is_found_as_its_kind_declares_it():
+    """``cluster/events.py`` names no kind: a kind's ``Workload`` says whether its Jobs
+    regard it and which labels its pods carry; an undeclared owner regards nothing."""
+    declared = Workload(regards_jobs=True, pod_labels=("example.dev/set", "example.dev/set-uid"))
+    workloads = Workloads([WorkloadKind("example.dev", "v1", "Set", "sets", declared)])
+    child = stored(job(name="a-0"))
+    child["metadata"]["ownerReferences"] = [owner("example.dev/v1", "Set", "a", "set-uid")]
+    assert workloads.of_job(child) == Regarding("example.dev/v1", "Set", NS, "a", "set-uid")
+    assert Workloads([]).of_job(child).kind == "Job"
+    labelled = pod({}, owner=owner("batch/v1", "Job", "a-0", "job-uid"))
+    labelled["metadata"]["labels"] = {"example.dev/set": "a"}
+    assert workloads.of_pod(labelled["metadata"], NS) == Regarding(
+        "example.dev/v1", "Set", NS, "a", ""
+    )
 
 
 @pytest.fixture
