@@ -134,12 +134,13 @@ class Leader:
         from webhook.controller.fence import Fence, fenced_client
         from webhook.controller.manager import ControllerOptions, Manager
         from webhook.controller.ratelimit import Limits
+        from webhook.kinds.registry import WORKLOADS
 
         leader = cls(api, workdir)
         api_client = config.new_client_from_config(str(leader.kubeconfig))
         fence = Fence()  # as run_controller builds them
         acting = fenced_client(api_client.configuration, fence, Limits(qps, burst))
-        events, resolver = recorder_for(acting, "bench")
+        events, resolver = recorder_for(acting, "bench", WORKLOADS)
         options = ControllerOptions(NAMESPACE, LEASE, "bench", peer_mark_limit=peer_limit)
         built = reconcilers.build(acting, options, events, resolver)
         manager = Manager(client.CoordinationV1Api(api_client), options, built, fence=fence)

@@ -1367,7 +1367,7 @@ def test_webhook_identity_can_only_read_what_the_attempt_cache_needs(helm):
     # taint manager evicted it (is the node lost?).
     node = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
     attempts = [*reads, job_status, jobsets, bounds, node]
-    # The runtime cache (webhook/cluster/runtimes.py): list+watch, and GET on a miss.
+    # The runtime cache (webhook/kinds/trainjob/runtimes.py): list+watch, and GET on a miss.
     runtimes = {
         "apiGroups": ["trainer.kubeflow.org"],
         "resources": ["trainingruntimes", "clustertrainingruntimes"],

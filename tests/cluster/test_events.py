@@ -46,11 +46,13 @@ from webhook.cluster.events import (
     Event,
     EventRecorder,
     Regarding,
+    Workload,
+    WorkloadKind,
     WorkloadResolver,
-    workload_of_job,
-    workload_of_pod,
+    Workloads,
 )
 from webhook.controller.failedjobs import FailedJobs
+from webhook.kinds.registry import WORKLOADS
 
 # --- decisions in the pod mutator ---------------------------------------------------------
 
@@ -141,7 +143,7 @@ def test_the_last_attempts_on_non_spot_nodes_are_decided():
 
 def test_the_workload_is_told_from_the_pod_as_its_create_review_carries_it():
     job_pod_ = pod({}, owner=job_owner("train", "job-uid-1"))
-    assert workload_of_pod(job_pod_["metadata"], NS) == Regarding(
+    assert WORKLOADS.of_pod(job_pod_["metadata"], NS) == Regarding(
         "batch/v1", "Job", NS, "train", "job-uid-1"
     )
     # upstream: labelAndAnnotateObject (pkg/controllers/jobset_controller.go) labels a
@@ -151,30 +153,46 @@ def test_the_workload_is_told_from_the_pod_as_its_create_review_carries_it():
         "jobset.sigs.k8s.io/jobset-name": "train",
         "jobset.sigs.k8s.io/jobset-uid": "set-uid",
     }
-    assert workload_of_pod(child["metadata"], NS) == Regarding(
+    assert WORKLOADS.of_pod(child["metadata"], NS) == Regarding(
         JOBSET, "JobSet", NS, "train", "set-uid"
     )
     del child["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-uid"]  # JobSet < v0.9.0
-    assert workload_of_pod(child["metadata"], NS) == Regarding(JOBSET, "JobSet", NS, "train", "")
+    assert WORKLOADS.of_pod(child["metadata"], NS) == Regarding(JOBSET, "JobSet", NS, "train", "")
     pytorch = pod({}, owner=owner("kubeflow.org/v1", "PyTorchJob", "bert", "pt-uid"))
-    assert workload_of_pod(pytorch["metadata"], NS) == Regarding(
+    assert WORKLOADS.of_pod(pytorch["metadata"], NS) == Regarding(
         "kubeflow.org/v1", "PyTorchJob", NS, "bert", "pt-uid"
     )
     # A bare pod gets its UID after admission: no Event could be found on it.
-    assert workload_of_pod(pod({})["metadata"], NS) is None
+    assert WORKLOADS.of_pod(pod({})["metadata"], NS) is None
 
 
 def test_a_stored_job_is_its_own_workload_unless_a_jobset_made_it():
     plain = stored(job())
-    assert workload_of_job(plain) == Regarding(
+    assert WORKLOADS.of_job(plain) == Regarding(
         "batch/v1", "Job", NS, "train", plain["metadata"]["uid"]
     )
     cron = stored(job(name="nightly-2911"))
     cron["metadata"]["ownerReferences"] = [owner("batch/v1", "CronJob", "nightly", "cj-uid")]
-    assert workload_of_job(cron).kind == "Job"  # what kubectl describe job shows
+    assert WORKLOADS.of_job(cron).kind == "Job"  # what kubectl describe job shows
     child = stored(job(name="train-workers-0"))
     child["metadata"]["ownerReferences"] = [owner(JOBSET, "JobSet", "train", "set-uid")]
-    assert workload_of_job(child) == Regarding(JOBSET, "JobSet", NS, "train", "set-uid")
+    assert WORKLOADS.of_job(child) == Regarding(JOBSET, "JobSet", NS, "train", "set-uid")
+
+
+def test_a_workload_is_found_as_its_kind_declares_it():
+    """``cluster/events.py`` names no kind: a kind's ``Workload`` says whether its Jobs
+    regard it and which labels its pods carry; an undeclared owner regards nothing."""
+    declared = Workload(regards_jobs=True, pod_labels=("example.dev/set", "example.dev/set-uid"))
+    workloads = Workloads([WorkloadKind("example.dev", "v1", "Set", "sets", declared)])
+    child = stored(job(name="a-0"))
+    child["metadata"]["ownerReferences"] = [owner("example.dev/v1", "Set", "a", "set-uid")]
+    assert workloads.of_job(child) == Regarding("example.dev/v1", "Set", NS, "a", "set-uid")
+    assert Workloads([]).of_job(child).kind == "Job"
+    labelled = pod({}, owner=owner("batch/v1", "Job", "a-0", "job-uid"))
+    labelled["metadata"]["labels"] = {"example.dev/set": "a"}
+    assert workloads.of_pod(labelled["metadata"], NS) == Regarding(
+        "example.dev/v1", "Set", NS, "a", ""
+    )
 
 
 @pytest.fixture
@@ -196,7 +214,7 @@ def test_a_trainjobs_jobset_stands_for_the_trainjob(api, tmp_path):
     # Jobs carry no TrainJob label.
     api.store("jobsets", a_jobset("llama", "set-1", trainjob=("llama", "tj-uid")))
     api.store("jobsets", a_jobset("plain", "set-2"))
-    resolver = WorkloadResolver(client.CustomObjectsApi(api_client(api, tmp_path)))
+    resolver = WorkloadResolver(client.CustomObjectsApi(api_client(api, tmp_path)), WORKLOADS)
     asked = Regarding(JOBSET, "JobSet", NS, "llama", "set-1")
     assert resolver.resolve(asked) == Regarding(TRAINER, "TrainJob", NS, "llama", "tj-uid")
     assert resolver.resolve(asked).uid == "tj-uid"
@@ -274,7 +292,7 @@ def reconcile(fake: FakeAPI, tmp_path: Path, instance: str = "controller-a", **k
     """A reconciler run until it has judged every Job the API holds; its recorder."""
     api = api_client(fake, tmp_path)
     recorder = EventRecorder(client.EventsV1Api(api), instance)
-    resolver = WorkloadResolver(client.CustomObjectsApi(api))
+    resolver = WorkloadResolver(client.CustomObjectsApi(api), WORKLOADS)
     recorder.resolve = resolver.resolve
     reconciler = FailedJobs(client.BatchV1Api(api), client.CoreV1Api(api), recorder, resolver, **kw)
     handled: set[str] = set()  # judged, and its Event (if any) handed to the recorder

@@ -414,6 +414,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     from testkit.rbac import calls, denied
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
+    from webhook.kinds.registry import WORKLOADS
 
     helm_path = _find_helm()
     warnings = put_failed_jobs(api)
@@ -432,7 +433,7 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     path = write_kubeconfig(tmp_path / "kubeconfig-rbac", api.url)
     api_client = config.new_client_from_config(str(path))
     options = ControllerOptions(CHART_NS, "retry-policy-webhook-controller", "a", **STEADY)
-    events, resolver = recorder_for(api_client, "a")
+    events, resolver = recorder_for(api_client, "a", WORKLOADS)
     manager = Manager(
         client.CoordinationV1Api(api_client),
         options,
@@ -488,7 +489,9 @@ def test_the_chart_grants_every_call_the_controller_makes(api, tmp_path):
     eventually(lambda: any(e.get("reason") == "RetryPolicyAudit" for e in stored_events(api)), 20)
     manager.stop.set()
     thread.join(scaled(10))
-    worker, _ = recorder_for(api_client, "webhook-0")  # a worker's, as WorkerRuntime makes it
+    worker, _ = recorder_for(
+        api_client, "webhook-0", WORKLOADS
+    )  # a worker's, as WorkerRuntime makes it
     regarding = Regarding("jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "llama", "set-1")
     for _ in range(2):
         worker.emit(Event(regarding, "Normal", "RetryNodesAvoided", "attempt 2: keeping off"))
@@ -577,11 +580,12 @@ def test_the_leader_runs_one_watch_of_jobs_for_every_reconciler(api, tmp_path):
     from webhook.cluster.events import recorder_for
     from webhook.controller import reconcilers
     from webhook.controller.jobwatch import SharedJobs
+    from webhook.kinds.registry import WORKLOADS
 
     path = write_kubeconfig(tmp_path / "kubeconfig-jobs", api.url)
     api_client = config.new_client_from_config(str(path))
     options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **STEADY)
-    events, resolver = recorder_for(api_client, "a")
+    events, resolver = recorder_for(api_client, "a", WORKLOADS)
     built = reconcilers.build(api_client, options, events, resolver)
     (shared,) = [r for r in built if isinstance(r, SharedJobs)]
     readers = [r for r in built if getattr(r, "jobs", None) is shared]

@@ -22,7 +22,7 @@ from testkit.kinds import cronjob, jobset, pytorchjob
 from testkit.trainer import mutate as mutate_trainjob
 from testkit.trainer import runtime, trainjob
 from testkit.workloads import mutate
-from webhook.cluster.runtimes import GivenRuntimes
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 
 NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137,143"}
 GANG = {"completionMode": "Indexed", "parallelism": 4, "completions": 4}

@@ -23,7 +23,7 @@ from testkit.builders import FULL, P, job
 from testkit.trainer import mutate as mutate_trainjob
 from testkit.trainer import runtime, trainjob
 from testkit.workloads import admitted, mutate, pod_template
-from webhook.cluster.runtimes import GivenRuntimes
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.kinds.workload import peers_note, run_together
 
 NON_RETRIABLE = {P + "fail-non-retriable": "true", P + "retriable-exit-codes": "137,143"}

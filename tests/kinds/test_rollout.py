@@ -25,8 +25,8 @@ from testkit.workloads import (
 )
 from webhook import explain
 from webhook.admission import engine
-from webhook.cluster.runtimes import GivenRuntimes
 from webhook.kinds.trainjob.mutate import jobset_for
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.kube.failurepolicy import count_disruptions_rule, non_retriable_rule
 from webhook.plan.audit import AUDIT, AuditRecord, managed
 from webhook.policy.config import ConfigError, parse_config

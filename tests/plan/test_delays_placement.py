@@ -246,7 +246,7 @@ def test_a_trainjob_whose_runtime_pins_the_node_is_denied_on_apply():
     is judged at the TrainJob's admission, where the user can still act."""
     from testkit.trainer import runtime, trainjob
     from testkit.trainer import validate as validate_trainjob
-    from webhook.cluster.runtimes import GivenRuntimes
+    from webhook.kinds.trainjob.runtimes import GivenRuntimes
 
     pinned = runtime(pod_spec=PINNED)
     verdict = validate_trainjob(trainjob(DELAY), GivenRuntimes([pinned]))

@@ -20,8 +20,8 @@ from testkit.trainer import carried, runtime, trainjob
 from testkit.workloads import admitted, mutate, pod_template
 from webhook.admission import engine
 from webhook.admission import review as admission
-from webhook.cluster.runtimes import GivenRuntimes
 from webhook.cluster.version import GivenVersion
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.kube import failurepolicy as fp
 from webhook.kube import restartrules
 from webhook.kube.versions import KubeVersion

@@ -611,7 +611,7 @@ def test_a_trainjob_is_told_by_the_jobset_the_trainer_made(cluster):
     api, kubeconfig = cluster
     docs = list(yaml.safe_load_all((ROOT / "examples" / "trainjob.yaml").read_text()))
     runtime, manifest = docs[0], docs[1]
-    from webhook.cluster.runtimes import GivenRuntimes
+    from webhook.kinds.trainjob.runtimes import GivenRuntimes
 
     obj = copy.deepcopy(manifest)
     apply_defaults(obj)

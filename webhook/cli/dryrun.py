@@ -11,7 +11,7 @@ import yaml
 from webhook.cli.common import EXIT_DENIED, EXIT_INPUT, EXIT_OK
 from webhook.cli.inputs import cluster_version, input_options, prefix, read_inputs, version_option
 from webhook.cluster.facts import GivenLimits
-from webhook.cluster.runtimes import GivenRuntimes
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.offline import outcomes, reports
 from webhook.offline.inputs import label
 from webhook.offline.review import admission_review, check

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from webhook.cli.common import EXIT_DENIED, EXIT_INPUT, EXIT_OK
 from webhook.cli.inputs import cluster_version, input_options, prefix, read_inputs, version_option
 from webhook.cluster.facts import GivenLimits
-from webhook.cluster.runtimes import GivenRuntimes, is_runtime
+from webhook.kinds.trainjob.runtimes import GivenRuntimes, is_runtime
 from webhook.offline.inputs import Document, label
 from webhook.offline.review import check, prepare
 from webhook.policy.categories import names

@@ -19,8 +19,9 @@ workload gets at most ``burst`` new Events, then one per ``refill_seconds`` (cli
 spam filter for core Events: 25, one per 5 minutes). Repeats still queued are counted
 into the queued Event (one write for a burst of a thousand pods' same decision).
 
-Regarding the workload the user applied (``workload_of_pod``, ``workload_of_job``): a Job,
-the JobSet of a JobSet's child Job, the TrainJob of a Kubeflow Trainer JobSet. What a pod
+Regarding the workload the user applied (``Workloads``: what each kind declares, its
+``KindSpec.workload``, handed in by the layers that know the kinds): a Job, the JobSet of
+a JobSet's child Job, the TrainJob of a Kubeflow Trainer JobSet. What a pod
 carries says the first two at admission (its owner reference; JobSet's ``jobset-name``
 and ``jobset-uid`` labels); whether a JobSet is a TrainJob's, and the TrainJob's UID, only
 the JobSet says (the trainer names it after the TrainJob and makes the TrainJob its
@@ -45,19 +46,12 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import (
-    JOBSET_API_VERSION,
-    JOBSET_GROUP,
-    JOBSET_NAME,
-    JOBSET_UID,
-    NAMESPACE_TERMINATING,
-    TRAINER_GROUP,
-)
+from webhook.kube.wellknown import JOBSET_API_VERSION, NAMESPACE_TERMINATING
 from webhook.policy.model import PREFIX
 
 log = logging.getLogger(__name__)
@@ -415,39 +409,96 @@ class NoEvents:
 # --- the workload the user applied ---------------------------------------------------------
 
 
-def workload_of_pod(metadata: Any, namespace: str | None) -> Regarding | None:
-    """The workload a controller's pod belongs to, as its CREATE review tells: a JobSet's
-    pod (its ``jobset-name`` label) regards the JobSet (its UID from ``jobset-uid``, else
-    "" for the resolver to fill in), a Job's pod its Job, any other controller's pod that
-    controller (a PyTorchJob...). ``None`` for a pod no controller made: its own UID is
-    assigned after admission (``rest.FillObjectMetaSystemFields``), so nothing could
-    find an Event about it."""
-    meta = mapping(metadata)
-    owner = controller_of(meta)
-    ns = namespace or meta.get("namespace")
-    if owner is None or not isinstance(ns, str) or not ns:
-        return None
-    labels = mapping(meta.get("labels"))
-    jobset = labels.get(JOBSET_NAME)
-    if owner.get("kind") == "Job" and isinstance(jobset, str) and jobset:
-        uid = labels.get(JOBSET_UID)
-        return Regarding.jobset(ns, jobset, uid if isinstance(uid, str) else "")
-    return _owner(owner, ns)
+@dataclass(frozen=True)
+class Workload:
+    """What a kind declares (its ``KindSpec.workload``) of how Events find its objects from
+    what they made; the kinds' declarations, gathered (``Workloads``), are handed to what
+    finds a pod's or a Job's workload, this module names no kind."""
+
+    #: Its child Jobs regard it, not themselves (``Workloads.of_job``).
+    regards_jobs: bool = False
+    #: The labels (name, UID) its Jobs' pods carry with its name and UID, told at their
+    #: admission (``Workloads.of_pod``); ``None``: its pods name it only as their owner.
+    pod_labels: tuple[str, str] | None = None
+    #: Read from the API (once, cached: ``WorkloadResolver``) when an Event regards it: for
+    #: what stands for it (its controller owner, see ``stands_for_owned``) and its UID.
+    read: bool = False
+    #: Stands for the objects it is the controller owner of, when those are read.
+    stands_for_owned: bool = False
 
 
-def workload_of_job(job: Any) -> Regarding | None:
-    """The workload a stored Job belongs to: its JobSet (controller owner), else the Job
-    itself (a CronJob's Job too: that is the object ``kubectl describe job`` shows)."""
-    meta = mapping(mapping(job).get("metadata"))
-    ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
-    if not all(isinstance(v, str) and v for v in (ns, name, uid)):
-        return None
-    owner = controller_of(meta)
-    if owner is not None and owner.get("kind") == "JobSet":
-        group = str(owner.get("apiVersion") or "").partition("/")[0]
-        if group == JOBSET_GROUP:
+@dataclass(frozen=True)
+class WorkloadKind:
+    """A kind and its ``Workload`` declaration, as ``Workloads`` is handed them."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    workload: Workload
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+class Workloads:
+    """The kinds' ``Workload`` declarations, gathered by the layers that know the kinds
+    (``kinds.registry.WORKLOADS``), and what they tell of a pod's or a Job's workload."""
+
+    def __init__(self, kinds: Iterable[WorkloadKind]) -> None:
+        self.kinds = tuple(kinds)
+        #: (name label, UID label, kind) of each kind whose pods say it in labels.
+        self.pod_labels = tuple(
+            (*k.workload.pod_labels, k) for k in self.kinds if k.workload.pod_labels
+        )
+        self.regards_jobs = frozenset(
+            (k.group, k.kind) for k in self.kinds if k.workload.regards_jobs
+        )
+        self.read = {(k.group, k.kind): k for k in self.kinds if k.workload.read}
+        self.stands_for_owned = frozenset(
+            (k.group, k.kind) for k in self.kinds if k.workload.stands_for_owned
+        )
+
+    def of_pod(self, metadata: Any, namespace: str | None) -> Regarding | None:
+        """The workload a controller's pod belongs to, as its CREATE review tells: a Job's
+        pod that carries a kind's labels (a JobSet's: ``jobset-name``) regards that kind's
+        object (its UID from the UID label, else "" for the resolver to fill in), a Job's
+        pod its Job, any other controller's pod that controller (a PyTorchJob...).
+        ``None`` for a pod no controller made: its own UID is assigned after admission
+        (``rest.FillObjectMetaSystemFields``), so nothing could find an Event about it."""
+        meta = mapping(metadata)
+        owner = controller_of(meta)
+        ns = namespace or meta.get("namespace")
+        if owner is None or not isinstance(ns, str) or not ns:
+            return None
+        if owner.get("kind") == "Job" and self.pod_labels:
+            labels = mapping(meta.get("labels"))
+            for name_label, uid_label, kind in self.pod_labels:
+                name = labels.get(name_label)
+                if isinstance(name, str) and name:
+                    uid = labels.get(uid_label)
+                    uid = uid if isinstance(uid, str) else ""
+                    return Regarding(kind.api_version, kind.kind, ns, name, uid)
+        return _owner(owner, ns)
+
+    def of_job(self, job: Any) -> Regarding | None:
+        """The workload a stored Job belongs to: its controller owner when that kind's
+        Jobs regard it (a JobSet), else the Job itself (a CronJob's Job too: that is the
+        object ``kubectl describe job`` shows)."""
+        meta = mapping(mapping(job).get("metadata"))
+        ns, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+        if not all(isinstance(v, str) and v for v in (ns, name, uid)):
+            return None
+        owner = controller_of(meta)
+        if owner is not None and _group_kind(owner) in self.regards_jobs:
             return _owner(owner, ns)
-    return Regarding(JOB_API, "Job", ns, name, uid)
+        return Regarding(JOB_API, "Job", ns, name, uid)
+
+
+def _group_kind(ref: Mapping[str, Any]) -> tuple[str, str]:
+    """(group, kind) of an owner reference."""
+    return str(ref.get("apiVersion") or "").partition("/")[0], str(ref.get("kind") or "")
 
 
 def _owner(owner: dict[str, Any], namespace: str) -> Regarding | None:
@@ -459,76 +510,81 @@ def _owner(owner: dict[str, Any], namespace: str) -> Regarding | None:
 
 
 class WorkloadResolver:
-    """A JobSet's place in what the user applied, asked of the API once per JobSet (a
-    GET, cached; off the admission path: the Event writer's thread and the controller
-    ask it): a JobSet whose controller owner is a Kubeflow Trainer TrainJob stands for
-    that TrainJob; a JobSet's UID missing from its pods (JobSet < v0.9.0) is read there.
-    A JobSet that cannot be read leaves the JobSet as the workload, when its UID is
-    known; an error is remembered for ``retry_seconds``."""
+    """An object's place in what the user applied, for a kind declared ``read``, asked of
+    the API once per object (a GET, cached; off the admission path: the Event writer's
+    thread and the controller ask it): one whose controller owner is of a kind declared
+    ``stands_for_owned`` (a JobSet a Kubeflow Trainer TrainJob made) stands for that
+    owner; a UID missing from its pods (JobSet < v0.9.0) is read there. An object that
+    cannot be read is left as the workload, when its UID is known; an error is
+    remembered for ``retry_seconds``."""
 
     def __init__(
         self,
         custom_api: Any,
+        workloads: Workloads,
         timeout: float = 2.0,
         retry_seconds: float = 30.0,
         size: int = 4096,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.api = custom_api  # kubernetes.client.CustomObjectsApi
+        self.workloads = workloads
         self.timeout = timeout
         self.retry_seconds = retry_seconds
         self.size = size
         self.clock = clock
         self._lock = threading.Lock()
-        #: (namespace, name) -> (the JobSet, or None when unreadable; when read).
-        self._jobsets: OrderedDict[tuple[str, str], tuple[dict[str, Any] | None, float]] = (
+        #: (kind, namespace, name) -> (the object, or None when unreadable; when read).
+        self._found: OrderedDict[tuple[str, str, str], tuple[dict[str, Any] | None, float]] = (
             OrderedDict()
         )
 
-    def jobset(self, namespace: str, name: str, uid: str = "") -> dict[str, Any] | None:
-        """The JobSet ``namespace/name`` (the one with ``uid``, when given), or ``None``:
-        its identity, owners and our annotations only."""
-        key = (namespace, name)
+    def read(
+        self, kind: WorkloadKind, namespace: str, name: str, uid: str = ""
+    ) -> dict[str, Any] | None:
+        """The ``kind`` object ``namespace/name`` (the one with ``uid``, when given), or
+        ``None``: its identity, owners and our annotations only."""
+        key = (kind.kind, namespace, name)
         with self._lock:
-            hit = self._jobsets.get(key)
+            hit = self._found.get(key)
         if hit is not None:
             found, when = hit
             if found is None and self.clock() - when < self.retry_seconds:
                 return None
             if found is not None and (not uid or _uid(found) == uid):
                 return found
-        found = self._get(namespace, name)
+        found = self._get(kind, namespace, name)
         with self._lock:
-            self._jobsets[key] = (found, self.clock())
-            self._jobsets.move_to_end(key)
-            while len(self._jobsets) > self.size:
-                self._jobsets.popitem(last=False)
+            self._found[key] = (found, self.clock())
+            self._found.move_to_end(key)
+            while len(self._found) > self.size:
+                self._found.popitem(last=False)
         if found is not None and uid and _uid(found) != uid:
-            return None  # another JobSet of that name
+            return None  # another object of that name
         return found
 
     def read_owner(self, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The object of a controller owner reference this resolver reads (a JobSet, as
-        ``jobset``), else ``None``: for what the webhook applied to a Job's workload."""
-        if owner.get("kind") != "JobSet":
+        """The object of a controller owner reference of a kind this resolver reads (a
+        JobSet), else ``None``: for what the webhook applied to a Job's workload."""
+        kind = self.workloads.read.get(_group_kind(owner))
+        if kind is None:
             return None
-        return self.jobset(namespace, str(owner.get("name")), str(owner.get("uid") or ""))
+        return self.read(kind, namespace, str(owner.get("name")), str(owner.get("uid") or ""))
 
-    def _get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        group, _, version = JOBSET_API_VERSION.partition("/")
+    def _get(self, kind: WorkloadKind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             resp = self.api.get_namespaced_custom_object(
-                group,
-                version,
+                kind.group,
+                kind.version,
                 namespace,
-                "jobsets",
+                kind.plural,
                 name,
                 _preload_content=False,
                 _request_timeout=(self.timeout, self.timeout),
             )
             found = json.loads(resp.data)
         except Exception as err:
-            log.info("JobSet %s/%s unreadable: %s", namespace, name, _short(err))
+            log.info("%s %s/%s unreadable: %s", kind.kind, namespace, name, _short(err))
             return None
         if not isinstance(found, dict):
             return None
@@ -538,21 +594,21 @@ class WorkloadResolver:
         kept["annotations"] = {
             k: v for k, v in mapping(meta.get("annotations")).items() if k.startswith(PREFIX)
         }
-        return {"apiVersion": found.get("apiVersion"), "kind": "JobSet", "metadata": kept}
+        return {"apiVersion": found.get("apiVersion"), "kind": kind.kind, "metadata": kept}
 
     def resolve(self, regarding: Regarding) -> Regarding | None:
-        if regarding.kind != "JobSet" or not regarding.api_version.startswith(JOBSET_GROUP + "/"):
+        group, slash, _ = regarding.api_version.partition("/")
+        kind = self.workloads.read.get((group, regarding.kind)) if slash else None
+        if kind is None:
             return regarding
-        found = self.jobset(regarding.namespace, regarding.name, regarding.uid)
+        found = self.read(kind, regarding.namespace, regarding.name, regarding.uid)
         if found is None:
             return regarding if regarding.uid else None
-        meta = mapping(found.get("metadata"))
-        owner = controller_of(meta)
-        if owner is not None and owner.get("kind") == "TrainJob":
-            group = str(owner.get("apiVersion") or "").partition("/")[0]
-            trainjob = _owner(owner, regarding.namespace) if group == TRAINER_GROUP else None
-            if trainjob is not None:
-                return trainjob
+        owner = controller_of(mapping(found.get("metadata")))
+        if owner is not None and _group_kind(owner) in self.workloads.stands_for_owned:
+            stands_for = _owner(owner, regarding.namespace)
+            if stands_for is not None:
+                return stands_for
         return dataclasses.replace(regarding, uid=_uid(found)) if _uid(found) else None
 
 
@@ -572,11 +628,14 @@ def instance_name() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-def recorder_for(api_client: Any, instance: str) -> tuple[EventRecorder, WorkloadResolver]:
+def recorder_for(
+    api_client: Any, instance: str, workloads: Workloads
+) -> tuple[EventRecorder, WorkloadResolver]:
     """The Event recorder of a process with a cluster connection (Events through
-    ``events.k8s.io/v1``, JobSets resolved to their TrainJobs) and its resolver."""
+    ``events.k8s.io/v1``, what the kinds declare ``read`` resolved to what stands for
+    them: ``workloads``) and its resolver."""
     from kubernetes import client
 
-    resolver = WorkloadResolver(client.CustomObjectsApi(api_client))
+    resolver = WorkloadResolver(client.CustomObjectsApi(api_client), workloads)
     recorder = EventRecorder(client.EventsV1Api(api_client), instance, resolve=resolver.resolve)
     return recorder, resolver

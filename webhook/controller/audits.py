@@ -44,14 +44,14 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.cluster.events import Event, Regarding, workload_of_job
+from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer
 from webhook.cluster.record import Record
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.recorder import audited
 from webhook.controller.records import Workloads
 from webhook.controller.writes import Writes, rewrite
-from webhook.kinds.registry import KINDS
+from webhook.kinds.registry import KINDS, WORKLOADS
 from webhook.kinds.services import WholeAudit
 from webhook.kube.objects import controller_of, mapping
 from webhook.plan.audit import AuditRecord
@@ -171,7 +171,7 @@ class AuditReporter:
                 whole.tell(job) if whole is not None else self.tell(job)
             except Exception as err:  # the loop must outlive any one workload
                 self.counters["errors"] += 1
-                regarding = whole.regarding(job) if whole is not None else workload_of_job(job)
+                regarding = whole.regarding(job) if whole is not None else WORKLOADS.of_job(job)
                 what = f"the audit of {whole.kind if whole is not None else 'Job'} {_name(job)}"
                 if self.writes.failed(uid, err, regarding, what):
                     continue
@@ -206,7 +206,7 @@ class AuditReporter:
         if told is None:
             return None
         current, result = told
-        regarding = workload_of_job(current)
+        regarding = WORKLOADS.of_job(current)
         note = result.sentence()
         if regarding is not None and regarding.kind != "Job":
             note = f"Job {_name(current)}: {note}"

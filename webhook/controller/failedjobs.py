@@ -48,14 +48,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.cluster.events import (
-    Event,
-    EventSink,
-    WorkloadResolver,
-    workload_of_job,
-)
+from webhook.cluster.events import Event, EventSink, WorkloadResolver
 from webhook.cluster.history import parse_time as stamp
 from webhook.controller.jobwatch import SharedJobs
+from webhook.kinds.registry import WORKLOADS
 from webhook.kube import failurepolicy as fp
 from webhook.kube.jobcontroller import parse_failjob_message
 from webhook.kube.objects import controller_of, items, mapping
@@ -164,7 +160,7 @@ class FailedJobs:
             if fp.is_non_retriable_rule(rule) and rule.get("action") == action
             for code in rule["onExitCodes"]["values"]
         }
-        regarding = workload_of_job(job)
+        regarding = WORKLOADS.of_job(job)
         if regarding is None:
             return None
         note = failed_note(exits, retriable, sorted(rule_codes - set(retriable)), str(reason))

@@ -15,6 +15,7 @@ from webhook.controller.manager import ControllerOptions, Reconciler
 from webhook.controller.recorder import HistoryRecorder
 from webhook.controller.restarts import InPlaceBudget
 from webhook.controller.verdicts import Verdicts
+from webhook.kinds.registry import WORKLOADS
 from webhook.policy.config import Config
 
 
@@ -33,7 +34,7 @@ def build(
     from kubernetes import client
 
     if events is None:
-        events, resolver = recorder_for(api_client, instance_name())
+        events, resolver = recorder_for(api_client, instance_name(), WORKLOADS)
     batch = client.BatchV1Api(api_client)
     # One watch of Jobs for the three reconcilers that read them (webhook.controller.jobwatch).
     jobs = SharedJobs(batch)

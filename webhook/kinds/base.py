@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+from webhook.cluster.events import Workload
 from webhook.kube.owned import Owned
 from webhook.plan.explained import Explainer
 from webhook.plan.model import LimitField
@@ -145,6 +146,9 @@ class KindSpec:
     #: What audits it and its child Jobs as a whole once it ends, for the controller
     #: (``webhook.kinds.services.WholeAudit``); ``None``: each Job is audited on its own.
     whole_audit: Named[WholeAuditType] | None = None
+    #: How Events find its objects from what they made (its Jobs, their pods), and what
+    #: stands for them (``webhook.cluster.events.Workload``); ``None``: nothing of that.
+    workload: Workload | None = None
 
     def job_specs(self, obj: Mapping[str, Any]) -> JobSpecs:
         """Where ``obj``'s JobSpecs are (none: a kind without its own): the one answer,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.cluster.events import WorkloadKind, Workloads
 from webhook.kinds import cronjob, job, jobset, pod, pytorchjob, rayjob, trainjob
 from webhook.kinds.base import KindSpec, Mutator, View
 from webhook.policy.config import Config
@@ -26,6 +27,14 @@ KINDS: tuple[KindSpec, ...] = (
     rayjob.SPEC,
     pytorchjob.SPEC,
     pod.SPEC,
+)
+
+#: How Events find each kind's objects from what they made (``KindSpec.workload``), for
+#: the Event recorder's resolver and the controller (built once; read off the admission).
+WORKLOADS = Workloads(
+    WorkloadKind(spec.group, spec.version, spec.kind, spec.plural, spec.workload)
+    for spec in KINDS
+    if spec.workload is not None
 )
 
 #: Each kind by (group, version, kind), as a review names it: a kind is handled at the

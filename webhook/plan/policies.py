@@ -98,7 +98,7 @@ def workload_policy(
 ) -> tuple[Policy, list[Problem]]:
     """Resolve a workload's policy: its annotations over namespace and cluster defaults
     (``live``: the config's even for an object a controller made, which carried none:
-    an audited TrainJob's JobSet, ``kinds.jobset.mutate.trainer_audited``)."""
+    an audited TrainJob's JobSet, ``kinds.jobset.mutate.owner_audited``)."""
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     ours = _policy_items(annotations)
 

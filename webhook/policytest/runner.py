@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook import explain
-from webhook.cluster.runtimes import GivenRuntimes
 from webhook.cluster.version import ASSUMED_VERSION, GivenVersion
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.offline import reports
 from webhook.offline.review import check, prepare
 from webhook.policytest import facts

@@ -240,7 +240,7 @@ def _manifest(case: Case, raw: Mapping[str, Any], base: str, where: str) -> None
         case.problems.extend(f"{where}.manifest: {e}" for e in errors)
         return
     case.objects = [d.obj for d in docs if d.obj is not None]
-    from webhook.cluster.runtimes import is_runtime
+    from webhook.kinds.trainjob.runtimes import is_runtime
 
     wanted = raw.get("object")
     if wanted is not None:

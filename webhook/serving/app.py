@@ -30,12 +30,12 @@ from werkzeug.http import HTTP_STATUS_CODES
 from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.admission.review import ReviewError, Verdict
-from webhook.cluster.events import Event, EventSink, NoEvents, decision_type, workload_of_pod
+from webhook.cluster.events import Event, EventSink, NoEvents, decision_type
 from webhook.cluster.facts import ClusterFacts, NoCluster
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.runtimes import NoRuntimes, RuntimeSource
 from webhook.cluster.version import UnknownVersion, VersionSource
-from webhook.kinds.registry import lookup
+from webhook.kinds.registry import WORKLOADS, lookup
 from webhook.policy.config import Config
 from webhook.serving import logs
 from webhook.serving.metrics import Metrics
@@ -392,7 +392,7 @@ def emit_decisions(events: EventSink, review: codec.Request, verdict: Verdict) -
         return 0
     if review.kind.kind != "Pod" or review.kind.group or review.object is None:
         return 0
-    regarding = workload_of_pod(review.object.get("metadata"), review.namespace)
+    regarding = WORKLOADS.of_pod(review.object.get("metadata"), review.namespace)
     if regarding is None:
         return 0
     return sum(

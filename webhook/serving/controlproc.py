@@ -23,6 +23,7 @@ from webhook.cluster.leadership import LeaderNote, LeaderState
 from webhook.controller.fence import Fence, fenced_client
 from webhook.controller.manager import Manager, install_signal_handlers
 from webhook.controller.ratelimit import Limits
+from webhook.kinds.registry import WORKLOADS
 from webhook.policy.config import Config
 from webhook.serving import lifeline, metrics
 from webhook.serving.options import ServeOptions
@@ -177,7 +178,7 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
         recorder.ratelimit_wait if recorder is not None else None,
     )
     acting = fenced_client(api_client.configuration, fence, limits)
-    events, resolver = recorder_for(acting, instance_name())
+    events, resolver = recorder_for(acting, instance_name(), WORKLOADS)
     if recorder is not None:
         recorder.events_stats(events.stats)
     config = LiveConfig(options.config_path)

@@ -26,8 +26,10 @@ from webhook.cluster.history import HistoryKey, HistoryLookup
 from webhook.cluster.leadership import LeaderNote, NoLeader
 from webhook.cluster.limits import NO_LIMITS, LimitLookup, LimitRangeCache
 from webhook.cluster.nodes import NO_NODES, NodeAnswer, NodeCache
-from webhook.cluster.runtimes import RuntimeCache, RuntimeLookup
+from webhook.cluster.runtimes import RuntimeLookup
 from webhook.cluster.version import ServerVersion
+from webhook.kinds.registry import WORKLOADS
+from webhook.kinds.trainjob.runtimes import RuntimeCache
 from webhook.kube.scheduling import Placement
 from webhook.policy.config import Config
 from webhook.serving import logs, metrics
@@ -160,7 +162,7 @@ class WorkerRuntime:
             self.state.attempts = self.loop_attempts
         else:
             self.state.attempts = NoCluster()
-        # Started by the first TrainJob it is asked about (webhook/cluster/runtimes.py).
+        # Started by the first TrainJob it is asked about (webhook/kinds/trainjob/runtimes.py).
         self.loop_runtimes: LoopRuntimes | None = None
         if clients is not None:
             self.loop_runtimes = LoopRuntimes(RuntimeCache.of(clients, options.lookup_timeout))
@@ -168,7 +170,7 @@ class WorkerRuntime:
         # Decisions that shape new pods, as Events: queued by requests, written by the
         # recorder's own thread (started by the first one).
         if clients is not None:
-            self.state.events = recorder_for(clients[0].api_client, instance_name())[0]
+            self.state.events = recorder_for(clients[0].api_client, instance_name(), WORKLOADS)[0]
             # Marks the pods disruptors delete, off the admission path (cluster/deletions.py),
             # telling it with the worker's Events.
             self.state.deletions = DeletionMarker(clients[1], self.state.events)

@@ -18,6 +18,7 @@ from testkit.workloads import (
     validate,
     validate_schema,
 )
+from webhook.kinds.jobset.mutate import OWNERS, Owner, initializers, owner_of
 from webhook.kinds.jobset.rules import RULE_NAME, our_rule, validate_rules
 from webhook.kube import intent
 from webhook.kube.failurepolicy import (
@@ -857,3 +858,31 @@ def test_every_single_job_restart_rule_beside_too_many_replicas_is_a_problem():
         "spec.failurePolicy.rules[0].action",
         "spec.failurePolicy.rules[2].action",
     ]
+
+
+def test_what_an_owner_changes_about_its_jobset_is_what_it_declares(monkeypatch):
+    """The JobSet's folder names no owner: a kind that makes JobSets declares what that
+    changes there (``Owner``, ``owned_by``): its steps kept out of the policy, what bounds
+    the set's restarts in place; an owner that declared nothing changes nothing."""
+    declared = Owner(
+        "example.dev",
+        "example.dev/step",
+        ("fetch",),
+        "the pipeline's fetch keeps its own retries",
+        bound="its Pipeline",
+        bound_explained="its Pipeline's deadline",
+    )
+    monkeypatch.setitem(OWNERS, "Pipeline", declared)
+    made = jobset(jobs=[replicated("fetch"), replicated("train")])
+    made["spec"]["replicatedJobs"][0]["template"]["metadata"] = {
+        "labels": {"example.dev/step": "fetch"}
+    }
+    ref = {"apiVersion": "example.dev/v1", "kind": "Pipeline", "name": "p", "uid": "p-uid"}
+    made["metadata"]["ownerReferences"] = [{**ref, "controller": True}]
+    assert owner_of(made) == (declared, "example.dev/v1")
+    assert initializers(made) == [0]
+    ref["apiVersion"] = "other.dev/v1"  # the same kind's name in another group
+    made["metadata"]["ownerReferences"] = [{**ref, "controller": True}]
+    assert initializers(made) == []
+    made["metadata"]["ownerReferences"] = [{**ref, "kind": "Workflow", "controller": True}]
+    assert owner_of(made) is None and initializers(made) == []

@@ -14,10 +14,10 @@ from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from webhook.admission import engine
 from webhook.cluster.record import Record
-from webhook.cluster.runtimes import GivenRuntimes
 from webhook.cluster.tries import MAX_TRIES, Try
 from webhook.kinds.jobset.replay import replay_jobset
 from webhook.kinds.trainjob.mutate import jobset_for
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.kube import failurepolicy as fp
 from webhook.plan.audit import AUDIT, AuditedPart, AuditRecord
 

@@ -48,9 +48,14 @@ from testkit.trainer import (
 )
 from testkit.workloads import crd_defaults, crd_schema, kubectl_patch, validate_schema
 from webhook.admission import engine
-from webhook.cluster.runtimes import GivenRuntimes, NoRuntimes
+from webhook.cluster.runtimes import NoRuntimes
+from webhook.kinds import registry
+from webhook.kinds.jobset import mutate as jobset_mutate
 from webhook.kinds.jobset.rules import our_rule
 from webhook.kinds.trainjob.mutate import (
+    INITIALIZER_STEPS,
+    JOBSET_OWNER,
+    KIND,
     LIST_KEYS,
     MANAGER,
     TTL_NOTE,
@@ -58,6 +63,7 @@ from webhook.kinds.trainjob.mutate import (
     our_patch,
     resource_modes,
 )
+from webhook.kinds.trainjob.runtimes import GivenRuntimes
 from webhook.kube.failurepolicy import (
     count_disruptions_rule,
     ignore_disruptions_rule,
@@ -1374,7 +1380,7 @@ def test_simulate_fails_an_initializers_container(tmp_path):
 def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
     """``retry-webhook dry-run`` of a shipped torchtune runtime given a TTL, and a TrainJob
     on 4 nodes: the initializers left out, the TTL and the pods that run together are
-    warned about, as on the server (tests/cluster/test_runtimes.py)."""
+    warned about, as on the server (tests/kinds/trainjob/test_runtimes.py)."""
     import io
 
     from webhook import cli
@@ -1395,3 +1401,10 @@ def test_the_cli_says_what_the_server_says_of_a_shipped_runtime(tmp_path):
     ) in warnings
     assert f"Warning: {TTL_NOTE}" in warnings
     assert f"Warning: {peers_note(4)}" in warnings
+
+
+def test_a_trainjob_declares_what_it_changes_about_the_jobset_it_makes():
+    """Loaded with the kinds' list, the TrainJob tells the JobSet's folder what owning a
+    JobSet changes there (``jobset.mutate.Owner``): that folder names no TrainJob."""
+    assert registry.KINDS and jobset_mutate.OWNERS[KIND] is JOBSET_OWNER
+    assert JOBSET_OWNER.own_steps == INITIALIZER_STEPS and JOBSET_OWNER.audited_with_it

@@ -1,9 +1,10 @@
 """jobset.x-k8s.io/v1alpha2 JobSet: restarts of the whole set are the retry budget."""
 
+from webhook.cluster.events import Workload
 from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.jobset.mutate import JobSetMutator
 from webhook.kinds.jobset.rules import MAX_RESTARTS
-from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION
+from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_NAME, JOBSET_UID, JOBSET_VERSION
 
 SPEC = KindSpec(
     JOBSET_GROUP,
@@ -18,4 +19,7 @@ SPEC = KindSpec(
     simulator=Named("webhook.kinds.jobset.simulate", "JobSetSimulator"),
     peers=Named("webhook.kinds.jobset.peers", "JobSetPeers"),
     whole_audit=Named("webhook.kinds.jobset.audits", "JobSetAudit"),
+    # Its child Jobs and their pods regard it (JobSet labels every pod with its name and,
+    # since v0.9.0, UID: ``labelAndAnnotateObject``); read for its owner, or its UID.
+    workload=Workload(regards_jobs=True, pod_labels=(JOBSET_NAME, JOBSET_UID), read=True),
 )

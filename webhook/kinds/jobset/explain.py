@@ -29,13 +29,14 @@ from webhook.kinds.jobset.mutate import (
     JOBSET_DEFAULT_RESTART_POLICY,
     in_place_restart,
     initializers,
+    owner_of,
 )
 from webhook.kinds.jobset.rules import ACTIONS as JOBSET_ACTIONS
 from webhook.kinds.jobset.rules import MAX_RESTARTS, RULE_NAME, in_place_bound, pattern_applies
 from webhook.kinds.jobset.simulate import JobSetSimulator
 from webhook.kinds.workload import WRITTEN_SOURCES, get_path
 from webhook.kube.goregexp import Piece, Wild
-from webhook.kube.objects import controller_of, items, mapping
+from webhook.kube.objects import items, mapping
 from webhook.kube.owned import deep_copy
 from webhook.plan.explained import WORKLOAD_KEYS, Explanation, RuleLine, Subject
 from webhook.plan.model import PartPlan
@@ -96,17 +97,16 @@ def _part_plan(subject: Subject, index: int) -> PartPlan | None:
         in_place_bound(subject.final, path, spec, None) if isinstance(spec, dict) else None,
         then="; then the JobSet's failure policy decides",
         per="per run of the JobSet",
-        outer=_trainjob_bound(subject.final),
+        outer=_owner_bound(subject.final),
     )
     return part_plan(subject, _child_path(index), defaulted=False, parent=parent)
 
 
-def _trainjob_bound(jobset: Mapping[str, Any]) -> str | None:
-    """What ends the in-place restarts of a TrainJob's JobSet besides its own deadlines."""
-    owner = controller_of(mapping(jobset.get("metadata")))
-    if owner is None or owner.get("kind") != "TrainJob":
-        return None
-    return "its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission"
+def _owner_bound(jobset: Mapping[str, Any]) -> str | None:
+    """What ends the in-place restarts of a JobSet its owner made (a TrainJob's) besides
+    its own deadlines, as the owner declares it."""
+    found = owner_of(jobset)
+    return found[0].bound_explained if found is not None else None
 
 
 def _as_jobset_stores(subject: Subject) -> tuple[Subject, set[int]]:
@@ -294,7 +294,7 @@ def _replicated_job(
     item.changes = []  # listed once, with the JobSet
     in_place = in_place_restart(subject.final)
     item.budget = _child_budget(
-        plan, set_policy, failure_policy is not None, in_place, index in initializers(subject.final)
+        plan, set_policy, failure_policy is not None, in_place, _own_steps(subject.final, index)
     )
     item.rules = part_rule_lines(plan)
     item.no_match = no_match(plan)
@@ -345,14 +345,22 @@ def _replicated_job(
     return item
 
 
+def _own_steps(jobset: Mapping[str, Any], index: int) -> str | None:
+    """Why replicated Job ``index`` keeps its own retries, in its owner's words (a
+    TrainJob's initializer: ``initializers``); ``None``: the policy is its own."""
+    found = owner_of(jobset)
+    return found[0].own_steps_origin if found and index in initializers(jobset) else None
+
+
 def _child_budget(
     plan: PartPlan,
     set_policy: Policy,
     restarts: bool,
     in_place: bool = False,
-    initializer: bool = False,
+    initializer: str | None = None,
 ) -> str:
-    """The child Job's own budget, and what its failure does to the set."""
+    """The child Job's own budget, and what its failure does to the set (``initializer``:
+    why it keeps its own, when its owner keeps it out of the policy)."""
     setting = plan.policy.setting("backoff-limit")
     asked = set_policy.setting("backoff-limit")
     if in_place and restarts and not initializer:
@@ -368,10 +376,7 @@ def _child_budget(
         written = (
             "written in its template" if setting.source is Source.SPEC else "Kubernetes' default"
         )
-        origin = (
-            f"{written}: a TrainJob's initializers keep their own retries, the retry "
-            "policy is the trainer's"
-        )
+        origin = f"{written}: {initializer}"
     elif (
         plan.per_index is None
         and plan.limit == 0

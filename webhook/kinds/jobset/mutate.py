@@ -52,6 +52,7 @@ bounds it, and one we would write is denied (skipped when a default).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.kinds import audit
@@ -88,7 +89,7 @@ from webhook.kube import intent, jobsetplacement
 from webhook.kube.defaulting import INT32_MAX
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.owned import deep_copy
-from webhook.kube.wellknown import ANCESTOR_LABEL, JOBSET_GROUP, TRAINER_GROUP
+from webhook.kube.wellknown import JOBSET_GROUP
 from webhook.plan.audit import AUDITED
 from webhook.plan.model import job_limit_field
 from webhook.plan.outcome import Context, Outcome
@@ -129,26 +130,64 @@ NOT_IN_PLACE = {
 }
 
 
-#: Steps that fetch a TrainJob's data and model before the trainer runs (``dependsOn``):
-#: the policy, written for the training, is not theirs.
-INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
+@dataclass(frozen=True)
+class Owner:
+    """What a JobSet's controller owner of another kind (its maker: a TrainJob's trainer)
+    changes about it, as that kind declares it (``owned_by``), so that this folder names
+    no owner."""
+
+    #: The owner's API group (its kind is the key it is declared under).
+    group: str
+    #: Replicated Jobs whose template's ``steps_label`` is one of ``own_steps`` keep their
+    #: own retries (``initializers``), and why, in ``explain``'s words.
+    steps_label: str
+    own_steps: tuple[str, ...]
+    own_steps_origin: str
+    #: What ends in-place restarts besides the JobSet's own deadlines: as admission says
+    #: it, and as ``explain`` does.
+    bound: str
+    bound_explained: str
+    #: Whether an owner admitted as written in a namespace that audits (nobody opted in)
+    #: has its JobSet audited at the JobSet's admission too (``owner_audited``).
+    audited_with_it: bool = False
+
+
+#: The kinds that own a JobSet and what they change about it, by kind (``owned_by``).
+OWNERS: dict[str, Owner] = {}
+
+
+def owned_by(kind: str, owner: Owner) -> None:
+    """Declare what a JobSet whose controller owner is a ``kind`` gets (that kind's folder
+    declares it, as it is loaded with the kinds' list)."""
+    OWNERS[kind] = owner
+
+
+def owner_of(jobset: Mapping[str, Any]) -> tuple[Owner, str] | None:
+    """The declared owner of ``jobset`` by its controller owner's kind, with the
+    ``apiVersion`` that reference names (the group is checked where it matters)."""
+    ref = controller_of(mapping(jobset.get("metadata")))
+    owner = OWNERS.get(str(ref.get("kind"))) if ref is not None else None
+    if ref is None or owner is None:
+        return None
+    return owner, str(ref.get("apiVersion") or "")
 
 
 def initializers(jobset: Mapping[str, Any]) -> list[int]:
-    """Indexes of the replicated Jobs of a TrainJob's JobSet that initialize its dataset or
-    model (their template's ``trainjob-ancestor-step`` label). They keep their own retries:
-    the annotated policy speaks of the training (its exit codes, its budget of whole
-    runs), and an initializer's download error should be retried by its own Job (by
-    default 6 times), not fail the TrainJob at once nor cost a run with backoffLimit 0."""
-    owner = controller_of(jobset.get("metadata"))
-    group = str(mapping(owner).get("apiVersion") or "").rpartition("/")[0]
-    if owner is None or owner.get("kind") != "TrainJob" or group != TRAINER_GROUP:
+    """Indexes of the replicated Jobs of a JobSet whose owner keeps them out of the policy
+    (a TrainJob's that initialize its dataset or model: their template's
+    ``trainjob-ancestor-step`` label). They keep their own retries: the annotated policy
+    speaks of the training (its exit codes, its budget of whole runs), and an
+    initializer's download error should be retried by its own Job (by default 6 times),
+    not fail the TrainJob at once nor cost a run with backoffLimit 0."""
+    found = owner_of(jobset)
+    if found is None or found[1].rpartition("/")[0] != found[0].group:
         return []
+    owner = found[0]
     return [
         index
         for index, rjob in enumerate(items(get_path(jobset, ("spec", "replicatedJobs"))))
-        if mapping(get_path(rjob, ("template", "metadata", "labels"))).get(ANCESTOR_LABEL)
-        in INITIALIZER_STEPS
+        if mapping(get_path(rjob, ("template", "metadata", "labels"))).get(owner.steps_label)
+        in owner.own_steps
     ]
 
 
@@ -171,7 +210,7 @@ class JobSetMutator(WorkloadMutator):
         replicated = get_path(jobset, ("spec", "replicatedJobs"))
         return (
             super().applies(jobset, ctx)
-            or trainer_audited(jobset, ctx)
+            or owner_audited(jobset, ctx)
             or any(
                 # To deny them: the child Jobs would ignore policy annotated there.
                 has_policy_annotations(get_path(rjob, ("template", "metadata")))
@@ -263,7 +302,7 @@ class JobSetMutator(WorkloadMutator):
         """On UPDATE (only ``restore`` applies a policy then): a JobSet whose record says
         no Job template got the Count rule on DisruptionTarget (``countDisruptions``; made
         before that rule existed) gets none again, so that its rules come back exactly."""
-        if trainer_audited(jobset, ctx):
+        if owner_audited(jobset, ctx):
             policy, problems = workload_policy(jobset.get("metadata"), ctx, live=True)
             out.problems.extend(problems)
             return policy
@@ -316,7 +355,7 @@ class _Unscoped(JobSetMutator):
 _UNSCOPED = _Unscoped()
 
 
-def trainer_audited(jobset: Mapping[str, Any], ctx: Context) -> bool:
+def owner_audited(jobset: Mapping[str, Any], ctx: Context) -> bool:
     """Whether ``jobset`` is one a trainer made for a TrainJob nobody opted in, in a
     namespace that audits: the TrainJob was admitted as written, carrying no defaults
     (``TrainJobMutator._audit``), so this admission audits the namespace's config, as
@@ -324,10 +363,11 @@ def trainer_audited(jobset: Mapping[str, Any], ctx: Context) -> bool:
     controller's replay reads), never denying it. Not when its runtime's template asks
     for a policy: that is an opt-in, judged as always."""
     meta = mapping(jobset.get("metadata"))
-    owner = controller_of(meta) or {}
+    found = owner_of(jobset)
     return (
-        owner.get("kind") == "TrainJob"
-        and str(owner.get("apiVersion")).startswith(TRAINER_GROUP + "/")
+        found is not None
+        and found[0].audited_with_it
+        and found[1].startswith(found[0].group + "/")
         and not asks_for_policy(meta)
         and ctx.config.rollout_of(ctx.namespace) == AUDITED
         and ctx.config.affects_unannotated(ctx.namespace)
@@ -438,10 +478,8 @@ def _outer_bound(jobset: Mapping[str, Any], ctx: Context) -> str | None:
     JobSet was checked at the TrainJob's admission, where its own deadline counts."""
     if ctx.outer_bound is not None:
         return ctx.outer_bound
-    owner = controller_of(jobset.get("metadata"))
-    if owner is not None and owner.get("kind") == "TrainJob":
-        return "its TrainJob"
-    return None
+    found = owner_of(jobset)
+    return found[0].bound if found is not None else None
 
 
 def in_place_restart(jobset: Mapping[str, Any]) -> bool:

@@ -17,7 +17,7 @@ A TrainJob names a (Cluster)TrainingRuntime; the trainer builds a JobSet from th
   in the same patch as ``retry-policy.dev/defaults`` (``carried_layers``), so the JobSet is
   judged with the defaults the TrainJob was admitted with, and a default still counts as
   one (skipped with a warning, never denied, when it cannot apply).
-- **Validation on apply.** With the runtime known (``webhook.cluster.runtimes``: a watch-backed
+- **Validation on apply.** With the runtime known (``kinds.trainjob.runtimes``: a watch-backed
   cache in the server, the same input for the CLI), the JobSet is built as the trainer
   builds it (``jobset_for``: node counts, and ``resourcesPerNode`` as the cluster's Trainer
   release gives it, both releases' ways when that is not known) and the JobSet mutator
@@ -46,8 +46,8 @@ from webhook.cluster import runtimes as rt
 from webhook.kinds import audit
 from webhook.kinds import inplace as in_place_rules
 from webhook.kinds.jobset.mutate import (
-    INITIALIZER_STEPS,
     JobSetMutator,
+    Owner,
     check_unsupported,
     initializers,
 )
@@ -87,6 +87,23 @@ TRAINER_FIELD_MANAGER = "trainer"
 #: (``AncestorTrainer``, ``Node`` in pkg/constants/constants.go).
 TRAINER_STEP = "trainer"
 NODE = "node"
+#: Steps that fetch a TrainJob's data and model before the trainer runs (``dependsOn``):
+#: the policy, written for the training, is not theirs.
+INITIALIZER_STEPS = ("dataset-initializer", "model-initializer")
+#: What a TrainJob changes about the JobSet its trainer makes, as its controller owner
+#: (``kinds/trainjob/__init__.py`` declares it: ``jobset.mutate.owned_by``): its initializers keep
+#: their own retries, its deadline bounds the JobSet's restarts in place (checked at the
+#: TrainJob's admission), and a TrainJob admitted as written (audited) has its JobSet
+#: audited too (``_audit``).
+JOBSET_OWNER = Owner(
+    TRAINER_GROUP,
+    ANCESTOR_LABEL,
+    INITIALIZER_STEPS,
+    "a TrainJob's initializers keep their own retries, the retry policy is the trainer's",
+    bound="its TrainJob",
+    bound_explained="its TrainJob's activeDeadlineSeconds, checked at the TrainJob's admission",
+    audited_with_it=True,
+)
 #: The first Trainer release that merges ``resourcesPerNode`` into the runtime's resources,
 #: per resource (``newRuntimeInfo`` with ``MergeResourceRequirements``); v2.2 replaced them
 #: (``Builder.Trainer`` in pkg/runtime/framework/plugins/jobset/builder.go).
@@ -498,7 +515,7 @@ class TrainJobMutator(WorkloadMutator):
         else, with the runtime known, the record the JobSet made from that copy gets at
         its admission (its parts and failurePolicy), or, without it, the settings. The
         JobSet the trainer makes records the same at its own admission
-        (``jobset.mutate.trainer_audited``), for the controller's replay."""
+        (``jobset.mutate.owner_audited``), for the controller's replay."""
         out = Outcome()
         policy = self.policy(trainjob, ctx, Outcome())
         out.policies["spec"] = audit.without_defaults(policy)  # what applies: nothing

@@ -1,6 +1,6 @@
-"""The runtime cache (webhook/cluster/runtimes.py) with the real ``kubernetes`` client against an
-HTTP Kubernetes API (testkit/fakeapi/): lists and watches of (Cluster)TrainingRuntimes,
-one GET on a miss, failing open when the API cannot answer."""
+"""The runtime cache (webhook/kinds/trainjob/runtimes.py) with the real ``kubernetes``
+client against an HTTP Kubernetes API (testkit/fakeapi/): lists and watches of
+(Cluster)TrainingRuntimes, one GET on a miss, failing open when the API cannot answer."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from testkit.builders import FULL
 from testkit.fakeapi import TRAINER, FakeAPI
 from testkit.servers import scaled
 from testkit.trainer import mutate, runtime, trainjob
-from webhook.cluster.runtimes import RuntimeCache
+from webhook.kinds.trainjob.runtimes import RuntimeCache
 
 #: A runtime's maxRestarts against the TrainJob's backoff-limit, named as the runtime's field.
 CONTRADICTION = (
