@@ -16,13 +16,12 @@ from testkit.controllers import DISRUPTIONS, admitted_job, client_of, events_of,
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from testkit.servers import eventually
-from webhook.cluster.conditions import workload_of
 from webhook.cluster.events import EventRecorder
 from webhook.controller import writes
 from webhook.controller.disruptions import Disruptions
 from webhook.controller.freebudget import FreeBudgets
 from webhook.controller.recorder import HistoryRecorder
-from webhook.controller.records import Workloads
+from webhook.controller.records import Workloads, workload_of
 from webhook.plan.causes import MAX_DISRUPTIONS_LABEL
 
 

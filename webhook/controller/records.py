@@ -22,6 +22,10 @@ MERGE_PATCH = "application/merge-patch+json"
 CUSTOM: dict[str, WorkloadKind] = {k.kind.lower(): k for k in WORKLOADS.read.values()}
 _NAMED = {k.kind: name for name, k in CUSTOM.items()}
 
+#: The workload a Job's pod belongs to, for its Events and its budget, by what the kinds
+#: declare of their pods' labels (``Workloads.of_stored_pod``).
+workload_of = WORKLOADS.of_stored_pod
+
 
 class Workloads:
     """Jobs and JobSets, read and patched through one API client."""

@@ -173,7 +173,7 @@ class WorkerRuntime:
             self.state.events = recorder_for(clients[0].api_client, instance_name(), WORKLOADS)[0]
             # Marks the pods disruptors delete, off the admission path (cluster/deletions.py),
             # telling it with the worker's Events.
-            self.state.deletions = DeletionMarker(clients[1], self.state.events)
+            self.state.deletions = DeletionMarker(clients[1], self.state.events, WORKLOADS)
         # Asked now, before the worker serves, then every few minutes (``tick``).
         self.version: ServerVersion | None = None
         if clients is not None:
