@@ -200,6 +200,18 @@ def test_a_stored_pod_regards_its_labelled_workload_only_with_its_uid():
     assert workloads.of_stored_pod(child) == Regarding("example.dev/v1", "Set", NS, "a", "a-uid")
 
 
+def test_the_kind_whose_records_pods_read_is_the_declared_one():
+    """The admission's record cache watches the kind declared ``pod_records`` (a JobSet),
+    by its group, version and plural; without one, it watches none."""
+    assert (WORKLOADS.pod_records.api_version, WORKLOADS.pod_records.plural) == (
+        JOBSET,
+        "jobsets",
+    )
+    declared = WorkloadKind("example.dev", "v1", "Set", "sets", Workload(pod_records=True))
+    assert Workloads([declared]).pod_records is declared
+    assert Workloads([]).pod_records is None
+
+
 def test_a_workload_is_found_as_its_kind_declares_it():
     """``cluster/events.py`` names no kind: a kind's ``Workload`` says whether its Jobs
     regard it and which labels its pods carry; an undeclared owner regards nothing."""

@@ -420,6 +420,9 @@ class Workload:
     read: bool = False
     #: Stands for the objects it is the controller owner of, when those are read.
     stands_for_owned: bool = False
+    #: Its record (``webhook.cluster.record``) is the one its pods' history questions
+    #: read, by their set's UID (``HistoryKey.jobset``): kept by a watch of its objects.
+    pod_records: bool = False
 
 
 @dataclass(frozen=True)
@@ -454,6 +457,8 @@ class Workloads:
         self.stands_for_owned = frozenset(
             (k.group, k.kind) for k in self.kinds if k.workload.stands_for_owned
         )
+        #: The kind whose records pods read (one: a pod's question names one set).
+        self.pod_records = next((k for k in self.kinds if k.workload.pod_records), None)
 
     def of_pod(self, metadata: Any, namespace: str | None) -> Regarding | None:
         """The workload a controller's pod belongs to, as its CREATE review tells: a Job's

@@ -152,7 +152,11 @@ class WorkerRuntime:
         self.loop_attempts: LoopAttempts | None = None
         clients = connect(options.kube)
         if clients is not None:
-            cache = JobCache(*clients, lookup_timeout=options.lookup_timeout).start()
+            cache = JobCache(
+                *clients,
+                lookup_timeout=options.lookup_timeout,
+                set_records=WORKLOADS.pod_records,
+            ).start()
             self.loop_attempts = LoopAttempts(
                 cache,
                 LimitRangeCache(clients[1]).start(),
