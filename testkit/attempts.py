@@ -12,6 +12,7 @@ from kubernetes import client
 
 from testkit.servers import scaled
 from webhook.cluster.attempts import JOB_UID_LABEL, JobCache
+from webhook.kinds.registry import WORKLOADS
 
 
 def make_job(name, failed=0, uncounted=(), ignore_rule=False, uid=None):
@@ -66,6 +67,7 @@ def failed_pod(job, disrupted=False, exit_code=1):
 def cache_for(api, **kwargs):
     configuration = client.Configuration(host=api.url)
     api_client = client.ApiClient(configuration)
+    kwargs.setdefault("set_records", WORKLOADS.pod_records)
     cache = JobCache(client.BatchV1Api(api_client), client.CoreV1Api(api_client), **kwargs)
     cache.start()
     assert cache.wait_synced(scaled(10))

@@ -16,6 +16,7 @@ from webhook.admission import engine
 from webhook.admission import review as codec
 from webhook.cluster.deletions import DeletionMarker
 from webhook.cluster.events import EventRecorder
+from webhook.kinds.registry import WORKLOADS
 from webhook.policy.config import Config
 
 KARPENTER = "system:serviceaccount:kube-system:karpenter"
@@ -60,4 +61,4 @@ def marker(fake: FakeAPI, tmp_path) -> DeletionMarker:
     path = write_kubeconfig(tmp_path / f"kubeconfig-{time.monotonic_ns()}", fake.url)
     api_client = config.new_client_from_config(str(path))
     events = EventRecorder(client.EventsV1Api(api_client), "test")
-    return DeletionMarker(client.CoreV1Api(api_client), events, wait=1.0)
+    return DeletionMarker(client.CoreV1Api(api_client), events, WORKLOADS, wait=1.0)

@@ -46,6 +46,7 @@ from webhook.cluster.record import ANNOTATION as HISTORY
 from webhook.controller.gates import release_all
 from webhook.controller.records import Workloads
 from webhook.controller.restarts import InPlaceBudget
+from webhook.kinds.registry import WORKLOADS
 from webhook.kube import failurepolicy as fp
 from webhook.kube import gates
 
@@ -692,7 +693,7 @@ def test_a_disruptors_deletion_is_marked(api, policy, tmp_path):
         api.delete_pod("ml", pod["metadata"]["name"], 30)  # the disruptor's, not ours
     api_client = core_of(api, tmp_path)
     events = EventRecorder(client.EventsV1Api(api_client), "test")
-    marker = DeletionMarker(client.CoreV1Api(api_client), events, wait=1.0)
+    marker = DeletionMarker(client.CoreV1Api(api_client), events, WORKLOADS, wait=1.0)
     gated(api, policy)
     karpenter = "system:serviceaccount:kube-system:karpenter"
     deleted = Deleted("ml", pod["metadata"]["name"], pod["metadata"]["uid"], karpenter, 30)

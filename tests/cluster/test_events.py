@@ -179,6 +179,39 @@ def test_a_stored_job_is_its_own_workload_unless_a_jobset_made_it():
     assert WORKLOADS.of_job(child) == Regarding(JOBSET, "JobSet", NS, "train", "set-uid")
 
 
+def test_a_stored_pod_regards_its_labelled_workload_only_with_its_uid():
+    """For its Events and its budget a stored pod regards the workload its labels name
+    when they carry its UID too, else its Job; a pod no Job made regards nothing."""
+    child = stored(pod({}, owner=job_owner("train-workers-0", "child-uid")))
+    child["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-name": "train",
+        "jobset.sigs.k8s.io/jobset-uid": "set-uid",
+    }
+    assert WORKLOADS.of_stored_pod(child) == Regarding(JOBSET, "JobSet", NS, "train", "set-uid")
+    del child["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-uid"]  # JobSet < v0.9.0
+    assert WORKLOADS.of_stored_pod(child) == Regarding(
+        "batch/v1", "Job", NS, "train-workers-0", "child-uid"
+    )
+    pytorch = stored(pod({}, owner=owner("kubeflow.org/v1", "PyTorchJob", "bert", "pt-uid")))
+    assert WORKLOADS.of_stored_pod(pytorch) is None
+    declared = Workload(pod_labels=("example.dev/set", "example.dev/set-uid"))
+    workloads = Workloads([WorkloadKind("example.dev", "v1", "Set", "sets", declared)])
+    child["metadata"]["labels"] = {"example.dev/set": "a", "example.dev/set-uid": "a-uid"}
+    assert workloads.of_stored_pod(child) == Regarding("example.dev/v1", "Set", NS, "a", "a-uid")
+
+
+def test_the_kind_whose_records_pods_read_is_the_declared_one():
+    """The admission's record cache watches the kind declared ``pod_records`` (a JobSet),
+    by its group, version and plural; without one, it watches none."""
+    assert (WORKLOADS.pod_records.api_version, WORKLOADS.pod_records.plural) == (
+        JOBSET,
+        "jobsets",
+    )
+    declared = WorkloadKind("example.dev", "v1", "Set", "sets", Workload(pod_records=True))
+    assert Workloads([declared]).pod_records is declared
+    assert Workloads([]).pod_records is None
+
+
 def test_a_workload_is_found_as_its_kind_declares_it():
     """``cluster/events.py`` names no kind: a kind's ``Workload`` says whether its Jobs
     regard it and which labels its pods carry; an undeclared owner regards nothing."""

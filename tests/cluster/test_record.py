@@ -44,6 +44,7 @@ from webhook.cluster.record import (
     merge,
 )
 from webhook.controller.recorder import HistoryRecorder
+from webhook.kinds.registry import WORKLOADS
 
 GI = 1024**3
 
@@ -223,7 +224,7 @@ def test_a_jobsets_record_outlives_its_restarts_and_a_new_replica_reads_it(api, 
     api.delete("jobs", run0["metadata"]["uid"])
     run1 = child_job(1)
     api.put("jobs", run1)
-    cache = JobCache(*_clients(api, tmp_path)).start()
+    cache = JobCache(*_clients(api, tmp_path), set_records=WORKLOADS.pod_records).start()
     try:
         assert cache.wait_synced(scaled(10))
         key = HistoryKey(

@@ -16,13 +16,12 @@ from testkit.controllers import DISRUPTIONS, admitted_job, client_of, events_of,
 from testkit.fakeapi import FakeAPI
 from testkit.jobsim import JobRun
 from testkit.servers import eventually
-from webhook.cluster.conditions import workload_of
-from webhook.cluster.events import EventRecorder
-from webhook.controller import writes
+from webhook.cluster.events import EventRecorder, Regarding
+from webhook.controller import recorder, writes
 from webhook.controller.disruptions import Disruptions
 from webhook.controller.freebudget import FreeBudgets
 from webhook.controller.recorder import HistoryRecorder
-from webhook.controller.records import Workloads
+from webhook.controller.records import Workloads, workload_of
 from webhook.plan.causes import MAX_DISRUPTIONS_LABEL
 
 
@@ -227,3 +226,14 @@ def test_a_free_failures_count_and_its_history_go_in_one_patch(api, tmp_path):
     history._apply_pod("MODIFIED", late)
     history.flush()
     assert record_of(api, run.uid).seen(late["metadata"]["uid"])
+
+
+def test_an_unwritten_record_regards_its_workload():
+    """A record that could not be written is told about on its workload: its Job, or the
+    kind declared read whose record it is (a JobSet)."""
+    job = recorder._Pending(("job", "ml", "job-uid"), "train")
+    assert job.regarding() == Regarding("batch/v1", "Job", "ml", "train", "job-uid")
+    jobset = recorder._Pending(("jobset", "ml", "set-uid"), "train")
+    assert jobset.regarding() == Regarding(
+        "jobset.x-k8s.io/v1alpha2", "JobSet", "ml", "train", "set-uid"
+    )

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from webhook.cluster.events import WorkloadKind
 from webhook.cluster.history import (
     FailureHistory,
     HistoryKey,
@@ -35,7 +36,7 @@ from webhook.cluster.history import (
     wants_history,
 )
 from webhook.cluster.informer import Informer, Informers, short_error
-from webhook.cluster.record import JobSetRecords, Record, lineage_of, merge, parsed, text_of
+from webhook.cluster.record import KindRecords, Record, lineage_of, merge, parsed, text_of
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 from webhook.kube.wellknown import JOB_UID_LABEL
 
@@ -118,6 +119,7 @@ class JobCache(Informers):
         lookup_timeout: float = 0.5,
         breaker_seconds: float = 10.0,
         watch_pods: bool = True,
+        set_records: WorkloadKind | None = None,
     ):
         super().__init__()
         self.batch_api = batch_api
@@ -137,10 +139,15 @@ class JobCache(Informers):
         #: UID counts nothing for that Job.
         self._pod_job: dict[str, tuple[str, bool]] = {}
         self._pod_counts: dict[str, int] = {}
-        #: The controller's records on Jobs (``webhook.cluster.record``), and on JobSets
-        #: (a watch of its own, started by the first JobSet pod that asks).
+        #: The controller's records on Jobs (``webhook.cluster.record``), and on the sets
+        #: of the kind declared to keep them (``set_records``: a JobSet, by the set UID of
+        #: a pod's question; a watch of its own, started by the first such pod that asks).
         self._records: dict[str, str] = {}
-        self.jobsets = JobSetRecords(_custom_api(batch_api)) if watch_pods else None
+        self.jobsets = (
+            KindRecords(_custom_api(batch_api), set_records)
+            if watch_pods and set_records is not None
+            else None
+        )
         self._open_until = 0.0
         self._counters = {"hits": 0, "misses": 0, "fallback_errors": 0, "breaker_skips": 0}
         self._informers = [

@@ -30,9 +30,8 @@ import json
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from webhook.cluster.events import Regarding
-from webhook.kube.objects import controller_of, items, mapping
-from webhook.kube.wellknown import JOB_TRACKING, JOBSET_NAME, JOBSET_UID
+from webhook.kube.objects import items, mapping
+from webhook.kube.wellknown import JOB_TRACKING
 
 STRATEGIC = "application/strategic-merge-patch+json"
 TERMINAL = ("Succeeded", "Failed")
@@ -135,27 +134,6 @@ def read_pod(core_api: Any, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         raise
     found: dict[str, Any] = json.loads(resp.data)
     return found if mapping(found.get("metadata")).get("uid") == meta.get("uid") else None
-
-
-def workload_of(pod: Mapping[str, Any]) -> Regarding | None:
-    """The workload a Job's pod belongs to, for its Events and its budget: its JobSet (the
-    labels JobSet puts on every pod, ``labelAndAnnotateObject``; the UID since v0.9.0),
-    else its Job (its controller owner)."""
-    meta = mapping(pod.get("metadata"))
-    namespace = meta.get("namespace")
-    if not isinstance(namespace, str):
-        return None
-    labels = mapping(meta.get("labels"))
-    name, uid = labels.get(JOBSET_NAME), labels.get(JOBSET_UID)
-    if isinstance(name, str) and isinstance(uid, str) and name and uid:
-        return Regarding.jobset(namespace, name, uid)
-    owner = controller_of(meta)
-    if owner is None or owner.get("kind") != "Job":
-        return None
-    name, uid = owner.get("name"), owner.get("uid")
-    if not (isinstance(name, str) and isinstance(uid, str) and name and uid):
-        return None
-    return Regarding("batch/v1", "Job", namespace, name, uid)
 
 
 def pod_name(pod: Mapping[str, Any]) -> str:

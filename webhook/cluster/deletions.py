@@ -39,9 +39,8 @@ from webhook.cluster.conditions import (
     status_patch,
     terminal,
     terminating,
-    workload_of,
 )
-from webhook.cluster.events import Event
+from webhook.cluster.events import Event, Workloads
 from webhook.kube.failurepolicy import DISRUPTION_TARGET
 from webhook.kube.objects import mapping
 
@@ -62,6 +61,7 @@ class DeletionMarker:
         self,
         core_api: Any,
         events: Any,
+        workloads: Workloads,
         capacity: int = 1000,
         wait: float = 2.0,
         poll: float = 0.05,
@@ -71,6 +71,8 @@ class DeletionMarker:
     ):
         self.core = core_api
         self.events = events
+        #: What the kinds declare of their pods: the workload an Event regards.
+        self.workloads = workloads
         self.wait = wait
         self.poll = poll
         self.tries = tries
@@ -172,7 +174,7 @@ class DeletionMarker:
         return pod if mapping(pod.get("metadata")).get("uid") == deleted.uid else None
 
     def _tell(self, pod: dict[str, Any], deleted: Any, result: str) -> None:
-        regarding = workload_of(pod)
+        regarding = self.workloads.of_stored_pod(pod)
         if regarding is None:
             return
         how = "force-deleted" if deleted.grace == 0 else "deleted"

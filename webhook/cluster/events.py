@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from webhook.kube.objects import controller_of, mapping
-from webhook.kube.wellknown import JOBSET_API_VERSION, NAMESPACE_TERMINATING
+from webhook.kube.wellknown import NAMESPACE_TERMINATING
 from webhook.policy.model import PREFIX
 
 log = logging.getLogger(__name__)
@@ -112,11 +112,6 @@ class Regarding:
             "name": self.name,
             "uid": self.uid,
         }
-
-    @classmethod
-    def jobset(cls, namespace: str, name: str, uid: str) -> Regarding:
-        """A JobSet (``jobset.x-k8s.io``), as its Events regard it."""
-        return cls(JOBSET_API_VERSION, "JobSet", namespace, name, uid)
 
 
 @dataclass(frozen=True)
@@ -425,6 +420,9 @@ class Workload:
     read: bool = False
     #: Stands for the objects it is the controller owner of, when those are read.
     stands_for_owned: bool = False
+    #: Its record (``webhook.cluster.record``) is the one its pods' history questions
+    #: read, by their set's UID (``HistoryKey.jobset``): kept by a watch of its objects.
+    pod_records: bool = False
 
 
 @dataclass(frozen=True)
@@ -459,6 +457,8 @@ class Workloads:
         self.stands_for_owned = frozenset(
             (k.group, k.kind) for k in self.kinds if k.workload.stands_for_owned
         )
+        #: The kind whose records pods read (one: a pod's question names one set).
+        self.pod_records = next((k for k in self.kinds if k.workload.pod_records), None)
 
     def of_pod(self, metadata: Any, namespace: str | None) -> Regarding | None:
         """The workload a controller's pod belongs to, as its CREATE review tells: a Job's
@@ -481,6 +481,27 @@ class Workloads:
                     uid = uid if isinstance(uid, str) else ""
                     return Regarding(kind.api_version, kind.kind, ns, name, uid)
         return _owner(owner, ns)
+
+    def of_stored_pod(self, pod: Mapping[str, Any]) -> Regarding | None:
+        """The workload a Job's pod belongs to, for its Events and its budget, as the pod
+        is stored: the kind whose labels it carries, name and UID both (a JobSet's: the UID
+        since v0.9.0, ``labelAndAnnotateObject``), else its Job (its controller owner)."""
+        meta = mapping(pod.get("metadata"))
+        namespace = meta.get("namespace")
+        if not isinstance(namespace, str):
+            return None
+        labels = mapping(meta.get("labels"))
+        for name_label, uid_label, kind in self.pod_labels:
+            name, uid = labels.get(name_label), labels.get(uid_label)
+            if isinstance(name, str) and isinstance(uid, str) and name and uid:
+                return Regarding(kind.api_version, kind.kind, namespace, name, uid)
+        owner = controller_of(meta)
+        if owner is None or owner.get("kind") != "Job":
+            return None
+        name, uid = owner.get("name"), owner.get("uid")
+        if not (isinstance(name, str) and isinstance(uid, str) and name and uid):
+            return None
+        return Regarding(JOB_API, "Job", namespace, name, uid)
 
     def of_job(self, job: Any) -> Regarding | None:
         """The workload a stored Job belongs to: its controller owner when that kind's

@@ -73,6 +73,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from webhook.cluster.events import WorkloadKind
 from webhook.cluster.history import (
     MARK,
     MAX_NODES,
@@ -90,11 +91,7 @@ from webhook.cluster.history import (
 )
 from webhook.cluster.informer import Informer, Informers
 from webhook.cluster.tries import MAX_TRIES, Try
-from webhook.kube.wellknown import (
-    COMPLETION_INDEX,
-    JOBSET_GROUP,
-    JOBSET_VERSION,
-)
+from webhook.kube.wellknown import COMPLETION_INDEX
 
 ANNOTATION = "retry-policy.dev/history"
 VERSION = 1
@@ -534,26 +531,26 @@ def _rfc3339(when: float | None) -> str | None:
 JOBSETS = "jobsets"
 
 
-class JobSetRecords(Informers):
-    """The records on JobSets (a JobSet's and a TrainJob's pods find theirs there), from a
-    watch of JobSets started by the first pod that asks (a cluster without JobSet never
-    watches them). Until it has listed, a lookup goes on without the record, as a
-    replica without a controller would."""
+class KindRecords(Informers):
+    """The records on the objects of a kind declared ``Workload.pod_records`` (a JobSet: a
+    JobSet's and a TrainJob's pods find theirs there), from a watch of them started by the
+    first pod that asks (a cluster without that kind never watches it). Until it has
+    listed, a lookup goes on without the record, as a replica without a controller would."""
 
-    def __init__(self, custom_api: Any):
+    def __init__(self, custom_api: Any, kind: WorkloadKind):
         super().__init__()
         self._lock = threading.Lock()
-        #: JobSet UID -> its record as written.
+        #: The object's UID -> its record as written.
         self._records: dict[str, str] = {}
 
-        def list_jobsets(**kwargs: Any) -> Any:
+        def list_objects(**kwargs: Any) -> Any:
             return custom_api.list_cluster_custom_object(
-                JOBSET_GROUP, JOBSET_VERSION, JOBSETS, **kwargs
+                kind.group, kind.version, kind.plural, **kwargs
             )
 
         self._informers = [
             Informer(
-                "jobsets", list_jobsets, self._reset, self._apply, {}, self._stop, "record cache"
+                kind.plural, list_objects, self._reset, self._apply, {}, self._stop, "record cache"
             )
         ]
 

@@ -65,7 +65,6 @@ from webhook.cluster.conditions import (
     read_pod,
     status_patch,
     terminal,
-    workload_of,
 )
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
@@ -82,7 +81,7 @@ from webhook.controller.kindservices import PeerWriters
 from webhook.controller.peers import REASON, Peers, disrupted, marked_to_count, peer_group
 from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.recorder import History, HistoryRecorder, along
-from webhook.controller.records import Workloads, WorkloadStates
+from webhook.controller.records import Workloads, WorkloadStates, workload_of
 from webhook.controller.writes import (
     CONFLICT,
     FENCED,

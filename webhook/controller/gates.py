@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.cluster.conditions import workload_of
 from webhook.cluster.events import Regarding
 from webhook.cluster.informer import Informer, short_error
+from webhook.controller.records import workload_of
 from webhook.controller.writes import Writes
 from webhook.kube import apiclient, gates
 from webhook.policy.grammar import BadValue, parse_time

@@ -8,11 +8,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from webhook.controller.ratelimit import critical
+from webhook.controller.records import workload_of
 from webhook.controller.writes import persist
 from webhook.kinds.registry import KINDS
 from webhook.kinds.services import PeerWriter, Services
 
-SERVICES = Services(persist=persist, critical=critical)
+SERVICES = Services(persist=persist, critical=critical, workload_of=workload_of)
 
 
 class PeerWriters:

@@ -28,10 +28,10 @@ from webhook.cluster.conditions import (
     status_patch,
     terminal,
     uncounted_of,
-    workload_of,
 )
 from webhook.cluster.events import Event
 from webhook.cluster.informer import short_error
+from webhook.controller.records import workload_of
 from webhook.controller.writes import FENCED, GONE, REFUSED, outcome, persist
 from webhook.kube.failurepolicy import DISRUPTION_TARGET, PEER_DISRUPTED
 from webhook.kube.objects import controller_of, items, mapping

@@ -70,7 +70,7 @@ from webhook.cluster.record import (
 )
 from webhook.controller.interning import RuleSets
 from webhook.controller.jobwatch import SharedJobs
-from webhook.controller.records import Workloads
+from webhook.controller.records import CUSTOM, Workloads
 from webhook.controller.writes import Writes, rewrite
 from webhook.kube.failurepolicy import PodFailure, counts, evaluate
 from webhook.kube.objects import controller_of, items, mapping
@@ -167,7 +167,8 @@ class _Pending:
         kind, namespace, uid = self.workload
         if kind == "job":
             return Regarding(JOB_API, "Job", namespace, self.name, uid)
-        return Regarding.jobset(namespace, self.name, uid)
+        custom = CUSTOM[kind]  # a kind declared read: "jobset"
+        return Regarding(custom.api_version, custom.kind, namespace, self.name, uid)
 
     def unwritten(self) -> str:
         """What a write that failed would have recorded (the log's and Event's words)."""

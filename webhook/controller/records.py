@@ -11,10 +11,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from webhook.cluster.record import ANNOTATION, JOBSETS, Record
-from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION
+from webhook.cluster.events import WorkloadKind
+from webhook.cluster.record import ANNOTATION, Record
+from webhook.kinds.registry import WORKLOADS
 
 MERGE_PATCH = "application/merge-patch+json"
+
+#: The kinds declared ``read`` (``KindSpec.workload``: a JobSet), by the reconcilers' name
+#: for them (their kind in lower case, "jobset"): read and patched as custom objects.
+CUSTOM: dict[str, WorkloadKind] = {k.kind.lower(): k for k in WORKLOADS.read.values()}
+_NAMED = {k.kind: name for name, k in CUSTOM.items()}
+
+#: The workload a Job's pod belongs to, for its Events and its budget, by what the kinds
+#: declare of their pods' labels (``Workloads.of_stored_pod``).
+workload_of = WORKLOADS.of_stored_pod
 
 
 class Workloads:
@@ -32,8 +42,14 @@ class Workloads:
             if kind == "job":
                 resp = self.batch.read_namespaced_job(name, namespace, _preload_content=False)
             else:
+                custom = CUSTOM[kind]
                 resp = self.custom.get_namespaced_custom_object(
-                    JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSETS, name, _preload_content=False
+                    custom.group,
+                    custom.version,
+                    namespace,
+                    custom.plural,
+                    name,
+                    _preload_content=False,
                 )
         except Exception as err:
             if getattr(err, "status", None) == 404:
@@ -54,7 +70,7 @@ class Workloads:
     def of(self, regarding: Any) -> tuple[str, dict[str, Any]] | None:
         """The workload an Event regards (``cluster.events.Regarding``: a Job or a JobSet)
         as it is now, with its kind ("job" or "jobset"); ``None``: gone or replaced."""
-        kind = "jobset" if regarding.kind == "JobSet" else "job"
+        kind = _NAMED.get(regarding.kind, "job")
         obj = self.current(kind, regarding.namespace, regarding.name, regarding.uid)
         return None if obj is None else (kind, obj)
 
@@ -80,11 +96,12 @@ class Workloads:
                 name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False
             )
         else:
+            custom = CUSTOM[kind]
             resp = self.custom.patch_namespaced_custom_object(
-                JOBSET_GROUP,
-                JOBSET_VERSION,
+                custom.group,
+                custom.version,
                 namespace,
-                JOBSETS,
+                custom.plural,
                 name,
                 body,
                 _content_type=MERGE_PATCH,

@@ -51,13 +51,12 @@ from webhook.cluster.conditions import (
     status_patch,
     terminal,
     terminating,
-    workload_of,
 )
 from webhook.cluster.events import Event
 from webhook.cluster.informer import Informer
 from webhook.controller.budgetstate import Metrics
 from webhook.controller.disruptions import MOST
-from webhook.controller.records import MERGE_PATCH
+from webhook.controller.records import MERGE_PATCH, workload_of
 from webhook.controller.writes import CONFLICT, REFUSED, Writes, outcome
 from webhook.kube.failurepolicy import IN_PLACE_BUDGET_EXHAUSTED
 from webhook.kube.objects import mapping

@@ -62,7 +62,6 @@ from webhook.cluster.conditions import (
     terminal,
     terminating,
     uncounted_of,
-    workload_of,
 )
 from webhook.cluster.events import Event, Regarding
 from webhook.cluster.informer import Informer, short_error
@@ -72,7 +71,7 @@ from webhook.controller.interning import RuleSets
 from webhook.controller.jobwatch import SharedJobs
 from webhook.controller.ratelimit import Moot, unless
 from webhook.controller.recorder import HistoryRecorder, planned
-from webhook.controller.records import MERGE_PATCH, Workloads
+from webhook.controller.records import MERGE_PATCH, Workloads, workload_of
 from webhook.controller.writes import CONFLICT, GONE, REFUSED, Writes, outcome, persist
 from webhook.kube import failurepolicy as fp
 from webhook.kube import podsignals as ps

@@ -42,6 +42,8 @@ class Services:
     #: ``webhook.controller.ratelimit.critical``: the requests this thread sends meanwhile
     #: wait on the critical bucket.
     critical: Callable[[], contextlib.AbstractContextManager[None]]
+    #: ``webhook.controller.records.workload_of``: the workload a Job's pod belongs to.
+    workload_of: Callable[[Mapping[str, Any]], Regarding | None]
 
 
 class PeerWriter(Protocol):

@@ -152,7 +152,11 @@ class WorkerRuntime:
         self.loop_attempts: LoopAttempts | None = None
         clients = connect(options.kube)
         if clients is not None:
-            cache = JobCache(*clients, lookup_timeout=options.lookup_timeout).start()
+            cache = JobCache(
+                *clients,
+                lookup_timeout=options.lookup_timeout,
+                set_records=WORKLOADS.pod_records,
+            ).start()
             self.loop_attempts = LoopAttempts(
                 cache,
                 LimitRangeCache(clients[1]).start(),
@@ -173,7 +177,7 @@ class WorkerRuntime:
             self.state.events = recorder_for(clients[0].api_client, instance_name(), WORKLOADS)[0]
             # Marks the pods disruptors delete, off the admission path (cluster/deletions.py),
             # telling it with the worker's Events.
-            self.state.deletions = DeletionMarker(clients[1], self.state.events)
+            self.state.deletions = DeletionMarker(clients[1], self.state.events, WORKLOADS)
         # Asked now, before the worker serves, then every few minutes (``tick``).
         self.version: ServerVersion | None = None
         if clients is not None:

@@ -496,3 +496,18 @@ def test_a_template_annotation_the_user_spelled_their_way_is_kept():
     assert written[P + "oom-memory-factor"] == "1.5"
     assert validate(out).allowed
     assert_idempotent(obj)
+
+
+def test_a_job_made_from_a_declared_template_owner_is_left_alone(monkeypatch):
+    """Which owners' Jobs are left alone is what those kinds declare, not a list of names
+    here: a made-up owner declared like CronJob and JobSet gets the same."""
+    from webhook.kinds import registry  # noqa: F401 (the kinds declare on loading)
+    from webhook.kinds.job import mutate as job_mutate
+
+    assert {("batch", "CronJob"), ("jobset.x-k8s.io", "JobSet")} <= job_mutate.TEMPLATE_OWNERS
+    ref = {"apiVersion": "example.dev/v1", "kind": "Maker", "name": "m", "uid": "u1"}
+    made = {"ownerReferences": [{**ref, "controller": True}]}
+    assert not job_mutate.made_from_template(made)
+    monkeypatch.setattr(job_mutate, "TEMPLATE_OWNERS", set(job_mutate.TEMPLATE_OWNERS))
+    job_mutate.makes_jobs_from_template("example.dev", "Maker")
+    assert job_mutate.made_from_template(made)

@@ -9,7 +9,7 @@ import time
 
 from webhook.cluster.events import Regarding
 from webhook.kinds.jobset.audits import JobSetAudit
-from webhook.kube.wellknown import RESTART_ATTEMPT
+from webhook.kube.wellknown import JOBSET_API_VERSION, RESTART_ATTEMPT
 
 
 class Host:
@@ -74,4 +74,6 @@ def test_an_ended_jobset_is_held_until_told_and_one_running_is_not():
     assert audit.host.held["set"]["kind"] == "JobSet"
     audit._apply("DELETED", a_jobset("Failed"))
     assert audit.host.held == {}
-    assert audit.regarding(a_jobset()) == Regarding.jobset("ml", "train", "set")
+    assert audit.regarding(a_jobset()) == Regarding(
+        JOBSET_API_VERSION, "JobSet", "ml", "train", "set"
+    )

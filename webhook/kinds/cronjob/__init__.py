@@ -2,6 +2,7 @@
 
 from webhook.kinds.base import KindSpec, Named
 from webhook.kinds.cronjob.mutate import JOB_SPEC, CronJobMutator
+from webhook.kinds.job.mutate import makes_jobs_from_template
 from webhook.kube.defaulting import DEFAULT_BACKOFF_LIMIT, default_cronjob
 from webhook.plan.model import LimitField
 
@@ -18,3 +19,6 @@ SPEC = KindSpec(
     explainer=Named("webhook.kinds.cronjob.explain", "explain_cronjob"),
     simulator=Named("webhook.kinds.job.simulate", "JobSimulator"),
 )
+
+# Its Jobs are made from its ``jobTemplate``, which its admission applied the policy to.
+makes_jobs_from_template(SPEC.group, SPEC.kind)

@@ -18,7 +18,6 @@ from webhook.kinds.workload import (
 )
 from webhook.kube.objects import controller_of, mapping
 from webhook.kube.owned import Owned
-from webhook.kube.wellknown import JOBSET_GROUP
 from webhook.plan.model import LimitField, job_limit_field
 from webhook.plan.outcome import Context, Outcome
 from webhook.plan.policies import has_policy_annotations
@@ -116,16 +115,24 @@ def lowered_by_controller(job: Mapping[str, Any], old: Mapping[str, Any]) -> boo
 #: defaults its creator carried to it (``plan.policies.carried_layers``).
 IN_PLACE, CARRIED = PREFIX + "in-place-exit-codes", PREFIX + "defaults"
 
-#: Kinds whose Jobs are made from a template this webhook already applied the policy to.
-TEMPLATE_OWNERS = {("batch", "CronJob"), (JOBSET_GROUP, "JobSet")}
+#: Kinds whose Jobs are made from a template this webhook already applied the policy to,
+#: as (group, kind): each such kind's folder declares it (``makes_jobs_from_template``).
+TEMPLATE_OWNERS: set[tuple[str, str]] = set()
+
+
+def makes_jobs_from_template(group: str, kind: str) -> None:
+    """Declare that ``kind`` makes its Jobs from a template its own admission applied the
+    policy to (that kind's folder declares it, as it is loaded with the kinds' list)."""
+    TEMPLATE_OWNERS.add((group, kind))
 
 
 def made_from_template(metadata: Any) -> bool:
-    """Whether a Job was made by a CronJob or a JobSet, whose admission already applied the
-    policy to the template the Job was made from. Its own admission leaves it alone: the
-    policy is already in its spec, applying it again (or an admin default that has changed
-    since) could only disagree with what was validated, and in a JobSet ``backoff-limit``
-    means restarts of the set, not retries of the child Job."""
+    """Whether a Job was made by a kind declared in ``TEMPLATE_OWNERS`` (a CronJob, a
+    JobSet), whose admission already applied the policy to the template the Job was made
+    from. Its own admission leaves it alone: the policy is already in its spec, applying it
+    again (or an admin default that has changed since) could only disagree with what was
+    validated, and in a JobSet ``backoff-limit`` means restarts of the set, not retries of
+    the child Job."""
     if not isinstance(metadata, dict):
         return False
     ref = controller_of(metadata)

@@ -17,7 +17,7 @@ from webhook.kinds.jobset import replay as jobsetreplay
 from webhook.kinds.jobset.replay import JobSetReplay, replay_jobset
 from webhook.kinds.services import AuditHost
 from webhook.kube.objects import mapping
-from webhook.kube.wellknown import JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
+from webhook.kube.wellknown import JOBSET_API_VERSION, JOBSET_GROUP, JOBSET_VERSION, RESTART_ATTEMPT
 from webhook.plan.audit import AuditRecord
 
 #: JobSets whose child Jobs are kept, at most (the oldest go first).
@@ -121,7 +121,7 @@ class JobSetAudit:
         fields = [meta.get(k) for k in ("namespace", "name", "uid")]
         if not all(isinstance(v, str) and v for v in fields):
             return None
-        return Regarding.jobset(*fields)
+        return Regarding(JOBSET_API_VERSION, "JobSet", *fields)
 
 
 def _count(value: Any) -> bool:

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from webhook.cluster.conditions import STRATEGIC, label, pod_name, status_patch, workload_of
+from webhook.cluster.conditions import STRATEGIC, label, pod_name, status_patch
 from webhook.cluster.events import Event
 from webhook.cluster.informer import short_error
 from webhook.kinds.jobset import failurepolicy as jsp
@@ -91,7 +91,7 @@ class JobSetPeers:
             return "stale"
         job = str(owner.get("name"))
         message = jsp.peer_message(pod_name(pod), cause, how)
-        regarding = workload_of(pod)
+        regarding = self.services.workload_of(pod)
         try:
             result = self.services.persist(
                 self.writes,
