@@ -240,13 +240,14 @@ def test_a_pod_not_due_yet_or_held_by_a_gate_is_left_alone(api, tmp_path):
 
 
 def test_a_failed_pod_of_a_managed_job_is_classified_for_the_people_who_read_it(api, tmp_path):
-    """No rule of its Job reads a category: the condition is written on the failed pod
-    (the admission policy allows it on a failed Job pod), and told; a Job without a plan
-    is left alone."""
+    """``categoryConditions: Always``: no rule of its Job reads a category, and the
+    condition is written on the failed pod all the same (the admission policy allows it on
+    a failed Job pod), and told; a Job without a plan is left alone."""
     managed = JobRun.store(api, admitted_job({P + "backoff-limit": "3"}, "managed"))
     plain = JobRun.store(api, admitted_job({}, "plain"))
     metrics = Told()
     config = parse_config(
+        "categoryConditions: Always\n"
         "categories:\n  - {name: BadInput, hint: the input data is bad, match: {exitCodes: [3]}}\n"
     )
     with Running(verdicts(api, tmp_path, metrics, config)):
@@ -256,6 +257,39 @@ def test_a_failed_pod_of_a_managed_job_is_classified_for_the_people_who_read_it(
         assert conditions(marked)[P + "BadInput"]["message"] == "the input data is bad"
         eventually(lambda: ("failure", "ml", "BadInput", "counted") in metrics.calls, 10)
         assert not any(k.startswith(P) for k in conditions(plain.current(other)))
+
+
+def test_a_category_no_rule_reads_is_told_and_not_written_by_default(api, tmp_path):
+    """``categoryConditions: WhenRead``, the default: a failed pod whose Job has no rule on
+    a category is classified and told (the metric, the Event), and nothing is written on
+    it (one ``pods/status`` write a failed pod, that nothing reads); a Job whose own rule
+    reads a category gets it on its pods, though no annotation of ours asked."""
+    quiet_run = JobRun.store(api, admitted_job({P + "backoff-limit": "3"}, "quiet"))
+    job = admitted_job({P + "backoff-limit": "3"}, "users-rule")
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [
+            {
+                "action": "FailJob",
+                "onPodConditions": [{"type": P + "BadInput", "status": "True"}],
+            }
+        ]
+    }
+    read_run = JobRun.store(api, job)
+    metrics = Told()
+    config = parse_config(
+        "categories:\n  - {name: BadInput, hint: the input data is bad, match: {exitCodes: [3]}}\n"
+    )
+    with Running(verdicts(api, tmp_path, metrics, config)) as reconciler:
+        quiet = quiet_run.fail(quiet_run.new_pod(), code=3)
+        read = read_run.fail(read_run.new_pod(), code=3)
+        eventually(lambda: P + "BadInput" in conditions(read_run.current(read)), 10)
+        eventually(lambda: reconciler.stats()["told"] == 2, 10)
+        reconciler.events.flush()
+        told = eventually(lambda: events_of(api, "RetryFailureClassified"), 10)
+    assert not any(k.startswith(P) for k in conditions(quiet_run.current(quiet)))
+    assert ("failure", "ml", "BadInput", "counted") in metrics.calls
+    assert any("BadInput" in e["note"] and "the input data is bad" in e["note"] for e in told)
+    assert not any("could be written" in e["note"] or "landed" in e["note"] for e in told)
 
 
 def test_an_xid_in_a_pods_event_makes_it_a_device_fault(api, tmp_path):
@@ -278,7 +312,7 @@ def test_an_xid_in_a_pods_event_makes_it_a_device_fault(api, tmp_path):
     }
     with api.lock:  # as the API server stores an Event a node agent wrote about the pod
         api.named["events"][("ml", "gpu.1")] = event
-    with Running(verdicts(api, tmp_path)):
+    with Running(verdicts(api, tmp_path, config=parse_config("categoryConditions: Always"))):
         run.fail(pod, code=1)
         marked = eventually(lambda: CATEGORY in conditions(p := run.current(pod)) and p, 10)
         assert conditions(marked)[CATEGORY]["reason"] == "Event"
@@ -327,7 +361,7 @@ def test_a_pod_deleted_before_its_category_is_written_is_told_and_not_written(ap
     the pod. A deletion no watch has shown yet is found by the 404, and told the same."""
     run = JobRun.store(api, admitted_job({P + "backoff-limit": "3"}, "lost", parallelism=2))
     metrics = Told()
-    reconciler = verdicts(api, tmp_path, metrics)
+    reconciler = verdicts(api, tmp_path, metrics, parse_config("categoryConditions: Always"))
     seen, unseen = run.fail(run.new_pod(), code=1), run.fail(run.new_pod(), code=1)
     reconciler._failed_event("MODIFIED", seen)
     reconciler._failed_event("DELETED", seen)

@@ -78,6 +78,13 @@ def test_a_category_named_twice_is_refused():
     assert any("categories[1] (X).name" in p and "named twice" in p for p in found), found
 
 
+def test_category_conditions_are_written_where_read_unless_the_admin_says_always():
+    assert parse_config("").category_conditions == "WhenRead"
+    assert parse_config("categoryConditions: Always\n").category_conditions == "Always"
+    found = problems_of("categoryConditions: always\n")
+    assert any("categoryConditions" in p and "'always'" in p and "WhenRead" in p for p in found)
+
+
 def test_a_default_naming_no_category_is_refused_listing_the_categories():
     found = problems_of("defaults:\n  free-categories: [DeviceFault, GpuFault]\n")
     assert any("defaults.free-categories" in p and "GpuFault: no such category" in p for p in found)

@@ -21,7 +21,10 @@ Two watches:
   judged it without; one it had already judged (its tracking finalizer gone, or listed in
   ``uncountedTerminatedPods``) is ``missed``, and nothing is written. The Event says so.
 - every failed pod of a Job (``status.phase=Failed``), whose workload has a plan: no rule
-  reads its category, which is written for the people and tools that read it.
+  of ours reads its category. It is classified and told (the Event, the metric); its
+  condition is written only where a rule of the Job's own reads one (a user's), or the
+  config says ``categoryConditions: Always``: one ``pods/status`` write a failed pod that
+  nothing of ours reads is a third of the controller's budget (docs/SCALE.md).
 
 ``max-free-failures``: a free failure (its category is one the Job's rules Ignore) is
 counted in the workload's record (``webhook.controller.freebudget``); past the first N it
@@ -78,8 +81,8 @@ from webhook.kube import podsignals as ps
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import JOB_UID_LABEL, JOBSET_NAME, JOBSET_UID
 from webhook.plan.verdicts import CATEGORIES_LABEL, MAX_FREE_LABEL
-from webhook.policy.categories import condition_type
-from webhook.policy.config import Config
+from webhook.policy.categories import category_of, condition_type
+from webhook.policy.config import ALWAYS, Config
 from webhook.policy.grammar import format_duration, parse_count
 
 log = logging.getLogger(__name__)
@@ -608,15 +611,20 @@ class Verdicts:
 
     # --- failed pods of managed workloads -------------------------------------------------
     def record_failed(self, pod: Mapping[str, Any]) -> None:
-        """A failed pod no rule of its own reads a category of: classified and written,
-        if its workload has a plan."""
+        """A failed pod not labelled as read of its category, if its workload has a plan:
+        classified and told; its condition written where the Job's own rules read one
+        (a user's rule), or the config says ``Always``."""
         if self._was_told(pod_uid(pod)) or not _a_failure(pod):
             return
-        if not self._managed(pod, self._job(pod)):
+        job = self._job(pod)
+        if not self._managed(pod, job):
             return
         known = cl.of_conditions(pod)
         if known is None:
             found = self.classify(pod)
+            if not self._written(job):
+                self.tell(pod, found)
+                return
             conditions = [
                 _condition(
                     condition_type(found.category),
@@ -649,6 +657,13 @@ class Verdicts:
                 return
             pod = {**pod, "status": _with(pod, conditions)}
         self.tell(pod)
+
+    def _written(self, job: tuple[bool, tuple] | None) -> bool:
+        """Whether an unlabelled pod's category is written on it: one ``pods/status`` write
+        a failed pod, which nothing of ours reads (``categoryConditions``)."""
+        if self.config().category_conditions == ALWAYS:
+            return True
+        return any(_reads_category(r) for r in (job or (0, ()))[1])
 
     # --- telling ----------------------------------------------------------------------------
     def _was_told(self, uid: str) -> bool:
@@ -728,6 +743,14 @@ def _with(pod: Mapping[str, Any], conditions: list[dict[str, Any]]) -> dict[str,
     kept = [c for c in items(status.get("conditions")) if mapping(c).get("type") not in kinds]
     status["conditions"] = [*kept, *conditions]
     return status
+
+
+def _reads_category(rule: Any) -> bool:
+    """Whether a podFailurePolicy rule matches a failure category's condition."""
+    return any(
+        isinstance(c, dict) and category_of(str(c.get("type") or "")) is not None
+        for c in items(mapping(rule).get("onPodConditions"))
+    )
 
 
 def _a_failure(pod: Mapping[str, Any]) -> bool:

@@ -68,6 +68,7 @@ _TOP_KEYS = (
     "kueue",
     "rollout",
     "categories",
+    "categoryConditions",
 )
 _DISRUPTOR_KEYS = ("users", "groups")
 _NS_KEYS = ("defaults", "guardRails", "rollout")
@@ -75,6 +76,12 @@ _NS_KEYS = ("defaults", "guardRails", "rollout")
 #: the workloads they would have changed (``audit``: ``webhook.plan.audit``).
 ENFORCE, AUDITED = "enforce", "audit"
 ROLLOUTS = (ENFORCE, AUDITED)
+#: ``categoryConditions``: which failed pods carry their category as a condition. One
+#: ``pods/status`` write a failed pod is a third of the controller's budget of writes
+#: (docs/SCALE.md), so by default only where a rule reads the condition (``WhenRead``);
+#: ``Always`` writes it on every failed pod of a workload with a plan, for other tools.
+WHEN_READ, ALWAYS = "WhenRead", "Always"
+CATEGORY_CONDITIONS = (WHEN_READ, ALWAYS)
 _GUARD_KEYS = (
     "maxBackoffLimit",
     "maxOomMemoryLimit",
@@ -161,6 +168,8 @@ class Config:
     #: The admins' own failure categories, tried in order before the built-in ones
     #: (``webhook.policy.categories``).
     categories: tuple[cats.Category, ...] = ()
+    #: Which failed pods carry their category as a condition (``CATEGORY_CONDITIONS``).
+    category_conditions: str = WHEN_READ
 
     def rollout_of(self, namespace: str | None) -> str:
         """The effective rollout of the defaults in ``namespace``."""
@@ -295,6 +304,7 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         kueue=_kueue(data.get("kueue"), problems),
         rollout=_rollout(data.get("rollout"), "rollout", problems) or ENFORCE,
         categories=cats.parse(data.get("categories"), problems),
+        category_conditions=_category_conditions(data.get("categoryConditions"), problems),
     )
     problems.extend(_consistency(config))
     if problems:
@@ -446,6 +456,19 @@ def _rollout(raw: Any, where: str, problems: list[Problem]) -> str | None:
         Problem(where, f"{raw!r} is not valid; accepted: enforce or audit (default enforce)")
     )
     return None
+
+
+def _category_conditions(raw: Any, problems: list[Problem]) -> str:
+    if raw is None or raw in CATEGORY_CONDITIONS:
+        return raw or WHEN_READ
+    problems.append(
+        Problem(
+            "categoryConditions",
+            f"{raw!r} is not valid; accepted: WhenRead (the default: on the pods a rule "
+            "reads it of) or Always (on every failed pod of a workload with a plan)",
+        )
+    )
+    return WHEN_READ
 
 
 def _kubernetes_version(raw: Any, problems: list[Problem]) -> KubeVersion | None:
