@@ -155,9 +155,9 @@ def counting_flushes(reconciler) -> list[int]:
     flushes: list[int] = []
     flush = reconciler.flush
 
-    def counted() -> None:
+    def counted(**kw: object) -> None:
         flushes.append(1)
-        flush()
+        flush(**kw)
 
     reconciler.flush = counted
     return flushes

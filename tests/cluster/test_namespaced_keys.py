@@ -103,7 +103,7 @@ def test_the_recorder_writes_no_failure_from_elsewhere_on_a_job_or_jobset(api, t
     same batch as the workloads' own: only their own are written, each once."""
     api.put("jobs", a_job())
     api.put("jobsets", a_jobset())
-    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05)
+    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, linger=0.0)
     flushes = counting_flushes(recorder)
     stop, thread = running(recorder)
     try:

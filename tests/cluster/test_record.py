@@ -140,7 +140,7 @@ def record_of(obj: dict) -> Record | None:
 def test_the_leader_writes_a_jobs_failures_on_the_job_once_each(api, tmp_path):
     job = a_job(rules=[{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}])
     api.put("jobs", job)
-    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05)
+    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, linger=0.0)
     stop, thread = running(recorder)
     try:
         api.put("pods", failed_pod("uid-train", node="node-a"))
@@ -181,7 +181,7 @@ def test_a_concurrent_writer_is_never_overwritten(api, tmp_path):
     changed the Job first, the API answers 409 and the recorder reads it again."""
     api.put("jobs", a_job())
     concurrent_writer(api, "uid-train", 1)
-    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05)
+    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, linger=0.0)
     stop, thread = running(recorder)
     try:
         api.put("pods", failed_pod("uid-train"))
@@ -202,7 +202,7 @@ def test_a_jobsets_record_outlives_its_restarts_and_a_new_replica_reads_it(api, 
     api.put("jobsets", a_jobset())
     run0 = child_job(0)
     api.put("jobs", run0)
-    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05)
+    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, linger=0.0)
     stop, thread = running(recorder)
     try:
         labels = {**JOBSET_LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"}

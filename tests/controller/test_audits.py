@@ -54,7 +54,7 @@ class Leader:
         self.client = client_of(fake, tmp_path)
         self.metrics = ControllerMetrics()
         self.events = EventRecorder(k8s.EventsV1Api(self.client), "test")
-        self.recorder = HistoryRecorder(self.client, 0.05, metrics=self.metrics)
+        self.recorder = HistoryRecorder(self.client, 0.05, metrics=self.metrics, linger=0.0)
         self.audits = AuditReporter(
             self.client, self.events, self.metrics, grace=grace, period=0.05
         )

@@ -40,7 +40,7 @@ class Writers:
         client = client_of(api, tmp_path)
         self.events = EventRecorder(__import__("kubernetes").client.EventsV1Api(client), "test")
         self.api, self.run = api, run
-        self.history = HistoryRecorder(client, window=0.05, events=self.events)
+        self.history = HistoryRecorder(client, window=0.05, events=self.events, linger=0.0)
         self.disruptions = Disruptions(client, self.events, None, window=0.05, history=self.history)
         self.disruptions._running = True
         self.disruptions._pool = ThreadPoolExecutor(1)
@@ -111,6 +111,56 @@ def test_the_history_alone_goes_in_the_disruptions_patch(api, writers):
     assert writers.patches(first) == 1
     assert record_of(api, writers.run.uid).seen(failed["metadata"]["uid"])
     assert writers.history.waiting() == set()
+
+
+def test_a_failure_no_attempt_learns_from_waits_to_ride_the_next_count(api, writers):
+    """``LINGER_SECONDS``: a failed pod whose keys ask for no history (only ``status``, the
+    waste and the audit read it, and not at once) is not written alone while it may
+    wait: the Job's next disruption count carries it, one patch where there were two
+    (an evicted pod's count at its eviction, its history at its failure a grace later)."""
+    writers.history.linger = 60.0
+    failed = writers.run.fail(writers.run.new_pod(), code=1)
+    writers.history._apply_pod("MODIFIED", failed)
+    first = len(api.requests)
+    writers.history.flush()
+    writers.disruptions.flush()
+    assert writers.patches(first) == 0  # it lingers: nobody reads it at once
+    assert writers.history.waiting() == set()  # (so no writer is asked to carry it)
+    writers.lose()
+    writers.disruptions.flush()
+    assert writers.patches(first) == 1
+    record = record_of(api, writers.run.uid)
+    assert record.seen(failed["metadata"]["uid"]) and record.disruptions_of() == 1
+
+
+def test_a_lingering_failure_is_written_when_due_and_at_a_stop(api, writers):
+    """Past its linger a failure is written as any other (by the recorder, or by the
+    writer that takes it); a stopping recorder writes what still lingers; a pod whose keys
+    ask for history (a later attempt learns from it) does not linger at all."""
+    history = writers.history
+    history.linger = 60.0
+    lingering = writers.run.fail(writers.run.new_pod(), code=1)
+    history._apply_pod("MODIFIED", lingering)
+    history.flush()
+    assert record_of(api, writers.run.uid) is None
+    history.flush(final=True)  # the recorder's last flush, when it stops
+    assert record_of(api, writers.run.uid).seen(lingering["metadata"]["uid"])
+
+    wanted = writers.run.fail(writers.run.new_pod(), code=1)
+    wanted["metadata"].setdefault("annotations", {})[P + "avoid-failed-nodes"] = "true"
+    history._apply_pod("MODIFIED", wanted)
+    key = (wanted["metadata"]["namespace"], writers.run.uid)
+    assert history.waiting() == {key}  # due at once
+    history.flush()
+    assert record_of(api, writers.run.uid).seen(wanted["metadata"]["uid"])
+
+    due = writers.run.fail(writers.run.new_pod(), code=1)
+    history._apply_pod("MODIFIED", due)
+    assert history.waiting() == set()
+    history.linger = 0.0  # (its time passed)
+    assert history.waiting() == {key}
+    history.flush()
+    assert record_of(api, writers.run.uid).seen(due["metadata"]["uid"])
 
 
 def test_a_patch_that_failed_gives_the_history_back_and_both_land_later(api, writers):
@@ -202,7 +252,7 @@ def test_a_free_failures_count_and_its_history_go_in_one_patch(api, tmp_path):
         admitted_job({P + "max-free-failures": "1", P + "free-categories": "DeviceFault"}, "free"),
     )
     client = client_of(api, tmp_path)
-    history = HistoryRecorder(client, window=0.05)
+    history = HistoryRecorder(client, window=0.05, linger=0.0)
     free = FreeBudgets(Workloads(client), writes.Writes("free_budget"), history)
     free.running = True
     history._apply_job("ADDED", run._job())

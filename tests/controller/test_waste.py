@@ -229,7 +229,9 @@ class Running:
 
     def __init__(self, fake: FakeAPI, tmp_path, window: float = 0.05):
         self.metrics = ControllerMetrics()
-        self.recorder = HistoryRecorder(client_of(fake, tmp_path), window, metrics=self.metrics)
+        self.recorder = HistoryRecorder(
+            client_of(fake, tmp_path), window, metrics=self.metrics, linger=0.0
+        )
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.recorder.run, args=(self.stop,), daemon=True)
 

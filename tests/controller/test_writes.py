@@ -199,7 +199,7 @@ def test_a_history_the_api_fails_is_tried_again_with_growing_gaps_until_it_lands
     api.write_status["jobs"] = 503
     patches = failing_patches(api, "jobs")
     metrics = Metrics()
-    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, metrics=metrics)
+    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, metrics=metrics, linger=0.0)
     stop, thread = running(recorder)
     try:
         api.put("pods", failed_pod("uid-train"))
@@ -222,7 +222,7 @@ def test_conflicts_however_many_in_a_row_never_drop_a_history(api, tmp_path):
     each is 409, read again, recomputed and written again, until one lands."""
     api.put("jobs", a_job())
     conflicts = concurrent_writer(api, "uid-train", 12)
-    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05)
+    recorder = HistoryRecorder(api_client(api, tmp_path), window=0.05, linger=0.0)
     stop, thread = running(recorder)
     try:
         api.put("pods", failed_pod("uid-train"))
@@ -239,7 +239,7 @@ def test_a_history_the_api_refuses_is_given_up_with_an_event_on_the_job(api, tmp
     api.put("jobs", near_the_annotation_limit(a_job()))
     client = api_client(api, tmp_path)
     events = EventRecorder(__import__("kubernetes").client.EventsV1Api(client), "test")
-    recorder = HistoryRecorder(client, window=0.05, events=events)
+    recorder = HistoryRecorder(client, window=0.05, events=events, linger=0.0)
     flushes = counting_flushes(recorder)
     stop, thread = running(recorder)
     try:

@@ -99,6 +99,11 @@ def _annotation(meta: Mapping[str, Any]) -> str | None:
 #: late, or in a relist after a 410), for at most this many Jobs.
 HOLD_SECONDS = 10.0
 MAX_HELD = 256
+#: Failures no later attempt learns from (none of their pods' keys asks for history: only
+#: ``status``, the waste and the audit read them, and not at once) wait this long to ride
+#: another write of their workload's record (its next disruption's count, its next
+#: failures), one patch where each would make its own. Shorter than the audit's grace.
+LINGER_SECONDS = 10.0
 
 
 @dataclass(slots=True)
@@ -162,6 +167,12 @@ class _Pending:
     #: Pod UID -> (the failed pod, whether it counted, whether it is recorded whatever its
     #: workload: its own keys ask for history), oldest first.
     pods: dict[str, tuple[Mapping[str, Any], bool, bool]] = field(default_factory=dict)
+    #: When its first pod was queued (``time.monotonic``).
+    since: float = field(default_factory=time.monotonic)
+
+    def lingers(self, now: float, linger: float) -> bool:
+        """Whether it may wait for another write (``LINGER_SECONDS``)."""
+        return now - self.since < linger and not any(e[2] for e in self.pods.values())
 
     def regarding(self) -> Regarding:
         kind, namespace, uid = self.workload
@@ -196,6 +207,7 @@ class HistoryRecorder:
         metrics: Any = None,
         jobs: SharedJobs | None = None,
         config: Callable[[], Config] = Config,
+        linger: float = LINGER_SECONDS,
     ):
         from kubernetes import client
 
@@ -206,6 +218,7 @@ class HistoryRecorder:
         self.custom = client.CustomObjectsApi(api_client)
         self.workloads = Workloads(api_client)
         self.window = window
+        self.linger = linger
         self._lock = threading.Lock()
         #: (kind, namespace, uid) -> the workloads whose pods may be recorded (Jobs with a
         #: plan, and a CronJob's Jobs; every JobSet, once one of its pods failed).
@@ -249,7 +262,7 @@ class HistoryRecorder:
         threading.Thread(target=pods.run, name="recorder-pods", daemon=True).start()
         while not stop.wait(self.window):
             self.flush()
-        self.flush()
+        self.flush(final=True)
 
     def _reset(self, kind: str) -> None:
         with self._lock:
@@ -408,13 +421,18 @@ class HistoryRecorder:
                 del queued.pods[next(iter(queued.pods))]
 
     # --- the writes -------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Write each workload's pending failures; a write that failed stays pending (its
-        back-off, then again), one refused is given up (``webhook.controller.writes``)."""
+    def flush(self, final: bool = False) -> None:
+        """Write each workload's pending failures that are due (``final``: all); a write
+        that failed stays pending (its back-off, then again), one refused is given up
+        (``webhook.controller.writes``)."""
         self._expire_held()
         with self._lock:
             batch, self._pending = self._pending, {}
+        now = time.monotonic()
         for key, pending in batch.items():
+            if not final and pending.lingers(now, self.linger):
+                self._requeue(pending)
+                continue
             if not self.writes.ready(key) or self._handed(pending):
                 self._requeue(pending)
                 continue
@@ -477,9 +495,15 @@ class HistoryRecorder:
 
     # --- the pods another writer's patch takes along (``webhook.controller.disruptions``) ---
     def waiting(self) -> set[tuple[str, str]]:
-        """The workloads (namespace, UID) with pods pending."""
+        """The workloads (namespace, UID) with pods pending and due (not lingering: they
+        ride a write their workload gets anyway, or wait their turn)."""
+        now = time.monotonic()
         with self._lock:
-            return {(namespace, uid) for _, namespace, uid in self._pending}
+            return {
+                (namespace, uid)
+                for (_, namespace, uid), pending in self._pending.items()
+                if not pending.lingers(now, self.linger)
+            }
 
     def take(self, namespace: str, uid: str) -> History | None:
         """The pods pending for the workload, for another writer's patch of its record
