@@ -291,6 +291,34 @@ def test_repeats_still_queued_are_one_write_with_their_count(api, tmp_path):
     assert recorder.stats()["written"] == 2 and recorder.stats()["aggregated"] == 4
 
 
+def test_repeats_of_a_written_event_are_held_and_counted_in_one_write(api, tmp_path):
+    """Repeats that come one by one, after their Event was written, are held: one update of
+    its series when ``series_seconds`` have passed, however many came meanwhile (client-go
+    writes a series' count every ``refreshTime`` and when it ends, ``finishSeries``); an
+    Event gone meanwhile (the API server's TTL) is written anew with its count."""
+    events_api = client.EventsV1Api(api_client(api, tmp_path))
+    recorder = EventRecorder(events_api, "webhook-0", series_seconds=scaled(0.5))
+    job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
+    said = Event(job_, "Normal", "RetryFailureClassified", "a pod failed: OOMKilled")
+    recorder.emit(said)
+    eventually(lambda: recorder.stats()["written"] == 1, 10)
+    for _ in range(3):  # one at a time, each handled before the next comes
+        recorder.emit(said)
+        eventually(lambda: recorder._queue.unfinished_tasks == 0, 10)
+    assert "series" not in stored_events(api)[0]  # held
+    (event,) = eventually(lambda: (e := stored_events(api)) and "series" in e[0] and e, 10)
+    assert event["series"]["count"] == 4
+    puts = [p for p, _ in api.requests if p.startswith("PUT ")]
+    assert len(puts) == 1 and recorder.stats()["aggregated"] == 3
+
+    recorder.emit(said)
+    with api.lock:  # expired before its repeat's turn came
+        api.named["events"].clear()
+    assert recorder.flush()  # (a flush writes what is held, due or not)
+    (event,) = stored_events(api)
+    assert "series" not in event and recorder.stats()["written"] == 2
+
+
 def test_an_event_said_once_is_not_counted_again(api, tmp_path):
     job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
     once = Event(job_, "Warning", "RetryPolicyFailedJob", "container main exited 42", once=True)
@@ -478,6 +506,8 @@ def server(tmp_path_factory, cluster):
         "--kube",
         "kubeconfig",
         "--no-controller",
+        "--event-series-seconds",
+        "0.2",  # repeats counted in a fifth of a second, not half a minute
         metrics_port=free_port(),
         env={"KUBECONFIG": str(tmp / "kubeconfig"), "POD_NAME": "webhook-7d9f-abcde"},
     )

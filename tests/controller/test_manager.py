@@ -222,6 +222,36 @@ def test_the_manager_runs_reconcilers_only_while_leading_and_publishes(api, tmp_
     assert "holderIdentity" not in lease(api)["spec"]  # released on a clean stop
 
 
+def test_a_clean_stop_writes_what_its_reconcilers_left_before_the_lease_goes(api, tmp_path):
+    """SIGTERM: the reconcilers stop (their last flushes), then ``drain`` writes what they
+    queued (the Events, their held series) while the fence still holds, and only then is
+    the Lease released (client-go's ``ReleaseOnCancel`` releases once leading ended).
+    Before, the elector released the Lease, closing the fence, as soon as the stop came:
+    the last writes were refused."""
+    seen: list[tuple[str, bool, str | None]] = []
+
+    class Probe:
+        name = "probe"
+
+        def run(self, stop):
+            stop.wait()
+            holder = lease(api)["spec"].get("holderIdentity")
+            seen.append(("reconciler", manager.fence.holds(), holder))
+
+    def drain() -> None:
+        seen.append(("drain", manager.fence.holds(), lease(api)["spec"].get("holderIdentity")))
+
+    options = ControllerOptions(NS, "retry-policy-webhook-controller", "a", **FAST)
+    manager = Manager(coordination(api, tmp_path), options, [Probe()], drain=drain)
+    thread = threading.Thread(target=manager.run, daemon=True)
+    thread.start()
+    eventually(lambda: manager._threads, 5)
+    manager.stop.set()
+    thread.join(scaled(10))
+    assert seen == [("reconciler", True, "a"), ("drain", True, "a")]
+    assert "holderIdentity" not in lease(api)["spec"] and manager.fence.closed
+
+
 def test_a_leading_manager_waits_between_its_rounds(api, tmp_path):
     """While it leads, the manager's loop flushes its metrics every 0.2 s, no more: a loop
     that waited on ``leading`` (set the whole time) spun a core (benchmarks/controller_cpu.py

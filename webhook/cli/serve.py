@@ -43,6 +43,7 @@ def run_server(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         kube_api_qps=args.kube_api_qps,
         kube_api_burst=args.kube_api_burst,
         peer_mark_limit=args.peer_mark_limit,
+        event_series_seconds=args.event_series_seconds,
     )
     if not options.renew_deadline < options.lease_seconds:
         print("Error: --renew-deadline must be shorter than --lease-duration", file=stderr)
@@ -245,6 +246,14 @@ def _controller_options(serve: argparse.ArgumentParser) -> None:
         default=100,
         metavar="N",
         help="the controller's requests at once beyond --kube-api-qps, for each limiter",
+    )
+    serve.add_argument(
+        "--event-series-seconds",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long repeats of an Event already written are held before its series "
+        "count is written (one write for all of them)",
     )
     serve.add_argument(
         "--peer-mark-limit",

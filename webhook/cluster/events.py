@@ -17,7 +17,12 @@ tools/events/event_broadcaster.go; it keys on the reason but not the note, which
 fold "attempt 2" and "attempt 3" into one Event, hence the note in our key). Each
 workload gets at most ``burst`` new Events, then one per ``refill_seconds`` (client-go's
 spam filter for core Events: 25, one per 5 minutes). Repeats still queued are counted
-into the queued Event (one write for a burst of a thousand pods' same decision).
+into the queued Event (one write for a burst of a thousand pods' same decision), and
+repeats of an Event already written are held and counted into its series at most once
+every ``series_seconds`` (and when the recorder is flushed or stopped): client-go writes a
+series' second occurrence, then only every ``refreshTime`` (30 minutes) or when the series
+ends (``finishSeries``, 6 minutes without one); a repeat here waits half a minute at most,
+one write where each repeat made one.
 
 Regarding the workload the user applied (``Workloads``: what each kind declares, its
 ``KindSpec.workload``, handed in by the layers that know the kinds): a Job, the JobSet of
@@ -136,6 +141,10 @@ class Event:
         return f"{self.regarding.name[:200]}.{digest}"
 
 
+#: On the queue: write the repeats held now (``flush``).
+_SERIES: Any = object()
+
+
 def micro_time(when: float) -> str:
     return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -157,6 +166,8 @@ class EventRecorder:
     refill_seconds: float = 300.0
     tries: int = 3
     retry_seconds: float = 1.0
+    #: How long repeats of a written Event are held before their series is written.
+    series_seconds: float = 30.0
     clock: Callable[[], float] = time.time
     counters: dict[str, int] = field(
         default_factory=lambda: {
@@ -173,12 +184,14 @@ class EventRecorder:
     resolve: Callable[[Regarding], Regarding | None] | None = None
 
     def __post_init__(self) -> None:
-        self._queue: queue.Queue[Event | None] = queue.Queue(self.capacity)
+        self._queue: queue.Queue[Any] = queue.Queue(self.capacity)
         #: Events queued and not yet taken by the writer, with how many times each was
         #: emitted meanwhile.
         self._pending: dict[Event, int] = {}
         self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
         self._known: OrderedDict[str, str] = OrderedDict()  # names this process wrote
+        #: Repeats held for an Event written: name -> [the Event, repeats, when due].
+        self._series: OrderedDict[str, list[Any]] = OrderedDict()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -210,8 +223,14 @@ class EventRecorder:
         return self
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every queued Event was handled (tests, and a stop)."""
+        """Wait until every queued Event was handled, and the repeats held written
+        (tests, and a stop)."""
         deadline = time.monotonic() + timeout
+        if self._thread is not None:
+            try:
+                self._queue.put(_SERIES, timeout=timeout)
+            except queue.Full:
+                return False
         while self._queue.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.01)
         return not self._queue.unfinished_tasks
@@ -227,11 +246,18 @@ class EventRecorder:
     # --- the writer thread ----------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            event = self._queue.get()
+            try:
+                event = self._queue.get(timeout=self._until_due())
+            except queue.Empty:
+                self._write_series(time.monotonic())
+                continue
             times = 1
             try:
-                if event is None:
-                    return
+                if event is None or event is _SERIES:
+                    self._write_series(None)
+                    if event is None:
+                        return
+                    continue
                 with self._lock:
                     times = self._pending.pop(event, 1)
                 self._write(event, times)
@@ -240,6 +266,51 @@ class EventRecorder:
                 self._count("dropped", times)
             finally:
                 self._queue.task_done()
+
+    def _until_due(self) -> float | None:
+        """Seconds until the first held series is due (``None``: none held)."""
+        if not self._series:
+            return None
+        return max(0.0, next(iter(self._series.values()))[2] - time.monotonic())
+
+    def _hold(self, event: Event, name: str, times: int) -> None:
+        """Count repeats of an Event written into its series, written when due."""
+        held = self._series.get(name)
+        if held is not None:
+            held[1] += times
+            return
+        self._series[name] = [event, times, time.monotonic() + self.series_seconds]
+        while len(self._series) > self.capacity:  # bounded: the oldest is written now
+            oldest = next(iter(self._series))
+            self._write_held(oldest, *self._series.pop(oldest)[:2])
+
+    def _write_series(self, now: float | None) -> None:
+        """Write the series held and due by ``now`` (``None``: all of them)."""
+        while self._series:
+            name, (event, times, due) = next(iter(self._series.items()))
+            if now is not None and due > now:
+                return
+            del self._series[name]
+            self._write_held(name, event, times)
+
+    def _write_held(self, name: str, event: Event, times: int) -> None:
+        for attempt in range(self.tries):
+            try:
+                self._count_into(event, name, times)
+                return
+            except Exception as err:
+                status = getattr(err, "status", None)
+                if status == 404:  # gone (the API server's Event TTL): written anew
+                    with self._lock:
+                        self._known.pop(name, None)
+                    self._write(event, times)
+                    return
+                if status is not None and 400 <= status < 500 and status not in (409, 429):
+                    self._count("dropped", times)
+                    return
+                if attempt + 1 < self.tries:
+                    time.sleep(self.retry_seconds * (attempt + 1))
+        self._count("dropped", times)
 
     def _allowed(self, event: Event) -> bool:
         """The per-workload spam filter: a token bucket per UID (repeats of an Event
@@ -298,9 +369,8 @@ class EventRecorder:
         self._count("dropped", times)
 
     def _create_or_count(self, event: Event, name: str, times: int = 1) -> bool:
-        """Create the Event, or count these repeats into the existing one's series (a
-        read, then an update with its resourceVersion: a concurrent writer's 409 makes
-        the caller try again). An Event said ``once`` that exists is left as it is."""
+        """Create the Event, or hold these repeats for the existing one's series
+        (``_hold``). An Event said ``once`` that exists is left as it is."""
         ns = event.regarding.namespace
         now = micro_time(self.clock())
         if event.once and name in self._known:
@@ -330,18 +400,24 @@ class EventRecorder:
             except Exception as err:
                 if getattr(err, "status", None) != 409:
                     raise
+                self._remember(name)
                 if event.once:
-                    self._remember(name)
                     return True
+        self._hold(event, name, times)
+        return True
+
+    def _count_into(self, event: Event, name: str, times: int) -> None:
+        """Count ``times`` repeats into the existing Event's series: a read, then an
+        update with its resourceVersion (a concurrent writer's 409: read again)."""
+        ns = event.regarding.namespace
         resp = self.api.read_namespaced_event(name, ns, _preload_content=False)
         existing = json.loads(resp.data)
         series = existing.get("series") or {}
         count = int(series.get("count") or 1) + times
-        existing["series"] = {"count": count, "lastObservedTime": now}
+        existing["series"] = {"count": count, "lastObservedTime": micro_time(self.clock())}
         self.api.replace_namespaced_event(name, ns, existing, _preload_content=False)
         self._remember(name)
         self._count("aggregated", times)
-        return True
 
     def _remember(self, name: str) -> None:
         with self._lock:
@@ -650,7 +726,7 @@ def instance_name() -> str:
 
 
 def recorder_for(
-    api_client: Any, instance: str, workloads: Workloads
+    api_client: Any, instance: str, workloads: Workloads, series_seconds: float = 30.0
 ) -> tuple[EventRecorder, WorkloadResolver]:
     """The Event recorder of a process with a cluster connection (Events through
     ``events.k8s.io/v1``, what the kinds declare ``read`` resolved to what stands for
@@ -658,5 +734,10 @@ def recorder_for(
     from kubernetes import client
 
     resolver = WorkloadResolver(client.CustomObjectsApi(api_client), workloads)
-    recorder = EventRecorder(client.EventsV1Api(api_client), instance, resolve=resolver.resolve)
+    recorder = EventRecorder(
+        client.EventsV1Api(api_client),
+        instance,
+        series_seconds=series_seconds,
+        resolve=resolver.resolve,
+    )
     return recorder, resolver

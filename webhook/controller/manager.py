@@ -101,8 +101,12 @@ class Manager:
         note: LeaderNote | None = None,
         recorder: Recorder | None = None,
         fence: Fence | None = None,
+        drain: Callable[[], object] | None = None,
     ):
         self.options = options
+        #: What is written on a clean stop, before the fence closes (the Events queued,
+        #: and the repeats held for their series: ``EventRecorder.flush``).
+        self.drain = drain
         self.note = note
         self.recorder = recorder or _NoMetrics()
         self.reconcilers = list(reconcilers)
@@ -130,8 +134,11 @@ class Manager:
     def run(self) -> int:
         """Until ``stop`` (SIGTERM) or the Lease is lost; 0 on a clean stop, 1 after a loss
         (the supervisor starts a new standby either way when it still serves)."""
+        # The Lease is renewed until what it guards is done: released only once the
+        # reconcilers stopped and what they queued was written (``drain``).
+        release = threading.Event()
         elector = threading.Thread(
-            target=self.elector.run, args=(self.stop, self._on_lost), name="lease", daemon=True
+            target=self.elector.run, args=(release, self._on_lost), name="lease", daemon=True
         )
         elector.start()
         while not self.stop.is_set() and not self.lost.is_set():
@@ -149,11 +156,15 @@ class Manager:
             # thread a hung call holds (the supervisor starts a standby).
             self._leading_stop.set()
             self.stop.set()
+            release.set()
             self.recorder.flush()
             return 1
         self._stop_reconcilers()
+        if self.drain is not None and self.fence.holds():
+            self.drain()
         self.fence.close()  # before the Lease is released: nothing acts after
         self.stop.set()
+        release.set()
         elector.join(timeout=self.options.renew_deadline + 5)
         self.recorder.flush()
         return 0

@@ -178,7 +178,9 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
         recorder.ratelimit_wait if recorder is not None else None,
     )
     acting = fenced_client(api_client.configuration, fence, limits)
-    events, resolver = recorder_for(acting, instance_name(), WORKLOADS)
+    events, resolver = recorder_for(
+        acting, instance_name(), WORKLOADS, series_seconds=options.event_series_seconds
+    )
     if recorder is not None:
         recorder.events_stats(events.stats)
     config = LiveConfig(options.config_path)
@@ -191,11 +193,10 @@ def run_controller(options: ServeOptions, note: LeaderNote) -> int:
         note,
         recorder,
         fence,
+        drain=lambda: events.flush(2.0),  # the Events queued and held, while it may
     )
     install_signal_handlers(manager.stop)  # SIGTERM, the supervisor's death too (lifeline)
     code = manager.run()
-    if code == 0:  # a clean stop; after a loss the fence refuses them anyway
-        events.flush(2.0)  # the Events still queued, briefly
     if recorder is not None:
         recorder.flush()
     return code

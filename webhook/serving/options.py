@@ -64,6 +64,8 @@ class ServeOptions:
     kube_api_burst: int = 100
     #: The most peers the controller marks for one disruption (peer-disruptions).
     peer_mark_limit: int = 1000
+    #: How long repeats of a written Event are held before its series is written.
+    event_series_seconds: float = 30.0
 
     def controller_options(self) -> ControllerOptions:
         namespace = self.lease_namespace or os.environ.get("POD_NAMESPACE") or self.namespace

@@ -174,7 +174,12 @@ class WorkerRuntime:
         # Decisions that shape new pods, as Events: queued by requests, written by the
         # recorder's own thread (started by the first one).
         if clients is not None:
-            self.state.events = recorder_for(clients[0].api_client, instance_name(), WORKLOADS)[0]
+            self.state.events = recorder_for(
+                clients[0].api_client,
+                instance_name(),
+                WORKLOADS,
+                series_seconds=options.event_series_seconds,
+            )[0]
             # Marks the pods disruptors delete, off the admission path (cluster/deletions.py),
             # telling it with the worker's Events.
             self.state.deletions = DeletionMarker(clients[1], self.state.events, WORKLOADS)
