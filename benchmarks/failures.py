@@ -15,7 +15,9 @@ Annotated Jobs lose pods the way ``testkit.jobsim`` plays it, a few a second, in
 The controller is the real one in its own process (``benchmarks.leader``); the played Job
 controller judges the failed pods once a second (``testkit.jobsim.JobController``). Its
 writes, every one it sent but the Lease's (``benchmarks.leader.writes``), are counted
-once it has been quiet for a while, and divided by the failed pods. What it did is checked
+once it has been quiet for a while and has stopped (what it holds, Events' series and
+failures waiting to ride another write, it writes as it stops), and divided by the
+failed pods. What it did is checked
 against what each kind must get, so a run in which it did not do its work says so.
 """
 
