@@ -218,6 +218,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._status(code, reason, f"{resource} writes fail")
         if self.api.before_write is not None:
             self.api.before_write(method, resource, name or (body or {}).get("metadata", {}))
+        if method == "POST" and namespace in self.api.gone_namespaces:
+            # NamespaceLifecycle's lookup of a namespace that is not there (``Admit``:
+            # the namespaces Get's NotFound, returned as it is).
+            created = ((body or {}).get("metadata") or {}).get("name", "")
+            with self.api.lock:
+                self.api.failed_writes.append((method, created, 404))
+            message = f'namespaces "{namespace}" not found'
+            return self._send(404, status_body(404, "NotFound", message, namespace, "namespaces"))
         if method == "POST" and namespace in self.api.terminating:
             created = ((body or {}).get("metadata") or {}).get("name", "")
             with self.api.lock:

@@ -100,8 +100,10 @@ class FakeAPI:
         #: seconds each write of it waits first (a slow API).
         self.write_status: dict[str, int] = {}
         self.write_delay: dict[str, float] = {}
-        #: Namespaces being deleted: a create in one is refused (NamespaceLifecycle).
+        #: Namespaces being deleted: a create in one is refused (NamespaceLifecycle); and
+        #: namespaces gone, where a create is answered 404 for the namespace.
         self.terminating: set[str] = set()
+        self.gone_namespaces: set[str] = set()
         self.deletions: list[tuple[str, str, int]] = []  # pods: (namespace, name, grace)
         #: Validating admission of the writes clients send to pods, Jobs and JobSets (a
         #: PATCH, as the UPDATE it is, and a pod's DELETE; not the test's own changes):

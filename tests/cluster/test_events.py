@@ -318,6 +318,14 @@ def test_repeats_of_a_written_event_are_held_and_counted_in_one_write(api, tmp_p
     (event,) = stored_events(api)
     assert "series" not in event and recorder.stats()["written"] == 2
 
+    recorder.emit(said)  # held, and then its namespace is deleted: nobody can read it
+    with api.lock:
+        api.named["events"].clear()
+    api.gone_namespaces.add(NS)
+    assert recorder.flush()
+    stats = recorder.stats()
+    assert (stats["moot"], stats["dropped"]) == (1, 0) and stored_events(api) == []
+
 
 def test_an_event_said_once_is_not_counted_again(api, tmp_path):
     job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")

@@ -434,17 +434,26 @@ class EventRecorder:
 def namespace_terminating(err: Exception) -> bool:
     """Whether the API server refused a create because the namespace is being deleted
     (``errors.HasStatusCause(err, v1.NamespaceTerminatingCause)``; a cause's type is
-    ``reason`` on the wire)."""
+    ``reason`` on the wire), or is gone (404 with the namespace as the details' kind:
+    the lifecycle admission plugin's ``errors.NewNotFound(v1.Resource("namespaces"))``;
+    a held repeat can outlive its namespace)."""
+    details = _details(err)
+    if getattr(err, "status", None) == 404 and details.get("kind") == "namespaces":
+        return True
+    causes = details.get("causes")
+    return isinstance(causes, list) and any(
+        isinstance(c, dict) and c.get("reason") == NAMESPACE_TERMINATING for c in causes
+    )
+
+
+def _details(err: Exception) -> dict[str, Any]:
     body = getattr(err, "body", None)
     try:
         status = json.loads(body) if isinstance(body, (str, bytes)) else None
     except ValueError:
-        return False
+        return {}
     details = status.get("details") if isinstance(status, dict) else None
-    causes = details.get("causes") if isinstance(details, dict) else None
-    return isinstance(causes, list) and any(
-        isinstance(c, dict) and c.get("reason") == NAMESPACE_TERMINATING for c in causes
-    )
+    return details if isinstance(details, dict) else {}
 
 
 def _body(err: Exception) -> str:
