@@ -327,6 +327,24 @@ def test_repeats_of_a_written_event_are_held_and_counted_in_one_write(api, tmp_p
     assert (stats["moot"], stats["dropped"]) == (1, 0) and stored_events(api) == []
 
 
+def test_a_held_repeat_is_written_when_due_though_the_queue_is_never_empty(api, tmp_path):
+    """A backlog of other Events (a slow API): the repeat's series is written once it is
+    due, between two of them, not when the queue has run dry."""
+    events_api = client.EventsV1Api(api_client(api, tmp_path))
+    recorder = EventRecorder(events_api, "webhook-0", series_seconds=0.3, burst=10_000)
+    job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
+    said = Event(job_, "Normal", "RetryNodesAvoided", "attempt 2 of 4")
+    recorder.emit(said)
+    eventually(lambda: recorder.stats()["written"] == 1, 10)
+    api.write_delay["events"] = 0.02
+    recorder.emit(said)
+    for n in range(60):  # a second of writes, queued at once
+        recorder.emit(Event(job_, "Normal", "RetryMemoryIncreased", f"attempt {n}"))
+    eventually(lambda: any(e.get("series") for e in stored_events(api)), 10)
+    assert recorder._queue.unfinished_tasks > 0, "the repeat waited for the queue to run dry"
+    assert recorder.flush(scaled(30))
+
+
 def test_an_event_said_once_is_not_counted_again(api, tmp_path):
     job_ = Regarding("batch/v1", "Job", NS, "train", "job-uid-1")
     once = Event(job_, "Warning", "RetryPolicyFailedJob", "container main exited 42", once=True)

@@ -261,6 +261,7 @@ class EventRecorder:
                 with self._lock:
                     times = self._pending.pop(event, 1)
                 self._write(event, times)
+                self._write_series(time.monotonic())  # (a queue never empty: still due)
             except Exception:  # the thread must outlive anything
                 log.exception("event not written")
                 self._count("dropped", times)
