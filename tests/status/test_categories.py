@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from testkit.jobsim import _disruption
 from testkit.verdicts import failed_pod
+from webhook.policy.config import parse_config
 from webhook.status import render
 from webhook.status.attempts import attempt_from
 from webhook.status.model import JobStory
@@ -44,3 +45,16 @@ def test_without_the_controllers_condition_status_classifies_the_pod_and_says_so
     running = failed_pod("train-c")
     running["status"]["phase"] = "Running"
     assert attempt_from(running, "train", []).category is None
+
+
+def test_status_given_the_config_classifies_by_the_admins_categories_too():
+    """``--config``: a pod the controller wrote no condition on (``WhenRead``: no rule of
+    its workload reads one) is classified as the controller would, the admins' own
+    categories first, with their hint."""
+    config = parse_config(
+        "categories:\n  - {name: BadInput, hint: the input data is bad, match: {exitCodes: [3]}}\n"
+    )
+    pod = failed_pod("train-d", codes={"main": 3})
+    assert attempt_from(pod, "train", []).category.name == "AppError"
+    found = attempt_from(pod, "train", [], config.categories).category
+    assert (found.name, found.hint, found.by) == ("BadInput", "the input data is bad", "status")

@@ -13,6 +13,7 @@ from webhook.kube import failurepolicy
 from webhook.kube.failurepolicy import PodFailure
 from webhook.kube.objects import items, mapping
 from webhook.kube.wellknown import COMPLETION_INDEX, RESTART_ATTEMPT
+from webhook.policy.categories import Category as CategorySpec
 from webhook.status.explained import applied_record
 from webhook.status.model import Attempt, Category
 
@@ -25,7 +26,12 @@ def created_at(obj: Mapping[str, Any]) -> str:
     return str(mapping(obj.get("metadata")).get("creationTimestamp") or "")
 
 
-def attempt_from(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Attempt:
+def attempt_from(
+    pod: Mapping[str, Any],
+    job: str,
+    rules: Sequence[Any],
+    configured: Sequence[CategorySpec] = (),
+) -> Attempt:
     meta = mapping(pod.get("metadata"))
     spec = mapping(pod.get("spec"))
     status = mapping(pod.get("status"))
@@ -49,7 +55,7 @@ def attempt_from(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Atte
     attempt.disruption = failures.disruption(pod)  # (also of a pod still stopping)
     if phase != "Failed":
         return attempt
-    attempt.category = category_of(pod)
+    attempt.category = category_of(pod, configured)
     cause, when = failures.failure_cause(pod)
     attempt.cause = cause
     attempt.finished = utc_time(when)
@@ -75,9 +81,11 @@ def attempt_from(pod: Mapping[str, Any], job: str, rules: Sequence[Any]) -> Atte
     return attempt
 
 
-def category_of(pod: Mapping[str, Any]) -> Category:
+def category_of(pod: Mapping[str, Any], configured: Sequence[CategorySpec] = ()) -> Category:
     """The failed pod's category: the controller's condition, else what the classifier
-    makes of the pod alone with the built-in categories (``status`` knows no config)."""
+    makes of the pod alone: with the built-in categories, and the admins' own when
+    ``status`` was given the config (``--config``); no Events (a pod the controller
+    wrote none on: ``categoryConditions: WhenRead``, or no controller led)."""
     known = classify.of_conditions(pod)
     if known is not None:
         name, condition = known
@@ -87,8 +95,8 @@ def category_of(pod: Mapping[str, Any]) -> Category:
             str(condition.get("message") or ""),
             "controller",
         )
-    found = classify.classify(pod)
-    return Category(found.category, found.signal, found.hint(()), "status")
+    found = classify.classify(pod, configured)
+    return Category(found.category, found.signal, found.hint(configured), "status")
 
 
 def _exit_code(pod: Mapping[str, Any], container: str) -> int | None:

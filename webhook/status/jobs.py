@@ -65,7 +65,7 @@ def job_story(
     causes = causes if causes is not None else causes_of(job, f"Job {name}")
     attempts = []
     for pod in sorted(pods or (), key=created_at):
-        attempt = attempt_from(pod, name, rules)
+        attempt = attempt_from(pod, name, rules, config.categories)
         budget_facts(attempt, pod, rules, causes)
         attempts.append(attempt)
     counted_pods = sum(1 for a in attempts if a.counted)
