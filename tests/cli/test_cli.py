@@ -150,6 +150,13 @@ def test_check_config(tmp_path):
     good.write_text("defaults: {backoff-limit: 2}\n")
     code, out, _ = run(["check-config", str(good)])
     assert code == 0 and "OK (1 cluster defaults" in out
+    assert "failure categories: the admins' own: none; the condition is written where" in out
+    good.write_text(
+        "categoryConditions: Always\n"
+        "categories:\n  - {name: BadInput, hint: h, match: {exitCodes: [3]}}\n"
+    )
+    code, out, _ = run(["check-config", str(good)])
+    assert "own: BadInput; the condition is written on every failed pod" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("defaults: {backoff-limit: -2}\n")
     code, _, err = run(["check-config", str(bad)])

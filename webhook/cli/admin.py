@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 from webhook.cli.common import EXIT_DENIED, EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from webhook.kube import apiclient
-from webhook.policy.config import Config, ConfigError, parse_config_or_configmap
+from webhook.policy.config import ALWAYS, Config, ConfigError, parse_config_or_configmap
 from webhook.tls import certs
 
 
@@ -37,9 +37,21 @@ def check_config(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> in
         file=stdout,
     )
     print(f"kueue: {config.kueue.describe()}", file=stdout)
+    print(f"failure categories: {categories_line(config)}", file=stdout)
     for line in rollout_lines(config):
         print(line, file=stdout)
     return EXIT_OK
+
+
+def categories_line(config: Config) -> str:
+    """The admins' categories, and which failed pods carry theirs as a condition."""
+    own = ", ".join(c.name for c in config.categories) or "none"
+    where = (
+        "on every failed pod of a workload with a plan (Always)"
+        if config.category_conditions == ALWAYS
+        else "where a podFailurePolicy rule reads it (WhenRead)"
+    )
+    return f"the admins' own: {own}; the condition is written {where}"
 
 
 def rollout_lines(config: Config) -> list[str]:
