@@ -78,6 +78,19 @@ def test_a_category_named_twice_is_refused():
     assert any("categories[1] (X).name" in p and "named twice" in p for p in found), found
 
 
+def test_a_rule_names_the_categories_of_its_condition_patterns_only():
+    rule = {
+        "action": "FailJob",
+        "onPodConditions": [
+            {"type": "retry-policy.dev/DisruptionBudgetExhausted", "status": "True"},
+            {"type": "retry-policy.dev/ImagePull", "status": "True"},
+            {"type": "DisruptionTarget", "status": "True"},
+        ],
+    }
+    assert cats.named_by(rule) == ["ImagePull"]
+    assert cats.named_by({"action": "Ignore", "onExitCodes": {"values": [1]}}) == []
+
+
 def test_category_conditions_are_written_where_read_unless_the_admin_says_always():
     assert parse_config("").category_conditions == "WhenRead"
     assert parse_config("categoryConditions: Always\n").category_conditions == "Always"

@@ -226,7 +226,7 @@ class EventRecorder:
         """Wait until every queued Event was handled, and the repeats held written
         (tests, and a stop)."""
         deadline = time.monotonic() + timeout
-        if self._thread is not None:
+        if self._thread is not None and self._thread.is_alive():  # (not after ``stop``)
             try:
                 self._queue.put(_SERIES, timeout=timeout)
             except queue.Full:
@@ -295,23 +295,12 @@ class EventRecorder:
             self._write_held(name, event, times)
 
     def _write_held(self, name: str, event: Event, times: int) -> None:
-        for attempt in range(self.tries):
-            try:
-                self._count_into(event, name, times)
-                return
-            except Exception as err:
-                status = getattr(err, "status", None)
-                if status == 404:  # gone (the API server's Event TTL): written anew
-                    with self._lock:
-                        self._known.pop(name, None)
-                    self._write(event, times)
-                    return
-                if status is not None and 400 <= status < 500 and status not in (409, 429):
-                    self._count("dropped", times)
-                    return
-                if attempt + 1 < self.tries:
-                    time.sleep(self.retry_seconds * (attempt + 1))
-        self._count("dropped", times)
+        def gone() -> None:  # (the API server's Event TTL): written anew
+            with self._lock:
+                self._known.pop(name, None)
+            self._write(event, times)
+
+        self._tried(lambda: self._count_into(event, name, times), event, times, gone)
 
     def _allowed(self, event: Event) -> bool:
         """The per-workload spam filter: a token bucket per UID (repeats of an Event
@@ -350,10 +339,22 @@ class EventRecorder:
         if name not in self._known and not self._allowed(event):
             self._count("dropped", times)
             return
+        self._tried(lambda: self._create_or_count(event, name, times), event, times)
+
+    def _tried(
+        self,
+        act: Callable[[], None],
+        event: Event,
+        times: int,
+        gone: Callable[[], None] | None = None,
+    ) -> None:
+        """``act``, tried ``tries`` times: an API error again after a back-off, a refusal
+        (a 4xx but 409 and 429) at once: ``moot`` where the namespace is being deleted
+        or gone, else ``dropped``; with ``gone``, a 404 of the Event itself is its."""
         for attempt in range(self.tries):
             try:
-                if self._create_or_count(event, name, times):
-                    return
+                act()
+                return
             except Exception as err:
                 status = getattr(err, "status", None)
                 if status is not None and 400 <= status < 500 and status not in (409, 429):
@@ -361,21 +362,23 @@ class EventRecorder:
                         ns = event.regarding.namespace
                         log.debug("event not written: namespace %s is being deleted", ns)
                         self._count("moot", times)
-                        return
-                    log.warning("event refused: HTTP %s %s", status, _body(err))
-                    self._count("dropped", times)
+                    elif status == 404 and gone is not None:
+                        gone()
+                    else:
+                        log.warning("event refused: HTTP %s %s", status, _body(err))
+                        self._count("dropped", times)
                     return
                 if attempt + 1 < self.tries:
                     time.sleep(self.retry_seconds * (attempt + 1))
         self._count("dropped", times)
 
-    def _create_or_count(self, event: Event, name: str, times: int = 1) -> bool:
+    def _create_or_count(self, event: Event, name: str, times: int = 1) -> None:
         """Create the Event, or hold these repeats for the existing one's series
         (``_hold``). An Event said ``once`` that exists is left as it is."""
         ns = event.regarding.namespace
         now = micro_time(self.clock())
         if event.once and name in self._known:
-            return True
+            return
         if name not in self._known:
             body = {
                 "apiVersion": "events.k8s.io/v1",
@@ -397,15 +400,14 @@ class EventRecorder:
                 self._remember(name)
                 self._count("written")
                 self._count("aggregated", times - 1)
-                return True
+                return
             except Exception as err:
                 if getattr(err, "status", None) != 409:
                     raise
                 self._remember(name)
                 if event.once:
-                    return True
+                    return
         self._hold(event, name, times)
-        return True
 
     def _count_into(self, event: Event, name: str, times: int) -> None:
         """Count ``times`` repeats into the existing Event's series: a read, then an

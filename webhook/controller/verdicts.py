@@ -81,7 +81,7 @@ from webhook.kube import podsignals as ps
 from webhook.kube.objects import controller_of, items, mapping
 from webhook.kube.wellknown import JOB_UID_LABEL, JOBSET_NAME, JOBSET_UID
 from webhook.plan.verdicts import CATEGORIES_LABEL, MAX_FREE_LABEL
-from webhook.policy.categories import category_of, condition_type
+from webhook.policy.categories import condition_type, named_by
 from webhook.policy.config import ALWAYS, Config
 from webhook.policy.grammar import format_duration, parse_count
 
@@ -663,7 +663,7 @@ class Verdicts:
         a failed pod, which nothing of ours reads (``categoryConditions``)."""
         if self.config().category_conditions == ALWAYS:
             return True
-        return any(_reads_category(r) for r in (job or (0, ()))[1])
+        return any(named_by(r) for r in (job or (0, ()))[1])
 
     # --- telling ----------------------------------------------------------------------------
     def _was_told(self, uid: str) -> bool:
@@ -743,14 +743,6 @@ def _with(pod: Mapping[str, Any], conditions: list[dict[str, Any]]) -> dict[str,
     kept = [c for c in items(status.get("conditions")) if mapping(c).get("type") not in kinds]
     status["conditions"] = [*kept, *conditions]
     return status
-
-
-def _reads_category(rule: Any) -> bool:
-    """Whether a podFailurePolicy rule matches a failure category's condition."""
-    return any(
-        isinstance(c, dict) and category_of(str(c.get("type") or "")) is not None
-        for c in items(mapping(rule).get("onPodConditions"))
-    )
 
 
 def _a_failure(pod: Mapping[str, Any]) -> bool:

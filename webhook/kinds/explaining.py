@@ -224,10 +224,8 @@ def category_notes(plan: PartPlan, scope: str) -> list[str]:
     for rule in plan.rules:
         if not failurepolicy.on_our_conditions(rule):
             continue
-        for pattern in rule.get("onPodConditions") or []:
-            name = cats.category_of(str(pattern.get("type") or ""))
-            if name is not None:
-                named.setdefault(str(rule.get("action")), []).append(name)
+        if names := cats.named_by(rule):
+            named.setdefault(str(rule.get("action")), []).extend(names)
     fails = named.get("FailJob", []) + named.get("FailIndex", [])
     if fails:
         what = "its index" if "FailIndex" in named else f"the {scope.removeprefix('this ')}"

@@ -97,6 +97,13 @@ def category_of(condition: str) -> str | None:
     return name if name not in NOT_CATEGORIES and _NAME.fullmatch(name) else None
 
 
+def named_by(rule: Any) -> list[str]:
+    """The categories a podFailurePolicy rule's condition patterns name."""
+    patterns = rule.get("onPodConditions") if isinstance(rule, dict) else None
+    names = (category_of(str(p.get("type") or "")) for p in patterns or () if isinstance(p, dict))
+    return [name for name in names if name is not None]
+
+
 @dataclass(frozen=True)
 class Pattern:
     """A Go regular expression, kept with its source."""
